@@ -1,0 +1,58 @@
+# Thin wrapper over CMake so the README's commands stay short.
+#   make            build (Release) into build/
+#   make test       build and run every test (ctest)
+#   make demo       build and run the main job on its built-in default
+#   make debug | asan     other build types (build-debug/, build-asan/)
+#   make lint       clang-format check + cppcheck
+#   make fuzz       libFuzzer targets (clang) into build-fuzz/
+# Variables: CUDA_ARCHS="80;90;120"  BUILD_TYPE=Release  WERROR=ON  CUDA=OFF
+BUILD_TYPE ?= Release
+CUDA_ARCHS ?= 90
+WERROR ?= OFF
+CUDA ?= ON
+BUILD_DIR ?= build
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE_ARGS = -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DLPO_CUDA_ARCHS="$(CUDA_ARCHS)" -DLPO_WERROR=$(WERROR) \
+             -DLPO_WITH_CUDA=$(CUDA)
+SOURCES = $(shell git ls-files '*.c' '*.h' '*.cu' '*.cuh' 2>/dev/null)
+
+.PHONY: all build deps test demo debug asan lint format fuzz clean
+
+all: build
+
+deps:
+	@scripts/setup-deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD_DIR) $(CMAKE_ARGS) >/dev/null
+	@cmake --build $(BUILD_DIR) -j $(JOBS) -- --no-print-directory
+
+test: build
+	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+
+demo: build
+	@scripts/demo.sh $(BUILD_DIR)/lpo
+
+debug:
+	@$(MAKE) build BUILD_TYPE=Debug BUILD_DIR=build-debug
+
+asan:
+	@$(MAKE) test BUILD_TYPE=Asan BUILD_DIR=build-asan CUDA=OFF
+
+lint:
+	@LPO_LINT_DEPS=1 scripts/setup-deps.sh
+	@clang-format --dry-run -Werror $(SOURCES)
+	@cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability --inline-suppr \
+	  --suppress=missingIncludeSystem -I include -I src --std=c11 $(filter %.c,$(SOURCES))
+	@echo "lint: clean"
+
+format:
+	@clang-format -i $(SOURCES)
+
+fuzz:
+	@cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DLPO_FUZZ=ON -DLPO_TESTS=ON -DLPO_WITH_CUDA=OFF \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS="-fsanitize=fuzzer-no-link,address,undefined" >/dev/null
+	@cmake --build build-fuzz -j $(JOBS) --target $$(cd tests/fuzz && ls fuzz_*.c 2>/dev/null | sed 's/\.c$$//')
+
+clean:
+	rm -rf build build-debug build-asan build-fuzz

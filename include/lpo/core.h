@@ -1,0 +1,90 @@
+/* lpo core utilities shared by every module: logging, files (read whole / mmap), a bump arena,
+ * a growable string buffer, "did you mean" suggestions and a monotonic host clock. */
+#pragma once
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "lpo/status.h"
+
+/* ---- logging (stderr) ---------------------------------------------------------------------------- */
+typedef enum { LPO_LOG_DEBUG, LPO_LOG_INFO, LPO_LOG_WARN, LPO_LOG_ERROR, LPO_LOG_QUIET } lpo_log_level;
+void lpo_log_set_level(lpo_log_level lvl);
+lpo_log_level lpo_log_get_level(void);
+void lpo_log(lpo_log_level lvl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define LPO_DEBUG(...) lpo_log(LPO_LOG_DEBUG, __VA_ARGS__)
+#define LPO_INFO(...)  lpo_log(LPO_LOG_INFO, __VA_ARGS__)
+#define LPO_WARN(...)  lpo_log(LPO_LOG_WARN, __VA_ARGS__)
+
+/* ---- files ------------------------------------------------------------------------------------------ */
+/* Reads a whole file into a malloc'd, NUL-terminated buffer (*len excludes the NUL). */
+lpo_status lpo_read_file(const char *path, char **data, size_t *len);
+/* Writes len bytes to path (truncating), atomically via path.tmp + rename. */
+lpo_status lpo_write_file(const char *path, const void *data, size_t len);
+
+/* A read-only memory map of a whole file. Zero-length files map to data == NULL, size == 0. */
+typedef struct {
+    const uint8_t *data;
+    size_t size;
+    char *path; /* owned copy, for error messages */
+} lpo_mapped_file;
+lpo_status lpo_file_map(const char *path, lpo_mapped_file *out);
+void lpo_file_unmap(lpo_mapped_file *f);
+
+int lpo_path_exists(const char *path);
+int lpo_is_dir(const char *path);
+/* mkdir -p; returns LPO_E_IO with the path on failure. */
+lpo_status lpo_mkdirs(const char *path);
+/* Joins a and b with one '/' into out (size n); returns out. */
+char *lpo_path_join(char *out, size_t n, const char *a, const char *b);
+
+/* ---- arena: one block, bump allocation, freed at once ----------------------------------------------- */
+typedef struct {
+    uint8_t *base;
+    size_t size, used;
+} lpo_arena;
+lpo_status lpo_arena_init(lpo_arena *a, size_t size);
+/* Aligned (align = power of two) allocation; NULL when the arena is full. */
+void *lpo_arena_alloc(lpo_arena *a, size_t size, size_t align);
+void lpo_arena_free(lpo_arena *a);
+
+/* ---- string buffer ------------------------------------------------------------------------------------ */
+typedef struct {
+    char *buf; /* always NUL-terminated once anything was appended */
+    size_t len, cap;
+} lpo_strbuf;
+void lpo_sb_append(lpo_strbuf *sb, const char *s, size_t n);
+void lpo_sb_puts(lpo_strbuf *sb, const char *s);
+void lpo_sb_printf(lpo_strbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void lpo_sb_free(lpo_strbuf *sb);
+
+/* ---- suggestions ----------------------------------------------------------------------------------------
+ */
+/* Levenshtein distance between a and b. */
+size_t lpo_edit_distance(const char *a, const char *b);
+/* The candidate closest to word when close enough to be a plausible typo (else NULL). */
+const char *lpo_suggest(const char *word, const char *const *candidates, size_t n);
+
+/* ---- misc ------------------------------------------------------------------------------------------------
+ */
+/* Monotonic host clock in nanoseconds (CPU timing only; GPU work is timed with events or CUPTI). */
+uint64_t lpo_now_ns(void);
+/* strdup that aborts on out-of-memory is NOT provided: use lpo_strdup and check for NULL. */
+char *lpo_strdup(const char *s);
+char *lpo_strndup(const char *s, size_t n);
+
+/* ---- build provenance -------------------------------------------------------------------------------------
+ */
+typedef struct {
+    const char *version;    /* "0.1.0" */
+    const char *git_commit; /* short hash, "-dirty" suffix when built from a modified tree */
+    const char *build_type; /* Release, Debug, Asan, ... */
+    const char *cuda_archs; /* "90" or "80;90;120"; meaningful when cuda is set */
+    const char *c_compiler;
+    int cuda;         /* built with the CUDA backend */
+    int cuda_version; /* CUDART_VERSION at build time (e.g. 13000), 0 without CUDA */
+} lpo_build_info;
+const lpo_build_info *lpo_build(void);
+/* Nonzero for builds whose timings must not be trusted (Debug, sanitizers). */
+int lpo_build_is_debug(void);

@@ -1,0 +1,137 @@
+/* lpo models: the architecture spec of a decoder-only transformer, its tensors, and the loaders
+ * (HF safetensors folders, HF hub cache snapshots, GGUF files, synthetic presets from conf/model/).
+ *
+ * Tensors keep the HF layout and names whatever the source ("model.layers.3.self_attn.q_proj.weight",
+ * shape [out, in] row-major). A GGUF file's names and llama-style Q/K row permutation are mapped back
+ * at load. Weights stay in their stored dtype (mmapped); lpo_model_tensor_f32 converts one tensor to
+ * float32 (dequantizing GGUF blocks, generating synthetic values) for a backend's upload. */
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lpo/config.h"
+#include "lpo/status.h"
+
+/* ---- dtypes ---------------------------------------------------------------------------------------- */
+#define LPO_DTYPE_MAP(X)                                                                                     \
+    X(F32, "f32", 1, 4)                                                                                      \
+    X(F16, "f16", 1, 2)                                                                                      \
+    X(BF16, "bf16", 1, 2)                                                                                    \
+    X(Q8_0, "q8_0", 32, 34)                                                                                  \
+    X(Q4_0, "q4_0", 32, 18)                                                                                  \
+    X(Q4_1, "q4_1", 32, 20)                                                                                  \
+    X(Q4_K, "q4_k", 256, 144)                                                                                \
+    X(Q6_K, "q6_k", 256, 210)                                                                                \
+    X(I32, "i32", 1, 4)                                                                                      \
+    X(I64, "i64", 1, 8)
+
+typedef enum {
+#define LPO__DT_ENUM(name, str, blk, bytes) LPO_DT_##name,
+    LPO_DTYPE_MAP(LPO__DT_ENUM)
+#undef LPO__DT_ENUM
+        LPO_DT_COUNT
+} lpo_dtype;
+
+const char *lpo_dtype_name(lpo_dtype dt);
+/* Parses "bf16", "float16", "F32"... ; returns 0 when unknown. */
+int lpo_dtype_parse(const char *s, lpo_dtype *out);
+/* Elements per block (1 for plain types) and bytes per block. */
+int lpo_dtype_block(lpo_dtype dt);
+int lpo_dtype_block_bytes(lpo_dtype dt);
+/* Bytes of n elements (n must be a multiple of the block size; returns 0 otherwise). */
+uint64_t lpo_dtype_bytes(lpo_dtype dt, uint64_t n);
+
+float lpo_f16_to_f32(uint16_t h);
+uint16_t lpo_f32_to_f16(float f); /* round to nearest even */
+float lpo_bf16_to_f32(uint16_t h);
+uint16_t lpo_f32_to_bf16(float f); /* round to nearest even, NaN preserved */
+
+/* ---- architecture spec --------------------------------------------------------------------------------- */
+typedef enum { LPO_ARCH_LLAMA, LPO_ARCH_MISTRAL, LPO_ARCH_QWEN2, LPO_ARCH_QWEN3, LPO_ARCH_COUNT } lpo_arch;
+typedef enum { LPO_ROPE_NONE, LPO_ROPE_LINEAR, LPO_ROPE_LLAMA3, LPO_ROPE_YARN } lpo_rope_scaling;
+typedef enum { LPO_ACT_SILU, LPO_ACT_GELU_TANH } lpo_activation;
+typedef enum { LPO_NORM_RMS } lpo_norm_kind;
+
+const char *lpo_arch_name(lpo_arch a);
+/* Maps an HF `architectures[0]` ("LlamaForCausalLM") or `model_type` ("llama") or a GGUF
+ * `general.architecture` to an arch; LPO_E_UNSUPPORTED lists the supported ones. */
+lpo_status lpo_arch_from_name(const char *name, lpo_arch *out);
+
+#define LPO_MAX_EOS 8
+typedef struct {
+    lpo_arch arch;
+    char name[128]; /* display name: preset name, folder name or GGUF general.name */
+    int64_t vocab_size, hidden_size, n_layers, n_heads, n_kv_heads, head_dim, intermediate_size;
+    int64_t max_positions;
+    lpo_norm_kind norm;
+    float norm_eps;
+    struct {
+        double theta;
+        lpo_rope_scaling scaling;
+        double factor;                  /* linear / llama3 / yarn */
+        double low_freq_factor;         /* llama3 */
+        double high_freq_factor;        /* llama3 */
+        int64_t original_max_positions; /* llama3 / yarn */
+        double beta_fast, beta_slow;    /* yarn */
+        double attn_factor;             /* yarn mscale override; 0 = default formula */
+    } rope;
+    int qkv_bias; /* q/k/v projections carry a bias (qwen2) */
+    int o_bias;   /* output projection bias */
+    int mlp_bias;
+    int qk_norm;         /* per-head RMSNorm on q and k before RoPE (qwen3) */
+    int tied_embeddings; /* lm_head shares model.embed_tokens.weight */
+    lpo_activation act;
+    int64_t sliding_window; /* 0 = full attention */
+    lpo_dtype dtype;        /* dtype of the weights as stored (the dominant one for mixed GGUF files) */
+    int32_t bos_id;         /* -1 when none */
+    int32_t eos_ids[LPO_MAX_EOS];
+    int n_eos;
+} lpo_model_spec;
+
+/* Checks internal consistency (positive sizes, heads divide, head_dim * heads sane, ...). */
+lpo_status lpo_spec_validate(const lpo_model_spec *s);
+
+/* ---- tensors --------------------------------------------------------------------------------------------
+ */
+typedef struct {
+    char *name;      /* HF name, e.g. "model.layers.0.mlp.down_proj.weight" */
+    lpo_dtype dtype; /* stored dtype */
+    int n_dims;
+    int64_t shape[4]; /* HF order, row-major: a Linear weight is [out, in] */
+    const void *data; /* stored bytes (mmapped); NULL for synthetic tensors (generated on demand) */
+    uint64_t nbytes;
+} lpo_tensor;
+
+uint64_t lpo_tensor_numel(const lpo_tensor *t);
+
+/* ---- models ----------------------------------------------------------------------------------------------
+ */
+typedef struct lpo_model lpo_model;
+
+/* Opens the model described by the resolved `model` config node. Keys (see conf/model/*.yaml and
+ * docs/models.md): `source` = synthetic | hf | gguf | auto, `path` (folder, .gguf, or hf:Org/Name),
+ * the architecture keys for synthetic presets, `seed`, `dtype`, `tokenizer` (optional path). */
+lpo_status lpo_model_open(const lpo_node *model_cfg, lpo_model **out);
+/* Opens a folder, .gguf file or hf:Org/Name reference directly. */
+lpo_status lpo_model_open_path(const char *path, lpo_model **out);
+void lpo_model_close(lpo_model *m);
+
+const lpo_model_spec *lpo_model_get_spec(const lpo_model *m);
+size_t lpo_model_n_tensors(const lpo_model *m);
+const lpo_tensor *lpo_model_tensor_at(const lpo_model *m, size_t i);
+/* Tensor by HF name, or NULL. */
+const lpo_tensor *lpo_model_tensor(const lpo_model *m, const char *name);
+/* Converts a tensor to float32 in HF layout (dequantizes, un-permutes GGUF Q/K rows, or generates the
+ * deterministic synthetic values). dst holds lpo_tensor_numel(t) floats. */
+lpo_status lpo_model_tensor_f32(const lpo_model *m, const lpo_tensor *t, float *dst);
+/* Where the tokenizer lives: a tokenizer.json path, the .gguf path, or NULL (byte-level fallback). */
+const char *lpo_model_tokenizer_path(const lpo_model *m);
+/* Source kind ("hf", "gguf", "synthetic") and the resolved path (NULL for synthetic). */
+const char *lpo_model_source(const lpo_model *m);
+const char *lpo_model_path(const lpo_model *m);
+
+/* ---- HF hub cache -----------------------------------------------------------------------------------------
+ */
+/* Resolves "Org/Name" to a snapshot folder in $HF_HUB_CACHE, $HF_HOME/hub or ~/.cache/huggingface/hub
+ * (refs/main first, else the newest snapshot). Never downloads; LPO_E_NOT_FOUND says where it looked. */
+lpo_status lpo_hf_cache_resolve(const char *repo_id, char *out, size_t out_size);

@@ -1,0 +1,215 @@
+/* Shared command-line parsing for lpo subcommands (see cli.h for the grammar). */
+#include "cli/cli.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "lpo/core.h"
+
+static const lpo_cli_flag common_flags[] = {
+    {"help", 0, "show this help"},
+    {"config-dir", 1, "extra config directory, searched before the built-in conf/ (repeatable)"},
+};
+
+static const lpo_cli_flag *find_flag(const lpo_cli_spec *spec, const char *name) {
+    for (size_t i = 0; i < sizeof common_flags / sizeof *common_flags; i++)
+        if (!strcmp(common_flags[i].name, name)) return &common_flags[i];
+    for (size_t i = 0; i < spec->n_flags; i++)
+        if (!strcmp(spec->flags[i].name, name)) return &spec->flags[i];
+    return NULL;
+}
+
+static lpo_status unknown_flag(const lpo_cli_spec *spec, const char *name) {
+    const char *cands[64];
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof common_flags / sizeof *common_flags && n < 64; i++)
+        cands[n++] = common_flags[i].name;
+    for (size_t i = 0; i < spec->n_flags && n < 64; i++) cands[n++] = spec->flags[i].name;
+    const char *s = lpo_suggest(name, cands, n);
+    if (s) return lpo_errorf(LPO_E_USAGE, "unknown flag '--%s' (did you mean '--%s'?)", name, s);
+    return lpo_errorf(LPO_E_USAGE, "unknown flag '--%s' (see 'lpo %s --help')", name, spec->command);
+}
+
+static int is_param(const lpo_cli_spec *spec, const char *key, size_t klen) {
+    for (size_t i = 0; i < spec->n_params; i++)
+        if (strlen(spec->params[i].name) == klen && !strncmp(spec->params[i].name, key, klen)) return 1;
+    return 0;
+}
+
+static void *grow(void *p, size_t n, size_t elem) {
+    void *q = realloc(p, (n + 1) * elem);
+    if (!q) abort();
+    return q;
+}
+
+lpo_status lpo_cli_parse(const lpo_cli_spec *spec, int argc, char **argv, lpo_cli_args *out) {
+    memset(out, 0, sizeof *out);
+    for (int i = 0; i < argc; i++) {
+        const char *w = argv[i];
+        if (!strcmp(w, "--")) {
+            if (!spec->passthrough) {
+                lpo_cli_args_free(out);
+                return lpo_errorf(LPO_E_USAGE, "'lpo %s' does not run a program: unexpected '--'",
+                                  spec->command);
+            }
+            out->passthrough = argv + i + 1;
+            out->n_passthrough = argc - i - 1;
+            break;
+        }
+        if (!strcmp(w, "-h")) w = "--help";
+        if (w[0] == '-' && w[1] == '-') {
+            char name[128];
+            const char *eq = strchr(w + 2, '=');
+            size_t nl = eq ? (size_t)(eq - (w + 2)) : strlen(w + 2);
+            if (nl == 0 || nl >= sizeof name) {
+                lpo_cli_args_free(out);
+                return lpo_errorf(LPO_E_USAGE, "malformed flag '%s'", w);
+            }
+            memcpy(name, w + 2, nl);
+            name[nl] = 0;
+            const lpo_cli_flag *f = find_flag(spec, name);
+            if (!f) {
+                lpo_status st = unknown_flag(spec, name);
+                lpo_cli_args_free(out);
+                return st;
+            }
+            const char *val = "";
+            if (f->takes_value) {
+                if (eq)
+                    val = eq + 1;
+                else if (i + 1 < argc)
+                    val = argv[++i];
+                else {
+                    lpo_cli_args_free(out);
+                    return lpo_errorf(LPO_E_USAGE, "flag '--%s' needs a value", name);
+                }
+            } else if (eq) {
+                lpo_cli_args_free(out);
+                return lpo_errorf(LPO_E_USAGE, "flag '--%s' takes no value", name);
+            }
+            if (!strcmp(name, "help")) {
+                out->help = 1;
+            } else if (!strcmp(name, "config-dir")) {
+                out->config_dirs = grow(out->config_dirs, out->n_config_dirs, sizeof *out->config_dirs);
+                out->config_dirs[out->n_config_dirs++] = val;
+            } else {
+                out->flags = grow(out->flags, out->n_flags, sizeof *out->flags);
+                out->flags[out->n_flags++] = (lpo_cli_kv){f->name, val};
+            }
+            continue;
+        }
+        const char *eq = strchr(w, '=');
+        if (eq && is_param(spec, w, (size_t)(eq - w))) {
+            out->params = grow(out->params, out->n_params, sizeof *out->params);
+            out->params[out->n_params].name = lpo_strndup(w, (size_t)(eq - w));
+            out->params[out->n_params++].value = eq + 1;
+            continue;
+        }
+        if (spec->config && (eq || w[0] == '~')) {
+            out->overrides = grow(out->overrides, out->n_overrides, sizeof *out->overrides);
+            out->overrides[out->n_overrides++] = w;
+            continue;
+        }
+        lpo_status st;
+        if (eq) {
+            const char *cands[64];
+            size_t n = 0;
+            char key[128];
+            size_t kl = (size_t)(eq - w) < sizeof key ? (size_t)(eq - w) : sizeof key - 1;
+            memcpy(key, w, kl);
+            key[kl] = 0;
+            for (size_t k = 0; k < spec->n_params && n < 64; k++) cands[n++] = spec->params[k].name;
+            const char *s = lpo_suggest(key, cands, n);
+            st = s ? lpo_errorf(LPO_E_USAGE, "unknown parameter '%s' (did you mean '%s'?)", key, s)
+                   : lpo_errorf(LPO_E_USAGE, "unknown parameter '%s' (see 'lpo %s --help')", key,
+                                spec->command);
+        } else {
+            st = lpo_errorf(LPO_E_USAGE, "unexpected argument '%s' (see 'lpo %s --help')", w, spec->command);
+        }
+        lpo_cli_args_free(out);
+        return st;
+    }
+    return LPO_OK;
+}
+
+void lpo_cli_args_free(lpo_cli_args *a) {
+    for (size_t i = 0; i < a->n_params; i++) free((char *)a->params[i].name);
+    free(a->overrides);
+    free(a->flags);
+    free(a->params);
+    free(a->config_dirs);
+    memset(a, 0, sizeof *a);
+}
+
+const char *lpo_cli_flag_value(const lpo_cli_args *a, const char *name) {
+    const char *v = NULL;
+    for (size_t i = 0; i < a->n_flags; i++)
+        if (!strcmp(a->flags[i].name, name)) v = a->flags[i].value; /* last one wins */
+    return v;
+}
+
+const char *lpo_cli_param_value(const lpo_cli_args *a, const char *name) {
+    const char *v = NULL;
+    for (size_t i = 0; i < a->n_params; i++)
+        if (!strcmp(a->params[i].name, name)) v = a->params[i].value;
+    return v;
+}
+
+void lpo_cli_print_usage(const lpo_cli_spec *spec, FILE *f) {
+    fprintf(f, "usage: lpo %s%s%s%s%s\n\n%s\n", spec->command, spec->n_params ? " [param=value]" : "",
+            spec->config ? " [group=option] [a.b=value] [+a.b=value] [~a.b]" : "", " [--flags]",
+            spec->passthrough ? " [-- program args...]" : "", spec->summary);
+    if (spec->n_params) {
+        fprintf(f, "\nparameters:\n");
+        for (size_t i = 0; i < spec->n_params; i++)
+            fprintf(f, "  %-22s %s\n", spec->params[i].name, spec->params[i].help);
+    }
+    fprintf(f, "\nflags:\n");
+    for (size_t i = 0; i < spec->n_flags; i++) {
+        char buf[64];
+        snprintf(buf, sizeof buf, "--%s%s", spec->flags[i].name, spec->flags[i].takes_value ? "=V" : "");
+        fprintf(f, "  %-22s %s\n", buf, spec->flags[i].help);
+    }
+    for (size_t i = 0; i < sizeof common_flags / sizeof *common_flags; i++) {
+        char buf[64];
+        snprintf(buf, sizeof buf, "--%s%s", common_flags[i].name, common_flags[i].takes_value ? "=DIR" : "");
+        fprintf(f, "  %-22s %s\n", buf, common_flags[i].help);
+    }
+    if (spec->config)
+        fprintf(f, "\nconfig: `lpo config groups` lists groups and options; `lpo config show` the resolved "
+                   "config.\n");
+}
+
+int lpo_cli_fail(const char *command, lpo_status st) {
+    fprintf(stderr, "lpo %s: error: %s\n", command, lpo_last_error());
+    return lpo_status_exit_code(st);
+}
+
+static char *command_line;
+
+void lpo_cli_set_command_line(int argc, char **argv) {
+    lpo_strbuf sb = {0};
+    for (int i = 0; i < argc; i++) {
+        const char *w = argv[i];
+        if (i) lpo_sb_puts(&sb, " ");
+        if (*w && strspn(w, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+=.,/:@%~") ==
+                      strlen(w)) {
+            lpo_sb_puts(&sb, w);
+            continue;
+        }
+        lpo_sb_puts(&sb, "'");
+        for (; *w; w++) {
+            if (*w == '\'')
+                lpo_sb_puts(&sb, "'\\''");
+            else
+                lpo_sb_append(&sb, w, 1);
+        }
+        lpo_sb_puts(&sb, "'");
+    }
+    free(command_line);
+    command_line = sb.buf;
+}
+
+const char *lpo_cli_command_line(void) {
+    return command_line ? command_line : "";
+}

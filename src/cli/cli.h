@@ -1,0 +1,65 @@
+/* Shared command-line handling for lpo subcommands:
+ *   lpo <command> [group=option] [a.b.c=value] [+a.b=value] [~a.b] [param=value] [--flag[=value]] [-- prog
+ * args] A command declares its flags and its own parameters (key=value words that are not config overrides,
+ * e.g. `text=` for tokenize); every other key=value word is a config override. Unknown flags give an
+ * error naming them with the closest valid one (exit 2). */
+#pragma once
+#include <stddef.h>
+
+#include "lpo/config.h"
+#include "lpo/status.h"
+
+typedef struct {
+    const char *name; /* without the leading "--" */
+    int takes_value;  /* --name=value or --name value */
+    const char *help;
+} lpo_cli_flag;
+
+typedef struct {
+    const char *name; /* key of a key=value word owned by the command */
+    const char *help;
+} lpo_cli_param;
+
+typedef struct {
+    const char *command;
+    const char *summary;       /* one line, shown by --help */
+    const lpo_cli_flag *flags; /* command-specific flags; --help and --config-dir are always accepted */
+    size_t n_flags;
+    const lpo_cli_param *params;
+    size_t n_params;
+    int config;      /* accepts config overrides */
+    int passthrough; /* accepts "-- program args..." */
+} lpo_cli_spec;
+
+typedef struct {
+    const char *name, *value; /* value "" for a flag given without one */
+} lpo_cli_kv;
+
+typedef struct {
+    const char **overrides; /* config overrides in command-line order */
+    size_t n_overrides;
+    lpo_cli_kv *flags;
+    size_t n_flags;
+    lpo_cli_kv *params;
+    size_t n_params;
+    const char **config_dirs;
+    size_t n_config_dirs;
+    int help;
+    char **passthrough; /* after "--" */
+    int n_passthrough;
+} lpo_cli_args;
+
+/* Parses argv (the words after the command name). LPO_E_USAGE with a message on bad input. */
+lpo_status lpo_cli_parse(const lpo_cli_spec *spec, int argc, char **argv, lpo_cli_args *out);
+void lpo_cli_args_free(lpo_cli_args *a);
+/* Value of a flag ("" when given without a value) or NULL when absent. */
+const char *lpo_cli_flag_value(const lpo_cli_args *a, const char *name);
+/* Value of a command parameter or NULL when absent. */
+const char *lpo_cli_param_value(const lpo_cli_args *a, const char *name);
+/* Prints the command's usage (flags, params) to f. */
+void lpo_cli_print_usage(const lpo_cli_spec *spec, FILE *f);
+/* Prints "lpo <command>: error: <last error>" to stderr and returns the exit code for st. */
+int lpo_cli_fail(const char *command, lpo_status st);
+/* The full command line as one shell-quoted string (for cmd.txt); set once by main(). */
+void lpo_cli_set_command_line(int argc, char **argv);
+const char *lpo_cli_command_line(void);

@@ -1,0 +1,12 @@
+/* lpo generate: placeholder until its issue lands (exit 3). */
+#include <stdio.h>
+
+#include "cli/commands.h"
+#include "lpo/status.h"
+
+int lpo_cmd_generate(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    fprintf(stderr, "lpo generate: error: not yet available in this version of lpo\n");
+    return LPO_EXIT_NOT_AVAILABLE;
+}

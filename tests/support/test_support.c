@@ -1,0 +1,55 @@
+/* Helpers shared by the cmocka tests (see test_support.h). */
+#include "test_support.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "lpo/core.h"
+
+char *lpo_test_tmpdir(void) {
+    const char *base = getenv("TMPDIR");
+    char tmpl[4096];
+    snprintf(tmpl, sizeof tmpl, "%s/lpo-test-XXXXXX", base && *base ? base : "/tmp");
+    if (!mkdtemp(tmpl)) return NULL;
+    return lpo_strdup(tmpl);
+}
+
+int lpo_test_run_lpo(const char *args, char **out, char **err) {
+    char *dir = lpo_test_tmpdir();
+    if (!dir) return -1;
+    char o[4200], e[4200];
+    snprintf(o, sizeof o, "%s/out", dir);
+    snprintf(e, sizeof e, "%s/err", dir);
+    lpo_strbuf cmd = {0};
+    lpo_sb_printf(&cmd, "%s %s >'%s' 2>'%s'", LPO_BINARY, args, o, e);
+    int rc = system(cmd.buf);
+    lpo_sb_free(&cmd);
+    if (out) lpo_read_file(o, out, NULL);
+    if (err) lpo_read_file(e, err, NULL);
+    remove(o);
+    remove(e);
+    rmdir(dir);
+    free(dir);
+    if (rc == -1 || !WIFEXITED(rc)) return -1;
+    return WEXITSTATUS(rc);
+}
+
+#ifdef LPO_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+void lpo_test_require_gpu(void) {
+#ifdef LPO_HAVE_CUDA
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e == cudaSuccess && n > 0) return;
+    printf("SKIP: no usable CUDA device (%s)\n", e == cudaSuccess ? "0 devices" : cudaGetErrorString(e));
+#else
+    printf("SKIP: built without CUDA\n");
+#endif
+    fflush(stdout);
+    exit(77);
+}

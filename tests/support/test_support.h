@@ -1,0 +1,11 @@
+/* Helpers shared by the cmocka tests: temp dirs, running the lpo binary, GPU skip. */
+#pragma once
+#include <stddef.h>
+
+/* Creates a fresh temporary directory (mkdtemp under $TMPDIR or /tmp); returns a static-lifetime copy. */
+char *lpo_test_tmpdir(void);
+/* Runs the built lpo binary with a shell command tail ("config show model=tiny"); captures stdout and
+ * stderr (malloc'd, may be NULL pointers to skip) and returns the exit code (-1 when it did not exit). */
+int lpo_test_run_lpo(const char *args, char **out, char **err);
+/* Prints "SKIP: <why>" and exits 77 (ctest: skipped) when no CUDA device can be used. */
+void lpo_test_require_gpu(void);

@@ -1,0 +1,102 @@
+/* Unit tests for src/core: status table, error messages, suggestions, string buffer, arena, files. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lpo/core.h"
+#include "test_support.h"
+
+static void test_status_table(void **state) {
+    (void)state;
+    assert_string_equal(lpo_status_name(LPO_OK), "OK");
+    assert_string_equal(lpo_status_name(LPO_E_FORMAT), "E_FORMAT");
+    assert_string_equal(lpo_status_name((lpo_status)999), "E_UNKNOWN");
+    assert_int_equal(lpo_status_exit_code(LPO_E_CONFIG), 2);
+    assert_int_equal(lpo_status_exit_code(LPO_E_USAGE), 2);
+    assert_int_equal(lpo_status_exit_code(LPO_E_NOT_AVAILABLE), 3);
+    assert_int_equal(lpo_status_exit_code(LPO_E_IO), 1);
+}
+
+static void test_error_messages(void **state) {
+    (void)state;
+    lpo_error_clear();
+    assert_string_equal(lpo_last_error(), "success");
+    assert_int_equal(lpo_errorf(LPO_E_FORMAT, "tensor '%s' is short", "w"), LPO_E_FORMAT);
+    assert_string_equal(lpo_last_error(), "tensor 'w' is short");
+    lpo_error_context(LPO_E_FORMAT, "model.safetensors");
+    assert_string_equal(lpo_last_error(), "model.safetensors: tensor 'w' is short");
+}
+
+static void test_suggest(void **state) {
+    (void)state;
+    const char *c[] = {"max_new_tokens", "temperature", "top_k", "top_p"};
+    assert_int_equal(lpo_edit_distance("kitten", "sitting"), 3);
+    assert_int_equal(lpo_edit_distance("", "abc"), 3);
+    assert_string_equal(lpo_suggest("max_new_token", c, 4), "max_new_tokens");
+    assert_string_equal(lpo_suggest("temprature", c, 4), "temperature");
+    assert_null(lpo_suggest("completely_different", c, 4));
+}
+
+static void test_strbuf(void **state) {
+    (void)state;
+    lpo_strbuf sb = {0};
+    for (int i = 0; i < 1000; i++) lpo_sb_printf(&sb, "%d,", i);
+    assert_int_equal(sb.len, strlen(sb.buf));
+    assert_memory_equal(sb.buf, "0,1,2,", 6);
+    assert_string_equal(sb.buf + sb.len - 4, "999,");
+    lpo_sb_free(&sb);
+    assert_null(sb.buf);
+}
+
+static void test_arena(void **state) {
+    (void)state;
+    lpo_arena a;
+    assert_int_equal(lpo_arena_init(&a, 1024), LPO_OK);
+    void *p = lpo_arena_alloc(&a, 10, 1);
+    void *q = lpo_arena_alloc(&a, 100, 64);
+    assert_non_null(p);
+    assert_non_null(q);
+    assert_int_equal((uintptr_t)q % 64, 0);
+    assert_null(lpo_arena_alloc(&a, 2000, 1));
+    lpo_arena_free(&a);
+}
+
+static void test_files(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir();
+    assert_non_null(dir);
+    char sub[4096], path[4200];
+    snprintf(sub, sizeof sub, "%s/a/b/c", dir);
+    assert_int_equal(lpo_mkdirs(sub), LPO_OK);
+    assert_true(lpo_is_dir(sub));
+    lpo_path_join(path, sizeof path, sub, "f.bin");
+    assert_int_equal(lpo_write_file(path, "hello", 5), LPO_OK);
+    char *data;
+    size_t len;
+    assert_int_equal(lpo_read_file(path, &data, &len), LPO_OK);
+    assert_int_equal(len, 5);
+    assert_string_equal(data, "hello");
+    free(data);
+    lpo_mapped_file m;
+    assert_int_equal(lpo_file_map(path, &m), LPO_OK);
+    assert_int_equal(m.size, 5);
+    assert_memory_equal(m.data, "hello", 5);
+    lpo_file_unmap(&m);
+    assert_int_equal(lpo_read_file("/nonexistent/x", &data, &len), LPO_E_IO);
+    assert_non_null(strstr(lpo_last_error(), "/nonexistent/x"));
+    assert_int_equal(lpo_file_map(sub, &m), LPO_E_IO); /* a directory */
+    free(dir);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_status_table), cmocka_unit_test(test_error_messages),
+        cmocka_unit_test(test_suggest),      cmocka_unit_test(test_strbuf),
+        cmocka_unit_test(test_arena),        cmocka_unit_test(test_files),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
