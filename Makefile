@@ -5,16 +5,17 @@
 #   make debug | asan     other build types (build-debug/, build-asan/)
 #   make lint       clang-format check + cppcheck
 #   make fuzz       libFuzzer targets (clang) into build-fuzz/
-# Variables: CUDA_ARCHS="80;90;120"  BUILD_TYPE=Release  WERROR=ON  CUDA=OFF
+# Variables: CUDA_ARCHS="80;90;120"  BUILD_TYPE=Release  WERROR=ON  CUDA=OFF  BUILD_DIR=build
+# Warnings are errors when $CI is set (CI runs the same `make test` as the README), else WERROR=OFF.
 BUILD_TYPE ?= Release
 CUDA_ARCHS ?= 90
-WERROR ?= OFF
+WERROR ?= $(if $(filter-out 0 false,$(CI)),ON,OFF)
 CUDA ?= ON
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_ARGS = -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DLPO_CUDA_ARCHS="$(CUDA_ARCHS)" -DLPO_WERROR=$(WERROR) \
              -DLPO_WITH_CUDA=$(CUDA)
-SOURCES = $(shell git ls-files '*.c' '*.h' '*.cu' '*.cuh' 2>/dev/null)
+SOURCES = $(shell git ls-files --cached --others --exclude-standard '*.c' '*.h' '*.cu' '*.cuh' 2>/dev/null)
 
 .PHONY: all build deps test demo debug asan lint format fuzz clean
 
@@ -55,4 +56,4 @@ fuzz:
 	@cmake --build build-fuzz -j $(JOBS) --target $$(cd tests/fuzz && ls fuzz_*.c 2>/dev/null | sed 's/\.c$$//')
 
 clean:
-	rm -rf build build-debug build-asan build-fuzz
+	rm -rf build build-debug build-asan build-fuzz build-gpu

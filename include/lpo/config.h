@@ -63,14 +63,25 @@ typedef struct {
     const char *const *config_dirs; /* user dirs (--config-dir), searched first, in order */
     size_t n_config_dirs;
     const char *config_name; /* primary config file without .yaml; NULL = "config" */
+    const char *command;     /* runtime.command (the lpo subcommand); NULL = "none" */
+    int no_resolve;          /* keep ${...} unresolved (lpo config show --no-resolve) */
 } lpo_cfg_opts;
+
+/* Every composed config carries a `runtime:` map set by lpo (like hydra.runtime), before overrides and
+ * interpolation, so templates may use it: runtime.command, runtime.cwd, runtime.choices.<group> (the
+ * option selected for each group of the defaults list, null when disabled). */
 
 /* Directory of the built-in conf/ tree: $LPO_CONF_DIR, else next to the executable, else the source tree. */
 const char *lpo_cfg_builtin_dir(void);
 
 /* Composes the primary config with its defaults list, applies overrides in order, resolves
  * interpolations, and returns the final tree. Errors name the override/key and suggest the closest
- * valid one. Sweep overrides (a.b=sweep(1,2) or lists with --sweep) are rejected here: expand first. */
+ * valid one. Sweep overrides (a.b=sweep(1,2) or lists with --sweep) are rejected here: expand first.
+ * Override forms (docs/configuration.md): group=option selects (group=null disables), +group=option adds
+ * a group, ~group drops it; a.b=v sets an existing key (LPO_E_CONFIG + suggestion when unknown),
+ * +a.b=v adds a new key (error if it exists), ++a.b=v adds or sets, ~a.b deletes (~a.b=v: only if equal).
+ * Errors: LPO_E_USAGE (malformed override), LPO_E_CONFIG (unknown key/group/option, bad YAML with
+ * file:line, interpolation cycle or missing reference), LPO_E_IO. */
 lpo_status lpo_cfg_compose(const lpo_cfg_opts *opts, size_t n_overrides, const char *const *overrides,
                            lpo_node **out);
 

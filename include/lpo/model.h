@@ -47,6 +47,9 @@ float lpo_bf16_to_f32(uint16_t h);
 uint16_t lpo_f32_to_bf16(float f); /* round to nearest even, NaN preserved */
 
 /* ---- architecture spec --------------------------------------------------------------------------------- */
+/* Dense decoder-only families. Room to grow: a MoE family (Mixtral, Qwen3-MoE, DeepSeek) adds an arch here
+ * plus the expert fields of lpo_model_spec (reserved below); a vision encoder becomes a second spec hung off
+ * the model, not a new arch of this enum. */
 typedef enum { LPO_ARCH_LLAMA, LPO_ARCH_MISTRAL, LPO_ARCH_QWEN2, LPO_ARCH_QWEN3, LPO_ARCH_COUNT } lpo_arch;
 typedef enum { LPO_ROPE_NONE, LPO_ROPE_LINEAR, LPO_ROPE_LLAMA3, LPO_ROPE_YARN } lpo_rope_scaling;
 typedef enum { LPO_ACT_SILU, LPO_ACT_GELU_TANH } lpo_activation;
@@ -86,10 +89,43 @@ typedef struct {
     int32_t bos_id;         /* -1 when none */
     int32_t eos_ids[LPO_MAX_EOS];
     int n_eos;
+    /* Reserved for mixture-of-experts families (0 = dense). No MoE architecture is loaded yet;
+     * lpo_spec_validate rejects non-zero values until one is. */
+    int64_t n_experts, n_experts_used, expert_intermediate_size;
 } lpo_model_spec;
 
 /* Checks internal consistency (positive sizes, heads divide, head_dim * heads sane, ...). */
 lpo_status lpo_spec_validate(const lpo_model_spec *s);
+
+/* Fills a spec from the text of an HF config.json (architectures / model_type, sizes, rope_scaling or
+ * rope_parameters, biases, tie_word_embeddings, torch_dtype/dtype, bos/eos). origin names the file in
+ * errors. The result is validated. generation_config.json is applied separately by the folder loader. */
+lpo_status lpo_spec_from_hf_config(const char *json, size_t len, const char *origin, lpo_model_spec *out);
+
+/* Which part of the model a tensor belongs to (for parameter counts by component). */
+typedef enum {
+    LPO_PART_EMBED,
+    LPO_PART_ATTN, /* q/k/v/o projections, their biases, q/k norms */
+    LPO_PART_MLP,
+    LPO_PART_NORM, /* input / post-attention / final RMSNorm weights */
+    LPO_PART_LM_HEAD,
+    LPO_PART_OTHER,
+    LPO_PART_COUNT
+} lpo_part;
+const char *lpo_part_name(lpo_part p);
+/* Part of an HF tensor name ("model.layers.3.mlp.up_proj.weight" -> LPO_PART_MLP). */
+lpo_part lpo_tensor_part(const char *hf_name);
+
+/* The tensors an architecture expects, in a stable order (embedding, then layer by layer, final norm,
+ * lm_head unless tied), with their HF names and shapes. *out is malloc'd (caller frees). */
+typedef struct {
+    char name[96];
+    lpo_part part;
+    int layer; /* -1 outside the layers */
+    int n_dims;
+    int64_t shape[2];
+} lpo_tensor_desc;
+lpo_status lpo_spec_tensors(const lpo_model_spec *s, lpo_tensor_desc **out, size_t *n);
 
 /* ---- tensors --------------------------------------------------------------------------------------------
  */
@@ -108,12 +144,15 @@ uint64_t lpo_tensor_numel(const lpo_tensor *t);
  */
 typedef struct lpo_model lpo_model;
 
-/* Opens the model described by the resolved `model` config node. Keys (see conf/model/*.yaml and
+/* Opens the model described by the resolved `model` config node. Keys (see conf/model/<preset>.yaml and
  * docs/models.md): `source` = synthetic | hf | gguf | auto, `path` (folder, .gguf, or hf:Org/Name),
  * the architecture keys for synthetic presets, `seed`, `dtype`, `tokenizer` (optional path). */
 lpo_status lpo_model_open(const lpo_node *model_cfg, lpo_model **out);
 /* Opens a folder, .gguf file or hf:Org/Name reference directly. */
 lpo_status lpo_model_open_path(const char *path, lpo_model **out);
+/* A synthetic model of the given spec: every tensor of lpo_spec_tensors, stored dtype s->dtype, values
+ * generated from seed and the tensor name (see docs/models.md "Synthetic weights"). */
+lpo_status lpo_model_open_synthetic(const lpo_model_spec *s, uint64_t seed, lpo_model **out);
 void lpo_model_close(lpo_model *m);
 
 const lpo_model_spec *lpo_model_get_spec(const lpo_model *m);
@@ -129,6 +168,20 @@ const char *lpo_model_tokenizer_path(const lpo_model *m);
 /* Source kind ("hf", "gguf", "synthetic") and the resolved path (NULL for synthetic). */
 const char *lpo_model_source(const lpo_model *m);
 const char *lpo_model_path(const lpo_model *m);
+
+/* ---- parameter and byte accounting (shared by `lpo analyze` and the static analysis) --------------------
+ */
+typedef struct {
+    int64_t params[LPO_PART_COUNT]; /* by part; LPO_PART_LM_HEAD is 0 when tied */
+    int64_t total;                  /* unique parameters (a tied lm_head is not counted twice) */
+    int tied;
+    uint64_t bytes_by_dtype[LPO_DT_COUNT]; /* stored weight bytes */
+    uint64_t weight_bytes;
+} lpo_param_summary;
+lpo_status lpo_model_param_summary(const lpo_model *m, lpo_param_summary *out);
+/* KV-cache bytes per token of context: 2 (K and V) * layers * kv_heads * head_dim * sizeof(kv_dtype).
+ * kv_dtype must be a plain (non-block) type; returns 0 otherwise. */
+uint64_t lpo_spec_kv_bytes_per_token(const lpo_model_spec *s, lpo_dtype kv_dtype);
 
 /* ---- HF hub cache -----------------------------------------------------------------------------------------
  */

@@ -15,6 +15,10 @@ typedef struct lpo_tokenizer lpo_tokenizer;
 lpo_status lpo_tokenizer_open(const char *path, lpo_tokenizer **out);
 lpo_status lpo_tokenizer_from_json(const char *json, size_t len, const char *origin, lpo_tokenizer **out);
 lpo_status lpo_tokenizer_from_gguf(const lpo_gguf *g, lpo_tokenizer **out);
+/* The tokenizer of a model: its tokenizer.json / GGUF metadata, else the byte-level fallback sized to the
+ * model's vocabulary (a warning is logged). Declared here so that model.h stays tokenizer-free. */
+struct lpo_model;
+lpo_status lpo_tokenizer_for_model(const struct lpo_model *m, lpo_tokenizer **out);
 /* Fallback for models without a tokenizer: ids 0..255 are the raw bytes, then specials (see docs). */
 lpo_status lpo_tokenizer_byte_fallback(int64_t vocab_size, lpo_tokenizer **out);
 void lpo_tokenizer_free(lpo_tokenizer *t);
@@ -31,8 +35,10 @@ lpo_status lpo_tokenizer_decode(const lpo_tokenizer *t, const int32_t *ids, size
 typedef struct {
     char pending[16];
     size_t n_pending;
-    int32_t prev_id; /* -1 at start (SentencePiece drops the leading space of the first piece) */
+    int32_t prev_id;  /* -1 at start (SentencePiece drops the leading space of the first piece) */
+    int skip_special; /* special tokens (BOS, EOS, chat markers) print nothing; 1 after init */
 } lpo_detok_stream;
+/* Resets s: nothing pending, prev_id -1, skip_special 1 (set it to 0 after init to print specials). */
 void lpo_detok_stream_init(lpo_detok_stream *s);
 lpo_status lpo_detok_stream_push(const lpo_tokenizer *t, lpo_detok_stream *s, int32_t id, lpo_strbuf *out);
 /* Flushes bytes held back (an incomplete character at the end is emitted as U+FFFD). */

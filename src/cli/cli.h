@@ -63,3 +63,7 @@ int lpo_cli_fail(const char *command, lpo_status st);
 /* The full command line as one shell-quoted string (for cmd.txt); set once by main(). */
 void lpo_cli_set_command_line(int argc, char **argv);
 const char *lpo_cli_command_line(void);
+/* Composes the configuration for `command` from the args' --config-dir dirs and overrides (see
+ * lpo_cfg_compose); runtime.command = command and runtime.cwd = the working directory, so templates can
+ * use ${runtime.command}. Errors: as lpo_cfg_compose (print with lpo_cli_fail; exit 2 for config errors). */
+lpo_status lpo_cli_compose(const lpo_cli_args *a, const char *command, lpo_node **cfg);

@@ -1,12 +1,231 @@
-/* lpo analyze: placeholder until its issue lands (exit 3). */
+/* lpo analyze: what a model is made of. Architecture, parameters by part, stored weight bytes by dtype and
+ * KV-cache bytes per token / per 1k tokens / at full context, as a table or as JSON (--json). The counting
+ * lives in the library (lpo_model_param_summary, lpo_spec_kv_bytes_per_token) so that the static FLOP/byte
+ * analysis can extend this command without duplicating it. */
+#include <cjson/cJSON.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "cli/cli.h"
 #include "cli/commands.h"
-#include "lpo/status.h"
+#include "lpo/config.h"
+#include "lpo/core.h"
+#include "lpo/model.h"
+
+static const lpo_cli_flag flags[] = {
+    {"json", 0, "print JSON instead of tables"},
+    {"kv-dtype", 1, "dtype of the KV cache (f32, f16, bf16); default: the weights' dtype, f16 for quantized"},
+};
+
+static const lpo_cli_spec spec = {
+    .command = "analyze",
+    .summary =
+        "lpo analyze model=<preset> | model=hf model.path=<folder|file.gguf|hf:Org/Name>: architecture,\n"
+        "parameters by component, weight bytes by dtype and KV-cache bytes per token.",
+    .flags = flags,
+    .n_flags = sizeof flags / sizeof flags[0],
+    .config = 1,
+};
+
+/* "8,030,261,248" */
+static void commas(char *buf, size_t n, uint64_t v) {
+    char tmp[32];
+    int len = snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)v), o = 0;
+    for (int i = 0; i < len && (size_t)o + 2 < n; i++) {
+        if (i && (len - i) % 3 == 0) buf[o++] = ',';
+        buf[o++] = tmp[i];
+    }
+    buf[o] = 0;
+}
+
+/* "8.03 B", "134.5 M" */
+static void short_count(char *buf, size_t n, double v) {
+    if (v >= 1e9)
+        snprintf(buf, n, "%.2f B", v / 1e9);
+    else if (v >= 1e6)
+        snprintf(buf, n, "%.1f M", v / 1e6);
+    else if (v >= 1e3)
+        snprintf(buf, n, "%.1f K", v / 1e3);
+    else
+        snprintf(buf, n, "%.0f", v);
+}
+
+static void short_bytes(char *buf, size_t n, double v) {
+    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int i = 0;
+    while (v >= 1024 && i < 4) {
+        v /= 1024;
+        i++;
+    }
+    snprintf(buf, n, i ? "%.2f %s" : "%.0f %s", v, u[i]);
+}
+
+static const char *rope_name(lpo_rope_scaling s) {
+    switch (s) {
+    case LPO_ROPE_LINEAR: return "linear";
+    case LPO_ROPE_LLAMA3: return "llama3";
+    case LPO_ROPE_YARN: return "yarn";
+    default: return "none";
+    }
+}
+
+typedef struct {
+    lpo_dtype kv_dtype;
+    uint64_t kv_token, kv_context_tokens;
+} kv_info;
+
+static void print_table(const lpo_model *m, const lpo_param_summary *p, const kv_info *kv) {
+    const lpo_model_spec *s = lpo_model_get_spec(m);
+    char a[64], b[64];
+    printf("model         %s (%s%s%s)\n", s->name, lpo_model_source(m), lpo_model_path(m) ? ": " : "",
+           lpo_model_path(m) ? lpo_model_path(m) : "");
+    printf(
+        "architecture  %s: %lld layers, hidden %lld, %lld heads (%lld kv, head_dim %lld), intermediate %lld, "
+        "vocab %lld\n",
+        lpo_arch_name(s->arch), (long long)s->n_layers, (long long)s->hidden_size, (long long)s->n_heads,
+        (long long)s->n_kv_heads, (long long)s->head_dim, (long long)s->intermediate_size,
+        (long long)s->vocab_size);
+    printf("              rope theta %g, scaling %s", s->rope.theta, rope_name(s->rope.scaling));
+    if (s->rope.scaling != LPO_ROPE_NONE) printf(" x%g", s->rope.factor);
+    printf("; max positions %lld; qkv bias %s; qk norm %s; tied embeddings %s", (long long)s->max_positions,
+           s->qkv_bias ? "yes" : "no", s->qk_norm ? "yes" : "no", s->tied_embeddings ? "yes" : "no");
+    if (s->sliding_window) printf("; sliding window %lld", (long long)s->sliding_window);
+    printf("\n\n%-14s %18s %10s %8s\n", "component", "parameters", "", "share");
+    for (int i = 0; i < LPO_PART_COUNT; i++) {
+        if (i == LPO_PART_OTHER && p->params[i] == 0) continue;
+        if (i == LPO_PART_LM_HEAD && p->tied && p->params[i] == 0) {
+            printf("%-14s %18s %10s %8s\n", "lm_head", "(tied)", "", "-");
+            continue;
+        }
+        commas(a, sizeof a, (uint64_t)p->params[i]);
+        short_count(b, sizeof b, (double)p->params[i]);
+        printf("%-14s %18s %10s %7.2f%%\n", lpo_part_name((lpo_part)i), a, b,
+               p->total ? 100.0 * (double)p->params[i] / (double)p->total : 0.0);
+    }
+    commas(a, sizeof a, (uint64_t)p->total);
+    short_count(b, sizeof b, (double)p->total);
+    printf("%-14s %18s %10s %7.2f%%\n\n", "total", a, b, 100.0);
+    printf("%-14s %18s %10s\n", "weight dtype", "bytes", "");
+    for (int i = 0; i < LPO_DT_COUNT; i++) {
+        if (!p->bytes_by_dtype[i]) continue;
+        commas(a, sizeof a, p->bytes_by_dtype[i]);
+        short_bytes(b, sizeof b, (double)p->bytes_by_dtype[i]);
+        printf("%-14s %18s %10s\n", lpo_dtype_name((lpo_dtype)i), a, b);
+    }
+    commas(a, sizeof a, p->weight_bytes);
+    short_bytes(b, sizeof b, (double)p->weight_bytes);
+    printf("%-14s %18s %10s\n\n", "total", a, b);
+    printf("kv cache (%s)  2 x %lld layers x %lld kv heads x %lld head_dim x %d B\n",
+           lpo_dtype_name(kv->kv_dtype), (long long)s->n_layers, (long long)s->n_kv_heads,
+           (long long)s->head_dim, lpo_dtype_block_bytes(kv->kv_dtype));
+    commas(a, sizeof a, kv->kv_token);
+    short_bytes(b, sizeof b, (double)kv->kv_token);
+    printf("%-14s %18s %10s\n", "per token", a, b);
+    commas(a, sizeof a, kv->kv_token * 1024);
+    short_bytes(b, sizeof b, (double)kv->kv_token * 1024);
+    printf("%-14s %18s %10s\n", "per 1k tokens", a, b);
+    char label[64];
+    snprintf(label, sizeof label, "at %lld tok", (long long)s->max_positions);
+    commas(a, sizeof a, kv->kv_token * kv->kv_context_tokens);
+    short_bytes(b, sizeof b, (double)kv->kv_token * (double)kv->kv_context_tokens);
+    if (kv->kv_context_tokens < (uint64_t)s->max_positions)
+        printf("%-14s %18s %10s  (the %lld-token sliding window caps the cache)\n", label, a, b,
+               (long long)s->sliding_window);
+    else
+        printf("%-14s %18s %10s\n", label, a, b);
+}
+
+static void print_json(const lpo_model *m, const lpo_param_summary *p, const kv_info *kv) {
+    const lpo_model_spec *s = lpo_model_get_spec(m);
+    cJSON *root = cJSON_CreateObject();
+    cJSON *mo = cJSON_AddObjectToObject(root, "model");
+    cJSON_AddStringToObject(mo, "name", s->name);
+    cJSON_AddStringToObject(mo, "source", lpo_model_source(m));
+    if (lpo_model_path(m))
+        cJSON_AddStringToObject(mo, "path", lpo_model_path(m));
+    else
+        cJSON_AddNullToObject(mo, "path");
+    cJSON *ar = cJSON_AddObjectToObject(root, "arch");
+    cJSON_AddStringToObject(ar, "type", lpo_arch_name(s->arch));
+    cJSON_AddNumberToObject(ar, "vocab_size", (double)s->vocab_size);
+    cJSON_AddNumberToObject(ar, "hidden_size", (double)s->hidden_size);
+    cJSON_AddNumberToObject(ar, "n_layers", (double)s->n_layers);
+    cJSON_AddNumberToObject(ar, "n_heads", (double)s->n_heads);
+    cJSON_AddNumberToObject(ar, "n_kv_heads", (double)s->n_kv_heads);
+    cJSON_AddNumberToObject(ar, "head_dim", (double)s->head_dim);
+    cJSON_AddNumberToObject(ar, "intermediate_size", (double)s->intermediate_size);
+    cJSON_AddNumberToObject(ar, "max_positions", (double)s->max_positions);
+    cJSON_AddNumberToObject(ar, "norm_eps", s->norm_eps);
+    cJSON_AddNumberToObject(ar, "rope_theta", s->rope.theta);
+    cJSON_AddStringToObject(ar, "rope_scaling", rope_name(s->rope.scaling));
+    cJSON_AddNumberToObject(ar, "rope_factor", s->rope.scaling == LPO_ROPE_NONE ? 1.0 : s->rope.factor);
+    cJSON_AddBoolToObject(ar, "qkv_bias", s->qkv_bias);
+    cJSON_AddBoolToObject(ar, "qk_norm", s->qk_norm);
+    cJSON_AddBoolToObject(ar, "tied_embeddings", s->tied_embeddings);
+    cJSON_AddNumberToObject(ar, "sliding_window", (double)s->sliding_window);
+    cJSON_AddStringToObject(ar, "dtype", lpo_dtype_name(s->dtype));
+    cJSON *pa = cJSON_AddObjectToObject(root, "params");
+    for (int i = 0; i < LPO_PART_COUNT; i++)
+        cJSON_AddNumberToObject(pa, lpo_part_name((lpo_part)i), (double)p->params[i]);
+    cJSON_AddNumberToObject(pa, "total", (double)p->total);
+    cJSON_AddBoolToObject(pa, "lm_head_tied", p->tied);
+    cJSON *wb = cJSON_AddObjectToObject(root, "weight_bytes");
+    for (int i = 0; i < LPO_DT_COUNT; i++)
+        if (p->bytes_by_dtype[i])
+            cJSON_AddNumberToObject(wb, lpo_dtype_name((lpo_dtype)i), (double)p->bytes_by_dtype[i]);
+    cJSON_AddNumberToObject(wb, "total", (double)p->weight_bytes);
+    cJSON *kc = cJSON_AddObjectToObject(root, "kv_cache");
+    cJSON_AddStringToObject(kc, "dtype", lpo_dtype_name(kv->kv_dtype));
+    cJSON_AddNumberToObject(kc, "bytes_per_token", (double)kv->kv_token);
+    cJSON_AddNumberToObject(kc, "bytes_per_1k_tokens", (double)kv->kv_token * 1024);
+    cJSON_AddNumberToObject(kc, "context_tokens", (double)s->max_positions);
+    cJSON_AddNumberToObject(kc, "bytes_full_context", (double)kv->kv_token * (double)kv->kv_context_tokens);
+    char *txt = cJSON_Print(root);
+    if (txt) puts(txt);
+    free(txt);
+    cJSON_Delete(root);
+}
 
 int lpo_cmd_analyze(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "lpo analyze: error: not yet available in this version of lpo\n");
-    return LPO_EXIT_NOT_AVAILABLE;
+    lpo_cli_args args;
+    lpo_status st = lpo_cli_parse(&spec, argc, argv, &args);
+    if (st != LPO_OK) return lpo_cli_fail("analyze", st);
+    if (args.help) {
+        lpo_cli_print_usage(&spec, stdout);
+        lpo_cli_args_free(&args);
+        return LPO_EXIT_OK;
+    }
+    lpo_node *cfg = NULL;
+    lpo_model *m = NULL;
+    int rc = LPO_EXIT_OK;
+    st = lpo_cli_compose(&args, "analyze", &cfg);
+    if (st == LPO_OK) st = lpo_model_open(lpo_node_child(cfg, "model"), &m);
+    kv_info kv = {0};
+    const char *kvd = lpo_cli_flag_value(&args, "kv-dtype");
+    if (st == LPO_OK) {
+        const lpo_model_spec *s = lpo_model_get_spec(m);
+        kv.kv_dtype = lpo_dtype_block(s->dtype) == 1 ? s->dtype : LPO_DT_F16;
+        if (kvd && (!lpo_dtype_parse(kvd, &kv.kv_dtype) || kv.kv_dtype > LPO_DT_BF16))
+            st = lpo_errorf(LPO_E_USAGE, "--kv-dtype=%s: expected f32, f16 or bf16", kvd);
+        kv.kv_token = lpo_spec_kv_bytes_per_token(s, kv.kv_dtype);
+        kv.kv_context_tokens = (uint64_t)s->max_positions;
+        if (s->sliding_window && s->sliding_window < s->max_positions)
+            kv.kv_context_tokens = (uint64_t)s->sliding_window;
+    }
+    if (st == LPO_OK) {
+        lpo_param_summary p;
+        st = lpo_model_param_summary(m, &p);
+        if (st == LPO_OK) {
+            if (lpo_cli_flag_value(&args, "json"))
+                print_json(m, &p, &kv);
+            else
+                print_table(m, &p, &kv);
+        }
+    }
+    if (st != LPO_OK) rc = lpo_cli_fail("analyze", st);
+    lpo_model_close(m);
+    lpo_node_free(cfg);
+    lpo_cli_args_free(&args);
+    return rc;
 }

@@ -1,12 +1,263 @@
-/* lpo generate: placeholder until its issue lands (exit 3). */
+/* lpo generate: direct inference. With prompt= (or tokens=) it streams one completion to stdout; without,
+ * it runs the configured dataset (dataset=prompts dataset.path=FILE.jsonl, or the synthetic default) in
+ * batches of infer.batch_size and writes predictions.jsonl into a run directory. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "cli/cli.h"
 #include "cli/commands.h"
-#include "lpo/status.h"
+#include "lpo/data.h"
+#include "lpo/engine.h"
+#include "lpo/model.h"
+#include "lpo/report.h"
+#include "lpo/tokenizer.h"
+
+static const lpo_cli_flag flags[] = {
+    {"print-ids", 0, "print the generated token ids as a JSON array on stdout instead of the text"},
+};
+static const lpo_cli_param params[] = {
+    {"prompt", "the prompt text (streams the completion to stdout)"},
+    {"tokens", "prompt token ids instead of text, e.g. tokens=1,2,3 (models without a tokenizer)"},
+};
+static const lpo_cli_spec spec = {
+    .command = "generate",
+    .summary =
+        "Generates text. With prompt=TEXT or tokens=IDS: streams the completion to stdout. Without: runs\n"
+        "the dataset (dataset=prompts dataset.path=FILE.jsonl) and writes predictions.jsonl into the run\n"
+        "directory. Settings: infer.max_new_tokens, infer.temperature, infer.top_k, infer.top_p,\n"
+        "infer.seed, infer.stop, infer.chat, infer.batch_size, backend=cpu|cuda (docs/generate.md).",
+    .flags = flags,
+    .n_flags = sizeof flags / sizeof flags[0],
+    .params = params,
+    .n_params = sizeof params / sizeof params[0],
+    .config = 1,
+};
+
+typedef struct {
+    const lpo_infer_config *ic;
+    const lpo_model_spec *spec;
+    lpo_tokenizer *tok;
+    lpo_chat_family chat;
+} gen_ctx;
+
+/* Text -> ids, through the chat template when infer.chat is set. */
+static lpo_status encode_prompt(const gen_ctx *g, const char *text, int32_t **ids, size_t *n) {
+    if (!g->tok) return lpo_errorf(LPO_E_USAGE, "this model has no tokenizer: give tokens=1,2,3");
+    if (!text[0]) return lpo_errorf(LPO_E_USAGE, "the prompt is empty");
+    lpo_status st;
+    if (g->ic->chat) {
+        lpo_strbuf sb = {0};
+        const char *sys = g->ic->system_set ? (g->ic->system[0] ? g->ic->system : NULL)
+                                            : lpo_chat_default_system(g->chat, g->spec);
+        lpo_chat_render(g->chat, sys, text, &sb);
+        st = lpo_tokenizer_encode(g->tok, sb.buf, sb.len, 0, ids, n);
+        lpo_sb_free(&sb);
+    } else {
+        st = lpo_tokenizer_encode(g->tok, text, strlen(text), 1, ids, n);
+    }
+    if (st == LPO_OK && *n == 0) st = lpo_errorf(LPO_E_USAGE, "the prompt encodes to no tokens");
+    return st;
+}
+
+static void stream_text(void *ud, size_t seq, const char *text, size_t len) {
+    (void)ud;
+    (void)seq;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+}
+
+static void print_ids(FILE *f, const int32_t *ids, size_t n) {
+    fputc('[', f);
+    for (size_t i = 0; i < n; i++) fprintf(f, "%s%d", i ? "," : "", (int)ids[i]);
+    fputs("]\n", f);
+}
+
+static double tok_per_s(double n, double ms) {
+    return ms > 0 ? n * 1000.0 / ms : 0;
+}
+
+/* ---- one prompt, streamed
+ * ----------------------------------------------------------------------------------- */
+static lpo_status run_single(lpo_engine *e, const gen_ctx *g, const int32_t *ids, size_t n, int print_id) {
+    lpo_gen_seq q = {.prompt = ids, .n_prompt = n};
+    lpo_status st = lpo_generate(e, g->tok, &g->ic->gen, &q, 1, print_id ? NULL : stream_text, NULL);
+    if (st == LPO_OK) {
+        if (print_id)
+            print_ids(stdout, q.ids, q.n_ids);
+        else
+            fputc('\n', stdout);
+        fprintf(stderr,
+                "lpo generate: %zu prompt tokens, %zu generated (stop: %s); prefill %.1f ms (%.1f tok/s), "
+                "decode %.1f tok/s (%s backend)\n",
+                n, q.n_ids, lpo_stop_reason_name(q.reason), q.prefill_ms, tok_per_s((double)n, q.prefill_ms),
+                tok_per_s((double)q.decode_steps, q.decode_ms - 0), lpo_engine_backend_name(e));
+    }
+    lpo_gen_seq_free(&q);
+    return st;
+}
+
+/* ---- a dataset -> predictions.jsonl
+ * --------------------------------------------------------------------------- */
+static lpo_status run_dataset(lpo_engine *e, const gen_ctx *g, const lpo_node *cfg, const lpo_dataset *d) {
+    lpo_rundir *rd = NULL;
+    FILE *f = NULL;
+    lpo_status st = lpo_rundir_create(cfg, &rd);
+    if (st == LPO_OK) st = lpo_rundir_open(rd, "predictions.jsonl", "w", &f);
+    const size_t B = (size_t)lpo_engine_max_seqs(e);
+    lpo_gen_seq *q = calloc(B, sizeof *q);
+    int32_t **enc = calloc(B, sizeof *enc);
+    if (st == LPO_OK && (!q || !enc)) st = lpo_errorf(LPO_E_NOMEM, "generate: out of memory");
+    size_t total_gen = 0;
+    for (size_t b0 = 0; st == LPO_OK && b0 < d->n; b0 += B) {
+        size_t nb = d->n - b0 < B ? d->n - b0 : B;
+        for (size_t k = 0; k < nb && st == LPO_OK; k++) {
+            const lpo_sample *s = &d->samples[b0 + k];
+            memset(&q[k], 0, sizeof q[k]);
+            q[k].stream = b0 + k;
+            if (s->tokens) {
+                q[k].prompt = s->tokens;
+                q[k].n_prompt = s->n_tokens;
+            } else {
+                st = encode_prompt(g, s->prompt, &enc[k], &q[k].n_prompt);
+                if (st != LPO_OK) lpo_error_context(st, "sample '%s'", s->id);
+                q[k].prompt = enc[k];
+            }
+        }
+        if (st == LPO_OK) st = lpo_generate(e, g->tok, &g->ic->gen, q, nb, NULL, NULL);
+        for (size_t k = 0; k < nb && st == LPO_OK; k++) {
+            const lpo_sample *s = &d->samples[b0 + k];
+            lpo_strbuf line = {0};
+            lpo_json j;
+            lpo_json_init_buf(&j, &line, 0);
+            lpo_json_object_begin(&j);
+            lpo_json_kv_str(&j, "id", s->id);
+            if (s->prompt)
+                lpo_json_kv_str(&j, "prompt", s->prompt);
+            else
+                lpo_json_kv_str(&j, "prompt", NULL);
+            lpo_json_key(&j, "completion");
+            if (g->tok)
+                lpo_json_strn(&j, q[k].text.buf ? q[k].text.buf : "", q[k].text.len);
+            else
+                lpo_json_null(&j);
+            lpo_json_kv_int(&j, "prompt_tokens", (int64_t)q[k].n_prompt);
+            lpo_json_kv_int(&j, "completion_tokens", (int64_t)q[k].n_ids);
+            lpo_json_kv_str(&j, "stop_reason", lpo_stop_reason_name(q[k].reason));
+            lpo_json_kv_int(&j, "batch_size", (int64_t)nb);
+            lpo_json_kv_double(&j, "prefill_ms", q[k].prefill_ms);
+            lpo_json_kv_double(&j, "decode_ms", q[k].decode_ms);
+            lpo_json_kv_double(&j, "decode_tok_s", tok_per_s((double)q[k].decode_steps, q[k].decode_ms));
+            lpo_json_key(&j, "completion_ids");
+            lpo_json_array_begin(&j);
+            for (size_t i = 0; i < q[k].n_ids; i++) lpo_json_int(&j, q[k].ids[i]);
+            lpo_json_array_end(&j);
+            lpo_json_object_end(&j);
+            st = lpo_json_finish(&j);
+            if (st == LPO_OK) {
+                fwrite(line.buf, 1, line.len, f);
+                fputc('\n', f);
+            }
+            lpo_sb_free(&line);
+            total_gen += q[k].n_ids;
+            fprintf(stderr, "lpo generate: sample %s: %zu prompt + %zu generated tokens (%s)\n", s->id,
+                    q[k].n_prompt, q[k].n_ids, lpo_stop_reason_name(q[k].reason));
+        }
+        for (size_t k = 0; k < nb; k++) {
+            lpo_gen_seq_free(&q[k]);
+            free(enc[k]);
+            enc[k] = NULL;
+        }
+    }
+    if (f && fclose(f) != 0 && st == LPO_OK) st = lpo_errorf(LPO_E_IO, "cannot write predictions.jsonl");
+    if (st == LPO_OK) {
+        fprintf(stderr, "lpo generate: %zu samples, %zu tokens generated -> predictions.jsonl\n", d->n,
+                total_gen);
+        lpo_rundir_announce(rd, stdout);
+    }
+    free(q);
+    free(enc);
+    if (rd) lpo_rundir_close(rd);
+    return st;
+}
 
 int lpo_cmd_generate(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "lpo generate: error: not yet available in this version of lpo\n");
-    return LPO_EXIT_NOT_AVAILABLE;
+    lpo_cli_args args;
+    lpo_status st = lpo_cli_parse(&spec, argc, argv, &args);
+    if (st) return lpo_cli_fail("generate", st);
+    if (args.help) {
+        lpo_cli_print_usage(&spec, stdout);
+        lpo_cli_args_free(&args);
+        return LPO_EXIT_OK;
+    }
+    lpo_node *cfg = NULL;
+    lpo_model *m = NULL;
+    lpo_engine *e = NULL;
+    lpo_dataset *d = NULL;
+    lpo_infer_config ic = {0};
+    gen_ctx g = {0};
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    const char *prompt = lpo_cli_param_value(&args, "prompt"), *tokens = lpo_cli_param_value(&args, "tokens");
+    const int print_id = lpo_cli_flag_value(&args, "print-ids") != NULL;
+    if (prompt && tokens) {
+        st = lpo_errorf(LPO_E_USAGE, "give prompt= or tokens=, not both");
+        goto done;
+    }
+    if ((st = lpo_cli_compose(&args, "generate", &cfg)) != LPO_OK) goto done;
+    if ((st = lpo_infer_config_read(cfg, &ic)) != LPO_OK) goto done;
+    if (tokens && (st = lpo_parse_token_list(tokens, &ids, &n_ids)) != LPO_OK) goto done;
+    const lpo_backend_iface *be;
+    if ((st = lpo_backend_find(ic.backend, &be)) != LPO_OK) goto done;
+    const lpo_node *mcfg = lpo_node_at(cfg, "model");
+    if (!mcfg) {
+        st = lpo_errorf(LPO_E_CONFIG, "no model in the config (give model=NAME)");
+        goto done;
+    }
+    if ((st = lpo_model_open(mcfg, &m)) != LPO_OK) goto done;
+    g.ic = &ic;
+    g.spec = lpo_model_get_spec(m);
+    if (!tokens && (st = lpo_tokenizer_for_model(m, &g.tok)) != LPO_OK) goto done;
+    if (tokens && (ic.gen.n_stop || !print_id))
+        lpo_tokenizer_for_model(m, &g.tok); /* text output if it can */
+    if (ic.chat && (st = lpo_chat_family_pick(ic.chat_template, g.tok, &g.chat)) != LPO_OK) goto done;
+
+    const int single = prompt || tokens;
+    if (!single) {
+        const lpo_node *dcfg = lpo_node_at(cfg, "dataset");
+        if (!dcfg) {
+            st =
+                lpo_errorf(LPO_E_USAGE, "nothing to generate from: give prompt=TEXT, tokens=IDS or a dataset "
+                                        "(dataset=prompts dataset.path=FILE.jsonl)");
+            goto done;
+        }
+        if ((st = lpo_dataset_open(dcfg, g.spec->vocab_size, &d)) != LPO_OK) goto done;
+    } else if (prompt && (st = encode_prompt(&g, prompt, &ids, &n_ids)) != LPO_OK) {
+        goto done;
+    }
+    lpo_engine_opts eo = {ic.backend, single ? 1 : (int)ic.batch_size, ic.max_context, ic.prefill_chunk,
+                          (int)ic.threads};
+    if (eo.max_context == 0) { /* the model's positions, capped for memory */
+        int64_t cap = g.spec->max_positions > 0 ? g.spec->max_positions : 4096;
+        eo.max_context = cap < 4096 ? cap : 4096;
+    }
+    if (single && (int64_t)n_ids > eo.max_context) {
+        st = lpo_errorf(LPO_E_RANGE,
+                        "the prompt has %zu tokens, more than max_context %lld (raise infer.max_context, "
+                        "up to the model's %lld positions)",
+                        n_ids, (long long)eo.max_context, (long long)g.spec->max_positions);
+        goto done;
+    }
+    if ((st = lpo_engine_open(m, &eo, &e)) != LPO_OK) goto done;
+    st = single ? run_single(e, &g, ids, n_ids, print_id) : run_dataset(e, &g, cfg, d);
+done:
+    free(ids);
+    lpo_dataset_free(d);
+    lpo_engine_close(e);
+    if (g.tok) lpo_tokenizer_free(g.tok);
+    if (m) lpo_model_close(m);
+    lpo_infer_config_free(&ic);
+    lpo_node_free(cfg);
+    lpo_cli_args_free(&args);
+    return st == LPO_OK ? LPO_EXIT_OK : lpo_cli_fail("generate", st);
 }

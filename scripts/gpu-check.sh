@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The one script to run on a GPU machine: builds lpo for sm_90 (H100/H200) in build-gpu, runs `lpo env`
+# (with its kernel check) and the GPU-labelled tests, then prints a summary table last.
+#   scripts/gpu-check.sh            (CUDA_ARCHS=90 by default; e.g. CUDA_ARCHS="80;90" scripts/gpu-check.sh)
+#   scripts/gpu-check.sh --bundle-deps [DIR]   (on a machine that has them: copies the -dev libraries lpo
+#   links (headers, .so, pkg-config files) into DIR, default build-deps/, for a GPU machine without them
+#   and without network; gpu-check.sh then uses DIR automatically, or $LPO_DEPS_DIR)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+bundle_deps() {
+  local dir=$1 multi
+  multi=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+  mkdir -p "$dir/include/cjson" "$dir/lib/pkgconfig"
+  for pc in yaml-0.1 libcjson libpcre2-8 libutf8proc cmocka; do
+    local f=/usr/lib/$multi/pkgconfig/$pc.pc
+    [ -f "$f" ] || { echo "gpu-check: $f missing (run scripts/setup-deps.sh)" >&2; return 1; }
+    sed -e "s|/usr/lib/$multi|\${pcfiledir}/..|g; s|\${prefix}/lib/$multi|\${pcfiledir}/..|g" \
+        -e "s|/usr/include|\${pcfiledir}/../../include|g; s|^prefix=/usr\$|prefix=\${pcfiledir}/../..|" \
+        "$f" >"$dir/lib/pkgconfig/$pc.pc"
+  done
+  cp -L /usr/lib/$multi/libyaml*.so* /usr/lib/$multi/libcjson.so* /usr/lib/$multi/libpcre2-8.so* \
+        /usr/lib/$multi/libutf8proc.so* /usr/lib/$multi/libcmocka.so* "$dir/lib/"
+  cp /usr/include/yaml.h /usr/include/pcre2.h /usr/include/utf8proc.h /usr/include/cmocka.h "$dir/include/"
+  cp /usr/include/cjson/cJSON.h "$dir/include/cjson/"
+  echo "gpu-check: dependencies bundled in $dir ($(du -sh "$dir" | cut -f1))"
+}
+
+if [ "${1:-}" = "--bundle-deps" ]; then
+  bundle_deps "${2:-build-deps}"
+  exit $?
+fi
+deps=${LPO_DEPS_DIR:-build-deps}
+if [ -d "$deps/lib/pkgconfig" ]; then
+  deps=$(cd "$deps" && pwd)
+  echo "gpu-check: using the bundled dependencies in $deps"
+  export PKG_CONFIG_PATH="$deps/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+  export LD_LIBRARY_PATH="$deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+archs=${CUDA_ARCHS:-90}
+build=${BUILD_DIR:-build-gpu}
+jobs=${JOBS:-$(nproc 2>/dev/null || echo 4)}
+rows=()
+fail=0
+
+# step NAME CMD...: runs CMD, records result and seconds
+step() {
+  local name=$1; shift
+  echo "==== $name: $*"
+  local t0=$(date +%s.%N)
+  "$@"
+  local rc=$?
+  local t1=$(date +%s.%N)
+  local secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}')
+  local res=ok
+  [ $rc -ne 0 ] && res="FAILED (exit $rc)" && fail=1
+  rows+=("$name|$res|$secs")
+  return $rc
+}
+
+step configure cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DLPO_CUDA_ARCHS="$archs" -DLPO_WITH_CUDA=ON
+step build cmake --build "$build" -j "$jobs"
+if [ -x "$build/lpo" ]; then
+  step "lpo version" "$build/lpo" version
+  step "lpo env" "$build/lpo" env
+  step "ctest -L gpu" bash -c "cd '$build' && ctest -L gpu --output-on-failure"
+else
+  rows+=("lpo env|not run (no binary)|0.0" "ctest -L gpu|not run (no binary)|0.0")
+  fail=1
+fi
+
+echo
+echo "gpu-check summary (archs $archs, build dir $build)"
+printf '| %-14s | %-22s | %8s |\n' step result seconds
+printf '| %-14s | %-22s | %8s |\n' "--------------" "----------------------" "-------:"
+for r in "${rows[@]}"; do
+  IFS='|' read -r n res s <<<"$r"
+  printf '| %-14s | %-22s | %8s |\n' "$n" "$res" "$s"
+done
+exit $fail

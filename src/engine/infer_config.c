@@ -1,0 +1,116 @@
+/* Inference settings from a composed config (the `infer` group and the top-level `backend` key), and
+ * the token-list parser shared by `lpo generate tokens=` and `lpo logits tokens=`. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lpo/engine.h"
+
+void lpo_infer_config_free(lpo_infer_config *c) {
+    free(c->stop);
+    memset(c, 0, sizeof *c);
+}
+
+lpo_status lpo_infer_config_read(const lpo_node *cfg, lpo_infer_config *c) {
+    memset(c, 0, sizeof *c);
+    lpo_status st;
+    int64_t top_k, seed;
+    double temp, top_p, rp;
+#define TRY(x)                                                                                               \
+    do {                                                                                                     \
+        if ((st = (x)) != LPO_OK) goto fail;                                                                 \
+    } while (0)
+    TRY(lpo_cfg_str_or(cfg, "backend", "cpu", &c->backend));
+    TRY(lpo_cfg_int_or(cfg, "infer.max_new_tokens", 64, &c->gen.max_new_tokens));
+    TRY(lpo_cfg_double_or(cfg, "infer.temperature", 0.0, &temp));
+    TRY(lpo_cfg_int_or(cfg, "infer.top_k", 0, &top_k));
+    TRY(lpo_cfg_double_or(cfg, "infer.top_p", 1.0, &top_p));
+    TRY(lpo_cfg_double_or(cfg, "infer.repetition_penalty", 1.0, &rp));
+    TRY(lpo_cfg_int_or(cfg, "infer.seed", 0, &seed));
+    TRY(lpo_cfg_bool_or(cfg, "infer.ignore_eos", 0, &c->gen.ignore_eos));
+    TRY(lpo_cfg_bool_or(cfg, "infer.chat", 0, &c->chat));
+    TRY(lpo_cfg_str_or(cfg, "infer.chat_template", "auto", &c->chat_template));
+    TRY(lpo_cfg_str_or(cfg, "infer.system", NULL, &c->system));
+    c->system_set = c->system != NULL;
+    TRY(lpo_cfg_int_or(cfg, "infer.batch_size", 1, &c->batch_size));
+    TRY(lpo_cfg_int_or(cfg, "infer.max_context", 0, &c->max_context));
+    TRY(lpo_cfg_int_or(cfg, "infer.prefill_chunk", 512, &c->prefill_chunk));
+    TRY(lpo_cfg_int_or(cfg, "infer.threads", 0, &c->threads));
+#undef TRY
+    if (c->gen.max_new_tokens < 0 || temp < 0 || top_k < 0 || !(top_p > 0 && top_p <= 1) || !(rp > 0) ||
+        c->batch_size < 1 || c->batch_size > 256 || c->max_context < 0 || c->prefill_chunk < 1 ||
+        c->threads < 0) {
+        st = lpo_errorf(
+            LPO_E_CONFIG,
+            "infer: out of range (need max_new_tokens >= 0, temperature >= 0, top_k >= 0, 0 < top_p "
+            "<= 1, repetition_penalty > 0, 1 <= batch_size <= 256, max_context >= 0 (0/null = model), "
+            "prefill_chunk >= 1, threads >= 0)");
+        goto fail;
+    }
+    c->gen.sampling = (lpo_sampling){temp, top_k, top_p, rp, (uint64_t)seed};
+    const lpo_node *stop = lpo_node_at(cfg, "infer.stop");
+    if (stop && !lpo_scalar_is_null(stop)) {
+        if (stop->kind == LPO_NODE_SCALAR) { /* a single string is accepted as a list of one */
+            c->stop = malloc(sizeof *c->stop);
+            if (!c->stop) return lpo_errorf(LPO_E_NOMEM, "infer: out of memory");
+            c->stop[0] = stop->value;
+            c->gen.n_stop = 1;
+        } else if (stop->kind == LPO_NODE_LIST) {
+            c->stop = calloc(stop->n_items + 1, sizeof *c->stop);
+            if (!c->stop) return lpo_errorf(LPO_E_NOMEM, "infer: out of memory");
+            for (size_t i = 0; i < stop->n_items; i++) {
+                if (stop->items[i]->kind != LPO_NODE_SCALAR || !stop->items[i]->value[0]) {
+                    st = lpo_errorf(LPO_E_CONFIG, "infer.stop[%zu] (%s) must be a non-empty string", i,
+                                    stop->items[i]->origin ? stop->items[i]->origin : "config");
+                    goto fail;
+                }
+                c->stop[c->gen.n_stop++] = stop->items[i]->value;
+            }
+        } else {
+            st = lpo_errorf(LPO_E_CONFIG, "infer.stop must be a list of strings");
+            goto fail;
+        }
+        c->gen.stop = c->stop;
+    }
+    return LPO_OK;
+fail:
+    lpo_infer_config_free(c);
+    return st;
+}
+
+lpo_status lpo_parse_token_list(const char *text, int32_t **ids, size_t *n) {
+    *ids = NULL;
+    *n = 0;
+    size_t cap = 0;
+    const char *p = text;
+    for (;;) {
+        while (*p && (isspace((unsigned char)*p) || *p == ',' || *p == '[' || *p == ']')) p++;
+        if (!*p) break;
+        errno = 0;
+        char *end;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX ||
+            (*end && !isspace((unsigned char)*end) && *end != ',' && *end != ']')) {
+            free(*ids);
+            *ids = NULL;
+            *n = 0;
+            return lpo_errorf(LPO_E_USAGE, "token list: '%.20s' is not a non-negative integer token id", p);
+        }
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 64;
+            int32_t *nid = realloc(*ids, cap * sizeof *nid);
+            if (!nid) {
+                free(*ids);
+                *ids = NULL;
+                *n = 0;
+                return lpo_errorf(LPO_E_NOMEM, "token list: out of memory");
+            }
+            *ids = nid;
+        }
+        (*ids)[(*n)++] = (int32_t)v;
+        p = end;
+    }
+    if (*n == 0) return lpo_errorf(LPO_E_USAGE, "token list is empty (give ids like tokens=1,2,3)");
+    return LPO_OK;
+}

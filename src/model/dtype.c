@@ -1,0 +1,121 @@
+/* dtype helpers: names, parsing, block geometry, and the f16 / bf16 <-> f32 conversions (round to
+ * nearest even, subnormals, infinities and NaNs handled exactly as IEEE 754 says). */
+#include <stdint.h>
+#include <string.h>
+#include <strings.h>
+
+#include "lpo/model.h"
+
+/* ---- table ----------------------------------------------------------------------------------------- */
+static const struct {
+    const char *name;
+    int block, block_bytes;
+} dtype_table[] = {
+#define LPO__DT_ROW(name, str, blk, bytes) {str, blk, bytes},
+    LPO_DTYPE_MAP(LPO__DT_ROW)
+#undef LPO__DT_ROW
+};
+
+const char *lpo_dtype_name(lpo_dtype dt) {
+    if ((unsigned)dt >= LPO_DT_COUNT) return "unknown";
+    return dtype_table[dt].name;
+}
+
+int lpo_dtype_block(lpo_dtype dt) {
+    return (unsigned)dt < LPO_DT_COUNT ? dtype_table[dt].block : 0;
+}
+
+int lpo_dtype_block_bytes(lpo_dtype dt) {
+    return (unsigned)dt < LPO_DT_COUNT ? dtype_table[dt].block_bytes : 0;
+}
+
+uint64_t lpo_dtype_bytes(lpo_dtype dt, uint64_t n) {
+    if ((unsigned)dt >= LPO_DT_COUNT) return 0;
+    uint64_t blk = (uint64_t)dtype_table[dt].block, bytes;
+    if (n % blk) return 0;
+    if (__builtin_mul_overflow(n / blk, (uint64_t)dtype_table[dt].block_bytes, &bytes)) return 0;
+    return bytes;
+}
+
+int lpo_dtype_parse(const char *s, lpo_dtype *out) {
+    static const struct {
+        const char *alias;
+        lpo_dtype dt;
+    } aliases[] = {
+        {"float32", LPO_DT_F32},       {"fp32", LPO_DT_F32},          {"float", LPO_DT_F32},
+        {"float16", LPO_DT_F16},       {"fp16", LPO_DT_F16},          {"half", LPO_DT_F16},
+        {"bfloat16", LPO_DT_BF16},     {"int32", LPO_DT_I32},         {"int64", LPO_DT_I64},
+        {"torch.float32", LPO_DT_F32}, {"torch.float16", LPO_DT_F16}, {"torch.bfloat16", LPO_DT_BF16},
+    };
+    if (!s) return 0;
+    for (int i = 0; i < LPO_DT_COUNT; i++)
+        if (!strcasecmp(s, dtype_table[i].name)) {
+            *out = (lpo_dtype)i;
+            return 1;
+        }
+    for (size_t i = 0; i < sizeof aliases / sizeof *aliases; i++)
+        if (!strcasecmp(s, aliases[i].alias)) {
+            *out = aliases[i].dt;
+            return 1;
+        }
+    return 0;
+}
+
+/* ---- conversions ------------------------------------------------------------------------------------- */
+static uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static float bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+float lpo_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0) {
+        if (m == 0) return bits_f32(sign);
+        /* subnormal half: m * 2^-24, renormalized into a normal float */
+        uint32_t fe = 113; /* exponent of 2^-14 (127 - 14), decremented while shifting */
+        while (!(m & 0x400u)) {
+            m <<= 1;
+            fe--;
+        }
+        return bits_f32(sign | (fe << 23) | ((m & 0x3ffu) << 13));
+    }
+    if (e == 31) return bits_f32(sign | 0x7f800000u | (m << 13)); /* inf or NaN (payload kept) */
+    return bits_f32(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+uint16_t lpo_f32_to_f16(float f) {
+    uint32_t x = f32_bits(f);
+    uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu)); /* NaN stays quiet NaN */
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds to infinity */
+    if (ax < 0x38800000u) {                                   /* below 2^-14: half subnormal or zero */
+        if (ax <= 0x33000000u) return (uint16_t)sign;         /* <= 2^-25 (the tie rounds to even 0) */
+        uint32_t e = ax >> 23, m = (ax & 0x7fffffu) | 0x800000u;
+        uint32_t shift = 126u - e; /* value = m * 2^(e-150); in units of 2^-24: m >> (126 - e) */
+        uint32_t r = m >> shift, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+        if (rem > half || (rem == half && (r & 1u))) r++;
+        return (uint16_t)(sign | r);
+    }
+    uint32_t h = (ax >> 13) - (112u << 10); /* rebias exponent 127 -> 15 */
+    uint32_t rem = ax & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++; /* carry may bump the exponent: still exact */
+    return (uint16_t)(sign | h);
+}
+
+float lpo_bf16_to_f32(uint16_t h) {
+    return bits_f32((uint32_t)h << 16);
+}
+
+uint16_t lpo_f32_to_bf16(float f) {
+    uint32_t x = f32_bits(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u); /* quiet NaN, sign kept */
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}

@@ -1,0 +1,171 @@
+/* HF model folders: config.json (+ generation_config.json), model.safetensors or the shards listed by
+ * model.safetensors.index.json (mmapped, headers validated), tokenizer.json. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model_internal.h"
+#include "model/safetensors.h"
+
+/* generation_config.json: its eos_token_id (int or list) and bos_token_id override config.json's. */
+static lpo_status apply_generation_config(const char *dir, lpo_model_spec *s) {
+    char p[4096];
+    snprintf(p, sizeof p, "%s/generation_config.json", dir);
+    if (!lpo_path_exists(p)) return LPO_OK;
+    char *text;
+    size_t len;
+    lpo_status st = lpo_read_file(p, &text, &len);
+    if (st != LPO_OK) return st;
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return lpo_errorf(LPO_E_PARSE, "%s: not a valid JSON object", p);
+    }
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id");
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(root, "bos_token_id");
+    if (cJSON_IsNumber(b)) s->bos_id = (int32_t)b->valuedouble;
+    if (cJSON_IsNumber(e)) {
+        s->n_eos = 1;
+        s->eos_ids[0] = (int32_t)e->valuedouble;
+    } else if (cJSON_IsArray(e)) {
+        s->n_eos = 0;
+        const cJSON *it;
+        cJSON_ArrayForEach(it, e) if (cJSON_IsNumber(it) && s->n_eos < LPO_MAX_EOS) s->eos_ids[s->n_eos++] =
+            (int32_t)it->valuedouble;
+    }
+    cJSON_Delete(root);
+    st = lpo_spec_validate(s);
+    return st == LPO_OK ? st : lpo_error_context(st, "%s", p);
+}
+
+/* Maps one shard and adds its tensors. */
+static lpo_status add_shard(lpo_model *m, const char *file) {
+    lpo_mapped_file *f = &m->files[m->n_files];
+    lpo_status st = lpo_file_map(file, f);
+    if (st != LPO_OK) return st;
+    m->n_files++;
+    lpo_st_header h;
+    st = lpo_safetensors_parse(f->data, f->size, file, &h);
+    if (st != LPO_OK) return st;
+    for (size_t i = 0; i < h.n_tensors && st == LPO_OK; i++) {
+        const lpo_st_tensor *t = &h.tensors[i];
+        if (t->dtype == LPO_DT_COUNT) {
+            LPO_DEBUG("%s: skipping tensor '%s' of dtype %s", file, t->name, t->dtype_str);
+            continue;
+        }
+        if (lpo_model_tensor(m, t->name)) {
+            st = lpo_errorf(LPO_E_FORMAT, "%s: tensor '%s' is stored in more than one shard", file, t->name);
+            break;
+        }
+        if (t->n_dims > 4) {
+            st = lpo_errorf(LPO_E_FORMAT, "%s: tensor '%s' has %d dimensions (at most 4)", file, t->name,
+                            t->n_dims);
+            break;
+        }
+        st = lpo__model_add_tensor(m, t->name, t->dtype, t->n_dims, t->shape,
+                                   f->data + h.data_offset + t->begin, t->end - t->begin, 0);
+    }
+    lpo_st_header_free(&h);
+    return st;
+}
+
+static lpo_status load_index(lpo_model *m, const char *dir, const char *index_path) {
+    char *text;
+    size_t len;
+    lpo_status st = lpo_read_file(index_path, &text, &len);
+    if (st != LPO_OK) return st;
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    free(text);
+    const cJSON *wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
+    if (!cJSON_IsObject(wm)) {
+        cJSON_Delete(root);
+        return lpo_errorf(LPO_E_PARSE, "%s: not a JSON object with a 'weight_map' object", index_path);
+    }
+    /* distinct shard files, in first-seen order */
+    size_t cnt = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, wm) cnt++;
+    const char **shards = calloc(cnt ? cnt : 1, sizeof *shards);
+    m->files = calloc(cnt ? cnt : 1, sizeof *m->files);
+    size_t ns = 0;
+    if (!shards || !m->files) st = lpo_errorf(LPO_E_NOMEM, "out of memory");
+    cJSON_ArrayForEach(e, wm) {
+        if (st != LPO_OK) break;
+        if (!cJSON_IsString(e) || strchr(e->valuestring, '/') || !strcmp(e->valuestring, "..")) {
+            st = lpo_errorf(LPO_E_FORMAT, "%s: tensor '%s' maps to an invalid shard file name", index_path,
+                            e->string);
+            break;
+        }
+        size_t j = 0;
+        while (j < ns && strcmp(shards[j], e->valuestring)) j++;
+        if (j == ns) shards[ns++] = e->valuestring;
+    }
+    for (size_t j = 0; j < ns && st == LPO_OK; j++) {
+        char p[4096];
+        snprintf(p, sizeof p, "%s/%s", dir, shards[j]);
+        st = add_shard(m, p);
+    }
+    /* every tensor of the index must be where the index says */
+    cJSON_ArrayForEach(e, wm) {
+        if (st != LPO_OK) break;
+        size_t j = 0;
+        while (j < ns && strcmp(shards[j], e->valuestring)) j++;
+        const lpo_tensor *t = lpo_model_tensor(m, e->string);
+        const lpo_mapped_file *f = j < m->n_files ? &m->files[j] : NULL;
+        if (!t || !f || (const uint8_t *)t->data < f->data || (const uint8_t *)t->data >= f->data + f->size)
+            st = lpo_errorf(LPO_E_FORMAT, "%s: tensor '%s' is listed in the index but not stored in '%s'",
+                            index_path, e->string, e->valuestring);
+    }
+    free(shards);
+    cJSON_Delete(root);
+    return st;
+}
+
+lpo_status lpo__open_hf_dir(const char *dir, lpo_model **out) {
+    *out = NULL;
+    char p[4096];
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    char *text;
+    size_t len;
+    lpo_status st = lpo_read_file(p, &text, &len);
+    if (st != LPO_OK)
+        return lpo_errorf(LPO_E_NOT_FOUND, "'%s' has no config.json: not an HF model folder", dir);
+    lpo_model *m;
+    if ((st = lpo__model_new("hf", &m)) != LPO_OK) {
+        free(text);
+        return st;
+    }
+    st = lpo_spec_from_hf_config(text, len, p, &m->spec);
+    free(text);
+    if (st == LPO_OK) st = apply_generation_config(dir, &m->spec);
+    m->path = lpo_strdup(dir);
+    if (st == LPO_OK) {
+        char idx[4096];
+        snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", dir);
+        snprintf(p, sizeof p, "%s/model.safetensors", dir);
+        if (lpo_path_exists(idx)) {
+            st = load_index(m, dir, idx);
+        } else if (lpo_path_exists(p)) {
+            m->files = calloc(1, sizeof *m->files);
+            st = m->files ? add_shard(m, p) : lpo_errorf(LPO_E_NOMEM, "out of memory");
+        } else {
+            st = lpo_errorf(LPO_E_NOT_FOUND,
+                            "'%s' has neither model.safetensors nor model.safetensors.index.json (lpo reads "
+                            "safetensors weights only, not pytorch_model.bin)",
+                            dir);
+        }
+    }
+    if (st == LPO_OK) st = lpo__model_check_tensors(m, dir);
+    if (st == LPO_OK) {
+        snprintf(p, sizeof p, "%s/tokenizer.json", dir);
+        if (lpo_path_exists(p)) m->tokenizer_path = lpo_strdup(p);
+    }
+    if (st != LPO_OK) {
+        lpo_model_close(m);
+        return st;
+    }
+    *out = m;
+    return LPO_OK;
+}

@@ -1,0 +1,491 @@
+/* lpo_model: the common object (tensor table, accessors), opening from the `model` config node or a path,
+ * synthetic models, and lpo_model_tensor_f32 (dequantize / un-permute / generate). */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lpo/config.h"
+#include "model/model_internal.h"
+
+/* ---- object
+ * ------------------------------------------------------------------------------------------------ */
+lpo_status lpo__model_new(const char *source, lpo_model **out) {
+    *out = calloc(1, sizeof **out);
+    if (!*out) return lpo_errorf(LPO_E_NOMEM, "out of memory");
+    (*out)->source = source;
+    (*out)->spec.bos_id = -1;
+    return LPO_OK;
+}
+
+void lpo_model_close(lpo_model *m) {
+    if (!m) return;
+    for (size_t i = 0; i < m->n_tensors; i++) free(m->tensors[i].name);
+    free(m->tensors);
+    free(m->unpermute);
+    for (size_t i = 0; i < m->n_files; i++) lpo_file_unmap(&m->files[i]);
+    free(m->files);
+    lpo_gguf_close(m->gguf);
+    free(m->path);
+    free(m->tokenizer_path);
+    free(m);
+}
+
+lpo_status lpo__model_add_tensor(lpo_model *m, const char *name, lpo_dtype dt, int n_dims,
+                                 const int64_t *shape, const void *data, uint64_t nbytes, int unpermute) {
+    if (m->n_tensors == m->cap_tensors) {
+        size_t cap = m->cap_tensors ? m->cap_tensors * 2 : 64;
+        lpo_tensor *t = realloc(m->tensors, cap * sizeof *t);
+        if (t) m->tensors = t;
+        int *u = realloc(m->unpermute, cap * sizeof *u);
+        if (u) m->unpermute = u;
+        if (!t || !u) return lpo_errorf(LPO_E_NOMEM, "out of memory adding tensor '%s'", name);
+        m->cap_tensors = cap;
+    }
+    lpo_tensor *t = &m->tensors[m->n_tensors];
+    memset(t, 0, sizeof *t);
+    t->name = lpo_strdup(name);
+    if (!t->name) return lpo_errorf(LPO_E_NOMEM, "out of memory adding tensor '%s'", name);
+    t->dtype = dt;
+    t->n_dims = n_dims;
+    for (int i = 0; i < n_dims && i < 4; i++) t->shape[i] = shape[i];
+    t->data = data;
+    t->nbytes = nbytes;
+    m->unpermute[m->n_tensors] = unpermute;
+    m->n_tensors++;
+    return LPO_OK;
+}
+
+uint64_t lpo_tensor_numel(const lpo_tensor *t) {
+    uint64_t n = 1;
+    for (int i = 0; i < t->n_dims; i++) n *= (uint64_t)t->shape[i];
+    return n;
+}
+
+const lpo_model_spec *lpo_model_get_spec(const lpo_model *m) {
+    return &m->spec;
+}
+size_t lpo_model_n_tensors(const lpo_model *m) {
+    return m->n_tensors;
+}
+const lpo_tensor *lpo_model_tensor_at(const lpo_model *m, size_t i) {
+    return i < m->n_tensors ? &m->tensors[i] : NULL;
+}
+const lpo_tensor *lpo_model_tensor(const lpo_model *m, const char *name) {
+    for (size_t i = 0; i < m->n_tensors; i++)
+        if (!strcmp(m->tensors[i].name, name)) return &m->tensors[i];
+    return NULL;
+}
+const char *lpo_model_tokenizer_path(const lpo_model *m) {
+    return m->tokenizer_path;
+}
+const char *lpo_model_source(const lpo_model *m) {
+    return m->source;
+}
+const char *lpo_model_path(const lpo_model *m) {
+    return m->path;
+}
+
+static void shape_str(char *buf, size_t n, int nd, const int64_t *shape) {
+    size_t o = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < nd && o < n; i++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (o < n) snprintf(buf + o, n - o, "]");
+}
+
+lpo_status lpo__model_check_tensors(lpo_model *m, const char *origin) {
+    lpo_tensor_desc *d;
+    size_t n;
+    lpo_status st = lpo_spec_tensors(&m->spec, &d, &n);
+    if (st != LPO_OK) return lpo_error_context(st, "%s", origin);
+    uint64_t by_dtype[LPO_DT_COUNT] = {0};
+    for (size_t i = 0; i < n; i++) {
+        const lpo_tensor *t = lpo_model_tensor(m, d[i].name);
+        if (!t) {
+            st = lpo_errorf(
+                LPO_E_FORMAT,
+                "%s: tensor '%s' (expected by the %s architecture with %lld layers) is missing from the "
+                "weights",
+                origin, d[i].name, lpo_arch_name(m->spec.arch), (long long)m->spec.n_layers);
+            break;
+        }
+        int ok = t->n_dims == d[i].n_dims;
+        for (int k = 0; ok && k < d[i].n_dims; k++) ok = t->shape[k] == d[i].shape[k];
+        if (!ok) {
+            char a[96], b[96];
+            shape_str(a, sizeof a, t->n_dims, t->shape);
+            shape_str(b, sizeof b, d[i].n_dims, d[i].shape);
+            st = lpo_errorf(LPO_E_FORMAT, "%s: tensor '%s' has shape %s but the config says %s", origin,
+                            d[i].name, a, b);
+            break;
+        }
+        by_dtype[t->dtype] += lpo_tensor_numel(t);
+    }
+    free(d);
+    if (st != LPO_OK) return st;
+    int best = 0;
+    for (int i = 1; i < LPO_DT_COUNT; i++)
+        if (by_dtype[i] > by_dtype[best]) best = i;
+    m->spec.dtype = (lpo_dtype)best;
+    return LPO_OK;
+}
+
+/* ---- synthetic values
+ * ---------------------------------------------------------------------------------------- */
+static uint64_t splitmix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static uint64_t fnv1a64(const char *s) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+    return h;
+}
+
+/* Synthetic init (documented in docs/models.md): value = center + amp * u, u uniform in [-1, 1) from a
+ * counter-based generator keyed by (seed, tensor name, element index). */
+static void synth_params(const lpo_model *m, const lpo_tensor *t, double *center, double *amp) {
+    const lpo_part part = lpo_tensor_part(t->name);
+    const size_t len = strlen(t->name);
+    const int is_bias = len > 5 && !strcmp(t->name + len - 5, ".bias");
+    *center = 0;
+    if (t->n_dims == 1 && !is_bias) { /* RMSNorm weights (input/post-attention/final, q/k norms) */
+        *center = 1.0;
+        *amp = 0.1;
+        return;
+    }
+    if (is_bias) {
+        *amp = 0.02;
+        return;
+    }
+    const double fan_in = part == LPO_PART_EMBED ? (double)m->spec.hidden_size : (double)t->shape[1];
+    *amp = sqrt(3.0 / fan_in); /* std 1/sqrt(fan_in) */
+    if (strstr(t->name, "o_proj.weight") || strstr(t->name, "down_proj.weight"))
+        *amp /= sqrt(2.0 * (double)m->spec.n_layers); /* residual branches: keep the stream's RMS bounded */
+}
+
+static void synth_fill(const lpo_model *m, const lpo_tensor *t, float *dst) {
+    double center, amp;
+    synth_params(m, t, &center, &amp);
+    const uint64_t key = splitmix64(m->seed ^ fnv1a64(t->name));
+    const int64_t n = (int64_t)lpo_tensor_numel(t);
+    const lpo_dtype dt = t->dtype;
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+    for (int64_t i = 0; i < n; i++) { /* element i of the row-major [out, in] tensor */
+        const uint64_t r = splitmix64(key + (uint64_t)i * 0x9e3779b97f4a7c15ull);
+        const double u = (double)(r >> 40) * (1.0 / 8388608.0) - 1.0; /* 24 bits -> [-1, 1) */
+        float v = (float)(center + amp * u);
+        if (dt == LPO_DT_BF16) v = lpo_bf16_to_f32(lpo_f32_to_bf16(v));
+        if (dt == LPO_DT_F16) v = lpo_f16_to_f32(lpo_f32_to_f16(v));
+        dst[i] = v;
+    }
+}
+
+/* ---- f32 view
+ * ------------------------------------------------------------------------------------------------- */
+/* Undoes llama.cpp's Q/K row permutation. Within each head of hd rows, GGUF row 2i+j holds HF row
+ * j*(hd/2)+i (i < hd/2, j in {0,1}). rows x cols floats, heads * hd == rows. */
+static lpo_status unpermute_rows(float *x, int64_t rows, int64_t cols, int heads, const char *name) {
+    if (heads <= 0 || rows % heads || (rows / heads) % 2)
+        return lpo_errorf(LPO_E_FORMAT, "tensor '%s': %lld rows cannot be split into %d heads of even size",
+                          name, (long long)rows, heads);
+    const int64_t hd = rows / heads, half = hd / 2;
+    float *tmp = malloc((size_t)(hd * cols) * sizeof *tmp);
+    if (!tmp) return lpo_errorf(LPO_E_NOMEM, "out of memory un-permuting '%s'", name);
+    for (int h = 0; h < heads; h++) { /* head h: rows [h*hd, (h+1)*hd) */
+        float *base = x + (size_t)(h * hd * cols);
+        memcpy(tmp, base, (size_t)(hd * cols) * sizeof *tmp);
+        for (int64_t i = 0; i < half; i++)
+            for (int j = 0; j < 2; j++)
+                memcpy(base + (size_t)((j * half + i) * cols), tmp + (size_t)((2 * i + j) * cols),
+                       (size_t)cols * sizeof *tmp);
+    }
+    free(tmp);
+    return LPO_OK;
+}
+
+lpo_status lpo_model_tensor_f32(const lpo_model *m, const lpo_tensor *t, float *dst) {
+    if (!t->data) {
+        synth_fill(m, t, dst);
+        return LPO_OK;
+    }
+    const uint64_t n = lpo_tensor_numel(t);
+    lpo_status st = lpo_dequantize(t->dtype, t->data, dst, n);
+    if (st != LPO_OK) return lpo_error_context(st, "tensor '%s'", t->name);
+    const uintptr_t base = (uintptr_t)m->tensors, p = (uintptr_t)t;
+    const size_t i =
+        p >= base ? (size_t)(p - base) / sizeof *t : SIZE_MAX; /* t may belong to another model */
+    if (i < m->n_tensors && &m->tensors[i] == t && m->unpermute[i]) {
+        const int64_t rows = t->shape[0], cols = t->n_dims > 1 ? t->shape[1] : 1;
+        st = unpermute_rows(dst, rows, cols, m->unpermute[i], t->name);
+    }
+    return st;
+}
+
+/* ---- synthetic models
+ * ------------------------------------------------------------------------------------------- */
+lpo_status lpo_model_open_synthetic(const lpo_model_spec *s, uint64_t seed, lpo_model **out) {
+    *out = NULL;
+    lpo_tensor_desc *d;
+    size_t n;
+    lpo_status st = lpo_spec_tensors(s, &d, &n);
+    if (st != LPO_OK) return st;
+    lpo_model *m;
+    if ((st = lpo__model_new("synthetic", &m)) != LPO_OK) {
+        free(d);
+        return st;
+    }
+    m->spec = *s;
+    m->seed = seed;
+    const int quant = lpo_dtype_block(s->dtype) > 1;
+    for (size_t i = 0; i < n && st == LPO_OK; i++) {
+        /* 1-D tensors (norms, biases) stay f32 when the weights are block-quantized, as in GGUF files */
+        const lpo_dtype dt = quant && d[i].n_dims == 1 ? LPO_DT_F32 : s->dtype;
+        const uint64_t numel = (uint64_t)d[i].shape[0] * (uint64_t)(d[i].n_dims > 1 ? d[i].shape[1] : 1);
+        if (d[i].n_dims > 1 && d[i].shape[1] % lpo_dtype_block(dt)) {
+            st = lpo_errorf(LPO_E_CONFIG,
+                            "%s: tensor '%s': rows of %lld are not a multiple of the %s block (%d)", s->name,
+                            d[i].name, (long long)d[i].shape[1], lpo_dtype_name(dt), lpo_dtype_block(dt));
+            break;
+        }
+        st = lpo__model_add_tensor(m, d[i].name, dt, d[i].n_dims, d[i].shape, NULL,
+                                   lpo_dtype_bytes(dt, numel), 0);
+    }
+    free(d);
+    if (st != LPO_OK) {
+        lpo_model_close(m);
+        return st;
+    }
+    *out = m;
+    return LPO_OK;
+}
+
+/* ---- opening by path
+ * ------------------------------------------------------------------------------------------------ */
+static int ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && !strcmp(s + a - b, suffix);
+}
+
+lpo_status lpo_model_open_path(const char *path, lpo_model **out) {
+    *out = NULL;
+    if (!path || !*path) return lpo_errorf(LPO_E_INVALID, "empty model path");
+    if (!strncmp(path, "hf:", 3)) {
+        char dir[4096];
+        lpo_status st = lpo_hf_cache_resolve(path + 3, dir, sizeof dir);
+        if (st == LPO_OK) st = lpo_model_open_path(dir, out);
+        if (st == LPO_OK)
+            snprintf((*out)->spec.name, sizeof(*out)->spec.name, "%s", path + 3); /* not the hash */
+        return st;
+    }
+    if (lpo_is_dir(path)) return lpo__open_hf_dir(path, out);
+    if (!lpo_path_exists(path))
+        return lpo_errorf(LPO_E_NOT_FOUND,
+                          "model path '%s' does not exist (give an HF folder, a .gguf file or hf:Org/Name; "
+                          "scripts/fetch-model.sh smollm2-135m fetches a small real model)",
+                          path);
+    FILE *f = fopen(path, "rb");
+    char magic[4] = {0};
+    if (f) {
+        size_t r = fread(magic, 1, 4, f);
+        (void)r;
+        fclose(f);
+    }
+    if (!memcmp(magic, "GGUF", 4) || ends_with(path, ".gguf")) return lpo__open_gguf(path, out);
+    if (ends_with(path, "config.json")) {
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%.*s", (int)(strlen(path) - strlen("config.json")), path);
+        if (!dir[0]) snprintf(dir, sizeof dir, ".");
+        return lpo__open_hf_dir(dir, out);
+    }
+    return lpo_errorf(LPO_E_UNSUPPORTED,
+                      "'%s' is neither a model folder (config.json + safetensors) nor a GGUF file", path);
+}
+
+/* ---- opening from the `model` config node
+ * --------------------------------------------------------------------- */
+static const char *const model_keys[] = {"name", "source", "path", "seed", "dtype", "tokenizer", "arch"};
+static const char *const arch_keys[] = {"type",          "vocab_size",     "hidden_size", "n_layers",
+                                        "n_heads",       "n_kv_heads",     "head_dim",    "intermediate_size",
+                                        "max_positions", "norm_eps",       "rope",        "qkv_bias",
+                                        "o_bias",        "mlp_bias",       "qk_norm",     "tied_embeddings",
+                                        "act",           "sliding_window", "bos_id",      "eos_ids"};
+static const char *const rope_keys[] = {"theta",           "scaling",          "factor",
+                                        "low_freq_factor", "high_freq_factor", "original_max_positions",
+                                        "beta_fast",       "beta_slow",        "attn_factor"};
+
+static lpo_status check_keys(const lpo_node *map, const char *prefix, const char *const *keys, size_t n) {
+    if (!map || map->kind != LPO_NODE_MAP) return LPO_OK;
+    for (size_t i = 0; i < map->n_items; i++) {
+        const char *k = map->items[i]->key;
+        size_t j = 0;
+        while (j < n && strcmp(k, keys[j])) j++;
+        if (j < n) continue;
+        const char *s = lpo_suggest(k, keys, n);
+        const char *origin =
+            map->items[i]->origin ? map->items[i]->origin : "see docs/models.md for the keys";
+        if (s)
+            return lpo_errorf(LPO_E_CONFIG, "unknown key '%s.%s' (did you mean '%s.%s'?) at %s", prefix, k,
+                              prefix, s, origin);
+        return lpo_errorf(LPO_E_CONFIG, "unknown key '%s.%s' at %s (see docs/models.md for the keys)", prefix,
+                          k, origin);
+    }
+    return LPO_OK;
+}
+
+#define TRY(x)                                                                                               \
+    do {                                                                                                     \
+        lpo_status st__ = (x);                                                                               \
+        if (st__ != LPO_OK) return st__;                                                                     \
+    } while (0)
+
+/* The spec of a synthetic preset from model.arch (see docs/models.md for the keys). */
+static lpo_status spec_from_cfg(const lpo_node *cfg, lpo_model_spec *s) {
+    memset(s, 0, sizeof *s);
+    const lpo_node *arch = lpo_node_child(cfg, "arch");
+    if (!arch || arch->kind != LPO_NODE_MAP)
+        return lpo_errorf(LPO_E_CONFIG,
+                          "model.arch is missing: a synthetic model needs an architecture map (or set "
+                          "model.path to load real weights; see docs/models.md)");
+    TRY(check_keys(arch, "model.arch", arch_keys, sizeof arch_keys / sizeof *arch_keys));
+    TRY(check_keys(lpo_node_child(arch, "rope"), "model.arch.rope", rope_keys,
+                   sizeof rope_keys / sizeof *rope_keys));
+    const char *type, *str;
+    TRY(lpo_cfg_str(cfg, "arch.type", &type));
+    TRY(lpo_arch_from_name(type, &s->arch));
+    int64_t v;
+    double d;
+    int b;
+    TRY(lpo_cfg_int(cfg, "arch.vocab_size", &s->vocab_size));
+    TRY(lpo_cfg_int(cfg, "arch.hidden_size", &s->hidden_size));
+    TRY(lpo_cfg_int(cfg, "arch.n_layers", &s->n_layers));
+    TRY(lpo_cfg_int(cfg, "arch.n_heads", &s->n_heads));
+    TRY(lpo_cfg_int_or(cfg, "arch.n_kv_heads", s->n_heads, &s->n_kv_heads));
+    TRY(lpo_cfg_int_or(cfg, "arch.head_dim", s->n_heads > 0 ? s->hidden_size / s->n_heads : 0, &s->head_dim));
+    TRY(lpo_cfg_int(cfg, "arch.intermediate_size", &s->intermediate_size));
+    TRY(lpo_cfg_int_or(cfg, "arch.max_positions", 4096, &s->max_positions));
+    TRY(lpo_cfg_double_or(cfg, "arch.norm_eps", 1e-5, &d));
+    s->norm_eps = (float)d;
+    s->norm = LPO_NORM_RMS;
+    TRY(lpo_cfg_double_or(cfg, "arch.rope.theta", 10000.0, &s->rope.theta));
+    TRY(lpo_cfg_str_or(cfg, "arch.rope.scaling", "none", &str));
+    if (!strcmp(str, "none"))
+        s->rope.scaling = LPO_ROPE_NONE;
+    else if (!strcmp(str, "linear"))
+        s->rope.scaling = LPO_ROPE_LINEAR;
+    else if (!strcmp(str, "llama3"))
+        s->rope.scaling = LPO_ROPE_LLAMA3;
+    else if (!strcmp(str, "yarn"))
+        s->rope.scaling = LPO_ROPE_YARN;
+    else
+        return lpo_errorf(LPO_E_CONFIG,
+                          "model.arch.rope.scaling: '%s' is not one of none, linear, llama3, yarn", str);
+    TRY(lpo_cfg_double_or(cfg, "arch.rope.factor", 1.0, &s->rope.factor));
+    TRY(lpo_cfg_double_or(cfg, "arch.rope.low_freq_factor", 1.0, &s->rope.low_freq_factor));
+    TRY(lpo_cfg_double_or(cfg, "arch.rope.high_freq_factor", 4.0, &s->rope.high_freq_factor));
+    TRY(lpo_cfg_int_or(cfg, "arch.rope.original_max_positions", 0, &s->rope.original_max_positions));
+    TRY(lpo_cfg_double_or(cfg, "arch.rope.beta_fast", 32.0, &s->rope.beta_fast));
+    TRY(lpo_cfg_double_or(cfg, "arch.rope.beta_slow", 1.0, &s->rope.beta_slow));
+    TRY(lpo_cfg_double_or(cfg, "arch.rope.attn_factor", 0.0, &s->rope.attn_factor));
+    TRY(lpo_cfg_bool_or(cfg, "arch.qkv_bias", s->arch == LPO_ARCH_QWEN2, &s->qkv_bias));
+    TRY(lpo_cfg_bool_or(cfg, "arch.o_bias", 0, &s->o_bias));
+    TRY(lpo_cfg_bool_or(cfg, "arch.mlp_bias", 0, &s->mlp_bias));
+    TRY(lpo_cfg_bool_or(cfg, "arch.qk_norm", s->arch == LPO_ARCH_QWEN3, &s->qk_norm));
+    TRY(lpo_cfg_bool_or(cfg, "arch.tied_embeddings", 0, &b));
+    s->tied_embeddings = b;
+    TRY(lpo_cfg_str_or(cfg, "arch.act", "silu", &str));
+    if (!strcmp(str, "silu"))
+        s->act = LPO_ACT_SILU;
+    else if (!strcmp(str, "gelu_tanh"))
+        s->act = LPO_ACT_GELU_TANH;
+    else
+        return lpo_errorf(LPO_E_CONFIG, "model.arch.act: '%s' is not one of silu, gelu_tanh", str);
+    TRY(lpo_cfg_int_or(cfg, "arch.sliding_window", 0, &s->sliding_window));
+    TRY(lpo_cfg_int_or(cfg, "arch.bos_id", -1, &v));
+    s->bos_id = (int32_t)v;
+    const lpo_node *eos = lpo_node_at(cfg, "arch.eos_ids");
+    if (eos && eos->kind == LPO_NODE_LIST) {
+        for (size_t i = 0; i < eos->n_items; i++) {
+            if (s->n_eos >= LPO_MAX_EOS || eos->items[i]->kind != LPO_NODE_SCALAR ||
+                !lpo_scalar_parse_int(eos->items[i]->value, &v))
+                return lpo_errorf(LPO_E_CONFIG,
+                                  "model.arch.eos_ids: item %zu is not an integer (at most %d ids)", i,
+                                  LPO_MAX_EOS);
+            s->eos_ids[s->n_eos++] = (int32_t)v;
+        }
+    } else if (eos && !lpo_scalar_is_null(eos)) {
+        TRY(lpo_cfg_int(cfg, "arch.eos_ids", &v));
+        s->eos_ids[s->n_eos++] = (int32_t)v;
+    }
+    return LPO_OK;
+}
+
+lpo_status lpo_model_open(const lpo_node *cfg, lpo_model **out) {
+    *out = NULL;
+    if (!cfg || cfg->kind != LPO_NODE_MAP)
+        return lpo_errorf(LPO_E_CONFIG,
+                          "no model configured: choose one with model=<preset> (see conf/model/) or "
+                          "model=hf model.path=<folder | file.gguf | hf:Org/Name>");
+    TRY(check_keys(cfg, "model", model_keys, sizeof model_keys / sizeof *model_keys));
+    const char *source, *path, *name, *dtype, *tok;
+    int64_t seed;
+    TRY(lpo_cfg_str_or(cfg, "source", "auto", &source));
+    TRY(lpo_cfg_str_or(cfg, "path", NULL, &path));
+    TRY(lpo_cfg_str_or(cfg, "name", NULL, &name));
+    TRY(lpo_cfg_str_or(cfg, "dtype", NULL, &dtype));
+    TRY(lpo_cfg_str_or(cfg, "tokenizer", NULL, &tok));
+    TRY(lpo_cfg_int_or(cfg, "seed", 0, &seed));
+    if (strcmp(source, "auto") && strcmp(source, "synthetic") && strcmp(source, "hf") &&
+        strcmp(source, "gguf"))
+        return lpo_errorf(LPO_E_CONFIG, "model.source: '%s' is not one of auto, synthetic, hf, gguf", source);
+    if (path && !*path) path = NULL;
+    lpo_model *m = NULL;
+    lpo_status st;
+    if (path) {
+        if (!strcmp(source, "synthetic"))
+            LPO_INFO("model.path is set: loading '%s' instead of the synthetic preset", path);
+        st = lpo_model_open_path(path, &m);
+        if (st != LPO_OK) return lpo_error_context(st, "model.path");
+        if ((!strcmp(source, "hf") || !strcmp(source, "gguf")) && strcmp(source, m->source)) {
+            st = lpo_errorf(LPO_E_CONFIG,
+                            "model.source is '%s' but '%s' is a %s model (use model.source=auto)", source,
+                            path, m->source);
+            lpo_model_close(m);
+            return st;
+        }
+        if (dtype) LPO_DEBUG("model.dtype=%s ignored: '%s' stores its own dtypes", dtype, path);
+    } else {
+        if ((strcmp(source, "synthetic") && strcmp(source, "auto")) ||
+            (!strcmp(source, "auto") && !lpo_node_child(cfg, "arch")))
+            return lpo_errorf(
+                LPO_E_CONFIG,
+                "model.path is required with model.source=%s (and no model.arch): e.g. lpo analyze "
+                "model=hf model.path=hf:HuggingFaceTB/SmolLM2-135M or model.path=models/<file>.gguf",
+                source);
+        lpo_model_spec s;
+        TRY(spec_from_cfg(cfg, &s));
+        snprintf(s.name, sizeof s.name, "%s", name ? name : "synthetic");
+        s.dtype = LPO_DT_BF16;
+        if (dtype && !lpo_dtype_parse(dtype, &s.dtype))
+            return lpo_errorf(LPO_E_CONFIG,
+                              "model.dtype: unknown dtype '%s' (f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, "
+                              "q6_k)",
+                              dtype);
+        st = lpo_spec_validate(&s);
+        if (st != LPO_OK) return lpo_error_context(st, "model.arch");
+        TRY(lpo_model_open_synthetic(&s, (uint64_t)seed, &m));
+    }
+    /* a synthetic preset's name does not describe the weights loaded from model.path */
+    if (name && !(path && !strcmp(source, "synthetic")))
+        snprintf(m->spec.name, sizeof m->spec.name, "%s", name);
+    if (tok) {
+        free(m->tokenizer_path);
+        m->tokenizer_path = lpo_strdup(tok);
+    }
+    *out = m;
+    return LPO_OK;
+}

@@ -1,0 +1,35 @@
+/* The lpo_model object shared by the loaders in src/model (internal). */
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lpo/core.h"
+#include "lpo/gguf.h"
+#include "lpo/model.h"
+
+struct lpo_model {
+    lpo_model_spec spec;
+    const char *source;   /* "hf", "gguf", "synthetic" (static strings) */
+    char *path;           /* resolved folder or file; NULL for synthetic */
+    char *tokenizer_path; /* tokenizer.json / .gguf; NULL = byte-level fallback */
+    lpo_tensor *tensors;
+    int *unpermute; /* per tensor: heads whose rows GGUF permuted for interleaved RoPE (0 = none) */
+    size_t n_tensors, cap_tensors;
+    lpo_mapped_file *files; /* safetensors shards */
+    size_t n_files;
+    lpo_gguf *gguf;
+    uint64_t seed; /* synthetic values */
+};
+
+lpo_status lpo__model_new(const char *source, lpo_model **out);
+/* Appends a tensor (name copied); shape in HF order. */
+lpo_status lpo__model_add_tensor(lpo_model *m, const char *name, lpo_dtype dt, int n_dims,
+                                 const int64_t *shape, const void *data, uint64_t nbytes, int unpermute);
+/* Checks that every tensor the spec expects is present with the expected shape (origin names the source)
+ * and sets spec.dtype to the dtype holding the most parameters. */
+lpo_status lpo__model_check_tensors(lpo_model *m, const char *origin);
+
+lpo_status lpo__open_hf_dir(const char *dir, lpo_model **out);
+lpo_status lpo__open_gguf(const char *path, lpo_model **out);
+/* A model over an already parsed GGUF (takes ownership of g, also on failure); path names it. */
+lpo_status lpo__model_from_gguf(lpo_gguf *g, const char *path, lpo_model **out);

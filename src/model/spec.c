@@ -1,0 +1,375 @@
+/* Architecture specs: arch names, validation, the spec of an HF config.json, and the list of tensors an
+ * architecture expects (names and shapes in HF layout), which drives the loaders' checks, the synthetic
+ * models and the parameter counts. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "lpo/model.h"
+
+/* ---- arch names ------------------------------------------------------------------------------------------
+ */
+static const char *const arch_names[LPO_ARCH_COUNT] = {"llama", "mistral", "qwen2", "qwen3"};
+
+static const struct {
+    const char *name;
+    lpo_arch arch;
+} arch_aliases[] = {
+    {"LlamaForCausalLM", LPO_ARCH_LLAMA},     {"llama", LPO_ARCH_LLAMA},
+    {"MistralForCausalLM", LPO_ARCH_MISTRAL}, {"mistral", LPO_ARCH_MISTRAL},
+    {"Qwen2ForCausalLM", LPO_ARCH_QWEN2},     {"qwen2", LPO_ARCH_QWEN2},
+    {"Qwen3ForCausalLM", LPO_ARCH_QWEN3},     {"qwen3", LPO_ARCH_QWEN3},
+};
+
+const char *lpo_arch_name(lpo_arch a) {
+    return (unsigned)a < LPO_ARCH_COUNT ? arch_names[a] : "unknown";
+}
+
+lpo_status lpo_arch_from_name(const char *name, lpo_arch *out) {
+    if (name)
+        for (size_t i = 0; i < sizeof arch_aliases / sizeof *arch_aliases; i++)
+            if (!strcmp(name, arch_aliases[i].name) || !strcasecmp(name, arch_aliases[i].name)) {
+                *out = arch_aliases[i].arch;
+                return LPO_OK;
+            }
+    return lpo_errorf(LPO_E_UNSUPPORTED,
+                      "unsupported architecture '%s'; supported: LlamaForCausalLM (llama: Llama 2/3/3.1/3.2, "
+                      "SmolLM2), MistralForCausalLM (mistral), Qwen2ForCausalLM (qwen2, Qwen2.5), "
+                      "Qwen3ForCausalLM (qwen3)",
+                      name ? name : "(none)");
+}
+
+/* ---- validation ------------------------------------------------------------------------------------------
+ */
+#define LIM_DIM   (1LL << 20) /* hidden, intermediate, heads*head_dim */
+#define LIM_VOCAB (1LL << 24) /* vocabulary */
+
+lpo_status lpo_spec_validate(const lpo_model_spec *s) {
+    const char *n = s->name[0] ? s->name : "model";
+#define REQ(cond, ...)                                                                                       \
+    do {                                                                                                     \
+        if (!(cond)) return lpo_errorf(LPO_E_CONFIG, __VA_ARGS__);                                           \
+    } while (0)
+    REQ((unsigned)s->arch < LPO_ARCH_COUNT, "%s: unknown architecture id %d", n, (int)s->arch);
+    REQ(s->vocab_size > 0 && s->vocab_size <= LIM_VOCAB, "%s: vocab_size %lld out of range (1..%lld)", n,
+        (long long)s->vocab_size, LIM_VOCAB);
+    REQ(s->hidden_size > 0 && s->hidden_size <= LIM_DIM, "%s: hidden_size %lld out of range (1..%lld)", n,
+        (long long)s->hidden_size, LIM_DIM);
+    REQ(s->n_layers > 0 && s->n_layers <= 4096, "%s: n_layers %lld out of range (1..4096)", n,
+        (long long)s->n_layers);
+    REQ(s->n_heads > 0 && s->n_heads <= 4096, "%s: n_heads %lld out of range (1..4096)", n,
+        (long long)s->n_heads);
+    REQ(s->n_kv_heads > 0 && s->n_kv_heads <= s->n_heads, "%s: n_kv_heads %lld must be in 1..n_heads (%lld)",
+        n, (long long)s->n_kv_heads, (long long)s->n_heads);
+    REQ(s->n_heads % s->n_kv_heads == 0, "%s: n_heads %lld is not a multiple of n_kv_heads %lld", n,
+        (long long)s->n_heads, (long long)s->n_kv_heads);
+    REQ(s->head_dim > 0 && s->head_dim % 2 == 0 && s->head_dim <= 4096,
+        "%s: head_dim %lld must be even and in 2..4096 (RoPE rotates pairs)", n, (long long)s->head_dim);
+    REQ(s->head_dim * s->n_heads <= LIM_DIM, "%s: n_heads * head_dim = %lld is too large", n,
+        (long long)(s->head_dim * s->n_heads));
+    REQ(s->intermediate_size > 0 && s->intermediate_size <= LIM_DIM,
+        "%s: intermediate_size %lld out of range (1..%lld)", n, (long long)s->intermediate_size, LIM_DIM);
+    REQ(s->max_positions > 0 && s->max_positions <= (1LL << 30), "%s: max_positions %lld out of range", n,
+        (long long)s->max_positions);
+    REQ(isfinite(s->norm_eps) && s->norm_eps > 0 && s->norm_eps < 1, "%s: norm_eps %g must be in (0, 1)", n,
+        (double)s->norm_eps);
+    REQ(isfinite(s->rope.theta) && s->rope.theta > 0, "%s: rope theta %g must be positive", n, s->rope.theta);
+    if (s->rope.scaling != LPO_ROPE_NONE) {
+        REQ(isfinite(s->rope.factor) && s->rope.factor > 0, "%s: rope scaling factor %g must be positive", n,
+            s->rope.factor);
+    }
+    if (s->rope.scaling == LPO_ROPE_LLAMA3) {
+        REQ(s->rope.original_max_positions > 0, "%s: llama3 rope scaling needs original_max_positions", n);
+        REQ(s->rope.low_freq_factor > 0 && s->rope.high_freq_factor > s->rope.low_freq_factor,
+            "%s: llama3 rope scaling needs 0 < low_freq_factor (%g) < high_freq_factor (%g)", n,
+            s->rope.low_freq_factor, s->rope.high_freq_factor);
+    }
+    if (s->rope.scaling == LPO_ROPE_YARN)
+        REQ(s->rope.original_max_positions > 0, "%s: yarn rope scaling needs original_max_positions", n);
+    REQ(s->sliding_window >= 0, "%s: sliding_window %lld must be >= 0 (0 = full attention)", n,
+        (long long)s->sliding_window);
+    REQ(s->dtype < LPO_DT_I32, "%s: weight dtype %s is not a floating-point or quantized type", n,
+        lpo_dtype_name(s->dtype));
+    REQ(s->bos_id >= -1 && s->bos_id < s->vocab_size, "%s: bos id %d outside the vocabulary (%lld)", n,
+        s->bos_id, (long long)s->vocab_size);
+    REQ(s->n_eos >= 0 && s->n_eos <= LPO_MAX_EOS, "%s: %d eos ids (at most %d)", n, s->n_eos, LPO_MAX_EOS);
+    for (int i = 0; i < s->n_eos; i++)
+        REQ(s->eos_ids[i] >= 0 && s->eos_ids[i] < s->vocab_size,
+            "%s: eos id %d outside the vocabulary (%lld)", n, s->eos_ids[i], (long long)s->vocab_size);
+    REQ(s->n_experts == 0 && s->n_experts_used == 0,
+        "%s: mixture-of-experts models are not supported yet (n_experts = %lld)", n, (long long)s->n_experts);
+#undef REQ
+    return LPO_OK;
+}
+
+/* ---- HF config.json
+ * ---------------------------------------------------------------------------------------- */
+typedef struct {
+    const char *origin;
+    lpo_status st;
+} json_ctx;
+
+/* Integer field (absent or null -> def). A non-integral or non-numeric value is an error. */
+static int64_t j_int(json_ctx *c, const cJSON *o, const char *key, int64_t def) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) return def;
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || fabs(v->valuedouble) > 9e15) {
+        if (c->st == LPO_OK) c->st = lpo_errorf(LPO_E_FORMAT, "%s: '%s' must be an integer", c->origin, key);
+        return def;
+    }
+    return (int64_t)v->valuedouble;
+}
+
+static double j_num(json_ctx *c, const cJSON *o, const char *key, double def) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) return def;
+    if (!cJSON_IsNumber(v)) {
+        if (c->st == LPO_OK) c->st = lpo_errorf(LPO_E_FORMAT, "%s: '%s' must be a number", c->origin, key);
+        return def;
+    }
+    return v->valuedouble;
+}
+
+static int j_bool(json_ctx *c, const cJSON *o, const char *key, int def) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) return def;
+    if (!cJSON_IsBool(v)) {
+        if (c->st == LPO_OK)
+            c->st = lpo_errorf(LPO_E_FORMAT, "%s: '%s' must be true or false", c->origin, key);
+        return def;
+    }
+    return cJSON_IsTrue(v);
+}
+
+static const char *j_str(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* Reads rope scaling from `rope_scaling` (transformers 4) or `rope_parameters` (transformers 5). */
+static void parse_rope(json_ctx *c, const cJSON *root, lpo_model_spec *s) {
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
+    s->rope.theta = j_num(c, root, "rope_theta", 10000.0);
+    if (cJSON_IsObject(rp)) s->rope.theta = j_num(c, rp, "rope_theta", s->rope.theta);
+    const cJSON *r = cJSON_IsObject(rs) ? rs : cJSON_IsObject(rp) ? rp : NULL;
+    s->rope.scaling = LPO_ROPE_NONE;
+    if (!r) return;
+    const char *type = j_str(r, "rope_type");
+    if (!type) type = j_str(r, "type");
+    if (!type || !strcmp(type, "default")) return;
+    if (!strcmp(type, "linear"))
+        s->rope.scaling = LPO_ROPE_LINEAR;
+    else if (!strcmp(type, "llama3"))
+        s->rope.scaling = LPO_ROPE_LLAMA3;
+    else if (!strcmp(type, "yarn"))
+        s->rope.scaling = LPO_ROPE_YARN;
+    else {
+        if (c->st == LPO_OK)
+            c->st =
+                lpo_errorf(LPO_E_UNSUPPORTED,
+                           "%s: rope scaling type '%s' is not supported (supported: linear, llama3, yarn)",
+                           c->origin, type);
+        return;
+    }
+    s->rope.factor = j_num(c, r, "factor", 1.0);
+    s->rope.low_freq_factor = j_num(c, r, "low_freq_factor", 1.0);
+    s->rope.high_freq_factor = j_num(c, r, "high_freq_factor", 4.0);
+    s->rope.original_max_positions = j_int(c, r, "original_max_position_embeddings", 0);
+    s->rope.beta_fast = j_num(c, r, "beta_fast", 32.0);
+    s->rope.beta_slow = j_num(c, r, "beta_slow", 1.0);
+    s->rope.attn_factor = j_num(c, r, "attention_factor", 0.0);
+    if (s->rope.scaling == LPO_ROPE_YARN && s->rope.original_max_positions == 0)
+        s->rope.original_max_positions = j_int(c, root, "max_position_embeddings", 0);
+}
+
+/* bos/eos: an int or a list of ints (eos). */
+static void parse_ids(json_ctx *c, const cJSON *root, lpo_model_spec *s) {
+    s->bos_id = (int32_t)j_int(c, root, "bos_token_id", -1);
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id");
+    s->n_eos = 0;
+    if (cJSON_IsNumber(e)) {
+        s->eos_ids[s->n_eos++] = (int32_t)e->valuedouble;
+    } else if (cJSON_IsArray(e)) {
+        const cJSON *it;
+        cJSON_ArrayForEach(it, e) {
+            if (!cJSON_IsNumber(it)) {
+                if (c->st == LPO_OK)
+                    c->st = lpo_errorf(LPO_E_FORMAT, "%s: eos_token_id list holds a non-number", c->origin);
+                return;
+            }
+            if (s->n_eos < LPO_MAX_EOS) s->eos_ids[s->n_eos++] = (int32_t)it->valuedouble;
+        }
+    }
+}
+
+lpo_status lpo_spec_from_hf_config(const char *json, size_t len, const char *origin, lpo_model_spec *out) {
+    memset(out, 0, sizeof *out);
+    cJSON *root = cJSON_ParseWithLength(json, len);
+    if (!root || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return lpo_errorf(LPO_E_PARSE, "%s: not a valid JSON object", origin);
+    }
+    json_ctx c = {origin, LPO_OK};
+    lpo_model_spec *s = out;
+    /* architecture: architectures[0], else model_type */
+    const cJSON *archs = cJSON_GetObjectItemCaseSensitive(root, "architectures");
+    const char *an = NULL;
+    if (cJSON_IsArray(archs) && cJSON_GetArraySize(archs) > 0 && cJSON_IsString(cJSON_GetArrayItem(archs, 0)))
+        an = cJSON_GetArrayItem(archs, 0)->valuestring;
+    const char *mt = j_str(root, "model_type");
+    lpo_status st = lpo_arch_from_name(an ? an : mt, &s->arch);
+    if (st != LPO_OK && an && mt) st = lpo_arch_from_name(mt, &s->arch);
+    if (st != LPO_OK) {
+        cJSON_Delete(root);
+        return lpo_error_context(st, "%s", origin);
+    }
+    s->vocab_size = j_int(&c, root, "vocab_size", 0);
+    s->hidden_size = j_int(&c, root, "hidden_size", 0);
+    s->n_layers = j_int(&c, root, "num_hidden_layers", 0);
+    s->n_heads = j_int(&c, root, "num_attention_heads", 0);
+    s->n_kv_heads = j_int(&c, root, "num_key_value_heads", s->n_heads);
+    s->head_dim = j_int(&c, root, "head_dim", s->n_heads > 0 ? s->hidden_size / s->n_heads : 0);
+    s->intermediate_size = j_int(&c, root, "intermediate_size", 0);
+    s->max_positions = j_int(&c, root, "max_position_embeddings", 2048);
+    s->norm = LPO_NORM_RMS;
+    s->norm_eps = (float)j_num(&c, root, "rms_norm_eps", 1e-6);
+    parse_rope(&c, root, s);
+    int attn_bias = j_bool(&c, root, "attention_bias", 0);
+    s->qkv_bias = s->arch == LPO_ARCH_QWEN2 ? 1 : attn_bias;
+    s->o_bias = s->arch == LPO_ARCH_QWEN2 ? 0 : attn_bias;
+    s->mlp_bias = j_bool(&c, root, "mlp_bias", 0);
+    s->qk_norm = s->arch == LPO_ARCH_QWEN3;
+    s->tied_embeddings = j_bool(&c, root, "tie_word_embeddings", 0);
+    const char *act = j_str(root, "hidden_act");
+    if (!act || !strcmp(act, "silu") || !strcmp(act, "swish"))
+        s->act = LPO_ACT_SILU;
+    else if (!strcmp(act, "gelu_pytorch_tanh") || !strcmp(act, "gelu_tanh"))
+        s->act = LPO_ACT_GELU_TANH;
+    else if (c.st == LPO_OK)
+        c.st = lpo_errorf(LPO_E_UNSUPPORTED,
+                          "%s: hidden_act '%s' is not supported (supported: silu, gelu_pytorch_tanh)", origin,
+                          act);
+    /* sliding window: mistral uses it whenever set; qwen2/3 only with use_sliding_window */
+    int64_t sw = j_int(&c, root, "sliding_window", 0);
+    if ((s->arch == LPO_ARCH_QWEN2 || s->arch == LPO_ARCH_QWEN3) &&
+        !j_bool(&c, root, "use_sliding_window", 0))
+        sw = 0;
+    s->sliding_window = sw > 0 && sw < s->max_positions ? sw : 0;
+    const char *dt = j_str(root, "torch_dtype");
+    if (!dt) dt = j_str(root, "dtype");
+    s->dtype = LPO_DT_BF16;
+    if (dt && !lpo_dtype_parse(dt, &s->dtype) && c.st == LPO_OK)
+        c.st = lpo_errorf(LPO_E_UNSUPPORTED,
+                          "%s: torch_dtype '%s' is not supported (float32, float16, bfloat16)", origin, dt);
+    parse_ids(&c, root, s);
+    if (cJSON_GetObjectItemCaseSensitive(root, "num_local_experts") ||
+        cJSON_GetObjectItemCaseSensitive(root, "num_experts"))
+        s->n_experts = j_int(&c, root, "num_local_experts", j_int(&c, root, "num_experts", 0));
+    cJSON_Delete(root);
+    if (c.st != LPO_OK) return c.st;
+    /* display name: the folder holding config.json */
+    const char *slash = strrchr(origin, '/');
+    if (slash && slash > origin) {
+        const char *b = slash - 1;
+        while (b > origin && b[-1] != '/') b--;
+        snprintf(s->name, sizeof s->name, "%.*s", (int)(slash - b), b);
+    } else {
+        snprintf(s->name, sizeof s->name, "%s", lpo_arch_name(s->arch));
+    }
+    st = lpo_spec_validate(s);
+    if (st != LPO_OK) return lpo_error_context(st, "%s", origin);
+    return LPO_OK;
+}
+
+/* ---- tensor list ------------------------------------------------------------------------------------------
+ */
+static const char *const part_names[LPO_PART_COUNT] = {"embedding", "attention", "mlp",
+                                                       "norms",     "lm_head",   "other"};
+
+const char *lpo_part_name(lpo_part p) {
+    return (unsigned)p < LPO_PART_COUNT ? part_names[p] : "unknown";
+}
+
+lpo_part lpo_tensor_part(const char *n) {
+    if (!strcmp(n, "model.embed_tokens.weight")) return LPO_PART_EMBED;
+    if (!strcmp(n, "lm_head.weight")) return LPO_PART_LM_HEAD;
+    if (!strcmp(n, "model.norm.weight")) return LPO_PART_NORM;
+    if (strncmp(n, "model.layers.", 13) != 0) return LPO_PART_OTHER;
+    if (strstr(n, ".self_attn.")) return LPO_PART_ATTN;
+    if (strstr(n, ".mlp.")) return LPO_PART_MLP;
+    if (strstr(n, "layernorm.weight")) return LPO_PART_NORM;
+    return LPO_PART_OTHER;
+}
+
+static void add_desc(lpo_tensor_desc *d, size_t *n, lpo_part part, int layer, int64_t d0, int64_t d1,
+                     const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+static void add_desc(lpo_tensor_desc *d, size_t *n, lpo_part part, int layer, int64_t d0, int64_t d1,
+                     const char *fmt, ...) {
+    lpo_tensor_desc *t = &d[(*n)++];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t->name, sizeof t->name, fmt, ap);
+    va_end(ap);
+    t->part = part;
+    t->layer = layer;
+    t->n_dims = d1 > 0 ? 2 : 1;
+    t->shape[0] = d0;
+    t->shape[1] = d1 > 0 ? d1 : 0;
+}
+
+lpo_status lpo_spec_tensors(const lpo_model_spec *s, lpo_tensor_desc **out, size_t *n_out) {
+    *out = NULL;
+    *n_out = 0;
+    lpo_status st = lpo_spec_validate(s);
+    if (st != LPO_OK) return st;
+    size_t cap = 3 + (size_t)s->n_layers * 20;
+    lpo_tensor_desc *d = calloc(cap, sizeof *d);
+    if (!d) return lpo_errorf(LPO_E_NOMEM, "out of memory listing %zu tensors", cap);
+    size_t n = 0;
+    const int64_t h = s->hidden_size, q = s->n_heads * s->head_dim, kv = s->n_kv_heads * s->head_dim;
+    const int64_t ff = s->intermediate_size;
+    add_desc(d, &n, LPO_PART_EMBED, -1, s->vocab_size, h, "model.embed_tokens.weight");
+    for (int l = 0; l < (int)s->n_layers; l++) { /* per layer, HF names and [out, in] shapes */
+        const char *p = "model.layers";
+        add_desc(d, &n, LPO_PART_NORM, l, h, 0, "%s.%d.input_layernorm.weight", p, l);
+        add_desc(d, &n, LPO_PART_ATTN, l, q, h, "%s.%d.self_attn.q_proj.weight", p, l);
+        add_desc(d, &n, LPO_PART_ATTN, l, kv, h, "%s.%d.self_attn.k_proj.weight", p, l);
+        add_desc(d, &n, LPO_PART_ATTN, l, kv, h, "%s.%d.self_attn.v_proj.weight", p, l);
+        if (s->qkv_bias) {
+            add_desc(d, &n, LPO_PART_ATTN, l, q, 0, "%s.%d.self_attn.q_proj.bias", p, l);
+            add_desc(d, &n, LPO_PART_ATTN, l, kv, 0, "%s.%d.self_attn.k_proj.bias", p, l);
+            add_desc(d, &n, LPO_PART_ATTN, l, kv, 0, "%s.%d.self_attn.v_proj.bias", p, l);
+        }
+        if (s->qk_norm) {
+            add_desc(d, &n, LPO_PART_ATTN, l, s->head_dim, 0, "%s.%d.self_attn.q_norm.weight", p, l);
+            add_desc(d, &n, LPO_PART_ATTN, l, s->head_dim, 0, "%s.%d.self_attn.k_norm.weight", p, l);
+        }
+        add_desc(d, &n, LPO_PART_ATTN, l, h, q, "%s.%d.self_attn.o_proj.weight", p, l);
+        if (s->o_bias) add_desc(d, &n, LPO_PART_ATTN, l, h, 0, "%s.%d.self_attn.o_proj.bias", p, l);
+        add_desc(d, &n, LPO_PART_NORM, l, h, 0, "%s.%d.post_attention_layernorm.weight", p, l);
+        add_desc(d, &n, LPO_PART_MLP, l, ff, h, "%s.%d.mlp.gate_proj.weight", p, l);
+        add_desc(d, &n, LPO_PART_MLP, l, ff, h, "%s.%d.mlp.up_proj.weight", p, l);
+        add_desc(d, &n, LPO_PART_MLP, l, h, ff, "%s.%d.mlp.down_proj.weight", p, l);
+        if (s->mlp_bias) {
+            add_desc(d, &n, LPO_PART_MLP, l, ff, 0, "%s.%d.mlp.gate_proj.bias", p, l);
+            add_desc(d, &n, LPO_PART_MLP, l, ff, 0, "%s.%d.mlp.up_proj.bias", p, l);
+            add_desc(d, &n, LPO_PART_MLP, l, h, 0, "%s.%d.mlp.down_proj.bias", p, l);
+        }
+    }
+    add_desc(d, &n, LPO_PART_NORM, -1, h, 0, "model.norm.weight");
+    if (!s->tied_embeddings) add_desc(d, &n, LPO_PART_LM_HEAD, -1, s->vocab_size, h, "lm_head.weight");
+    *out = d;
+    *n_out = n;
+    return LPO_OK;
+}
+
+uint64_t lpo_spec_kv_bytes_per_token(const lpo_model_spec *s, lpo_dtype kv_dtype) {
+    if (lpo_dtype_block(kv_dtype) != 1) return 0;
+    return 2ull * (uint64_t)s->n_layers * (uint64_t)s->n_kv_heads * (uint64_t)s->head_dim *
+           (uint64_t)lpo_dtype_block_bytes(kv_dtype);
+}

@@ -1,0 +1,147 @@
+/* Run directories: output.dir of the composed config, created fresh (a non-empty directory is never
+ * reused: "-2", "-3"... are appended), holding config.yaml, cmd.txt and env.json, then the command's own
+ * artifacts. */
+#include <errno.h>
+#include <dirent.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli/cli.h"
+#include "lpo/core.h"
+#include "lpo/hw.h"
+#include "lpo/report.h"
+
+struct lpo_rundir {
+    char path[PATH_MAX];
+};
+
+static int dir_is_empty(const char *path) {
+    DIR *d = opendir(path);
+    if (!d) return 0;
+    struct dirent *e;
+    int empty = 1;
+    while (empty && (e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) empty = 0;
+    closedir(d);
+    return empty;
+}
+
+/* Makes dir or, when it exists and is not empty, dir-2, dir-3, ...; the name used goes into out. */
+static lpo_status make_fresh_dir(const char *dir, char *out, size_t n) {
+    char parent[PATH_MAX];
+    snprintf(parent, sizeof parent, "%s", dir);
+    char *slash = strrchr(parent, '/');
+    if (slash && slash != parent) {
+        *slash = 0;
+        lpo_status st = lpo_mkdirs(parent);
+        if (st) return st;
+    }
+    // try dir, dir-2, dir-3, ...
+    for (int k = 1; k <= 1000; k++) {
+        int w = k == 1 ? snprintf(out, n, "%s", dir) : snprintf(out, n, "%s-%d", dir, k);
+        if (w < 0 || (size_t)w >= n)
+            return lpo_errorf(LPO_E_CONFIG, "run directory name '%s' is too long", dir);
+        if (mkdir(out, 0755) == 0) return LPO_OK;
+        if (errno != EEXIST)
+            return lpo_errorf(LPO_E_IO, "cannot create run directory '%s': %s", out, strerror(errno));
+        if (lpo_is_dir(out) && dir_is_empty(out)) return LPO_OK;
+    }
+    return lpo_errorf(LPO_E_IO, "cannot create run directory '%s': 1000 directories of that name exist", dir);
+}
+
+lpo_status lpo_rundir_create(const lpo_node *cfg, lpo_rundir **out) {
+    *out = NULL;
+    const char *dir;
+    lpo_status st = lpo_cfg_str(cfg, "output.dir", &dir);
+    if (st) return lpo_error_context(st, "run directory");
+    if (!*dir) return lpo_errorf(LPO_E_CONFIG, "run directory: output.dir is empty");
+    size_t dl = strlen(dir);
+    while (dl > 1 && dir[dl - 1] == '/') dl--;
+    if (dl >= PATH_MAX - 16) return lpo_errorf(LPO_E_CONFIG, "run directory: output.dir is too long");
+    char clean[PATH_MAX];
+    snprintf(clean, sizeof clean, "%.*s", (int)dl, dir);
+    lpo_rundir *rd = calloc(1, sizeof *rd);
+    if (!rd) return lpo_errorf(LPO_E_NOMEM, "out of memory");
+    st = make_fresh_dir(clean, rd->path, sizeof rd->path);
+    if (st) {
+        free(rd);
+        return st;
+    }
+    /* config.yaml: the resolved configuration */
+    lpo_strbuf sb = {0};
+    lpo_sb_puts(&sb, "# lpo resolved configuration (");
+    lpo_sb_puts(&sb, lpo_cli_command_line());
+    lpo_sb_puts(&sb, ")\n");
+    lpo_cfg_dump_yaml(cfg, &sb);
+    st = lpo_rundir_write(rd, "config.yaml", sb.buf, sb.len);
+    lpo_sb_free(&sb);
+    /* cmd.txt: the exact command line */
+    if (!st) {
+        lpo_sb_puts(&sb, lpo_cli_command_line());
+        lpo_sb_puts(&sb, "\n");
+        st = lpo_rundir_write(rd, "cmd.txt", sb.buf, sb.len);
+        lpo_sb_free(&sb);
+    }
+    /* env.json: as `lpo env --json` */
+    if (!st) {
+        lpo_env_info *env = malloc(sizeof *env);
+        if (!env) abort();
+        lpo_env_collect(env, 0);
+        lpo_json j;
+        lpo_json_init_buf(&j, &sb, 1);
+        lpo_env_write_json(env, &j);
+        free(env);
+        st = lpo_json_finish(&j);
+        if (!st) st = lpo_rundir_write(rd, "env.json", sb.buf, sb.len);
+        lpo_sb_free(&sb);
+    }
+    if (st) {
+        free(rd);
+        return st;
+    }
+    *out = rd;
+    return LPO_OK;
+}
+
+const char *lpo_rundir_path(const lpo_rundir *rd) {
+    return rd->path;
+}
+
+const char *lpo_rundir_file(const lpo_rundir *rd, const char *name, char *buf, size_t n) {
+    return lpo_path_join(buf, n, rd->path, name);
+}
+
+lpo_status lpo_rundir_open(const lpo_rundir *rd, const char *name, const char *mode, FILE **f) {
+    char p[PATH_MAX + 256];
+    lpo_rundir_file(rd, name, p, sizeof p);
+    *f = fopen(p, mode);
+    if (!*f) return lpo_errorf(LPO_E_IO, "cannot open '%s': %s", p, strerror(errno));
+    return LPO_OK;
+}
+
+lpo_status lpo_rundir_write(const lpo_rundir *rd, const char *name, const void *data, size_t len) {
+    char p[PATH_MAX + 256];
+    return lpo_write_file(lpo_rundir_file(rd, name, p, sizeof p), data, len);
+}
+
+lpo_status lpo_rundir_write_table(const lpo_rundir *rd, const char *base, const lpo_table *t) {
+    static const char *const ext[] = {".md", ".csv", ".json"};
+    // one file per format
+    for (int i = 0; i < 3; i++) {
+        char name[512], p[PATH_MAX + 600];
+        snprintf(name, sizeof name, "%s%s", base, ext[i]);
+        lpo_status st = lpo_table_save(t, lpo_rundir_file(rd, name, p, sizeof p));
+        if (st) return st;
+    }
+    return LPO_OK;
+}
+
+void lpo_rundir_announce(const lpo_rundir *rd, FILE *f) {
+    fprintf(f, "run directory: %s\n", rd->path);
+}
+
+void lpo_rundir_close(lpo_rundir *rd) {
+    free(rd);
+}

@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""Golden fixtures for lpo's engine, made with HF transformers + torch (CPU, float32).
+
+Writes, under tests/golden/engine/:
+  <name>/model.safetensors, config.json, generation_config.json   tiny random-weight models
+  <name>/fixture.json   input ids, greedy continuation ids (EOS ignored), logits file name, max |logit|
+  <name>/logits.bin     float32 little-endian logits [T, vocab] of one forward pass over the input ids
+  chat.json             chat prompts rendered by transformers' apply_chat_template (one user turn)
+  smollm2/fixture.json  SmolLM2-135M-Instruct Q4_1 GGUF: 5 prompts, their ids, 32 greedy tokens each
+                        (only when the GGUF is found: --gguf PATH, $LPO_SMOLLM2_GGUF or models/)
+
+The tiny models store bf16 weights (exercising lpo's conversion) except one in f32; HF runs them in
+float32 with the same (bf16-rounded) values. Weights are drawn with a larger spread than HF's init so
+that logits are well separated and greedy choices are not near ties.
+
+Usage: python3 tests/golden/engine/make_fixtures.py [--gguf path/to/SmolLM2-135M-Instruct.Q4_1.gguf]
+"""
+import argparse
+import json
+import os
+import struct
+import sys
+
+import torch
+import transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+N_NEW = 16
+
+# name -> (config class, kwargs, stored dtype)
+TINY = {
+    "llama_gqa_tied": ("LlamaConfig", dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                           num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+                                           tie_word_embeddings=True, max_position_embeddings=256,
+                                           rms_norm_eps=1e-5, rope_theta=10000.0, bos_token_id=1,
+                                           eos_token_id=2), torch.bfloat16),
+    "llama3_rope": ("LlamaConfig", dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=4, vocab_size=128,
+                                        tie_word_embeddings=False, max_position_embeddings=512,
+                                        rms_norm_eps=1e-5, rope_theta=500000.0, bos_token_id=1, eos_token_id=2,
+                                        rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                                                          high_freq_factor=4.0,
+                                                          original_max_position_embeddings=16)),
+                    torch.bfloat16),
+    "qwen2_bias": ("Qwen2Config", dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=2, vocab_size=192,
+                                       tie_word_embeddings=False, max_position_embeddings=256,
+                                       rms_norm_eps=1e-6, rope_theta=1000000.0, bos_token_id=1,
+                                       eos_token_id=2, use_sliding_window=False), torch.bfloat16),
+    "qwen3_qknorm": ("Qwen3Config", dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                                         vocab_size=160, tie_word_embeddings=True, max_position_embeddings=256,
+                                         rms_norm_eps=1e-6, rope_theta=1000000.0, bos_token_id=1,
+                                         eos_token_id=2, use_sliding_window=False), torch.bfloat16),
+    "mistral_swa": ("MistralConfig", dict(hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+                                          num_attention_heads=4, num_key_value_heads=1, vocab_size=128,
+                                          tie_word_embeddings=False, max_position_embeddings=256,
+                                          rms_norm_eps=1e-5, rope_theta=10000.0, sliding_window=8,
+                                          bos_token_id=1, eos_token_id=2), torch.float32),
+}
+
+# Published chat templates (as in each model's tokenizer_config.json), rendered by transformers below.
+LLAMA3_TEMPLATE = (
+    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+    "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + "
+    "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
+    "{{ content }}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
+QWEN2_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}{% endif %}"
+    "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+
+SMOL_PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Once upon a time, in a small village,",
+    "The three primary colors are",
+    "Water boils at a temperature of",
+]
+
+
+def randomize(model, seed):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight") or "layernorm" in name:
+                p.copy_(0.6 + 0.8 * torch.rand(p.shape, generator=g))
+            elif name.endswith("bias"):
+                p.copy_(0.3 * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(0.15 * torch.randn(p.shape, generator=g))
+
+
+def greedy(model, ids, n):
+    seq = list(ids)
+    with torch.no_grad():
+        for _ in range(n):
+            logits = model(torch.tensor([seq])).logits[0, -1]
+            seq.append(int(torch.argmax(logits)))
+    return seq[len(ids):]
+
+
+def greedy_cached(model, ids, n):
+    """Plain argmax decoding with HF's KV cache, through EOS (no logits processors: generate()'s
+    min_new_tokens would mask EOS instead of generating through it as lpo's ignore_eos does)."""
+    with torch.no_grad():
+        out = model(torch.tensor([ids]), use_cache=True)
+        gen = []
+        for _ in range(n):
+            tok = int(torch.argmax(out.logits[0, -1]))
+            gen.append(tok)
+            out = model(torch.tensor([[tok]]), past_key_values=out.past_key_values, use_cache=True)
+    return gen
+
+
+def make_tiny(name, cls_name, kw, dtype, seed):
+    out = os.path.join(HERE, name)
+    os.makedirs(out, exist_ok=True)
+    cfg = getattr(transformers, cls_name)(**kw)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
+    randomize(model, seed)
+    if dtype != torch.float32:  # round the weights to the stored dtype, run in f32 with those values
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(p.to(dtype).to(torch.float32))
+    model.to(dtype).save_pretrained(out, safe_serialization=True)
+    # reference = HF loading the saved files in float32 (casting the model back and forth would also round
+    # its non-persistent buffers such as rotary inv_freq to the stored dtype)
+    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    for extra in ("pytorch_model.bin",):
+        if os.path.exists(os.path.join(out, extra)):
+            os.remove(os.path.join(out, extra))
+    g = torch.Generator().manual_seed(seed + 1)
+    ids = torch.randint(3, kw["vocab_size"], (11,), generator=g).tolist()
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0].to(torch.float32).contiguous()
+    with open(os.path.join(out, "logits.bin"), "wb") as f:
+        f.write(struct.pack("<%df" % logits.numel(), *logits.flatten().tolist()))
+    cont = greedy(model, ids, N_NEW)
+    fx = {"input_ids": ids, "greedy": cont, "n_new": N_NEW, "logits_file": "logits.bin",
+          "shape": list(logits.shape), "max_abs_logit": float(logits.abs().max()),
+          "dtype": str(dtype).replace("torch.", ""), "transformers": transformers.__version__}
+    with open(os.path.join(out, "fixture.json"), "w") as f:
+        json.dump(fx, f, indent=1)
+    size = sum(os.path.getsize(os.path.join(out, x)) for x in os.listdir(out))
+    print(f"{name}: {size / 1024:.0f} KiB, max|logit| {fx['max_abs_logit']:.3f}, greedy {cont}")
+
+
+def find_gguf(arg):
+    for p in (arg, os.environ.get("LPO_SMOLLM2_GGUF"),
+              os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+              os.path.join(ROOT, "models", "smollm2-135m", "SmolLM2-135M-Instruct.Q4_1.gguf")):
+        if p and os.path.isfile(p):
+            return p
+    return None
+
+
+def make_chat(tok):
+    users = ["Hello!", "  What is 2+2?\n", "Write a haiku about the sea."]
+    cases = []
+    for family, template in (("llama3", LLAMA3_TEMPLATE), ("qwen2", QWEN2_TEMPLATE), ("smollm2", None)):
+        for u in users:
+            kw = {"chat_template": template} if template else {}
+            text = tok.apply_chat_template([{"role": "user", "content": u}], add_generation_prompt=True,
+                                           tokenize=False, bos_token="<|begin_of_text|>", **kw)
+            cases.append({"family": family, "user": u, "text": text})
+    with open(os.path.join(HERE, "chat.json"), "w") as f:
+        json.dump(cases, f, indent=1)
+    print(f"chat.json: {len(cases)} cases")
+
+
+def make_smollm2(path):
+    d, fname = os.path.split(path)
+    tok = AutoTokenizer.from_pretrained(d, gguf_file=fname)
+    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=fname, dtype=torch.float32).eval()
+    samples = []
+    for p in SMOL_PROMPTS:
+        ids = tok(p, add_special_tokens=False)["input_ids"]
+        gen = greedy_cached(model, ids, 32)
+        samples.append({"prompt": p, "prompt_ids": ids, "greedy": gen, "text": tok.decode(gen)})
+        print(f"smollm2: {p!r} -> {tok.decode(gen)!r}")
+    os.makedirs(os.path.join(HERE, "smollm2"), exist_ok=True)
+    with open(os.path.join(HERE, "smollm2", "fixture.json"), "w") as f:
+        json.dump({"gguf": fname, "n_new": 32, "samples": samples, "transformers": transformers.__version__},
+                  f, indent=1)
+    return tok
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gguf", help="SmolLM2-135M-Instruct.Q4_1.gguf")
+    ap.add_argument("--only", help="comma-separated fixture names")
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    only = set(a.only.split(",")) if a.only else None
+    for i, (name, (cls_name, kw, dtype)) in enumerate(TINY.items()):
+        if only is None or name in only:
+            make_tiny(name, cls_name, kw, dtype, 1000 + i)
+    gguf = find_gguf(a.gguf)
+    if gguf and (only is None or "smollm2" in only):
+        tok = make_smollm2(gguf)
+        make_chat(tok)
+    elif not gguf:
+        print("SmolLM2 GGUF not found: smollm2/ and chat.json not regenerated (pass --gguf)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

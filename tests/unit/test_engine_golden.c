@@ -1,0 +1,131 @@
+/* Golden tests of the CPU engine against HF transformers (fixtures from
+ * tests/golden/engine/make_fixtures.py): logits of one forward pass within 1e-4 x max|logit| of HF's, and the
+ * greedy continuation token for token, for tiny llama (GQA, tied), llama3 rope scaling, qwen2 (biases), qwen3
+ * (q/k norm) and mistral (sliding window) models. Also checks the prefill chunking (max_step_tokens smaller
+ * than the prompt). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lpo/engine.h"
+#include "lpo/model.h"
+#include "test_support.h"
+
+typedef struct {
+    int32_t ids[64], greedy[64];
+    size_t n_ids, n_greedy;
+    float *logits; /* [n_ids, vocab] */
+    int64_t vocab;
+    double max_abs;
+} fixture;
+
+static void load_fixture(const char *name, fixture *fx) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/golden/engine/%s/fixture.json", LPO_SOURCE_DIR, name);
+    char *text;
+    size_t len;
+    assert_int_equal(lpo_read_file(path, &text, &len), LPO_OK);
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    assert_non_null(j);
+    const cJSON *it;
+    fx->n_ids = fx->n_greedy = 0;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "input_ids")) fx->ids[fx->n_ids++] = (int32_t)it->valueint;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "greedy")) fx->greedy[fx->n_greedy++] =
+        (int32_t)it->valueint;
+    fx->vocab = (int64_t)cJSON_GetArrayItem(cJSON_GetObjectItem(j, "shape"), 1)->valuedouble;
+    fx->max_abs = cJSON_GetObjectItem(j, "max_abs_logit")->valuedouble;
+    cJSON_Delete(j);
+    snprintf(path, sizeof path, "%s/tests/golden/engine/%s/logits.bin", LPO_SOURCE_DIR, name);
+    assert_int_equal(lpo_read_file(path, &text, &len), LPO_OK);
+    assert_int_equal(len, fx->n_ids * (size_t)fx->vocab * sizeof(float));
+    fx->logits = (float *)text;
+}
+
+static lpo_engine *open_engine(const char *name, lpo_model **m, int64_t step_tokens) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tests/golden/engine/%s", LPO_SOURCE_DIR, name);
+    lpo_status st = lpo_model_open_path(dir, m);
+    if (st != LPO_OK) fprintf(stderr, "%s: %s\n", dir, lpo_last_error());
+    assert_int_equal(st, LPO_OK);
+    lpo_engine_opts o = {.backend = "cpu", .max_seqs = 1, .max_context = 64, .max_step_tokens = step_tokens};
+    lpo_engine *e = NULL;
+    st = lpo_engine_open(*m, &o, &e);
+    if (st != LPO_OK) fprintf(stderr, "%s: %s\n", dir, lpo_last_error());
+    assert_int_equal(st, LPO_OK);
+    return e;
+}
+
+static void check_model(const char *name) {
+    fixture fx;
+    load_fixture(name, &fx);
+    for (int pass = 0; pass < 2; pass++) {
+        lpo_model *m = NULL;
+        lpo_engine *e = open_engine(name, &m, pass == 0 ? 0 : 4); /* pass 1: prefill in chunks of 4 */
+        assert_int_equal(lpo_engine_spec(e)->vocab_size, fx.vocab);
+        float *lg = malloc(fx.n_ids * (size_t)fx.vocab * sizeof(float));
+        const int32_t *toks[1] = {fx.ids};
+        int64_t n = (int64_t)fx.n_ids;
+        int slot = 0;
+        assert_int_equal(lpo_engine_extend(e, 1, &slot, toks, &n, 1, lg), LPO_OK);
+        double maxerr = 0;
+        for (size_t i = 0; i < fx.n_ids * (size_t)fx.vocab; i++) {
+            assert_true(isfinite(lg[i]));
+            double d = fabs((double)lg[i] - fx.logits[i]);
+            if (d > maxerr) maxerr = d;
+        }
+        printf("%s (step %s): max |logit - HF| = %.3g (bound %.3g)\n", name, pass ? "4" : "all", maxerr,
+               1e-4 * fx.max_abs);
+        assert_true(maxerr <= 1e-4 * fx.max_abs);
+        free(lg);
+
+        lpo_gen_params p = {
+            .max_new_tokens = (int64_t)fx.n_greedy, .ignore_eos = 1, .sampling = {0, 0, 1, 1, 0}};
+        lpo_gen_seq q = {.prompt = fx.ids, .n_prompt = fx.n_ids};
+        assert_int_equal(lpo_generate(e, NULL, &p, &q, 1, NULL, NULL), LPO_OK);
+        assert_int_equal(q.n_ids, fx.n_greedy);
+        assert_memory_equal(q.ids, fx.greedy, fx.n_greedy * sizeof(int32_t));
+        assert_int_equal(q.reason, LPO_STOP_MAX_TOKENS);
+        lpo_gen_seq_free(&q);
+        lpo_engine_close(e);
+        lpo_model_close(m);
+    }
+    free(fx.logits);
+}
+
+static void test_llama_gqa_tied(void **state) {
+    (void)state;
+    check_model("llama_gqa_tied");
+}
+static void test_llama3_rope(void **state) {
+    (void)state;
+    check_model("llama3_rope");
+}
+static void test_qwen2_bias(void **state) {
+    (void)state;
+    check_model("qwen2_bias");
+}
+static void test_qwen3_qknorm(void **state) {
+    (void)state;
+    check_model("qwen3_qknorm");
+}
+static void test_mistral_swa(void **state) {
+    (void)state;
+    check_model("mistral_swa");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_llama_gqa_tied), cmocka_unit_test(test_llama3_rope),
+        cmocka_unit_test(test_qwen2_bias),     cmocka_unit_test(test_qwen3_qknorm),
+        cmocka_unit_test(test_mistral_swa),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,293 @@
+/* Tests of `lpo generate` and `lpo logits` as users run them (the built binary), plus stop strings and
+ * streaming through a real tokenizer (the tiny preset's byte-level fallback): logits match the HF fixture,
+ * --print-ids matches HF's greedy ids, predictions.jsonl for a dataset, and the error paths (token id >=
+ * vocab, prompt longer than max_context, empty input, bad dataset file, backend=cuda -> exit 3). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lpo/config.h"
+#include "lpo/core.h"
+#include "lpo/engine.h"
+#include "lpo/model.h"
+#include "lpo/tokenizer.h"
+#include "test_support.h"
+
+#define FIX LPO_SOURCE_DIR "/tests/golden/engine/llama_gqa_tied"
+
+typedef struct {
+    int32_t ids[64], greedy[64];
+    size_t n_ids, n_greedy;
+    double max_abs;
+} fixture;
+
+static void load_fixture(fixture *fx, char *ids_csv, size_t n) {
+    char *text;
+    size_t len;
+    assert_int_equal(lpo_read_file(FIX "/fixture.json", &text, &len), LPO_OK);
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    const cJSON *it;
+    fx->n_ids = fx->n_greedy = 0;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "input_ids")) fx->ids[fx->n_ids++] = it->valueint;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "greedy")) fx->greedy[fx->n_greedy++] = it->valueint;
+    fx->max_abs = cJSON_GetObjectItem(j, "max_abs_logit")->valuedouble;
+    cJSON_Delete(j);
+    size_t off = 0;
+    for (size_t i = 0; i < fx->n_ids; i++)
+        off += (size_t)snprintf(ids_csv + off, n - off, "%s%d", i ? "," : "", fx->ids[i]);
+}
+
+static void test_logits_cli(void **state) {
+    (void)state;
+    fixture fx;
+    char ids[512], cmd[8192], out[1024];
+    load_fixture(&fx, ids, sizeof ids);
+    snprintf(out, sizeof out, "%s/logits.bin", lpo_test_tmpdir());
+    snprintf(cmd, sizeof cmd, "logits model=hf model.path=" FIX " tokens=%s out=%s", ids, out);
+    char *err = NULL;
+    int rc = lpo_test_run_lpo(cmd, NULL, &err);
+    if (rc) fprintf(stderr, "%s\n", err);
+    assert_int_equal(rc, 0);
+    free(err);
+    char *mine, *ref;
+    size_t n1, n2;
+    assert_int_equal(lpo_read_file(out, &mine, &n1), LPO_OK);
+    assert_int_equal(lpo_read_file(FIX "/logits.bin", &ref, &n2), LPO_OK);
+    assert_int_equal(n1, n2);
+    const float *a = (const float *)mine, *b = (const float *)ref;
+    for (size_t i = 0; i < n1 / 4; i++) assert_true(fabs((double)a[i] - b[i]) <= 1e-4 * fx.max_abs);
+    free(mine);
+    free(ref);
+    /* the same ids from a file, JSON-array style */
+    char tf[1024];
+    snprintf(tf, sizeof tf, "%s/ids.json", lpo_test_tmpdir());
+    char arr[600];
+    snprintf(arr, sizeof arr, "[%s]\n", ids);
+    assert_int_equal(lpo_write_file(tf, arr, strlen(arr)), LPO_OK);
+    snprintf(cmd, sizeof cmd, "logits model=hf model.path=" FIX " tokens_file=%s out=%s.2", tf, out);
+    assert_int_equal(lpo_test_run_lpo(cmd, NULL, NULL), 0);
+    char p2[1100];
+    snprintf(p2, sizeof p2, "%s.2", out);
+    assert_int_equal(lpo_read_file(p2, &mine, &n2), LPO_OK);
+    assert_int_equal(n2, n1);
+    free(mine);
+}
+
+static void test_generate_print_ids(void **state) {
+    (void)state;
+    fixture fx;
+    char ids[512], cmd[8192], expect[512];
+    load_fixture(&fx, ids, sizeof ids);
+    snprintf(cmd, sizeof cmd,
+             "generate model=hf model.path=" FIX " tokens=%s --print-ids infer.max_new_tokens=%zu "
+             "infer.ignore_eos=true",
+             ids, fx.n_greedy);
+    char *out = NULL, *err = NULL;
+    int rc = lpo_test_run_lpo(cmd, &out, &err);
+    if (rc) fprintf(stderr, "%s\n", err);
+    assert_int_equal(rc, 0);
+    size_t off = 0;
+    off += (size_t)snprintf(expect, sizeof expect, "[");
+    for (size_t i = 0; i < fx.n_greedy; i++)
+        off += (size_t)snprintf(expect + off, sizeof expect - off, "%s%d", i ? "," : "", fx.greedy[i]);
+    snprintf(expect + off, sizeof expect - off, "]\n");
+    assert_string_equal(out, expect);
+    assert_non_null(strstr(err, "decode"));
+    free(out);
+    free(err);
+}
+
+static void expect_fail(const char *args, int code, const char *msg) {
+    char *err = NULL;
+    int rc = lpo_test_run_lpo(args, NULL, &err);
+    if (rc != code || !strstr(err, msg)) fprintf(stderr, "lpo %s -> %d: %s\n", args, rc, err);
+    assert_int_equal(rc, code);
+    assert_non_null(strstr(err, msg));
+    free(err);
+}
+
+static void test_errors(void **state) {
+    (void)state;
+    expect_fail("generate model=tiny tokens=1,2,999 --print-ids", 1, "outside the vocabulary");
+    expect_fail("logits model=tiny tokens=1,2,272 out=/dev/null", 1, "token id 272");
+    expect_fail("generate model=tiny tokens=1,2,3,4,5,6,7,8,9,10 infer.max_context=8", 1, "max_context");
+    expect_fail("generate model=tiny tokens=", 2, "empty");
+    expect_fail("generate model=tiny tokens=1,x,3", 2, "'x,3' is not");
+    expect_fail("generate model=tiny prompt=", 2, "empty");
+    expect_fail("logits model=tiny tokens=1,2", 2, "out=FILE");
+    expect_fail("generate model=tiny tokens=1,2 backend=cuda", 3, "CUDA backend not yet available");
+    expect_fail("logits model=tiny tokens=1,2 out=/dev/null backend=cuda", 3,
+                "CUDA backend not yet available");
+    expect_fail("generate model=tiny tokens=1,2 backend=cpux", 2, "did you mean 'cpu'");
+    expect_fail("generate model=tiny tokens=1,2 infer.top_p=0", 2, "top_p");
+    char path[4200], cmd[4400];
+    snprintf(path, sizeof path, "%s/bad.jsonl", lpo_test_tmpdir());
+    assert_int_equal(lpo_write_file(path, "{\"prompt\": \"a\"}\n{oops}\n", 23), LPO_OK);
+    snprintf(cmd, sizeof cmd, "generate model=tiny dataset=prompts dataset.path=%s output.dir=%s/r", path,
+             lpo_test_tmpdir());
+    expect_fail(cmd, 1, "bad.jsonl:2");
+    expect_fail("generate model=tiny dataset=prompts", 2, "dataset.path");
+}
+
+static void test_dataset_predictions(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir();
+    char path[4200], cmd[8600], pred[4300];
+    snprintf(path, sizeof path, "%s/p.jsonl", dir);
+    const char *data = "{\"id\": \"a\", \"prompt\": \"Hello\"}\n{\"tokens\": [5, 6, 7, 8]}\n"
+                       "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi there\"}]}\n";
+    assert_int_equal(lpo_write_file(path, data, strlen(data)), LPO_OK);
+    snprintf(cmd, sizeof cmd,
+             "generate model=tiny dataset=prompts dataset.path=%s output.dir=%s/run infer.max_new_tokens=6 "
+             "infer.ignore_eos=true infer.batch_size=2",
+             path, dir);
+    char *out = NULL, *err = NULL;
+    int rc = lpo_test_run_lpo(cmd, &out, &err);
+    if (rc) fprintf(stderr, "%s\n", err);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "run directory"));
+    snprintf(pred, sizeof pred, "%s/run/predictions.jsonl", dir);
+    char *text;
+    size_t len;
+    assert_int_equal(lpo_read_file(pred, &text, &len), LPO_OK);
+    int lines = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"), lines++) {
+        cJSON *j = cJSON_Parse(line);
+        assert_non_null(j);
+        assert_int_equal(cJSON_GetObjectItem(j, "completion_tokens")->valueint, 6);
+        assert_true(cJSON_IsString(cJSON_GetObjectItem(j, "completion")));
+        assert_string_equal(cJSON_GetObjectItem(j, "stop_reason")->valuestring, "length");
+        assert_true(cJSON_GetObjectItem(j, "prefill_ms")->valuedouble > 0);
+        assert_true(cJSON_GetObjectItem(j, "decode_tok_s")->valuedouble > 0);
+        assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(j, "completion_ids")), 6);
+        if (lines == 0) {
+            assert_string_equal(cJSON_GetObjectItem(j, "id")->valuestring, "a");
+            assert_string_equal(cJSON_GetObjectItem(j, "prompt")->valuestring, "Hello");
+        }
+        if (lines == 1) {
+            assert_true(cJSON_IsNull(cJSON_GetObjectItem(j, "prompt")));
+            assert_int_equal(cJSON_GetObjectItem(j, "prompt_tokens")->valueint, 4);
+        }
+        cJSON_Delete(j);
+    }
+    assert_int_equal(lines, 3);
+    free(text);
+    free(out);
+    free(err);
+    /* the synthetic default dataset: random-id prompts, no file */
+    snprintf(cmd, sizeof cmd,
+             "generate model=tiny output.dir=%s/run2 infer.max_new_tokens=2 dataset.n_samples=2 "
+             "dataset.prompt_len=5",
+             dir);
+    assert_int_equal(lpo_test_run_lpo(cmd, NULL, NULL), 0);
+    snprintf(pred, sizeof pred, "%s/run2/predictions.jsonl", dir);
+    assert_true(lpo_path_exists(pred));
+}
+
+/* ---- library level with the tiny preset and its byte-level tokenizer -------------------------------------
+ */
+typedef struct {
+    lpo_strbuf sb;
+    int calls;
+} streamed;
+
+static void on_text(void *ud, size_t seq, const char *text, size_t len) {
+    (void)seq;
+    streamed *s = ud;
+    lpo_sb_append(&s->sb, text, len);
+    s->calls++;
+}
+
+static void test_stop_strings_and_streaming(void **state) {
+    (void)state;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/conf/model/tiny.yaml", LPO_SOURCE_DIR);
+    lpo_node *cfg = NULL;
+    assert_int_equal(lpo_yaml_load_file(path, &cfg), LPO_OK);
+    lpo_model *m = NULL;
+    assert_int_equal(lpo_model_open(cfg, &m), LPO_OK);
+    lpo_tokenizer *tok = NULL;
+    assert_int_equal(lpo_tokenizer_for_model(m, &tok), LPO_OK);
+    lpo_engine_opts o = {"cpu", 1, 128, 0, 0};
+    lpo_engine *e = NULL;
+    assert_int_equal(lpo_engine_open(m, &o, &e), LPO_OK);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    assert_int_equal(lpo_tokenizer_encode(tok, "Once upon", 9, 0, &ids, &n), LPO_OK);
+
+    /* reference: 40 tokens through EOS, streamed text == final text */
+    lpo_gen_params p = {.max_new_tokens = 40, .ignore_eos = 1, .sampling = {0.8, 0, 1, 1, 3}};
+    lpo_gen_seq ref = {.prompt = ids, .n_prompt = n};
+    streamed s1 = {{0}, 0};
+    assert_int_equal(lpo_generate(e, tok, &p, &ref, 1, on_text, &s1), LPO_OK);
+    assert_int_equal(ref.n_ids, 40);
+    assert_true(s1.calls > 0);
+    assert_int_equal(s1.sb.len, ref.text.len);
+    assert_memory_equal(s1.sb.buf, ref.text.buf, ref.text.len);
+
+    /* a stop string taken from the middle of that text (2 bytes, no NUL): generation ends before it */
+    size_t at = 0;
+    char stop[3] = {0};
+    for (size_t i = 4; i + 2 <= ref.text.len; i++) {
+        if (ref.text.buf[i] && ref.text.buf[i + 1]) {
+            memcpy(stop, ref.text.buf + i, 2);
+            at = (size_t)(strstr(ref.text.buf, stop) - ref.text.buf);
+            break;
+        }
+    }
+    assert_true(stop[0] != 0);
+    const char *stops[] = {"\x01never-there", stop};
+    p.stop = stops;
+    p.n_stop = 2;
+    lpo_gen_seq q = {.prompt = ids, .n_prompt = n};
+    streamed s2 = {{0}, 0};
+    assert_int_equal(lpo_generate(e, tok, &p, &q, 1, on_text, &s2), LPO_OK);
+    assert_int_equal(q.reason, LPO_STOP_STRING);
+    assert_int_equal(q.text.len, at);
+    assert_memory_equal(q.text.buf, ref.text.buf, at);
+    assert_int_equal(s2.sb.len, at); /* the stop string itself was never streamed */
+    assert_true(q.n_ids < 40);
+    assert_memory_equal(q.ids, ref.ids, q.n_ids * sizeof(int32_t));
+
+    /* EOS of the spec stops (not ignored), and is not part of the text */
+    lpo_gen_params pe = {.max_new_tokens = 40, .sampling = {0, 0, 1, 1, 0}};
+    int32_t eos = ref.ids[2];
+    pe.eos_ids = &eos;
+    pe.n_eos = 1;
+    pe.sampling = p.sampling;
+    lpo_gen_seq qe = {.prompt = ids, .n_prompt = n};
+    assert_int_equal(lpo_generate(e, tok, &pe, &qe, 1, NULL, NULL), LPO_OK);
+    assert_int_equal(qe.reason, LPO_STOP_EOS);
+    assert_true(qe.n_ids <= 3);
+    assert_int_equal(qe.ids[qe.n_ids - 1], eos);
+
+    lpo_gen_seq_free(&qe);
+    lpo_gen_seq_free(&q);
+    lpo_gen_seq_free(&ref);
+    lpo_sb_free(&s1.sb);
+    lpo_sb_free(&s2.sb);
+    free(ids);
+    lpo_engine_close(e);
+    lpo_tokenizer_free(tok);
+    lpo_model_close(m);
+    lpo_node_free(cfg);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_logits_cli),
+        cmocka_unit_test(test_generate_print_ids),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_dataset_predictions),
+        cmocka_unit_test(test_stop_strings_and_streaming),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

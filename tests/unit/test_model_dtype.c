@@ -1,0 +1,166 @@
+/* Unit tests for the dtype helpers: names, parsing, block geometry and the f16 / bf16 <-> f32 conversions
+ * (round to nearest even, subnormals, infinities, NaN), checked on hand-picked edge cases, exhaustively over
+ * all 65536 half values, and against the compiler's _Float16 conversion where it has one. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <string.h>
+
+#include "lpo/model.h"
+#include "test_support.h"
+
+static float from_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static uint32_t to_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static void test_names_and_sizes(void **state) {
+    (void)state;
+    lpo_dtype d;
+    assert_string_equal(lpo_dtype_name(LPO_DT_BF16), "bf16");
+    assert_string_equal(lpo_dtype_name(LPO_DT_Q4_K), "q4_k");
+    assert_true(lpo_dtype_parse("BF16", &d) && d == LPO_DT_BF16);
+    assert_true(lpo_dtype_parse("bfloat16", &d) && d == LPO_DT_BF16);
+    assert_true(lpo_dtype_parse("float16", &d) && d == LPO_DT_F16);
+    assert_true(lpo_dtype_parse("torch.float32", &d) && d == LPO_DT_F32);
+    assert_true(lpo_dtype_parse("Q6_K", &d) && d == LPO_DT_Q6_K);
+    assert_false(lpo_dtype_parse("f8", &d));
+    assert_false(lpo_dtype_parse("", &d));
+    assert_int_equal(lpo_dtype_block(LPO_DT_Q8_0), 32);
+    assert_int_equal(lpo_dtype_block_bytes(LPO_DT_Q6_K), 210);
+    assert_int_equal(lpo_dtype_bytes(LPO_DT_F16, 10), 20);
+    assert_int_equal(lpo_dtype_bytes(LPO_DT_Q4_K, 512), 288);
+    assert_int_equal(lpo_dtype_bytes(LPO_DT_Q4_0, 33), 0);            /* not a whole number of blocks */
+    assert_int_equal(lpo_dtype_bytes(LPO_DT_F32, UINT64_MAX / 2), 0); /* overflow */
+}
+
+static void test_f16_to_f32_edges(void **state) {
+    (void)state;
+    assert_true(lpo_f16_to_f32(0x3c00) == 1.0f);
+    assert_true(lpo_f16_to_f32(0xc000) == -2.0f);
+    assert_true(lpo_f16_to_f32(0x7bff) == 65504.0f);
+    assert_true(lpo_f16_to_f32(0x0001) == ldexpf(1.0f, -24)); /* smallest subnormal */
+    assert_true(lpo_f16_to_f32(0x03ff) == ldexpf(1023.0f, -24));
+    assert_true(lpo_f16_to_f32(0x0400) == ldexpf(1.0f, -14));
+    assert_int_equal(to_bits(lpo_f16_to_f32(0x8000)), 0x80000000u); /* -0 */
+    assert_true(isinf(lpo_f16_to_f32(0x7c00)) && lpo_f16_to_f32(0x7c00) > 0);
+    assert_true(isinf(lpo_f16_to_f32(0xfc00)) && lpo_f16_to_f32(0xfc00) < 0);
+    assert_true(isnan(lpo_f16_to_f32(0x7e00)));
+    assert_true(isnan(lpo_f16_to_f32(0x7c01))); /* signaling NaN stays NaN */
+}
+
+static void test_f32_to_f16_rounding(void **state) {
+    (void)state;
+    assert_int_equal(lpo_f32_to_f16(1.0f), 0x3c00);
+    assert_int_equal(lpo_f32_to_f16(65504.0f), 0x7bff);
+    assert_int_equal(lpo_f32_to_f16(65519.99f), 0x7bff);
+    assert_int_equal(lpo_f32_to_f16(65520.0f), 0x7c00); /* tie between 65504 and 2^16 rounds to even: inf */
+    assert_int_equal(lpo_f32_to_f16(1e10f), 0x7c00);
+    assert_int_equal(lpo_f32_to_f16(-1e10f), 0xfc00);
+    assert_int_equal(lpo_f32_to_f16(INFINITY), 0x7c00);
+    assert_int_equal(lpo_f32_to_f16(-INFINITY), 0xfc00);
+    assert_int_equal(lpo_f32_to_f16(-0.0f), 0x8000);
+    uint16_t nan = lpo_f32_to_f16(NAN);
+    assert_true((nan & 0x7c00) == 0x7c00 && (nan & 0x3ff) != 0);
+    assert_int_equal(lpo_f32_to_f16(from_bits(0x7f800001u)) & 0x7e00, 0x7e00); /* sNaN -> quiet NaN */
+    /* ties to even in the normal range: 1 + 2^-11 is halfway between 1 and 1 + 2^-10 */
+    assert_int_equal(lpo_f32_to_f16(1.0f + ldexpf(1.0f, -11)), 0x3c00);
+    assert_int_equal(lpo_f32_to_f16(1.0f + 3 * ldexpf(1.0f, -11)), 0x3c02);
+    assert_int_equal(lpo_f32_to_f16(1.0f + ldexpf(1.0f, -11) + ldexpf(1.0f, -20)), 0x3c01);
+    /* subnormals */
+    assert_int_equal(lpo_f32_to_f16(ldexpf(1.0f, -24)), 0x0001);
+    assert_int_equal(lpo_f32_to_f16(ldexpf(1.0f, -25)), 0x0000); /* tie -> even (0) */
+    assert_int_equal(lpo_f32_to_f16(ldexpf(1.0f, -25) * 1.0000001f), 0x0001);
+    assert_int_equal(lpo_f32_to_f16(ldexpf(1.5f, -24)), 0x0002);    /* tie -> even (2) */
+    assert_int_equal(lpo_f32_to_f16(ldexpf(2.5f, -24)), 0x0002);    /* tie -> even (2) */
+    assert_int_equal(lpo_f32_to_f16(ldexpf(1023.5f, -24)), 0x0400); /* rounds up into the normals */
+    assert_int_equal(lpo_f32_to_f16(ldexpf(1.0f, -14)), 0x0400);
+    assert_int_equal(lpo_f32_to_f16(from_bits(0x00000001u)), 0x0000); /* f32 subnormal underflows */
+    assert_int_equal(lpo_f32_to_f16(-ldexpf(3.0f, -24)), 0x8003);
+}
+
+static void test_f16_exhaustive_roundtrip(void **state) {
+    (void)state;
+    for (uint32_t h = 0; h < 65536; h++) { /* every half value -> f32 -> half */
+        float f = lpo_f16_to_f32((uint16_t)h);
+        uint16_t back = lpo_f32_to_f16(f);
+        if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff)) {
+            assert_true(isnan(f));
+            assert_int_equal(back & 0x7e00, 0x7e00);
+            assert_int_equal(back & 0x8000, h & 0x8000);
+        } else {
+            assert_int_equal(back, h);
+        }
+    }
+}
+
+#if defined(__FLT16_MAX__) && !defined(__clang__)
+__extension__ typedef _Float16 ref_f16;
+static void test_f16_matches_compiler(void **state) {
+    (void)state;
+    uint64_t x = 88172645463325252ull;
+    for (int i = 0; i < 2000000; i++) { /* random f32 bit patterns, biased towards the f16 range */
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        uint32_t bits = (uint32_t)x;
+        if (i & 1) bits = (bits & 0x80ffffffu) | ((uint32_t)(0x60 + (x >> 40) % 0x40) << 24 >> 1 << 1);
+        float f = from_bits(bits);
+        if (isnan(f)) continue;
+        ref_f16 r = (ref_f16)f;
+        uint16_t rb;
+        memcpy(&rb, &r, 2);
+        if (lpo_f32_to_f16(f) != rb)
+            fail_msg("f32 0x%08x: lpo 0x%04x, compiler 0x%04x", bits, lpo_f32_to_f16(f), rb);
+    }
+}
+#else
+static void test_f16_matches_compiler(void **state) {
+    (void)state;
+    printf("SKIP: this compiler has no _Float16 to compare with\n");
+}
+#endif
+
+static void test_bf16(void **state) {
+    (void)state;
+    assert_int_equal(lpo_f32_to_bf16(1.0f), 0x3f80);
+    assert_true(lpo_bf16_to_f32(0x3f80) == 1.0f);
+    assert_int_equal(lpo_f32_to_bf16(from_bits(0x3f808000u)), 0x3f80); /* tie -> even */
+    assert_int_equal(lpo_f32_to_bf16(from_bits(0x3f818000u)), 0x3f82); /* tie -> even (up) */
+    assert_int_equal(lpo_f32_to_bf16(from_bits(0x3f808001u)), 0x3f81);
+    assert_int_equal(lpo_f32_to_bf16(from_bits(0x7f7fffffu)), 0x7f80); /* FLT_MAX rounds to inf */
+    assert_int_equal(lpo_f32_to_bf16(INFINITY), 0x7f80);
+    assert_int_equal(lpo_f32_to_bf16(-INFINITY), 0xff80);
+    assert_int_equal(lpo_f32_to_bf16(from_bits(0x00008000u)), 0x0000); /* subnormal tie -> even */
+    assert_int_equal(lpo_f32_to_bf16(from_bits(0x00018000u)), 0x0002);
+    assert_int_equal(lpo_f32_to_bf16(from_bits(0x80010000u)), 0x8001);
+    uint16_t n = lpo_f32_to_bf16(from_bits(0x7f800001u)); /* NaN with a low payload must not become inf */
+    assert_true(isnan(lpo_bf16_to_f32(n)));
+    assert_true(isnan(lpo_bf16_to_f32(lpo_f32_to_bf16(-NAN))));
+    assert_int_equal(lpo_f32_to_bf16(-NAN) & 0x8000, 0x8000);
+    for (uint32_t h = 0; h < 65536; h++) { /* every bf16 value round-trips (NaNs stay NaN) */
+        float f = lpo_bf16_to_f32((uint16_t)h);
+        if (isnan(f))
+            assert_true(isnan(lpo_bf16_to_f32(lpo_f32_to_bf16(f))));
+        else
+            assert_int_equal(lpo_f32_to_bf16(f), h);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_names_and_sizes),      cmocka_unit_test(test_f16_to_f32_edges),
+        cmocka_unit_test(test_f32_to_f16_rounding),  cmocka_unit_test(test_f16_exhaustive_roundtrip),
+        cmocka_unit_test(test_f16_matches_compiler), cmocka_unit_test(test_bf16),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,219 @@
+/* Unit tests for GGUF models.
+ * - tests/golden/gguf/tiny-{llama,qwen2}.gguf (make_tiny_gguf.py: the tiny HF models converted as llama.cpp
+ *   does, Q/K permuted for llama): every tensor equals the HF safetensors one exactly after name mapping and
+ *   un-permutation; spec from metadata (llama3 rope from rope_freqs, biases, tied embeddings).
+ * - the real SmolLM2-135M-Instruct Q4_1 file (scripts/fetch-model.sh smollm2-135m; its tests SKIP when it is
+ *   absent): spec, names, parameter count, and values equal to transformers' GGUF loader
+ *   (tests/golden/models/smollm2_gguf_ref.json, made by make_smollm2_gguf_ref.py). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lpo/core.h"
+#include "lpo/gguf.h"
+#include "lpo/model.h"
+#include "test_support.h"
+
+#define SMOL   LPO_SOURCE_DIR "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+#define GOLDEN LPO_SOURCE_DIR "/tests/golden"
+
+/* Every tensor of the GGUF model equals the HF folder's tensor of the same name, bit for bit. */
+static void compare_with_hf(const char *gguf_path, const char *hf_dir) {
+    lpo_model *g, *h;
+    if (lpo_model_open_path(gguf_path, &g) != LPO_OK) fail_msg("%s: %s", gguf_path, lpo_last_error());
+    if (lpo_model_open_path(hf_dir, &h) != LPO_OK) fail_msg("%s: %s", hf_dir, lpo_last_error());
+    assert_int_equal(lpo_model_n_tensors(g), lpo_model_n_tensors(h));
+    for (size_t i = 0; i < lpo_model_n_tensors(h); i++) {
+        const lpo_tensor *th = lpo_model_tensor_at(h, i), *tg = lpo_model_tensor(g, th->name);
+        if (!tg) fail_msg("%s: no tensor %s", gguf_path, th->name);
+        assert_int_equal(tg->n_dims, th->n_dims);
+        for (int k = 0; k < th->n_dims; k++) assert_int_equal(tg->shape[k], th->shape[k]);
+        uint64_t n = lpo_tensor_numel(th);
+        float *a = malloc(n * 4), *b = malloc(n * 4);
+        assert_int_equal(lpo_model_tensor_f32(g, tg, a), LPO_OK);
+        assert_int_equal(lpo_model_tensor_f32(h, th, b), LPO_OK);
+        if (memcmp(a, b, n * 4)) fail_msg("%s: tensor %s differs from the HF one", gguf_path, th->name);
+        free(a);
+        free(b);
+    }
+    lpo_model_close(g);
+    lpo_model_close(h);
+}
+
+static void test_tiny_llama_gguf(void **state) {
+    (void)state;
+    compare_with_hf(GOLDEN "/gguf/tiny-llama.gguf", GOLDEN "/models/tiny-llama");
+    lpo_model *m;
+    assert_int_equal(lpo_model_open_path(GOLDEN "/gguf/tiny-llama.gguf", &m), LPO_OK);
+    const lpo_model_spec *s = lpo_model_get_spec(m);
+    assert_int_equal(s->arch, LPO_ARCH_LLAMA);
+    assert_string_equal(s->name, "tiny-llama");
+    assert_int_equal(s->vocab_size, 64);
+    assert_int_equal(s->n_kv_heads, 2);
+    assert_int_equal(s->rope.scaling, LPO_ROPE_LLAMA3); /* from rope_freqs = [1, 8] */
+    assert_true(s->rope.factor == 8.0 && s->rope.theta == 500000.0);
+    assert_false(s->tied_embeddings);
+    assert_int_equal(s->bos_id, 1);
+    assert_int_equal(s->eos_ids[0], 2);
+    assert_int_equal(s->dtype, LPO_DT_F32);
+    assert_null(lpo_model_tensor(m, "rope_freqs.weight")); /* not an HF tensor */
+    /* the stored rows really are permuted: raw q_proj row 1 is HF row hd/2 = 2 */
+    const lpo_tensor *q = lpo_model_tensor(m, "model.layers.0.self_attn.q_proj.weight");
+    float hf[16 * 16];
+    assert_int_equal(lpo_model_tensor_f32(m, q, hf), LPO_OK);
+    assert_memory_equal((const float *)q->data + 16, hf + 2 * 16, 16 * 4);
+    assert_memory_not_equal((const float *)q->data + 16, hf + 16, 16 * 4);
+    lpo_model_close(m);
+}
+
+static void test_tiny_qwen2_gguf(void **state) {
+    (void)state;
+    compare_with_hf(GOLDEN "/gguf/tiny-qwen2.gguf", GOLDEN "/models/tiny-qwen2");
+    lpo_model *m;
+    assert_int_equal(lpo_model_open_path(GOLDEN "/gguf/tiny-qwen2.gguf", &m), LPO_OK);
+    const lpo_model_spec *s = lpo_model_get_spec(m);
+    assert_int_equal(s->arch, LPO_ARCH_QWEN2);
+    assert_true(s->qkv_bias && s->tied_embeddings && !s->qk_norm);
+    assert_int_equal(s->rope.scaling, LPO_ROPE_NONE);
+    assert_int_equal(s->dtype, LPO_DT_F16);
+    assert_int_equal(lpo_model_tensor(m, "model.layers.1.self_attn.k_proj.bias")->dtype, LPO_DT_F32);
+    lpo_model_close(m);
+}
+
+static void test_gguf_model_errors(void **state) {
+    (void)state;
+    lpo_model *m = NULL;
+    /* the dequant fixture is a GGUF with arch llama but none of a model's metadata */
+    assert_int_not_equal(lpo_model_open_path(GOLDEN "/gguf/dequant.gguf", &m), LPO_OK);
+    assert_non_null(strstr(lpo_last_error(), "dequant.gguf"));
+    assert_null(m);
+}
+
+static void test_smollm2_spec(void **state) {
+    (void)state;
+    lpo_model *m;
+    uint64_t t0 = lpo_now_ns();
+    assert_int_equal(lpo_model_open_path(SMOL, &m), LPO_OK);
+    printf("open SmolLM2 GGUF: %.2f ms\n", (double)(lpo_now_ns() - t0) / 1e6);
+    const lpo_model_spec *s = lpo_model_get_spec(m);
+    assert_int_equal(s->arch, LPO_ARCH_LLAMA);
+    assert_string_equal(s->name, "SmolLM2-135M-Instruct.Q4_1");
+    assert_int_equal(s->vocab_size, 49152);
+    assert_int_equal(s->hidden_size, 576);
+    assert_int_equal(s->n_layers, 30);
+    assert_int_equal(s->n_heads, 9);
+    assert_int_equal(s->n_kv_heads, 3);
+    assert_int_equal(s->head_dim, 64);
+    assert_int_equal(s->intermediate_size, 1536);
+    assert_int_equal(s->max_positions, 8192);
+    assert_true(s->rope.theta == 100000.0);
+    assert_true(fabsf(s->norm_eps - 1e-5f) < 1e-10f);
+    assert_true(s->tied_embeddings);
+    assert_int_equal(s->bos_id, 1);
+    assert_int_equal(s->n_eos, 1);
+    assert_int_equal(s->eos_ids[0], 2);
+    assert_int_equal(s->dtype, LPO_DT_Q4_1);
+    assert_string_equal(lpo_model_tokenizer_path(m), SMOL);
+    assert_string_equal(lpo_model_source(m), "gguf");
+    assert_int_equal(lpo_model_n_tensors(m), 272);
+    const lpo_tensor *e = lpo_model_tensor(m, "model.embed_tokens.weight");
+    assert_int_equal(e->dtype, LPO_DT_Q8_0);
+    assert_int_equal(e->shape[0], 49152);
+    assert_int_equal(e->shape[1], 576);
+    const lpo_tensor *k = lpo_model_tensor(m, "model.layers.7.self_attn.k_proj.weight");
+    assert_int_equal(k->dtype, LPO_DT_Q4_1);
+    assert_int_equal(k->shape[0], 192);
+    assert_int_equal(k->shape[1], 576);
+    lpo_param_summary p;
+    assert_int_equal(lpo_model_param_summary(m, &p), LPO_OK);
+    assert_int_equal(p.total, 134515008);
+    assert_int_equal(p.weight_bytes, 30081024 + 66355200 + 140544);
+    lpo_model_close(m);
+}
+
+static void test_smollm2_values(void **state) {
+    (void)state;
+    char *text;
+    size_t len;
+    assert_int_equal(lpo_read_file(LPO_SOURCE_DIR "/tests/golden/models/smollm2_gguf_ref.json", &text, &len),
+                     LPO_OK);
+    cJSON *ref = cJSON_ParseWithLength(text, len);
+    free(text);
+    assert_non_null(ref);
+    lpo_model *m;
+    assert_int_equal(lpo_model_open_path(SMOL, &m), LPO_OK);
+    const cJSON *r;
+    int checked = 0;
+    uint64_t t0 = lpo_now_ns(), bytes = 0;
+    cJSON_ArrayForEach(r, ref) {
+        const lpo_tensor *t = lpo_model_tensor(m, r->string);
+        if (!t) fail_msg("missing %s", r->string);
+        uint64_t n = lpo_tensor_numel(t);
+        float *v = malloc(n * sizeof *v);
+        assert_int_equal(lpo_model_tensor_f32(m, t, v), LPO_OK);
+        bytes += t->nbytes;
+        double sum = 0;
+        for (uint64_t i = 0; i < n; i++) sum += v[i];
+        double want = cJSON_GetObjectItem(r, "sum")->valuedouble;
+        if (fabs(sum - want) > 1e-6 * (1 + fabs(want)))
+            fail_msg("%s: sum %.10g, transformers %.10g", r->string, sum, want);
+        const cJSON *rows = cJSON_GetObjectItem(r, "rows"), *row;
+        cJSON_ArrayForEach(row, rows) { /* exact: same formulas in float32, and rows in HF order */
+            long ri = strtol(row->string, NULL, 10);
+            for (int c = 0; c < 4; c++) {
+                float got = v[ri * t->shape[1] + c], exp = (float)cJSON_GetArrayItem(row, c)->valuedouble;
+                if (got != exp)
+                    fail_msg("%s row %ld col %d: lpo %.9g, transformers %.9g", r->string, ri, c, (double)got,
+                             (double)exp);
+            }
+            checked++;
+        }
+        free(v);
+    }
+    printf("compared %d rows with transformers; dequantized %.1f MB in %.1f ms\n", checked,
+           (double)bytes / 1e6, (double)(lpo_now_ns() - t0) / 1e6);
+    assert_true(checked > 100);
+    /* the raw GGUF rows really are permuted: q_proj row 1 is GGUF row 2 */
+    lpo_gguf *g;
+    assert_int_equal(lpo_gguf_open(SMOL, &g), LPO_OK);
+    const lpo_gguf_tensor *gq = lpo_gguf_find_tensor(g, "blk.0.attn_q.weight");
+    float raw[576 * 3];
+    assert_int_equal(lpo_dequantize(gq->dtype, gq->data, raw, 576 * 3), LPO_OK);
+    const cJSON *q0 = cJSON_GetObjectItem(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(ref, "model.layers.0.self_attn.q_proj.weight"), "rows"),
+        "32");
+    assert_true(raw[576 * 1] == (float)cJSON_GetArrayItem(q0, 0)->valuedouble); /* HF row 32 = GGUF row 1 */
+    lpo_gguf_close(g);
+    lpo_model_close(m);
+    cJSON_Delete(ref);
+}
+
+static int need_smol(void **state) {
+    (void)state;
+    if (lpo_path_exists(SMOL)) return 0;
+    printf("SKIP: %s is absent (run scripts/fetch-model.sh smollm2-135m)\n", SMOL);
+    return -1;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tiny_llama_gguf),
+        cmocka_unit_test(test_tiny_qwen2_gguf),
+        cmocka_unit_test(test_gguf_model_errors),
+    };
+    int rc = cmocka_run_group_tests_name("tiny", tests, NULL, NULL);
+    if (rc) return rc;
+    if (need_smol(NULL)) return 77; /* visible SKIP of the real-file tests (the tiny ones passed) */
+    const struct CMUnitTest smol[] = {
+        cmocka_unit_test(test_smollm2_spec),
+        cmocka_unit_test(test_smollm2_values),
+    };
+    return cmocka_run_group_tests_name("smollm2", smol, NULL, NULL);
+}

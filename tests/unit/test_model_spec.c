@@ -1,0 +1,381 @@
+/* Unit tests for architecture specs: names, HF config.json parsing (rope_scaling / rope_parameters, eos
+ * lists, head_dim, biases), validation, the expected tensor list, KV bytes, and the synthetic presets of
+ * conf/model/ (exact published parameter counts, shapes, deterministic bounded synthetic weights). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lpo/config.h"
+#include "lpo/model.h"
+#include "test_support.h"
+
+static void test_arch_names(void **state) {
+    (void)state;
+    const char *ok[][2] = {{"LlamaForCausalLM", "llama"},     {"llama", "llama"},
+                           {"MistralForCausalLM", "mistral"}, {"mistral", "mistral"},
+                           {"Qwen2ForCausalLM", "qwen2"},     {"qwen2", "qwen2"},
+                           {"Qwen3ForCausalLM", "qwen3"},     {"qwen3", "qwen3"}};
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+        lpo_arch a;
+        assert_int_equal(lpo_arch_from_name(ok[i][0], &a), LPO_OK);
+        assert_string_equal(lpo_arch_name(a), ok[i][1]);
+    }
+    lpo_arch a;
+    assert_int_equal(lpo_arch_from_name("GPT2LMHeadModel", &a), LPO_E_UNSUPPORTED);
+    assert_non_null(strstr(lpo_last_error(), "'GPT2LMHeadModel'"));
+    assert_non_null(strstr(lpo_last_error(), "Qwen3ForCausalLM"));
+    assert_int_equal(lpo_arch_from_name(NULL, &a), LPO_E_UNSUPPORTED);
+}
+
+static lpo_status parse(const char *json, lpo_model_spec *s) {
+    return lpo_spec_from_hf_config(json, strlen(json), "/m/Org-Model/config.json", s);
+}
+
+static void test_hf_config_llama31(void **state) {
+    (void)state;
+    lpo_model_spec s;
+    const char *j =
+        "{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\",\"vocab_size\":128256,"
+        "\"hidden_size\":4096,\"num_hidden_layers\":32,\"num_attention_heads\":32,"
+        "\"num_key_value_heads\":8,\"intermediate_size\":14336,\"rms_norm_eps\":1e-05,"
+        "\"rope_theta\":500000.0,\"rope_scaling\":{\"factor\":8.0,\"low_freq_factor\":1.0,"
+        "\"high_freq_factor\":4.0,\"original_max_position_embeddings\":8192,\"rope_type\":\"llama3\"},"
+        "\"max_position_embeddings\":131072,\"tie_word_embeddings\":false,\"torch_dtype\":\"bfloat16\","
+        "\"bos_token_id\":128000,\"eos_token_id\":[128001,128008,128009],\"hidden_act\":\"silu\"}";
+    assert_int_equal(parse(j, &s), LPO_OK);
+    assert_string_equal(s.name, "Org-Model");
+    assert_int_equal(s.arch, LPO_ARCH_LLAMA);
+    assert_int_equal(s.head_dim, 128);
+    assert_int_equal(s.n_kv_heads, 8);
+    assert_int_equal(s.rope.scaling, LPO_ROPE_LLAMA3);
+    assert_true(s.rope.factor == 8.0 && s.rope.high_freq_factor == 4.0);
+    assert_int_equal(s.rope.original_max_positions, 8192);
+    assert_true(s.rope.theta == 500000.0);
+    assert_true(fabsf(s.norm_eps - 1e-5f) < 1e-12f);
+    assert_int_equal(s.dtype, LPO_DT_BF16);
+    assert_int_equal(s.bos_id, 128000);
+    assert_int_equal(s.n_eos, 3);
+    assert_int_equal(s.eos_ids[2], 128009);
+    assert_false(s.qkv_bias || s.qk_norm || s.tied_embeddings);
+}
+
+static void test_hf_config_variants(void **state) {
+    (void)state;
+    lpo_model_spec s;
+    /* qwen3: explicit head_dim (heads * head_dim != hidden), qk norm; transformers 5 rope_parameters */
+    const char *q3 =
+        "{\"architectures\":[\"Qwen3ForCausalLM\"],\"vocab_size\":151936,\"hidden_size\":2048,"
+        "\"num_hidden_layers\":28,\"num_attention_heads\":16,\"num_key_value_heads\":8,\"head_dim\":128,"
+        "\"intermediate_size\":6144,\"rope_parameters\":{\"rope_theta\":1000000,\"rope_type\":"
+        "\"default\"},\"tie_word_embeddings\":true,\"dtype\":\"bfloat16\",\"sliding_window\":4096,"
+        "\"use_sliding_window\":false,\"eos_token_id\":151645}";
+    assert_int_equal(parse(q3, &s), LPO_OK);
+    assert_int_equal(s.arch, LPO_ARCH_QWEN3);
+    assert_int_equal(s.head_dim, 128);
+    assert_true(s.qk_norm && s.tied_embeddings && !s.qkv_bias);
+    assert_true(s.rope.theta == 1e6 && s.rope.scaling == LPO_ROPE_NONE);
+    assert_int_equal(s.sliding_window, 0);
+    assert_int_equal(s.bos_id, -1);
+    /* qwen2: q/k/v bias always; model_type alone is enough */
+    const char *q2 =
+        "{\"model_type\":\"qwen2\",\"vocab_size\":1000,\"hidden_size\":64,\"num_hidden_layers\":2,"
+        "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"intermediate_size\":128}";
+    assert_int_equal(parse(q2, &s), LPO_OK);
+    assert_true(s.qkv_bias && !s.o_bias);
+    /* mistral v0.1: sliding window applies */
+    const char *mi = "{\"architectures\":[\"MistralForCausalLM\"],\"vocab_size\":32000,\"hidden_size\":64,"
+                     "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":1,"
+                     "\"intermediate_size\":128,\"max_position_embeddings\":32768,\"sliding_window\":4096,"
+                     "\"rope_scaling\":{\"type\":\"linear\",\"factor\":2.0}}";
+    assert_int_equal(parse(mi, &s), LPO_OK);
+    assert_int_equal(s.sliding_window, 4096);
+    assert_int_equal(s.rope.scaling, LPO_ROPE_LINEAR);
+    assert_true(s.rope.factor == 2.0);
+    /* yarn */
+    const char *ya =
+        "{\"model_type\":\"qwen2\",\"vocab_size\":100,\"hidden_size\":64,\"num_hidden_layers\":1,"
+        "\"num_attention_heads\":4,\"intermediate_size\":128,\"max_position_embeddings\":32768,"
+        "\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4.0,\"original_max_position_embeddings\":"
+        "32768,\"beta_fast\":16,\"attention_factor\":1.2}}";
+    assert_int_equal(parse(ya, &s), LPO_OK);
+    assert_int_equal(s.rope.scaling, LPO_ROPE_YARN);
+    assert_true(s.rope.beta_fast == 16 && s.rope.beta_slow == 1 && s.rope.attn_factor == 1.2);
+}
+
+static void test_hf_config_errors(void **state) {
+    (void)state;
+    lpo_model_spec s;
+    assert_int_equal(parse("{", &s), LPO_E_PARSE);
+    assert_non_null(strstr(lpo_last_error(), "/m/Org-Model/config.json"));
+    assert_int_equal(parse("{\"architectures\":[\"BertModel\"]}", &s), LPO_E_UNSUPPORTED);
+    assert_non_null(strstr(lpo_last_error(), "BertModel"));
+    const char *base =
+        "{\"model_type\":\"llama\",\"vocab_size\":100,\"hidden_size\":64,\"num_hidden_layers\":2,"
+        "\"num_attention_heads\":4,\"intermediate_size\":128,";
+    char j[1024];
+    snprintf(j, sizeof j, "%s\"num_key_value_heads\":3}", base);
+    assert_int_equal(parse(j, &s), LPO_E_CONFIG);
+    assert_non_null(strstr(lpo_last_error(), "not a multiple of n_kv_heads"));
+    snprintf(j, sizeof j, "%s\"rope_scaling\":{\"rope_type\":\"dynamic\",\"factor\":2}}", base);
+    assert_int_equal(parse(j, &s), LPO_E_UNSUPPORTED);
+    assert_non_null(strstr(lpo_last_error(), "'dynamic'"));
+    snprintf(j, sizeof j, "%s\"hidden_act\":\"relu\"}", base);
+    assert_int_equal(parse(j, &s), LPO_E_UNSUPPORTED);
+    snprintf(j, sizeof j, "%s\"eos_token_id\":100}", base);
+    assert_int_equal(parse(j, &s), LPO_E_CONFIG);
+    assert_non_null(strstr(lpo_last_error(), "eos id 100 outside"));
+    snprintf(j, sizeof j, "%s\"rms_norm_eps\":\"small\"}", base);
+    assert_int_equal(parse(j, &s), LPO_E_FORMAT);
+    snprintf(j, sizeof j, "%s\"num_local_experts\":8}", base);
+    assert_int_equal(parse(j, &s), LPO_E_CONFIG);
+    assert_non_null(strstr(lpo_last_error(), "mixture-of-experts"));
+}
+
+static void test_tensor_list(void **state) {
+    (void)state;
+    lpo_model_spec s;
+    const char *j = "{\"model_type\":\"qwen2\",\"vocab_size\":100,\"hidden_size\":64,\"num_hidden_layers\":2,"
+                    "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"intermediate_size\":96}";
+    assert_int_equal(parse(j, &s), LPO_OK);
+    lpo_tensor_desc *d;
+    size_t n;
+    assert_int_equal(lpo_spec_tensors(&s, &d, &n), LPO_OK);
+    assert_int_equal(n, 1 + 2 * 12 + 2); /* embed, 12 per layer (9 + 3 biases), norm, lm_head */
+    assert_string_equal(d[0].name, "model.embed_tokens.weight");
+    assert_int_equal(d[0].shape[0], 100);
+    int found = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!strcmp(d[i].name, "model.layers.1.self_attn.k_proj.weight")) {
+            assert_int_equal(d[i].shape[0], 32);
+            assert_int_equal(d[i].shape[1], 64);
+            assert_int_equal(d[i].part, LPO_PART_ATTN);
+            assert_int_equal(d[i].layer, 1);
+            found++;
+        }
+        if (!strcmp(d[i].name, "model.layers.0.mlp.down_proj.weight")) {
+            assert_int_equal(d[i].shape[0], 64);
+            assert_int_equal(d[i].shape[1], 96);
+            found++;
+        }
+        assert_int_equal(lpo_tensor_part(d[i].name), d[i].part);
+    }
+    assert_int_equal(found, 2);
+    assert_string_equal(d[n - 1].name, "lm_head.weight");
+    free(d);
+    assert_int_equal(lpo_spec_kv_bytes_per_token(&s, LPO_DT_F16), 2 * 2 * 2 * 16 * 2);
+    assert_int_equal(lpo_spec_kv_bytes_per_token(&s, LPO_DT_Q8_0), 0);
+}
+
+/* ---- presets
+ * -------------------------------------------------------------------------------------------------- */
+typedef struct {
+    const char *name;
+    int64_t params; /* published totals (HF model cards / config arithmetic) */
+    int64_t lm_head;
+    int tied;
+} preset;
+
+static const preset presets[] = {
+    {"llama3.1-8b", 8030261248LL, 525336576LL, 0},
+    {"llama3.2-1b", 1235814400LL, 0, 1},
+    {"llama3.2-3b", 3212749824LL, 0, 1},
+    {"llama2-7b", 6738415616LL, 131072000LL, 0},
+    {"mistral-7b", 7248023552LL, 134217728LL, 0},
+    {"qwen2.5-7b", 7615616512LL, 544997376LL, 0},
+    {"qwen3-8b", 8190735360LL, 622329856LL, 0},
+    {"smollm2-135m", 134515008LL, 0, 1},
+    {"tiny", 108864LL, 17408LL, 0},
+};
+
+static lpo_model *open_preset(const char *name, lpo_node **cfg) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/conf/model/%s.yaml", LPO_SOURCE_DIR, name);
+    if (lpo_yaml_load_file(p, cfg) != LPO_OK) fail_msg("%s: %s", p, lpo_last_error());
+    lpo_model *m = NULL;
+    if (lpo_model_open(*cfg, &m) != LPO_OK) fail_msg("%s: %s", name, lpo_last_error());
+    return m;
+}
+
+static void test_preset_param_counts(void **state) {
+    (void)state;
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
+        lpo_node *cfg;
+        lpo_model *m = open_preset(presets[i].name, &cfg);
+        lpo_param_summary p;
+        assert_int_equal(lpo_model_param_summary(m, &p), LPO_OK);
+        if (p.total != presets[i].params)
+            fail_msg("%s: %lld parameters, expected %lld", presets[i].name, (long long)p.total,
+                     (long long)presets[i].params);
+        assert_int_equal(p.params[LPO_PART_LM_HEAD], presets[i].lm_head);
+        assert_int_equal(p.tied, presets[i].tied);
+        assert_int_equal(p.params[LPO_PART_OTHER], 0);
+        const lpo_model_spec *s = lpo_model_get_spec(m);
+        assert_string_equal(s->name, presets[i].name);
+        assert_string_equal(lpo_model_source(m), "synthetic");
+        assert_null(lpo_model_path(m));
+        assert_int_equal(p.weight_bytes, (uint64_t)p.total * (uint64_t)lpo_dtype_block_bytes(s->dtype));
+        printf("%-14s %14lld parameters, %s\n", presets[i].name, (long long)p.total,
+               lpo_dtype_name(s->dtype));
+        lpo_model_close(m);
+        lpo_node_free(cfg);
+    }
+}
+
+static void test_preset_details(void **state) {
+    (void)state;
+    lpo_node *cfg;
+    lpo_model *m = open_preset("llama3.1-8b", &cfg);
+    const lpo_model_spec *s = lpo_model_get_spec(m);
+    assert_int_equal(s->rope.scaling, LPO_ROPE_LLAMA3);
+    assert_true(s->rope.factor == 8.0 && s->rope.theta == 500000.0);
+    assert_int_equal(s->rope.original_max_positions, 8192);
+    assert_int_equal(s->vocab_size, 128256);
+    assert_int_equal(lpo_spec_kv_bytes_per_token(s, LPO_DT_BF16), 131072);
+    lpo_model_close(m);
+    lpo_node_free(cfg);
+    m = open_preset("qwen3-8b", &cfg);
+    s = lpo_model_get_spec(m);
+    assert_true(s->qk_norm && s->head_dim == 128 && !s->qkv_bias);
+    assert_non_null(lpo_model_tensor(m, "model.layers.35.self_attn.k_norm.weight"));
+    lpo_model_close(m);
+    lpo_node_free(cfg);
+    m = open_preset("qwen2.5-7b", &cfg);
+    const lpo_tensor *t = lpo_model_tensor(m, "model.layers.0.self_attn.k_proj.bias");
+    assert_non_null(t);
+    assert_int_equal(t->shape[0], 512);
+    assert_null(t->data);
+    assert_int_equal(t->nbytes, 1024);
+    lpo_model_close(m);
+    lpo_node_free(cfg);
+}
+
+/* Synthetic values: deterministic per (seed, name), bounded, bf16-representable for bf16 models. */
+static void test_synthetic_values(void **state) {
+    (void)state;
+    lpo_node *cfg;
+    lpo_model *m = open_preset("smollm2-135m", &cfg);
+    const lpo_tensor *q = lpo_model_tensor(m, "model.layers.3.self_attn.q_proj.weight");
+    const lpo_tensor *n = lpo_model_tensor(m, "model.layers.3.input_layernorm.weight");
+    const lpo_tensor *o = lpo_model_tensor(m, "model.layers.3.self_attn.o_proj.weight");
+    uint64_t nq = lpo_tensor_numel(q);
+    float *a = malloc(nq * 4), *b = malloc(nq * 4), *c = malloc(nq * 4);
+    assert_int_equal(lpo_model_tensor_f32(m, q, a), LPO_OK);
+    assert_int_equal(lpo_model_tensor_f32(m, q, b), LPO_OK);
+    assert_memory_equal(a, b, nq * 4);
+    double ss = 0;
+    for (uint64_t i = 0; i < nq; i++) {
+        assert_true(isfinite(a[i]) && fabsf(a[i]) <= sqrtf(3.0f / 576) * 1.01f);
+        assert_int_equal(lpo_f32_to_bf16(a[i]), (uint16_t)(lpo_f32_to_bf16(a[i]))); /* representable */
+        assert_true(lpo_bf16_to_f32(lpo_f32_to_bf16(a[i])) == a[i]);
+        ss += (double)a[i] * a[i];
+    }
+    double std = sqrt(ss / (double)nq);
+    assert_true(fabs(std - 1.0 / sqrt(576.0)) < 0.05 / sqrt(576.0)); /* std 1/sqrt(fan_in) */
+    assert_int_equal(lpo_model_tensor_f32(m, o, c), LPO_OK);         /* residual branch: / sqrt(2 L) */
+    ss = 0;
+    for (uint64_t i = 0; i < nq; i++) ss += (double)c[i] * c[i];
+    assert_true(fabs(sqrt(ss / (double)nq) - 1.0 / sqrt(576.0) / sqrt(60.0)) <
+                0.05 / sqrt(576.0) / sqrt(60.0));
+    float nw[576];
+    assert_int_equal(lpo_model_tensor_f32(m, n, nw), LPO_OK);
+    for (int i = 0; i < 576; i++) assert_true(nw[i] >= 0.89f && nw[i] <= 1.11f); /* 1 + 0.1 u, bf16-rounded */
+    char qname[96];
+    snprintf(qname, sizeof qname, "%s", q->name);
+    lpo_model_close(m);
+    /* another seed gives other values */
+    lpo_node *seed = lpo_node_child(cfg, "seed");
+    free(seed->value);
+    seed->value = lpo_strdup("7");
+    assert_int_equal(lpo_model_open(cfg, &m), LPO_OK);
+    assert_int_equal(lpo_model_tensor_f32(m, lpo_model_tensor(m, qname), b), LPO_OK);
+    assert_memory_not_equal(a, b, nq * 4);
+    lpo_model_close(m);
+    lpo_node_free(cfg);
+    free(a);
+    free(b);
+    free(c);
+}
+
+static void test_config_errors(void **state) {
+    (void)state;
+    const struct {
+        const char *yaml, *needle;
+        lpo_status st;
+    } cases[] = {
+        {"source: synthetic\narch: {type: llama, vocab_size: 10, hidden_sise: 8}\n",
+         "did you mean 'model.arch.hidden_size'", LPO_E_CONFIG},
+        {"source: synthetic\nsede: 1\n", "did you mean 'model.seed'", LPO_E_CONFIG},
+        {"source: hf\npath: null\n", "model.path is required", LPO_E_CONFIG},
+        {"source: gpu\n", "'gpu' is not one of", LPO_E_CONFIG},
+        {"source: synthetic\n", "model.arch is missing", LPO_E_CONFIG},
+        {"source: auto\npath: /nonexistent/model\n", "does not exist", LPO_E_NOT_FOUND},
+        {"source: synthetic\narch: {type: gpt2, vocab_size: 10, hidden_size: 8, n_layers: 1, n_heads: 2, "
+         "intermediate_size: 8}\n",
+         "unsupported architecture 'gpt2'", LPO_E_UNSUPPORTED},
+        {"source: synthetic\narch: {type: llama, vocab_size: 10, hidden_size: 8, n_layers: 1, n_heads: 16, "
+         "intermediate_size: 8}\n",
+         "head_dim", LPO_E_CONFIG},
+        {"source: synthetic\ndtype: q4_k\narch: {type: llama, vocab_size: 10, hidden_size: 8, n_layers: 1, "
+         "n_heads: 2, "
+         "intermediate_size: 8}\n",
+         "not a multiple of the q4_k block", LPO_E_CONFIG},
+        {"source: synthetic\ndtype: f8\narch: {type: llama, vocab_size: 10, hidden_size: 8, n_layers: 1, "
+         "n_heads: 2, "
+         "intermediate_size: 8}\n",
+         "unknown dtype 'f8'", LPO_E_CONFIG},
+        {"source: synthetic\narch: {type: llama, vocab_size: 10, hidden_size: 8, n_layers: 1, n_heads: 2, "
+         "intermediate_size: 8, rope: {scaling: ntk}}\n",
+         "'ntk' is not one of", LPO_E_CONFIG},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        lpo_node *cfg;
+        assert_int_equal(lpo_yaml_parse(cases[i].yaml, strlen(cases[i].yaml), "case.yaml", &cfg), LPO_OK);
+        lpo_model *m = NULL;
+        lpo_status st = lpo_model_open(cfg, &m);
+        if (st != cases[i].st || !strstr(lpo_last_error(), cases[i].needle))
+            fail_msg("case %zu: %s '%s' (wanted %s with '%s')", i, lpo_status_name(st), lpo_last_error(),
+                     lpo_status_name(cases[i].st), cases[i].needle);
+        assert_null(m);
+        lpo_node_free(cfg);
+    }
+    lpo_model *m = NULL;
+    assert_int_equal(lpo_model_open(NULL, &m), LPO_E_CONFIG);
+    /* name and tokenizer keys; a path on a hf/gguf source is checked against what the file is */
+    const char *ok =
+        "name: mine\ntokenizer: /x/tokenizer.json\nsource: auto\narch: {type: qwen3, vocab_size: 300, "
+        "hidden_size: 32, n_layers: 1, n_heads: 4, n_kv_heads: 2, head_dim: 16, intermediate_size: 64, "
+        "eos_ids: 7}\n";
+    lpo_node *cfg;
+    assert_int_equal(lpo_yaml_parse(ok, strlen(ok), "ok.yaml", &cfg), LPO_OK);
+    assert_int_equal(lpo_model_open(cfg, &m), LPO_OK);
+    assert_string_equal(lpo_model_get_spec(m)->name, "mine");
+    assert_string_equal(lpo_model_tokenizer_path(m), "/x/tokenizer.json");
+    assert_int_equal(lpo_model_get_spec(m)->n_eos, 1);
+    assert_int_equal(lpo_model_get_spec(m)->eos_ids[0], 7);
+    assert_true(lpo_model_get_spec(m)->qk_norm); /* qwen3 default */
+    assert_int_equal(lpo_model_tensor(m, "model.layers.0.self_attn.q_proj.weight")->shape[0], 64);
+    lpo_model_close(m);
+    lpo_node_free(cfg);
+    const char *gg = "source: gguf\npath: " LPO_SOURCE_DIR "/tests/golden/models/tiny-llama\n";
+    assert_int_equal(lpo_yaml_parse(gg, strlen(gg), "gg.yaml", &cfg), LPO_OK);
+    assert_int_equal(lpo_model_open(cfg, &m), LPO_E_CONFIG);
+    assert_non_null(strstr(lpo_last_error(), "is a hf model"));
+    lpo_node_free(cfg);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_arch_names),         cmocka_unit_test(test_hf_config_llama31),
+        cmocka_unit_test(test_hf_config_variants), cmocka_unit_test(test_hf_config_errors),
+        cmocka_unit_test(test_tensor_list),        cmocka_unit_test(test_preset_param_counts),
+        cmocka_unit_test(test_preset_details),     cmocka_unit_test(test_synthetic_values),
+        cmocka_unit_test(test_config_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,181 @@
+/* Unit tests of the op list: structure (names, kinds, weights per architecture feature), shapes, the
+ * attention pair count under causal and sliding-window masks, FLOP/byte formulas, and bad steps. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "lpo/engine.h"
+#include "test_engine_support.h"
+
+static const lpo_op *find(const lpo_oplist *l, const char *name) {
+    for (size_t i = 0; i < l->n_ops; i++)
+        if (!strcmp(l->ops[i].name, name)) return &l->ops[i];
+    return NULL;
+}
+
+static void test_structure(void **state) {
+    (void)state;
+    lpo_model_spec s = test_spec();
+    lpo_oplist l = {0};
+    assert_int_equal(lpo_oplist_build_phase(&s, 0, 1, 10, NULL, &l), LPO_OK);
+    /* embed + per layer (attn_norm qkv rope sdpa o residual mlp_norm gate_up act down residual) + norm + head
+     */
+    assert_int_equal(l.n_ops, 1 + 2 * 11 + 2);
+    assert_int_equal(l.n_tokens, 10);
+    assert_int_equal(l.n_logit_rows, 1);
+    assert_string_equal(l.ops[0].name, "embed");
+    assert_string_equal(l.ops[l.n_ops - 1].name, "lm_head");
+    const lpo_op *qkv = find(&l, "layers.1.attn.qkv");
+    assert_non_null(qkv);
+    assert_int_equal(qkv->kind, LPO_OP_LINEAR);
+    assert_int_equal(qkv->layer, 1);
+    assert_int_equal(qkv->m, 10);
+    assert_int_equal(qkv->k, 48);
+    assert_int_equal(qkv->n, (4 + 2 * 2) * 12);
+    assert_int_equal(qkv->n_w, 3);
+    assert_int_equal(qkv->n_bias, 0);
+    assert_string_equal(qkv->w[0].name, "model.layers.1.self_attn.q_proj.weight");
+    assert_string_equal(qkv->w[2].name, "model.layers.1.self_attn.v_proj.weight");
+    assert_int_equal(qkv->w[1].shape[0], 24);
+    assert_int_equal(qkv->w[1].shape[1], 48);
+    assert_int_equal(qkv->in[0].buf, LPO_BUF_XN);
+    assert_int_equal(qkv->out.buf, LPO_BUF_QKV);
+    const lpo_op *head = find(&l, "lm_head");
+    assert_string_equal(head->w[0].name, "model.embed_tokens.weight"); /* tied */
+    assert_int_equal(head->m, 1);
+    assert_null(find(&l, "layers.0.attn.qk_norm"));
+    assert_null(find(&l, "sample"));
+    assert_string_equal(lpo_op_kind_name(find(&l, "layers.0.mlp.act")->kind), "swiglu");
+    assert_string_equal(lpo_buf_name(LPO_BUF_GU), "gu");
+    lpo_oplist_free(&l);
+
+    /* qwen3-style: q/k norm op; qwen2-style biases; untied head; sample op in decode */
+    s.qk_norm = 1;
+    s.qkv_bias = 1;
+    s.tied_embeddings = 0;
+    assert_int_equal(lpo_oplist_build_phase(&s, 1, 3, 20, NULL, &l), LPO_OK);
+    assert_int_equal(l.n_ops, 1 + 2 * 12 + 3);
+    qkv = find(&l, "layers.0.attn.qkv");
+    assert_int_equal(qkv->n_w, 6);
+    assert_int_equal(qkv->n_bias, 3);
+    assert_string_equal(qkv->w[3].name, "model.layers.0.self_attn.q_proj.bias");
+    const lpo_op *qn = find(&l, "layers.1.attn.qk_norm");
+    assert_non_null(qn);
+    assert_string_equal(qn->w[1].name, "model.layers.1.self_attn.k_norm.weight");
+    assert_string_equal(find(&l, "lm_head")->w[0].name, "lm_head.weight");
+    assert_int_equal(find(&l, "sample")->m, 3);
+    assert_int_equal(l.n_tokens, 3);
+    const lpo_op *att = find(&l, "layers.0.attn.sdpa");
+    assert_int_equal(att->attn_pairs, 3 * 21); /* each query sees its 20 cached positions + itself */
+    assert_int_equal(att->kv_rows, 3 * 21);
+    lpo_oplist_free(&l);
+}
+
+static void test_attention_pairs(void **state) {
+    (void)state;
+    lpo_model_spec s = test_spec();
+    lpo_oplist l = {0};
+    int64_t past[2] = {0, 6}, nn[2] = {10, 3};
+    lpo_step st = {2, past, nn, 1, 0};
+    assert_int_equal(lpo_oplist_build(&s, &st, NULL, &l), LPO_OK);
+    assert_int_equal(l.n_tokens, 13);
+    assert_int_equal(l.n_logit_rows, 13);
+    /* causal: 1+..+10 = 55, then positions 6,7,8 see 7+8+9 = 24 */
+    assert_int_equal(find(&l, "layers.0.attn.sdpa")->attn_pairs, 55 + 24);
+    /* window 4: 1+2+3+4*7 = 34 and 3*4 = 12 */
+    s.sliding_window = 4;
+    assert_int_equal(lpo_oplist_build(&s, &st, NULL, &l), LPO_OK); /* storage reused */
+    assert_int_equal(find(&l, "layers.0.attn.sdpa")->attn_pairs, 34 + 12);
+    lpo_oplist_free(&l);
+}
+
+static void test_costs(void **state) {
+    (void)state;
+    lpo_model_spec s = test_spec();
+    lpo_oplist l = {0};
+    lpo_oplist_opts o = {LPO_DT_BF16, LPO_DT_BF16, LPO_DT_F16};
+    assert_int_equal(lpo_oplist_build_phase(&s, 1, 1, 30, &o, &l), LPO_OK);
+    const lpo_op *down = find(&l, "layers.0.mlp.down");
+    assert_true(lpo_op_flops(down) == 2.0 * 1 * 48 * 80);
+    assert_true(lpo_op_weight_bytes(down) == 2.0 * 48 * 80);
+    assert_true(lpo_op_bytes(down) == 2.0 * 48 * 80 + 2.0 * 80 + 2.0 * 48);
+    /* decode: the weights read are every parameter except the embedding table (one row of it) */
+    const double per_layer = 48.0 * 96 + 48 * 48 + 3.0 * 48 * 80 + 2 * 48;
+    double wsum = 0;
+    for (size_t i = 0; i < l.n_ops; i++) wsum += lpo_op_weight_bytes(&l.ops[i]);
+    assert_true(wsum == 2.0 * (2 * per_layer + 48 + 97.0 * 48 + 48));
+    const lpo_op *att = find(&l, "layers.0.attn.sdpa");
+    assert_true(lpo_op_flops(att) == 4.0 * 31 * (4 * 12 + 5));
+    /* q, k, v read (bf16), new k/v written + 31 cached rows read (f16), output written (bf16) */
+    assert_true(lpo_op_bytes(att) == 2.0 * 96 + 2.0 * 48 + 2.0 * 31 * 48 + 2.0 * 48);
+    assert_true(lpo_op_flops(find(&l, "embed")) == 0);
+    lpo_oplist_free(&l);
+    /* quantized weights: bytes per element from the block size */
+    o.weight_dtype = LPO_DT_Q4_0;
+    assert_int_equal(lpo_oplist_build_phase(&s, 1, 1, 30, &o, &l), LPO_OK);
+    assert_true(lpo_op_weight_bytes(find(&l, "layers.0.mlp.down")) == 48.0 * 80 * 18 / 32);
+    lpo_oplist_free(&l);
+}
+
+static void test_bad_steps(void **state) {
+    (void)state;
+    lpo_model_spec s = test_spec();
+    lpo_oplist l = {0};
+    int64_t past[1] = {0}, nn[1] = {0};
+    lpo_step st = {1, past, nn, 0, 0};
+    assert_int_equal(lpo_oplist_build(&s, &st, NULL, &l), LPO_E_INVALID);
+    assert_non_null(strstr(lpo_last_error(), "n_new=0"));
+    st.n_seqs = 0;
+    assert_int_equal(lpo_oplist_build(&s, &st, NULL, &l), LPO_E_INVALID);
+    assert_int_equal(lpo_oplist_build_phase(&s, 0, 0, 4, NULL, &l), LPO_E_INVALID);
+    s.n_heads = 5; /* not a multiple of n_kv_heads */
+    assert_int_equal(lpo_oplist_build_phase(&s, 0, 1, 4, NULL, &l), LPO_E_INVALID);
+    assert_non_null(strstr(lpo_last_error(), "heads 5/2"));
+    lpo_oplist_free(&l);
+}
+
+static void test_rope_inv_freq(void **state) {
+    (void)state;
+    lpo_model_spec s = test_spec();
+    float f[6], sc;
+    assert_int_equal(lpo_rope_inv_freq(&s, f, &sc), LPO_OK);
+    assert_float_equal(f[0], 1.0, 1e-7);
+    assert_float_equal(f[1], 1.0 / pow(10000.0, 2.0 / 12), 1e-7);
+    assert_float_equal(sc, 1.0, 0);
+    float g[6];
+    s.rope.scaling = LPO_ROPE_LINEAR;
+    s.rope.factor = 4;
+    assert_int_equal(lpo_rope_inv_freq(&s, g, &sc), LPO_OK);
+    for (int i = 0; i < 6; i++) assert_float_equal(g[i], f[i] / 4, 1e-7);
+    /* llama3: high frequencies (short wavelength) kept, low ones divided by factor */
+    s.rope.scaling = LPO_ROPE_LLAMA3;
+    s.rope.factor = 8;
+    s.rope.low_freq_factor = 1;
+    s.rope.high_freq_factor = 4;
+    s.rope.original_max_positions = 64;
+    assert_int_equal(lpo_rope_inv_freq(&s, g, &sc), LPO_OK);
+    assert_float_equal(g[0], f[0], 1e-7);
+    assert_float_equal(g[5], f[5] / 8, 1e-9);
+    /* yarn: attention scaling 0.1 ln(factor) + 1 */
+    s.rope.scaling = LPO_ROPE_YARN;
+    s.rope.factor = 4;
+    assert_int_equal(lpo_rope_inv_freq(&s, g, &sc), LPO_OK);
+    assert_float_equal(sc, 0.1 * log(4.0) + 1, 1e-6);
+    assert_float_equal(g[5], f[5] / 4, 1e-7);
+    s.rope.scaling = LPO_ROPE_LLAMA3;
+    s.rope.original_max_positions = 0;
+    assert_int_equal(lpo_rope_inv_freq(&s, g, &sc), LPO_E_INVALID);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_structure),     cmocka_unit_test(test_attention_pairs),
+        cmocka_unit_test(test_costs),         cmocka_unit_test(test_bad_steps),
+        cmocka_unit_test(test_rope_inv_freq),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
