@@ -125,7 +125,8 @@ typedef struct {
 lpo_status lpo_oplist_build(const lpo_model_spec *spec, const lpo_step *step, const lpo_oplist_opts *opts,
                             lpo_oplist *out);
 /* The two phases of generation with every sequence alike: prefill of T tokens from empty caches
- * (decode == 0), or one decode step at context L (decode != 0: n_past = L, n_new = 1), batch B. */
+ * (decode == 0), or one decode step at context L (decode != 0: n_past = L, n_new = 1), batch B. out as for
+ * lpo_oplist_build (zeroed or reused). */
 lpo_status lpo_oplist_build_phase(const lpo_model_spec *spec, int decode, int batch, int64_t tokens_or_ctx,
                                   const lpo_oplist_opts *opts, lpo_oplist *out);
 void lpo_oplist_free(lpo_oplist *l);

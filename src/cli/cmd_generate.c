@@ -87,11 +87,19 @@ static lpo_status run_single(lpo_engine *e, const gen_ctx *g, const int32_t *ids
             print_ids(stdout, q.ids, q.n_ids);
         else
             fputc('\n', stdout);
+        /* weight bytes one decode step reads (from the op list, f32 as the CPU backend holds them): the
+         * rate they stream at says how close decode is to the memory bandwidth */
+        lpo_oplist l = {0};
+        double wbytes = 0;
+        if (lpo_oplist_build_phase(g->spec, 1, 1, (int64_t)n, NULL, &l) == LPO_OK)
+            for (size_t i = 0; i < l.n_ops; i++) wbytes += lpo_op_weight_bytes(&l.ops[i]);
+        lpo_oplist_free(&l);
+        const double dec = tok_per_s((double)q.decode_steps, q.decode_ms);
         fprintf(stderr,
                 "lpo generate: %zu prompt tokens, %zu generated (stop: %s); prefill %.1f ms (%.1f tok/s), "
-                "decode %.1f tok/s (%s backend)\n",
+                "decode %.1f tok/s (%.2f GB/s of f32 weights; %s backend)\n",
                 n, q.n_ids, lpo_stop_reason_name(q.reason), q.prefill_ms, tok_per_s((double)n, q.prefill_ms),
-                tok_per_s((double)q.decode_steps, q.decode_ms - 0), lpo_engine_backend_name(e));
+                dec, dec * wbytes / 1e9, lpo_engine_backend_name(e));
     }
     lpo_gen_seq_free(&q);
     return st;
@@ -221,6 +229,11 @@ int lpo_cmd_generate(int argc, char **argv) {
     if (tokens && (ic.gen.n_stop || !print_id))
         lpo_tokenizer_for_model(m, &g.tok); /* text output if it can */
     if (ic.chat && (st = lpo_chat_family_pick(ic.chat_template, g.tok, &g.chat)) != LPO_OK) goto done;
+    int32_t tok_eos = g.tok ? lpo_tokenizer_eos(g.tok) : -1;
+    if (g.spec->n_eos == 0 && tok_eos >= 0) { /* no EOS in the model files: the tokenizer's */
+        ic.gen.eos_ids = &tok_eos;
+        ic.gen.n_eos = 1;
+    }
 
     const int single = prompt || tokens;
     if (!single) {

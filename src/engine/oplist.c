@@ -288,14 +288,12 @@ lpo_status lpo_oplist_build(const lpo_model_spec *s, const lpo_step *step, const
 
 lpo_status lpo_oplist_build_phase(const lpo_model_spec *spec, int decode, int batch, int64_t tokens_or_ctx,
                                   const lpo_oplist_opts *opts, lpo_oplist *out) {
-    memset(out, 0, sizeof *out);
     if (batch <= 0 || tokens_or_ctx < (decode ? 0 : 1))
         return lpo_errorf(LPO_E_INVALID, "op list: %s needs batch >= 1 and %s (got batch=%d, %lld)",
                           decode ? "decode" : "prefill", decode ? "context >= 0" : "tokens >= 1", batch,
                           (long long)tokens_or_ctx);
     int64_t *past = calloc((size_t)batch * 2, sizeof *past);
     if (!past) return lpo_errorf(LPO_E_NOMEM, "op list: out of memory");
-    /* memset above: a fresh list */
     int64_t *nn = past + batch;
     for (int i = 0; i < batch; i++) {
         past[i] = decode ? tokens_or_ctx : 0;

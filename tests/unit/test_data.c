@@ -16,7 +16,10 @@
 
 static const char *write_tmp(const char *name, const char *text) {
     static char path[4096];
-    snprintf(path, sizeof path, "%s/%s", lpo_test_tmpdir(), name);
+    char *dir = lpo_test_tmpdir();
+    assert_non_null(dir);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    free(dir);
     assert_int_equal(lpo_write_file(path, text, strlen(text)), LPO_OK);
     return path;
 }

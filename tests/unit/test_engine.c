@@ -323,8 +323,8 @@ static void check_preset(const char *preset, int64_t prompt_len) {
         }
         double rms = sqrt(ss / (double)s->vocab_size);
         if (step == 0)
-            printf("%s: last-layer residual rms %.4g, logits rms %.4g after a %lld-token prefill\n", preset, probe.rms,
-                   rms, (long long)prompt_len);
+            printf("%s: last-layer residual rms %.4g, logits rms %.4g after a %lld-token prefill\n", preset,
+                   probe.rms, rms, (long long)prompt_len);
         assert_true(probe.rms > 1e-3 && probe.rms < 1e2);
         assert_true(rms > 1e-4 && rms < 1e3);
     }

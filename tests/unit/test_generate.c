@@ -50,7 +50,8 @@ static void test_logits_cli(void **state) {
     fixture fx;
     char ids[512], cmd[8192], out[1024];
     load_fixture(&fx, ids, sizeof ids);
-    snprintf(out, sizeof out, "%s/logits.bin", lpo_test_tmpdir());
+    char *dir = lpo_test_tmpdir();
+    snprintf(out, sizeof out, "%s/logits.bin", dir);
     snprintf(cmd, sizeof cmd, "logits model=hf model.path=" FIX " tokens=%s out=%s", ids, out);
     char *err = NULL;
     int rc = lpo_test_run_lpo(cmd, NULL, &err);
@@ -68,7 +69,7 @@ static void test_logits_cli(void **state) {
     free(ref);
     /* the same ids from a file, JSON-array style */
     char tf[1024];
-    snprintf(tf, sizeof tf, "%s/ids.json", lpo_test_tmpdir());
+    snprintf(tf, sizeof tf, "%s/ids.json", dir);
     char arr[600];
     snprintf(arr, sizeof arr, "[%s]\n", ids);
     assert_int_equal(lpo_write_file(tf, arr, strlen(arr)), LPO_OK);
@@ -79,6 +80,7 @@ static void test_logits_cli(void **state) {
     assert_int_equal(lpo_read_file(p2, &mine, &n2), LPO_OK);
     assert_int_equal(n2, n1);
     free(mine);
+    free(dir);
 }
 
 static void test_generate_print_ids(void **state) {
@@ -128,11 +130,13 @@ static void test_errors(void **state) {
                 "CUDA backend not yet available");
     expect_fail("generate model=tiny tokens=1,2 backend=cpux", 2, "did you mean 'cpu'");
     expect_fail("generate model=tiny tokens=1,2 infer.top_p=0", 2, "top_p");
-    char path[4200], cmd[4400];
-    snprintf(path, sizeof path, "%s/bad.jsonl", lpo_test_tmpdir());
+    char path[4200], cmd[8800];
+    char *dir = lpo_test_tmpdir();
+    snprintf(path, sizeof path, "%s/bad.jsonl", dir);
     assert_int_equal(lpo_write_file(path, "{\"prompt\": \"a\"}\n{oops}\n", 23), LPO_OK);
     snprintf(cmd, sizeof cmd, "generate model=tiny dataset=prompts dataset.path=%s output.dir=%s/r", path,
-             lpo_test_tmpdir());
+             dir);
+    free(dir);
     expect_fail(cmd, 1, "bad.jsonl:2");
     expect_fail("generate model=tiny dataset=prompts", 2, "dataset.path");
 }
@@ -190,6 +194,7 @@ static void test_dataset_predictions(void **state) {
     assert_int_equal(lpo_test_run_lpo(cmd, NULL, NULL), 0);
     snprintf(pred, sizeof pred, "%s/run2/predictions.jsonl", dir);
     assert_true(lpo_path_exists(pred));
+    free(dir);
 }
 
 /* ---- library level with the tiny preset and its byte-level tokenizer -------------------------------------

@@ -21,6 +21,7 @@ typedef struct {
     lpo_model_spec spec;
     lpo_arena arena;
     int n_threads;
+    int auto_threads; /* n_threads chosen by lpo: let OpenMP use fewer when the machine is loaded */
     /* per op of the reference list (the op list of any step has the same ops in the same order) */
     size_t n_ops;
     char (*op_names)[48];
@@ -133,7 +134,7 @@ static void matmul(float *y, const float *x, const float *W, const float *bias, 
                         y[t * n + j + r] = bias ? v + bias[j + r] : v;
                     }
             }
-            for (; j < j1; j++) {                 // W row j (k,)
+            for (; j < j1; j++) {                   // W row j (k,)
                 for (int64_t t = t0; t < t1; t++) { // x row t (k,) -> y[t, j]
                     float v = dot(W + j * k, x + t * k, k);
                     y[t * n + j] = bias ? v + bias[j] : v;
@@ -292,8 +293,26 @@ static void op_lm_head(cpu_ctx *c, const lpo_op *op, const float *E, const lpo_b
     matmul(st->logits, xn, E, NULL, R, V, h, c->n_threads);
 }
 
+static lpo_status run_ops(cpu_ctx *c, const lpo_backend_step *st);
+
 static lpo_status cpu_forward(void *vctx, const lpo_backend_step *st) {
     cpu_ctx *c = vctx;
+#ifdef _OPENMP
+    /* With threads on auto, OpenMP's dynamic adjustment runs fewer threads than cores when the load average
+     * says the cores are busy: every op ends in a barrier, and a barrier whose thread was preempted costs a
+     * scheduler time slice (decode ran 10x slower with 2 threads on 2 busy cores). Results do not depend on
+     * the thread count. */
+    const int dyn = omp_get_dynamic();
+    if (c->auto_threads) omp_set_dynamic(1);
+    lpo_status r = run_ops(c, st);
+    omp_set_dynamic(dyn);
+    return r;
+#else
+    return run_ops(c, st);
+#endif
+}
+
+static lpo_status run_ops(cpu_ctx *c, const lpo_backend_step *st) {
     const lpo_oplist *l = st->ops;
     if (l->n_tokens > c->cfg.max_step_tokens || l->n_seqs > c->cfg.max_seqs || l->n_seqs > 256)
         return lpo_errorf(LPO_E_RANGE,
@@ -409,6 +428,7 @@ static lpo_status cpu_init(const lpo_backend_init *in, void **out) {
     c->cfg.spec = &c->spec;
 #ifdef _OPENMP
     c->n_threads = in->n_threads > 0 ? in->n_threads : omp_get_max_threads();
+    c->auto_threads = in->n_threads <= 0;
 #else
     c->n_threads = 1;
 #endif
@@ -418,7 +438,7 @@ static lpo_status cpu_init(const lpo_backend_init *in, void **out) {
     const int64_t I = s->intermediate_size, L = s->n_layers;
 
     /* the reference op list: the ops of every step, in order (the weights do not depend on the step) */
-    lpo_oplist ref;
+    lpo_oplist ref = {0};
     lpo_status st = lpo_oplist_build_phase(s, 0, 1, 1, NULL, &ref);
     if (st != LPO_OK) {
         cpu_free(c);

@@ -13,7 +13,12 @@ The tiny models store bf16 weights (exercising lpo's conversion) except one in f
 float32 with the same (bf16-rounded) values. Weights are drawn with a larger spread than HF's init so
 that logits are well separated and greedy choices are not near ties.
 
+Needs torch, transformers (5.x), safetensors, and for the GGUF part gguf + accelerate (transformers
+requires accelerate to load GGUF files). The greedy references are plain argmax decoding through EOS
+(what lpo does with infer.ignore_eos=true); generate()'s min_new_tokens would mask EOS instead.
+
 Usage: python3 tests/golden/engine/make_fixtures.py [--gguf path/to/SmolLM2-135M-Instruct.Q4_1.gguf]
+                                                    [--only name,name]
 """
 import argparse
 import json
