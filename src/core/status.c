@@ -27,7 +27,10 @@ const char *lpo_status_message(lpo_status st) {
 }
 
 lpo_status lpo_verrorf(lpo_status st, const char *fmt, va_list ap) {
-    vsnprintf(last_msg, sizeof last_msg, fmt, ap);
+    /* Format into a scratch buffer first: callers may pass lpo_last_error() itself as an argument. */
+    char msg[sizeof last_msg];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    memcpy(last_msg, msg, sizeof msg);
     last_status = st;
     return st;
 }

@@ -1,5 +1,6 @@
 /* Unit tests of the engine on generated weights: batching (a batch of prompts of different lengths gives
- * the same logits and tokens as one sequence at a time, with and without prefill chunking), incremental
+ * the same logits and tokens as one sequence at a time, with and without prefill chunking, with any number
+ * of threads), incremental
  * decode vs one prefill, sampling determinism, EOS / max-token / context stops, and bad inputs. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -45,8 +46,15 @@ static void test_batched_logits_equal_single(void **state) {
         assert_int_equal(lpo_engine_extend(e1, 1, &slot, &toks[i], &lens[i], 0, single + i * V), LPO_OK);
         assert_int_equal(lpo_engine_n_past(e1, 0), lens[i]);
     }
-    /* step of 4 tokens: sequences are split across steps and share steps */
+    /* step of 4 tokens: sequences are split across steps and share steps; 1, 2 or 3 threads */
     for (int64_t step = 4; step <= 16; step += 12) {
+        for (int threads = 1; threads <= 3; threads++) {
+            lpo_engine *e3 = test_engine_threads(&s, 3, 64, step, threads);
+            assert_non_null(e3);
+            assert_int_equal(lpo_engine_extend(e3, 3, slots, toks, lens, 0, batch), LPO_OK);
+            assert_memory_equal(single, batch, 3 * (size_t)V * sizeof(float)); /* bit-identical */
+            lpo_engine_close(e3);
+        }
         lpo_engine *e3 = test_engine(&s, 3, 64, step);
         assert_non_null(e3);
         assert_int_equal(lpo_engine_extend(e3, 3, slots, toks, lens, 0, batch), LPO_OK);

@@ -120,12 +120,21 @@ static void test_mistral_swa(void **state) {
     (void)state;
     check_model("mistral_swa");
 }
+static void test_llama_linear_rope(void **state) {
+    (void)state;
+    check_model("llama_linear_rope");
+}
+static void test_qwen2_yarn_rope(void **state) {
+    (void)state;
+    check_model("qwen2_yarn_rope");
+}
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_llama_gqa_tied), cmocka_unit_test(test_llama3_rope),
-        cmocka_unit_test(test_qwen2_bias),     cmocka_unit_test(test_qwen3_qknorm),
-        cmocka_unit_test(test_mistral_swa),
+        cmocka_unit_test(test_llama_gqa_tied),  cmocka_unit_test(test_llama3_rope),
+        cmocka_unit_test(test_qwen2_bias),      cmocka_unit_test(test_qwen3_qknorm),
+        cmocka_unit_test(test_mistral_swa),     cmocka_unit_test(test_llama_linear_rope),
+        cmocka_unit_test(test_qwen2_yarn_rope),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -51,10 +51,15 @@ static inline lpo_status test_get_f32(void *ud, const char *name, int64_t numel,
     return LPO_OK;
 }
 
-static inline lpo_engine *test_engine(const lpo_model_spec *s, int max_seqs, int64_t ctx, int64_t step) {
+static inline lpo_engine *test_engine_threads(const lpo_model_spec *s, int max_seqs, int64_t ctx,
+                                              int64_t step, int threads) {
     lpo_weight_source ws = {NULL, test_get_f32};
-    lpo_engine_opts o = {"cpu", max_seqs, ctx, step, 0};
+    lpo_engine_opts o = {"cpu", max_seqs, ctx, step, threads};
     lpo_engine *e = NULL;
     if (lpo_engine_open_weights(s, &ws, &o, &e) != LPO_OK) return NULL;
     return e;
+}
+
+static inline lpo_engine *test_engine(const lpo_model_spec *s, int max_seqs, int64_t ctx, int64_t step) {
+    return test_engine_threads(s, max_seqs, ctx, step, 0);
 }

@@ -20,8 +20,12 @@ typedef struct {
     lpo_backend_init cfg;
     lpo_model_spec spec;
     lpo_arena arena;
-    int n_threads;
-    int auto_threads; /* n_threads chosen by lpo: let OpenMP use fewer when the machine is loaded */
+    int n_threads;    /* the most threads a step may use (sizes the per-thread scratch) */
+    int nt;           /* threads of the current step (<= n_threads) */
+    int auto_threads; /* infer.threads = 0: fewer threads while other work keeps the cores busy */
+    double own_load;  /* estimate of this engine's own share of the 1-minute load average */
+    uint64_t own_t_ns;
+    int last_nt, n_cpus;
     /* per op of the reference list (the op list of any step has the same ops in the same order) */
     size_t n_ops;
     char (*op_names)[48];
@@ -171,7 +175,7 @@ static void op_qk_norm(cpu_ctx *c, const lpo_op *op, const float *wq, const floa
     const int64_t hd = op->head_dim, nh = op->n_heads, nkv = op->n_kv_heads;
     const int64_t row = (nh + 2 * nkv) * hd;
     float *qkv = c->buf[LPO_BUF_QKV];
-    const int nt = c->n_threads;
+    const int nt = c->nt;
 #pragma omp parallel for schedule(static) num_threads(nt) if (op->m > 1)
     for (int64_t t = 0; t < op->m; t++) { // token t: q heads (nh, hd) then k heads (nkv, hd)
         float *r = qkv + t * row;
@@ -185,7 +189,7 @@ static void op_rope(cpu_ctx *c, const lpo_op *op) {
     const int64_t hd = op->head_dim, half = hd / 2, nh = op->n_heads, nkv = op->n_kv_heads;
     const int64_t row = (nh + 2 * nkv) * hd;
     float *qkv = c->buf[LPO_BUF_QKV];
-    const int nt = c->n_threads;
+    const int nt = c->nt;
 #pragma omp parallel for schedule(static) num_threads(nt) if (op->m > 1)
     for (int64_t t = 0; t < op->m; t++) { // token t: (nh + nkv) heads of hd
         const float *cs = c->rope_cos + c->tok_pos[t] * half, *sn = c->rope_sin + c->tok_pos[t] * half;
@@ -210,7 +214,7 @@ static void op_attention(cpu_ctx *c, const lpo_op *op, const lpo_backend_step *s
     float *att = c->buf[LPO_BUF_ATT];
     const size_t layer_off = (size_t)op->layer * (size_t)c->cfg.max_seqs * (size_t)ctx * (size_t)kvd;
     float *kc = c->kcache + layer_off, *vc = c->vcache + layer_off;
-    const int nt = c->n_threads;
+    const int nt = c->nt;
     const int64_t T = op->m;
 
     for (int64_t t = 0; t < T; t++) { // token t: k (kvd,), v (kvd,) -> cache[slot][pos]
@@ -259,7 +263,7 @@ static void op_swiglu(cpu_ctx *c, const lpo_op *op) {
     const int64_t I = op->n;
     const float *gu = c->buf[LPO_BUF_GU];
     float *a = c->buf[LPO_BUF_ACT];
-    const int nt = c->n_threads;
+    const int nt = c->nt;
 #pragma omp parallel for schedule(static) num_threads(nt) if (op->m > 1)
     for (int64_t t = 0; t < op->m; t++) {
         for (int64_t i = 0; i < I; i++) { // g, u -> g * sigmoid(g) * u
@@ -290,26 +294,38 @@ static void op_lm_head(cpu_ctx *c, const lpo_op *op, const float *E, const lpo_b
         }
         xn = rows;
     }
-    matmul(st->logits, xn, E, NULL, R, V, h, c->n_threads);
+    matmul(st->logits, xn, E, NULL, R, V, h, c->nt);
+}
+
+/* Threads for the next step. With infer.threads = 0 the step uses the cores that other work leaves free:
+ * every op ends in a barrier, and a barrier whose thread was preempted costs a scheduler time slice
+ * (decode ran 20x slower with 2 threads on 2 vCPUs when one was busy). Free cores = cores - (1-minute load
+ * average - this engine's own share of it, tracked as the same 60 s moving average of the threads it ran).
+ * Results never depend on the thread count. */
+static void pick_threads(cpu_ctx *c) {
+    c->nt = c->n_threads;
+    if (!c->auto_threads || c->n_threads <= 1) return;
+    double load[1];
+    if (getloadavg(load, 1) != 1) return;
+    const uint64_t now = lpo_now_ns();
+    if (c->own_t_ns) {
+        const double a = exp(-(double)(now - c->own_t_ns) / 60e9);
+        c->own_load = c->own_load * a + (double)c->last_nt * (1 - a);
+    }
+    c->own_t_ns = now;
+    const double others = load[0] - c->own_load;
+    int free_cores = (int)((double)c->n_cpus - (others > 0 ? others : 0) + 0.5);
+    c->nt = free_cores < 1 ? 1 : free_cores < c->n_threads ? free_cores : c->n_threads;
 }
 
 static lpo_status run_ops(cpu_ctx *c, const lpo_backend_step *st);
 
 static lpo_status cpu_forward(void *vctx, const lpo_backend_step *st) {
     cpu_ctx *c = vctx;
-#ifdef _OPENMP
-    /* With threads on auto, OpenMP's dynamic adjustment runs fewer threads than cores when the load average
-     * says the cores are busy: every op ends in a barrier, and a barrier whose thread was preempted costs a
-     * scheduler time slice (decode ran 10x slower with 2 threads on 2 busy cores). Results do not depend on
-     * the thread count. */
-    const int dyn = omp_get_dynamic();
-    if (c->auto_threads) omp_set_dynamic(1);
+    pick_threads(c);
     lpo_status r = run_ops(c, st);
-    omp_set_dynamic(dyn);
+    c->last_nt = c->nt;
     return r;
-#else
-    return run_ops(c, st);
-#endif
 }
 
 static lpo_status run_ops(cpu_ctx *c, const lpo_backend_step *st) {
@@ -344,11 +360,10 @@ static lpo_status run_ops(cpu_ctx *c, const lpo_backend_step *st) {
         switch (op->kind) {
         case LPO_OP_EMBED: op_embed(c, op, w, st->tokens); break;
         case LPO_OP_RMSNORM:
-            rmsnorm(c->buf[op->out.buf], c->buf[op->in[0].buf], w, op->m, op->n, op->eps, c->n_threads);
+            rmsnorm(c->buf[op->out.buf], c->buf[op->in[0].buf], w, op->m, op->n, op->eps, c->nt);
             break;
         case LPO_OP_LINEAR:
-            matmul(c->buf[op->out.buf], c->buf[op->in[0].buf], w, c->op_bias[i], op->m, op->n, op->k,
-                   c->n_threads);
+            matmul(c->buf[op->out.buf], c->buf[op->in[0].buf], w, c->op_bias[i], op->m, op->n, op->k, c->nt);
             break;
         case LPO_OP_QK_NORM: op_qk_norm(c, op, w, w + op->head_dim); break;
         case LPO_OP_ROPE: op_rope(c, op); break;
@@ -429,9 +444,12 @@ static lpo_status cpu_init(const lpo_backend_init *in, void **out) {
 #ifdef _OPENMP
     c->n_threads = in->n_threads > 0 ? in->n_threads : omp_get_max_threads();
     c->auto_threads = in->n_threads <= 0;
+    c->n_cpus = omp_get_num_procs();
 #else
     c->n_threads = 1;
+    c->n_cpus = 1;
 #endif
+    c->nt = c->n_threads;
     const lpo_model_spec *s = &c->spec;
     const int64_t T = in->max_step_tokens, ctx = in->max_context, S = in->max_seqs;
     const int64_t h = s->hidden_size, hd = s->head_dim, qd = s->n_heads * hd, kvd = s->n_kv_heads * hd;

@@ -64,6 +64,20 @@ TINY = {
                                           tie_word_embeddings=False, max_position_embeddings=256,
                                           rms_norm_eps=1e-5, rope_theta=10000.0, sliding_window=8,
                                           bos_token_id=1, eos_token_id=2), torch.float32),
+    "llama_linear_rope": ("LlamaConfig", dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                              num_attention_heads=4, num_key_value_heads=2, vocab_size=128,
+                                              tie_word_embeddings=True, max_position_embeddings=256,
+                                              rms_norm_eps=1e-5, rope_theta=10000.0, bos_token_id=1,
+                                              eos_token_id=2, rope_scaling=dict(rope_type="linear", factor=2.0)),
+                          torch.bfloat16),
+    "qwen2_yarn_rope": ("Qwen2Config", dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                            num_attention_heads=4, num_key_value_heads=2, vocab_size=128,
+                                            tie_word_embeddings=True, max_position_embeddings=256,
+                                            rms_norm_eps=1e-6, rope_theta=10000.0, bos_token_id=1, eos_token_id=2,
+                                            use_sliding_window=False,
+                                            rope_scaling=dict(rope_type="yarn", factor=4.0,
+                                                              original_max_position_embeddings=64)),
+                        torch.bfloat16),
 }
 
 # Published chat templates (as in each model's tokenizer_config.json), rendered by transformers below.
