@@ -44,7 +44,8 @@ lint:
 	@LPO_LINT_DEPS=1 scripts/setup-deps.sh
 	@clang-format --dry-run -Werror $(SOURCES)
 	@cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability --inline-suppr \
-	  --suppress=missingIncludeSystem -I include -I src --std=c11 $(filter %.c,$(SOURCES))
+	  --suppress=missingIncludeSystem --include=/usr/include/cjson/cJSON.h -I include -I src --std=c11 \
+	  -j $(JOBS) $(filter %.c,$(SOURCES))
 	@echo "lint: clean"
 
 format:

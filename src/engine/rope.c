@@ -63,7 +63,8 @@ lpo_status lpo_rope_inv_freq(const lpo_model_spec *s, float *inv_freq, float *at
         if (high > (double)(dim - 1)) high = (double)(dim - 1);
         if (low == high) high += 0.001;
         for (int64_t i = 0; i < half; i++) {
-            const float pos_freq = powf((float)base, (float)(2 * i) / (float)dim); /* base ** (2i / dim), f32 */
+            const float pos_freq =
+                powf((float)base, (float)(2 * i) / (float)dim); /* base ** (2i / dim), f32 */
             const float extrap = 1.0f / pos_freq, interp = 1.0f / ((float)factor * pos_freq);
             float ramp = (float)(((double)i - low) / (high - low));
             ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;

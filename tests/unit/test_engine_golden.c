@@ -46,7 +46,10 @@ static void load_fixture(const char *name, fixture *fx) {
     snprintf(path, sizeof path, "%s/tests/golden/engine/%s/logits.bin", LPO_SOURCE_DIR, name);
     assert_int_equal(lpo_read_file(path, &text, &len), LPO_OK);
     assert_int_equal(len, fx->n_ids * (size_t)fx->vocab * sizeof(float));
-    fx->logits = (float *)text;
+    fx->logits = malloc(len); /* the file is little-endian f32 [T, vocab] */
+    assert_non_null(fx->logits);
+    memcpy(fx->logits, text, len);
+    free(text);
 }
 
 static lpo_engine *open_engine(const char *name, lpo_model **m, int64_t step_tokens) {

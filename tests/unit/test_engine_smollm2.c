@@ -1,7 +1,7 @@
 /* SmolLM2-135M-Instruct (Q4_1 GGUF, dequantized to f32) against HF transformers loading the same GGUF:
  * greedy 32-token continuations of 5 prompts (tests/golden/engine/smollm2/fixture.json) as one batch of 5,
- * two of them also one sequence at a time, and the tokenizer's ids for the prompts. Skips (exit 77) without the GGUF
- * (scripts/fetch-model.sh puts it in models/). */
+ * two of them also one sequence at a time, and the tokenizer's ids for the prompts. Skips (exit 77) without
+ * the GGUF (scripts/fetch-model.sh puts it in models/). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

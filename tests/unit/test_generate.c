@@ -63,8 +63,12 @@ static void test_logits_cli(void **state) {
     assert_int_equal(lpo_read_file(out, &mine, &n1), LPO_OK);
     assert_int_equal(lpo_read_file(FIX "/logits.bin", &ref, &n2), LPO_OK);
     assert_int_equal(n1, n2);
-    const float *a = (const float *)mine, *b = (const float *)ref;
-    for (size_t i = 0; i < n1 / 4; i++) assert_true(fabs((double)a[i] - b[i]) <= 1e-4 * fx.max_abs);
+    for (size_t i = 0; i < n1 / 4; i++) {
+        float a, b; /* little-endian f32 [T, vocab] */
+        memcpy(&a, mine + 4 * i, 4);
+        memcpy(&b, ref + 4 * i, 4);
+        assert_true(fabs((double)a - b) <= 1e-4 * fx.max_abs);
+    }
     free(mine);
     free(ref);
     /* the same ids from a file, JSON-array style */
