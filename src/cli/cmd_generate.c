@@ -87,6 +87,7 @@ static lpo_status run_single(lpo_engine *e, const gen_ctx *g, const int32_t *ids
             print_ids(stdout, q.ids, q.n_ids);
         else
             fputc('\n', stdout);
+        fflush(stdout); /* the completion ends before the statistics line on stderr */
         /* weight bytes one decode step reads (from the op list, f32 as the CPU backend holds them): the
          * rate they stream at says how close decode is to the memory bandwidth */
         lpo_oplist l = {0};
