@@ -59,6 +59,17 @@ void lpo_sb_puts(lpo_strbuf *sb, const char *s);
 void lpo_sb_printf(lpo_strbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void lpo_sb_free(lpo_strbuf *sb);
 
+/* ---- UTF-8 ------------------------------------------------------------------------------------------------
+ */
+/* Byte length of the character at s (n bytes left) when it is valid UTF-8: shortest form, not a
+ * surrogate, at most U+10FFFF, not cut off by n; 0 when invalid (or n == 0). *cp (may be NULL) gets the
+ * code point on success. */
+size_t lpo_utf8_decode(const char *s, size_t n, uint32_t *cp);
+/* Offset of the first invalid byte in s, or n when all n bytes are valid UTF-8. */
+size_t lpo_utf8_valid_prefix(const char *s, size_t n);
+/* 1 when the n bytes at s are valid UTF-8 (as lpo_utf8_decode defines it), else 0. */
+int lpo_utf8_valid(const char *s, size_t n);
+
 /* ---- suggestions ----------------------------------------------------------------------------------------
  */
 /* Levenshtein distance between a and b. */

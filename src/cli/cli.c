@@ -185,6 +185,17 @@ int lpo_cli_fail(const char *command, lpo_status st) {
     return lpo_status_exit_code(st);
 }
 
+int lpo_cli_begin(const lpo_cli_spec *spec, int argc, char **argv, lpo_cli_args *args) {
+    lpo_status st = lpo_cli_parse(spec, argc, argv, args);
+    if (st != LPO_OK) return lpo_cli_fail(spec->command, st);
+    if (args->help) {
+        lpo_cli_print_usage(spec, stdout);
+        lpo_cli_args_free(args);
+        return LPO_EXIT_OK;
+    }
+    return -1;
+}
+
 static char *command_line;
 
 void lpo_cli_set_command_line(int argc, char **argv) {

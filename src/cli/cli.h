@@ -7,6 +7,7 @@
 #include <stddef.h>
 
 #include "lpo/config.h"
+#include "lpo/model.h"
 #include "lpo/status.h"
 
 typedef struct {
@@ -60,6 +61,10 @@ const char *lpo_cli_param_value(const lpo_cli_args *a, const char *name);
 void lpo_cli_print_usage(const lpo_cli_spec *spec, FILE *f);
 /* Prints "lpo <command>: error: <last error>" to stderr and returns the exit code for st. */
 int lpo_cli_fail(const char *command, lpo_status st);
+/* The prologue of every command: parses argv into *args; on a parse error prints it (lpo_cli_fail) and
+ * returns its exit code; on --help prints the usage to stdout, frees *args and returns LPO_EXIT_OK.
+ * Returns -1 when the command should go on (then the caller frees *args with lpo_cli_args_free). */
+int lpo_cli_begin(const lpo_cli_spec *spec, int argc, char **argv, lpo_cli_args *args);
 /* The full command line as one shell-quoted string (for cmd.txt); set once by main(). */
 void lpo_cli_set_command_line(int argc, char **argv);
 const char *lpo_cli_command_line(void);
@@ -67,3 +72,7 @@ const char *lpo_cli_command_line(void);
  * lpo_cfg_compose); runtime.command = command and runtime.cwd = the working directory, so templates can
  * use ${runtime.command}. Errors: as lpo_cfg_compose (print with lpo_cli_fail; exit 2 for config errors). */
 lpo_status lpo_cli_compose(const lpo_cli_args *a, const char *command, lpo_node **cfg);
+/* Opens the model of a composed config for an engine run: checks the backend first (backend=cuda in a
+ * CPU-only build fails before any weights are read), then opens cfg's `model` node (LPO_E_CONFIG when
+ * the config has none). */
+lpo_status lpo_cli_open_model(const lpo_node *cfg, const char *backend, lpo_model **m);

@@ -189,16 +189,12 @@ static void print_json(const lpo_model *m, const lpo_param_summary *p, const kv_
 
 int lpo_cmd_analyze(int argc, char **argv) {
     lpo_cli_args args;
-    lpo_status st = lpo_cli_parse(&spec, argc, argv, &args);
-    if (st != LPO_OK) return lpo_cli_fail("analyze", st);
-    if (args.help) {
-        lpo_cli_print_usage(&spec, stdout);
-        lpo_cli_args_free(&args);
-        return LPO_EXIT_OK;
-    }
+    int rc = lpo_cli_begin(&spec, argc, argv, &args);
+    if (rc >= 0) return rc;
+    lpo_status st = LPO_OK;
     lpo_node *cfg = NULL;
     lpo_model *m = NULL;
-    int rc = LPO_EXIT_OK;
+    rc = LPO_EXIT_OK;
     st = lpo_cli_compose(&args, "analyze", &cfg);
     if (st == LPO_OK) st = lpo_model_open(lpo_node_child(cfg, "model"), &m);
     kv_info kv = {0};

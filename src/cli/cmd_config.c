@@ -120,17 +120,12 @@ int lpo_cmd_config(int argc, char **argv) {
         }
     }
     lpo_cli_args args;
-    lpo_status st = lpo_cli_parse(&spec, argc, argv, &args);
-    if (st) return lpo_cli_fail("config", st);
-    int rc;
-    if (args.help) {
-        lpo_cli_print_usage(&spec, stdout);
-        rc = LPO_EXIT_OK;
-    } else if (!strcmp(sub, "groups")) {
+    int rc = lpo_cli_begin(&spec, argc, argv, &args);
+    if (rc >= 0) return rc;
+    if (!strcmp(sub, "groups"))
         rc = groups(&args);
-    } else {
+    else
         rc = show(&args);
-    }
     lpo_cli_args_free(&args);
     return rc;
 }

@@ -25,17 +25,13 @@ static const lpo_cli_spec spec = {
 
 int lpo_cmd_env(int argc, char **argv) {
     lpo_cli_args args;
-    lpo_status st = lpo_cli_parse(&spec, argc, argv, &args);
-    if (st) return lpo_cli_fail("env", st);
-    if (args.help) {
-        lpo_cli_print_usage(&spec, stdout);
-        lpo_cli_args_free(&args);
-        return LPO_EXIT_OK;
-    }
+    int rc = lpo_cli_begin(&spec, argc, argv, &args);
+    if (rc >= 0) return rc;
+    lpo_status st = LPO_OK;
     lpo_env_info *e = malloc(sizeof *e);
     if (!e) return lpo_cli_fail("env", lpo_errorf(LPO_E_NOMEM, "out of memory"));
     lpo_env_collect(e, lpo_cli_flag_value(&args, "no-check") == NULL);
-    int rc = LPO_EXIT_OK;
+    rc = LPO_EXIT_OK;
     if (lpo_cli_flag_value(&args, "json")) {
         lpo_json j;
         lpo_json_init_file(&j, stdout, 1);

@@ -192,13 +192,9 @@ static lpo_status run_dataset(lpo_engine *e, const gen_ctx *g, const lpo_node *c
 
 int lpo_cmd_generate(int argc, char **argv) {
     lpo_cli_args args;
-    lpo_status st = lpo_cli_parse(&spec, argc, argv, &args);
-    if (st) return lpo_cli_fail("generate", st);
-    if (args.help) {
-        lpo_cli_print_usage(&spec, stdout);
-        lpo_cli_args_free(&args);
-        return LPO_EXIT_OK;
-    }
+    int rc = lpo_cli_begin(&spec, argc, argv, &args);
+    if (rc >= 0) return rc;
+    lpo_status st = LPO_OK;
     lpo_node *cfg = NULL;
     lpo_model *m = NULL;
     lpo_engine *e = NULL;
@@ -216,14 +212,7 @@ int lpo_cmd_generate(int argc, char **argv) {
     if ((st = lpo_cli_compose(&args, "generate", &cfg)) != LPO_OK) goto done;
     if ((st = lpo_infer_config_read(cfg, &ic)) != LPO_OK) goto done;
     if (tokens && (st = lpo_parse_token_list(tokens, &ids, &n_ids)) != LPO_OK) goto done;
-    const lpo_backend_iface *be;
-    if ((st = lpo_backend_find(ic.backend, &be)) != LPO_OK) goto done;
-    const lpo_node *mcfg = lpo_node_at(cfg, "model");
-    if (!mcfg) {
-        st = lpo_errorf(LPO_E_CONFIG, "no model in the config (give model=NAME)");
-        goto done;
-    }
-    if ((st = lpo_model_open(mcfg, &m)) != LPO_OK) goto done;
+    if ((st = lpo_cli_open_model(cfg, ic.backend, &m)) != LPO_OK) goto done;
     g.ic = &ic;
     g.spec = lpo_model_get_spec(m);
     if (!tokens && (st = lpo_tokenizer_for_model(m, &g.tok)) != LPO_OK) goto done;

@@ -29,13 +29,9 @@ static const lpo_cli_spec spec = {
 
 int lpo_cmd_logits(int argc, char **argv) {
     lpo_cli_args args;
-    lpo_status st = lpo_cli_parse(&spec, argc, argv, &args);
-    if (st) return lpo_cli_fail("logits", st);
-    if (args.help) {
-        lpo_cli_print_usage(&spec, stdout);
-        lpo_cli_args_free(&args);
-        return LPO_EXIT_OK;
-    }
+    int rc = lpo_cli_begin(&spec, argc, argv, &args);
+    if (rc >= 0) return rc;
+    lpo_status st = LPO_OK;
     lpo_node *cfg = NULL;
     lpo_model *m = NULL;
     lpo_engine *e = NULL;
@@ -67,15 +63,7 @@ int lpo_cmd_logits(int argc, char **argv) {
         if (tfile) lpo_error_context(st, "%s", tfile);
         goto done;
     }
-    /* the backend first: backend=cuda fails before any weights are read */
-    const lpo_backend_iface *be;
-    if ((st = lpo_backend_find(ic.backend, &be)) != LPO_OK) goto done;
-    const lpo_node *mcfg = lpo_node_at(cfg, "model");
-    if (!mcfg) {
-        st = lpo_errorf(LPO_E_CONFIG, "no model in the config (give model=NAME)");
-        goto done;
-    }
-    if ((st = lpo_model_open(mcfg, &m)) != LPO_OK) goto done;
+    if ((st = lpo_cli_open_model(cfg, ic.backend, &m)) != LPO_OK) goto done;
     if (prompt) {
         if ((st = lpo_tokenizer_for_model(m, &tok)) != LPO_OK) goto done;
         if ((st = lpo_tokenizer_encode(tok, prompt, strlen(prompt), 1, &ids, &n_ids)) != LPO_OK) goto done;

@@ -117,17 +117,14 @@ static int bench(const lpo_tokenizer *t, const char *text, size_t len, int bos) 
 
 int lpo_cmd_tokenize(int argc, char **argv) {
     lpo_cli_args args;
-    lpo_status st = lpo_cli_parse(&spec, argc, argv, &args);
-    if (st) return lpo_cli_fail("tokenize", st);
-    if (args.help) {
-        lpo_cli_print_usage(&spec, stdout);
-        lpo_cli_args_free(&args);
-        return LPO_EXIT_OK;
-    }
+    int rc = lpo_cli_begin(&spec, argc, argv, &args);
+    if (rc >= 0) return rc;
+    lpo_status st = LPO_OK;
     const char *path = lpo_cli_param_value(&args, "tokenizer"), *text = lpo_cli_param_value(&args, "text"),
                *file = lpo_cli_param_value(&args, "file"), *ids_s = lpo_cli_param_value(&args, "ids"),
                *bos_s = lpo_cli_param_value(&args, "bos");
-    int bos = 0, rc = LPO_EXIT_OK;
+    int bos = 0;
+    rc = LPO_EXIT_OK;
     lpo_tokenizer *t = NULL;
     char *data = NULL;
     int32_t *ids = NULL;

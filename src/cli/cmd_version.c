@@ -33,13 +33,9 @@ static void arch_list(const char *archs, char *out, size_t n) {
 
 int lpo_cmd_version(int argc, char **argv) {
     lpo_cli_args args;
-    lpo_status st = lpo_cli_parse(&spec, argc, argv, &args);
-    if (st) return lpo_cli_fail("version", st);
-    if (args.help) {
-        lpo_cli_print_usage(&spec, stdout);
-        lpo_cli_args_free(&args);
-        return LPO_EXIT_OK;
-    }
+    int rc = lpo_cli_begin(&spec, argc, argv, &args);
+    if (rc >= 0) return rc;
+    lpo_status st = LPO_OK;
     const lpo_build_info *b = lpo_build();
     char archs[256];
     arch_list(b->cuda_archs, archs, sizeof archs);

@@ -219,35 +219,6 @@ lpo_status lpo_cfg_bool_or(const lpo_node *root, const char *path, int def, int 
     return get_bool(root, path, 1, def, out);
 }
 
-/* ---- UTF-8 ------------------------------------------------------------------------------------------- */
-int lpo__utf8_valid(const char *str) {
-    const unsigned char *s = (const unsigned char *)str;
-    // one code point per step
-    while (*s) {
-        unsigned c = *s, cp, min;
-        size_t len;
-        if (c < 0x80) {
-            s++;
-            continue;
-        }
-        if ((c & 0xe0) == 0xc0)
-            len = 2, cp = c & 0x1f, min = 0x80;
-        else if ((c & 0xf0) == 0xe0)
-            len = 3, cp = c & 0x0f, min = 0x800;
-        else if ((c & 0xf8) == 0xf0)
-            len = 4, cp = c & 0x07, min = 0x10000;
-        else
-            return 0;
-        for (size_t i = 1; i < len; i++) {
-            if ((s[i] & 0xc0) != 0x80) return 0;
-            cp = (cp << 6) | (s[i] & 0x3f);
-        }
-        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-        s += len;
-    }
-    return 1;
-}
-
 /* ---- dotted paths (suggestions)
  * ---------------------------------------------------------------------------- */
 static void collect_paths(const lpo_node *n, lpo_strbuf *prefix, char ***paths, size_t *np, size_t *cap) {

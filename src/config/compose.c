@@ -295,6 +295,43 @@ static lpo_node *mount(lpo_node *content, const char *package, const char *origi
     return r;
 }
 
+static lpo_status load_option(const search_path *sp, const char *group, const char *option,
+                              const char *context, int depth, int mounted, lpo_node **out);
+
+/* Merges a defaults list in order into a new map (*out, with origin `origin`): each entry's option, loaded
+ * by load_option at `depth` (`mounted` as there), and `self` where _self_ stands, or last when the list
+ * has no _self_. Consumes self; *out is NULL on error. */
+static lpo_status merge_defaults(const search_path *sp, const dflt_list *dl, int depth, int mounted,
+                                 lpo_node *self, const char *origin, lpo_node **out) {
+    lpo_status st = LPO_OK;
+    lpo_node *res = lpo_node_new(LPO_NODE_MAP, NULL, NULL);
+    lpo__node_set_origin(res, origin);
+    int self_done = 0;
+    // each defaults entry in order: an option (same-group base, or group option at its package), or _self_
+    for (size_t i = 0; i < dl->n && !st; i++) {
+        if (!dl->v[i].group) {
+            lpo__merge(res, self);
+            self = NULL;
+            self_done = 1;
+        } else if (dl->v[i].option) {
+            lpo_node *opt;
+            st = load_option(sp, dl->v[i].group, dl->v[i].option, dl->v[i].origin, depth, mounted, &opt);
+            if (!st) lpo__merge(res, opt);
+        }
+    }
+    if (!self_done && !st) {
+        lpo__merge(res, self);
+        self = NULL;
+    }
+    lpo_node_free(self);
+    if (st) {
+        lpo_node_free(res);
+        res = NULL;
+    }
+    *out = res;
+    return st;
+}
+
 /* Loads option `option` of `group` with its own defaults list, mounted at its package. */
 static lpo_status load_option(const search_path *sp, const char *group, const char *option,
                               const char *context, int depth, int mounted, lpo_node **out) {
@@ -326,29 +363,10 @@ static lpo_status load_option(const search_path *sp, const char *group, const ch
         free(pkg);
         return st;
     }
-    lpo_node *res = lpo_node_new(LPO_NODE_MAP, NULL, NULL);
-    lpo__node_set_origin(res, cfg->origin);
-    int self_done = 0;
-    // each defaults entry of the option: same-group bases, then _self_
-    for (size_t i = 0; i < dl.n && !st; i++) {
-        if (!dl.v[i].group) {
-            lpo__merge(res, cfg);
-            cfg = NULL;
-            self_done = 1;
-        } else if (dl.v[i].option) {
-            lpo_node *base;
-            st = load_option(sp, group, dl.v[i].option, dl.v[i].origin, depth + 1, 1, &base);
-            if (!st) lpo__merge(res, base);
-        }
-    }
-    if (!self_done && !st) {
-        lpo__merge(res, cfg);
-        cfg = NULL;
-    }
-    lpo_node_free(cfg);
+    lpo_node *res;
+    st = merge_defaults(sp, &dl, depth + 1, 1, cfg, cfg->origin, &res); /* same-group bases and _self_ */
     dl_free(&dl);
     if (st) {
-        lpo_node_free(res);
         free(pkg);
         return st;
     }
@@ -383,7 +401,8 @@ typedef struct {
 static lpo_status parse_override(const char *text, override *o) {
     memset(o, 0, sizeof *o);
     o->text = text;
-    if (!lpo__utf8_valid(text)) return lpo_errorf(LPO_E_USAGE, "override '%s' is not valid UTF-8", text);
+    if (!lpo_utf8_valid(text, strlen(text)))
+        return lpo_errorf(LPO_E_USAGE, "override '%s' is not valid UTF-8", text);
     const char *p = text;
     if (p[0] == '+' && p[1] == '+')
         o->kind = OV_FORCE, p += 2;
@@ -684,26 +703,9 @@ lpo_status lpo_cfg_compose(const lpo_cfg_opts *opts, size_t n_overrides, const c
         if (ovs[i].group) st = apply_group_override(&sp, &dl, &ovs[i]);
     }
     lpo_node *cfg = NULL;
-    if (!st) {
-        cfg = lpo_node_new(LPO_NODE_MAP, NULL, NULL);
-        lpo__node_set_origin(cfg, path);
-        int self_done = 0;
-        // each defaults entry in order: a group option mounted at its package, or _self_
-        for (size_t i = 0; i < dl.n && !st; i++) {
-            if (!dl.v[i].group) {
-                lpo__merge(cfg, primary);
-                primary = NULL;
-                self_done = 1;
-            } else if (dl.v[i].option) {
-                lpo_node *g;
-                st = load_option(&sp, dl.v[i].group, dl.v[i].option, dl.v[i].origin, 0, 0, &g);
-                if (!st) lpo__merge(cfg, g);
-            }
-        }
-        if (!self_done && !st) {
-            lpo__merge(cfg, primary);
-            primary = NULL;
-        }
+    if (!st) { /* group options mounted at their packages, and _self_ */
+        st = merge_defaults(&sp, &dl, 0, 0, primary, path, &cfg);
+        primary = NULL;
     }
     if (!st) set_runtime(cfg, opts, &dl);
     // key overrides, in command-line order

@@ -19,7 +19,5 @@ lpo_status lpo__resolve(lpo_node *root);
 /* Collects the dotted paths of every node of the tree (for suggestions); free with lpo__paths_free. */
 void lpo__paths(const lpo_node *root, char ***paths, size_t *n);
 void lpo__paths_free(char **paths, size_t n);
-/* 1 when s is valid UTF-8 (no overlongs, surrogates or code points past U+10FFFF). */
-int lpo__utf8_valid(const char *s);
 /* "Y-m-d..." formatted with the one timestamp of this process (all ${now:} agree). */
 void lpo__now_format(const char *fmt, char *out, size_t n);

@@ -100,7 +100,7 @@ static lpo_status eval(rctx *c, const lpo_node *at, char *body, lpo_node **out) 
         if (comma) *comma = 0;
         char *var = trim(arg);
         const char *v = getenv(var);
-        if (v && !lpo__utf8_valid(v))
+        if (v && !lpo_utf8_valid(v, strlen(v)))
             return lpo_errorf(LPO_E_CONFIG, "%s: environment variable %s (in '%s') is not valid UTF-8",
                               where(at), var, at->key ? at->key : "");
         if (v) {

@@ -83,6 +83,14 @@ static void add_w(lpo_op *op, int layer, const char *suffix, int ndim, int64_t d
     t->dtype = dt;
 }
 
+/* Adds a bias vector of n elements ("model.layers.<layer>.<suffix>") after the weights; counts it in n_bias.
+ */
+static void add_bias(lpo_op *op, int layer, const char *suffix, int64_t n, lpo_dtype dt) {
+    if (!op) return;
+    add_w(op, layer, suffix, 1, n, 0, dt);
+    op->n_bias++;
+}
+
 static lpo_op *linear(builder *b, int layer, const char *opname, lpo_buf in, lpo_buf out, int64_t T,
                       int64_t k, int64_t n) {
     lpo_op *op = push(b, LPO_OP_LINEAR, layer, opname, layer);
@@ -107,6 +115,19 @@ static lpo_op *rmsnorm(builder *b, int layer, const char *opname, const char *w,
     op->m = T;
     op->n = n;
     op->eps = eps;
+    return op;
+}
+
+/* An attention-side op over the fused QKV rows [T, (nh + 2 nkv) hd]: reads QKV first, carries the heads. */
+static lpo_op *heads_op(builder *b, lpo_op_kind kind, int layer, const char *opname, int64_t T, int64_t nh,
+                        int64_t nkv, int64_t hd) {
+    lpo_op *op = push(b, kind, layer, opname, layer);
+    if (!op) return NULL;
+    add_in(op, act2(LPO_BUF_QKV, T, (nh + 2 * nkv) * hd, b->l->opts.act_dtype));
+    op->m = T;
+    op->n_heads = nh;
+    op->n_kv_heads = nkv;
+    op->head_dim = hd;
     return op;
 }
 
@@ -188,63 +209,41 @@ lpo_status lpo_oplist_build(const lpo_model_spec *s, const lpo_step *step, const
         add_w(op, l, "self_attn.q_proj.weight", 2, qd, h, wdt);
         add_w(op, l, "self_attn.k_proj.weight", 2, kvd, h, wdt);
         add_w(op, l, "self_attn.v_proj.weight", 2, kvd, h, wdt);
-        if (s->qkv_bias && op) {
-            add_w(op, l, "self_attn.q_proj.bias", 1, qd, 0, wdt);
-            add_w(op, l, "self_attn.k_proj.bias", 1, kvd, 0, wdt);
-            add_w(op, l, "self_attn.v_proj.bias", 1, kvd, 0, wdt);
-            op->n_bias = 3;
+        if (s->qkv_bias) {
+            add_bias(op, l, "self_attn.q_proj.bias", qd, wdt);
+            add_bias(op, l, "self_attn.k_proj.bias", kvd, wdt);
+            add_bias(op, l, "self_attn.v_proj.bias", kvd, wdt);
         }
         if (s->qk_norm) {
-            op = push(&b, LPO_OP_QK_NORM, l, "layers.%d.attn.qk_norm", l);
+            op = heads_op(&b, LPO_OP_QK_NORM, l, "layers.%d.attn.qk_norm", T, nh, nkv, hd);
             if (op) {
-                add_in(op, act2(LPO_BUF_QKV, T, qd + 2 * kvd, a));
                 op->out = op->in[0];
                 add_w(op, l, "self_attn.q_norm.weight", 1, hd, 0, wdt);
                 add_w(op, l, "self_attn.k_norm.weight", 1, hd, 0, wdt);
-                op->m = T;
-                op->n_heads = nh;
-                op->n_kv_heads = nkv;
-                op->head_dim = hd;
                 op->eps = s->norm_eps;
             }
         }
-        op = push(&b, LPO_OP_ROPE, l, "layers.%d.attn.rope", l);
+        op = heads_op(&b, LPO_OP_ROPE, l, "layers.%d.attn.rope", T, nh, nkv, hd);
+        if (op) op->out = op->in[0];
+        op = heads_op(&b, LPO_OP_ATTENTION, l, "layers.%d.attn.sdpa", T, nh, nkv, hd);
         if (op) {
-            add_in(op, act2(LPO_BUF_QKV, T, qd + 2 * kvd, a));
-            op->out = op->in[0];
-            op->m = T;
-            op->n_heads = nh;
-            op->n_kv_heads = nkv;
-            op->head_dim = hd;
-        }
-        op = push(&b, LPO_OP_ATTENTION, l, "layers.%d.attn.sdpa", l);
-        if (op) {
-            add_in(op, act2(LPO_BUF_QKV, T, qd + 2 * kvd, a));
             add_in(op, act2(LPO_BUF_KV, kv_rows, 2 * kvd, out->opts.kv_dtype));
             op->out = act2(LPO_BUF_ATT, T, qd, a);
-            op->m = T;
-            op->n_heads = nh;
-            op->n_kv_heads = nkv;
-            op->head_dim = hd;
             op->attn_pairs = pairs;
             op->kv_rows = kv_rows;
         }
         op = linear(&b, l, "layers.%d.attn.o", LPO_BUF_ATT, LPO_BUF_TMP, T, qd, h);
         add_w(op, l, "self_attn.o_proj.weight", 2, h, qd, wdt);
-        if (s->o_bias && op) {
-            add_w(op, l, "self_attn.o_proj.bias", 1, h, 0, wdt);
-            op->n_bias = 1;
-        }
+        if (s->o_bias) add_bias(op, l, "self_attn.o_proj.bias", h, wdt);
         residual(&b, l, "layers.%d.attn.residual", T, h);
         rmsnorm(&b, l, "layers.%d.mlp_norm", "post_attention_layernorm.weight", LPO_BUF_X, LPO_BUF_XN, T, h,
                 s->norm_eps);
         op = linear(&b, l, "layers.%d.mlp.gate_up", LPO_BUF_XN, LPO_BUF_GU, T, h, 2 * I);
         add_w(op, l, "mlp.gate_proj.weight", 2, I, h, wdt);
         add_w(op, l, "mlp.up_proj.weight", 2, I, h, wdt);
-        if (s->mlp_bias && op) {
-            add_w(op, l, "mlp.gate_proj.bias", 1, I, 0, wdt);
-            add_w(op, l, "mlp.up_proj.bias", 1, I, 0, wdt);
-            op->n_bias = 2;
+        if (s->mlp_bias) {
+            add_bias(op, l, "mlp.gate_proj.bias", I, wdt);
+            add_bias(op, l, "mlp.up_proj.bias", I, wdt);
         }
         op = push(&b, LPO_OP_SWIGLU, l, "layers.%d.mlp.act", l);
         if (op) {
@@ -255,10 +254,7 @@ lpo_status lpo_oplist_build(const lpo_model_spec *s, const lpo_step *step, const
         }
         op = linear(&b, l, "layers.%d.mlp.down", LPO_BUF_ACT, LPO_BUF_TMP, T, I, h);
         add_w(op, l, "mlp.down_proj.weight", 2, h, I, wdt);
-        if (s->mlp_bias && op) {
-            add_w(op, l, "mlp.down_proj.bias", 1, h, 0, wdt);
-            op->n_bias = 1;
-        }
+        if (s->mlp_bias) add_bias(op, l, "mlp.down_proj.bias", h, wdt);
         residual(&b, l, "layers.%d.mlp.residual", T, h);
     }
     rmsnorm(&b, -1, "final_norm", "model.norm.weight", LPO_BUF_X, LPO_BUF_XN, T, h, s->norm_eps);

@@ -8,17 +8,26 @@
 #include "model/model_internal.h"
 #include "model/safetensors.h"
 
+/* Reads and parses a JSON file; *root is NULL when the text is not JSON (errors: reading the file). */
+static lpo_status read_json(const char *path, cJSON **root) {
+    char *text;
+    size_t len;
+    *root = NULL;
+    lpo_status st = lpo_read_file(path, &text, &len);
+    if (st != LPO_OK) return st;
+    *root = cJSON_ParseWithLength(text, len);
+    free(text);
+    return LPO_OK;
+}
+
 /* generation_config.json: its eos_token_id (int or list) and bos_token_id override config.json's. */
 static lpo_status apply_generation_config(const char *dir, lpo_model_spec *s) {
     char p[4096];
     snprintf(p, sizeof p, "%s/generation_config.json", dir);
     if (!lpo_path_exists(p)) return LPO_OK;
-    char *text;
-    size_t len;
-    lpo_status st = lpo_read_file(p, &text, &len);
+    cJSON *root;
+    lpo_status st = read_json(p, &root);
     if (st != LPO_OK) return st;
-    cJSON *root = cJSON_ParseWithLength(text, len);
-    free(text);
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return lpo_errorf(LPO_E_PARSE, "%s: not a valid JSON object", p);
@@ -72,12 +81,9 @@ static lpo_status add_shard(lpo_model *m, const char *file) {
 }
 
 static lpo_status load_index(lpo_model *m, const char *dir, const char *index_path) {
-    char *text;
-    size_t len;
-    lpo_status st = lpo_read_file(index_path, &text, &len);
+    cJSON *root;
+    lpo_status st = read_json(index_path, &root);
     if (st != LPO_OK) return st;
-    cJSON *root = cJSON_ParseWithLength(text, len);
-    free(text);
     const cJSON *wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
     if (!cJSON_IsObject(wm)) {
         cJSON_Delete(root);

@@ -8,31 +8,6 @@
 #include "lpo/report.h"
 
 /* ---- escaping --------------------------------------------------------------------------------------- */
-/* Length of the valid UTF-8 sequence at s (n bytes left), or 0 when invalid. */
-static size_t utf8_len(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    size_t len;
-    unsigned min, cp;
-    if (c < 0x80) return 1;
-    if ((c & 0xe0) == 0xc0)
-        len = 2, cp = c & 0x1f, min = 0x80;
-    else if ((c & 0xf0) == 0xe0)
-        len = 3, cp = c & 0x0f, min = 0x800;
-    else if ((c & 0xf8) == 0xf0)
-        len = 4, cp = c & 0x07, min = 0x10000;
-    else
-        return 0;
-    if (len > n) return 0;
-    // continuation bytes 10xxxxxx
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80) return 0;
-        cp = (cp << 6) | (s[i] & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-        return 0; /* overlong, range, surrogate */
-    return len;
-}
-
 void lpo_json_escape(lpo_strbuf *out, const char *str, size_t n) {
     const unsigned char *s = (const unsigned char *)str;
     lpo_sb_puts(out, "\"");
@@ -76,7 +51,7 @@ void lpo_json_escape(lpo_strbuf *out, const char *str, size_t n) {
             i++;
             continue;
         }
-        size_t l = utf8_len(s + i, n - i);
+        size_t l = lpo_utf8_decode(str + i, n - i, NULL);
         if (l == 0) {
             lpo_sb_puts(out, "\xef\xbf\xbd"); /* U+FFFD for each invalid byte */
             i++;

@@ -69,22 +69,6 @@ static void replace_into(lpo_strbuf *out, const char *s, size_t n, const char *a
     lpo_sb_append(out, s + last, n - last);
 }
 
-static int byte_piece(const char *s, size_t n, uint8_t *v) {
-    if (n != 6 || memcmp(s, "<0x", 3) != 0 || s[5] != '>') return 0;
-    int x = 0;
-    for (int i = 3; i < 5; i++) {
-        char c = s[i];
-        int d = c >= '0' && c <= '9'   ? c - '0'
-                : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                                       : -1;
-        if (d < 0) return 0;
-        x = x * 16 + d;
-    }
-    *v = (uint8_t)x;
-    return 1;
-}
-
 /* One decoder step: in -> out (out reset first). */
 static int dec_step(const tok_dec *d, const str_list *in, str_list *out) {
     list_reset(out);
@@ -111,14 +95,14 @@ static int dec_step(const tok_dec *d, const str_list *in, str_list *out) {
         lpo_strbuf bytes = {0};
         for (size_t i = 0; i <= in->n; i++) {
             uint8_t v;
-            if (i < in->n && byte_piece(list_str(in, i), in->len[i], &v)) {
+            if (i < in->n && tok_byte_piece(list_str(in, i), in->len[i], &v)) {
                 if (!run) run_start = i;
                 run++;
                 lpo_sb_append(&bytes, (const char *)&v, 1);
                 continue;
             }
             if (run) {
-                if (tok_utf8_validate(bytes.buf, bytes.len) == bytes.len) {
+                if (lpo_utf8_valid(bytes.buf, bytes.len)) {
                     if (!list_push(out, bytes.buf, bytes.len)) return 0;
                 } else
                     for (size_t k = 0; k < run; k++)

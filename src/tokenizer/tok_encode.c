@@ -569,7 +569,7 @@ lpo_status lpo_tokenizer_encode(const lpo_tokenizer *t, const char *text, size_t
     *n_ids = 0;
     if (!text && len) return lpo_errorf(LPO_E_INVALID, "lpo_tokenizer_encode: text is NULL");
     if (!text) text = "";
-    size_t bad = tok_utf8_validate(text, len);
+    size_t bad = lpo_utf8_valid_prefix(text, len);
     if (bad != len)
         return lpo_errorf(LPO_E_INVALID, "text is not valid UTF-8 (byte 0x%02X at offset %zu)",
                           (unsigned char)text[bad], bad);

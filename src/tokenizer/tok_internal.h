@@ -156,10 +156,10 @@ static inline size_t tok_utf8_len(unsigned char c) {
 }
 /* Decodes one character (no validation: call on valid UTF-8); returns its length. */
 size_t tok_utf8_decode(const unsigned char *s, size_t n, uint32_t *cp);
+/* A SentencePiece byte piece "<0xNN>" (hex, either case): 1 and *val = NN, else 0. */
+int tok_byte_piece(const char *s, size_t n, uint8_t *val);
 /* Unicode White_Space (what Rust's char::is_whitespace and regex \s accept). */
 int tok_is_white_space(uint32_t c);
-/* Offset of the first invalid byte, or n when s is valid UTF-8. */
-size_t tok_utf8_validate(const char *s, size_t n);
 /* Appends s with invalid sequences replaced by U+FFFD (maximal subparts, like Rust from_utf8_lossy). */
 void tok_utf8_lossy(lpo_strbuf *out, const char *s, size_t n);
 /* Length of the valid prefix sequence starting at s (0 when s[0] cannot start one); *complete is set

@@ -129,7 +129,7 @@ size_t tok_utf8_decode(const unsigned char *s, size_t n, uint32_t *cp) {
     return l;
 }
 
-static int is_byte_piece(const char *s, size_t n, uint8_t *val) {
+int tok_byte_piece(const char *s, size_t n, uint8_t *val) {
     if (n != 6 || memcmp(s, "<0x", 3) != 0 || s[5] != '>') return 0;
     int v = 0;
     for (int i = 3; i < 5; i++) {
@@ -148,7 +148,7 @@ static int is_byte_piece(const char *s, size_t n, uint8_t *val) {
 lpo_status tok_set_token(lpo_tokenizer *t, int32_t id, const char *s, size_t n, int added) {
     lpo_status st = tok_reserve_ids(t, id);
     if (st) return st;
-    if (tok_utf8_validate(s, n) != n)
+    if (!lpo_utf8_valid(s, n))
         return lpo_errorf(LPO_E_FORMAT, "%s: token %d is not valid UTF-8", t->origin, (int)id);
     uint8_t f = t->flags[id];
     if ((f & TF_PRESENT) && t->stored[id].len == n && memcmp(t->pool + t->stored[id].off, s, n) == 0) {
@@ -160,7 +160,7 @@ lpo_status tok_set_token(lpo_tokenizer *t, int32_t id, const char *s, size_t n, 
     t->raw[id] = t->stored[id];
     t->flags[id] = (uint8_t)(TF_PRESENT | (added ? TF_ADDED : TF_MODEL));
     uint8_t bv;
-    if (t->kind == TOK_SPM && !added && is_byte_piece(s, n, &bv)) {
+    if (t->kind == TOK_SPM && !added && tok_byte_piece(s, n, &bv)) {
         t->flags[id] |= TF_BYTE;
         t->byte_of[id] = bv;
         return tok_pool_add(t, (const char *)&bv, 1, &t->raw[id]);
@@ -421,22 +421,6 @@ size_t tok_utf8_prefix(const unsigned char *s, size_t n, int *complete) {
     }
     *complete = i == need;
     return i;
-}
-
-size_t tok_utf8_validate(const char *s, size_t n) {
-    const unsigned char *u = (const unsigned char *)s;
-    size_t i = 0;
-    while (i < n) {
-        if (u[i] < 0x80) {
-            i++;
-            continue;
-        }
-        int complete;
-        size_t l = tok_utf8_prefix(u + i, n - i, &complete);
-        if (!complete) return i;
-        i += l;
-    }
-    return n;
 }
 
 void tok_utf8_lossy(lpo_strbuf *out, const char *s, size_t n) {

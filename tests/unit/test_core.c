@@ -1,4 +1,5 @@
-/* Unit tests for src/core: status table, error messages, suggestions, string buffer, arena, files. */
+/* Unit tests for src/core: status table, error messages, suggestions, string buffer, arena, files,
+ * UTF-8 decoding. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -92,11 +93,56 @@ static void test_files(void **state) {
     free(dir);
 }
 
+static void test_utf8(void **state) {
+    (void)state;
+    uint32_t cp = 0;
+    /* valid: ASCII (NUL included), 2-, 3- and 4-byte forms, the range ends */
+    assert_int_equal(lpo_utf8_decode("A", 1, &cp), 1);
+    assert_int_equal(cp, 0x41);
+    assert_int_equal(lpo_utf8_decode("\0", 1, &cp), 1);
+    assert_int_equal(cp, 0);
+    assert_int_equal(lpo_utf8_decode("\xc3\xa9", 2, &cp), 2); /* é */
+    assert_int_equal(cp, 0xe9);
+    assert_int_equal(lpo_utf8_decode("\xe2\x82\xac", 3, &cp), 3); /* € */
+    assert_int_equal(cp, 0x20ac);
+    assert_int_equal(lpo_utf8_decode("\xf0\x9f\x98\x80", 4, &cp), 4); /* U+1F600 emoji */
+    assert_int_equal(cp, 0x1f600);
+    assert_int_equal(lpo_utf8_decode("\xf4\x8f\xbf\xbf", 4, &cp), 4); /* U+10FFFF */
+    assert_int_equal(cp, 0x10ffff);
+    assert_int_equal(lpo_utf8_decode("\xc2\x80", 2, NULL), 2); /* cp may be NULL */
+    /* invalid: *cp is left alone */
+    cp = 7;
+    assert_int_equal(lpo_utf8_decode("", 0, &cp), 0);                     /* nothing left */
+    assert_int_equal(lpo_utf8_decode("\xc0\xaf", 2, &cp), 0);             /* overlong '/' */
+    assert_int_equal(lpo_utf8_decode("\xe0\x80\xaf", 3, &cp), 0);         /* overlong, 3 bytes */
+    assert_int_equal(lpo_utf8_decode("\xf0\x80\x80\xaf", 4, &cp), 0);     /* overlong, 4 bytes */
+    assert_int_equal(lpo_utf8_decode("\xed\xa0\x80", 3, &cp), 0);         /* U+D800 surrogate */
+    assert_int_equal(lpo_utf8_decode("\xed\xbf\xbf", 3, &cp), 0);         /* U+DFFF surrogate */
+    assert_int_equal(lpo_utf8_decode("\xf4\x90\x80\x80", 4, &cp), 0);     /* U+110000 */
+    assert_int_equal(lpo_utf8_decode("\xf8\x88\x80\x80\x80", 5, &cp), 0); /* 5-byte form */
+    assert_int_equal(lpo_utf8_decode("\x80", 1, &cp), 0);                 /* lone continuation */
+    assert_int_equal(lpo_utf8_decode("\xff", 1, &cp), 0);
+    assert_int_equal(lpo_utf8_decode("\xf0\x9f\x98\x80", 3, &cp), 0); /* truncated by n */
+    assert_int_equal(lpo_utf8_decode("\xe2\x82", 2, &cp), 0);
+    assert_int_equal(lpo_utf8_decode("\xe2\x28\xa1", 3, &cp), 0); /* bad continuation */
+    assert_int_equal(cp, 7);
+    /* whole strings */
+    const char *ok = "h\xc3\xa9llo \xf0\x9f\x98\x80!";
+    assert_int_equal(lpo_utf8_valid(ok, strlen(ok)), 1);
+    assert_int_equal(lpo_utf8_valid("", 0), 1);
+    assert_int_equal(lpo_utf8_valid_prefix(ok, strlen(ok)), strlen(ok));
+    assert_int_equal(lpo_utf8_valid("ab\xed\xa0\x80", 5), 0);
+    assert_int_equal(lpo_utf8_valid_prefix("ab\xed\xa0\x80", 5), 2);
+    assert_int_equal(lpo_utf8_valid_prefix("abc\xf0\x9f\x98", 6), 3); /* cut-off emoji at the end */
+    assert_int_equal(lpo_utf8_valid("a\0b", 3), 1);                   /* NUL is a character */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_status_table), cmocka_unit_test(test_error_messages),
         cmocka_unit_test(test_suggest),      cmocka_unit_test(test_strbuf),
         cmocka_unit_test(test_arena),        cmocka_unit_test(test_files),
+        cmocka_unit_test(test_utf8),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
