@@ -38,15 +38,28 @@ lpo_status lpo_infer_config_read(const lpo_node *cfg, lpo_infer_config *c) {
     TRY(lpo_cfg_int_or(cfg, "infer.prefill_chunk", 512, &c->prefill_chunk));
     TRY(lpo_cfg_int_or(cfg, "infer.threads", 0, &c->threads));
 #undef TRY
-    if (c->gen.max_new_tokens < 0 || temp < 0 || top_k < 0 || !(top_p > 0 && top_p <= 1) || !(rp > 0) ||
-        c->batch_size < 1 || c->batch_size > 256 || c->max_context < 0 || c->prefill_chunk < 1 ||
-        c->threads < 0) {
-        st = lpo_errorf(
-            LPO_E_CONFIG,
-            "infer: out of range (need max_new_tokens >= 0, temperature >= 0, top_k >= 0, 0 < top_p "
-            "<= 1, repetition_penalty > 0, 1 <= batch_size <= 256, max_context >= 0 (0/null = model), "
-            "prefill_chunk >= 1, threads >= 0)");
-        goto fail;
+    /* the first value out of its range, named with the rule it breaks */
+    const struct {
+        int bad;
+        const char *key, *rule;
+        double value;
+    } checks[] = {
+        {c->gen.max_new_tokens < 0, "max_new_tokens", ">= 0", (double)c->gen.max_new_tokens},
+        {temp < 0, "temperature", ">= 0", temp},
+        {top_k < 0, "top_k", ">= 0", (double)top_k},
+        {!(top_p > 0 && top_p <= 1), "top_p", "in (0, 1]", top_p},
+        {!(rp > 0), "repetition_penalty", "> 0", rp},
+        {c->batch_size < 1 || c->batch_size > 256, "batch_size", "in [1, 256]", (double)c->batch_size},
+        {c->max_context < 0, "max_context", ">= 0 (0 or null = the model's)", (double)c->max_context},
+        {c->prefill_chunk < 1, "prefill_chunk", ">= 1", (double)c->prefill_chunk},
+        {c->threads < 0, "threads", ">= 0 (0 = automatic)", (double)c->threads},
+    };
+    for (size_t i = 0; i < sizeof checks / sizeof checks[0]; i++) {
+        if (checks[i].bad) {
+            st = lpo_errorf(LPO_E_CONFIG, "infer.%s = %g is out of range: it must be %s", checks[i].key,
+                            checks[i].value, checks[i].rule);
+            goto fail;
+        }
     }
     c->gen.sampling = (lpo_sampling){temp, top_k, top_p, rp, (uint64_t)seed};
     const lpo_node *stop = lpo_node_at(cfg, "infer.stop");

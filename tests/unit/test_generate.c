@@ -134,6 +134,9 @@ static void test_errors(void **state) {
                 "CUDA backend not yet available");
     expect_fail("generate model=tiny tokens=1,2 backend=cpux", 2, "did you mean 'cpu'");
     expect_fail("generate model=tiny tokens=1,2 infer.top_p=0", 2, "top_p");
+    expect_fail("generate model=tiny tokens=1,2 infer.max_new_tokens=-5", 2,
+                "infer.max_new_tokens = -5 is out of range");
+    expect_fail("generate model=tiny tokens=1,2 infer.batch_size=0", 2, "infer.batch_size = 0");
     char path[4200], cmd[8800];
     char *dir = lpo_test_tmpdir();
     snprintf(path, sizeof path, "%s/bad.jsonl", dir);
