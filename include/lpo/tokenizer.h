@@ -54,3 +54,8 @@ const char *lpo_tokenizer_token_str(const lpo_tokenizer *t, int32_t id);
 int lpo_tokenizer_is_special(const lpo_tokenizer *t, int32_t id);
 /* "byte-level-bpe", "sentencepiece-bpe" or "byte-fallback". */
 const char *lpo_tokenizer_kind(const lpo_tokenizer *t);
+/* The model's Jinja chat template text as shipped (never rendered: lpo's templates are C, src/engine/chat.c),
+ * or NULL when absent. From chat_template.jinja beside tokenizer.json, else tokenizer_config.json's
+ * "chat_template" (a string, or the entry named "default" of a list), else the GGUF key
+ * tokenizer.chat_template. */
+const char *lpo_tokenizer_chat_template(const lpo_tokenizer *t);

@@ -50,7 +50,7 @@ static lpo_status encode_prompt(const gen_ctx *g, const char *text, int32_t **id
         lpo_strbuf sb = {0};
         const char *sys = g->ic->system_set ? (g->ic->system[0] ? g->ic->system : NULL)
                                             : lpo_chat_default_system(g->chat, g->spec);
-        lpo_chat_render(g->chat, sys, text, &sb);
+        lpo_chat_render(g->chat, sys, text, g->ic->chat_date, &sb);
         st = lpo_tokenizer_encode(g->tok, sb.buf, sb.len, 0, ids, n);
         lpo_sb_free(&sb);
     } else {

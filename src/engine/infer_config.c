@@ -31,6 +31,7 @@ lpo_status lpo_infer_config_read(const lpo_node *cfg, lpo_infer_config *c) {
     TRY(lpo_cfg_bool_or(cfg, "infer.ignore_eos", 0, &c->gen.ignore_eos));
     TRY(lpo_cfg_bool_or(cfg, "infer.chat", 0, &c->chat));
     TRY(lpo_cfg_str_or(cfg, "infer.chat_template", "auto", &c->chat_template));
+    TRY(lpo_cfg_str_or(cfg, "infer.chat_date", NULL, &c->chat_date));
     TRY(lpo_cfg_str_or(cfg, "infer.system", NULL, &c->system));
     c->system_set = c->system != NULL;
     TRY(lpo_cfg_int_or(cfg, "infer.batch_size", 1, &c->batch_size));

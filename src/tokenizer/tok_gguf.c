@@ -305,6 +305,9 @@ lpo_status lpo_tokenizer_from_gguf(const lpo_gguf *g, lpo_tokenizer **out) {
     }
     st = load(t, g, model);
     free(model);
+    const lpo_gguf_kv *ct = lpo_gguf_find(g, "tokenizer.chat_template");
+    if (!st && ct && ct->type == LPO_GGUF_STRING) /* the chat template text (absent / not a string: none) */
+        st = lpo_gguf_get_str(g, "tokenizer.chat_template", &t->chat_template);
     if (st) {
         lpo_tokenizer_free(t);
         return st;

@@ -124,6 +124,7 @@ struct lpo_tokenizer {
     int32_t *prefix_ids, *suffix_ids; /* TemplateProcessing "single": specials before/after $A */
     size_t n_prefix, n_suffix;
     int32_t bos_id, eos_id;
+    char *chat_template; /* malloc'd Jinja text, NULL when none (see lpo_tokenizer_chat_template) */
 };
 
 /* ---- shared helpers ----------------------------------------------------------------------------------- */

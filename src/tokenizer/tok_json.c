@@ -573,6 +573,19 @@ lpo_status tok_apply_hf_config(lpo_tokenizer *t, const char *json, size_t len) {
                 t->eos_id = id;
         }
     }
+    /* chat_template: the text, or [{"name": ..., "template": ...}] of which HF uses "default" */
+    const cJSON *ct = jget(root, "chat_template"), *item;
+    const char *tmpl = cJSON_IsString(ct) ? ct->valuestring : NULL;
+    if (cJSON_IsArray(ct)) {
+        cJSON_ArrayForEach(item, ct) {
+            const char *name = jstr(item, "name");
+            if (name && !strcmp(name, "default")) tmpl = jstr(item, "template");
+        }
+    }
+    if (tmpl) {
+        free(t->chat_template);
+        t->chat_template = lpo_strdup(tmpl);
+    }
     cJSON_Delete(root);
     return LPO_OK;
 }

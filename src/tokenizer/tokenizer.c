@@ -11,7 +11,8 @@ static int ends_with(const char *s, const char *suffix) {
     return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
-/* Reads bos/eos from a tokenizer_config.json beside tokenizer.json (strings or {"content": ...}). */
+/* Reads bos/eos (strings or {"content": ...}) and chat_template from a tokenizer_config.json beside
+ * tokenizer.json. */
 lpo_status tok_apply_hf_config(lpo_tokenizer *t, const char *json, size_t len);
 
 lpo_status lpo_tokenizer_open(const char *path, lpo_tokenizer **out) {
@@ -52,12 +53,18 @@ lpo_status lpo_tokenizer_open(const char *path, lpo_tokenizer **out) {
     st = lpo_tokenizer_from_json(data, len, file, out);
     free(data);
     if (st) return st;
-    /* tokenizer_config.json names bos/eos when the post-processor does not */
+    /* tokenizer_config.json names bos/eos when the post-processor does not, and holds the chat template */
     char cfg[4096];
     lpo_path_join(cfg, sizeof cfg, dir, "tokenizer_config.json");
     if (lpo_path_exists(cfg) && lpo_read_file(cfg, &data, &len) == LPO_OK) {
         tok_apply_hf_config(*out, data, len);
         free(data);
+    }
+    /* a chat_template.jinja file takes priority over the config's entry, as in transformers */
+    lpo_path_join(cfg, sizeof cfg, dir, "chat_template.jinja");
+    if (lpo_path_exists(cfg) && lpo_read_file(cfg, &data, &len) == LPO_OK) {
+        free((*out)->chat_template);
+        (*out)->chat_template = data;
     }
     return LPO_OK;
 }
@@ -129,6 +136,7 @@ void lpo_tokenizer_free(lpo_tokenizer *t) {
     free(t->byte_of);
     free(t->pool);
     free(t->origin);
+    free(t->chat_template);
     free(t);
 }
 
@@ -154,6 +162,10 @@ const char *lpo_tokenizer_token_str(const lpo_tokenizer *t, int32_t id) {
 
 int lpo_tokenizer_is_special(const lpo_tokenizer *t, int32_t id) {
     return id >= 0 && id < t->n_vocab && (t->flags[id] & TF_SPECIAL) != 0;
+}
+
+const char *lpo_tokenizer_chat_template(const lpo_tokenizer *t) {
+    return t->chat_template;
 }
 
 const char *lpo_tokenizer_kind(const lpo_tokenizer *t) {

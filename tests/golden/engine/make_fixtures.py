@@ -5,7 +5,8 @@ Writes, under tests/golden/engine/:
   <name>/model.safetensors, config.json, generation_config.json   tiny random-weight models
   <name>/fixture.json   input ids, greedy continuation ids (EOS ignored), logits file name, max |logit|
   <name>/logits.bin     float32 little-endian logits [T, vocab] of one forward pass over the input ids
-  chat.json             chat prompts rendered by transformers' apply_chat_template (one user turn)
+  chat.json             chat prompts rendered by transformers' apply_chat_template (one user turn, for the
+                        Llama-3.x families also with a system message and a date)
   smollm2/fixture.json  SmolLM2-135M-Instruct Q4_1 GGUF: 5 prompts, their ids, 32 greedy tokens each
                         (only when the GGUF is found: --gguf PATH, $LPO_SMOLLM2_GGUF or models/)
 
@@ -18,9 +19,11 @@ requires accelerate to load GGUF files). The greedy references are plain argmax 
 (what lpo does with infer.ignore_eos=true); generate()'s min_new_tokens would mask EOS instead.
 
 Usage: python3 tests/golden/engine/make_fixtures.py [--gguf path/to/SmolLM2-135M-Instruct.Q4_1.gguf]
-                                                    [--only name,name]
+                                                    [--only name,name]   (names: the tiny models,
+                                                    smollm2, chat = chat.json alone)
 """
 import argparse
+import datetime
 import json
 import os
 import struct
@@ -92,6 +95,121 @@ QWEN2_TEMPLATE = (
     "{{ '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}{% endif %}"
     "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+
+# Llama-3.1-8B-Instruct's template (also Llama-3.3-70B-Instruct's), as in meta-llama's tokenizer_config.json.
+# The Hub could not be reached and no installed package ships it: the text is reproduced from a public
+# verbatim copy of that chat_template (equal character for character; the partial copies seen agree).
+LLAMA31_TEMPLATE = (
+    "{{- bos_token }}\n{%- if custom_tools is defined %}\n    {%- set tools = custom_tools %}\n{%- endif %}\n"
+    "{%- if not tools_in_user_message is defined %}\n    {%- set tools_in_user_message = true %}\n{%- endif %}\n"
+    "{%- if not date_string is defined %}\n    {%- set date_string = \"26 Jul 2024\" %}\n{%- endif %}\n"
+    "{%- if not tools is defined %}\n    {%- set tools = none %}\n{%- endif %}\n\n"
+    "{#- This block extracts the system message, so we can slot it into the right place. #}\n"
+    "{%- if messages[0]['role'] == 'system' %}\n    {%- set system_message = messages[0]['content']|trim %}\n"
+    "    {%- set messages = messages[1:] %}\n{%- else %}\n    {%- set system_message = \"\" %}\n{%- endif %}\n\n"
+    "{#- System message + builtin tools #}\n{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}\n"
+    "{%- if builtin_tools is defined or tools is not none %}\n    {{- \"Environment: ipython\\n\" }}\n{%- endif %}\n"
+    "{%- if builtin_tools is defined %}\n"
+    "    {{- \"Tools: \" + builtin_tools | reject('equalto', 'code_interpreter') | join(\", \") + \"\\n\\n\"}}\n"
+    "{%- endif %}\n{{- \"Cutting Knowledge Date: December 2023\\n\" }}\n"
+    "{{- \"Today Date: \" + date_string + \"\\n\\n\" }}\n"
+    "{%- if tools is not none and not tools_in_user_message %}\n"
+    "    {{- \"You have access to the following functions. To call a function, please respond with JSON for a "
+    "function call.\" }}\n"
+    "    {{- 'Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and its "
+    "value}.' }}\n"
+    "    {{- \"Do not use variables.\\n\\n\" }}\n    {%- for t in tools %}\n        {{- t | tojson(indent=4) }}\n"
+    "        {{- \"\\n\\n\" }}\n    {%- endfor %}\n{%- endif %}\n{{- system_message }}\n{{- \"<|eot_id|>\" }}\n\n"
+    "{#- Custom tools are passed in a user message with some extra guidance #}\n"
+    "{%- if tools_in_user_message and not tools is none %}\n"
+    "    {#- Extract the first user message so we can plug it in here #}\n    {%- if messages | length != 0 %}\n"
+    "        {%- set first_user_message = messages[0]['content']|trim %}\n        {%- set messages = messages[1:] %}\n"
+    "    {%- else %}\n"
+    "        {{- raise_exception(\"Cannot put tools in the first user message when there's no first user message!\") }}\n"
+    "{%- endif %}\n    {{- '<|start_header_id|>user<|end_header_id|>\\n\\n' -}}\n"
+    "    {{- \"Given the following functions, please respond with a JSON for a function call \" }}\n"
+    "    {{- \"with its proper arguments that best answers the given prompt.\\n\\n\" }}\n"
+    "    {{- 'Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and its "
+    "value}.' }}\n"
+    "    {{- \"Do not use variables.\\n\\n\" }}\n    {%- for t in tools %}\n        {{- t | tojson(indent=4) }}\n"
+    "        {{- \"\\n\\n\" }}\n    {%- endfor %}\n    {{- first_user_message + \"<|eot_id|>\"}}\n{%- endif %}\n\n"
+    "{%- for message in messages %}\n"
+    "    {%- if not (message.role == 'ipython' or message.role == 'tool' or 'tool_calls' in message) %}\n"
+    "        {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + "
+    "'<|eot_id|>' }}\n"
+    "    {%- elif 'tool_calls' in message %}\n        {%- if not message.tool_calls|length == 1 %}\n"
+    "            {{- raise_exception(\"This model only supports single tool-calls at once!\") }}\n        {%- endif %}\n"
+    "        {%- set tool_call = message.tool_calls[0].function %}\n"
+    "        {%- if builtin_tools is defined and tool_call.name in builtin_tools %}\n"
+    "            {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' -}}\n"
+    "            {{- \"<|python_tag|>\" + tool_call.name + \".call(\" }}\n"
+    "            {%- for arg_name, arg_val in tool_call.arguments | items %}\n"
+    "                {{- arg_name + '=\"' + arg_val + '\"' }}\n                {%- if not loop.last %}\n"
+    "                    {{- \", \" }}\n                {%- endif %}\n                {%- endfor %}\n"
+    "            {{- \")\" }}\n        {%- else  %}\n"
+    "            {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' -}}\n"
+    "            {{- '{\"name\": \"' + tool_call.name + '\", ' }}\n            {{- '\"parameters\": ' }}\n"
+    "            {{- tool_call.arguments | tojson }}\n            {{- \"}\" }}\n        {%- endif %}\n"
+    "        {%- if builtin_tools is defined %}\n            {#- This means we're in ipython mode #}\n"
+    "            {{- \"<|eom_id|>\" }}\n        {%- else %}\n            {{- \"<|eot_id|>\" }}\n        {%- endif %}\n"
+    "    {%- elif message.role == \"tool\" or message.role == \"ipython\" %}\n"
+    "        {{- \"<|start_header_id|>ipython<|end_header_id|>\\n\\n\" }}\n"
+    "        {%- if message.content is mapping or message.content is iterable %}\n"
+    "            {{- message.content | tojson }}\n        {%- else %}\n            {{- message.content }}\n"
+    "        {%- endif %}\n        {{- \"<|eot_id|>\" }}\n    {%- endif %}\n{%- endfor %}\n"
+    "{%- if add_generation_prompt %}\n    {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}\n{%- endif %}\n")
+# Llama-3.2-1B/3B-Instruct's template (the same text as unsloth/Llama-3.2-3B-Instruct at revision
+# 006f5dcd1393c3add266de40994ba96225e9689d, a copy of meta-llama's): the date defaults to today through
+# strftime_now when the renderer defines it (transformers does), no builtin_tools, no <|eom_id|>.
+LLAMA32_TEMPLATE = (
+    "{{- bos_token }}\n{%- if custom_tools is defined %}\n    {%- set tools = custom_tools %}\n{%- endif %}\n"
+    "{%- if not tools_in_user_message is defined %}\n    {%- set tools_in_user_message = true %}\n{%- endif %}\n"
+    "{%- if not date_string is defined %}\n    {%- if strftime_now is defined %}\n"
+    "        {%- set date_string = strftime_now(\"%d %b %Y\") %}\n    {%- else %}\n"
+    "        {%- set date_string = \"26 Jul 2024\" %}\n    {%- endif %}\n{%- endif %}\n"
+    "{%- if not tools is defined %}\n    {%- set tools = none %}\n{%- endif %}\n\n"
+    "{#- This block extracts the system message, so we can slot it into the right place. #}\n"
+    "{%- if messages[0]['role'] == 'system' %}\n    {%- set system_message = messages[0]['content']|trim %}\n"
+    "    {%- set messages = messages[1:] %}\n{%- else %}\n    {%- set system_message = \"\" %}\n{%- endif %}\n\n"
+    "{#- System message #}\n{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}\n"
+    "{%- if tools is not none %}\n    {{- \"Environment: ipython\\n\" }}\n{%- endif %}\n"
+    "{{- \"Cutting Knowledge Date: December 2023\\n\" }}\n{{- \"Today Date: \" + date_string + \"\\n\\n\" }}\n"
+    "{%- if tools is not none and not tools_in_user_message %}\n"
+    "    {{- \"You have access to the following functions. To call a function, please respond with JSON for a "
+    "function call.\" }}\n"
+    "    {{- 'Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and its "
+    "value}.' }}\n"
+    "    {{- \"Do not use variables.\\n\\n\" }}\n    {%- for t in tools %}\n        {{- t | tojson(indent=4) }}\n"
+    "        {{- \"\\n\\n\" }}\n    {%- endfor %}\n{%- endif %}\n{{- system_message }}\n{{- \"<|eot_id|>\" }}\n\n"
+    "{#- Custom tools are passed in a user message with some extra guidance #}\n"
+    "{%- if tools_in_user_message and not tools is none %}\n"
+    "    {#- Extract the first user message so we can plug it in here #}\n    {%- if messages | length != 0 %}\n"
+    "        {%- set first_user_message = messages[0]['content']|trim %}\n        {%- set messages = messages[1:] %}\n"
+    "    {%- else %}\n"
+    "        {{- raise_exception(\"Cannot put tools in the first user message when there's no first user message!\") }}\n"
+    "{%- endif %}\n    {{- '<|start_header_id|>user<|end_header_id|>\\n\\n' -}}\n"
+    "    {{- \"Given the following functions, please respond with a JSON for a function call \" }}\n"
+    "    {{- \"with its proper arguments that best answers the given prompt.\\n\\n\" }}\n"
+    "    {{- 'Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and its "
+    "value}.' }}\n"
+    "    {{- \"Do not use variables.\\n\\n\" }}\n    {%- for t in tools %}\n        {{- t | tojson(indent=4) }}\n"
+    "        {{- \"\\n\\n\" }}\n    {%- endfor %}\n    {{- first_user_message + \"<|eot_id|>\"}}\n{%- endif %}\n\n"
+    "{%- for message in messages %}\n"
+    "    {%- if not (message.role == 'ipython' or message.role == 'tool' or 'tool_calls' in message) %}\n"
+    "        {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + "
+    "'<|eot_id|>' }}\n"
+    "    {%- elif 'tool_calls' in message %}\n        {%- if not message.tool_calls|length == 1 %}\n"
+    "            {{- raise_exception(\"This model only supports single tool-calls at once!\") }}\n        {%- endif %}\n"
+    "        {%- set tool_call = message.tool_calls[0].function %}\n"
+    "        {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' -}}\n"
+    "        {{- '{\"name\": \"' + tool_call.name + '\", ' }}\n        {{- '\"parameters\": ' }}\n"
+    "        {{- tool_call.arguments | tojson }}\n        {{- \"}\" }}\n        {{- \"<|eot_id|>\" }}\n"
+    "    {%- elif message.role == \"tool\" or message.role == \"ipython\" %}\n"
+    "        {{- \"<|start_header_id|>ipython<|end_header_id|>\\n\\n\" }}\n"
+    "        {%- if message.content is mapping or message.content is iterable %}\n"
+    "            {{- message.content | tojson }}\n        {%- else %}\n            {{- message.content }}\n"
+    "        {%- endif %}\n        {{- \"<|eot_id|>\" }}\n    {%- endif %}\n{%- endfor %}\n"
+    "{%- if add_generation_prompt %}\n    {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}\n{%- endif %}\n")
 
 SMOL_PROMPTS = [
     "The capital of France is",
@@ -180,14 +298,43 @@ def find_gguf(arg):
 
 
 def make_chat(tok):
-    users = ["Hello!", "  What is 2+2?\n", "Write a haiku about the sea."]
+    """One user turn (+ an optional system message) with the generation prompt, as apply_chat_template renders
+    it. Llama-3.1/3.2 cases name their date: "date" null = the template's own default (3.1: 26 Jul 2024); 3.2's
+    default is today (strftime_now), which cannot be stored, so its cases pass date_string and the script
+    checks that leaving it out gives today's date in "%d %b %Y"."""
+    users = ["Hello!", "  What is 2+2?\n", "Write a haiku about the sea.",
+             "\u00a0\u3000Unicode spaces\u2009\x1f\x85"]  # Jinja's trim is Python's str.strip()
     cases = []
+
+    def render(template, user, system=None, **kw):
+        msgs = ([{"role": "system", "content": system}] if system is not None else [])
+        msgs.append({"role": "user", "content": user})
+        if template:
+            kw["chat_template"] = template
+        return tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False,
+                                       bos_token="<|begin_of_text|>", **kw)
+
     for family, template in (("llama3", LLAMA3_TEMPLATE), ("qwen2", QWEN2_TEMPLATE), ("smollm2", None)):
+        for u in users[:3]:
+            cases.append({"family": family, "user": u, "text": render(template, u)})
+    cases.append({"family": "llama3", "user": users[3], "text": render(LLAMA3_TEMPLATE, users[3])})
+    dated = [(None, None), ("You are a pirate.", None), ("  Be brief.\n", "01 Jan 2025"), ("", None),
+             (None, "09 Mar 2026")]
+    for family, template in (("llama3.1", LLAMA31_TEMPLATE), ("llama3.2", LLAMA32_TEMPLATE)):
         for u in users:
-            kw = {"chat_template": template} if template else {}
-            text = tok.apply_chat_template([{"role": "user", "content": u}], add_generation_prompt=True,
-                                           tokenize=False, bos_token="<|begin_of_text|>", **kw)
-            cases.append({"family": family, "user": u, "text": text})
+            for system, date in dated:
+                if family == "llama3.2" and date is None:
+                    date = "26 Jul 2024"  # fixed: the template's default would be today
+                kw = {"date_string": date} if date else {}
+                case = {"family": family, "user": u, "system": system, "date": date,
+                        "text": render(template, u, system, **kw)}
+                cases.append(case)
+        # the 3.2 default: strftime_now("%d %b %Y"), today's date where transformers renders it
+        today = datetime.datetime.now().strftime("%d %b %Y")
+        if family == "llama3.2":
+            assert render(template, "Hi") == render(template, "Hi", date_string=today), "3.2 default date"
+        else:
+            assert render(template, "Hi") == render(template, "Hi", date_string="26 Jul 2024"), "3.1 default"
     with open(os.path.join(HERE, "chat.json"), "w") as f:
         json.dump(cases, f, indent=1)
     print(f"chat.json: {len(cases)} cases")
@@ -224,6 +371,9 @@ def main():
     if gguf and (only is None or "smollm2" in only):
         tok = make_smollm2(gguf)
         make_chat(tok)
+    elif gguf and "chat" in only:  # chat.json alone: only the GGUF's tokenizer is needed
+        d, fname = os.path.split(gguf)
+        make_chat(AutoTokenizer.from_pretrained(d, gguf_file=fname))
     elif not gguf:
         print("SmolLM2 GGUF not found: smollm2/ and chat.json not regenerated (pass --gguf)", file=sys.stderr)
 
