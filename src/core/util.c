@@ -226,12 +226,20 @@ size_t lpo_edit_distance(const char *a, const char *b) {
     return d;
 }
 
+static size_t common_prefix(const char *a, const char *b) {
+    size_t n = 0;
+    while (a[n] && a[n] == b[n]) n++;
+    return n;
+}
+
 const char *lpo_suggest(const char *word, const char *const *candidates, size_t n) {
+    /* Closest by edit distance; ties go to the longer common prefix (llama3-8b -> llama3.1-8b, not
+     * llama2-7b), then to the earlier candidate. */
     const char *best = NULL;
-    size_t best_d = (size_t)-1;
+    size_t best_d = (size_t)-1, best_p = 0;
     for (size_t i = 0; i < n; i++) {
-        size_t d = lpo_edit_distance(word, candidates[i]);
-        if (d < best_d) best_d = d, best = candidates[i];
+        size_t d = lpo_edit_distance(word, candidates[i]), p = common_prefix(word, candidates[i]);
+        if (d < best_d || (d == best_d && p > best_p)) best_d = d, best_p = p, best = candidates[i];
     }
     size_t len = strlen(word);
     size_t limit = len <= 3 ? 1 : len <= 6 ? 2 : 3 + len / 8;

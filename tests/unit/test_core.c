@@ -40,6 +40,9 @@ static void test_suggest(void **state) {
     assert_string_equal(lpo_suggest("max_new_token", c, 4), "max_new_tokens");
     assert_string_equal(lpo_suggest("temprature", c, 4), "temperature");
     assert_null(lpo_suggest("completely_different", c, 4));
+    /* equal distance: the longer common prefix wins */
+    const char *models[] = {"llama2-7b", "llama3.1-8b", "llama3.2-1b"};
+    assert_string_equal(lpo_suggest("llama3-8b", models, 3), "llama3.1-8b");
 }
 
 static void test_strbuf(void **state) {
