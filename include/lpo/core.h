@@ -20,7 +20,8 @@ void lpo_log(lpo_log_level lvl, const char *fmt, ...) __attribute__((format(prin
 /* ---- files ------------------------------------------------------------------------------------------ */
 /* Reads a whole file into a malloc'd, NUL-terminated buffer (*len excludes the NUL). */
 lpo_status lpo_read_file(const char *path, char **data, size_t *len);
-/* Writes len bytes to path (truncating), atomically via path.tmp + rename. */
+/* Writes len bytes to path (truncating), atomically via path.tmp + rename; an existing device or FIFO
+ * (/dev/null, /dev/stdout, a pipe) is written in place instead. A directory is an error. */
 lpo_status lpo_write_file(const char *path, const void *data, size_t len);
 
 /* A read-only memory map of a whole file. Zero-length files map to data == NULL, size == 0. */
@@ -38,6 +39,12 @@ int lpo_is_dir(const char *path);
 lpo_status lpo_mkdirs(const char *path);
 /* Joins a and b with one '/' into out (size n); returns out. */
 char *lpo_path_join(char *out, size_t n, const char *a, const char *b);
+
+/* ---- memory ------------------------------------------------------------------------------------------- */
+/* Call before a large allocation: LPO_OK when `bytes` (a double, so that an overflowing product stays
+ * comparable) fits in the memory this host has available now (MemAvailable, else physical memory; no
+ * limit when unknown); else LPO_E_NOMEM "<what>: needs X GiB but this machine has Y GiB ...". */
+lpo_status lpo_mem_check(double bytes, const char *what);
 
 /* ---- arena: one block, bump allocation, freed at once ----------------------------------------------- */
 typedef struct {

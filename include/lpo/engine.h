@@ -207,12 +207,16 @@ lpo_status lpo_backend_find(const char *name, const lpo_backend_iface **out);
 /* ---- engine ------------------------------------------------------------------------------------------ */
 typedef struct lpo_engine lpo_engine;
 
+/* The most CPU threads an engine accepts (infer.threads): OpenMP runtimes fail far above core counts. */
+#define LPO_ENGINE_MAX_THREADS 1024
+
 typedef struct {
-    const char *backend;     /* "cpu" | "cuda" | "auto"; NULL = "cpu" */
-    int max_seqs;            /* KV slots (batch size); 0 = 1 */
-    int64_t max_context;     /* positions per slot; 0 = min(spec max_positions, 4096) */
-    int64_t max_step_tokens; /* prefill chunk (tokens per forward); 0 = min(512, max_context * max_seqs) */
-    int n_threads;           /* 0 = OpenMP default */
+    const char *backend; /* "cpu" | "cuda" | "auto"; NULL = "cpu" */
+    int max_seqs;        /* KV slots (batch size); 0 = 1 */
+    int64_t max_context; /* positions per slot; 0 = min(spec max_positions, 4096) */
+    int64_t
+        max_step_tokens; /* prefill chunk (tokens per forward); 0 = 512; capped at max_context * max_seqs */
+    int n_threads;       /* 0 = OpenMP default; at most LPO_ENGINE_MAX_THREADS */
 } lpo_engine_opts;
 
 /* Opens an engine over a loaded model (weights converted with lpo_model_tensor_f32). */

@@ -127,7 +127,11 @@ static void print_table(const lpo_model *m, const lpo_param_summary *p, const kv
     printf("%-14s %18s %10s\n", "per 1k tokens", a, b);
     char label[64];
     snprintf(label, sizeof label, "at %lld tok", (long long)s->max_positions);
-    commas(a, sizeof a, kv->kv_token * kv->kv_context_tokens);
+    uint64_t full;
+    if (__builtin_mul_overflow(kv->kv_token, kv->kv_context_tokens, &full)) /* past 2^64: not wrapped to 0 */
+        snprintf(a, sizeof a, "%.6g", (double)kv->kv_token * (double)kv->kv_context_tokens);
+    else
+        commas(a, sizeof a, full);
     short_bytes(b, sizeof b, (double)kv->kv_token * (double)kv->kv_context_tokens);
     if (kv->kv_context_tokens < (uint64_t)s->max_positions)
         printf("%-14s %18s %10s  (the %lld-token sliding window caps the cache)\n", label, a, b,

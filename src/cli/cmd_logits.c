@@ -57,10 +57,16 @@ int lpo_cmd_logits(int argc, char **argv) {
     if (tfile) {
         size_t len;
         if ((st = lpo_read_file(tfile, &file_text, &len)) != LPO_OK) goto done;
+        if (strlen(file_text) != len) { /* the list is parsed as a C string: a NUL would silently cut it */
+            st = lpo_errorf(LPO_E_FORMAT, "%s: NUL byte at offset %zu: not a text file of token ids", tfile,
+                            strlen(file_text));
+            goto done;
+        }
         tokens = file_text;
     }
     if (tokens && (st = lpo_parse_token_list(tokens, &ids, &n_ids)) != LPO_OK) {
-        if (tfile) lpo_error_context(st, "%s", tfile);
+        /* bad content of a file is a file error (exit 1); of tokens= a usage error (exit 2) */
+        if (tfile) st = lpo_error_context(st == LPO_E_USAGE ? LPO_E_FORMAT : st, "%s", tfile);
         goto done;
     }
     if ((st = lpo_cli_open_model(cfg, ic.backend, &m)) != LPO_OK) goto done;
@@ -81,6 +87,9 @@ int lpo_cmd_logits(int argc, char **argv) {
         goto done;
     }
     if ((st = lpo_engine_open(m, &eo, &e)) != LPO_OK) goto done;
+    if ((st = lpo_mem_check((double)n_ids * (double)s->vocab_size * sizeof(float), "logits [T, vocab]")) !=
+        LPO_OK)
+        goto done;
     logits = malloc(n_ids * (size_t)s->vocab_size * sizeof(float));
     if (!logits) {
         st = lpo_errorf(LPO_E_NOMEM, "no memory for %zu x %lld logits", n_ids, (long long)s->vocab_size);

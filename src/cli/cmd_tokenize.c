@@ -161,7 +161,11 @@ int lpo_cmd_tokenize(int argc, char **argv) {
         goto done;
     }
     st = lpo_tokenizer_encode(t, src, len, bos, &ids, &n_ids);
-    if (st) {
+    if (st) { /* name the source; bad bytes in a command-line argument are a usage error (exit 2) */
+        if (file)
+            st = lpo_error_context(st, "file '%s'", file);
+        else
+            st = lpo_error_context(st == LPO_E_INVALID ? LPO_E_USAGE : st, "text=");
         rc = lpo_cli_fail("tokenize", st);
         goto done;
     }

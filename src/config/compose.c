@@ -59,7 +59,9 @@ static lpo_status make_search_path(const lpo_cfg_opts *opts, search_path *sp) {
         return lpo_errorf(LPO_E_USAGE, "too many config directories (%zu, at most 63)", nu);
     for (size_t i = 0; i < nu; i++) {
         if (!lpo_is_dir(opts->config_dirs[i]))
-            return lpo_errorf(LPO_E_USAGE, "config directory '%s' does not exist", opts->config_dirs[i]);
+            return lpo_errorf(LPO_E_USAGE, "config directory '%s' %s", opts->config_dirs[i],
+                              lpo_path_exists(opts->config_dirs[i]) ? "is not a directory"
+                                                                    : "does not exist");
         sp->dirs[sp->n++] = opts->config_dirs[i];
     }
     sp->dirs[sp->n++] = lpo_cfg_builtin_dir();
@@ -425,6 +427,8 @@ static lpo_status parse_override(const char *text, override *o) {
             return lpo_errorf(LPO_E_USAGE, "override '%s': bad character '%c' in key '%.*s'", text, c,
                               (int)kl, p);
     }
+    if (eq && !strncmp(eq + 1, "sweep(", 6) && eq[strlen(eq) - 1] != ')') /* not silently a string */
+        return lpo_errorf(LPO_E_USAGE, "override '%s': unterminated sweep(...): write sweep(a,b,c)", text);
     o->key = lpo_strndup(p, kl);
     o->value = eq ? eq + 1 : NULL;
     return LPO_OK;

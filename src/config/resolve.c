@@ -76,6 +76,11 @@ static lpo_status eval(rctx *c, const lpo_node *at, char *body, lpo_node **out) 
     char *colon = strchr(body, ':');
     if (!colon) {
         char *path = trim(body);
+        if (!*path)
+            return lpo_errorf(
+                LPO_E_CONFIG,
+                "%s: empty interpolation ${} in '%s' (write ${a.b}, ${env:VAR} or ${now:FORMAT})", where(at),
+                at->key ? at->key : "");
         lpo_node *t = lpo_node_at(c->root, path);
         if (!t) {
             char **paths;
@@ -99,6 +104,10 @@ static lpo_status eval(rctx *c, const lpo_node *at, char *body, lpo_node **out) 
         char *comma = strchr(arg, ',');
         if (comma) *comma = 0;
         char *var = trim(arg);
+        if (!*var)
+            return lpo_errorf(LPO_E_CONFIG,
+                              "%s: ${env:...} in '%s' names no environment variable (${env:VAR})", where(at),
+                              at->key ? at->key : "");
         const char *v = getenv(var);
         if (v && !lpo_utf8_valid(v, strlen(v)))
             return lpo_errorf(LPO_E_CONFIG, "%s: environment variable %s (in '%s') is not valid UTF-8",
@@ -133,6 +142,10 @@ static lpo_status eval(rctx *c, const lpo_node *at, char *body, lpo_node **out) 
     if (!strcmp(name, "now")) {
         char buf[256];
         lpo__now_format(*arg ? arg : "%Y%m%d-%H%M%S", buf, sizeof buf);
+        if (!buf[0] && *arg) /* strftime gives nothing when the text does not fit: not silently "" */
+            return lpo_errorf(LPO_E_CONFIG,
+                              "%s: ${now:%.40s...} in '%s' formats to nothing or to more than %zu bytes",
+                              where(at), arg, at->key ? at->key : "", sizeof buf - 1);
         *out = scalar_from_text(buf, 1);
         return LPO_OK;
     }

@@ -51,7 +51,13 @@ lpo_status lpo_error_context(lpo_status st, const char *fmt, ...) {
     va_end(ap);
     memcpy(old, last_msg, sizeof old);
     if (!old[0]) snprintf(old, sizeof old, "%s", lpo_status_message(st));
-    snprintf(last_msg, sizeof last_msg, "%s: %s", prefix, old);
+    /* "prefix: old", cut at the buffer's end (prefix is < 512 bytes, so it always fits) */
+    size_t np = strlen(prefix), no = strlen(old);
+    if (no > sizeof last_msg - np - 3) no = sizeof last_msg - np - 3;
+    memcpy(last_msg, prefix, np);
+    memcpy(last_msg + np, ": ", 2);
+    memcpy(last_msg + np + 2, old, no);
+    last_msg[np + 2 + no] = 0;
     last_status = st;
     return st;
 }

@@ -37,15 +37,23 @@ lpo_status lpo_read_file(const char *path, char **data, size_t *len) {
     if (len) *len = 0;
     FILE *f = fopen(path, "rb");
     if (!f) return lpo_errorf(LPO_E_IO, "cannot open '%s': %s", path, strerror(errno));
+    /* a directory or a device (/dev/zero never ends) is not a file to read whole; pipes are fine */
+    struct stat stt;
+    if (fstat(fileno(f), &stt) == 0 &&
+        (S_ISDIR(stt.st_mode) || S_ISCHR(stt.st_mode) || S_ISBLK(stt.st_mode))) {
+        fclose(f);
+        return lpo_errorf(LPO_E_IO, "'%s' is a %s, not a file", path,
+                          S_ISDIR(stt.st_mode) ? "directory" : "device");
+    }
     lpo_strbuf sb = {0};
     char chunk[65536];
     size_t n;
     while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) lpo_sb_append(&sb, chunk, n);
-    int err = ferror(f);
+    int err = ferror(f) ? errno : 0;
     fclose(f);
     if (err) {
         lpo_sb_free(&sb);
-        return lpo_errorf(LPO_E_IO, "error reading '%s'", path);
+        return lpo_errorf(LPO_E_IO, "error reading '%s': %s", path, strerror(err));
     }
     if (!sb.buf) lpo_sb_append(&sb, "", 0);
     if (!sb.buf) return lpo_errorf(LPO_E_NOMEM, "out of memory reading '%s'", path);
@@ -55,15 +63,31 @@ lpo_status lpo_read_file(const char *path, char **data, size_t *len) {
 }
 
 lpo_status lpo_write_file(const char *path, const void *data, size_t len) {
+    size_t pl = strlen(path);
+    if (pl == 0 || path[pl - 1] == '/' || lpo_is_dir(path))
+        return lpo_errorf(LPO_E_IO, "cannot write '%s': it is a directory (give a file name)", path);
+    struct stat stt;
+    if (stat(path, &stt) == 0 && !S_ISREG(stt.st_mode)) {
+        /* a device or FIFO (out=/dev/null, /dev/stdout, a pipe) is written in place: renaming a file over it
+         * would replace /dev/null itself when run as root */
+        FILE *f = fopen(path, "wb");
+        if (!f) return lpo_errorf(LPO_E_IO, "cannot open '%s': %s", path, strerror(errno));
+        size_t w = len ? fwrite(data, 1, len, f) : 0;
+        int err = w != len ? errno : 0;
+        if (fclose(f) != 0 && !err) err = errno ? errno : EIO;
+        return err ? lpo_errorf(LPO_E_IO, "cannot write '%s': %s", path, strerror(err)) : LPO_OK;
+    }
     char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
+        return lpo_errorf(LPO_E_IO, "cannot write '%.64s...': the path is too long", path);
     FILE *f = fopen(tmp, "wb");
     if (!f) return lpo_errorf(LPO_E_IO, "cannot create '%s': %s", tmp, strerror(errno));
     size_t w = len ? fwrite(data, 1, len, f) : 0;
     int bad = (w != len) | (fclose(f) != 0);
     if (bad || rename(tmp, path) != 0) {
+        int err = errno;
         unlink(tmp);
-        return lpo_errorf(LPO_E_IO, "cannot write '%s': %s", path, strerror(errno));
+        return lpo_errorf(LPO_E_IO, "cannot write '%s': %s", path, strerror(err));
     }
     return LPO_OK;
 }
@@ -134,6 +158,32 @@ char *lpo_path_join(char *out, size_t n, const char *a, const char *b) {
     else
         snprintf(out, n, "%s%s%s", a, a[la - 1] == '/' ? "" : "/", b);
     return out;
+}
+
+/* ---- memory ---------------------------------------------------------------------------------------------
+ */
+/* MemAvailable from /proc/meminfo, else the physical memory; 0 when neither is known. */
+static double host_mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char line[256];
+        unsigned long long kb = 0;
+        int found = 0;
+        // one line per iteration until MemAvailable
+        while (!found && fgets(line, sizeof line, f)) found = sscanf(line, "MemAvailable: %llu kB", &kb) == 1;
+        fclose(f);
+        if (found) return (double)kb * 1024.0;
+    }
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (double)pages * (double)page : 0;
+}
+
+lpo_status lpo_mem_check(double bytes, const char *what) {
+    double avail = host_mem_available();
+    if (!(bytes >= 0)) return lpo_errorf(LPO_E_RANGE, "%s: the size overflows", what);
+    if (avail <= 0 || bytes <= avail) return LPO_OK;
+    return lpo_errorf(LPO_E_NOMEM, "%s: needs %.4g GiB but this machine has %.4g GiB of memory available",
+                      what, bytes / 1073741824.0, avail / 1073741824.0);
 }
 
 /* ---- arena -------------------------------------------------------------------------------------------- */

@@ -1,6 +1,8 @@
 /* Prompt datasets: a JSONL reader (prompt / tokens / messages / ShareGPT conversations records) and
  * synthetic random-id prompts, behind lpo_dataset_open which reads the `dataset` config node. */
 #include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,6 +41,11 @@ lpo_status lpo_dataset_synthetic(size_t n, size_t len, int64_t vocab_size, uint6
         return lpo_errorf(LPO_E_CONFIG,
                           "synthetic dataset: need n_samples >= 1 and prompt_len >= 1 (got %zu, %zu)", n,
                           len);
+    char what[96];
+    snprintf(what, sizeof what, "synthetic dataset: %zu samples of %zu tokens", n, len);
+    lpo_status st =
+        lpo_mem_check((double)n * ((double)sizeof(lpo_sample) + 32 + (double)len * sizeof(int32_t)), what);
+    if (st != LPO_OK) return st;
     lpo_dataset *d = dataset_new("synthetic", n);
     if (!d) return lpo_errorf(LPO_E_NOMEM, "synthetic dataset: out of memory");
     uint64_t x = seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull;
@@ -100,6 +107,7 @@ static const char *parse_record(const cJSON *o, size_t index, lpo_sample *s) {
     const cJSON *toks = cJSON_GetObjectItemCaseSensitive(o, "tokens");
     if (text) {
         if (!text[0]) return "the prompt is empty";
+        if (!lpo_utf8_valid(text, strlen(text))) return "the prompt is not valid UTF-8";
         if (!(s->prompt = lpo_strdup(text))) return "out of memory";
     } else if (cJSON_IsArray(toks)) {
         int n = cJSON_GetArraySize(toks);
@@ -122,8 +130,10 @@ static const char *parse_record(const cJSON *o, size_t index, lpo_sample *s) {
     if (cJSON_IsString(id)) {
         s->id = lpo_strdup(id->valuestring);
     } else {
-        if (cJSON_IsNumber(id))
+        if (cJSON_IsNumber(id) && fabs(id->valuedouble) < 9e15 && id->valuedouble == floor(id->valuedouble))
             snprintf(buf, sizeof buf, "%lld", (long long)id->valuedouble);
+        else if (cJSON_IsNumber(id)) /* not an integer a long long holds exactly */
+            snprintf(buf, sizeof buf, "%.17g", id->valuedouble);
         else
             snprintf(buf, sizeof buf, "%zu", index);
         s->id = lpo_strdup(buf);
@@ -137,6 +147,14 @@ lpo_status lpo_dataset_load_jsonl(const char *path, size_t limit, lpo_dataset **
     size_t len;
     lpo_status st = lpo_read_file(path, &text, &len);
     if (st != LPO_OK) return lpo_error_context(st, "dataset");
+    const char *nul = memchr(text, 0, len); /* the lines are C strings: a NUL would silently cut the file */
+    if (nul) {
+        size_t at = 1, off = (size_t)(nul - text);
+        for (const char *q = text; q < nul; q++) at += *q == '\n';
+        free(text);
+        return lpo_errorf(LPO_E_FORMAT, "%s:%zu: NUL byte at offset %zu: not a text (JSONL) file", path, at,
+                          off);
+    }
     const char *base = strrchr(path, '/');
     size_t cap = 16;
     lpo_dataset *d = dataset_new(base ? base + 1 : path, cap);

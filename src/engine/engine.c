@@ -80,11 +80,17 @@ lpo_status lpo_engine_open_weights(const lpo_model_spec *spec, const lpo_weight_
     if (o.max_context > model_max)
         return lpo_errorf(LPO_E_RANGE, "max_context %lld exceeds the model's %lld positions",
                           (long long)o.max_context, (long long)model_max);
-    if (o.max_step_tokens <= 0) {
-        int64_t all = o.max_context * o.max_seqs;
-        o.max_step_tokens = all < 512 ? all : 512;
-    }
+    if (o.n_threads < 0 || o.n_threads > LPO_ENGINE_MAX_THREADS)
+        return lpo_errorf(LPO_E_RANGE, "%d CPU threads asked: the engine takes 0 (automatic) to %d",
+                          o.n_threads, LPO_ENGINE_MAX_THREADS);
+    /* a step never holds more tokens than every slot's positions together */
+    const int64_t all = o.max_context * o.max_seqs;
+    if (o.max_step_tokens <= 0) o.max_step_tokens = 512;
+    if (o.max_step_tokens > all) o.max_step_tokens = all;
     if (o.max_step_tokens < o.max_seqs) o.max_step_tokens = o.max_seqs; /* one decode step of every slot */
+    lpo_status mst = lpo_mem_check((double)o.max_seqs * (double)spec->vocab_size * sizeof(float),
+                                   "engine: logits of one step");
+    if (mst != LPO_OK) return mst;
 
     lpo_engine *e = calloc(1, sizeof *e);
     if (!e) return lpo_errorf(LPO_E_NOMEM, "engine: out of memory");

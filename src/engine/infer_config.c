@@ -2,6 +2,7 @@
  * the token-list parser shared by `lpo generate tokens=` and `lpo logits tokens=`. */
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,20 +41,22 @@ lpo_status lpo_infer_config_read(const lpo_node *cfg, lpo_infer_config *c) {
     TRY(lpo_cfg_int_or(cfg, "infer.threads", 0, &c->threads));
 #undef TRY
     /* the first value out of its range, named with the rule it breaks */
+    _Static_assert(LPO_ENGINE_MAX_THREADS == 1024, "infer.threads: update the rule text below");
     const struct {
         int bad;
         const char *key, *rule;
         double value;
     } checks[] = {
         {c->gen.max_new_tokens < 0, "max_new_tokens", ">= 0", (double)c->gen.max_new_tokens},
-        {temp < 0, "temperature", ">= 0", temp},
+        {!(temp >= 0 && isfinite(temp)), "temperature", "finite and >= 0", temp},
         {top_k < 0, "top_k", ">= 0", (double)top_k},
         {!(top_p > 0 && top_p <= 1), "top_p", "in (0, 1]", top_p},
-        {!(rp > 0), "repetition_penalty", "> 0", rp},
+        {!(rp > 0 && isfinite(rp)), "repetition_penalty", "finite and > 0", rp},
         {c->batch_size < 1 || c->batch_size > 256, "batch_size", "in [1, 256]", (double)c->batch_size},
         {c->max_context < 0, "max_context", ">= 0 (0 or null = the model's)", (double)c->max_context},
         {c->prefill_chunk < 1, "prefill_chunk", ">= 1", (double)c->prefill_chunk},
-        {c->threads < 0, "threads", ">= 0 (0 = automatic)", (double)c->threads},
+        {c->threads < 0 || c->threads > LPO_ENGINE_MAX_THREADS, "threads", "in [0, 1024] (0 = automatic)",
+         (double)c->threads},
     };
     for (size_t i = 0; i < sizeof checks / sizeof checks[0]; i++) {
         if (checks[i].bad) {
@@ -106,10 +109,16 @@ lpo_status lpo_parse_token_list(const char *text, int32_t **ids, size_t *n) {
         long long v = strtoll(p, &end, 10);
         if (end == p || errno || v < 0 || v > INT32_MAX ||
             (*end && !isspace((unsigned char)*end) && *end != ',' && *end != ']')) {
+            char shown[24]; /* the offending text, at most 20 bytes, unprintable bytes as '?' */
+            size_t k = 0;
+            for (; k < 20 && p[k] && p[k] != ','; k++) shown[k] = (p[k] >= 0x20 && p[k] < 0x7f) ? p[k] : '?';
+            shown[k] = 0;
+            size_t item = *n;
             free(*ids);
             *ids = NULL;
             *n = 0;
-            return lpo_errorf(LPO_E_USAGE, "token list: '%.20s' is not a non-negative integer token id", p);
+            return lpo_errorf(LPO_E_USAGE, "token list: item %zu '%s' is not a non-negative integer token id",
+                              item, shown);
         }
         if (*n == cap) {
             cap = cap ? cap * 2 : 64;

@@ -76,5 +76,17 @@ lpo_status lpo_rope_inv_freq(const lpo_model_spec *s, float *inv_freq, float *at
     }
     default: return lpo_errorf(LPO_E_UNSUPPORTED, "RoPE: unknown scaling type %d", (int)s->rope.scaling);
     }
+    /* extreme parameters (a tiny scaling factor, ...) overflow float32: refuse rather than rotate by NaN */
+    for (int64_t i = 0; i < half; i++)
+        if (!isfinite(inv_freq[i]) || !(inv_freq[i] > 0))
+            return lpo_errorf(
+                LPO_E_RANGE,
+                "RoPE: theta %g with scaling factor %g gives inverse frequency %g at index %lld (not "
+                "a positive float32): check the model's rope parameters",
+                base, factor, (double)inv_freq[i], (long long)i);
+    if (!isfinite(*attn_scale) || !(*attn_scale > 0))
+        return lpo_errorf(LPO_E_RANGE,
+                          "RoPE: attention scaling %g is not a positive float32 (rope attn_factor)",
+                          (double)*attn_scale);
     return LPO_OK;
 }

@@ -173,7 +173,8 @@ static lpo_status spec_from_gguf(const lpo_gguf *g, const char *path, lpo_model_
     s->dtype = LPO_DT_F32;
     if (st != LPO_OK) return st;
     st = lpo_spec_validate(s);
-    return st == LPO_OK ? st : lpo_error_context(st, "%s", path);
+    /* a bad value in a file is a format error (exit 1), not a configuration error */
+    return st == LPO_OK ? st : lpo_error_context(st == LPO_E_CONFIG ? LPO_E_FORMAT : st, "%s", path);
 }
 
 lpo_status lpo__open_gguf(const char *path, lpo_model **out) {

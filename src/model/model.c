@@ -347,16 +347,25 @@ static lpo_status check_keys(const lpo_node *map, const char *prefix, const char
 static lpo_status spec_from_cfg(const lpo_node *cfg, lpo_model_spec *s) {
     memset(s, 0, sizeof *s);
     const lpo_node *arch = lpo_node_child(cfg, "arch");
-    if (!arch || arch->kind != LPO_NODE_MAP)
+    if (!arch || lpo_scalar_is_null(arch))
         return lpo_errorf(LPO_E_CONFIG,
                           "model.arch is missing: a synthetic model needs an architecture map (or set "
                           "model.path to load real weights; see docs/models.md)");
+    /* a list or scalar where a map belongs would otherwise read as "missing" or be ignored */
+    const lpo_node *rope = arch->kind == LPO_NODE_MAP ? lpo_node_child(arch, "rope") : NULL;
+    const lpo_node *bad = arch->kind != LPO_NODE_MAP                                        ? arch
+                          : rope && !lpo_scalar_is_null(rope) && rope->kind != LPO_NODE_MAP ? rope
+                                                                                            : NULL;
+    if (bad)
+        return lpo_errorf(LPO_E_CONFIG, "model.%s must be a mapping of keys (see docs/models.md), at %s",
+                          bad == arch ? "arch" : "arch.rope", bad->origin ? bad->origin : "config");
     TRY(check_keys(arch, "model.arch", arch_keys, sizeof arch_keys / sizeof *arch_keys));
     TRY(check_keys(lpo_node_child(arch, "rope"), "model.arch.rope", rope_keys,
                    sizeof rope_keys / sizeof *rope_keys));
     const char *type, *str;
     TRY(lpo_cfg_str(cfg, "arch.type", &type));
-    TRY(lpo_arch_from_name(type, &s->arch));
+    if (lpo_arch_from_name(type, &s->arch) != LPO_OK) /* a config value: exit 2, with the choices */
+        return lpo_error_context(LPO_E_CONFIG, "model.arch.type");
     int64_t v;
     double d;
     int b;
@@ -406,19 +415,25 @@ static lpo_status spec_from_cfg(const lpo_node *cfg, lpo_model_spec *s) {
         return lpo_errorf(LPO_E_CONFIG, "model.arch.act: '%s' is not one of silu, gelu_tanh", str);
     TRY(lpo_cfg_int_or(cfg, "arch.sliding_window", 0, &s->sliding_window));
     TRY(lpo_cfg_int_or(cfg, "arch.bos_id", -1, &v));
+    if (v < -1 || v > INT32_MAX) /* checked before narrowing: lpo_spec_validate sees the vocabulary */
+        return lpo_errorf(LPO_E_CONFIG, "model.arch.bos_id: %lld is not a token id (-1 = none)",
+                          (long long)v);
     s->bos_id = (int32_t)v;
     const lpo_node *eos = lpo_node_at(cfg, "arch.eos_ids");
     if (eos && eos->kind == LPO_NODE_LIST) {
         for (size_t i = 0; i < eos->n_items; i++) {
             if (s->n_eos >= LPO_MAX_EOS || eos->items[i]->kind != LPO_NODE_SCALAR ||
-                !lpo_scalar_parse_int(eos->items[i]->value, &v))
-                return lpo_errorf(LPO_E_CONFIG,
-                                  "model.arch.eos_ids: item %zu is not an integer (at most %d ids)", i,
-                                  LPO_MAX_EOS);
+                !lpo_scalar_parse_int(eos->items[i]->value, &v) || v < 0 || v > INT32_MAX)
+                return lpo_errorf(
+                    LPO_E_CONFIG,
+                    "model.arch.eos_ids: item %zu is not a token id (an integer >= 0; at most %d ids)", i,
+                    LPO_MAX_EOS);
             s->eos_ids[s->n_eos++] = (int32_t)v;
         }
     } else if (eos && !lpo_scalar_is_null(eos)) {
         TRY(lpo_cfg_int(cfg, "arch.eos_ids", &v));
+        if (v < 0 || v > INT32_MAX)
+            return lpo_errorf(LPO_E_CONFIG, "model.arch.eos_ids: %lld is not a token id", (long long)v);
         s->eos_ids[s->n_eos++] = (int32_t)v;
     }
     return LPO_OK;

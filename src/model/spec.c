@@ -2,8 +2,10 @@
  * architecture expects (names and shapes in HF layout), which drives the loaders' checks, the synthetic
  * models and the parameter counts. */
 #include <cjson/cJSON.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,11 +38,15 @@ lpo_status lpo_arch_from_name(const char *name, lpo_arch *out) {
                 *out = arch_aliases[i].arch;
                 return LPO_OK;
             }
-    return lpo_errorf(LPO_E_UNSUPPORTED,
-                      "unsupported architecture '%s'; supported: LlamaForCausalLM (llama: Llama 2/3/3.1/3.2, "
-                      "SmolLM2), MistralForCausalLM (mistral), Qwen2ForCausalLM (qwen2, Qwen2.5), "
-                      "Qwen3ForCausalLM (qwen3)",
-                      name ? name : "(none)");
+    const char *names[sizeof arch_aliases / sizeof *arch_aliases];
+    for (size_t i = 0; i < sizeof arch_aliases / sizeof *arch_aliases; i++) names[i] = arch_aliases[i].name;
+    const char *near = name ? lpo_suggest(name, names, sizeof names / sizeof *names) : NULL;
+    return lpo_errorf(
+        LPO_E_UNSUPPORTED,
+        "unsupported architecture '%s'%s%s%s; supported: LlamaForCausalLM (llama: Llama 2/3/3.1/3.2, "
+        "SmolLM2), MistralForCausalLM (mistral), Qwen2ForCausalLM (qwen2, Qwen2.5), "
+        "Qwen3ForCausalLM (qwen3)",
+        name ? name : "(none)", near ? " (did you mean '" : "", near ? near : "", near ? "'?)" : "");
 }
 
 /* ---- validation ------------------------------------------------------------------------------------------
@@ -77,7 +83,9 @@ lpo_status lpo_spec_validate(const lpo_model_spec *s) {
         (long long)s->max_positions);
     REQ(isfinite(s->norm_eps) && s->norm_eps > 0 && s->norm_eps < 1, "%s: norm_eps %g must be in (0, 1)", n,
         (double)s->norm_eps);
-    REQ(isfinite(s->rope.theta) && s->rope.theta > 0, "%s: rope theta %g must be positive", n, s->rope.theta);
+    /* frequencies theta^(-2i/head_dim) are computed in float32: theta below 1 or past FLT_MAX gives inf/0 */
+    REQ(isfinite(s->rope.theta) && s->rope.theta >= 1 && s->rope.theta <= FLT_MAX,
+        "%s: rope theta %g must be in [1, %g]", n, s->rope.theta, (double)FLT_MAX);
     if (s->rope.scaling != LPO_ROPE_NONE) {
         REQ(isfinite(s->rope.factor) && s->rope.factor > 0, "%s: rope scaling factor %g must be positive", n,
             s->rope.factor);
@@ -88,8 +96,15 @@ lpo_status lpo_spec_validate(const lpo_model_spec *s) {
             "%s: llama3 rope scaling needs 0 < low_freq_factor (%g) < high_freq_factor (%g)", n,
             s->rope.low_freq_factor, s->rope.high_freq_factor);
     }
-    if (s->rope.scaling == LPO_ROPE_YARN)
+    if (s->rope.scaling == LPO_ROPE_YARN) {
         REQ(s->rope.original_max_positions > 0, "%s: yarn rope scaling needs original_max_positions", n);
+        REQ(isfinite(s->rope.beta_fast) && s->rope.beta_fast > 0 && isfinite(s->rope.beta_slow) &&
+                s->rope.beta_slow > 0,
+            "%s: yarn beta_fast (%g) and beta_slow (%g) must be positive numbers", n, s->rope.beta_fast,
+            s->rope.beta_slow);
+        REQ(isfinite(s->rope.attn_factor) && s->rope.attn_factor >= 0,
+            "%s: yarn attn_factor %g must be >= 0 (0 = the yarn formula)", n, s->rope.attn_factor);
+    }
     REQ(s->sliding_window >= 0, "%s: sliding_window %lld must be >= 0 (0 = full attention)", n,
         (long long)s->sliding_window);
     REQ(s->dtype < LPO_DT_I32, "%s: weight dtype %s is not a floating-point or quantized type", n,
@@ -188,21 +203,33 @@ static void parse_rope(json_ctx *c, const cJSON *root, lpo_model_spec *s) {
 }
 
 /* bos/eos: an int or a list of ints (eos). */
+/* A token id of config.json: an integer in [lo, INT32_MAX] (checked before narrowing to int32). */
+static int j_token_id(json_ctx *c, const cJSON *v, const char *key, int32_t lo, int32_t *out) {
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < lo ||
+        v->valuedouble > INT32_MAX) {
+        if (c->st == LPO_OK)
+            c->st = lpo_errorf(LPO_E_FORMAT, "%s: '%s' holds %s, not a token id", c->origin, key,
+                               cJSON_IsNumber(v) ? "an out-of-range number" : "a non-number");
+        return 0;
+    }
+    *out = (int32_t)v->valuedouble;
+    return 1;
+}
+
 static void parse_ids(json_ctx *c, const cJSON *root, lpo_model_spec *s) {
-    s->bos_id = (int32_t)j_int(c, root, "bos_token_id", -1);
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(root, "bos_token_id");
+    s->bos_id = -1;
+    if (b && !cJSON_IsNull(b)) j_token_id(c, b, "bos_token_id", -1, &s->bos_id);
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id");
     s->n_eos = 0;
     if (cJSON_IsNumber(e)) {
-        s->eos_ids[s->n_eos++] = (int32_t)e->valuedouble;
+        if (j_token_id(c, e, "eos_token_id", 0, &s->eos_ids[0])) s->n_eos = 1;
     } else if (cJSON_IsArray(e)) {
         const cJSON *it;
         cJSON_ArrayForEach(it, e) {
-            if (!cJSON_IsNumber(it)) {
-                if (c->st == LPO_OK)
-                    c->st = lpo_errorf(LPO_E_FORMAT, "%s: eos_token_id list holds a non-number", c->origin);
-                return;
-            }
-            if (s->n_eos < LPO_MAX_EOS) s->eos_ids[s->n_eos++] = (int32_t)it->valuedouble;
+            int32_t id;
+            if (!j_token_id(c, it, "eos_token_id", 0, &id)) return;
+            if (s->n_eos < LPO_MAX_EOS) s->eos_ids[s->n_eos++] = id;
         }
     }
 }
@@ -282,7 +309,8 @@ lpo_status lpo_spec_from_hf_config(const char *json, size_t len, const char *ori
         snprintf(s->name, sizeof s->name, "%s", lpo_arch_name(s->arch));
     }
     st = lpo_spec_validate(s);
-    if (st != LPO_OK) return lpo_error_context(st, "%s", origin);
+    /* a bad value in a file is a format error (exit 1), not a configuration error */
+    if (st != LPO_OK) return lpo_error_context(st == LPO_E_CONFIG ? LPO_E_FORMAT : st, "%s", origin);
     return LPO_OK;
 }
 

@@ -46,6 +46,9 @@ static lpo_status make_fresh_dir(const char *dir, char *out, size_t n) {
         if (mkdir(out, 0755) == 0) return LPO_OK;
         if (errno != EEXIST)
             return lpo_errorf(LPO_E_IO, "cannot create run directory '%s': %s", out, strerror(errno));
+        if (k == 1 && !lpo_is_dir(out)) /* a file (or /dev/null) is not a run directory to suffix */
+            return lpo_errorf(LPO_E_IO, "cannot create run directory '%s': it exists and is not a directory",
+                              out);
         if (lpo_is_dir(out) && dir_is_empty(out)) return LPO_OK;
     }
     return lpo_errorf(LPO_E_IO, "cannot create run directory '%s': 1000 directories of that name exist", dir);

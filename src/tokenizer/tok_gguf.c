@@ -160,7 +160,7 @@ static lpo_status spm_merges(lpo_tokenizer *t, const lpo_gguf_kv *scores) {
             ms[n++] = (spm_merge){scores ? arr_f32(scores, (uint64_t)id) : -(float)id, id, k, a, b};
         }
     }
-    if (!st) {
+    if (!st && n > 0) { /* qsort's base may not be NULL, even for 0 items */
         qsort(ms, n, sizeof *ms, cmp_merge);
         for (size_t i = 0; i < n && !st; i++) st = tok_add_merge(t, ms[i].a, ms[i].b, (uint32_t)i, ms[i].id);
     }

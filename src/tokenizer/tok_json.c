@@ -457,8 +457,10 @@ static lpo_status load_added(jctx *c, const cJSON *arr) {
         int64_t id;
         const char *content = jstr(it, "content");
         if (!jint(jget(it, "id"), 0, TOK_MAX_IDS - 1, &id) || !content)
-            return lpo_errorf(LPO_E_FORMAT, "%s: added token #%zu needs \"id\" and \"content\"", c->origin,
-                              t->n_added);
+            return lpo_errorf(LPO_E_FORMAT,
+                              "%s: added token #%zu needs \"content\" (a string) and \"id\" (an integer in "
+                              "0..%d)",
+                              c->origin, t->n_added, TOK_MAX_IDS - 1);
         lpo_status st = tok_set_token(t, (int32_t)id, content, strlen(content), 1);
         if (st) return st;
         tok_added *a = &t->added[t->n_added++];
@@ -502,7 +504,8 @@ static lpo_status load(jctx *c, const cJSON *root) {
     cJSON_ArrayForEach(it, vocab) {
         int64_t id;
         if (!jint(it, 0, TOK_MAX_IDS - 1, &id))
-            return lpo_errorf(LPO_E_FORMAT, "%s: vocab entry \"%s\" has no valid id", c->origin, it->string);
+            return lpo_errorf(LPO_E_FORMAT, "%s: vocab entry \"%s\" has no valid id (an integer in 0..%d)",
+                              c->origin, it->string, TOK_MAX_IDS - 1);
         lpo_status st = tok_set_token(t, (int32_t)id, it->string, strlen(it->string), 0);
         if (st) return st;
     }

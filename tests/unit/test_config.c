@@ -371,10 +371,18 @@ static void test_override_errors(void **state) {
     expect_compose_error(CONF1, "model.dims=[1,2", LPO_E_USAGE, "bad value");
     expect_compose_error(CONF1, "+seed.x=1", LPO_E_CONFIG, "is not a mapping");
     expect_compose_error(CONF1, "infer.top_k=sweep(1,2)", LPO_E_USAGE, "is a sweep");
+    /* a sweep missing its ')' is a typo, not silently the string "sweep(1,2" */
+    expect_compose_error(CONF1, "infer.top_k=sweep(1,2", LPO_E_USAGE, "unterminated sweep(...)");
+    expect_compose_error(CONF1, "model=sweep(tiny", LPO_E_USAGE, "unterminated sweep(...)");
     const char *dirs[] = {"/nonexistent-dir"};
     lpo_cfg_opts o = {.config_dirs = dirs, .n_config_dirs = 1};
     lpo_node *cfg = NULL;
     assert_int_equal(lpo_cfg_compose(&o, 0, NULL, &cfg), LPO_E_USAGE);
+    assert_non_null(strstr(lpo_last_error(), "'/nonexistent-dir' does not exist"));
+    const char *file_dir[] = {CONF1 "/config.yaml"};
+    lpo_cfg_opts of = {.config_dirs = file_dir, .n_config_dirs = 1};
+    assert_int_equal(lpo_cfg_compose(&of, 0, NULL, &cfg), LPO_E_USAGE);
+    assert_non_null(strstr(lpo_last_error(), "config.yaml' is not a directory"));
     const char *d2[] = {CONF1};
     lpo_cfg_opts o2 = {.config_dirs = d2, .n_config_dirs = 1, .config_name = "missing"};
     assert_int_equal(lpo_cfg_compose(&o2, 0, NULL, &cfg), LPO_E_CONFIG);
@@ -505,6 +513,17 @@ static void test_interpolation_errors(void **state) {
     assert_non_null(strstr(lpo_last_error(), "unterminated"));
     assert_null(resolve_text("m: {x: 1}\na: pre-${m}\n", NULL, 0, &st));
     assert_non_null(strstr(lpo_last_error(), "cannot be part of a string"));
+    /* empty references say so (not "interpolation cycle" / "variable  is not set") */
+    assert_null(resolve_text("a: ${}\n", NULL, 0, &st));
+    assert_int_equal(st, LPO_E_CONFIG);
+    assert_non_null(strstr(lpo_last_error(), "empty interpolation ${} in 'a'"));
+    assert_null(resolve_text("a: '${env:}'\n", NULL, 0, &st));
+    assert_non_null(strstr(lpo_last_error(), "names no environment variable"));
+    char longnow[700] = "a: ${now:";
+    for (int i = 0; i < 150; i++) strcat(longnow, "%Y");
+    strcat(longnow, "}\n");
+    assert_null(resolve_text(longnow, NULL, 0, &st));
+    assert_non_null(strstr(lpo_last_error(), "formats to nothing or to more than 255 bytes"));
 }
 
 /* ---- sweeps and groups

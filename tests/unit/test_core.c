@@ -1,12 +1,14 @@
 /* Unit tests for src/core: status table, error messages, suggestions, string buffer, arena, files,
- * UTF-8 decoding. */
+ * UTF-8 decoding, the memory check before large allocations. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "lpo/core.h"
 #include "test_support.h"
@@ -30,6 +32,14 @@ static void test_error_messages(void **state) {
     assert_string_equal(lpo_last_error(), "tensor 'w' is short");
     lpo_error_context(LPO_E_FORMAT, "model.safetensors");
     assert_string_equal(lpo_last_error(), "model.safetensors: tensor 'w' is short");
+    /* a context on a message that fills the buffer is cut at the end, not overflowed */
+    char big[3000];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    lpo_errorf(LPO_E_FORMAT, "%s", big);
+    lpo_error_context(LPO_E_FORMAT, "ctx");
+    assert_int_equal(strncmp(lpo_last_error(), "ctx: xxx", 8), 0);
+    assert_int_equal(strlen(lpo_last_error()), 2047);
 }
 
 static void test_suggest(void **state) {
@@ -93,7 +103,38 @@ static void test_files(void **state) {
     assert_int_equal(lpo_read_file("/nonexistent/x", &data, &len), LPO_E_IO);
     assert_non_null(strstr(lpo_last_error(), "/nonexistent/x"));
     assert_int_equal(lpo_file_map(sub, &m), LPO_E_IO); /* a directory */
+    /* reading a directory or a device (/dev/zero never ends) is refused with what it is */
+    assert_int_equal(lpo_read_file(sub, &data, &len), LPO_E_IO);
+    assert_non_null(strstr(lpo_last_error(), "is a directory, not a file"));
+    assert_int_equal(lpo_read_file("/dev/zero", &data, &len), LPO_E_IO);
+    assert_non_null(strstr(lpo_last_error(), "'/dev/zero' is a device"));
+    /* writing onto a directory names it (and leaves no .tmp behind) */
+    assert_int_equal(lpo_write_file(sub, "x", 1), LPO_E_IO);
+    assert_non_null(strstr(lpo_last_error(), "it is a directory"));
+    snprintf(path, sizeof path, "%s/", sub);
+    assert_int_equal(lpo_write_file(path, "x", 1), LPO_E_IO);
+    snprintf(path, sizeof path, "%s/.tmp", sub);
+    assert_false(lpo_path_exists(path));
+    /* devices are written in place: a rename over /dev/null would have replaced it (as root) */
+    assert_int_equal(lpo_write_file("/dev/null", "x", 1), LPO_OK);
+    struct stat st;
+    assert_int_equal(stat("/dev/null", &st), 0);
+    assert_true(S_ISCHR(st.st_mode));
+    assert_false(lpo_path_exists("/dev/null.tmp"));
+    if (lpo_path_exists("/dev/full")) {
+        assert_int_equal(lpo_write_file("/dev/full", "x", 1), LPO_E_IO);
+        assert_non_null(strstr(lpo_last_error(), "cannot write '/dev/full'"));
+    }
     free(dir);
+}
+
+static void test_mem_check(void **state) {
+    (void)state;
+    assert_int_equal(lpo_mem_check(4096, "small"), LPO_OK);
+    assert_int_equal(lpo_mem_check(1e30, "the KV cache"), LPO_E_NOMEM);
+    assert_non_null(strstr(lpo_last_error(), "the KV cache: needs"));
+    assert_non_null(strstr(lpo_last_error(), "GiB of memory available"));
+    assert_int_equal(lpo_mem_check(NAN, "overflow"), LPO_E_RANGE);
 }
 
 static void test_utf8(void **state) {
@@ -143,9 +184,9 @@ static void test_utf8(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_status_table), cmocka_unit_test(test_error_messages),
-        cmocka_unit_test(test_suggest),      cmocka_unit_test(test_strbuf),
-        cmocka_unit_test(test_arena),        cmocka_unit_test(test_files),
-        cmocka_unit_test(test_utf8),
+        cmocka_unit_test(test_mem_check),    cmocka_unit_test(test_suggest),
+        cmocka_unit_test(test_strbuf),       cmocka_unit_test(test_arena),
+        cmocka_unit_test(test_files),        cmocka_unit_test(test_utf8),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

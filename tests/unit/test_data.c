@@ -74,6 +74,23 @@ static void test_jsonl_errors(void **state) {
     p = write_tmp("ep.jsonl", "{\"prompt\": \"\"}\n");
     assert_int_equal(lpo_dataset_load_jsonl(p, 0, &d), LPO_E_FORMAT);
     assert_int_equal(lpo_dataset_load_jsonl("/nonexistent/x.jsonl", 0, &d), LPO_E_IO);
+    /* a NUL byte would cut the text silently; invalid UTF-8 is named with its line, not at encode time */
+    char *dir = lpo_test_tmpdir(), nulp[4200];
+    snprintf(nulp, sizeof nulp, "%s/nul.jsonl", dir);
+    assert_int_equal(lpo_write_file(nulp, "{\"prompt\": \"a\"}\n\0{\"prompt\": \"b\"}\n", 33), LPO_OK);
+    assert_int_equal(lpo_dataset_load_jsonl(nulp, 0, &d), LPO_E_FORMAT);
+    assert_non_null(strstr(lpo_last_error(), "nul.jsonl:2: NUL byte at offset 16"));
+    p = write_tmp("utf8.jsonl", "{\"prompt\": \"ok\"}\n{\"prompt\": \"a\xff\"}\n");
+    assert_int_equal(lpo_dataset_load_jsonl(p, 0, &d), LPO_E_FORMAT);
+    assert_non_null(strstr(lpo_last_error(), "utf8.jsonl:2: the prompt is not valid UTF-8"));
+    assert_int_equal(lpo_dataset_load_jsonl(dir, 0, &d), LPO_E_IO);
+    assert_non_null(strstr(lpo_last_error(), "is a directory"));
+    free(dir);
+    /* an id too large for an integer is kept as a number, not converted with undefined behaviour */
+    p = write_tmp("bigid.jsonl", "{\"prompt\": \"a\", \"id\": 1e300}\n");
+    assert_int_equal(lpo_dataset_load_jsonl(p, 0, &d), LPO_OK);
+    assert_string_equal(d->samples[0].id, "1.0000000000000001e+300");
+    lpo_dataset_free(d);
 }
 
 static void test_synthetic(void **state) {
@@ -97,6 +114,10 @@ static void test_synthetic(void **state) {
     lpo_dataset_free(b);
     lpo_dataset_free(c);
     assert_int_equal(lpo_dataset_synthetic(0, 50, 100, 5, &a), LPO_E_CONFIG);
+    /* absurd sizes are refused before allocating, with the size needed */
+    assert_int_equal(lpo_dataset_synthetic((size_t)1 << 40, 128, 100, 5, &a), LPO_E_NOMEM);
+    assert_non_null(strstr(lpo_last_error(), "1099511627776 samples of 128 tokens: needs"));
+    assert_null(a);
 }
 
 static void test_open_from_config(void **state) {

@@ -245,6 +245,23 @@ static void test_bad_inputs(void **state) {
     /* a bad spec is refused */
     s.n_kv_heads = 3;
     assert_null(test_engine(&s, 1, 8, 0));
+    s = test_spec();
+    /* thread counts past what OpenMP runtimes take are refused (100000 overflowed libgomp's stack) */
+    lpo_weight_source ws = {NULL, test_get_f32};
+    lpo_engine_opts o = {"cpu", 1, 8, 0, LPO_ENGINE_MAX_THREADS + 1};
+    assert_int_equal(lpo_engine_open_weights(&s, &ws, &o, &e), LPO_E_RANGE);
+    assert_non_null(strstr(lpo_last_error(), "the engine takes 0 (automatic) to 1024"));
+    /* a huge prefill chunk is capped at the positions there are, not allocated */
+    e = test_engine(&s, 2, 8, INT64_MAX / 4);
+    assert_non_null(e);
+    lpo_engine_close(e);
+    /* a KV cache past the machine's memory is refused before allocating, with the size needed */
+    s.max_positions = 1LL << 30;
+    o = (lpo_engine_opts){"cpu", 256, 1LL << 30, 0, 1};
+    assert_int_equal(lpo_engine_open_weights(&s, &ws, &o, &e), LPO_E_NOMEM);
+    assert_non_null(strstr(lpo_last_error(), "256 sequence(s) of max_context 1073741824"));
+    assert_non_null(strstr(lpo_last_error(), "GiB but this machine has"));
+    assert_null(e);
 }
 
 /* Counts op callbacks: every op of every step reported once before and once after. */

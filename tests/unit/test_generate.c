@@ -126,7 +126,7 @@ static void test_errors(void **state) {
     expect_fail("logits model=tiny tokens=1,2,272 out=/dev/null", 1, "token id 272");
     expect_fail("generate model=tiny tokens=1,2,3,4,5,6,7,8,9,10 infer.max_context=8", 1, "max_context");
     expect_fail("generate model=tiny tokens=", 2, "empty");
-    expect_fail("generate model=tiny tokens=1,x,3", 2, "'x,3' is not");
+    expect_fail("generate model=tiny tokens=1,x,3", 2, "item 1 'x' is not");
     expect_fail("generate model=tiny prompt=", 2, "empty");
     expect_fail("logits model=tiny tokens=1,2", 2, "out=FILE");
     expect_fail("generate model=tiny tokens=1,2 backend=cuda", 3, "CUDA backend not yet available");
@@ -146,6 +146,54 @@ static void test_errors(void **state) {
     free(dir);
     expect_fail(cmd, 1, "bad.jsonl:2");
     expect_fail("generate model=tiny dataset=prompts", 2, "dataset.path");
+}
+
+/* Absurd values: a clear error and exit code, never a crash, a hang, a huge allocation or NaN output. */
+static void test_robustness(void **state) {
+    (void)state;
+    const char *g = "generate model=tiny tokens=1,2,3 --print-ids infer.max_new_tokens=2";
+    char cmd[9000];
+    snprintf(cmd, sizeof cmd, "%s infer.threads=100000", g); /* overflowed libgomp's stack */
+    expect_fail(cmd, 2, "infer.threads = 100000 is out of range: it must be in [0, 1024]");
+    snprintf(cmd, sizeof cmd, "%s infer.temperature=.nan", g);
+    expect_fail(cmd, 2, "infer.temperature = nan is out of range");
+    snprintf(cmd, sizeof cmd, "%s infer.repetition_penalty=.inf", g);
+    expect_fail(cmd, 2, "infer.repetition_penalty = inf is out of range");
+    snprintf(cmd, sizeof cmd, "%s model.arch.hidden_size=1048576 model.arch.n_layers=4096", g);
+    expect_fail(cmd, 1, "GiB but this machine has");
+    snprintf(cmd, sizeof cmd, "%s model.arch.max_positions=1073741824 infer.max_context=1073741824", g);
+    expect_fail(cmd, 1, "max_context 1073741824");
+    snprintf(cmd, sizeof cmd, "%s model.arch.type=lama", g);
+    expect_fail(cmd, 2, "did you mean 'llama'");
+    snprintf(cmd, sizeof cmd, "%s model.arch.bos_id=4294967552", g); /* was silently 256 */
+    expect_fail(cmd, 2, "model.arch.bos_id: 4294967552 is not a token id");
+    snprintf(cmd, sizeof cmd, "%s model.arch.rope.theta=1e-300", g); /* was NaN logits */
+    expect_fail(cmd, 2, "rope theta 1e-300");
+    snprintf(cmd, sizeof cmd, "%s model.arch.rope.scaling=linear +model.arch.rope.factor=1e-300", g);
+    expect_fail(cmd, 1, "RoPE: theta 10000 with scaling factor 1e-300");
+    /* a huge prefill chunk is capped, not allocated */
+    snprintf(cmd, sizeof cmd, "%s infer.prefill_chunk=9223372036854775807", g);
+    assert_int_equal(lpo_test_run_lpo(cmd, NULL, NULL), 0);
+    /* files: a NUL cuts nothing silently, directories and devices are named */
+    char *dir = lpo_test_tmpdir(), path[4200];
+    snprintf(cmd, sizeof cmd, "generate model=tiny dataset.n_samples=1000000000000 output.dir=%s/r", dir);
+    expect_fail(cmd, 1, "synthetic dataset: 1000000000000 samples of 128 tokens: needs");
+    snprintf(path, sizeof path, "%s/ids.txt", dir);
+    assert_int_equal(lpo_write_file(path, "1,2,3\0,4", 9), LPO_OK);
+    snprintf(cmd, sizeof cmd, "logits model=tiny tokens_file=%s out=%s/l.f32", path, dir);
+    expect_fail(cmd, 1, "ids.txt: NUL byte at offset 5");
+    snprintf(cmd, sizeof cmd, "logits model=tiny tokens_file=%s out=%s/l.f32", dir, dir);
+    expect_fail(cmd, 1, "is a directory, not a file");
+    snprintf(cmd, sizeof cmd, "logits model=tiny tokens=1,2 out=%s", dir);
+    expect_fail(cmd, 1, "it is a directory");
+    snprintf(path, sizeof path, "%s/ids2.txt", dir);
+    assert_int_equal(lpo_write_file(path, "1 2 x", 5), LPO_OK);
+    snprintf(cmd, sizeof cmd, "logits model=tiny tokens_file=%s out=%s/l.f32", path, dir);
+    expect_fail(cmd, 1, "ids2.txt: token list: item 2 'x'"); /* bad file content: exit 1 */
+    expect_fail("tokenize tokenizer=" LPO_SOURCE_DIR "/tests/golden/tokenizers/smollm2.tokenizer.json "
+                "file=/dev/zero",
+                1, "'/dev/zero' is a device"); /* read forever before */
+    free(dir);
 }
 
 static void test_dataset_predictions(void **state) {
@@ -298,6 +346,7 @@ int main(void) {
         cmocka_unit_test(test_logits_cli),
         cmocka_unit_test(test_generate_print_ids),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_robustness),
         cmocka_unit_test(test_dataset_predictions),
         cmocka_unit_test(test_stop_strings_and_streaming),
     };

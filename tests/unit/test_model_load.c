@@ -233,6 +233,15 @@ static void test_analyze_cli(void **state) {
     assert_int_equal(rc, 2);
     free(out);
     free(err);
+    /* a KV cache past 2^64 bytes at full context is printed as a number, not wrapped to 0 */
+    rc = lpo_test_run_lpo(
+        "analyze model=tiny model.arch.n_layers=4096 model.arch.n_heads=256 "
+        "model.arch.n_kv_heads=256 model.arch.head_dim=4096 model.arch.max_positions=1073741824",
+        &out, &err);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "3.68935e+19"));
+    free(out);
+    free(err);
 }
 
 int main(void) {

@@ -120,7 +120,7 @@ static void test_hf_config_errors(void **state) {
         "\"num_attention_heads\":4,\"intermediate_size\":128,";
     char j[1024];
     snprintf(j, sizeof j, "%s\"num_key_value_heads\":3}", base);
-    assert_int_equal(parse(j, &s), LPO_E_CONFIG);
+    assert_int_equal(parse(j, &s), LPO_E_FORMAT); /* a bad file: exit 1, not a config error */
     assert_non_null(strstr(lpo_last_error(), "not a multiple of n_kv_heads"));
     snprintf(j, sizeof j, "%s\"rope_scaling\":{\"rope_type\":\"dynamic\",\"factor\":2}}", base);
     assert_int_equal(parse(j, &s), LPO_E_UNSUPPORTED);
@@ -128,13 +128,26 @@ static void test_hf_config_errors(void **state) {
     snprintf(j, sizeof j, "%s\"hidden_act\":\"relu\"}", base);
     assert_int_equal(parse(j, &s), LPO_E_UNSUPPORTED);
     snprintf(j, sizeof j, "%s\"eos_token_id\":100}", base);
-    assert_int_equal(parse(j, &s), LPO_E_CONFIG);
+    assert_int_equal(parse(j, &s), LPO_E_FORMAT);
     assert_non_null(strstr(lpo_last_error(), "eos id 100 outside"));
     snprintf(j, sizeof j, "%s\"rms_norm_eps\":\"small\"}", base);
     assert_int_equal(parse(j, &s), LPO_E_FORMAT);
     snprintf(j, sizeof j, "%s\"num_local_experts\":8}", base);
-    assert_int_equal(parse(j, &s), LPO_E_CONFIG);
+    assert_int_equal(parse(j, &s), LPO_E_FORMAT);
     assert_non_null(strstr(lpo_last_error(), "mixture-of-experts"));
+    /* ids past int32 are refused before narrowing (4294967297 would have become 1) */
+    snprintf(j, sizeof j, "%s\"bos_token_id\":4294967297}", base);
+    assert_int_equal(parse(j, &s), LPO_E_FORMAT);
+    assert_non_null(strstr(lpo_last_error(), "'bos_token_id' holds an out-of-range number, not a token id"));
+    snprintf(j, sizeof j, "%s\"eos_token_id\":1e20}", base);
+    assert_int_equal(parse(j, &s), LPO_E_FORMAT);
+    snprintf(j, sizeof j, "%s\"eos_token_id\":[2,\"x\"]}", base);
+    assert_int_equal(parse(j, &s), LPO_E_FORMAT);
+    assert_non_null(strstr(lpo_last_error(), "'eos_token_id' holds a non-number"));
+    /* rope parameters that would give NaN rotations */
+    snprintf(j, sizeof j, "%s\"rope_theta\":1e-300}", base);
+    assert_int_equal(parse(j, &s), LPO_E_FORMAT);
+    assert_non_null(strstr(lpo_last_error(), "rope theta 1e-300 must be in [1,"));
 }
 
 static void test_tensor_list(void **state) {
@@ -314,10 +327,32 @@ static void test_config_errors(void **state) {
         {"source: hf\npath: null\n", "model.path is required", LPO_E_CONFIG},
         {"source: gpu\n", "'gpu' is not one of", LPO_E_CONFIG},
         {"source: synthetic\n", "model.arch is missing", LPO_E_CONFIG},
+        {"source: synthetic\narch: [1, 2]\n", "model.arch must be a mapping of keys", LPO_E_CONFIG},
+        {"source: synthetic\narch: {type: llama, vocab_size: 10, hidden_size: 8, n_layers: 1, n_heads: 2, "
+         "intermediate_size: 8, rope: 5}\n",
+         "model.arch.rope must be a mapping of keys", LPO_E_CONFIG}, /* was silently ignored */
         {"source: auto\npath: /nonexistent/model\n", "does not exist", LPO_E_NOT_FOUND},
         {"source: synthetic\narch: {type: gpt2, vocab_size: 10, hidden_size: 8, n_layers: 1, n_heads: 2, "
          "intermediate_size: 8}\n",
-         "unsupported architecture 'gpt2'", LPO_E_UNSUPPORTED},
+         "model.arch.type: unsupported architecture 'gpt2'", LPO_E_CONFIG},
+        {"source: synthetic\narch: {type: lama, vocab_size: 10, hidden_size: 8, n_layers: 1, n_heads: 2, "
+         "intermediate_size: 8}\n",
+         "(did you mean 'llama'?)", LPO_E_CONFIG},
+        {"source: synthetic\narch: {type: llama, vocab_size: 10, hidden_size: 8, n_layers: 1, n_heads: 2, "
+         "intermediate_size: 8, bos_id: 4294967297}\n",
+         "model.arch.bos_id: 4294967297 is not a token id", LPO_E_CONFIG},
+        {"source: synthetic\narch: {type: llama, vocab_size: 10, hidden_size: 8, n_layers: 1, n_heads: 2, "
+         "intermediate_size: 8, eos_ids: 4294967298}\n",
+         "model.arch.eos_ids: 4294967298 is not a token id", LPO_E_CONFIG},
+        {"source: synthetic\narch: {type: llama, vocab_size: 10, hidden_size: 8, n_layers: 1, n_heads: 2, "
+         "intermediate_size: 8, eos_ids: [1, 4294967298]}\n",
+         "model.arch.eos_ids: item 1 is not a token id", LPO_E_CONFIG},
+        {"source: synthetic\narch: {type: llama, vocab_size: 10, hidden_size: 8, n_layers: 1, n_heads: 2, "
+         "intermediate_size: 8, rope: {scaling: yarn, original_max_positions: 64, beta_fast: .nan}}\n",
+         "yarn beta_fast (nan) and beta_slow (1) must be positive", LPO_E_CONFIG},
+        {"source: synthetic\narch: {type: llama, vocab_size: 10, hidden_size: 8, n_layers: 1, n_heads: 2, "
+         "intermediate_size: 8, rope: {scaling: yarn, original_max_positions: 64, attn_factor: .inf}}\n",
+         "yarn attn_factor inf must be >= 0", LPO_E_CONFIG},
         {"source: synthetic\narch: {type: llama, vocab_size: 10, hidden_size: 8, n_layers: 1, n_heads: 16, "
          "intermediate_size: 8}\n",
          "head_dim", LPO_E_CONFIG},

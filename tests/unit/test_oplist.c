@@ -169,6 +169,16 @@ static void test_rope_inv_freq(void **state) {
     s.rope.scaling = LPO_ROPE_LLAMA3;
     s.rope.original_max_positions = 0;
     assert_int_equal(lpo_rope_inv_freq(&s, g, &sc), LPO_E_INVALID);
+    /* parameters that overflow float32 are refused instead of rotating by inf / NaN */
+    s.rope.scaling = LPO_ROPE_LINEAR;
+    s.rope.factor = 1e-300;
+    assert_int_equal(lpo_rope_inv_freq(&s, g, &sc), LPO_E_RANGE);
+    assert_non_null(strstr(lpo_last_error(), "scaling factor 1e-300 gives inverse frequency inf at index 0"));
+    s.rope.scaling = LPO_ROPE_YARN;
+    s.rope.factor = 4;
+    s.rope.attn_factor = 1e300;
+    assert_int_equal(lpo_rope_inv_freq(&s, g, &sc), LPO_E_RANGE);
+    assert_non_null(strstr(lpo_last_error(), "attention scaling inf"));
 }
 
 int main(void) {

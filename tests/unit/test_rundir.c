@@ -137,6 +137,17 @@ static void test_create_and_files(void **state) {
     assert_string_equal(lpo_rundir_path(rd), dir);
     lpo_rundir_close(rd);
     lpo_node_free(cfg);
+
+    /* an existing FILE is an error, not a reason to create "<file>-2" (output.dir=/dev/null made /dev/null-2)
+     */
+    snprintf(dir, sizeof dir, "%s/a-file", tmp);
+    assert_int_equal(lpo_write_file(dir, "x", 1), LPO_OK);
+    cfg = compose_with_dir(dir);
+    assert_int_equal(lpo_rundir_create(cfg, &rd), LPO_E_IO);
+    assert_non_null(strstr(lpo_last_error(), "a-file': it exists and is not a directory"));
+    snprintf(want, sizeof want, "%s-2", dir);
+    assert_false(lpo_path_exists(want));
+    lpo_node_free(cfg);
     remove_tree(tmp);
     free(tmp);
 }

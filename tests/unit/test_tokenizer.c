@@ -225,6 +225,11 @@ static void test_errors(void **state) {
         "\"Isolated\"}}";
     assert_int_equal(lpo_tokenizer_from_json(badre, strlen(badre), "r.json", &t), LPO_E_FORMAT);
     assert_null(t);
+    const char *bigid = "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []},"
+                        " \"added_tokens\": [{\"id\": 1000000000, \"content\": \"<x>\"}]}";
+    assert_int_equal(lpo_tokenizer_from_json(bigid, strlen(bigid), "b.json", &t), LPO_E_FORMAT);
+    assert_non_null(strstr(lpo_last_error(),
+                           "added token #0 needs \"content\" (a string) and \"id\" (an integer in 0.."));
     /* a minimal tokenizer: unknown chars are dropped without unk, invalid UTF-8 is refused */
     const char *mini =
         "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, \"merges\": [[\"a\", "
@@ -273,7 +278,7 @@ static void test_cli(void **state) {
     (void)state;
     char *out = NULL, *err = NULL;
     const char *tj = "tokenizer=" GOLDEN "smollm2.tokenizer.json";
-    char cmd[2048];
+    char cmd[8192];
     snprintf(cmd, sizeof cmd, "tokenize %s text='Hello world, 123!'", tj);
     assert_int_equal(lpo_test_run_lpo(cmd, &out, NULL), 0);
     assert_string_equal(out, "[19556, 905, 28, 216, 33, 34, 35, 17]\n");
@@ -311,6 +316,19 @@ static void test_cli(void **state) {
     free(err);
     snprintf(cmd, sizeof cmd, "tokenize %s", tj);
     assert_int_equal(lpo_test_run_lpo(cmd, NULL, &err), 2);
+    free(err);
+    /* invalid UTF-8 names its source: in text= a usage error (exit 2), in a file a file error (exit 1) */
+    snprintf(cmd, sizeof cmd, "tokenize %s text=\"$(printf 'a\\377')\"", tj);
+    assert_int_equal(lpo_test_run_lpo(cmd, NULL, &err), 2);
+    assert_non_null(strstr(err, "text=: text is not valid UTF-8 (byte 0xFF at offset 1)"));
+    free(err);
+    char *dir = lpo_test_tmpdir(), path[4200];
+    snprintf(path, sizeof path, "%s/bad.txt", dir);
+    free(dir);
+    assert_int_equal(lpo_write_file(path, "ok\xC0\x80", 4), LPO_OK);
+    snprintf(cmd, sizeof cmd, "tokenize %s file=%s", tj, path);
+    assert_int_equal(lpo_test_run_lpo(cmd, NULL, &err), 1);
+    assert_non_null(strstr(err, "bad.txt': text is not valid UTF-8 (byte 0xC0 at offset 2)"));
     free(err);
     /* --bench prints a speed */
     snprintf(cmd, sizeof cmd, "tokenize %s text='bench me' --bench", tj);

@@ -471,21 +471,36 @@ static lpo_status cpu_init(const lpo_backend_init *in, void **out) {
         cpu_free(c);
         return lpo_errorf(LPO_E_NOMEM, "cpu backend: out of memory");
     }
-    /* size of the arena: weights, activations, KV cache, rope tables, scratch (+ alignment slack) */
-    size_t floats = 0, slack = 64;
+    /* size of the arena: weights, activations, KV cache, rope tables, scratch (+ alignment slack), counted
+     * in double so that absurd sizes (huge max_context, batch, dims) are refused below, not wrapped */
+    double floats = 0;
+    size_t slack = 64;
     for (size_t i = 0; i < ref.n_ops; i++) {
         if (shared_with(&ref, i) >= 0) continue;
-        for (int j = 0; j < ref.ops[i].n_w; j++) floats += (size_t)numel(&ref.ops[i].w[j]);
+        for (int j = 0; j < ref.ops[i].n_w; j++) floats += (double)numel(&ref.ops[i].w[j]);
         slack += 2;
     }
     const int64_t act_rows[LPO_BUF_COUNT] = {
         [LPO_BUF_X] = h,    [LPO_BUF_XN] = h,  [LPO_BUF_QKV] = qd + 2 * kvd,
         [LPO_BUF_ATT] = qd, [LPO_BUF_TMP] = h, [LPO_BUF_GU] = 2 * I,
         [LPO_BUF_ACT] = I};
-    for (int b = 0; b < LPO_BUF_COUNT; b++) floats += (size_t)(T * act_rows[b]), slack++;
-    floats += (size_t)(2 * L * S * ctx * kvd) + (size_t)(ctx * hd) + (size_t)c->n_threads * (size_t)ctx;
-    size_t bytes =
-        floats * sizeof(float) + (size_t)T * (sizeof(int32_t) + sizeof(int64_t)) + (slack + 8) * 64;
+    for (int b = 0; b < LPO_BUF_COUNT; b++) floats += (double)T * (double)act_rows[b], slack++;
+    floats += 2.0 * (double)L * (double)S * (double)ctx * (double)kvd + (double)ctx * (double)hd +
+              (double)c->n_threads * (double)ctx;
+    const double dbytes =
+        floats * sizeof(float) + (double)T * (sizeof(int32_t) + sizeof(int64_t)) + (double)(slack + 8) * 64;
+    char what[256];
+    snprintf(what, sizeof what,
+             "cpu backend: weights, activations and KV cache for %lld sequence(s) of max_context %lld, %lld "
+             "tokens per step",
+             (long long)S, (long long)ctx, (long long)T);
+    st = lpo_mem_check(dbytes, what);
+    if (st != LPO_OK) {
+        lpo_oplist_free(&ref);
+        cpu_free(c);
+        return st;
+    }
+    const size_t bytes = (size_t)dbytes;
     st = lpo_arena_init(&c->arena, bytes);
     if (st != LPO_OK) {
         lpo_oplist_free(&ref);
