@@ -219,6 +219,14 @@ lpo_status lpo_model_tensor_f32(const lpo_model *m, const lpo_tensor *t, float *
     const uintptr_t base = (uintptr_t)m->tensors, p = (uintptr_t)t;
     const size_t i =
         p >= base ? (size_t)(p - base) / sizeof *t : SIZE_MAX; /* t may belong to another model */
+    /* A weight file that holds NaN/Inf would make every number computed from it meaningless: refuse it
+     * here, naming the tensor and the element, instead of producing NaN logits later. */
+    for (uint64_t k = 0; k < n; k++)
+        if (!isfinite(dst[k]))
+            return lpo_errorf(
+                LPO_E_FORMAT,
+                "tensor '%s' holds a non-finite value (%g) at element %llu: the weight file is corrupt",
+                t->name, (double)dst[k], (unsigned long long)k);
     if (i < m->n_tensors && &m->tensors[i] == t && m->unpermute[i]) {
         const int64_t rows = t->shape[0], cols = t->n_dims > 1 ? t->shape[1] : 1;
         st = unpermute_rows(dst, rows, cols, m->unpermute[i], t->name);

@@ -159,6 +159,43 @@ static void expect_open(const char *dir, lpo_status st, const char *needle) {
     assert_null(m);
 }
 
+/* A weight file holding NaN is refused when the tensor is converted, naming the tensor and element. */
+static void test_non_finite_weight(void **state) {
+    (void)state;
+    char *dir = copy_dir(LPO_SOURCE_DIR "/tests/golden/models/tiny-llama");
+    char p[4200];
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    const char *name = "model.layers.0.self_attn.q_proj.weight";
+    lpo_model *m = NULL;
+    assert_int_equal(lpo_model_open_path(dir, &m), LPO_OK);
+    const lpo_tensor *t = lpo_model_tensor(m, name);
+    assert_non_null(t);
+    const size_t esize = (size_t)lpo_dtype_block_bytes(t->dtype), numel = (size_t)lpo_tensor_numel(t);
+    uint8_t *orig = malloc(t->nbytes);
+    memcpy(orig, t->data, t->nbytes);
+    float *f = malloc(numel * sizeof *f);
+    assert_int_equal(lpo_model_tensor_f32(m, t, f), LPO_OK);
+    lpo_model_close(m);
+    /* find the tensor's (random, so unique) bytes in the file and put a NaN in element 3 */
+    char *file;
+    size_t len;
+    assert_int_equal(lpo_read_file(p, &file, &len), LPO_OK);
+    char *at = memmem(file, len, orig, (size_t)t->nbytes);
+    assert_non_null(at);
+    const uint8_t nan_f32[4] = {0x00, 0x00, 0xc0, 0x7f}, nan_16[2] = {0xc0, 0x7f}; /* f32 / bf16 NaN, LE */
+    memcpy(at + 3 * esize, esize == 4 ? nan_f32 : nan_16, esize);
+    assert_int_equal(lpo_write_file(p, file, len), LPO_OK);
+    assert_int_equal(lpo_model_open_path(dir, &m), LPO_OK);
+    assert_int_equal(lpo_model_tensor_f32(m, lpo_model_tensor(m, name), f), LPO_E_FORMAT);
+    assert_non_null(strstr(lpo_last_error(), name));
+    assert_non_null(strstr(lpo_last_error(), "non-finite value (nan) at element 3"));
+    lpo_model_close(m);
+    free(file);
+    free(f);
+    free(orig);
+    rm_dir(dir);
+}
+
 static void test_truncated_shard(void **state) {
     (void)state;
     char *dir = copy_dir(LPO_SOURCE_DIR "/tests/golden/models/tiny-llama");
@@ -240,6 +277,7 @@ int main(void) {
         cmocka_unit_test(test_header_length),
         cmocka_unit_test(test_entry_lies),
         cmocka_unit_test(test_truncated_shard),
+        cmocka_unit_test(test_non_finite_weight),
         cmocka_unit_test(test_config_disagrees),
         cmocka_unit_test(test_bad_index),
     };
