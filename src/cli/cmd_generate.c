@@ -218,7 +218,10 @@ int lpo_cmd_generate(int argc, char **argv) {
     if (!tokens && (st = lpo_tokenizer_for_model(m, &g.tok)) != LPO_OK) goto done;
     if (tokens && (ic.gen.n_stop || !print_id))
         lpo_tokenizer_for_model(m, &g.tok); /* text output if it can */
-    if (ic.chat && (st = lpo_chat_family_pick(ic.chat_template, g.tok, &g.chat)) != LPO_OK) goto done;
+    if (ic.chat && tokens) /* token prompts are used as given: the template applies to text */
+        LPO_WARN("infer.chat=true does not apply to tokens=: the ids are used as given");
+    else if (ic.chat && (st = lpo_chat_family_pick(ic.chat_template, g.tok, &g.chat)) != LPO_OK)
+        goto done;
     int32_t tok_eos = g.tok ? lpo_tokenizer_eos(g.tok) : -1;
     if (g.spec->n_eos == 0 && tok_eos >= 0) { /* no EOS in the model files: the tokenizer's */
         ic.gen.eos_ids = &tok_eos;

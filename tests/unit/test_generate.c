@@ -153,6 +153,9 @@ static void test_robustness(void **state) {
     (void)state;
     const char *g = "generate model=tiny tokens=1,2,3 --print-ids infer.max_new_tokens=2";
     char cmd[9000];
+    /* token prompts are never templated: chat=true warns and runs (the tiny model has no chat tokens) */
+    snprintf(cmd, sizeof cmd, "%s infer.chat=true", g);
+    expect_fail(cmd, 0, "does not apply to tokens=");
     snprintf(cmd, sizeof cmd, "%s infer.threads=100000", g); /* overflowed libgomp's stack */
     expect_fail(cmd, 2, "infer.threads = 100000 is out of range: it must be in [0, 1024]");
     snprintf(cmd, sizeof cmd, "%s infer.temperature=.nan", g);
