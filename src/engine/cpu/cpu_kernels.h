@@ -1,0 +1,49 @@
+/* The CPU reference kernels: plain C, float32, one function per op kind. The CPU backend executes the op
+ * list with them; the op checker, the CUDA kernel tests and kbench call them as the reference a faster
+ * version must match. Internal to lpo (not a public header).
+ *
+ * Layouts (row-major, as the op list describes them):
+ *   activations  [m rows (tokens), width]
+ *   qkv row      q (n_heads * head_dim) | k (n_kv_heads * head_dim) | v (n_kv_heads * head_dim)
+ *   gu row       gate (I) | up (I)
+ *   KV cache     one layer's K (and V): [slots][max_context][n_kv_heads * head_dim]
+ *   rope tables  cos, sin: [positions][head_dim / 2], the attention scaling folded in
+ * Every reduction runs in a fixed order that does not depend on m, the thread count or the ISA version
+ * chosen at load time, so batched and chunked runs give bit-identical results. `nt` = OpenMP threads. */
+#pragma once
+#include <stdint.h>
+
+/* y (m, n) = x (m, k) @ W^T, W (n, k) row-major (HF Linear layout), + bias (n,) when given. */
+void lpo_cpu_matmul(float *y, const float *x, const float *W, const float *bias, int64_t m, int64_t n,
+                    int64_t k, int nt);
+/* y (m, n) = x / sqrt(mean(x^2) + eps) * w per row (HF LlamaRMSNorm in f32; the sum in double).
+ * y may equal x. */
+void lpo_cpu_rmsnorm(float *y, const float *x, const float *w, int64_t m, int64_t n, float eps, int nt);
+/* x (m, h) = rows tokens[0..m) of E (vocab, h). */
+void lpo_cpu_embed(float *x, const float *E, const int32_t *tokens, int64_t m, int64_t h);
+/* Per-head RMSNorm of the q heads (weight wq (hd,)) and k heads (wk (hd,)) of qkv rows, in place. */
+void lpo_cpu_qk_norm(float *qkv, const float *wq, const float *wk, int64_t m, int64_t nh, int64_t nkv,
+                     int64_t hd, float eps, int nt);
+/* cos/sin tables [n_pos][hd/2]: angle = float(p) * inv_freq[i] (f32, as HF), both times scale. */
+void lpo_cpu_rope_tables(float *cos_t, float *sin_t, const float *inv_freq, float scale, int64_t n_pos,
+                         int64_t half);
+/* Rotates the q and k heads of qkv rows in place by each token's position pos[t] (NeoX form: pairs
+ * (i, i + hd/2), as HF rotate_half). */
+void lpo_cpu_rope(float *qkv, const float *cos_t, const float *sin_t, const int64_t *pos, int64_t m,
+                  int64_t nh, int64_t nkv, int64_t hd, int nt);
+/* Writes the k and v parts of qkv rows into one layer's cache at (slot[t], pos[t]). */
+void lpo_cpu_kv_append(float *kc, float *vc, const float *qkv, const int32_t *slot, const int64_t *pos,
+                       int64_t m, int64_t nh, int64_t nkv, int64_t hd, int64_t max_context);
+/* Causal GQA attention of the q heads of qkv rows over one layer's cache: token t (slot[t], position
+ * pos[t]) attends to positions max(0, pos - window + 1) .. pos of its slot (window 0 = all);
+ * softmax(q k^T / sqrt(hd)) v -> att (m, nh * hd). scores: [nt][max_context] scratch. */
+void lpo_cpu_attention(float *att, const float *qkv, const float *kc, const float *vc, const int32_t *slot,
+                       const int64_t *pos, int64_t m, int64_t nh, int64_t nkv, int64_t hd,
+                       int64_t max_context, int64_t window, float *scores, int nt);
+/* act (m, I) = silu(gate) * up over gu rows (m, 2I). */
+void lpo_cpu_swiglu(float *act, const float *gu, int64_t m, int64_t I, int nt);
+/* act (m, I) = gelu_tanh(gate) * up over gu rows (m, 2I) (HF gelu_pytorch_tanh: 0.5 g (1 + tanh(
+ * sqrt(2/pi) (g + 0.044715 g^3)))). */
+void lpo_cpu_geglu(float *act, const float *gu, int64_t m, int64_t I, int nt);
+/* x (n,) += y (n,). */
+void lpo_cpu_add(float *x, const float *y, int64_t n);
