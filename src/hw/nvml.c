@@ -32,6 +32,13 @@ int lpo_nvml_open(lpo_nvml *n, char *why, size_t why_len) {
         SYM(clock, "nvmlDeviceGetClockInfo") && SYM(max_clock, "nvmlDeviceGetMaxClockInfo") &&
         SYM(temperature, "nvmlDeviceGetTemperature") &&
         SYM(power_limit, "nvmlDeviceGetPowerManagementLimit") && SYM(memory_info, "nvmlDeviceGetMemoryInfo");
+    /* optional: older drivers name the throttle reasons "ClocksThrottleReasons" */
+    SYM(power_usage, "nvmlDeviceGetPowerUsage");
+    SYM(total_energy, "nvmlDeviceGetTotalEnergyConsumption");
+    SYM(utilization, "nvmlDeviceGetUtilizationRates");
+    if (!SYM(throttle_reasons, "nvmlDeviceGetCurrentClocksEventReasons"))
+        SYM(throttle_reasons, "nvmlDeviceGetCurrentClocksThrottleReasons");
+    SYM(uuid, "nvmlDeviceGetUUID");
     if (!ok) {
         snprintf(why, why_len, "libnvidia-ml.so.1 lacks a needed function (driver too old?)");
         dlclose(n->lib);

@@ -1,0 +1,160 @@
+/* lpo ceilings: what this machine can do at best, measured (`lpo ceilings`) or from spec sheets.
+ *
+ * - lpo_ceilings: one measurement record per device: dense GEMM peak per dtype, DRAM read/write/copy,
+ *   cudaMemcpy D2D, L2, host<->device, launch and graph-node latency, each with the NVML clocks/power
+ *   seen while it ran; GPU name/UUID, when, lpo commit. Saved as JSON in the cache
+ *   ($XDG_CACHE_HOME or ~/.cache)/lpo/ceilings/<uuid>.json ("cpu-<hostname>.json" for the CPU).
+ * - The MBU bandwidth (the DRAM figure every MBU uses) is the best of the read-only and the copy
+ *   figures (copy counting bytes read + written); CPU: the best of triad and read. Its name travels
+ *   with it ("copy (read+write)").
+ * - lpo_gpu_spec: DENSE spec-sheet peaks (never the 2:4 sparse figures) of known GPUs.
+ * - lpo_peaks: the answer to "which peaks do I use for MFU/MBU and the roofline": measured when cached
+ *   for this device, else the spec sheet, else none, with a label saying which. */
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lpo/nvml_sampler.h"
+#include "lpo/report.h"
+#include "lpo/status.h"
+
+/* GEMM dtypes of the compute roofs (tf32: fp32 data on the tensor cores; fp32: no tensor cores; int8 in
+ * TOP/s). */
+#define LPO_CEIL_DTYPE_MAP(X)                                                                                \
+    X(FP32, "fp32")                                                                                          \
+    X(TF32, "tf32")                                                                                          \
+    X(FP16, "fp16")                                                                                          \
+    X(BF16, "bf16")                                                                                          \
+    X(FP8, "fp8")                                                                                            \
+    X(INT8, "int8")
+
+typedef enum {
+#define LPO__CD_ENUM(name, str) LPO_CEIL_##name,
+    LPO_CEIL_DTYPE_MAP(LPO__CD_ENUM)
+#undef LPO__CD_ENUM
+        LPO_CEIL_N_DTYPES
+} lpo_ceil_dtype;
+
+const char *lpo_ceil_dtype_name(lpo_ceil_dtype d);
+/* "bf16", "fp8", "f32"/"float32", "e4m3", "fp16"/"f16"/"half" ...; -1 when unknown. */
+int lpo_ceil_dtype_parse(const char *s);
+
+/* Every measured figure: key (JSON, CSV), unit, what it is. */
+#define LPO_CEIL_METRIC_MAP(X)                                                                               \
+    X(GEMM_FP32, "gemm_fp32", "TFLOP/s", "dense GEMM, fp32 on CUDA cores (no TF32)")                         \
+    X(GEMM_TF32, "gemm_tf32", "TFLOP/s", "dense GEMM, tf32 tensor cores")                                    \
+    X(GEMM_FP16, "gemm_fp16", "TFLOP/s", "dense GEMM, fp16 in, fp32 accumulate")                             \
+    X(GEMM_BF16, "gemm_bf16", "TFLOP/s", "dense GEMM, bf16 in, fp32 accumulate")                             \
+    X(GEMM_FP8, "gemm_fp8", "TFLOP/s", "dense GEMM, fp8 e4m3 in, fp32 accumulate")                           \
+    X(GEMM_INT8, "gemm_int8", "TOP/s", "dense GEMM, int8 in, int32 accumulate")                              \
+    X(DRAM_READ, "dram_read", "GB/s", "DRAM read-only, 16-byte vector loads")                                \
+    X(DRAM_WRITE, "dram_write", "GB/s", "DRAM write-only, 16-byte vector stores")                            \
+    X(DRAM_COPY, "dram_copy", "GB/s", "DRAM copy kernel, bytes read + written")                              \
+    X(MEMCPY_D2D, "memcpy_d2d", "GB/s", "cudaMemcpy device to device, bytes read + written")                 \
+    X(DRAM_TRIAD, "dram_triad", "GB/s", "STREAM triad a = b + s*c, 3 arrays' bytes")                         \
+    X(L2_READ, "l2_read", "GB/s", "L2 read, working set well inside L2")                                     \
+    X(H2D, "h2d", "GB/s", "host to device, pinned memory")                                                   \
+    X(D2H, "d2h", "GB/s", "device to host, pinned memory")                                                   \
+    X(LAUNCH, "launch_us", "us", "empty kernel, launch to launch (stream of launches)")                      \
+    X(GRAPH_NODE, "graph_node_us", "us", "empty kernel per node of a replayed CUDA graph")
+
+typedef enum {
+#define LPO__CM_ENUM(name, key, unit, what) LPO_CEIL_M_##name,
+    LPO_CEIL_METRIC_MAP(LPO__CM_ENUM)
+#undef LPO__CM_ENUM
+        LPO_CEIL_N_METRICS
+} lpo_ceil_metric;
+
+const char *lpo_ceil_metric_key(lpo_ceil_metric m);
+const char *lpo_ceil_metric_unit(lpo_ceil_metric m);
+const char *lpo_ceil_metric_what(lpo_ceil_metric m);
+/* the GEMM metric of a dtype */
+lpo_ceil_metric lpo_ceil_gemm_metric(lpo_ceil_dtype d);
+
+typedef struct {
+    double value;          /* in the metric's unit; 0 = not measured */
+    char detail[128];      /* how: shape, sizes, best-of, algorithm */
+    double seconds;        /* wall time the measurement took */
+    lpo_nvml_summary nvml; /* clocks/power while it ran (n == 0: no NVML) */
+} lpo_ceil_entry;
+
+#define LPO_CEILINGS_VERSION 1
+
+typedef struct {
+    int version;                      /* LPO_CEILINGS_VERSION */
+    char device_kind[8];              /* "gpu" or "cpu" */
+    char name[256];                   /* GPU name (CUDA) or CPU model */
+    char uuid[96];                    /* "GPU-8e1c..." or "cpu-<hostname>" : the cache key */
+    int cc_major, cc_minor, sm_count; /* 0 for the CPU (sm_count: logical CPUs there) */
+    uint64_t l2_bytes, mem_bytes;
+    char driver[64]; /* NVML driver version or CUDA driver version */
+    char when[32];   /* ISO 8601 UTC of the measurement */
+    char commit[64]; /* lpo git commit */
+    char build_type[32];
+    double total_seconds; /* the whole `lpo ceilings` run */
+    lpo_ceil_entry m[LPO_CEIL_N_METRICS];
+} lpo_ceilings;
+
+void lpo_ceilings_init(lpo_ceilings *c);
+/* The MBU bandwidth (GB/s) and its name ("copy (read+write)", "read-only", "triad"); 0 and "" when none
+ * of the candidates was measured. */
+double lpo_ceilings_mbu_gbs(const lpo_ceilings *c, const char **name);
+
+/* JSON: {"version", "device_kind", "name", "uuid", ..., "metrics": {"gemm_bf16": {"value", "unit",
+ * "detail", "seconds", "nvml": {...}}, ...}, "mbu": {"gbs", "source"}}. */
+void lpo_ceilings_write_json(const lpo_ceilings *c, lpo_json *j);
+lpo_status lpo_ceilings_save(const lpo_ceilings *c, const char *path);
+/* Reads a file written by lpo_ceilings_save. LPO_E_NOT_FOUND when absent, LPO_E_FORMAT when malformed
+ * or of another version (the message says to run `lpo ceilings --refresh`). */
+lpo_status lpo_ceilings_load(const char *path, lpo_ceilings *c);
+/* <cache>/lpo/ceilings/<key>.json into buf (key: a UUID; characters outside [A-Za-z0-9._-] become '_'). */
+const char *lpo_ceilings_cache_path(const char *key, char *buf, size_t n);
+/* The CPU cache key: "cpu-<hostname>". */
+const char *lpo_ceilings_cpu_key(char *buf, size_t n);
+
+/* ---- dense spec-sheet peaks ------------------------------------------------------------------------------
+ */
+typedef struct {
+    const char *key;                  /* "h100-sxm" */
+    const char *label;                /* "NVIDIA H100 SXM5 80GB" */
+    double tflops[LPO_CEIL_N_DTYPES]; /* DENSE peaks, fp32 accumulate for 16-bit and fp8; 0 = unsupported */
+    double dram_gbs;                  /* memory bandwidth, GB/s */
+    double l2_mb;
+    const char *source; /* datasheet */
+} lpo_gpu_spec;
+
+/* The spec of a CUDA device name ("NVIDIA H100 80GB HBM3" -> h100-sxm), or NULL for an unknown GPU. */
+const lpo_gpu_spec *lpo_gpu_spec_find(const char *device_name);
+/* By key ("h100-sxm", as conf/hardware/ names them), or NULL. */
+const lpo_gpu_spec *lpo_gpu_spec_by_key(const char *key);
+/* The whole table (n entries). */
+const lpo_gpu_spec *lpo_gpu_spec_table(size_t *n);
+
+/* ---- peaks for MFU / MBU / roofline ----------------------------------------------------------------------
+ */
+typedef enum { LPO_PEAKS_NONE = 0, LPO_PEAKS_SPEC = 1, LPO_PEAKS_MEASURED = 2 } lpo_peaks_source;
+
+typedef struct {
+    lpo_peaks_source source;
+    double tflops[LPO_CEIL_N_DTYPES]; /* compute roofs (0 unknown) */
+    double dram_gbs;                  /* the MBU bandwidth */
+    char dram_name[48];               /* "copy (read+write)", "read-only", "spec" ... */
+    double l2_gbs;                    /* 0 unknown */
+    double launch_us;                 /* 0 unknown */
+    char label[640]; /* for reports: "measured by lpo ceilings 2026-11-22T10:00Z (commit abc123), cache
+                        <path>" | "spec sheet: NVIDIA H100 SXM5 80GB (dense) - run `lpo ceilings`" | "none" */
+    const lpo_gpu_spec *spec; /* spec of this device, NULL if unknown (reports show both) */
+    lpo_ceilings measured;    /* valid when source == MEASURED */
+} lpo_peaks;
+
+/* Peaks for the device (name as CUDA reports it, uuid as the cache key; either may be NULL): the cached
+ * measurement when one exists for uuid, else the spec of name, else none (source NONE, label says to run
+ * `lpo ceilings`). A cached file that cannot be read is reported with a warning and skipped. Always LPO_OK
+ * except out of memory. */
+lpo_status lpo_peaks_lookup(const char *name, const char *uuid, lpo_peaks *out);
+/* Same for CUDA device ordinal dev (name and UUID from the CUDA runtime); dev < 0: the CPU (its cached
+ * measurement only). Without CUDA in the build, any dev >= 0 gives source NONE. */
+lpo_status lpo_peaks_for_device(int dev, lpo_peaks *out);
+/* UUID of CUDA device dev formatted as NVML does ("GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx") and its name;
+ * LPO_E_NO_DEVICE without CUDA or device. */
+lpo_status lpo_cuda_device_identity(int dev, char *name, size_t name_len, char *uuid, size_t uuid_len);

@@ -1,0 +1,339 @@
+/* The ceilings record: metric names, the MBU bandwidth rule, JSON save/load, the per-device cache
+ * ($XDG_CACHE_HOME or ~/.cache)/lpo/ceilings/<uuid>.json, and the "which peaks for MFU/MBU" lookup
+ * (measured when cached, else spec sheet, else none). Measuring is in ceilings_run.c and the .cu files. */
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "lpo/ceilings.h"
+#include "lpo/core.h"
+
+#ifdef LPO_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+/* ---- names ----------------------------------------------------------------------------------------------
+ */
+static const char *const dtype_names[] = {
+#define LPO__CD_NAME(name, str) str,
+    LPO_CEIL_DTYPE_MAP(LPO__CD_NAME)
+#undef LPO__CD_NAME
+};
+
+static const struct {
+    const char *key, *unit, *what;
+} metric_info[] = {
+#define LPO__CM_INFO(name, key, unit, what) {key, unit, what},
+    LPO_CEIL_METRIC_MAP(LPO__CM_INFO)
+#undef LPO__CM_INFO
+};
+
+const char *lpo_ceil_dtype_name(lpo_ceil_dtype d) {
+    return (unsigned)d < LPO_CEIL_N_DTYPES ? dtype_names[d] : "?";
+}
+
+int lpo_ceil_dtype_parse(const char *s) {
+    static const struct {
+        const char *alias;
+        lpo_ceil_dtype d;
+    } aliases[] = {
+        {"fp32", LPO_CEIL_FP32},  {"f32", LPO_CEIL_FP32},      {"float32", LPO_CEIL_FP32},
+        {"float", LPO_CEIL_FP32}, {"tf32", LPO_CEIL_TF32},     {"fp16", LPO_CEIL_FP16},
+        {"f16", LPO_CEIL_FP16},   {"float16", LPO_CEIL_FP16},  {"half", LPO_CEIL_FP16},
+        {"bf16", LPO_CEIL_BF16},  {"bfloat16", LPO_CEIL_BF16}, {"fp8", LPO_CEIL_FP8},
+        {"e4m3", LPO_CEIL_FP8},   {"fp8_e4m3", LPO_CEIL_FP8},  {"int8", LPO_CEIL_INT8},
+        {"i8", LPO_CEIL_INT8},
+    };
+    if (!s) return -1;
+    for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
+        if (!strcasecmp(s, aliases[i].alias)) return (int)aliases[i].d;
+    return -1;
+}
+
+const char *lpo_ceil_metric_key(lpo_ceil_metric m) {
+    return (unsigned)m < LPO_CEIL_N_METRICS ? metric_info[m].key : "?";
+}
+const char *lpo_ceil_metric_unit(lpo_ceil_metric m) {
+    return (unsigned)m < LPO_CEIL_N_METRICS ? metric_info[m].unit : "?";
+}
+const char *lpo_ceil_metric_what(lpo_ceil_metric m) {
+    return (unsigned)m < LPO_CEIL_N_METRICS ? metric_info[m].what : "?";
+}
+lpo_ceil_metric lpo_ceil_gemm_metric(lpo_ceil_dtype d) {
+    return (lpo_ceil_metric)(LPO_CEIL_M_GEMM_FP32 + (int)d);
+}
+
+void lpo_ceilings_init(lpo_ceilings *c) {
+    memset(c, 0, sizeof *c);
+    c->version = LPO_CEILINGS_VERSION;
+    // every entry: no NVML summary yet
+    for (int i = 0; i < LPO_CEIL_N_METRICS; i++) lpo_nvml_summarize(NULL, 0, &c->m[i].nvml);
+}
+
+double lpo_ceilings_mbu_gbs(const lpo_ceilings *c, const char **name) {
+    static const struct {
+        lpo_ceil_metric m;
+        const char *name;
+    } cands[] = {
+        {LPO_CEIL_M_DRAM_COPY, "copy (read+write)"},
+        {LPO_CEIL_M_DRAM_READ, "read-only"},
+        {LPO_CEIL_M_DRAM_TRIAD, "triad (2 reads + 1 write)"},
+    };
+    double best = 0;
+    const char *bn = "";
+    for (size_t i = 0; i < sizeof cands / sizeof cands[0]; i++)
+        if (c->m[cands[i].m].value > best) best = c->m[cands[i].m].value, bn = cands[i].name;
+    if (name) *name = bn;
+    return best;
+}
+
+/* ---- JSON -----------------------------------------------------------------------------------------------
+ */
+void lpo_ceilings_write_json(const lpo_ceilings *c, lpo_json *j) {
+    lpo_json_object_begin(j);
+    lpo_json_kv_int(j, "version", c->version);
+    lpo_json_kv_str(j, "device_kind", c->device_kind);
+    lpo_json_kv_str(j, "name", c->name);
+    lpo_json_kv_str(j, "uuid", c->uuid);
+    lpo_json_kv_int(j, "cc_major", c->cc_major);
+    lpo_json_kv_int(j, "cc_minor", c->cc_minor);
+    lpo_json_kv_int(j, "sm_count", c->sm_count);
+    lpo_json_kv_int(j, "l2_bytes", (int64_t)c->l2_bytes);
+    lpo_json_kv_int(j, "mem_bytes", (int64_t)c->mem_bytes);
+    lpo_json_kv_str(j, "driver", c->driver);
+    lpo_json_kv_str(j, "when", c->when);
+    lpo_json_kv_str(j, "commit", c->commit);
+    lpo_json_kv_str(j, "build_type", c->build_type);
+    lpo_json_kv_double(j, "total_seconds", c->total_seconds);
+    lpo_json_key(j, "metrics");
+    lpo_json_object_begin(j);
+    // each measured metric (unmeasured ones are left out)
+    for (int i = 0; i < LPO_CEIL_N_METRICS; i++) {
+        const lpo_ceil_entry *e = &c->m[i];
+        if (!(e->value > 0)) continue;
+        lpo_json_key(j, lpo_ceil_metric_key((lpo_ceil_metric)i));
+        lpo_json_object_begin(j);
+        lpo_json_kv_double(j, "value", e->value);
+        lpo_json_kv_str(j, "unit", lpo_ceil_metric_unit((lpo_ceil_metric)i));
+        lpo_json_kv_str(j, "detail", e->detail);
+        lpo_json_kv_double(j, "seconds", e->seconds);
+        lpo_json_key(j, "nvml");
+        lpo_nvml_summary_write_json(&e->nvml, j);
+        lpo_json_object_end(j);
+    }
+    lpo_json_object_end(j);
+    const char *mn;
+    double mbu = lpo_ceilings_mbu_gbs(c, &mn);
+    lpo_json_key(j, "mbu");
+    lpo_json_object_begin(j);
+    lpo_json_kv_double(j, "gbs", mbu);
+    lpo_json_kv_str(j, "source", mn);
+    lpo_json_object_end(j);
+    lpo_json_object_end(j);
+}
+
+lpo_status lpo_ceilings_save(const lpo_ceilings *c, const char *path) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+        *slash = 0;
+        lpo_status st = lpo_mkdirs(dir);
+        if (st) return st;
+    }
+    lpo_strbuf sb = {0};
+    lpo_json j;
+    lpo_json_init_buf(&j, &sb, 1);
+    lpo_ceilings_write_json(c, &j);
+    lpo_status st = lpo_json_finish(&j);
+    if (!st) st = lpo_write_file(path, sb.buf, sb.len);
+    lpo_sb_free(&sb);
+    return st;
+}
+
+static void get_str(const cJSON *o, const char *key, char *out, size_t n) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (cJSON_IsString(v)) snprintf(out, n, "%s", v->valuestring);
+}
+static double get_num(const cJSON *o, const char *key, double def) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : def;
+}
+
+lpo_status lpo_ceilings_load(const char *path, lpo_ceilings *c) {
+    lpo_ceilings_init(c);
+    if (!lpo_path_exists(path)) return lpo_errorf(LPO_E_NOT_FOUND, "%s: no cached ceilings", path);
+    char *text;
+    size_t len;
+    lpo_status st = lpo_read_file(path, &text, &len);
+    if (st) return st;
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return lpo_errorf(LPO_E_FORMAT, "%s: not a ceilings JSON object; run `lpo ceilings --refresh`", path);
+    }
+    int version = (int)get_num(root, "version", -1);
+    if (version != LPO_CEILINGS_VERSION) {
+        cJSON_Delete(root);
+        return lpo_errorf(LPO_E_FORMAT,
+                          "%s: ceilings format version %d, this lpo reads %d; run `lpo ceilings --refresh`",
+                          path, version, LPO_CEILINGS_VERSION);
+    }
+    get_str(root, "device_kind", c->device_kind, sizeof c->device_kind);
+    get_str(root, "name", c->name, sizeof c->name);
+    get_str(root, "uuid", c->uuid, sizeof c->uuid);
+    get_str(root, "driver", c->driver, sizeof c->driver);
+    get_str(root, "when", c->when, sizeof c->when);
+    get_str(root, "commit", c->commit, sizeof c->commit);
+    get_str(root, "build_type", c->build_type, sizeof c->build_type);
+    c->cc_major = (int)get_num(root, "cc_major", 0);
+    c->cc_minor = (int)get_num(root, "cc_minor", 0);
+    c->sm_count = (int)get_num(root, "sm_count", 0);
+    c->l2_bytes = (uint64_t)get_num(root, "l2_bytes", 0);
+    c->mem_bytes = (uint64_t)get_num(root, "mem_bytes", 0);
+    c->total_seconds = get_num(root, "total_seconds", 0);
+    const cJSON *metrics = cJSON_GetObjectItemCaseSensitive(root, "metrics");
+    // each known metric present in the file
+    for (int i = 0; i < LPO_CEIL_N_METRICS; i++) {
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(metrics, lpo_ceil_metric_key((lpo_ceil_metric)i));
+        if (!cJSON_IsObject(e)) continue;
+        double v = get_num(e, "value", 0);
+        if (!(v > 0) || v > 1e12) {
+            cJSON_Delete(root);
+            return lpo_errorf(LPO_E_FORMAT, "%s: metric %s has value %g; run `lpo ceilings --refresh`", path,
+                              lpo_ceil_metric_key((lpo_ceil_metric)i), v);
+        }
+        c->m[i].value = v;
+        c->m[i].seconds = get_num(e, "seconds", 0);
+        get_str(e, "detail", c->m[i].detail, sizeof c->m[i].detail);
+        const cJSON *nv = cJSON_GetObjectItemCaseSensitive(e, "nvml");
+        lpo_nvml_summary *s = &c->m[i].nvml;
+        if (cJSON_IsObject(nv) && get_num(nv, "n", 0) > 0) {
+            s->n = (size_t)get_num(nv, "n", 0);
+            s->seconds = get_num(nv, "seconds", 0);
+            s->sm_mhz_avg = get_num(nv, "sm_mhz_avg", -1);
+            s->sm_mhz_min = get_num(nv, "sm_mhz_min", -1);
+            s->sm_mhz_max = get_num(nv, "sm_mhz_max", -1);
+            s->mem_mhz_avg = get_num(nv, "mem_mhz_avg", -1);
+            s->power_w_avg = get_num(nv, "power_w_avg", -1);
+            s->power_w_max = get_num(nv, "power_w_max", -1);
+            s->energy_j = get_num(nv, "energy_j", -1);
+            s->temp_c_max = get_num(nv, "temp_c_max", -1);
+            s->util_gpu_avg = get_num(nv, "util_gpu_avg", -1);
+        }
+    }
+    cJSON_Delete(root);
+    return LPO_OK;
+}
+
+/* ---- cache ----------------------------------------------------------------------------------------------
+ */
+const char *lpo_ceilings_cache_path(const char *key, char *buf, size_t n) {
+    char safe[128];
+    size_t k = 0;
+    // key -> safe file name
+    for (const char *p = key ? key : ""; *p && k + 1 < sizeof safe; p++) {
+        char ch = *p;
+        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+                 ch == '.' || ch == '_' || ch == '-';
+        safe[k++] = ok ? ch : '_';
+    }
+    safe[k] = 0;
+    if (!k || !strcmp(safe, ".") || !strcmp(safe, "..")) snprintf(safe, sizeof safe, "unknown");
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (xdg && *xdg)
+        snprintf(buf, n, "%s/lpo/ceilings/%s.json", xdg, safe);
+    else
+        snprintf(buf, n, "%s/.cache/lpo/ceilings/%s.json", home && *home ? home : "/tmp", safe);
+    return buf;
+}
+
+const char *lpo_ceilings_cpu_key(char *buf, size_t n) {
+    char host[128];
+    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "unknown");
+    host[sizeof host - 1] = 0;
+    snprintf(buf, n, "cpu-%.80s", host);
+    return buf;
+}
+
+/* ---- peaks for MFU/MBU ----------------------------------------------------------------------------------
+ */
+static void peaks_from_spec(lpo_peaks *p, const lpo_gpu_spec *s) {
+    p->source = LPO_PEAKS_SPEC;
+    for (int d = 0; d < LPO_CEIL_N_DTYPES; d++) p->tflops[d] = s->tflops[d];
+    p->dram_gbs = s->dram_gbs;
+    snprintf(p->dram_name, sizeof p->dram_name, "spec sheet");
+    snprintf(p->label, sizeof p->label, "spec sheet: %s (dense); run `lpo ceilings` to measure this GPU",
+             s->label);
+}
+
+lpo_status lpo_peaks_lookup(const char *name, const char *uuid, lpo_peaks *out) {
+    memset(out, 0, sizeof *out);
+    lpo_ceilings_init(&out->measured);
+    out->spec = lpo_gpu_spec_find(name);
+    if (uuid && *uuid) {
+        char path[4096];
+        lpo_ceilings_cache_path(uuid, path, sizeof path);
+        lpo_status st = lpo_ceilings_load(path, &out->measured);
+        if (st == LPO_OK) {
+            lpo_ceilings *c = &out->measured;
+            out->source = LPO_PEAKS_MEASURED;
+            for (int d = 0; d < LPO_CEIL_N_DTYPES; d++)
+                out->tflops[d] = c->m[lpo_ceil_gemm_metric((lpo_ceil_dtype)d)].value;
+            const char *mn;
+            out->dram_gbs = lpo_ceilings_mbu_gbs(c, &mn);
+            snprintf(out->dram_name, sizeof out->dram_name, "%s", mn);
+            out->l2_gbs = c->m[LPO_CEIL_M_L2_READ].value;
+            out->launch_us = c->m[LPO_CEIL_M_LAUNCH].value;
+            snprintf(out->label, sizeof out->label, "measured by lpo ceilings %s (commit %s), %.400s",
+                     c->when, c->commit, path);
+            return LPO_OK;
+        }
+        if (st != LPO_E_NOT_FOUND) LPO_WARN("ignoring cached ceilings: %s", lpo_last_error());
+        lpo_ceilings_init(&out->measured);
+    }
+    if (out->spec) {
+        peaks_from_spec(out, out->spec);
+        return LPO_OK;
+    }
+    out->source = LPO_PEAKS_NONE;
+    snprintf(out->label, sizeof out->label,
+             "none: unknown device%s%s and no cached ceilings; run `lpo ceilings`", name ? " " : "",
+             name ? name : "");
+    return LPO_OK;
+}
+
+lpo_status lpo_cuda_device_identity(int dev, char *name, size_t name_len, char *uuid, size_t uuid_len) {
+#ifdef LPO_HAVE_CUDA
+    struct cudaDeviceProp p;
+    cudaError_t e = cudaGetDeviceProperties(&p, dev);
+    if (e != cudaSuccess)
+        return lpo_errorf(LPO_E_NO_DEVICE, "CUDA device %d: %s", dev, cudaGetErrorString(e));
+    if (name) snprintf(name, name_len, "%s", p.name);
+    const unsigned char *b = (const unsigned char *)p.uuid.bytes;
+    if (uuid)
+        snprintf(uuid, uuid_len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+                 b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+                 b[14], b[15]);
+    return LPO_OK;
+#else
+    (void)dev, (void)name, (void)name_len, (void)uuid, (void)uuid_len;
+    return lpo_errorf(LPO_E_NO_DEVICE, "lpo was built without CUDA");
+#endif
+}
+
+lpo_status lpo_peaks_for_device(int dev, lpo_peaks *out) {
+    char name[256] = "", uuid[96] = "";
+    if (dev < 0) {
+        lpo_ceilings_cpu_key(uuid, sizeof uuid);
+        return lpo_peaks_lookup(NULL, uuid, out);
+    }
+    if (lpo_cuda_device_identity(dev, name, sizeof name, uuid, sizeof uuid) != LPO_OK) {
+        lpo_error_clear();
+        return lpo_peaks_lookup(NULL, NULL, out);
+    }
+    return lpo_peaks_lookup(name, uuid, out);
+}

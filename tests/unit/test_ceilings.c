@@ -1,0 +1,163 @@
+/* Unit tests for the ceilings record (src/hw/ceilings.c, gpu_spec.c): spec-table matching of CUDA device
+ * names (SXM vs PCIe vs NVL), dense values, the MBU bandwidth rule (best of read-only and copy, named),
+ * JSON save/load round trip through the cache path, refusal of malformed or other-version files, and the
+ * peaks lookup (measured > spec > none, with its label). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lpo/ceilings.h"
+#include "lpo/core.h"
+#include "test_support.h"
+
+static void test_spec_match(void **state) {
+    (void)state;
+    assert_string_equal(lpo_gpu_spec_find("NVIDIA H100 80GB HBM3")->key, "h100-sxm");
+    assert_string_equal(lpo_gpu_spec_find("NVIDIA H100 PCIe")->key, "h100-pcie");
+    assert_string_equal(lpo_gpu_spec_find("NVIDIA H100 NVL")->key, "h100-nvl");
+    assert_string_equal(lpo_gpu_spec_find("NVIDIA H200")->key, "h200");
+    assert_string_equal(lpo_gpu_spec_find("NVIDIA H200 NVL")->key, "h200-nvl");
+    assert_string_equal(lpo_gpu_spec_find("NVIDIA A100-SXM4-80GB")->key, "a100-sxm4-80gb");
+    assert_string_equal(lpo_gpu_spec_find("NVIDIA A100-SXM4-40GB")->key, "a100-40gb");
+    assert_string_equal(lpo_gpu_spec_find("NVIDIA A100 80GB PCIe")->key, "a100-80gb-pcie");
+    assert_string_equal(lpo_gpu_spec_find("NVIDIA L40S")->key, "l40s");
+    assert_string_equal(lpo_gpu_spec_find("NVIDIA GeForce RTX 4090")->key, "rtx4090");
+    assert_string_equal(lpo_gpu_spec_find("NVIDIA GeForce RTX 5090")->key, "rtx5090");
+    assert_string_equal(lpo_gpu_spec_find("NVIDIA B200")->key, "b200");
+    assert_null(lpo_gpu_spec_find("NVIDIA GeForce GTX 1080"));
+    assert_null(lpo_gpu_spec_find(NULL));
+    /* dense, never sparse: H100 SXM bf16 989.4, fp8 1978.9; A100 has no fp8 */
+    const lpo_gpu_spec *h = lpo_gpu_spec_by_key("h100-sxm");
+    assert_float_equal(h->tflops[LPO_CEIL_BF16], 989.4, 1e-9);
+    assert_float_equal(h->tflops[LPO_CEIL_FP8], 1978.9, 1e-9);
+    assert_float_equal(h->dram_gbs, 3350, 0);
+    assert_float_equal(lpo_gpu_spec_by_key("a100-40gb")->tflops[LPO_CEIL_FP8], 0, 0);
+    size_t n;
+    const lpo_gpu_spec *t = lpo_gpu_spec_table(&n);
+    assert_true(n >= 8);
+    // every row: bf16 <= fp8 where fp8 exists, tf32 <= bf16, a source
+    for (size_t i = 0; i < n; i++) {
+        assert_true(t[i].tflops[LPO_CEIL_TF32] <= t[i].tflops[LPO_CEIL_BF16]);
+        assert_true(t[i].tflops[LPO_CEIL_FP8] == 0 ||
+                    t[i].tflops[LPO_CEIL_FP8] >= t[i].tflops[LPO_CEIL_BF16]);
+        assert_non_null(t[i].source);
+    }
+}
+
+static void test_names(void **state) {
+    (void)state;
+    assert_int_equal(lpo_ceil_dtype_parse("bf16"), LPO_CEIL_BF16);
+    assert_int_equal(lpo_ceil_dtype_parse("F32"), LPO_CEIL_FP32);
+    assert_int_equal(lpo_ceil_dtype_parse("e4m3"), LPO_CEIL_FP8);
+    assert_int_equal(lpo_ceil_dtype_parse("q4_0"), -1);
+    assert_string_equal(lpo_ceil_dtype_name(LPO_CEIL_INT8), "int8");
+    assert_string_equal(lpo_ceil_metric_key(LPO_CEIL_M_DRAM_COPY), "dram_copy");
+    assert_string_equal(lpo_ceil_metric_unit(LPO_CEIL_M_GEMM_INT8), "TOP/s");
+    assert_int_equal(lpo_ceil_gemm_metric(LPO_CEIL_BF16), LPO_CEIL_M_GEMM_BF16);
+}
+
+static void fill(lpo_ceilings *c) {
+    lpo_ceilings_init(c);
+    snprintf(c->device_kind, sizeof c->device_kind, "gpu");
+    snprintf(c->name, sizeof c->name, "NVIDIA H100 80GB HBM3");
+    snprintf(c->uuid, sizeof c->uuid, "GPU-12345678-abcd-ef01-2345-6789abcdef01");
+    snprintf(c->when, sizeof c->when, "2026-11-22T10:00:00Z");
+    snprintf(c->commit, sizeof c->commit, "abc1234");
+    c->sm_count = 132;
+    c->l2_bytes = 50u << 20;
+    c->m[LPO_CEIL_M_GEMM_BF16].value = 771.5;
+    snprintf(c->m[LPO_CEIL_M_GEMM_BF16].detail, sizeof c->m[0].detail, "8192^3");
+    c->m[LPO_CEIL_M_GEMM_BF16].nvml.n = 3;
+    c->m[LPO_CEIL_M_GEMM_BF16].nvml.sm_mhz_avg = 1755;
+    c->m[LPO_CEIL_M_DRAM_READ].value = 3050;
+    c->m[LPO_CEIL_M_DRAM_COPY].value = 2980;
+    c->m[LPO_CEIL_M_L2_READ].value = 9000;
+    c->m[LPO_CEIL_M_LAUNCH].value = 2.1;
+}
+
+static void test_mbu(void **state) {
+    (void)state;
+    lpo_ceilings c;
+    fill(&c);
+    const char *name;
+    assert_float_equal(lpo_ceilings_mbu_gbs(&c, &name), 3050, 0);
+    assert_string_equal(name, "read-only");
+    c.m[LPO_CEIL_M_DRAM_COPY].value = 3100;
+    assert_float_equal(lpo_ceilings_mbu_gbs(&c, &name), 3100, 0);
+    assert_string_equal(name, "copy (read+write)");
+    lpo_ceilings_init(&c);
+    assert_float_equal(lpo_ceilings_mbu_gbs(&c, &name), 0, 0);
+    assert_string_equal(name, "");
+}
+
+static void test_cache_roundtrip(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir();
+    setenv("XDG_CACHE_HOME", dir, 1);
+    lpo_ceilings c, d;
+    fill(&c);
+    char path[4096];
+    lpo_ceilings_cache_path(c.uuid, path, sizeof path);
+    assert_non_null(strstr(path, "/lpo/ceilings/GPU-12345678-abcd-ef01-2345-6789abcdef01.json"));
+    assert_int_equal(lpo_ceilings_load(path, &d), LPO_E_NOT_FOUND);
+    assert_int_equal(lpo_ceilings_save(&c, path), LPO_OK);
+    assert_int_equal(lpo_ceilings_load(path, &d), LPO_OK);
+    assert_string_equal(d.name, c.name);
+    assert_string_equal(d.commit, "abc1234");
+    assert_int_equal(d.sm_count, 132);
+    assert_float_equal(d.m[LPO_CEIL_M_GEMM_BF16].value, 771.5, 0);
+    assert_string_equal(d.m[LPO_CEIL_M_GEMM_BF16].detail, "8192^3");
+    assert_float_equal(d.m[LPO_CEIL_M_GEMM_BF16].nvml.sm_mhz_avg, 1755, 0);
+    assert_float_equal(d.m[LPO_CEIL_M_GEMM_FP8].value, 0, 0);
+
+    /* peaks: measured first */
+    lpo_peaks p;
+    assert_int_equal(lpo_peaks_lookup(c.name, c.uuid, &p), LPO_OK);
+    assert_int_equal(p.source, LPO_PEAKS_MEASURED);
+    assert_float_equal(p.tflops[LPO_CEIL_BF16], 771.5, 0);
+    assert_float_equal(p.dram_gbs, 3050, 0);
+    assert_string_equal(p.dram_name, "read-only");
+    assert_float_equal(p.l2_gbs, 9000, 0);
+    assert_non_null(strstr(p.label, "measured"));
+    assert_non_null(p.spec);
+    /* another UUID on the same model: spec sheet */
+    assert_int_equal(lpo_peaks_lookup(c.name, "GPU-other", &p), LPO_OK);
+    assert_int_equal(p.source, LPO_PEAKS_SPEC);
+    assert_float_equal(p.tflops[LPO_CEIL_BF16], 989.4, 1e-9);
+    assert_non_null(strstr(p.label, "spec sheet"));
+    /* unknown GPU, nothing cached */
+    assert_int_equal(lpo_peaks_lookup("Mystery GPU", "GPU-none", &p), LPO_OK);
+    assert_int_equal(p.source, LPO_PEAKS_NONE);
+    assert_non_null(strstr(p.label, "lpo ceilings"));
+
+    /* malformed and other-version files are refused; the lookup falls back to the spec */
+    assert_int_equal(lpo_write_file(path, "{\"version\": 99}", 15), LPO_OK);
+    assert_int_equal(lpo_ceilings_load(path, &d), LPO_E_FORMAT);
+    assert_non_null(strstr(lpo_last_error(), "--refresh"));
+    assert_int_equal(lpo_write_file(path, "not json", 8), LPO_OK);
+    assert_int_equal(lpo_ceilings_load(path, &d), LPO_E_FORMAT);
+    assert_int_equal(lpo_write_file(path, "{\"version\":1,\"metrics\":{\"dram_read\":{\"value\":-5}}}", 51),
+                     LPO_OK);
+    assert_int_equal(lpo_ceilings_load(path, &d), LPO_E_FORMAT);
+    lpo_log_set_level(LPO_LOG_QUIET);
+    assert_int_equal(lpo_peaks_lookup(c.name, c.uuid, &p), LPO_OK);
+    assert_int_equal(p.source, LPO_PEAKS_SPEC);
+    /* a key with a path separator cannot escape the cache directory */
+    lpo_ceilings_cache_path("../../etc/x", path, sizeof path);
+    assert_null(strstr(path, "/../"));
+    unsetenv("XDG_CACHE_HOME");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_spec_match),
+        cmocka_unit_test(test_names),
+        cmocka_unit_test(test_mbu),
+        cmocka_unit_test(test_cache_roundtrip),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

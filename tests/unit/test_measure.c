@@ -1,0 +1,213 @@
+/* Unit tests for the measurement protocol (src/bench/measure.c): quantiles and statistics against values
+ * computed by hand (numpy's default quantile rule), the stopping rule (converged after min samples and
+ * min time; not converged at max_samples or timeout), throttled-sample dropping, the driver loop with its
+ * warm-up, and option checking / reading from a config. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lpo/config.h"
+#include "lpo/measure.h"
+
+static void test_quantiles(void **state) {
+    (void)state;
+    const double s[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    assert_float_equal(lpo_quantile_sorted(s, 10, 0.5), 5.5, 1e-12);
+    assert_float_equal(lpo_quantile_sorted(s, 10, 0.1), 1.9, 1e-12); /* numpy: 1.9 */
+    assert_float_equal(lpo_quantile_sorted(s, 10, 0.9), 9.1, 1e-12);
+    assert_float_equal(lpo_quantile_sorted(s, 10, 0.0), 1, 0);
+    assert_float_equal(lpo_quantile_sorted(s, 10, 1.0), 10, 0);
+    assert_float_equal(lpo_quantile_sorted(s, 1, 0.3), 1, 0);
+}
+
+static void test_stats(void **state) {
+    (void)state;
+    const double x[] = {4, 1, 3, 2, 5}; /* unsorted on purpose */
+    lpo_stats st;
+    assert_int_equal(lpo_stats_compute(x, 5, &st), LPO_OK);
+    assert_int_equal(st.n, 5);
+    assert_float_equal(st.median, 3, 1e-12);
+    assert_float_equal(st.mean, 3, 1e-12);
+    assert_float_equal(st.stdev, sqrt(2.5), 1e-12);
+    assert_float_equal(st.rel_stdev, sqrt(2.5) / 3, 1e-12);
+    assert_float_equal(st.min, 1, 0);
+    assert_float_equal(st.max, 5, 0);
+    assert_float_equal(st.total, 15, 1e-12);
+    assert_float_equal(st.p10, 1.4, 1e-12);
+    assert_float_equal(st.p90, 4.6, 1e-12);
+    assert_float_equal(x[0], 4, 0); /* input untouched */
+    /* errors: no samples, NaN, negative */
+    assert_int_equal(lpo_stats_compute(x, 0, &st), LPO_E_INVALID);
+    const double bad[] = {1, NAN};
+    assert_int_equal(lpo_stats_compute(bad, 2, &st), LPO_E_INVALID);
+    const double neg[] = {1, -1};
+    assert_int_equal(lpo_stats_compute(neg, 2, &st), LPO_E_INVALID);
+    /* one sample: stdev 0 */
+    assert_int_equal(lpo_stats_compute(x, 1, &st), LPO_OK);
+    assert_float_equal(st.stdev, 0, 0);
+}
+
+static void test_converges(void **state) {
+    (void)state;
+    lpo_measure_opts o;
+    lpo_measure_opts_default(&o);
+    o.min_time_s = 0.0495;
+    lpo_measure *m;
+    assert_int_equal(lpo_measure_new(&o, &m), LPO_OK);
+    int done = 0, i = 0;
+    /* identical 1 ms samples: rule holds once 10 samples AND 50 ms are in */
+    for (; !done && i < 1000; i++) done = lpo_measure_add(m, 1e-3, 1980);
+    assert_true(done);
+    assert_int_equal(i, 50);
+    lpo_stats st;
+    assert_int_equal(lpo_measure_stats(m, &st), LPO_OK);
+    assert_true(st.converged);
+    assert_int_equal(st.n, 50);
+    assert_int_equal(st.n_dropped, 0);
+    assert_float_equal(st.median, 1e-3, 1e-15);
+    lpo_measure_free(m);
+}
+
+static void test_not_converged(void **state) {
+    (void)state;
+    lpo_measure_opts o;
+    lpo_measure_opts_default(&o);
+    o.min_time_s = 0;
+    o.max_samples = 40;
+    lpo_measure *m;
+    assert_int_equal(lpo_measure_new(&o, &m), LPO_OK);
+    int done = 0, i = 0;
+    /* alternating 1 and 2 ms: rel stdev ~ 34%, never converges; stops at max_samples */
+    for (; !done && i < 1000; i++) done = lpo_measure_add(m, (i % 2 ? 2e-3 : 1e-3), 0);
+    assert_int_equal(i, 40);
+    lpo_stats st;
+    assert_int_equal(lpo_measure_stats(m, &st), LPO_OK);
+    assert_false(st.converged);
+    assert_int_equal(st.n, 40);
+    lpo_measure_free(m);
+    /* timeout: a tiny timeout stops after the first samples, not converged */
+    o.max_samples = 100000;
+    o.timeout_s = 1e-9;
+    assert_int_equal(lpo_measure_new(&o, &m), LPO_OK);
+    done = 0;
+    for (i = 0; !done && i < 100000; i++) done = lpo_measure_add(m, (i % 2 ? 2e-3 : 1e-3), 0);
+    assert_true(done);
+    assert_true(i < 100000);
+    assert_int_equal(lpo_measure_stats(m, &st), LPO_OK);
+    assert_false(st.converged);
+    lpo_measure_free(m);
+}
+
+static void test_throttled(void **state) {
+    (void)state;
+    lpo_measure_opts o;
+    lpo_measure_opts_default(&o);
+    o.min_time_s = 0;
+    lpo_measure *m;
+    assert_int_equal(lpo_measure_new(&o, &m), LPO_OK);
+    /* reference clock 2000 (first sample); 1400 < 0.75*2000 is dropped, 1600 kept, unknown kept */
+    lpo_measure_add(m, 1e-3, 2000);
+    lpo_measure_add(m, 5e-3, 1400);
+    lpo_measure_add(m, 1e-3, 1600);
+    lpo_measure_add(m, 1e-3, 0);
+    size_t n;
+    const double *x = lpo_measure_samples(m, &n);
+    assert_int_equal(n, 3);
+    assert_float_equal(x[1], 1e-3, 0);
+    lpo_stats st;
+    assert_int_equal(lpo_measure_stats(m, &st), LPO_OK);
+    assert_int_equal(st.n_dropped, 1);
+    lpo_measure_free(m);
+    /* every sample dropped: stats fail with a message */
+    o.ref_clock_mhz = 2000;
+    o.max_samples = 10;
+    assert_int_equal(lpo_measure_new(&o, &m), LPO_OK);
+    for (int i = 0; i < 10; i++) lpo_measure_add(m, 1e-3, 1000);
+    assert_true(lpo_measure_done(m));
+    assert_int_equal(lpo_measure_stats(m, &st), LPO_E_INVALID);
+    assert_int_equal(st.n_dropped, 10);
+    lpo_measure_free(m);
+    /* drop_throttled off: kept */
+    o.drop_throttled = 0;
+    assert_int_equal(lpo_measure_new(&o, &m), LPO_OK);
+    lpo_measure_add(m, 1e-3, 1000);
+    lpo_measure_samples(m, &n);
+    assert_int_equal(n, 1);
+    lpo_measure_free(m);
+}
+
+typedef struct {
+    int calls;
+    int fail_at;
+} counter;
+
+static lpo_status sample_fn(void *ctx, double *sec, double *clk) {
+    counter *c = ctx;
+    if (++c->calls == c->fail_at) return LPO_E_CUDA;
+    *sec = 2e-3;
+    *clk = 0;
+    return LPO_OK;
+}
+
+static void test_run(void **state) {
+    (void)state;
+    lpo_measure_opts o;
+    lpo_measure_opts_default(&o);
+    o.warmup = 5;
+    o.min_time_s = 0.02;
+    counter c = {0, -1};
+    lpo_measure *m;
+    assert_int_equal(lpo_measure_run(&o, sample_fn, &c, &m), LPO_OK);
+    size_t n;
+    lpo_measure_samples(m, &n);
+    assert_int_equal(n, 10);       /* 10 samples x 2 ms = 20 ms */
+    assert_int_equal(c.calls, 15); /* + 5 warm-up */
+    lpo_measure_free(m);
+    counter f = {0, 8};
+    assert_int_equal(lpo_measure_run(&o, sample_fn, &f, &m), LPO_E_CUDA);
+    assert_null(m);
+}
+
+static void test_options(void **state) {
+    (void)state;
+    lpo_measure_opts o;
+    lpo_measure_opts_default(&o);
+    assert_int_equal(lpo_measure_opts_check(&o), LPO_OK);
+    o.min_samples = 0;
+    assert_int_equal(lpo_measure_opts_check(&o), LPO_E_CONFIG);
+    lpo_measure_opts_default(&o);
+    o.throttle_threshold = 1.5;
+    assert_int_equal(lpo_measure_opts_check(&o), LPO_E_CONFIG);
+    lpo_measure *m = (lpo_measure *)&o;
+    assert_int_equal(lpo_measure_new(&o, &m), LPO_E_CONFIG);
+    assert_null(m);
+    /* from a config: given keys override, missing keep defaults, bad values refused */
+    const char *yaml = "profiling:\n  min_samples: 20\n  max_rel_stdev: 0.01\n  cold: true\n";
+    lpo_node *cfg;
+    assert_int_equal(lpo_yaml_parse(yaml, strlen(yaml), "test", &cfg), LPO_OK);
+    assert_int_equal(lpo_measure_opts_from_config(cfg, &o), LPO_OK);
+    assert_int_equal(o.min_samples, 20);
+    assert_float_equal(o.max_rel_stdev, 0.01, 0);
+    assert_int_equal(o.cold, 1);
+    assert_int_equal(o.warmup, 3);
+    lpo_node_free(cfg);
+    const char *bad = "profiling:\n  timeout_s: -1\n";
+    assert_int_equal(lpo_yaml_parse(bad, strlen(bad), "test", &cfg), LPO_OK);
+    assert_int_equal(lpo_measure_opts_from_config(cfg, &o), LPO_E_CONFIG);
+    lpo_node_free(cfg);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_quantiles), cmocka_unit_test(test_stats),
+        cmocka_unit_test(test_converges), cmocka_unit_test(test_not_converged),
+        cmocka_unit_test(test_throttled), cmocka_unit_test(test_run),
+        cmocka_unit_test(test_options),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
