@@ -315,21 +315,15 @@ void lpo_nvml_samples_write_csv(const lpo_nvml_sample *x, size_t n, lpo_strbuf *
     for (size_t i = 0; i < n; i++) {
         const lpo_nvml_sample *s = &x[i];
         char names[160];
+        const double v[7] = {s->sm_mhz, s->mem_mhz,  s->power_w, s->energy_j,
+                             s->temp_c, s->util_gpu, s->util_mem};
+        static const char *const fmt[7] = {"%.0f", "%.0f", "%.3f", "%.3f", "%.0f", "%.0f", "%.0f"};
         lpo_sb_printf(out, "%.4f,", s->t_s);
-        csv_num(out, s->sm_mhz, "%.0f");
-        lpo_sb_puts(out, ",");
-        csv_num(out, s->mem_mhz, "%.0f");
-        lpo_sb_puts(out, ",");
-        csv_num(out, s->power_w, "%.3f");
-        lpo_sb_puts(out, ",");
-        csv_num(out, s->energy_j, "%.3f");
-        lpo_sb_puts(out, ",");
-        csv_num(out, s->temp_c, "%.0f");
-        lpo_sb_puts(out, ",");
-        csv_num(out, s->util_gpu, "%.0f");
-        lpo_sb_puts(out, ",");
-        csv_num(out, s->util_mem, "%.0f");
-        lpo_sb_puts(out, ",");
+        // the seven measured columns, each followed by its comma
+        for (int k = 0; k < 7; k++) {
+            csv_num(out, v[k], fmt[k]);
+            lpo_sb_puts(out, ",");
+        }
         if (s->throttle >= 0) lpo_sb_printf(out, "0x%llx", (unsigned long long)s->throttle);
         lpo_sb_printf(out, ",%s\n",
                       s->throttle >= 0 ? lpo_throttle_names(s->throttle, names, sizeof names) : "");
