@@ -104,11 +104,13 @@ lpo_status lpo_generate(lpo_engine *e, const lpo_tokenizer *tok, const lpo_gen_p
     int64_t *lens = malloc(n * sizeof *lens);
     int32_t *next = malloc(n * sizeof *next);
     int *map = malloc(n * sizeof *map);
+    lpo_sample_scratch *scratch = NULL; /* one for every row of every step */
     lpo_status st = LPO_OK;
     if (!g || !logits || !slots || !toks || !lens || !next || !map) {
         st = lpo_errorf(LPO_E_NOMEM, "generate: out of memory");
         goto done;
     }
+    st = lpo_sample_scratch_init(&scratch, V);
     for (size_t i = 0; i < n && st == LPO_OK; i++) {
         st = lpo_sampler_init(&g[i].sampler, &p->sampling, V, seqs[i].stream);
         for (size_t j = 0; j < seqs[i].n_prompt && st == LPO_OK; j++)
@@ -143,7 +145,12 @@ lpo_status lpo_generate(lpo_engine *e, const lpo_tokenizer *tok, const lpo_gen_p
                 gi->active = 0;
                 continue;
             }
-            const int32_t id = lpo_sampler_sample(&gi->sampler, logits + (size_t)r * (size_t)V);
+            const int32_t id = lpo_sampler_sample(&gi->sampler, logits + (size_t)r * (size_t)V, scratch);
+            if (id < 0) {
+                st = lpo_errorf(LPO_E_INTERNAL, "generate: the sampler refused a %lld-token row",
+                                (long long)V);
+                goto done;
+            }
             lpo_sampler_accept(&gi->sampler, id);
             if (q->n_ids == gi->cap_ids) {
                 size_t cap = gi->cap_ids ? gi->cap_ids * 2 : 64;
@@ -205,6 +212,7 @@ done:
     if (g)
         for (size_t i = 0; i < n; i++) lpo_sampler_free(&g[i].sampler);
     free(g);
+    lpo_sample_scratch_free(scratch);
     free(logits);
     free(slots);
     free(toks);

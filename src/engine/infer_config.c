@@ -2,7 +2,6 @@
  * the token-list parser shared by `lpo generate tokens=` and `lpo logits tokens=`. */
 #include <ctype.h>
 #include <errno.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,6 +39,9 @@ lpo_status lpo_infer_config_read(const lpo_node *cfg, lpo_infer_config *c) {
     TRY(lpo_cfg_int_or(cfg, "infer.prefill_chunk", 512, &c->prefill_chunk));
     TRY(lpo_cfg_int_or(cfg, "infer.threads", 0, &c->threads));
 #undef TRY
+    c->gen.sampling = (lpo_sampling){temp, top_k, top_p, rp, (uint64_t)seed};
+    st = lpo_sampling_validate(&c->gen.sampling, "infer."); /* the sampler's own rules (docs/sampling.md) */
+    if (st != LPO_OK) goto fail;
     /* the first value out of its range, named with the rule it breaks */
     _Static_assert(LPO_ENGINE_MAX_THREADS == 1024, "infer.threads: update the rule text below");
     const struct {
@@ -48,10 +50,6 @@ lpo_status lpo_infer_config_read(const lpo_node *cfg, lpo_infer_config *c) {
         double value;
     } checks[] = {
         {c->gen.max_new_tokens < 0, "max_new_tokens", ">= 0", (double)c->gen.max_new_tokens},
-        {!(temp >= 0 && isfinite(temp)), "temperature", "finite and >= 0", temp},
-        {top_k < 0, "top_k", ">= 0", (double)top_k},
-        {!(top_p > 0 && top_p <= 1), "top_p", "in (0, 1]", top_p},
-        {!(rp > 0 && isfinite(rp)), "repetition_penalty", "finite and > 0", rp},
         {c->batch_size < 1 || c->batch_size > 256, "batch_size", "in [1, 256]", (double)c->batch_size},
         {c->max_context < 0, "max_context", ">= 0 (0 or null = the model's)", (double)c->max_context},
         {c->prefill_chunk < 1, "prefill_chunk", ">= 1", (double)c->prefill_chunk},
@@ -65,7 +63,6 @@ lpo_status lpo_infer_config_read(const lpo_node *cfg, lpo_infer_config *c) {
             goto fail;
         }
     }
-    c->gen.sampling = (lpo_sampling){temp, top_k, top_p, rp, (uint64_t)seed};
     const lpo_node *stop = lpo_node_at(cfg, "infer.stop");
     if (stop && !lpo_scalar_is_null(stop)) {
         if (stop->kind == LPO_NODE_SCALAR) { /* a single string is accepted as a list of one */
