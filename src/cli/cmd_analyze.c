@@ -1,7 +1,8 @@
-/* lpo analyze: what a model is made of. Architecture, parameters by part, stored weight bytes by dtype and
- * KV-cache bytes per token / per 1k tokens / at full context, as a table or as JSON (--json). The counting
- * lives in the library (lpo_model_param_summary, lpo_spec_kv_bytes_per_token) so that the static FLOP/byte
- * analysis can extend this command without duplicating it. */
+/* lpo analyze: what a model is made of and what running it costs. Architecture, parameters by part, stored
+ * weight bytes by dtype and KV-cache bytes per token / per 1k tokens / at full context; then the static
+ * FLOP/byte analysis of the configured workload (src/analysis: per op, per layer, per phase, footprint,
+ * roofline floors and what-if rows), printed as a summary or as JSON (--json), and saved as
+ * static_compute.json / static_compute.md in a run directory (unless --no-save). */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,20 +10,26 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "lpo/analysis.h"
 #include "lpo/config.h"
 #include "lpo/core.h"
 #include "lpo/model.h"
+#include "lpo/report.h"
 
 static const lpo_cli_flag flags[] = {
     {"json", 0, "print JSON instead of tables"},
     {"kv-dtype", 1, "dtype of the KV cache (f32, f16, bf16); default: the weights' dtype, f16 for quantized"},
+    {"no-save", 0, "print only: no run directory (static_compute.json/md)"},
 };
 
 static const lpo_cli_spec spec = {
     .command = "analyze",
     .summary =
         "lpo analyze model=<preset> | model=hf model.path=<folder|file.gguf|hf:Org/Name>: architecture,\n"
-        "parameters by component, weight bytes by dtype and KV-cache bytes per token.",
+        "parameters by component, weight bytes by dtype and KV-cache bytes per token; static FLOPs, bytes,\n"
+        "footprint and roofline floors of the workload (analysis.* what-if: weight_dtype, kv_dtype, batch,\n"
+        "prompt_len, gen_len; hardware=h100-sxm for peaks). Writes static_compute.json/md to a run "
+        "directory.",
     .flags = flags,
     .n_flags = sizeof flags / sizeof flags[0],
     .config = 1,
@@ -140,7 +147,7 @@ static void print_table(const lpo_model *m, const lpo_param_summary *p, const kv
         printf("%-14s %18s %10s\n", label, a, b);
 }
 
-static void print_json(const lpo_model *m, const lpo_param_summary *p, const kv_info *kv) {
+static void print_json(const lpo_model *m, const lpo_param_summary *p, const kv_info *kv, const char *stat) {
     const lpo_model_spec *s = lpo_model_get_spec(m);
     cJSON *root = cJSON_CreateObject();
     cJSON *mo = cJSON_AddObjectToObject(root, "model");
@@ -185,10 +192,45 @@ static void print_json(const lpo_model *m, const lpo_param_summary *p, const kv_
     cJSON_AddNumberToObject(kc, "bytes_per_1k_tokens", (double)kv->kv_token * 1024);
     cJSON_AddNumberToObject(kc, "context_tokens", (double)s->max_positions);
     cJSON_AddNumberToObject(kc, "bytes_full_context", (double)kv->kv_token * (double)kv->kv_context_tokens);
+    cJSON *sc = stat ? cJSON_Parse(stat) : NULL;
+    if (sc) cJSON_AddItemToObject(root, "static", sc);
     char *txt = cJSON_Print(root);
     if (txt) puts(txt);
     free(txt);
     cJSON_Delete(root);
+}
+
+/* The static analysis of the configured workload; its JSON into js. --kv-dtype also sets the analysis's
+ * KV dtype (unless analysis.kv_dtype is given). */
+static lpo_status run_static(const lpo_node *cfg, const lpo_model *m, const char *kvd, lpo_an_static *an,
+                             lpo_strbuf *js, int *have) {
+    const lpo_model_spec *s = lpo_model_get_spec(m);
+    lpo_an_opts o;
+    lpo_an_peaks pk;
+    lpo_status st = lpo_an_opts_from_config(cfg, s, &o);
+    if (st == LPO_OK) st = lpo_an_peaks_from_config(cfg, &pk);
+    if (st != LPO_OK) return st;
+    if (kvd && !o.kv_dtype) o.kv_dtype = kvd;
+    if ((st = lpo_an_static_run(s, &o, &pk, an)) != LPO_OK) return st;
+    *have = 1;
+    lpo_json j;
+    lpo_json_init_buf(&j, js, 1);
+    lpo_an_static_write_json(an, s, &j);
+    return lpo_json_finish(&j);
+}
+
+static lpo_status save_static(const lpo_node *cfg, const lpo_an_static *an, const lpo_model_spec *s,
+                              const lpo_strbuf *js, int quiet) {
+    lpo_rundir *rd = NULL;
+    lpo_strbuf md = {0};
+    lpo_status st = lpo_rundir_create(cfg, &rd);
+    if (st == LPO_OK) st = lpo_rundir_write(rd, "static_compute.json", js->buf, js->len);
+    if (st == LPO_OK) st = lpo_an_static_write_md(an, s, &md);
+    if (st == LPO_OK) st = lpo_rundir_write(rd, "static_compute.md", md.buf, md.len);
+    if (st == LPO_OK) lpo_rundir_announce(rd, quiet ? stderr : stdout);
+    lpo_sb_free(&md);
+    if (rd) lpo_rundir_close(rd);
+    return st;
 }
 
 int lpo_cmd_analyze(int argc, char **argv) {
@@ -213,16 +255,27 @@ int lpo_cmd_analyze(int argc, char **argv) {
         if (s->sliding_window && s->sliding_window < s->max_positions)
             kv.kv_context_tokens = (uint64_t)s->sliding_window;
     }
+    lpo_an_static an = {0};
+    lpo_strbuf js = {0};
+    int have_static = 0;
+    if (st == LPO_OK) st = run_static(cfg, m, kvd, &an, &js, &have_static);
     if (st == LPO_OK) {
         lpo_param_summary p;
         st = lpo_model_param_summary(m, &p);
         if (st == LPO_OK) {
-            if (lpo_cli_flag_value(&args, "json"))
-                print_json(m, &p, &kv);
-            else
+            if (lpo_cli_flag_value(&args, "json")) {
+                print_json(m, &p, &kv, js.buf);
+            } else {
                 print_table(m, &p, &kv);
+                printf("\n");
+                lpo_an_static_print(&an, lpo_model_get_spec(m), stdout);
+            }
         }
     }
+    if (st == LPO_OK && !lpo_cli_flag_value(&args, "no-save"))
+        st = save_static(cfg, &an, lpo_model_get_spec(m), &js, lpo_cli_flag_value(&args, "json") != NULL);
+    if (have_static) lpo_an_static_free(&an);
+    lpo_sb_free(&js);
     if (st != LPO_OK) rc = lpo_cli_fail("analyze", st);
     lpo_model_close(m);
     lpo_node_free(cfg);

@@ -195,7 +195,7 @@ static void test_hf_cache(void **state) {
 static void test_analyze_cli(void **state) {
     (void)state;
     char *out = NULL, *err = NULL;
-    int rc = lpo_test_run_lpo("analyze model=smollm2-135m --json", &out, &err);
+    int rc = lpo_test_run_lpo("analyze model=smollm2-135m --json --no-save", &out, &err);
     if (rc != 0) fail_msg("lpo analyze: rc %d: %s", rc, err ? err : "");
     cJSON *j = cJSON_Parse(out);
     assert_non_null(j);
@@ -207,13 +207,14 @@ static void test_analyze_cli(void **state) {
     cJSON_Delete(j);
     free(out);
     free(err);
-    rc = lpo_test_run_lpo("analyze model=llama3.1-8b", &out, &err);
+    rc = lpo_test_run_lpo("analyze model=llama3.1-8b --no-save", &out, &err);
     assert_int_equal(rc, 0);
     assert_non_null(strstr(out, "8,030,261,248"));
     assert_non_null(strstr(out, "8.03 B"));
     free(out);
     free(err);
-    rc = lpo_test_run_lpo("analyze model=hf model.path=" GOLDEN "/tiny-qwen3 --kv-dtype=f32", &out, &err);
+    rc = lpo_test_run_lpo("analyze model=hf model.path=" GOLDEN "/tiny-qwen3 --kv-dtype=f32 --no-save", &out,
+                          &err);
     if (rc != 0) fail_msg("lpo analyze tiny-qwen3: rc %d: %s", rc, err ? err : "");
     assert_non_null(strstr(out, "qwen3"));
     assert_non_null(strstr(out, "kv cache (f32)"));
@@ -236,7 +237,7 @@ static void test_analyze_cli(void **state) {
     /* a KV cache past 2^64 bytes at full context is printed as a number, not wrapped to 0 */
     rc = lpo_test_run_lpo(
         "analyze model=tiny model.arch.n_layers=4096 model.arch.n_heads=256 "
-        "model.arch.n_kv_heads=256 model.arch.head_dim=4096 model.arch.max_positions=1073741824",
+        "model.arch.n_kv_heads=256 model.arch.head_dim=4096 model.arch.max_positions=1073741824 --no-save",
         &out, &err);
     assert_int_equal(rc, 0);
     assert_non_null(strstr(out, "3.68935e+19"));

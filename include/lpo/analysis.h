@@ -1,0 +1,232 @@
+/* lpo analysis: the static FLOP / byte / memory model of a model's forward pass, read from the engine's op
+ * list, and the roofline that turns it into lower-bound times.
+ *
+ * - Per op: FLOPs (attention both as the model needs them, "useful", and as a tiled kernel executes them),
+ *   bytes that must move (weights, activations in and out, KV cache read and written) at the dtypes of a
+ *   what-if (weights / activations / KV cache in bf16, fp8, int4, ...), arithmetic intensity, and against
+ *   a set of peaks the roofline time max(FLOPs / compute roof, bytes / bandwidth) and the bound class.
+ * - Per phase (prefill of T tokens, one decode step at context L, batch B): the ops, totals, and sums by
+ *   op kind and by layer. Per generation (prompt P, G generated tokens): prefill + the G - 1 decode steps.
+ * - Memory footprint: weights, KV cache per token and at a context, activation buffers.
+ * Formulas: docs/analysis.md. Writers: static_compute.json / static_compute.md and the `lpo analyze`
+ * summary. `lpo profile` uses the same per-op costs for MFU / MBU. */
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "lpo/config.h"
+#include "lpo/engine.h"
+#include "lpo/model.h"
+#include "lpo/report.h"
+#include "lpo/status.h"
+
+/* ---- dtypes of a what-if ------------------------------------------------------------------------------- */
+/* Compute roofs a peak set holds (TFLOP/s per dtype of the tensor-core / matmul path; VECTOR is the
+ * non-tensor fp32 path that elementwise ops, norms and softmax run on). */
+#define LPO_AN_ROOF_MAP(X)                                                                                   \
+    X(FP32, "fp32")                                                                                          \
+    X(TF32, "tf32")                                                                                          \
+    X(FP16, "fp16")                                                                                          \
+    X(BF16, "bf16")                                                                                          \
+    X(FP8, "fp8")                                                                                            \
+    X(VECTOR, "vector")
+
+typedef enum {
+#define LPO__AN_ROOF_ENUM(name, str) LPO_AN_ROOF_##name,
+    LPO_AN_ROOF_MAP(LPO__AN_ROOF_ENUM)
+#undef LPO__AN_ROOF_ENUM
+        LPO_AN_N_ROOFS
+} lpo_an_roof;
+const char *lpo_an_roof_name(lpo_an_roof r);
+
+typedef struct {
+    const char *name;  /* canonical name: "bf16", "fp8", "int4", "q4_k" ... */
+    double bytes;      /* bytes per element, block scales included (int4: 0.5 + 2/128) */
+    lpo_an_roof roof;  /* matmul roof a GEMM with weights of this dtype runs on (int4, GGUF: bf16) */
+    int quantized;     /* an integer / fp8 format: vectors (norm scales, biases) stay 16-bit */
+    const char *about; /* one line for assumptions.md */
+} lpo_an_dtype;
+
+/* "bf16", "f16"/"fp16", "f32"/"fp32", "fp8"/"e4m3", "int4"/"w4", and the GGUF block types (q8_0, q4_0,
+ * q4_1, q4_k, q6_k); NULL when unknown. */
+const lpo_an_dtype *lpo_an_dtype_find(const char *name);
+/* The dtypes lpo_an_dtype_find knows, for error messages ("bf16, f16, ..."). */
+const char *lpo_an_dtype_names(void);
+
+/* ---- peaks (the roofs) -----------------------------------------------------------------------------------
+ */
+typedef enum { LPO_AN_PEAKS_NONE, LPO_AN_PEAKS_SPEC, LPO_AN_PEAKS_MEASURED } lpo_an_peaks_source;
+
+typedef struct {
+    lpo_an_peaks_source source;
+    double tflops[LPO_AN_N_ROOFS]; /* 0 = unknown (then the times of ops on that roof are unknown) */
+    double dram_gbs;               /* memory bandwidth, GB/s (10^9 B/s) */
+    char label[320];               /* for reports: where the numbers come from ("spec sheet (dense): ...") */
+} lpo_an_peaks;
+
+/* Peaks from a composed config's `hardware.spec` map (bf16_tflops, fp16_tflops, tf32_tflops, fp32_tflops,
+ * fp8_tflops, vector_tflops, dram_tbs; conf/hardware/<gpu>.yaml). The vector roof defaults to fp32_tflops.
+ * A null or missing spec gives source NONE (label says how to get peaks). LPO_E_CONFIG for a non-numeric
+ * or negative value. */
+lpo_status lpo_an_peaks_from_config(const lpo_node *cfg, lpo_an_peaks *out);
+/* The roof of an op in FLOP/s (0 when unknown). */
+double lpo_an_roof_flops(const lpo_an_peaks *p, lpo_an_roof r);
+
+/* ---- per-op costs ----------------------------------------------------------------------------------------
+ */
+typedef struct {
+    const lpo_an_dtype *weights; /* matrices (linear, lm_head, embed); vectors follow `act` when quantized */
+    const lpo_an_dtype *act;     /* activations */
+    const lpo_an_dtype *kv;      /* KV cache entries */
+    int attn_tile; /* executed attention: query/key tile edge; 1 = exact mask, 0 = no skipping */
+} lpo_an_dtypes;
+
+typedef enum { LPO_AN_BOUND_UNKNOWN, LPO_AN_BOUND_COMPUTE, LPO_AN_BOUND_MEMORY } lpo_an_bound;
+const char *lpo_an_bound_name(lpo_an_bound b); /* "compute", "memory", "unknown" */
+
+typedef struct {
+    double flops;          /* useful: what the model needs (attention: only the unmasked (q, k) pairs) */
+    double flops_exec;     /* as executed: attention with attn_tile granularity; = flops for other kinds */
+    double weight_bytes;   /* weights read (embed: the looked-up rows) */
+    double in_bytes;       /* activations read (attention: q, k, v of the new tokens) */
+    double out_bytes;      /* activations written */
+    double kv_read_bytes;  /* KV cache rows read (each once per sequence and KV head group) */
+    double kv_write_bytes; /* KV cache rows written (the new tokens' k and v) */
+    double bytes;          /* sum of the five */
+    double intensity;      /* flops / bytes (FLOP per byte) */
+    lpo_an_roof roof;      /* matmul roof of the compute dtype, or VECTOR */
+    double t_compute_s;    /* flops_exec / roof; 0 when the roof is unknown */
+    double t_memory_s;     /* bytes / bandwidth; 0 when unknown */
+    double t_lower_s;      /* max of the two (roofline lower bound); 0 when either is unknown */
+    lpo_an_bound bound;
+} lpo_an_cost;
+
+/* Costs of one op of a list built for `batch` sequences alike (lpo_oplist_build_phase), at the what-if
+ * dtypes dt, against peaks p (NULL: no times). spec gives the sliding window for executed attention. */
+void lpo_an_op_cost(const lpo_model_spec *spec, const lpo_op *op, int batch, const lpo_an_dtypes *dt,
+                    const lpo_an_peaks *p, lpo_an_cost *out);
+/* (query, key) pairs that attention with tiles of `tile` rows and columns computes for `batch` sequences
+ * of n_new new tokens after n_past cached ones (causal, optional sliding window). tile 1 = the unmasked
+ * pairs (attn_pairs of the op list); tile 0 = every query against every cached key (no skipping). */
+double lpo_an_attn_pairs_exec(int64_t n_past, int64_t n_new, int batch, int64_t window, int tile);
+/* Adds b into a: FLOPs, bytes and the three times are summed (a sum's t_lower_s is the sum of its ops'
+ * lower bounds), then intensity and bound are recomputed from the sums (bound: which summed time is larger).
+ */
+void lpo_an_cost_add(lpo_an_cost *a, const lpo_an_cost *b);
+/* a * f for every summed field (intensity and bound unchanged). */
+void lpo_an_cost_scale(lpo_an_cost *a, double f);
+
+/* ---- phases
+ * ------------------------------------------------------------------------------------------------ */
+typedef struct {
+    int index; /* in the op list */
+    char name[64];
+    lpo_op_kind kind;
+    int layer;
+    int64_t m, n, k;
+    lpo_an_cost c;
+} lpo_an_op;
+
+typedef struct {
+    int decode;      /* 0 prefill, 1 decode step */
+    int batch;       /* B */
+    int64_t tokens;  /* prefill: T per sequence; decode: 1 */
+    int64_t context; /* decode: cached positions L before the step; prefill: 0 */
+    lpo_an_op *ops;  /* [n_ops] */
+    size_t n_ops;
+    lpo_an_cost total; /* sums over the ops (t_lower_s: sum of the per-op lower bounds) */
+    lpo_an_cost by_kind[LPO_OP_KIND_COUNT];
+    lpo_an_cost *by_layer; /* [n_layers]: ops of each block */
+    lpo_an_cost outside;   /* ops outside the blocks (embed, final norm, lm_head, sample) */
+    int64_t n_layers;
+} lpo_an_phase;
+
+/* Builds the op list of a phase (prefill: decode 0, tokens_or_ctx = T; decode: context L) and costs every
+ * op. Free with lpo_an_phase_free. */
+lpo_status lpo_an_phase_build(const lpo_model_spec *spec, int decode, int batch, int64_t tokens_or_ctx,
+                              const lpo_an_dtypes *dt, const lpo_an_peaks *p, lpo_an_phase *out);
+void lpo_an_phase_free(lpo_an_phase *ph);
+
+/* ---- the static analysis of a workload ----------------------------------------------------------------- */
+typedef struct {
+    const char *weight_dtype; /* NULL = the model's stored dtype */
+    const char *act_dtype;    /* NULL = bf16 */
+    const char *kv_dtype;     /* NULL = act_dtype */
+    int batch;                /* >= 1 */
+    int64_t prompt_len;       /* P >= 1 */
+    int64_t gen_len;          /* G >= 1 tokens generated (the first from the prefill, G - 1 decode steps) */
+    int64_t context;          /* context for the KV footprint; 0 = P + G */
+    int attn_tile;            /* see lpo_an_dtypes; default (from config) 128 */
+} lpo_an_opts;
+
+typedef struct {
+    double weight_params;      /* parameters (a tied lm_head once) */
+    double weight_bytes;       /* at the what-if weight dtype (vectors 16-bit when quantized) */
+    double kv_bytes_per_token; /* 2 * layers * kv_heads * head_dim * kv bytes (one sequence) */
+    int64_t kv_context;        /* positions per sequence the footprint assumes */
+    double kv_bytes;           /* kv_bytes_per_token * kv_context * batch */
+    double act_bytes_prefill;  /* activation buffers of the prefill step (B * P rows) + its logits */
+    double act_bytes_decode;   /* ... of a decode step (B rows) */
+    double total_bytes;        /* weights + kv + the larger activation figure */
+} lpo_an_footprint;
+
+/* One what-if row: the same workload under other dtypes or another batch. */
+#define LPO_AN_MAX_WHATIF 12
+typedef struct {
+    char weight_dtype[16], kv_dtype[16];
+    int batch;
+    double weight_bytes, kv_bytes;
+    double prefill_lower_s;     /* roofline lower bound of the prefill (TTFT floor) */
+    double decode_step_lower_s; /* ... of a decode step at the middle context (TPOT floor) */
+    double decode_tok_s_upper;  /* batch / decode_step_lower_s */
+    lpo_an_bound prefill_bound, decode_bound;
+} lpo_an_whatif;
+
+typedef struct {
+    char model[128];
+    lpo_an_opts opts;
+    lpo_an_dtypes dt;
+    lpo_an_peaks peaks;
+    lpo_an_footprint mem;
+    lpo_an_phase prefill;     /* T = P, batch B */
+    lpo_an_phase decode;      /* one step at the middle context L = P + (G - 1) / 2 (per-op tables) */
+    int64_t decode_steps;     /* G - 1 */
+    lpo_an_cost decode_total; /* all G - 1 steps: contexts P .. P + G - 2 (first and last step averaged,
+                                 exact for costs linear in the context) */
+    lpo_an_cost generation;   /* prefill + decode_total */
+    lpo_an_whatif whatif[LPO_AN_MAX_WHATIF];
+    int n_whatif;
+} lpo_an_static;
+
+/* Reads the what-if settings from a composed config: analysis.* (conf/analysis/default.yaml), falling back
+ * to infer.batch_size, dataset.prompt_len, infer.max_new_tokens and infer.max_context. */
+lpo_status lpo_an_opts_from_config(const lpo_node *cfg, const lpo_model_spec *spec, lpo_an_opts *out);
+/* Resolves o's dtype names (LPO_E_CONFIG naming the known ones for an unknown name). */
+lpo_status lpo_an_dtypes_resolve(const lpo_model_spec *spec, const lpo_an_opts *o, lpo_an_dtypes *out);
+/* Runs the whole static analysis. Free with lpo_an_static_free. */
+lpo_status lpo_an_static_run(const lpo_model_spec *spec, const lpo_an_opts *o, const lpo_an_peaks *p,
+                             lpo_an_static *out);
+void lpo_an_static_free(lpo_an_static *s);
+/* Memory footprint alone. */
+void lpo_an_footprint_compute(const lpo_model_spec *spec, const lpo_an_opts *o, const lpo_an_dtypes *dt,
+                              lpo_an_footprint *out);
+
+/* ---- writers
+ * ------------------------------------------------------------------------------------------------ */
+#define LPO_AN_STATIC_SCHEMA_VERSION 1
+/* static_compute.json: {"schema": "lpo.static_compute", "version", "model", "settings", "peaks",
+ * "footprint", "generation", "phases": [...], "what_if": [...]} (docs/analysis.md). what_if: the workload
+ * under other weight / KV dtypes (bf16, fp8, int4) at the same batch, and at other batch sizes. */
+lpo_status lpo_an_static_write_json(const lpo_an_static *s, const lpo_model_spec *spec, lpo_json *j);
+/* static_compute.md: settings, footprint, per phase totals / by kind / by layer / top ops, what-if. */
+lpo_status lpo_an_static_write_md(const lpo_an_static *s, const lpo_model_spec *spec, lpo_strbuf *out);
+/* The short text `lpo analyze` prints. */
+void lpo_an_static_print(const lpo_an_static *s, const lpo_model_spec *spec, FILE *f);
+/* The per-op table of a phase (fields documented in docs/analysis.md). */
+lpo_table *lpo_an_ops_table(const lpo_an_phase *ph, const char *phase_name);
+
+/* Human-readable amounts: "1.23 GFLOP", "15.0 GB", "3.2 ms" into buf; return buf. */
+const char *lpo_an_fmt_flops(char *buf, size_t n, double flops);
+const char *lpo_an_fmt_bytes(char *buf, size_t n, double bytes);
+const char *lpo_an_fmt_time(char *buf, size_t n, double seconds);

@@ -1,0 +1,245 @@
+/* Per-op costs of the static analysis: the what-if dtype table, the peaks (roofs) a roofline uses, and
+ * each op's FLOPs (useful and as executed), bytes split into weights / activations / KV cache at what-if
+ * dtypes, intensity, roofline time and bound class. Formulas: docs/analysis.md. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "lpo/analysis.h"
+
+/* ---- names ----------------------------------------------------------------------------------------------
+ */
+const char *lpo_an_roof_name(lpo_an_roof r) {
+    static const char *const names[] = {
+#define LPO__AN_ROOF_NAME(name, str) str,
+        LPO_AN_ROOF_MAP(LPO__AN_ROOF_NAME)
+#undef LPO__AN_ROOF_NAME
+    };
+    return (unsigned)r < LPO_AN_N_ROOFS ? names[r] : "unknown";
+}
+
+const char *lpo_an_bound_name(lpo_an_bound b) {
+    switch (b) {
+    case LPO_AN_BOUND_COMPUTE: return "compute";
+    case LPO_AN_BOUND_MEMORY: return "memory";
+    default: return "unknown";
+    }
+}
+
+/* ---- dtypes ---------------------------------------------------------------------------------------------
+ */
+static const lpo_an_dtype dtypes[] = {
+    {"f32", 4.0, LPO_AN_ROOF_FP32, 0, "IEEE float32 (GEMMs on the fp32 roof, no tensor cores)"},
+    {"f16", 2.0, LPO_AN_ROOF_FP16, 0, "IEEE float16 (fp16 tensor-core roof)"},
+    {"bf16", 2.0, LPO_AN_ROOF_BF16, 0, "bfloat16 (bf16 tensor-core roof)"},
+    {"fp8", 1.0, LPO_AN_ROOF_FP8, 1,
+     "fp8 e4m3 weights and GEMM inputs (W8A8, fp8 roof); per-channel scales not counted"},
+    {"int4", 0.5 + 2.0 / 128.0, LPO_AN_ROOF_BF16, 1,
+     "4-bit integer weights, one fp16 scale per group of 128 (0.516 B/element); dequantized into bf16 "
+     "GEMMs (W4A16, bf16 roof)"},
+    {"q8_0", 34.0 / 32.0, LPO_AN_ROOF_BF16, 1, "GGUF q8_0: blocks of 32, 34 bytes; bf16 roof"},
+    {"q4_0", 18.0 / 32.0, LPO_AN_ROOF_BF16, 1, "GGUF q4_0: blocks of 32, 18 bytes; bf16 roof"},
+    {"q4_1", 20.0 / 32.0, LPO_AN_ROOF_BF16, 1, "GGUF q4_1: blocks of 32, 20 bytes; bf16 roof"},
+    {"q4_k", 144.0 / 256.0, LPO_AN_ROOF_BF16, 1, "GGUF q4_k: blocks of 256, 144 bytes; bf16 roof"},
+    {"q6_k", 210.0 / 256.0, LPO_AN_ROOF_BF16, 1, "GGUF q6_k: blocks of 256, 210 bytes; bf16 roof"},
+};
+
+static const struct {
+    const char *alias, *name;
+} aliases[] = {
+    {"fp32", "f32"},     {"float32", "f32"}, {"float", "f32"},     {"fp16", "f16"},
+    {"float16", "f16"},  {"half", "f16"},    {"bfloat16", "bf16"}, {"e4m3", "fp8"},
+    {"fp8_e4m3", "fp8"}, {"w4", "int4"},     {"i4", "int4"},
+};
+
+const lpo_an_dtype *lpo_an_dtype_find(const char *name) {
+    if (!name) return NULL;
+    for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
+        if (!strcasecmp(name, aliases[i].alias)) name = aliases[i].name;
+    for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++)
+        if (!strcasecmp(name, dtypes[i].name)) return &dtypes[i];
+    return NULL;
+}
+
+const char *lpo_an_dtype_names(void) {
+    return "f32, f16, bf16, fp8, int4, q8_0, q4_0, q4_1, q4_k, q6_k";
+}
+
+/* ---- peaks ----------------------------------------------------------------------------------------------
+ */
+double lpo_an_roof_flops(const lpo_an_peaks *p, lpo_an_roof r) {
+    if (!p || (unsigned)r >= LPO_AN_N_ROOFS) return 0;
+    return p->tflops[r] * 1e12;
+}
+
+lpo_status lpo_an_peaks_from_config(const lpo_node *cfg, lpo_an_peaks *out) {
+    memset(out, 0, sizeof *out);
+    const lpo_node *spec = lpo_node_at(cfg, "hardware.spec");
+    const char *hw = NULL;
+    lpo_status st = lpo_cfg_str_or(cfg, "hardware.name", "auto", &hw);
+    if (st != LPO_OK) return st;
+    if (!spec || lpo_scalar_is_null(spec)) {
+        snprintf(out->label, sizeof out->label,
+                 "none: no measured ceilings and no spec-sheet peaks for hardware '%s' (choose "
+                 "hardware=h100-sxm or set hardware.spec.*; `lpo ceilings` measures this machine)",
+                 hw);
+        return LPO_OK;
+    }
+    static const struct {
+        const char *key;
+        lpo_an_roof roof;
+    } keys[] = {{"fp32_tflops", LPO_AN_ROOF_FP32}, {"tf32_tflops", LPO_AN_ROOF_TF32},
+                {"fp16_tflops", LPO_AN_ROOF_FP16}, {"bf16_tflops", LPO_AN_ROOF_BF16},
+                {"fp8_tflops", LPO_AN_ROOF_FP8},   {"vector_tflops", LPO_AN_ROOF_VECTOR}};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        double v = 0;
+        if ((st = lpo_cfg_double_or(spec, keys[i].key, 0, &v)) != LPO_OK) return st;
+        if (!(v >= 0) || !isfinite(v))
+            return lpo_errorf(LPO_E_CONFIG, "hardware.spec.%s = %g: a peak must be a finite number >= 0",
+                              keys[i].key, v);
+        out->tflops[keys[i].roof] = v;
+    }
+    if (out->tflops[LPO_AN_ROOF_VECTOR] == 0) out->tflops[LPO_AN_ROOF_VECTOR] = out->tflops[LPO_AN_ROOF_FP32];
+    double tbs = 0;
+    if ((st = lpo_cfg_double_or(spec, "dram_tbs", 0, &tbs)) != LPO_OK) return st;
+    if (!(tbs >= 0) || !isfinite(tbs))
+        return lpo_errorf(LPO_E_CONFIG, "hardware.spec.dram_tbs = %g: must be a finite number >= 0", tbs);
+    out->dram_gbs = tbs * 1000.0;
+    const char *kind = NULL;
+    if ((st = lpo_cfg_str_or(spec, "kind", "spec-sheet-dense", &kind)) != LPO_OK) return st;
+    out->source = LPO_AN_PEAKS_SPEC;
+    snprintf(out->label, sizeof out->label,
+             "spec sheet (dense, %s): hardware=%s, bf16 %g / fp8 %g / fp32 %g TFLOP/s, %g TB/s (measured "
+             "ceilings from `lpo ceilings` are preferred when available)",
+             kind, hw, out->tflops[LPO_AN_ROOF_BF16], out->tflops[LPO_AN_ROOF_FP8],
+             out->tflops[LPO_AN_ROOF_FP32], tbs);
+    return LPO_OK;
+}
+
+/* ---- executed attention ----------------------------------------------------------------------------------
+ */
+static int64_t ceil_to(int64_t x, int64_t t) {
+    return (x + t - 1) / t * t;
+}
+
+double lpo_an_attn_pairs_exec(int64_t n_past, int64_t n_new, int batch, int64_t window, int tile) {
+    if (n_new <= 0 || n_past < 0 || batch <= 0) return 0;
+    const int64_t kvlen = n_past + n_new;
+    double pairs = 0;
+    if (tile <= 0) { /* no skipping: every new query against every cached key */
+        pairs = (double)n_new * (double)kvlen;
+    } else {
+        // query tiles j of the new tokens: rows [j t, min((j+1) t, n_new)) at positions p0 .. p1
+        for (int64_t r0 = 0; r0 < n_new; r0 += tile) {
+            const int64_t rows = n_new - r0 < tile ? n_new - r0 : tile;
+            const int64_t p0 = n_past + r0, p1 = p0 + rows - 1;
+            int64_t hi = ceil_to(p1 + 1, tile); /* key tiles up to the one holding the last query */
+            if (hi > kvlen) hi = kvlen;
+            int64_t lo = 0;
+            if (window > 0 && p0 + 1 > window) lo = (p0 + 1 - window) / tile * tile;
+            pairs += (double)rows * (double)(hi - lo);
+        }
+    }
+    return pairs * (double)batch;
+}
+
+/* ---- per-op cost -----------------------------------------------------------------------------------------
+ */
+/* Weight elements of an op. The analysis builds its op lists with all-f32 options (opts NULL), so the op
+ * list's weight bytes are 4 bytes per element; the one place that assumes it. */
+static double weight_elems(const lpo_op *op) {
+    return lpo_op_weight_bytes(op) / 4.0;
+}
+
+void lpo_an_op_cost(const lpo_model_spec *spec, const lpo_op *op, int batch, const lpo_an_dtypes *dt,
+                    const lpo_an_peaks *p, lpo_an_cost *c) {
+    memset(c, 0, sizeof *c);
+    const double m = (double)op->m, n = (double)op->n, k = (double)op->k, d = (double)op->head_dim;
+    const double h = (double)op->n_heads, hkv = (double)op->n_kv_heads;
+    const double a = dt->act->bytes, w = dt->weights->bytes, kv = dt->kv->bytes;
+    const double vec = dt->weights->quantized ? a : w; /* norm scales and biases */
+    const double we = weight_elems(op);
+    c->flops = lpo_op_flops(op);
+    c->flops_exec = c->flops;
+    c->roof = LPO_AN_ROOF_VECTOR;
+    switch (op->kind) {
+    case LPO_OP_EMBED:
+        c->weight_bytes = we * w;
+        c->in_bytes = m * 4; /* int32 ids */
+        c->out_bytes = m * n * a;
+        break;
+    case LPO_OP_RMSNORM:
+    case LPO_OP_ADD:
+    case LPO_OP_SWIGLU:
+        c->weight_bytes = we * vec;
+        c->in_bytes = (op->kind == LPO_OP_RMSNORM ? 1 : 2) * m * n * a;
+        c->out_bytes = m * n * a;
+        break;
+    case LPO_OP_LINEAR:
+    case LPO_OP_LM_HEAD:
+        c->weight_bytes = n * k * w + (we - n * k) * vec; /* matrix + biases */
+        c->in_bytes = m * k * a;
+        c->out_bytes = m * n * (op->kind == LPO_OP_LM_HEAD ? 4 : a); /* logits are f32 */
+        c->roof = dt->weights->roof;
+        break;
+    case LPO_OP_QK_NORM:
+    case LPO_OP_ROPE:
+        c->weight_bytes = we * vec;
+        c->in_bytes = c->out_bytes = m * (h + hkv) * d * a;
+        break;
+    case LPO_OP_ATTENTION: {
+        c->in_bytes = m * (h + 2 * hkv) * d * a;
+        c->out_bytes = m * h * d * a;
+        c->kv_write_bytes = m * 2 * hkv * d * kv;
+        c->kv_read_bytes = (double)op->kv_rows * 2 * hkv * d * kv;
+        c->roof = dt->act->roof;
+        if (dt->attn_tile != 1 && op->attn_pairs > 0 && batch > 0) {
+            const int64_t nn = op->m / batch, past = op->kv_rows / batch - nn;
+            const double ex =
+                lpo_an_attn_pairs_exec(past, nn, batch, spec ? spec->sliding_window : 0, dt->attn_tile);
+            c->flops_exec = c->flops * ex / (double)op->attn_pairs;
+        }
+        break;
+    }
+    case LPO_OP_SAMPLE:
+        c->in_bytes = m * n * 4; /* f32 logits */
+        c->out_bytes = m * 4;
+        break;
+    default: break;
+    }
+    c->bytes = c->weight_bytes + c->in_bytes + c->out_bytes + c->kv_read_bytes + c->kv_write_bytes;
+    c->intensity = c->bytes > 0 ? c->flops / c->bytes : 0;
+    const double roof = lpo_an_roof_flops(p, c->roof), bw = p ? p->dram_gbs * 1e9 : 0;
+    const int known_c = c->flops_exec == 0 || roof > 0, known_m = bw > 0;
+    if (known_c) c->t_compute_s = roof > 0 ? c->flops_exec / roof : 0;
+    if (known_m) c->t_memory_s = c->bytes / bw;
+    if (known_c && known_m) {
+        c->t_lower_s = c->t_compute_s > c->t_memory_s ? c->t_compute_s : c->t_memory_s;
+        c->bound = c->t_compute_s > c->t_memory_s ? LPO_AN_BOUND_COMPUTE : LPO_AN_BOUND_MEMORY;
+    }
+}
+
+void lpo_an_cost_add(lpo_an_cost *a, const lpo_an_cost *b) {
+    a->flops += b->flops;
+    a->flops_exec += b->flops_exec;
+    a->weight_bytes += b->weight_bytes;
+    a->in_bytes += b->in_bytes;
+    a->out_bytes += b->out_bytes;
+    a->kv_read_bytes += b->kv_read_bytes;
+    a->kv_write_bytes += b->kv_write_bytes;
+    a->bytes += b->bytes;
+    a->t_compute_s += b->t_compute_s;
+    a->t_memory_s += b->t_memory_s;
+    a->t_lower_s += b->t_lower_s;
+    a->intensity = a->bytes > 0 ? a->flops / a->bytes : 0;
+    if (a->t_lower_s > 0)
+        a->bound = a->t_compute_s > a->t_memory_s ? LPO_AN_BOUND_COMPUTE : LPO_AN_BOUND_MEMORY;
+}
+
+void lpo_an_cost_scale(lpo_an_cost *a, double f) {
+    double *v[] = {&a->flops,       &a->flops_exec,    &a->weight_bytes,   &a->in_bytes,
+                   &a->out_bytes,   &a->kv_read_bytes, &a->kv_write_bytes, &a->bytes,
+                   &a->t_compute_s, &a->t_memory_s,    &a->t_lower_s};
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) *v[i] *= f;
+}

@@ -1,0 +1,244 @@
+/* The static analysis of a workload: phases (prefill, decode steps) costed op by op from the engine's op
+ * list, sums by kind and layer, the whole generation (prefill + G - 1 decode steps), the memory footprint,
+ * and what-if rows under other dtypes and batch sizes. Settings come from the `analysis` config group. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "lpo/analysis.h"
+
+/* ---- phases ----------------------------------------------------------------------------------------------
+ */
+void lpo_an_phase_free(lpo_an_phase *ph) {
+    free(ph->ops);
+    free(ph->by_layer);
+    memset(ph, 0, sizeof *ph);
+}
+
+lpo_status lpo_an_phase_build(const lpo_model_spec *spec, int decode, int batch, int64_t tokens_or_ctx,
+                              const lpo_an_dtypes *dt, const lpo_an_peaks *p, lpo_an_phase *out) {
+    memset(out, 0, sizeof *out);
+    lpo_oplist l = {0};
+    lpo_status st = lpo_oplist_build_phase(spec, decode, batch, tokens_or_ctx, NULL, &l);
+    if (st != LPO_OK) return st;
+    out->decode = decode;
+    out->batch = batch;
+    out->tokens = decode ? 1 : tokens_or_ctx;
+    out->context = decode ? tokens_or_ctx : 0;
+    out->n_layers = spec->n_layers;
+    out->ops = calloc(l.n_ops ? l.n_ops : 1, sizeof *out->ops);
+    out->by_layer = calloc((size_t)spec->n_layers, sizeof *out->by_layer);
+    if (!out->ops || !out->by_layer) {
+        lpo_oplist_free(&l);
+        lpo_an_phase_free(out);
+        return lpo_errorf(LPO_E_NOMEM, "analysis: out of memory");
+    }
+    for (size_t i = 0; i < l.n_ops; i++) { // op i of the list -> its cost, and into the sums
+        const lpo_op *op = &l.ops[i];
+        lpo_an_op *a = &out->ops[out->n_ops++];
+        a->index = (int)i;
+        snprintf(a->name, sizeof a->name, "%s", op->name);
+        a->kind = op->kind;
+        a->layer = op->layer;
+        a->m = op->m;
+        a->n = op->n;
+        a->k = op->k;
+        lpo_an_op_cost(spec, op, batch, dt, p, &a->c);
+        lpo_an_cost_add(&out->total, &a->c);
+        if ((unsigned)op->kind < LPO_OP_KIND_COUNT) lpo_an_cost_add(&out->by_kind[op->kind], &a->c);
+        if (op->layer >= 0 && op->layer < spec->n_layers)
+            lpo_an_cost_add(&out->by_layer[op->layer], &a->c);
+        else
+            lpo_an_cost_add(&out->outside, &a->c);
+    }
+    lpo_oplist_free(&l);
+    return LPO_OK;
+}
+
+/* Totals of a phase without keeping its ops. */
+static lpo_status phase_total(const lpo_model_spec *spec, int decode, int batch, int64_t x,
+                              const lpo_an_dtypes *dt, const lpo_an_peaks *p, lpo_an_cost *out) {
+    lpo_an_phase ph;
+    lpo_status st = lpo_an_phase_build(spec, decode, batch, x, dt, p, &ph);
+    if (st == LPO_OK) *out = ph.total;
+    lpo_an_phase_free(&ph);
+    return st;
+}
+
+/* ---- settings --------------------------------------------------------------------------------------------
+ */
+static lpo_status int_setting(const lpo_node *cfg, const char *key, const char *fallback, int64_t def,
+                              int64_t min, int64_t *out) {
+    const lpo_node *n = lpo_node_at(cfg, key);
+    const char *from = key;
+    if ((!n || lpo_scalar_is_null(n)) && fallback) from = fallback;
+    lpo_status st = lpo_cfg_int_or(cfg, from, def, out);
+    if (st != LPO_OK) return st;
+    if (*out < min)
+        return lpo_errorf(LPO_E_CONFIG, "%s = %lld: must be >= %lld", from, (long long)*out, (long long)min);
+    return LPO_OK;
+}
+
+lpo_status lpo_an_opts_from_config(const lpo_node *cfg, const lpo_model_spec *spec, lpo_an_opts *o) {
+    memset(o, 0, sizeof *o);
+    int64_t b, P, G, ctx, tile;
+    lpo_status st;
+    if ((st = lpo_cfg_str_or(cfg, "analysis.weight_dtype", NULL, &o->weight_dtype)) != LPO_OK) return st;
+    if ((st = lpo_cfg_str_or(cfg, "analysis.act_dtype", NULL, &o->act_dtype)) != LPO_OK) return st;
+    if ((st = lpo_cfg_str_or(cfg, "analysis.kv_dtype", NULL, &o->kv_dtype)) != LPO_OK) return st;
+    if ((st = int_setting(cfg, "analysis.batch", "infer.batch_size", 1, 1, &b)) != LPO_OK) return st;
+    if ((st = int_setting(cfg, "analysis.prompt_len", "dataset.prompt_len", 128, 1, &P)) != LPO_OK) return st;
+    if ((st = int_setting(cfg, "analysis.gen_len", "infer.max_new_tokens", 64, 1, &G)) != LPO_OK) return st;
+    int64_t engine_ctx = spec->max_positions > 0 && spec->max_positions < 4096 ? spec->max_positions : 4096;
+    if ((st = int_setting(cfg, "analysis.context", "infer.max_context", engine_ctx, 1, &ctx)) != LPO_OK)
+        return st;
+    if ((st = int_setting(cfg, "analysis.attn_tile", NULL, 128, 0, &tile)) != LPO_OK) return st;
+    if (b > 1 << 20 || tile > 1 << 20)
+        return lpo_errorf(LPO_E_CONFIG, "analysis: batch %lld / attn_tile %lld out of range", (long long)b,
+                          (long long)tile);
+    o->batch = (int)b;
+    o->prompt_len = P;
+    o->gen_len = G;
+    o->context = ctx;
+    o->attn_tile = (int)tile;
+    return LPO_OK;
+}
+
+static lpo_status find_dtype(const char *key, const char *name, const lpo_an_dtype **out) {
+    *out = lpo_an_dtype_find(name);
+    if (!*out)
+        return lpo_errorf(LPO_E_CONFIG, "%s = '%s': unknown dtype (known: %s)", key, name,
+                          lpo_an_dtype_names());
+    return LPO_OK;
+}
+
+lpo_status lpo_an_dtypes_resolve(const lpo_model_spec *spec, const lpo_an_opts *o, lpo_an_dtypes *out) {
+    memset(out, 0, sizeof *out);
+    lpo_status st;
+    const char *wname = o->weight_dtype ? o->weight_dtype : lpo_dtype_name(spec->dtype);
+    if (!o->weight_dtype && !lpo_an_dtype_find(wname)) wname = "bf16";
+    if ((st = find_dtype("analysis.weight_dtype", wname, &out->weights)) != LPO_OK) return st;
+    if ((st = find_dtype("analysis.act_dtype", o->act_dtype ? o->act_dtype : "bf16", &out->act)) != LPO_OK)
+        return st;
+    if (out->act->quantized)
+        return lpo_errorf(LPO_E_CONFIG, "analysis.act_dtype = '%s': activations are f32, f16 or bf16",
+                          out->act->name);
+    if (o->kv_dtype && (st = find_dtype("analysis.kv_dtype", o->kv_dtype, &out->kv)) != LPO_OK) return st;
+    if (!out->kv) out->kv = out->act;
+    out->attn_tile = o->attn_tile;
+    return LPO_OK;
+}
+
+/* ---- footprint -------------------------------------------------------------------------------------------
+ */
+void lpo_an_footprint_compute(const lpo_model_spec *s, const lpo_an_opts *o, const lpo_an_dtypes *dt,
+                              lpo_an_footprint *f) {
+    memset(f, 0, sizeof *f);
+    lpo_tensor_desc *t = NULL;
+    size_t n = 0;
+    const double vec = dt->weights->quantized ? dt->act->bytes : dt->weights->bytes;
+    if (lpo_spec_tensors(s, &t, &n) == LPO_OK) {
+        for (size_t i = 0; i < n; i++) { // matrices at the weight dtype, vectors (norms, biases) at vec
+            double e = (double)t[i].shape[0] * (t[i].n_dims > 1 ? (double)t[i].shape[1] : 1.0);
+            f->weight_params += e;
+            f->weight_bytes += e * (t[i].n_dims > 1 ? dt->weights->bytes : vec);
+        }
+    }
+    free(t);
+    const double h = (double)s->hidden_size, d = (double)s->head_dim, I = (double)s->intermediate_size;
+    const double nh = (double)s->n_heads, nkv = (double)s->n_kv_heads, a = dt->act->bytes;
+    f->kv_bytes_per_token = 2.0 * (double)s->n_layers * nkv * d * dt->kv->bytes;
+    f->kv_context = o->context > 0 ? o->context : o->prompt_len + o->gen_len;
+    f->kv_bytes = f->kv_bytes_per_token * (double)f->kv_context * (double)o->batch;
+    /* one buffer per activation: x, xn, tmp [hidden]; qkv; att; gu [2 I]; act [I]; logits f32 per sequence */
+    const double row = (3 * h + (nh + 2 * nkv) * d + nh * d + 3 * I) * a;
+    const double logits = (double)o->batch * (double)s->vocab_size * 4.0;
+    f->act_bytes_prefill = (double)o->batch * (double)o->prompt_len * row + logits;
+    f->act_bytes_decode = (double)o->batch * row + logits;
+    f->total_bytes = f->weight_bytes + f->kv_bytes + f->act_bytes_prefill;
+}
+
+/* ---- the whole analysis ----------------------------------------------------------------------------------
+ */
+void lpo_an_static_free(lpo_an_static *s) {
+    lpo_an_phase_free(&s->prefill);
+    lpo_an_phase_free(&s->decode);
+}
+
+/* Prefill and decode-step floors of a workload under dt at batch b (one what-if row). */
+static lpo_status whatif_row(const lpo_model_spec *spec, const lpo_an_opts *o, const lpo_an_dtypes *dt, int b,
+                             const lpo_an_peaks *p, int64_t mid, lpo_an_whatif *w) {
+    memset(w, 0, sizeof *w);
+    snprintf(w->weight_dtype, sizeof w->weight_dtype, "%s", dt->weights->name);
+    snprintf(w->kv_dtype, sizeof w->kv_dtype, "%s", dt->kv->name);
+    w->batch = b;
+    lpo_an_opts ob = *o;
+    ob.batch = b;
+    lpo_an_footprint f;
+    lpo_an_footprint_compute(spec, &ob, dt, &f);
+    w->weight_bytes = f.weight_bytes;
+    w->kv_bytes = f.kv_bytes;
+    lpo_an_cost pre, dec;
+    lpo_status st = phase_total(spec, 0, b, o->prompt_len, dt, p, &pre);
+    if (st == LPO_OK) st = phase_total(spec, 1, b, mid, dt, p, &dec);
+    if (st != LPO_OK) return st;
+    w->prefill_lower_s = pre.t_lower_s;
+    w->decode_step_lower_s = dec.t_lower_s;
+    w->decode_tok_s_upper = dec.t_lower_s > 0 ? (double)b / dec.t_lower_s : 0;
+    w->prefill_bound = pre.bound;
+    w->decode_bound = dec.bound;
+    return LPO_OK;
+}
+
+static lpo_status add_whatifs(const lpo_model_spec *spec, lpo_an_static *s, const lpo_an_peaks *p,
+                              int64_t mid) {
+    static const char *const combos[][2] = {
+        {"bf16", "bf16"}, {"fp8", "bf16"}, {"fp8", "fp8"}, {"int4", "bf16"}, {"int4", "fp8"}};
+    static const int batches[] = {1, 8, 32, 128};
+    lpo_status st = LPO_OK;
+    for (size_t i = 0; i < sizeof combos / sizeof combos[0] && st == LPO_OK; i++) {
+        lpo_an_dtypes dt = s->dt;
+        dt.weights = lpo_an_dtype_find(combos[i][0]);
+        dt.kv = lpo_an_dtype_find(combos[i][1]);
+        st = whatif_row(spec, &s->opts, &dt, s->opts.batch, p, mid, &s->whatif[s->n_whatif++]);
+    }
+    for (size_t i = 0; i < sizeof batches / sizeof batches[0] && st == LPO_OK; i++) {
+        if (batches[i] == s->opts.batch) continue;
+        st = whatif_row(spec, &s->opts, &s->dt, batches[i], p, mid, &s->whatif[s->n_whatif++]);
+    }
+    return st;
+}
+
+lpo_status lpo_an_static_run(const lpo_model_spec *spec, const lpo_an_opts *o, const lpo_an_peaks *p,
+                             lpo_an_static *s) {
+    memset(s, 0, sizeof *s);
+    if (o->batch < 1 || o->prompt_len < 1 || o->gen_len < 1)
+        return lpo_errorf(LPO_E_INVALID,
+                          "analysis: batch, prompt_len and gen_len must be >= 1 (got %d, %lld, "
+                          "%lld)",
+                          o->batch, (long long)o->prompt_len, (long long)o->gen_len);
+    snprintf(s->model, sizeof s->model, "%s", spec->name);
+    s->opts = *o;
+    if (p) s->peaks = *p;
+    lpo_status st = lpo_an_dtypes_resolve(spec, o, &s->dt);
+    if (st != LPO_OK) return st;
+    lpo_an_footprint_compute(spec, o, &s->dt, &s->mem);
+    const int64_t P = o->prompt_len, G = o->gen_len;
+    s->decode_steps = G - 1;
+    /* decode steps run at contexts P .. P + G - 2; the per-op tables show the middle one */
+    const int64_t first = P, last = G > 1 ? P + G - 2 : P, mid = first + (last - first) / 2;
+    st = lpo_an_phase_build(spec, 0, o->batch, P, &s->dt, &s->peaks, &s->prefill);
+    if (st == LPO_OK) st = lpo_an_phase_build(spec, 1, o->batch, mid, &s->dt, &s->peaks, &s->decode);
+    lpo_an_cost c_first, c_last;
+    if (st == LPO_OK) st = phase_total(spec, 1, o->batch, first, &s->dt, &s->peaks, &c_first);
+    if (st == LPO_OK) st = phase_total(spec, 1, o->batch, last, &s->dt, &s->peaks, &c_last);
+    if (st == LPO_OK) {
+        lpo_an_cost_add(&s->decode_total, &c_first);
+        lpo_an_cost_add(&s->decode_total, &c_last);
+        lpo_an_cost_scale(&s->decode_total, (double)s->decode_steps / 2.0);
+        s->generation = s->prefill.total;
+        lpo_an_cost_add(&s->generation, &s->decode_total);
+        st = add_whatifs(spec, s, &s->peaks, mid);
+    }
+    if (st != LPO_OK) lpo_an_static_free(s);
+    return st;
+}
