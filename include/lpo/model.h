@@ -160,9 +160,30 @@ size_t lpo_model_n_tensors(const lpo_model *m);
 const lpo_tensor *lpo_model_tensor_at(const lpo_model *m, size_t i);
 /* Tensor by HF name, or NULL. */
 const lpo_tensor *lpo_model_tensor(const lpo_model *m, const char *name);
-/* Converts a tensor to float32 in HF layout (dequantizes, un-permutes GGUF Q/K rows, or generates the
- * deterministic synthetic values). dst holds lpo_tensor_numel(t) floats. */
+/* lpo_weight_convert of a tensor's view to float32. dst holds lpo_tensor_numel(t) floats. */
 lpo_status lpo_model_tensor_f32(const lpo_model *m, const lpo_tensor *t, float *dst);
+/* ---- weight views: a tensor as stored, for any backend to convert to the dtype it computes with ------- */
+typedef struct {
+    const char *name; /* HF name (owned by the model) */
+    lpo_dtype dtype;  /* STORED dtype: f32, bf16, f16 or a GGUF block type */
+    int n_dims;
+    int64_t shape[4]; /* HF order, row-major */
+    uint64_t numel, nbytes;
+    const void *data;    /* stored bytes (mmapped, read-only); NULL for a synthetic tensor */
+    int unpermute_heads; /* GGUF llama Q/K weights: rows permuted for interleaved RoPE within this many
+                            heads (0 = none); the conversion undoes it */
+    /* synthetic tensors (data == NULL): element i = lpo_synth_value(synth_key, synth_center, synth_amp, i)
+     * rounded to dtype (src/model/synth.h, shared with the CUDA backend) */
+    uint64_t synth_key;
+    double synth_center, synth_amp;
+} lpo_weight_view;
+
+/* The view of tensor `name`; LPO_E_NOT_FOUND naming the model when absent. Valid while m is open. */
+lpo_status lpo_model_weight_view(const lpo_model *m, const char *name, lpo_weight_view *out);
+/* THE weight conversion every backend uses: dst[numel] in dtype `to` (F32, BF16 or F16), HF layout.
+ * Dequantizes GGUF blocks, generates synthetic values, un-permutes GGUF Q/K rows, refuses non-finite
+ * values (LPO_E_FORMAT naming tensor and element) and f16 overflow (LPO_E_RANGE). */
+lpo_status lpo_weight_convert(const lpo_weight_view *v, lpo_dtype to, void *dst);
 /* Where the tokenizer lives: a tokenizer.json path, the .gguf path, or NULL (byte-level fallback). */
 const char *lpo_model_tokenizer_path(const lpo_model *m);
 /* Source kind ("hf", "gguf", "synthetic") and the resolved path (NULL for synthetic). */

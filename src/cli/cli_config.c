@@ -3,7 +3,7 @@
 #include "cli/cli.h"
 
 #include "lpo/config.h"
-#include "lpo/engine.h"
+#include "lpo/backend.h"
 
 lpo_status lpo_cli_compose(const lpo_cli_args *a, const char *command, lpo_node **cfg) {
     lpo_cfg_opts opts = {

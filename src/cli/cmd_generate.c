@@ -7,8 +7,11 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "lpo/chat.h"
 #include "lpo/data.h"
 #include "lpo/engine.h"
+#include "lpo/generate.h"
+#include "lpo/infer.h"
 #include "lpo/model.h"
 #include "lpo/report.h"
 #include "lpo/tokenizer.h"
@@ -77,6 +80,13 @@ static double tok_per_s(double n, double ms) {
     return ms > 0 ? n * 1000.0 / ms : 0;
 }
 
+/* Every weight in the dtype the backend holds (a lpo_dtype_lookup over a lpo_dtype). */
+static int held_dtype(void *ud, const char *name, lpo_dtype *out) {
+    (void)name;
+    *out = *(const lpo_dtype *)ud;
+    return 1;
+}
+
 /* ---- one prompt, streamed
  * ----------------------------------------------------------------------------------- */
 static lpo_status run_single(lpo_engine *e, const gen_ctx *g, const int32_t *ids, size_t n, int print_id) {
@@ -88,19 +98,22 @@ static lpo_status run_single(lpo_engine *e, const gen_ctx *g, const int32_t *ids
         else
             fputc('\n', stdout);
         fflush(stdout); /* the completion ends before the statistics line on stderr */
-        /* weight bytes one decode step reads (from the op list, f32 as the CPU backend holds them): the
-         * rate they stream at says how close decode is to the memory bandwidth */
+        /* weight bytes one decode step reads, in the dtype the backend holds them in (the CPU converts
+         * every weight to f32): the rate they stream at says how close decode is to the memory bandwidth */
+        const lpo_dtype held = lpo_engine_dtype(e);
+        const lpo_dtype_lookup as_held = {(void *)&held, held_dtype};
+        const lpo_oplist_opts o = {held, held, &as_held};
         lpo_oplist l = {0};
         double wbytes = 0;
-        if (lpo_oplist_build_phase(g->spec, 1, 1, (int64_t)n, NULL, &l) == LPO_OK)
+        if (lpo_oplist_build_phase(g->spec, 1, 1, (int64_t)n, &o, &l) == LPO_OK)
             for (size_t i = 0; i < l.n_ops; i++) wbytes += lpo_op_weight_bytes(&l.ops[i]);
         lpo_oplist_free(&l);
         const double dec = tok_per_s((double)q.decode_steps, q.decode_ms);
         fprintf(stderr,
                 "lpo generate: %zu prompt tokens, %zu generated (stop: %s); prefill %.1f ms (%.1f tok/s), "
-                "decode %.1f tok/s (%.2f GB/s of f32 weights; %s backend)\n",
+                "decode %.1f tok/s (%.2f GB/s of %s weights as the %s backend holds them)\n",
                 n, q.n_ids, lpo_stop_reason_name(q.reason), q.prefill_ms, tok_per_s((double)n, q.prefill_ms),
-                dec, dec * wbytes / 1e9, lpo_engine_backend_name(e));
+                dec, dec * wbytes / 1e9, lpo_dtype_name(held), lpo_engine_backend_name(e));
     }
     lpo_gen_seq_free(&q);
     return st;
@@ -241,12 +254,9 @@ int lpo_cmd_generate(int argc, char **argv) {
     } else if (prompt && (st = encode_prompt(&g, prompt, &ids, &n_ids)) != LPO_OK) {
         goto done;
     }
-    lpo_engine_opts eo = {ic.backend, single ? 1 : (int)ic.batch_size, ic.max_context, ic.prefill_chunk,
-                          (int)ic.threads};
-    if (eo.max_context == 0) { /* the model's positions, capped for memory */
-        int64_t cap = g.spec->max_positions > 0 ? g.spec->max_positions : 4096;
-        eo.max_context = cap < 4096 ? cap : 4096;
-    }
+    lpo_engine_opts eo;
+    lpo_infer_engine_opts(&ic, single ? 1 : (int)ic.batch_size, &eo);
+    eo.max_context = lpo_engine_context_for(g.spec, ic.max_context);
     if (single && (int64_t)n_ids > eo.max_context) {
         st = lpo_errorf(LPO_E_RANGE,
                         "the prompt has %zu tokens, more than max_context %lld (raise infer.max_context, "

@@ -7,6 +7,7 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "lpo/engine.h"
+#include "lpo/infer.h"
 #include "lpo/model.h"
 #include "lpo/tokenizer.h"
 
@@ -80,7 +81,9 @@ int lpo_cmd_logits(int argc, char **argv) {
     }
     const lpo_model_spec *s = lpo_model_get_spec(m);
     int64_t ctx = ic.max_context > 0 ? ic.max_context : (int64_t)n_ids;
-    lpo_engine_opts eo = {ic.backend, 1, ctx, ic.prefill_chunk, (int)ic.threads};
+    lpo_engine_opts eo;
+    lpo_infer_engine_opts(&ic, 1, &eo);
+    eo.max_context = ctx;
     if ((int64_t)n_ids > s->max_positions && s->max_positions > 0) {
         st = lpo_errorf(LPO_E_RANGE, "%zu tokens exceed the model's %lld positions", n_ids,
                         (long long)s->max_positions);

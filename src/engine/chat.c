@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "lpo/engine.h"
+#include "lpo/chat.h"
 
 static const struct {
     const char *name;

@@ -1,65 +1,103 @@
 /* The engine: a backend holding a model's weights and KV cache, the per-slot context lengths, and
- * lpo_engine_extend, which validates tokens, splits work into steps of at most max_step_tokens, builds each
- * step's op list and hands it to the backend. */
+ * lpo_engine_run, which validates tokens, splits work into steps of at most max_step_tokens, pads decode
+ * batches to buckets when the backend replays graphs, and runs each step with the op list and plan of its
+ * shape, built once and reused (the per-step data travels separately). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "lpo/engine.h"
 
-#define LPO_ENGINE_MAX_SEQS 256
+#define LIST_CACHE 16 /* op lists (with plans) kept, least recently used evicted */
+
+typedef struct {
+    int used;
+    lpo_step_shape shape;
+    lpo_oplist list;
+    lpo_plan plan;
+    uint64_t last_use;
+} cached_list;
 
 struct lpo_engine {
     lpo_model_spec spec;
     const lpo_backend_iface *be;
     void *ctx;
-    int max_seqs;
+    int max_seqs;  /* user slots 0..max_seqs-1 */
+    int pad_slot;  /* slot of padding rows (max_seqs) when batches are padded, else -1 */
+    int pad_limit; /* largest padded batch */
     int64_t max_context, max_step_tokens;
-    int64_t *n_past;    /* [max_seqs] */
-    int32_t *packed;    /* [max_step_tokens] tokens of a step with several sequences */
-    float *step_logits; /* [max_seqs, vocab] logits of a step's last tokens */
-    lpo_oplist ops;     /* storage reused by every step (no allocation per step once grown) */
+    lpo_dtype dtype;
+    lpo_exec_mode exec;
+    int fusion;
+    lpo_oplist_opts lopts;
+    lpo_dtype_lookup dtypes;
+    int64_t *n_past;    /* [max_seqs + 1] */
+    int32_t *packed;    /* [max_step_tokens] tokens of a step */
+    int32_t *tok_slot;  /* [max_step_tokens] */
+    int64_t *tok_pos;   /* [max_step_tokens] */
+    float *step_logits; /* [max rows, vocab] logits of a step's rows (when the caller wants logits) */
+    int32_t *step_ids;  /* [max rows] */
+    cached_list cache[LIST_CACHE];
+    uint64_t clock;
+    cached_list *last;
+    lpo_engine_stats stats;
 };
-
-/* ---- backends ----------------------------------------------------------------------------------------- */
-lpo_status lpo_backend_find(const char *name, const lpo_backend_iface **out) {
-    *out = NULL;
-    if (!name || !strcmp(name, "cpu") || !strcmp(name, "auto")) {
-        /* auto: the CUDA backend once it exists; the CPU reference until then */
-        *out = lpo_backend_cpu();
-        return LPO_OK;
-    }
-    if (!strcmp(name, "cuda"))
-        return lpo_errorf(LPO_E_NOT_AVAILABLE, "CUDA backend not yet available in this version of lpo "
-                                               "(use backend=cpu)");
-    const char *names[] = {"cpu", "cuda", "auto"};
-    const char *s = lpo_suggest(name, names, 3);
-    return lpo_errorf(LPO_E_CONFIG, "unknown backend '%s'%s%s%s (choose cpu, cuda or auto)", name,
-                      s ? " (did you mean '" : "", s ? s : "", s ? "'?)" : "");
-}
 
 /* ---- weights from a loaded model ------------------------------------------------------------------------
  */
-static lpo_status model_get_f32(void *ud, const char *name, int64_t numel, float *dst) {
-    const lpo_model *m = ud;
-    const lpo_tensor *t = lpo_model_tensor(m, name);
-    if (!t)
-        return lpo_errorf(LPO_E_NOT_FOUND, "model '%s' has no tensor '%s' (its architecture needs it)",
-                          lpo_model_get_spec(m)->name, name);
-    if ((int64_t)lpo_tensor_numel(t) != numel)
-        return lpo_errorf(LPO_E_FORMAT, "tensor '%s' has %llu elements where the spec implies %lld", name,
-                          (unsigned long long)lpo_tensor_numel(t), (long long)numel);
-    return lpo_model_tensor_f32(m, t, dst);
+static lpo_status model_view(void *ud, const char *name, lpo_weight_view *out) {
+    return lpo_model_weight_view(ud, name, out);
+}
+
+static int model_dtype(void *ud, const char *name, lpo_dtype *out) {
+    const lpo_tensor *t = lpo_model_tensor(ud, name);
+    if (!t) return 0;
+    *out = t->dtype;
+    return 1;
 }
 
 lpo_status lpo_engine_open(const lpo_model *m, const lpo_engine_opts *opts, lpo_engine **out) {
-    lpo_weight_source ws = {(void *)m, model_get_f32};
-    return lpo_engine_open_weights(lpo_model_get_spec(m), &ws, opts, out);
+    lpo_weight_source ws = {(void *)m, model_view};
+    lpo_dtype_lookup dl = {(void *)m, model_dtype};
+    return lpo_engine_open_weights(lpo_model_get_spec(m), &ws, &dl, opts, out);
 }
 
 /* ---- open / close ----------------------------------------------------------------------------------------
  */
+static lpo_status pick_dtype(const char *name, const lpo_backend_iface *be, lpo_dtype *out) {
+    *out = LPO_DT_F32;
+    if (!name || !strcmp(name, "auto")) {
+        *out = be->features & LPO_BACKEND_F_DEVICE ? LPO_DT_BF16 : LPO_DT_F32;
+        return LPO_OK;
+    }
+    if (!strcmp(name, "f32") || !strcmp(name, "fp32"))
+        *out = LPO_DT_F32;
+    else if (!strcmp(name, "bf16"))
+        *out = LPO_DT_BF16;
+    else if (!strcmp(name, "fp16") || !strcmp(name, "f16"))
+        *out = LPO_DT_F16;
+    else
+        return lpo_errorf(LPO_E_CONFIG, "engine.dtype: '%s' is not one of auto, bf16, fp16, f32", name);
+    if (*out != LPO_DT_F32 && !(be->features & LPO_BACKEND_F_DEVICE))
+        return lpo_errorf(LPO_E_UNSUPPORTED, "engine.dtype=%s: the %s backend computes in f32 only", name,
+                          be->name);
+    return LPO_OK;
+}
+
+int64_t lpo_engine_context_for(const lpo_model_spec *spec, int64_t asked) {
+    if (asked > 0) return asked;
+    const int64_t model_max = spec->max_positions > 0 ? spec->max_positions : LPO_ENGINE_DEFAULT_MAX_CONTEXT;
+    return model_max < LPO_ENGINE_DEFAULT_MAX_CONTEXT ? model_max : LPO_ENGINE_DEFAULT_MAX_CONTEXT;
+}
+
+static int next_pow2(int n) {
+    int p = 1;
+    while (p < n) p *= 2;
+    return p;
+}
+
 lpo_status lpo_engine_open_weights(const lpo_model_spec *spec, const lpo_weight_source *ws,
-                                   const lpo_engine_opts *opts, lpo_engine **out) {
+                                   const lpo_dtype_lookup *dtypes, const lpo_engine_opts *opts,
+                                   lpo_engine **out) {
     *out = NULL;
     lpo_engine_opts o = opts ? *opts : (lpo_engine_opts){0};
     const lpo_backend_iface *be;
@@ -68,6 +106,8 @@ lpo_status lpo_engine_open_weights(const lpo_model_spec *spec, const lpo_weight_
     if (be->api_version != LPO_BACKEND_API_VERSION)
         return lpo_errorf(LPO_E_UNSUPPORTED, "backend '%s' implements API version %d, lpo needs %d", be->name,
                           be->api_version, LPO_BACKEND_API_VERSION);
+    lpo_dtype dt;
+    if ((st = pick_dtype(o.dtype, be, &dt)) != LPO_OK) return st;
     if (o.max_seqs <= 0) o.max_seqs = 1;
     if (o.max_seqs > LPO_ENGINE_MAX_SEQS)
         return lpo_errorf(LPO_E_RANGE, "batch of %d sequences exceeds the engine's limit of %d", o.max_seqs,
@@ -75,21 +115,26 @@ lpo_status lpo_engine_open_weights(const lpo_model_spec *spec, const lpo_weight_
     if (o.max_seqs > 1 && !(be->features & LPO_BACKEND_F_BATCH))
         return lpo_errorf(LPO_E_UNSUPPORTED, "backend '%s' runs one sequence at a time (batch %d asked)",
                           be->name, o.max_seqs);
-    int64_t model_max = spec->max_positions > 0 ? spec->max_positions : 4096;
-    if (o.max_context <= 0) o.max_context = model_max < 4096 ? model_max : 4096;
+    const int64_t model_max = spec->max_positions > 0 ? spec->max_positions : LPO_ENGINE_DEFAULT_MAX_CONTEXT;
+    if (o.max_context <= 0)
+        o.max_context =
+            model_max < LPO_ENGINE_DEFAULT_MAX_CONTEXT ? model_max : LPO_ENGINE_DEFAULT_MAX_CONTEXT;
     if (o.max_context > model_max)
         return lpo_errorf(LPO_E_RANGE, "max_context %lld exceeds the model's %lld positions",
                           (long long)o.max_context, (long long)model_max);
     if (o.n_threads < 0 || o.n_threads > LPO_ENGINE_MAX_THREADS)
         return lpo_errorf(LPO_E_RANGE, "%d CPU threads asked: the engine takes 0 (automatic) to %d",
                           o.n_threads, LPO_ENGINE_MAX_THREADS);
-    /* a step never holds more tokens than every slot's positions together */
+    const int pad = o.pad_batches || (be->features & LPO_BACKEND_F_GRAPHS && o.exec == LPO_EXEC_GRAPH);
+    const int pad_limit = pad ? next_pow2(o.max_seqs) : o.max_seqs;
+    /* a step never holds more tokens than every slot's positions together, and holds a padded decode */
     const int64_t all = o.max_context * o.max_seqs;
-    if (o.max_step_tokens <= 0) o.max_step_tokens = 512;
+    if (o.max_step_tokens <= 0) o.max_step_tokens = LPO_ENGINE_DEFAULT_STEP_TOKENS;
     if (o.max_step_tokens > all) o.max_step_tokens = all;
-    if (o.max_step_tokens < o.max_seqs) o.max_step_tokens = o.max_seqs; /* one decode step of every slot */
-    lpo_status mst = lpo_mem_check((double)o.max_seqs * (double)spec->vocab_size * sizeof(float),
-                                   "engine: logits of one step");
+    if (o.max_step_tokens < pad_limit) o.max_step_tokens = pad_limit;
+    const int64_t rows = o.max_step_tokens; /* the most logit rows of a step */
+    lpo_status mst =
+        lpo_mem_check((double)rows * (double)spec->vocab_size * sizeof(float), "engine: logits of one step");
     if (mst != LPO_OK) return mst;
 
     lpo_engine *e = calloc(1, sizeof *e);
@@ -97,24 +142,29 @@ lpo_status lpo_engine_open_weights(const lpo_model_spec *spec, const lpo_weight_
     e->spec = *spec;
     e->be = be;
     e->max_seqs = o.max_seqs;
+    e->pad_slot = pad ? o.max_seqs : -1;
+    e->pad_limit = pad_limit;
     e->max_context = o.max_context;
     e->max_step_tokens = o.max_step_tokens;
-    e->n_past = calloc((size_t)o.max_seqs, sizeof *e->n_past);
-    e->packed = malloc((size_t)o.max_step_tokens * sizeof *e->packed);
-    e->step_logits = malloc((size_t)o.max_seqs * (size_t)spec->vocab_size * sizeof(float));
-    if (!e->n_past || !e->packed || !e->step_logits) {
+    e->dtype = dt;
+    e->exec = o.exec;
+    e->fusion = !o.no_fusion && o.exec != LPO_EXEC_DEBUG;
+    if (dtypes) e->dtypes = *dtypes;
+    e->lopts = (lpo_oplist_opts){dt, dt, e->dtypes.stored_dtype ? &e->dtypes : NULL};
+    const size_t slots = (size_t)o.max_seqs + (pad ? 1 : 0);
+    e->n_past = calloc(slots, sizeof *e->n_past);
+    e->packed = malloc((size_t)rows * sizeof *e->packed);
+    e->tok_slot = malloc((size_t)rows * sizeof *e->tok_slot);
+    e->tok_pos = malloc((size_t)rows * sizeof *e->tok_pos);
+    e->step_logits = malloc((size_t)rows * (size_t)spec->vocab_size * sizeof(float));
+    e->step_ids = malloc((size_t)rows * sizeof *e->step_ids);
+    if (!e->n_past || !e->packed || !e->tok_slot || !e->tok_pos || !e->step_logits || !e->step_ids) {
         lpo_engine_close(e);
         return lpo_errorf(LPO_E_NOMEM, "engine: out of memory");
     }
-    lpo_backend_init bi = {&e->spec, ws, o.max_seqs, o.max_context, o.max_step_tokens, o.n_threads};
+    lpo_backend_init bi = {&e->spec,    ws, (int)slots, o.max_context, o.max_step_tokens,
+                           o.n_threads, dt, o.exec,     e->fusion,     o.device};
     st = be->init(&bi, &e->ctx);
-    if (st == LPO_OK) { /* grow the op list storage once: the largest step has the most ops */
-        lpo_step big = {o.max_seqs, e->n_past, NULL, 0, 1};
-        int64_t ones[LPO_ENGINE_MAX_SEQS];
-        for (int i = 0; i < o.max_seqs; i++) ones[i] = 1;
-        big.n_new = ones;
-        st = lpo_oplist_build(&e->spec, &big, NULL, &e->ops);
-    }
     if (st != LPO_OK) {
         lpo_engine_close(e);
         return st;
@@ -126,18 +176,29 @@ lpo_status lpo_engine_open_weights(const lpo_model_spec *spec, const lpo_weight_
 void lpo_engine_close(lpo_engine *e) {
     if (!e) return;
     if (e->ctx) e->be->free(e->ctx);
-    lpo_oplist_free(&e->ops);
+    for (int i = 0; i < LIST_CACHE; i++) {
+        lpo_oplist_free(&e->cache[i].list);
+        lpo_plan_free(&e->cache[i].plan);
+    }
     free(e->n_past);
     free(e->packed);
+    free(e->tok_slot);
+    free(e->tok_pos);
     free(e->step_logits);
+    free(e->step_ids);
     free(e);
 }
 
+/* ---- accessors -------------------------------------------------------------------------------------------
+ */
 const lpo_model_spec *lpo_engine_spec(const lpo_engine *e) {
     return &e->spec;
 }
 const char *lpo_engine_backend_name(const lpo_engine *e) {
     return e->be->name;
+}
+const lpo_backend_iface *lpo_engine_backend(const lpo_engine *e) {
+    return e->be;
 }
 int64_t lpo_engine_max_context(const lpo_engine *e) {
     return e->max_context;
@@ -145,8 +206,20 @@ int64_t lpo_engine_max_context(const lpo_engine *e) {
 int lpo_engine_max_seqs(const lpo_engine *e) {
     return e->max_seqs;
 }
+lpo_dtype lpo_engine_dtype(const lpo_engine *e) {
+    return e->dtype;
+}
+lpo_exec_mode lpo_engine_exec_mode(const lpo_engine *e) {
+    return e->exec;
+}
+int lpo_engine_fusion(const lpo_engine *e) {
+    return e->fusion;
+}
 size_t lpo_engine_memory_bytes(const lpo_engine *e) {
     return e->be->memory_bytes ? e->be->memory_bytes(e->ctx) : 0;
+}
+size_t lpo_engine_weight_bytes(const lpo_engine *e) {
+    return e->be->weight_bytes ? e->be->weight_bytes(e->ctx) : 0;
 }
 int64_t lpo_engine_n_past(const lpo_engine *e, int slot) {
     return slot >= 0 && slot < e->max_seqs ? e->n_past[slot] : 0;
@@ -154,94 +227,206 @@ int64_t lpo_engine_n_past(const lpo_engine *e, int slot) {
 void lpo_engine_reset(lpo_engine *e, int slot) {
     if (slot >= 0 && slot < e->max_seqs) e->n_past[slot] = 0;
 }
-
-lpo_status lpo_engine_set_op_callback(lpo_engine *e, lpo_op_callback cb, void *ud) {
-    if (!(e->be->features & LPO_BACKEND_F_OP_EVENTS) || !e->be->set_op_callback)
-        return lpo_errorf(LPO_E_UNSUPPORTED, "backend '%s' has no per-op events", e->be->name);
-    e->be->set_op_callback(e->ctx, cb, ud);
-    return LPO_OK;
+void lpo_engine_get_stats(const lpo_engine *e, lpo_engine_stats *out) {
+    *out = e->stats;
+}
+const lpo_oplist *lpo_engine_last_oplist(const lpo_engine *e) {
+    return e->last ? &e->last->list : NULL;
+}
+const lpo_plan *lpo_engine_last_plan(const lpo_engine *e) {
+    return e->last ? &e->last->plan : NULL;
 }
 
-int64_t lpo_engine_buffer_width(const lpo_engine *e, lpo_buf buf) {
-    const lpo_model_spec *s = &e->spec;
-    switch (buf) {
-    case LPO_BUF_X:
-    case LPO_BUF_XN:
-    case LPO_BUF_TMP: return s->hidden_size;
-    case LPO_BUF_QKV: return (s->n_heads + 2 * s->n_kv_heads) * s->head_dim;
-    case LPO_BUF_ATT: return s->n_heads * s->head_dim;
-    case LPO_BUF_GU: return 2 * s->intermediate_size;
-    case LPO_BUF_ACT: return s->intermediate_size;
-    default: return 0;
-    }
+lpo_status lpo_engine_set_sampling(lpo_engine *e, int slot, const lpo_sampling *p, uint64_t stream) {
+    if (slot < 0 || slot >= e->max_seqs)
+        return lpo_errorf(LPO_E_RANGE, "engine: slot %d out of range 0..%d", slot, e->max_seqs - 1);
+    lpo_status st = lpo_sampling_validate(p, "sampling");
+    if (st != LPO_OK) return st;
+    return e->be->set_sampling(e->ctx, slot, p, stream);
+}
+
+lpo_status lpo_engine_set_group_callback(lpo_engine *e, lpo_group_callback cb, void *ud) {
+    if (!(e->be->features & LPO_BACKEND_F_GROUP_EVENTS) || !e->be->set_group_callback)
+        return lpo_errorf(LPO_E_UNSUPPORTED, "backend '%s' has no per-group events", e->be->name);
+    e->be->set_group_callback(e->ctx, cb, ud);
+    return LPO_OK;
 }
 
 lpo_status lpo_engine_read_activation(lpo_engine *e, lpo_buf buf, int64_t row0, int64_t n_rows, float *dst) {
     if (!e->be->read_activation)
         return lpo_errorf(LPO_E_UNSUPPORTED, "backend '%s' cannot read activations back", e->be->name);
-    if (lpo_engine_buffer_width(e, buf) == 0)
+    if (lpo_buf_width(&e->spec, buf) == 0 || buf == LPO_BUF_LOGITS)
         return lpo_errorf(LPO_E_INVALID, "buffer '%s' is not an activation buffer", lpo_buf_name(buf));
-    if (row0 < 0 || n_rows < 0 || row0 + n_rows > e->ops.n_tokens)
+    const int64_t T = e->last ? e->last->list.n_tokens : 0;
+    if (row0 < 0 || n_rows < 0 || row0 + n_rows > T)
         return lpo_errorf(LPO_E_RANGE, "rows %lld..%lld outside the step's %lld tokens", (long long)row0,
-                          (long long)(row0 + n_rows), (long long)e->ops.n_tokens);
+                          (long long)(row0 + n_rows), (long long)T);
     return e->be->read_activation(e->ctx, buf, row0, n_rows, dst);
 }
 
-/* ---- forward --------------------------------------------------------------------------------------------
+/* ---- op lists per step shape ----------------------------------------------------------------------------
  */
-/* One backend step over n sequences: seq i brings n_new[i] tokens (packed in tok). */
+static int same_shape(const lpo_step_shape *a, const lpo_step_shape *b) {
+    return a->n_tokens == b->n_tokens && a->n_seqs == b->n_seqs && !a->all_logits == !b->all_logits &&
+           !a->sample == !b->sample;
+}
+
+/* The cached list and plan of a shape, built on first use (the least recently used entry is reused). */
+static lpo_status list_for(lpo_engine *e, const lpo_step_shape *shape, cached_list **out) {
+    cached_list *slot = NULL;
+    for (int i = 0; i < LIST_CACHE; i++) {
+        cached_list *c = &e->cache[i];
+        if (c->used && same_shape(&c->shape, shape)) {
+            c->last_use = ++e->clock;
+            *out = c;
+            return LPO_OK;
+        }
+        if (!slot || !c->used || (slot->used && c->last_use < slot->last_use)) slot = c;
+    }
+    slot->used = 0;
+    lpo_status st = lpo_oplist_build_shape(&e->spec, shape, &e->lopts, &slot->list);
+    if (st != LPO_OK) return st;
+    e->stats.lists_built++;
+    if (e->fusion && e->be->plan)
+        st = e->be->plan(e->ctx, &slot->list, &slot->plan);
+    else
+        st = lpo_plan_unfused(&slot->list, &slot->plan);
+    if (st == LPO_OK) st = lpo_plan_check(&slot->plan, &slot->list);
+    if (st != LPO_OK) return st;
+    e->stats.plans_built++;
+    slot->used = 1;
+    slot->shape = *shape;
+    slot->last_use = ++e->clock;
+    *out = slot;
+    return LPO_OK;
+}
+
+/* ---- steps ----------------------------------------------------------------------------------------------
+ */
+/* One backend step over n sequences: seq i brings n_new[i] tokens (packed in tok; NULL = chained decode).
+ * Decode steps (every n_new 1) are padded to the bucket when the engine pads. sample_mask[i]: sample
+ * sequence i's last token (NULL = none). Logits / ids of the real rows go to logits / ids (may be NULL). */
 static lpo_status run_step(lpo_engine *e, int n, const int *slots, const int64_t *n_new, const int32_t *tok,
-                           int all_logits, float *logits) {
-    int64_t past[LPO_ENGINE_MAX_SEQS];
-    for (int i = 0; i < n; i++) past[i] = e->n_past[slots[i]];
-    lpo_step step = {n, past, n_new, all_logits, 0};
-    lpo_status st = lpo_oplist_build(&e->spec, &step, NULL, &e->ops);
+                           int all_logits, const uint8_t *sample_mask, float *logits, int32_t *ids) {
+    int sl[2 * LPO_ENGINE_MAX_SEQS];
+    int64_t past[2 * LPO_ENGINE_MAX_SEQS], nn[2 * LPO_ENGINE_MAX_SEQS];
+    uint8_t mask[2 * LPO_ENGINE_MAX_SEQS];
+    int64_t T = 0;
+    int decode = !all_logits;
+    for (int i = 0; i < n; i++) {
+        sl[i] = slots[i];
+        past[i] = e->n_past[slots[i]];
+        nn[i] = n_new[i];
+        mask[i] = sample_mask ? sample_mask[i] : 0;
+        T += n_new[i];
+        decode &= n_new[i] == 1;
+    }
+    int np = n;
+    if (decode && e->pad_slot >= 0) { /* padding rows: the scratch slot, position 0, never sampled */
+        while (np < next_pow2(n) && np < e->pad_limit) {
+            sl[np] = e->pad_slot;
+            past[np] = 0;
+            nn[np] = 1;
+            mask[np] = 0;
+            np++;
+        }
+        e->stats.padded_rows += (uint64_t)(np - n);
+        T = np;
+    }
+    int any_sample = 0;
+    for (int i = 0; i < np; i++) any_sample |= mask[i];
+    /* per-token slot and position; tokens of padding rows are 0 */
+    int64_t t = 0;
+    for (int i = 0; i < np; i++)
+        for (int64_t j = 0; j < nn[i]; j++, t++) {
+            e->tok_slot[t] = sl[i];
+            e->tok_pos[t] = past[i] + j;
+        }
+    const int32_t *tokens = tok;
+    if (tok && np > n) {
+        if (tok != e->packed) memcpy(e->packed, tok, (size_t)(T - (np - n)) * sizeof *tok);
+        for (int64_t k = T - (np - n); k < T; k++) e->packed[k] = 0;
+        tokens = e->packed;
+    }
+    const lpo_step_shape shape = {T, np, all_logits, any_sample};
+    cached_list *c;
+    lpo_status st = list_for(e, &shape, &c);
     if (st != LPO_OK) return st;
-    lpo_backend_step bs = {&e->ops, slots, past, n_new, tok, logits};
-    st = e->be->forward(e->ctx, &bs);
+    const lpo_step step = {np, past, nn, all_logits, any_sample};
+    if ((st = lpo_oplist_set_step(&c->list, e->spec.sliding_window, &step)) != LPO_OK) return st;
+    e->last = c;
+    const lpo_step_data d = {np, sl, past, nn, tokens, e->tok_slot, e->tok_pos, any_sample ? mask : NULL};
+    lpo_step_out so = {NULL, NULL};
+    if (logits) so.logits = np > n ? e->step_logits : logits;
+    if (any_sample && ids) so.ids = np > n ? e->step_ids : ids;
+    st = e->be->forward(e->ctx, &c->list, &c->plan, &d, &so);
     if (st != LPO_OK) return st;
+    e->stats.steps++;
+    if (logits && so.logits != logits)
+        memcpy(logits, so.logits, (size_t)n * (size_t)e->spec.vocab_size * sizeof(float));
+    if (any_sample && ids && so.ids != ids) memcpy(ids, so.ids, (size_t)n * sizeof *ids);
     for (int i = 0; i < n; i++) e->n_past[slots[i]] += n_new[i];
     return LPO_OK;
 }
 
-lpo_status lpo_engine_extend(lpo_engine *e, int n_seqs, const int *slots, const int32_t *const *tokens,
-                             const int64_t *n_tokens, int all_logits, float *logits) {
+static lpo_status check_batch(const lpo_engine *e, const lpo_engine_batch *b) {
     const int64_t V = e->spec.vocab_size;
-    if (n_seqs <= 0 || n_seqs > e->max_seqs)
+    if (b->n_seqs <= 0 || b->n_seqs > e->max_seqs)
         return lpo_errorf(LPO_E_RANGE,
                           "engine: %d sequences in one call (1..%d, the batch size it was opened for)",
-                          n_seqs, e->max_seqs);
-    for (int i = 0; i < n_seqs; i++) {
-        if (slots[i] < 0 || slots[i] >= e->max_seqs)
-            return lpo_errorf(LPO_E_RANGE, "engine: slot %d out of range 0..%d", slots[i], e->max_seqs - 1);
+                          b->n_seqs, e->max_seqs);
+    if (b->sample && b->all_logits)
+        return lpo_errorf(LPO_E_INVALID,
+                          "engine: sampling takes each sequence's last logits, not all_logits");
+    for (int i = 0; i < b->n_seqs; i++) {
+        const int slot = b->slots[i];
+        if (slot < 0 || slot >= e->max_seqs)
+            return lpo_errorf(LPO_E_RANGE, "engine: slot %d out of range 0..%d", slot, e->max_seqs - 1);
         for (int j = 0; j < i; j++)
-            if (slots[j] == slots[i])
-                return lpo_errorf(LPO_E_INVALID, "engine: slot %d given twice", slots[i]);
-        if (n_tokens[i] <= 0)
-            return lpo_errorf(LPO_E_INVALID, "engine: sequence %d has no tokens (empty prompt)", i);
-        if (e->n_past[slots[i]] + n_tokens[i] > e->max_context)
+            if (b->slots[j] == slot) return lpo_errorf(LPO_E_INVALID, "engine: slot %d given twice", slot);
+        const int64_t n = b->tokens ? b->n_tokens[i] : 1;
+        if (n <= 0) return lpo_errorf(LPO_E_INVALID, "engine: sequence %d has no tokens (empty prompt)", i);
+        if (!b->tokens && e->n_past[slot] == 0)
+            return lpo_errorf(LPO_E_INVALID, "engine: a chained step needs slot %d to have sampled before",
+                              slot);
+        if (e->n_past[slot] + n > e->max_context)
             return lpo_errorf(
                 LPO_E_RANGE,
                 "engine: sequence %d needs %lld positions (%lld cached + %lld new) but max_context "
                 "is %lld (raise infer.max_context or shorten the prompt)",
-                i, (long long)(e->n_past[slots[i]] + n_tokens[i]), (long long)e->n_past[slots[i]],
-                (long long)n_tokens[i], (long long)e->max_context);
-        for (int64_t j = 0; j < n_tokens[i]; j++)
-            if (tokens[i][j] < 0 || tokens[i][j] >= V)
-                return lpo_errorf(LPO_E_RANGE,
-                                  "engine: token id %d at position %lld of sequence %d is outside the "
-                                  "vocabulary [0, %lld)",
-                                  (int)tokens[i][j], (long long)j, i, (long long)V);
+                i, (long long)(e->n_past[slot] + n), (long long)e->n_past[slot], (long long)n,
+                (long long)e->max_context);
+        for (int64_t j = 0; b->tokens && j < n; j++)
+            if (b->tokens[i][j] < 0 || b->tokens[i][j] >= V)
+                return lpo_errorf(
+                    LPO_E_RANGE,
+                    "engine: token id %d at position %lld of sequence %d is outside the vocabulary "
+                    "[0, %lld)",
+                    (int)b->tokens[i][j], (long long)j, i, (long long)V);
     }
-    if (all_logits) {
-        if (!logits) return lpo_errorf(LPO_E_INVALID, "engine: all_logits needs an output buffer");
+    return LPO_OK;
+}
+
+lpo_status lpo_engine_run(lpo_engine *e, const lpo_engine_batch *b) {
+    lpo_status st = check_batch(e, b);
+    if (st != LPO_OK) return st;
+    const int64_t V = e->spec.vocab_size;
+    const int n_seqs = b->n_seqs;
+    if (!b->tokens) { /* chained decode: one token per sequence, from the slots' last samples */
+        uint8_t mask[LPO_ENGINE_MAX_SEQS];
+        int64_t ones[LPO_ENGINE_MAX_SEQS];
+        for (int i = 0; i < n_seqs; i++) mask[i] = (uint8_t)(b->sample != 0), ones[i] = 1;
+        return run_step(e, n_seqs, b->slots, ones, NULL, 0, mask, b->logits, b->ids);
+    }
+    if (b->all_logits) {
+        if (!b->logits) return lpo_errorf(LPO_E_INVALID, "engine: all_logits needs an output buffer");
         /* one sequence at a time so each step's rows land contiguously in the output */
-        float *row = logits;
+        float *row = b->logits;
         for (int i = 0; i < n_seqs; i++) {
-            for (int64_t done = 0; done < n_tokens[i];) {
-                int64_t nn = n_tokens[i] - done;
+            for (int64_t done = 0; done < b->n_tokens[i];) {
+                int64_t nn = b->n_tokens[i] - done;
                 if (nn > e->max_step_tokens) nn = e->max_step_tokens;
-                lpo_status st = run_step(e, 1, &slots[i], &nn, tokens[i] + done, 1, row);
+                st = run_step(e, 1, &b->slots[i], &nn, b->tokens[i] + done, 1, NULL, row, NULL);
                 if (st != LPO_OK) return st;
                 row += nn * V;
                 done += nn;
@@ -249,38 +434,46 @@ lpo_status lpo_engine_extend(lpo_engine *e, int n_seqs, const int *slots, const 
         }
         return LPO_OK;
     }
-    /* pack the sequences' remaining tokens into steps of at most max_step_tokens; a sequence's logits
-     * row comes from the step that holds its last token */
+    /* pack the sequences' remaining tokens into steps of at most max_step_tokens; a sequence's logits row
+     * and sampled id come from the step that holds its last token */
     int64_t done[LPO_ENGINE_MAX_SEQS] = {0};
     for (;;) {
         int sl[LPO_ENGINE_MAX_SEQS], idx[LPO_ENGINE_MAX_SEQS], n = 0;
         int64_t nn[LPO_ENGINE_MAX_SEQS], budget = e->max_step_tokens;
+        uint8_t mask[LPO_ENGINE_MAX_SEQS];
         for (int i = 0; i < n_seqs && budget > 0; i++) {
-            int64_t left = n_tokens[i] - done[i];
+            const int64_t left = b->n_tokens[i] - done[i];
             if (left <= 0) continue;
             nn[n] = left < budget ? left : budget;
             budget -= nn[n];
-            sl[n] = slots[i];
+            mask[n] = (uint8_t)(b->sample && nn[n] == left);
+            sl[n] = b->slots[i];
             idx[n++] = i;
         }
         if (n == 0) break;
-        const int32_t *tok = tokens[idx[0]] + done[idx[0]];
-        if (n > 1) {
-            int64_t off = 0;
-            for (int k = 0; k < n; k++) { // sequence k's chunk -> packed[off .. off + nn[k])
-                memcpy(e->packed + off, tokens[idx[k]] + done[idx[k]], (size_t)nn[k] * sizeof *e->packed);
-                off += nn[k];
-            }
-            tok = e->packed;
+        int64_t off = 0;
+        for (int k = 0; k < n; k++) { // sequence k's chunk -> packed[off .. off + nn[k])
+            memcpy(e->packed + off, b->tokens[idx[k]] + done[idx[k]], (size_t)nn[k] * sizeof *e->packed);
+            off += nn[k];
         }
-        lpo_status st = run_step(e, n, sl, nn, tok, 0, e->step_logits);
+        st = run_step(e, n, sl, nn, e->packed, 0, mask, b->logits ? e->step_logits : NULL,
+                      b->ids ? e->step_ids : NULL);
         if (st != LPO_OK) return st;
         for (int k = 0; k < n; k++) {
             done[idx[k]] += nn[k];
-            if (logits && done[idx[k]] == n_tokens[idx[k]])
-                memcpy(logits + (size_t)idx[k] * (size_t)V, e->step_logits + (size_t)k * (size_t)V,
+            if (done[idx[k]] != b->n_tokens[idx[k]]) continue;
+            if (b->logits)
+                memcpy(b->logits + (size_t)idx[k] * (size_t)V, e->step_logits + (size_t)k * (size_t)V,
                        (size_t)V * sizeof(float));
+            if (b->ids && b->sample) b->ids[idx[k]] = e->step_ids[k];
         }
     }
     return LPO_OK;
+}
+
+lpo_status lpo_engine_extend(lpo_engine *e, int n_seqs, const int *slots, const int32_t *const *tokens,
+                             const int64_t *n_tokens, int all_logits, float *logits) {
+    if (!tokens) return lpo_errorf(LPO_E_INVALID, "engine: extend needs tokens");
+    const lpo_engine_batch b = {n_seqs, slots, tokens, n_tokens, all_logits, logits, 0, NULL};
+    return lpo_engine_run(e, &b);
 }

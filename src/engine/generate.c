@@ -1,10 +1,12 @@
 /* The generation loop: batched prefill of several prompts (different lengths, no padding), then batched
- * decode steps; per sequence a sampler, EOS / stop-string / max-token / context stops, and streamed text
- * (a stop string is held back until it is ruled out, and never printed). */
+ * decode steps chained on the backend (each step's tokens are the ids its SAMPLE op drew, per slot, by
+ * docs/sampling.md); EOS / stop-string / max-token / context stops, and streamed text (a stop string is held
+ * back until it is ruled out, and never printed). The host reads the sampled ids of every step to check the
+ * stop rules; the tokens themselves never travel back to the backend. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "lpo/engine.h"
+#include "lpo/generate.h"
 
 const char *lpo_stop_reason_name(lpo_stop_reason r) {
     switch (r) {
@@ -24,7 +26,6 @@ void lpo_gen_seq_free(lpo_gen_seq *s) {
 }
 
 typedef struct {
-    lpo_sampler sampler;
     lpo_detok_stream detok;
     size_t cap_ids;
     size_t emitted; /* bytes of text handed to on_text */
@@ -98,39 +99,35 @@ lpo_status lpo_generate(lpo_engine *e, const lpo_tokenizer *tok, const lpo_gen_p
         seqs[i].decode_steps = 0;
     }
     gen_state *g = calloc(n, sizeof *g);
-    float *logits = malloc(n * (size_t)V * sizeof(float));
     int *slots = malloc(n * sizeof *slots);
     const int32_t **toks = malloc(n * sizeof *toks);
     int64_t *lens = malloc(n * sizeof *lens);
     int32_t *next = malloc(n * sizeof *next);
     int *map = malloc(n * sizeof *map);
-    lpo_sample_scratch *scratch = NULL; /* one for every row of every step */
     lpo_status st = LPO_OK;
-    if (!g || !logits || !slots || !toks || !lens || !next || !map) {
+    if (!g || !slots || !toks || !lens || !next || !map) {
         st = lpo_errorf(LPO_E_NOMEM, "generate: out of memory");
         goto done;
     }
-    st = lpo_sample_scratch_init(&scratch, V);
     for (size_t i = 0; i < n && st == LPO_OK; i++) {
-        st = lpo_sampler_init(&g[i].sampler, &p->sampling, V, seqs[i].stream);
-        for (size_t j = 0; j < seqs[i].n_prompt && st == LPO_OK; j++)
-            lpo_sampler_accept(&g[i].sampler, seqs[i].prompt[j]);
+        lpo_engine_reset(e, (int)i);
+        st = lpo_engine_set_sampling(e, (int)i, &p->sampling, seqs[i].stream);
         lpo_detok_stream_init(&g[i].detok);
         g[i].active = 1;
         slots[i] = (int)i;
         toks[i] = seqs[i].prompt;
         lens[i] = (int64_t)seqs[i].n_prompt;
-        lpo_engine_reset(e, (int)i);
     }
     if (st != LPO_OK) goto done;
 
-    /* prefill: every prompt at once */
+    /* prefill: every prompt at once, each sequence's first token sampled by the backend */
     uint64_t t0 = lpo_now_ns();
-    st = lpo_engine_extend(e, (int)n, slots, toks, lens, 0, logits);
+    lpo_engine_batch b = {(int)n, slots, toks, lens, 0, NULL, p->max_new_tokens > 0, next};
+    st = lpo_engine_run(e, &b);
     if (st != LPO_OK) goto done;
     uint64_t t_prefill = lpo_now_ns();
     for (size_t i = 0; i < n; i++) seqs[i].prefill_ms = (double)(t_prefill - t0) / 1e6;
-    /* logits row r belongs to sequence map[r] */
+    /* ids row r belongs to sequence map[r] */
     int n_rows = (int)n;
     for (size_t i = 0; i < n; i++) map[i] = (int)i;
 
@@ -145,13 +142,12 @@ lpo_status lpo_generate(lpo_engine *e, const lpo_tokenizer *tok, const lpo_gen_p
                 gi->active = 0;
                 continue;
             }
-            const int32_t id = lpo_sampler_sample(&gi->sampler, logits + (size_t)r * (size_t)V, scratch);
-            if (id < 0) {
-                st = lpo_errorf(LPO_E_INTERNAL, "generate: the sampler refused a %lld-token row",
-                                (long long)V);
+            const int32_t id = next[r];
+            if (id < 0 || id >= V) {
+                st = lpo_errorf(LPO_E_INTERNAL, "generate: the backend sampled id %d outside [0, %lld)",
+                                (int)id, (long long)V);
                 goto done;
             }
-            lpo_sampler_accept(&gi->sampler, id);
             if (q->n_ids == gi->cap_ids) {
                 size_t cap = gi->cap_ids ? gi->cap_ids * 2 : 64;
                 int32_t *ids = realloc(q->ids, cap * sizeof *ids);
@@ -195,25 +191,18 @@ lpo_status lpo_generate(lpo_engine *e, const lpo_tokenizer *tok, const lpo_gen_p
             }
             map[n_next] = (int)i;
             slots[n_next] = (int)i;
-            next[n_next] = id;
             n_next++;
         }
         if (n_next == 0) break;
-        for (int k = 0; k < n_next; k++) {
-            toks[k] = &next[k];
-            lens[k] = 1;
-        }
-        st = lpo_engine_extend(e, n_next, slots, toks, lens, 0, logits);
+        /* chained decode: each slot's token is the id it just sampled; the new ids come back in next */
+        lpo_engine_batch d = {n_next, slots, NULL, NULL, 0, NULL, 1, next};
+        st = lpo_engine_run(e, &d);
         if (st != LPO_OK) goto done;
         for (int k = 0; k < n_next; k++) seqs[map[k]].decode_steps++;
         n_rows = n_next;
     }
 done:
-    if (g)
-        for (size_t i = 0; i < n; i++) lpo_sampler_free(&g[i].sampler);
     free(g);
-    lpo_sample_scratch_free(scratch);
-    free(logits);
     free(slots);
     free(toks);
     free(lens);

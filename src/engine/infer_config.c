@@ -1,11 +1,11 @@
-/* Inference settings from a composed config (the `infer` group and the top-level `backend` key), and
- * the token-list parser shared by `lpo generate tokens=` and `lpo logits tokens=`. */
+/* Inference settings from a composed config (the `infer` group, the top-level `backend` key and the
+ * `engine` keys), and the token-list parser shared by `lpo generate tokens=` and `lpo logits tokens=`. */
 #include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "lpo/engine.h"
+#include "lpo/infer.h"
 
 void lpo_infer_config_free(lpo_infer_config *c) {
     free(c->stop);
@@ -38,6 +38,19 @@ lpo_status lpo_infer_config_read(const lpo_node *cfg, lpo_infer_config *c) {
     TRY(lpo_cfg_int_or(cfg, "infer.max_context", 0, &c->max_context));
     TRY(lpo_cfg_int_or(cfg, "infer.prefill_chunk", 512, &c->prefill_chunk));
     TRY(lpo_cfg_int_or(cfg, "infer.threads", 0, &c->threads));
+    const char *exec;
+    TRY(lpo_cfg_str_or(cfg, "engine.exec", "graph", &exec));
+    TRY(lpo_cfg_bool_or(cfg, "engine.fusion", 1, &c->fusion));
+    TRY(lpo_cfg_str_or(cfg, "engine.dtype", "auto", &c->dtype));
+    if (!lpo_exec_mode_parse(exec, &c->exec)) {
+        st = lpo_errorf(LPO_E_CONFIG, "engine.exec: '%s' is not one of graph, eager, debug", exec);
+        goto fail;
+    }
+    if (strcmp(c->dtype, "auto") && strcmp(c->dtype, "bf16") && strcmp(c->dtype, "fp16") &&
+        strcmp(c->dtype, "f32")) {
+        st = lpo_errorf(LPO_E_CONFIG, "engine.dtype: '%s' is not one of auto, bf16, fp16, f32", c->dtype);
+        goto fail;
+    }
 #undef TRY
     c->gen.sampling = (lpo_sampling){temp, top_k, top_p, rp, (uint64_t)seed};
     st = lpo_sampling_validate(&c->gen.sampling, "infer."); /* the sampler's own rules (docs/sampling.md) */
@@ -91,6 +104,18 @@ lpo_status lpo_infer_config_read(const lpo_node *cfg, lpo_infer_config *c) {
 fail:
     lpo_infer_config_free(c);
     return st;
+}
+
+void lpo_infer_engine_opts(const lpo_infer_config *c, int max_seqs, lpo_engine_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->backend = c->backend;
+    o->max_seqs = max_seqs;
+    o->max_context = c->max_context;
+    o->max_step_tokens = c->prefill_chunk;
+    o->n_threads = (int)c->threads;
+    o->dtype = c->dtype;
+    o->exec = c->exec;
+    o->no_fusion = !c->fusion;
 }
 
 lpo_status lpo_parse_token_list(const char *text, int32_t **ids, size_t *n) {

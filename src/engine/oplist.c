@@ -1,11 +1,12 @@
 /* The op list: the one description of a decoder-only transformer's forward pass, built from a model spec
- * and a step (sequences, new tokens, cached context). Backends execute it; analysis, profiler labels and
- * kbench read it. FLOP and byte formulas per op kind live here too (documented in docs/engine.md). */
+ * for one step shape and reused for every step of that shape. FLOP and byte formulas per op kind live here
+ * too (documented in docs/engine.md). */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "lpo/engine.h"
+#include "lpo/ops.h"
 
 /* ---- names ------------------------------------------------------------------------------------------- */
 const char *lpo_op_kind_name(lpo_op_kind k) {
@@ -17,6 +18,15 @@ const char *lpo_op_kind_name(lpo_op_kind k) {
     return (unsigned)k < LPO_OP_KIND_COUNT ? names[k] : "unknown";
 }
 
+const char *lpo_op_role_name(lpo_op_role r) {
+    static const char *const names[] = {
+#define LPO__ROLE_NAME(name, str) str,
+        LPO_OP_ROLE_MAP(LPO__ROLE_NAME)
+#undef LPO__ROLE_NAME
+    };
+    return (unsigned)r < LPO_ROLE_COUNT ? names[r] : "unknown";
+}
+
 const char *lpo_buf_name(lpo_buf b) {
     static const char *const names[] = {
 #define LPO__BUF_NAME(name, str) str,
@@ -26,36 +36,90 @@ const char *lpo_buf_name(lpo_buf b) {
     return (unsigned)b < LPO_BUF_COUNT ? names[b] : "unknown";
 }
 
-/* ---- builder helpers ------------------------------------------------------------------------------------
- */
+int64_t lpo_buf_width(const lpo_model_spec *s, lpo_buf b) {
+    switch (b) {
+    case LPO_BUF_X:
+    case LPO_BUF_XN:
+    case LPO_BUF_TMP: return s->hidden_size;
+    case LPO_BUF_QKV: return (s->n_heads + 2 * s->n_kv_heads) * s->head_dim;
+    case LPO_BUF_ATT: return s->n_heads * s->head_dim;
+    case LPO_BUF_GU: return 2 * s->intermediate_size;
+    case LPO_BUF_ACT: return s->intermediate_size;
+    case LPO_BUF_LOGITS: return s->vocab_size;
+    default: return 0;
+    }
+}
+
+/* ---- builder ------------------------------------------------------------------------------------------
+ * Ops and weights are appended to growing arrays; names go to one string pool. Strings are recorded as
+ * pool offsets while building (the pool may move) and turned into pointers at the end, as are the ops'
+ * weight pointers. */
 typedef struct {
     lpo_oplist *l;
+    const lpo_model_spec *s;
     lpo_status st;
 } builder;
 
-static lpo_op *push(builder *b, lpo_op_kind kind, int layer, const char *fmt, int arg) {
-    if (b->st != LPO_OK) return NULL;
-    if (b->l->n_ops == b->l->cap_ops) {
-        size_t cap = b->l->cap_ops ? b->l->cap_ops * 2 : 64;
-        lpo_op *ops = realloc(b->l->ops, cap * sizeof *ops);
-        if (!ops) {
-            b->st = lpo_errorf(LPO_E_NOMEM, "op list: cannot grow to %zu ops", cap);
-            return NULL;
-        }
-        b->l->ops = ops;
-        b->l->cap_ops = cap;
+static int grow(builder *b, void **p, size_t *cap, size_t need, size_t elem, const char *what) {
+    if (b->st != LPO_OK) return 0;
+    if (need <= *cap) return 1;
+    size_t c = *cap ? *cap : 64;
+    while (c < need) c *= 2;
+    void *q = realloc(*p, c * elem);
+    if (!q) {
+        b->st = lpo_errorf(LPO_E_NOMEM, "op list: cannot grow the %s to %zu entries", what, c);
+        return 0;
     }
-    lpo_op *op = &b->l->ops[b->l->n_ops++];
+    *p = q;
+    *cap = c;
+    return 1;
+}
+
+/* Interns a formatted string; returns its pool offset (as a pointer-sized integer), or 0 on failure. */
+static uintptr_t intern(builder *b, const char *fmt, ...) {
+    char tmp[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof tmp) {
+        if (b->st == LPO_OK)
+            b->st = lpo_errorf(LPO_E_INVALID, "op list: name longer than %zu bytes", sizeof tmp);
+        return 0;
+    }
+    lpo_oplist *l = b->l;
+    if (!grow(b, (void **)&l->names, &l->cap_names, l->names_len + (size_t)n + 1, 1, "name pool")) return 0;
+    uintptr_t off = l->names_len;
+    memcpy(l->names + off, tmp, (size_t)n + 1);
+    l->names_len += (size_t)n + 1;
+    return off;
+}
+
+#define AS_OFF(p) ((const char *)(uintptr_t)(p))
+#define AS_IDX(i) ((const lpo_op_tensor *)(uintptr_t)(i))
+
+static lpo_op *push(builder *b, lpo_op_kind kind, lpo_op_role role, int layer) {
+    lpo_oplist *l = b->l;
+    if (!grow(b, (void **)&l->ops, &l->cap_ops, l->n_ops + 1, sizeof *l->ops, "op array")) return NULL;
+    lpo_op *op = &l->ops[l->n_ops];
     memset(op, 0, sizeof *op);
     op->kind = kind;
+    op->role = role;
     op->layer = layer;
-    snprintf(op->name, sizeof op->name, fmt, arg);
+    const uintptr_t name = layer >= 0 ? intern(b, "layers.%d.%s", layer, lpo_op_role_name(role))
+                                      : intern(b, "%s", lpo_op_role_name(role));
+    if (b->st != LPO_OK) return NULL;
+    l->n_ops++;
+    op = &l->ops[l->n_ops - 1];
+    op->name = AS_OFF(name);
+    op->w = AS_IDX(l->n_weights); /* index of its first weight, fixed up at the end */
     return op;
 }
 
 static lpo_op_tensor act2(lpo_buf buf, int64_t d0, int64_t d1, lpo_dtype dt) {
     lpo_op_tensor t = {0};
     t.buf = buf;
+    t.name = AS_OFF(0); /* "" (offset 0 of the pool holds an empty string) */
     t.ndim = 2;
     t.shape[0] = d0;
     t.shape[1] = d1;
@@ -64,96 +128,102 @@ static lpo_op_tensor act2(lpo_buf buf, int64_t d0, int64_t d1, lpo_dtype dt) {
 }
 
 static void add_in(lpo_op *op, lpo_op_tensor t) {
-    if (op && op->n_in < LPO_OP_MAX_IN) op->in[op->n_in++] = t;
+    if (op) op->in[op->n_in++] = t; /* at most LPO_OP_MAX_IN by construction below */
 }
 
-/* Adds a weight reference "model.layers.<layer>.<suffix>" (layer < 0: "<suffix>" verbatim). */
-static void add_w(lpo_op *op, int layer, const char *suffix, int ndim, int64_t d0, int64_t d1, lpo_dtype dt) {
-    if (!op || op->n_w >= LPO_OP_MAX_W) return;
-    lpo_op_tensor *t = &op->w[op->n_w++];
+static void set_out(lpo_op *op, lpo_op_tensor t) {
+    if (op) op->out[op->n_out++] = t;
+}
+
+/* Adds a weight reference "model.layers.<layer>.<suffix>" (layer < 0: "<suffix>" verbatim) with its
+ * stored dtype. Weights of an op are consecutive in the list's weight array. */
+static void add_w(builder *b, lpo_op *op, int layer, const char *suffix, int ndim, int64_t d0, int64_t d1) {
+    if (!op || b->st != LPO_OK) return;
+    lpo_oplist *l = b->l;
+    const size_t opi = (size_t)(op - l->ops);
+    const uintptr_t name =
+        layer >= 0 ? intern(b, "model.layers.%d.%s", layer, suffix) : intern(b, "%s", suffix);
+    if (!grow(b, (void **)&l->weights, &l->cap_weights, l->n_weights + 1, sizeof *l->weights, "weight array"))
+        return;
+    op = &l->ops[opi];
+    lpo_op_tensor *t = &l->weights[l->n_weights++];
     memset(t, 0, sizeof *t);
     t->buf = LPO_BUF_WEIGHT;
-    if (layer >= 0)
-        snprintf(t->name, sizeof t->name, "model.layers.%d.%s", layer, suffix);
-    else
-        snprintf(t->name, sizeof t->name, "%s", suffix);
+    t->name = AS_OFF(name);
     t->ndim = ndim;
     t->shape[0] = d0;
     t->shape[1] = ndim > 1 ? d1 : 0;
-    t->dtype = dt;
+    t->dtype = b->s->dtype;
+    if (l->dtypes.stored_dtype) {
+        lpo_dtype dt;
+        if (l->dtypes.stored_dtype(l->dtypes.ud, l->names + name, &dt)) t->dtype = dt;
+    }
+    op->n_w++;
 }
 
-/* Adds a bias vector of n elements ("model.layers.<layer>.<suffix>") after the weights; counts it in n_bias.
- */
-static void add_bias(lpo_op *op, int layer, const char *suffix, int64_t n, lpo_dtype dt) {
+/* Adds a bias vector of n elements after the weights; counts it in n_bias. */
+static void add_bias(builder *b, lpo_op *op, int layer, const char *suffix, int64_t n) {
     if (!op) return;
-    add_w(op, layer, suffix, 1, n, 0, dt);
-    op->n_bias++;
+    const size_t opi = (size_t)(op - b->l->ops);
+    add_w(b, op, layer, suffix, 1, n, 0);
+    if (b->st == LPO_OK) b->l->ops[opi].n_bias++;
 }
 
-static lpo_op *linear(builder *b, int layer, const char *opname, lpo_buf in, lpo_buf out, int64_t T,
-                      int64_t k, int64_t n) {
-    lpo_op *op = push(b, LPO_OP_LINEAR, layer, opname, layer);
+/* The builders below return the op (NULL after an error); a pointer stays valid until the next push. */
+static lpo_op *linear(builder *b, lpo_op_role role, int layer, lpo_buf in, lpo_buf out, int64_t T, int64_t k,
+                      int64_t n) {
+    lpo_op *op = push(b, LPO_OP_LINEAR, role, layer);
     if (!op) return NULL;
-    lpo_dtype a = b->l->opts.act_dtype;
+    const lpo_dtype a = b->l->opts.act_dtype;
     add_in(op, act2(in, T, k, a));
-    op->out = act2(out, T, n, a);
+    set_out(op, act2(out, T, n, a));
     op->m = T;
     op->k = k;
     op->n = n;
     return op;
 }
 
-static lpo_op *rmsnorm(builder *b, int layer, const char *opname, const char *w, lpo_buf in, lpo_buf out,
-                       int64_t T, int64_t n, float eps) {
-    lpo_op *op = push(b, LPO_OP_RMSNORM, layer, opname, layer);
+static lpo_op *rmsnorm(builder *b, lpo_op_role role, int layer, const char *w, int64_t T) {
+    lpo_op *op = push(b, LPO_OP_RMSNORM, role, layer);
     if (!op) return NULL;
-    lpo_dtype a = b->l->opts.act_dtype;
-    add_in(op, act2(in, T, n, a));
-    op->out = act2(out, T, n, a);
-    add_w(op, layer, w, 1, n, 0, b->l->opts.weight_dtype);
+    const lpo_dtype a = b->l->opts.act_dtype;
+    const int64_t n = b->s->hidden_size;
+    add_in(op, act2(LPO_BUF_X, T, n, a));
+    set_out(op, act2(LPO_BUF_XN, T, n, a));
     op->m = T;
     op->n = n;
-    op->eps = eps;
+    op->eps = b->s->norm_eps;
+    add_w(b, op, layer, w, 1, n, 0);
     return op;
 }
 
 /* An attention-side op over the fused QKV rows [T, (nh + 2 nkv) hd]: reads QKV first, carries the heads. */
-static lpo_op *heads_op(builder *b, lpo_op_kind kind, int layer, const char *opname, int64_t T, int64_t nh,
-                        int64_t nkv, int64_t hd) {
-    lpo_op *op = push(b, kind, layer, opname, layer);
+static lpo_op *heads_op(builder *b, lpo_op_kind kind, lpo_op_role role, int layer, int64_t T) {
+    lpo_op *op = push(b, kind, role, layer);
     if (!op) return NULL;
-    add_in(op, act2(LPO_BUF_QKV, T, (nh + 2 * nkv) * hd, b->l->opts.act_dtype));
+    const lpo_model_spec *s = b->s;
+    add_in(op, act2(LPO_BUF_QKV, T, (s->n_heads + 2 * s->n_kv_heads) * s->head_dim, b->l->opts.act_dtype));
     op->m = T;
-    op->n_heads = nh;
-    op->n_kv_heads = nkv;
-    op->head_dim = hd;
+    op->n_heads = s->n_heads;
+    op->n_kv_heads = s->n_kv_heads;
+    op->head_dim = s->head_dim;
     return op;
 }
 
-static lpo_op *residual(builder *b, int layer, const char *opname, int64_t T, int64_t n) {
-    lpo_op *op = push(b, LPO_OP_ADD, layer, opname, layer);
-    if (!op) return NULL;
-    lpo_dtype a = b->l->opts.act_dtype;
+static void residual(builder *b, lpo_op_role role, int layer, int64_t T) {
+    lpo_op *op = push(b, LPO_OP_ADD, role, layer);
+    if (!op) return;
+    const lpo_dtype a = b->l->opts.act_dtype;
+    const int64_t n = b->s->hidden_size;
     add_in(op, act2(LPO_BUF_X, T, n, a));
     add_in(op, act2(LPO_BUF_TMP, T, n, a));
-    op->out = act2(LPO_BUF_X, T, n, a);
+    set_out(op, act2(LPO_BUF_X, T, n, a));
     op->m = T;
     op->n = n;
-    return op;
 }
 
-/* ---- the builder ------------------------------------------------------------------------------------------
- */
-lpo_status lpo_oplist_build(const lpo_model_spec *s, const lpo_step *step, const lpo_oplist_opts *opts,
-                            lpo_oplist *out) {
-    lpo_op *keep = out->ops; /* storage of an earlier build is reused */
-    size_t keep_cap = out->cap_ops;
-    memset(out, 0, sizeof *out);
-    out->ops = keep;
-    out->cap_ops = keep_cap;
-    if (!s || !step || step->n_seqs <= 0 || !step->n_new || !step->n_past)
-        return lpo_errorf(LPO_E_INVALID, "op list: a step needs at least one sequence with n_past and n_new");
+/* ---- the list ----------------------------------------------------------------------------------------- */
+static lpo_status check_spec(const lpo_model_spec *s) {
     if (s->hidden_size <= 0 || s->n_layers <= 0 || s->n_heads <= 0 || s->n_kv_heads <= 0 ||
         s->head_dim <= 0 || s->vocab_size <= 0 || s->intermediate_size <= 0 ||
         s->n_heads % s->n_kv_heads != 0)
@@ -164,128 +234,247 @@ lpo_status lpo_oplist_build(const lpo_model_spec *s, const lpo_step *step, const
             s->name, (long long)s->hidden_size, (long long)s->n_layers, (long long)s->n_heads,
             (long long)s->n_kv_heads, (long long)s->head_dim, (long long)s->vocab_size,
             (long long)s->intermediate_size);
-    int64_t T = 0, pairs = 0, kv_rows = 0;
-    for (int i = 0; i < step->n_seqs; i++) {
-        int64_t past = step->n_past[i], nn = step->n_new[i];
-        if (nn <= 0 || past < 0)
-            return lpo_errorf(LPO_E_INVALID,
-                              "op list: sequence %d has n_new=%lld, n_past=%lld (need n_new >= 1)", i,
-                              (long long)nn, (long long)past);
-        T += nn;
-        kv_rows += past + nn;
-        /* query at position p sees keys max(0, p - W + 1) .. p (W = sliding window, else all) */
-        for (int64_t p = past; p < past + nn; p++) {
-            int64_t lo = s->sliding_window > 0 && p + 1 > s->sliding_window ? p + 1 - s->sliding_window : 0;
-            pairs += p + 1 - lo;
-        }
-    }
-    if (opts)
-        out->opts = *opts;
-    else
-        out->opts = (lpo_oplist_opts){LPO_DT_F32, LPO_DT_F32, LPO_DT_F32};
-    out->n_tokens = T;
-    out->n_seqs = step->n_seqs;
-    out->n_logit_rows = step->all_logits ? T : step->n_seqs;
+    if (s->act != LPO_ACT_SILU && s->act != LPO_ACT_GELU_TANH)
+        return lpo_errorf(LPO_E_UNSUPPORTED,
+                          "op list: model '%s' uses an activation the engine does not "
+                          "implement (only silu -> swiglu and gelu_tanh -> geglu)",
+                          s->name);
+    if (s->norm != LPO_NORM_RMS)
+        return lpo_errorf(LPO_E_UNSUPPORTED, "op list: model '%s' uses a norm other than RMSNorm", s->name);
+    return LPO_OK;
+}
 
-    builder b = {out, LPO_OK};
+/* (query, key) pairs of n tokens from an empty cache: sum over p < n of min(p + 1, W) (W 0 = no window). */
+static int64_t causal_pairs(int64_t n, int64_t W) {
+    if (W <= 0 || n <= W) return n * (n + 1) / 2;
+    return W * (W + 1) / 2 + (n - W) * W;
+}
+
+/* Turns pool offsets and weight indices recorded while building into pointers. */
+static void fix_pointers(lpo_oplist *l) {
+    for (size_t i = 0; i < l->n_weights; i++) l->weights[i].name = l->names + (uintptr_t)l->weights[i].name;
+    for (size_t i = 0; i < l->n_ops; i++) {
+        lpo_op *op = &l->ops[i];
+        op->name = l->names + (uintptr_t)op->name;
+        op->w = l->weights + (uintptr_t)op->w;
+        for (int j = 0; j < op->n_in; j++) op->in[j].name = l->names + (uintptr_t)op->in[j].name;
+        for (int j = 0; j < op->n_out; j++) op->out[j].name = l->names + (uintptr_t)op->out[j].name;
+    }
+}
+
+lpo_status lpo_oplist_build_shape(const lpo_model_spec *s, const lpo_step_shape *shape,
+                                  const lpo_oplist_opts *opts, lpo_oplist *out) {
+    /* keep the storage of an earlier build */
+    lpo_op *ops = out->ops;
+    lpo_op_tensor *ws = out->weights;
+    char *names = out->names;
+    const size_t co = out->cap_ops, cw = out->cap_weights, cn = out->cap_names;
+    memset(out, 0, sizeof *out);
+    out->ops = ops;
+    out->weights = ws;
+    out->names = names;
+    out->cap_ops = co;
+    out->cap_weights = cw;
+    out->cap_names = cn;
+    if (!s || !shape || shape->n_tokens <= 0 || shape->n_seqs <= 0 || shape->n_seqs > shape->n_tokens)
+        return lpo_errorf(LPO_E_INVALID,
+                          "op list: a step needs 1 <= sequences <= tokens (got %d sequences, "
+                          "%lld tokens)",
+                          shape ? shape->n_seqs : 0, shape ? (long long)shape->n_tokens : 0LL);
+    lpo_status st = check_spec(s);
+    if (st != LPO_OK) return st;
+    if (opts) {
+        out->opts = *opts;
+        if (opts->dtypes) out->dtypes = *opts->dtypes;
+    } else {
+        out->opts = (lpo_oplist_opts){LPO_DT_F32, LPO_DT_F32, NULL};
+    }
+    out->opts.dtypes = out->dtypes.stored_dtype ? &out->dtypes : NULL;
+    const int64_t T = shape->n_tokens;
+    out->n_tokens = T;
+    out->n_seqs = shape->n_seqs;
+    out->n_logit_rows = shape->all_logits ? T : shape->n_seqs;
+    out->sample = shape->sample != 0;
+
+    builder bb = {out, s, LPO_OK}, *b = &bb;
+    (void)intern(b, "%s", ""); /* offset 0: the empty name of activation tensors */
     const int64_t h = s->hidden_size, hd = s->head_dim, nh = s->n_heads, nkv = s->n_kv_heads;
     const int64_t I = s->intermediate_size, V = s->vocab_size;
     const int64_t qd = nh * hd, kvd = nkv * hd;
-    const lpo_dtype a = out->opts.act_dtype, wdt = out->opts.weight_dtype;
+    const lpo_dtype a = out->opts.act_dtype;
 
-    lpo_op *op = push(&b, LPO_OP_EMBED, -1, "embed", 0);
+    lpo_op *op = push(b, LPO_OP_EMBED, LPO_ROLE_EMBED, -1);
     if (op) {
         add_in(op, act2(LPO_BUF_TOKENS, T, 1, LPO_DT_I32));
         op->in[0].ndim = 1;
-        op->out = act2(LPO_BUF_X, T, h, a);
-        add_w(op, -1, "model.embed_tokens.weight", 2, V, h, wdt);
+        set_out(op, act2(LPO_BUF_X, T, h, a));
         op->m = T;
         op->n = h;
+        add_w(b, op, -1, "model.embed_tokens.weight", 2, V, h);
     }
     for (int l = 0; l < (int)s->n_layers; l++) {
-        rmsnorm(&b, l, "layers.%d.attn_norm", "input_layernorm.weight", LPO_BUF_X, LPO_BUF_XN, T, h,
-                s->norm_eps);
-        op = linear(&b, l, "layers.%d.attn.qkv", LPO_BUF_XN, LPO_BUF_QKV, T, h, qd + 2 * kvd);
-        add_w(op, l, "self_attn.q_proj.weight", 2, qd, h, wdt);
-        add_w(op, l, "self_attn.k_proj.weight", 2, kvd, h, wdt);
-        add_w(op, l, "self_attn.v_proj.weight", 2, kvd, h, wdt);
+        rmsnorm(b, LPO_ROLE_ATTN_NORM, l, "input_layernorm.weight", T);
+        op = linear(b, LPO_ROLE_QKV, l, LPO_BUF_XN, LPO_BUF_QKV, T, h, qd + 2 * kvd);
+        add_w(b, op, l, "self_attn.q_proj.weight", 2, qd, h);
+        add_w(b, op, l, "self_attn.k_proj.weight", 2, kvd, h);
+        add_w(b, op, l, "self_attn.v_proj.weight", 2, kvd, h);
         if (s->qkv_bias) {
-            add_bias(op, l, "self_attn.q_proj.bias", qd, wdt);
-            add_bias(op, l, "self_attn.k_proj.bias", kvd, wdt);
-            add_bias(op, l, "self_attn.v_proj.bias", kvd, wdt);
+            add_bias(b, op, l, "self_attn.q_proj.bias", qd);
+            add_bias(b, op, l, "self_attn.k_proj.bias", kvd);
+            add_bias(b, op, l, "self_attn.v_proj.bias", kvd);
         }
         if (s->qk_norm) {
-            op = heads_op(&b, LPO_OP_QK_NORM, l, "layers.%d.attn.qk_norm", T, nh, nkv, hd);
+            op = heads_op(b, LPO_OP_QK_NORM, LPO_ROLE_QK_NORM, l, T);
             if (op) {
-                op->out = op->in[0];
-                add_w(op, l, "self_attn.q_norm.weight", 1, hd, 0, wdt);
-                add_w(op, l, "self_attn.k_norm.weight", 1, hd, 0, wdt);
+                set_out(op, op->in[0]);
                 op->eps = s->norm_eps;
+                add_w(b, op, l, "self_attn.q_norm.weight", 1, hd, 0);
+                add_w(b, op, l, "self_attn.k_norm.weight", 1, hd, 0);
             }
         }
-        op = heads_op(&b, LPO_OP_ROPE, l, "layers.%d.attn.rope", T, nh, nkv, hd);
-        if (op) op->out = op->in[0];
-        op = heads_op(&b, LPO_OP_ATTENTION, l, "layers.%d.attn.sdpa", T, nh, nkv, hd);
+        op = heads_op(b, LPO_OP_ROPE, LPO_ROLE_ROPE, l, T);
+        if (op) set_out(op, op->in[0]);
+        op = heads_op(b, LPO_OP_ATTENTION, LPO_ROLE_ATTN, l, T);
         if (op) {
-            add_in(op, act2(LPO_BUF_KV, kv_rows, 2 * kvd, out->opts.kv_dtype));
-            op->out = act2(LPO_BUF_ATT, T, qd, a);
-            op->attn_pairs = pairs;
-            op->kv_rows = kv_rows;
+            /* the cache is read and appended: an input and an output; rows = positions read (set below) */
+            lpo_op_tensor kv = act2(LPO_BUF_KV, 0, 2 * kvd, out->opts.kv_dtype);
+            add_in(op, kv);
+            set_out(op, act2(LPO_BUF_ATT, T, qd, a));
+            set_out(op, kv);
+            op->window = s->sliding_window > 0 ? s->sliding_window : 0;
         }
-        op = linear(&b, l, "layers.%d.attn.o", LPO_BUF_ATT, LPO_BUF_TMP, T, qd, h);
-        add_w(op, l, "self_attn.o_proj.weight", 2, h, qd, wdt);
-        if (s->o_bias) add_bias(op, l, "self_attn.o_proj.bias", h, wdt);
-        residual(&b, l, "layers.%d.attn.residual", T, h);
-        rmsnorm(&b, l, "layers.%d.mlp_norm", "post_attention_layernorm.weight", LPO_BUF_X, LPO_BUF_XN, T, h,
-                s->norm_eps);
-        op = linear(&b, l, "layers.%d.mlp.gate_up", LPO_BUF_XN, LPO_BUF_GU, T, h, 2 * I);
-        add_w(op, l, "mlp.gate_proj.weight", 2, I, h, wdt);
-        add_w(op, l, "mlp.up_proj.weight", 2, I, h, wdt);
+        op = linear(b, LPO_ROLE_ATTN_OUT, l, LPO_BUF_ATT, LPO_BUF_TMP, T, qd, h);
+        add_w(b, op, l, "self_attn.o_proj.weight", 2, h, qd);
+        if (s->o_bias) add_bias(b, op, l, "self_attn.o_proj.bias", h);
+        residual(b, LPO_ROLE_ATTN_RESIDUAL, l, T);
+        rmsnorm(b, LPO_ROLE_MLP_NORM, l, "post_attention_layernorm.weight", T);
+        op = linear(b, LPO_ROLE_GATE_UP, l, LPO_BUF_XN, LPO_BUF_GU, T, h, 2 * I);
+        add_w(b, op, l, "mlp.gate_proj.weight", 2, I, h);
+        add_w(b, op, l, "mlp.up_proj.weight", 2, I, h);
         if (s->mlp_bias) {
-            add_bias(op, l, "mlp.gate_proj.bias", I, wdt);
-            add_bias(op, l, "mlp.up_proj.bias", I, wdt);
+            add_bias(b, op, l, "mlp.gate_proj.bias", I);
+            add_bias(b, op, l, "mlp.up_proj.bias", I);
         }
-        op = push(&b, LPO_OP_SWIGLU, l, "layers.%d.mlp.act", l);
+        op = push(b, s->act == LPO_ACT_GELU_TANH ? LPO_OP_GEGLU : LPO_OP_SWIGLU, LPO_ROLE_MLP_ACT, l);
         if (op) {
             add_in(op, act2(LPO_BUF_GU, T, 2 * I, a));
-            op->out = act2(LPO_BUF_ACT, T, I, a);
+            set_out(op, act2(LPO_BUF_ACT, T, I, a));
             op->m = T;
             op->n = I;
         }
-        op = linear(&b, l, "layers.%d.mlp.down", LPO_BUF_ACT, LPO_BUF_TMP, T, I, h);
-        add_w(op, l, "mlp.down_proj.weight", 2, h, I, wdt);
-        if (s->mlp_bias) add_bias(op, l, "mlp.down_proj.bias", h, wdt);
-        residual(&b, l, "layers.%d.mlp.residual", T, h);
+        op = linear(b, LPO_ROLE_DOWN, l, LPO_BUF_ACT, LPO_BUF_TMP, T, I, h);
+        add_w(b, op, l, "mlp.down_proj.weight", 2, h, I);
+        if (s->mlp_bias) add_bias(b, op, l, "mlp.down_proj.bias", h);
+        residual(b, LPO_ROLE_MLP_RESIDUAL, l, T);
     }
-    rmsnorm(&b, -1, "final_norm", "model.norm.weight", LPO_BUF_X, LPO_BUF_XN, T, h, s->norm_eps);
-    op = push(&b, LPO_OP_LM_HEAD, -1, "lm_head", 0);
+    rmsnorm(b, LPO_ROLE_FINAL_NORM, -1, "model.norm.weight", T);
+    op = push(b, LPO_OP_LM_HEAD, LPO_ROLE_LM_HEAD, -1);
     if (op) {
-        int64_t R = out->n_logit_rows;
+        const int64_t R = out->n_logit_rows;
         add_in(op, act2(LPO_BUF_XN, R, h, a));
-        op->out = act2(LPO_BUF_LOGITS, R, V, LPO_DT_F32);
-        add_w(op, -1, s->tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", 2, V, h, wdt);
+        set_out(op, act2(LPO_BUF_LOGITS, R, V, LPO_DT_F32));
         op->m = R;
         op->k = h;
         op->n = V;
+        add_w(b, op, -1, s->tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", 2, V, h);
     }
-    if (step->sample) {
-        op = push(&b, LPO_OP_SAMPLE, -1, "sample", 0);
+    if (shape->sample) {
+        op = push(b, LPO_OP_SAMPLE, LPO_ROLE_SAMPLE, -1);
         if (op) {
             add_in(op, act2(LPO_BUF_LOGITS, out->n_logit_rows, V, LPO_DT_F32));
-            op->out = act2(LPO_BUF_IDS, out->n_logit_rows, 1, LPO_DT_I32);
-            op->out.ndim = 1;
+            set_out(op, act2(LPO_BUF_IDS, out->n_logit_rows, 1, LPO_DT_I32));
+            op->out[0].ndim = 1;
             op->m = out->n_logit_rows;
             op->n = V;
         }
     }
-    if (b.st != LPO_OK) lpo_oplist_free(out);
-    return b.st;
+    if (b->st != LPO_OK) {
+        lpo_oplist_free(out);
+        return b->st;
+    }
+    fix_pointers(out);
+    /* until lpo_oplist_set_step: every sequence from an empty cache, T / n_seqs tokens each (the rest to
+     * the last one) */
+    const int64_t W = s->sliding_window > 0 ? s->sliding_window : 0, per = T / shape->n_seqs;
+    const int64_t pairs =
+        (shape->n_seqs - 1) * causal_pairs(per, W) + causal_pairs(T - per * (shape->n_seqs - 1), W);
+    for (size_t i = 0; i < out->n_ops; i++) {
+        lpo_op *o = &out->ops[i];
+        if (o->kind != LPO_OP_ATTENTION) continue;
+        o->attn_pairs = pairs;
+        o->kv_rows = T;
+        o->in[1].shape[0] = o->out[1].shape[0] = T;
+    }
+    return LPO_OK;
+}
+
+/* Attention pairs and cached rows read for a step: the query at position p sees keys max(0, p - W + 1)..p
+ * (W = sliding window, else all). */
+static void attention_extent(int64_t window, const lpo_step *step, int64_t *pairs, int64_t *rows) {
+    *pairs = *rows = 0;
+    for (int i = 0; i < step->n_seqs; i++) {
+        const int64_t past = step->n_past[i], nn = step->n_new[i];
+        *rows += past + nn;
+        for (int64_t p = past; p < past + nn; p++) {
+            const int64_t lo = window > 0 && p + 1 > window ? p + 1 - window : 0;
+            *pairs += p + 1 - lo;
+        }
+    }
+}
+
+lpo_status lpo_oplist_set_step(lpo_oplist *l, int64_t sliding_window, const lpo_step *step) {
+    int64_t T = 0;
+    for (int i = 0; i < step->n_seqs; i++) {
+        if (step->n_new[i] <= 0 || step->n_past[i] < 0)
+            return lpo_errorf(LPO_E_INVALID,
+                              "op list: sequence %d has n_new=%lld, n_past=%lld (need n_new >= 1)", i,
+                              (long long)step->n_new[i], (long long)step->n_past[i]);
+        T += step->n_new[i];
+    }
+    if (step->n_seqs != l->n_seqs || T != l->n_tokens ||
+        (step->all_logits ? T : step->n_seqs) != l->n_logit_rows)
+        return lpo_errorf(
+            LPO_E_INVALID,
+            "op list: a step of %d sequences / %lld tokens does not fit a list built for %d / %lld",
+            step->n_seqs, (long long)T, l->n_seqs, (long long)l->n_tokens);
+    int64_t pairs, rows;
+    attention_extent(sliding_window > 0 ? sliding_window : 0, step, &pairs, &rows);
+    for (size_t i = 0; i < l->n_ops; i++) {
+        lpo_op *op = &l->ops[i];
+        if (op->kind != LPO_OP_ATTENTION) continue;
+        op->attn_pairs = pairs;
+        op->kv_rows = rows;
+        op->in[1].shape[0] = op->out[1].shape[0] = rows;
+    }
+    return LPO_OK;
+}
+
+lpo_status lpo_oplist_build(const lpo_model_spec *s, const lpo_step *step, const lpo_oplist_opts *opts,
+                            lpo_oplist *out) {
+    if (!s || !step || step->n_seqs <= 0 || !step->n_new || !step->n_past) {
+        lpo_oplist_free(out);
+        return lpo_errorf(LPO_E_INVALID, "op list: a step needs at least one sequence with n_past and n_new");
+    }
+    int64_t T = 0;
+    for (int i = 0; i < step->n_seqs; i++) {
+        if (step->n_new[i] <= 0 || step->n_past[i] < 0) {
+            lpo_oplist_free(out);
+            return lpo_errorf(LPO_E_INVALID,
+                              "op list: sequence %d has n_new=%lld, n_past=%lld (need n_new >= 1)", i,
+                              (long long)step->n_new[i], (long long)step->n_past[i]);
+        }
+        T += step->n_new[i];
+    }
+    lpo_step_shape shape = {T, step->n_seqs, step->all_logits, step->sample};
+    lpo_status st = lpo_oplist_build_shape(s, &shape, opts, out);
+    if (st == LPO_OK) st = lpo_oplist_set_step(out, s->sliding_window, step);
+    return st;
 }
 
 lpo_status lpo_oplist_build_phase(const lpo_model_spec *spec, int decode, int batch, int64_t tokens_or_ctx,
                                   const lpo_oplist_opts *opts, lpo_oplist *out) {
-    if (batch <= 0 || tokens_or_ctx < (decode ? 0 : 1))
-        return lpo_errorf(LPO_E_INVALID, "op list: %s needs batch >= 1 and %s (got batch=%d, %lld)",
+    if (batch <= 0 || batch > (1 << 20) || tokens_or_ctx < (decode ? 0 : 1))
+        return lpo_errorf(LPO_E_INVALID, "op list: %s needs 1 <= batch and %s (got batch=%d, %lld)",
                           decode ? "decode" : "prefill", decode ? "context >= 0" : "tokens >= 1", batch,
                           (long long)tokens_or_ctx);
     int64_t *past = calloc((size_t)batch * 2, sizeof *past);
@@ -303,13 +492,20 @@ lpo_status lpo_oplist_build_phase(const lpo_model_spec *spec, int decode, int ba
 
 void lpo_oplist_free(lpo_oplist *l) {
     free(l->ops);
+    free(l->weights);
+    free(l->names);
     memset(l, 0, sizeof *l);
 }
 
-/* ---- cost model
- * --------------------------------------------------------------------------------------------- Bytes count
- * each tensor once at its dtype (weights, activations read, activations written); the KV cache counts the new
- * K/V rows written plus every cached row read once per (sequence, kv head). */
+long lpo_oplist_find(const lpo_oplist *l, lpo_op_role role, int layer) {
+    for (size_t i = 0; i < l->n_ops; i++)
+        if (l->ops[i].role == role && l->ops[i].layer == layer) return (long)i;
+    return -1;
+}
+
+/* ---- cost model ------------------------------------------------------------------------------------------
+ * Bytes count each tensor once at its own dtype (weights, activations read, activations written); the KV
+ * cache counts the new K/V rows written plus every cached row read once per (sequence, kv head). */
 static double dsize(lpo_dtype dt, double n) {
     static const double per_elem[] = {
 #define LPO__DT_SIZE(name, str, blk, bytes) (double)(bytes) / (double)(blk),
@@ -319,7 +515,7 @@ static double dsize(lpo_dtype dt, double n) {
     return (unsigned)dt < LPO_DT_COUNT ? n * per_elem[dt] : 0;
 }
 
-static double tensor_bytes(const lpo_op_tensor *t) {
+double lpo_op_tensor_bytes(const lpo_op_tensor *t) {
     double n = 1;
     for (int i = 0; i < t->ndim; i++) n *= (double)t->shape[i];
     return dsize(t->dtype, n);
@@ -327,7 +523,7 @@ static double tensor_bytes(const lpo_op_tensor *t) {
 
 double lpo_op_weight_bytes(const lpo_op *op) {
     double b = 0;
-    for (int i = 0; i < op->n_w; i++) b += tensor_bytes(&op->w[i]);
+    for (int i = 0; i < op->n_w; i++) b += lpo_op_tensor_bytes(&op->w[i]);
     if (op->kind == LPO_OP_EMBED && op->n_w == 1) /* only the looked-up rows are read */
         b = dsize(op->w[0].dtype, (double)op->m * (double)op->n);
     return b;
@@ -346,6 +542,7 @@ double lpo_op_flops(const lpo_op *op) {
     case LPO_OP_ATTENTION:                       /* q k^T and p v: 2 d each; softmax ~5 per score */
         return (double)op->n_heads * (double)op->attn_pairs * (4 * hd + 5);
     case LPO_OP_SWIGLU: return 5 * m * n; /* silu = x / (1 + exp(-x)) ~ 4, times up 1 */
+    case LPO_OP_GEGLU: return 9 * m * n;  /* gelu_tanh: cube, 2 mul-add, tanh ~ 4, 0.5 (1 + t) x: ~8; up 1 */
     case LPO_OP_ADD: return m * n;
     case LPO_OP_SAMPLE: return m * n; /* one pass over the logits (greedy) */
     default: return 0;
@@ -362,7 +559,7 @@ double lpo_op_bytes(const lpo_op *op) {
         b += dsize(a, m * (double)(op->n_heads + 2 * op->n_kv_heads) * hd);
         b += dsize(kv, m * 2 * (double)op->n_kv_heads * hd);
         b += dsize(kv, (double)op->kv_rows * 2 * (double)op->n_kv_heads * hd);
-        b += tensor_bytes(&op->out);
+        b += lpo_op_tensor_bytes(&op->out[0]);
         return b;
     }
     case LPO_OP_QK_NORM:
@@ -372,8 +569,8 @@ double lpo_op_bytes(const lpo_op *op) {
         return b + 2 * dsize(op->in[0].dtype, e);
     }
     default:
-        for (int i = 0; i < op->n_in; i++) b += tensor_bytes(&op->in[i]);
-        b += tensor_bytes(&op->out);
+        for (int i = 0; i < op->n_in; i++) b += lpo_op_tensor_bytes(&op->in[i]);
+        for (int i = 0; i < op->n_out; i++) b += lpo_op_tensor_bytes(&op->out[i]);
         return b;
     }
 }

@@ -2,7 +2,7 @@
  * yarn), so every backend rotates q and k by the same angles as the reference implementation. */
 #include <math.h>
 
-#include "lpo/engine.h"
+#include "lpo/ops.h"
 
 static double yarn_mscale(double scale) {
     return scale <= 1 ? 1.0 : 0.1 * log(scale) + 1.0;

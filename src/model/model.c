@@ -8,6 +8,7 @@
 
 #include "lpo/config.h"
 #include "model/model_internal.h"
+#include "model/synth.h"
 
 /* ---- object
  * ------------------------------------------------------------------------------------------------ */
@@ -133,21 +134,14 @@ lpo_status lpo__model_check_tensors(lpo_model *m, const char *origin) {
 
 /* ---- synthetic values
  * ---------------------------------------------------------------------------------------- */
-static uint64_t splitmix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 static uint64_t fnv1a64(const char *s) {
     uint64_t h = 0xcbf29ce484222325ull;
     for (; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
     return h;
 }
 
-/* Synthetic init (documented in docs/models.md): value = center + amp * u, u uniform in [-1, 1) from a
- * counter-based generator keyed by (seed, tensor name, element index). */
+/* Synthetic init (documented in docs/models.md): value = center + amp * u, u uniform in [-1, 1) from the
+ * counter-based generator of synth.h keyed by (seed, tensor name, element index). */
 static void synth_params(const lpo_model *m, const lpo_tensor *t, double *center, double *amp) {
     const lpo_part part = lpo_tensor_part(t->name);
     const size_t len = strlen(t->name);
@@ -168,25 +162,21 @@ static void synth_params(const lpo_model *m, const lpo_tensor *t, double *center
         *amp /= sqrt(2.0 * (double)m->spec.n_layers); /* residual branches: keep the stream's RMS bounded */
 }
 
-static void synth_fill(const lpo_model *m, const lpo_tensor *t, float *dst) {
-    double center, amp;
-    synth_params(m, t, &center, &amp);
-    const uint64_t key = splitmix64(m->seed ^ fnv1a64(t->name));
-    const int64_t n = (int64_t)lpo_tensor_numel(t);
-    const lpo_dtype dt = t->dtype;
+/* dst[numel] (f32) = the synthetic values of a view, rounded to its stored dtype when that is bf16/f16. */
+static void synth_fill(const lpo_weight_view *v, float *dst) {
+    const int64_t n = (int64_t)v->numel;
+    const lpo_dtype dt = v->dtype;
 #pragma omp parallel for schedule(static) if (n > (1 << 16))
     for (int64_t i = 0; i < n; i++) { /* element i of the row-major [out, in] tensor */
-        const uint64_t r = splitmix64(key + (uint64_t)i * 0x9e3779b97f4a7c15ull);
-        const double u = (double)(r >> 40) * (1.0 / 8388608.0) - 1.0; /* 24 bits -> [-1, 1) */
-        float v = (float)(center + amp * u);
-        if (dt == LPO_DT_BF16) v = lpo_bf16_to_f32(lpo_f32_to_bf16(v));
-        if (dt == LPO_DT_F16) v = lpo_f16_to_f32(lpo_f32_to_f16(v));
-        dst[i] = v;
+        float x = lpo_synth_value(v->synth_key, v->synth_center, v->synth_amp, (uint64_t)i);
+        if (dt == LPO_DT_BF16) x = lpo_synth_round_bf16(x);
+        if (dt == LPO_DT_F16) x = lpo_f16_to_f32(lpo_f32_to_f16(x));
+        dst[i] = x;
     }
 }
 
-/* ---- f32 view
- * ------------------------------------------------------------------------------------------------- */
+/* ---- weight views and THE conversion
+ * ------------------------------------------------------------------------------------ */
 /* Undoes llama.cpp's Q/K row permutation. Within each head of hd rows, GGUF row 2i+j holds HF row
  * j*(hd/2)+i (i < hd/2, j in {0,1}). rows x cols floats, heads * hd == rows. */
 static lpo_status unpermute_rows(float *x, int64_t rows, int64_t cols, int heads, const char *name) {
@@ -208,30 +198,95 @@ static lpo_status unpermute_rows(float *x, int64_t rows, int64_t cols, int heads
     return LPO_OK;
 }
 
-lpo_status lpo_model_tensor_f32(const lpo_model *m, const lpo_tensor *t, float *dst) {
+lpo_status lpo_model_weight_view(const lpo_model *m, const char *name, lpo_weight_view *out) {
+    memset(out, 0, sizeof *out);
+    const lpo_tensor *t = lpo_model_tensor(m, name);
+    if (!t)
+        return lpo_errorf(LPO_E_NOT_FOUND, "model '%s' has no tensor '%s' (its architecture needs it)",
+                          m->spec.name, name);
+    out->name = t->name;
+    out->dtype = t->dtype;
+    out->n_dims = t->n_dims;
+    memcpy(out->shape, t->shape, sizeof out->shape);
+    out->numel = lpo_tensor_numel(t);
+    out->nbytes = t->nbytes;
+    out->data = t->data;
+    out->unpermute_heads = m->unpermute[t - m->tensors];
     if (!t->data) {
-        synth_fill(m, t, dst);
+        synth_params(m, t, &out->synth_center, &out->synth_amp);
+        out->synth_key = lpo_synth_mix(m->seed ^ fnv1a64(t->name));
+    }
+    return LPO_OK;
+}
+
+/* dst[numel] f32 = the view's values in HF layout, every value checked finite. */
+static lpo_status convert_f32(const lpo_weight_view *v, float *dst) {
+    if (!v->data) {
+        synth_fill(v, dst);
         return LPO_OK;
     }
-    const uint64_t n = lpo_tensor_numel(t);
-    lpo_status st = lpo_dequantize(t->dtype, t->data, dst, n);
-    if (st != LPO_OK) return lpo_error_context(st, "tensor '%s'", t->name);
-    const uintptr_t base = (uintptr_t)m->tensors, p = (uintptr_t)t;
-    const size_t i =
-        p >= base ? (size_t)(p - base) / sizeof *t : SIZE_MAX; /* t may belong to another model */
+    lpo_status st = lpo_dequantize(v->dtype, v->data, dst, v->numel);
+    if (st != LPO_OK) return lpo_error_context(st, "tensor '%s'", v->name);
     /* A weight file that holds NaN/Inf would make every number computed from it meaningless: refuse it
      * here, naming the tensor and the element, instead of producing NaN logits later. */
-    for (uint64_t k = 0; k < n; k++)
+    for (uint64_t k = 0; k < v->numel; k++)
         if (!isfinite(dst[k]))
             return lpo_errorf(
                 LPO_E_FORMAT,
                 "tensor '%s' holds a non-finite value (%g) at element %llu: the weight file is corrupt",
-                t->name, (double)dst[k], (unsigned long long)k);
-    if (i < m->n_tensors && &m->tensors[i] == t && m->unpermute[i]) {
-        const int64_t rows = t->shape[0], cols = t->n_dims > 1 ? t->shape[1] : 1;
-        st = unpermute_rows(dst, rows, cols, m->unpermute[i], t->name);
-    }
+                v->name, (double)dst[k], (unsigned long long)k);
+    if (v->unpermute_heads)
+        st = unpermute_rows(dst, v->shape[0], v->n_dims > 1 ? v->shape[1] : 1, v->unpermute_heads, v->name);
     return st;
+}
+
+lpo_status lpo_weight_convert(const lpo_weight_view *v, lpo_dtype to, void *dst) {
+    if (to == LPO_DT_F32) return convert_f32(v, dst);
+    if (to != LPO_DT_BF16 && to != LPO_DT_F16)
+        return lpo_errorf(LPO_E_UNSUPPORTED,
+                          "tensor '%s': conversion to %s is not supported (f32, bf16, f16)", v->name,
+                          lpo_dtype_name(to));
+    lpo_status st = lpo_mem_check((double)v->numel * sizeof(float), "weight conversion scratch");
+    float *tmp = st == LPO_OK ? malloc((size_t)v->numel * sizeof *tmp) : NULL;
+    if (!tmp)
+        return st != LPO_OK ? st
+                            : lpo_errorf(LPO_E_NOMEM, "out of memory converting tensor '%s' (%llu elements)",
+                                         v->name, (unsigned long long)v->numel);
+    st = convert_f32(v, tmp);
+    uint16_t *o = dst;
+    for (uint64_t i = 0; st == LPO_OK && i < v->numel; i++) {
+        o[i] = to == LPO_DT_BF16 ? lpo_f32_to_bf16(tmp[i]) : lpo_f32_to_f16(tmp[i]);
+        if (to == LPO_DT_F16 && (o[i] & 0x7c00u) == 0x7c00u)
+            st = lpo_errorf(LPO_E_RANGE, "tensor '%s': element %llu (%g) overflows f16 (use bf16 or f32)",
+                            v->name, (unsigned long long)i, (double)tmp[i]);
+    }
+    free(tmp);
+    return st;
+}
+
+lpo_status lpo_model_tensor_f32(const lpo_model *m, const lpo_tensor *t, float *dst) {
+    lpo_weight_view v;
+    const uintptr_t base = (uintptr_t)m->tensors, p = (uintptr_t)t;
+    const size_t i =
+        p >= base ? (size_t)(p - base) / sizeof *t : SIZE_MAX; /* t may belong to another model */
+    if (i < m->n_tensors && &m->tensors[i] == t) {
+        lpo_status st = lpo_model_weight_view(m, t->name, &v);
+        if (st != LPO_OK) return st;
+    } else { /* a tensor of another model: convert it as stored, without un-permuting */
+        memset(&v, 0, sizeof v);
+        v.name = t->name;
+        v.dtype = t->dtype;
+        v.n_dims = t->n_dims;
+        memcpy(v.shape, t->shape, sizeof v.shape);
+        v.numel = lpo_tensor_numel(t);
+        v.nbytes = t->nbytes;
+        v.data = t->data;
+        if (!t->data) {
+            synth_params(m, t, &v.synth_center, &v.synth_amp);
+            v.synth_key = lpo_synth_mix(m->seed ^ fnv1a64(t->name));
+        }
+    }
+    return convert_f32(&v, dst);
 }
 
 /* ---- synthetic models

@@ -15,7 +15,10 @@
 #include <time.h>
 
 #include "lpo/config.h"
+#include "lpo/chat.h"
 #include "lpo/engine.h"
+#include "lpo/generate.h"
+#include "lpo/infer.h"
 #include "lpo/gguf.h"
 #include "lpo/model.h"
 #include "lpo/tokenizer.h"

@@ -14,7 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lpo/chat.h"
 #include "lpo/engine.h"
+#include "lpo/generate.h"
+#include "lpo/infer.h"
 #include "lpo/model.h"
 #include "test_support.h"
 

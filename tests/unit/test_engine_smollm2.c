@@ -12,7 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lpo/chat.h"
 #include "lpo/engine.h"
+#include "lpo/generate.h"
+#include "lpo/infer.h"
 #include "lpo/model.h"
 #include "lpo/tokenizer.h"
 #include "test_support.h"
@@ -55,7 +58,10 @@ static void load(void) {
 
 static void test_greedy_single(void **state) {
     (void)state;
-    lpo_engine_opts o = {"cpu", 1, 256, 0, 1}; /* 1 thread: robust when ctest runs tests side by side */
+    lpo_engine_opts o = {.backend = "cpu",
+                         .max_seqs = 1,
+                         .max_context = 256,
+                         .n_threads = 1}; /* 1 thread: robust when ctest runs tests side by side */
     lpo_engine *e = NULL;
     assert_int_equal(lpo_engine_open(model, &o, &e), LPO_OK);
     lpo_gen_params p = {.max_new_tokens = 32, .ignore_eos = 1, .sampling = {0, 0, 1, 1, 0}};
@@ -77,7 +83,7 @@ static void test_greedy_single(void **state) {
 
 static void test_greedy_batch(void **state) {
     (void)state;
-    lpo_engine_opts o = {"cpu", N_SAMPLES, 256, 0, 1};
+    lpo_engine_opts o = {.backend = "cpu", .max_seqs = N_SAMPLES, .max_context = 256, .n_threads = 1};
     lpo_engine *e = NULL;
     assert_int_equal(lpo_engine_open(model, &o, &e), LPO_OK);
     lpo_gen_params p = {.max_new_tokens = 32, .ignore_eos = 1, .sampling = {0, 0, 1, 1, 0}};

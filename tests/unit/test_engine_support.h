@@ -4,7 +4,10 @@
 #include <math.h>
 #include <string.h>
 
+#include <stdlib.h>
+
 #include "lpo/engine.h"
+#include "lpo/generate.h"
 
 static inline lpo_model_spec test_spec(void) {
     lpo_model_spec s;
@@ -51,12 +54,72 @@ static inline lpo_status test_get_f32(void *ud, const char *name, int64_t numel,
     return LPO_OK;
 }
 
+/* Typed f32 views of every tensor of a spec, with test_get_f32's values (generated at open). */
+typedef struct {
+    lpo_tensor_desc *d;
+    float **data;
+    size_t n;
+} test_weights;
+
+static inline void test_weights_free(test_weights *w) {
+    for (size_t i = 0; w->data && i < w->n; i++) free(w->data[i]);
+    free(w->data);
+    free(w->d);
+    memset(w, 0, sizeof *w);
+}
+
+static inline lpo_status test_weights_open(const lpo_model_spec *s, test_weights *w) {
+    memset(w, 0, sizeof *w);
+    lpo_status st = lpo_spec_tensors(s, &w->d, &w->n);
+    if (st != LPO_OK) return st;
+    w->data = calloc(w->n, sizeof *w->data);
+    for (size_t i = 0; w->data && i < w->n; i++) {
+        const int64_t n = w->d[i].shape[0] * (w->d[i].n_dims > 1 ? w->d[i].shape[1] : 1);
+        w->data[i] = malloc((size_t)n * sizeof(float));
+        if (!w->data[i]) break;
+        test_get_f32(NULL, w->d[i].name, n, w->data[i]);
+    }
+    return LPO_OK;
+}
+
+static inline lpo_status test_view(void *ud, const char *name, lpo_weight_view *v) {
+    const test_weights *w = ud;
+    memset(v, 0, sizeof *v);
+    for (size_t i = 0; i < w->n; i++) {
+        if (strcmp(w->d[i].name, name)) continue;
+        v->name = w->d[i].name;
+        v->dtype = LPO_DT_F32;
+        v->n_dims = w->d[i].n_dims;
+        v->shape[0] = w->d[i].shape[0];
+        v->shape[1] = w->d[i].shape[1];
+        v->numel = (uint64_t)(w->d[i].shape[0] * (w->d[i].n_dims > 1 ? w->d[i].shape[1] : 1));
+        v->nbytes = v->numel * 4;
+        v->data = w->data[i];
+        return LPO_OK;
+    }
+    return lpo_errorf(LPO_E_NOT_FOUND, "test weights: no tensor '%s'", name);
+}
+
+/* Opens a CPU engine with the test weights (the weights are copied at open: the views can go after). */
+static inline lpo_status test_engine_open_opts(const lpo_model_spec *s, const lpo_engine_opts *o,
+                                               lpo_engine **e) {
+    test_weights w;
+    lpo_status st = test_weights_open(s, &w);
+    lpo_weight_source ws = {&w, test_view};
+    if (st == LPO_OK) st = lpo_engine_open_weights(s, &ws, NULL, o, e);
+    test_weights_free(&w);
+    return st;
+}
+
 static inline lpo_engine *test_engine_threads(const lpo_model_spec *s, int max_seqs, int64_t ctx,
                                               int64_t step, int threads) {
-    lpo_weight_source ws = {NULL, test_get_f32};
-    lpo_engine_opts o = {"cpu", max_seqs, ctx, step, threads};
+    lpo_engine_opts o = {.backend = "cpu",
+                         .max_seqs = max_seqs,
+                         .max_context = ctx,
+                         .max_step_tokens = step,
+                         .n_threads = threads};
     lpo_engine *e = NULL;
-    if (lpo_engine_open_weights(s, &ws, &o, &e) != LPO_OK) return NULL;
+    if (test_engine_open_opts(s, &o, &e) != LPO_OK) return NULL;
     return e;
 }
 

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "lpo/backend.h"
 #include "lpo/engine.h"
 #include "test_engine_support.h"
 
@@ -43,7 +44,10 @@ static void test_structure(void **state) {
     assert_int_equal(qkv->w[1].shape[0], 24);
     assert_int_equal(qkv->w[1].shape[1], 48);
     assert_int_equal(qkv->in[0].buf, LPO_BUF_XN);
-    assert_int_equal(qkv->out.buf, LPO_BUF_QKV);
+    assert_int_equal(qkv->out[0].buf, LPO_BUF_QKV);
+    assert_int_equal(qkv->role, LPO_ROLE_QKV);
+    assert_int_equal(lpo_oplist_find(&l, LPO_ROLE_QKV, 1), qkv - l.ops);
+    assert_int_equal(lpo_oplist_find(&l, LPO_ROLE_LM_HEAD, -1), (long)l.n_ops - 1);
     const lpo_op *head = find(&l, "lm_head");
     assert_string_equal(head->w[0].name, "model.embed_tokens.weight"); /* tied */
     assert_int_equal(head->m, 1);
@@ -93,11 +97,19 @@ static void test_attention_pairs(void **state) {
     lpo_oplist_free(&l);
 }
 
+static int q4_for_down(void *ud, const char *name, lpo_dtype *out) {
+    (void)ud;
+    if (!strstr(name, "down_proj")) return 0;
+    *out = LPO_DT_Q4_0;
+    return 1;
+}
+
 static void test_costs(void **state) {
     (void)state;
     lpo_model_spec s = test_spec();
     lpo_oplist l = {0};
-    lpo_oplist_opts o = {LPO_DT_BF16, LPO_DT_BF16, LPO_DT_F16};
+    lpo_oplist_opts o = {LPO_DT_BF16, LPO_DT_F16, NULL};
+    s.dtype = LPO_DT_BF16; /* weights stored as bf16 */
     assert_int_equal(lpo_oplist_build_phase(&s, 1, 1, 30, &o, &l), LPO_OK);
     const lpo_op *down = find(&l, "layers.0.mlp.down");
     assert_true(lpo_op_flops(down) == 2.0 * 1 * 48 * 80);
@@ -114,10 +126,13 @@ static void test_costs(void **state) {
     assert_true(lpo_op_bytes(att) == 2.0 * 96 + 2.0 * 48 + 2.0 * 31 * 48 + 2.0 * 48);
     assert_true(lpo_op_flops(find(&l, "embed")) == 0);
     lpo_oplist_free(&l);
-    /* quantized weights: bytes per element from the block size */
-    o.weight_dtype = LPO_DT_Q4_0;
+    /* each weight at its own stored dtype (GGUF files mix them): down in Q4_0, the rest bf16 */
+    const lpo_dtype_lookup mixed = {NULL, q4_for_down};
+    o.dtypes = &mixed;
     assert_int_equal(lpo_oplist_build_phase(&s, 1, 1, 30, &o, &l), LPO_OK);
     assert_true(lpo_op_weight_bytes(find(&l, "layers.0.mlp.down")) == 48.0 * 80 * 18 / 32);
+    assert_int_equal(find(&l, "layers.0.mlp.down")->w[0].dtype, LPO_DT_Q4_0);
+    assert_int_equal(find(&l, "layers.0.mlp.gate_up")->w[0].dtype, LPO_DT_BF16);
     lpo_oplist_free(&l);
 }
 
@@ -135,6 +150,70 @@ static void test_bad_steps(void **state) {
     s.n_heads = 5; /* not a multiple of n_kv_heads */
     assert_int_equal(lpo_oplist_build_phase(&s, 0, 1, 4, NULL, &l), LPO_E_INVALID);
     assert_non_null(strstr(lpo_last_error(), "heads 5/2"));
+    lpo_oplist_free(&l);
+}
+
+/* Built once per shape: a rebuild of the same shape reuses the storage; names are interned, ops found by
+ * role; geglu models get the geglu op; an activation the engine does not implement is refused. */
+static void test_shapes_and_activations(void **state) {
+    (void)state;
+    lpo_model_spec s = test_spec();
+    lpo_oplist l = {0};
+    const lpo_step_shape sh = {7, 2, 0, 1};
+    assert_int_equal(lpo_oplist_build_shape(&s, &sh, NULL, &l), LPO_OK);
+    const lpo_op *ops = l.ops;
+    const char *names = l.names;
+    assert_int_equal(l.n_seqs, 2);
+    assert_int_equal(l.n_logit_rows, 2);
+    assert_int_equal(l.ops[l.n_ops - 1].kind, LPO_OP_SAMPLE);
+    assert_int_equal(lpo_oplist_build_shape(&s, &sh, NULL, &l), LPO_OK);
+    assert_ptr_equal(l.ops, ops);
+    assert_ptr_equal(l.names, names);
+    /* a step of that shape sets the attention extents without rebuilding */
+    int64_t past[2] = {5, 0}, nn[2] = {3, 4};
+    lpo_step st = {2, past, nn, 0, 1};
+    assert_int_equal(lpo_oplist_set_step(&l, 0, &st), LPO_OK);
+    assert_int_equal(find(&l, "layers.0.attn.sdpa")->attn_pairs, (6 + 7 + 8) + (1 + 2 + 3 + 4));
+    assert_int_equal(find(&l, "layers.0.attn.sdpa")->kv_rows, 8 + 4);
+    nn[1] = 5; /* another shape */
+    assert_int_equal(lpo_oplist_set_step(&l, 0, &st), LPO_E_INVALID);
+    /* attention declares the cache as an input and an output */
+    const lpo_op *att = find(&l, "layers.1.attn.sdpa");
+    assert_int_equal(att->in[1].buf, LPO_BUF_KV);
+    assert_int_equal(att->out[1].buf, LPO_BUF_KV);
+    s.act = LPO_ACT_GELU_TANH;
+    assert_int_equal(lpo_oplist_build_shape(&s, &sh, NULL, &l), LPO_OK);
+    assert_int_equal(find(&l, "layers.0.mlp.act")->kind, LPO_OP_GEGLU);
+    s.act = (lpo_activation)7;
+    assert_int_equal(lpo_oplist_build_shape(&s, &sh, NULL, &l), LPO_E_UNSUPPORTED);
+    assert_non_null(strstr(lpo_last_error(), "activation"));
+    lpo_oplist_free(&l);
+}
+
+/* Plans: the unfused plan covers every op; a fused group is named after its ops and its bytes count only
+ * what crosses its boundary (the residual add + norm: x and tmp read, x and xn written). */
+static void test_plans(void **state) {
+    (void)state;
+    lpo_model_spec s = test_spec();
+    lpo_oplist l = {0};
+    assert_int_equal(lpo_oplist_build_phase(&s, 0, 1, 5, NULL, &l), LPO_OK);
+    lpo_plan p = {0};
+    assert_int_equal(lpo_plan_unfused(&l, &p), LPO_OK);
+    assert_int_equal(p.n_groups, l.n_ops);
+    assert_int_equal(lpo_plan_check(&p, &l), LPO_OK);
+    const long add = lpo_oplist_find(&l, LPO_ROLE_ATTN_RESIDUAL, 1);
+    p.n_groups = 0;
+    assert_int_equal(lpo_plan_add(&p, &l, 0, (uint32_t)add), LPO_OK);
+    assert_int_equal(lpo_plan_add(&p, &l, (uint32_t)add, 2), LPO_OK);
+    assert_string_equal(p.groups[1].name, "layers.1.attn.residual+mlp_norm");
+    assert_int_equal(lpo_plan_check(&p, &l), LPO_E_INTERNAL); /* does not cover the list yet */
+    const double row = 5.0 * 48 * 4;                          /* one [5, 48] f32 activation */
+    assert_true(lpo_plan_group_bytes(&l, &p.groups[1]) == 4 * row + 48 * 4);
+    assert_true(lpo_plan_group_flops(&l, &p.groups[1]) ==
+                lpo_op_flops(&l.ops[add]) + lpo_op_flops(&l.ops[add + 1]));
+    assert_int_equal(lpo_plan_add(&p, &l, (uint32_t)add + 2, (uint32_t)(l.n_ops - (size_t)add - 2)), LPO_OK);
+    assert_int_equal(lpo_plan_check(&p, &l), LPO_OK);
+    lpo_plan_free(&p);
     lpo_oplist_free(&l);
 }
 
@@ -185,7 +264,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_structure),     cmocka_unit_test(test_attention_pairs),
         cmocka_unit_test(test_costs),         cmocka_unit_test(test_bad_steps),
-        cmocka_unit_test(test_rope_inv_freq),
+        cmocka_unit_test(test_rope_inv_freq), cmocka_unit_test(test_shapes_and_activations),
+        cmocka_unit_test(test_plans),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

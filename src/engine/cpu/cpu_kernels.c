@@ -243,3 +243,14 @@ void lpo_cpu_geglu(float *act, const float *gu, int64_t m, int64_t I, int nt) {
 void lpo_cpu_add(float *x, const float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] += y[i]; // x (n,) += y (n,)
 }
+
+void lpo_cpu_add_rmsnorm(float *x, const float *y, float *xn, const float *w, int64_t m, int64_t n, float eps,
+                         int nt) {
+#pragma omp parallel for schedule(static) num_threads(nt) if (m > 1)
+    for (int64_t t = 0; t < m; t++) { // row t: x (n,) += y (n,); xn (n,) = rmsnorm(x)
+        float *xr = x + t * n;
+        const float *yr = y + t * n;
+        for (int64_t i = 0; i < n; i++) xr[i] += yr[i];
+        rms_row(xn + t * n, xr, w, n, eps);
+    }
+}

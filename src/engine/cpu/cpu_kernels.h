@@ -47,3 +47,7 @@ void lpo_cpu_swiglu(float *act, const float *gu, int64_t m, int64_t I, int nt);
 void lpo_cpu_geglu(float *act, const float *gu, int64_t m, int64_t I, int nt);
 /* x (n,) += y (n,). */
 void lpo_cpu_add(float *x, const float *y, int64_t n);
+/* The residual add and the RMSNorm after it in one pass over each row (x += y; xn = rmsnorm(x) * w):
+ * the same arithmetic as lpo_cpu_add then lpo_cpu_rmsnorm, so the results are bit-identical. */
+void lpo_cpu_add_rmsnorm(float *x, const float *y, float *xn, const float *w, int64_t m, int64_t n, float eps,
+                         int nt);

@@ -1,0 +1,174 @@
+/* lpo backend ABI: what a backend (CPU reference, CUDA) implements to execute op lists.
+ *
+ *   op list (ops.h) --plan()--> groups of consecutive ops, one launch each --forward()--> step outputs
+ *
+ * A backend gets its weights as typed views (stored dtype; it converts with lpo_weight_convert or on its
+ * device), allocates everything at init (weights, activations for the largest step, KV cache, sampling
+ * state per slot), answers each op list with an execution plan (fused groups), and runs steps from step
+ * data (slots, positions, tokens) without allocating. SAMPLE is an op it runs (docs/sampling.md); sampled
+ * ids and logits are requested per step, on the host or left on the device (the next decode step can take
+ * its tokens from the ids the last SAMPLE left there). run_op runs any single op at any shape on host
+ * data (op checker, kbench). Layer rule: knows ops.h, model.h, sampling.h; nothing of the engine. */
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lpo/model.h"
+#include "lpo/ops.h"
+#include "lpo/sampling.h"
+#include "lpo/status.h"
+
+#define LPO_BACKEND_API_VERSION 2
+
+/* ---- weights ---------------------------------------------------------------------------------------------
+ * Any provider of typed weight views by HF name: a loaded model (lpo_model_weight_view), or a test. */
+typedef struct {
+    void *ud;
+    /* LPO_E_NOT_FOUND when absent. The view stays valid for the backend's init. */
+    lpo_status (*view)(void *ud, const char *name, lpo_weight_view *out);
+} lpo_weight_source;
+
+/* ---- execution modes (engine.exec, engine.fusion; written into every report) -------------------------- */
+typedef enum {
+    LPO_EXEC_GRAPH, /* as users run it: CUDA graphs for decode where the backend has them */
+    LPO_EXEC_EAGER, /* launch by launch, device events around every plan group (exclusive group times) */
+    LPO_EXEC_DEBUG  /* unfused, synchronous after every op, activations readable after every op */
+} lpo_exec_mode;
+const char *lpo_exec_mode_name(lpo_exec_mode m); /* "graph", "eager", "debug" */
+/* Parses "graph" | "eager" | "debug"; 0 when unknown. */
+int lpo_exec_mode_parse(const char *s, lpo_exec_mode *out);
+
+/* ---- execution plans --------------------------------------------------------------------------------- */
+typedef struct {
+    uint32_t first, count; /* ops [first, first + count) of the op list, run as one launch / fused kernel */
+    const char *name;      /* "layers.7.attn.o", or fused: "layers.7.attn.residual+mlp_norm" (stable
+                              for the plan's life: NVTX registration, reports) */
+} lpo_plan_group;
+
+typedef struct {
+    lpo_plan_group *groups;
+    size_t n_groups;
+    char *names; /* interned group names */
+    size_t names_len, cap_groups, cap_names;
+} lpo_plan;
+
+/* Appends a group of ops [first, first + count) named after them ("a+b" with the shared "layers.N." prefix
+ * written once). Groups must be appended in order and cover the list exactly (lpo_plan_check). */
+lpo_status lpo_plan_add(lpo_plan *p, const lpo_oplist *l, uint32_t first, uint32_t count);
+/* The unfused plan: one group per op. out zeroed or holding an earlier plan (storage reused). */
+lpo_status lpo_plan_unfused(const lpo_oplist *l, lpo_plan *out);
+/* LPO_E_INTERNAL unless the groups cover ops 0..n_ops-1 in order, each exactly once. */
+lpo_status lpo_plan_check(const lpo_plan *p, const lpo_oplist *l);
+void lpo_plan_free(lpo_plan *p);
+/* Bytes a group must move: its weights, the activations it reads that no earlier op of the group wrote,
+ * and the activations it writes that are read after the group (intermediates that stay inside a fused
+ * launch are not counted), each at its dtype. */
+double lpo_plan_group_bytes(const lpo_oplist *l, const lpo_plan_group *g);
+double lpo_plan_group_flops(const lpo_oplist *l, const lpo_plan_group *g);
+
+/* ---- init --------------------------------------------------------------------------------------------- */
+typedef struct {
+    const lpo_model_spec *spec; /* NULL: an op-only context (supports_op / run_op at any shape) */
+    const lpo_weight_source *weights;
+    int max_seqs;            /* KV slots */
+    int64_t max_context;     /* positions per slot */
+    int64_t max_step_tokens; /* T of the largest step (activation buffers are sized for it) */
+    int n_threads;           /* CPU threads, 0 = automatic */
+    lpo_dtype dtype;         /* compute dtype of activations, weights and KV: F32 (CPU), BF16/F16/F32 */
+    lpo_exec_mode exec;
+    int fusion; /* 0: the plan is unfused whatever the backend can fuse */
+    int device; /* GPU ordinal */
+} lpo_backend_init;
+
+/* ---- steps -------------------------------------------------------------------------------------------- */
+typedef struct {
+    int n_seqs;
+    const int *slots;           /* [n_seqs] KV slot of each sequence */
+    const int64_t *n_past;      /* [n_seqs] cached positions before this step */
+    const int64_t *n_new;       /* [n_seqs] new tokens (packed one sequence after another: T = sum) */
+    const int32_t *tokens;      /* [T] host ids; NULL: each sequence brings ONE token, the id its slot's last
+                                   SAMPLE produced (chained decode, no host round trip) */
+    const int32_t *tok_slot;    /* [T] slot of each packed token */
+    const int64_t *tok_pos;     /* [T] its position */
+    const uint8_t *sample_mask; /* [n_seqs] when the list samples: 1 = draw for this sequence (its prompt
+                                   ends in this step), 0 = skip the row (no draw, counter unchanged); NULL =
+                                   every row */
+} lpo_step_data;
+
+typedef struct {
+    float *logits; /* NULL, or host [R, vocab] */
+    int32_t *ids;  /* NULL, or host [R] ids of the SAMPLE op (the list must sample) */
+} lpo_step_out;
+
+/* Called before (end == 0) and after (end != 0) each plan group, with the list and the plan. */
+typedef void (*lpo_group_callback)(void *ud, const lpo_oplist *l, const lpo_plan *p, size_t group, int end);
+
+/* ---- single ops ------------------------------------------------------------------------------------------
+ * Host float32 data of one op (shapes as the op's tensors describe them; int32 where noted). The backend
+ * uploads, converts to its compute dtype, runs, and writes the outputs back as float32. */
+typedef struct {
+    const float *in[LPO_OP_MAX_IN]; /* activations read (EMBED: NULL, the ids are in tokens) */
+    float *out;                     /* out[0] (SAMPLE: NULL, the ids go to ids) */
+    const float *const *w;          /* [op->n_w] weights in HF layout */
+    /* ATTENTION: one layer's cache [n_slots][max_context][n_kv_heads head_dim] each, read and appended */
+    float *k_cache, *v_cache;
+    int n_slots;
+    int64_t max_context;
+    const int32_t *tok_slot;          /* [m] ROPE, ATTENTION */
+    const int64_t *tok_pos;           /* [m] */
+    const float *rope_cos, *rope_sin; /* ROPE: [max_context][head_dim / 2] (lpo_cpu_rope_tables) */
+    const int32_t *tokens;            /* EMBED: [m] */
+    /* SAMPLE: per row i, params, stream, step and seen-token bitmap (ceil(n/32) words per row) */
+    const lpo_sampling *sampling;
+    const uint64_t *stream, *step;
+    const uint32_t *seen_bits;
+    int32_t *ids;
+    /* timing (optional): run the op `repeat` times more after the checked run and report device (or CPU)
+     * milliseconds per run in ms[0..repeat) */
+    int repeat;
+    double *ms;
+} lpo_op_io;
+
+/* ---- the interface ---------------------------------------------------------------------------------------
+ * Members marked optional may be NULL. Features are queried, not assumed. */
+enum {
+    LPO_BACKEND_F_BATCH = 1u << 0,        /* several sequences per step */
+    LPO_BACKEND_F_GROUP_EVENTS = 1u << 1, /* calls the group callback around every plan group */
+    LPO_BACKEND_F_DEVICE = 1u << 2,       /* runs on an accelerator (timing needs device events) */
+    LPO_BACKEND_F_ALL_LOGITS = 1u << 3,   /* can return logits of every position */
+    LPO_BACKEND_F_GRAPHS = 1u << 4,       /* exec=graph replays captured graphs */
+};
+
+typedef struct lpo_backend_iface {
+    int api_version; /* LPO_BACKEND_API_VERSION */
+    const char *name;
+    unsigned features; /* LPO_BACKEND_F_* */
+    /* Allocates everything once (weights, activations, KV cache, per-slot sampling state). */
+    lpo_status (*init)(const lpo_backend_init *init, void **ctx);
+    void (*free)(void *ctx);
+    /* Execution plan of an op list (called once per list, not per step). optional: NULL = unfused. */
+    lpo_status (*plan)(void *ctx, const lpo_oplist *l, lpo_plan *out);
+    /* Runs one step: the ops of l grouped by p, the step's new K/V appended to the slots' caches at
+     * positions n_past.. . No allocation, no host synchronisation beyond what out asks for. */
+    lpo_status (*forward)(void *ctx, const lpo_oplist *l, const lpo_plan *p, const lpo_step_data *d,
+                          lpo_step_out *out);
+    /* Sampling parameters of a slot; resets its draw counter and seen-token set (a new sequence). */
+    lpo_status (*set_sampling)(void *ctx, int slot, const lpo_sampling *s, uint64_t stream);
+    size_t (*memory_bytes)(void *ctx);                                      /* optional: bytes held */
+    size_t (*weight_bytes)(void *ctx);                                      /* optional: of which weights */
+    void (*set_group_callback)(void *ctx, lpo_group_callback cb, void *ud); /* optional */
+    /* optional: copies rows [row0, row0 + n_rows) of an activation buffer (as float32) to host memory;
+     * callable from a group callback (activations are defined at group boundaries) */
+    lpo_status (*read_activation)(void *ctx, lpo_buf buf, int64_t row0, int64_t n_rows, float *dst);
+    /* Whether run_op can run this op (kind, shape, dtype). */
+    int (*supports_op)(void *ctx, const lpo_op *op);
+    /* Runs one op on host data (lpo_op_io). */
+    lpo_status (*run_op)(void *ctx, const lpo_op *op, lpo_op_io *io);
+} lpo_backend_iface;
+
+/* The CPU reference backend (plain C, f32, OpenMP across rows). */
+const lpo_backend_iface *lpo_backend_cpu(void);
+/* The CUDA backend, or NULL in a build without CUDA. */
+const lpo_backend_iface *lpo_backend_cuda(void);
+/* "cpu", "cuda" or "auto" (the best available). "cuda" without a CUDA backend: LPO_E_NOT_AVAILABLE. */
+lpo_status lpo_backend_find(const char *name, const lpo_backend_iface **out);

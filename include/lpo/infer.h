@@ -1,0 +1,34 @@
+/* lpo inference settings read from a composed config: the `infer` group, the top-level `backend` and the
+ * `engine` keys (exec mode, fusion, dtype). Layer rule: the top of the engine stack; commands include it. */
+#pragma once
+#include <stdint.h>
+
+#include "lpo/config.h"
+#include "lpo/generate.h"
+
+/* ---- inference settings from the config (the `infer` group + top-level `backend`) ---------------------- */
+typedef struct {
+    const char *backend; /* "cpu" | "cuda" | "auto" (top-level key `backend`; default cpu) */
+    lpo_gen_params gen;  /* max_new_tokens, ignore_eos, stop, sampling */
+    const char **stop;   /* owned array of the stop strings (pointing into the config tree) */
+    int chat;
+    const char *chat_template; /* "auto" | "llama3" | "llama3.1" | "llama3.2" | "chatml" */
+    const char *chat_date;     /* llama3.1/3.2 "Today Date"; NULL = the template's default */
+    const char *system;        /* NULL = the template's default; "" = none */
+    int system_set;            /* infer.system was given (non-null) */
+    int64_t batch_size, max_context, prefill_chunk, threads;
+    /* engine.* */
+    lpo_exec_mode exec; /* engine.exec: graph | eager | debug */
+    int fusion;         /* engine.fusion: on | off */
+    const char *dtype;  /* engine.dtype: auto | bf16 | fp16 | f32 */
+} lpo_infer_config;
+
+/* Reads infer.*, engine.* and backend from a composed config; unknown values give LPO_E_CONFIG naming the
+ * key. */
+lpo_status lpo_infer_config_read(const lpo_node *cfg, lpo_infer_config *out);
+void lpo_infer_config_free(lpo_infer_config *c);
+/* Engine options from the settings: backend, exec mode, fusion, dtype, context, prefill chunk, threads. */
+void lpo_infer_engine_opts(const lpo_infer_config *c, int max_seqs, lpo_engine_opts *o);
+/* Parses "1,2,3" (commas and/or whitespace; a JSON array's brackets are accepted) into malloc'd ids.
+ * LPO_E_USAGE names the offending item; an empty list is an error. */
+lpo_status lpo_parse_token_list(const char *text, int32_t **ids, size_t *n);

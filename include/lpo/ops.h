@@ -1,0 +1,223 @@
+/* lpo op IR: the op list, the ONE description of a model's forward pass, and its cost functions.
+ *
+ * An op list is built from a model spec for one step SHAPE (how many tokens T, how many logit rows R,
+ * whether it samples) and reused for every step of that shape: positions, KV slots, tokens and lengths
+ * travel separately as step data (backend.h). The list is canonical and unfused; a backend answers with
+ * an execution plan (backend.h) grouping consecutive ops into launches. Static analysis, profiler labels,
+ * kbench and prediction read the same list with lpo_op_flops / lpo_op_bytes. Ops are addressed by index
+ * and role, never by comparing name strings; names are interned once per list (stable for NVTX).
+ * Layer rule: this header knows models (model.h) and nothing of backends or engines. See docs/engine.md. */
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lpo/model.h"
+#include "lpo/status.h"
+
+/* ---- op kinds ------------------------------------------------------------------------------------------
+ * name: the kind's short name (labels, reports). See docs/engine.md for what each kind computes. */
+#define LPO_OP_KIND_MAP(X)                                                                                   \
+    X(EMBED, "embed")         /* token ids -> rows of the embedding table */                                 \
+    X(RMSNORM, "rmsnorm")     /* y = x / rms(x) * w, per row */                                              \
+    X(LINEAR, "linear")       /* y = x @ W^T (+ b); W is one or several HF weights stacked by rows */        \
+    X(QK_NORM, "qk_norm")     /* per-head RMSNorm of q and k (qwen3) */                                      \
+    X(ROPE, "rope")           /* rotary position embedding of q and k (NeoX half-rotation form) */           \
+    X(ATTENTION, "attention") /* append k,v to the KV cache; causal softmax(q k^T / sqrt(d)) v with GQA */   \
+    X(SWIGLU, "swiglu")       /* y = silu(gate) * up */                                                      \
+    X(GEGLU, "geglu")         /* y = gelu_tanh(gate) * up (HF gelu_pytorch_tanh) */                          \
+    X(ADD, "add")             /* residual: x += y */                                                         \
+    X(LM_HEAD, "lm_head")     /* logits = x @ E^T for the rows whose logits are wanted */                    \
+    X(SAMPLE, "sample")       /* logits -> next token per row (docs/sampling.md), run by the backend */
+
+typedef enum {
+#define LPO__OPK_ENUM(name, str) LPO_OP_##name,
+    LPO_OP_KIND_MAP(LPO__OPK_ENUM)
+#undef LPO__OPK_ENUM
+        LPO_OP_KIND_COUNT
+} lpo_op_kind;
+
+const char *lpo_op_kind_name(lpo_op_kind k);
+
+/* ---- op roles: what an op is in the model (one role per op of a layer; fusion and reports use them) --- */
+#define LPO_OP_ROLE_MAP(X)                                                                                   \
+    X(EMBED, "embed")                                                                                        \
+    X(ATTN_NORM, "attn_norm")                                                                                \
+    X(QKV, "attn.qkv")                                                                                       \
+    X(QK_NORM, "attn.qk_norm")                                                                               \
+    X(ROPE, "attn.rope")                                                                                     \
+    X(ATTN, "attn.sdpa")                                                                                     \
+    X(ATTN_OUT, "attn.o")                                                                                    \
+    X(ATTN_RESIDUAL, "attn.residual")                                                                        \
+    X(MLP_NORM, "mlp_norm")                                                                                  \
+    X(GATE_UP, "mlp.gate_up")                                                                                \
+    X(MLP_ACT, "mlp.act")                                                                                    \
+    X(DOWN, "mlp.down")                                                                                      \
+    X(MLP_RESIDUAL, "mlp.residual")                                                                          \
+    X(FINAL_NORM, "final_norm")                                                                              \
+    X(LM_HEAD, "lm_head")                                                                                    \
+    X(SAMPLE, "sample")
+
+typedef enum {
+#define LPO__ROLE_ENUM(name, str) LPO_ROLE_##name,
+    LPO_OP_ROLE_MAP(LPO__ROLE_ENUM)
+#undef LPO__ROLE_ENUM
+        LPO_ROLE_COUNT
+} lpo_op_role;
+
+/* "attn.qkv", "final_norm", ...: the op name without its "layers.N." prefix. */
+const char *lpo_op_role_name(lpo_op_role r);
+
+/* ---- buffers ----------------------------------------------------------------------------------------
+ * Activation buffers an op reads or writes. A backend owns one buffer per id, sized for the largest step;
+ * LPO_BUF_WEIGHT marks a weight reference and LPO_BUF_KV the KV cache. Widths: lpo_buf_width. */
+#define LPO_BUF_MAP(M)                                                                                       \
+    M(NONE, "-")                                                                                             \
+    M(WEIGHT, "weight")                                                                                      \
+    M(TOKENS, "tokens") /* int32 [T] */                                                                      \
+    M(X, "x")           /* residual stream [T, hidden] */                                                    \
+    M(XN, "xn")         /* normalized residual [T, hidden] */                                                \
+    M(QKV, "qkv")       /* [T, (n_heads + 2 n_kv_heads) head_dim]: q | k | v per row */                      \
+    M(ATT, "att")       /* attention output [T, n_heads head_dim] */                                         \
+    M(TMP, "tmp")       /* projection output before the residual add [T, hidden] */                          \
+    M(GU, "gu")         /* [T, 2 intermediate]: gate | up per row */                                         \
+    M(ACT, "act")       /* [T, intermediate] */                                                              \
+    M(KV, "kv")         /* the layer's K and V cache [slots, max_context, n_kv_heads head_dim] each */       \
+    M(LOGITS, "logits") /* [R, vocab], R = T (all positions) or one row per sequence */                      \
+    M(IDS, "ids")       /* sampled ids int32 [R] */
+
+typedef enum {
+#define LPO__BUF_ENUM(name, str) LPO_BUF_##name,
+    LPO_BUF_MAP(LPO__BUF_ENUM)
+#undef LPO__BUF_ENUM
+        LPO_BUF_COUNT
+} lpo_buf;
+
+const char *lpo_buf_name(lpo_buf b);
+/* Row width of an activation buffer for a spec (x: hidden, qkv: (heads + 2 kv heads) head_dim, gu:
+ * 2 intermediate, logits: vocab, ...); 0 for WEIGHT, KV, TOKENS, IDS and NONE. The one definition. */
+int64_t lpo_buf_width(const lpo_model_spec *s, lpo_buf b);
+
+/* ---- ops ------------------------------------------------------------------------------------------- */
+/* One tensor an op touches: an activation buffer or a weight (by HF name). */
+typedef struct {
+    lpo_buf buf;
+    const char *name; /* weights: HF tensor name ("model.layers.0.self_attn.q_proj.weight"), interned in the
+                         list; activations: "" */
+    int ndim;
+    int64_t shape[4];
+    lpo_dtype dtype; /* weights: the STORED dtype of that tensor (GGUF files mix Q4_K, Q6_K, F32) */
+} lpo_op_tensor;
+
+#define LPO_OP_MAX_IN  2
+#define LPO_OP_MAX_OUT 2
+typedef struct {
+    const char *name; /* "layers.7.attn.qkv", "embed", "final_norm", "lm_head", "sample" (interned) */
+    lpo_op_kind kind;
+    lpo_op_role role;
+    int layer; /* block index, -1 outside the blocks */
+    int n_in, n_out, n_w;
+    lpo_op_tensor in[LPO_OP_MAX_IN];   /* activations read */
+    lpo_op_tensor out[LPO_OP_MAX_OUT]; /* written (in place when out[0].buf == in[0].buf); ATTENTION:
+                                          out[1] is the KV cache it appends to (also in[1]) */
+    /* Weights, n_w of them, in the list's weight array: LINEAR lists the stacked weights first then their
+     * biases in the same order (qkv: q, k, v, q_bias, k_bias, v_bias); RMSNORM/QK_NORM the scale vectors;
+     * EMBED/LM_HEAD the table. Any count is allowed. */
+    const lpo_op_tensor *w;
+    int n_bias; /* LINEAR: how many of w[] are biases (0 or n_w / 2) */
+    /* Sizes. LINEAR / LM_HEAD: m rows x k inputs -> n outputs. EMBED, RMSNORM, ADD, SWIGLU, GEGLU: m rows
+     * of n. QK_NORM, ROPE, ATTENTION: m rows (tokens), heads below. SAMPLE: m rows of n (= vocab). */
+    int64_t m, n, k;
+    int64_t n_heads, n_kv_heads, head_dim;
+    int64_t window;     /* ATTENTION: sliding window (0 = full) */
+    int64_t attn_pairs; /* ATTENTION: (query, key) pairs after the causal and sliding-window masks, for the
+                           step the list was last given (lpo_oplist_set_step) */
+    int64_t kv_rows;    /* ATTENTION: cached positions read, summed over sequences (each read once) */
+    float eps;          /* RMSNORM, QK_NORM */
+} lpo_op;
+
+/* The SHAPE of a step, which is what an op list depends on: T tokens (packed sequences), n_seqs sequences,
+ * R logit rows (all_logits: R = T, else one per sequence), and whether SAMPLE is appended. Step data
+ * (positions, slots, tokens) is separate; see backend.h. */
+typedef struct {
+    int64_t n_tokens; /* T >= 1 */
+    int n_seqs;       /* >= 1, <= T */
+    int all_logits;
+    int sample;
+} lpo_step_shape;
+
+/* A concrete step (sequences, their cached context and new tokens) for the context-dependent numbers of
+ * attention (pairs, rows read): sequence i has n_past[i] cached positions and n_new[i] >= 1 new tokens. */
+typedef struct {
+    int n_seqs;
+    const int64_t *n_past;
+    const int64_t *n_new;
+    int all_logits;
+    int sample; /* append the SAMPLE op (generation) */
+} lpo_step;
+
+/* Tells the builder the stored dtype of each weight (a loaded model: lpo_model_tensor's dtype). NULL
+ * callback or unknown name: the spec's dtype. */
+typedef struct {
+    void *ud;
+    int (*stored_dtype)(void *ud, const char *name, lpo_dtype *out); /* 1 when known */
+} lpo_dtype_lookup;
+
+typedef struct {
+    lpo_dtype act_dtype;            /* activations as the backend computes them (CPU: F32) */
+    lpo_dtype kv_dtype;             /* KV cache entries (CPU: F32) */
+    const lpo_dtype_lookup *dtypes; /* stored weight dtypes; NULL = spec->dtype for every weight */
+} lpo_oplist_opts;
+
+typedef struct {
+    lpo_op *ops;
+    size_t n_ops;
+    lpo_op_tensor *weights; /* [n_weights] every op's weights (op->w points in here) */
+    size_t n_weights;
+    char *names; /* interned op and tensor names */
+    size_t names_len;
+    int64_t n_tokens;     /* T */
+    int64_t n_logit_rows; /* R */
+    int n_seqs;
+    int sample;
+    lpo_oplist_opts opts;
+    lpo_dtype_lookup dtypes; /* a copy of *opts.dtypes (opts.dtypes points here) */
+    size_t cap_ops, cap_weights, cap_names;
+} lpo_oplist;
+
+/* Builds the op list of one step shape. opts NULL = all F32 activations and KV, spec dtype for weights.
+ * LPO_E_INVALID on an inconsistent spec or shape, LPO_E_UNSUPPORTED for an architecture feature the IR
+ * cannot express (e.g. an activation other than silu / gelu_tanh). out must be zeroed or hold a list of an
+ * earlier build (its storage is reused). Attention pairs/rows are set for every sequence starting from an
+ * empty cache; lpo_oplist_set_step updates them for a concrete step. */
+lpo_status lpo_oplist_build_shape(const lpo_model_spec *spec, const lpo_step_shape *shape,
+                                  const lpo_oplist_opts *opts, lpo_oplist *out);
+/* Builds the list for a concrete step (its shape) and sets attention pairs/rows for it. */
+lpo_status lpo_oplist_build(const lpo_model_spec *spec, const lpo_step *step, const lpo_oplist_opts *opts,
+                            lpo_oplist *out);
+/* The two phases of generation with every sequence alike: prefill of T tokens from empty caches
+ * (decode == 0), or one decode step at context L (decode != 0: n_past = L, n_new = 1, with SAMPLE),
+ * batch B. out as for lpo_oplist_build. */
+lpo_status lpo_oplist_build_phase(const lpo_model_spec *spec, int decode, int batch, int64_t tokens_or_ctx,
+                                  const lpo_oplist_opts *opts, lpo_oplist *out);
+/* Updates the context-dependent fields (attention pairs / rows read) of a list for a step of its shape,
+ * without allocating. LPO_E_INVALID when the step does not have the list's shape. */
+lpo_status lpo_oplist_set_step(lpo_oplist *l, int64_t sliding_window, const lpo_step *step);
+void lpo_oplist_free(lpo_oplist *l);
+/* Index of the first op with this role in this layer (-1 outside the blocks), or -1. */
+long lpo_oplist_find(const lpo_oplist *l, lpo_op_role role, int layer);
+
+/* ---- costs ---------------------------------------------------------------------------------------------
+ * Floating-point operations of one op (multiply and add count as two; formulas in docs/engine.md). */
+double lpo_op_flops(const lpo_op *op);
+/* Bytes the op must move to and from memory at least once: weights + activations read + written (+ KV),
+ * each tensor at its own dtype. */
+double lpo_op_bytes(const lpo_op *op);
+/* Bytes of the weights alone (the part that does not depend on the batch). */
+double lpo_op_weight_bytes(const lpo_op *op);
+/* Bytes of one tensor at its dtype (quantized types: block bytes / block size per element). */
+double lpo_op_tensor_bytes(const lpo_op_tensor *t);
+
+/* ---- RoPE tables (shared by every backend) -----------------------------------------------------------
+ * inv_freq[head_dim/2] exactly as HF's rope init functions compute it for the spec's scaling type (none,
+ * linear, llama3, yarn), and the factor applied to cos/sin ("attention scaling": 1 except for yarn). */
+lpo_status lpo_rope_inv_freq(const lpo_model_spec *spec, float *inv_freq, float *attn_scale);
