@@ -146,10 +146,17 @@ double lpo_an_attn_pairs_exec(int64_t n_past, int64_t n_new, int batch, int64_t 
 
 /* ---- per-op cost -----------------------------------------------------------------------------------------
  */
-/* Weight elements of an op. The analysis builds its op lists with all-f32 options (opts NULL), so the op
- * list's weight bytes are 4 bytes per element; the one place that assumes it. */
+/* Weight elements an op reads (the embedding only its looked-up rows), from the tensors' shapes: the
+ * what-if dtypes then price them, whatever dtype the op list records. */
 static double weight_elems(const lpo_op *op) {
-    return lpo_op_weight_bytes(op) / 4.0;
+    if (op->kind == LPO_OP_EMBED) return (double)op->m * (double)op->n;
+    double e = 0;
+    for (int i = 0; i < op->n_w; i++) {
+        double t = 1;
+        for (int d = 0; d < op->w[i].ndim; d++) t *= (double)op->w[i].shape[d];
+        e += t;
+    }
+    return e;
 }
 
 void lpo_an_op_cost(const lpo_model_spec *spec, const lpo_op *op, int batch, const lpo_an_dtypes *dt,

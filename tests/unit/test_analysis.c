@@ -191,7 +191,9 @@ static void test_attn_pairs(void **state) {
 
 /* ---- the byte split agrees with the op list's lpo_op_bytes at its own (f32) dtypes ------------------------
  */
-static void check_split(const lpo_model_spec *s, int decode, int batch, int64_t x) {
+static void check_split(const lpo_model_spec *spec, int decode, int batch, int64_t x) {
+    lpo_model_spec f32 = *spec, *s = &f32;
+    f32.dtype = LPO_DT_F32; /* weights at f32 in the op list, as the split below prices them */
     lpo_oplist l = {0};
     assert_int_equal(lpo_oplist_build_phase(s, decode, batch, x, NULL, &l), LPO_OK);
     lpo_an_dtypes dt = dtypes_of("f32", "f32", "f32", 1);
