@@ -124,17 +124,22 @@ static lpo_status run_single(lpo_engine *e, const gen_ctx *g, const int32_t *ids
 static lpo_status run_dataset(lpo_engine *e, const gen_ctx *g, const lpo_node *cfg, const lpo_dataset *d) {
     lpo_rundir *rd = NULL;
     FILE *f = NULL;
-    lpo_status st = lpo_rundir_create(cfg, &rd);
+    lpo_dataset_sampling ds;
+    size_t *order = NULL, n_run = 0; /* dataset.sampling: which samples, in which order */
+    lpo_status st = lpo_dataset_sampling_read(lpo_node_at(cfg, "dataset"), &ds);
+    if (st == LPO_OK) st = lpo_dataset_order(d, &ds, &order, &n_run);
+    if (st != LPO_OK) return st;
+    st = lpo_rundir_create(cfg, &rd);
     if (st == LPO_OK) st = lpo_rundir_open(rd, "predictions.jsonl", "w", &f);
     const size_t B = (size_t)lpo_engine_max_seqs(e);
     lpo_gen_seq *q = calloc(B, sizeof *q);
     int32_t **enc = calloc(B, sizeof *enc);
     if (st == LPO_OK && (!q || !enc)) st = lpo_errorf(LPO_E_NOMEM, "generate: out of memory");
     size_t total_gen = 0;
-    for (size_t b0 = 0; st == LPO_OK && b0 < d->n; b0 += B) {
-        size_t nb = d->n - b0 < B ? d->n - b0 : B;
+    for (size_t b0 = 0; st == LPO_OK && b0 < n_run; b0 += B) {
+        size_t nb = n_run - b0 < B ? n_run - b0 : B;
         for (size_t k = 0; k < nb && st == LPO_OK; k++) {
-            const lpo_sample *s = &d->samples[b0 + k];
+            const lpo_sample *s = &d->samples[order[b0 + k]];
             memset(&q[k], 0, sizeof q[k]);
             q[k].stream = b0 + k;
             if (s->tokens) {
@@ -148,7 +153,7 @@ static lpo_status run_dataset(lpo_engine *e, const gen_ctx *g, const lpo_node *c
         }
         if (st == LPO_OK) st = lpo_generate(e, g->tok, &g->ic->gen, q, nb, NULL, NULL);
         for (size_t k = 0; k < nb && st == LPO_OK; k++) {
-            const lpo_sample *s = &d->samples[b0 + k];
+            const lpo_sample *s = &d->samples[order[b0 + k]];
             lpo_strbuf line = {0};
             lpo_json j;
             lpo_json_init_buf(&j, &line, 0);
@@ -193,12 +198,13 @@ static lpo_status run_dataset(lpo_engine *e, const gen_ctx *g, const lpo_node *c
     }
     if (f && fclose(f) != 0 && st == LPO_OK) st = lpo_errorf(LPO_E_IO, "cannot write predictions.jsonl");
     if (st == LPO_OK) {
-        fprintf(stderr, "lpo generate: %zu samples, %zu tokens generated -> predictions.jsonl\n", d->n,
+        fprintf(stderr, "lpo generate: %zu samples, %zu tokens generated -> predictions.jsonl\n", n_run,
                 total_gen);
         lpo_rundir_announce(rd, stdout);
     }
     free(q);
     free(enc);
+    free(order);
     if (rd) lpo_rundir_close(rd);
     return st;
 }

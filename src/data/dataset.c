@@ -35,41 +35,128 @@ static lpo_dataset *dataset_new(const char *name, size_t cap) {
 
 /* ---- synthetic -------------------------------------------------------------------------------------------
  */
-lpo_status lpo_dataset_synthetic(size_t n, size_t len, int64_t vocab_size, uint64_t seed, lpo_dataset **out) {
-    *out = NULL;
-    if (n == 0 || len == 0 || vocab_size <= 0)
+/* splitmix64: the synthetic datasets' random stream */
+static uint64_t mix_next(uint64_t *x) {
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* uniform in [0, 1) */
+static double mix_uniform(uint64_t *x) {
+    return (double)(mix_next(x) >> 11) / 9007199254740992.0;
+}
+
+static lpo_status check_dist(const lpo_len_dist *d) {
+    if (d->kind == LPO_LEN_FIXED && d->len < 1)
+        return lpo_errorf(LPO_E_CONFIG, "synthetic dataset: prompt_len must be >= 1 (got %lld)",
+                          (long long)d->len);
+    if (d->kind != LPO_LEN_FIXED && (d->min < 1 || d->max < d->min))
         return lpo_errorf(LPO_E_CONFIG,
-                          "synthetic dataset: need n_samples >= 1 and prompt_len >= 1 (got %zu, %zu)", n,
-                          len);
-    char what[96];
-    snprintf(what, sizeof what, "synthetic dataset: %zu samples of %zu tokens", n, len);
-    lpo_status st =
-        lpo_mem_check((double)n * ((double)sizeof(lpo_sample) + 32 + (double)len * sizeof(int32_t)), what);
+                          "synthetic dataset: prompt lengths need 1 <= prompt_len_min <= prompt_len_max (got "
+                          "%lld, %lld)",
+                          (long long)d->min, (long long)d->max);
+    if (d->kind == LPO_LEN_NORMAL && !(d->std >= 0 && d->std < 1e12))
+        return lpo_errorf(LPO_E_CONFIG, "synthetic dataset: prompt_len_std must be >= 0 (got %g)", d->std);
+    return LPO_OK;
+}
+
+/* Length of sample i under d (lengths come from their own stream x). */
+static int64_t draw_len(const lpo_len_dist *d, uint64_t *x) {
+    if (d->kind == LPO_LEN_UNIFORM) return d->min + (int64_t)(mix_next(x) % (uint64_t)(d->max - d->min + 1));
+    if (d->kind == LPO_LEN_NORMAL) { /* Box-Muller, rounded, clipped to [min, max] */
+        double u1 = mix_uniform(x), u2 = mix_uniform(x);
+        double z = sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2);
+        double v = floor((double)d->len + d->std * z + 0.5);
+        if (v < (double)d->min) v = (double)d->min;
+        if (v > (double)d->max) v = (double)d->max;
+        return (int64_t)v;
+    }
+    return d->len;
+}
+
+lpo_status lpo_dataset_synthetic_lengths(size_t n, const lpo_len_dist *dist, int64_t vocab_size,
+                                         uint64_t seed, lpo_dataset **out) {
+    *out = NULL;
+    if (n == 0 || vocab_size <= 0)
+        return lpo_errorf(LPO_E_CONFIG, "synthetic dataset: need n_samples >= 1 (got %zu)", n);
+    lpo_status st = check_dist(dist);
     if (st != LPO_OK) return st;
+    /* the most it can take, checked before anything is allocated */
+    const int64_t most = dist->kind == LPO_LEN_FIXED ? dist->len : dist->max;
+    char what[128];
+    snprintf(what, sizeof what, "synthetic dataset: %zu samples of %s%lld tokens", n,
+             dist->kind == LPO_LEN_FIXED ? "" : "up to ", (long long)most);
+    st = lpo_mem_check((double)n * ((double)sizeof(lpo_sample) + 40 + (double)most * sizeof(int32_t)), what);
+    if (st != LPO_OK) return st;
+    int64_t *lens = malloc(n * sizeof *lens);
+    if (!lens) return lpo_errorf(LPO_E_NOMEM, "synthetic dataset: out of memory");
+    uint64_t xl = seed * 0xD1B54A32D192ED03ull + 0x8CB92BA72F3D8DD7ull; /* lengths: a stream of their own */
+    for (size_t i = 0; i < n; i++) lens[i] = draw_len(dist, &xl);
     lpo_dataset *d = dataset_new("synthetic", n);
-    if (!d) return lpo_errorf(LPO_E_NOMEM, "synthetic dataset: out of memory");
+    if (!d) st = lpo_errorf(LPO_E_NOMEM, "synthetic dataset: out of memory");
     uint64_t x = seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n && st == LPO_OK; i++) {
         lpo_sample *s = &d->samples[d->n++];
+        const size_t len = (size_t)lens[i];
         char id[32];
         snprintf(id, sizeof id, "%zu", i);
         s->id = lpo_strdup(id);
         s->tokens = malloc(len * sizeof *s->tokens);
         if (!s->id || !s->tokens) {
-            lpo_dataset_free(d);
-            return lpo_errorf(LPO_E_NOMEM, "synthetic dataset: out of memory");
+            st = lpo_errorf(LPO_E_NOMEM, "synthetic dataset: out of memory");
+            break;
         }
         s->n_tokens = len;
-        for (size_t j = 0; j < len; j++) { // splitmix64 stream -> id in [0, vocab)
-            uint64_t z = (x += 0x9E3779B97F4A7C15ull);
-            z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-            z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-            z ^= z >> 31;
-            s->tokens[j] = (int32_t)(z % (uint64_t)vocab_size);
-        }
+        for (size_t j = 0; j < len; j++) s->tokens[j] = (int32_t)(mix_next(&x) % (uint64_t)vocab_size);
+    }
+    free(lens);
+    if (st != LPO_OK) {
+        lpo_dataset_free(d);
+        return st;
     }
     *out = d;
     return LPO_OK;
+}
+
+lpo_status lpo_dataset_synthetic(size_t n, size_t len, int64_t vocab_size, uint64_t seed, lpo_dataset **out) {
+    if (len == 0 || len > (size_t)INT64_MAX) {
+        *out = NULL;
+        return lpo_errorf(LPO_E_CONFIG,
+                          "synthetic dataset: need n_samples >= 1 and prompt_len >= 1 (got %zu, %zu)", n,
+                          len);
+    }
+    lpo_len_dist d = {LPO_LEN_FIXED, (int64_t)len, (int64_t)len, (int64_t)len, 0};
+    return lpo_dataset_synthetic_lengths(n, &d, vocab_size, seed, out);
+}
+
+/* Reads prompt_len and its distribution from a synthetic dataset's config node. */
+static lpo_status read_len_dist(const lpo_node *cfg, lpo_len_dist *d) {
+    const char *kind;
+    lpo_status st = lpo_cfg_str_or(cfg, "prompt_len_dist", "fixed", &kind);
+    if (st == LPO_OK) st = lpo_cfg_int_or(cfg, "prompt_len", 128, &d->len);
+    if (st != LPO_OK) return st;
+    if (!strcmp(kind, "fixed")) {
+        d->kind = LPO_LEN_FIXED;
+    } else if (!strcmp(kind, "uniform")) {
+        d->kind = LPO_LEN_UNIFORM;
+    } else if (!strcmp(kind, "normal")) {
+        d->kind = LPO_LEN_NORMAL;
+    } else {
+        const char *kinds[] = {"fixed", "uniform", "normal"};
+        const char *s = lpo_suggest(kind, kinds, 3);
+        return lpo_errorf(LPO_E_CONFIG,
+                          "dataset.prompt_len_dist '%s' unknown%s%s%s (choose fixed, uniform or normal)",
+                          kind, s ? " (did you mean '" : "", s ? s : "", s ? "'?)" : "");
+    }
+    if ((st = lpo_cfg_int_or(cfg, "prompt_len_min", d->kind == LPO_LEN_NORMAL ? 1 : d->len, &d->min)) !=
+        LPO_OK)
+        return st;
+    if ((st = lpo_cfg_int_or(cfg, "prompt_len_max", d->kind == LPO_LEN_NORMAL ? 2 * d->len : d->len,
+                             &d->max)) != LPO_OK)
+        return st;
+    return lpo_cfg_double_or(cfg, "prompt_len_std", (double)d->len / 4, &d->std);
 }
 
 /* ---- JSONL
@@ -217,16 +304,24 @@ lpo_status lpo_dataset_open(const lpo_node *cfg, int64_t vocab_size, lpo_dataset
     lpo_status st = lpo_cfg_str_or(cfg, "kind", "jsonl", &kind);
     if (st == LPO_OK) st = lpo_cfg_str_or(cfg, "name", kind, &name);
     if (st != LPO_OK) return st;
+    const char *subset = NULL;
+    if ((st = lpo_cfg_str_or(cfg, "subset", NULL, &subset)) != LPO_OK) return st;
     if (!strcmp(kind, "synthetic")) {
-        int64_t n, len, seed;
+        int64_t n, seed;
+        lpo_len_dist dist;
         if ((st = lpo_cfg_int_or(cfg, "n_samples", 4, &n)) != LPO_OK) return st;
-        if ((st = lpo_cfg_int_or(cfg, "prompt_len", 128, &len)) != LPO_OK) return st;
+        if ((st = read_len_dist(cfg, &dist)) != LPO_OK) return st;
         if ((st = lpo_cfg_int_or(cfg, "seed", 0, &seed)) != LPO_OK) return st;
-        if (n <= 0 || len <= 0)
+        if (n <= 0 || dist.len <= 0)
             return lpo_errorf(LPO_E_CONFIG,
                               "dataset.n_samples (%lld) and dataset.prompt_len (%lld) must be >= 1",
-                              (long long)n, (long long)len);
-        return lpo_dataset_synthetic((size_t)n, (size_t)len, vocab_size, (uint64_t)seed, out);
+                              (long long)n, (long long)dist.len);
+        st = lpo_dataset_synthetic_lengths((size_t)n, &dist, vocab_size, (uint64_t)seed, out);
+        if (st == LPO_OK && subset && (st = lpo_dataset_subset(*out, subset)) != LPO_OK) {
+            lpo_dataset_free(*out);
+            *out = NULL;
+        }
+        return st;
     }
     if (!strcmp(kind, "jsonl")) {
         const char *path;
@@ -240,6 +335,10 @@ lpo_status lpo_dataset_open(const lpo_node *cfg, int64_t vocab_size, lpo_dataset
         if (st == LPO_OK) {
             free((*out)->name);
             (*out)->name = lpo_strdup(name);
+            if (subset && (st = lpo_dataset_subset(*out, subset)) != LPO_OK) {
+                lpo_dataset_free(*out);
+                *out = NULL;
+            }
         }
         return st;
     }
