@@ -2,7 +2,8 @@
 #   make            build (Release) into build/
 #   make test       build and run every test (ctest)
 #   make demo       build and run the main job on its built-in default
-#   make debug | asan     other build types (build-debug/, build-asan/)
+#   make debug | asan     other build types (build-debug/, build-asan/: GCC ASan + UBSan)
+#   make asan-clang       clang ASan + UBSan (float->int overflow checked too) into build-asan-clang/
 #   make lint       clang-format check + cppcheck
 #   make fuzz       libFuzzer targets (clang) into build-fuzz/
 # Variables: CUDA_ARCHS="80;90;120"  BUILD_TYPE=Release  WERROR=ON  CUDA=OFF  BUILD_DIR=build
@@ -14,10 +15,10 @@ CUDA ?= ON
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_ARGS = -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DLPO_CUDA_ARCHS="$(CUDA_ARCHS)" -DLPO_WERROR=$(WERROR) \
-             -DLPO_WITH_CUDA=$(CUDA)
+             -DLPO_WITH_CUDA=$(CUDA) $(CMAKE_EXTRA)
 SOURCES = $(shell git ls-files --cached --others --exclude-standard '*.c' '*.h' '*.cu' '*.cuh' 2>/dev/null)
 
-.PHONY: all build deps models test demo debug asan lint format fuzz clean
+.PHONY: all build deps models test demo debug asan asan-clang lint format fuzz clean
 
 all: build
 
@@ -36,6 +37,7 @@ models:
 
 test: build models
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+	@echo "make test: sanitizers: 'make asan' (GCC) and 'make asan-clang' (clang) run every test under ASan + UBSan"
 
 demo: build
 	@scripts/demo.sh $(BUILD_DIR)/lpo
@@ -45,6 +47,10 @@ debug:
 
 asan:
 	@$(MAKE) test BUILD_TYPE=Asan BUILD_DIR=build-asan CUDA=OFF
+
+# clang's UBSan also checks what GCC's does not (float->int conversion overflow among them)
+asan-clang:
+	@$(MAKE) test BUILD_TYPE=Asan BUILD_DIR=build-asan-clang CUDA=OFF CMAKE_EXTRA=-DCMAKE_C_COMPILER=clang
 
 lint:
 	@LPO_LINT_DEPS=1 scripts/setup-deps.sh
@@ -63,4 +69,4 @@ fuzz:
 	@cmake --build build-fuzz -j $(JOBS) --target $$(cd tests/fuzz && ls fuzz_*.c 2>/dev/null | sed 's/\.c$$//')
 
 clean:
-	rm -rf build build-debug build-asan build-fuzz build-gpu
+	rm -rf build build-debug build-asan build-asan-clang build-fuzz build-gpu

@@ -97,5 +97,12 @@ lpo_status lpo_cfg_sweep_expand(size_t n_overrides, const char *const *overrides
                                 char ****out_sets, size_t *n_sets);
 void lpo_cfg_sweep_free(char ***sets, size_t n_sets, size_t n_overrides);
 
-/* Resolved YAML of a tree (what `lpo config show` prints and config.yaml in a run directory holds). */
+/* YAML of a tree as it is (`lpo config show --no-resolve`): parsing it gives the same tree. */
 void lpo_cfg_dump_yaml(const lpo_node *root, lpo_strbuf *out);
+/* YAML of a resolved tree (what `lpo config show` prints and config.yaml in a run directory holds): a
+ * literal "${" in a value is written "\${", so composing the dump again gives the same values. */
+void lpo_cfg_dump_yaml_resolved(const lpo_node *root, lpo_strbuf *out);
+/* Appends text as YAML comment lines ("# " + line, newline-terminated): each newline starts a new
+ * comment line; what YAML reads as a line break (CR, U+0085, U+2028, U+2029) or refuses (other controls,
+ * invalid UTF-8) is written as \xNN or \uNNNN, so no text can end the comment and add keys. */
+void lpo_cfg_yaml_comment(lpo_strbuf *out, const char *text);

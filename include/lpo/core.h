@@ -18,11 +18,39 @@ void lpo_log(lpo_log_level lvl, const char *fmt, ...) __attribute__((format(prin
 #define LPO_WARN(...)  lpo_log(LPO_LOG_WARN, __VA_ARGS__)
 
 /* ---- files ------------------------------------------------------------------------------------------ */
-/* Reads a whole file into a malloc'd, NUL-terminated buffer (*len excludes the NUL). */
+/* Opens path read-only after checking that it is a regular file, without blocking first: a FIFO, a device
+ * or a directory gives LPO_E_IO "'<path>' is a FIFO (named pipe), not a regular file" (every input file
+ * goes through here, so a FIFO in place of a model or config file never hangs). *fd: close it. */
+lpo_status lpo_open_regular(const char *path, int *fd);
+/* Reads a whole regular file (lpo_open_regular) into a malloc'd, NUL-terminated buffer (*len excludes
+ * the NUL). */
 lpo_status lpo_read_file(const char *path, char **data, size_t *len);
-/* Writes len bytes to path (truncating), atomically via path.tmp + rename; an existing device or FIFO
- * (/dev/null, /dev/stdout, a pipe) is written in place instead. A directory is an error. */
+
+/* An output file written safely, the one way every writer creates files:
+ * - a new name or an existing regular file: the bytes go to a fresh temp file in the same folder
+ *   (mkstemp: created with O_EXCL, so a link planted there is never followed), renamed over path at
+ *   commit; until then path is untouched, and a failed write leaves it as it was;
+ * - an existing symlink, FIFO or character device (out=/dev/stdout, /dev/null, a pipe, a link) is
+ *   written in place, through the link: the link or device node is never replaced;
+ * - a directory, block device or socket is refused (LPO_E_IO naming it).
+ * Write errors (disk full, closed pipe) are reported by lpo_outfile_write or lpo_outfile_commit. */
+typedef struct {
+    int fd;
+    char *path; /* owned copy */
+    char *tmp;  /* temp file renamed over path at commit; NULL when written in place */
+    int err;    /* first errno */
+} lpo_outfile;
+lpo_status lpo_outfile_open(lpo_outfile *o, const char *path);
+lpo_status lpo_outfile_write(lpo_outfile *o, const void *data, size_t len);
+/* Closes, then renames the temp file over path; LPO_E_IO on any error so far (the temp file removed). */
+lpo_status lpo_outfile_commit(lpo_outfile *o);
+/* Closes and removes the temp file: path keeps its old content. Safe on a closed or failed outfile. */
+void lpo_outfile_discard(lpo_outfile *o);
+/* Writes len bytes to path as one lpo_outfile (truncating). */
 lpo_status lpo_write_file(const char *path, const void *data, size_t len);
+/* Appends one record (data, len bytes, then "\n") to f as ONE writev after flushing what f buffered,
+ * so a run killed at any moment leaves only whole lines (JSONL). LPO_E_IO naming `name` on failure. */
+lpo_status lpo_write_record(FILE *f, const char *data, size_t len, const char *name);
 
 /* A read-only memory map of a whole file. Zero-length files map to data == NULL, size == 0. */
 typedef struct {
@@ -45,6 +73,23 @@ char *lpo_path_join(char *out, size_t n, const char *a, const char *b);
  * comparable) fits in the memory this host has available now (MemAvailable, else physical memory; no
  * limit when unknown); else LPO_E_NOMEM "<what>: needs X GiB but this machine has Y GiB ...". */
 lpo_status lpo_mem_check(double bytes, const char *what);
+
+/* Checked allocation for bookkeeping no caller could recover from losing (tree nodes, string buffers,
+ * table cells, small arrays): never returns NULL. On failure the out-of-memory handler runs with `what`
+ * was being allocated and its size; it does not return. The default prints "lpo: error: out of memory
+ * allocating N bytes for <what>" and aborts (a library does not exit); the CLI installs one that exits 1.
+ * Large buffers (weights, KV cache, logits) are checked with lpo_mem_check and malloc'd with an lpo_status
+ * error instead. */
+typedef void (*lpo_oom_handler)(const char *what, size_t bytes);
+void lpo_set_oom_handler(lpo_oom_handler h); /* NULL restores the default */
+void *lpo_xmalloc(size_t n, const char *what);
+void *lpo_xcalloc(size_t n, size_t size, const char *what);
+/* realloc of n elements of `size` bytes, the product checked for overflow. */
+void *lpo_xrealloc_array(void *p, size_t n, size_t size, const char *what);
+/* Room for at least `need` elements of `elem` bytes in arr, whose capacity is *cap elements, grown
+ * geometrically (doubling, from 8): n appends copy O(n) elements in all, never one realloc per element.
+ * Returns arr (possibly moved); *cap updated. Idiom: a = lpo_xgrow(a, &cap, n + 1, sizeof *a, "what"). */
+void *lpo_xgrow(void *arr, size_t *cap, size_t need, size_t elem, const char *what);
 
 /* ---- arena: one block, bump allocation, freed at once ----------------------------------------------- */
 typedef struct {
@@ -88,7 +133,7 @@ const char *lpo_suggest(const char *word, const char *const *candidates, size_t 
  */
 /* Monotonic host clock in nanoseconds (CPU timing only; GPU work is timed with events or CUPTI). */
 uint64_t lpo_now_ns(void);
-/* strdup that aborts on out-of-memory is NOT provided: use lpo_strdup and check for NULL. */
+/* strdup through the checked allocation above (never NULL, except lpo_strdup(NULL) == NULL). */
 char *lpo_strdup(const char *s);
 char *lpo_strndup(const char *s, size_t n);
 

@@ -62,6 +62,8 @@ lpo_status lpo_gguf_parse(const uint8_t *data, size_t size, const char *name, lp
 void lpo_gguf_close(lpo_gguf *g);
 
 uint32_t lpo_gguf_version(const lpo_gguf *g);
+/* The file name given to lpo_gguf_open / lpo_gguf_parse (for messages). */
+const char *lpo_gguf_name(const lpo_gguf *g);
 size_t lpo_gguf_n_kv(const lpo_gguf *g);
 const lpo_gguf_kv *lpo_gguf_kv_at(const lpo_gguf *g, size_t i);
 const lpo_gguf_kv *lpo_gguf_find(const lpo_gguf *g, const char *key);
@@ -73,6 +75,15 @@ const lpo_gguf_tensor *lpo_gguf_find_tensor(const lpo_gguf *g, const char *name)
 lpo_status lpo_gguf_get_u64(const lpo_gguf *g, const char *key,
                             uint64_t *out);                                   /* any unsigned/signed>=0 int */
 lpo_status lpo_gguf_get_f64(const lpo_gguf *g, const char *key, double *out); /* float32/64 */
+/* Optional keys: absent -> *out = def and LPO_OK, with NO message recorded (an earlier error's message
+ * stays the one reported); present with the wrong type (or a negative integer) -> LPO_E_FORMAT naming the
+ * file and key. */
+lpo_status lpo_gguf_get_u64_or(const lpo_gguf *g, const char *key, uint64_t def, uint64_t *out);
+lpo_status lpo_gguf_get_f64_or(const lpo_gguf *g, const char *key, double def, double *out);
+lpo_status lpo_gguf_get_bool_or(const lpo_gguf *g, const char *key, int def, int *out);
+/* An optional token id key (bos, eos, unk...): absent -> -1; present -> an integer in [0, n_vocab), else
+ * LPO_E_FORMAT "<file>: metadata key '<key>' = <value> is not a token id (vocabulary of n)". */
+lpo_status lpo_gguf_get_token_id(const lpo_gguf *g, const char *key, int64_t n_vocab, int32_t *out);
 /* String value as a malloc'd NUL-terminated copy. */
 lpo_status lpo_gguf_get_str(const lpo_gguf *g, const char *key, char **out);
 /* Element i of a string array (pointer into the file, not NUL-terminated). */

@@ -1,6 +1,7 @@
 /* Shared command-line parsing for lpo subcommands (see cli.h for the grammar). */
 #include "cli/cli.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,9 +38,7 @@ static int is_param(const lpo_cli_spec *spec, const char *key, size_t klen) {
 }
 
 static void *grow(void *p, size_t n, size_t elem) {
-    void *q = realloc(p, (n + 1) * elem);
-    if (!q) abort();
-    return q;
+    return lpo_xrealloc_array(p, n + 1, elem, "command-line arguments");
 }
 
 lpo_status lpo_cli_parse(const lpo_cli_spec *spec, int argc, char **argv, lpo_cli_args *out) {
@@ -194,6 +193,32 @@ int lpo_cli_begin(const lpo_cli_spec *spec, int argc, char **argv, lpo_cli_args 
         return LPO_EXIT_OK;
     }
     return -1;
+}
+
+void lpo_cli_out_of_memory(const char *what, size_t bytes) {
+    fprintf(stderr, "lpo: error: out of memory allocating %zu bytes for %s\n", bytes, what);
+    fflush(stderr);
+    exit(LPO_EXIT_FAIL);
+}
+
+int lpo_cli_exit(int rc) {
+    /* a failed write earlier (stdout is buffered) shows as ferror; the flush and close report the rest */
+    errno = 0;
+    int bad = fflush(stdout) != 0, err = bad ? errno : 0;
+    bad |= ferror(stdout) != 0;
+    errno = 0;
+    if (fclose(stdout) != 0) {
+        bad = 1;
+        if (!err) err = errno;
+    }
+    if (bad) {
+        /* a write that failed while streaming left ferror set and no errno to report */
+        fprintf(stderr, "lpo: error: cannot write the output to stdout: %s\n",
+                err ? strerror(err) : "a write failed (disk full or closed pipe?)");
+        if (rc == LPO_EXIT_OK) rc = LPO_EXIT_FAIL;
+    }
+    if ((fflush(stderr) != 0 || ferror(stderr)) && rc == LPO_EXIT_OK) rc = LPO_EXIT_FAIL;
+    return rc;
 }
 
 static char *command_line;

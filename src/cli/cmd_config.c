@@ -48,11 +48,16 @@ static int show(const lpo_cli_args *a) {
         if (st) break;
         if (n_sets > 1) {
             if (s) lpo_sb_puts(&out, "---\n");
-            lpo_sb_printf(&out, "# config %zu/%zu:", s + 1, n_sets);
-            for (size_t k = 0; k < a->n_overrides; k++) lpo_sb_printf(&out, " %s", sets[s][k]);
-            lpo_sb_puts(&out, "\n");
+            lpo_strbuf c = {0};
+            lpo_sb_printf(&c, "config %zu/%zu:", s + 1, n_sets);
+            for (size_t k = 0; k < a->n_overrides; k++) lpo_sb_printf(&c, " %s", sets[s][k]);
+            lpo_cfg_yaml_comment(&out, c.buf);
+            lpo_sb_free(&c);
         }
-        lpo_cfg_dump_yaml(cfg, &out);
+        if (no_resolve)
+            lpo_cfg_dump_yaml(cfg, &out);
+        else
+            lpo_cfg_dump_yaml_resolved(cfg, &out);
         lpo_node_free(cfg);
     }
     lpo_cfg_sweep_free(sets, n_sets, a->n_overrides);

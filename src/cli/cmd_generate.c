@@ -1,6 +1,7 @@
 /* lpo generate: direct inference. With prompt= (or tokens=) it streams one completion to stdout; without,
  * it runs the configured dataset (dataset=prompts dataset.path=FILE.jsonl, or the synthetic default) in
  * batches of infer.batch_size and writes predictions.jsonl into a run directory. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -181,10 +182,8 @@ static lpo_status run_dataset(lpo_engine *e, const gen_ctx *g, const lpo_node *c
             lpo_json_array_end(&j);
             lpo_json_object_end(&j);
             st = lpo_json_finish(&j);
-            if (st == LPO_OK) {
-                fwrite(line.buf, 1, line.len, f);
-                fputc('\n', f);
-            }
+            /* one whole line per write: a run killed mid-way leaves only complete records */
+            if (st == LPO_OK) st = lpo_write_record(f, line.buf, line.len, "predictions.jsonl");
             lpo_sb_free(&line);
             total_gen += q[k].n_ids;
             fprintf(stderr, "lpo generate: sample %s: %zu prompt + %zu generated tokens (%s)\n", s->id,
@@ -196,7 +195,8 @@ static lpo_status run_dataset(lpo_engine *e, const gen_ctx *g, const lpo_node *c
             enc[k] = NULL;
         }
     }
-    if (f && fclose(f) != 0 && st == LPO_OK) st = lpo_errorf(LPO_E_IO, "cannot write predictions.jsonl");
+    if (f && fclose(f) != 0 && st == LPO_OK)
+        st = lpo_errorf(LPO_E_IO, "cannot write predictions.jsonl: %s", strerror(errno));
     if (st == LPO_OK) {
         fprintf(stderr, "lpo generate: %zu samples, %zu tokens generated -> predictions.jsonl\n", n_run,
                 total_gen);

@@ -34,8 +34,7 @@ static void print_help(FILE *f) {
     fprintf(f, "\n'lpo <command> --help' describes a command. Documentation: docs/ in the source tree.\n");
 }
 
-int main(int argc, char **argv) {
-    lpo_cli_set_command_line(argc, argv);
+static int run(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         print_help(stdout);
         return argc < 2 ? LPO_EXIT_USAGE : LPO_EXIT_OK;
@@ -52,4 +51,10 @@ int main(int argc, char **argv) {
     else
         fprintf(stderr, "lpo: error: unknown command '%s' (see 'lpo --help')\n", argv[1]);
     return LPO_EXIT_USAGE;
+}
+
+int main(int argc, char **argv) {
+    lpo_set_oom_handler(lpo_cli_out_of_memory);
+    lpo_cli_set_command_line(argc, argv);
+    return lpo_cli_exit(run(argc, argv));
 }

@@ -232,9 +232,7 @@ static void collect_paths(const lpo_node *n, lpo_strbuf *prefix, char ***paths, 
             lpo_sb_printf(prefix, "%zu", i);
         if (*np == *cap) {
             *cap = *cap ? *cap * 2 : 64;
-            char **p = realloc(*paths, *cap * sizeof *p);
-            if (!p) abort();
-            *paths = p;
+            *paths = lpo_xrealloc_array(*paths, *cap, sizeof **paths, "config key paths");
         }
         (*paths)[(*np)++] = lpo_strdup(prefix->buf);
         collect_paths(n->items[i], prefix, paths, np, cap);
@@ -298,6 +296,9 @@ static int plain_ok_text(const char *s, int quoted, int flow) {
         return 0;
     if (strchr("-?:,[]{}#&*!|>'\"%@`", s[0]) && !(s[0] == '-' && s[1] && s[1] != ' ')) return 0;
     if (s[0] == ' ' || s[strlen(s) - 1] == ' ') return 0;
+    /* "---" and "..." (alone or before a space) at the start of a line are document markers */
+    if ((!strncmp(s, "---", 3) || !strncmp(s, "...", 3)) && (s[3] == 0 || s[3] == ' ' || s[3] == '\t'))
+        return 0;
     // reject characters that end a plain scalar or need escapes
     for (const char *p = s; *p; p++) {
         unsigned char c = (unsigned char)*p;
@@ -318,7 +319,7 @@ static int plain_ok(const lpo_node *n, int flow) {
     return plain_ok_text(n->value, n->quoted, flow);
 }
 
-static void dump_scalar(const lpo_node *n, lpo_strbuf *out, int flow);
+static void dump_scalar(const lpo_node *n, lpo_strbuf *out, int flow, int esc);
 
 /* A mapping key: plain when it reads back as the same key, else double-quoted. */
 static void dump_key(const char *key, lpo_strbuf *out) {
@@ -328,12 +329,35 @@ static void dump_key(const char *key, lpo_strbuf *out) {
         return;
     }
     lpo_node tmp = {.kind = LPO_NODE_SCALAR, .value = (char *)key, .quoted = 1};
-    dump_scalar(&tmp, out, 0);
+    dump_scalar(&tmp, out, 0, 0);
 }
 
-static void dump_scalar(const lpo_node *n, lpo_strbuf *out, int flow) {
+/* A copy of n with every "${" written "\${" (so reading it back and resolving gives the same text), or
+ * NULL when n holds none. */
+static lpo_node *escape_interpolation(const lpo_node *n) {
+    if (n->kind != LPO_NODE_SCALAR || !strstr(n->value, "${")) return NULL;
+    lpo_strbuf sb = {0};
+    // copy, a backslash before each "${"
+    for (const char *p = n->value; *p; p++) {
+        if (p[0] == '$' && p[1] == '{') lpo_sb_puts(&sb, "\\");
+        lpo_sb_append(&sb, p, 1);
+    }
+    lpo_node *e = lpo_node_new(LPO_NODE_SCALAR, NULL, NULL);
+    e->value = sb.buf;
+    e->quoted = 1;
+    return e;
+}
+
+/* esc: the tree is resolved, so a literal "${" in a value is written escaped */
+static void dump_scalar(const lpo_node *n, lpo_strbuf *out, int flow, int esc) {
     if (n->kind == LPO_NODE_NULL) {
         lpo_sb_puts(out, "null");
+        return;
+    }
+    lpo_node *e = esc ? escape_interpolation(n) : NULL;
+    if (e) {
+        dump_scalar(e, out, flow, 0);
+        lpo_node_free(e);
         return;
     }
     if (plain_ok(n, flow)) {
@@ -369,46 +393,46 @@ static int all_scalars(const lpo_node *n) {
     return 1;
 }
 
-static void dump_flow_list(const lpo_node *n, lpo_strbuf *out) {
+static void dump_flow_list(const lpo_node *n, lpo_strbuf *out, int esc) {
     lpo_sb_puts(out, "[");
     for (size_t i = 0; i < n->n_items; i++) {
         if (i) lpo_sb_puts(out, ", ");
-        dump_scalar(n->items[i], out, 1);
+        dump_scalar(n->items[i], out, 1, esc);
     }
     lpo_sb_puts(out, "]");
 }
 
-static void dump_node(const lpo_node *n, int indent, lpo_strbuf *out);
+static void dump_node(const lpo_node *n, int indent, lpo_strbuf *out, int esc);
 
 /* the value part after "key:" or "- " */
-static void dump_value(const lpo_node *v, int indent, lpo_strbuf *out, int in_list) {
+static void dump_value(const lpo_node *v, int indent, lpo_strbuf *out, int in_list, int esc) {
     if (v->kind == LPO_NODE_MAP && v->n_items) {
         if (in_list) {
             /* first entry on the dash line, the rest aligned under it */
             lpo_strbuf tmp = {0};
-            dump_node(v, indent, &tmp);
+            dump_node(v, indent, &tmp, esc);
             lpo_sb_puts(out, tmp.buf + indent);
             lpo_sb_free(&tmp);
         } else {
             lpo_sb_puts(out, "\n");
-            dump_node(v, indent, out);
+            dump_node(v, indent, out, esc);
         }
     } else if (v->kind == LPO_NODE_LIST && v->n_items && !all_scalars(v)) {
         lpo_sb_puts(out, "\n");
-        dump_node(v, indent, out);
+        dump_node(v, indent, out, esc);
     } else {
         if (!in_list) lpo_sb_puts(out, " ");
         if (v->kind == LPO_NODE_MAP)
             lpo_sb_puts(out, "{}");
         else if (v->kind == LPO_NODE_LIST)
-            dump_flow_list(v, out);
+            dump_flow_list(v, out, esc);
         else
-            dump_scalar(v, out, 0);
+            dump_scalar(v, out, 0, esc);
         lpo_sb_puts(out, "\n");
     }
 }
 
-static void dump_node(const lpo_node *n, int indent, lpo_strbuf *out) {
+static void dump_node(const lpo_node *n, int indent, lpo_strbuf *out, int esc) {
     // one line (or block) per MAP entry / LIST item
     for (size_t i = 0; i < n->n_items; i++) {
         const lpo_node *c = n->items[i];
@@ -416,24 +440,52 @@ static void dump_node(const lpo_node *n, int indent, lpo_strbuf *out) {
         if (n->kind == LPO_NODE_MAP) {
             dump_key(c->key, out);
             lpo_sb_puts(out, ":");
-            dump_value(c, indent + 2, out, 0);
+            dump_value(c, indent + 2, out, 0, esc);
         } else {
             lpo_sb_puts(out, "- ");
-            dump_value(c, indent + 2, out, 1);
+            dump_value(c, indent + 2, out, 1, esc);
         }
     }
 }
 
-void lpo_cfg_dump_yaml(const lpo_node *root, lpo_strbuf *out) {
+void lpo_cfg_yaml_comment(lpo_strbuf *out, const char *text) {
+    lpo_sb_puts(out, "# ");
+    size_t n = strlen(text);
+    // one character (or invalid byte) per step
+    for (size_t i = 0; i < n;) {
+        uint32_t cp = 0;
+        size_t l = lpo_utf8_decode(text + i, n - i, &cp);
+        if (text[i] == '\n')
+            lpo_sb_puts(out, "\n# ");
+        else if (l == 0)
+            lpo_sb_printf(out, "\\x%02x", (unsigned char)text[i]);
+        else if (cp != '\t' && special_cp(cp))
+            lpo_sb_printf(out, cp < 0x100 ? "\\x%02x" : "\\u%04x", (unsigned)cp);
+        else
+            lpo_sb_append(out, text + i, l);
+        i += l ? l : 1;
+    }
+    lpo_sb_puts(out, "\n");
+}
+
+static void dump_yaml(const lpo_node *root, lpo_strbuf *out, int esc) {
     lpo_sb_puts(out, "");
     if (!root) return;
     if (root->kind == LPO_NODE_MAP || root->kind == LPO_NODE_LIST) {
         if (root->n_items == 0)
             lpo_sb_puts(out, root->kind == LPO_NODE_MAP ? "{}\n" : "[]\n");
         else
-            dump_node(root, 0, out);
+            dump_node(root, 0, out, esc);
     } else {
-        dump_scalar(root, out, 0);
+        dump_scalar(root, out, 0, esc);
         lpo_sb_puts(out, "\n");
     }
+}
+
+void lpo_cfg_dump_yaml(const lpo_node *root, lpo_strbuf *out) {
+    dump_yaml(root, out, 0);
+}
+
+void lpo_cfg_dump_yaml_resolved(const lpo_node *root, lpo_strbuf *out) {
+    dump_yaml(root, out, 1);
 }

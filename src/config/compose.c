@@ -112,9 +112,7 @@ static void list_names(const search_path *sp, const char *subdir, char ***names,
             if (dup) continue;
             if (*n == cap) {
                 cap = cap ? cap * 2 : 16;
-                char **q = realloc(*names, cap * sizeof *q);
-                if (!q) abort();
-                *names = q;
+                *names = lpo_xrealloc_array(*names, cap, sizeof **names, "config group names");
             }
             (*names)[(*n)++] = lpo_strdup(name);
         }
@@ -187,9 +185,7 @@ typedef struct {
 static void dl_push(dflt_list *l, const char *group, const char *option, const char *origin) {
     if (l->n == l->cap) {
         l->cap = l->cap ? l->cap * 2 : 8;
-        dflt *p = realloc(l->v, l->cap * sizeof *p);
-        if (!p) abort();
-        l->v = p;
+        l->v = lpo_xrealloc_array(l->v, l->cap, sizeof *l->v, "a defaults list");
     }
     l->v[l->n++] = (dflt){lpo_strdup(group), lpo_strdup(option), lpo_strdup(origin)};
 }
@@ -471,8 +467,7 @@ static lpo_status unknown_key(const lpo_node *cfg, const search_path *sp, const 
     size_t ng;
     list_names(sp, NULL, &groups, &ng);
     /* candidates: every key path and every group name */
-    char **cands = malloc((n + ng + 1) * sizeof *cands);
-    if (!cands) abort();
+    char **cands = lpo_xrealloc_array(NULL, n + ng + 1, sizeof *cands, "suggestion candidates");
     memcpy(cands, paths, n * sizeof *cands);
     if (ng) memcpy(cands + n, groups, ng * sizeof *cands);
     const char *s = lpo_suggest(o->key, (const char *const *)cands, n + ng);
@@ -696,8 +691,7 @@ lpo_status lpo_cfg_compose(const lpo_cfg_opts *opts, size_t n_overrides, const c
         lpo_node_free(primary);
         return st;
     }
-    override *ovs = calloc(n_overrides + 1, sizeof *ovs);
-    if (!ovs) abort();
+    override *ovs = lpo_xcalloc(n_overrides + 1, sizeof *ovs, "overrides");
     /* parse every override; group overrides change the defaults list before anything loads */
     for (size_t i = 0; i < n_overrides && !st; i++) {
         st = parse_override(overrides[i], &ovs[i]);

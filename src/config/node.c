@@ -11,12 +11,10 @@
 
 /* ---- nodes -------------------------------------------------------------------------------------------- */
 lpo_node *lpo_node_new(lpo_node_kind kind, const char *key, const char *value) {
-    lpo_node *n = calloc(1, sizeof *n);
-    if (!n) abort(); /* config trees are tiny: out of memory here is not recoverable */
+    lpo_node *n = lpo_xcalloc(1, sizeof *n, "a config node");
     n->kind = kind;
-    n->key = key ? lpo_strdup(key) : NULL;
-    n->value = value ? lpo_strdup(value) : NULL;
-    if ((key && !n->key) || (value && !n->value)) abort();
+    n->key = lpo_strdup(key);
+    n->value = lpo_strdup(value);
     return n;
 }
 
@@ -42,9 +40,7 @@ lpo_node *lpo_node_clone(const lpo_node *n) {
 void lpo_node_append(lpo_node *parent, lpo_node *child) {
     if (parent->n_items == parent->cap_items) {
         size_t cap = parent->cap_items ? parent->cap_items * 2 : 4;
-        lpo_node **p = realloc(parent->items, cap * sizeof *p);
-        if (!p) abort();
-        parent->items = p;
+        parent->items = lpo_xrealloc_array(parent->items, cap, sizeof *parent->items, "config items");
         parent->cap_items = cap;
     }
     parent->items[parent->n_items++] = child;
@@ -100,19 +96,17 @@ lpo_node *lpo_node_at(const lpo_node *root, const char *path) {
 
 void lpo__node_set_origin(lpo_node *n, const char *origin) {
     free(n->origin);
-    n->origin = origin ? lpo_strdup(origin) : NULL;
+    n->origin = lpo_strdup(origin);
 }
 
 void lpo__node_set_value(lpo_node *n, const char *value) {
-    char *v = value ? lpo_strdup(value) : NULL;
-    if (value && !v) abort();
+    char *v = lpo_strdup(value);
     free(n->value);
     n->value = v;
 }
 
 void lpo__node_set_key(lpo_node *n, const char *key) {
-    char *k = key ? lpo_strdup(key) : NULL;
-    if (key && !k) abort();
+    char *k = lpo_strdup(key);
     free(n->key);
     n->key = k;
 }
@@ -292,8 +286,9 @@ lpo_status lpo_yaml_parse(const char *text, size_t len, const char *origin, lpo_
                 lpo_node *n =
                     lpo_node_new(plain && is_plain_null(v, vl) ? LPO_NODE_NULL : LPO_NODE_SCALAR, NULL, NULL);
                 if (n->kind == LPO_NODE_SCALAR) {
-                    n->value = lpo_strndup(v, vl);
-                    if (!n->value) abort();
+                    n->value = lpo_xmalloc(vl + 1, "a YAML scalar");
+                    memcpy(n->value, v, vl);
+                    n->value[vl] = 0;
                     n->quoted = !plain;
                 }
                 st = attach(&ps, n, &e.start_mark);

@@ -52,9 +52,7 @@ static lpo_status split_items(const char *text, const char *s, size_t len, char 
         }
         if (*n == cap) {
             cap = cap ? cap * 2 : 8;
-            char **p = realloc(*items, cap * sizeof *p);
-            if (!p) abort();
-            *items = p;
+            *items = lpo_xrealloc_array(*items, cap, sizeof **items, "sweep values");
         }
         (*items)[(*n)++] = lpo_strndup(s + a, b - a);
         start = i + 1;
@@ -82,8 +80,7 @@ static lpo_status make_axis(const char *ov, int sweep_lists, axis *ax) {
         il = vl - 2;
     }
     if (!inner) {
-        ax->vals = malloc(sizeof *ax->vals);
-        if (!ax->vals) abort();
+        ax->vals = lpo_xmalloc(sizeof *ax->vals, "a sweep axis");
         ax->vals[0] = lpo_strdup(ov);
         ax->n = 1;
         return LPO_OK;
@@ -93,8 +90,7 @@ static lpo_status make_axis(const char *ov, int sweep_lists, axis *ax) {
     lpo_status st = split_items(ov, inner, il, &items, &n);
     if (st) return st;
     if (n == 0) return lpo_errorf(LPO_E_USAGE, "override '%s': a sweep needs at least one value", ov);
-    ax->vals = malloc(n * sizeof *ax->vals);
-    if (!ax->vals) abort();
+    ax->vals = lpo_xrealloc_array(NULL, n, sizeof *ax->vals, "a sweep axis");
     // each value: "<prefix+key>=<value>"
     for (size_t i = 0; i < n; i++) {
         lpo_strbuf sb = {0};
@@ -112,8 +108,7 @@ lpo_status lpo_cfg_sweep_expand(size_t n_overrides, const char *const *overrides
                                 char ****out_sets, size_t *n_sets) {
     *out_sets = NULL;
     *n_sets = 0;
-    axis *axes = calloc(n_overrides + 1, sizeof *axes);
-    if (!axes) abort();
+    axis *axes = lpo_xcalloc(n_overrides + 1, sizeof *axes, "sweep axes");
     lpo_status st = LPO_OK;
     size_t total = 1;
     for (size_t i = 0; i < n_overrides && !st; i++) {
@@ -123,12 +118,10 @@ lpo_status lpo_cfg_sweep_expand(size_t n_overrides, const char *const *overrides
     }
     char ***sets = NULL;
     if (!st) {
-        sets = calloc(total, sizeof *sets);
-        if (!sets) abort();
+        sets = lpo_xcalloc(total, sizeof *sets, "sweep configurations");
         // set s: mixed-radix digits of s pick one value per axis, the last axis fastest
         for (size_t s = 0; s < total; s++) {
-            sets[s] = calloc(n_overrides + 1, sizeof **sets);
-            if (!sets[s]) abort();
+            sets[s] = lpo_xcalloc(n_overrides + 1, sizeof **sets, "a sweep configuration");
             size_t rem = s;
             for (size_t k = n_overrides; k-- > 0;) {
                 sets[s][k] = lpo_strdup(axes[k].vals[rem % axes[k].n]);

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -32,84 +33,214 @@ void lpo_log(lpo_log_level lvl, const char *fmt, ...) {
 }
 
 /* ---- files -------------------------------------------------------------------------------------------- */
+static const char *file_kind(mode_t m) {
+    return S_ISDIR(m) ? "directory" : S_ISFIFO(m) ? "FIFO (named pipe)" : S_ISSOCK(m) ? "socket" : "device";
+}
+
+lpo_status lpo_open_regular(const char *path, int *fd) {
+    *fd = -1;
+    /* O_NONBLOCK: opening a FIFO for reading returns at once instead of waiting for a writer, so the type
+     * check below runs before anything can block */
+    int d = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (d < 0) return lpo_errorf(LPO_E_IO, "cannot open '%s': %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(d, &st) != 0) {
+        int err = errno;
+        close(d);
+        return lpo_errorf(LPO_E_IO, "cannot open '%s': %s", path, strerror(err));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(d);
+        return lpo_errorf(LPO_E_IO, "'%s' is a %s, not a regular file", path, file_kind(st.st_mode));
+    }
+    int fl = fcntl(d, F_GETFL);
+    if (fl >= 0) fcntl(d, F_SETFL, fl & ~O_NONBLOCK);
+    *fd = d;
+    return LPO_OK;
+}
+
 lpo_status lpo_read_file(const char *path, char **data, size_t *len) {
     *data = NULL;
     if (len) *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return lpo_errorf(LPO_E_IO, "cannot open '%s': %s", path, strerror(errno));
-    /* a directory or a device (/dev/zero never ends) is not a file to read whole; pipes are fine */
-    struct stat stt;
-    if (fstat(fileno(f), &stt) == 0 &&
-        (S_ISDIR(stt.st_mode) || S_ISCHR(stt.st_mode) || S_ISBLK(stt.st_mode))) {
-        fclose(f);
-        return lpo_errorf(LPO_E_IO, "'%s' is a %s, not a file", path,
-                          S_ISDIR(stt.st_mode) ? "directory" : "device");
-    }
+    int fd;
+    lpo_status st = lpo_open_regular(path, &fd);
+    if (st) return st;
     lpo_strbuf sb = {0};
     char chunk[65536];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) lpo_sb_append(&sb, chunk, n);
-    int err = ferror(f) ? errno : 0;
-    fclose(f);
+    int err = 0;
+    // read until EOF (the size from fstat may change; /proc files report 0)
+    for (;;) {
+        ssize_t n = read(fd, chunk, sizeof chunk);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) err = errno;
+        if (n <= 0) break;
+        lpo_sb_append(&sb, chunk, (size_t)n);
+    }
+    close(fd);
     if (err) {
         lpo_sb_free(&sb);
         return lpo_errorf(LPO_E_IO, "error reading '%s': %s", path, strerror(err));
     }
-    if (!sb.buf) lpo_sb_append(&sb, "", 0);
-    if (!sb.buf) return lpo_errorf(LPO_E_NOMEM, "out of memory reading '%s'", path);
+    lpo_sb_puts(&sb, "");
     *data = sb.buf;
     if (len) *len = sb.len;
     return LPO_OK;
 }
 
-lpo_status lpo_write_file(const char *path, const void *data, size_t len) {
+/* The permissions a new file gets: 0666 less the umask (read without changing it for good). */
+static mode_t new_file_mode(void) {
+    mode_t u = umask(022);
+    umask(u);
+    return 0666 & ~u;
+}
+
+lpo_status lpo_outfile_open(lpo_outfile *o, const char *path) {
+    memset(o, 0, sizeof *o);
+    o->fd = -1;
     size_t pl = strlen(path);
-    if (pl == 0 || path[pl - 1] == '/' || lpo_is_dir(path))
+    if (pl == 0) return lpo_errorf(LPO_E_IO, "cannot write '': empty file name");
+    if (path[pl - 1] == '/' || lpo_is_dir(path))
         return lpo_errorf(LPO_E_IO, "cannot write '%s': it is a directory (give a file name)", path);
-    struct stat stt;
-    if (stat(path, &stt) == 0 && !S_ISREG(stt.st_mode)) {
-        /* a device or FIFO (out=/dev/null, /dev/stdout, a pipe) is written in place: renaming a file over it
-         * would replace /dev/null itself when run as root */
-        FILE *f = fopen(path, "wb");
-        if (!f) return lpo_errorf(LPO_E_IO, "cannot open '%s': %s", path, strerror(errno));
-        size_t w = len ? fwrite(data, 1, len, f) : 0;
-        int err = w != len ? errno : 0;
-        if (fclose(f) != 0 && !err) err = errno ? errno : EIO;
-        return err ? lpo_errorf(LPO_E_IO, "cannot write '%s': %s", path, strerror(err)) : LPO_OK;
+    struct stat lst;
+    int exists = lstat(path, &lst) == 0;
+    o->path = lpo_strdup(path);
+    if (exists && !S_ISREG(lst.st_mode)) {
+        /* a symlink, device or FIFO (out=/dev/stdout, /dev/null, a pipe, a link the user made) is written in
+         * place: renaming a file over it would replace the link or the device node itself */
+        o->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY, 0666);
+        struct stat st;
+        int err = o->fd < 0 ? errno : fstat(o->fd, &st) != 0 ? errno : 0;
+        if (!err && (S_ISBLK(st.st_mode) || S_ISDIR(st.st_mode) || S_ISSOCK(st.st_mode))) {
+            lpo_status e = lpo_errorf(LPO_E_IO,
+                                      "cannot write '%s': it is a %s (lpo writes files, FIFOs and "
+                                      "character devices only)",
+                                      path, file_kind(st.st_mode));
+            lpo_outfile_discard(o);
+            return e;
+        }
+        if (err) {
+            lpo_outfile_discard(o);
+            return lpo_errorf(LPO_E_IO, "cannot write '%s': %s", path, strerror(err));
+        }
+        return LPO_OK;
     }
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
-        return lpo_errorf(LPO_E_IO, "cannot write '%.64s...': the path is too long", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return lpo_errorf(LPO_E_IO, "cannot create '%s': %s", tmp, strerror(errno));
-    size_t w = len ? fwrite(data, 1, len, f) : 0;
-    int bad = (w != len) | (fclose(f) != 0);
-    if (bad || rename(tmp, path) != 0) {
+    /* a regular file or a new name: a fresh temp file in the same folder (mkstemp: O_EXCL, so nothing
+     * planted there is followed), renamed over path at commit */
+    lpo_strbuf t = {0};
+    const char *slash = strrchr(path, '/');
+    if (slash)
+        lpo_sb_printf(&t, "%.*s.%s.XXXXXX", (int)(slash + 1 - path), path, slash + 1);
+    else
+        lpo_sb_printf(&t, ".%s.XXXXXX", path);
+    o->tmp = t.buf;
+    o->fd = mkostemp(o->tmp, O_CLOEXEC);
+    if (o->fd < 0) {
         int err = errno;
-        unlink(tmp);
-        return lpo_errorf(LPO_E_IO, "cannot write '%s': %s", path, strerror(err));
+        free(o->tmp);
+        o->tmp = NULL;
+        lpo_outfile_discard(o);
+        return lpo_errorf(LPO_E_IO, "cannot create '%s': %s", path, strerror(err));
     }
+    if (fchmod(o->fd, exists ? (lst.st_mode & 07777) : new_file_mode()) != 0) o->err = errno;
     return LPO_OK;
+}
+
+lpo_status lpo_outfile_write(lpo_outfile *o, const void *data, size_t len) {
+    const char *p = data;
+    // until every byte is written (short writes happen on pipes and when interrupted)
+    while (len > 0 && !o->err) {
+        ssize_t w = write(o->fd, p, len);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            o->err = w < 0 ? errno : EIO;
+            break;
+        }
+        p += w;
+        len -= (size_t)w;
+    }
+    return o->err ? lpo_errorf(LPO_E_IO, "cannot write '%s': %s", o->path, strerror(o->err)) : LPO_OK;
+}
+
+lpo_status lpo_outfile_commit(lpo_outfile *o) {
+    int err = o->err;
+    if (close(o->fd) != 0 && !err) err = errno;
+    o->fd = -1;
+    if (!err && o->tmp && rename(o->tmp, o->path) != 0) err = errno;
+    if (err) {
+        lpo_status st = lpo_errorf(LPO_E_IO, "cannot write '%s': %s", o->path, strerror(err));
+        lpo_outfile_discard(o);
+        return st;
+    }
+    free(o->tmp);
+    free(o->path);
+    memset(o, 0, sizeof *o);
+    o->fd = -1;
+    return LPO_OK;
+}
+
+void lpo_outfile_discard(lpo_outfile *o) {
+    if (o->fd >= 0) close(o->fd);
+    if (o->tmp) unlink(o->tmp);
+    free(o->tmp);
+    free(o->path);
+    memset(o, 0, sizeof *o);
+    o->fd = -1;
+}
+
+lpo_status lpo_write_file(const char *path, const void *data, size_t len) {
+    lpo_outfile o;
+    lpo_status st = lpo_outfile_open(&o, path);
+    if (st) return st;
+    if ((st = lpo_outfile_write(&o, data, len)) != LPO_OK) {
+        lpo_outfile_discard(&o);
+        return st;
+    }
+    return lpo_outfile_commit(&o);
+}
+
+lpo_status lpo_write_record(FILE *f, const char *data, size_t len, const char *name) {
+    struct iovec v[2] = {{(void *)data, len}, {"\n", 1}};
+    int err = fflush(f) != 0 ? errno : 0;
+    // one writev per record; loop only when the kernel took part of it (disk full, a signal)
+    while (!err && v[1].iov_len) {
+        int first = v[0].iov_len ? 0 : 1;
+        ssize_t w = writev(fileno(f), v + first, 2 - first);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            err = w < 0 ? errno : EIO;
+            break;
+        }
+        for (int i = first; i < 2 && w > 0; i++) {
+            size_t k = (size_t)w < v[i].iov_len ? (size_t)w : v[i].iov_len;
+            v[i].iov_base = (char *)v[i].iov_base + k;
+            v[i].iov_len -= k;
+            w -= (ssize_t)k;
+        }
+    }
+    return err ? lpo_errorf(LPO_E_IO, "cannot write '%s': %s", name, strerror(err)) : LPO_OK;
 }
 
 lpo_status lpo_file_map(const char *path, lpo_mapped_file *out) {
     memset(out, 0, sizeof *out);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return lpo_errorf(LPO_E_IO, "cannot open '%s': %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    int fd;
+    lpo_status st = lpo_open_regular(path, &fd);
+    if (st) return st;
+    struct stat sst;
+    if (fstat(fd, &sst) != 0) {
+        int err = errno;
         close(fd);
-        return lpo_errorf(LPO_E_IO, "'%s' is not a regular file", path);
+        return lpo_errorf(LPO_E_IO, "cannot open '%s': %s", path, strerror(err));
     }
-    out->size = (size_t)st.st_size;
+    out->size = (size_t)sst.st_size;
     out->path = lpo_strdup(path);
     if (out->size > 0) {
         void *p = mmap(NULL, out->size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (p == MAP_FAILED) {
+            int err = errno;
             close(fd);
             free(out->path);
             memset(out, 0, sizeof *out);
-            return lpo_errorf(LPO_E_IO, "cannot mmap '%s': %s", path, strerror(errno));
+            return lpo_errorf(LPO_E_IO, "cannot mmap '%s': %s", path, strerror(err));
         }
         out->data = p;
     }
@@ -186,6 +317,52 @@ lpo_status lpo_mem_check(double bytes, const char *what) {
                       what, bytes / 1073741824.0, avail / 1073741824.0);
 }
 
+static void default_oom(const char *what, size_t bytes) {
+    fprintf(stderr, "lpo: error: out of memory allocating %zu bytes for %s\n", bytes, what);
+    abort(); /* a library does not exit the process: the CLI installs a handler that exits 1 */
+}
+
+static lpo_oom_handler oom_handler = default_oom;
+
+void lpo_set_oom_handler(lpo_oom_handler h) {
+    oom_handler = h ? h : default_oom;
+}
+
+_Noreturn static void oom(const char *what, size_t bytes) {
+    oom_handler(what ? what : "(unnamed)", bytes);
+    abort(); /* the handler must not return */
+}
+
+void *lpo_xmalloc(size_t n, const char *what) {
+    void *p = malloc(n ? n : 1);
+    if (!p) oom(what, n);
+    return p;
+}
+
+void *lpo_xcalloc(size_t n, size_t size, const char *what) {
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) oom(what, n && size > SIZE_MAX / n ? SIZE_MAX : n * size);
+    return p;
+}
+
+void *lpo_xrealloc_array(void *p, size_t n, size_t size, const char *what) {
+    if (size && n > SIZE_MAX / size) oom(what, SIZE_MAX);
+    size_t bytes = n * size;
+    void *q = realloc(p, bytes ? bytes : 1);
+    if (!q) oom(what, bytes);
+    return q;
+}
+
+void *lpo_xgrow(void *arr, size_t *cap, size_t need, size_t elem, const char *what) {
+    if (need <= *cap && arr) return arr;
+    size_t c = *cap ? *cap : 8;
+    // double until it fits (overflow goes to the handler through lpo_xrealloc_array)
+    while (c < need) c = c > SIZE_MAX / 2 ? need : c * 2;
+    arr = lpo_xrealloc_array(arr, c, elem, what);
+    *cap = c;
+    return arr;
+}
+
 /* ---- arena -------------------------------------------------------------------------------------------- */
 lpo_status lpo_arena_init(lpo_arena *a, size_t size) {
     memset(a, 0, sizeof *a);
@@ -214,11 +391,10 @@ void lpo_arena_free(lpo_arena *a) {
  */
 static void sb_reserve(lpo_strbuf *sb, size_t extra) {
     if (sb->len + extra + 1 <= sb->cap) return;
+    if (extra > SIZE_MAX / 2 - sb->len) oom("a string buffer", SIZE_MAX);
     size_t cap = sb->cap ? sb->cap : 64;
     while (cap < sb->len + extra + 1) cap *= 2;
-    char *p = realloc(sb->buf, cap);
-    if (!p) abort(); /* out of memory in a string buffer: nothing sensible to do */
-    sb->buf = p;
+    sb->buf = lpo_xrealloc_array(sb->buf, cap, 1, "a string buffer");
     sb->cap = cap;
 }
 
@@ -309,8 +485,7 @@ char *lpo_strdup(const char *s) {
 }
 
 char *lpo_strndup(const char *s, size_t n) {
-    char *p = malloc(n + 1);
-    if (!p) return NULL;
+    char *p = lpo_xmalloc(n + 1, "a string");
     memcpy(p, s, n);
     p[n] = 0;
     return p;

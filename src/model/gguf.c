@@ -505,6 +505,44 @@ lpo_status lpo_gguf_get_f64(const lpo_gguf *g, const char *key, double *out) {
     return LPO_OK;
 }
 
+const char *lpo_gguf_name(const lpo_gguf *g) {
+    return g->name;
+}
+
+lpo_status lpo_gguf_get_u64_or(const lpo_gguf *g, const char *key, uint64_t def, uint64_t *out) {
+    *out = def;
+    return lpo_gguf_find(g, key) ? lpo_gguf_get_u64(g, key, out) : LPO_OK;
+}
+
+lpo_status lpo_gguf_get_f64_or(const lpo_gguf *g, const char *key, double def, double *out) {
+    *out = def;
+    return lpo_gguf_find(g, key) ? lpo_gguf_get_f64(g, key, out) : LPO_OK;
+}
+
+lpo_status lpo_gguf_get_bool_or(const lpo_gguf *g, const char *key, int def, int *out) {
+    *out = def;
+    const lpo_gguf_kv *kv = lpo_gguf_find(g, key);
+    if (!kv) return LPO_OK;
+    if (kv->type != LPO_GGUF_BOOL)
+        return lpo_errorf(LPO_E_FORMAT, "%s: metadata key '%s' is not a bool", g->name, key);
+    *out = kv->v.u != 0;
+    return LPO_OK;
+}
+
+lpo_status lpo_gguf_get_token_id(const lpo_gguf *g, const char *key, int64_t n_vocab, int32_t *out) {
+    *out = -1;
+    const lpo_gguf_kv *kv = lpo_gguf_find(g, key);
+    if (!kv) return LPO_OK;
+    uint64_t v;
+    lpo_status st = lpo_gguf_get_u64(g, key, &v);
+    if (st) return st;
+    if (v >= (uint64_t)INT32_MAX || (n_vocab > 0 && v >= (uint64_t)n_vocab))
+        return lpo_errorf(LPO_E_FORMAT, "%s: metadata key '%s' = %llu is not a token id (vocabulary of %lld)",
+                          g->name, key, (unsigned long long)v, (long long)n_vocab);
+    *out = (int32_t)v;
+    return LPO_OK;
+}
+
 lpo_status lpo_gguf_get_str(const lpo_gguf *g, const char *key, char **out) {
     *out = NULL;
     const lpo_gguf_kv *kv = lpo_gguf_find(g, key);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "lpo/core.h"
 #include "lpo/model.h"
@@ -37,10 +38,14 @@ static int valid_repo_id(const char *id) {
 static int find_snapshot(const char *repo_dir, char *out, size_t out_size) {
     char p[4096], ref[256] = "";
     if (!fmt(p, sizeof p, "%s/refs/main", repo_dir)) return 0;
-    FILE *f = fopen(p, "r");
-    if (f) {
-        if (fgets(ref, sizeof ref, f)) ref[strcspn(ref, " \r\n")] = 0;
-        fclose(f);
+    int fd;
+    if (lpo_open_regular(p, &fd) == LPO_OK) { /* refs/main: a commit hash (a FIFO there never blocks) */
+        FILE *f = fdopen(fd, "r");
+        if (f && fgets(ref, sizeof ref, f)) ref[strcspn(ref, " \r\n")] = 0;
+        if (f)
+            fclose(f);
+        else
+            close(fd);
         if (ref[0] && !strchr(ref, '/') && strcmp(ref, ".") && strcmp(ref, "..")) {
             if (fmt(p, sizeof p, "%s/snapshots/%s", repo_dir, ref) && lpo_is_dir(p)) {
                 return fmt(out, out_size, "%s", p);

@@ -58,31 +58,33 @@ static int map_name(const char *g, char *hf, size_t n) {
     return 0;
 }
 
+/* The getters below read optional keys and stop at the first error (*st): its message is the one
+ * reported, never overwritten by a later lookup. */
 static int64_t get_int(const lpo_gguf *g, const char *arch, const char *key, int64_t def, lpo_status *st) {
+    if (*st) return def;
     char k[256];
     snprintf(k, sizeof k, "%s.%s", arch, key);
     uint64_t v;
-    lpo_status s = lpo_gguf_get_u64(g, k, &v);
-    if (s == LPO_E_NOT_FOUND) return def;
-    if (s == LPO_OK && v > (uint64_t)INT64_MAX)
-        s = lpo_errorf(LPO_E_FORMAT, "metadata '%s' is out of range", k);
-    if (s != LPO_OK && *st == LPO_OK) *st = s;
-    return s == LPO_OK ? (int64_t)v : def;
+    *st = lpo_gguf_get_u64_or(g, k, (uint64_t)def, &v);
+    if (!*st && v > (uint64_t)INT64_MAX)
+        *st = lpo_errorf(LPO_E_FORMAT, "%s: metadata key '%s' = %llu is out of range", lpo_gguf_name(g), k,
+                         (unsigned long long)v);
+    return *st ? def : (int64_t)v;
 }
 
 static double get_f(const lpo_gguf *g, const char *arch, const char *key, double def, lpo_status *st) {
+    if (*st) return def;
     char k[256];
     snprintf(k, sizeof k, "%s.%s", arch, key);
     double v;
-    lpo_status s = lpo_gguf_get_f64(g, k, &v);
-    if (s == LPO_E_NOT_FOUND) return def;
-    if (s != LPO_OK && *st == LPO_OK) *st = s;
-    return s == LPO_OK ? v : def;
+    *st = lpo_gguf_get_f64_or(g, k, def, &v);
+    return *st ? def : v;
 }
 
-static int32_t get_id(const lpo_gguf *g, const char *key) {
-    uint64_t v;
-    return lpo_gguf_get_u64(g, key, &v) == LPO_OK && v < INT32_MAX ? (int32_t)v : -1;
+static int32_t get_id(const lpo_gguf *g, const char *key, int64_t n_vocab, lpo_status *st) {
+    int32_t id = -1;
+    if (!*st) *st = lpo_gguf_get_token_id(g, key, n_vocab, &id);
+    return *st ? -1 : id;
 }
 
 static lpo_status spec_from_gguf(const lpo_gguf *g, const char *path, lpo_model_spec *s) {
@@ -109,7 +111,7 @@ static lpo_status spec_from_gguf(const lpo_gguf *g, const char *path, lpo_model_
     char key[256];
     snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
     char *rs = NULL;
-    if (lpo_gguf_get_str(g, key, &rs) == LPO_OK) {
+    if (!st && lpo_gguf_find(g, key) && (st = lpo_gguf_get_str(g, key, &rs)) == LPO_OK) {
         if (!strcmp(rs, "linear"))
             s->rope.scaling = LPO_ROPE_LINEAR;
         else if (!strcmp(rs, "yarn"))
@@ -137,11 +139,11 @@ static lpo_status spec_from_gguf(const lpo_gguf *g, const char *path, lpo_model_
     s->qk_norm = lpo_gguf_find_tensor(g, "blk.0.attn_q_norm.weight") != NULL;
     s->tied_embeddings = lpo_gguf_find_tensor(g, "output.weight") == NULL;
     s->act = LPO_ACT_SILU;
-    s->bos_id = get_id(g, "tokenizer.ggml.bos_token_id");
+    s->bos_id = get_id(g, "tokenizer.ggml.bos_token_id", s->vocab_size, &st);
     const char *eos_keys[] = {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
                               "tokenizer.ggml.eom_token_id"};
     for (size_t i = 0; i < 3; i++) {
-        int32_t id = get_id(g, eos_keys[i]);
+        int32_t id = get_id(g, eos_keys[i], s->vocab_size, &st);
         int dup = 0;
         for (int j = 0; j < s->n_eos; j++) dup |= s->eos_ids[j] == id;
         if (id >= 0 && !dup) s->eos_ids[s->n_eos++] = id;

@@ -20,33 +20,21 @@ static lpo_status read_json(const char *path, cJSON **root) {
     return LPO_OK;
 }
 
-/* generation_config.json: its eos_token_id (int or list) and bos_token_id override config.json's. */
+/* generation_config.json: its eos_token_id (int or list) and bos_token_id override config.json's, read with
+ * the same checks (lpo__spec_ids_from_json). */
 static lpo_status apply_generation_config(const char *dir, lpo_model_spec *s) {
     char p[4096];
     snprintf(p, sizeof p, "%s/generation_config.json", dir);
     if (!lpo_path_exists(p)) return LPO_OK;
-    cJSON *root;
-    lpo_status st = read_json(p, &root);
+    char *text;
+    size_t len;
+    lpo_status st = lpo_read_file(p, &text, &len);
     if (st != LPO_OK) return st;
-    if (!cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return lpo_errorf(LPO_E_PARSE, "%s: not a valid JSON object", p);
-    }
-    const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id");
-    const cJSON *b = cJSON_GetObjectItemCaseSensitive(root, "bos_token_id");
-    if (cJSON_IsNumber(b)) s->bos_id = (int32_t)b->valuedouble;
-    if (cJSON_IsNumber(e)) {
-        s->n_eos = 1;
-        s->eos_ids[0] = (int32_t)e->valuedouble;
-    } else if (cJSON_IsArray(e)) {
-        s->n_eos = 0;
-        const cJSON *it;
-        cJSON_ArrayForEach(it, e) if (cJSON_IsNumber(it) && s->n_eos < LPO_MAX_EOS) s->eos_ids[s->n_eos++] =
-            (int32_t)it->valuedouble;
-    }
-    cJSON_Delete(root);
-    st = lpo_spec_validate(s);
-    return st == LPO_OK ? st : lpo_error_context(st, "%s", p);
+    st = lpo__spec_ids_from_json(text, len, p, s);
+    free(text);
+    if (st == LPO_OK) st = lpo_spec_validate(s);
+    /* a bad value in a file is a format error (exit 1), not a configuration error */
+    return st == LPO_OK ? st : lpo_error_context(st == LPO_E_CONFIG ? LPO_E_FORMAT : st, "%s", p);
 }
 
 /* Maps one shard and adds its tensors. */
@@ -135,9 +123,10 @@ lpo_status lpo__open_hf_dir(const char *dir, lpo_model **out) {
     snprintf(p, sizeof p, "%s/config.json", dir);
     char *text;
     size_t len;
-    lpo_status st = lpo_read_file(p, &text, &len);
-    if (st != LPO_OK)
+    if (!lpo_path_exists(p))
         return lpo_errorf(LPO_E_NOT_FOUND, "'%s' has no config.json: not an HF model folder", dir);
+    lpo_status st = lpo_read_file(p, &text, &len); /* a FIFO or device there is refused, naming it */
+    if (st != LPO_OK) return st;
     lpo_model *m;
     if ((st = lpo__model_new("hf", &m)) != LPO_OK) {
         free(text);

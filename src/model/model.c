@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "lpo/config.h"
 #include "model/model_internal.h"
@@ -351,13 +352,13 @@ lpo_status lpo_model_open_path(const char *path, lpo_model **out) {
                           "model path '%s' does not exist (give an HF folder, a .gguf file or hf:Org/Name; "
                           "scripts/fetch-model.sh smollm2-135m fetches a small real model)",
                           path);
-    FILE *f = fopen(path, "rb");
+    int fd;
+    lpo_status st = lpo_open_regular(path, &fd); /* a FIFO or device is refused before any read */
+    if (st != LPO_OK) return st;
     char magic[4] = {0};
-    if (f) {
-        size_t r = fread(magic, 1, 4, f);
-        (void)r;
-        fclose(f);
-    }
+    ssize_t r = read(fd, magic, 4);
+    (void)r;
+    close(fd);
     if (!memcmp(magic, "GGUF", 4) || ends_with(path, ".gguf")) return lpo__open_gguf(path, out);
     if (ends_with(path, "config.json")) {
         char dir[4096];

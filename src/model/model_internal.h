@@ -30,6 +30,9 @@ lpo_status lpo__model_add_tensor(lpo_model *m, const char *name, lpo_dtype dt, i
 lpo_status lpo__model_check_tensors(lpo_model *m, const char *origin);
 
 lpo_status lpo__open_hf_dir(const char *dir, lpo_model **out);
+/* bos_token_id / eos_token_id of a JSON object (generation_config.json) into s, with config.json's checks:
+ * present keys replace s's ids, absent keys leave them; LPO_E_FORMAT naming origin and key. */
+lpo_status lpo__spec_ids_from_json(const char *json, size_t len, const char *origin, lpo_model_spec *s);
 lpo_status lpo__open_gguf(const char *path, lpo_model **out);
 /* A model over an already parsed GGUF (takes ownership of g, also on failure); path names it. */
 lpo_status lpo__model_from_gguf(lpo_gguf *g, const char *path, lpo_model **out);

@@ -12,6 +12,7 @@
 #include <strings.h>
 
 #include "lpo/model.h"
+#include "model/model_internal.h"
 
 /* ---- arch names ------------------------------------------------------------------------------------------
  */
@@ -202,25 +203,31 @@ static void parse_rope(json_ctx *c, const cJSON *root, lpo_model_spec *s) {
         s->rope.original_max_positions = j_int(c, root, "max_position_embeddings", 0);
 }
 
-/* bos/eos: an int or a list of ints (eos). */
-/* A token id of config.json: an integer in [lo, INT32_MAX] (checked before narrowing to int32). */
+/* A token id of config.json / generation_config.json: an integer in [lo, INT32_MAX], checked before it
+ * is narrowed (4294967298 was undefined behaviour, 2.9 became 2, "2" was dropped). */
 static int j_token_id(json_ctx *c, const cJSON *v, const char *key, int32_t lo, int32_t *out) {
     if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < lo ||
         v->valuedouble > INT32_MAX) {
-        if (c->st == LPO_OK)
-            c->st = lpo_errorf(LPO_E_FORMAT, "%s: '%s' holds %s, not a token id", c->origin, key,
-                               cJSON_IsNumber(v) ? "an out-of-range number" : "a non-number");
+        if (c->st == LPO_OK) {
+            char *text = cJSON_PrintUnformatted(v);
+            c->st = lpo_errorf(LPO_E_FORMAT, "%s: '%s' holds %.40s, not a token id (an integer in %d..%d)",
+                               c->origin, key, text ? text : "?", (int)lo, INT32_MAX);
+            free(text);
+        }
         return 0;
     }
     *out = (int32_t)v->valuedouble;
     return 1;
 }
 
+/* bos_token_id (an int) and eos_token_id (an int or a list of ints): each key present replaces s's ids;
+ * absent keys leave them as they are. */
 static void parse_ids(json_ctx *c, const cJSON *root, lpo_model_spec *s) {
     const cJSON *b = cJSON_GetObjectItemCaseSensitive(root, "bos_token_id");
-    s->bos_id = -1;
+    if (cJSON_IsNull(b)) s->bos_id = -1;
     if (b && !cJSON_IsNull(b)) j_token_id(c, b, "bos_token_id", -1, &s->bos_id);
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id");
+    if (!e) return;
     s->n_eos = 0;
     if (cJSON_IsNumber(e)) {
         if (j_token_id(c, e, "eos_token_id", 0, &s->eos_ids[0])) s->n_eos = 1;
@@ -229,9 +236,33 @@ static void parse_ids(json_ctx *c, const cJSON *root, lpo_model_spec *s) {
         cJSON_ArrayForEach(it, e) {
             int32_t id;
             if (!j_token_id(c, it, "eos_token_id", 0, &id)) return;
-            if (s->n_eos < LPO_MAX_EOS) s->eos_ids[s->n_eos++] = id;
+            int dup = 0; /* the same id twice is harmless: kept once */
+            for (int k = 0; k < s->n_eos; k++) dup |= s->eos_ids[k] == id;
+            if (dup) continue;
+            if (s->n_eos == LPO_MAX_EOS) {
+                if (c->st == LPO_OK)
+                    c->st = lpo_errorf(LPO_E_FORMAT, "%s: 'eos_token_id' lists more than %d ids", c->origin,
+                                       LPO_MAX_EOS);
+                return;
+            }
+            s->eos_ids[s->n_eos++] = id;
         }
+    } else if (!cJSON_IsNull(e) && c->st == LPO_OK) {
+        c->st = lpo_errorf(LPO_E_FORMAT, "%s: 'eos_token_id' must be a token id or a list of token ids",
+                           c->origin);
     }
+}
+
+lpo_status lpo__spec_ids_from_json(const char *json, size_t len, const char *origin, lpo_model_spec *s) {
+    cJSON *root = cJSON_ParseWithLength(json, len);
+    if (!root || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return lpo_errorf(LPO_E_PARSE, "%s: not a valid JSON object", origin);
+    }
+    json_ctx c = {origin, LPO_OK};
+    parse_ids(&c, root, s);
+    cJSON_Delete(root);
+    return c.st;
 }
 
 lpo_status lpo_spec_from_hf_config(const char *json, size_t len, const char *origin, lpo_model_spec *out) {
@@ -293,6 +324,7 @@ lpo_status lpo_spec_from_hf_config(const char *json, size_t len, const char *ori
     if (dt && !lpo_dtype_parse(dt, &s->dtype) && c.st == LPO_OK)
         c.st = lpo_errorf(LPO_E_UNSUPPORTED,
                           "%s: torch_dtype '%s' is not supported (float32, float16, bfloat16)", origin, dt);
+    s->bos_id = -1;
     parse_ids(&c, root, s);
     if (cJSON_GetObjectItemCaseSensitive(root, "num_local_experts") ||
         cJSON_GetObjectItemCaseSensitive(root, "num_experts"))

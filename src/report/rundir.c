@@ -1,12 +1,14 @@
 /* Run directories: output.dir of the composed config, created fresh (a non-empty directory is never
  * reused: "-2", "-3"... are appended), holding config.yaml, cmd.txt and env.json, then the command's own
  * artifacts. */
-#include <errno.h>
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "lpo/core.h"
@@ -62,11 +64,20 @@ lpo_status lpo_rundir_create(const lpo_node *cfg, lpo_rundir **out) {
     if (!*dir) return lpo_errorf(LPO_E_CONFIG, "run directory: output.dir is empty");
     size_t dl = strlen(dir);
     while (dl > 1 && dir[dl - 1] == '/') dl--;
+    /* "/", ".", ".." (or a path ending in them) name a directory that exists and is not lpo's to fill:
+     * a suffix would give "/-2", ".-2" */
+    const char *last = dir + dl;
+    while (last > dir && last[-1] != '/') last--;
+    if ((dl == 1 && dir[0] == '/') || (dir + dl - last == 1 && last[0] == '.') ||
+        (dir + dl - last == 2 && !strncmp(last, "..", 2)))
+        return lpo_errorf(LPO_E_CONFIG,
+                          "run directory: output.dir='%s' names the root, the current or the parent folder; "
+                          "give a new folder name (e.g. output.dir=runs/my-run)",
+                          dir);
     if (dl >= PATH_MAX - 16) return lpo_errorf(LPO_E_CONFIG, "run directory: output.dir is too long");
     char clean[PATH_MAX];
     snprintf(clean, sizeof clean, "%.*s", (int)dl, dir);
-    lpo_rundir *rd = calloc(1, sizeof *rd);
-    if (!rd) return lpo_errorf(LPO_E_NOMEM, "out of memory");
+    lpo_rundir *rd = lpo_xcalloc(1, sizeof *rd, "a run directory");
     st = make_fresh_dir(clean, rd->path, sizeof rd->path);
     if (st) {
         free(rd);
@@ -74,10 +85,10 @@ lpo_status lpo_rundir_create(const lpo_node *cfg, lpo_rundir **out) {
     }
     /* config.yaml: the resolved configuration */
     lpo_strbuf sb = {0};
-    lpo_sb_puts(&sb, "# lpo resolved configuration (");
-    lpo_sb_puts(&sb, lpo_cli_command_line());
-    lpo_sb_puts(&sb, ")\n");
-    lpo_cfg_dump_yaml(cfg, &sb);
+    /* a header comment: every line of the command line commented (a value may hold newlines) */
+    lpo_sb_puts(&sb, "# lpo resolved configuration of:\n");
+    lpo_cfg_yaml_comment(&sb, lpo_cli_command_line());
+    lpo_cfg_dump_yaml_resolved(cfg, &sb);
     st = lpo_rundir_write(rd, "config.yaml", sb.buf, sb.len);
     lpo_sb_free(&sb);
     /* cmd.txt: the exact command line */
@@ -89,8 +100,7 @@ lpo_status lpo_rundir_create(const lpo_node *cfg, lpo_rundir **out) {
     }
     /* env.json: as `lpo env --json` */
     if (!st) {
-        lpo_env_info *env = malloc(sizeof *env);
-        if (!env) abort();
+        lpo_env_info *env = lpo_xmalloc(sizeof *env, "environment information");
         lpo_env_collect(env, 0);
         lpo_json j;
         lpo_json_init_buf(&j, &sb, 1);
@@ -119,8 +129,18 @@ const char *lpo_rundir_file(const lpo_rundir *rd, const char *name, char *buf, s
 lpo_status lpo_rundir_open(const lpo_rundir *rd, const char *name, const char *mode, FILE **f) {
     char p[PATH_MAX + 256];
     lpo_rundir_file(rd, name, p, sizeof p);
-    *f = fopen(p, mode);
-    if (!*f) return lpo_errorf(LPO_E_IO, "cannot open '%s': %s", p, strerror(errno));
+    *f = NULL;
+    int flags = mode[0] == 'a' ? O_APPEND : mode[0] == 'w' ? O_TRUNC : -1;
+    if (flags < 0 || strchr(mode, '+'))
+        return lpo_errorf(LPO_E_INVALID, "run directory file '%s': mode '%s' (use \"w\" or \"a\")", p, mode);
+    /* O_NOFOLLOW: a link planted in the run directory is not followed */
+    int fd = open(p, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | flags, 0666);
+    if (fd >= 0) *f = fdopen(fd, mode[0] == 'a' ? "a" : "w");
+    if (!*f) {
+        int err = errno;
+        if (fd >= 0) close(fd);
+        return lpo_errorf(LPO_E_IO, "cannot open '%s': %s", p, strerror(err));
+    }
     return LPO_OK;
 }
 

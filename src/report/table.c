@@ -23,8 +23,7 @@ struct lpo_table {
 };
 
 lpo_table *lpo_table_new(const lpo_field *fields, size_t n_fields) {
-    lpo_table *t = calloc(1, sizeof *t);
-    if (!t) abort();
+    lpo_table *t = lpo_xcalloc(1, sizeof *t, "a table");
     t->fields = fields;
     t->n_fields = n_fields;
     return t;
@@ -44,9 +43,7 @@ size_t lpo_table_rows(const lpo_table *t) {
 void lpo_table_add_row(lpo_table *t) {
     if (t->rows == t->cap_rows) {
         size_t cap = t->cap_rows ? t->cap_rows * 2 : 16;
-        cell *c = realloc(t->cells, cap * t->n_fields * sizeof *c + 1);
-        if (!c) abort();
-        t->cells = c;
+        t->cells = lpo_xrealloc_array(t->cells, cap * t->n_fields + 1, sizeof *t->cells, "table cells");
         t->cap_rows = cap;
     }
     memset(t->cells + t->rows * t->n_fields, 0, t->n_fields * sizeof *t->cells);
@@ -78,7 +75,6 @@ lpo_status lpo_table_set_str(lpo_table *t, const char *field, const char *v) {
         return LPO_OK;
     }
     c->s = lpo_strdup(v);
-    if (!c->s) abort();
     return LPO_OK;
 }
 
@@ -204,9 +200,8 @@ static void pad(lpo_strbuf *out, size_t n) {
 void lpo_table_write_md(const lpo_table *t, lpo_strbuf *out) {
     lpo_sb_puts(out, "");
     size_t nf = t->n_fields;
-    lpo_strbuf *txt = calloc((t->rows + 1) * nf + 1, sizeof *txt);
-    size_t *w = calloc(nf + 1, sizeof *w);
-    if (!txt || !w) abort();
+    lpo_strbuf *txt = lpo_xcalloc((t->rows + 1) * nf + 1, sizeof *txt, "table text");
+    size_t *w = lpo_xcalloc(nf + 1, sizeof *w, "table column widths");
     // render every cell once, measure column widths (header row 0)
     for (size_t k = 0; k < nf; k++) {
         if (t->fields[k].md_hide) continue;

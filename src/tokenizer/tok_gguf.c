@@ -20,16 +20,6 @@ static const char qwen2_regex[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\
 static const char *const known_pre[] = {"default",  "gpt2",   "llama-bpe", "llama3",
                                         "llama-v3", "smollm", "qwen2"};
 
-static int64_t get_int(const lpo_gguf *g, const char *key, int64_t dflt) {
-    uint64_t v;
-    return lpo_gguf_get_u64(g, key, &v) == LPO_OK && v < (1u << 31) ? (int64_t)v : dflt;
-}
-
-static int get_bool(const lpo_gguf *g, const char *key, int dflt) {
-    const lpo_gguf_kv *kv = lpo_gguf_find(g, key);
-    return kv && kv->type == LPO_GGUF_BOOL ? kv->v.u != 0 : dflt;
-}
-
 static int32_t arr_i32(const lpo_gguf_kv *kv, uint64_t i) {
     int32_t v;
     memcpy(&v, kv->v.arr.data + 4 * i, 4);
@@ -42,15 +32,6 @@ static float arr_f32(const lpo_gguf_kv *kv, uint64_t i) {
     return v;
 }
 
-static lpo_status add_step(void **arr, size_t *n, const void *item, size_t size) {
-    char *p = realloc(*arr, (*n + 1) * size);
-    if (!p) return lpo_errorf(LPO_E_NOMEM, "out of memory");
-    memcpy(p + *n * size, item, size);
-    *arr = p;
-    (*n)++;
-    return LPO_OK;
-}
-
 static lpo_status add_pre(lpo_tokenizer *t, pre_kind kind, const char *regex, split_behavior beh,
                           int prefix) {
     tok_pre p = {.kind = kind, .behavior = beh, .add_prefix_space = prefix};
@@ -58,9 +39,8 @@ static lpo_status add_pre(lpo_tokenizer *t, pre_kind kind, const char *regex, sp
         lpo_status st = tok_regex_compile(regex, t->origin, &p.re);
         if (st) return st;
     }
-    lpo_status st = add_step((void **)&t->pres, &t->n_pres, &p, sizeof p);
-    if (st && p.re) pcre2_code_free(p.re);
-    return st;
+    tok_push_pre(t, &p);
+    return LPO_OK;
 }
 
 static lpo_status add_dec(lpo_tokenizer *t, dec_kind kind, const char *a, const char *b) {
@@ -72,25 +52,17 @@ static lpo_status add_dec(lpo_tokenizer *t, dec_kind kind, const char *a, const 
     if (a) {
         d.a = lpo_strdup(a);
         d.b = lpo_strdup(b);
-        if (!d.a || !d.b) {
-            free(d.a);
-            free(d.b);
-            return lpo_errorf(LPO_E_NOMEM, "out of memory");
-        }
     }
-    return add_step((void **)&t->decs, &t->n_decs, &d, sizeof d);
+    tok_push_dec(t, &d);
+    return LPO_OK;
 }
 
 static lpo_status add_norm(lpo_tokenizer *t, norm_kind kind, const char *a, const char *b) {
     tok_norm nm = {.kind = kind};
-    if (a) nm.a = lpo_strdup(a);
-    if (b) nm.b = lpo_strdup(b);
-    if ((a && !nm.a) || (b && !nm.b)) {
-        free(nm.a);
-        free(nm.b);
-        return lpo_errorf(LPO_E_NOMEM, "out of memory");
-    }
-    return add_step((void **)&t->norms, &t->n_norms, &nm, sizeof nm);
+    nm.a = lpo_strdup(a);
+    nm.b = lpo_strdup(b);
+    tok_push_norm(t, &nm);
+    return LPO_OK;
 }
 
 /* Byte-level pre-tokenizer steps for tokenizer.ggml.pre. */
@@ -217,18 +189,21 @@ static lpo_status load(lpo_tokenizer *t, const lpo_gguf *g, const char *model) {
     }
     st = tok_build_maps(t);
     if (st) return st;
-    t->unk_id = (int32_t)get_int(g, "tokenizer.ggml.unknown_token_id", t->unk_id);
-    if (t->unk_id >= t->n_vocab) t->unk_id = -1;
-    t->bos_id = (int32_t)get_int(g, "tokenizer.ggml.bos_token_id", -1);
-    t->eos_id = (int32_t)get_int(g, "tokenizer.ggml.eos_token_id", -1);
-    if (t->bos_id >= t->n_vocab) t->bos_id = -1;
-    if (t->eos_id >= t->n_vocab) t->eos_id = -1;
+    /* special ids: a wrong type or an id outside the vocabulary is an error naming the key (ignoring it
+     * made bos=true add nothing) */
+    int32_t unk = -1;
+    st = lpo_gguf_get_token_id(g, "tokenizer.ggml.unknown_token_id", t->n_vocab, &unk);
+    if (unk >= 0) t->unk_id = unk;
+    if (!st) st = lpo_gguf_get_token_id(g, "tokenizer.ggml.bos_token_id", t->n_vocab, &t->bos_id);
+    if (!st) st = lpo_gguf_get_token_id(g, "tokenizer.ggml.eos_token_id", t->n_vocab, &t->eos_id);
+    int prefix = 1, add_bos = 0, add_eos = 0;
+    if (!st) st = lpo_gguf_get_bool_or(g, "tokenizer.ggml.add_space_prefix", 1, &prefix);
+    if (st) return st;
 
     if (spm) {
         t->byte_fallback = 1;
         t->fuse_unk = 1;
         st = spm_merges(t, scores);
-        int prefix = get_bool(g, "tokenizer.ggml.add_space_prefix", 1);
         if (!st && prefix) st = add_norm(t, NORM_PREPEND, "\xE2\x96\x81", NULL);
         if (!st) st = add_norm(t, NORM_REPLACE, " ", "\xE2\x96\x81");
         if (!st) st = add_dec(t, DEC_REPLACE, "\xE2\x96\x81", " ");
@@ -260,26 +235,20 @@ static lpo_status load(lpo_tokenizer *t, const lpo_gguf *g, const char *model) {
                 st = tok_add_merge(t, a, b, (uint32_t)i, r);
         }
         char *pre = NULL;
-        if (!st && lpo_gguf_get_str(g, "tokenizer.ggml.pre", &pre) != LPO_OK) pre = lpo_strdup("default");
-        if (!st) st = pre ? gpt2_pre(t, pre) : lpo_errorf(LPO_E_NOMEM, "out of memory");
+        if (!st && lpo_gguf_find(g, "tokenizer.ggml.pre"))
+            st = lpo_gguf_get_str(g, "tokenizer.ggml.pre", &pre);
+        if (!st) st = gpt2_pre(t, pre ? pre : "default");
         free(pre);
         if (!st) st = add_dec(t, DEC_BYTELEVEL, NULL, NULL);
     }
     if (st) return st;
     /* the template: add_bos_token (default on for SentencePiece, off for byte-level unless llama-3) */
-    int bos_default = spm || t->ignore_merges;
-    if (get_bool(g, "tokenizer.ggml.add_bos_token", bos_default) && t->bos_id >= 0) {
-        t->prefix_ids = malloc(sizeof *t->prefix_ids);
-        if (!t->prefix_ids) return lpo_errorf(LPO_E_NOMEM, "out of memory");
-        t->prefix_ids[0] = t->bos_id;
-        t->n_prefix = 1;
-    }
-    if (get_bool(g, "tokenizer.ggml.add_eos_token", 0) && t->eos_id >= 0) {
-        t->suffix_ids = malloc(sizeof *t->suffix_ids);
-        if (!t->suffix_ids) return lpo_errorf(LPO_E_NOMEM, "out of memory");
-        t->suffix_ids[0] = t->eos_id;
-        t->n_suffix = 1;
-    }
+    add_bos = spm || t->ignore_merges;
+    st = lpo_gguf_get_bool_or(g, "tokenizer.ggml.add_bos_token", add_bos, &add_bos);
+    if (!st) st = lpo_gguf_get_bool_or(g, "tokenizer.ggml.add_eos_token", add_eos, &add_eos);
+    if (st) return st;
+    if (add_bos && t->bos_id >= 0) tok_push_template_id(t, 0, t->bos_id);
+    if (add_eos && t->eos_id >= 0) tok_push_template_id(t, 1, t->eos_id);
     return tok_finish(t);
 }
 

@@ -13,6 +13,9 @@
 
 /* Token ids are below this (4 Mi; the largest real vocabularies have a few hundred thousand). */
 #define TOK_MAX_IDS (1 << 22)
+/* Normalized text is at most TOK_NORM_GROWTH x the input + TOK_NORM_SLACK bytes (see tok_normalize). */
+#define TOK_NORM_GROWTH 32
+#define TOK_NORM_SLACK  (1 << 20)
 
 /* ---- string pool + hash maps ------------------------------------------------------------------------ */
 typedef struct {
@@ -116,13 +119,13 @@ struct lpo_tokenizer {
     size_t n_added;
     uint8_t added_first[2][256]; /* [normalized][byte]: some added token of that set starts with byte */
     tok_norm *norms;
-    size_t n_norms;
+    size_t n_norms, cap_norms;
     tok_pre *pres;
-    size_t n_pres;
+    size_t n_pres, cap_pres;
     tok_dec *decs;
-    size_t n_decs;
+    size_t n_decs, cap_decs;
     int32_t *prefix_ids, *suffix_ids; /* TemplateProcessing "single": specials before/after $A */
-    size_t n_prefix, n_suffix;
+    size_t n_prefix, n_suffix, cap_prefix, cap_suffix;
     int32_t bos_id, eos_id;
     char *chat_template; /* malloc'd Jinja text, NULL when none (see lpo_tokenizer_chat_template) */
 };
@@ -140,6 +143,12 @@ lpo_status tok_set_token(lpo_tokenizer *t, int32_t id, const char *s, size_t n, 
 lpo_status tok_build_maps(lpo_tokenizer *t);
 /* Adds a merge pair (ids) with its rank and result. Later duplicates override earlier ones (like HF). */
 lpo_status tok_add_merge(lpo_tokenizer *t, int32_t a, int32_t b, uint32_t rank, int32_t new_id);
+/* Append one pipeline step or template id (arrays grow geometrically; out of memory goes to the handler). */
+void tok_push_norm(lpo_tokenizer *t, const tok_norm *nm);
+void tok_push_pre(lpo_tokenizer *t, const tok_pre *p);
+void tok_push_dec(lpo_tokenizer *t, const tok_dec *d);
+/* suffix: after the sequence ($A), else before it */
+void tok_push_template_id(lpo_tokenizer *t, int suffix, int32_t id);
 /* Finishes loading: unit ids, added-token normalization, bos/eos defaults. */
 lpo_status tok_finish(lpo_tokenizer *t);
 

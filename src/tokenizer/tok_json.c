@@ -35,11 +35,7 @@ static int jint(const cJSON *v, int64_t lo, int64_t hi, int64_t *out) {
 
 /* ---- normalizer --------------------------------------------------------------------------------------- */
 static lpo_status push_norm(jctx *c, tok_norm nm) {
-    lpo_tokenizer *t = c->t;
-    tok_norm *p = realloc(t->norms, (t->n_norms + 1) * sizeof *p);
-    if (!p) return lpo_errorf(LPO_E_NOMEM, "out of memory");
-    t->norms = p;
-    t->norms[t->n_norms++] = nm;
+    tok_push_norm(c->t, &nm);
     return LPO_OK;
 }
 
@@ -149,14 +145,7 @@ static lpo_status load_normalizer(jctx *c, const cJSON *n, int depth) {
 /* ---- pre-tokenizer --------------------------------------------------------------------------------------
  */
 static lpo_status push_pre(jctx *c, tok_pre p) {
-    lpo_tokenizer *t = c->t;
-    tok_pre *q = realloc(t->pres, (t->n_pres + 1) * sizeof *q);
-    if (!q) {
-        if (p.re) pcre2_code_free(p.re);
-        return lpo_errorf(LPO_E_NOMEM, "out of memory");
-    }
-    t->pres = q;
-    t->pres[t->n_pres++] = p;
+    tok_push_pre(c->t, &p);
     return LPO_OK;
 }
 
@@ -305,27 +294,12 @@ static lpo_status load_decoder(jctx *c, const cJSON *d, int depth) {
             "%s: decoder type '%s' is not supported (lpo supports ByteLevel, ByteFallback, Fuse, Strip, "
             "Replace, Metaspace and Sequence)",
             c->origin, type);
-    tok_dec *p = realloc(t->decs, (t->n_decs + 1) * sizeof *p);
-    if (!p) {
-        free(x.a);
-        free(x.b);
-        return lpo_errorf(LPO_E_NOMEM, "out of memory");
-    }
-    t->decs = p;
-    t->decs[t->n_decs++] = x;
+    tok_push_dec(t, &x);
     return LPO_OK;
 }
 
 /* ---- post-processor
  * -------------------------------------------------------------------------------------------- */
-static lpo_status push_ids(int32_t **arr, size_t *n, int32_t id) {
-    int32_t *p = realloc(*arr, (*n + 1) * sizeof *p);
-    if (!p) return lpo_errorf(LPO_E_NOMEM, "out of memory");
-    *arr = p;
-    p[(*n)++] = id;
-    return LPO_OK;
-}
-
 static lpo_status load_template(jctx *c, const cJSON *pp) {
     lpo_tokenizer *t = c->t;
     const cJSON *single = jget(pp, "single"), *specials = jget(pp, "special_tokens"), *it;
@@ -349,9 +323,7 @@ static lpo_status load_template(jctx *c, const cJSON *pp) {
             if (!jint(idv, 0, t->n_vocab - 1, &v))
                 return lpo_errorf(LPO_E_FORMAT, "%s: TemplateProcessing special token '%s' has a bad id",
                                   c->origin, name);
-            lpo_status st = seen_seq ? push_ids(&t->suffix_ids, &t->n_suffix, (int32_t)v)
-                                     : push_ids(&t->prefix_ids, &t->n_prefix, (int32_t)v);
-            if (st) return st;
+            tok_push_template_id(t, seen_seq, (int32_t)v);
             any = 1;
         }
         if (!any) {
@@ -359,9 +331,7 @@ static lpo_status load_template(jctx *c, const cJSON *pp) {
             if (v < 0)
                 return lpo_errorf(LPO_E_FORMAT, "%s: TemplateProcessing names unknown token '%s'", c->origin,
                                   name);
-            lpo_status st = seen_seq ? push_ids(&t->suffix_ids, &t->n_suffix, v)
-                                     : push_ids(&t->prefix_ids, &t->n_prefix, v);
-            if (st) return st;
+            tok_push_template_id(t, seen_seq, v);
         }
     }
     return LPO_OK;

@@ -155,6 +155,11 @@ lpo_status tok_set_token(lpo_tokenizer *t, int32_t id, const char *s, size_t n, 
         t->flags[id] |= added ? TF_ADDED : TF_MODEL; /* an added token that is also in the model vocab */
         return LPO_OK;
     }
+    if (!added && (f & TF_MODEL)) /* two vocabulary entries for one id: say so, not "a merge uses a missing
+                                     token" later */
+        return lpo_errorf(LPO_E_FORMAT, "%s: vocabulary id %d is given to two tokens, \"%.*s\" and \"%.*s\"",
+                          t->origin, (int)id, (int)(t->stored[id].len < 64 ? t->stored[id].len : 64),
+                          t->pool + t->stored[id].off, (int)(n < 64 ? n : 64), s);
     st = tok_pool_add(t, s, n, &t->stored[id]);
     if (st) return st;
     t->raw[id] = t->stored[id];
@@ -559,12 +564,14 @@ static void norm_lower(const char *s, size_t n, lpo_strbuf *out) {
     }
 }
 
-static void norm_replace(const tok_norm *nm, const char *s, size_t n, lpo_strbuf *out) {
+/* Replace: every match of the pattern by nm->b; stops once out passes `limit` bytes. */
+static void norm_replace(const tok_norm *nm, const char *s, size_t n, size_t limit, lpo_strbuf *out) {
     size_t bl = strlen(nm->b);
     if (nm->re) {
         pcre2_match_data *md = pcre2_match_data_create_from_pattern(nm->re, NULL);
         size_t pos = 0, last = 0;
         while (md && pos <= n) {
+            if (out->len > limit) break;
             int rc = pcre2_match(nm->re, (PCRE2_SPTR)s, n, pos, PCRE2_NO_UTF_CHECK, md, NULL);
             if (rc < 0) break;
             PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
@@ -573,8 +580,9 @@ static void norm_replace(const tok_norm *nm, const char *s, size_t n, lpo_strbuf
             last = ov[1];
             pos = ov[1] > ov[0] ? ov[1] : ov[1] + tok_utf8_len((unsigned char)s[ov[1] < n ? ov[1] : 0]);
         }
-        lpo_sb_append(out, s + last, n - last);
         pcre2_match_data_free(md);
+        if (out->len > limit) return;
+        lpo_sb_append(out, s + last, n - last);
         return;
     }
     size_t al = strlen(nm->a), last = 0;
@@ -583,6 +591,7 @@ static void norm_replace(const tok_norm *nm, const char *s, size_t n, lpo_strbuf
         return;
     }
     for (size_t i = 0; i + al <= n;) {
+        if (out->len > limit) return;
         if (memcmp(s + i, nm->a, al) == 0) {
             lpo_sb_append(out, s + last, i - last);
             lpo_sb_append(out, nm->b, bl);
@@ -595,6 +604,11 @@ static void norm_replace(const tok_norm *nm, const char *s, size_t n, lpo_strbuf
 }
 
 lpo_status tok_normalize(const lpo_tokenizer *t, const char *s, size_t n, lpo_strbuf *out) {
+    /* The normalized text may grow (a Replace of ' ' by U+2581 triples it, NFKC expands some characters up
+     * to 18x) but not without bound: a chain of Replace steps ('a' -> 10,000 a's, five times) would
+     * allocate until the machine dies. */
+    const size_t limit =
+        n > (SIZE_MAX - TOK_NORM_SLACK) / TOK_NORM_GROWTH ? SIZE_MAX : TOK_NORM_GROWTH * n + TOK_NORM_SLACK;
     lpo_strbuf a = {0}, b = {0};
     lpo_sb_append(&a, s, n);
     lpo_sb_append(&a, "", 0);
@@ -621,7 +635,7 @@ lpo_status tok_normalize(const lpo_tokenizer *t, const char *s, size_t n, lpo_st
             if (a.len) lpo_sb_puts(&b, nm->a);
             lpo_sb_append(&b, src, a.len);
             break;
-        case NORM_REPLACE: norm_replace(nm, src, a.len, &b); break;
+        case NORM_REPLACE: norm_replace(nm, src, a.len, limit, &b); break;
         case NORM_STRIP: {
             size_t lo = 0, hi = a.len;
             const unsigned char *u = (const unsigned char *)src;
@@ -643,6 +657,14 @@ lpo_status tok_normalize(const lpo_tokenizer *t, const char *s, size_t n, lpo_st
             break;
         }
         }
+        if (b.len > limit) {
+            lpo_sb_free(&a);
+            lpo_sb_free(&b);
+            return lpo_errorf(LPO_E_RANGE,
+                              "%s: normalizer step %zu of %zu makes the text of %zu bytes longer than %zu "
+                              "bytes (%dx + %d KiB): an expanding Replace chain?",
+                              t->origin, k + 1, t->n_norms, n, limit, TOK_NORM_GROWTH, TOK_NORM_SLACK / 1024);
+        }
         lpo_strbuf tmp = a;
         a = b;
         b = tmp;
@@ -652,6 +674,30 @@ lpo_status tok_normalize(const lpo_tokenizer *t, const char *s, size_t n, lpo_st
     lpo_sb_free(&a);
     lpo_sb_free(&b);
     return LPO_OK;
+}
+
+/* ---- pipeline steps
+ * ---------------------------------------------------------------------------------------------------- */
+void tok_push_norm(lpo_tokenizer *t, const tok_norm *nm) {
+    t->norms = lpo_xgrow(t->norms, &t->cap_norms, t->n_norms + 1, sizeof *t->norms, "tokenizer normalizers");
+    t->norms[t->n_norms++] = *nm;
+}
+
+void tok_push_pre(lpo_tokenizer *t, const tok_pre *p) {
+    t->pres = lpo_xgrow(t->pres, &t->cap_pres, t->n_pres + 1, sizeof *t->pres, "tokenizer pre-tokenizers");
+    t->pres[t->n_pres++] = *p;
+}
+
+void tok_push_dec(lpo_tokenizer *t, const tok_dec *d) {
+    t->decs = lpo_xgrow(t->decs, &t->cap_decs, t->n_decs + 1, sizeof *t->decs, "tokenizer decoders");
+    t->decs[t->n_decs++] = *d;
+}
+
+void tok_push_template_id(lpo_tokenizer *t, int suffix, int32_t id) {
+    int32_t **arr = suffix ? &t->suffix_ids : &t->prefix_ids;
+    size_t *n = suffix ? &t->n_suffix : &t->n_prefix, *cap = suffix ? &t->cap_suffix : &t->cap_prefix;
+    *arr = lpo_xgrow(*arr, cap, *n + 1, sizeof **arr, "post-processor template ids");
+    (*arr)[(*n)++] = id;
 }
 
 void tok_free_steps(lpo_tokenizer *t) {
@@ -673,4 +719,5 @@ void tok_free_steps(lpo_tokenizer *t) {
     t->pres = NULL;
     t->decs = NULL;
     t->n_norms = t->n_pres = t->n_decs = 0;
+    t->cap_norms = t->cap_pres = t->cap_decs = 0;
 }

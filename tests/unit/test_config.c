@@ -243,6 +243,26 @@ static void test_dump_roundtrip(void **state) {
     lpo_sb_free(&sb2);
     lpo_node_free(n);
     lpo_node_free(back);
+    /* issue 14, finding 17: document markers as values (the fuzzer's ` ---` aborted: "---" was written
+     * plain at the start of a line and read back as a new document) */
+    const char *const docs[] = {"' ---'", "'---'", "'...'", "'--- x'", "'...\t'", "[---, '...']", "k: '---'"};
+    for (size_t i = 0; i < sizeof docs / sizeof *docs; i++) {
+        lpo_node *d = parse_ok(docs[i]), *d2;
+        lpo_strbuf a = {0}, b = {0};
+        lpo_cfg_dump_yaml(d, &a);
+        assert_int_equal(lpo_yaml_parse(a.buf, a.len, "dump", &d2), LPO_OK);
+        lpo_cfg_dump_yaml(d2, &b);
+        assert_string_equal(a.buf, b.buf);
+        lpo_sb_free(&a);
+        lpo_sb_free(&b);
+        lpo_node_free(d);
+        lpo_node_free(d2);
+    }
+    n = parse_ok("'---'");
+    lpo_cfg_dump_yaml(n, &sb);
+    assert_string_equal(sb.buf, "\"---\"\n");
+    lpo_sb_free(&sb);
+    lpo_node_free(n);
 }
 
 /* ---- composition ----------------------------------------------------------------------------------------

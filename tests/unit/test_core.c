@@ -1,5 +1,6 @@
-/* Unit tests for src/core: status table, error messages, suggestions, string buffer, arena, files,
- * UTF-8 decoding, the memory check before large allocations. */
+/* Unit tests for src/core: status table, error messages, suggestions, string buffer, arena, files (safe
+ * output files: links, devices, FIFOs, temp files; regular-file inputs; whole-line records), checked
+ * allocation, UTF-8 decoding, the memory check before large allocations. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,7 +9,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "lpo/core.h"
 #include "test_support.h"
@@ -105,7 +109,7 @@ static void test_files(void **state) {
     assert_int_equal(lpo_file_map(sub, &m), LPO_E_IO); /* a directory */
     /* reading a directory or a device (/dev/zero never ends) is refused with what it is */
     assert_int_equal(lpo_read_file(sub, &data, &len), LPO_E_IO);
-    assert_non_null(strstr(lpo_last_error(), "is a directory, not a file"));
+    assert_non_null(strstr(lpo_last_error(), "is a directory, not a regular file"));
     assert_int_equal(lpo_read_file("/dev/zero", &data, &len), LPO_E_IO);
     assert_non_null(strstr(lpo_last_error(), "'/dev/zero' is a device"));
     /* writing onto a directory names it (and leaves no .tmp behind) */
@@ -126,6 +130,185 @@ static void test_files(void **state) {
         assert_non_null(strstr(lpo_last_error(), "cannot write '/dev/full'"));
     }
     free(dir);
+}
+
+/* Number of entries of dir other than . and .. (temp files left behind show up here). */
+static int count_entries(const char *dir) {
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    return n;
+}
+
+static char *slurp(const char *path) {
+    char *data = NULL;
+    if (lpo_read_file(path, &data, NULL)) fail_msg("%s", lpo_last_error());
+    return data;
+}
+
+/* Issue 14, findings 1 and 2: a symlink is written through (never replaced), a link planted at a
+ * predictable temp name is never followed, permissions of a replaced file are kept, no temp file stays. */
+static void test_output_file_links(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir();
+    char target[4200], link[4200], planted[4200], victim[4200], out[4200];
+    snprintf(target, sizeof target, "%s/target", dir);
+    snprintf(link, sizeof link, "%s/link", dir);
+    assert_int_equal(lpo_write_file(target, "old", 3), LPO_OK);
+    assert_int_equal(symlink("target", link), 0);
+    assert_int_equal(lpo_write_file(link, "new!", 4), LPO_OK);
+    struct stat st;
+    assert_int_equal(lstat(link, &st), 0);
+    assert_true(S_ISLNK(st.st_mode)); /* still the link ... */
+    char *data = slurp(target);
+    assert_string_equal(data, "new!"); /* ... and the bytes went to its target */
+    free(data);
+    /* a dangling link: its target is created */
+    snprintf(out, sizeof out, "%s/dangling", dir);
+    assert_int_equal(symlink("made-by-link", out), 0);
+    assert_int_equal(lpo_write_file(out, "x", 1), LPO_OK);
+    snprintf(out, sizeof out, "%s/made-by-link", dir);
+    assert_true(lpo_path_exists(out));
+    /* a link planted where the old fixed temp name was (<out>.tmp) points at a victim: untouched */
+    snprintf(victim, sizeof victim, "%s/victim", dir);
+    assert_int_equal(lpo_write_file(victim, "keep", 4), LPO_OK);
+    snprintf(out, sizeof out, "%s/out.bin", dir);
+    snprintf(planted, sizeof planted, "%s/out.bin.tmp", dir);
+    assert_int_equal(symlink(victim, planted), 0);
+    assert_int_equal(lpo_write_file(out, "payload", 7), LPO_OK);
+    data = slurp(victim);
+    assert_string_equal(data, "keep");
+    free(data);
+    data = slurp(out);
+    assert_string_equal(data, "payload");
+    free(data);
+    /* a replaced regular file keeps its permissions */
+    assert_int_equal(chmod(out, 0640), 0);
+    assert_int_equal(lpo_write_file(out, "again", 5), LPO_OK);
+    assert_int_equal(stat(out, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0640);
+    /* target, link, dangling, made-by-link, victim, out.bin, out.bin.tmp: no temp file left */
+    assert_int_equal(count_entries(dir), 7);
+    /* a write abandoned midway (discard) leaves the old content */
+    lpo_outfile o;
+    assert_int_equal(lpo_outfile_open(&o, out), LPO_OK);
+    assert_int_equal(lpo_outfile_write(&o, "partial", 7), LPO_OK);
+    lpo_outfile_discard(&o);
+    data = slurp(out);
+    assert_string_equal(data, "again");
+    free(data);
+    assert_int_equal(count_entries(dir), 7);
+    /* the stream API writes in pieces */
+    assert_int_equal(lpo_outfile_open(&o, out), LPO_OK);
+    assert_int_equal(lpo_outfile_write(&o, "ab", 2), LPO_OK);
+    assert_int_equal(lpo_outfile_write(&o, "cd", 2), LPO_OK);
+    assert_int_equal(lpo_outfile_commit(&o), LPO_OK);
+    data = slurp(out);
+    assert_string_equal(data, "abcd");
+    free(data);
+    /* a missing folder is named with the file, not the temp file */
+    snprintf(out, sizeof out, "%s/no/such/dir/f", dir);
+    assert_int_equal(lpo_write_file(out, "x", 1), LPO_E_IO);
+    assert_non_null(strstr(lpo_last_error(), "cannot create"));
+    assert_non_null(strstr(lpo_last_error(), "/no/such/dir/f'"));
+    lpo_strbuf cmd = {0};
+    lpo_sb_printf(&cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd.buf), 0);
+    lpo_sb_free(&cmd);
+    free(dir);
+}
+
+/* Issue 14, finding 11: a FIFO as an input never blocks (refused before any read), as an output it is
+ * written in place. */
+static void test_fifo_files(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir();
+    char fifo[4200];
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    char *data;
+    size_t len;
+    int fd;
+    lpo_mapped_file m;
+    /* no writer on the other end: each returns at once with what the path is */
+    assert_int_equal(lpo_open_regular(fifo, &fd), LPO_E_IO);
+    assert_non_null(strstr(lpo_last_error(), "is a FIFO (named pipe), not a regular file"));
+    assert_int_equal(lpo_read_file(fifo, &data, &len), LPO_E_IO);
+    assert_int_equal(lpo_file_map(fifo, &m), LPO_E_IO);
+    assert_non_null(strstr(lpo_last_error(), "FIFO"));
+    /* written in place while a reader is attached; it stays a FIFO */
+    int rd = open(fifo, O_RDONLY | O_NONBLOCK);
+    assert_true(rd >= 0);
+    assert_int_equal(lpo_write_file(fifo, "via fifo", 8), LPO_OK);
+    char buf[16] = {0};
+    assert_int_equal(read(rd, buf, sizeof buf), 8);
+    assert_string_equal(buf, "via fifo");
+    close(rd);
+    struct stat st;
+    assert_int_equal(lstat(fifo, &st), 0);
+    assert_true(S_ISFIFO(st.st_mode));
+    assert_int_equal(lpo_open_regular("/dev/null", &fd), LPO_E_IO);
+    assert_non_null(strstr(lpo_last_error(), "is a device"));
+    unlink(fifo);
+    rmdir(dir);
+    free(dir);
+}
+
+/* Issue 14, finding 6: records are whole lines, after what the FILE buffered; errors are reported. */
+static void test_write_record(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir();
+    char p[4200];
+    snprintf(p, sizeof p, "%s/r.jsonl", dir);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fputs("{\"buffered\":1}\n", f);
+    assert_int_equal(lpo_write_record(f, "{\"a\":1}", 7, "r.jsonl"), LPO_OK);
+    assert_int_equal(lpo_write_record(f, "", 0, "r.jsonl"), LPO_OK);
+    assert_int_equal(fclose(f), 0);
+    char *data = slurp(p);
+    assert_string_equal(data, "{\"buffered\":1}\n{\"a\":1}\n\n");
+    free(data);
+    f = fopen("/dev/full", "w");
+    if (f) {
+        assert_int_equal(lpo_write_record(f, "x", 1, "full.jsonl"), LPO_E_IO);
+        assert_non_null(strstr(lpo_last_error(), "cannot write 'full.jsonl'"));
+        fclose(f);
+    }
+    unlink(p);
+    rmdir(dir);
+    free(dir);
+}
+
+/* Issue 14, finding 12: an allocation that fails runs the handler with what was being allocated. */
+static jmp_buf oom_jump;
+static char oom_what[64];
+static size_t oom_bytes;
+static void test_oom_handler(const char *what, size_t bytes) {
+    snprintf(oom_what, sizeof oom_what, "%s", what);
+    oom_bytes = bytes;
+    longjmp(oom_jump, 1);
+}
+
+static void test_checked_alloc(void **state) {
+    (void)state;
+    lpo_set_oom_handler(test_oom_handler);
+    if (!setjmp(oom_jump)) {
+        lpo_xrealloc_array(NULL, SIZE_MAX / 2, 4, "a test block"); /* the size overflows */
+        fail_msg("the handler did not run");
+    }
+    assert_string_equal(oom_what, "a test block");
+    assert_int_equal(oom_bytes, SIZE_MAX);
+    lpo_set_oom_handler(NULL);
+    char *p = lpo_xmalloc(0, "nothing"); /* zero bytes is not a failure */
+    assert_non_null(p);
+    free(p);
+    p = lpo_strndup("abc", 2);
+    assert_string_equal(p, "ab");
+    free(p);
+    assert_null(lpo_strdup(NULL));
 }
 
 static void test_mem_check(void **state) {
@@ -183,10 +366,18 @@ static void test_utf8(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_status_table), cmocka_unit_test(test_error_messages),
-        cmocka_unit_test(test_mem_check),    cmocka_unit_test(test_suggest),
-        cmocka_unit_test(test_strbuf),       cmocka_unit_test(test_arena),
-        cmocka_unit_test(test_files),        cmocka_unit_test(test_utf8),
+        cmocka_unit_test(test_status_table),
+        cmocka_unit_test(test_error_messages),
+        cmocka_unit_test(test_mem_check),
+        cmocka_unit_test(test_suggest),
+        cmocka_unit_test(test_strbuf),
+        cmocka_unit_test(test_arena),
+        cmocka_unit_test(test_files),
+        cmocka_unit_test(test_utf8),
+        cmocka_unit_test(test_output_file_links),
+        cmocka_unit_test(test_fifo_files),
+        cmocka_unit_test(test_write_record),
+        cmocka_unit_test(test_checked_alloc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

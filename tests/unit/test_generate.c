@@ -192,7 +192,7 @@ static void test_robustness(void **state) {
     snprintf(cmd, sizeof cmd, "logits model=tiny tokens_file=%s out=%s/l.f32", path, dir);
     expect_fail(cmd, 1, "ids.txt: NUL byte at offset 5");
     snprintf(cmd, sizeof cmd, "logits model=tiny tokens_file=%s out=%s/l.f32", dir, dir);
-    expect_fail(cmd, 1, "is a directory, not a file");
+    expect_fail(cmd, 1, "is a directory, not a regular file");
     snprintf(cmd, sizeof cmd, "logits model=tiny tokens=1,2 out=%s", dir);
     expect_fail(cmd, 1, "it is a directory");
     snprintf(path, sizeof path, "%s/ids2.txt", dir);

@@ -9,9 +9,11 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "lpo/core.h"
 #include "lpo/gguf.h"
+#include "lpo/tokenizer.h"
 #include "test_support.h"
 
 /* ---- a tiny GGUF writer
@@ -63,6 +65,38 @@ static void pad(buf *b, size_t align) {
 }
 static void zeros(buf *b, size_t n) {
     for (size_t i = 0; i < n; i++) put(b, "", 1);
+}
+
+static void kv_u32(buf *b, const char *k, uint32_t v) {
+    str(b, k);
+    u32(b, LPO_GGUF_UINT32);
+    u32(b, v);
+}
+static void kv_i32(buf *b, const char *k, int32_t v) {
+    str(b, k);
+    u32(b, LPO_GGUF_INT32);
+    put(b, &v, 4);
+}
+static void kv_bool(buf *b, const char *k, uint8_t v) {
+    str(b, k);
+    u32(b, LPO_GGUF_BOOL);
+    put(b, &v, 1);
+}
+/* A string array of n strings. */
+static void kv_strs(buf *b, const char *k, const char *const *v, uint64_t n) {
+    str(b, k);
+    u32(b, LPO_GGUF_ARRAY);
+    u32(b, LPO_GGUF_STRING);
+    u64(b, n);
+    for (uint64_t i = 0; i < n; i++) str(b, v[i]);
+}
+/* A float32 array of n zeros. */
+static void kv_zeros_f32(buf *b, const char *k, uint64_t n) {
+    str(b, k);
+    u32(b, LPO_GGUF_ARRAY);
+    u32(b, LPO_GGUF_FLOAT32);
+    u64(b, n);
+    zeros(b, 4 * n);
 }
 
 /* Parses b and expects status st whose message contains needle (NULL: any). */
@@ -363,11 +397,103 @@ static void test_mutations(void **state) {
     free(data);
 }
 
+/* Issue 14, finding 14: optional lookups never overwrite the first error's message; finding 9: token id
+ * keys of the wrong type or outside the vocabulary are errors naming the key (they were ignored). */
+static void test_optional_keys_and_ids(void **state) {
+    (void)state;
+    buf b = {0};
+    header(&b, 3, 0, 5);
+    kv_str(&b, "general.architecture", "llama");
+    kv_i32(&b, "llama.embedding_length", -64); /* negative: the first error */
+    kv_str(&b, "llama.block_count", "two");    /* wrong type: a later one */
+    kv_u32(&b, "tokenizer.ggml.bos_token_id", 7);
+    kv_str(&b, "tokenizer.ggml.eos_token_id", "2");
+    lpo_gguf *g;
+    assert_int_equal(lpo_gguf_parse(b.p, b.n, "opt.gguf", &g), LPO_OK);
+    uint64_t u = 0;
+    double d = 0;
+    int flag = 0;
+    int32_t id = 0;
+    lpo_error_clear();
+    assert_int_equal(lpo_gguf_get_u64_or(g, "absent", 5, &u), LPO_OK);
+    assert_int_equal(u, 5);
+    assert_int_equal(lpo_gguf_get_f64_or(g, "absent", 0.5, &d), LPO_OK);
+    assert_true(d == 0.5);
+    assert_int_equal(lpo_gguf_get_bool_or(g, "absent", 1, &flag), LPO_OK);
+    assert_int_equal(flag, 1);
+    assert_int_equal(lpo_gguf_get_token_id(g, "absent", 100, &id), LPO_OK);
+    assert_int_equal(id, -1);
+    assert_string_equal(lpo_last_error(), "success"); /* absent keys record nothing */
+    assert_int_equal(lpo_gguf_get_u64_or(g, "llama.block_count", 5, &u), LPO_E_FORMAT);
+    assert_int_equal(lpo_gguf_get_bool_or(g, "llama.block_count", 1, &flag), LPO_E_FORMAT);
+    assert_non_null(strstr(lpo_last_error(), "'llama.block_count' is not a bool"));
+    assert_int_equal(lpo_gguf_get_token_id(g, "tokenizer.ggml.bos_token_id", 100, &id), LPO_OK);
+    assert_int_equal(id, 7);
+    assert_int_equal(lpo_gguf_get_token_id(g, "tokenizer.ggml.bos_token_id", 5, &id), LPO_E_FORMAT);
+    assert_non_null(strstr(lpo_last_error(),
+                           "opt.gguf: metadata key 'tokenizer.ggml.bos_token_id' = 7 is not a "
+                           "token id (vocabulary of 5)"));
+    assert_int_equal(lpo_gguf_get_token_id(g, "tokenizer.ggml.eos_token_id", 100, &id), LPO_E_FORMAT);
+    assert_non_null(strstr(lpo_last_error(), "'tokenizer.ggml.eos_token_id' is not an integer"));
+    lpo_gguf_close(g);
+    /* the model loader reports the FIRST bad key, not a later optional one that is missing */
+    char *dir = lpo_test_tmpdir(), path[4200];
+    snprintf(path, sizeof path, "%s/opt.gguf", dir);
+    assert_int_equal(lpo_write_file(path, b.p, b.n), LPO_OK);
+    lpo_model *m = NULL;
+    assert_int_equal(lpo_model_open_path(path, &m), LPO_E_FORMAT);
+    assert_non_null(strstr(lpo_last_error(), "'llama.embedding_length' is negative (-64)"));
+    assert_null(strstr(lpo_last_error(), "not found"));
+    free(b.p);
+    memset(&b, 0, sizeof b);
+    /* a SentencePiece tokenizer whose bos id is past the vocabulary: an error (bos=true added nothing) */
+    const char *toks[] = {"<unk>", "<s>", "</s>", "a", "b"};
+    for (int variant = 0; variant < 3; variant++) {
+        header(&b, 3, 0, 6);
+        kv_str(&b, "tokenizer.ggml.model", "llama");
+        kv_strs(&b, "tokenizer.ggml.tokens", toks, 5);
+        kv_zeros_f32(&b, "tokenizer.ggml.scores", 5);
+        if (variant == 0) kv_u32(&b, "tokenizer.ggml.bos_token_id", 1);
+        if (variant == 1) kv_u32(&b, "tokenizer.ggml.bos_token_id", 300);
+        if (variant == 2) kv_str(&b, "tokenizer.ggml.bos_token_id", "1");
+        kv_u32(&b, "tokenizer.ggml.eos_token_id", 2);
+        kv_bool(&b, "tokenizer.ggml.add_bos_token", 1);
+        assert_int_equal(lpo_gguf_parse(b.p, b.n, "tok.gguf", &g), LPO_OK);
+        lpo_tokenizer *t = NULL;
+        lpo_status st = lpo_tokenizer_from_gguf(g, &t);
+        if (variant == 0) {
+            if (st) fail_msg("%s", lpo_last_error());
+            assert_int_equal(lpo_tokenizer_bos(t), 1);
+            int32_t *ids;
+            size_t n;
+            assert_int_equal(lpo_tokenizer_encode(t, "ab", 2, 1, &ids, &n), LPO_OK);
+            assert_true(n >= 1);
+            assert_int_equal(ids[0], 1); /* add_bos_token: BOS first */
+            free(ids);
+            lpo_tokenizer_free(t);
+        } else {
+            assert_int_equal(st, LPO_E_FORMAT);
+            assert_non_null(strstr(lpo_last_error(), "tokenizer.ggml.bos_token_id"));
+            assert_null(t);
+        }
+        lpo_gguf_close(g);
+        free(b.p);
+        memset(&b, 0, sizeof b);
+    }
+    unlink(path);
+    rmdir(dir);
+    free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_valid_minimal),    cmocka_unit_test(test_header_lies),
-        cmocka_unit_test(test_metadata_lies),    cmocka_unit_test(test_tensor_lies),
-        cmocka_unit_test(test_fixture_metadata), cmocka_unit_test(test_mutations),
+        cmocka_unit_test(test_optional_keys_and_ids),
+        cmocka_unit_test(test_valid_minimal),
+        cmocka_unit_test(test_header_lies),
+        cmocka_unit_test(test_metadata_lies),
+        cmocka_unit_test(test_tensor_lies),
+        cmocka_unit_test(test_fixture_metadata),
+        cmocka_unit_test(test_mutations),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

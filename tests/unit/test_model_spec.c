@@ -138,12 +138,22 @@ static void test_hf_config_errors(void **state) {
     /* ids past int32 are refused before narrowing (4294967297 would have become 1) */
     snprintf(j, sizeof j, "%s\"bos_token_id\":4294967297}", base);
     assert_int_equal(parse(j, &s), LPO_E_FORMAT);
-    assert_non_null(strstr(lpo_last_error(), "'bos_token_id' holds an out-of-range number, not a token id"));
+    assert_non_null(strstr(lpo_last_error(), "'bos_token_id' holds 4294967297, not a token id"));
     snprintf(j, sizeof j, "%s\"eos_token_id\":1e20}", base);
     assert_int_equal(parse(j, &s), LPO_E_FORMAT);
     snprintf(j, sizeof j, "%s\"eos_token_id\":[2,\"x\"]}", base);
     assert_int_equal(parse(j, &s), LPO_E_FORMAT);
-    assert_non_null(strstr(lpo_last_error(), "'eos_token_id' holds a non-number"));
+    assert_non_null(strstr(lpo_last_error(), "'eos_token_id' holds \"x\", not a token id"));
+    /* issue 14, finding 9: a string or a fraction is refused, not dropped or truncated */
+    snprintf(j, sizeof j, "%s\"eos_token_id\":\"2\"}", base);
+    assert_int_equal(parse(j, &s), LPO_E_FORMAT);
+    assert_non_null(strstr(lpo_last_error(), "'eos_token_id' must be a token id or a list of token ids"));
+    snprintf(j, sizeof j, "%s\"eos_token_id\":2.9}", base);
+    assert_int_equal(parse(j, &s), LPO_E_FORMAT);
+    assert_non_null(strstr(lpo_last_error(), "holds 2.9, not a token id"));
+    snprintf(j, sizeof j, "%s\"eos_token_id\":[1,2,3,4,5,6,7,8,9]}", base);
+    assert_int_equal(parse(j, &s), LPO_E_FORMAT);
+    assert_non_null(strstr(lpo_last_error(), "lists more than 8 ids"));
     /* rope parameters that would give NaN rotations */
     snprintf(j, sizeof j, "%s\"rope_theta\":1e-300}", base);
     assert_int_equal(parse(j, &s), LPO_E_FORMAT);

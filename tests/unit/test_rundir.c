@@ -8,6 +8,7 @@
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "lpo/config.h"
@@ -97,7 +98,18 @@ static void test_create_and_files(void **state) {
     assert_int_equal(lpo_rundir_open(rd, "b.jsonl", "w", &f), LPO_OK);
     fputs("{}\n", f);
     fclose(f);
-    assert_int_equal(lpo_rundir_open(rd, "no/such/dir/x", "r", &f), LPO_E_IO);
+    assert_int_equal(lpo_rundir_open(rd, "no/such/dir/x", "w", &f), LPO_E_IO);
+    assert_int_equal(lpo_rundir_open(rd, "b.jsonl", "r", &f), LPO_E_INVALID); /* written, never read */
+    /* a link planted in the run directory is not followed (issue 14, finding 2's class) */
+    char victim[4300], planted[4400];
+    snprintf(victim, sizeof victim, "%s/victim", tmp);
+    assert_int_equal(lpo_write_file(victim, "keep", 4), LPO_OK);
+    assert_int_equal(symlink(victim, lpo_rundir_file(rd, "planted.jsonl", planted, sizeof planted)), 0);
+    assert_int_equal(lpo_rundir_open(rd, "planted.jsonl", "w", &f), LPO_E_IO);
+    char *kept;
+    assert_int_equal(lpo_read_file(victim, &kept, NULL), LPO_OK);
+    assert_string_equal(kept, "keep");
+    free(kept);
     static const lpo_field fl[] = {{.name = "k", .type = LPO_FIELD_INT}};
     lpo_table *t = lpo_table_new(fl, 1);
     lpo_table_add_row(t);
@@ -152,6 +164,117 @@ static void test_create_and_files(void **state) {
     free(tmp);
 }
 
+/* Text of a composed tree without runtime (cwd, choices: they describe the process, not the config). */
+static char *dump_without_runtime(lpo_node *cfg) {
+    lpo_node *rt = lpo_node_child(cfg, "runtime");
+    lpo_node *copy = lpo_node_clone(cfg);
+    if (rt) {
+        for (size_t i = 0; i < copy->n_items; i++) {
+            if (!strcmp(copy->items[i]->key, "runtime")) {
+                lpo_node_free(copy->items[i]);
+                memmove(copy->items + i, copy->items + i + 1, (copy->n_items - i - 1) * sizeof *copy->items);
+                copy->n_items--;
+                break;
+            }
+        }
+    }
+    lpo_strbuf sb = {0};
+    lpo_cfg_dump_yaml(copy, &sb);
+    lpo_node_free(copy);
+    return sb.buf;
+}
+
+/* Issue 14, findings 3 and 17: whatever the values (newlines, "${" given escaped, document markers, YAML
+ * line breaks U+2028/U+0085, controls), the saved config.yaml parses, its header stays a comment, and
+ * composing it again gives the same resolved tree. */
+static void test_config_yaml_recomposes(void **state) {
+    (void)state;
+    char *tmp = lpo_test_tmpdir();
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/run", tmp);
+    const char *ovs[] = {
+        "+note=Line one\nLine two\ninjected: true",
+        "+lit=\\${seed}",        /* the text ${seed}, given escaped */
+        "+lit2=a \\\\${seed} b", /* a backslash, then the escaped ${seed} */
+        "+dash=---",
+        "+dots=...",
+        "+ls=a\xe2\x80\xa8"
+        "b\xc2\x85"
+        "c", /* U+2028 and U+0085: line breaks to YAML */
+        "+ctl=a\x01\tb\rc",
+        "+list=['---', '\\${x}', '...']",
+        "+quote='# not a comment'",
+    };
+    const size_t n = sizeof ovs / sizeof ovs[0];
+    char *argv[16] = {"lpo", "generate"};
+    for (size_t i = 0; i < n; i++) argv[2 + i] = (char *)ovs[i];
+    lpo_cli_set_command_line((int)n + 2, argv);
+    const char *dirs[] = {CONF1};
+    lpo_cfg_opts o = {.config_dirs = dirs, .n_config_dirs = 1, .command = "test"};
+    const char *all[16];
+    memcpy(all, ovs, sizeof ovs);
+    lpo_strbuf od = {0};
+    lpo_sb_printf(&od, "output.dir=%s", dir);
+    all[n] = od.buf;
+    lpo_node *cfg;
+    if (lpo_cfg_compose(&o, n + 1, all, &cfg)) fail_msg("%s", lpo_last_error());
+    const char *v;
+    assert_int_equal(lpo_cfg_str(cfg, "lit", &v), LPO_OK);
+    assert_string_equal(v, "${seed}");
+    assert_int_equal(lpo_cfg_str(cfg, "lit2", &v), LPO_OK);
+    assert_string_equal(v, "a \\${seed} b");
+    lpo_rundir *rd;
+    assert_int_equal(lpo_rundir_create(cfg, &rd), LPO_OK);
+    char *text = NULL, path[4400];
+    assert_int_equal(lpo_read_file(lpo_rundir_file(rd, "config.yaml", path, sizeof path), &text, NULL),
+                     LPO_OK);
+    /* the header: every line up to the first key is a comment */
+    const char *body = strstr(text, "\nmodel:");
+    assert_non_null(body);
+    const size_t header = (size_t)(body - text);
+    for (size_t i = 0; i < header; i++)
+        if (i == 0 || text[i - 1] == '\n') assert_int_equal(text[i], '#');
+    assert_null(strstr(text, "\ninjected: true"));
+    free(text);
+    /* composed again from the run directory (config.yaml as the primary config) */
+    const char *rdirs[] = {lpo_rundir_path(rd)};
+    lpo_cfg_opts o2 = {.config_dirs = rdirs, .n_config_dirs = 1, .command = "test"};
+    lpo_node *back;
+    if (lpo_cfg_compose(&o2, 0, NULL, &back)) fail_msg("%s", lpo_last_error());
+    char *a = dump_without_runtime(cfg), *b = dump_without_runtime(back);
+    assert_string_equal(a, b);
+    assert_int_equal(lpo_cfg_str(back, "lit", &v), LPO_OK);
+    assert_string_equal(v, "${seed}");
+    assert_int_equal(lpo_cfg_str(back, "note", &v), LPO_OK);
+    assert_string_equal(v, "Line one\nLine two\ninjected: true");
+    assert_null(lpo_node_child(back, "injected"));
+    free(a);
+    free(b);
+    lpo_node_free(back);
+    lpo_rundir_close(rd);
+    lpo_node_free(cfg);
+    lpo_sb_free(&od);
+    remove_tree(tmp);
+    free(tmp);
+}
+
+/* Issue 14, finding 4: output.dir naming the root, the current or the parent folder is refused (it made
+ * "/-2", ".-2", "..-2"). */
+static void test_output_dir_refused(void **state) {
+    (void)state;
+    const char *bad[] = {"/", "//", ".", "./", "..", "../", "a/..", "runs/."};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        lpo_node *cfg = compose_with_dir(bad[i]);
+        lpo_rundir *rd = NULL;
+        assert_int_equal(lpo_rundir_create(cfg, &rd), LPO_E_CONFIG);
+        assert_non_null(strstr(lpo_last_error(), "names the root, the current or the parent folder"));
+        assert_null(rd);
+        lpo_node_free(cfg);
+    }
+    assert_false(lpo_path_exists("/-2"));
+    assert_false(lpo_path_exists(".-2"));
+}
+
 static void test_errors(void **state) {
     (void)state;
     lpo_node *cfg;
@@ -186,6 +309,8 @@ int main(void) {
         cmocka_unit_test(test_default_template),
         cmocka_unit_test(test_create_and_files),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_config_yaml_recomposes),
+        cmocka_unit_test(test_output_dir_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -171,8 +171,9 @@ static void test_non_finite_weight(void **state) {
     const lpo_tensor *t = lpo_model_tensor(m, name);
     assert_non_null(t);
     const size_t esize = (size_t)lpo_dtype_block_bytes(t->dtype), numel = (size_t)lpo_tensor_numel(t);
-    uint8_t *orig = malloc(t->nbytes);
-    memcpy(orig, t->data, t->nbytes);
+    const size_t nbytes = (size_t)t->nbytes; /* t belongs to m: read nothing from it after the close */
+    uint8_t *orig = malloc(nbytes);
+    memcpy(orig, t->data, nbytes);
     float *f = malloc(numel * sizeof *f);
     assert_int_equal(lpo_model_tensor_f32(m, t, f), LPO_OK);
     lpo_model_close(m);
@@ -180,7 +181,7 @@ static void test_non_finite_weight(void **state) {
     char *file;
     size_t len;
     assert_int_equal(lpo_read_file(p, &file, &len), LPO_OK);
-    char *at = memmem(file, len, orig, (size_t)t->nbytes);
+    char *at = memmem(file, len, orig, nbytes);
     assert_non_null(at);
     const uint8_t nan_f32[4] = {0x00, 0x00, 0xc0, 0x7f}, nan_16[2] = {0xc0, 0x7f}; /* f32 / bf16 NaN, LE */
     memcpy(at + 3 * esize, esize == 4 ? nan_f32 : nan_16, esize);

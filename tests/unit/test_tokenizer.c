@@ -246,6 +246,61 @@ static void test_errors(void **state) {
     lpo_tokenizer_free(t);
 }
 
+/* Issue 14, findings 12-14: an expanding Replace chain stops with an error (it grew to 9 GB), a
+ * TemplateProcessing of 1000 x 1000 ids loads quickly (its array grew one element at a time), and two
+ * vocabulary entries with one id are reported as such (not as a merge using a missing token). */
+static void test_hostile_tokenizer_json(void **state) {
+    (void)state;
+    lpo_tokenizer *t = NULL;
+    lpo_strbuf j = {0};
+    lpo_sb_puts(&j, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, "
+                    "\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [");
+    // five Replace steps, each 'a' -> 10,000 a's
+    for (int k = 0; k < 5; k++) {
+        lpo_sb_printf(&j, "%s{\"type\": \"Replace\", \"pattern\": {\"String\": \"a\"}, \"content\": \"",
+                      k ? ", " : "");
+        for (int i = 0; i < 10000; i++) lpo_sb_puts(&j, "a");
+        lpo_sb_puts(&j, "\"}");
+    }
+    lpo_sb_puts(&j, "]}}");
+    assert_int_equal(lpo_tokenizer_from_json(j.buf, j.len, "bomb.json", &t), LPO_OK);
+    int32_t *ids = NULL;
+    size_t n;
+    uint64_t t0 = lpo_now_ns();
+    assert_int_equal(lpo_tokenizer_encode(t, "a", 1, 0, &ids, &n), LPO_E_RANGE);
+    assert_non_null(
+        strstr(lpo_last_error(), "bomb.json: normalizer step 2 of 5 makes the text of 1 bytes longer"));
+    assert_true(lpo_now_ns() - t0 < 10000000000ull);
+    assert_null(ids);
+    lpo_tokenizer_free(t);
+    lpo_sb_free(&j);
+    /* 1000 template items x 1000 ids each: a million ids, appended in amortized O(1) */
+    lpo_sb_puts(&j, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"<s>\": 1}, \"merges\": []}, "
+                    "\"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": [");
+    for (int i = 0; i < 1000; i++)
+        lpo_sb_printf(&j, "%s{\"SpecialToken\": {\"id\": \"<s>\"}}", i ? ", " : "");
+    lpo_sb_puts(&j, ", {\"Sequence\": {\"id\": \"A\"}}], \"special_tokens\": {\"<s>\": {\"ids\": [");
+    for (int i = 0; i < 1000; i++) lpo_sb_puts(&j, i ? ", 1" : "1");
+    lpo_sb_puts(&j, "]}}}}");
+    t0 = lpo_now_ns();
+    assert_int_equal(lpo_tokenizer_from_json(j.buf, j.len, "big.json", &t), LPO_OK);
+    assert_true(lpo_now_ns() - t0 < 20000000000ull);
+    assert_int_equal(lpo_tokenizer_encode(t, "a", 1, 1, &ids, &n), LPO_OK);
+    assert_int_equal(n, 1000001);
+    assert_int_equal(ids[0], 1);
+    assert_int_equal(ids[n - 1], 0);
+    free(ids);
+    lpo_tokenizer_free(t);
+    lpo_sb_free(&j);
+    /* one id, two vocabulary entries */
+    const char *dup = "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 1}, "
+                      "\"merges\": [\"a b\"]}}";
+    assert_int_equal(lpo_tokenizer_from_json(dup, strlen(dup), "dup.json", &t), LPO_E_FORMAT);
+    assert_non_null(
+        strstr(lpo_last_error(), "dup.json: vocabulary id 1 is given to two tokens, \"b\" and \"ab\""));
+    assert_null(t);
+}
+
 /* Decoder steps no golden tokenizer uses, against values printed by HF tokenizers 0.23.3:
  * Metaspace(always).decode(["▁▁Hello", "▁▁world", "x▁"]) == "Hello  worldx ",
  * Strip(" ", 2, 1).decode([" a ", "  b  "]) == "ab ". */
@@ -351,6 +406,7 @@ int main(void) {
         cmocka_unit_test(test_byte_fallback),
         cmocka_unit_test(test_long_runs),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_hostile_tokenizer_json),
         cmocka_unit_test(test_cli),
         cmocka_unit_test(test_decoders),
     };
