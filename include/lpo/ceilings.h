@@ -158,3 +158,24 @@ lpo_status lpo_peaks_for_device(int dev, lpo_peaks *out);
 /* UUID of CUDA device dev formatted as NVML does ("GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx") and its name;
  * LPO_E_NO_DEVICE without CUDA or device. */
 lpo_status lpo_cuda_device_identity(int dev, char *name, size_t name_len, char *uuid, size_t uuid_len);
+
+/* ---- measuring (`lpo ceilings`) -------------------------------------------------------------------------
+ */
+typedef struct {
+    int device;         /* CUDA device ordinal; -1: measure the CPU */
+    int quiet;          /* no progress lines on stderr */
+    size_t cpu_bytes;   /* CPU bandwidth arrays: bytes per array (0: 256 MiB) */
+    double fma_seconds; /* CPU FMA sample length target (0: 0.05 s) */
+    int quick;          /* short protocol (tests): 0.02 s minimum, 0.3 s timeout per figure */
+} lpo_ceilings_opts;
+
+/* Measures every ceiling of the device (GPU: GEMM per dtype, DRAM read/write/copy, D2D, L2, H2D/D2H,
+ * launch and graph-node latency; CPU: f32 FMA peak, triad and read bandwidth), each validated before it is
+ * timed, each timed with the measurement protocol (include/lpo/measure.h) while NVML is sampled. A figure
+ * that cannot be measured on this device (fp8 before sm_89) is left at 0 with a warning. Errors: LPO_E_CUDA,
+ * LPO_E_RANGE (a validation failed: nothing is trusted), LPO_E_NO_DEVICE. */
+lpo_status lpo_ceilings_measure(const lpo_ceilings_opts *o, lpo_ceilings *out);
+/* The table of a record: metric, what, measured, unit, spec, pct_of_spec, sm_mhz, power_w, throttle,
+ * detail (spec columns empty for an unknown device or a metric without a spec figure). Free with
+ * lpo_table_free. */
+lpo_table *lpo_ceilings_table(const lpo_ceilings *c, const lpo_gpu_spec *spec);

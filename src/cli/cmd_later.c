@@ -35,9 +35,6 @@ int lpo_cmd_bench(int argc, char **argv) {
 int lpo_cmd_kbench(int argc, char **argv) {
     return later("kbench", argc, argv);
 }
-int lpo_cmd_ceilings(int argc, char **argv) {
-    return later("ceilings", argc, argv);
-}
 int lpo_cmd_report(int argc, char **argv) {
     return later("report", argc, argv);
 }

@@ -152,12 +152,56 @@ static void test_cache_roundtrip(void **state) {
     unsetenv("XDG_CACHE_HOME");
 }
 
+static void test_measure_cpu(void **state) {
+    (void)state;
+    /* the CPU ceilings at a small size: every figure measured and positive, the MBU rule picks one */
+    lpo_ceilings_opts o = {
+        .device = -1, .quiet = 1, .cpu_bytes = (size_t)8 << 20, .fma_seconds = 0.002, .quick = 1};
+    lpo_ceilings c;
+    lpo_log_set_level(LPO_LOG_ERROR); /* a loaded test machine may not converge: warnings only */
+    assert_int_equal(lpo_ceilings_measure(&o, &c), LPO_OK);
+    assert_string_equal(c.device_kind, "cpu");
+    assert_int_equal(strncmp(c.uuid, "cpu-", 4), 0);
+    assert_true(c.m[LPO_CEIL_M_GEMM_FP32].value > 0);
+    assert_true(c.m[LPO_CEIL_M_DRAM_TRIAD].value > 0);
+    assert_true(c.m[LPO_CEIL_M_DRAM_READ].value > 0);
+    assert_non_null(strstr(c.m[LPO_CEIL_M_GEMM_FP32].detail, "FMA"));
+    const char *name;
+    assert_true(lpo_ceilings_mbu_gbs(&c, &name) > 0);
+    lpo_table *t = lpo_ceilings_table(&c, NULL);
+    assert_int_equal(lpo_table_rows(t), 3);
+    lpo_table_free(t);
+}
+
+static void test_cli_cached(void **state) {
+    (void)state;
+    /* `lpo ceilings --cpu` prints a cached record without measuring; --json gives the record */
+    char *dir = lpo_test_tmpdir();
+    setenv("XDG_CACHE_HOME", dir, 1);
+    lpo_ceilings c;
+    fill(&c);
+    snprintf(c.device_kind, sizeof c.device_kind, "cpu");
+    lpo_ceilings_cpu_key(c.uuid, sizeof c.uuid);
+    char path[4096];
+    assert_int_equal(lpo_ceilings_save(&c, lpo_ceilings_cache_path(c.uuid, path, sizeof path)), LPO_OK);
+    char *out = NULL;
+    assert_int_equal(lpo_test_run_lpo("ceilings --cpu", &out, NULL), 0);
+    assert_non_null(strstr(out, "[cached; --refresh re-measures]"));
+    assert_non_null(strstr(out, "| gemm_bf16"));
+    assert_non_null(strstr(out, "MBU bandwidth: 3050 GB/s (read-only)"));
+    free(out);
+    assert_int_equal(lpo_test_run_lpo("ceilings --cpu --json", &out, NULL), 0);
+    assert_non_null(strstr(out, "\"dram_copy\""));
+    free(out);
+    assert_int_equal(lpo_test_run_lpo("ceilings --cpu --frobnicate", NULL, NULL), 2);
+    unsetenv("XDG_CACHE_HOME");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_spec_match),
-        cmocka_unit_test(test_names),
-        cmocka_unit_test(test_mbu),
-        cmocka_unit_test(test_cache_roundtrip),
+        cmocka_unit_test(test_spec_match),  cmocka_unit_test(test_names),
+        cmocka_unit_test(test_mbu),         cmocka_unit_test(test_cache_roundtrip),
+        cmocka_unit_test(test_measure_cpu), cmocka_unit_test(test_cli_cached),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,109 @@
+/* lpo ceilings: the measured peaks of this machine (GPU: dense GEMM per dtype, DRAM read/write/copy, D2D,
+ * L2, host<->device, launch and graph-node latency; CPU without a GPU or with --cpu: f32 FMA peak, triad
+ * and read bandwidth), beside the dense spec sheet. Cached per device in ~/.cache/lpo/ceilings/<uuid>.json
+ * and reused by kbench/profile/bench for MFU, MBU and the roofline; --refresh re-measures. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/commands.h"
+#include "lpo/ceilings.h"
+#include "lpo/config.h"
+#include "lpo/core.h"
+
+static const lpo_cli_flag flags[] = {
+    {"refresh", 0, "measure again even when a cached result exists"},
+    {"json", 0, "print the record as JSON (as cached) instead of a table"},
+    {"cpu", 0, "measure the CPU even when a GPU is present"},
+};
+
+static const lpo_cli_spec spec = {
+    .command = "ceilings",
+    .summary =
+        "lpo ceilings [--refresh] [--cpu] [--json] [hardware.device=N]: measured peaks of this GPU (dense\n"
+        "GEMM per dtype via cuBLASLt, DRAM read/write/copy, D2D, L2, H2D/D2H, launch and graph-node\n"
+        "latency) or, without a GPU, of the CPU (f32 FMA peak, STREAM triad); shown beside the dense\n"
+        "spec sheet; cached per device in ~/.cache/lpo/ceilings/<uuid>.json for MFU/MBU/roofline.",
+    .flags = flags,
+    .n_flags = sizeof flags / sizeof flags[0],
+    .config = 1,
+};
+
+static void print_record(const lpo_ceilings *c, const char *path, int cached) {
+    const lpo_gpu_spec *gs = strcmp(c->device_kind, "gpu") ? NULL : lpo_gpu_spec_find(c->name);
+    printf("device    %s (%s)%s%s\n", c->name, c->uuid, gs ? ", spec: " : "", gs ? gs->label : "");
+    if (!strcmp(c->device_kind, "gpu"))
+        printf("          compute capability %d.%d, %d SMs, L2 %.0f MiB, driver %s\n", c->cc_major,
+               c->cc_minor, c->sm_count, (double)c->l2_bytes / (1 << 20), c->driver);
+    printf("measured  %s by lpo %s (%s build) in %.1f s%s\n\n", c->when, c->commit, c->build_type,
+           c->total_seconds, cached ? " [cached; --refresh re-measures]" : "");
+    lpo_table *t = lpo_ceilings_table(c, gs);
+    if (t) {
+        lpo_strbuf sb = {0};
+        lpo_table_write_md(t, &sb);
+        if (sb.buf) fputs(sb.buf, stdout);
+        lpo_sb_free(&sb);
+        lpo_table_free(t);
+    }
+    const char *mn;
+    double mbu = lpo_ceilings_mbu_gbs(c, &mn);
+    printf("\nMBU bandwidth: %.0f GB/s (%s), the DRAM figure every MBU uses\n", mbu, mn);
+    if (gs) printf("spec sheet: %s\n", gs->source);
+    printf("cache: %s\n", path);
+}
+
+int lpo_cmd_ceilings(int argc, char **argv) {
+    lpo_cli_args args;
+    int rc = lpo_cli_begin(&spec, argc, argv, &args);
+    if (rc >= 0) return rc;
+    lpo_node *cfg = NULL;
+    lpo_ceilings *c = malloc(sizeof *c);
+    lpo_status st = c ? lpo_cli_compose(&args, "ceilings", &cfg) : lpo_errorf(LPO_E_NOMEM, "out of memory");
+    int64_t device = 0;
+    if (!st) st = lpo_cfg_int_or(cfg, "hardware.device", 0, &device);
+    if (!st && (device < 0 || device > 1024))
+        st = lpo_errorf(LPO_E_CONFIG, "hardware.device must be a CUDA device ordinal >= 0 (got %lld)",
+                        (long long)device);
+    if (st) goto done;
+    {
+        lpo_ceilings_opts o = {.device = (int)device};
+        char key[128] = "", path[4096];
+        if (lpo_cli_flag_value(&args, "cpu") ||
+            lpo_cuda_device_identity((int)device, NULL, 0, key, sizeof key) != LPO_OK) {
+            lpo_error_clear();
+            if (!lpo_cli_flag_value(&args, "cpu"))
+                fprintf(stderr, "lpo ceilings: no usable GPU (device %d): measuring the CPU\n", (int)device);
+            o.device = -1;
+            lpo_ceilings_cpu_key(key, sizeof key);
+        }
+        lpo_ceilings_cache_path(key, path, sizeof path);
+        int cached = 0;
+        if (!lpo_cli_flag_value(&args, "refresh")) {
+            lpo_status ls = lpo_ceilings_load(path, c);
+            if (ls == LPO_OK)
+                cached = 1;
+            else if (ls != LPO_E_NOT_FOUND)
+                fprintf(stderr, "lpo ceilings: %s: measuring again\n", lpo_last_error());
+            lpo_error_clear();
+        }
+        if (!cached) {
+            if ((st = lpo_ceilings_measure(&o, c))) goto done;
+            if ((st = lpo_ceilings_save(c, path))) goto done;
+        }
+        if (lpo_cli_flag_value(&args, "json")) {
+            lpo_json j;
+            lpo_json_init_file(&j, stdout, 1);
+            lpo_ceilings_write_json(c, &j);
+            st = lpo_json_finish(&j);
+        } else {
+            print_record(c, path, cached);
+        }
+    }
+done:
+    rc = st ? lpo_cli_fail("ceilings", st) : LPO_EXIT_OK;
+    lpo_node_free(cfg);
+    free(c);
+    lpo_cli_args_free(&args);
+    return rc;
+}

@@ -1,0 +1,262 @@
+/* Dense GEMM peak per dtype through cuBLASLt, for `lpo ceilings` (and kbench's library GEMM case).
+ * D (m,n) = A^T (m,k) @ B (k,n), column-major "TN" (A stored k x m, lda = k; B stored k x n, ldb = k;
+ * D m x n, ldd = m): the layout every cuBLASLt dtype supports, fp8 and int8 included.
+ *   dtype  A/B             C/D     compute              scale
+ *   fp32   f32             f32     32F (no TF32)        f32
+ *   tf32   f32             f32     32F_FAST_TF32        f32
+ *   fp16   f16             f16     32F                  f32
+ *   bf16   bf16            bf16    32F                  f32
+ *   fp8    e4m3            bf16    32F                  f32
+ *   int8   i8              i32     32I                  i32
+ * Floor: 2*m*n*k flops at the tensor-core peak (H100 SXM dense bf16 989 TFLOP/s: 8192^3 in 1.11 ms); the
+ * reference on H100 is ~742-798 TFLOP/s through torch (shared/REFERENCE.md). Random data (never zeros:
+ * they run ~13% faster). The first up-to-8 heuristic candidates are timed briefly and the fastest kept;
+ * the result is validated on 16 random elements against a float64 dot product before any timing. */
+#include <cublasLt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hw/cuda_check.h"
+#include "hw/gpu_fill.h"
+
+extern "C" {
+#include "hw/ceilings_internal.h"
+}
+
+#define GEMM_WORKSPACE (32u << 20) /* Hopper: cuBLASLt wants up to 32 MiB for its fastest kernels */
+#define GEMM_MAX_ALGOS 8
+
+struct lpo__gemm_bench {
+    lpo_ceil_dtype dt;
+    int m, n, k;
+    lpo__elem ab, cd;
+    void *A, *B, *D, *ws;
+    cublasLtHandle_t lt;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulAlgo_t algo;
+    cudaStream_t s;
+    cudaEvent_t e0, e1;
+    float alpha_f, beta_f;
+    int32_t alpha_i, beta_i;
+    int fast_accum;
+    char detail[128];
+};
+
+static void types_of(lpo_ceil_dtype dt, cudaDataType_t *ab, cudaDataType_t *cd, cublasComputeType_t *ct,
+                     cudaDataType_t *scale, lpo__elem *eab, lpo__elem *ecd) {
+    *scale = CUDA_R_32F;
+    *ct = CUBLAS_COMPUTE_32F;
+    switch (dt) {
+    case LPO_CEIL_FP32:
+    case LPO_CEIL_TF32:
+        *ab = *cd = CUDA_R_32F, *eab = *ecd = LPO__EL_F32;
+        if (dt == LPO_CEIL_TF32) *ct = CUBLAS_COMPUTE_32F_FAST_TF32;
+        break;
+    case LPO_CEIL_FP16: *ab = *cd = CUDA_R_16F, *eab = *ecd = LPO__EL_F16; break;
+    case LPO_CEIL_BF16: *ab = *cd = CUDA_R_16BF, *eab = *ecd = LPO__EL_BF16; break;
+    case LPO_CEIL_FP8:
+        *ab = CUDA_R_8F_E4M3, *cd = CUDA_R_16BF, *eab = LPO__EL_FP8E4M3, *ecd = LPO__EL_BF16;
+        break;
+    default:
+        *ab = CUDA_R_8I, *cd = CUDA_R_32I, *ct = CUBLAS_COMPUTE_32I, *scale = CUDA_R_32I;
+        *eab = LPO__EL_I8, *ecd = LPO__EL_I32;
+        break;
+    }
+}
+
+static cublasStatus_t matmul(lpo__gemm_bench *b, const cublasLtMatmulAlgo_t *algo) {
+    const void *alpha = b->dt == LPO_CEIL_INT8 ? (const void *)&b->alpha_i : (const void *)&b->alpha_f;
+    const void *beta = b->dt == LPO_CEIL_INT8 ? (const void *)&b->beta_i : (const void *)&b->beta_f;
+    return cublasLtMatmul(b->lt, b->op, alpha, b->A, b->la, b->B, b->lb, beta, b->D, b->ld, b->D, b->ld, algo,
+                          b->ws, GEMM_WORKSPACE, b->s);
+}
+
+/* 16 random elements of D against float64 dot products of the stored inputs. Tolerance: fp32
+ * accumulation (k * 2^-23 relative to sum |a b|, generous), TF32 input rounding (2^-10 of sum |a b|), the
+ * output rounding of D's type, exact for int8. */
+static lpo_status validate(lpo__gemm_bench *b) {
+    lpo_status st = LPO_OK;
+    size_t ea = lpo__elem_size(b->ab), ed = lpo__elem_size(b->cd);
+    unsigned char *ha = (unsigned char *)malloc((size_t)b->k * ea),
+                  *hb = (unsigned char *)malloc((size_t)b->k * ea);
+    double out_eps = b->cd == LPO__EL_BF16  ? 1.0 / 256
+                     : b->cd == LPO__EL_F16 ? 1.0 / 2048
+                     : b->cd == LPO__EL_F32 ? 1e-7
+                                            : 0;
+    double acc_eps =
+        b->dt == LPO_CEIL_INT8 ? 0 : (b->dt == LPO_CEIL_TF32 ? 1.0 / 1024 : 0) + (double)b->k * 1.2e-7;
+    uint64_t r = 0x243f6a8885a308d3ull;
+    if (!ha || !hb) {
+        st = lpo_errorf(LPO_E_NOMEM, "GEMM validation: out of host memory");
+        goto fail;
+    }
+    // 16 checked elements (i, j) of D
+    for (int t = 0; t < 16; t++) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        size_t i = (size_t)(r % (uint64_t)b->m), j = (size_t)((r >> 32) % (uint64_t)b->n);
+        unsigned char hd[4];
+        LPO_CUDA_CHECK(
+            cudaMemcpy(ha, (char *)b->A + i * (size_t)b->k * ea, (size_t)b->k * ea, cudaMemcpyDeviceToHost));
+        LPO_CUDA_CHECK(
+            cudaMemcpy(hb, (char *)b->B + j * (size_t)b->k * ea, (size_t)b->k * ea, cudaMemcpyDeviceToHost));
+        LPO_CUDA_CHECK(
+            cudaMemcpy(hd, (char *)b->D + (i + j * (size_t)b->m) * ed, ed, cudaMemcpyDeviceToHost));
+        double ref = 0, mag = 0;
+        // A row i (k,) . B column j (k,)
+        for (int p = 0; p < b->k; p++) {
+            double x = lpo__elem_to_double(ha, (size_t)p, b->ab) * lpo__elem_to_double(hb, (size_t)p, b->ab);
+            ref += x;
+            mag += fabs(x);
+        }
+        double got = lpo__elem_to_double(hd, 0, b->cd);
+        double tol = acc_eps * mag + out_eps * fabs(ref) + 1e-6;
+        if (!(fabs(got - ref) <= tol)) {
+            st = lpo_errorf(
+                LPO_E_RANGE,
+                "%s GEMM %dx%dx%d: D[%zu,%zu] = %.9g but the float64 reference is %.9g (tolerance %.3g)",
+                lpo_ceil_dtype_name(b->dt), b->m, b->n, b->k, i, j, got, ref, tol);
+            goto fail;
+        }
+    }
+fail:
+    free(ha);
+    free(hb);
+    return st;
+}
+
+extern "C" lpo_status lpo__gemm_bench_open(int dev, lpo_ceil_dtype dt, int m, int n, int k, int flags,
+                                           lpo__gemm_bench **out) {
+    lpo_status st = LPO_OK;
+    *out = NULL;
+    cudaDataType_t tab, tcd, tscale;
+    cublasComputeType_t ct;
+    cublasOperation_t opT = CUBLAS_OP_T, opN = CUBLAS_OP_N;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t heur[GEMM_MAX_ALGOS];
+    int n_heur = 0, best = -1;
+    double best_t = 1e30;
+    size_t ws = GEMM_WORKSPACE;
+    cudaDeviceProp prop;
+    lpo__gemm_bench *b = (lpo__gemm_bench *)calloc(1, sizeof *b);
+    if (!b) return lpo_errorf(LPO_E_NOMEM, "GEMM bench: out of memory");
+    b->dt = dt, b->m = m, b->n = n, b->k = k;
+    b->alpha_f = 1, b->beta_f = 0, b->alpha_i = 1, b->beta_i = 0;
+    types_of(dt, &tab, &tcd, &ct, &tscale, &b->ab, &b->cd);
+    LPO_CUDA_CHECK(cudaSetDevice(dev));
+    LPO_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+    if (dt == LPO_CEIL_FP8 && prop.major * 10 + prop.minor < 89) {
+        st = lpo_errorf(LPO_E_UNSUPPORTED, "fp8 GEMM needs compute capability 8.9 or newer (this GPU: %d.%d)",
+                        prop.major, prop.minor);
+        goto fail;
+    }
+    LPO_CUDA_CHECK(cudaStreamCreateWithFlags(&b->s, cudaStreamNonBlocking));
+    LPO_CUDA_CHECK(cudaEventCreate(&b->e0));
+    LPO_CUDA_CHECK(cudaEventCreate(&b->e1));
+    LPO_CUDA_CHECK(cudaMalloc(&b->A, (size_t)k * m * lpo__elem_size(b->ab)));
+    LPO_CUDA_CHECK(cudaMalloc(&b->B, (size_t)k * n * lpo__elem_size(b->ab)));
+    LPO_CUDA_CHECK(cudaMalloc(&b->D, (size_t)m * n * lpo__elem_size(b->cd)));
+    LPO_CUDA_CHECK(cudaMalloc(&b->ws, GEMM_WORKSPACE));
+    {
+        float lim = dt == LPO_CEIL_INT8 ? 127.99f : 1.0f;
+        if ((st = lpo__gpu_fill_random(b->A, (size_t)k * m, b->ab, 1000 + dt, -lim, lim, b->s)) ||
+            (st = lpo__gpu_fill_random(b->B, (size_t)k * n, b->ab, 2000 + dt, -lim, lim, b->s)))
+            goto fail;
+    }
+    LPO_CUBLAS_CHECK(cublasLtCreate(&b->lt));
+    LPO_CUBLAS_CHECK(cublasLtMatmulDescCreate(&b->op, ct, tscale));
+    LPO_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(b->op, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof opT));
+    LPO_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(b->op, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof opN));
+    if (dt == LPO_CEIL_FP8 && (flags & LPO__GEMM_FAST_ACCUM)) {
+        int8_t fast = 1;
+        LPO_CUBLAS_CHECK(
+            cublasLtMatmulDescSetAttribute(b->op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast));
+        b->fast_accum = 1;
+    }
+    LPO_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b->la, tab, k, m, k));
+    LPO_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b->lb, tab, k, n, k));
+    LPO_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b->ld, tcd, m, n, m));
+    LPO_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    LPO_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    LPO_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(b->lt, b->op, b->la, b->lb, b->ld, b->ld, pref,
+                                                    GEMM_MAX_ALGOS, heur, &n_heur));
+    if (n_heur == 0) {
+        st = lpo_errorf(LPO_E_UNSUPPORTED, "cuBLASLt has no algorithm for a %s GEMM %dx%dx%d on this GPU",
+                        lpo_ceil_dtype_name(dt), m, n, k);
+        goto fail;
+    }
+    // each candidate: validate once on poisoned output, then time 3 runs; keep the fastest
+    for (int a = 0; a < n_heur; a++) {
+        LPO_CUDA_CHECK(cudaMemsetAsync(b->D, 0xff, (size_t)m * n * lpo__elem_size(b->cd), b->s));
+        if (matmul(b, &heur[a].algo) != CUBLAS_STATUS_SUCCESS) continue;
+        LPO_CUDA_CHECK(cudaStreamSynchronize(b->s));
+        b->algo = heur[a].algo;
+        if (a == 0 && (st = validate(b))) goto fail;
+        LPO_CUDA_CHECK(cudaEventRecord(b->e0, b->s));
+        // 3 timed runs of candidate a
+        for (int r = 0; r < 3; r++) LPO_CUBLAS_CHECK(matmul(b, &heur[a].algo));
+        LPO_CUDA_CHECK(cudaEventRecord(b->e1, b->s));
+        double t;
+        LPO_CUDA_ELAPSED(b->e0, b->e1, &t);
+        if (t < best_t) best_t = t, best = a;
+    }
+    if (best < 0) {
+        st = lpo_errorf(LPO_E_CUDA, "no cuBLASLt candidate ran for a %s GEMM %dx%dx%d",
+                        lpo_ceil_dtype_name(dt), m, n, k);
+        goto fail;
+    }
+    b->algo = heur[best].algo;
+    /* the kept candidate is validated too (when it is not the one checked above) */
+    if (best != 0) {
+        LPO_CUDA_CHECK(cudaMemsetAsync(b->D, 0xff, (size_t)m * n * lpo__elem_size(b->cd), b->s));
+        LPO_CUBLAS_CHECK(matmul(b, &b->algo));
+        LPO_CUDA_CHECK(cudaStreamSynchronize(b->s));
+        if ((st = validate(b))) goto fail;
+    }
+    snprintf(b->detail, sizeof b->detail, "cuBLASLt candidate %d of %d, %dx%dx%d TN%s", best + 1, n_heur, m,
+             n, k, b->fast_accum ? ", fast accumulation" : "");
+    cublasLtMatmulPreferenceDestroy(pref);
+    *out = b;
+    return LPO_OK;
+fail:
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    lpo__gemm_bench_close(b);
+    return st;
+}
+
+extern "C" lpo_status lpo__gemm_bench_sample(lpo__gemm_bench *b, int reps, double *seconds) {
+    lpo_status st = LPO_OK;
+    LPO_CUDA_CHECK(cudaEventRecord(b->e0, b->s));
+    // reps back-to-back GEMMs
+    for (int r = 0; r < reps; r++) LPO_CUBLAS_CHECK(matmul(b, &b->algo));
+    LPO_CUDA_CHECK(cudaEventRecord(b->e1, b->s));
+    LPO_CUDA_ELAPSED(b->e0, b->e1, seconds);
+    *seconds /= reps;
+fail:
+    return st;
+}
+
+extern "C" const char *lpo__gemm_bench_detail(const lpo__gemm_bench *b) {
+    return b->detail;
+}
+
+extern "C" void lpo__gemm_bench_close(lpo__gemm_bench *b) {
+    if (!b) return;
+    if (b->s) cudaStreamSynchronize(b->s);
+    if (b->la) cublasLtMatrixLayoutDestroy(b->la);
+    if (b->lb) cublasLtMatrixLayoutDestroy(b->lb);
+    if (b->ld) cublasLtMatrixLayoutDestroy(b->ld);
+    if (b->op) cublasLtMatmulDescDestroy(b->op);
+    if (b->lt) cublasLtDestroy(b->lt);
+    cudaFree(b->A);
+    cudaFree(b->B);
+    cudaFree(b->D);
+    cudaFree(b->ws);
+    if (b->e0) cudaEventDestroy(b->e0);
+    if (b->e1) cudaEventDestroy(b->e1);
+    if (b->s) cudaStreamDestroy(b->s);
+    free(b);
+}

@@ -1,0 +1,313 @@
+/* Memory bandwidth ceilings for `lpo ceilings`: our own read-only, write-only and copy kernels (16-byte
+ * vectors, 4 independent accesses in flight per thread, a grid of exactly the resident blocks of the chip
+ * striding over the buffer), cudaMemcpy device-to-device, L2 (a read kernel looping over a buffer of a
+ * quarter of the L2, loads with ld.global.cg so L1 is bypassed), and pinned host<->device copies.
+ * Bytes counted: read = bytes read, write = bytes written, copy and D2D = read + written.
+ * Floor: H100 SXM HBM3 3.35 TB/s spec; ~2.97-3.0 TB/s seen for a D2D copy (shared/REFERENCE.md).
+ * Every kernel is validated before it is timed: the read checksum against a plain scalar kernel, the
+ * written pattern read back, the copied buffer's checksum against the source's. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hw/cuda_check.h"
+#include "hw/gpu_fill.h"
+
+extern "C" {
+#include "hw/ceilings_internal.h"
+}
+
+#define BW_THREADS 256
+#define L2_PASSES  64
+
+struct lpo__membw_bench {
+    size_t bytes, n;       /* each big buffer: bytes, n int4 */
+    size_t l2_bytes, n_l2; /* the L2-resident buffer */
+    size_t host_bytes;
+    int4 *a, *b, *l2buf;
+    unsigned char *host;
+    int *sink; /* 4 ints: XOR checksums */
+    int blocks;
+    cudaStream_t s;
+    cudaEvent_t e0, e1;
+};
+
+/* one 16-byte load that is neither cached in L1 nor removed or merged by the compiler */
+__device__ __forceinline__ static int4 ld_cg(const int4 *p) {
+    int4 v;
+    asm volatile("ld.global.cg.v4.s32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ static void xor4(int4 &acc, int4 v) {
+    acc.x ^= v.x, acc.y ^= v.y, acc.z ^= v.z, acc.w ^= v.w;
+}
+
+// p (n,) int4 read `passes` times; XOR of everything -> out[0..4) (per component)
+__global__ static void read_kernel(const int4 *p, size_t n, int passes, int *out) {
+    int4 acc = make_int4(0, 0, 0, 0);
+    size_t tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+    for (int pass = 0; pass < passes; pass++) {
+        size_t i = tid;
+        // 4 loads in flight per iteration
+        for (; i + 3 * stride < n; i += 4 * stride) {
+            int4 v0 = ld_cg(p + i), v1 = ld_cg(p + i + stride), v2 = ld_cg(p + i + 2 * stride),
+                 v3 = ld_cg(p + i + 3 * stride);
+            xor4(acc, v0), xor4(acc, v1), xor4(acc, v2), xor4(acc, v3);
+        }
+        for (; i < n; i += stride) xor4(acc, ld_cg(p + i));
+    }
+    // warp XOR-reduce, one atomic per warp and component
+    for (int o = 16; o; o >>= 1) {
+        acc.x ^= __shfl_xor_sync(0xffffffffu, acc.x, o), acc.y ^= __shfl_xor_sync(0xffffffffu, acc.y, o);
+        acc.z ^= __shfl_xor_sync(0xffffffffu, acc.z, o), acc.w ^= __shfl_xor_sync(0xffffffffu, acc.w, o);
+    }
+    if ((threadIdx.x & 31) == 0) {
+        atomicXor(out + 0, acc.x), atomicXor(out + 1, acc.y);
+        atomicXor(out + 2, acc.z), atomicXor(out + 3, acc.w);
+    }
+}
+
+// reference checksum: words (4n,) one at a time; the stride is a multiple of 4, so word i of a thread
+// always has the same component i % 4
+__global__ static void xor_scalar_kernel(const int *w, size_t n_words, int *out) {
+    size_t tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+    int acc = 0;
+    for (size_t i = tid; i < n_words; i += stride) acc ^= w[i];
+    atomicXor(out + (tid & 3), acc);
+}
+
+__device__ __forceinline__ static int4 pattern(size_t i, int seed) {
+    return make_int4((int)i, (int)(i >> 32) ^ seed, seed, ~(int)i);
+}
+
+// p (n,) int4 <- pattern(i, seed), 4 stores in flight per iteration
+__global__ static void write_kernel(int4 *p, size_t n, int seed) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+    for (; i + 3 * stride < n; i += 4 * stride) {
+        p[i] = pattern(i, seed), p[i + stride] = pattern(i + stride, seed);
+        p[i + 2 * stride] = pattern(i + 2 * stride, seed), p[i + 3 * stride] = pattern(i + 3 * stride, seed);
+    }
+    for (; i < n; i += stride) p[i] = pattern(i, seed);
+}
+
+// q (n,) int4 <- p (n,), 4 loads in flight before the stores
+__global__ static void copy_kernel(const int4 *__restrict__ p, int4 *__restrict__ q, size_t n) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+    for (; i + 3 * stride < n; i += 4 * stride) {
+        int4 v0 = ld_cg(p + i), v1 = ld_cg(p + i + stride), v2 = ld_cg(p + i + 2 * stride),
+             v3 = ld_cg(p + i + 3 * stride);
+        q[i] = v0, q[i + stride] = v1, q[i + 2 * stride] = v2, q[i + 3 * stride] = v3;
+    }
+    for (; i < n; i += stride) q[i] = ld_cg(p + i);
+}
+
+/* checksum of p (n int4) with the vector kernel (passes = 1) or the scalar reference */
+static lpo_status checksum(lpo__membw_bench *b, const int4 *p, size_t n, int scalar, int out[4]) {
+    lpo_status st = LPO_OK;
+    LPO_CUDA_CHECK(cudaMemsetAsync(b->sink, 0, 4 * sizeof(int), b->s));
+    if (scalar)
+        xor_scalar_kernel<<<b->blocks, BW_THREADS, 0, b->s>>>((const int *)p, 4 * n, b->sink);
+    else
+        read_kernel<<<b->blocks, BW_THREADS, 0, b->s>>>(p, n, 1, b->sink);
+    LPO_CUDA_CHECK(cudaGetLastError());
+    LPO_CUDA_CHECK(cudaMemcpyAsync(out, b->sink, 4 * sizeof(int), cudaMemcpyDeviceToHost, b->s));
+    LPO_CUDA_CHECK(cudaStreamSynchronize(b->s));
+fail:
+    return st;
+}
+
+static lpo_status validate(lpo__membw_bench *b) {
+    lpo_status st = LPO_OK;
+    int c1[4], c2[4];
+    int4 *h = NULL;
+    const size_t nh = 65536; /* int4 read back at each end of the written buffer */
+    // read kernel vs scalar reference, on the big buffer and the L2 buffer
+    for (int which = 0; which < 2; which++) {
+        const int4 *p = which ? b->l2buf : b->a;
+        size_t n = which ? b->n_l2 : b->n;
+        if ((st = checksum(b, p, n, 0, c1)) || (st = checksum(b, p, n, 1, c2))) goto fail;
+        if (memcmp(c1, c2, sizeof c1))
+            return lpo_errorf(LPO_E_RANGE,
+                              "read kernel checksum %08x.. differs from the scalar reference %08x..",
+                              (unsigned)c1[0], (unsigned)c2[0]);
+    }
+    // write kernel: the pattern at both ends of b
+    write_kernel<<<b->blocks, BW_THREADS, 0, b->s>>>(b->b, b->n, 77);
+    LPO_CUDA_CHECK(cudaGetLastError());
+    h = (int4 *)malloc(nh * sizeof(int4));
+    if (!h) return lpo_errorf(LPO_E_NOMEM, "out of host memory");
+    for (int end = 0; end < 2; end++) {
+        size_t off = end ? b->n - nh : 0;
+        LPO_CUDA_CHECK(cudaMemcpyAsync(h, b->b + off, nh * sizeof(int4), cudaMemcpyDeviceToHost, b->s));
+        LPO_CUDA_CHECK(cudaStreamSynchronize(b->s));
+        // each read-back element against the pattern
+        for (size_t i = 0; i < nh; i++) {
+            size_t g = off + i;
+            if (h[i].x != (int)g || h[i].y != ((int)(g >> 32) ^ 77) || h[i].z != 77 || h[i].w != ~(int)g) {
+                free(h);
+                return lpo_errorf(LPO_E_RANGE, "write kernel: element %zu does not hold the written pattern",
+                                  g);
+            }
+        }
+    }
+    free(h);
+    h = NULL;
+    // copy kernel, then cudaMemcpy: b's checksum equals a's
+    if ((st = checksum(b, b->a, b->n, 0, c1))) goto fail;
+    for (int how = 0; how < 2; how++) {
+        LPO_CUDA_CHECK(cudaMemsetAsync(b->b, 0xab, b->bytes, b->s));
+        if (how == 0)
+            copy_kernel<<<b->blocks, BW_THREADS, 0, b->s>>>(b->a, b->b, b->n);
+        else
+            cudaMemcpyAsync(b->b, b->a, b->bytes, cudaMemcpyDeviceToDevice, b->s);
+        LPO_CUDA_CHECK(cudaGetLastError());
+        if ((st = checksum(b, b->b, b->n, 0, c2))) goto fail;
+        if (memcmp(c1, c2, sizeof c1))
+            return lpo_errorf(LPO_E_RANGE, "%s: the copy's checksum differs from the source's",
+                              how ? "cudaMemcpy D2D" : "copy kernel");
+    }
+    // host round trip: H2D, poison the host buffer, D2H, compare the first and last words
+    {
+        size_t nw = b->host_bytes / 4;
+        unsigned *hw = (unsigned *)b->host;
+        for (size_t i = 0; i < nw; i += 4096) hw[i] = (unsigned)(i * 2654435761u);
+        hw[nw - 1] = 0x5eed;
+        LPO_CUDA_CHECK(cudaMemcpyAsync(b->a, b->host, b->host_bytes, cudaMemcpyHostToDevice, b->s));
+        LPO_CUDA_CHECK(cudaStreamSynchronize(b->s));
+        memset(b->host, 0, b->host_bytes);
+        LPO_CUDA_CHECK(cudaMemcpyAsync(b->host, b->a, b->host_bytes, cudaMemcpyDeviceToHost, b->s));
+        LPO_CUDA_CHECK(cudaStreamSynchronize(b->s));
+        for (size_t i = 0; i < nw; i += 4096)
+            if (hw[i] != (unsigned)(i * 2654435761u))
+                return lpo_errorf(LPO_E_RANGE, "host round trip: word %zu differs", i);
+        if (hw[nw - 1] != 0x5eed) return lpo_errorf(LPO_E_RANGE, "host round trip: last word differs");
+    }
+fail:
+    free(h);
+    return st;
+}
+
+extern "C" lpo_status lpo__membw_bench_open(int dev, size_t bytes, size_t host_bytes,
+                                            lpo__membw_bench **out) {
+    lpo_status st = LPO_OK;
+    cudaDeviceProp prop;
+    int per_sm = 0;
+    *out = NULL;
+    lpo__membw_bench *b = (lpo__membw_bench *)calloc(1, sizeof *b);
+    if (!b) return lpo_errorf(LPO_E_NOMEM, "bandwidth bench: out of memory");
+    b->bytes = bytes - bytes % (1u << 20); /* whole MiB */
+    b->n = b->bytes / 16;
+    b->host_bytes = host_bytes - host_bytes % 4096;
+    LPO_CUDA_CHECK(cudaSetDevice(dev));
+    LPO_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+    LPO_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, read_kernel, BW_THREADS, 0));
+    b->blocks = prop.multiProcessorCount * (per_sm > 0 ? per_sm : 1);
+    b->l2_bytes = (size_t)prop.l2CacheSize / 4;
+    b->l2_bytes -= b->l2_bytes % 4096;
+    if (b->l2_bytes < 65536) b->l2_bytes = 65536;
+    b->n_l2 = b->l2_bytes / 16;
+    if (b->n < 2 * 65536 || b->host_bytes < 4096) {
+        st = lpo_errorf(LPO_E_INVALID, "bandwidth bench: buffers too small (%zu device, %zu host bytes)",
+                        bytes, host_bytes);
+        goto fail;
+    }
+    LPO_CUDA_CHECK(cudaStreamCreateWithFlags(&b->s, cudaStreamNonBlocking));
+    LPO_CUDA_CHECK(cudaEventCreate(&b->e0));
+    LPO_CUDA_CHECK(cudaEventCreate(&b->e1));
+    LPO_CUDA_CHECK(cudaMalloc((void **)&b->a, b->bytes));
+    LPO_CUDA_CHECK(cudaMalloc((void **)&b->b, b->bytes));
+    LPO_CUDA_CHECK(cudaMalloc((void **)&b->l2buf, b->l2_bytes));
+    LPO_CUDA_CHECK(cudaMalloc((void **)&b->sink, 4 * sizeof(int)));
+    LPO_CUDA_CHECK(cudaMallocHost((void **)&b->host, b->host_bytes));
+    if ((st = lpo__gpu_fill_random(b->a, b->bytes / 4, LPO__EL_I32, 11, -2e9f, 2e9f, b->s)) ||
+        (st = lpo__gpu_fill_random(b->l2buf, b->l2_bytes / 4, LPO__EL_I32, 12, -2e9f, 2e9f, b->s)) ||
+        (st = validate(b)))
+        goto fail;
+    *out = b;
+    return LPO_OK;
+fail:
+    lpo__membw_bench_close(b);
+    return st;
+}
+
+extern "C" double lpo__membw_bytes(const lpo__membw_bench *b, lpo__bw_kind kind) {
+    switch (kind) {
+    case LPO__BW_READ:
+    case LPO__BW_WRITE: return (double)b->bytes;
+    case LPO__BW_COPY:
+    case LPO__BW_MEMCPY_D2D: return 2.0 * (double)b->bytes;
+    case LPO__BW_L2_READ: return (double)b->l2_bytes * L2_PASSES;
+    case LPO__BW_H2D:
+    case LPO__BW_D2H: return (double)b->host_bytes;
+    default: return 0;
+    }
+}
+
+extern "C" void lpo__membw_detail(const lpo__membw_bench *b, lpo__bw_kind kind, char *buf, size_t n) {
+    const double mib = 1.0 / (1 << 20);
+    switch (kind) {
+    case LPO__BW_MEMCPY_D2D: snprintf(buf, n, "cudaMemcpyAsync, %.0f MiB", (double)b->bytes * mib); break;
+    case LPO__BW_H2D:
+    case LPO__BW_D2H:
+        snprintf(buf, n, "cudaMemcpyAsync, pinned, %.0f MiB", (double)b->host_bytes * mib);
+        break;
+    case LPO__BW_L2_READ:
+        snprintf(buf, n, "%.1f MiB x %d passes, %d blocks x %d, ld.global.cg", (double)b->l2_bytes * mib,
+                 L2_PASSES, b->blocks, BW_THREADS);
+        break;
+    default:
+        snprintf(buf, n, "%.0f MiB, int4, %d blocks x %d threads", (double)b->bytes * mib, b->blocks,
+                 BW_THREADS);
+        break;
+    }
+}
+
+extern "C" lpo_status lpo__membw_bench_sample(lpo__membw_bench *b, lpo__bw_kind kind, int reps,
+                                              double *seconds) {
+    lpo_status st = LPO_OK;
+    LPO_CUDA_CHECK(cudaEventRecord(b->e0, b->s));
+    // reps repetitions of the measured transfer
+    for (int r = 0; r < reps; r++) {
+        switch (kind) {
+        case LPO__BW_READ: read_kernel<<<b->blocks, BW_THREADS, 0, b->s>>>(b->a, b->n, 1, b->sink); break;
+        case LPO__BW_WRITE: write_kernel<<<b->blocks, BW_THREADS, 0, b->s>>>(b->b, b->n, r); break;
+        case LPO__BW_COPY: copy_kernel<<<b->blocks, BW_THREADS, 0, b->s>>>(b->a, b->b, b->n); break;
+        case LPO__BW_MEMCPY_D2D:
+            LPO_CUDA_CHECK(cudaMemcpyAsync(b->b, b->a, b->bytes, cudaMemcpyDeviceToDevice, b->s));
+            break;
+        case LPO__BW_L2_READ:
+            read_kernel<<<b->blocks, BW_THREADS, 0, b->s>>>(b->l2buf, b->n_l2, L2_PASSES, b->sink);
+            break;
+        case LPO__BW_H2D:
+            LPO_CUDA_CHECK(cudaMemcpyAsync(b->a, b->host, b->host_bytes, cudaMemcpyHostToDevice, b->s));
+            break;
+        case LPO__BW_D2H:
+            LPO_CUDA_CHECK(cudaMemcpyAsync(b->host, b->a, b->host_bytes, cudaMemcpyDeviceToHost, b->s));
+            break;
+        default: return lpo_errorf(LPO_E_INVALID, "bandwidth bench: unknown kind %d", (int)kind);
+        }
+        LPO_CUDA_CHECK(cudaGetLastError());
+    }
+    LPO_CUDA_CHECK(cudaEventRecord(b->e1, b->s));
+    LPO_CUDA_ELAPSED(b->e0, b->e1, seconds);
+    *seconds /= reps;
+fail:
+    return st;
+}
+
+extern "C" void lpo__membw_bench_close(lpo__membw_bench *b) {
+    if (!b) return;
+    if (b->s) cudaStreamSynchronize(b->s);
+    cudaFree(b->a);
+    cudaFree(b->b);
+    cudaFree(b->l2buf);
+    cudaFree(b->sink);
+    if (b->host) cudaFreeHost(b->host);
+    if (b->e0) cudaEventDestroy(b->e0);
+    if (b->e1) cudaEventDestroy(b->e1);
+    if (b->s) cudaStreamDestroy(b->s);
+    free(b);
+}

@@ -1,0 +1,405 @@
+/* `lpo ceilings` measurement: runs each bench of ceilings_internal.h under the measurement protocol
+ * (calibrated repetitions per sample, warm-up, >= 10 samples, stop at 0.5% relative stdev after a minimum
+ * time or at a timeout) with the NVML sampler running, and fills the ceilings record; also the table that
+ * shows it beside the spec sheet. Budget: the whole GPU run is meant to take well under 60 s on an H100. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "hw/ceilings_internal.h"
+#include "lpo/core.h"
+#include "lpo/hw.h"
+#include "lpo/measure.h"
+
+/* ---- one measurement -------------------------------------------------------------------------------------
+ */
+typedef lpo_status (*bench_fn)(void *ctx, int reps, double *seconds);
+
+typedef struct {
+    bench_fn fn;
+    void *ctx;
+    int reps;
+    lpo_nvml_sampler *nv;
+} sample_ctx;
+
+static lpo_status sample_cb(void *p, double *seconds, double *clk) {
+    sample_ctx *c = p;
+    lpo_status st = c->fn(c->ctx, c->reps, seconds);
+    *clk = 0;
+    lpo_nvml_sample r;
+    if (!st && c->nv && lpo_nvml_sampler_read(c->nv, &r) == LPO_OK && r.sm_mhz > 0) *clk = r.sm_mhz;
+    return st;
+}
+
+typedef struct {
+    const lpo_ceilings_opts *o;
+    lpo_nvml_sampler *nv; /* NULL without NVML */
+    lpo_measure_opts mo;
+} runner;
+
+/* Times fn: one calibration call (also a warm-up) sets reps so that a sample lasts about target_s; then
+ * the protocol. *median_s = median seconds per repetition; e gets seconds, NVML summary, protocol notes. */
+static lpo_status measure(runner *R, bench_fn fn, void *ctx, double target_s, double *median_s,
+                          lpo_ceil_entry *e) {
+    uint64_t t0 = lpo_now_ns();
+    double t;
+    lpo_status st = fn(ctx, 1, &t);
+    if (st) return st;
+    sample_ctx sc = {fn, ctx, 1, R->nv};
+    if (t > 0 && t < target_s) sc.reps = (int)fmin(ceil(target_s / t), 1e6);
+    if (R->nv) lpo_nvml_sampler_start(R->nv, 20);
+    lpo_measure *m = NULL;
+    st = lpo_measure_run(&R->mo, sample_cb, &sc, &m);
+    if (R->nv) {
+        lpo_nvml_sampler_stop(R->nv);
+        lpo_nvml_sampler_summary(R->nv, &e->nvml);
+    }
+    if (st) return st;
+    lpo_stats s;
+    st = lpo_measure_stats(m, &s);
+    lpo_measure_free(m);
+    if (st) return st;
+    *median_s = s.median;
+    e->seconds = (double)(lpo_now_ns() - t0) * 1e-9;
+    if (!s.converged)
+        LPO_WARN("ceilings: a measurement did not converge (rel stdev %.2f%% after %zu samples)",
+                 100 * s.rel_stdev, s.n);
+    return LPO_OK;
+}
+
+static void progress(const runner *R, lpo_ceil_metric m, const lpo_ceil_entry *e) {
+    if (R->o->quiet) return;
+    fprintf(stderr, "ceilings: %-14s %10.4g %-8s (%s; %.2f s)\n", lpo_ceil_metric_key(m), e->value,
+            lpo_ceil_metric_unit(m), e->detail, e->seconds);
+}
+
+/* ---- GPU -------------------------------------------------------------------------------------------------
+ */
+#ifdef LPO_HAVE_CUDA
+static lpo_status gemm_fn(void *ctx, int reps, double *s) {
+    return lpo__gemm_bench_sample(ctx, reps, s);
+}
+
+typedef struct {
+    lpo__membw_bench *b;
+    lpo__bw_kind kind;
+} bw_ctx;
+static lpo_status bw_fn(void *ctx, int reps, double *s) {
+    bw_ctx *c = ctx;
+    return lpo__membw_bench_sample(c->b, c->kind, reps, s);
+}
+
+typedef struct {
+    lpo__launch_bench *b;
+    int graph;
+} launch_ctx;
+static lpo_status launch_fn(void *ctx, int reps, double *s) {
+    launch_ctx *c = ctx;
+    double sum = 0, t;
+    // reps samples of the launch stream (or graph), averaged
+    for (int r = 0; r < reps; r++) {
+        lpo_status st = lpo__launch_bench_sample(c->b, c->graph, &t);
+        if (st) return st;
+        sum += t;
+    }
+    *s = sum / reps;
+    return LPO_OK;
+}
+
+/* GEMM shapes (m, n, k): large enough to fill the chip; 32-bit dtypes run 8 to 30 x slower, so one shape */
+static const int gemm_shapes[][3] = {{8192, 8192, 8192}, {16384, 16384, 8192}};
+
+static lpo_status measure_gemms(runner *R, int dev, lpo_ceilings *c) {
+    // each dtype, each shape (and fp8 with and without fast accumulation): keep the best
+    for (int d = 0; d < LPO_CEIL_N_DTYPES; d++) {
+        lpo_ceil_metric met = lpo_ceil_gemm_metric((lpo_ceil_dtype)d);
+        lpo_ceil_entry *best = &c->m[met];
+        int n_shapes = (d == LPO_CEIL_FP32 || d == LPO_CEIL_TF32) ? 1 : 2;
+        int n_flags = d == LPO_CEIL_FP8 ? 2 : 1;
+        double spent = 0;
+        for (int sh = 0; sh < n_shapes; sh++) {
+            for (int fl = 0; fl < n_flags; fl++) {
+                const int *S = gemm_shapes[sh];
+                lpo__gemm_bench *b;
+                lpo_status st = lpo__gemm_bench_open(dev, (lpo_ceil_dtype)d, S[0], S[1], S[2], fl, &b);
+                if (st == LPO_E_UNSUPPORTED) {
+                    LPO_WARN("ceilings: %s GEMM skipped: %s", lpo_ceil_dtype_name((lpo_ceil_dtype)d),
+                             lpo_last_error());
+                    lpo_error_clear();
+                    sh = n_shapes;
+                    break;
+                }
+                if (st) return st;
+                lpo_ceil_entry e = {0};
+                double t = 0;
+                st = measure(R, gemm_fn, b, 0.02, &t, &e);
+                if (!st) {
+                    e.value = 2.0 * S[0] * (double)S[1] * S[2] / t * 1e-12;
+                    snprintf(e.detail, sizeof e.detail, "%s", lpo__gemm_bench_detail(b));
+                }
+                lpo__gemm_bench_close(b);
+                if (st) return st;
+                spent += e.seconds;
+                if (e.value > best->value) *best = e;
+            }
+        }
+        best->seconds = spent;
+        if (best->value > 0) progress(R, met, best);
+    }
+    return LPO_OK;
+}
+
+static lpo_status measure_memory(runner *R, int dev, lpo_ceilings *c) {
+    static const struct {
+        lpo__bw_kind kind;
+        lpo_ceil_metric m;
+        double target_s;
+    } kinds[] = {
+        {LPO__BW_READ, LPO_CEIL_M_DRAM_READ, 0.005},  {LPO__BW_WRITE, LPO_CEIL_M_DRAM_WRITE, 0.005},
+        {LPO__BW_COPY, LPO_CEIL_M_DRAM_COPY, 0.005},  {LPO__BW_MEMCPY_D2D, LPO_CEIL_M_MEMCPY_D2D, 0.005},
+        {LPO__BW_L2_READ, LPO_CEIL_M_L2_READ, 0.005}, {LPO__BW_H2D, LPO_CEIL_M_H2D, 0.02},
+        {LPO__BW_D2H, LPO_CEIL_M_D2H, 0.02},
+    };
+    lpo__membw_bench *b;
+    /* 1 GiB buffers: 20x the H100's L2, 0.35 ms per pass at 3 TB/s; 256 MiB pinned for PCIe */
+    lpo_status st = lpo__membw_bench_open(dev, (size_t)1 << 30, (size_t)256 << 20, &b);
+    if (st) return st;
+    // each bandwidth kind
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0] && !st; i++) {
+        bw_ctx bc = {b, kinds[i].kind};
+        lpo_ceil_entry *e = &c->m[kinds[i].m];
+        double t = 0;
+        st = measure(R, bw_fn, &bc, kinds[i].target_s, &t, e);
+        if (st) break;
+        e->value = lpo__membw_bytes(b, kinds[i].kind) / t * 1e-9;
+        lpo__membw_detail(b, kinds[i].kind, e->detail, sizeof e->detail);
+        progress(R, kinds[i].m, e);
+    }
+    lpo__membw_bench_close(b);
+    return st;
+}
+
+static lpo_status measure_launch(runner *R, int dev, lpo_ceilings *c) {
+    lpo__launch_bench *b;
+    const int nodes = 1000;
+    lpo_status st = lpo__launch_bench_open(dev, nodes, &b);
+    if (st) return st;
+    // stream launches, then graph replay
+    for (int graph = 0; graph < 2 && !st; graph++) {
+        launch_ctx lc = {b, graph};
+        lpo_ceil_metric m = graph ? LPO_CEIL_M_GRAPH_NODE : LPO_CEIL_M_LAUNCH;
+        lpo_ceil_entry *e = &c->m[m];
+        double t = 0;
+        st = measure(R, launch_fn, &lc, 0, &t, e); /* a sample is already 1000 launches */
+        if (st) break;
+        e->value = t * 1e6;
+        snprintf(e->detail, sizeof e->detail, "%s of %d one-thread kernels", graph ? "graph" : "stream",
+                 nodes);
+        progress(R, m, e);
+    }
+    lpo__launch_bench_close(b);
+    return st;
+}
+
+static lpo_status measure_gpu(runner *R, lpo_ceilings *c) {
+    int dev = R->o->device;
+    lpo_env_info *env = malloc(sizeof *env);
+    if (!env) return lpo_errorf(LPO_E_NOMEM, "out of memory");
+    lpo_env_collect(env, 0);
+    lpo_status st = LPO_OK;
+    const lpo_gpu_info *g = NULL;
+    for (int i = 0; i < env->n_gpus; i++)
+        if (env->gpus[i].index == dev && env->gpus[i].cc_major > 0) g = &env->gpus[i];
+    if (!g) {
+        st = lpo_errorf(LPO_E_NO_DEVICE, "no CUDA device %d (%s)", dev,
+                        env->cuda_error[0] ? env->cuda_error : "not found");
+        free(env);
+        return st;
+    }
+    snprintf(c->device_kind, sizeof c->device_kind, "gpu");
+    snprintf(c->name, sizeof c->name, "%s", g->name);
+    c->cc_major = g->cc_major, c->cc_minor = g->cc_minor, c->sm_count = g->sm_count;
+    c->l2_bytes = g->l2_bytes, c->mem_bytes = g->mem_total;
+    if (env->nvml_available)
+        snprintf(c->driver, sizeof c->driver, "%.60s", env->nvml_driver_version);
+    else
+        snprintf(c->driver, sizeof c->driver, "CUDA %d.%d", env->cuda_driver_version / 1000,
+                 env->cuda_driver_version % 1000 / 10);
+    free(env);
+    if ((st = lpo_cuda_device_identity(dev, NULL, 0, c->uuid, sizeof c->uuid))) return st;
+    if ((st = measure_memory(R, dev, c)) || (st = measure_launch(R, dev, c)) ||
+        (st = measure_gemms(R, dev, c)))
+        return st;
+    return LPO_OK;
+}
+#endif
+
+/* ---- CPU -------------------------------------------------------------------------------------------------
+ */
+typedef struct {
+    long iters;
+    double flops;
+    const char *isa;
+} fma_ctx;
+static lpo_status fma_fn(void *ctx, int reps, double *s) {
+    fma_ctx *f = ctx;
+    (void)reps; /* one parallel region per sample: its length is set by iters */
+    return lpo__cpu_fma_sample(f->iters, s, &f->flops, &f->isa);
+}
+
+typedef struct {
+    lpo__cpu_stream *s;
+    int triad;
+} stream_ctx;
+static lpo_status stream_fn(void *ctx, int reps, double *s) {
+    stream_ctx *c = ctx;
+    double sum = 0, t;
+    // reps passes, averaged
+    for (int r = 0; r < reps; r++) {
+        lpo_status st = lpo__cpu_stream_sample(c->s, c->triad, &t);
+        if (st) return st;
+        sum += t;
+    }
+    *s = sum / reps;
+    return LPO_OK;
+}
+
+static lpo_status measure_cpu(runner *R, lpo_ceilings *c) {
+    lpo_env_info *env = malloc(sizeof *env);
+    if (!env) return lpo_errorf(LPO_E_NOMEM, "out of memory");
+    lpo_env_collect(env, 0);
+    snprintf(c->device_kind, sizeof c->device_kind, "cpu");
+    snprintf(c->name, sizeof c->name, "%s", env->cpu_model);
+    c->sm_count = env->cpu_logical;
+    c->mem_bytes = env->mem_total;
+    snprintf(c->driver, sizeof c->driver, "%.60s", env->kernel);
+    free(env);
+    lpo_ceilings_cpu_key(c->uuid, sizeof c->uuid);
+    /* FMA: calibrate iters so one sample lasts about fma_seconds */
+    fma_ctx f = {1 << 16, 0, ""};
+    double t = 0, target = R->o->fma_seconds > 0 ? R->o->fma_seconds : 0.05;
+    lpo_status st = lpo__cpu_fma_sample(f.iters, &t, &f.flops, &f.isa);
+    if (st) return st;
+    if (t > 0) f.iters = (long)fmax(1024, fmin(1e10, (double)f.iters * target / t));
+    lpo_ceil_entry *e = &c->m[LPO_CEIL_M_GEMM_FP32];
+    if ((st = measure(R, fma_fn, &f, 0, &t, e))) return st;
+    e->value = f.flops / t * 1e-12;
+    snprintf(e->detail, sizeof e->detail, "f32 FMA peak, %s, %d threads (not a GEMM)", f.isa, c->sm_count);
+    progress(R, LPO_CEIL_M_GEMM_FP32, e);
+    /* bandwidth */
+    size_t bytes = R->o->cpu_bytes ? R->o->cpu_bytes : (size_t)256 << 20;
+    size_t n = bytes / sizeof(double);
+    lpo__cpu_stream *s;
+    if ((st = lpo__cpu_stream_open(n, &s))) return st;
+    // triad, then read
+    for (int triad = 1; triad >= 0 && !st; triad--) {
+        stream_ctx sc = {s, triad};
+        lpo_ceil_metric m = triad ? LPO_CEIL_M_DRAM_TRIAD : LPO_CEIL_M_DRAM_READ;
+        e = &c->m[m];
+        st = measure(R, stream_fn, &sc, 0.02, &t, e);
+        if (st) break;
+        e->value = (triad ? 3.0 : 1.0) * 8.0 * (double)n / t * 1e-9;
+        snprintf(e->detail, sizeof e->detail, "%s, %.0f MiB per array, OpenMP",
+                 triad ? "a = b + s*c" : "sum(a)", (double)n * 8 / (1 << 20));
+        progress(R, m, e);
+    }
+    lpo__cpu_stream_close(s);
+    return st;
+}
+
+/* ---- entry point ------------------------------------------------------------------------------------------
+ */
+lpo_status lpo_ceilings_measure(const lpo_ceilings_opts *o, lpo_ceilings *c) {
+    lpo_ceilings_init(c);
+    uint64_t t0 = lpo_now_ns();
+    runner R = {o, NULL, {0}};
+    lpo_measure_opts_default(&R.mo);
+    R.mo.warmup = 2;
+    R.mo.min_time_s = 0.15;
+    R.mo.timeout_s = 2.0;
+    if (o->quick) R.mo.min_time_s = 0.02, R.mo.timeout_s = 0.3;
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(c->when, sizeof c->when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    const lpo_build_info *bi = lpo_build();
+    snprintf(c->commit, sizeof c->commit, "%s", bi->git_commit);
+    snprintf(c->build_type, sizeof c->build_type, "%s", bi->build_type);
+    if (lpo_build_is_debug())
+        LPO_WARN("ceilings: this is a %s build: its timings are not trustworthy", bi->build_type);
+    lpo_status st;
+    if (o->device < 0) {
+        st = measure_cpu(&R, c);
+    } else {
+#ifdef LPO_HAVE_CUDA
+        if (lpo_nvml_sampler_open(o->device, &R.nv) != LPO_OK) {
+            LPO_WARN("ceilings: %s; clocks and power are not recorded", lpo_last_error());
+            lpo_error_clear();
+            R.nv = NULL;
+        }
+        st = measure_gpu(&R, c);
+        lpo_nvml_sampler_close(R.nv);
+#else
+        st = lpo_errorf(LPO_E_NO_DEVICE, "lpo was built without CUDA: only the CPU can be measured");
+#endif
+    }
+    c->total_seconds = (double)(lpo_now_ns() - t0) * 1e-9;
+    return st;
+}
+
+/* ---- table -----------------------------------------------------------------------------------------------
+ */
+static const lpo_field table_fields[] = {
+    {"metric", LPO_FIELD_STR, NULL, 0},
+    {"measured", LPO_FIELD_DOUBLE, "%.4g", 0},
+    {"unit", LPO_FIELD_STR, NULL, 0},
+    {"spec", LPO_FIELD_DOUBLE, "%.4g", 0},
+    {"pct_of_spec", LPO_FIELD_DOUBLE, "%.1f", 0},
+    {"sm_mhz", LPO_FIELD_DOUBLE, "%.0f", 0},
+    {"power_w", LPO_FIELD_DOUBLE, "%.0f", 0},
+    {"throttle", LPO_FIELD_STR, NULL, 0},
+    {"seconds", LPO_FIELD_DOUBLE, "%.2f", 0},
+    {"what", LPO_FIELD_STR, NULL, 1},
+    {"detail", LPO_FIELD_STR, NULL, 0},
+};
+
+static double spec_of(const lpo_gpu_spec *spec, lpo_ceil_metric m) {
+    if (!spec) return 0;
+    if (m >= LPO_CEIL_M_GEMM_FP32 && m <= LPO_CEIL_M_GEMM_INT8) return spec->tflops[m - LPO_CEIL_M_GEMM_FP32];
+    if (m == LPO_CEIL_M_DRAM_READ || m == LPO_CEIL_M_DRAM_WRITE || m == LPO_CEIL_M_DRAM_COPY ||
+        m == LPO_CEIL_M_MEMCPY_D2D)
+        return spec->dram_gbs;
+    return 0;
+}
+
+lpo_table *lpo_ceilings_table(const lpo_ceilings *c, const lpo_gpu_spec *spec) {
+    lpo_table *t = lpo_table_new(table_fields, sizeof table_fields / sizeof table_fields[0]);
+    if (!t) return NULL;
+    // one row per measured metric
+    for (int i = 0; i < LPO_CEIL_N_METRICS; i++) {
+        const lpo_ceil_entry *e = &c->m[i];
+        if (!(e->value > 0)) continue;
+        lpo_ceil_metric m = (lpo_ceil_metric)i;
+        lpo_table_add_row(t);
+        lpo_table_set_str(t, "metric", lpo_ceil_metric_key(m));
+        lpo_table_set_double(t, "measured", e->value);
+        lpo_table_set_str(t, "unit", lpo_ceil_metric_unit(m));
+        double sp = spec_of(spec, m);
+        if (sp > 0) {
+            lpo_table_set_double(t, "spec", sp);
+            lpo_table_set_double(t, "pct_of_spec", 100.0 * e->value / sp);
+        }
+        if (e->nvml.n > 0) {
+            if (e->nvml.sm_mhz_avg >= 0) lpo_table_set_double(t, "sm_mhz", e->nvml.sm_mhz_avg);
+            if (e->nvml.power_w_avg >= 0) lpo_table_set_double(t, "power_w", e->nvml.power_w_avg);
+            char names[160];
+            lpo_table_set_str(t, "throttle", lpo_throttle_names(e->nvml.throttle_any, names, sizeof names));
+        }
+        lpo_table_set_double(t, "seconds", e->seconds);
+        lpo_table_set_str(t, "what", lpo_ceil_metric_what(m));
+        lpo_table_set_str(t, "detail", e->detail);
+    }
+    return t;
+}

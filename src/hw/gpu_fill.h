@@ -1,0 +1,34 @@
+/* Random device data for benchmarks and kernel checks: a counter-based hash of (seed, index) mapped to
+ * uniform values in [lo, hi), rounded to the element type. Never zeros or constants (they run faster and
+ * hide unwritten outputs). Implemented in gpu_fill.cu; launchers take a stream, never synchronise. */
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+#include "lpo/status.h"
+#ifdef __cplusplus
+}
+#endif
+
+typedef enum { LPO__EL_F32, LPO__EL_F16, LPO__EL_BF16, LPO__EL_FP8E4M3, LPO__EL_I8, LPO__EL_I32 } lpo__elem;
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* Bytes of one element. */
+size_t lpo__elem_size(lpo__elem t);
+/* p[0..n) = round_t(lo + (hi - lo) * u(seed, i)); integer types truncate toward zero. LPO_E_CUDA on a
+ * launch error. stream is a cudaStream_t (void * so C callers need no CUDA header). */
+lpo_status lpo__gpu_fill_random(void *p, size_t n, lpo__elem t, uint64_t seed, float lo, float hi,
+                                void *stream);
+/* Host copy of the same hash: the float value before rounding, for CPU references that must not copy the
+ * data back. */
+float lpo__fill_value(uint64_t seed, size_t i, float lo, float hi);
+/* Host decode of one stored element to double. */
+double lpo__elem_to_double(const void *p, size_t i, lpo__elem t);
+#ifdef __cplusplus
+}
+#endif
