@@ -20,12 +20,10 @@
 /* one FMA kernel per ISA: VT is the vector type, LANES its float count */
 #define FMA_KERNEL(name, ATTR, VT, LANES)                                                                    \
     ATTR static double name(long iters) {                                                                    \
-        VT x, y, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11;                                           \
-        for (int l = 0; l < LANES; l++) {                                                                    \
-            x[l] = 0.9999f, y[l] = 1e-4f;                                                                    \
-            a0[l] = a1[l] = a2[l] = a3[l] = a4[l] = a5[l] = 1.0f + (float)l * 1e-3f;                         \
-            a6[l] = a7[l] = a8[l] = a9[l] = a10[l] = a11[l] = 0.5f + (float)l * 1e-3f;                       \
-        }                                                                                                    \
+        const VT z = {0};                                                                                    \
+        VT x = z + 0.9999f, y = z + 1e-4f, a0 = z + 1.0f, a1 = z + 1.01f, a2 = z + 1.02f, a3 = z + 1.03f,    \
+           a4 = z + 1.04f, a5 = z + 1.05f, a6 = z + 0.5f, a7 = z + 0.51f, a8 = z + 0.52f, a9 = z + 0.53f,    \
+           a10 = z + 0.54f, a11 = z + 0.55f;                                                                 \
         for (long it = 0; it < iters; it++) {                                                                \
             FMA_STEP(0), FMA_STEP(1), FMA_STEP(2), FMA_STEP(3), FMA_STEP(4), FMA_STEP(5);                    \
             FMA_STEP(6), FMA_STEP(7), FMA_STEP(8), FMA_STEP(9), FMA_STEP(10), FMA_STEP(11);                  \
