@@ -23,6 +23,7 @@
     X(E_NO_DEVICE, "no GPU available")                                                                       \
     X(E_CUDA, "CUDA error")                                                                                  \
     X(E_NOT_AVAILABLE, "not yet available")                                                                  \
+    X(E_NUMERIC, "non-finite result (NaN or Inf)")                                                           \
     X(E_INTERNAL, "internal error")
 
 typedef enum {

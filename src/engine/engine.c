@@ -2,6 +2,7 @@
  * lpo_engine_run, which validates tokens, splits work into steps of at most max_step_tokens, pads decode
  * batches to buckets when the backend replays graphs, and runs each step with the op list and plan of its
  * shape, built once and reused (the per-step data travels separately). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,6 +41,13 @@ struct lpo_engine {
     uint64_t clock;
     cached_list *last;
     lpo_engine_stats stats;
+    /* group callbacks: the user's, and the engine's own finite check (debug mode, diagnosis) */
+    lpo_group_callback user_cb;
+    void *user_ud;
+    int check_finite;         /* check every group's outputs (exec=debug, or while diagnosing) */
+    float *check_buf;         /* [max_step_tokens * widest buffer] rows read back for the check */
+    const char *nonfinite_op; /* the first op whose output held NaN/Inf in the current check */
+    int64_t nonfinite_row;
 };
 
 /* ---- weights from a loaded model ------------------------------------------------------------------------
@@ -60,6 +68,9 @@ lpo_status lpo_engine_open(const lpo_model *m, const lpo_engine_opts *opts, lpo_
     lpo_dtype_lookup dl = {(void *)m, model_dtype};
     return lpo_engine_open_weights(lpo_model_get_spec(m), &ws, &dl, opts, out);
 }
+
+static int ensure_check_buf(lpo_engine *e);
+static void install_callbacks(lpo_engine *e);
 
 /* ---- open / close ----------------------------------------------------------------------------------------
  */
@@ -169,6 +180,10 @@ lpo_status lpo_engine_open_weights(const lpo_model_spec *spec, const lpo_weight_
         lpo_engine_close(e);
         return st;
     }
+    if (o.exec == LPO_EXEC_DEBUG && ensure_check_buf(e)) { /* debug: every group's outputs checked finite */
+        e->check_finite = 1;
+        install_callbacks(e);
+    }
     *out = e;
     return LPO_OK;
 }
@@ -186,6 +201,7 @@ void lpo_engine_close(lpo_engine *e) {
     free(e->tok_pos);
     free(e->step_logits);
     free(e->step_ids);
+    free(e->check_buf);
     free(e);
 }
 
@@ -245,11 +261,66 @@ lpo_status lpo_engine_set_sampling(lpo_engine *e, int slot, const lpo_sampling *
     return e->be->set_sampling(e->ctx, slot, p, stream);
 }
 
+/* ---- group callbacks and the finite check ------------------------------------------------------------- */
+/* After a group: the activation buffers its ops wrote, rows [0, T), must be finite; the first op whose
+ * output is not is recorded (once per step). */
+static void check_group(lpo_engine *e, const lpo_oplist *l, const lpo_plan_group *g) {
+    for (uint32_t k = 0; k < g->count && !e->nonfinite_op; k++) {
+        const lpo_op *op = &l->ops[g->first + k];
+        for (int j = 0; j < op->n_out && !e->nonfinite_op; j++) {
+            const lpo_buf b = op->out[j].buf;
+            const int64_t w = lpo_buf_width(&e->spec, b), rows = op->out[j].shape[0];
+            if (w == 0 || b == LPO_BUF_LOGITS || rows > l->n_tokens) continue;
+            /* a fused group leaves only its last writes defined: read the buffers after the group */
+            if (e->be->read_activation(e->ctx, b, 0, rows, e->check_buf) != LPO_OK) continue;
+            for (int64_t i = 0; i < rows * w; i++)
+                if (!isfinite(e->check_buf[i])) {
+                    e->nonfinite_op = op->name;
+                    e->nonfinite_row = i / w;
+                    break;
+                }
+        }
+    }
+}
+
+static void engine_group_cb(void *ud, const lpo_oplist *l, const lpo_plan *p, size_t g, int end) {
+    lpo_engine *e = ud;
+    if (e->user_cb) e->user_cb(e->user_ud, l, p, g, end);
+    if (end && e->check_finite && e->check_buf) check_group(e, l, &p->groups[g]);
+}
+
+static void install_callbacks(lpo_engine *e) {
+    if (!e->be->set_group_callback) return;
+    const int any = e->user_cb || (e->check_finite && e->check_buf);
+    e->be->set_group_callback(e->ctx, any ? engine_group_cb : NULL, any ? e : NULL);
+}
+
 lpo_status lpo_engine_set_group_callback(lpo_engine *e, lpo_group_callback cb, void *ud) {
     if (!(e->be->features & LPO_BACKEND_F_GROUP_EVENTS) || !e->be->set_group_callback)
         return lpo_errorf(LPO_E_UNSUPPORTED, "backend '%s' has no per-group events", e->be->name);
-    e->be->set_group_callback(e->ctx, cb, ud);
+    e->user_cb = cb;
+    e->user_ud = ud;
+    install_callbacks(e);
     return LPO_OK;
+}
+
+/* The scratch rows of the finite check (allocated once: at open in debug mode, else at the first
+ * diagnosis). 0 when the backend cannot read activations back. */
+static int ensure_check_buf(lpo_engine *e) {
+    if (e->check_buf) return 1;
+    if (!e->be->read_activation || !(e->be->features & LPO_BACKEND_F_GROUP_EVENTS)) return 0;
+    int64_t widest = 0;
+    for (int b = 0; b < LPO_BUF_COUNT; b++)
+        if (b != LPO_BUF_LOGITS && lpo_buf_width(&e->spec, (lpo_buf)b) > widest)
+            widest = lpo_buf_width(&e->spec, (lpo_buf)b);
+    e->check_buf = malloc((size_t)(e->max_step_tokens * widest) * sizeof(float));
+    return e->check_buf != NULL;
+}
+
+static int64_t first_nonfinite(const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return i;
+    return -1;
 }
 
 lpo_status lpo_engine_read_activation(lpo_engine *e, lpo_buf buf, int64_t row0, int64_t n_rows, float *dst) {
@@ -359,9 +430,39 @@ static lpo_status run_step(lpo_engine *e, int n, const int *slots, const int64_t
     lpo_step_out so = {NULL, NULL};
     if (logits) so.logits = np > n ? e->step_logits : logits;
     if (any_sample && ids) so.ids = np > n ? e->step_ids : ids;
+    e->nonfinite_op = NULL;
     st = e->be->forward(e->ctx, &c->list, &c->plan, &d, &so);
+    int64_t bad = -1;
+    if (st == LPO_OK && so.logits) bad = first_nonfinite(so.logits, (int64_t)n * e->spec.vocab_size);
+    if (st == LPO_OK && bad < 0 && !e->nonfinite_op) {
+        e->stats.steps++;
+    } else if (st == LPO_OK || st == LPO_E_NUMERIC) {
+        /* NaN/Inf in the logits (or the backend's SAMPLE refused them): run the step again, same positions
+         * (the K/V it appends are rewritten with the same values) and no draws, checking every group's
+         * outputs, to name the first op where they appear */
+        if (!e->nonfinite_op && ensure_check_buf(e)) {
+            uint8_t none[2 * LPO_ENGINE_MAX_SEQS] = {0};
+            lpo_step_data again = d;
+            again.sample_mask = any_sample ? none : NULL;
+            lpo_step_out nothing = {NULL, NULL};
+            const int was = e->check_finite;
+            e->check_finite = 1;
+            install_callbacks(e);
+            (void)e->be->forward(e->ctx, &c->list, &c->plan, &again, &nothing);
+            e->check_finite = was;
+            install_callbacks(e);
+        }
+        const lpo_status num = lpo_errorf(
+            LPO_E_NUMERIC,
+            "non-finite values (NaN/Inf) %s%s%s%s: the weights or inputs overflow float arithmetic (e.g. "
+            "weights near the float limit); run with engine.exec=debug to check every op",
+            e->nonfinite_op ? "first appear in the output of op '" : "in the logits",
+            e->nonfinite_op ? e->nonfinite_op : "", e->nonfinite_op ? "'" : "",
+            e->nonfinite_op ? "" : " (every activation before them was finite)");
+        e->nonfinite_op = NULL;
+        return num;
+    }
     if (st != LPO_OK) return st;
-    e->stats.steps++;
     if (logits && so.logits != logits)
         memcpy(logits, so.logits, (size_t)n * (size_t)e->spec.vocab_size * sizeof(float));
     if (any_sample && ids && so.ids != ids) memcpy(ids, so.ids, (size_t)n * sizeof *ids);

@@ -57,13 +57,15 @@ lpo_status lpo_infer_config_read(const lpo_node *cfg, lpo_infer_config *c) {
     if (st != LPO_OK) goto fail;
     /* the first value out of its range, named with the rule it breaks */
     _Static_assert(LPO_ENGINE_MAX_THREADS == 1024, "infer.threads: update the rule text below");
+    _Static_assert(LPO_ENGINE_MAX_SEQS == 256, "infer.batch_size: update the rule text below");
     const struct {
         int bad;
         const char *key, *rule;
         double value;
     } checks[] = {
         {c->gen.max_new_tokens < 0, "max_new_tokens", ">= 0", (double)c->gen.max_new_tokens},
-        {c->batch_size < 1 || c->batch_size > 256, "batch_size", "in [1, 256]", (double)c->batch_size},
+        {c->batch_size < 1 || c->batch_size > LPO_ENGINE_MAX_SEQS, "batch_size", "in [1, 256]",
+         (double)c->batch_size},
         {c->max_context < 0, "max_context", ">= 0 (0 or null = the model's)", (double)c->max_context},
         {c->prefill_chunk < 1, "prefill_chunk", ">= 1", (double)c->prefill_chunk},
         {c->threads < 0 || c->threads > LPO_ENGINE_MAX_THREADS, "threads", "in [0, 1024] (0 = automatic)",

@@ -116,12 +116,18 @@ static void op_lm_head(cpu_ctx *c, const lpo_op *op, const float *E, const lpo_s
     lpo_cpu_matmul(c->buf[LPO_BUF_LOGITS], xn, E, NULL, R, V, h, c->nt);
 }
 
-/* The sampled id of each row whose mask is set (docs/sampling.md), from a copy of its logits. */
-static void op_sample(cpu_ctx *c, const lpo_op *op, const lpo_step_data *d) {
+/* The sampled id of each row whose mask is set (docs/sampling.md), from a copy of its logits; rows holding
+ * NaN/Inf are refused (LPO_E_NUMERIC) rather than sampled. */
+static lpo_status op_sample(cpu_ctx *c, const lpo_op *op, const lpo_step_data *d) {
     const int64_t V = op->n;
     for (int64_t r = 0; r < op->m; r++) {
         c->ids[r] = -1;
         if (d->sample_mask && !d->sample_mask[r]) continue;
+        const float *row = c->buf[LPO_BUF_LOGITS] + r * V;
+        for (int64_t v = 0; v < V; v++)
+            if (!isfinite(row[v]))
+                return lpo_errorf(LPO_E_NUMERIC, "cpu backend: logits row %lld holds %g at id %lld",
+                                  (long long)r, (double)row[v], (long long)v);
         const int slot = d->slots[r];
         slot_sampling *s = &c->sampling[slot];
         memcpy(c->sample_row, c->buf[LPO_BUF_LOGITS] + r * V, (size_t)V * sizeof(float));
@@ -133,6 +139,7 @@ static void op_sample(cpu_ctx *c, const lpo_op *op, const lpo_step_data *d) {
         s->step++;
         s->last_id = c->ids[r];
     }
+    return LPO_OK;
 }
 
 /* The step's tokens (chained: each sequence's last sampled id) and the seen-token bitmaps. */
@@ -174,7 +181,7 @@ static lpo_status run_op_at(cpu_ctx *c, const lpo_oplist *l, size_t i, const lpo
     case LPO_OP_GEGLU: lpo_cpu_geglu(c->buf[LPO_BUF_ACT], c->buf[LPO_BUF_GU], op->m, op->n, c->nt); break;
     case LPO_OP_ADD: lpo_cpu_add(c->buf[op->out[0].buf], c->buf[op->in[1].buf], op->m * op->n); break;
     case LPO_OP_LM_HEAD: op_lm_head(c, op, w, d, l->n_tokens); break;
-    case LPO_OP_SAMPLE: op_sample(c, op, d); break;
+    case LPO_OP_SAMPLE: return op_sample(c, op, d);
     default:
         return lpo_errorf(LPO_E_UNSUPPORTED, "cpu backend: op '%s' has kind '%s' it cannot run", op->name,
                           lpo_op_kind_name(op->kind));

@@ -1,0 +1,49 @@
+/* lpo op checker: every op kind of a backend against the CPU reference, one op at a time, on fresh random
+ * data, in the spirit of ggml's test-backend-ops. The same op structs the engine executes are used (taken
+ * from a model's op lists, or built at odd shapes), so nothing describes an op twice.
+ *
+ * For each case: inputs drawn at random from a seed (never zeros or constants), outputs poisoned with NaN
+ * before the run and checked for unwritten elements, then compared with the reference element by element
+ * (|out - ref| <= atol + rtol |ref|, tolerances per compute dtype) and by normalized MSE; sampled ids must
+ * be identical; attention's appended K/V cache rows are compared too. Layer rule: knows backend.h. */
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lpo/backend.h"
+#include "lpo/model.h"
+#include "lpo/ops.h"
+
+typedef struct {
+    const char *kind;    /* op kind name */
+    char shape[96];      /* "m=7 n=48 k=80", "m=5 heads=4/2 hd=12 ctx=31" */
+    double max_abs_err;  /* max |out - ref| */
+    double max_rel_viol; /* max of |out - ref| / (atol + rtol |ref|): <= 1 passes */
+    double nmse;         /* sum (out - ref)^2 / sum ref^2 */
+    int64_t n_checked;   /* elements compared */
+    int64_t n_unwritten; /* outputs still NaN-poisoned after the run */
+    int64_t n_nonfinite; /* NaN/Inf where the reference is finite */
+    int64_t ids_mismatch;
+    int passed;
+    char msg[256]; /* first failure, "" when passed */
+} lpo_opcheck_result;
+
+/* Tolerances of a compute dtype: rtol, atol and the largest NMSE accepted. */
+void lpo_opcheck_tolerance(lpo_dtype dt, double *rtol, double *atol, double *max_nmse);
+
+/* Runs `op` on backend `be` (ctx: an op-only or model context of it) and on the CPU reference with the
+ * same random data (seed), compares, fills r. Returns LPO_OK when the comparison could be made (r->passed
+ * says whether it passed), an error when either side failed to run or the op is not supported. */
+lpo_status lpo_opcheck_run(const lpo_backend_iface *be, void *ctx, lpo_dtype dt, const lpo_op *op,
+                           uint64_t seed, lpo_opcheck_result *r);
+
+/* The check cases of a spec: one op of every kind in its prefill list of T tokens and its decode list at
+ * context L, batch B (op pointers into the two lists, which the caller frees). */
+typedef struct {
+    lpo_oplist prefill, decode;
+    const lpo_op **ops;
+    size_t n;
+} lpo_opcheck_cases;
+lpo_status lpo_opcheck_cases_build(const lpo_model_spec *spec, int64_t T, int64_t L, int B,
+                                   lpo_opcheck_cases *c);
+void lpo_opcheck_cases_free(lpo_opcheck_cases *c);

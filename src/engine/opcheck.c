@@ -1,0 +1,337 @@
+/* The op checker (opcheck.h): one op on a backend vs the CPU reference backend, on the same fresh random
+ * data; element-wise and NMSE comparison, poisoned outputs, identical sampled ids. */
+#include "lpo/opcheck.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- random data ----------------------------------------------------------------------------------------
+ */
+typedef struct {
+    uint64_t s;
+} rng;
+
+static uint64_t next_u64(rng *r) {
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double uniform(rng *r) { /* [-1, 1) */
+    return (double)(next_u64(r) >> 11) * (2.0 / 9007199254740992.0) - 1.0;
+}
+
+static void fill(rng *r, float *x, int64_t n, double center, double amp) {
+    for (int64_t i = 0; i < n; i++) x[i] = (float)(center + amp * uniform(r));
+}
+
+static int64_t numel(const lpo_op_tensor *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+    return n;
+}
+
+/* ---- one case's data ------------------------------------------------------------------------------------
+ */
+typedef struct {
+    lpo_op_io io;  /* for the backend under test */
+    lpo_op_io ref; /* for the reference (own outputs and caches) */
+    float *in[LPO_OP_MAX_IN];
+    float **w;
+    float *out, *out_ref;
+    int64_t n_out;
+    float *kc, *vc, *kc_ref, *vc_ref;
+    int64_t n_cache;
+    int32_t *tok_slot, *tokens, *ids, *ids_ref;
+    int64_t *tok_pos;
+    float *cos_t, *sin_t;
+    lpo_sampling *samp;
+    uint64_t *stream, *step;
+    uint32_t *seen;
+    char shape[96];
+} case_data;
+
+static void case_free(case_data *d, const lpo_op *op) {
+    for (int j = 0; j < LPO_OP_MAX_IN; j++) free(d->in[j]);
+    for (int j = 0; d->w && j < op->n_w; j++) free(d->w[j]);
+    free(d->w);
+    free(d->out);
+    free(d->out_ref);
+    free(d->kc);
+    free(d->vc);
+    free(d->kc_ref);
+    free(d->vc_ref);
+    free(d->tok_slot);
+    free(d->tokens);
+    free(d->ids);
+    free(d->ids_ref);
+    free(d->tok_pos);
+    free(d->cos_t);
+    free(d->sin_t);
+    free(d->samp);
+    free(d->stream);
+    free(d->step);
+    free(d->seen);
+}
+
+#define NEW(p, n) (((p) = calloc((size_t)((n) > 0 ? (n) : 1), sizeof *(p))) != NULL)
+
+/* Token t's slot and position: up to 8 tokens are separate sequences (decode-like, random cached context),
+ * more are split into two sequences (prefill-like). Returns the context the cache must hold. */
+static int64_t layout_tokens(rng *r, int64_t m, int32_t *slot, int64_t *pos, int *n_slots) {
+    int64_t ctx = 1;
+    if (m <= 8) {
+        *n_slots = (int)m;
+        for (int64_t t = 0; t < m; t++) {
+            slot[t] = (int32_t)t;
+            pos[t] = (int64_t)(next_u64(r) % 41); /* 0..40 cached positions */
+            if (pos[t] + 1 > ctx) ctx = pos[t] + 1;
+        }
+        return ctx;
+    }
+    *n_slots = 2;
+    const int64_t first = m / 2 + 1, past0 = (int64_t)(next_u64(r) % 9), past1 = (int64_t)(next_u64(r) % 17);
+    for (int64_t t = 0; t < m; t++) {
+        slot[t] = t < first ? 0 : 1;
+        pos[t] = t < first ? past0 + t : past1 + (t - first);
+        if (pos[t] + 1 > ctx) ctx = pos[t] + 1;
+    }
+    return ctx;
+}
+
+static lpo_status case_make(const lpo_op *op, uint64_t seed, case_data *d) {
+    memset(d, 0, sizeof *d);
+    rng r = {seed ^ 0x5eedull * (uint64_t)(op->kind + 1)};
+    int ok = 1;
+    /* activations read */
+    for (int j = 0; j < op->n_in; j++) {
+        if (op->in[j].buf == LPO_BUF_TOKENS || op->in[j].buf == LPO_BUF_KV) continue;
+        const int64_t n = numel(&op->in[j]);
+        ok &= NEW(d->in[j], n);
+        if (!ok) break;
+        if (op->kind == LPO_OP_SAMPLE) /* logits: spread like a model's, a few strong peaks */
+            for (int64_t i = 0; i < n; i++)
+                d->in[j][i] = (float)(3.0 * uniform(&r) + (next_u64(&r) % 97 == 0 ? 6 : 0));
+        else
+            fill(&r, d->in[j], n, 0, 1);
+        d->io.in[j] = d->ref.in[j] = d->in[j];
+    }
+    /* weights: matrices scaled by 1/sqrt(fan_in) (outputs of order 1), norm scales around 1 */
+    if (op->n_w) {
+        ok &= NEW(d->w, op->n_w);
+        for (int j = 0; ok && j < op->n_w; j++) {
+            const lpo_op_tensor *t = &op->w[j];
+            const int64_t n = numel(t);
+            ok &= NEW(d->w[j], n);
+            if (!ok) break;
+            const int norm = t->ndim == 1 && j >= op->n_w - op->n_bias ? 0 : t->ndim == 1;
+            fill(&r, d->w[j], n, norm ? 1.0 : 0.0,
+                 norm           ? 0.3
+                 : t->ndim == 1 ? 0.2
+                                : sqrt(3.0 / (double)t->shape[1]));
+        }
+        d->io.w = d->ref.w = (const float *const *)d->w;
+    }
+    const int64_t m = op->m;
+    /* per-token metadata for rope / attention, ids for embed, sampling state for sample */
+    if (op->kind == LPO_OP_ROPE || op->kind == LPO_OP_ATTENTION) {
+        int n_slots = 1;
+        ok = ok && NEW(d->tok_slot, m) && NEW(d->tok_pos, m);
+        if (!ok) return lpo_errorf(LPO_E_NOMEM, "opcheck: out of memory");
+        const int64_t ctx = layout_tokens(&r, m, d->tok_slot, d->tok_pos, &n_slots);
+        d->io.tok_slot = d->ref.tok_slot = d->tok_slot;
+        d->io.tok_pos = d->ref.tok_pos = d->tok_pos;
+        d->io.max_context = d->ref.max_context = ctx;
+        d->io.n_slots = d->ref.n_slots = n_slots;
+        const int64_t half = op->head_dim / 2;
+        if (op->kind == LPO_OP_ROPE) {
+            ok = ok && NEW(d->cos_t, ctx * half) && NEW(d->sin_t, ctx * half);
+            for (int64_t p = 0; ok && p < ctx; p++)
+                for (int64_t i = 0; i < half; i++) { // position p, frequency i (theta 10000)
+                    const float a =
+                        (float)p * (float)(1.0 / pow(10000.0, (double)(2 * i) / (double)op->head_dim));
+                    d->cos_t[p * half + i] = cosf(a);
+                    d->sin_t[p * half + i] = sinf(a);
+                }
+            d->io.rope_cos = d->ref.rope_cos = d->cos_t;
+            d->io.rope_sin = d->ref.rope_sin = d->sin_t;
+        } else {
+            d->n_cache = (int64_t)n_slots * ctx * op->n_kv_heads * op->head_dim;
+            ok = ok && NEW(d->kc, d->n_cache) && NEW(d->vc, d->n_cache) && NEW(d->kc_ref, d->n_cache) &&
+                 NEW(d->vc_ref, d->n_cache);
+            if (ok) {
+                fill(&r, d->kc_ref, d->n_cache, 0, 1);
+                fill(&r, d->vc_ref, d->n_cache, 0, 1);
+                memcpy(d->kc, d->kc_ref, (size_t)d->n_cache * sizeof(float));
+                memcpy(d->vc, d->vc_ref, (size_t)d->n_cache * sizeof(float));
+            }
+            d->io.k_cache = d->kc;
+            d->io.v_cache = d->vc;
+            d->ref.k_cache = d->kc_ref;
+            d->ref.v_cache = d->vc_ref;
+        }
+        snprintf(d->shape, sizeof d->shape, "m=%lld heads=%lld/%lld hd=%lld ctx=%lld%s", (long long)m,
+                 (long long)op->n_heads, (long long)op->n_kv_heads, (long long)op->head_dim, (long long)ctx,
+                 op->window ? " windowed" : "");
+    } else if (op->kind == LPO_OP_EMBED) {
+        ok = ok && NEW(d->tokens, m);
+        for (int64_t t = 0; ok && t < m; t++)
+            d->tokens[t] = (int32_t)(next_u64(&r) % (uint64_t)op->w[0].shape[0]);
+        d->io.tokens = d->ref.tokens = d->tokens;
+    } else if (op->kind == LPO_OP_SAMPLE) {
+        const int64_t words = (op->n + 31) / 32;
+        ok = ok && NEW(d->samp, m) && NEW(d->stream, m) && NEW(d->step, m) && NEW(d->seen, m * words) &&
+             NEW(d->ids, m) && NEW(d->ids_ref, m);
+        static const lpo_sampling kinds[] = {{0, 0, 1, 1, 0},
+                                             {0.8, 40, 1, 1, 0},
+                                             {1.0, 0, 0.9, 1, 0},
+                                             {0.7, 50, 0.95, 1.3, 0},
+                                             {1.3, 0, 1, 1, 0}};
+        for (int64_t i = 0; ok && i < m; i++) {
+            d->samp[i] = kinds[(i + (int64_t)(seed % 5)) % 5];
+            d->samp[i].seed = next_u64(&r);
+            d->stream[i] = next_u64(&r) % 1000;
+            d->step[i] = next_u64(&r) % 1000;
+            for (int64_t k = 0; k < words; k++) d->seen[i * words + k] = (uint32_t)next_u64(&r) & 0x01010101u;
+        }
+        d->io.sampling = d->ref.sampling = d->samp;
+        d->io.stream = d->ref.stream = d->stream;
+        d->io.step = d->ref.step = d->step;
+        d->io.seen_bits = d->ref.seen_bits = d->seen;
+        d->io.ids = d->ids;
+        d->ref.ids = d->ids_ref;
+    }
+    if (!ok) return lpo_errorf(LPO_E_NOMEM, "opcheck: out of memory for op '%s'", op->name);
+    if (!d->shape[0])
+        snprintf(d->shape, sizeof d->shape, "m=%lld n=%lld%s%lld", (long long)m, (long long)op->n,
+                 op->k ? " k=" : "", (long long)op->k);
+    if (op->kind != LPO_OP_SAMPLE) {
+        d->n_out = numel(&op->out[0]);
+        if (!NEW(d->out, d->n_out) || !NEW(d->out_ref, d->n_out))
+            return lpo_errorf(LPO_E_NOMEM, "opcheck: out of memory for the outputs of '%s'", op->name);
+        for (int64_t i = 0; i < d->n_out; i++) d->out[i] = NAN; /* poisoned: unwritten elements show */
+        d->io.out = d->out;
+        d->ref.out = d->out_ref;
+    }
+    return LPO_OK;
+}
+
+/* ---- comparison ------------------------------------------------------------------------------------------
+ */
+void lpo_opcheck_tolerance(lpo_dtype dt, double *rtol, double *atol, double *max_nmse) {
+    switch (dt) {
+    case LPO_DT_BF16: *rtol = 5e-2, *atol = 5e-2, *max_nmse = 1e-4; break;
+    case LPO_DT_F16: *rtol = 1e-2, *atol = 1e-2, *max_nmse = 1e-5; break;
+    default: *rtol = 1e-4, *atol = 1e-4, *max_nmse = 1e-8; break;
+    }
+}
+
+static void compare(const float *out, const float *ref, int64_t n, lpo_dtype dt, lpo_opcheck_result *r,
+                    const char *what) {
+    double rtol, atol, max_nmse, se = 0, sr = 0;
+    lpo_opcheck_tolerance(dt, &rtol, &atol, &max_nmse);
+    for (int64_t i = 0; i < n; i++) {
+        r->n_checked++;
+        if (isnan(out[i]) && !isnan(ref[i])) {
+            r->n_unwritten++;
+            if (!r->msg[0])
+                snprintf(r->msg, sizeof r->msg, "%s element %lld not written (still NaN) or NaN", what,
+                         (long long)i);
+            continue;
+        }
+        if (!isfinite(out[i]) && isfinite(ref[i])) {
+            r->n_nonfinite++;
+            if (!r->msg[0])
+                snprintf(r->msg, sizeof r->msg, "%s element %lld is %g", what, (long long)i, out[i]);
+            continue;
+        }
+        const double e = fabs((double)out[i] - (double)ref[i]), v = e / (atol + rtol * fabs((double)ref[i]));
+        if (e > r->max_abs_err) r->max_abs_err = e;
+        if (v > r->max_rel_viol) {
+            r->max_rel_viol = v;
+            if (v > 1 && !r->msg[0])
+                snprintf(r->msg, sizeof r->msg, "%s element %lld: %.7g vs reference %.7g", what, (long long)i,
+                         out[i], ref[i]);
+        }
+        se += e * e;
+        sr += (double)ref[i] * ref[i];
+    }
+    const double nmse = sr > 0 ? se / sr : se;
+    if (nmse > r->nmse) r->nmse = nmse;
+    if (nmse > max_nmse && !r->msg[0])
+        snprintf(r->msg, sizeof r->msg, "%s: NMSE %.3g > %.3g", what, nmse, max_nmse);
+}
+
+lpo_status lpo_opcheck_run(const lpo_backend_iface *be, void *ctx, lpo_dtype dt, const lpo_op *op,
+                           uint64_t seed, lpo_opcheck_result *r) {
+    memset(r, 0, sizeof *r);
+    r->kind = lpo_op_kind_name(op->kind);
+    if (!be->supports_op || !be->run_op || !be->supports_op(ctx, op))
+        return lpo_errorf(LPO_E_UNSUPPORTED, "opcheck: backend '%s' does not run op '%s' (%s)", be->name,
+                          op->name, r->kind);
+    const lpo_backend_iface *cpu = lpo_backend_cpu();
+    void *cctx = NULL;
+    const lpo_backend_init ci = {.max_seqs = 1, .dtype = LPO_DT_F32, .n_threads = 1};
+    lpo_status st = cpu->init(&ci, &cctx);
+    if (st != LPO_OK) return st;
+    case_data d;
+    st = case_make(op, seed, &d);
+    snprintf(r->shape, sizeof r->shape, "%s", d.shape);
+    if (st == LPO_OK) st = cpu->run_op(cctx, op, &d.ref);
+    if (st == LPO_OK) {
+        st = be->run_op(ctx, op, &d.io);
+        if (st != LPO_OK) st = lpo_error_context(st, "opcheck: op '%s' on backend '%s'", op->name, be->name);
+    }
+    if (st == LPO_OK) {
+        if (op->kind == LPO_OP_SAMPLE) {
+            for (int64_t i = 0; i < op->m; i++) {
+                r->n_checked++;
+                if (d.ids[i] != d.ids_ref[i] && !r->ids_mismatch++)
+                    snprintf(r->msg, sizeof r->msg, "row %lld: id %d vs reference %d", (long long)i,
+                             (int)d.ids[i], (int)d.ids_ref[i]);
+            }
+        } else {
+            compare(d.out, d.out_ref, d.n_out, dt, r, "output");
+        }
+        if (op->kind == LPO_OP_ATTENTION) { /* the appended rows (and nothing else) changed alike */
+            compare(d.kc, d.kc_ref, d.n_cache, dt, r, "K cache");
+            compare(d.vc, d.vc_ref, d.n_cache, dt, r, "V cache");
+        }
+        r->passed = !r->msg[0];
+    }
+    case_free(&d, op);
+    cpu->free(cctx);
+    return st;
+}
+
+/* ---- cases -----------------------------------------------------------------------------------------------
+ */
+lpo_status lpo_opcheck_cases_build(const lpo_model_spec *spec, int64_t T, int64_t L, int B,
+                                   lpo_opcheck_cases *c) {
+    memset(c, 0, sizeof *c);
+    lpo_status st = lpo_oplist_build_phase(spec, 0, 1, T, NULL, &c->prefill);
+    if (st == LPO_OK) st = lpo_oplist_build_phase(spec, 1, B, L, NULL, &c->decode);
+    if (st == LPO_OK && !NEW(c->ops, 2 * LPO_OP_KIND_COUNT)) st = lpo_errorf(LPO_E_NOMEM, "opcheck: cases");
+    for (int k = 0; st == LPO_OK && k < LPO_OP_KIND_COUNT; k++) {
+        for (int which = 0; which < 2; which++) { /* the first op of kind k in each list */
+            const lpo_oplist *l = which ? &c->decode : &c->prefill;
+            for (size_t i = 0; i < l->n_ops; i++)
+                if ((int)l->ops[i].kind == k) {
+                    c->ops[c->n++] = &l->ops[i];
+                    break;
+                }
+        }
+    }
+    if (st != LPO_OK) lpo_opcheck_cases_free(c);
+    return st;
+}
+
+void lpo_opcheck_cases_free(lpo_opcheck_cases *c) {
+    lpo_oplist_free(&c->prefill);
+    lpo_oplist_free(&c->decode);
+    free(c->ops);
+    memset(c, 0, sizeof *c);
+}

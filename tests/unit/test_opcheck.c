@@ -1,0 +1,186 @@
+/* The op checker on the CPU backend: every op kind of several architectures, at model shapes and odd shapes,
+ * against the reference (identical code: zero error expected); the checker itself catches unwritten and
+ * wrong outputs (a deliberately broken backend); and the CPU kernels against naive double-precision loops. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/cpu/cpu_kernels.h"
+#include "lpo/opcheck.h"
+#include "test_engine_support.h"
+
+static void *cpu_ctx(void) {
+    void *ctx = NULL;
+    const lpo_backend_init in = {.max_seqs = 1, .dtype = LPO_DT_F32, .n_threads = 1};
+    assert_int_equal(lpo_backend_cpu()->init(&in, &ctx), LPO_OK);
+    return ctx;
+}
+
+/* Every kind of the spec's prefill (T tokens) and decode (batch B at context L) lists passes, bit-exact. */
+static int check_spec(const lpo_model_spec *s, int64_t T, int64_t L, int B,
+                      int kinds_seen[LPO_OP_KIND_COUNT]) {
+    lpo_opcheck_cases c;
+    assert_int_equal(lpo_opcheck_cases_build(s, T, L, B, &c), LPO_OK);
+    const lpo_backend_iface *cpu = lpo_backend_cpu();
+    void *ctx = cpu_ctx();
+    for (size_t i = 0; i < c.n; i++) {
+        for (uint64_t seed = 1; seed <= 3; seed++) {
+            lpo_opcheck_result r;
+            lpo_status st = lpo_opcheck_run(cpu, ctx, LPO_DT_F32, c.ops[i], seed, &r);
+            if (st != LPO_OK || !r.passed || r.max_abs_err != 0)
+                fail_msg("%s %s (%s): %s %s", s->name, c.ops[i]->name, r.shape, st ? lpo_last_error() : "",
+                         r.msg);
+            assert_true(r.n_checked > 0);
+        }
+        kinds_seen[c.ops[i]->kind]++;
+    }
+    const int n = (int)c.n;
+    cpu->free(ctx);
+    lpo_opcheck_cases_free(&c);
+    return n;
+}
+
+static void test_every_kind(void **state) {
+    (void)state;
+    int seen[LPO_OP_KIND_COUNT] = {0};
+    lpo_model_spec s = test_spec();
+    check_spec(&s, 9, 20, 3, seen);
+    /* qwen3/qwen2-like features, gelu (geglu), sliding window, untied head */
+    s.qk_norm = 1;
+    s.qkv_bias = 1;
+    s.o_bias = 1;
+    s.mlp_bias = 1;
+    s.act = LPO_ACT_GELU_TANH;
+    s.sliding_window = 5;
+    s.tied_embeddings = 0;
+    check_spec(&s, 11, 33, 2, seen);
+    /* odd shapes: 3 heads sharing one KV head, head_dim 10, widths that are no multiple of 16 */
+    lpo_model_spec o = test_spec();
+    o.hidden_size = 37;
+    o.n_heads = 3;
+    o.n_kv_heads = 1;
+    o.head_dim = 10;
+    o.intermediate_size = 53;
+    o.vocab_size = 101;
+    check_spec(&o, 1, 0, 1, seen);
+    check_spec(&o, 13, 70, 5, seen);
+    for (int k = 0; k < LPO_OP_KIND_COUNT; k++)
+        if (!seen[k]) fail_msg("op kind '%s' was not checked", lpo_op_kind_name((lpo_op_kind)k));
+}
+
+/* ---- a broken backend: the CPU's run_op, then one output element unwritten or nudged ------------------- */
+static int broken_mode;
+static lpo_status broken_run_op(void *ctx, const lpo_op *op, lpo_op_io *io) {
+    lpo_status st = lpo_backend_cpu()->run_op(ctx, op, io);
+    const int64_t n = op->out[0].shape[0] * op->out[0].shape[1];
+    if (broken_mode == 1) io->out[n - 1] = NAN;
+    if (broken_mode == 2) io->out[n / 2] += 0.02f;
+    return st;
+}
+
+static void test_checker_catches(void **state) {
+    (void)state;
+    lpo_backend_iface broken = *lpo_backend_cpu();
+    broken.run_op = broken_run_op;
+    lpo_model_spec s = test_spec();
+    lpo_oplist l = {0};
+    assert_int_equal(lpo_oplist_build_phase(&s, 0, 1, 6, NULL, &l), LPO_OK);
+    const lpo_op *down = &l.ops[lpo_oplist_find(&l, LPO_ROLE_DOWN, 0)];
+    void *ctx = cpu_ctx();
+    lpo_opcheck_result r;
+    broken_mode = 1;
+    assert_int_equal(lpo_opcheck_run(&broken, ctx, LPO_DT_F32, down, 7, &r), LPO_OK);
+    assert_false(r.passed);
+    assert_int_equal(r.n_unwritten, 1);
+    assert_non_null(strstr(r.msg, "not written"));
+    broken_mode = 2; /* 0.02 off: fails f32's tolerance, within bf16's */
+    assert_int_equal(lpo_opcheck_run(&broken, ctx, LPO_DT_F32, down, 7, &r), LPO_OK);
+    assert_false(r.passed);
+    assert_int_equal(lpo_opcheck_run(&broken, ctx, LPO_DT_BF16, down, 7, &r), LPO_OK);
+    assert_true(r.passed);
+    broken_mode = 0;
+    lpo_backend_cpu()->free(ctx);
+    lpo_oplist_free(&l);
+}
+
+/* ---- the CPU kernels against naive double loops -----------------------------------------------------------
+ */
+static float frand(uint64_t *s) {
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((double)(*s >> 11) / 9007199254740992.0 * 2 - 1);
+}
+
+static void test_kernels_vs_double(void **state) {
+    (void)state;
+    uint64_t seed = 42;
+    /* matmul at shapes that exercise the 4x2 blocks, the tails and the row tiles */
+    const int64_t shapes[][3] = {{1, 7, 33}, {3, 17, 100}, {37, 21, 5}, {64, 19, 129}};
+    for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
+        const int64_t m = shapes[c][0], n = shapes[c][1], k = shapes[c][2];
+        float *x = malloc((size_t)(m * k) * 4), *W = malloc((size_t)(n * k) * 4), *b = malloc((size_t)n * 4);
+        float *y = malloc((size_t)(m * n) * 4);
+        for (int64_t i = 0; i < m * k; i++) x[i] = frand(&seed);
+        for (int64_t i = 0; i < n * k; i++) W[i] = frand(&seed);
+        for (int64_t i = 0; i < n; i++) b[i] = frand(&seed);
+        lpo_cpu_matmul(y, x, W, b, m, n, k, 2);
+        for (int64_t t = 0; t < m; t++)
+            for (int64_t j = 0; j < n; j++) { // x row t . W row j + b j
+                double acc = b[j];
+                for (int64_t i = 0; i < k; i++) acc += (double)x[t * k + i] * W[j * k + i];
+                assert_true(fabs(y[t * n + j] - acc) <= 1e-5 * (1 + fabs(acc)));
+            }
+        free(x), free(W), free(b), free(y);
+    }
+    /* attention: 5 tokens of two slots, GQA 4/2, head_dim 6, window 3 */
+    const int64_t m = 5, nh = 4, nkv = 2, hd = 6, ctx = 9, win = 3, row = (nh + 2 * nkv) * hd, kvd = nkv * hd;
+    float qkv[5 * 48], att[5 * 24], kc[2 * 9 * 12], vc[2 * 9 * 12], scores[2 * 9];
+    int32_t slot[5] = {0, 0, 0, 1, 1};
+    int64_t pos[5] = {2, 3, 4, 7, 8};
+    for (int i = 0; i < 5 * 48; i++) qkv[i] = frand(&seed);
+    for (int i = 0; i < 2 * 9 * 12; i++) kc[i] = frand(&seed), vc[i] = frand(&seed);
+    lpo_cpu_kv_append(kc, vc, qkv, slot, pos, m, nh, nkv, hd, ctx);
+    lpo_cpu_attention(att, qkv, kc, vc, slot, pos, m, nh, nkv, hd, ctx, win, scores, 1);
+    for (int64_t t = 0; t < m; t++)
+        for (int64_t h = 0; h < nh; h++) { // token t, head h: softmax over positions pos-2..pos
+            const int64_t kh = h / (nh / nkv), lo = pos[t] + 1 > win ? pos[t] + 1 - win : 0;
+            double sc[9], mx = -1e300, sum = 0;
+            for (int64_t j = lo; j <= pos[t]; j++) {
+                double d = 0;
+                for (int64_t i = 0; i < hd; i++)
+                    d += (double)qkv[t * row + h * hd + i] * kc[(slot[t] * ctx + j) * kvd + kh * hd + i];
+                sc[j] = d / sqrt((double)hd);
+                mx = sc[j] > mx ? sc[j] : mx;
+            }
+            for (int64_t j = lo; j <= pos[t]; j++) sum += sc[j] = exp(sc[j] - mx);
+            for (int64_t i = 0; i < hd; i++) {
+                double o = 0;
+                for (int64_t j = lo; j <= pos[t]; j++)
+                    o += sc[j] / sum * vc[(slot[t] * ctx + j) * kvd + kh * hd + i];
+                assert_true(fabs(att[t * nh * hd + h * hd + i] - o) <= 1e-5);
+            }
+        }
+    /* geglu against the formula in double */
+    float gu[2 * 8], act[8];
+    for (int i = 0; i < 16; i++) gu[i] = 3 * frand(&seed);
+    lpo_cpu_geglu(act, gu, 1, 8, 1);
+    for (int i = 0; i < 8; i++) {
+        const double g = gu[i],
+                     want = 0.5 * g * (1 + tanh(sqrt(2 / M_PI) * (g + 0.044715 * g * g * g))) * gu[8 + i];
+        assert_true(fabs(act[i] - want) <= 1e-5 * (1 + fabs(want)));
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_kind),
+        cmocka_unit_test(test_checker_catches),
+        cmocka_unit_test(test_kernels_vs_double),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
