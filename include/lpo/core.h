@@ -25,6 +25,9 @@ lpo_status lpo_open_regular(const char *path, int *fd);
 /* Reads a whole regular file (lpo_open_regular) into a malloc'd, NUL-terminated buffer (*len excludes
  * the NUL). */
 lpo_status lpo_read_file(const char *path, char **data, size_t *len);
+/* lpo_read_file for text read as C strings (lists of ids, JSONL): a NUL byte, which would silently cut
+ * the text, is LPO_E_FORMAT "<path>:<line>: NUL byte at offset N: not a text file". */
+lpo_status lpo_read_text_file(const char *path, char **data, size_t *len);
 
 /* An output file written safely, the one way every writer creates files:
  * - a new name or an existing regular file: the bytes go to a fresh temp file in the same folder

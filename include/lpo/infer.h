@@ -29,6 +29,7 @@ lpo_status lpo_infer_config_read(const lpo_node *cfg, lpo_infer_config *out);
 void lpo_infer_config_free(lpo_infer_config *c);
 /* Engine options from the settings: backend, exec mode, fusion, dtype, context, prefill chunk, threads. */
 void lpo_infer_engine_opts(const lpo_infer_config *c, int max_seqs, lpo_engine_opts *o);
-/* Parses "1,2,3" (commas and/or whitespace; a JSON array's brackets are accepted) into malloc'd ids.
- * LPO_E_USAGE names the offending item; an empty list is an error. */
+/* Parses "1,2,3" into malloc'd ids: ids separated by one comma or by whitespace, optionally inside one
+ * [...] (a JSON array). LPO_E_USAGE quoting the offending text for an empty item ("1,,2"), a trailing
+ * comma, unbalanced brackets, a non-id; an empty list is an error. */
 lpo_status lpo_parse_token_list(const char *text, int32_t **ids, size_t *n);

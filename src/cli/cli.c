@@ -92,6 +92,14 @@ lpo_status lpo_cli_parse(const lpo_cli_spec *spec, int argc, char **argv, lpo_cl
                 out->config_dirs = grow(out->config_dirs, out->n_config_dirs, sizeof *out->config_dirs);
                 out->config_dirs[out->n_config_dirs++] = val;
             } else {
+                const char *prev = f->takes_value ? lpo_cli_flag_value(out, f->name) : NULL;
+                if (prev) { /* --out=a --out=b: which one was meant? */
+                    lpo_status st =
+                        lpo_errorf(LPO_E_USAGE, "flag '--%s' is given twice ('%s' and '%s'): give it once",
+                                   name, prev, val);
+                    lpo_cli_args_free(out);
+                    return st;
+                }
                 out->flags = grow(out->flags, out->n_flags, sizeof *out->flags);
                 out->flags[out->n_flags++] = (lpo_cli_kv){f->name, val};
             }
@@ -99,6 +107,17 @@ lpo_status lpo_cli_parse(const lpo_cli_spec *spec, int argc, char **argv, lpo_cl
         }
         const char *eq = strchr(w, '=');
         if (eq && is_param(spec, w, (size_t)(eq - w))) {
+            // a parameter given twice (tokens=1 tokens=2) is refused: the last one silently won
+            for (size_t k = 0; k < out->n_params; k++) {
+                if (strlen(out->params[k].name) != (size_t)(eq - w) ||
+                    strncmp(out->params[k].name, w, (size_t)(eq - w)))
+                    continue;
+                lpo_status st =
+                    lpo_errorf(LPO_E_USAGE, "'%s=' is given twice ('%s=%s' and '%s'): give it once",
+                               out->params[k].name, out->params[k].name, out->params[k].value, w);
+                lpo_cli_args_free(out);
+                return st;
+            }
             out->params = grow(out->params, out->n_params, sizeof *out->params);
             out->params[out->n_params].name = lpo_strndup(w, (size_t)(eq - w));
             out->params[out->n_params++].value = eq + 1;
@@ -143,7 +162,7 @@ void lpo_cli_args_free(lpo_cli_args *a) {
 const char *lpo_cli_flag_value(const lpo_cli_args *a, const char *name) {
     const char *v = NULL;
     for (size_t i = 0; i < a->n_flags; i++)
-        if (!strcmp(a->flags[i].name, name)) v = a->flags[i].value; /* last one wins */
+        if (!strcmp(a->flags[i].name, name)) v = a->flags[i].value; /* boolean flags may repeat */
     return v;
 }
 

@@ -56,13 +56,8 @@ int lpo_cmd_logits(int argc, char **argv) {
     if ((st = lpo_cli_compose(&args, "logits", &cfg)) != LPO_OK) goto done;
     if ((st = lpo_infer_config_read(cfg, &ic)) != LPO_OK) goto done;
     if (tfile) {
-        size_t len;
-        if ((st = lpo_read_file(tfile, &file_text, &len)) != LPO_OK) goto done;
-        if (strlen(file_text) != len) { /* the list is parsed as a C string: a NUL would silently cut it */
-            st = lpo_errorf(LPO_E_FORMAT, "%s: NUL byte at offset %zu: not a text file of token ids", tfile,
-                            strlen(file_text));
-            goto done;
-        }
+        /* the list is parsed as a C string: a NUL is refused, it would silently cut it */
+        if ((st = lpo_read_text_file(tfile, &file_text, NULL)) != LPO_OK) goto done;
         tokens = file_text;
     }
     if (tokens && (st = lpo_parse_token_list(tokens, &ids, &n_ids)) != LPO_OK) {

@@ -1,7 +1,6 @@
 /* lpo tokenize: encode text to token ids (a JSON array on stdout) or decode ids back to text, with the
  * tokenizer of a tokenizer.json, a .gguf file or a model folder. --bench measures encoding speed (one
  * thread) on the given text, for comparison with HF tokenizers (docs/tokenizers.md). */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +8,7 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "lpo/core.h"
+#include "lpo/infer.h"
 #include "lpo/tokenizer.h"
 
 static const lpo_cli_flag flags[] = {
@@ -43,42 +43,6 @@ static lpo_status parse_bool(const char *s, int *out) {
         *out = 0;
     else
         return lpo_errorf(LPO_E_USAGE, "bos=%s: expected true or false", s);
-    return LPO_OK;
-}
-
-/* "1,2, 3" or "[1,2,3]" -> ids (malloc'd). */
-static lpo_status parse_ids(const char *s, int32_t **ids, size_t *n) {
-    size_t cap = 16;
-    *n = 0;
-    *ids = malloc(cap * sizeof **ids);
-    if (!*ids) return lpo_errorf(LPO_E_NOMEM, "out of memory");
-    const char *p = s;
-    while (*p == ' ' || *p == '[') p++;
-    while (*p && *p != ']') {
-        char *end;
-        errno = 0;
-        long long v = strtoll(p, &end, 10);
-        if (end == p || errno || v < 0 || v > INT32_MAX) {
-            free(*ids);
-            *ids = NULL;
-            return lpo_errorf(LPO_E_USAGE,
-                              "ids: '%.20s' is not a token id (expected comma-separated integers >= 0)", p);
-        }
-        if (*n == cap) {
-            int32_t *q = realloc(*ids, (cap *= 2) * sizeof *q);
-            if (!q) {
-                free(*ids);
-                *ids = NULL;
-                return lpo_errorf(LPO_E_NOMEM, "out of memory");
-            }
-            *ids = q;
-        }
-        (*ids)[(*n)++] = (int32_t)v;
-        p = end;
-        while (*p == ' ') p++;
-        if (*p == ',') p++;
-        while (*p == ' ') p++;
-    }
     return LPO_OK;
 }
 
@@ -135,7 +99,7 @@ int lpo_cmd_tokenize(int argc, char **argv) {
         st = lpo_errorf(LPO_E_USAGE, "give exactly one of text=\"...\", file=PATH or ids=1,2,3");
     else if (bos_s)
         st = parse_bool(bos_s, &bos);
-    if (!st && ids_s) st = parse_ids(ids_s, &ids, &n_ids);
+    if (!st && ids_s) st = lpo_parse_token_list(ids_s, &ids, &n_ids); /* one grammar for every id list */
     if (!st && file) st = lpo_read_file(file, &data, &len);
     if (!st) st = lpo_tokenizer_open(path, &t);
     if (st) {

@@ -268,14 +268,32 @@ static char *package_header(const char *text) {
         if (at && at < p + l) {
             at += 8;
             while (*at == ' ') at++;
-            const char *e = at;
-            while (e < p + l && *e != ' ' && *e != '\r' && *e != '\t') e++;
+            const char *e = p + l; /* the rest of the line: "a b" is not silently "a" */
+            while (e > at && (e[-1] == ' ' || e[-1] == '\r' || e[-1] == '\t')) e--;
             return lpo_strndup(at, (size_t)(e - at));
         }
         if (!eol) break;
         p = eol + 1;
     }
     return NULL;
+}
+
+/* A dotted key or package path (p, n bytes): dot-separated non-empty names of letters, digits, '_' and '-'.
+ * Returns the offset of the first character that breaks it, or n when it is valid. */
+static size_t bad_dotted_char(const char *p, size_t n) {
+    // each character; a dot must sit between two names
+    for (size_t i = 0; i < n; i++) {
+        char c = p[i];
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                 c == '-' || (c == '.' && i > 0 && i + 1 < n && p[i + 1] != '.');
+        if (!ok) return i;
+    }
+    return n;
+}
+
+static int valid_package(const char *p) {
+    size_t n = strlen(p);
+    return n && bad_dotted_char(p, n) == n;
 }
 
 /* Wraps content under a dotted package path ("a.b" -> {a: {b: content}}). */
@@ -348,6 +366,15 @@ static lpo_status load_option(const search_path *sp, const char *group, const ch
     char *pkg = st ? NULL : package_header(text);
     free(text);
     if (st) return st;
+    if (pkg && !valid_package(pkg)) { /* "../../etc" made keys with empty names */
+        st = lpo_errorf(LPO_E_CONFIG,
+                        "%s: '# @package %s' is not a package: give _global_, _group_ or dot-separated names "
+                        "of letters, digits, '_' and '-' (e.g. model.extra)",
+                        path, pkg);
+        free(pkg);
+        lpo_node_free(cfg);
+        return st;
+    }
     if (cfg->kind != LPO_NODE_MAP) {
         lpo_status e = lpo_errorf(LPO_E_CONFIG, "%s: a config file must hold a mapping", path);
         lpo_node_free(cfg);
@@ -414,15 +441,10 @@ static lpo_status parse_override(const char *text, override *o) {
         return lpo_errorf(LPO_E_USAGE, "override '%s' has no '=' (forms: a.b=v, +a.b=v, ++a.b=v, ~a.b)",
                           text);
     if (kl == 0) return lpo_errorf(LPO_E_USAGE, "override '%s' has an empty key", text);
-    // key characters: letters, digits, '_', '-', '.', with no empty component
-    for (size_t i = 0; i < kl; i++) {
-        char c = p[i];
-        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-                 c == '-' || (c == '.' && i > 0 && i + 1 < kl && p[i + 1] != '.');
-        if (!ok)
-            return lpo_errorf(LPO_E_USAGE, "override '%s': bad character '%c' in key '%.*s'", text, c,
-                              (int)kl, p);
-    }
+    size_t bad = bad_dotted_char(p, kl); /* letters, digits, '_', '-', '.', with no empty component */
+    if (bad < kl)
+        return lpo_errorf(LPO_E_USAGE, "override '%s': bad character '%c' in key '%.*s'", text, p[bad],
+                          (int)kl, p);
     if (eq && !strncmp(eq + 1, "sweep(", 6) && eq[strlen(eq) - 1] != ')') /* not silently a string */
         return lpo_errorf(LPO_E_USAGE, "override '%s': unterminated sweep(...): write sweep(a,b,c)", text);
     o->key = lpo_strndup(p, kl);

@@ -8,11 +8,35 @@
 #include "config/config_internal.h"
 #include "lpo/config.h"
 
+/* What interpolation may produce in all (copies of referenced nodes, interpolated strings): 40 levels of
+ * "${l}${l}" or maps copied twice per level grew without bound (9 GB in 20 s). */
+#define RESOLVE_MAX_BYTES ((size_t)32 << 20)
+
 typedef struct {
     lpo_node *root;
     const lpo_node *stack[64]; /* scalars being resolved (cycle detection) */
     int depth;
+    size_t produced; /* bytes made by interpolation so far (RESOLVE_MAX_BYTES) */
 } rctx;
+
+/* Memory a node and its children hold (strings and node structs), saturating. */
+static size_t node_bytes(const lpo_node *n) {
+    size_t b = sizeof *n + (n->key ? strlen(n->key) : 0) + (n->value ? strlen(n->value) : 0);
+    // children
+    for (size_t i = 0; i < n->n_items && b < RESOLVE_MAX_BYTES; i++) b += node_bytes(n->items[i]);
+    return b;
+}
+
+/* Counts `bytes` more produced at node `at`; LPO_E_CONFIG once the total passes RESOLVE_MAX_BYTES. */
+static lpo_status charge(rctx *c, const lpo_node *at, size_t bytes) {
+    c->produced += bytes;
+    if (c->produced <= RESOLVE_MAX_BYTES) return LPO_OK;
+    return lpo_errorf(
+        LPO_E_CONFIG,
+        "%s: interpolation in '%s' expands the configuration past %zu MiB (references that copy "
+        "references, doubling at each level?)",
+        at->origin ? at->origin : "?", at->key ? at->key : "", RESOLVE_MAX_BYTES >> 20);
+}
 
 void lpo__now_format(const char *fmt, char *out, size_t n) {
     static time_t t0;
@@ -95,6 +119,7 @@ static lpo_status eval(rctx *c, const lpo_node *at, char *body, lpo_node **out) 
         }
         lpo_status st = resolve_tree(c, t);
         if (st) return st;
+        if ((st = charge(c, at, node_bytes(t))) != LPO_OK) return st; /* before the copy is made */
         *out = lpo_node_clone(t);
         return LPO_OK;
     }
@@ -240,6 +265,7 @@ static lpo_status resolve_scalar(rctx *c, lpo_node *n) {
         lpo_strbuf out = {0};
         lpo_sb_puts(&out, "");
         st = interp_text(c, n, s, len, &out);
+        if (!st) st = charge(c, n, out.len);
         if (!st) {
             lpo__node_set_value(n, out.buf);
             n->quoted = 1;

@@ -87,6 +87,22 @@ lpo_status lpo_read_file(const char *path, char **data, size_t *len) {
     return LPO_OK;
 }
 
+lpo_status lpo_read_text_file(const char *path, char **data, size_t *len) {
+    size_t n;
+    lpo_status st = lpo_read_file(path, data, &n);
+    if (st) return st;
+    const char *nul = memchr(*data, 0, n);
+    if (nul) {
+        size_t line = 1, off = (size_t)(nul - *data);
+        for (const char *q = *data; q < nul; q++) line += *q == '\n';
+        free(*data);
+        *data = NULL;
+        return lpo_errorf(LPO_E_FORMAT, "%s:%zu: NUL byte at offset %zu: not a text file", path, line, off);
+    }
+    if (len) *len = n;
+    return LPO_OK;
+}
+
 /* The permissions a new file gets: 0666 less the umask (read without changing it for good). */
 static mode_t new_file_mode(void) {
     mode_t u = umask(022);

@@ -166,6 +166,18 @@ static const char *str_field(const cJSON *o, const char *key) {
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
+/* Column (1-based) of the first \u0000 escape in the JSON text p, or 0: cJSON decodes it into a C string
+ * that ends there, so "a\u0000bcdef" would silently become the prompt "a". */
+static size_t nul_escape_column(const char *p) {
+    // each character; an escape consumes its backslash and the escaped character together
+    for (const char *q = p; *q; q++) {
+        if (*q != '\\') continue;
+        if (q[1] == 'u' && !strncmp(q + 2, "0000", 4)) return (size_t)(q - p) + 1;
+        if (q[1]) q++;
+    }
+    return 0;
+}
+
 /* Fills s from one record; returns a static description of what is wrong, or NULL. */
 static const char *parse_record(const cJSON *o, size_t index, lpo_sample *s) {
     if (!cJSON_IsObject(o)) return "the line is not a JSON object";
@@ -232,16 +244,8 @@ lpo_status lpo_dataset_load_jsonl(const char *path, size_t limit, lpo_dataset **
     *out = NULL;
     char *text;
     size_t len;
-    lpo_status st = lpo_read_file(path, &text, &len);
+    lpo_status st = lpo_read_text_file(path, &text, &len); /* lines are C strings: no NUL */
     if (st != LPO_OK) return lpo_error_context(st, "dataset");
-    const char *nul = memchr(text, 0, len); /* the lines are C strings: a NUL would silently cut the file */
-    if (nul) {
-        size_t at = 1, off = (size_t)(nul - text);
-        for (const char *q = text; q < nul; q++) at += *q == '\n';
-        free(text);
-        return lpo_errorf(LPO_E_FORMAT, "%s:%zu: NUL byte at offset %zu: not a text (JSONL) file", path, at,
-                          off);
-    }
     const char *base = strrchr(path, '/');
     size_t cap = 16;
     lpo_dataset *d = dataset_new(base ? base + 1 : path, cap);
@@ -267,12 +271,31 @@ lpo_status lpo_dataset_load_jsonl(const char *path, size_t limit, lpo_dataset **
                 d->samples = ns;
                 cap *= 2;
             }
-            cJSON *o = cJSON_Parse(p);
+            /* exactly one JSON value per line: text after it ({"prompt":"x"}{"prompt":"y"}) is an error,
+             * not silently dropped */
+            const char *end = NULL;
+            cJSON *o = cJSON_ParseWithOpts(p, &end, 0);
+            if (o && end)
+                while (*end == ' ' || *end == '\t' || *end == '\r') end++;
+            size_t nulcol = o ? nul_escape_column(p) : 0;
             if (!o) {
                 st = lpo_errorf(LPO_E_PARSE,
                                 "%s:%zu: not valid JSON (near '%.30s'); each line must be one JSON "
                                 "object",
                                 path, lineno, cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() : p);
+            } else if (end && *end) {
+                st = lpo_errorf(LPO_E_PARSE,
+                                "%s:%zu: text after the JSON object at column %zu ('%.30s'): each line must "
+                                "be exactly one JSON object",
+                                path, lineno, (size_t)(end - line) + 1, end);
+            } else if (nulcol) {
+                st = lpo_errorf(LPO_E_FORMAT,
+                                "%s:%zu: a string holds \\u0000 (a NUL character) at column %zu: prompts "
+                                "and ids are text without NULs",
+                                path, lineno, (size_t)(p - line) + nulcol);
+            }
+            if (st != LPO_OK) {
+                cJSON_Delete(o);
                 break;
             }
             const char *why = parse_record(o, d->n, &d->samples[d->n]);

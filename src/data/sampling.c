@@ -12,7 +12,7 @@
 lpo_status lpo_dataset_subset(lpo_dataset *d, const char *path) {
     char *text;
     size_t len;
-    lpo_status st = lpo_read_file(path, &text, &len);
+    lpo_status st = lpo_read_text_file(path, &text, &len); /* lines are C strings: no NUL */
     if (st != LPO_OK) return lpo_error_context(st, "dataset.subset");
     lpo_sample *kept = calloc(d->n ? d->n : 1, sizeof *kept);
     unsigned char *used = calloc(d->n ? d->n : 1, 1);

@@ -80,11 +80,12 @@ lpo_status lpo_infer_config_read(const lpo_node *cfg, lpo_infer_config *c) {
     }
     const lpo_node *stop = lpo_node_at(cfg, "infer.stop");
     if (stop && !lpo_scalar_is_null(stop)) {
-        if (stop->kind == LPO_NODE_SCALAR) { /* a single string is accepted as a list of one */
-            c->stop = malloc(sizeof *c->stop);
-            if (!c->stop) return lpo_errorf(LPO_E_NOMEM, "infer: out of memory");
-            c->stop[0] = stop->value;
-            c->gen.n_stop = 1;
+        if (stop->kind == LPO_NODE_SCALAR) { /* infer.stop=5: refused, not silently the string "5" */
+            st = lpo_errorf(LPO_E_CONFIG,
+                            "infer.stop = '%s' (%s) is a single value: it must be a list of strings, e.g. "
+                            "infer.stop='[\"%s\"]'",
+                            stop->value, stop->origin ? stop->origin : "config", stop->value);
+            goto fail;
         } else if (stop->kind == LPO_NODE_LIST) {
             c->stop = calloc(stop->n_items + 1, sizeof *c->stop);
             if (!c->stop) return lpo_errorf(LPO_E_NOMEM, "infer: out of memory");
@@ -120,44 +121,55 @@ void lpo_infer_engine_opts(const lpo_infer_config *c, int max_seqs, lpo_engine_o
     o->no_fusion = !c->fusion;
 }
 
+/* Fails the token list at p: the offending text (at most 20 bytes, unprintable bytes as '?'), quoted. */
+static lpo_status token_list_error(int32_t **ids, size_t *n, const char *p, const char *why) {
+    char shown[24];
+    size_t k = 0;
+    for (; k < 20 && p[k]; k++) shown[k] = (p[k] >= 0x20 && p[k] < 0x7f) ? p[k] : '?';
+    shown[k] = 0;
+    size_t item = *n;
+    free(*ids);
+    *ids = NULL;
+    *n = 0;
+    return lpo_errorf(LPO_E_USAGE, "token list: item %zu at '%s'%s: %s", item, shown, p[k] ? "..." : "", why);
+}
+
+static const char *skip_space(const char *p) {
+    while (isspace((unsigned char)*p)) p++;
+    return p;
+}
+
 lpo_status lpo_parse_token_list(const char *text, int32_t **ids, size_t *n) {
     *ids = NULL;
     *n = 0;
     size_t cap = 0;
-    const char *p = text;
-    for (;;) {
-        while (*p && (isspace((unsigned char)*p) || *p == ',' || *p == '[' || *p == ']')) p++;
-        if (!*p) break;
+    /* ids separated by one comma or by whitespace, optionally inside one [...]: "1,,2", "1,2," and "[1]]"
+     * are refused, not read as 1,2 */
+    const char *p = skip_space(text);
+    const int bracket = *p == '[';
+    if (bracket) p = skip_space(p + 1);
+    // one id per iteration, then its separator
+    while (*p && *p != ']') {
         errno = 0;
         char *end;
         long long v = strtoll(p, &end, 10);
         if (end == p || errno || v < 0 || v > INT32_MAX ||
-            (*end && !isspace((unsigned char)*end) && *end != ',' && *end != ']')) {
-            char shown[24]; /* the offending text, at most 20 bytes, unprintable bytes as '?' */
-            size_t k = 0;
-            for (; k < 20 && p[k] && p[k] != ','; k++) shown[k] = (p[k] >= 0x20 && p[k] < 0x7f) ? p[k] : '?';
-            shown[k] = 0;
-            size_t item = *n;
-            free(*ids);
-            *ids = NULL;
-            *n = 0;
-            return lpo_errorf(LPO_E_USAGE, "token list: item %zu '%s' is not a non-negative integer token id",
-                              item, shown);
-        }
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 64;
-            int32_t *nid = realloc(*ids, cap * sizeof *nid);
-            if (!nid) {
-                free(*ids);
-                *ids = NULL;
-                *n = 0;
-                return lpo_errorf(LPO_E_NOMEM, "token list: out of memory");
-            }
-            *ids = nid;
-        }
+            (*end && !isspace((unsigned char)*end) && *end != ',' && *end != ']'))
+            return token_list_error(ids, n, p,
+                                    *p == ',' ? "an empty item (two separators in a row)"
+                                              : "not a non-negative integer token id");
+        *ids = lpo_xgrow(*ids, &cap, *n + 1, sizeof **ids, "a token list");
         (*ids)[(*n)++] = (int32_t)v;
-        p = end;
+        p = skip_space(end);
+        if (*p == ',') {
+            const char *comma = p;
+            p = skip_space(p + 1);
+            if (!*p || *p == ']') return token_list_error(ids, n, comma, "nothing after the last ','");
+        }
     }
+    if (bracket != (*p == ']'))
+        return token_list_error(ids, n, p, bracket ? "the '[' is not closed" : "a ']' without '['");
+    if (bracket && *skip_space(p + 1)) return token_list_error(ids, n, p + 1, "text after the ']'");
     if (*n == 0) return lpo_errorf(LPO_E_USAGE, "token list is empty (give ids like tokens=1,2,3)");
     return LPO_OK;
 }

@@ -64,9 +64,20 @@ static void test_parse_ok(void **state) {
     assert_string_equal(a.config_dirs[1], "/d2");
     assert_int_equal(a.help, 0);
     lpo_cli_args_free(&a);
-    assert_int_equal(parse(&spec, &a, 5, "-h", "--out=x", "--out=y", "--", "prog"), LPO_OK);
+    assert_int_equal(parse(&spec, &a, 5, "-h", "--out=x", "--json", "--", "prog"), LPO_OK);
     assert_int_equal(a.help, 1);
-    assert_string_equal(lpo_cli_flag_value(&a, "out"), "y"); /* last one wins */
+    assert_string_equal(lpo_cli_flag_value(&a, "out"), "x");
+    lpo_cli_args_free(&a);
+    /* issue 14, finding 15: a value given twice is refused (the last one silently won); switches may repeat
+     */
+    assert_int_equal(parse(&spec, &a, 2, "--out=x", "--out=y"), LPO_E_USAGE);
+    assert_non_null(strstr(lpo_last_error(), "flag '--out' is given twice ('x' and 'y')"));
+    assert_int_equal(parse(&spec, &a, 2, "text=a", "text=b"), LPO_E_USAGE);
+    assert_non_null(strstr(lpo_last_error(), "'text=' is given twice ('text=a' and 'text=b')"));
+    assert_int_equal(parse(&spec, &a, 5, "--json", "--json", "a.b=1", "a.b=2", "--"), LPO_OK);
+    assert_int_equal(a.n_overrides, 2);
+    lpo_cli_args_free(&a);
+    assert_int_equal(parse(&spec, &a, 5, "-h", "--out=x", "--json", "--", "prog"), LPO_OK);
     assert_int_equal(a.n_passthrough, 1);
     assert_string_equal(a.passthrough[0], "prog");
     lpo_cli_args_free(&a);

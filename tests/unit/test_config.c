@@ -456,6 +456,69 @@ static lpo_node *resolve_text(const char *yaml, const char *const *ov, size_t n,
     return cfg;
 }
 
+/* Issue 14, findings 12 and 15: expansion bombs stop with a clear error (they grew to 9 GB), a package
+ * header that is not a package path is refused (it made keys with empty names). */
+static void test_expansion_bombs_and_packages(void **state) {
+    (void)state;
+    lpo_strbuf y = {0};
+    lpo_sb_puts(&y, "l0: 'xxxxxxxx'\n");
+    // each level doubles the text of the one before: 2^40 bytes at the top
+    for (int k = 1; k <= 40; k++) lpo_sb_printf(&y, "l%d: ${l%d}${l%d}\n", k, k - 1, k - 1);
+    lpo_status st;
+    uint64_t t0 = lpo_now_ns();
+    lpo_node *cfg = resolve_text(y.buf, NULL, 0, &st);
+    assert_null(cfg);
+    assert_int_equal(st, LPO_E_CONFIG);
+    assert_non_null(strstr(lpo_last_error(), "expands the configuration past 32 MiB"));
+    lpo_sb_free(&y);
+    /* maps copied twice per level */
+    lpo_sb_puts(&y, "m0: {a: 'xxxxxxxx', b: 'yyyyyyyy'}\n");
+    for (int k = 1; k <= 40; k++) lpo_sb_printf(&y, "m%d:\n  a: ${m%d}\n  b: ${m%d}\n", k, k - 1, k - 1);
+    cfg = resolve_text(y.buf, NULL, 0, &st);
+    assert_null(cfg);
+    assert_int_equal(st, LPO_E_CONFIG);
+    assert_non_null(strstr(lpo_last_error(), "expands the configuration past 32 MiB"));
+    assert_true(lpo_now_ns() - t0 < 30000000000ull); /* seconds, not minutes */
+    lpo_sb_free(&y);
+    /* a moderate expansion (a few KiB) still resolves */
+    cfg = resolve_text("a: 'abcdefgh'\nb: ${a}${a}${a}${a}\nc: ${b}${b}${b}${b}\nd:\n  x: ${c}\n  y: ${c}\n",
+                       NULL, 0, &st);
+    if (st) fail_msg("%s", lpo_last_error());
+    assert_int_equal(strlen(str_at(cfg, "d.y")), 128);
+    lpo_node_free(cfg);
+    /* # @package ../../etc */
+    char *dir = lpo_test_tmpdir(), p[4200];
+    snprintf(p, sizeof p, "%s/grp", dir);
+    assert_int_equal(lpo_mkdirs(p), LPO_OK);
+    snprintf(p, sizeof p, "%s/config.yaml", dir);
+    const char *primary = "defaults:\n  - grp: evil\n  - _self_\n";
+    assert_int_equal(lpo_write_file(p, primary, strlen(primary)), LPO_OK);
+    const char *bad[] = {"../../etc", "a..b", ".a", "a.", "a b", "a/b"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(p, sizeof p, "%s/grp/evil.yaml", dir);
+        lpo_strbuf opt = {0};
+        lpo_sb_printf(&opt, "# @package %s\nk: 1\n", bad[i]);
+        assert_int_equal(lpo_write_file(p, opt.buf, opt.len), LPO_OK);
+        lpo_sb_free(&opt);
+        cfg = NULL;
+        st = compose(dir, NULL, 0, &cfg);
+        assert_null(cfg);
+        assert_int_equal(st, LPO_E_CONFIG);
+        assert_non_null(strstr(lpo_last_error(), "is not a package"));
+        assert_non_null(strstr(lpo_last_error(), bad[i]));
+    }
+    const char *good = "# @package a.b-c.d_e\nk: 1\n";
+    assert_int_equal(lpo_write_file(p, good, strlen(good)), LPO_OK);
+    cfg = compose_ok(dir, NULL, 0);
+    assert_int_equal(int_at(cfg, "a.b-c.d_e.k"), 1);
+    lpo_node_free(cfg);
+    lpo_strbuf rm = {0};
+    lpo_sb_printf(&rm, "rm -rf '%s'", dir);
+    assert_int_equal(system(rm.buf), 0);
+    lpo_sb_free(&rm);
+    free(dir);
+}
+
 static void test_interpolation(void **state) {
     (void)state;
     setenv("LPO_TEST_VAR", "from-env", 1);
@@ -622,6 +685,7 @@ int main(void) {
         cmocka_unit_test(test_bad_yaml_in_tree),
         cmocka_unit_test(test_interpolation),
         cmocka_unit_test(test_interpolation_errors),
+        cmocka_unit_test(test_expansion_bombs_and_packages),
         cmocka_unit_test(test_sweep_expand),
         cmocka_unit_test(test_list_groups),
     };

@@ -130,7 +130,7 @@ static void test_errors(void **state) {
     expect_fail("logits model=tiny tokens=1,2,272 out=/dev/null", 1, "token id 272");
     expect_fail("generate model=tiny tokens=1,2,3,4,5,6,7,8,9,10 infer.max_context=8", 1, "max_context");
     expect_fail("generate model=tiny tokens=", 2, "empty");
-    expect_fail("generate model=tiny tokens=1,x,3", 2, "item 1 'x' is not");
+    expect_fail("generate model=tiny tokens=1,x,3", 2, "item 1 at 'x,3': not a non-negative integer");
     expect_fail("generate model=tiny prompt=", 2, "empty");
     expect_fail("logits model=tiny tokens=1,2", 2, "out=FILE");
     if (!lpo_backend_cuda()) { /* a build without the CUDA backend says so (exit 3) */
@@ -190,7 +190,7 @@ static void test_robustness(void **state) {
     snprintf(path, sizeof path, "%s/ids.txt", dir);
     assert_int_equal(lpo_write_file(path, "1,2,3\0,4", 9), LPO_OK);
     snprintf(cmd, sizeof cmd, "logits model=tiny tokens_file=%s out=%s/l.f32", path, dir);
-    expect_fail(cmd, 1, "ids.txt: NUL byte at offset 5");
+    expect_fail(cmd, 1, "ids.txt:1: NUL byte at offset 5");
     snprintf(cmd, sizeof cmd, "logits model=tiny tokens_file=%s out=%s/l.f32", dir, dir);
     expect_fail(cmd, 1, "is a directory, not a regular file");
     snprintf(cmd, sizeof cmd, "logits model=tiny tokens=1,2 out=%s", dir);
@@ -198,7 +198,7 @@ static void test_robustness(void **state) {
     snprintf(path, sizeof path, "%s/ids2.txt", dir);
     assert_int_equal(lpo_write_file(path, "1 2 x", 5), LPO_OK);
     snprintf(cmd, sizeof cmd, "logits model=tiny tokens_file=%s out=%s/l.f32", path, dir);
-    expect_fail(cmd, 1, "ids2.txt: token list: item 2 'x'"); /* bad file content: exit 1 */
+    expect_fail(cmd, 1, "ids2.txt: token list: item 2 at 'x'"); /* bad file content: exit 1 */
     expect_fail("tokenize tokenizer=" LPO_SOURCE_DIR "/tests/golden/tokenizers/smollm2.tokenizer.json "
                 "file=/dev/zero",
                 1, "'/dev/zero' is a device"); /* read forever before */

@@ -220,6 +220,75 @@ static void test_fifo_inputs(void **state) {
     free(dir);
 }
 
+/* Finding 10: a JSONL line is exactly one JSON object without NUL characters; errors give file:line. */
+static void test_jsonl_lines(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir(), script[8800];
+    const struct {
+        const char *line, *err;
+    } bad[] = {
+        {"{\"prompt\":\"x\"}{\"prompt\":\"y\"}", "p.jsonl:2: text after the JSON object at column 15"},
+        {"{\"prompt\":\"x\"} trailing", "p.jsonl:2: text after the JSON object at column 16 ('trailing')"},
+        {"{\"prompt\":\"a\\u0000bcdef\"}",
+         "p.jsonl:2: a string holds \\u0000 (a NUL character) at column 13"},
+        {"{\"id\":\"a\\u0000\",\"prompt\":\"x\"}", "p.jsonl:2: a string holds \\u0000"},
+    };
+    char path[4300];
+    snprintf(path, sizeof path, "%s/p.jsonl", dir);
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        lpo_strbuf f = {0};
+        lpo_sb_printf(&f, "{\"prompt\": \"fine\"}\n%s\n", bad[i].line);
+        assert_int_equal(lpo_write_file(path, f.buf, f.len), LPO_OK);
+        lpo_sb_free(&f);
+        snprintf(script, sizeof script,
+                 "\"$LPO\" generate model=tiny dataset=prompts dataset.path='%s' output.dir='%s/r' "
+                 "infer.max_new_tokens=1",
+                 path, dir);
+        expect(script, 1, bad[i].err);
+    }
+    /* an escaped backslash before u0000 is text, not a NUL; trailing spaces and CR are fine */
+    const char *ok = "{\"prompt\": \"a\\\\u0000b\"}  \r\n";
+    assert_int_equal(lpo_write_file(path, ok, strlen(ok)), LPO_OK);
+    snprintf(script, sizeof script,
+             "\"$LPO\" generate model=tiny dataset=prompts dataset.path='%s' output.dir='%s/ok' "
+             "infer.max_new_tokens=1",
+             path, dir);
+    expect(script, 0, NULL);
+    remove_tree(dir);
+    free(dir);
+}
+
+/* Finding 15: leniency that hid mistakes is refused, quoting the offending text. */
+static void test_leniency_refused(void **state) {
+    (void)state;
+    const struct {
+        const char *args, *err;
+    } bad[] = {
+        {"logits model=tiny tokens=1,,2 out=/dev/null", "token list: item 1 at ',2': an empty item"},
+        {"logits model=tiny tokens=1,2, out=/dev/null",
+         "token list: item 2 at ',': nothing after the last ','"},
+        {"logits model=tiny tokens=[1,2 out=/dev/null", "the '[' is not closed"},
+        {"logits model=tiny tokens=1,2] out=/dev/null", "a ']' without '['"},
+        {"logits model=tiny tokens=[1]x out=/dev/null", "text after the ']'"},
+        {"logits model=tiny tokens=1 tokens=2 out=/dev/null",
+         "'tokens=' is given twice ('tokens=1' and 'tokens=2')"},
+        {"generate model=tiny tokens=1 infer.stop=5",
+         "infer.stop = '5' (override 'infer.stop=5') is a single value"},
+        {"tokenize tokenizer=" TOK " ids=1,,2", "token list: item 1 at ',2': an empty item"},
+        {"tokenize tokenizer=" TOK " text=a text=b", "'text=' is given twice"},
+    };
+    char script[1024];
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(script, sizeof script, "\"$LPO\" %s", bad[i].args);
+        expect(script, 2, bad[i].err);
+    }
+    /* still accepted: spaces, one comma, a JSON array, a list of stop strings */
+    expect("\"$LPO\" logits model=tiny 'tokens=[1, 2 ,3]' out=/dev/null", 0, NULL);
+    expect("\"$LPO\" logits model=tiny 'tokens=1 2  3' out=/dev/null", 0, NULL);
+    expect("\"$LPO\" generate model=tiny tokens=1 infer.max_new_tokens=1 'infer.stop=[\"5\"]' --print-ids", 0,
+           NULL);
+}
+
 /* Finding 12: the CLI's out-of-memory handler says what was being allocated and exits 1 (never abort). */
 static void test_cli_out_of_memory(void **state) {
     (void)state;
@@ -251,7 +320,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_logits_through_link), cmocka_unit_test(test_stdout_write_errors),
         cmocka_unit_test(test_cli_out_of_memory),   cmocka_unit_test(test_generation_config),
-        cmocka_unit_test(test_fifo_inputs),
+        cmocka_unit_test(test_fifo_inputs),         cmocka_unit_test(test_jsonl_lines),
+        cmocka_unit_test(test_leniency_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

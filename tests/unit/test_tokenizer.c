@@ -356,7 +356,7 @@ static void test_cli(void **state) {
     free(err);
     snprintf(cmd, sizeof cmd, "tokenize %s ids=1,x", tj);
     assert_int_equal(lpo_test_run_lpo(cmd, NULL, &err), 2);
-    assert_non_null(strstr(err, "not a token id"));
+    assert_non_null(strstr(err, "token list: item 1 at 'x': not a non-negative integer token id"));
     free(err);
     assert_int_equal(lpo_test_run_lpo("tokenize tokenizer=/nonexistent.json text=x", NULL, &err), 1);
     assert_non_null(strstr(err, "/nonexistent.json"));
