@@ -122,6 +122,10 @@ static void test_qwen3_qknorm(void **state) {
     (void)state;
     check_model("qwen3_qknorm");
 }
+static void test_llama_geglu(void **state) { /* hidden_act gelu_pytorch_tanh: the geglu op */
+    (void)state;
+    check_model("llama_geglu");
+}
 static void test_mistral_swa(void **state) {
     (void)state;
     check_model("mistral_swa");
@@ -137,10 +141,10 @@ static void test_qwen2_yarn_rope(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_llama_gqa_tied),  cmocka_unit_test(test_llama3_rope),
-        cmocka_unit_test(test_qwen2_bias),      cmocka_unit_test(test_qwen3_qknorm),
-        cmocka_unit_test(test_mistral_swa),     cmocka_unit_test(test_llama_linear_rope),
-        cmocka_unit_test(test_qwen2_yarn_rope),
+        cmocka_unit_test(test_llama_gqa_tied),    cmocka_unit_test(test_llama3_rope),
+        cmocka_unit_test(test_qwen2_bias),        cmocka_unit_test(test_qwen3_qknorm),
+        cmocka_unit_test(test_mistral_swa),       cmocka_unit_test(test_llama_geglu),
+        cmocka_unit_test(test_llama_linear_rope), cmocka_unit_test(test_qwen2_yarn_rope),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -81,6 +81,12 @@ TINY = {
                                             rope_scaling=dict(rope_type="yarn", factor=4.0,
                                                               original_max_position_embeddings=64)),
                         torch.bfloat16),
+    # GeGLU MLP: gelu_pytorch_tanh(gate) * up (the engine's geglu op)
+    "llama_geglu": ("LlamaConfig", dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, vocab_size=128,
+                                        tie_word_embeddings=False, max_position_embeddings=256,
+                                        rms_norm_eps=1e-5, rope_theta=10000.0, bos_token_id=1, eos_token_id=2,
+                                        hidden_act="gelu_pytorch_tanh"), torch.bfloat16),
 }
 
 # Published chat templates (as in each model's tokenizer_config.json), rendered by transformers below.
