@@ -415,6 +415,36 @@ static void test_fast_equals_reference(void **state) {
     assert_true(rows == 6 * 10 * 7 * 12 && sampled > rows / 2);
     free(l);
     lpo_sample_scratch_free(s);
+    /* a real vocabulary size, every kind of row, the settings that matter, top_p edge values */
+    const int64_t V = 128256;
+    s = scratch_for(V);
+    l = malloc((size_t)V * sizeof *l);
+    assert_non_null(l);
+    const lpo_sampling big[] = {{1, 0, 0.9, 1, 1},
+                                {1, 50, 1, 1, 2},
+                                {1, 50, 0.9, 1, 3},
+                                {0.7, 0, 0.95, 1.1, 4},
+                                {1, 0, 1, 1, 5},
+                                {1, 0, 1e-300, 1, 6},
+                                {1, 0, nextafter(1, 0), 1, 7},
+                                {1.3, 100000, 0.5, 1, 8}};
+    uint32_t *seen_big = calloc((size_t)(V + 31) / 32, sizeof *seen_big);
+    assert_non_null(seen_big);
+    for (int i = 0; i < 300; i++) seen_big[rnd() % (uint64_t)((V + 31) / 32)] |= 1u << (rnd() % 32);
+    for (int kind = 0; kind < 7; kind++) {
+        fill_row(l, V, kind);
+        for (size_t c = 0; c < sizeof big / sizeof big[0]; c++) {
+            const uint64_t step = rnd() % 1000;
+            const int32_t want = ref_sample(&big[c], 2, step, seen_big, l, V);
+            const int32_t got = sample_copy(&big[c], 2, step, seen_big, l, V, s);
+            if (got != want)
+                fail_msg("V %lld kind %d setting %zu: fast %d, reference %d", (long long)V, kind, c, got,
+                         want);
+        }
+    }
+    free(seen_big);
+    free(l);
+    lpo_sample_scratch_free(s);
 }
 
 /* ---- repetition penalty -------------------------------------------------------------------------------- */
