@@ -2,6 +2,7 @@
 #include "cli/cli.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,6 +36,47 @@ static int is_param(const lpo_cli_spec *spec, const char *key, size_t klen) {
     for (size_t i = 0; i < spec->n_params; i++)
         if (strlen(spec->params[i].name) == klen && !strncmp(spec->params[i].name, key, klen)) return 1;
     return 0;
+}
+
+/* 1 when v of `model=v` names a model on disk rather than a preset (conf/model/<v>.yaml). */
+static int model_is_path(const lpo_cli_args *a, const char *v) {
+    size_t n = strlen(v);
+    if (strchr(v, '/') || !strncmp(v, "hf:", 3) || (n > 5 && !strcmp(v + n - 5, ".gguf"))) return 1;
+    if (!v[0] || !lpo_path_exists(v)) return 0;
+    char path[4096];
+    for (size_t i = 0; i <= a->n_config_dirs; i++) { /* a preset of that name wins */
+        const char *dir = i < a->n_config_dirs ? a->config_dirs[i] : lpo_cfg_builtin_dir();
+        snprintf(path, sizeof path, "%s/model/%s.yaml", dir, v);
+        if (lpo_path_exists(path)) return 0;
+    }
+    return 1;
+}
+
+/* model=PATH -> model=hf model.path=PATH, in place in the override list. */
+static lpo_status expand_model_paths(lpo_cli_args *a) {
+    for (size_t i = 0; i < a->n_overrides; i++) {
+        const char *o = a->overrides[i];
+        if (strncmp(o, "model=", 6) || !model_is_path(a, o + 6)) continue;
+        size_t len = strlen(o + 6) + sizeof "model.path=";
+        char *path = malloc(len);
+        const char **ov = realloc(a->overrides, (a->n_overrides + 1) * sizeof *ov);
+        char **owned = realloc(a->owned, (a->n_owned + 1) * sizeof *owned);
+        if (ov) a->overrides = ov;
+        if (owned) a->owned = owned;
+        if (!path || !ov || !owned) {
+            free(path);
+            lpo_cli_args_free(a);
+            return lpo_errorf(LPO_E_NOMEM, "out of memory");
+        }
+        snprintf(path, len, "model.path=%s", o + 6);
+        a->owned[a->n_owned++] = path;
+        memmove(&a->overrides[i + 2], &a->overrides[i + 1], (a->n_overrides - i - 1) * sizeof *a->overrides);
+        a->overrides[i] = "model=hf";
+        a->overrides[i + 1] = path;
+        a->n_overrides++;
+        i++;
+    }
+    return LPO_OK;
 }
 
 static void *grow(void *p, size_t n, size_t elem) {
@@ -147,10 +189,12 @@ lpo_status lpo_cli_parse(const lpo_cli_spec *spec, int argc, char **argv, lpo_cl
         lpo_cli_args_free(out);
         return st;
     }
-    return LPO_OK;
+    return expand_model_paths(out);
 }
 
 void lpo_cli_args_free(lpo_cli_args *a) {
+    for (size_t i = 0; i < a->n_owned; i++) free(a->owned[i]);
+    free(a->owned);
     for (size_t i = 0; i < a->n_params; i++) free((char *)a->params[i].name);
     free(a->overrides);
     free(a->flags);

@@ -48,9 +48,13 @@ typedef struct {
     int help;
     char **passthrough; /* after "--" */
     int n_passthrough;
+    char **owned; /* override strings lpo_cli_parse wrote (model=PATH -> model.path=PATH) */
+    size_t n_owned;
 } lpo_cli_args;
 
-/* Parses argv (the words after the command name). LPO_E_USAGE with a message on bad input. */
+/* Parses argv (the words after the command name). LPO_E_USAGE with a message on bad input.
+ * `model=PATH` (a folder, a .gguf file or hf:Org/Name; a word with '/', an hf: prefix, a .gguf suffix, or
+ * an existing path that no config dir has a model preset of) becomes `model=hf model.path=PATH`. */
 lpo_status lpo_cli_parse(const lpo_cli_spec *spec, int argc, char **argv, lpo_cli_args *out);
 void lpo_cli_args_free(lpo_cli_args *a);
 /* Value of a flag ("" when given without a value) or NULL when absent. */
