@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "lpo/ceilings.h"
 #include "lpo/config.h"
 #include "lpo/engine.h"
 #include "lpo/model.h"
@@ -62,7 +63,7 @@ typedef struct {
     lpo_an_peaks_source source;
     double tflops[LPO_AN_N_ROOFS]; /* 0 = unknown (then the times of ops on that roof are unknown) */
     double dram_gbs;               /* memory bandwidth, GB/s (10^9 B/s) */
-    char label[320];               /* for reports: where the numbers come from ("spec sheet (dense): ...") */
+    char label[768];               /* for reports: where the numbers come from ("spec sheet (dense): ...") */
 } lpo_an_peaks;
 
 /* Peaks from a composed config's `hardware.spec` map (bf16_tflops, fp16_tflops, tf32_tflops, fp32_tflops,
@@ -70,6 +71,15 @@ typedef struct {
  * A null or missing spec gives source NONE (label says how to get peaks). LPO_E_CONFIG for a non-numeric
  * or negative value. */
 lpo_status lpo_an_peaks_from_config(const lpo_node *cfg, lpo_an_peaks *out);
+/* Converts the ceilings module's peaks (measured or spec sheet; include/lpo/ceilings.h) to roofs: the GEMM
+ * roof per dtype, the vector roof = fp32 (CUDA cores / CPU vector FMA), the MBU bandwidth, the label. */
+void lpo_an_peaks_from_ceilings(const lpo_peaks *pk, lpo_an_peaks *out);
+/* The peaks a run uses, measured ceilings first: device >= 0 a CUDA ordinal, -1 the CPU (its cached `lpo
+ * ceilings` measurement), LPO_AN_NO_DEVICE none. Order: the device's measured ceilings; else an explicit
+ * hardware.spec of the config (hardware=h100-sxm ...); else the spec sheet of the device's name; else none
+ * (the label says how to get peaks). */
+#define LPO_AN_NO_DEVICE (-2)
+lpo_status lpo_an_peaks_resolve(const lpo_node *cfg, int device, lpo_an_peaks *out);
 /* The roof of an op in FLOP/s (0 when unknown). */
 double lpo_an_roof_flops(const lpo_an_peaks *p, lpo_an_roof r);
 

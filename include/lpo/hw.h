@@ -62,6 +62,9 @@ void lpo_env_print(const lpo_env_info *e, FILE *f);
 /* One JSON object: {"lpo": {version, git_commit, build_type, ...}, "host": {...}, "cuda": {...},
  * "nvml": {...}, "gpus": [...]} (lpo env --json, env.json in run directories). */
 void lpo_env_write_json(const lpo_env_info *e, lpo_json *j);
+/* lpo's build provenance as one JSON object {version, git_commit, build_type, debug_build, c_compiler,
+ * cuda, cuda_archs, cuda_build_version}: env.json's "lpo", and every result file's. */
+void lpo_build_write_json(lpo_json *j);
 
 /* Runs the device check kernel on CUDA device `dev`: y = a*x + b over n random floats, compared with the
  * C reference. LPO_E_NO_DEVICE without CUDA; LPO_E_CUDA with the CUDA error; LPO_E_RANGE on a mismatch

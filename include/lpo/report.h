@@ -62,6 +62,8 @@ void lpo_json_kv_str(lpo_json *j, const char *key, const char *s);
 void lpo_json_kv_int(lpo_json *j, const char *key, int64_t v);
 void lpo_json_kv_double(lpo_json *j, const char *key, double v);
 void lpo_json_kv_bool(lpo_json *j, const char *key, int v);
+/* key + v, or key + null when !known (a metric that needs a missing input) */
+void lpo_json_kv_double_or_null(lpo_json *j, const char *key, double v, int known);
 /* LPO_OK when exactly one complete value was written with balanced nesting; else LPO_E_INTERNAL with a
  * message naming the misuse. A trailing newline is written when pretty. */
 lpo_status lpo_json_finish(lpo_json *j);

@@ -117,6 +117,43 @@ lpo_status lpo_an_peaks_from_config(const lpo_node *cfg, lpo_an_peaks *out) {
     return LPO_OK;
 }
 
+void lpo_an_peaks_from_ceilings(const lpo_peaks *pk, lpo_an_peaks *out) {
+    memset(out, 0, sizeof *out);
+    out->source = pk->source == LPO_PEAKS_MEASURED ? LPO_AN_PEAKS_MEASURED
+                  : pk->source == LPO_PEAKS_SPEC   ? LPO_AN_PEAKS_SPEC
+                                                   : LPO_AN_PEAKS_NONE;
+    out->tflops[LPO_AN_ROOF_FP32] = pk->tflops[LPO_CEIL_FP32];
+    out->tflops[LPO_AN_ROOF_TF32] = pk->tflops[LPO_CEIL_TF32];
+    out->tflops[LPO_AN_ROOF_FP16] = pk->tflops[LPO_CEIL_FP16];
+    out->tflops[LPO_AN_ROOF_BF16] = pk->tflops[LPO_CEIL_BF16];
+    out->tflops[LPO_AN_ROOF_FP8] = pk->tflops[LPO_CEIL_FP8];
+    out->tflops[LPO_AN_ROOF_VECTOR] = pk->tflops[LPO_CEIL_FP32];
+    out->dram_gbs = pk->dram_gbs;
+    snprintf(out->label, sizeof out->label, "%s%s%s%s", pk->label, pk->dram_name[0] ? " (bandwidth: " : "",
+             pk->dram_name, pk->dram_name[0] ? ")" : "");
+}
+
+lpo_status lpo_an_peaks_resolve(const lpo_node *cfg, int device, lpo_an_peaks *out) {
+    lpo_peaks pk;
+    memset(&pk, 0, sizeof pk);
+    lpo_status st = LPO_OK;
+    if (device != LPO_AN_NO_DEVICE && (st = lpo_peaks_for_device(device, &pk)) != LPO_OK) return st;
+    if (pk.source == LPO_PEAKS_MEASURED) {
+        lpo_an_peaks_from_ceilings(&pk, out);
+        return LPO_OK;
+    }
+    if ((st = lpo_an_peaks_from_config(cfg, out)) != LPO_OK || out->source != LPO_AN_PEAKS_NONE) return st;
+    if (pk.source == LPO_PEAKS_SPEC) {
+        lpo_an_peaks_from_ceilings(&pk, out);
+        return LPO_OK;
+    }
+    if (device == -1) /* the CPU has no spec sheet: only its own measurement */
+        snprintf(out->label, sizeof out->label,
+                 "none: no measured ceilings for this CPU (run `lpo ceilings` once, or give "
+                 "'hardware.spec={fp32_tflops: T, dram_tbs: B}')");
+    return LPO_OK;
+}
+
 /* ---- executed attention ----------------------------------------------------------------------------------
  */
 static int64_t ceil_to(int64_t x, int64_t t) {

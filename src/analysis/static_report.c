@@ -44,14 +44,6 @@ static const char *peaks_source_name(lpo_an_peaks_source s) {
 
 /* ---- JSON ------------------------------------------------------------------------------------------------
  */
-static void json_time(lpo_json *j, const char *key, double v, int known) {
-    lpo_json_key(j, key);
-    if (known)
-        lpo_json_double(j, v);
-    else
-        lpo_json_null(j);
-}
-
 static void json_cost(lpo_json *j, const lpo_an_cost *c) {
     const int known = c->bound != LPO_AN_BOUND_UNKNOWN;
     lpo_json_object_begin(j);
@@ -64,9 +56,9 @@ static void json_cost(lpo_json *j, const lpo_an_cost *c) {
     lpo_json_kv_double(j, "kv_write_bytes", c->kv_write_bytes);
     lpo_json_kv_double(j, "bytes", c->bytes);
     lpo_json_kv_double(j, "intensity", c->intensity);
-    json_time(j, "t_compute_s", c->t_compute_s, known);
-    json_time(j, "t_memory_s", c->t_memory_s, known);
-    json_time(j, "t_lower_s", c->t_lower_s, known);
+    lpo_json_kv_double_or_null(j, "t_compute_s", c->t_compute_s, known);
+    lpo_json_kv_double_or_null(j, "t_memory_s", c->t_memory_s, known);
+    lpo_json_kv_double_or_null(j, "t_lower_s", c->t_lower_s, known);
     lpo_json_kv_str(j, "bound", lpo_an_bound_name(c->bound));
     lpo_json_object_end(j);
 }
@@ -245,9 +237,10 @@ lpo_status lpo_an_static_write_json(const lpo_an_static *s, const lpo_model_spec
     lpo_json_key(j, "total");
     json_cost(j, &s->generation);
     const int known = s->decode.total.bound != LPO_AN_BOUND_UNKNOWN;
-    json_time(j, "ttft_lower_s", ttft_floor(s), known);
-    json_time(j, "tpot_lower_s", tpot_floor(s), known);
-    json_time(j, "decode_tok_s_upper", known && tpot_floor(s) > 0 ? s->opts.batch / tpot_floor(s) : 0, known);
+    lpo_json_kv_double_or_null(j, "ttft_lower_s", ttft_floor(s), known);
+    lpo_json_kv_double_or_null(j, "tpot_lower_s", tpot_floor(s), known);
+    lpo_json_kv_double_or_null(j, "decode_tok_s_upper",
+                               known && tpot_floor(s) > 0 ? s->opts.batch / tpot_floor(s) : 0, known);
     lpo_json_object_end(j);
     lpo_json_key(j, "phases");
     lpo_json_array_begin(j);
@@ -265,9 +258,9 @@ lpo_status lpo_an_static_write_json(const lpo_an_static *s, const lpo_model_spec
         lpo_json_kv_int(j, "batch", w->batch);
         lpo_json_kv_double(j, "weight_bytes", w->weight_bytes);
         lpo_json_kv_double(j, "kv_bytes", w->kv_bytes);
-        json_time(j, "prefill_lower_s", w->prefill_lower_s, k);
-        json_time(j, "decode_step_lower_s", w->decode_step_lower_s, k);
-        json_time(j, "decode_tok_s_upper", w->decode_tok_s_upper, k);
+        lpo_json_kv_double_or_null(j, "prefill_lower_s", w->prefill_lower_s, k);
+        lpo_json_kv_double_or_null(j, "decode_step_lower_s", w->decode_step_lower_s, k);
+        lpo_json_kv_double_or_null(j, "decode_tok_s_upper", w->decode_tok_s_upper, k);
         lpo_json_kv_str(j, "prefill_bound", lpo_an_bound_name(w->prefill_bound));
         lpo_json_kv_str(j, "decode_bound", lpo_an_bound_name(w->decode_bound));
         lpo_json_object_end(j);

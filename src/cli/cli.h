@@ -6,9 +6,12 @@
 #pragma once
 #include <stddef.h>
 
+#include "lpo/chat.h"
 #include "lpo/config.h"
+#include "lpo/infer.h"
 #include "lpo/model.h"
 #include "lpo/status.h"
+#include "lpo/tokenizer.h"
 
 typedef struct {
     const char *name; /* without the leading "--" */
@@ -87,3 +90,15 @@ lpo_status lpo_cli_compose(const lpo_cli_args *a, const char *command, lpo_node 
  * CPU-only build fails before any weights are read), then opens cfg's `model` node (LPO_E_CONFIG when
  * the config has none). */
 lpo_status lpo_cli_open_model(const lpo_node *cfg, const char *backend, lpo_model **m);
+
+/* Text prompts of a command (generate, profile): the inference settings, the model, its tokenizer and the
+ * chat family when infer.chat is set. */
+typedef struct {
+    const lpo_infer_config *ic;
+    const lpo_model_spec *spec;
+    lpo_tokenizer *tok;
+    lpo_chat_family chat;
+} lpo_cli_prompts;
+/* Text -> ids (malloc'd), through the chat template when infer.chat is set. LPO_E_USAGE for a model
+ * without a tokenizer, an empty prompt, or one that encodes to no tokens. */
+lpo_status lpo_cli_encode_prompt(const lpo_cli_prompts *g, const char *text, int32_t **ids, size_t *n);

@@ -208,7 +208,13 @@ static lpo_status run_static(const lpo_node *cfg, const lpo_model *m, const char
     lpo_an_opts o;
     lpo_an_peaks pk;
     lpo_status st = lpo_an_opts_from_config(cfg, s, &o);
-    if (st == LPO_OK) st = lpo_an_peaks_from_config(cfg, &pk);
+    /* hardware=auto: this machine's GPU (measured ceilings, else its spec sheet); a named GPU: its spec */
+    const char *hw = "auto";
+    int64_t dev = 0;
+    if (st == LPO_OK) st = lpo_cfg_str_or(cfg, "hardware.name", "auto", &hw);
+    if (st == LPO_OK) st = lpo_cfg_int_or(cfg, "hardware.device", 0, &dev);
+    if (st == LPO_OK)
+        st = lpo_an_peaks_resolve(cfg, !strcmp(hw, "auto") && dev >= 0 ? (int)dev : LPO_AN_NO_DEVICE, &pk);
     if (st != LPO_OK) return st;
     if (kvd && !o.kv_dtype) o.kv_dtype = kvd;
     if ((st = lpo_an_static_run(s, &o, &pk, an)) != LPO_OK) return st;

@@ -38,32 +38,6 @@ static const lpo_cli_spec spec = {
     .config = 1,
 };
 
-typedef struct {
-    const lpo_infer_config *ic;
-    const lpo_model_spec *spec;
-    lpo_tokenizer *tok;
-    lpo_chat_family chat;
-} gen_ctx;
-
-/* Text -> ids, through the chat template when infer.chat is set. */
-static lpo_status encode_prompt(const gen_ctx *g, const char *text, int32_t **ids, size_t *n) {
-    if (!g->tok) return lpo_errorf(LPO_E_USAGE, "this model has no tokenizer: give tokens=1,2,3");
-    if (!text[0]) return lpo_errorf(LPO_E_USAGE, "the prompt is empty");
-    lpo_status st;
-    if (g->ic->chat) {
-        lpo_strbuf sb = {0};
-        const char *sys = g->ic->system_set ? (g->ic->system[0] ? g->ic->system : NULL)
-                                            : lpo_chat_default_system(g->chat, g->spec);
-        lpo_chat_render(g->chat, sys, text, g->ic->chat_date, &sb);
-        st = lpo_tokenizer_encode(g->tok, sb.buf, sb.len, 0, ids, n);
-        lpo_sb_free(&sb);
-    } else {
-        st = lpo_tokenizer_encode(g->tok, text, strlen(text), 1, ids, n);
-    }
-    if (st == LPO_OK && *n == 0) st = lpo_errorf(LPO_E_USAGE, "the prompt encodes to no tokens");
-    return st;
-}
-
 static void stream_text(void *ud, size_t seq, const char *text, size_t len) {
     (void)ud;
     (void)seq;
@@ -90,7 +64,8 @@ static int held_dtype(void *ud, const char *name, lpo_dtype *out) {
 
 /* ---- one prompt, streamed
  * ----------------------------------------------------------------------------------- */
-static lpo_status run_single(lpo_engine *e, const gen_ctx *g, const int32_t *ids, size_t n, int print_id) {
+static lpo_status run_single(lpo_engine *e, const lpo_cli_prompts *g, const int32_t *ids, size_t n,
+                             int print_id) {
     lpo_gen_seq q = {.prompt = ids, .n_prompt = n};
     lpo_status st = lpo_generate(e, g->tok, &g->ic->gen, &q, 1, print_id ? NULL : stream_text, NULL);
     if (st == LPO_OK) {
@@ -122,7 +97,8 @@ static lpo_status run_single(lpo_engine *e, const gen_ctx *g, const int32_t *ids
 
 /* ---- a dataset -> predictions.jsonl
  * --------------------------------------------------------------------------- */
-static lpo_status run_dataset(lpo_engine *e, const gen_ctx *g, const lpo_node *cfg, const lpo_dataset *d) {
+static lpo_status run_dataset(lpo_engine *e, const lpo_cli_prompts *g, const lpo_node *cfg,
+                              const lpo_dataset *d) {
     lpo_rundir *rd = NULL;
     FILE *f = NULL;
     lpo_dataset_sampling ds;
@@ -147,7 +123,7 @@ static lpo_status run_dataset(lpo_engine *e, const gen_ctx *g, const lpo_node *c
                 q[k].prompt = s->tokens;
                 q[k].n_prompt = s->n_tokens;
             } else {
-                st = encode_prompt(g, s->prompt, &enc[k], &q[k].n_prompt);
+                st = lpo_cli_encode_prompt(g, s->prompt, &enc[k], &q[k].n_prompt);
                 if (st != LPO_OK) lpo_error_context(st, "sample '%s'", s->id);
                 q[k].prompt = enc[k];
             }
@@ -219,7 +195,7 @@ int lpo_cmd_generate(int argc, char **argv) {
     lpo_engine *e = NULL;
     lpo_dataset *d = NULL;
     lpo_infer_config ic = {0};
-    gen_ctx g = {0};
+    lpo_cli_prompts g = {0};
     int32_t *ids = NULL;
     size_t n_ids = 0;
     const char *prompt = lpo_cli_param_value(&args, "prompt"), *tokens = lpo_cli_param_value(&args, "tokens");
@@ -257,7 +233,7 @@ int lpo_cmd_generate(int argc, char **argv) {
             goto done;
         }
         if ((st = lpo_dataset_open(dcfg, g.spec->vocab_size, &d)) != LPO_OK) goto done;
-    } else if (prompt && (st = encode_prompt(&g, prompt, &ids, &n_ids)) != LPO_OK) {
+    } else if (prompt && (st = lpo_cli_encode_prompt(&g, prompt, &ids, &n_ids)) != LPO_OK) {
         goto done;
     }
     lpo_engine_opts eo;

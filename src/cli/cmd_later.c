@@ -20,9 +20,6 @@ static int later(const char *name, int argc, char **argv) {
     return LPO_EXIT_NOT_AVAILABLE;
 }
 
-int lpo_cmd_profile(int argc, char **argv) {
-    return later("profile", argc, argv);
-}
 int lpo_cmd_trace(int argc, char **argv) {
     return later("trace", argc, argv);
 }

@@ -227,10 +227,8 @@ void lpo_env_print(const lpo_env_info *e, FILE *f) {
     }
 }
 
-void lpo_env_write_json(const lpo_env_info *e, lpo_json *j) {
+void lpo_build_write_json(lpo_json *j) {
     const lpo_build_info *b = lpo_build();
-    lpo_json_object_begin(j);
-    lpo_json_key(j, "lpo");
     lpo_json_object_begin(j);
     lpo_json_kv_str(j, "version", b->version);
     lpo_json_kv_str(j, "git_commit", b->git_commit);
@@ -241,6 +239,12 @@ void lpo_env_write_json(const lpo_env_info *e, lpo_json *j) {
     lpo_json_kv_str(j, "cuda_archs", b->cuda ? b->cuda_archs : NULL);
     lpo_json_kv_int(j, "cuda_build_version", b->cuda_version);
     lpo_json_object_end(j);
+}
+
+void lpo_env_write_json(const lpo_env_info *e, lpo_json *j) {
+    lpo_json_object_begin(j);
+    lpo_json_key(j, "lpo");
+    lpo_build_write_json(j);
     lpo_json_key(j, "host");
     lpo_json_object_begin(j);
     lpo_json_kv_str(j, "hostname", e->hostname);

@@ -306,6 +306,14 @@ void lpo_json_kv_bool(lpo_json *j, const char *key, int v) {
     lpo_json_bool(j, v);
 }
 
+void lpo_json_kv_double_or_null(lpo_json *j, const char *key, double v, int known) {
+    lpo_json_key(j, key);
+    if (known)
+        lpo_json_double(j, v);
+    else
+        lpo_json_null(j);
+}
+
 lpo_status lpo_json_finish(lpo_json *j) {
     if (!j->err && j->depth) misuse(j, "unclosed object or array at the end");
     if (!j->err && !j->done) misuse(j, "no value was written");

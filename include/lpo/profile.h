@@ -1,0 +1,178 @@
+/* lpo profile (Stage 1): a workload of dataset samples run through the engine as a user runs it (timing
+ * pass: prefill and decode times, TTFT, TPOT, tokens/s per sample and repeat), then a separate eager pass
+ * timing every plan group (operator breakdown: exclusive times that add up to the step, the remainder shown
+ * as other/gaps), costed with the static analysis (FLOPs, bytes) into MFU / MBU per phase and per op
+ * against measured ceilings or labelled spec peaks, bound classes, and shares by op category. The writers
+ * (profile_report.c) turn a result into the run directory's artifacts. See docs/profile.md. */
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lpo/analysis.h"
+#include "lpo/data.h"
+#include "lpo/generate.h"
+#include "lpo/infer.h"
+#include "lpo/measure.h"
+#include "lpo/nvml_sampler.h"
+
+/* ---- settings (the `profiling` group's profile keys) -----------------------------------------------------
+ */
+typedef struct {
+    int warmup_runs;                /* untimed runs of the first batch */
+    int repeats;                    /* timed runs of every batch */
+    int op_breakdown;               /* run the eager per-group pass */
+    int64_t breakdown_decode_steps; /* decode steps timed there (0 = max_new_tokens - 1) */
+    int top_k;                      /* operators listed in report.md */
+    int progress;                   /* draw a progress bar on stderr */
+    int nvml_sample_ms;             /* NVML period (GPU backends), 0 = off */
+} lpo_pf_opts;
+
+/* Reads profiling.{warmup_runs, repeats, op_breakdown, breakdown_decode_steps, top_k, progress,
+ * nvml_sample_ms}; progress "auto" = stderr is a terminal. LPO_E_CONFIG naming the key when out of range. */
+lpo_status lpo_pf_opts_read(const lpo_node *cfg, lpo_pf_opts *out);
+
+/* ---- op categories (share of time) ------------------------------------------------------------------------
+ */
+#define LPO_PF_CAT_MAP(X)                                                                                    \
+    X(GEMM, "gemm")               /* linear, lm_head */                                                      \
+    X(ATTENTION, "attention")     /* attention (scores, softmax, PV, KV append) */                           \
+    X(NORM, "norm")               /* rmsnorm, qk_norm */                                                     \
+    X(ELEMENTWISE, "elementwise") /* rope, swiglu, geglu, add */                                             \
+    X(EMBED, "embed")                                                                                        \
+    X(SAMPLING, "sampling")                                                                                  \
+    X(OTHER, "other/gaps") /* step time no group accounts for: engine work, launches, gaps */
+typedef enum {
+#define LPO__PF_CAT_ENUM(name, str) LPO_PF_CAT_##name,
+    LPO_PF_CAT_MAP(LPO__PF_CAT_ENUM)
+#undef LPO__PF_CAT_ENUM
+        LPO_PF_N_CATS
+} lpo_pf_cat;
+const char *lpo_pf_cat_name(lpo_pf_cat c);
+lpo_pf_cat lpo_pf_cat_of(lpo_op_kind k);
+
+/* ---- results
+ * ------------------------------------------------------------------------------------------------ */
+/* One sequence of one timed run. */
+typedef struct {
+    size_t sample; /* index into the dataset */
+    int repeat, batch, batch_size;
+    int64_t prompt_tokens, gen_tokens, decode_steps;
+    double prefill_ms, decode_ms; /* wall time of the batch's prefill (TTFT) and of this sequence's decode */
+    double ttft_ms, tpot_ms, e2e_ms;
+    lpo_stop_reason stop;
+} lpo_pf_record;
+
+/* Work and time of a phase summed over the timed runs. */
+typedef struct {
+    double time_s;    /* wall time of the phase, summed over batches and repeats */
+    int64_t tokens;   /* prefill: prompt tokens; decode: generated tokens from decode steps */
+    int64_t steps;    /* engine steps (prefill chunks, decode steps) */
+    lpo_an_cost cost; /* useful FLOPs, bytes (engine dtypes), roofline floors, summed */
+    double mfu, mbu;  /* cost.flops / time / compute roof; cost.bytes / time / bandwidth; 0 unknown */
+    double achieved_tflops, achieved_gbs;
+} lpo_pf_phase;
+
+/* One plan group (an op, or a fused launch) of the breakdown pass, summed over its calls. */
+typedef struct {
+    char name[96];    /* group name: "layers.7.attn.qkv", fused "layers.7.attn.residual+mlp_norm" */
+    int phase;        /* 0 prefill, 1 decode */
+    lpo_op_kind kind; /* the kind of its op with the most FLOPs (the first when none has any) */
+    lpo_pf_cat cat;
+    int layer, n_ops;
+    int64_t calls;
+    double time_s;    /* summed exclusive time */
+    lpo_an_cost cost; /* summed over calls (fused groups: only the bytes crossing the group) */
+    double mfu, mbu;  /* against the op's roof and the bandwidth; 0 unknown */
+} lpo_pf_group;
+
+typedef struct {
+    double run_s;      /* wall time of the engine runs of the phase in the breakdown pass */
+    double groups_s;   /* summed group times */
+    double other_s;    /* run_s - groups_s - overhead_s: engine work and gaps between groups */
+    double overhead_s; /* the profiler's own accounting inside the runs (excluded from other_s) */
+    int64_t steps, runs;
+    double by_cat_s[LPO_PF_N_CATS];
+} lpo_pf_breakdown;
+
+typedef struct {
+    /* setup */
+    char model[128], backend[32], exec[16], dtype[16];
+    int fusion, batch, threads;
+    int64_t max_new_tokens;
+    size_t n_samples; /* distinct samples run */
+    lpo_pf_opts opts;
+    lpo_an_peaks peaks;
+    lpo_an_dtypes dt; /* the engine's compute dtypes (costs for MFU / MBU) */
+    lpo_an_roof roof; /* the compute roof MFU of a phase uses (the engine dtype's GEMM roof) */
+    /* timing pass */
+    lpo_pf_record *records;
+    size_t n_records;
+    lpo_stats ttft_ms, tpot_ms, e2e_ms, prefill_tok_s, decode_tok_s; /* over records (tpot: n > 0 steps) */
+    double wall_s;                                                   /* the timed runs end to end */
+    int64_t gen_tokens;                                              /* generated by the timed runs */
+    double throughput_tok_s;                                         /* gen_tokens / wall_s */
+    lpo_pf_phase phase[2];                                           /* prefill, decode */
+    /* breakdown pass */
+    int have_breakdown;
+    lpo_pf_breakdown bd[2];
+    lpo_pf_group *groups;
+    size_t n_groups;
+    /* NVML (GPU backends) */
+    int have_nvml;
+    lpo_nvml_summary nvml;
+    double joules_per_token;
+    char nvml_note[160];
+    double total_s; /* the whole profile, warm-up and breakdown included */
+} lpo_pf_result;
+
+/* Runs the profile: d's samples in `order` (n_order indices; lpo_dataset_order), batched by the engine's
+ * batch size; tokens[i] / n_tokens[i] the encoded prompt of sample i (NULL: the sample's own ids). gen:
+ * generation parameters (sampling, max_new_tokens, stops). eng_opts: how to (re)open engines on model m
+ * (the breakdown pass reopens with exec=eager when the backend replays graphs). Fills *out (free with
+ * lpo_pf_result_free). */
+typedef struct {
+    const lpo_model *model;
+    const lpo_engine_opts *eng_opts;
+    const lpo_dataset *dataset;
+    const size_t *order;
+    size_t n_order;
+    int32_t *const *tokens; /* [dataset->n] encoded prompts (NULL entries: the sample's own tokens) */
+    const size_t *n_tokens;
+    const lpo_gen_params *gen;
+    const lpo_tokenizer *tok; /* for stop strings; may be NULL */
+    const lpo_pf_opts *opts;
+    const lpo_an_peaks *peaks;
+    int attn_tile; /* executed-attention tile of the backend (CPU: 1) */
+} lpo_pf_request;
+
+lpo_status lpo_pf_run(const lpo_pf_request *rq, lpo_pf_result *out);
+void lpo_pf_result_free(lpo_pf_result *r);
+
+/* ---- pieces the runner is made of (tests use them) -------------------------------------------------------
+ */
+/* Costs of a step of prefill or decode as the engine runs it: sequences with n_past / n_new, at dt.
+ * Builds the op list of the step (lpo_oplist_build) and sums lpo_an_op_cost over its ops. */
+lpo_status lpo_pf_step_cost(const lpo_model_spec *spec, int n_seqs, const int64_t *n_past,
+                            const int64_t *n_new, int sample, const lpo_an_dtypes *dt, const lpo_an_peaks *p,
+                            lpo_an_cost *out);
+/* Costs of a whole batch as lpo_generate runs it: a prefill packed into steps of at most max_step_tokens
+ * (as lpo_engine_run packs them), then decode steps while sequences are active (decode_steps[i] each). */
+lpo_status lpo_pf_batch_cost(const lpo_model_spec *spec, int n, const int64_t *prompt,
+                             const int64_t *decode_steps, int64_t max_step_tokens, const lpo_an_dtypes *dt,
+                             const lpo_an_peaks *p, lpo_an_cost *prefill, int64_t *prefill_steps,
+                             lpo_an_cost *decode);
+
+/* ---- writers (profile_report.c)
+ * ------------------------------------------------------------------------------ */
+#define LPO_PF_METRICS_SCHEMA_VERSION 1
+/* metrics.json: schema "lpo.profile.metrics" (docs/metrics.md). */
+lpo_status lpo_pf_write_metrics(const lpo_pf_result *r, const lpo_an_static *st, lpo_json *j);
+/* The operator table (operators.md / .csv / .json): every group of the breakdown pass. */
+lpo_table *lpo_pf_operators_table(const lpo_pf_result *r);
+/* report.md, summary.md, assumptions.md. */
+void lpo_pf_write_report(const lpo_pf_result *r, const lpo_an_static *st, const char *cmdline,
+                         lpo_strbuf *out);
+void lpo_pf_write_summary(const lpo_pf_result *r, const lpo_an_static *st, lpo_strbuf *out);
+void lpo_pf_write_assumptions(const lpo_pf_result *r, const lpo_an_static *st, lpo_strbuf *out);
+/* inputs.jsonl: one line per record (sample id, lengths, timings). */
+void lpo_pf_write_inputs(const lpo_pf_result *r, const lpo_dataset *d, lpo_strbuf *out);

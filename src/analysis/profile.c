@@ -1,0 +1,404 @@
+/* lpo profile, the runner: the timing pass (the workload as a user runs it, through lpo_generate, host clock
+ * around each run: the engine returns sampled ids to the host, so each run ends synchronised), the costs of
+ * what ran (op lists rebuilt for the exact steps), phase sums with MFU / MBU, statistics over the records,
+ * and the NVML sampler around the timed runs on GPU backends. The breakdown pass lives in profile_ops.c. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "lpo/profile.h"
+#include "profile_internal.h"
+
+/* ---- settings -------------------------------------------------------------------------------------------
+ */
+lpo_status lpo_pf_opts_read(const lpo_node *cfg, lpo_pf_opts *o) {
+    memset(o, 0, sizeof *o);
+    int64_t warm, rep, steps, top, nvml;
+    int bd;
+    const char *prog = "auto";
+    lpo_status st;
+    if ((st = lpo_cfg_int_or(cfg, "profiling.warmup_runs", 1, &warm)) != LPO_OK) return st;
+    if ((st = lpo_cfg_int_or(cfg, "profiling.repeats", 1, &rep)) != LPO_OK) return st;
+    if ((st = lpo_cfg_bool_or(cfg, "profiling.op_breakdown", 1, &bd)) != LPO_OK) return st;
+    if ((st = lpo_cfg_int_or(cfg, "profiling.breakdown_decode_steps", 0, &steps)) != LPO_OK) return st;
+    if ((st = lpo_cfg_int_or(cfg, "profiling.top_k", 15, &top)) != LPO_OK) return st;
+    if ((st = lpo_cfg_int_or(cfg, "profiling.nvml_sample_ms", 100, &nvml)) != LPO_OK) return st;
+    const lpo_node *pn = lpo_node_at(cfg, "profiling.progress");
+    int b = 0;
+    if (pn && !lpo_scalar_is_null(pn) && lpo_cfg_bool(cfg, "profiling.progress", &b) == LPO_OK)
+        prog = b ? "true" : "false";
+    else if (pn && !lpo_scalar_is_null(pn) && (st = lpo_cfg_str(cfg, "profiling.progress", &prog)) != LPO_OK)
+        return st;
+    lpo_error_clear();
+    if (warm < 0 || warm > 1000)
+        return lpo_errorf(LPO_E_CONFIG, "profiling.warmup_runs = %lld: 0 to 1000", (long long)warm);
+    if (rep < 1 || rep > 100000)
+        return lpo_errorf(LPO_E_CONFIG, "profiling.repeats = %lld: 1 to 100000", (long long)rep);
+    if (steps < 0)
+        return lpo_errorf(LPO_E_CONFIG, "profiling.breakdown_decode_steps = %lld: >= 0 (0 = all)",
+                          (long long)steps);
+    if (top < 1 || top > 10000)
+        return lpo_errorf(LPO_E_CONFIG, "profiling.top_k = %lld: 1 to 10000", (long long)top);
+    if (nvml < 0 || nvml > 60000)
+        return lpo_errorf(LPO_E_CONFIG, "profiling.nvml_sample_ms = %lld: 0 to 60000", (long long)nvml);
+    if (strcmp(prog, "auto") && strcmp(prog, "true") && strcmp(prog, "false"))
+        return lpo_errorf(LPO_E_CONFIG, "profiling.progress = '%s': auto, true or false", prog);
+    o->warmup_runs = (int)warm;
+    o->repeats = (int)rep;
+    o->op_breakdown = bd;
+    o->breakdown_decode_steps = steps;
+    o->top_k = (int)top;
+    o->nvml_sample_ms = (int)nvml;
+    o->progress = !strcmp(prog, "auto") ? isatty(2) : !strcmp(prog, "true");
+    return LPO_OK;
+}
+
+/* ---- categories -----------------------------------------------------------------------------------------
+ */
+const char *lpo_pf_cat_name(lpo_pf_cat c) {
+    static const char *const names[] = {
+#define LPO__PF_CAT_NAME(name, str) str,
+        LPO_PF_CAT_MAP(LPO__PF_CAT_NAME)
+#undef LPO__PF_CAT_NAME
+    };
+    return (unsigned)c < LPO_PF_N_CATS ? names[c] : "unknown";
+}
+
+lpo_pf_cat lpo_pf_cat_of(lpo_op_kind k) {
+    switch (k) {
+    case LPO_OP_LINEAR:
+    case LPO_OP_LM_HEAD: return LPO_PF_CAT_GEMM;
+    case LPO_OP_ATTENTION: return LPO_PF_CAT_ATTENTION;
+    case LPO_OP_RMSNORM:
+    case LPO_OP_QK_NORM: return LPO_PF_CAT_NORM;
+    case LPO_OP_ROPE:
+    case LPO_OP_SWIGLU:
+    case LPO_OP_GEGLU:
+    case LPO_OP_ADD: return LPO_PF_CAT_ELEMENTWISE;
+    case LPO_OP_EMBED: return LPO_PF_CAT_EMBED;
+    case LPO_OP_SAMPLE: return LPO_PF_CAT_SAMPLING;
+    default: return LPO_PF_CAT_OTHER;
+    }
+}
+
+/* ---- costs of what ran ----------------------------------------------------------------------------------
+ */
+lpo_status lpo_pf_step_cost(const lpo_model_spec *spec, int n_seqs, const int64_t *n_past,
+                            const int64_t *n_new, int sample, const lpo_an_dtypes *dt, const lpo_an_peaks *p,
+                            lpo_an_cost *out) {
+    lpo_oplist l = {0};
+    const lpo_step step = {n_seqs, n_past, n_new, 0, sample};
+    lpo_status st = lpo_oplist_build(spec, &step, NULL, &l);
+    if (st != LPO_OK) return st;
+    for (size_t i = 0; i < l.n_ops; i++) {
+        lpo_an_cost c;
+        lpo_an_op_cost(spec, &l.ops[i], n_seqs, dt, p, &c);
+        lpo_an_cost_add(out, &c);
+    }
+    lpo_oplist_free(&l);
+    return LPO_OK;
+}
+
+lpo_status lpo_pf_batch_cost(const lpo_model_spec *spec, int n, const int64_t *prompt,
+                             const int64_t *decode_steps, int64_t max_step_tokens, const lpo_an_dtypes *dt,
+                             const lpo_an_peaks *p, lpo_an_cost *prefill, int64_t *prefill_steps,
+                             lpo_an_cost *decode) {
+    memset(prefill, 0, sizeof *prefill);
+    memset(decode, 0, sizeof *decode);
+    *prefill_steps = 0;
+    if (n <= 0 || n > LPO_ENGINE_MAX_SEQS)
+        return lpo_errorf(LPO_E_RANGE, "profile: batch of %d sequences", n);
+    int64_t done[LPO_ENGINE_MAX_SEQS] = {0}, past[LPO_ENGINE_MAX_SEQS], nn[LPO_ENGINE_MAX_SEQS];
+    lpo_status st = LPO_OK;
+    /* prefill: the sequences' tokens packed into steps of at most max_step_tokens, in sequence order (as
+     * lpo_engine_run packs them); a step samples when it holds the last token of a prompt */
+    for (;;) {
+        int k = 0, sample = 0;
+        int64_t budget = max_step_tokens;
+        for (int i = 0; i < n && budget > 0; i++) {
+            const int64_t left = prompt[i] - done[i];
+            if (left <= 0) continue;
+            nn[k] = left < budget ? left : budget;
+            past[k] = done[i];
+            budget -= nn[k];
+            sample |= nn[k] == left;
+            done[i] += nn[k++];
+        }
+        if (k == 0) break;
+        if ((st = lpo_pf_step_cost(spec, k, past, nn, sample, dt, p, prefill)) != LPO_OK) return st;
+        ++*prefill_steps;
+    }
+    /* decode step j (1-based): the sequences with decode_steps >= j, each at context prompt + j - 1 */
+    int64_t most = 0;
+    for (int i = 0; i < n; i++) most = decode_steps[i] > most ? decode_steps[i] : most;
+    for (int64_t j = 1; j <= most && st == LPO_OK; j++) {
+        int k = 0;
+        for (int i = 0; i < n; i++) {
+            if (decode_steps[i] < j) continue;
+            past[k] = prompt[i] + j - 1;
+            nn[k++] = 1;
+        }
+        st = lpo_pf_step_cost(spec, k, past, nn, 1, dt, p, decode);
+    }
+    return st;
+}
+
+/* ---- progress bar (stderr, only when asked) ----------------------------------------------------------- */
+void lpo_pf__progress(const lpo_pf_opts *o, size_t done, size_t total, const char *what, double elapsed_s) {
+    if (!o->progress || total == 0) return;
+    const int width = 28;
+    int fill = (int)((double)width * (double)done / (double)total);
+    char bar[32];
+    for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '.';
+    bar[width] = 0;
+    double eta = done ? elapsed_s * (double)(total - done) / (double)done : 0;
+    fprintf(stderr, "\r[%s] %zu/%zu %-24s %6.1fs  eta %6.1fs", bar, done, total, what, elapsed_s, eta);
+    if (done == total) fputc('\n', stderr);
+    fflush(stderr);
+}
+
+/* ---- statistics ------------------------------------------------------------------------------------------
+ */
+static void stats_of(const double *x, size_t n, lpo_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (n && lpo_stats_compute(x, n, out) != LPO_OK) {
+        memset(out, 0, sizeof *out);
+        lpo_error_clear();
+    }
+}
+
+static void finish_phase(lpo_pf_phase *ph, const lpo_an_peaks *p, lpo_an_roof roof) {
+    const double pf = lpo_an_roof_flops(p, roof), bw = p->dram_gbs * 1e9;
+    if (ph->time_s > 0) {
+        ph->achieved_tflops = ph->cost.flops / ph->time_s / 1e12;
+        ph->achieved_gbs = ph->cost.bytes / ph->time_s / 1e9;
+        ph->mfu = pf > 0 ? ph->cost.flops / ph->time_s / pf : 0;
+        ph->mbu = bw > 0 ? ph->cost.bytes / ph->time_s / bw : 0;
+    }
+}
+
+static void compute_stats(lpo_pf_result *r) {
+    const size_t n = r->n_records;
+    double *v = malloc((n ? n : 1) * sizeof *v);
+    if (!v) return;
+    size_t k;
+    for (k = 0; k < n; k++) v[k] = r->records[k].ttft_ms;
+    stats_of(v, n, &r->ttft_ms);
+    for (k = 0; k < n; k++) v[k] = r->records[k].e2e_ms;
+    stats_of(v, n, &r->e2e_ms);
+    size_t m = 0;
+    for (k = 0; k < n; k++)
+        if (r->records[k].decode_steps > 0) v[m++] = r->records[k].tpot_ms;
+    stats_of(v, m, &r->tpot_ms);
+    m = 0;
+    for (k = 0; k < n; k++)
+        if (r->records[k].decode_steps > 0 && r->records[k].decode_ms > 0)
+            v[m++] = (double)r->records[k].decode_steps * 1000.0 / r->records[k].decode_ms;
+    stats_of(v, m, &r->decode_tok_s);
+    /* prefill tok/s of each batch run: its prompt tokens over its prefill time */
+    m = 0;
+    for (k = 0; k < n;) {
+        const lpo_pf_record *a = &r->records[k];
+        int64_t toks = 0;
+        size_t j = k;
+        for (; j < n && r->records[j].batch == a->batch && r->records[j].repeat == a->repeat; j++)
+            toks += r->records[j].prompt_tokens;
+        if (a->prefill_ms > 0) v[m++] = (double)toks * 1000.0 / a->prefill_ms;
+        k = j;
+    }
+    stats_of(v, m, &r->prefill_tok_s);
+    free(v);
+}
+
+/* ---- the timing pass -------------------------------------------------------------------------------------
+ */
+typedef struct {
+    int64_t prompt[LPO_ENGINE_MAX_SEQS], steps[LPO_ENGINE_MAX_SEQS];
+    lpo_an_cost prefill, decode;
+    int64_t prefill_steps;
+    int valid, n;
+} batch_cost_cache;
+
+static void prompt_of(const lpo_pf_request *rq, size_t sample, const int32_t **ids, size_t *n) {
+    if (rq->tokens && rq->tokens[sample]) {
+        *ids = rq->tokens[sample];
+        *n = rq->n_tokens[sample];
+    } else {
+        *ids = rq->dataset->samples[sample].tokens;
+        *n = rq->dataset->samples[sample].n_tokens;
+    }
+}
+
+/* One run of batch [b0, b0 + nb) of the order; records it when rec != 0. */
+static lpo_status run_batch(lpo_engine *e, const lpo_pf_request *rq, lpo_pf_result *r, size_t b0, size_t nb,
+                            int batch_index, int repeat, int rec, batch_cost_cache *cc) {
+    lpo_gen_seq q[LPO_ENGINE_MAX_SEQS];
+    memset(q, 0, sizeof q);
+    for (size_t k = 0; k < nb; k++) {
+        prompt_of(rq, rq->order[b0 + k], &q[k].prompt, &q[k].n_prompt);
+        q[k].stream = b0 + k;
+    }
+    const lpo_gen_params *gp = rq->gen;
+    uint64_t t0 = lpo_now_ns();
+    lpo_status st = lpo_generate(e, gp->n_stop ? rq->tok : NULL, gp, q, nb, NULL, NULL);
+    const double wall = (double)(lpo_now_ns() - t0) / 1e9;
+    if (st == LPO_OK && rec) {
+        double decode_ms = 0;
+        int64_t prompt = 0, dsteps = 0;
+        int same = cc->valid && cc->n == (int)nb;
+        for (size_t k = 0; k < nb; k++) {
+            lpo_pf_record *x = &r->records[r->n_records++];
+            x->sample = rq->order[b0 + k];
+            x->repeat = repeat;
+            x->batch = batch_index;
+            x->batch_size = (int)nb;
+            x->prompt_tokens = (int64_t)q[k].n_prompt;
+            x->gen_tokens = (int64_t)q[k].n_ids;
+            x->decode_steps = q[k].decode_steps;
+            x->prefill_ms = q[k].prefill_ms;
+            x->decode_ms = q[k].decode_steps > 0 ? q[k].decode_ms : 0;
+            x->ttft_ms = q[k].prefill_ms;
+            x->tpot_ms = q[k].decode_steps > 0 ? q[k].decode_ms / (double)q[k].decode_steps : 0;
+            x->e2e_ms = x->prefill_ms + x->decode_ms;
+            x->stop = q[k].reason;
+            if (x->decode_ms > decode_ms) decode_ms = x->decode_ms;
+            prompt += x->prompt_tokens;
+            dsteps += x->decode_steps;
+            same &= cc->prompt[k] == x->prompt_tokens && cc->steps[k] == x->decode_steps;
+            cc->prompt[k] = x->prompt_tokens;
+            cc->steps[k] = x->decode_steps;
+        }
+        if (!same) { /* the costs of this batch's steps (the same for repeats that ran the same steps) */
+            cc->n = (int)nb;
+            st = lpo_pf_batch_cost(lpo_engine_spec(e), (int)nb, cc->prompt, cc->steps,
+                                   rq->eng_opts->max_step_tokens > 0 ? rq->eng_opts->max_step_tokens
+                                                                     : LPO_ENGINE_DEFAULT_STEP_TOKENS,
+                                   &r->dt, rq->peaks, &cc->prefill, &cc->prefill_steps, &cc->decode);
+            cc->valid = st == LPO_OK;
+        }
+        if (st == LPO_OK) {
+            r->phase[0].time_s += q[0].prefill_ms / 1e3;
+            r->phase[0].tokens += prompt;
+            r->phase[0].steps += cc->prefill_steps;
+            lpo_an_cost_add(&r->phase[0].cost, &cc->prefill);
+            r->phase[1].time_s += decode_ms / 1e3;
+            r->phase[1].tokens += dsteps;
+            int64_t most = 0;
+            for (size_t k = 0; k < nb; k++) most = q[k].decode_steps > most ? q[k].decode_steps : most;
+            r->phase[1].steps += most;
+            lpo_an_cost_add(&r->phase[1].cost, &cc->decode);
+            r->wall_s += wall;
+            for (size_t k = 0; k < nb; k++) r->gen_tokens += (int64_t)q[k].n_ids;
+        }
+    }
+    for (size_t k = 0; k < nb; k++) lpo_gen_seq_free(&q[k]);
+    return st;
+}
+
+static lpo_status timing_pass(lpo_engine *e, const lpo_pf_request *rq, lpo_pf_result *r) {
+    const uint64_t t_start = lpo_now_ns();
+    const size_t B = (size_t)lpo_engine_max_seqs(e), n_batches = (rq->n_order + B - 1) / B;
+    const lpo_pf_opts *o = rq->opts;
+    const size_t total = (size_t)o->warmup_runs + n_batches * (size_t)o->repeats;
+    size_t done = 0;
+    lpo_status st = LPO_OK;
+    batch_cost_cache *cc = calloc(n_batches, sizeof *cc);
+    r->records = calloc(n_batches * B * (size_t)o->repeats, sizeof *r->records);
+    if (!cc || !r->records) {
+        free(cc);
+        return lpo_errorf(LPO_E_NOMEM, "profile: out of memory");
+    }
+    for (int w = 0; w < o->warmup_runs && st == LPO_OK; w++) {
+        st = run_batch(e, rq, r, 0, rq->n_order < B ? rq->n_order : B, 0, -1, 0, &cc[0]);
+        lpo_pf__progress(o, ++done, total, "warm-up", (double)(lpo_now_ns() - t_start) / 1e9);
+    }
+    lpo_nvml_sampler *nv = NULL;
+    if (st == LPO_OK && o->nvml_sample_ms > 0 && (lpo_engine_backend(e)->features & LPO_BACKEND_F_DEVICE)) {
+        if (lpo_nvml_sampler_open(rq->eng_opts->device, &nv) == LPO_OK)
+            lpo_nvml_sampler_start(nv, o->nvml_sample_ms);
+        else
+            snprintf(r->nvml_note, sizeof r->nvml_note, "NVML unavailable: %s", lpo_last_error());
+        lpo_error_clear();
+    } else if (st == LPO_OK) {
+        snprintf(r->nvml_note, sizeof r->nvml_note, "%s",
+                 o->nvml_sample_ms > 0 ? "not sampled: the backend runs on the host CPU"
+                                       : "not sampled (profiling.nvml_sample_ms=0)");
+    }
+    for (size_t b = 0; b < n_batches && st == LPO_OK; b++) {
+        const size_t b0 = b * B, nb = rq->n_order - b0 < B ? rq->n_order - b0 : B;
+        for (int rep = 0; rep < o->repeats && st == LPO_OK; rep++) {
+            st = run_batch(e, rq, r, b0, nb, (int)b, rep, 1, &cc[b]);
+            char what[48];
+            snprintf(what, sizeof what, "batch %zu/%zu run %d", b + 1, n_batches, rep + 1);
+            lpo_pf__progress(o, ++done, total, what, (double)(lpo_now_ns() - t_start) / 1e9);
+        }
+    }
+    if (nv) {
+        lpo_nvml_sampler_stop(nv);
+        lpo_nvml_sampler_summary(nv, &r->nvml);
+        r->have_nvml = r->nvml.n > 0;
+        lpo_nvml_sampler_close(nv);
+        lpo_error_clear();
+    }
+    free(cc);
+    return st;
+}
+
+/* ---- the whole profile ------------------------------------------------------------------------------------
+ */
+static const lpo_an_dtype *engine_dtype(lpo_dtype d) {
+    const lpo_an_dtype *t = lpo_an_dtype_find(lpo_dtype_name(d));
+    return t ? t : lpo_an_dtype_find("f32");
+}
+
+lpo_status lpo_pf_run(const lpo_pf_request *rq, lpo_pf_result *r) {
+    memset(r, 0, sizeof *r);
+    const uint64_t t_start = lpo_now_ns();
+    if (rq->n_order == 0) return lpo_errorf(LPO_E_INVALID, "profile: no samples to run");
+    r->opts = *rq->opts;
+    r->peaks = *rq->peaks;
+    lpo_engine *e = NULL;
+    lpo_status st = lpo_engine_open(rq->model, rq->eng_opts, &e);
+    if (st != LPO_OK) return st;
+    const lpo_model_spec *spec = lpo_engine_spec(e);
+    snprintf(r->model, sizeof r->model, "%s", spec->name);
+    snprintf(r->backend, sizeof r->backend, "%s", lpo_engine_backend_name(e));
+    snprintf(r->exec, sizeof r->exec, "%s", lpo_exec_mode_name(lpo_engine_exec_mode(e)));
+    snprintf(r->dtype, sizeof r->dtype, "%s", lpo_dtype_name(lpo_engine_dtype(e)));
+    r->fusion = lpo_engine_fusion(e);
+    r->batch = lpo_engine_max_seqs(e);
+    r->threads = rq->eng_opts->n_threads;
+    r->max_new_tokens = rq->gen->max_new_tokens;
+    const lpo_an_dtype *ed = engine_dtype(lpo_engine_dtype(e));
+    r->dt = (lpo_an_dtypes){ed, ed, ed, rq->attn_tile};
+    r->roof = ed->roof;
+    unsigned char *seen = calloc(rq->dataset->n ? rq->dataset->n : 1, 1);
+    if (!seen) st = lpo_errorf(LPO_E_NOMEM, "profile: out of memory");
+    for (size_t i = 0; st == LPO_OK && i < rq->n_order; i++) {
+        r->n_samples += !seen[rq->order[i]];
+        seen[rq->order[i]] = 1;
+    }
+    free(seen);
+    if (st == LPO_OK) st = timing_pass(e, rq, r);
+    if (st == LPO_OK) {
+        r->throughput_tok_s = r->wall_s > 0 ? (double)r->gen_tokens / r->wall_s : 0;
+        for (int p = 0; p < 2; p++) finish_phase(&r->phase[p], rq->peaks, r->roof);
+        compute_stats(r);
+        if (r->have_nvml && r->gen_tokens > 0) r->joules_per_token = r->nvml.energy_j / (double)r->gen_tokens;
+    }
+    if (st == LPO_OK && rq->opts->op_breakdown) st = lpo_pf__breakdown(&e, rq, r, t_start);
+    lpo_engine_close(e);
+    r->total_s = (double)(lpo_now_ns() - t_start) / 1e9;
+    if (st != LPO_OK) lpo_pf_result_free(r);
+    return st;
+}
+
+void lpo_pf_result_free(lpo_pf_result *r) {
+    free(r->records);
+    free(r->groups);
+    r->records = NULL;
+    r->groups = NULL;
+    r->n_records = r->n_groups = 0;
+}

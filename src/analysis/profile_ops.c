@@ -1,0 +1,240 @@
+/* lpo profile, the operator breakdown: a separate eager pass over one batch (its prefill and some decode
+ * steps) with the engine's group callback, timing every plan group exclusively. Group times plus the
+ * remainder ("other/gaps": engine work between groups) add up to the wall time of the engine runs; the
+ * profiler's own accounting inside the callback is measured and kept out of both.
+ *
+ * Timing source: the host clock at the callback's begin/end. That is exact for backends that run a group
+ * synchronously inside the callback pair (the CPU backend). A device backend (LPO_BACKEND_F_DEVICE) runs
+ * eagerly with its own events per group (exec=eager); its group times must come from those events, not
+ * from this host clock: group_time() below is the one place to switch when the CUDA backend exposes them. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "profile_internal.h"
+
+typedef struct {
+    const lpo_plan *plan;
+    int phase;
+    size_t n;
+    int *rows; /* [n] group -> index into the result's groups */
+} plan_rows;
+
+typedef struct {
+    lpo_pf_result *r;
+    const lpo_model_spec *spec;
+    const lpo_an_peaks *peaks;
+    int phase;
+    uint64_t t_begin;
+    double groups_s[2], overhead_s[2];
+    int64_t steps[2];
+    plan_rows *maps;
+    size_t n_maps, cap_groups;
+    lpo_status st;
+} bd_state;
+
+/* Exclusive time of the group that just ended (seconds). */
+static double group_time(bd_state *s, uint64_t now) {
+    return (double)(now - s->t_begin) / 1e9;
+}
+
+/* Costs of group g of a step at the engine's dtypes: its ops summed; a fused group moves only the bytes that
+ * cross it (the op list's own accounting, lpo_plan_group_bytes, says how many the fusion saves). */
+static void group_cost(const bd_state *s, const lpo_oplist *l, const lpo_plan_group *g, lpo_an_cost *c) {
+    memset(c, 0, sizeof *c);
+    double unfused = 0, best = -1;
+    lpo_an_roof roof = LPO_AN_ROOF_VECTOR;
+    for (uint32_t i = g->first; i < g->first + g->count; i++) {
+        lpo_an_cost oc;
+        lpo_an_op_cost(s->spec, &l->ops[i], l->n_seqs, &s->r->dt, s->peaks, &oc);
+        lpo_an_cost_add(c, &oc);
+        unfused += lpo_op_bytes(&l->ops[i]);
+        if (oc.flops > best) { /* the roof of the op doing most of the work */
+            best = oc.flops;
+            roof = oc.roof;
+        }
+    }
+    c->roof = roof;
+    if (g->count > 1) {
+        const double saved = unfused - lpo_plan_group_bytes(l, g), bw = s->peaks->dram_gbs * 1e9;
+        if (saved > 0 && saved < c->bytes) {
+            c->bytes -= saved;
+            c->intensity = c->bytes > 0 ? c->flops / c->bytes : 0;
+            if (bw > 0 && c->bound != LPO_AN_BOUND_UNKNOWN) {
+                c->t_memory_s = c->bytes / bw;
+                c->t_lower_s = c->t_compute_s > c->t_memory_s ? c->t_compute_s : c->t_memory_s;
+                c->bound = c->t_compute_s > c->t_memory_s ? LPO_AN_BOUND_COMPUTE : LPO_AN_BOUND_MEMORY;
+            }
+        }
+    }
+}
+
+/* The result row of group g of plan p in the current phase: found by name, created on first sight. */
+static int new_row(bd_state *s, const lpo_oplist *l, const lpo_plan_group *g) {
+    lpo_pf_result *r = s->r;
+    for (size_t i = 0; i < r->n_groups; i++)
+        if (r->groups[i].phase == s->phase && !strcmp(r->groups[i].name, g->name)) return (int)i;
+    if (r->n_groups == s->cap_groups) {
+        size_t cap = s->cap_groups ? 2 * s->cap_groups : 256;
+        lpo_pf_group *ng = realloc(r->groups, cap * sizeof *ng);
+        if (!ng) return -1;
+        r->groups = ng;
+        s->cap_groups = cap;
+    }
+    lpo_pf_group *x = &r->groups[r->n_groups];
+    memset(x, 0, sizeof *x);
+    snprintf(x->name, sizeof x->name, "%s", g->name);
+    x->phase = s->phase;
+    x->n_ops = (int)g->count;
+    const lpo_op *first = &l->ops[g->first];
+    x->layer = first->layer;
+    x->kind = first->kind;
+    double best = -1;
+    for (uint32_t i = g->first; i < g->first + g->count; i++) { // the kind doing most of the work
+        const double f = lpo_op_flops(&l->ops[i]);
+        if (f > best) {
+            best = f;
+            x->kind = l->ops[i].kind;
+        }
+    }
+    x->cat = lpo_pf_cat_of(x->kind);
+    return (int)r->n_groups++;
+}
+
+static int row_of(bd_state *s, const lpo_oplist *l, const lpo_plan *p, size_t g) {
+    for (size_t i = 0; i < s->n_maps; i++)
+        if (s->maps[i].plan == p && s->maps[i].phase == s->phase && s->maps[i].n == p->n_groups)
+            return s->maps[i].rows[g];
+    plan_rows *nm = realloc(s->maps, (s->n_maps + 1) * sizeof *nm);
+    if (!nm) return -1;
+    s->maps = nm;
+    plan_rows *m = &s->maps[s->n_maps];
+    m->plan = p;
+    m->phase = s->phase;
+    m->n = p->n_groups;
+    m->rows = malloc((p->n_groups ? p->n_groups : 1) * sizeof *m->rows);
+    if (!m->rows) return -1;
+    for (size_t i = 0; i < p->n_groups; i++)
+        if ((m->rows[i] = new_row(s, l, &p->groups[i])) < 0) return -1;
+    s->n_maps++;
+    return m->rows[g];
+}
+
+static void on_group(void *ud, const lpo_oplist *l, const lpo_plan *p, size_t g, int end) {
+    bd_state *s = ud;
+    const uint64_t now = lpo_now_ns();
+    if (!end) {
+        s->t_begin = now;
+        return;
+    }
+    const double t = group_time(s, now);
+    if (s->st != LPO_OK) return;
+    const int row = row_of(s, l, p, g);
+    if (row < 0) {
+        s->st = lpo_errorf(LPO_E_NOMEM, "profile: out of memory");
+        return;
+    }
+    lpo_pf_group *x = &s->r->groups[row];
+    lpo_an_cost c;
+    group_cost(s, l, &p->groups[g], &c);
+    lpo_an_cost_add(&x->cost, &c);
+    x->cost.roof = c.roof;
+    x->time_s += t;
+    x->calls++;
+    s->groups_s[s->phase] += t;
+    s->steps[s->phase] += g + 1 == p->n_groups;
+    s->overhead_s[s->phase] += (double)(lpo_now_ns() - now) / 1e9;
+}
+
+/* ---- the pass -------------------------------------------------------------------------------------------
+ */
+/* An engine that reports groups: the timing pass's own, unless it replays graphs (then one in eager mode). */
+static lpo_status eager_engine(lpo_engine **e, const lpo_pf_request *rq) {
+    const lpo_backend_iface *be = lpo_engine_backend(*e);
+    if (!(be->features & LPO_BACKEND_F_GROUP_EVENTS))
+        return lpo_errorf(LPO_E_UNSUPPORTED,
+                          "backend '%s' has no per-group events: no operator breakdown "
+                          "(profiling.op_breakdown=false skips it)",
+                          be->name);
+    if (lpo_engine_exec_mode(*e) == LPO_EXEC_EAGER || !(be->features & LPO_BACKEND_F_GRAPHS)) return LPO_OK;
+    lpo_engine_close(*e);
+    *e = NULL;
+    lpo_engine_opts o = *rq->eng_opts;
+    o.exec = LPO_EXEC_EAGER;
+    return lpo_engine_open(rq->model, &o, e);
+}
+
+lpo_status lpo_pf__breakdown(lpo_engine **ep, const lpo_pf_request *rq, lpo_pf_result *r, uint64_t t_start) {
+    lpo_status st = eager_engine(ep, rq);
+    if (st != LPO_OK) return st;
+    lpo_engine *e = *ep;
+    const int n =
+        (int)(rq->n_order < (size_t)lpo_engine_max_seqs(e) ? rq->n_order : (size_t)lpo_engine_max_seqs(e));
+    int slots[LPO_ENGINE_MAX_SEQS];
+    const int32_t *toks[LPO_ENGINE_MAX_SEQS];
+    int64_t lens[LPO_ENGINE_MAX_SEQS], longest = 0;
+    int32_t ids[LPO_ENGINE_MAX_SEQS];
+    for (int i = 0; i < n && st == LPO_OK; i++) {
+        size_t len;
+        const size_t smp = rq->order[i];
+        if (rq->tokens && rq->tokens[smp]) {
+            toks[i] = rq->tokens[smp];
+            len = rq->n_tokens[smp];
+        } else {
+            toks[i] = rq->dataset->samples[smp].tokens;
+            len = rq->dataset->samples[smp].n_tokens;
+        }
+        lens[i] = (int64_t)len;
+        longest = lens[i] > longest ? lens[i] : longest;
+        slots[i] = i;
+        lpo_engine_reset(e, i);
+        st = lpo_engine_set_sampling(e, i, &rq->gen->sampling, (uint64_t)i);
+    }
+    /* decode steps: as asked (0: the generation's), within the context left */
+    int64_t steps =
+        rq->opts->breakdown_decode_steps > 0 ? rq->opts->breakdown_decode_steps : rq->gen->max_new_tokens - 1;
+    const int64_t room = lpo_engine_max_context(e) - longest - 1;
+    if (steps > room) steps = room;
+    if (steps < 0) steps = 0;
+    bd_state s = {.r = r, .spec = lpo_engine_spec(e), .peaks = rq->peaks};
+    if (st == LPO_OK) st = lpo_engine_set_group_callback(e, on_group, &s);
+    const size_t total = (size_t)steps + 1;
+    const uint64_t t_pass = lpo_now_ns();
+    (void)t_start;
+    for (int64_t k = 0; k <= steps && st == LPO_OK; k++) { // run 0: the prefill; then decode steps
+        s.phase = k > 0;
+        const lpo_engine_batch b = {n, slots, k ? NULL : toks, k ? NULL : lens, 0, NULL, 1, ids};
+        const uint64_t t0 = lpo_now_ns();
+        st = lpo_engine_run(e, &b);
+        r->bd[s.phase].run_s += (double)(lpo_now_ns() - t0) / 1e9;
+        r->bd[s.phase].runs++;
+        if (st == LPO_OK) st = s.st;
+        lpo_pf__progress(rq->opts, (size_t)k + 1, total, k ? "breakdown: decode" : "breakdown: prefill",
+                         (double)(lpo_now_ns() - t_pass) / 1e9);
+    }
+    lpo_engine_set_group_callback(e, NULL, NULL);
+    lpo_error_clear();
+    for (size_t i = 0; i < s.n_maps; i++) free(s.maps[i].rows);
+    free(s.maps);
+    if (st != LPO_OK) return st;
+    /* sums, the remainder, shares by category, per-group MFU / MBU */
+    const double bw = rq->peaks->dram_gbs * 1e9;
+    for (int p = 0; p < 2; p++) {
+        lpo_pf_breakdown *bd = &r->bd[p];
+        bd->groups_s = s.groups_s[p];
+        bd->overhead_s = s.overhead_s[p];
+        bd->steps = s.steps[p];
+        bd->other_s = bd->run_s - bd->groups_s - bd->overhead_s;
+        if (bd->other_s < 0) bd->other_s = 0; /* clock granularity */
+        bd->by_cat_s[LPO_PF_CAT_OTHER] = bd->other_s;
+    }
+    for (size_t i = 0; i < r->n_groups; i++) {
+        lpo_pf_group *x = &r->groups[i];
+        r->bd[x->phase].by_cat_s[x->cat] += x->time_s;
+        if (x->time_s <= 0) continue;
+        const double roof = lpo_an_roof_flops(rq->peaks, x->cost.roof);
+        x->mfu = roof > 0 ? x->cost.flops / x->time_s / roof : 0;
+        x->mbu = bw > 0 ? x->cost.bytes / x->time_s / bw : 0;
+    }
+    r->have_breakdown = 1;
+    return LPO_OK;
+}

@@ -1,0 +1,593 @@
+/* lpo profile, the writers: metrics.json (schema lpo.profile.metrics, docs/metrics.md), the operator table
+ * (operators.md / .csv / .json from one field list), report.md (everything, for engineers), summary.md
+ * (plain words, for stakeholders), assumptions.md (peaks, formulas, dtypes) and inputs.jsonl. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lpo/hw.h"
+#include "lpo/profile.h"
+
+static const char *phase_names[2] = {"prefill", "decode"};
+
+/* ---- JSON pieces -----------------------------------------------------------------------------------------
+ */
+static void json_stats(lpo_json *j, const char *key, const lpo_stats *s) {
+    lpo_json_key(j, key);
+    if (!s->n) {
+        lpo_json_null(j);
+        return;
+    }
+    lpo_json_object_begin(j);
+    lpo_json_kv_int(j, "n", (int64_t)s->n);
+    lpo_json_kv_double(j, "mean", s->mean);
+    lpo_json_kv_double(j, "median", s->median);
+    lpo_json_kv_double(j, "p10", s->p10);
+    lpo_json_kv_double(j, "p90", s->p90);
+    lpo_json_kv_double(j, "stdev", s->stdev);
+    lpo_json_kv_double(j, "min", s->min);
+    lpo_json_kv_double(j, "max", s->max);
+    lpo_json_object_end(j);
+}
+
+static int peaks_known(const lpo_pf_result *r) {
+    return lpo_an_roof_flops(&r->peaks, r->roof) > 0;
+}
+static int bw_known(const lpo_pf_result *r) {
+    return r->peaks.dram_gbs > 0;
+}
+
+static void json_phase(lpo_json *j, const lpo_pf_result *r, const lpo_pf_phase *p) {
+    lpo_json_object_begin(j);
+    lpo_json_kv_double(j, "time_s", p->time_s);
+    lpo_json_kv_int(j, "tokens", p->tokens);
+    lpo_json_kv_int(j, "steps", p->steps);
+    lpo_json_kv_double(j, "flops", p->cost.flops);
+    lpo_json_kv_double(j, "flops_exec", p->cost.flops_exec);
+    lpo_json_kv_double(j, "bytes", p->cost.bytes);
+    lpo_json_kv_double(j, "weight_bytes", p->cost.weight_bytes);
+    lpo_json_kv_double(j, "kv_bytes", p->cost.kv_read_bytes + p->cost.kv_write_bytes);
+    lpo_json_kv_double(j, "tok_s", p->time_s > 0 ? (double)p->tokens / p->time_s : 0);
+    lpo_json_kv_double(j, "achieved_tflops", p->achieved_tflops);
+    lpo_json_kv_double(j, "achieved_gbs", p->achieved_gbs);
+    lpo_json_kv_double_or_null(j, "mfu", p->mfu, peaks_known(r) && p->time_s > 0);
+    lpo_json_kv_double_or_null(j, "mbu", p->mbu, bw_known(r) && p->time_s > 0);
+    const int fk = p->cost.bound != LPO_AN_BOUND_UNKNOWN;
+    lpo_json_kv_double_or_null(j, "floor_s", p->cost.t_lower_s, fk);
+    lpo_json_kv_double_or_null(j, "floor_ratio", p->time_s > 0 ? p->cost.t_lower_s / p->time_s : 0,
+                               fk && p->time_s > 0);
+    lpo_json_kv_str(j, "bound", lpo_an_bound_name(p->cost.bound));
+    lpo_json_object_end(j);
+}
+
+static int cmp_time_desc(const void *a, const void *b, void *ud) {
+    const lpo_pf_result *r = ud;
+    const double x = r->groups[*(const size_t *)a].time_s, y = r->groups[*(const size_t *)b].time_s;
+    return x < y   ? 1
+           : x > y ? -1
+                   : (*(const size_t *)a > *(const size_t *)b) - (*(const size_t *)a < *(const size_t *)b);
+}
+
+/* Group indices sorted by time (descending), only those of phase (or every phase when phase < 0). */
+static size_t *sorted_groups(const lpo_pf_result *r, int phase, size_t *n) {
+    size_t *idx = malloc((r->n_groups ? r->n_groups : 1) * sizeof *idx);
+    *n = 0;
+    if (!idx) return NULL;
+    for (size_t i = 0; i < r->n_groups; i++)
+        if (phase < 0 || r->groups[i].phase == phase) idx[(*n)++] = i;
+    qsort_r(idx, *n, sizeof *idx, cmp_time_desc, (void *)r);
+    return idx;
+}
+
+static double share_of(const lpo_pf_result *r, const lpo_pf_group *g) {
+    const double run = r->bd[g->phase].run_s - r->bd[g->phase].overhead_s;
+    return run > 0 ? g->time_s / run : 0;
+}
+
+static lpo_table *top_table(const lpo_pf_result *r, int phase);
+
+lpo_status lpo_pf_write_metrics(const lpo_pf_result *r, const lpo_an_static *st, lpo_json *j) {
+    lpo_json_object_begin(j);
+    lpo_json_kv_str(j, "schema", "lpo.profile.metrics");
+    lpo_json_kv_int(j, "version", LPO_PF_METRICS_SCHEMA_VERSION);
+    lpo_json_key(j, "lpo");
+    lpo_build_write_json(j);
+    lpo_json_key(j, "run");
+    lpo_json_object_begin(j);
+    lpo_json_kv_str(j, "model", r->model);
+    lpo_json_kv_str(j, "backend", r->backend);
+    lpo_json_kv_str(j, "exec", r->exec);
+    lpo_json_kv_bool(j, "fusion", r->fusion);
+    lpo_json_kv_str(j, "dtype", r->dtype);
+    lpo_json_kv_int(j, "threads", r->threads);
+    lpo_json_kv_int(j, "batch", r->batch);
+    lpo_json_kv_int(j, "max_new_tokens", r->max_new_tokens);
+    lpo_json_kv_int(j, "samples", (int64_t)r->n_samples);
+    lpo_json_kv_int(j, "records", (int64_t)r->n_records);
+    lpo_json_kv_int(j, "repeats", r->opts.repeats);
+    lpo_json_kv_int(j, "warmup_runs", r->opts.warmup_runs);
+    lpo_json_kv_double(j, "wall_s", r->wall_s);
+    lpo_json_kv_double(j, "total_s", r->total_s);
+    lpo_json_object_end(j);
+    lpo_json_key(j, "peaks");
+    lpo_json_object_begin(j);
+    lpo_json_kv_str(j, "source",
+                    r->peaks.source == LPO_AN_PEAKS_MEASURED ? "measured"
+                    : r->peaks.source == LPO_AN_PEAKS_SPEC   ? "spec"
+                                                             : "none");
+    lpo_json_kv_str(j, "label", r->peaks.label);
+    lpo_json_kv_str(j, "compute_roof", lpo_an_roof_name(r->roof));
+    lpo_json_kv_double_or_null(j, "compute_tflops", r->peaks.tflops[r->roof], peaks_known(r));
+    lpo_json_kv_double_or_null(j, "dram_gbs", r->peaks.dram_gbs, bw_known(r));
+    lpo_json_object_end(j);
+    lpo_json_key(j, "latency");
+    lpo_json_object_begin(j);
+    json_stats(j, "ttft_ms", &r->ttft_ms);
+    json_stats(j, "tpot_ms", &r->tpot_ms);
+    json_stats(j, "e2e_ms", &r->e2e_ms);
+    lpo_json_object_end(j);
+    lpo_json_key(j, "throughput");
+    lpo_json_object_begin(j);
+    json_stats(j, "prefill_tok_s", &r->prefill_tok_s);
+    json_stats(j, "decode_tok_s", &r->decode_tok_s);
+    lpo_json_kv_int(j, "generated_tokens", r->gen_tokens);
+    lpo_json_kv_double(j, "tok_s", r->throughput_tok_s);
+    lpo_json_object_end(j);
+    lpo_json_key(j, "phases");
+    lpo_json_object_begin(j);
+    for (int p = 0; p < 2; p++) {
+        lpo_json_key(j, phase_names[p]);
+        json_phase(j, r, &r->phase[p]);
+    }
+    lpo_json_object_end(j);
+    lpo_json_key(j, "breakdown");
+    if (!r->have_breakdown) {
+        lpo_json_null(j);
+    } else {
+        lpo_json_object_begin(j);
+        for (int p = 0; p < 2; p++) {
+            const lpo_pf_breakdown *bd = &r->bd[p];
+            lpo_json_key(j, phase_names[p]);
+            lpo_json_object_begin(j);
+            lpo_json_kv_double(j, "run_s", bd->run_s);
+            lpo_json_kv_double(j, "groups_s", bd->groups_s);
+            lpo_json_kv_double(j, "other_s", bd->other_s);
+            lpo_json_kv_double(j, "overhead_s", bd->overhead_s);
+            lpo_json_kv_int(j, "steps", bd->steps);
+            lpo_json_kv_int(j, "runs", bd->runs);
+            lpo_json_key(j, "by_category");
+            lpo_json_object_begin(j);
+            for (int c = 0; c < LPO_PF_N_CATS; c++)
+                lpo_json_kv_double(j, lpo_pf_cat_name((lpo_pf_cat)c), bd->by_cat_s[c]);
+            lpo_json_object_end(j);
+            lpo_json_object_end(j);
+        }
+        lpo_json_kv_int(j, "groups", (int64_t)r->n_groups);
+        lpo_json_key(j, "top"); /* rows of the operator table (operators.csv), slowest first */
+        lpo_table *t = top_table(r, -1);
+        lpo_table_write_json(t, j);
+        lpo_table_free(t);
+        lpo_json_object_end(j);
+    }
+    lpo_json_key(j, "nvml");
+    if (!r->have_nvml) {
+        lpo_json_null(j);
+    } else {
+        lpo_json_object_begin(j);
+        lpo_json_kv_int(j, "samples", (int64_t)r->nvml.n);
+        lpo_json_kv_double(j, "power_w_avg", r->nvml.power_w_avg);
+        lpo_json_kv_double(j, "power_w_max", r->nvml.power_w_max);
+        lpo_json_kv_double(j, "sm_mhz_avg", r->nvml.sm_mhz_avg);
+        lpo_json_kv_double(j, "sm_mhz_min", r->nvml.sm_mhz_min);
+        lpo_json_kv_double(j, "mem_mhz_avg", r->nvml.mem_mhz_avg);
+        lpo_json_kv_double(j, "energy_j", r->nvml.energy_j);
+        lpo_json_kv_double(j, "joules_per_token", r->joules_per_token);
+        lpo_json_kv_double(j, "temp_c_max", r->nvml.temp_c_max);
+        lpo_json_object_end(j);
+    }
+    lpo_json_kv_str(j, "nvml_note", r->nvml_note);
+    lpo_json_key(j, "static");
+    lpo_json_object_begin(j);
+    const int sk = st->decode.total.bound != LPO_AN_BOUND_UNKNOWN;
+    lpo_json_kv_double_or_null(j, "ttft_lower_s", st->prefill.total.t_lower_s, sk);
+    lpo_json_kv_double_or_null(j, "tpot_lower_s", st->decode.total.t_lower_s, sk);
+    lpo_json_kv_double_or_null(
+        j, "decode_tok_s_upper",
+        st->decode.total.t_lower_s > 0 ? st->opts.batch / st->decode.total.t_lower_s : 0, sk);
+    lpo_json_kv_double(j, "weight_bytes", st->mem.weight_bytes);
+    lpo_json_kv_double(j, "kv_bytes_per_token", st->mem.kv_bytes_per_token);
+    lpo_json_kv_double(j, "prefill_flops", st->prefill.total.flops);
+    lpo_json_kv_double(j, "decode_step_flops", st->decode.total.flops);
+    lpo_json_object_end(j);
+    lpo_json_object_end(j);
+    return LPO_OK;
+}
+
+/* ---- the operator table ----------------------------------------------------------------------------------
+ */
+static const lpo_field op_fields[] = {
+    {"phase", LPO_FIELD_STR, NULL, 0},         {"name", LPO_FIELD_STR, NULL, 0},
+    {"kind", LPO_FIELD_STR, NULL, 0},          {"category", LPO_FIELD_STR, NULL, 1},
+    {"layer", LPO_FIELD_INT, NULL, 1},         {"ops", LPO_FIELD_INT, NULL, 1},
+    {"calls", LPO_FIELD_INT, NULL, 0},         {"time_ms", LPO_FIELD_DOUBLE, "%.3f", 0},
+    {"mean_us", LPO_FIELD_DOUBLE, "%.1f", 0},  {"share_pct", LPO_FIELD_DOUBLE, "%.1f", 0},
+    {"flops", LPO_FIELD_DOUBLE, "%.3g", 1},    {"bytes", LPO_FIELD_DOUBLE, "%.3g", 1},
+    {"tflops", LPO_FIELD_DOUBLE, "%.3g", 0},   {"gbs", LPO_FIELD_DOUBLE, "%.3g", 0},
+    {"mfu_pct", LPO_FIELD_DOUBLE, "%.1f", 0},  {"mbu_pct", LPO_FIELD_DOUBLE, "%.1f", 0},
+    {"floor_us", LPO_FIELD_DOUBLE, "%.2f", 1}, {"floor_pct", LPO_FIELD_DOUBLE, "%.1f", 0},
+    {"bound", LPO_FIELD_STR, NULL, 0},
+};
+
+static void op_row(lpo_table *t, const lpo_pf_result *r, const lpo_pf_group *g) {
+    lpo_table_add_row(t);
+    lpo_table_set_str(t, "phase", phase_names[g->phase]);
+    lpo_table_set_str(t, "name", g->name);
+    lpo_table_set_str(t, "kind", lpo_op_kind_name(g->kind));
+    lpo_table_set_str(t, "category", lpo_pf_cat_name(g->cat));
+    lpo_table_set_int(t, "layer", g->layer);
+    lpo_table_set_int(t, "ops", g->n_ops);
+    lpo_table_set_int(t, "calls", g->calls);
+    lpo_table_set_double(t, "time_ms", g->time_s * 1e3);
+    if (g->calls) lpo_table_set_double(t, "mean_us", g->time_s * 1e6 / (double)g->calls);
+    lpo_table_set_double(t, "share_pct", 100 * share_of(r, g));
+    lpo_table_set_double(t, "flops", g->cost.flops);
+    lpo_table_set_double(t, "bytes", g->cost.bytes);
+    if (g->time_s > 0) {
+        lpo_table_set_double(t, "tflops", g->cost.flops / g->time_s / 1e12);
+        lpo_table_set_double(t, "gbs", g->cost.bytes / g->time_s / 1e9);
+        if (lpo_an_roof_flops(&r->peaks, g->cost.roof) > 0) lpo_table_set_double(t, "mfu_pct", 100 * g->mfu);
+        if (bw_known(r)) lpo_table_set_double(t, "mbu_pct", 100 * g->mbu);
+    }
+    if (g->cost.bound != LPO_AN_BOUND_UNKNOWN && g->calls) {
+        lpo_table_set_double(t, "floor_us", g->cost.t_lower_s * 1e6 / (double)g->calls);
+        if (g->time_s > 0) lpo_table_set_double(t, "floor_pct", 100 * g->cost.t_lower_s / g->time_s);
+    }
+    lpo_table_set_str(t, "bound", lpo_an_bound_name(g->cost.bound));
+}
+
+/* The top_k slowest groups of a phase (every phase when phase < 0) as operator-table rows. */
+static lpo_table *top_table(const lpo_pf_result *r, int phase) {
+    size_t n;
+    size_t *idx = sorted_groups(r, phase, &n);
+    lpo_table *t = lpo_table_new(op_fields, sizeof op_fields / sizeof op_fields[0]);
+    for (size_t i = 0; idx && i < n && i < (size_t)r->opts.top_k; i++) op_row(t, r, &r->groups[idx[i]]);
+    free(idx);
+    return t;
+}
+
+lpo_table *lpo_pf_operators_table(const lpo_pf_result *r) {
+    lpo_table *t = lpo_table_new(op_fields, sizeof op_fields / sizeof op_fields[0]);
+    for (int p = 0; p < 2; p++) {
+        size_t n;
+        size_t *idx = sorted_groups(r, p, &n);
+        for (size_t i = 0; idx && i < n; i++) op_row(t, r, &r->groups[idx[i]]);
+        free(idx);
+    }
+    return t;
+}
+
+/* ---- Markdown
+ * ---------------------------------------------------------------------------------------------- */
+static void md_stats_row(lpo_strbuf *o, const char *what, const lpo_stats *s) {
+    if (!s->n) {
+        lpo_sb_printf(o, "| %s | 0 | - | - | - | - | - | - | - |\n", what);
+        return;
+    }
+    lpo_sb_printf(o, "| %s | %zu | %.4g | %.4g | %.4g | %.4g | %.3g | %.4g | %.4g |\n", what, s->n, s->mean,
+                  s->median, s->p10, s->p90, s->stdev, s->min, s->max);
+}
+
+static void pct_or_dash(lpo_strbuf *o, double v, int known) {
+    if (known)
+        lpo_sb_printf(o, " %.1f%% |", 100 * v);
+    else
+        lpo_sb_puts(o, " - |");
+}
+
+static void md_phases(lpo_strbuf *o, const lpo_pf_result *r) {
+    char a[32], b[32], c[32];
+    lpo_sb_puts(
+        o, "| phase | time | tokens | steps | tok/s | FLOPs | bytes | TFLOP/s | GB/s | MFU | MBU | floor | "
+           "floor / time | bound |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+    for (int p = 0; p < 2; p++) {
+        const lpo_pf_phase *ph = &r->phase[p];
+        lpo_sb_printf(o, "| %s | %s | %lld | %lld | %.4g | %s | %s | %.3g | %.3g |", phase_names[p],
+                      lpo_an_fmt_time(a, sizeof a, ph->time_s), (long long)ph->tokens, (long long)ph->steps,
+                      ph->time_s > 0 ? (double)ph->tokens / ph->time_s : 0,
+                      lpo_an_fmt_flops(b, sizeof b, ph->cost.flops),
+                      lpo_an_fmt_bytes(c, sizeof c, ph->cost.bytes), ph->achieved_tflops, ph->achieved_gbs);
+        pct_or_dash(o, ph->mfu, peaks_known(r) && ph->time_s > 0);
+        pct_or_dash(o, ph->mbu, bw_known(r) && ph->time_s > 0);
+        lpo_sb_printf(o, " %s |", lpo_an_fmt_time(a, sizeof a, ph->cost.t_lower_s));
+        pct_or_dash(o, ph->time_s > 0 ? ph->cost.t_lower_s / ph->time_s : 0,
+                    ph->cost.bound != LPO_AN_BOUND_UNKNOWN && ph->time_s > 0);
+        lpo_sb_printf(o, " %s |\n", lpo_an_bound_name(ph->cost.bound));
+    }
+    lpo_sb_puts(o, "\n");
+}
+
+static void md_categories(lpo_strbuf *o, const lpo_pf_result *r) {
+    lpo_sb_puts(o,
+                "| category | prefill ms | prefill % | decode ms | decode % |\n|---|---:|---:|---:|---:|\n");
+    for (int c = 0; c < LPO_PF_N_CATS; c++) {
+        lpo_sb_printf(o, "| %s |", lpo_pf_cat_name((lpo_pf_cat)c));
+        for (int p = 0; p < 2; p++) {
+            const lpo_pf_breakdown *bd = &r->bd[p];
+            const double run = bd->run_s - bd->overhead_s;
+            lpo_sb_printf(o, " %.3f | %.1f |", bd->by_cat_s[c] * 1e3,
+                          run > 0 ? 100 * bd->by_cat_s[c] / run : 0);
+        }
+        lpo_sb_puts(o, "\n");
+    }
+    lpo_sb_puts(o, "\n");
+}
+
+static void md_bounds(lpo_strbuf *o, const lpo_pf_result *r) {
+    lpo_sb_puts(o, "| phase | compute-bound ops | memory-bound ops | unknown |\n|---|---:|---:|---:|\n");
+    for (int p = 0; p < 2; p++) {
+        double t[3] = {0, 0, 0}, all = 0;
+        for (size_t i = 0; i < r->n_groups; i++) {
+            if (r->groups[i].phase != p) continue;
+            t[r->groups[i].cost.bound] += r->groups[i].time_s;
+            all += r->groups[i].time_s;
+        }
+        lpo_sb_printf(o, "| %s | %.1f%% | %.1f%% | %.1f%% |\n", phase_names[p],
+                      all > 0 ? 100 * t[LPO_AN_BOUND_COMPUTE] / all : 0,
+                      all > 0 ? 100 * t[LPO_AN_BOUND_MEMORY] / all : 0,
+                      all > 0 ? 100 * t[LPO_AN_BOUND_UNKNOWN] / all : 0);
+    }
+    lpo_sb_puts(o, "\n(Share of each phase's group time spent in ops whose roofline floor is set by compute "
+                   "or by memory.)\n\n");
+}
+
+static void md_top_ops(lpo_strbuf *o, const lpo_pf_result *r, int phase) {
+    lpo_table *t = top_table(r, phase);
+    lpo_table_write_md(t, o);
+    lpo_table_free(t);
+    lpo_sb_puts(o, "\n");
+}
+
+void lpo_pf_write_report(const lpo_pf_result *r, const lpo_an_static *st, const char *cmdline,
+                         lpo_strbuf *o) {
+    const lpo_build_info *b = lpo_build();
+    char a[32], c[32], d[32], e[32], f[32], g[32];
+    lpo_sb_printf(o, "# lpo profile: %s on %s\n\n", r->model, r->backend);
+    lpo_sb_puts(o, "## Setup\n\n| | |\n|---|---|\n");
+    lpo_sb_printf(o, "| model | %s |\n| backend | %s (exec %s, fusion %s, compute dtype %s, threads %d) |\n",
+                  r->model, r->backend, r->exec, r->fusion ? "on" : "off", r->dtype, r->threads);
+    lpo_sb_printf(
+        o,
+        "| workload | %zu samples, batch %d, %d repeat(s) after %d warm-up run(s), up to %lld new tokens |\n",
+        r->n_samples, r->batch, r->opts.repeats, r->opts.warmup_runs, (long long)r->max_new_tokens);
+    lpo_sb_printf(o, "| peaks | %s |\n", r->peaks.label);
+    lpo_sb_printf(o, "| lpo | %s, commit %s, %s build%s |\n", b->version, b->git_commit, b->build_type,
+                  lpo_build_is_debug() ? " (DEBUG: timings not representative)" : "");
+    lpo_sb_printf(o, "| time | timed runs %.3g s, whole profile %.3g s |\n\n", r->wall_s, r->total_s);
+    lpo_sb_puts(o, "## Timings (over every sequence of every timed run)\n\n| metric | n | mean | median | "
+                   "p10 | p90 | stdev | "
+                   "min | max |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    md_stats_row(o, "TTFT ms", &r->ttft_ms);
+    md_stats_row(o, "TPOT ms", &r->tpot_ms);
+    md_stats_row(o, "end-to-end ms", &r->e2e_ms);
+    md_stats_row(o, "prefill tok/s (per batch run)", &r->prefill_tok_s);
+    md_stats_row(o, "decode tok/s (per sequence)", &r->decode_tok_s);
+    lpo_sb_printf(o, "\nThroughput: %lld generated tokens in %.3g s = %.4g tok/s (batch %d).\n\n",
+                  (long long)r->gen_tokens, r->wall_s, r->throughput_tok_s, r->batch);
+    lpo_sb_puts(
+        o, "## Phases (timing pass)\n\nFLOPs are useful FLOPs of the steps that ran; bytes the minimum "
+           "traffic at the "
+           "engine's dtypes (docs/analysis.md); MFU against the compute roof of that dtype, MBU against the "
+           "memory bandwidth; floor = the roofline lower bound summed op by op.\n\n");
+    md_phases(o, r);
+    if (r->have_breakdown) {
+        lpo_sb_puts(o, "## Operator breakdown (eager pass, exclusive group times)\n\n");
+        for (int p = 0; p < 2; p++) {
+            const lpo_pf_breakdown *bd = &r->bd[p];
+            lpo_sb_printf(
+                o,
+                "- %s: %lld run(s), %lld step(s): engine runs %s = groups %s + other/gaps %s (+ profiler "
+                "accounting %s, excluded)\n",
+                phase_names[p], (long long)bd->runs, (long long)bd->steps,
+                lpo_an_fmt_time(a, sizeof a, bd->run_s), lpo_an_fmt_time(c, sizeof c, bd->groups_s),
+                lpo_an_fmt_time(d, sizeof d, bd->other_s), lpo_an_fmt_time(e, sizeof e, bd->overhead_s));
+        }
+        lpo_sb_puts(o, "\n### Share of time by category\n\n");
+        md_categories(o, r);
+        lpo_sb_puts(o, "### Bound classes\n\n");
+        md_bounds(o, r);
+        for (int p = 0; p < 2; p++) {
+            lpo_sb_printf(o, "### Top %d operators: %s\n\n", r->opts.top_k, phase_names[p]);
+            md_top_ops(o, r, p);
+        }
+        lpo_sb_puts(o, "Every operator: operators.md / operators.csv.\n\n");
+    } else {
+        lpo_sb_puts(o, "## Operator breakdown\n\nNot run (profiling.op_breakdown=false).\n\n");
+    }
+    if (r->have_nvml)
+        lpo_sb_printf(o,
+                      "## GPU power and clocks (NVML)\n\nAverage %.1f W (max %.1f), SM clock %.0f MHz (min "
+                      "%.0f), %.3g J "
+                      "over the timed runs = %.4g J/token.\n\n",
+                      r->nvml.power_w_avg, r->nvml.power_w_max, r->nvml.sm_mhz_avg, r->nvml.sm_mhz_min,
+                      r->nvml.energy_j, r->joules_per_token);
+    else
+        lpo_sb_printf(o, "## GPU power and clocks (NVML)\n\n%s.\n\n",
+                      r->nvml_note[0] ? r->nvml_note : "not sampled");
+    lpo_sb_puts(o, "## Static analysis of this workload\n\n");
+    lpo_sb_printf(
+        o,
+        "Prefill %s, one decode step %s; floors: TTFT %s, TPOT %s. Memory: weights %s, KV cache %s per "
+        "token. Details: static_compute.md.\n\n",
+        lpo_an_fmt_flops(a, sizeof a, st->prefill.total.flops),
+        lpo_an_fmt_flops(c, sizeof c, st->decode.total.flops),
+        lpo_an_fmt_time(d, sizeof d, st->prefill.total.t_lower_s),
+        lpo_an_fmt_time(e, sizeof e, st->decode.total.t_lower_s),
+        lpo_an_fmt_bytes(f, sizeof f, st->mem.weight_bytes),
+        lpo_an_fmt_bytes(g, sizeof g, st->mem.kv_bytes_per_token));
+    lpo_sb_puts(o, "## Assumptions\n\nPeaks, formulas and dtypes: assumptions.md. Metric definitions: "
+                   "docs/metrics.md.\n\n");
+    lpo_sb_printf(o,
+                  "## Reproduce\n\n```\n%s\n```\n\nThe resolved configuration is config.yaml; the machine "
+                  "env.json; the "
+                  "prompts and per-run timings inputs.jsonl.\n",
+                  cmdline ? cmdline : "");
+}
+
+/* The group (of the decode phase when it has any, else prefill) taking the most time. */
+static const lpo_pf_group *biggest(const lpo_pf_result *r, int *phase) {
+    const lpo_pf_group *best = NULL;
+    *phase = r->bd[1].groups_s > 0 ? 1 : 0;
+    for (size_t i = 0; i < r->n_groups; i++)
+        if (r->groups[i].phase == *phase && (!best || r->groups[i].time_s > best->time_s))
+            best = &r->groups[i];
+    return best;
+}
+
+static lpo_pf_cat biggest_cat(const lpo_pf_breakdown *bd) {
+    int c = 0;
+    for (int k = 1; k < LPO_PF_N_CATS; k++)
+        if (bd->by_cat_s[k] > bd->by_cat_s[c]) c = k;
+    return (lpo_pf_cat)c;
+}
+
+static const char *advice(lpo_pf_cat c, lpo_an_bound b) {
+    switch (c) {
+    case LPO_PF_CAT_GEMM:
+        return b == LPO_AN_BOUND_MEMORY
+                   ? "matrix multiplies that stream the weights: faster GEMV kernels at full memory "
+                     "bandwidth, larger batches, or smaller weights (fp8, int4) address it"
+                   : "compute-bound matrix multiplies: tensor-core kernels at a higher fraction of the "
+                     "peak, or fp8 GEMMs, address it";
+    case LPO_PF_CAT_ATTENTION:
+        return "attention: a fused (flash-style) kernel, a smaller KV cache (fp8) or GQA-aware reads address "
+               "it";
+    case LPO_PF_CAT_NORM:
+    case LPO_PF_CAT_ELEMENTWISE:
+        return "small elementwise kernels: fusing them into their neighbours (residual + norm, SwiGLU in the "
+               "GEMM "
+               "epilogue) addresses it";
+    case LPO_PF_CAT_SAMPLING: return "sampling: sampling on the device with a partial selection addresses it";
+    case LPO_PF_CAT_OTHER:
+        return "time outside the operators (launch overhead, host work, gaps): CUDA graphs and fewer, fused "
+               "launches "
+               "address it";
+    default: return "look at the operator table (operators.md)";
+    }
+}
+
+void lpo_pf_write_summary(const lpo_pf_result *r, const lpo_an_static *st, lpo_strbuf *o) {
+    (void)st;
+    char a[32], b[32];
+    lpo_sb_printf(o, "# Summary: %s on %s\n\n", r->model, r->backend);
+    lpo_sb_printf(
+        o,
+        "- **Speed.** Generating at %.4g tokens per second per sequence (median; batch %d, %.4g tokens/s "
+        "in all). The first token arrives after %s (median time to first token); each further token takes "
+        "%s.\n",
+        r->decode_tok_s.median, r->batch, r->throughput_tok_s,
+        lpo_an_fmt_time(a, sizeof a, r->ttft_ms.median / 1e3),
+        lpo_an_fmt_time(b, sizeof b, r->tpot_ms.median / 1e3));
+    if (peaks_known(r) || bw_known(r)) {
+        lpo_sb_printf(o, "- **How close to the hardware.** ");
+        if (bw_known(r))
+            lpo_sb_printf(o, "Generation moves data at %.0f%% of the memory bandwidth (MBU, decode); ",
+                          100 * r->phase[1].mbu);
+        if (peaks_known(r))
+            lpo_sb_printf(o, "reading the prompt uses %.1f%% of the compute peak (MFU, prefill). ",
+                          100 * r->phase[0].mfu);
+        if (r->phase[1].cost.t_lower_s > 0 && r->phase[1].time_s > 0)
+            lpo_sb_printf(o, "The hardware could generate at most %.1fx faster than measured.",
+                          r->phase[1].time_s / r->phase[1].cost.t_lower_s);
+        lpo_sb_printf(o, " (Peaks: %s.)\n",
+                      r->peaks.source == LPO_AN_PEAKS_MEASURED ? "measured on this machine"
+                                                               : "spec sheet, dense");
+    } else {
+        lpo_sb_puts(o, "- **How close to the hardware.** Unknown: no peaks for this machine (run `lpo "
+                       "ceilings` once).\n");
+    }
+    if (r->have_breakdown) {
+        int phase;
+        const lpo_pf_group *g = biggest(r, &phase);
+        const lpo_pf_cat c = biggest_cat(&r->bd[phase]);
+        const double run = r->bd[phase].run_s - r->bd[phase].overhead_s;
+        lpo_sb_printf(o, "- **Biggest bottleneck.** In %s, %s takes %.0f%% of the time", phase_names[phase],
+                      lpo_pf_cat_name(c), run > 0 ? 100 * r->bd[phase].by_cat_s[c] / run : 0);
+        if (g)
+            lpo_sb_printf(o, "; the single slowest operator is %s (%.1f%%)", g->name, 100 * share_of(r, g));
+        lpo_sb_printf(o, ". It is %s.\n", advice(c, g ? g->cost.bound : LPO_AN_BOUND_UNKNOWN));
+    }
+    lpo_sb_puts(o, "\nDetails: report.md (timings with spread, phases, operators), static_compute.md (what "
+                   "the model costs).\n");
+}
+
+void lpo_pf_write_assumptions(const lpo_pf_result *r, const lpo_an_static *st, lpo_strbuf *o) {
+    lpo_sb_puts(o, "# Assumptions\n\n## Peaks\n\n");
+    lpo_sb_printf(o, "- Source: %s.\n", r->peaks.label);
+    lpo_sb_puts(o, "- Compute peaks are DENSE (no 2:4 sparsity); measured ceilings (`lpo ceilings`) are "
+                   "preferred over the spec "
+                   "sheet.\n");
+    for (int k = 0; k < LPO_AN_N_ROOFS; k++)
+        if (r->peaks.tflops[k] > 0)
+            lpo_sb_printf(o, "- %s roof: %g TFLOP/s\n", lpo_an_roof_name((lpo_an_roof)k), r->peaks.tflops[k]);
+    if (r->peaks.dram_gbs > 0) lpo_sb_printf(o, "- memory bandwidth: %g GB/s\n", r->peaks.dram_gbs);
+    lpo_sb_printf(o, "- MFU of a phase uses the %s roof (the engine computes in %s).\n\n",
+                  lpo_an_roof_name(r->roof), r->dtype);
+    lpo_sb_puts(o,
+                "## Formulas\n\n"
+                "- TTFT = wall time of the batch's prefill run, which also samples the first token. TPOT = a "
+                "sequence's decode "
+                "time / its decode steps. Decode tok/s = decode steps / decode time (per sequence).\n"
+                "- MFU = useful FLOPs / time / compute roof. MBU = bytes / time / bandwidth. Useful FLOPs "
+                "count attention only "
+                "over unmasked (query, key) pairs; a multiply-add is 2 FLOPs. An operator above 100% MBU "
+                "read its data from "
+                "caches, not from memory (small tensors).\n"
+                "- FLOPs and bytes of the timing pass come from the op lists of the exact steps that ran "
+                "(prefill packed into "
+                "steps of infer.prefill_chunk tokens, one decode step per generated token after the first).\n"
+                "- Bytes are the minimum traffic of the unfused op list (each weight, activation and KV row "
+                "once); fused "
+                "groups count only what crosses them.\n"
+                "- Operator times come from a separate eager pass over the first batch: each plan group "
+                "timed exclusively; "
+                "the engine time no group accounts for is shown as other/gaps, and the profiler's own "
+                "accounting inside the "
+                "runs is measured and excluded.\n"
+                "- The roofline floor of an op is max(FLOPs / roof, bytes / bandwidth); a phase's floor sums "
+                "its ops' floors.\n\n");
+    lpo_sb_puts(o, "## Dtypes\n\n");
+    lpo_sb_printf(
+        o, "- Engine compute dtype: %s (weights as the backend holds them, activations and KV cache).\n",
+        r->dtype);
+    lpo_sb_printf(o, "- Static analysis (static_compute.*): weights %s, activations %s, KV %s.\n",
+                  st->dt.weights->name, st->dt.act->name, st->dt.kv->name);
+    lpo_sb_printf(o, "- Executed attention counted with tiles of %d (%s).\n", r->dt.attn_tile,
+                  r->dt.attn_tile == 1 ? "the backend computes exactly the unmasked pairs"
+                                       : "whole tiles computed");
+}
+
+void lpo_pf_write_inputs(const lpo_pf_result *r, const lpo_dataset *d, lpo_strbuf *o) {
+    for (size_t i = 0; i < r->n_records; i++) {
+        const lpo_pf_record *x = &r->records[i];
+        lpo_json j;
+        lpo_json_init_buf(&j, o, 0);
+        lpo_json_object_begin(&j);
+        lpo_json_kv_str(&j, "id", d->samples[x->sample].id);
+        lpo_json_kv_int(&j, "index", (int64_t)x->sample);
+        lpo_json_kv_int(&j, "batch", x->batch);
+        lpo_json_kv_int(&j, "repeat", x->repeat);
+        lpo_json_kv_int(&j, "batch_size", x->batch_size);
+        lpo_json_kv_int(&j, "prompt_tokens", x->prompt_tokens);
+        lpo_json_kv_int(&j, "generated_tokens", x->gen_tokens);
+        lpo_json_kv_int(&j, "decode_steps", x->decode_steps);
+        lpo_json_kv_double(&j, "ttft_ms", x->ttft_ms);
+        lpo_json_kv_double(&j, "tpot_ms", x->tpot_ms);
+        lpo_json_kv_double(&j, "decode_ms", x->decode_ms);
+        lpo_json_kv_double(&j, "e2e_ms", x->e2e_ms);
+        lpo_json_kv_str(&j, "stop_reason", lpo_stop_reason_name(x->stop));
+        if (d->samples[x->sample].prompt) lpo_json_kv_str(&j, "prompt", d->samples[x->sample].prompt);
+        lpo_json_object_end(&j);
+        lpo_json_finish(&j);
+        lpo_sb_puts(o, "\n");
+    }
+}
