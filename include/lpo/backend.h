@@ -164,7 +164,14 @@ typedef struct lpo_backend_iface {
     int (*supports_op)(void *ctx, const lpo_op *op);
     /* Runs one op on host data (lpo_op_io). */
     lpo_status (*run_op)(void *ctx, const lpo_op *op, lpo_op_io *io);
+    /* optional: timestamps on the backend's execution stream. mark records timestamp id (0 <=
+     * id < LPO_BACKEND_MARKS) after the work queued so far; elapsed_ms waits for mark b and gives the time
+     * from a to b (CUDA events; a synchronous backend may use a monotonic clock at the call). */
+    lpo_status (*mark)(void *ctx, int id);
+    lpo_status (*elapsed_ms)(void *ctx, int a, int b, double *ms);
 } lpo_backend_iface;
+
+#define LPO_BACKEND_MARKS 16
 
 /* The CPU reference backend (plain C, f32, OpenMP across rows). */
 const lpo_backend_iface *lpo_backend_cpu(void);

@@ -96,6 +96,12 @@ lpo_status lpo_engine_run(lpo_engine *e, const lpo_engine_batch *b);
 lpo_status lpo_engine_extend(lpo_engine *e, int n_seqs, const int *slots, const int32_t *const *tokens,
                              const int64_t *n_tokens, int all_logits, float *logits);
 
+/* Timestamps on the backend's stream (device events on a GPU), for timing steps as they run: mark id
+ * (0..LPO_BACKEND_MARKS-1) after the work queued so far; elapsed waits for mark b and gives a -> b in ms.
+ * Backends without marks are synchronous: the engine reads a monotonic clock. */
+lpo_status lpo_engine_mark(lpo_engine *e, int id);
+lpo_status lpo_engine_elapsed_ms(lpo_engine *e, int a, int b, double *ms);
+
 /* What the engine has done: op lists and plans built (each shape once), steps run. */
 typedef struct {
     uint64_t lists_built, plans_built, steps, padded_rows;

@@ -46,6 +46,7 @@ struct lpo_engine {
     void *user_ud;
     int check_finite;         /* check every group's outputs (exec=debug, or while diagnosing) */
     float *check_buf;         /* [max_step_tokens * widest buffer] rows read back for the check */
+    uint64_t marks_ns[LPO_BACKEND_MARKS]; /* host clock marks (backends without marks) */
     const char *nonfinite_op; /* the first op whose output held NaN/Inf in the current check */
     int64_t nonfinite_row;
 };
@@ -251,6 +252,22 @@ const lpo_oplist *lpo_engine_last_oplist(const lpo_engine *e) {
 }
 const lpo_plan *lpo_engine_last_plan(const lpo_engine *e) {
     return e->last ? &e->last->plan : NULL;
+}
+
+lpo_status lpo_engine_mark(lpo_engine *e, int id) {
+    if (id < 0 || id >= LPO_BACKEND_MARKS)
+        return lpo_errorf(LPO_E_RANGE, "engine: mark %d outside 0..%d", id, LPO_BACKEND_MARKS - 1);
+    if (e->be->mark) return e->be->mark(e->ctx, id);
+    e->marks_ns[id] = lpo_now_ns();
+    return LPO_OK;
+}
+
+lpo_status lpo_engine_elapsed_ms(lpo_engine *e, int a, int b, double *ms) {
+    if (a < 0 || a >= LPO_BACKEND_MARKS || b < 0 || b >= LPO_BACKEND_MARKS)
+        return lpo_errorf(LPO_E_RANGE, "engine: marks %d, %d outside 0..%d", a, b, LPO_BACKEND_MARKS - 1);
+    if (e->be->elapsed_ms) return e->be->elapsed_ms(e->ctx, a, b, ms);
+    *ms = ((double)e->marks_ns[b] - (double)e->marks_ns[a]) / 1e6;
+    return LPO_OK;
 }
 
 lpo_status lpo_engine_set_sampling(lpo_engine *e, int slot, const lpo_sampling *p, uint64_t stream) {

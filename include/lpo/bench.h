@@ -1,0 +1,46 @@
+/* lpo bench: end-to-end timing of the engine at fixed shapes (batch B, prompt P, generated G), as
+ * llama-bench does for llama.cpp. One point = B sequences of P random prompt tokens, prefilled together
+ * with the first token sampled (greedy), then G - 1 chained decode steps (EOS ignored, ids never read
+ * back). Timed with the engine's marks (device events on a GPU), repeated under the measurement protocol
+ * (measure.h) until TTFT and decode time are both stable or the timeout passes.
+ *
+ * Metrics per point (docs/bench.md): TTFT = prefill + first sample; TPOT = decode time / (G - 1);
+ * prefill tok/s = B P / TTFT; decode tok/s = B (G - 1) / decode time; e2e = TTFT + decode time;
+ * MFU = FLOPs of the step (op list) / time / dense peak; MBU = bytes a decode step must move (op list:
+ * weights as held, KV read at the step's context, activations) / TPOT / DRAM bandwidth. */
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lpo/ceilings.h"
+#include "lpo/engine.h"
+#include "lpo/measure.h"
+#include "lpo/status.h"
+
+typedef struct {
+    int batch;
+    int64_t prompt, gen;
+} lpo_bench_point;
+
+typedef struct {
+    lpo_bench_point pt;
+    lpo_stats ttft_ms, decode_ms, e2e_ms; /* per repeat */
+    int converged;
+    double tpot_ms;                              /* median decode time / (G - 1); 0 when G <= 1 */
+    double prefill_tok_s, decode_tok_s;          /* from the medians */
+    double prefill_flops, decode_flops_per_step; /* op-list FLOPs (decode at the mean context) */
+    double decode_bytes_per_step;                /* op-list bytes a decode step must move (mean context) */
+    double mfu_prefill, mfu_decode, mbu_decode;  /* fractions (0 when the peak is unknown) */
+    double weight_bytes, kv_bytes, memory_bytes; /* held by the engine */
+} lpo_bench_result;
+
+/* Progress of a point (repeat = samples so far) for a progress line; may be NULL. */
+typedef void (*lpo_bench_progress)(void *ud, const lpo_bench_point *pt, int repeat, int warmup);
+
+/* Runs one point on an open engine (max_seqs >= batch, max_context >= prompt + gen). peaks may have
+ * source NONE (MFU/MBU then 0). seed draws the prompt tokens. */
+lpo_status lpo_bench_run(lpo_engine *e, const lpo_bench_point *pt, const lpo_measure_opts *mo,
+                         const lpo_peaks *peaks, uint64_t seed, lpo_bench_progress progress, void *ud,
+                         lpo_bench_result *out);
+/* The compute roof for an engine dtype (bf16 / f16 / f32 -> the ceilings' dtype). */
+lpo_ceil_dtype lpo_bench_roof(lpo_dtype dt);

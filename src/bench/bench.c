@@ -1,0 +1,180 @@
+/* lpo bench's measuring core (bench.h): one (batch, prompt, gen) point on an open engine, timed with the
+ * engine's marks, repeated until TTFT and decode time are stable, with op-list FLOPs and bytes for
+ * MFU / MBU. */
+#include "lpo/bench.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lpo/core.h"
+
+lpo_ceil_dtype lpo_bench_roof(lpo_dtype dt) {
+    return dt == LPO_DT_BF16 ? LPO_CEIL_BF16 : dt == LPO_DT_F16 ? LPO_CEIL_FP16 : LPO_CEIL_FP32;
+}
+
+/* Every weight at the dtype the engine holds it in. */
+static int held_dtype(void *ud, const char *name, lpo_dtype *out) {
+    (void)name;
+    *out = *(const lpo_dtype *)ud;
+    return 1;
+}
+
+/* FLOPs and bytes of one op list: decode (batch B at context ctx) or prefill (B sequences of T tokens). */
+static lpo_status list_costs(const lpo_engine *e, int decode, int B, int64_t t_or_ctx, double *flops,
+                             double *bytes) {
+    const lpo_dtype dt = lpo_engine_dtype(e);
+    const lpo_dtype_lookup held = {(void *)&dt, held_dtype};
+    const lpo_oplist_opts o = {dt, dt, &held};
+    lpo_oplist l = {0};
+    lpo_status st = lpo_oplist_build_phase(lpo_engine_spec(e), decode, B, t_or_ctx, &o, &l);
+    *flops = *bytes = 0;
+    for (size_t i = 0; st == LPO_OK && i < l.n_ops; i++) {
+        *flops += lpo_op_flops(&l.ops[i]);
+        *bytes += lpo_op_bytes(&l.ops[i]);
+    }
+    lpo_oplist_free(&l);
+    return st;
+}
+
+typedef struct {
+    lpo_engine *e;
+    const lpo_bench_point *pt;
+    int *slots;
+    int32_t **prompts;
+    const int32_t **toks;
+    int64_t *lens;
+} point_ctx;
+
+/* One repeat: reset, prefill + first sample, G - 1 chained decode steps; times from the engine's marks. */
+static lpo_status one_repeat(point_ctx *c, double *ttft_ms, double *decode_ms) {
+    const int B = c->pt->batch;
+    const lpo_sampling greedy = {0, 0, 1, 1, 0};
+    lpo_status st = LPO_OK;
+    for (int i = 0; i < B && st == LPO_OK; i++) {
+        lpo_engine_reset(c->e, i);
+        st = lpo_engine_set_sampling(c->e, i, &greedy, (uint64_t)i);
+    }
+    lpo_engine_batch pre = {B, c->slots, c->toks, c->lens, 0, NULL, 1, NULL};
+    lpo_engine_batch dec = {B, c->slots, NULL, NULL, 0, NULL, 1, NULL};
+    if (st == LPO_OK) st = lpo_engine_mark(c->e, 0);
+    if (st == LPO_OK) st = lpo_engine_run(c->e, &pre);
+    if (st == LPO_OK) st = lpo_engine_mark(c->e, 1);
+    for (int64_t s = 1; s < c->pt->gen && st == LPO_OK; s++) st = lpo_engine_run(c->e, &dec);
+    if (st == LPO_OK) st = lpo_engine_mark(c->e, 2);
+    if (st == LPO_OK) st = lpo_engine_elapsed_ms(c->e, 0, 1, ttft_ms);
+    if (st == LPO_OK) st = lpo_engine_elapsed_ms(c->e, 1, 2, decode_ms);
+    return st;
+}
+
+/* The stopping rule over both series: enough samples and time, both relative stdevs small. */
+static int stable(const double *a, const double *b, size_t n, double total_s, const lpo_measure_opts *o,
+                  int has_decode) {
+    if (n < (size_t)o->min_samples || total_s < o->min_time_s) return 0;
+    lpo_stats sa, sb;
+    if (lpo_stats_compute(a, n, &sa) != LPO_OK) return 0;
+    if (sa.rel_stdev > o->max_rel_stdev) return 0;
+    if (!has_decode) return 1;
+    return lpo_stats_compute(b, n, &sb) == LPO_OK && sb.rel_stdev <= o->max_rel_stdev;
+}
+
+lpo_status lpo_bench_run(lpo_engine *e, const lpo_bench_point *pt, const lpo_measure_opts *mo,
+                         const lpo_peaks *peaks, uint64_t seed, lpo_bench_progress progress, void *ud,
+                         lpo_bench_result *out) {
+    memset(out, 0, sizeof *out);
+    out->pt = *pt;
+    const lpo_model_spec *s = lpo_engine_spec(e);
+    if (pt->batch < 1 || pt->batch > lpo_engine_max_seqs(e) || pt->prompt < 1 || pt->gen < 1 ||
+        pt->prompt + pt->gen > lpo_engine_max_context(e))
+        return lpo_errorf(
+            LPO_E_RANGE,
+            "bench: point batch %d, prompt %lld, gen %lld does not fit the engine (batch <= %d, "
+            "prompt + gen <= %lld)",
+            pt->batch, (long long)pt->prompt, (long long)pt->gen, lpo_engine_max_seqs(e),
+            (long long)lpo_engine_max_context(e));
+    const int B = pt->batch;
+    point_ctx c = {e, pt, NULL, NULL, NULL, NULL};
+    c.slots = calloc((size_t)B, sizeof *c.slots);
+    c.prompts = calloc((size_t)B, sizeof *c.prompts);
+    c.toks = calloc((size_t)B, sizeof *c.toks);
+    c.lens = calloc((size_t)B, sizeof *c.lens);
+    size_t cap = (size_t)(mo->max_samples > 0 ? mo->max_samples : 1);
+    if (cap > 100000) cap = 100000;
+    double *ttft = malloc(cap * sizeof *ttft), *dec = malloc(cap * sizeof *dec),
+           *e2e = malloc(cap * sizeof *e2e);
+    lpo_status st = LPO_OK;
+    if (!c.slots || !c.prompts || !c.toks || !c.lens || !ttft || !dec || !e2e)
+        st = lpo_errorf(LPO_E_NOMEM, "bench: out of memory");
+    uint64_t r = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (int i = 0; i < B && st == LPO_OK; i++) { /* random prompt ids, a different prompt per sequence */
+        c.prompts[i] = malloc((size_t)pt->prompt * sizeof **c.prompts);
+        if (!c.prompts[i]) {
+            st = lpo_errorf(LPO_E_NOMEM, "bench: out of memory for prompts");
+            break;
+        }
+        for (int64_t j = 0; j < pt->prompt; j++) {
+            r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+            c.prompts[i][j] = (int32_t)(r % (uint64_t)s->vocab_size);
+        }
+        c.slots[i] = i;
+        c.toks[i] = c.prompts[i];
+        c.lens[i] = pt->prompt;
+    }
+    for (int w = 0; w < mo->warmup && st == LPO_OK; w++) {
+        double a, b;
+        if (progress) progress(ud, pt, w, 1);
+        st = one_repeat(&c, &a, &b);
+    }
+    size_t n = 0;
+    double total_s = 0;
+    const uint64_t t0 = lpo_now_ns();
+    while (st == LPO_OK) {
+        if (progress) progress(ud, pt, (int)n, 0);
+        st = one_repeat(&c, &ttft[n], &dec[n]);
+        if (st != LPO_OK) break;
+        e2e[n] = ttft[n] + dec[n];
+        total_s += e2e[n] / 1e3;
+        n++;
+        out->converged = stable(ttft, dec, n, total_s, mo, pt->gen > 1);
+        if (out->converged || n >= cap || (double)(lpo_now_ns() - t0) * 1e-9 >= mo->timeout_s) break;
+    }
+    if (st == LPO_OK) st = lpo_stats_compute(ttft, n, &out->ttft_ms);
+    if (st == LPO_OK) st = lpo_stats_compute(dec, n, &out->decode_ms);
+    if (st == LPO_OK) st = lpo_stats_compute(e2e, n, &out->e2e_ms);
+    if (st == LPO_OK) {
+        out->ttft_ms.converged = out->decode_ms.converged = out->e2e_ms.converged = out->converged;
+        const double steps = (double)(pt->gen - 1);
+        out->tpot_ms = steps > 0 ? out->decode_ms.median / steps : 0;
+        out->prefill_tok_s = (double)B * (double)pt->prompt / (out->ttft_ms.median / 1e3);
+        out->decode_tok_s = steps > 0 ? (double)B * steps / (out->decode_ms.median / 1e3) : 0;
+        double pb;
+        st = list_costs(e, 0, B, pt->prompt, &out->prefill_flops, &pb);
+        /* decode steps run at contexts P .. P + G - 2: costs are linear in the context, so the step at
+         * the mean context has the mean cost (rounded to a whole position) */
+        const int64_t mean_ctx = pt->prompt + (pt->gen - 2) / 2;
+        if (st == LPO_OK && steps > 0)
+            st = list_costs(e, 1, B, mean_ctx, &out->decode_flops_per_step, &out->decode_bytes_per_step);
+        const double peak = peaks ? peaks->tflops[lpo_bench_roof(lpo_engine_dtype(e))] * 1e12 : 0;
+        const double bw = peaks ? peaks->dram_gbs * 1e9 : 0;
+        if (peak > 0) {
+            out->mfu_prefill = out->prefill_flops / (out->ttft_ms.median / 1e3) / peak;
+            if (out->tpot_ms > 0) out->mfu_decode = out->decode_flops_per_step / (out->tpot_ms / 1e3) / peak;
+        }
+        if (bw > 0 && out->tpot_ms > 0)
+            out->mbu_decode = out->decode_bytes_per_step / (out->tpot_ms / 1e3) / bw;
+        out->weight_bytes = (double)lpo_engine_weight_bytes(e);
+        out->memory_bytes = (double)lpo_engine_memory_bytes(e);
+        const lpo_dtype dt = lpo_engine_dtype(e);
+        out->kv_bytes = (double)lpo_spec_kv_bytes_per_token(s, dt) * (double)lpo_engine_max_seqs(e) *
+                        (double)lpo_engine_max_context(e);
+    }
+    for (int i = 0; c.prompts && i < B; i++) free(c.prompts[i]);
+    free(c.prompts);
+    free(c.slots);
+    free(c.toks);
+    free(c.lens);
+    free(ttft);
+    free(dec);
+    free(e2e);
+    return st;
+}

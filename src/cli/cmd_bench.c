@@ -1,0 +1,343 @@
+/* lpo bench: end-to-end sweeps of the engine over bench.batch x bench.prompt x bench.gen (src/bench/bench.c
+ * measures one point), a llama-bench style table on stdout (pp / tg rows), and bench.md / bench.csv /
+ * bench.json in a run directory with every statistic, the peaks used for MFU/MBU, device, clocks, driver
+ * and commit in every record. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "cli/commands.h"
+#include "lpo/bench.h"
+#include "lpo/ceilings.h"
+#include "lpo/config.h"
+#include "lpo/core.h"
+#include "lpo/engine.h"
+#include "lpo/hw.h"
+#include "lpo/infer.h"
+#include "lpo/measure.h"
+#include "lpo/nvml_sampler.h"
+#include "lpo/report.h"
+
+static const lpo_cli_flag flags[] = {
+    {"no-save", 0, "print only: no run directory"},
+};
+
+static const lpo_cli_spec spec = {
+    .command = "bench",
+    .summary = "lpo bench [model=...] [backend=cpu|cuda] [bench.batch=[1,8]] [bench.prompt=[512]] "
+               "[bench.gen=[128]]:\n"
+               "end-to-end TTFT, TPOT, prefill/decode tok/s, MFU and MBU of the engine at fixed lengths (EOS "
+               "ignored),\n"
+               "repeated until stable (profiling.*); llama-bench style table plus bench.md/csv/json in a run "
+               "directory.",
+    .flags = flags,
+    .n_flags = sizeof flags / sizeof flags[0],
+    .config = 1,
+};
+
+/* ---- the sweep's lists ------------------------------------------------------------------------------------
+ */
+#define MAX_LIST 64
+
+/* bench.<key>: a list of integers >= lo (a single integer is a list of one). */
+static lpo_status int_list(const lpo_node *cfg, const char *key, int64_t lo, int64_t hi, int64_t *v, int *n) {
+    char path[64];
+    snprintf(path, sizeof path, "bench.%s", key);
+    const lpo_node *node = lpo_node_at(cfg, path);
+    *n = 0;
+    if (!node || lpo_scalar_is_null(node))
+        return lpo_errorf(LPO_E_CONFIG, "%s is missing (a list like [1, 8])", path);
+    const size_t count = node->kind == LPO_NODE_LIST ? node->n_items : 1;
+    if (count == 0 || count > MAX_LIST)
+        return lpo_errorf(LPO_E_CONFIG, "%s must list 1 to %d values (got %zu)", path, MAX_LIST, count);
+    for (size_t i = 0; i < count; i++) {
+        const lpo_node *it = node->kind == LPO_NODE_LIST ? node->items[i] : node;
+        if (it->kind != LPO_NODE_SCALAR || !lpo_scalar_parse_int(it->value, &v[i]) || v[i] < lo || v[i] > hi)
+            return lpo_errorf(LPO_E_CONFIG, "%s[%zu] = '%s' must be an integer in [%lld, %lld] (%s)", path, i,
+                              it->kind == LPO_NODE_SCALAR ? it->value : "(not a scalar)", (long long)lo,
+                              (long long)hi, it->origin ? it->origin : "config");
+    }
+    *n = (int)count;
+    return LPO_OK;
+}
+
+/* ---- progress
+ * ----------------------------------------------------------------------------------------------- */
+typedef struct {
+    int tty, index, total;
+} progress_state;
+
+static void progress(void *ud, const lpo_bench_point *pt, int repeat, int warmup) {
+    const progress_state *p = ud;
+    if (!p->tty) return;
+    fprintf(stderr, "\r\033[Klpo bench: point %d/%d (batch %d, pp%lld, tg%lld): %s %d", p->index + 1,
+            p->total, pt->batch, (long long)pt->prompt, (long long)pt->gen, warmup ? "warm-up" : "sample",
+            repeat + 1);
+    fflush(stderr);
+}
+
+/* ---- tables
+ * ------------------------------------------------------------------------------------------------- */
+static const lpo_field full_fields[] = {
+    {"model", LPO_FIELD_STR, NULL, 0},
+    {"backend", LPO_FIELD_STR, NULL, 0},
+    {"dtype", LPO_FIELD_STR, NULL, 0},
+    {"exec", LPO_FIELD_STR, NULL, 0},
+    {"batch", LPO_FIELD_INT, NULL, 0},
+    {"prompt", LPO_FIELD_INT, NULL, 0},
+    {"gen", LPO_FIELD_INT, NULL, 0},
+    {"ttft_ms", LPO_FIELD_DOUBLE, "%.2f", 0},
+    {"ttft_p10_ms", LPO_FIELD_DOUBLE, "%.2f", 1},
+    {"ttft_p90_ms", LPO_FIELD_DOUBLE, "%.2f", 1},
+    {"ttft_stdev_ms", LPO_FIELD_DOUBLE, "%.3f", 1},
+    {"prefill_tok_s", LPO_FIELD_DOUBLE, "%.1f", 0},
+    {"tpot_ms", LPO_FIELD_DOUBLE, "%.3f", 0},
+    {"tpot_p10_ms", LPO_FIELD_DOUBLE, "%.3f", 1},
+    {"tpot_p90_ms", LPO_FIELD_DOUBLE, "%.3f", 1},
+    {"tpot_stdev_ms", LPO_FIELD_DOUBLE, "%.4f", 1},
+    {"decode_tok_s", LPO_FIELD_DOUBLE, "%.1f", 0},
+    {"e2e_ms", LPO_FIELD_DOUBLE, "%.1f", 0},
+    {"e2e_p10_ms", LPO_FIELD_DOUBLE, "%.1f", 1},
+    {"e2e_p90_ms", LPO_FIELD_DOUBLE, "%.1f", 1},
+    {"samples", LPO_FIELD_INT, NULL, 0},
+    {"converged", LPO_FIELD_BOOL, NULL, 0},
+    {"mfu_prefill_pct", LPO_FIELD_DOUBLE, "%.1f", 0},
+    {"mfu_decode_pct", LPO_FIELD_DOUBLE, "%.2f", 1},
+    {"mbu_decode_pct", LPO_FIELD_DOUBLE, "%.1f", 0},
+    {"prefill_gflop", LPO_FIELD_DOUBLE, "%.1f", 1},
+    {"decode_gb_per_step", LPO_FIELD_DOUBLE, "%.3f", 1},
+    {"peak_tflops", LPO_FIELD_DOUBLE, "%.1f", 1},
+    {"dram_gbs", LPO_FIELD_DOUBLE, "%.0f", 1},
+    {"peaks", LPO_FIELD_STR, NULL, 1},
+    {"weight_gib", LPO_FIELD_DOUBLE, "%.2f", 1},
+    {"kv_gib", LPO_FIELD_DOUBLE, "%.2f", 1},
+    {"memory_gib", LPO_FIELD_DOUBLE, "%.2f", 1},
+    {"device", LPO_FIELD_STR, NULL, 1},
+    {"sm_clock_mhz", LPO_FIELD_DOUBLE, "%.0f", 1},
+    {"mem_clock_mhz", LPO_FIELD_DOUBLE, "%.0f", 1},
+    {"driver", LPO_FIELD_STR, NULL, 1},
+    {"commit", LPO_FIELD_STR, NULL, 1},
+    {"build", LPO_FIELD_STR, NULL, 1},
+};
+
+/* llama-bench's shape: one row per test (pp<P>: prefill, tg<G>: decode) */
+static const lpo_field short_fields[] = {
+    {"model", LPO_FIELD_STR, NULL, 0},      {"dtype", LPO_FIELD_STR, NULL, 0},
+    {"backend", LPO_FIELD_STR, NULL, 0},    {"batch", LPO_FIELD_INT, NULL, 0},
+    {"test", LPO_FIELD_STR, NULL, 0},       {"t/s", LPO_FIELD_DOUBLE, "%.2f", 0},
+    {"+/- %", LPO_FIELD_DOUBLE, "%.2f", 0}, {"ms", LPO_FIELD_DOUBLE, "%.3f", 0},
+    {"MFU/MBU %", LPO_FIELD_STR, NULL, 0},
+};
+
+typedef struct {
+    const char *model, *backend, *dtype, *exec, *device, *driver, *peaks;
+    double sm_mhz, mem_mhz, peak_tflops, dram_gbs;
+} context_info;
+
+static void add_full_row(lpo_table *t, const context_info *ci, const lpo_bench_result *r) {
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    lpo_table_add_row(t);
+    lpo_table_set_str(t, "model", ci->model);
+    lpo_table_set_str(t, "backend", ci->backend);
+    lpo_table_set_str(t, "dtype", ci->dtype);
+    lpo_table_set_str(t, "exec", ci->exec);
+    lpo_table_set_int(t, "batch", r->pt.batch);
+    lpo_table_set_int(t, "prompt", r->pt.prompt);
+    lpo_table_set_int(t, "gen", r->pt.gen);
+    lpo_table_set_double(t, "ttft_ms", r->ttft_ms.median);
+    lpo_table_set_double(t, "ttft_p10_ms", r->ttft_ms.p10);
+    lpo_table_set_double(t, "ttft_p90_ms", r->ttft_ms.p90);
+    lpo_table_set_double(t, "ttft_stdev_ms", r->ttft_ms.stdev);
+    lpo_table_set_double(t, "prefill_tok_s", r->prefill_tok_s);
+    if (r->pt.gen > 1) {
+        const double steps = (double)(r->pt.gen - 1);
+        lpo_table_set_double(t, "tpot_ms", r->tpot_ms);
+        lpo_table_set_double(t, "tpot_p10_ms", r->decode_ms.p10 / steps);
+        lpo_table_set_double(t, "tpot_p90_ms", r->decode_ms.p90 / steps);
+        lpo_table_set_double(t, "tpot_stdev_ms", r->decode_ms.stdev / steps);
+        lpo_table_set_double(t, "decode_tok_s", r->decode_tok_s);
+        if (ci->dram_gbs > 0) lpo_table_set_double(t, "mbu_decode_pct", 100 * r->mbu_decode);
+        if (ci->peak_tflops > 0) lpo_table_set_double(t, "mfu_decode_pct", 100 * r->mfu_decode);
+        lpo_table_set_double(t, "decode_gb_per_step", r->decode_bytes_per_step / 1e9);
+    }
+    lpo_table_set_double(t, "e2e_ms", r->e2e_ms.median);
+    lpo_table_set_double(t, "e2e_p10_ms", r->e2e_ms.p10);
+    lpo_table_set_double(t, "e2e_p90_ms", r->e2e_ms.p90);
+    lpo_table_set_int(t, "samples", (int64_t)r->ttft_ms.n);
+    lpo_table_set_bool(t, "converged", r->converged);
+    if (ci->peak_tflops > 0) lpo_table_set_double(t, "mfu_prefill_pct", 100 * r->mfu_prefill);
+    lpo_table_set_double(t, "prefill_gflop", r->prefill_flops / 1e9);
+    if (ci->peak_tflops > 0) lpo_table_set_double(t, "peak_tflops", ci->peak_tflops);
+    if (ci->dram_gbs > 0) lpo_table_set_double(t, "dram_gbs", ci->dram_gbs);
+    lpo_table_set_str(t, "peaks", ci->peaks);
+    lpo_table_set_double(t, "weight_gib", r->weight_bytes / gib);
+    lpo_table_set_double(t, "kv_gib", r->kv_bytes / gib);
+    lpo_table_set_double(t, "memory_gib", r->memory_bytes / gib);
+    lpo_table_set_str(t, "device", ci->device);
+    if (ci->sm_mhz > 0) lpo_table_set_double(t, "sm_clock_mhz", ci->sm_mhz);
+    if (ci->mem_mhz > 0) lpo_table_set_double(t, "mem_clock_mhz", ci->mem_mhz);
+    lpo_table_set_str(t, "driver", ci->driver);
+    lpo_table_set_str(t, "commit", lpo_build()->git_commit);
+    lpo_table_set_str(t, "build", lpo_build()->build_type);
+}
+
+static void add_short_rows(lpo_table *t, const context_info *ci, const lpo_bench_result *r) {
+    char test[32], pct[32];
+    for (int tg = 0; tg < 2; tg++) {
+        if (tg && r->pt.gen <= 1) continue;
+        const lpo_stats *s = tg ? &r->decode_ms : &r->ttft_ms;
+        lpo_table_add_row(t);
+        lpo_table_set_str(t, "model", ci->model);
+        lpo_table_set_str(t, "dtype", ci->dtype);
+        lpo_table_set_str(t, "backend", ci->backend);
+        lpo_table_set_int(t, "batch", r->pt.batch);
+        snprintf(test, sizeof test, tg ? "tg%lld" : "pp%lld", (long long)(tg ? r->pt.gen : r->pt.prompt));
+        lpo_table_set_str(t, "test", test);
+        lpo_table_set_double(t, "t/s", tg ? r->decode_tok_s : r->prefill_tok_s);
+        lpo_table_set_double(t, "+/- %", 100 * s->rel_stdev);
+        lpo_table_set_double(t, "ms", tg ? r->tpot_ms : r->ttft_ms.median);
+        const double v = tg ? r->mbu_decode : r->mfu_prefill;
+        if (v > 0) {
+            snprintf(pct, sizeof pct, "%s %.1f", tg ? "MBU" : "MFU", 100 * v);
+            lpo_table_set_str(t, "MFU/MBU %", pct);
+        }
+    }
+}
+
+/* ---- the command ----------------------------------------------------------------------------------------
+ */
+int lpo_cmd_bench(int argc, char **argv) {
+    lpo_cli_args args;
+    int rc = lpo_cli_begin(&spec, argc, argv, &args);
+    if (rc >= 0) return rc;
+    lpo_node *cfg = NULL;
+    lpo_model *m = NULL;
+    lpo_engine *e = NULL;
+    lpo_rundir *rd = NULL;
+    lpo_table *full = lpo_table_new(full_fields, sizeof full_fields / sizeof *full_fields);
+    lpo_table *brief = lpo_table_new(short_fields, sizeof short_fields / sizeof *short_fields);
+    lpo_nvml_sampler *nv = NULL;
+    lpo_env_info *env = calloc(1, sizeof *env);
+    lpo_infer_config ic = {0};
+    lpo_measure_opts mo;
+    int64_t batches[MAX_LIST], prompts[MAX_LIST], gens[MAX_LIST], seed = 0;
+    int nb = 0, np = 0, ng = 0;
+    lpo_status st = full && brief && env ? LPO_OK : lpo_errorf(LPO_E_NOMEM, "bench: out of memory");
+    if (!st) st = lpo_cli_compose(&args, "bench", &cfg);
+    if (!st) st = lpo_infer_config_read(cfg, &ic);
+    if (!st) st = lpo_measure_opts_from_config(cfg, &mo);
+    if (!st) st = int_list(cfg, "batch", 1, LPO_ENGINE_MAX_SEQS, batches, &nb);
+    if (!st) st = int_list(cfg, "prompt", 1, 1 << 24, prompts, &np);
+    if (!st) st = int_list(cfg, "gen", 1, 1 << 24, gens, &ng);
+    if (!st) st = lpo_cfg_int_or(cfg, "bench.seed", 0, &seed);
+    if (st) goto done;
+    {
+        /* one engine for the whole sweep: the largest batch, the longest prompt + gen */
+        int64_t max_b = 1, max_ctx = 1;
+        for (int i = 0; i < nb; i++) max_b = batches[i] > max_b ? batches[i] : max_b;
+        for (int i = 0; i < np; i++)
+            for (int j = 0; j < ng; j++)
+                max_ctx = prompts[i] + gens[j] > max_ctx ? prompts[i] + gens[j] : max_ctx;
+        if ((st = lpo_cli_open_model(cfg, ic.backend, &m))) goto done;
+        const lpo_model_spec *s = lpo_model_get_spec(m);
+        if (s->max_positions > 0 && max_ctx > s->max_positions) {
+            st = lpo_errorf(LPO_E_RANGE, "bench: prompt + gen = %lld exceeds the model's %lld positions",
+                            (long long)max_ctx, (long long)s->max_positions);
+            goto done;
+        }
+        lpo_engine_opts eo;
+        lpo_infer_engine_opts(&ic, (int)max_b, &eo);
+        eo.max_context = max_ctx;
+        int64_t max_p = 1;
+        for (int i = 0; i < np; i++) max_p = prompts[i] > max_p ? prompts[i] : max_p;
+        if (eo.max_step_tokens < max_p * max_b) eo.max_step_tokens = max_p * max_b; /* one prefill step */
+        const uint64_t t_open = lpo_now_ns();
+        if ((st = lpo_engine_open(m, &eo, &e))) goto done;
+        fprintf(stderr, "lpo bench: %s on %s (%s, exec=%s): engine ready in %.2f s, %.2f GiB held\n", s->name,
+                lpo_engine_backend_name(e), lpo_dtype_name(lpo_engine_dtype(e)),
+                lpo_exec_mode_name(lpo_engine_exec_mode(e)), (double)(lpo_now_ns() - t_open) / 1e9,
+                (double)lpo_engine_memory_bytes(e) / (1024.0 * 1024 * 1024));
+        if (lpo_build_is_debug())
+            fprintf(stderr, "lpo bench: WARNING: %s build: timings are not representative\n",
+                    lpo_build()->build_type);
+        /* peaks and device: the GPU for device backends, else the CPU's cached ceilings */
+        const int on_gpu = (lpo_engine_backend(e)->features & LPO_BACKEND_F_DEVICE) != 0;
+        int64_t dev = 0;
+        lpo_cfg_int_or(cfg, "hardware.device", 0, &dev);
+        lpo_peaks peaks;
+        lpo_peaks_for_device(on_gpu ? (int)dev : -1, &peaks);
+        lpo_env_collect(env, 0);
+        context_info ci = {s->name,
+                           lpo_engine_backend_name(e),
+                           lpo_dtype_name(lpo_engine_dtype(e)),
+                           lpo_exec_mode_name(lpo_engine_exec_mode(e)),
+                           "",
+                           "",
+                           peaks.label,
+                           0,
+                           0,
+                           peaks.tflops[lpo_bench_roof(lpo_engine_dtype(e))],
+                           peaks.dram_gbs};
+        ci.device = on_gpu && env->n_gpus > (int)dev ? env->gpus[dev].name : env->cpu_model;
+        ci.driver = on_gpu ? env->nvml_driver_version : env->kernel;
+        if (on_gpu && lpo_nvml_sampler_open((int)dev, &nv) == LPO_OK)
+            lpo_nvml_sampler_start(nv, mo.nvml_sample_ms > 0 ? mo.nvml_sample_ms : 100);
+        lpo_error_clear();
+        progress_state ps = {isatty(2), 0, nb * np * ng};
+        lpo_bench_result *res = calloc((size_t)ps.total, sizeof *res);
+        if (!res) {
+            st = lpo_errorf(LPO_E_NOMEM, "bench: out of memory");
+            goto done;
+        }
+        for (int i = 0; i < nb && !st; i++)
+            for (int j = 0; j < np && !st; j++)
+                for (int k = 0; k < ng && !st; k++, ps.index++) {
+                    const lpo_bench_point pt = {(int)batches[i], prompts[j], gens[k]};
+                    st = lpo_bench_run(e, &pt, &mo, &peaks, (uint64_t)seed, progress, &ps, &res[ps.index]);
+                }
+        if (ps.tty) fprintf(stderr, "\r\033[K");
+        if (nv) {
+            lpo_nvml_sampler_stop(nv);
+            lpo_nvml_summary sum;
+            lpo_nvml_sampler_summary(nv, &sum);
+            ci.sm_mhz = sum.sm_mhz_avg;
+            ci.mem_mhz = sum.mem_mhz_avg;
+        }
+        for (int r = 0; r < ps.index && r < ps.total && !st; r++) {
+            add_full_row(full, &ci, &res[r]);
+            add_short_rows(brief, &ci, &res[r]);
+        }
+        free(res);
+        if (st) goto done;
+        lpo_strbuf sb = {0};
+        lpo_table_write_md(brief, &sb);
+        if (sb.buf) fputs(sb.buf, stdout);
+        lpo_sb_free(&sb);
+        printf("\npeaks: %s\n", peaks.label);
+        if (!lpo_cli_flag_value(&args, "no-save")) {
+            if ((st = lpo_rundir_create(cfg, &rd))) goto done;
+            if ((st = lpo_rundir_write_table(rd, "bench", full))) goto done;
+            if ((st = lpo_rundir_write_table(rd, "bench_summary", brief))) goto done;
+            if (nv) {
+                char path[4096];
+                lpo_nvml_sampler_write_csv(nv, lpo_rundir_file(rd, "nvml.csv", path, sizeof path));
+            }
+            lpo_rundir_announce(rd, stdout);
+        }
+    }
+done:
+    rc = st ? lpo_cli_fail("bench", st) : LPO_EXIT_OK;
+    lpo_nvml_sampler_close(nv);
+    lpo_rundir_close(rd);
+    lpo_engine_close(e);
+    lpo_model_close(m);
+    lpo_infer_config_free(&ic);
+    lpo_node_free(cfg);
+    lpo_table_free(full);
+    lpo_table_free(brief);
+    free(env);
+    lpo_cli_args_free(&args);
+    return rc;
+}
