@@ -26,9 +26,6 @@ int lpo_cmd_trace(int argc, char **argv) {
 int lpo_cmd_deep(int argc, char **argv) {
     return later("deep", argc, argv);
 }
-int lpo_cmd_kbench(int argc, char **argv) {
-    return later("kbench", argc, argv);
-}
 int lpo_cmd_report(int argc, char **argv) {
     return later("report", argc, argv);
 }

@@ -239,6 +239,17 @@ fail:
     return st;
 }
 
+extern "C" lpo_status lpo__gemm_bench_run(lpo__gemm_bench *b, void *stream) {
+    lpo_status st = LPO_OK;
+    cudaStream_t keep = b->s;
+    b->s = (cudaStream_t)stream;
+    cublasStatus_t s = matmul(b, &b->algo);
+    b->s = keep;
+    LPO_CUBLAS_CHECK(s);
+fail:
+    return st;
+}
+
 extern "C" const char *lpo__gemm_bench_detail(const lpo__gemm_bench *b) {
     return b->detail;
 }

@@ -21,6 +21,8 @@ lpo_status lpo__gemm_bench_open(int dev, lpo_ceil_dtype dt, int m, int n, int k,
                                 lpo__gemm_bench **out);
 /* One sample: reps back-to-back GEMMs between two events -> seconds per GEMM. */
 lpo_status lpo__gemm_bench_sample(lpo__gemm_bench *b, int reps, double *seconds);
+/* One GEMM on `stream` (a cudaStream_t; kbench's timing stream), asynchronous. */
+lpo_status lpo__gemm_bench_run(lpo__gemm_bench *b, void *stream);
 /* What was picked: "algo 3 of 8 (cuBLASLt heuristic), workspace 32 MiB" */
 const char *lpo__gemm_bench_detail(const lpo__gemm_bench *b);
 void lpo__gemm_bench_close(lpo__gemm_bench *b);

@@ -1,0 +1,739 @@
+/* kbench harness: parameters from the config, tensors allocated and filled with random data, the CPU
+ * reference, upload, validation (outputs poisoned first; per element atol * max(1, max|ref|) + rtol * |ref|,
+ * NaN never passes), then timing under the measurement protocol (hot, cold or graph), statistics, ceilings
+ * and bound class, one table row per case, raw samples, roofline. Cases live in kb_cases.c and
+ * kb_conv_lstm.c. */
+#include "lpo/kbench.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/kbench_internal.h"
+#include "lpo/core.h"
+#include "lpo/measure.h"
+#include "lpo/model.h"
+#include "lpo/nvml_sampler.h"
+#include "lpo/plot.h"
+
+#ifdef LPO_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define GPU_SAMPLE_S 1e-3 /* hot mode: repetitions per sample so that a sample lasts about this long */
+#define CPU_SAMPLE_S 1e-2
+#define MAX_REPS     100000
+
+static const lpo_field fields[] = {
+    {"case", LPO_FIELD_STR, NULL, 0},
+    {"backend", LPO_FIELD_STR, NULL, 0},
+    {"dtype", LPO_FIELD_STR, NULL, 0},
+    {"shape", LPO_FIELD_STR, NULL, 0},
+    {"mode", LPO_FIELD_STR, NULL, 0},
+    {"samples", LPO_FIELD_INT, NULL, 0},
+    {"dropped", LPO_FIELD_INT, NULL, 1},
+    {"converged", LPO_FIELD_BOOL, NULL, 0},
+    {"median_us", LPO_FIELD_DOUBLE, "%.2f", 0},
+    {"p10_us", LPO_FIELD_DOUBLE, "%.2f", 0},
+    {"p90_us", LPO_FIELD_DOUBLE, "%.2f", 0},
+    {"stdev_us", LPO_FIELD_DOUBLE, "%.3f", 0},
+    {"min_us", LPO_FIELD_DOUBLE, "%.2f", 1},
+    {"max_us", LPO_FIELD_DOUBLE, "%.2f", 1},
+    {"tflops", LPO_FIELD_DOUBLE, "%.2f", 0},
+    {"gbs", LPO_FIELD_DOUBLE, "%.1f", 0},
+    {"pct_compute", LPO_FIELD_DOUBLE, "%.1f", 0},
+    {"pct_dram", LPO_FIELD_DOUBLE, "%.1f", 0},
+    {"intensity", LPO_FIELD_DOUBLE, "%.3g", 0},
+    {"bound", LPO_FIELD_STR, NULL, 0},
+    {"roof_tflops", LPO_FIELD_DOUBLE, "%.4g", 1},
+    {"dram_gbs", LPO_FIELD_DOUBLE, "%.4g", 1},
+    {"flops", LPO_FIELD_DOUBLE, "%.6g", 1},
+    {"bytes", LPO_FIELD_DOUBLE, "%.6g", 1},
+    {"reps", LPO_FIELD_INT, NULL, 1},
+    {"max_abs_err", LPO_FIELD_DOUBLE, "%.3g", 1},
+    {"sm_mhz", LPO_FIELD_DOUBLE, "%.0f", 1},
+    {"power_w", LPO_FIELD_DOUBLE, "%.0f", 1},
+    {"variant", LPO_FIELD_STR, NULL, 0},
+};
+
+struct lpo_kbench {
+    lpo_table *t;
+    lpo_roof_point *pts;
+    size_t n_pts, cap_pts;
+    lpo_strbuf samples; /* kbench_samples.csv */
+    lpo_strbuf nvml;    /* nvml.csv of every timed case, the row index first */
+    lpo_peaks peaks;    /* of the last device used */
+    int have_peaks;
+    size_t rows;
+};
+
+lpo_status lpo_kbench_new(lpo_kbench **out) {
+    lpo_kbench *kb = calloc(1, sizeof *kb);
+    if (!kb || !(kb->t = lpo_table_new(fields, sizeof fields / sizeof fields[0]))) {
+        free(kb);
+        return lpo_errorf(LPO_E_NOMEM, "out of memory");
+    }
+    lpo_sb_puts(&kb->samples, "row,case,sample,seconds\n");
+    *out = kb;
+    return LPO_OK;
+}
+
+void lpo_kbench_free(lpo_kbench *kb) {
+    if (!kb) return;
+    lpo_table_free(kb->t);
+    free(kb->pts);
+    lpo_sb_free(&kb->samples);
+    lpo_sb_free(&kb->nvml);
+    free(kb);
+}
+
+const lpo_table *lpo_kbench_table(const lpo_kbench *kb) {
+    return kb->t;
+}
+
+const char *lpo_kbench_peaks_label(const lpo_kbench *kb) {
+    return kb->have_peaks ? kb->peaks.label : "none";
+}
+
+void lpo_kbench_case_names(const char **names, const char **summaries, size_t max, size_t *n) {
+    size_t nc;
+    const kb_ops *const *cs = kb_cases(&nc);
+    *n = 0;
+    for (size_t i = 0; i < nc && *n < max; i++, (*n)++)
+        names[*n] = cs[i]->name, summaries[*n] = cs[i]->summary;
+}
+
+/* ---- dtypes and host values -------------------------------------------------------------------------------
+ */
+static int parse_elem(const char *s, lpo__elem *el) {
+    static const struct {
+        const char *name;
+        lpo__elem el;
+    } names[] = {{"f32", LPO__EL_F32},     {"fp32", LPO__EL_F32},     {"float32", LPO__EL_F32},
+                 {"tf32", LPO__EL_F32},    {"f16", LPO__EL_F16},      {"fp16", LPO__EL_F16},
+                 {"float16", LPO__EL_F16}, {"bf16", LPO__EL_BF16},    {"bfloat16", LPO__EL_BF16},
+                 {"fp8", LPO__EL_FP8E4M3}, {"e4m3", LPO__EL_FP8E4M3}, {"int8", LPO__EL_I8}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(s, names[i].name)) return *el = names[i].el, 1;
+    return 0;
+}
+
+static const char *elem_name(lpo__elem el, const char *given) {
+    if (!strcmp(given, "tf32")) return "tf32";
+    static const char *const n[] = {"f32", "f16", "bf16", "fp8", "int8", "i32"};
+    return n[el];
+}
+
+/* v rounded to what el stores (as the device will hold it) */
+static float round_to(lpo__elem el, float v) {
+    switch (el) {
+    case LPO__EL_F16: return lpo_f16_to_f32(lpo_f32_to_f16(v));
+    case LPO__EL_BF16: return lpo_bf16_to_f32(lpo_f32_to_bf16(v));
+    case LPO__EL_I32: return floorf(v);
+    default: return v;
+    }
+}
+
+static lpo_ceil_dtype roof_dtype(const kb_case *c) {
+    if (!c->ops->tensor_roof) return LPO_CEIL_FP32;
+    if (!strcmp(c->p.dtype, "tf32")) return LPO_CEIL_TF32;
+    switch (c->el) {
+    case LPO__EL_F16: return LPO_CEIL_FP16;
+    case LPO__EL_BF16: return LPO_CEIL_BF16;
+    case LPO__EL_FP8E4M3: return LPO_CEIL_FP8;
+    case LPO__EL_I8: return LPO_CEIL_INT8;
+    default: return LPO_CEIL_FP32;
+    }
+}
+
+/* ---- tensors
+ * ------------------------------------------------------------------------------------------------ */
+static lpo_status alloc_host(kb_case *c) {
+    double total = 0;
+    for (int i = 0; i < c->n_t; i++) total += (double)c->t[i].n * 4.0 * (c->t[i].output ? 2 : 1);
+    lpo_status st = lpo_mem_check(total, "kbench host tensors");
+    if (st) return st;
+    // each tensor: host values; inputs random (rounded to the storage type), outputs get a reference copy
+    for (int i = 0; i < c->n_t; i++) {
+        kb_tensor *t = &c->t[i];
+        size_t n = (size_t)t->n;
+        t->h = malloc(n * sizeof(float));
+        if (t->output) t->ref = malloc(n * sizeof(float));
+        if (t->in_place) t->init = malloc(n * sizeof(float));
+        if (!t->h || (t->output && !t->ref) || (t->in_place && !t->init))
+            return lpo_errorf(LPO_E_NOMEM, "kbench: out of memory for tensor %s (%zu elements)", t->name, n);
+        if (t->output && !t->in_place) continue;
+        uint64_t seed = c->p.seed * 31 + (uint64_t)i;
+        for (size_t j = 0; j < n; j++) t->h[j] = round_to(t->el, lpo__fill_value(seed, j, t->lo, t->hi));
+        if (t->in_place) memcpy(t->init, t->h, n * sizeof(float));
+    }
+    return LPO_OK;
+}
+
+static void restore_in_place(kb_case *c) {
+    for (int i = 0; i < c->n_t; i++)
+        if (c->t[i].in_place) memcpy(c->t[i].h, c->t[i].init, (size_t)c->t[i].n * sizeof(float));
+}
+
+static void free_tensors(kb_case *c) {
+    for (int i = 0; i < c->n_t; i++) {
+        free(c->t[i].h);
+        free(c->t[i].ref);
+        free(c->t[i].init);
+#ifdef LPO_HAVE_CUDA
+        if (c->t[i].d) cudaFree(c->t[i].d);
+#endif
+        c->t[i].h = c->t[i].ref = c->t[i].init = NULL;
+        c->t[i].d = NULL;
+    }
+}
+
+/* got[] (as floats) against each output's ref */
+static lpo_status compare(const kb_case *c, const kb_tensor *t, const float *got, double *max_abs) {
+    double scale = 1;
+    for (int64_t i = 0; i < t->n; i++) scale = fmax(scale, fabs(t->ref[i])); // max |ref|
+    // every element: finite and within tolerance
+    for (int64_t i = 0; i < t->n; i++) {
+        double d = fabs((double)got[i] - t->ref[i]);
+        if (!(d <= c->atol * scale + c->rtol * fabs(t->ref[i])))
+            return lpo_errorf(LPO_E_RANGE,
+                              "kbench %s (%s, %s): output %s[%lld] = %.8g but the reference is %.8g "
+                              "(tolerance %.3g): not timed",
+                              c->ops->name, c->cuda ? "cuda" : "cpu", c->shape, t->name, (long long)i, got[i],
+                              t->ref[i], c->atol * scale + c->rtol * fabs(t->ref[i]));
+        if (d > *max_abs) *max_abs = d;
+    }
+    return LPO_OK;
+}
+
+/* ---- CPU backend: validation and timing -------------------------------------------------------------------
+ */
+static lpo_status validate_cpu(kb_case *c, double *max_abs) {
+    // poison the outputs, run, compare
+    for (int i = 0; i < c->n_t; i++)
+        if (c->t[i].output)
+            for (int64_t j = 0; j < c->t[i].n; j++) c->t[i].h[j] = NAN;
+    restore_in_place(c);
+    c->ops->cpu(c);
+    for (int i = 0; i < c->n_t; i++) {
+        if (!c->t[i].output) continue;
+        lpo_status st = compare(c, &c->t[i], c->t[i].h, max_abs);
+        if (st) return st;
+    }
+    return LPO_OK;
+}
+
+typedef struct {
+    kb_case *c;
+    int reps;
+    int cold;
+    unsigned char *flush;
+    size_t flush_bytes;
+    /* GPU */
+    void *e0, *e1, *graph_exec, *dflush;
+    lpo_nvml_sampler *nv;
+    unsigned n_samples;
+} timer;
+
+static lpo_status cpu_sample(void *p, double *sec, double *clk) {
+    timer *tm = p;
+    if (tm->cold) memset(tm->flush, (int)(tm->n_samples & 0xff), tm->flush_bytes); /* evict the caches */
+    tm->n_samples++;
+    uint64_t t0 = lpo_now_ns();
+    for (int r = 0; r < tm->reps; r++) tm->c->ops->cpu(tm->c);
+    *sec = (double)(lpo_now_ns() - t0) * 1e-9 / tm->reps;
+    *clk = 0;
+    return LPO_OK;
+}
+
+/* ---- CUDA backend
+ * --------------------------------------------------------------------------------------------- */
+#ifdef LPO_HAVE_CUDA
+#define CU(call)                                                                                             \
+    do {                                                                                                     \
+        cudaError_t e_ = (call);                                                                             \
+        if (e_ != cudaSuccess)                                                                               \
+            return lpo_errorf(LPO_E_CUDA, "kbench: %s: %s (%s:%d)", #call, cudaGetErrorString(e_), __FILE__, \
+                              __LINE__);                                                                     \
+    } while (0)
+
+static lpo_status upload(kb_tensor *t, const float *src) {
+    size_t es = lpo__elem_size(t->el), n = (size_t)t->n;
+    unsigned char *b = malloc(n * es);
+    if (!b) return lpo_errorf(LPO_E_NOMEM, "out of memory");
+    // host floats -> storage bytes
+    for (size_t i = 0; i < n; i++) {
+        if (t->el == LPO__EL_F32) {
+            memcpy(b + 4 * i, &src[i], 4);
+        } else if (t->el == LPO__EL_I32) {
+            int32_t v = (int32_t)src[i];
+            memcpy(b + 4 * i, &v, 4);
+        } else {
+            uint16_t h = t->el == LPO__EL_F16 ? lpo_f32_to_f16(src[i]) : lpo_f32_to_bf16(src[i]);
+            memcpy(b + 2 * i, &h, 2);
+        }
+    }
+    cudaError_t e = cudaMemcpy(t->d, b, n * es, cudaMemcpyHostToDevice);
+    free(b);
+    CU(e);
+    return LPO_OK;
+}
+
+static lpo_status validate_gpu(kb_case *c, double *max_abs) {
+    cudaStream_t s = c->stream;
+    // poison the outputs (0xff bytes: NaN in every float type), restore in-place inputs, run once
+    for (int i = 0; i < c->n_t; i++) {
+        kb_tensor *t = &c->t[i];
+        if (t->in_place) {
+            lpo_status st = upload(t, t->init);
+            if (st) return st;
+        } else if (t->output) {
+            CU(cudaMemsetAsync(t->d, 0xff, (size_t)t->n * lpo__elem_size(t->el), s));
+        }
+    }
+    lpo_status st = c->ops->gpu_run(c);
+    if (st) return st;
+    CU(cudaStreamSynchronize(s));
+    for (int i = 0; i < c->n_t && !st; i++) {
+        kb_tensor *t = &c->t[i];
+        if (!t->output) continue;
+        size_t es = lpo__elem_size(t->el), n = (size_t)t->n;
+        unsigned char *b = malloc(n * es);
+        float *got = malloc(n * sizeof(float));
+        if (!b || !got) {
+            free(b), free(got);
+            return lpo_errorf(LPO_E_NOMEM, "out of memory");
+        }
+        cudaError_t e = cudaMemcpy(b, t->d, n * es, cudaMemcpyDeviceToHost);
+        for (size_t j = 0; j < n && e == cudaSuccess; j++) got[j] = (float)lpo__elem_to_double(b, j, t->el);
+        if (e == cudaSuccess) st = compare(c, t, got, max_abs);
+        free(b), free(got);
+        CU(e);
+    }
+    return st;
+}
+
+static lpo_status gpu_setup(kb_case *c) {
+    CU(cudaSetDevice(c->device));
+    cudaStream_t s;
+    CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    c->stream = s;
+    // each tensor: device buffer, inputs uploaded
+    for (int i = 0; i < c->n_t; i++) {
+        kb_tensor *t = &c->t[i];
+        CU(cudaMalloc(&t->d, (size_t)t->n * lpo__elem_size(t->el)));
+        if (!t->output || t->in_place) {
+            lpo_status st = upload(t, t->in_place ? t->init : t->h);
+            if (st) return st;
+        }
+    }
+    return c->ops->gpu_init ? c->ops->gpu_init(c) : LPO_OK;
+}
+
+static lpo_status gpu_sample(void *p, double *sec, double *clk) {
+    timer *tm = p;
+    kb_case *c = tm->c;
+    cudaStream_t s = c->stream;
+    if (tm->cold) CU(cudaMemsetAsync(tm->dflush, (int)(tm->n_samples & 0xff), tm->flush_bytes, s));
+    tm->n_samples++;
+    CU(cudaEventRecord(tm->e0, s));
+    if (tm->graph_exec) {
+        CU(cudaGraphLaunch(tm->graph_exec, s));
+    } else {
+        for (int r = 0; r < tm->reps; r++) {
+            lpo_status st = c->ops->gpu_run(c);
+            if (st) return st;
+        }
+    }
+    CU(cudaEventRecord(tm->e1, s));
+    CU(cudaEventSynchronize(tm->e1));
+    float ms = 0;
+    CU(cudaEventElapsedTime(&ms, tm->e0, tm->e1));
+    *sec = (double)ms * 1e-3 / tm->reps;
+    *clk = 0;
+    lpo_nvml_sample r;
+    if (tm->nv && lpo_nvml_sampler_read(tm->nv, &r) == LPO_OK && r.sm_mhz > 0) *clk = r.sm_mhz;
+    return LPO_OK;
+}
+
+static lpo_status gpu_timer_init(timer *tm) {
+    kb_case *c = tm->c;
+    cudaEvent_t e0, e1;
+    CU(cudaEventCreate(&e0));
+    tm->e0 = e0;
+    CU(cudaEventCreate(&e1));
+    tm->e1 = e1;
+    if (tm->cold) {
+        int l2 = 0;
+        CU(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, c->device));
+        tm->flush_bytes =
+            2 * (size_t)(l2 > 0 ? l2 : 64 << 20); /* twice the L2: nothing of the inputs survives */
+        CU(cudaMalloc(&tm->dflush, tm->flush_bytes));
+    }
+    return LPO_OK;
+}
+
+/* captures tm->reps executions into a graph; samples then replay it */
+static lpo_status gpu_timer_graph(timer *tm) {
+    kb_case *c = tm->c;
+    {
+        cudaStream_t s = c->stream;
+        cudaGraph_t g;
+        cudaGraphExec_t ex;
+        CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        lpo_status st = LPO_OK;
+        for (int r = 0; r < tm->reps && !st; r++) st = c->ops->gpu_run(c);
+        cudaError_t e = cudaStreamEndCapture(s, &g);
+        if (st) return st;
+        CU(e);
+        e = cudaGraphInstantiate(&ex, g, 0);
+        cudaGraphDestroy(g);
+        CU(e);
+        tm->graph_exec = ex;
+    }
+    return LPO_OK;
+}
+
+static void gpu_timer_free(timer *tm) {
+    if (tm->e0) cudaEventDestroy(tm->e0);
+    if (tm->e1) cudaEventDestroy(tm->e1);
+    if (tm->graph_exec) cudaGraphExecDestroy(tm->graph_exec);
+    if (tm->dflush) cudaFree(tm->dflush);
+}
+#endif
+
+/* ---- one case
+ * ------------------------------------------------------------------------------------------------ */
+typedef struct {
+    int cuda, device, threads, graph;
+    lpo_measure_opts mo;
+} run_opts;
+
+static void set_tolerance(kb_case *c) {
+    double rtol = 1e-4, atol = 1e-5;
+    if (c->el == LPO__EL_F16) rtol = 4e-3, atol = 1e-3;
+    if (c->el == LPO__EL_BF16) rtol = 1.6e-2, atol = 8e-3;
+    c->rtol = rtol;
+    c->atol = fmax(atol, c->atol);
+}
+
+static void add_row(lpo_kbench *kb, const kb_case *c, const run_opts *ro, const lpo_stats *s, int reps,
+                    double max_abs, const lpo_nvml_summary *nv) {
+    lpo_table *t = kb->t;
+    lpo_table_add_row(t);
+    lpo_table_set_str(t, "case", c->ops->name);
+    lpo_table_set_str(t, "backend", c->cuda ? "cuda" : "cpu");
+    lpo_table_set_str(t, "dtype", elem_name(c->el, c->p.dtype));
+    lpo_table_set_str(t, "shape", c->shape);
+    lpo_table_set_str(t, "mode", ro->mo.cold ? "cold" : ro->graph && c->cuda ? "graph" : "hot");
+    lpo_table_set_int(t, "samples", (int64_t)s->n);
+    lpo_table_set_int(t, "dropped", (int64_t)s->n_dropped);
+    lpo_table_set_bool(t, "converged", s->converged);
+    lpo_table_set_double(t, "median_us", s->median * 1e6);
+    lpo_table_set_double(t, "p10_us", s->p10 * 1e6);
+    lpo_table_set_double(t, "p90_us", s->p90 * 1e6);
+    lpo_table_set_double(t, "stdev_us", s->stdev * 1e6);
+    lpo_table_set_double(t, "min_us", s->min * 1e6);
+    lpo_table_set_double(t, "max_us", s->max * 1e6);
+    double tf = c->flops / s->median * 1e-12, gbs = c->bytes / s->median * 1e-9;
+    lpo_table_set_double(t, "tflops", tf);
+    lpo_table_set_double(t, "gbs", gbs);
+    double roof = kb->have_peaks ? kb->peaks.tflops[roof_dtype(c)] : 0,
+           bw = kb->have_peaks ? kb->peaks.dram_gbs : 0;
+    const char *cls = "unknown";
+    if (roof > 0 && bw > 0) {
+        double t_c = c->flops / (roof * 1e12), t_m = c->bytes / (bw * 1e9);
+        /* under 20% of the binding roof: neither bandwidth nor arithmetic explains the time */
+        cls = fmax(t_c, t_m) < 0.2 * s->median ? "latency" : t_c >= t_m ? "compute" : "memory";
+        lpo_table_set_double(t, "pct_compute", 100.0 * tf / roof);
+        lpo_table_set_double(t, "pct_dram", 100.0 * gbs / bw);
+        lpo_table_set_double(t, "roof_tflops", roof);
+        lpo_table_set_double(t, "dram_gbs", bw);
+    }
+    if (c->bytes > 0) lpo_table_set_double(t, "intensity", c->flops / c->bytes);
+    lpo_table_set_str(t, "bound", cls);
+    lpo_table_set_double(t, "flops", c->flops);
+    lpo_table_set_double(t, "bytes", c->bytes);
+    lpo_table_set_int(t, "reps", reps);
+    lpo_table_set_double(t, "max_abs_err", max_abs);
+    if (nv->n && nv->sm_mhz_avg >= 0) lpo_table_set_double(t, "sm_mhz", nv->sm_mhz_avg);
+    if (nv->n && nv->power_w_avg >= 0) lpo_table_set_double(t, "power_w", nv->power_w_avg);
+    lpo_table_set_str(t, "variant", c->variant);
+    /* roofline point */
+    if (kb->n_pts == kb->cap_pts) {
+        size_t cap = kb->cap_pts ? 2 * kb->cap_pts : 16;
+        lpo_roof_point *p = realloc(kb->pts, cap * sizeof *p);
+        if (!p) return;
+        kb->pts = p, kb->cap_pts = cap;
+    }
+    lpo_roof_point *p = &kb->pts[kb->n_pts++];
+    snprintf(p->label, sizeof p->label, "%s %.80s %s (%s)", c->ops->name, c->shape,
+             elem_name(c->el, c->p.dtype), c->cuda ? "cuda" : "cpu");
+    p->intensity = c->bytes > 0 ? c->flops / c->bytes : 0;
+    p->tflops = tf;
+    snprintf(p->cls, sizeof p->cls, "%s", cls);
+}
+
+static lpo_status run_case(lpo_kbench *kb, const kb_ops *ops, const kb_params *prm, const run_opts *ro) {
+    kb_case c;
+    memset(&c, 0, sizeof c);
+    c.ops = ops;
+    c.p = *prm;
+    c.cuda = ro->cuda;
+    c.device = ro->device;
+    c.nt = ro->threads;
+    if (!parse_elem(c.p.dtype, &c.el))
+        return lpo_errorf(LPO_E_CONFIG, "kbench.dtype=%s: expected f32, tf32, f16, bf16, fp8 or int8",
+                          c.p.dtype);
+    lpo_status st = ops->plan(&c);
+    if (!st && c.cuda && !ops->gpu_run)
+        st = lpo_errorf(LPO_E_UNSUPPORTED, "kbench.case=%s has no CUDA version", ops->name);
+    if (!st && !c.cuda && (!ops->cpu || c.n_t == 0))
+        st = lpo_errorf(LPO_E_UNSUPPORTED, "kbench.case=%s in %s has no CPU version", ops->name, c.p.dtype);
+    set_tolerance(&c);
+    if (!st) st = alloc_host(&c);
+    /* the reference, from the inputs as stored */
+    if (!st && c.n_t > 0) {
+        restore_in_place(&c);
+        ops->cpu(&c);
+        for (int i = 0; i < c.n_t; i++)
+            if (c.t[i].output) memcpy(c.t[i].ref, c.t[i].h, (size_t)c.t[i].n * sizeof(float));
+    }
+    double max_abs = 0;
+    timer tm = {&c, 1, ro->mo.cold, NULL, 0, NULL, NULL, NULL, NULL, NULL, 0};
+    lpo_measure *m = NULL;
+    lpo_nvml_summary nvs;
+    lpo_nvml_summarize(NULL, 0, &nvs);
+    if (st) goto done;
+    if (c.cuda) {
+#ifdef LPO_HAVE_CUDA
+        if ((st = gpu_setup(&c))) goto done;
+        if (!c.self_validated && (st = validate_gpu(&c, &max_abs))) goto done;
+        /* calibration run: repetitions per sample (hot), then the timer (graph of reps runs) */
+        double t1 = 0, clk;
+        if ((st = gpu_timer_init(&tm)) || (st = gpu_sample(&tm, &t1, &clk))) goto done;
+        if (!ro->mo.cold && t1 > 0) tm.reps = (int)fmin(MAX_REPS, fmax(1, ceil(GPU_SAMPLE_S / t1)));
+        if (ro->graph && (st = gpu_timer_graph(&tm))) goto done;
+        if (lpo_nvml_sampler_open(c.device, &tm.nv) == LPO_OK)
+            lpo_nvml_sampler_start(tm.nv, ro->mo.nvml_sample_ms > 0 ? ro->mo.nvml_sample_ms : 100);
+        else
+            lpo_error_clear();
+        st = lpo_measure_run(&ro->mo, gpu_sample, &tm, &m);
+        if (tm.nv) {
+            lpo_nvml_sampler_stop(tm.nv);
+            lpo_nvml_sampler_summary(tm.nv, &nvs);
+            size_t nn;
+            const lpo_nvml_sample *xs = lpo_nvml_sampler_samples(tm.nv, &nn);
+            lpo_strbuf one = {0};
+            lpo_nvml_samples_write_csv(xs, nn, &one);
+            if (!kb->nvml.len)
+                lpo_sb_printf(&kb->nvml, "row,%.*s", (int)(strchr(one.buf, '\n') - one.buf + 1), one.buf);
+            // each data line of this case, prefixed with the row index
+            for (const char *l = strchr(one.buf, '\n') + 1; *l;) {
+                const char *e = strchr(l, '\n');
+                lpo_sb_printf(&kb->nvml, "%zu,%.*s\n", kb->rows, (int)(e - l), l);
+                l = e + 1;
+            }
+            lpo_sb_free(&one);
+        }
+#endif
+    } else {
+        if ((st = validate_cpu(&c, &max_abs))) goto done;
+        double t1 = 0, clk;
+        if (tm.cold) {
+            tm.flush_bytes = (size_t)64 << 20; /* larger than the last-level caches of common CPUs */
+            if (!(tm.flush = malloc(tm.flush_bytes))) {
+                st = lpo_errorf(LPO_E_NOMEM, "out of memory");
+                goto done;
+            }
+        }
+        if ((st = cpu_sample(&tm, &t1, &clk))) goto done;
+        if (!ro->mo.cold && t1 > 0) tm.reps = (int)fmin(MAX_REPS, fmax(1, ceil(CPU_SAMPLE_S / t1)));
+        st = lpo_measure_run(&ro->mo, cpu_sample, &tm, &m);
+    }
+    if (st) goto done;
+    lpo_stats s;
+    if ((st = lpo_measure_stats(m, &s))) goto done;
+    add_row(kb, &c, ro, &s, tm.reps, max_abs, &nvs);
+    {
+        size_t n;
+        const double *x = lpo_measure_samples(m, &n);
+        for (size_t i = 0; i < n; i++)
+            lpo_sb_printf(&kb->samples, "%zu,%s,%zu,%.9g\n", kb->rows, ops->name, i, x[i]);
+    }
+    kb->rows++;
+    if (!s.converged)
+        LPO_WARN("kbench %s %s: not converged (rel stdev %.2f%% after %zu samples)", ops->name, c.shape,
+                 100 * s.rel_stdev, s.n);
+done:
+    lpo_measure_free(m);
+    free(tm.flush);
+    lpo_nvml_sampler_close(tm.nv);
+#ifdef LPO_HAVE_CUDA
+    if (c.cuda) gpu_timer_free(&tm);
+#endif
+    if (ops->fini) ops->fini(&c);
+    free_tensors(&c);
+#ifdef LPO_HAVE_CUDA
+    if (c.stream) cudaStreamDestroy(c.stream);
+#endif
+    return st;
+}
+
+/* ---- configuration
+ * -------------------------------------------------------------------------------------------- */
+static lpo_status read_params(const lpo_node *cfg, kb_params *p) {
+    static const struct {
+        const char *key;
+        size_t off;
+    } ints[] = {
+        {"kbench.m", offsetof(kb_params, m)},
+        {"kbench.n", offsetof(kb_params, n)},
+        {"kbench.k", offsetof(kb_params, k)},
+        {"kbench.heads", offsetof(kb_params, heads)},
+        {"kbench.kv_heads", offsetof(kb_params, kv_heads)},
+        {"kbench.head_dim", offsetof(kb_params, head_dim)},
+        {"kbench.vocab", offsetof(kb_params, vocab)},
+        {"kbench.batch", offsetof(kb_params, batch)},
+        {"kbench.c_in", offsetof(kb_params, c_in)},
+        {"kbench.c_out", offsetof(kb_params, c_out)},
+        {"kbench.h", offsetof(kb_params, h)},
+        {"kbench.w", offsetof(kb_params, w)},
+        {"kbench.kernel", offsetof(kb_params, kernel)},
+        {"kbench.stride", offsetof(kb_params, stride)},
+        {"kbench.pad", offsetof(kb_params, pad)},
+        {"kbench.seq", offsetof(kb_params, seq)},
+        {"kbench.input", offsetof(kb_params, input)},
+        {"kbench.hidden", offsetof(kb_params, hidden)},
+    };
+    memset(p, 0, sizeof *p);
+    lpo_status st;
+    const char *s;
+    if ((st = lpo_cfg_str_or(cfg, "kbench.case", "gemm", &s))) return st;
+    snprintf(p->case_name, sizeof p->case_name, "%s", s);
+    if ((st = lpo_cfg_str_or(cfg, "kbench.dtype", "bf16", &s))) return st;
+    snprintf(p->dtype, sizeof p->dtype, "%s", s);
+    // each integer parameter (missing: 0, which the case's plan refuses if it needs it)
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        if ((st = lpo_cfg_int_or(cfg, ints[i].key, 0, (int64_t *)((char *)p + ints[i].off)))) return st;
+    if ((st = lpo_cfg_double_or(cfg, "kbench.eps", 1e-5, &p->eps))) return st;
+    int64_t seed;
+    if ((st = lpo_cfg_int_or(cfg, "kbench.seed", 1234, &seed))) return st;
+    p->seed = (uint64_t)seed;
+    return LPO_OK;
+}
+
+static lpo_status read_run_opts(const lpo_node *cfg, run_opts *ro) {
+    memset(ro, 0, sizeof *ro);
+    lpo_status st = lpo_measure_opts_from_config(cfg, &ro->mo);
+    if (st) return st;
+    const char *backend;
+    int64_t dev, threads;
+    if ((st = lpo_cfg_str_or(cfg, "backend", "cpu", &backend)) ||
+        (st = lpo_cfg_int_or(cfg, "hardware.device", 0, &dev)) ||
+        (st = lpo_cfg_int_or(cfg, "kbench.threads", 0, &threads)) ||
+        (st = lpo_cfg_bool_or(cfg, "kbench.graph", 0, &ro->graph)))
+        return st;
+    ro->device = (int)dev;
+#ifdef _OPENMP
+    ro->threads = threads > 0 ? (int)threads : omp_get_max_threads();
+#else
+    ro->threads = 1;
+#endif
+    if (!strcmp(backend, "cpu")) return LPO_OK;
+    if (strcmp(backend, "cuda") && strcmp(backend, "auto"))
+        return lpo_errorf(LPO_E_CONFIG, "backend=%s: expected cpu, cuda or auto", backend);
+    char uuid[96];
+    int ok = lpo_cuda_device_identity(ro->device, NULL, 0, uuid, sizeof uuid) == LPO_OK;
+    if (!ok && !strcmp(backend, "cuda"))
+        return lpo_errorf(LPO_E_NO_DEVICE, "backend=cuda: %s", lpo_last_error());
+    lpo_error_clear();
+    ro->cuda = ok;
+    return LPO_OK;
+}
+
+/* linears: the linear layers of the config's model (conf/model/<preset>.yaml, model.arch.*) at m tokens */
+static lpo_status run_linears(lpo_kbench *kb, const lpo_node *cfg, kb_params *p, const run_opts *ro) {
+    int64_t h, nh, nkv, hd, inter, vocab;
+    lpo_status st;
+    if ((st = lpo_cfg_int(cfg, "model.arch.hidden_size", &h)) ||
+        (st = lpo_cfg_int(cfg, "model.arch.n_heads", &nh)) ||
+        (st = lpo_cfg_int(cfg, "model.arch.n_kv_heads", &nkv)) ||
+        (st = lpo_cfg_int_or(cfg, "model.arch.head_dim", h / (nh ? nh : 1), &hd)) ||
+        (st = lpo_cfg_int(cfg, "model.arch.intermediate_size", &inter)) ||
+        (st = lpo_cfg_int(cfg, "model.arch.vocab_size", &vocab)))
+        return lpo_error_context(
+            st, "kbench.case=linears needs a model preset with model.arch (e.g. model=llama3.1-8b)");
+    const struct {
+        const char *name;
+        int64_t n, k;
+    } lin[] = {{"qkv", (nh + 2 * nkv) * hd, h},
+               {"o", h, nh * hd},
+               {"gate_up", 2 * inter, h},
+               {"down", h, inter},
+               {"lm_head", vocab, h}};
+    const kb_ops *gemm = kb_find_case("gemm");
+    // each linear layer as a gemm case
+    for (size_t i = 0; i < sizeof lin / sizeof lin[0]; i++) {
+        kb_params q = *p;
+        q.n = lin[i].n, q.k = lin[i].k;
+        size_t before = kb->rows;
+        if ((st = run_case(kb, gemm, &q, ro))) return lpo_error_context(st, "linear %s", lin[i].name);
+        if (kb->rows > before) {
+            char shape[160];
+            snprintf(shape, sizeof shape, "%s: m=%lld n=%lld k=%lld", lin[i].name, (long long)q.m,
+                     (long long)q.n, (long long)q.k);
+            lpo_table_set_str(kb->t, "shape", shape);
+        }
+    }
+    return LPO_OK;
+}
+
+lpo_status lpo_kbench_run(lpo_kbench *kb, const lpo_node *cfg) {
+    kb_params p;
+    run_opts ro;
+    lpo_status st;
+    if ((st = read_params(cfg, &p)) || (st = read_run_opts(cfg, &ro))) return st;
+    if (!kb->have_peaks) {
+        lpo_peaks_for_device(ro.cuda ? ro.device : -1, &kb->peaks);
+        kb->have_peaks = 1;
+    }
+    if (!strcmp(p.case_name, "linears")) return run_linears(kb, cfg, &p, &ro);
+    const kb_ops *ops = kb_find_case(p.case_name);
+    if (!ops) {
+        size_t n;
+        const kb_ops *const *cs = kb_cases(&n);
+        const char *names[32];
+        for (size_t i = 0; i < n && i < 32; i++) names[i] = cs[i]->name;
+        const char *sug = lpo_suggest(p.case_name, names, n);
+        return lpo_errorf(LPO_E_CONFIG, "kbench.case=%s: unknown case%s%s%s (see lpo kbench --list)",
+                          p.case_name, sug ? " (did you mean " : "", sug ? sug : "", sug ? "?)" : "");
+    }
+    return run_case(kb, ops, &p, &ro);
+}
+
+/* ---- outputs
+ * ---------------------------------------------------------------------------------------------------- */
+lpo_status lpo_kbench_write(const lpo_kbench *kb, const lpo_rundir *rd) {
+    lpo_status st = lpo_rundir_write_table(rd, "kbench", kb->t);
+    if (!st) st = lpo_rundir_write(rd, "kbench_samples.csv", kb->samples.buf, kb->samples.len);
+    if (!st && kb->nvml.len) st = lpo_rundir_write(rd, "nvml.csv", kb->nvml.buf, kb->nvml.len);
+    if (st) return st;
+    lpo_roofline r;
+    memset(&r, 0, sizeof r);
+    if (kb->have_peaks) lpo_roofline_from_peaks(&r, &kb->peaks);
+    snprintf(r.title, sizeof r.title, "lpo kbench roofline");
+    r.points = kb->pts;
+    r.n_points = kb->n_pts;
+    lpo_strbuf svg = {0}, csv = {0};
+    lpo_roofline_svg(&r, &svg);
+    lpo_roofline_csv(&r, &csv);
+    st = lpo_rundir_write(rd, "roofline.svg", svg.buf, svg.len);
+    if (!st) st = lpo_rundir_write(rd, "roofline.csv", csv.buf, csv.len);
+    lpo_sb_free(&svg);
+    lpo_sb_free(&csv);
+    return st;
+}

@@ -1,0 +1,119 @@
+/* kbench internals: a case is a struct of functions (plan the shapes and declare the tensors, the CPU
+ * reference, the CUDA execution) over a set of declared tensors that the harness (kbench.c) allocates,
+ * fills with random data, uploads, validates and times. flops() and bytes() of a case are the fields the
+ * plan sets; when the engine's op list (lpo_op_flops / lpo_op_bytes) is on main, the op-shaped cases take
+ * them from there. */
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hw/gpu_fill.h"
+#include "lpo/status.h"
+
+#define KB_MAX_T 8
+
+/* Parameters of a case, read from the kbench config group (conf/kbench/default.yaml). */
+typedef struct {
+    char case_name[32];
+    char dtype[16];
+    int64_t m, n, k;                   /* gemm m x n x k; rows m x width n for row ops; silu_mul: n = I */
+    int64_t heads, kv_heads, head_dim; /* rope */
+    int64_t vocab;                     /* embedding */
+    int64_t batch, c_in, c_out, h, w, kernel, stride, pad; /* conv2d (NCHW) */
+    int64_t seq, input, hidden;                            /* lstm (one layer, unidirectional) */
+    double eps;
+    uint64_t seed;
+} kb_params;
+
+typedef struct {
+    const char *name;
+    lpo__elem el; /* element type in device memory (the host keeps f32 values exactly representable in it) */
+    int64_t n;    /* elements */
+    int output;   /* written by the op (poisoned before the validation run) */
+    int in_place; /* an output that is also an input: restored before each checked run */
+    float lo, hi; /* random inputs in [lo, hi); I32: integers in [lo, hi) */
+    float *h;     /* host values: inputs as stored; outputs: written by the CPU run */
+    float *init;  /* in_place: the initial values */
+    float *ref;   /* outputs: the CPU reference */
+    void *d;      /* device buffer (CUDA backend) */
+} kb_tensor;
+
+typedef struct kb_case kb_case;
+
+typedef struct {
+    const char *name;
+    const char *summary;
+    int tensor_roof; /* 1: compared with the tensor-core roof of its dtype (GEMMs); 0: the fp32 roof */
+    /* Shapes from c->p and c->el: declares the tensors (kb_add_tensor), sets flops, bytes, shape. Checks
+     * the parameters (LPO_E_CONFIG naming the key). */
+    lpo_status (*plan)(kb_case *c);
+    /* The CPU reference in f32 over the tensors' h (inputs) into the outputs' h; also the CPU backend's
+     * timed run. NULL: no CPU version (GEMMs in fp8/int8). */
+    void (*cpu)(kb_case *c);
+    /* Optional GPU setup after upload (library handles, descriptors). Returning with c->self_validated
+     * set means it validated the result itself (cuBLASLt GEMM at sizes the CPU cannot check quickly). */
+    lpo_status (*gpu_init)(kb_case *c);
+    /* One execution on the GPU, asynchronous on c->stream. NULL: no CUDA version. */
+    lpo_status (*gpu_run)(kb_case *c);
+    void (*fini)(kb_case *c); /* optional: releases c->priv (either backend; priv may be NULL) */
+} kb_ops;
+
+struct kb_case {
+    const kb_ops *ops;
+    kb_params p;
+    int cuda;     /* backend: 0 cpu, 1 cuda */
+    lpo__elem el; /* the case's dtype */
+    kb_tensor t[KB_MAX_T];
+    int n_t;
+    double flops, bytes; /* per execution: FLOPs and the fewest DRAM bytes (each input read once, each output
+                            written once) */
+    char shape[160];
+    char variant[64]; /* implementation: "lpo cuda kernel", "cuBLASLt", "cuDNN", "C reference" */
+    int nt;           /* CPU threads */
+    int device;
+    void *stream; /* cudaStream_t */
+    void *priv;   /* case-specific state */
+    int self_validated;
+    double rtol, atol; /* validation tolerance (set by the harness from el; a plan may widen it) */
+};
+
+/* Declares a tensor; returns its index (or -1 past KB_MAX_T). */
+int kb_add_tensor(kb_case *c, const char *name, lpo__elem el, int64_t n, int output, float lo, float hi);
+/* The registry of cases. */
+const kb_ops *kb_find_case(const char *name);
+const kb_ops *const *kb_cases(size_t *n);
+
+/* ---- CUDA launchers (kb_kernels.cu): element type el of x/y/w; asynchronous on stream ---------------- */
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* y (m, n) = x * rsqrt(mean(x^2) + eps) * w (n,) */
+lpo_status lpo__kb_rmsnorm(lpo__elem el, void *y, const void *x, const void *w, int64_t m, int64_t n,
+                           float eps, void *stream);
+/* y (m, n) = gelu_tanh((x - mean) * rsqrt(var + eps) * w + b) */
+lpo_status lpo__kb_layernorm_gelu(lpo__elem el, void *y, const void *x, const void *w, const void *b,
+                                  int64_t m, int64_t n, float eps, void *stream);
+/* act (m, I) = silu(gu[:, :I]) * gu[:, I:], gu (m, 2I) */
+lpo_status lpo__kb_silu_mul(lpo__elem el, void *act, const void *gu, int64_t m, int64_t I, void *stream);
+/* y (m, n) = softmax(x) per row */
+lpo_status lpo__kb_softmax(lpo__elem el, void *y, const void *x, int64_t m, int64_t n, void *stream);
+/* q and k heads of qkv rows (m, (nh + 2 nkv) hd) rotated in place by pos[t] (NeoX pairs (i, i + hd/2));
+ * cos/sin f32 [n_pos][hd/2] */
+lpo_status lpo__kb_rope(lpo__elem el, void *qkv, const float *cos_t, const float *sin_t, const int32_t *pos,
+                        int64_t m, int64_t nh, int64_t nkv, int64_t hd, void *stream);
+/* x (m, h) = rows tokens[0..m) of E (vocab, h) */
+lpo_status lpo__kb_embed(lpo__elem el, void *x, const void *E, const int32_t *tokens, int64_t m, int64_t h,
+                         void *stream);
+
+/* ---- cuDNN (kb_cudnn.cu: libcudnn.so.9 loaded with dlopen; LPO_E_NOT_AVAILABLE when absent) ------------ */
+/* Conv2d: tensors x (N, C, H, W), w (K, C, R, S), y (N, K, P, Q) of case c (indices 0, 1, 2) */
+lpo_status lpo__kb_conv2d_init(kb_case *c);
+lpo_status lpo__kb_conv2d_run(kb_case *c);
+/* LSTM: tensors x (seq, batch, input), W (4, hidden, input), R (4, hidden, hidden), bW (4, hidden),
+ * bR (4, hidden), y (seq, batch, hidden) (indices 0..5), gate order i, f, g, o */
+lpo_status lpo__kb_lstm_init(kb_case *c);
+lpo_status lpo__kb_lstm_run(kb_case *c);
+void lpo__kb_cudnn_fini(kb_case *c);
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,85 @@
+/* lpo kbench: operator micro-benchmarks. Expands list-valued overrides into a sweep (Cartesian product),
+ * composes the config once per point, runs the case(s) of each point (validated, then timed), and writes
+ * one run directory: kbench.md/csv/json, kbench_samples.csv, roofline.svg/csv, nvml.csv. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/commands.h"
+#include "lpo/config.h"
+#include "lpo/kbench.h"
+#include "lpo/report.h"
+
+static const lpo_cli_flag flags[] = {
+    {"list", 0, "list the cases and exit"},
+};
+
+static const lpo_cli_spec spec = {
+    .command = "kbench",
+    .summary =
+        "lpo kbench [backend=cpu|cuda|auto] kbench.case=NAME [kbench.KEY=VALUE|[list]...]: time one "
+        "operator\n"
+        "(or a sweep: list values form a Cartesian product) after validating it against its CPU reference;\n"
+        "median, p10/p90, stdev, TFLOP/s, GB/s, % of the ceilings, bound class; roofline.svg. Keys:\n"
+        "conf/kbench/default.yaml; protocol: profiling.*; docs/kbench.md.",
+    .flags = flags,
+    .n_flags = sizeof flags / sizeof flags[0],
+    .config = 1,
+};
+
+static int list_cases(void) {
+    const char *names[32], *sums[32];
+    size_t n;
+    lpo_kbench_case_names(names, sums, 32, &n);
+    for (size_t i = 0; i < n; i++) printf("%-16s %s\n", names[i], sums[i]);
+    printf("%-16s %s\n", "linears", "the linear layers of model=<preset> as gemm cases at kbench.m tokens");
+    return LPO_EXIT_OK;
+}
+
+int lpo_cmd_kbench(int argc, char **argv) {
+    lpo_cli_args args;
+    int rc = lpo_cli_begin(&spec, argc, argv, &args);
+    if (rc >= 0) return rc;
+    if (lpo_cli_flag_value(&args, "list")) {
+        lpo_cli_args_free(&args);
+        return list_cases();
+    }
+    char ***sets = NULL;
+    size_t n_sets = 0;
+    lpo_kbench *kb = NULL;
+    lpo_node *first = NULL;
+    lpo_rundir *rd = NULL;
+    lpo_status st = lpo_cfg_sweep_expand(args.n_overrides, args.overrides, 1, &sets, &n_sets);
+    if (!st) st = lpo_kbench_new(&kb);
+    // each point of the sweep: compose, run
+    for (size_t i = 0; i < n_sets && !st; i++) {
+        lpo_cli_args a = args;
+        a.overrides = (const char **)sets[i];
+        lpo_node *cfg = NULL;
+        if ((st = lpo_cli_compose(&a, "kbench", &cfg))) break;
+        if (n_sets > 1) fprintf(stderr, "kbench: point %zu of %zu\n", i + 1, n_sets);
+        st = lpo_kbench_run(kb, cfg);
+        if (!first)
+            first = cfg;
+        else
+            lpo_node_free(cfg);
+    }
+    if (!st && first) st = lpo_rundir_create(first, &rd);
+    if (!st) st = lpo_kbench_write(kb, rd);
+    if (!st) {
+        lpo_strbuf sb = {0};
+        lpo_table_write_md(lpo_kbench_table(kb), &sb);
+        if (sb.buf) fputs(sb.buf, stdout);
+        lpo_sb_free(&sb);
+        printf("\nceilings: %s\n", lpo_kbench_peaks_label(kb));
+        lpo_rundir_announce(rd, stdout);
+    }
+    rc = st ? lpo_cli_fail("kbench", st) : LPO_EXIT_OK;
+    lpo_rundir_close(rd);
+    lpo_node_free(first);
+    lpo_kbench_free(kb);
+    if (sets) lpo_cfg_sweep_free(sets, n_sets, args.n_overrides);
+    lpo_cli_args_free(&args);
+    return rc;
+}
