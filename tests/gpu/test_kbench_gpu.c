@@ -30,15 +30,9 @@ static const char *const base[] = {
 #define N_BASE (sizeof base / sizeof base[0])
 
 static lpo_status run3(lpo_kbench *kb, const char *a, const char *b, const char *c) {
-    const char *ov[N_BASE + 3];
-    size_t n = N_BASE;
-    memcpy(ov, base, sizeof base);
-    if (a) ov[n++] = a;
-    if (b) ov[n++] = b;
-    if (c) ov[n++] = c;
-    lpo_cfg_opts o = {.command = "kbench"};
+    const char *extra[] = {a, b, c};
     lpo_node *cfg;
-    lpo_status st = lpo_cfg_compose(&o, n, ov, &cfg);
+    lpo_status st = lpo_test_compose("kbench", base, N_BASE, extra, 3, &cfg);
     if (st) return st;
     st = lpo_kbench_run(kb, cfg);
     lpo_node_free(cfg);

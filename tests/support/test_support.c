@@ -53,3 +53,17 @@ void lpo_test_require_gpu(void) {
     fflush(stdout);
     exit(77);
 }
+
+lpo_status lpo_test_compose(const char *command, const char *const *base, size_t n_base,
+                            const char *const *extra, size_t n_extra, lpo_node **cfg) {
+    const char **ov = malloc((n_base + n_extra) * sizeof *ov);
+    if (!ov) return LPO_E_NOMEM;
+    size_t n = 0;
+    for (size_t i = 0; i < n_base; i++) ov[n++] = base[i];
+    for (size_t i = 0; i < n_extra; i++)
+        if (extra[i]) ov[n++] = extra[i];
+    lpo_cfg_opts o = {.command = command};
+    lpo_status st = lpo_cfg_compose(&o, n, ov, cfg);
+    free(ov);
+    return st;
+}

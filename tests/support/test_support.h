@@ -9,3 +9,8 @@ char *lpo_test_tmpdir(void);
 int lpo_test_run_lpo(const char *args, char **out, char **err);
 /* Prints "SKIP: <why>" and exits 77 (ctest: skipped) when no CUDA device can be used. */
 void lpo_test_require_gpu(void);
+/* Composes the built-in config for `command` with base[0..n_base) then the non-NULL extra[0..n_extra)
+ * overrides (tests that sweep a few keys over a fixed base). */
+#include "lpo/config.h"
+lpo_status lpo_test_compose(const char *command, const char *const *base, size_t n_base,
+                            const char *const *extra, size_t n_extra, lpo_node **cfg);

@@ -44,14 +44,9 @@ static const char *const base[] = {
 #define N_BASE (sizeof base / sizeof base[0])
 
 static lpo_status run_with(lpo_kbench *kb, const char *extra1, const char *extra2) {
-    const char *ov[N_BASE + 2];
-    size_t n = N_BASE;
-    memcpy(ov, base, sizeof base);
-    if (extra1) ov[n++] = extra1;
-    if (extra2) ov[n++] = extra2;
-    lpo_cfg_opts o = {.command = "kbench"};
+    const char *extra[] = {extra1, extra2};
     lpo_node *cfg;
-    lpo_status st = lpo_cfg_compose(&o, n, ov, &cfg);
+    lpo_status st = lpo_test_compose("kbench", base, N_BASE, extra, 2, &cfg);
     if (st) return st;
     st = lpo_kbench_run(kb, cfg);
     lpo_node_free(cfg);
