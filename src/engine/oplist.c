@@ -250,6 +250,17 @@ static int64_t causal_pairs(int64_t n, int64_t W) {
     return W * (W + 1) / 2 + (n - W) * W;
 }
 
+/* Sets every attention op's (query, key) pairs and cached rows read (the KV tensors' row count). */
+static void set_attention_extent(lpo_oplist *l, int64_t pairs, int64_t rows) {
+    for (size_t i = 0; i < l->n_ops; i++) {
+        lpo_op *op = &l->ops[i];
+        if (op->kind != LPO_OP_ATTENTION) continue;
+        op->attn_pairs = pairs;
+        op->kv_rows = rows;
+        op->in[1].shape[0] = op->out[1].shape[0] = rows;
+    }
+}
+
 /* Turns pool offsets and weight indices recorded while building into pointers. */
 static void fix_pointers(lpo_oplist *l) {
     for (size_t i = 0; i < l->n_weights; i++) l->weights[i].name = l->names + (uintptr_t)l->weights[i].name;
@@ -398,13 +409,7 @@ lpo_status lpo_oplist_build_shape(const lpo_model_spec *s, const lpo_step_shape 
     const int64_t W = s->sliding_window > 0 ? s->sliding_window : 0, per = T / shape->n_seqs;
     const int64_t pairs =
         (shape->n_seqs - 1) * causal_pairs(per, W) + causal_pairs(T - per * (shape->n_seqs - 1), W);
-    for (size_t i = 0; i < out->n_ops; i++) {
-        lpo_op *o = &out->ops[i];
-        if (o->kind != LPO_OP_ATTENTION) continue;
-        o->attn_pairs = pairs;
-        o->kv_rows = T;
-        o->in[1].shape[0] = o->out[1].shape[0] = T;
-    }
+    set_attention_extent(out, pairs, T);
     return LPO_OK;
 }
 
@@ -439,13 +444,7 @@ lpo_status lpo_oplist_set_step(lpo_oplist *l, int64_t sliding_window, const lpo_
             step->n_seqs, (long long)T, l->n_seqs, (long long)l->n_tokens);
     int64_t pairs, rows;
     attention_extent(sliding_window > 0 ? sliding_window : 0, step, &pairs, &rows);
-    for (size_t i = 0; i < l->n_ops; i++) {
-        lpo_op *op = &l->ops[i];
-        if (op->kind != LPO_OP_ATTENTION) continue;
-        op->attn_pairs = pairs;
-        op->kv_rows = rows;
-        op->in[1].shape[0] = op->out[1].shape[0] = rows;
-    }
+    set_attention_extent(l, pairs, rows);
     return LPO_OK;
 }
 
