@@ -3,10 +3,11 @@
  * remainder ("other/gaps": engine work between groups) add up to the wall time of the engine runs; the
  * profiler's own accounting inside the callback is measured and kept out of both.
  *
- * Timing source: the host clock at the callback's begin/end. That is exact for backends that run a group
- * synchronously inside the callback pair (the CPU backend). A device backend (LPO_BACKEND_F_DEVICE) runs
- * eagerly with its own events per group (exec=eager); its group times must come from those events, not
- * from this host clock: group_time() below is the one place to switch when the CUDA backend exposes them. */
+ * Timing source: the engine's marks (lpo_engine_mark) at each group's begin and end: device events on the
+ * backend's stream on a GPU (exec=eager launches group by group), the monotonic clock on a synchronous
+ * backend such as the CPU. Marks live in a ring of RING (begin, end) pairs; a pair is read back (which
+ * waits for its end event) only when the ring needs its slot, and at the end of every run, so a GPU is not
+ * synchronised after each group. The cost accounting of a group runs on the host while the device works. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,12 +20,20 @@ typedef struct {
     int *rows; /* [n] group -> index into the result's groups */
 } plan_rows;
 
+#define RING (LPO_BACKEND_MARKS / 2)
+
+typedef struct {
+    int row, phase;
+} pending;
+
 typedef struct {
     lpo_pf_result *r;
+    lpo_engine *e;
     const lpo_model_spec *spec;
     const lpo_an_peaks *peaks;
     int phase;
-    uint64_t t_begin;
+    pending ring[RING]; /* groups whose mark pair 2 i, 2 i + 1 is not read yet */
+    int head, count, cur;
     double groups_s[2], overhead_s[2];
     int64_t steps[2];
     plan_rows *maps;
@@ -32,9 +41,23 @@ typedef struct {
     lpo_status st;
 } bd_state;
 
-/* Exclusive time of the group that just ended (seconds). */
-static double group_time(bd_state *s, uint64_t now) {
-    return (double)(now - s->t_begin) / 1e9;
+/* Reads the oldest pending mark pair: the exclusive time of its group. */
+static void flush_one(bd_state *s) {
+    const int i = s->head;
+    double ms = 0;
+    lpo_status st = lpo_engine_elapsed_ms(s->e, 2 * i, 2 * i + 1, &ms);
+    if (st != LPO_OK && s->st == LPO_OK) s->st = st;
+    if (ms < 0) ms = 0;
+    if (s->ring[i].row >= 0) {
+        s->r->groups[s->ring[i].row].time_s += ms / 1e3;
+        s->groups_s[s->ring[i].phase] += ms / 1e3;
+    }
+    s->head = (s->head + 1) % RING;
+    s->count--;
+}
+
+static void flush_all(bd_state *s) {
+    while (s->count > 0) flush_one(s);
 }
 
 /* Costs of group g of a step at the engine's dtypes: its ops summed; a fused group moves only the bytes that
@@ -121,28 +144,31 @@ static int row_of(bd_state *s, const lpo_oplist *l, const lpo_plan *p, size_t g)
 
 static void on_group(void *ud, const lpo_oplist *l, const lpo_plan *p, size_t g, int end) {
     bd_state *s = ud;
-    const uint64_t now = lpo_now_ns();
-    if (!end) {
-        s->t_begin = now;
+    lpo_status st;
+    if (!end) { /* a free mark pair (reading the oldest when the ring is full), then the begin mark */
+        const uint64_t t0 = lpo_now_ns();
+        if (s->count == RING) flush_one(s);
+        s->cur = (s->head + s->count) % RING;
+        s->overhead_s[s->phase] += (double)(lpo_now_ns() - t0) / 1e9;
+        if ((st = lpo_engine_mark(s->e, 2 * s->cur)) != LPO_OK && s->st == LPO_OK) s->st = st;
         return;
     }
-    const double t = group_time(s, now);
-    if (s->st != LPO_OK) return;
-    const int row = row_of(s, l, p, g);
-    if (row < 0) {
-        s->st = lpo_errorf(LPO_E_NOMEM, "profile: out of memory");
-        return;
+    if ((st = lpo_engine_mark(s->e, 2 * s->cur + 1)) != LPO_OK && s->st == LPO_OK) s->st = st;
+    const uint64_t t0 = lpo_now_ns();
+    const int row = s->st == LPO_OK ? row_of(s, l, p, g) : -1;
+    if (row < 0 && s->st == LPO_OK) s->st = lpo_errorf(LPO_E_NOMEM, "profile: out of memory");
+    s->ring[s->cur] = (pending){row, s->phase};
+    s->count++;
+    if (row >= 0) { /* the group's costs, computed while a device runs the next launches */
+        lpo_pf_group *x = &s->r->groups[row];
+        lpo_an_cost c;
+        group_cost(s, l, &p->groups[g], &c);
+        lpo_an_cost_add(&x->cost, &c);
+        x->cost.roof = c.roof;
+        x->calls++;
+        s->steps[s->phase] += g + 1 == p->n_groups;
     }
-    lpo_pf_group *x = &s->r->groups[row];
-    lpo_an_cost c;
-    group_cost(s, l, &p->groups[g], &c);
-    lpo_an_cost_add(&x->cost, &c);
-    x->cost.roof = c.roof;
-    x->time_s += t;
-    x->calls++;
-    s->groups_s[s->phase] += t;
-    s->steps[s->phase] += g + 1 == p->n_groups;
-    s->overhead_s[s->phase] += (double)(lpo_now_ns() - now) / 1e9;
+    s->overhead_s[s->phase] += (double)(lpo_now_ns() - t0) / 1e9;
 }
 
 /* ---- the pass -------------------------------------------------------------------------------------------
@@ -195,7 +221,7 @@ lpo_status lpo_pf__breakdown(lpo_engine **ep, const lpo_pf_request *rq, lpo_pf_r
     const int64_t room = lpo_engine_max_context(e) - longest - 1;
     if (steps > room) steps = room;
     if (steps < 0) steps = 0;
-    bd_state s = {.r = r, .spec = lpo_engine_spec(e), .peaks = rq->peaks};
+    bd_state s = {.r = r, .e = e, .spec = lpo_engine_spec(e), .peaks = rq->peaks};
     if (st == LPO_OK) st = lpo_engine_set_group_callback(e, on_group, &s);
     const size_t total = (size_t)steps + 1;
     const uint64_t t_pass = lpo_now_ns();
@@ -206,6 +232,7 @@ lpo_status lpo_pf__breakdown(lpo_engine **ep, const lpo_pf_request *rq, lpo_pf_r
         const uint64_t t0 = lpo_now_ns();
         st = lpo_engine_run(e, &b);
         r->bd[s.phase].run_s += (double)(lpo_now_ns() - t0) / 1e9;
+        flush_all(&s); /* every group of the run read back (the run returned its ids: all done) */
         r->bd[s.phase].runs++;
         if (st == LPO_OK) st = s.st;
         lpo_pf__progress(rq->opts, (size_t)k + 1, total, k ? "breakdown: decode" : "breakdown: prefill",
