@@ -29,7 +29,12 @@ LPO_HD uint64_t lpo_synth_mix(uint64_t x) {
 LPO_HD float lpo_synth_value(uint64_t key, double center, double amp, uint64_t i) {
     const uint64_t r = lpo_synth_mix(key + i * 0x9e3779b97f4a7c15ull);
     const double u = (double)(r >> 40) * (1.0 / 8388608.0) - 1.0;
+#ifdef __CUDA_ARCH__
+    return __double2float_rn(
+        __dadd_rn(center, __dmul_rn(amp, u))); /* nvcc would fuse a * u + c: not the CPU's */
+#else
     return (float)(center + amp * u);
+#endif
 }
 
 /* Round-to-nearest-even f32 -> bf16 -> f32 and f32 -> f16 -> f32 for finite values (synthetic values are

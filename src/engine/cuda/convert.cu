@@ -1,0 +1,190 @@
+/* Weights on the device: conversion of stored tensors to the compute dtype and generation of synthetic ones.
+ *
+ * lpo_cuda_convert: dst (rows, cols) [f32|f16|bf16] = src (rows, cols) [f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|
+ * q6_k], optionally un-permuting GGUF Q/K rows per head. One thread per output element: it finds its block,
+ * decodes its quant and scale with the arithmetic of src/model/dequant.c (explicit __fmul_rn/__fadd_rn, so
+ * no multiply-add contraction changes a bit), then rounds to the destination dtype. Bit-exact with
+ * lpo_dequantize followed by the CPU's rounding.
+ * lpo_cuda_synth_fill: model.c's synth_fill on the device, one thread per element (grid-stride), double
+ * arithmetic without contraction (__dmul_rn/__dadd_rn), so the values are bit-identical to the CPU's.
+ *
+ * Floor (H100, 2.97 TB/s measured copy): bytes = src + dst. Llama-3.1-8B bf16 synthetic: 16.1 GB written
+ * -> 5.4 ms; q4_k -> bf16: 4.5 + 16.1 GB -> 6.9 ms. Measured (H100, 2026-11-23, docs/perf-notes.md): synth
+ * 735 GB/s (25% of the floor: ~80 instructions of 64-bit hashing and double math per element), q4_k -> bf16
+ * 761 GB/s (26%), f32 -> bf16 1924 GB/s (65%); one-time costs at load. */
+#include "engine/cuda/cuda_common.cuh"
+
+/* ---- block formats (byte layouts as src/model/dequant.c) ---------------------------------------------- */
+__device__ __forceinline__ float rd_half(const uint8_t *p) {
+    return __half2float(__ushort_as_half((unsigned short)(p[0] | (p[1] << 8))));
+}
+
+/* Element e (0..blk) of one block at b, as lpo_dequantize computes it. */
+template <lpo_dtype Q> __device__ __forceinline__ float dq_elem(const uint8_t *b, int e);
+
+template <> __device__ __forceinline__ float dq_elem<LPO_DT_Q8_0>(const uint8_t *b, int e) {
+    return __fmul_rn(rd_half(b), (float)(int8_t)b[2 + e]); // d * q
+}
+template <> __device__ __forceinline__ float dq_elem<LPO_DT_Q4_0>(const uint8_t *b, int e) {
+    const uint8_t q = b[2 + (e & 15)];
+    return __fmul_rn((float)((e < 16 ? q & 0x0F : q >> 4) - 8), rd_half(b)); // (q - 8) * d
+}
+template <> __device__ __forceinline__ float dq_elem<LPO_DT_Q4_1>(const uint8_t *b, int e) {
+    const uint8_t q = b[4 + (e & 15)];
+    return __fadd_rn(__fmul_rn((float)(e < 16 ? q & 0x0F : q >> 4), rd_half(b)), rd_half(b + 2)); // q*d + m
+}
+template <> __device__ __forceinline__ float dq_elem<LPO_DT_Q4_K>(const uint8_t *b, int e) {
+    // 4 chunks of 64: sub-blocks 2c (low nibbles of q[c*32 + l]) and 2c+1 (high nibbles)
+    const int c = e >> 6, hi = (e >> 5) & 1, l = e & 31, j = 2 * c + hi;
+    const uint8_t *sc = b + 4;
+    uint8_t s, mn;
+    if (j < 4) {
+        s = sc[j] & 63;
+        mn = sc[j + 4] & 63;
+    } else {
+        s = (uint8_t)((sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4));
+        mn = (uint8_t)((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
+    }
+    const uint8_t q = b[16 + c * 32 + l];
+    const float d1 = __fmul_rn(rd_half(b), (float)s), m1 = __fmul_rn(rd_half(b + 2), (float)mn);
+    return __fsub_rn(__fmul_rn(d1, (float)(hi ? q >> 4 : q & 0xF)), m1); // (d*sc)*q - dmin*m
+}
+template <> __device__ __forceinline__ float dq_elem<LPO_DT_Q6_K>(const uint8_t *b, int e) {
+    // two halves of 128; in a half, quarter qq of 32 values l: low bits from ql, high 2 bits from qh
+    const int n = e >> 7, r = e & 127, qq = r >> 5, l = r & 31;
+    const uint8_t *ql = b + n * 64, *qh = b + 128 + n * 32;
+    const int8_t *sc = (const int8_t *)(b + 192 + n * 8);
+    const uint8_t lo = ql[l + (qq & 1) * 32];
+    const int q = (int8_t)(((qq < 2) ? (lo & 0xF) : (lo >> 4)) | (((qh[l] >> (2 * qq)) & 3) << 4)) - 32;
+    return __fmul_rn(__fmul_rn(rd_half(b + 208), (float)sc[l / 16 + 2 * qq]), (float)q); // d * sc * q
+}
+
+template <typename S> __device__ __forceinline__ float plain_elem(const S *src, int64_t i) {
+    return lpo_to_f(src[i]);
+}
+
+/* dst row r <- src row sr(r): within a head of hd rows, HF row j*half+i comes from GGUF row 2i+j. */
+__device__ __forceinline__ int64_t src_row(int64_t r, int64_t hd) {
+    if (hd <= 0) return r;
+    const int64_t h = r / hd, rr = r % hd, half = hd / 2;
+    return h * hd + 2 * (rr % half) + rr / half;
+}
+
+/* Source element of destination element i: itself, or (unpermuting, hd > 0) the same column of the GGUF
+ * row (the 64-bit divisions only then). */
+__device__ __forceinline__ int64_t src_index(int64_t i, int64_t cols, int64_t hd) {
+    if (hd <= 0) return i;
+    const int64_t r = i / cols;
+    return src_row(r, hd) * cols + (i - r * cols);
+}
+
+// dst (rows, cols) <- plain src (rows, cols); one thread per element
+template <typename D, typename S>
+__global__ void convert_plain_kernel(D *dst, const S *src, int64_t n, int64_t cols, int64_t hd) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] = lpo_from_f<D>(plain_elem(src, src_index(i, cols, hd)));
+}
+
+// dst (rows, cols) <- block-quantized src (rows, cols / BLK blocks of BB bytes); one thread per element
+template <typename D, lpo_dtype Q, int BLK, int BB>
+__global__ void convert_quant_kernel(D *dst, const uint8_t *src, int64_t n, int64_t cols, int64_t hd) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t si = src_index(i, cols, hd); // rows hold whole blocks: block si / BLK, element si % BLK
+        dst[i] = lpo_from_f<D>(dq_elem<Q>(src + (si / BLK) * BB, (int)(si % BLK)));
+    }
+}
+
+static unsigned grid_for(int64_t n) {
+    const int64_t g = (n + 255) / 256;
+    return (unsigned)(g < 65536 * 16 ? (g < 1 ? 1 : g) : 65536 * 16);
+}
+
+template <typename D>
+static void launch_convert(D *dst, const void *src, lpo_dtype src_dt, int64_t rows, int64_t cols, int64_t hd,
+                           cudaStream_t s) {
+    const int64_t n = rows * cols;
+    const unsigned g = grid_for(n);
+    const uint8_t *b = (const uint8_t *)src;
+    switch (src_dt) {
+    case LPO_DT_F32: convert_plain_kernel<<<g, 256, 0, s>>>(dst, (const float *)src, n, cols, hd); break;
+    case LPO_DT_F16: convert_plain_kernel<<<g, 256, 0, s>>>(dst, (const __half *)src, n, cols, hd); break;
+    case LPO_DT_BF16:
+        convert_plain_kernel<<<g, 256, 0, s>>>(dst, (const __nv_bfloat16 *)src, n, cols, hd);
+        break;
+    case LPO_DT_Q8_0:
+        convert_quant_kernel<D, LPO_DT_Q8_0, 32, 34><<<g, 256, 0, s>>>(dst, b, n, cols, hd);
+        break;
+    case LPO_DT_Q4_0:
+        convert_quant_kernel<D, LPO_DT_Q4_0, 32, 18><<<g, 256, 0, s>>>(dst, b, n, cols, hd);
+        break;
+    case LPO_DT_Q4_1:
+        convert_quant_kernel<D, LPO_DT_Q4_1, 32, 20><<<g, 256, 0, s>>>(dst, b, n, cols, hd);
+        break;
+    case LPO_DT_Q4_K:
+        convert_quant_kernel<D, LPO_DT_Q4_K, 256, 144><<<g, 256, 0, s>>>(dst, b, n, cols, hd);
+        break;
+    case LPO_DT_Q6_K:
+        convert_quant_kernel<D, LPO_DT_Q6_K, 256, 210><<<g, 256, 0, s>>>(dst, b, n, cols, hd);
+        break;
+    default: break; // refused by the launcher
+    }
+}
+
+extern "C" lpo_status lpo_cuda_convert(void *dst, lpo_dtype dst_dt, const void *src, lpo_dtype src_dt,
+                                       int64_t rows, int64_t cols, int unpermute_heads, cudaStream_t stream) {
+    const char *op = "convert";
+    const int blk = lpo_dtype_block(src_dt);
+    if (blk == 0 || src_dt == LPO_DT_I32 || src_dt == LPO_DT_I64)
+        return lpo_errorf(LPO_E_UNSUPPORTED, "%s: cannot convert stored dtype %s", op,
+                          lpo_dtype_name(src_dt));
+    if (rows < 0 || cols < 0 || cols % blk)
+        return lpo_errorf(LPO_E_INVALID, "%s: %lld x %lld %s: rows must hold whole blocks of %d", op,
+                          (long long)rows, (long long)cols, lpo_dtype_name(src_dt), blk);
+    int64_t hd = 0;
+    if (unpermute_heads > 0) {
+        if (rows % unpermute_heads || (rows / unpermute_heads) % 2)
+            return lpo_errorf(LPO_E_FORMAT, "%s: %lld rows cannot be split into %d heads of even size", op,
+                              (long long)rows, unpermute_heads);
+        hd = rows / unpermute_heads;
+    }
+    if (rows * cols == 0) return LPO_OK;
+    LPO_CU_DISPATCH(dst_dt, op, launch_convert((T *)dst, src, src_dt, rows, cols, hd, stream));
+    LPO_CU_LAUNCHED(op);
+    return LPO_OK;
+}
+
+/* ---- synthetic weights ------------------------------------------------------------------------------ */
+__device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+// dst (n,): element i = round_stored((float)(center + amp * u_i)) in D
+template <typename D>
+__global__ void synth_kernel(D *dst, int64_t n, uint64_t key, double center, double amp, int stored) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const uint64_t r = splitmix64(key + (uint64_t)i * 0x9e3779b97f4a7c15ull);
+        const double u = __dadd_rn(__dmul_rn((double)(r >> 40), 1.0 / 8388608.0), -1.0); // 24 bits -> [-1, 1)
+        float v = __double2float_rn(__dadd_rn(center, __dmul_rn(amp, u)));
+        if (stored == LPO_DT_BF16) v = lpo_round<__nv_bfloat16>(v);
+        if (stored == LPO_DT_F16) v = lpo_round<__half>(v);
+        dst[i] = lpo_from_f<D>(v);
+    }
+}
+
+extern "C" lpo_status lpo_cuda_synth_fill(void *dst, lpo_dtype dst_dt, int64_t n, uint64_t key, double center,
+                                          double amp, lpo_dtype stored_dt, cudaStream_t stream) {
+    const char *op = "synth_fill";
+    if (n < 0) return lpo_errorf(LPO_E_INVALID, "%s: %lld elements", op, (long long)n);
+    if (n == 0) return LPO_OK;
+    LPO_CU_DISPATCH(
+        dst_dt, op,
+        (synth_kernel<T><<<grid_for(n), 256, 0, stream>>>((T *)dst, n, key, center, amp, (int)stored_dt)));
+    LPO_CU_LAUNCHED(op);
+    return LPO_OK;
+}

@@ -1,0 +1,152 @@
+/* The CUDA kernels of the engine's op kinds, as C launchers (internal to lpo; the CUDA backend, the op
+ * checker, kbench and tests/gpu/test_cuda_kernels.c call them). Each launcher enqueues its kernel(s) on
+ * `stream` and returns: no allocation, no synchronisation, no host logic beyond choosing a launch shape.
+ * Pointers are device pointers; a failed launch returns LPO_E_CUDA naming the op.
+ *
+ * dtypes: `dt` is the compute dtype, LPO_DT_F32 / F16 / BF16, of activations, weights and the KV cache;
+ * arithmetic accumulates in f32 always (f32 mode: FP32 math, TF32 off: the validation mode). Layouts as
+ * src/engine/cpu/cpu_kernels.h (the reference each launcher is tested against):
+ *   activations  [m rows (tokens), width], row-major
+ *   qkv row      q (nh * hd) | k (nkv * hd) | v (nkv * hd)
+ *   gu row       gate (I) | up (I)
+ *   KV cache     one layer's K (and V): [slots][max_context][nkv * hd]
+ *   rope tables  cos, sin: f32 [positions][hd / 2] (lpo_cpu_rope_tables, uploaded)
+ *   positions    int64 per token; slots int32 per token; token ids int32
+ * One file per op kind in src/engine/cuda/. */
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+#include "lpo/model.h"
+#include "lpo/sampling.h"
+#include "lpo/status.h"
+
+/* ---- weights (convert.cu) --------------------------------------------------------------------------------
+ * dst (rows, cols) in dst_dt (f32/f16/bf16) = src (rows, cols) stored as src_dt (f32, f16, bf16, q8_0, q4_0,
+ * q4_1, q4_k, q6_k; cols a multiple of the block), dequantized exactly as lpo_dequantize, rounded to nearest
+ * even. unpermute_heads > 0 undoes llama.cpp's Q/K row permutation within each of that many heads (GGUF row
+ * 2i+j of a head -> HF row j*hd/2+i, as model.c's unpermute_rows). dst and src must not overlap. */
+lpo_status lpo_cuda_convert(void *dst, lpo_dtype dst_dt, const void *src, lpo_dtype src_dt, int64_t rows,
+                            int64_t cols, int unpermute_heads, cudaStream_t stream);
+/* Synthetic weights generated in place, bit-identical to model.c's synth_fill: element i =
+ * (float)(center + amp * u_i), u_i = (splitmix64(key + i * golden) >> 40) / 2^23 - 1 (double arithmetic,
+ * no contraction), rounded to stored_dt (the tensor's stored dtype), then to dst_dt. key =
+ * splitmix64(seed ^ fnv1a64(name)); center and amp come from the tensor's role (synth_params). */
+lpo_status lpo_cuda_synth_fill(void *dst, lpo_dtype dst_dt, int64_t n, uint64_t key, double center,
+                               double amp, lpo_dtype stored_dt, cudaStream_t stream);
+
+/* ---- embedding (embed.cu) --------------------------------------------------------------------------------
+ * x (m, h) = rows tokens[0..m) of E (vocab, h); an id outside [0, vocab) gives a row of NaN (never a read
+ * out of bounds). */
+lpo_status lpo_cuda_embed(void *x, const void *E, const int32_t *tokens, int64_t m, int64_t h, int64_t vocab,
+                          lpo_dtype dt, cudaStream_t stream);
+
+/* ---- norms (rmsnorm.cu) ----------------------------------------------------------------------------------
+ * y (m, n) = x / sqrt(mean(x^2) + eps) * w per row. y may equal x. */
+lpo_status lpo_cuda_rmsnorm(void *y, const void *x, const void *w, int64_t m, int64_t n, float eps,
+                            lpo_dtype dt, cudaStream_t stream);
+/* The residual add fused with the next norm: x (m, n) += r (m, n) (rounded to dt, as an unfused add stores
+ * it), then y = rmsnorm(x) * w. y must not alias x or r. */
+lpo_status lpo_cuda_add_rmsnorm(void *x, const void *r, void *y, const void *w, int64_t m, int64_t n,
+                                float eps, lpo_dtype dt, cudaStream_t stream);
+
+/* ---- q/k norm, RoPE, KV append (rope.cu): one kernel, each stage optional ------------------------------
+ * Over qkv rows (m tokens), in this order: q/k norm (per-head RMSNorm with weights wq, wk (hd,); skipped
+ * when wq is NULL), RoPE of the q and k heads by pos[t] (NeoX halves; skipped when cos_t is NULL), both in
+ * place, then the KV append of k and v to (slot[t], pos[t]) of kc, vc (skipped when kc is NULL). Values stay
+ * in f32 between the fused stages. hd even, <= 256. */
+lpo_status lpo_cuda_qkv_post(void *qkv, const void *wq, const void *wk, float eps, const float *cos_t,
+                             const float *sin_t, void *kc, void *vc, const int32_t *slot, const int64_t *pos,
+                             int64_t m, int64_t nh, int64_t nkv, int64_t hd, int64_t max_context,
+                             lpo_dtype dt, cudaStream_t stream);
+/* The single stages (same kernel): as lpo_cpu_qk_norm, lpo_cpu_rope, lpo_cpu_kv_append. */
+lpo_status lpo_cuda_qk_norm(void *qkv, const void *wq, const void *wk, int64_t m, int64_t nh, int64_t nkv,
+                            int64_t hd, float eps, lpo_dtype dt, cudaStream_t stream);
+lpo_status lpo_cuda_rope(void *qkv, const float *cos_t, const float *sin_t, const int64_t *pos, int64_t m,
+                         int64_t nh, int64_t nkv, int64_t hd, lpo_dtype dt, cudaStream_t stream);
+lpo_status lpo_cuda_kv_append(void *kc, void *vc, const void *qkv, const int32_t *slot, const int64_t *pos,
+                              int64_t m, int64_t nh, int64_t nkv, int64_t hd, int64_t max_context,
+                              lpo_dtype dt, cudaStream_t stream);
+
+/* ---- elementwise (act.cu) ----------------------------------------------------------------------------- */
+/* act (m, I) = silu(gate) * up over gu rows (m, 2I). */
+lpo_status lpo_cuda_swiglu(void *act, const void *gu, int64_t m, int64_t I, lpo_dtype dt,
+                           cudaStream_t stream);
+/* act (m, I) = gelu_tanh(gate) * up over gu rows (m, 2I). */
+lpo_status lpo_cuda_geglu(void *act, const void *gu, int64_t m, int64_t I, lpo_dtype dt, cudaStream_t stream);
+/* x (n,) += y (n,). */
+lpo_status lpo_cuda_add(void *x, const void *y, int64_t n, lpo_dtype dt, cudaStream_t stream);
+/* y (m, n) += b (n,) per row. */
+lpo_status lpo_cuda_bias_add(void *y, const void *b, int64_t m, int64_t n, lpo_dtype dt, cudaStream_t stream);
+
+/* ---- GEMM through cuBLASLt (gemm.cu) --------------------------------------------------------------------
+ * A context holds the cuBLASLt handle, the caller's workspace and a cache of (descriptors, heuristic
+ * algorithm) per shape; made once at init, used by one stream at a time. */
+typedef struct lpo_cuda_gemm lpo_cuda_gemm;
+/* workspace: device memory of ws_bytes (32 MiB is plenty on Hopper); owned by the caller. */
+lpo_status lpo_cuda_gemm_create(void *workspace, size_t ws_bytes, lpo_cuda_gemm **out);
+void lpo_cuda_gemm_destroy(lpo_cuda_gemm *g);
+/* y (m, n) [y_dt] = x (m, k) [dt] @ W^T (W (n, k) [dt], HF Linear layout) + bias (n,) [y_dt; NULL = none]
+ * + beta * y (beta 0 or 1: 1 fuses a residual add, y += x W^T). y_dt is dt, or f32 (the LM head's logits).
+ * f32: FP32 math, TF32 off. The first call at a shape queries the heuristic (host only); later calls reuse
+ * it, so capture in a CUDA graph works after one warm-up call. */
+lpo_status lpo_cuda_gemm_run(lpo_cuda_gemm *g, void *y, lpo_dtype y_dt, const void *x, const void *W,
+                             const void *bias, int64_t m, int64_t n, int64_t k, float beta, lpo_dtype dt,
+                             cudaStream_t stream);
+
+/* ---- attention (attention_decode.cu, attention_prefill.cu) ---------------------------------------------
+ * Causal GQA attention of the q heads of qkv rows over one layer's cache (already holding this step's k, v:
+ * run the KV append first): token t (slot[t], position pos[t]) attends to positions
+ * max(0, pos - window + 1) .. pos of its slot (window 0 = all); att (m, nh * hd) = softmax(q k^T / sqrt(hd))
+ * v. Tokens of several sequences may be packed in any order. */
+
+/* Decode form (any m, any dtype; the f32 path of prefill too): one block per (token, KV head, head group
+ * of <= 8, split of the context); the q heads of a KV head share each K/V read; the context is split
+ * n_splits ways (flash-decoding) and the partial results combined by a second kernel. hd in {64, 128, 256}.
+ * max_len: a host-side bound on pos[t] + 1 over the step (the context bucket); it only shapes the launch. */
+int lpo_cuda_attention_decode_splits(int64_t m, int64_t nh, int64_t nkv, int64_t max_len, int n_sm);
+/* Workspace bytes for n_splits > 1 (0 otherwise): the splits' partial results; one launch at a time per
+ * workspace. */
+size_t lpo_cuda_attention_decode_workspace(int64_t m, int64_t nh, int64_t hd, int n_splits);
+lpo_status lpo_cuda_attention_decode(void *att, const void *qkv, const void *kc, const void *vc,
+                                     const int32_t *slot, const int64_t *pos, int64_t m, int64_t nh,
+                                     int64_t nkv, int64_t hd, int64_t max_context, int64_t window,
+                                     int n_splits, void *workspace, size_t ws_bytes, lpo_dtype dt,
+                                     cudaStream_t stream);
+/* Prefill form: tiles of 64 (or 128) query tokens x one head, K/V tiles of 64 positions double-buffered in
+ * shared memory (cp.async), S = Q K^T and O += P V on tensor cores (mma.sync m16n8k16), online softmax in
+ * f32. f16 / bf16 only, hd in {64, 128}; returns LPO_E_UNSUPPORTED otherwise (use the decode form).
+ * lpo_cuda_attention_prefill_supported says so without launching. */
+int lpo_cuda_attention_prefill_supported(int64_t hd, lpo_dtype dt);
+/* The same with the query tile chosen (block_m 64: 4 warps per block, 128: 8 warps), for tuning (tests,
+ * kbench); lpo_cuda_attention_prefill uses the default. */
+lpo_status lpo_cuda_attention_prefill_tile(void *att, const void *qkv, const void *kc, const void *vc,
+                                           const int32_t *slot, const int64_t *pos, int64_t m, int64_t nh,
+                                           int64_t nkv, int64_t hd, int64_t max_context, int64_t window,
+                                           int block_m, lpo_dtype dt, cudaStream_t stream);
+lpo_status lpo_cuda_attention_prefill(void *att, const void *qkv, const void *kc, const void *vc,
+                                      const int32_t *slot, const int64_t *pos, int64_t m, int64_t nh,
+                                      int64_t nkv, int64_t hd, int64_t max_context, int64_t window,
+                                      lpo_dtype dt, cudaStream_t stream);
+
+/* ---- sampling (sample.cu) ----------------------------------------------------------------------------- */
+/* ids[r] = argmax of logits row r (m, vocab) f32; the lowest id wins a tie (as the CPU sampler's greedy). */
+lpo_status lpo_cuda_argmax(int32_t *ids, const float *logits, int64_t m, int64_t vocab, cudaStream_t stream);
+/* ids[r] = lpo_sample_row(p, streams[r], steps[r], seen row r, logits row r, vocab) for the m rows of logits
+ * (m, vocab) f32, bit for bit (the SAMPLE op's specification, src/engine/sampler.c); logits are modified in
+ * place as there (penalty, NaN -> -inf). streams, steps: device [m] (NULL = 0); seen: device [m][ceil(vocab /
+ * 32)] bitmaps for the repetition penalty (NULL = none). advance: then steps[r] += 1 and the id is marked in
+ * seen, as lpo_sampler_sample + lpo_sampler_accept do (a graphed decode loop needs no host update). p is
+ * validated here (LPO_E_CONFIG). */
+lpo_status lpo_cuda_sample(int32_t *ids, float *logits, int64_t m, int64_t vocab, const lpo_sampling *p,
+                           const uint64_t *streams, uint64_t *steps, uint32_t *seen, int advance,
+                           cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
