@@ -64,6 +64,15 @@ if [ -x "$build/lpo" ]; then
   step "lpo version" "$build/lpo" version
   step "lpo env" "$build/lpo" env
   step "ctest -L gpu" bash -c "cd '$build' && ctest -L gpu --output-on-failure"
+  # the CUDA kernels under compute-sanitizer: memcheck on every kernel test, racecheck on the attention
+  # kernels (shared-memory tiles); timing skipped (LPO_TEST_BENCH=0). (racecheck over test_sample ran past
+  # 60 s on an H100 and is left out.)
+  kt="$build/tests/gpu_test_cuda_kernels"
+  if command -v compute-sanitizer >/dev/null && [ -x "$kt" ]; then
+    step "memcheck kern" env LPO_TEST_BENCH=0 compute-sanitizer --tool memcheck --error-exitcode 9 "$kt"
+    step "racecheck attn" env LPO_TEST_BENCH=0 LPO_TEST_ONLY=test_attention \
+      compute-sanitizer --tool racecheck --error-exitcode 9 "$kt"
+  fi
 else
   rows+=("lpo env|not run (no binary)|0.0" "ctest -L gpu|not run (no binary)|0.0")
   fail=1
