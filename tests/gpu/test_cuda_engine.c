@@ -1,0 +1,229 @@
+/* The CUDA backend through the public engine API (label gpu; SKIP without a GPU or without the backend):
+ * - f32 mode (FP32 math, TF32 off) against HF transformers on every golden fixture: logits within 1e-4 x
+ *   max|logit|, greedy tokens identical; bf16 mode: logits within 2e-2 x max|logit|;
+ * - SmolLM2-135M GGUF (when fetched): the first 8 greedy tokens of each fixture prompt, bf16 and f32, equal
+ *   to the CPU backend's (the numbers are printed either way);
+ * - exec modes graph / eager / debug and fusion off give the same greedy tokens; sampled tokens (top-p,
+ *   seeded) agree with the CPU backend in f32 mode;
+ * - decode re-uses its op list; a model or cache that does not fit fails before allocating, in GiB. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lpo/core.h"
+#include "lpo/engine.h"
+#include "lpo/generate.h"
+#include "lpo/model.h"
+#include "test_support.h"
+
+static const char *const GOLDEN[] = {"llama_gqa_tied", "llama3_rope",       "qwen2_bias",      "qwen3_qknorm",
+                                     "mistral_swa",    "llama_linear_rope", "qwen2_yarn_rope", "llama_geglu"};
+
+static lpo_engine *open_dir(const char *dir, const char *backend, const char *dtype, lpo_exec_mode exec,
+                            int no_fusion, int max_seqs, lpo_model **m) {
+    lpo_status st = lpo_model_open_path(dir, m);
+    if (st != LPO_OK) fail_msg("%s: %s", dir, lpo_last_error());
+    lpo_engine_opts o = {.backend = backend,
+                         .max_seqs = max_seqs,
+                         .max_context = 256,
+                         .dtype = dtype,
+                         .exec = exec,
+                         .no_fusion = no_fusion};
+    lpo_engine *e = NULL;
+    st = lpo_engine_open(*m, &o, &e);
+    if (st != LPO_OK) fail_msg("%s (%s %s): %s", dir, backend, dtype, lpo_last_error());
+    return e;
+}
+
+/* ---- golden fixtures vs HF -------------------------------------------------------------------------------
+ */
+static void check_golden(const char *name, const char *dtype, double rel_bound, int check_tokens) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/golden/engine/%s/fixture.json", LPO_SOURCE_DIR, name);
+    char *text;
+    size_t len;
+    assert_int_equal(lpo_read_file(path, &text, &len), LPO_OK);
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    int32_t ids[64], greedy[64];
+    int64_t n = 0, ng = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "input_ids")) ids[n++] = (int32_t)it->valueint;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "greedy")) greedy[ng++] = (int32_t)it->valueint;
+    const int64_t V = (int64_t)cJSON_GetArrayItem(cJSON_GetObjectItem(j, "shape"), 1)->valuedouble;
+    const double max_abs = cJSON_GetObjectItem(j, "max_abs_logit")->valuedouble;
+    cJSON_Delete(j);
+    snprintf(path, sizeof path, "%s/tests/golden/engine/%s/logits.bin", LPO_SOURCE_DIR, name);
+    assert_int_equal(lpo_read_file(path, &text, &len), LPO_OK);
+    const float *hf = (const float *)text;
+    snprintf(path, sizeof path, "%s/tests/golden/engine/%s", LPO_SOURCE_DIR, name);
+    lpo_model *m = NULL;
+    lpo_engine *e = open_dir(path, "cuda", dtype, LPO_EXEC_GRAPH, 0, 1, &m);
+    float *lg = malloc((size_t)(n * V) * sizeof(float));
+    const int32_t *toks[1] = {ids};
+    int slot = 0;
+    assert_int_equal(lpo_engine_extend(e, 1, &slot, toks, &n, 1, lg), LPO_OK);
+    double maxerr = 0;
+    for (int64_t i = 0; i < n * V; i++) {
+        assert_true(isfinite(lg[i]));
+        const double d = fabs((double)lg[i] - hf[i]);
+        maxerr = d > maxerr ? d : maxerr;
+    }
+    printf("%-18s %-4s max |logit - HF| = %.3g (%.2g of max|logit|, bound %.0e)\n", name, dtype, maxerr,
+           maxerr / max_abs, rel_bound);
+    assert_true(maxerr <= rel_bound * max_abs);
+    if (check_tokens) {
+        lpo_gen_params p = {.max_new_tokens = ng, .ignore_eos = 1, .sampling = {0, 0, 1, 1, 0}};
+        lpo_gen_seq q = {.prompt = ids, .n_prompt = (size_t)n};
+        assert_int_equal(lpo_generate(e, NULL, &p, &q, 1, NULL, NULL), LPO_OK);
+        assert_int_equal(q.n_ids, ng);
+        assert_memory_equal(q.ids, greedy, (size_t)ng * sizeof(int32_t));
+        lpo_gen_seq_free(&q);
+    }
+    free(lg);
+    free(text);
+    lpo_engine_close(e);
+    lpo_model_close(m);
+}
+
+static void test_golden_f32(void **state) {
+    (void)state;
+    for (size_t i = 0; i < sizeof GOLDEN / sizeof *GOLDEN; i++) check_golden(GOLDEN[i], "f32", 1e-4, 1);
+}
+
+static void test_golden_bf16(void **state) {
+    (void)state;
+    for (size_t i = 0; i < sizeof GOLDEN / sizeof *GOLDEN; i++) check_golden(GOLDEN[i], "bf16", 2e-2, 0);
+}
+
+/* ---- generation: CUDA vs CPU, modes -----------------------------------------------------------------------
+ */
+static void gen(lpo_engine *e, const int32_t *prompt, size_t n, int64_t max_new, const lpo_sampling *sp,
+                int32_t *out) {
+    lpo_gen_params p = {.max_new_tokens = max_new, .ignore_eos = 1, .sampling = *sp};
+    lpo_gen_seq q = {.prompt = prompt, .n_prompt = n, .stream = 7};
+    assert_int_equal(lpo_generate(e, NULL, &p, &q, 1, NULL, NULL), LPO_OK);
+    assert_int_equal(q.n_ids, max_new);
+    memcpy(out, q.ids, (size_t)max_new * sizeof *out);
+    lpo_gen_seq_free(&q);
+}
+
+static void test_modes_and_sampling(void **state) {
+    (void)state;
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tests/golden/engine/qwen2_bias", LPO_SOURCE_DIR);
+    const int32_t prompt[] = {5, 17, 99, 3, 42, 8, 8, 150, 61};
+    const lpo_sampling greedy = {0, 0, 1, 1, 0}, warm = {0.8, 0, 0.9, 1.1, 42};
+    int32_t ref[24], got[24], sref[24], sgot[24];
+    lpo_model *m = NULL;
+    lpo_engine *cpu = open_dir(dir, "cpu", "f32", LPO_EXEC_GRAPH, 0, 1, &m);
+    gen(cpu, prompt, 9, 24, &greedy, ref);
+    gen(cpu, prompt, 9, 24, &warm, sref);
+    lpo_engine_close(cpu);
+    lpo_model_close(m);
+    const lpo_exec_mode modes[] = {LPO_EXEC_GRAPH, LPO_EXEC_EAGER, LPO_EXEC_DEBUG, LPO_EXEC_GRAPH};
+    for (int k = 0; k < 4; k++) {
+        lpo_engine *e = open_dir(dir, "cuda", "f32", modes[k], k == 3, 1, &m);
+        gen(e, prompt, 9, 24, &greedy, got);
+        assert_memory_equal(got, ref, sizeof ref);
+        gen(e, prompt, 9, 24, &warm, sgot);
+        int same = 0;
+        while (same < 24 && sgot[same] == sref[same]) same++;
+        printf(
+            "exec=%s fusion=%s: greedy == cpu; sampled (T 0.8, top-p 0.9, rp 1.1): %d/24 tokens as the cpu\n",
+            lpo_exec_mode_name(modes[k]), k == 3 ? "off" : "on", same);
+        assert_int_equal(same, 24);
+        lpo_engine_stats s;
+        lpo_engine_get_stats(e, &s);
+        assert_true(s.lists_built <= 4); /* prefill, decode (+ sampled variants): never per step */
+        lpo_engine_close(e);
+        lpo_model_close(m);
+    }
+}
+
+/* ---- SmolLM2 (real weights, GGUF Q4_1) ---------------------------------------------------------------- */
+static void test_smollm2(void **state) {
+    (void)state;
+    char gguf[1024], path[1024];
+    snprintf(gguf, sizeof gguf, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", LPO_SOURCE_DIR);
+    if (!lpo_path_exists(gguf)) {
+        printf("SKIP smollm2: %s not fetched (make models)\n", gguf);
+        return;
+    }
+    snprintf(path, sizeof path, "%s/tests/golden/engine/smollm2/fixture.json", LPO_SOURCE_DIR);
+    char *text;
+    size_t len;
+    assert_int_equal(lpo_read_file(path, &text, &len), LPO_OK);
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    const char *dtypes[] = {"bf16", "f32"};
+    for (int d = 0; d < 2; d++) {
+        lpo_model *mc = NULL, *mg = NULL;
+        lpo_engine *cpu = open_dir(gguf, "cpu", "f32", LPO_EXEC_GRAPH, 0, 1, &mc);
+        lpo_engine *cu = open_dir(gguf, "cuda", dtypes[d], LPO_EXEC_GRAPH, 0, 1, &mg);
+        const cJSON *s;
+        int all = 1;
+        cJSON_ArrayForEach(s, cJSON_GetObjectItem(j, "samples")) {
+            int32_t ids[256], a[8], b[8];
+            size_t n = 0;
+            const cJSON *it;
+            cJSON_ArrayForEach(it, cJSON_GetObjectItem(s, "prompt_ids")) ids[n++] = (int32_t)it->valueint;
+            const lpo_sampling greedy = {0, 0, 1, 1, 0};
+            gen(cpu, ids, n, 8, &greedy, a);
+            gen(cu, ids, n, 8, &greedy, b);
+            int same = 0;
+            while (same < 8 && a[same] == b[same]) same++;
+            printf("smollm2 %s '%s': first %d/8 greedy tokens as the cpu backend\n", dtypes[d],
+                   cJSON_GetObjectItem(s, "prompt")->valuestring, same);
+            all &= same == 8;
+        }
+        lpo_engine_close(cpu);
+        lpo_engine_close(cu);
+        lpo_model_close(mc);
+        lpo_model_close(mg);
+        assert_true(all);
+    }
+    cJSON_Delete(j);
+}
+
+/* ---- memory
+ * ------------------------------------------------------------------------------------------------ */
+static void test_does_not_fit(void **state) {
+    (void)state;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/conf/model/llama3.1-8b.yaml", LPO_SOURCE_DIR);
+    lpo_node *cfg = NULL;
+    assert_int_equal(lpo_yaml_load_file(path, &cfg), LPO_OK);
+    lpo_model *m = NULL;
+    assert_int_equal(lpo_model_open(cfg, &m), LPO_OK);
+    /* 256 slots x 131072 positions of bf16 KV: 4 TiB */
+    lpo_engine_opts o = {.backend = "cuda", .max_seqs = 256, .max_context = 131072, .dtype = "bf16"};
+    lpo_engine *e = NULL;
+    assert_int_equal(lpo_engine_open(m, &o, &e), LPO_E_NOMEM);
+    printf("too large: %s\n", lpo_last_error());
+    assert_non_null(strstr(lpo_last_error(), "GiB"));
+    assert_null(e);
+    lpo_model_close(m);
+    lpo_node_free(cfg);
+}
+
+int main(void) {
+    lpo_test_require_gpu();
+    if (!lpo_backend_cuda()) {
+        printf("SKIP: this build has no CUDA backend\n");
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_golden_f32),         cmocka_unit_test(test_golden_bf16),
+        cmocka_unit_test(test_modes_and_sampling), cmocka_unit_test(test_smollm2),
+        cmocka_unit_test(test_does_not_fit),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

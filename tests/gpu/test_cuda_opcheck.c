@@ -1,0 +1,94 @@
+/* The op checker on the CUDA backend (label gpu; SKIP without a GPU or without the backend): every op kind
+ * against the CPU reference in f32, bf16 and f16, at Llama-3.2-1B shapes (prefill 37 tokens, decode batch 4
+ * at context 300), at a qwen-like spec (biases, q/k norm, GeGLU, sliding window) and at odd shapes; a table
+ * of max error and NMSE per case. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "lpo/config.h"
+#include "lpo/opcheck.h"
+#include "test_engine_support.h"
+#include "test_support.h"
+
+static int failures;
+
+static void check(const lpo_model_spec *s, int64_t T, int64_t L, int B, lpo_dtype dt) {
+    const lpo_backend_iface *be = lpo_backend_cuda();
+    void *ctx = NULL;
+    const lpo_backend_init in = {.max_seqs = 1, .dtype = dt};
+    if (be->init(&in, &ctx) != LPO_OK)
+        fail_msg("cuda op-only context (%s): %s", lpo_dtype_name(dt), lpo_last_error());
+    lpo_opcheck_cases c;
+    assert_int_equal(lpo_opcheck_cases_build(s, T, L, B, &c), LPO_OK);
+    for (size_t i = 0; i < c.n; i++) {
+        lpo_opcheck_result r;
+        const lpo_status st = lpo_opcheck_run(be, ctx, dt, c.ops[i], 11 + i, &r);
+        printf("%-14s %-5s %-10s %-44s max|err| %-9.3g nmse %-9.3g %s%s\n", s->name, lpo_dtype_name(dt),
+               r.kind, r.shape, r.max_abs_err, r.nmse,
+               st         ? "ERROR "
+               : r.passed ? "ok"
+                          : "FAIL ",
+               st ? lpo_last_error() : r.msg);
+        if (st || !r.passed) failures++;
+    }
+    lpo_opcheck_cases_free(&c);
+    be->free(ctx);
+}
+
+static lpo_model_spec preset(const char *name) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/conf/model/%s.yaml", LPO_SOURCE_DIR, name);
+    lpo_node *cfg = NULL;
+    assert_int_equal(lpo_yaml_load_file(path, &cfg), LPO_OK);
+    lpo_model *m = NULL;
+    assert_int_equal(lpo_model_open(cfg, &m), LPO_OK);
+    lpo_model_spec s = *lpo_model_get_spec(m);
+    lpo_model_close(m);
+    lpo_node_free(cfg);
+    return s;
+}
+
+static void test_every_kind_every_dtype(void **state) {
+    (void)state;
+    const lpo_dtype dts[] = {LPO_DT_F32, LPO_DT_BF16, LPO_DT_F16};
+    lpo_model_spec l1b = preset("llama3.2-1b");
+    lpo_model_spec q = test_spec();
+    strcpy(q.name, "qwen-like");
+    q.head_dim = 64;
+    q.n_heads = 4;
+    q.n_kv_heads = 1;
+    q.hidden_size = 96;
+    q.qk_norm = q.qkv_bias = q.o_bias = 1;
+    q.act = LPO_ACT_GELU_TANH;
+    q.sliding_window = 17;
+    lpo_model_spec odd = test_spec();
+    strcpy(odd.name, "odd");
+    odd.hidden_size = 200;
+    odd.n_heads = 3;
+    odd.n_kv_heads = 1;
+    odd.head_dim = 128;
+    odd.intermediate_size = 333;
+    odd.vocab_size = 1001;
+    for (int d = 0; d < 3; d++) {
+        check(&l1b, 37, 300, 4, dts[d]);
+        check(&q, 129, 70, 3, dts[d]);
+        check(&odd, 1, 0, 1, dts[d]);
+        check(&odd, 65, 1000, 7, dts[d]);
+    }
+    assert_int_equal(failures, 0);
+}
+
+int main(void) {
+    lpo_test_require_gpu();
+    if (!lpo_backend_cuda()) {
+        printf("SKIP: this build has no CUDA backend\n");
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_every_kind_every_dtype)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
