@@ -54,3 +54,22 @@ void lpo_roofline_svg(const lpo_roofline *r, lpo_strbuf *out);
 void lpo_roofline_csv(const lpo_roofline *r, lpo_strbuf *out);
 /* Fills the roofs and slopes of r from peaks (no points). */
 void lpo_roofline_from_peaks(lpo_roofline *r, const lpo_peaks *p);
+
+/* ---- stacked bars (breakdown.svg) ---------------------------------------------------------------------
+ * One horizontal bar per row (a phase), normalised to its total so bars of different lengths compare by
+ * share; each part a colour of the legend, its share written inside when wide enough, the total in
+ * `unit` at the right, and each part's value as a hover title. */
+#define LPO_BARS_MAX       8
+#define LPO_BARS_MAX_PARTS 12
+typedef struct {
+    char title[160];
+    char subtitle[400];
+    size_t n_bars, n_parts;
+    const char *bar_names[LPO_BARS_MAX];            /* "prefill", "decode" */
+    const char *part_names[LPO_BARS_MAX_PARTS];     /* legend entries ("gemm", "attention", ...) */
+    double value[LPO_BARS_MAX][LPO_BARS_MAX_PARTS]; /* >= 0, in `unit` */
+    const char *unit;                               /* "ms" */
+} lpo_stacked_bars;
+
+/* The SVG document (960 wide). */
+void lpo_stacked_bars_svg(const lpo_stacked_bars *b, lpo_strbuf *out);

@@ -174,5 +174,10 @@ void lpo_pf_write_report(const lpo_pf_result *r, const lpo_an_static *st, const 
                          lpo_strbuf *out);
 void lpo_pf_write_summary(const lpo_pf_result *r, const lpo_an_static *st, lpo_strbuf *out);
 void lpo_pf_write_assumptions(const lpo_pf_result *r, const lpo_an_static *st, lpo_strbuf *out);
+/* roofline.svg / roofline.csv: every operator role of the breakdown pass per phase (the groups of all
+ * layers summed: "decode mlp.down") and the two phases of the timing pass, on the roofs of the peaks;
+ * breakdown.svg: time by op category, one bar per phase. */
+void lpo_pf_write_plots(const lpo_pf_result *r, lpo_strbuf *roofline_svg, lpo_strbuf *roofline_csv,
+                        lpo_strbuf *breakdown_svg);
 /* inputs.jsonl: one line per record (sample id, lengths, timings). */
 void lpo_pf_write_inputs(const lpo_pf_result *r, const lpo_dataset *d, lpo_strbuf *out);

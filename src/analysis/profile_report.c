@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "lpo/hw.h"
+#include "lpo/plot.h"
 #include "lpo/profile.h"
 
 static const char *phase_names[2] = {"prefill", "decode"};
@@ -590,4 +591,96 @@ void lpo_pf_write_inputs(const lpo_pf_result *r, const lpo_dataset *d, lpo_strbu
         lpo_json_finish(&j);
         lpo_sb_puts(o, "\n");
     }
+}
+
+/* ---- plots --------------------------------------------------------------------------------------------- */
+/* "layers.7.mlp.down" -> "mlp.down"; names outside the blocks unchanged */
+static const char *role_of(const char *name) {
+    if (strncmp(name, "layers.", 7)) return name;
+    const char *dot = strchr(name + 7, '.');
+    return dot ? dot + 1 : name;
+}
+
+static void add_point(lpo_roof_point *pts, size_t *n, const char *label, double flops, double bytes,
+                      double time_s, lpo_an_bound bound) {
+    lpo_roof_point *p = &pts[(*n)++];
+    memset(p, 0, sizeof *p);
+    snprintf(p->label, sizeof p->label, "%s", label);
+    p->intensity = bytes > 0 ? flops / bytes : 0;
+    p->tflops = time_s > 0 ? flops / time_s / 1e12 : 0;
+    snprintf(p->cls, sizeof p->cls, "%s", lpo_an_bound_name(bound));
+}
+
+void lpo_pf_write_plots(const lpo_pf_result *r, lpo_strbuf *rsvg, lpo_strbuf *rcsv, lpo_strbuf *bsvg) {
+    lpo_roofline rl;
+    memset(&rl, 0, sizeof rl);
+    snprintf(rl.title, sizeof rl.title, "lpo profile: %.80s on %.24s (%.16s)", r->model, r->backend,
+             r->dtype);
+    snprintf(rl.subtitle, sizeof rl.subtitle, "%.390s", r->peaks.label);
+    /* the roof of the engine's dtype and the vector roof elementwise ops run on */
+    static const struct {
+        lpo_an_roof an;
+        lpo_ceil_dtype ceil;
+    } roofs[] = {{LPO_AN_ROOF_FP32, LPO_CEIL_FP32},
+                 {LPO_AN_ROOF_TF32, LPO_CEIL_TF32},
+                 {LPO_AN_ROOF_FP16, LPO_CEIL_FP16},
+                 {LPO_AN_ROOF_BF16, LPO_CEIL_BF16},
+                 {LPO_AN_ROOF_FP8, LPO_CEIL_FP8}};
+    for (size_t i = 0; i < sizeof roofs / sizeof roofs[0]; i++)
+        if (roofs[i].an == r->roof || roofs[i].an == LPO_AN_ROOF_FP32)
+            rl.roof_tflops[roofs[i].ceil] = r->peaks.tflops[roofs[i].an];
+    rl.dram_gbs = r->peaks.dram_gbs;
+    snprintf(rl.dram_name, sizeof rl.dram_name, "memory");
+    /* points: each role of each phase, its groups summed over the layers; then the two phases */
+    lpo_roof_point *pts = calloc(r->n_groups + 2, sizeof *pts);
+    unsigned char *done = calloc(r->n_groups + 1, 1);
+    size_t n = 0;
+    for (size_t i = 0; pts && done && i < r->n_groups; i++) {
+        if (done[i]) continue;
+        const lpo_pf_group *g = &r->groups[i];
+        lpo_an_cost c;
+        memset(&c, 0, sizeof c);
+        double t = 0;
+        int count = 0;
+        for (size_t k = i; k < r->n_groups; k++) { // every group of the same role and phase
+            if (done[k] || r->groups[k].phase != g->phase ||
+                strcmp(role_of(r->groups[k].name), role_of(g->name)))
+                continue;
+            done[k] = 1;
+            lpo_an_cost_add(&c, &r->groups[k].cost);
+            t += r->groups[k].time_s;
+            count++;
+        }
+        char label[128];
+        snprintf(label, sizeof label, "%s %s (%d group%s)", phase_names[g->phase], role_of(g->name), count,
+                 count > 1 ? "s" : "");
+        add_point(pts, &n, label, c.flops, c.bytes, t, c.bound);
+    }
+    for (int p = 0; pts && p < 2; p++) {
+        char label[128];
+        snprintf(label, sizeof label, "%s, whole phase (timing pass)", phase_names[p]);
+        add_point(pts, &n, label, r->phase[p].cost.flops, r->phase[p].cost.bytes, r->phase[p].time_s,
+                  r->phase[p].cost.bound);
+    }
+    rl.points = pts;
+    rl.n_points = n;
+    lpo_roofline_svg(&rl, rsvg);
+    lpo_roofline_csv(&rl, rcsv);
+    free(pts);
+    free(done);
+
+    lpo_stacked_bars b;
+    memset(&b, 0, sizeof b);
+    snprintf(b.title, sizeof b.title, "Time by operator category: %.80s on %.24s", r->model, r->backend);
+    snprintf(b.subtitle, sizeof b.subtitle,
+             "eager pass over the first batch: prefill, and %lld decode step(s)", (long long)r->bd[1].steps);
+    b.n_bars = 2;
+    b.n_parts = LPO_PF_N_CATS;
+    b.unit = "ms";
+    for (int p = 0; p < 2; p++) {
+        b.bar_names[p] = phase_names[p];
+        for (int c = 0; c < LPO_PF_N_CATS; c++) b.value[p][c] = r->bd[p].by_cat_s[c] * 1e3;
+    }
+    for (int c = 0; c < LPO_PF_N_CATS; c++) b.part_names[c] = lpo_pf_cat_name((lpo_pf_cat)c);
+    lpo_stacked_bars_svg(&b, bsvg);
 }

@@ -122,6 +122,15 @@ static lpo_status write_artifacts(const lpo_rundir *rd, const artifacts *x, cons
         st = lpo_rundir_write_table(rd, "operators", t);
         lpo_table_free(t);
     }
+    if (st == LPO_OK) {
+        lpo_strbuf csv = {0}, bars = {0};
+        lpo_pf_write_plots(x->r, &sb, &csv, &bars);
+        st = write_md(rd, "roofline.svg", &sb);
+        if (st == LPO_OK) st = write_md(rd, "roofline.csv", &csv);
+        if (st == LPO_OK) st = write_md(rd, "breakdown.svg", &bars);
+        lpo_sb_free(&csv);
+        lpo_sb_free(&bars);
+    }
     lpo_sb_free(&sb);
     return st;
 }

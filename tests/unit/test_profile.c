@@ -156,10 +156,20 @@ static void test_artifacts(void **state) {
                            {"static_compute.md", "## What-if"},
                            {"assumptions.md", "## Formulas"},
                            {"cmd.txt", "profile model=tiny"},
-                           {"operators.csv", "phase,name,kind"}};
+                           {"operators.csv", "phase,name,kind"},
+                           {"roofline.csv", "kind,label,intensity"},
+                           {"roofline.svg", "arithmetic intensity"},
+                           {"breakdown.svg", "other/gaps"}};
     for (size_t i = 0; i < sizeof md / sizeof md[0]; i++) {
         char *t = read_text(run, md[i][0]);
         if (!strstr(t, md[i][1])) fail_msg("%s lacks '%s'", md[i][0], md[i][1]);
+        free(t);
+    }
+    const char *svgs[] = {"roofline.svg", "breakdown.svg"};
+    for (size_t i = 0; i < 2; i++) { /* whole documents */
+        char *t = read_text(run, svgs[i]);
+        assert_true(!strncmp(t, "<?xml", 5));
+        assert_non_null(strstr(t, "</svg>"));
         free(t);
     }
     char path[800];
