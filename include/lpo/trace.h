@@ -1,0 +1,91 @@
+/* lpo traces: reading the raw files the CUPTI tracer writes (trace-<pid>.lpot, one per traced process)
+ * and turning them into reports: kernels.{csv,md} (the columns of nsys's cuda_gpu_kern_sum plus a
+ * category), ranges.{csv,md} (per NVTX range: wall, GPU busy, idle gaps, launch latency, top kernels),
+ * steps.{csv,md} (the same per instance of one step range, e.g. each decode step), trace.json (Chrome
+ * Trace Event Format, opens in ui.perfetto.dev) and summary.md. Used by `lpo trace` after the traced
+ * program exits and by `lpo report trace DIR`. docs/trace.md defines every column.
+ *
+ * Attribution: every GPU operation (kernel, memcpy, memset) gets the innermost NVTX range that was open
+ * on the launching thread at its launch (through the correlation id of the launch call); an operation
+ * replayed from a CUDA graph also gets the label of its graph node (published by the application with
+ * lpo_probe_graph_node_label, or the innermost range open when the node was created during capture;
+ * labels follow node clones into instantiated graphs). Ranges are inclusive: a range's numbers include
+ * the work launched inside its nested ranges.
+ *
+ * Needs no GPU: everything here runs on any machine that can read the files. */
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lpo/report.h"
+#include "lpo/status.h"
+
+typedef struct lpo_trace lpo_trace;
+
+typedef struct {
+    size_t files, truncated_files; /* raw files read; those cut short (crash) */
+    size_t kernels, memcpys, memsets, apis, syncs, ranges, marks, launches;
+    size_t unterminated_ranges; /* pushed and never popped (the process ended inside them) */
+    size_t attributed_ops;      /* GPU operations with an NVTX range or a graph node label */
+    size_t graph_ops, labelled_graph_ops;
+    uint64_t dropped_cupti, dropped_probe, dropped_staged; /* records lost: see docs/trace.md */
+    uint64_t t_begin, t_end;                               /* ns (CLOCK_MONOTONIC): first/last event */
+    int end_signal;                                        /* a traced process ended on this signal, 0 none */
+    size_t processes_without_end;                          /* raw files with no end record (killed) */
+    double kernel_time_ms, memop_time_ms;                  /* sums of durations */
+} lpo_trace_stats;
+
+/* Reads every trace-*.lpot file in dir. A directory without any is an empty, valid trace (LPO_OK).
+ * Errors: LPO_E_IO (unreadable), LPO_E_FORMAT (not a raw trace file: bad magic or version). */
+lpo_status lpo_trace_load_dir(const char *dir, lpo_trace **out);
+lpo_status lpo_trace_load_files(const char *const *paths, size_t n, lpo_trace **out);
+void lpo_trace_free(lpo_trace *t);
+void lpo_trace_get_stats(const lpo_trace *t, lpo_trace_stats *s);
+
+/* Counter samples for the trace's counter tracks (e.g. NVML: power, clocks, utilisation). */
+typedef struct {
+    size_t n_series, n_samples;
+    char **names;   /* [n_series] "power_w", "sm_clock_mhz", ... */
+    int *device;    /* [n_samples] GPU index of each sample */
+    uint64_t *t_ns; /* [n_samples] CLOCK_MONOTONIC */
+    double *values; /* [n_samples * n_series]; NaN = not sampled */
+} lpo_trace_counters;
+
+/* Reads a CSV whose header has a "t_ns" column (CLOCK_MONOTONIC ns), optionally a "gpu" column, and
+ * numeric columns (each becomes a counter track). LPO_E_NOT_FOUND when the file does not exist. */
+lpo_status lpo_trace_counters_load(const char *path, lpo_trace_counters *c);
+void lpo_trace_counters_free(lpo_trace_counters *c);
+
+typedef struct {
+    const char *step_range;             /* NVTX range whose instances are the steps (steps.csv); NULL: none */
+    int json;                           /* write trace.json */
+    const lpo_trace_counters *counters; /* NULL: no counter tracks */
+    const char *title;                  /* summary.md heading (e.g. the traced command) */
+} lpo_trace_report_opts;
+
+/* Timings of lpo_trace_write_reports (ms), for the post-processing budget. */
+typedef struct {
+    double analyze_ms, tables_ms, json_ms;
+} lpo_trace_timing;
+
+/* Writes kernels.{md,csv}, ranges.{md,csv}, steps.{md,csv} (when a step range is given and found),
+ * trace.json (opts->json) and summary.md into dir. timing may be NULL. */
+lpo_status lpo_trace_write_reports(lpo_trace *t, const char *dir, const lpo_trace_report_opts *opts,
+                                   lpo_trace_timing *timing);
+
+/* The tables alone (the caller frees them): per kernel name, per range name, per step instance. */
+lpo_status lpo_trace_kernel_table(lpo_trace *t, lpo_table **out);
+lpo_status lpo_trace_range_table(lpo_trace *t, lpo_table **out);
+lpo_status lpo_trace_step_table(lpo_trace *t, const char *step_range, lpo_table **out);
+/* Chrome Trace Event JSON: a track per CUDA stream, CPU API calls and NVTX ranges per thread, flow
+ * arrows from launch calls to their kernels, counter tracks. */
+lpo_status lpo_trace_write_chrome(lpo_trace *t, const lpo_trace_counters *counters, const char *path);
+
+/* Category of a kernel name: gemm, attention, norm, elementwise, reduction, memcpy, communication,
+ * other (substring rules, docs/trace.md). */
+const char *lpo_trace_category(const char *kernel_name);
+
+/* Writes a synthetic raw trace with n_kernels kernels (a few hundred names, 3 streams, nested NVTX
+ * ranges with decode steps, launch API records, a CUDA graph with labelled nodes), deterministic in
+ * seed: for tests and the post-processing benchmark. */
+lpo_status lpo_trace_synthesize(const char *path, size_t n_kernels, uint64_t seed);

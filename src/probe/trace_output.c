@@ -1,0 +1,203 @@
+/* Writing a trace's reports into a directory (kernels, ranges, steps, trace.json, summary.md), and
+ * reading counter samples (the NVML sampler's CSV) for the trace's counter tracks. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "probe/trace_internal.h"
+
+/* ---- counters CSV
+ * ------------------------------------------------------------------------------------------ */
+/* Splits line (modified in place) at commas into at most max fields; returns the count. Quoted fields
+ * lose their quotes (the sampler writes none). */
+static size_t split_csv(char *line, char **f, size_t max) {
+    size_t n = 0;
+    char *p = line;
+    while (n < max) {
+        if (*p == '"') {
+            f[n++] = ++p;
+            while (*p && *p != '"') p++;
+            if (*p) *p++ = 0;
+            while (*p && *p != ',') p++;
+        } else {
+            f[n++] = p;
+            while (*p && *p != ',') p++;
+        }
+        if (*p != ',') break;
+        *p++ = 0;
+    }
+    return n;
+}
+
+void lpo_trace_counters_free(lpo_trace_counters *c) {
+    for (size_t i = 0; i < c->n_series; i++) free(c->names[i]);
+    free(c->names);
+    free(c->device);
+    free(c->t_ns);
+    free(c->values);
+    memset(c, 0, sizeof *c);
+}
+
+lpo_status lpo_trace_counters_load(const char *path, lpo_trace_counters *c) {
+    memset(c, 0, sizeof *c);
+    if (!lpo_path_exists(path)) return lpo_errorf(LPO_E_NOT_FOUND, "%s: no such file", path);
+    char *data = NULL;
+    size_t len = 0;
+    lpo_status st = lpo_read_file(path, &data, &len);
+    if (st) return st;
+    enum { MAXF = 64 };
+    char *f[MAXF];
+    int col_t = -1, col_gpu = -1, series_col[MAXF];
+    size_t n_cols = 0, cap = 0;
+    char *save = NULL;
+    char *line = strtok_r(data, "\r\n", &save);
+    if (line) n_cols = split_csv(line, f, MAXF);
+    c->names = calloc(MAXF, sizeof *c->names);
+    if (!c->names) st = lpo_errorf(LPO_E_NOMEM, "out of memory");
+    for (size_t k = 0; k < n_cols && !st; k++) { /* header: time, gpu, numeric series */
+        series_col[k] = -1;
+        if (!strcmp(f[k], "t_ns"))
+            col_t = (int)k;
+        else if (!strcmp(f[k], "gpu"))
+            col_gpu = (int)k;
+        else {
+            series_col[k] = (int)c->n_series;
+            c->names[c->n_series++] = lpo_strdup(f[k]);
+        }
+    }
+    if (!st && col_t < 0) st = lpo_errorf(LPO_E_FORMAT, "%s: no t_ns column in the header", path);
+    for (line = strtok_r(NULL, "\r\n", &save); line && !st; line = strtok_r(NULL, "\r\n", &save)) { /* rows */
+        size_t nf = split_csv(line, f, MAXF);
+        if (nf <= (size_t)col_t) continue;
+        if (c->n_samples == cap) {
+            cap = cap ? cap * 2 : 256;
+            uint64_t *t = realloc(c->t_ns, cap * sizeof *t);
+            if (t) c->t_ns = t;
+            int *d = realloc(c->device, cap * sizeof *d);
+            if (d) c->device = d;
+            double *v = realloc(c->values, cap * (c->n_series ? c->n_series : 1) * sizeof *v);
+            if (v) c->values = v;
+            if (!t || !d || !v) {
+                st = lpo_errorf(LPO_E_NOMEM, "out of memory");
+                break;
+            }
+        }
+        const size_t i = c->n_samples++;
+        c->t_ns[i] = strtoull(f[col_t], NULL, 10);
+        c->device[i] = col_gpu >= 0 && (size_t)col_gpu < nf ? atoi(f[col_gpu]) : 0;
+        for (size_t k = 0; k < n_cols; k++) {
+            if (series_col[k] < 0) continue;
+            char *end = NULL;
+            double v = k < nf ? strtod(f[k], &end) : NAN;
+            if (k < nf && end == f[k]) v = NAN; /* empty or not a number */
+            c->values[i * c->n_series + (size_t)series_col[k]] = v;
+        }
+    }
+    free(data);
+    if (st) lpo_trace_counters_free(c);
+    return st;
+}
+
+/* ---- summary.md
+ * ----------------------------------------------------------------------------------------------- */
+static void summary(lpo_trace *t, const lpo_trace_report_opts *o, const lpo_table *kt, lpo_strbuf *sb) {
+    const lpo_trace_stats *s = &t->stats;
+    lpo_sb_printf(sb, "# lpo trace%s%s\n\n", o->title ? ": " : "", o->title ? o->title : "");
+    if (!s->files) {
+        lpo_sb_puts(sb,
+                    "No CUDA activity was recorded: the program did not initialise CUDA (or NVTX), so the "
+                    "tracer was never loaded. The outputs are empty but valid.\n");
+        return;
+    }
+    lpo_sb_printf(sb, "| what | value |\n|---|---:|\n");
+    lpo_sb_printf(sb, "| traced processes (raw files) | %zu |\n", s->files);
+    lpo_sb_printf(sb, "| duration (first to last event) | %.3f ms |\n",
+                  s->t_end > s->t_begin ? (double)(s->t_end - s->t_begin) / 1e6 : 0.0);
+    lpo_sb_printf(sb, "| kernels | %zu (%.3f ms of GPU time) |\n", s->kernels, s->kernel_time_ms);
+    lpo_sb_printf(sb, "| memcpy / memset | %zu / %zu (%.3f ms) |\n", s->memcpys, s->memsets,
+                  s->memop_time_ms);
+    lpo_sb_printf(sb, "| CUDA API calls | %zu |\n", s->apis);
+    lpo_sb_printf(sb, "| NVTX ranges / markers | %zu / %zu |\n", s->ranges, s->marks);
+    lpo_sb_printf(sb, "| GPU operations attributed to a range or graph label | %zu of %zu |\n",
+                  s->attributed_ops, s->kernels + s->memcpys + s->memsets);
+    lpo_sb_printf(sb, "| operations replayed from CUDA graphs (labelled) | %zu (%zu) |\n", s->graph_ops,
+                  s->labelled_graph_ops);
+    lpo_sb_printf(sb, "| records dropped: CUPTI / buffer pool / staging | %llu / %llu / %llu |\n",
+                  (unsigned long long)s->dropped_cupti, (unsigned long long)s->dropped_probe,
+                  (unsigned long long)s->dropped_staged);
+    lpo_sb_puts(sb, "\n");
+    if (s->dropped_cupti || s->dropped_probe || s->dropped_staged)
+        lpo_sb_puts(sb, "**WARNING: records were dropped; totals are lower bounds. Raise LPO_TRACE_BUFFERS "
+                        "(buffer pool) or trace a shorter window (--delay/--duration).**\n\n");
+    if (s->truncated_files || s->processes_without_end || s->end_signal)
+        lpo_sb_printf(
+            sb,
+            "**Partial trace:** %zu raw file(s) cut short, %zu process(es) without a clean end%s%s. "
+            "%zu range(s) were still open and are closed at the last event of their process.\n\n",
+            s->truncated_files, s->processes_without_end, s->end_signal ? ", ended by signal " : "",
+            s->end_signal ? strsignal(s->end_signal) : "", s->unterminated_ranges);
+    lpo_sb_puts(sb, "## Top kernels\n\nSee kernels.md for all of them, ranges.md for NVTX ranges.\n\n");
+    lpo_strbuf md = {0};
+    lpo_table_write_md(kt, &md);
+    /* the first 12 rows of the kernel table (header, separator, rows) */
+    const char *p = md.buf ? md.buf : "";
+    for (int line = 0; *p && line < 14; line++) {
+        const char *nl = strchr(p, '\n');
+        size_t n = nl ? (size_t)(nl - p + 1) : strlen(p);
+        lpo_sb_append(sb, p, n);
+        p += n;
+    }
+    lpo_sb_free(&md);
+}
+
+lpo_status lpo_trace_write_reports(lpo_trace *t, const char *dir, const lpo_trace_report_opts *opts,
+                                   lpo_trace_timing *timing) {
+    lpo_trace_report_opts def = {.json = 1};
+    if (!opts) opts = &def;
+    lpo_trace_timing tm = {0};
+    char path[4096];
+    uint64_t t0 = lpo_now_ns();
+    lpo_status st = tr_analyze(t);
+    uint64_t t1 = lpo_now_ns();
+    tm.analyze_ms = (double)(t1 - t0) / 1e6;
+    lpo_table *kt = NULL, *rt = NULL, *stt = NULL;
+    if (!st) st = lpo_trace_kernel_table(t, &kt);
+    if (!st) st = lpo_trace_range_table(t, &rt);
+    if (!st && opts->step_range && opts->step_range[0]) st = lpo_trace_step_table(t, opts->step_range, &stt);
+    static const char *const ext[] = {".md", ".csv"};
+    for (int e = 0; e < 2 && !st; e++) { /* kernels, ranges, steps in .md and .csv */
+        snprintf(path, sizeof path, "%s/kernels%s", dir, ext[e]);
+        st = lpo_table_save(kt, path);
+        if (!st) {
+            snprintf(path, sizeof path, "%s/ranges%s", dir, ext[e]);
+            st = lpo_table_save(rt, path);
+        }
+        if (!st && stt && lpo_table_rows(stt)) {
+            snprintf(path, sizeof path, "%s/steps%s", dir, ext[e]);
+            st = lpo_table_save(stt, path);
+        }
+    }
+    if (!st) {
+        lpo_strbuf sb = {0};
+        summary(t, opts, kt, &sb);
+        if (stt && !lpo_table_rows(stt))
+            lpo_sb_printf(&sb, "\nNo instance of the step range '%s' was found (steps.csv not written).\n",
+                          opts->step_range);
+        snprintf(path, sizeof path, "%s/summary.md", dir);
+        st = lpo_write_file(path, sb.buf ? sb.buf : "", sb.len);
+        lpo_sb_free(&sb);
+    }
+    uint64_t t2 = lpo_now_ns();
+    tm.tables_ms = (double)(t2 - t1) / 1e6;
+    if (!st && opts->json) {
+        snprintf(path, sizeof path, "%s/trace.json", dir);
+        st = lpo_trace_write_chrome(t, opts->counters, path);
+    }
+    tm.json_ms = (double)(lpo_now_ns() - t2) / 1e6;
+    lpo_table_free(kt);
+    lpo_table_free(rt);
+    lpo_table_free(stt);
+    if (timing) *timing = tm;
+    return st;
+}

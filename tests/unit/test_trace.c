@@ -1,0 +1,407 @@
+/* Unit tests for trace processing (src/probe/trace_*.c) on synthetic raw traces, no GPU needed:
+ * loading, range pairing and nesting, attribution (launch correlation and graph node labels through
+ * clones), the kernels / ranges / steps tables, trace.json (valid JSON with the expected events and
+ * flows), truncated files (a crash), an empty trace (a program that never touched CUDA), the capture
+ * gate and window, counters CSV, categories, and the post-processing speed. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "lpo/core.h"
+#include "lpo/report.h"
+#include "lpo/trace.h"
+#include "probe/trace_format.h"
+#include "test_support.h"
+
+static void remove_tree(const char *dir) {
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+static char *path_in(const char *dir, const char *name) {
+    static char p[4][4200];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(p[k], sizeof p[k], "%s/%s", dir, name);
+    return p[k];
+}
+
+static char *slurp(const char *path) {
+    char *d = NULL;
+    if (lpo_read_file(path, &d, NULL)) fail_msg("%s", lpo_last_error());
+    return d;
+}
+
+/* Value of column `col` in the first CSV row whose first field... simple: the row containing key. */
+static int csv_rows(const char *csv) {
+    int n = 0;
+    for (const char *p = csv; *p; p++) n += *p == '\n';
+    return n - 1; /* header */
+}
+
+static cJSON *load_json(const char *path) {
+    char *d = slurp(path);
+    cJSON *j = cJSON_Parse(d);
+    free(d);
+    if (!j) fail_msg("%s: invalid JSON", path);
+    return j;
+}
+
+static int count_events(cJSON *root, const char *ph, const char *cat) {
+    cJSON *ev = cJSON_GetObjectItem(root, "traceEvents");
+    assert_true(cJSON_IsArray(ev));
+    int n = 0;
+    cJSON *e;
+    cJSON_ArrayForEach(e, ev) {
+        const cJSON *p = cJSON_GetObjectItem(e, "ph"), *c = cJSON_GetObjectItem(e, "cat");
+        if (strcmp(p->valuestring, ph)) continue;
+        if (cat && (!c || strcmp(c->valuestring, cat))) continue;
+        n++;
+    }
+    return n;
+}
+
+/* 10 steps: 9 eager (1 + 4 + 64 ranges each), step 7 from a graph (1 range) */
+static void test_synthetic_load(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir();
+    assert_int_equal(lpo_trace_synthesize(path_in(dir, "trace-4242.lpot"), 640, 1), LPO_OK);
+    lpo_trace *t = NULL;
+    if (lpo_trace_load_dir(dir, &t)) fail_msg("%s", lpo_last_error());
+    lpo_trace_stats s;
+    lpo_trace_get_stats(t, &s);
+    assert_int_equal(s.files, 1);
+    assert_int_equal(s.truncated_files, 0);
+    assert_int_equal(s.kernels, 640);
+    assert_int_equal(s.memcpys, 10);
+    assert_int_equal(s.ranges, 9 * 69 + 1);
+    assert_int_equal(s.unterminated_ranges, 0);
+    assert_int_equal(s.graph_ops, 64);
+    assert_int_equal(s.labelled_graph_ops, 64);
+    assert_int_equal(s.attributed_ops, 640); /* memcpys were launched outside any LAUNCH record */
+    assert_int_equal(s.processes_without_end, 0);
+    assert_int_equal(s.apis, 9 * 64 + 1);
+
+    /* kernels table: instances add up, sorted by total time, percentages add to 100 */
+    lpo_table *kt = NULL;
+    assert_int_equal(lpo_trace_kernel_table(t, &kt), LPO_OK);
+    lpo_strbuf csv = {0};
+    lpo_table_write_csv(kt, &csv);
+    assert_non_null(
+        strstr(csv.buf, "time_pct,total_ns,instances,avg_ns,med_ns,min_ns,max_ns,stddev_ns,category"));
+    assert_non_null(strstr(csv.buf, ",memcpy,memcpy,40960,[CUDA memcpy HtoD]"));
+    assert_non_null(strstr(csv.buf, ",gemm,kernel,,sm90_xmma_gemm_bf16_"));
+    assert_non_null(strstr(csv.buf, ",attention,kernel,,flash_fwd_kernel_"));
+    lpo_sb_free(&csv);
+    lpo_table_free(kt);
+
+    /* ranges: decode_step holds every kernel; the graph labels are rows of their own */
+    lpo_table *rt = NULL;
+    assert_int_equal(lpo_trace_range_table(t, &rt), LPO_OK);
+    lpo_table_write_csv(rt, &csv);
+    const char *row = strstr(csv.buf, "\ndecode_step,nvtx,0,10,");
+    assert_non_null(row);
+    assert_non_null(strstr(csv.buf, "\nlayers.0,nvtx,1,9,"));
+    assert_non_null(strstr(csv.buf, "\ngraph.layers.0,graph node,"));
+    lpo_json j;
+    lpo_strbuf js = {0};
+    lpo_json_init_buf(&j, &js, 0);
+    lpo_table_write_json(rt, &j);
+    assert_int_equal(lpo_json_finish(&j), LPO_OK);
+    cJSON *arr = cJSON_Parse(js.buf);
+    cJSON *it;
+    int found = 0;
+    cJSON_ArrayForEach(it, arr) {
+        const char *name = cJSON_GetObjectItem(it, "range")->valuestring;
+        if (!strcmp(name, "decode_step")) {
+            found++;
+            assert_int_equal(cJSON_GetObjectItem(it, "gpu_ops")->valueint, 640);
+            double busy = cJSON_GetObjectItem(it, "gpu_busy_ms")->valuedouble;
+            double span = cJSON_GetObjectItem(it, "gpu_span_ms")->valuedouble;
+            double gt = cJSON_GetObjectItem(it, "gpu_time_ms")->valuedouble;
+            assert_true(busy > 0 && busy <= span + 1e-9 && busy <= gt + 1e-9);
+            double share = cJSON_GetObjectItem(it, "idle_share")->valuedouble;
+            assert_true(share > 0 && share < 1);
+            assert_true(cJSON_GetObjectItem(it, "launch_latency_avg_ms")->valuedouble >= 0.005);
+        }
+        if (!strcmp(name, "graph.layers.2")) {
+            found++;
+            assert_int_equal(cJSON_GetObjectItem(it, "gpu_ops")->valueint, 16);
+            assert_true(cJSON_IsNull(cJSON_GetObjectItem(it, "wall_ms")));
+        }
+        if (!strncmp(name, "op.", 3)) assert_int_equal(cJSON_GetObjectItem(it, "depth")->valueint, 2);
+    }
+    assert_int_equal(found, 2);
+    cJSON_Delete(arr);
+    lpo_sb_free(&js);
+    lpo_sb_free(&csv);
+    lpo_table_free(rt);
+
+    /* steps: one row per decode_step, 64 kernels each */
+    lpo_table *stt = NULL;
+    assert_int_equal(lpo_trace_step_table(t, "decode_step", &stt), LPO_OK);
+    assert_int_equal(lpo_table_rows(stt), 10);
+    lpo_table_write_csv(stt, &csv);
+    assert_non_null(
+        strstr(csv.buf, "step,start_ms,wall_ms,step_ms,gpu_busy_ms,idle_gaps_ms,launch_latency_ms"));
+    for (const char *p = strchr(csv.buf, '\n') + 1; *p; p = strchr(p, '\n') + 1) { /* each step row */
+        int commas = 0;
+        const char *q = p;
+        while (commas < 9) commas += *q++ == ',';
+        assert_int_equal(atoi(q), 64);
+    }
+    lpo_sb_free(&csv);
+    lpo_table_free(stt);
+
+    /* every output, trace.json valid with the expected events */
+    lpo_trace_report_opts o = {.step_range = "decode_step", .json = 1, .title = "synthetic"};
+    lpo_trace_timing tm;
+    if (lpo_trace_write_reports(t, dir, &o, &tm)) fail_msg("%s", lpo_last_error());
+    const char *files[] = {"kernels.md", "kernels.csv", "ranges.md", "ranges.csv", "steps.csv", "summary.md"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+        assert_true(lpo_path_exists(path_in(dir, files[i])));
+    cJSON *root = load_json(path_in(dir, "trace.json"));
+    assert_int_equal(count_events(root, "X", "kernel"), 640);
+    assert_int_equal(count_events(root, "X", "memcpy"), 10);
+    assert_int_equal(count_events(root, "X", "cuda_api"), 9 * 64 + 1);
+    assert_int_equal(count_events(root, "X", "nvtx"), 9 * 69 + 1);
+    assert_int_equal(count_events(root, "s", "launch"), 640); /* graph kernels: from the cudaGraphLaunch */
+    assert_int_equal(count_events(root, "f", "launch"), 640);
+    cJSON_Delete(root);
+    char *sum = slurp(path_in(dir, "summary.md"));
+    assert_non_null(strstr(sum, "| kernels | 640"));
+    assert_null(strstr(sum, "WARNING"));
+    assert_null(strstr(sum, "Partial trace"));
+    free(sum);
+    lpo_trace_free(t);
+    remove_tree(dir);
+    free(dir);
+}
+
+/* A crash: the file ends in the middle of a record; everything before it is read. */
+static void test_truncated(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir();
+    const char *p = path_in(dir, "trace-1.lpot");
+    assert_int_equal(lpo_trace_synthesize(p, 640, 2), LPO_OK);
+    char *data = NULL;
+    size_t len = 0;
+    assert_int_equal(lpo_read_file(p, &data, &len), LPO_OK);
+    assert_int_equal(lpo_write_file(p, data, len / 2 + 3), LPO_OK); /* cut mid-record, END lost */
+    free(data);
+    lpo_trace *t = NULL;
+    if (lpo_trace_load_dir(dir, &t)) fail_msg("%s", lpo_last_error());
+    lpo_trace_stats s;
+    lpo_trace_get_stats(t, &s);
+    assert_int_equal(s.truncated_files, 1);
+    assert_int_equal(s.processes_without_end, 1);
+    assert_true(s.kernels > 100 && s.kernels < 640);
+    assert_true(s.unterminated_ranges >= 1);
+    lpo_trace_report_opts o = {.json = 1};
+    if (lpo_trace_write_reports(t, dir, &o, NULL)) fail_msg("%s", lpo_last_error());
+    cJSON *root = load_json(path_in(dir, "trace.json"));
+    assert_int_equal(count_events(root, "X", "kernel"), (int)s.kernels);
+    cJSON_Delete(root);
+    char *sum = slurp(path_in(dir, "summary.md"));
+    assert_non_null(strstr(sum, "Partial trace"));
+    free(sum);
+    lpo_trace_free(t);
+    /* a file that holds nothing (the process died before writing its header) is not an error */
+    assert_int_equal(lpo_write_file(p, "", 0), LPO_OK);
+    assert_int_equal(lpo_trace_load_dir(dir, &t), LPO_OK);
+    lpo_trace_get_stats(t, &s);
+    assert_int_equal(s.kernels, 0);
+    assert_int_equal(s.truncated_files, 1);
+    lpo_trace_free(t);
+    /* not a trace at all: an error naming the file */
+    assert_int_equal(
+        lpo_write_file(p, "this is not a trace file, but it is long enough to hold a header....", 68),
+        LPO_OK);
+    assert_int_equal(lpo_trace_load_dir(dir, &t), LPO_E_FORMAT);
+    assert_non_null(strstr(lpo_last_error(), "trace-1.lpot"));
+    remove_tree(dir);
+    free(dir);
+}
+
+/* A program that never touched CUDA: no raw file; every output exists, empty and valid. */
+static void test_empty(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir();
+    lpo_trace *t = NULL;
+    assert_int_equal(lpo_trace_load_dir(dir, &t), LPO_OK);
+    lpo_trace_report_opts o = {.json = 1, .step_range = "decode_step"};
+    if (lpo_trace_write_reports(t, dir, &o, NULL)) fail_msg("%s", lpo_last_error());
+    cJSON *root = load_json(path_in(dir, "trace.json"));
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(root, "traceEvents")), 0);
+    cJSON_Delete(root);
+    char *k = slurp(path_in(dir, "kernels.csv"));
+    assert_int_equal(csv_rows(k), 0);
+    assert_non_null(strstr(k, "time_pct,total_ns"));
+    free(k);
+    char *sum = slurp(path_in(dir, "summary.md"));
+    assert_non_null(strstr(sum, "No CUDA activity"));
+    free(sum);
+    lpo_trace_free(t);
+    remove_tree(dir);
+    free(dir);
+}
+
+/* Hand-written file: gate "capture" open around the second kernel only, a start/end range, a marker. */
+static void test_gate_and_window(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir();
+    lpo_raw_writer w;
+    lpo_raw_header h;
+    lpo_raw_header_init(&h, 77);
+    h.flags = LPO_TRACE_F_GATED;
+    assert_int_equal(lpo_raw_open(&w, path_in(dir, "trace-77.lpot"), &h, 1 << 16), 0);
+    lpo_raw_put(&w, LPO_REC_STRING, 1, "capture", 8);
+    lpo_raw_put(&w, LPO_REC_STRING, 2, "k", 2);
+    lpo_raw_put(&w, LPO_REC_STRING, 3, "outer", 6);
+    lpo_raw_put(&w, LPO_REC_GATE, 1, NULL, 0);
+    lpo_raw_range_begin o = {100, 1, 0, 5, 3, 0, 0};
+    lpo_raw_put(&w, LPO_REC_RANGE_BEGIN, 0, &o, sizeof o);
+    lpo_raw_launch l1 = {10, 0, 1};
+    lpo_raw_put(&w, LPO_REC_LAUNCH, 0, &l1, sizeof l1);
+    lpo_raw_range_begin g = {1000, 2, 1, 5, 1, 0, 0};
+    lpo_raw_put(&w, LPO_REC_RANGE_BEGIN, 0, &g, sizeof g);
+    lpo_raw_launch l2 = {11, LPO_LAUNCH_GATE_OPEN, 2};
+    lpo_raw_put(&w, LPO_REC_LAUNCH, 0, &l2, sizeof l2);
+    lpo_raw_range_end ge = {2000, 2, 5, 0};
+    lpo_raw_put(&w, LPO_REC_RANGE_END, 0, &ge, sizeof ge);
+    lpo_raw_range_begin se = {1500, 3, 0, 6, 3, 1, 0}; /* a start/end range that never ends */
+    lpo_raw_put(&w, LPO_REC_RANGE_BEGIN, 0, &se, sizeof se);
+    lpo_raw_kernel k1 = {.start = 500, .end = 600, .corr = 10, .name = 2};
+    lpo_raw_kernel k2 = {.start = 2100, .end = 2300, .corr = 11, .name = 2}; /* runs after the gate closed */
+    lpo_raw_put(&w, LPO_REC_KERNEL, 0, &k1, sizeof k1);
+    lpo_raw_put(&w, LPO_REC_KERNEL, 0, &k2, sizeof k2);
+    lpo_raw_range_end oe = {3000, 1, 5, 0};
+    lpo_raw_put(&w, LPO_REC_RANGE_END, 0, &oe, sizeof oe);
+    assert_int_equal(lpo_raw_close(&w), 0);
+    lpo_trace *t = NULL;
+    if (lpo_trace_load_dir(dir, &t)) fail_msg("%s", lpo_last_error());
+    lpo_trace_stats s;
+    lpo_trace_get_stats(t, &s);
+    assert_int_equal(s.kernels, 1); /* the one launched inside the gate (it ran after the gate closed) */
+    assert_int_equal(s.ranges, 3);  /* all overlap the gate instance [1000, 2000] */
+    assert_int_equal(s.unterminated_ranges, 1);
+    assert_int_equal(s.attributed_ops, 1);
+    lpo_table *rt = NULL;
+    assert_int_equal(lpo_trace_range_table(t, &rt), LPO_OK);
+    lpo_strbuf csv = {0};
+    lpo_table_write_csv(rt, &csv);
+    assert_non_null(strstr(csv.buf, "\ncapture,nvtx,1,1,0.001,0.001,0.0002,"));
+    lpo_sb_free(&csv);
+    lpo_table_free(rt);
+    lpo_trace_free(t);
+
+    /* a window [0, 1500): the second kernel starts after it */
+    lpo_raw_header_init(&h, 78);
+    h.flags = LPO_TRACE_F_WINDOWED;
+    assert_int_equal(lpo_raw_open(&w, path_in(dir, "trace-77.lpot"), &h, 1 << 16), 0);
+    lpo_raw_put(&w, LPO_REC_STRING, 2, "k", 2);
+    lpo_raw_window win = {0, 1500};
+    lpo_raw_put(&w, LPO_REC_WINDOW, 0, &win, sizeof win);
+    lpo_raw_put(&w, LPO_REC_KERNEL, 0, &k1, sizeof k1);
+    lpo_raw_put(&w, LPO_REC_KERNEL, 0, &k2, sizeof k2);
+    assert_int_equal(lpo_raw_close(&w), 0);
+    if (lpo_trace_load_dir(dir, &t)) fail_msg("%s", lpo_last_error());
+    lpo_trace_get_stats(t, &s);
+    assert_int_equal(s.kernels, 1);
+    lpo_trace_free(t);
+    remove_tree(dir);
+    free(dir);
+}
+
+static void test_counters(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir();
+    const char *csv = "t_ns,gpu,power_w,sm_clock_mhz\n1000,0,250.5,1980\n2000,0,,1965\n3000,1,300,1500\n";
+    const char *p = path_in(dir, "nvml.csv");
+    assert_int_equal(lpo_write_file(p, csv, strlen(csv)), LPO_OK);
+    lpo_trace_counters c;
+    assert_int_equal(lpo_trace_counters_load(p, &c), LPO_OK);
+    assert_int_equal(c.n_series, 2);
+    assert_int_equal(c.n_samples, 3);
+    assert_string_equal(c.names[0], "power_w");
+    assert_true(c.values[0] == 250.5 && c.values[1] == 1980 && c.values[2] != c.values[2]);
+    assert_int_equal(c.device[2], 1);
+    assert_int_equal(c.t_ns[1], 2000);
+    /* counter tracks in trace.json */
+    lpo_trace *t = NULL;
+    assert_int_equal(lpo_trace_synthesize(path_in(dir, "trace-9.lpot"), 64, 3), LPO_OK);
+    assert_int_equal(lpo_trace_load_dir(dir, &t), LPO_OK);
+    assert_int_equal(lpo_trace_write_chrome(t, &c, path_in(dir, "trace.json")), LPO_OK);
+    cJSON *root = load_json(path_in(dir, "trace.json"));
+    assert_int_equal(count_events(root, "C", NULL), 5);
+    cJSON_Delete(root);
+    lpo_trace_free(t);
+    lpo_trace_counters_free(&c);
+    assert_int_equal(lpo_trace_counters_load(path_in(dir, "none.csv"), &c), LPO_E_NOT_FOUND);
+    remove_tree(dir);
+    free(dir);
+}
+
+static void test_categories(void **state) {
+    (void)state;
+    assert_string_equal(lpo_trace_category("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"),
+                        "gemm");
+    assert_string_equal(lpo_trace_category("nvjet_tst_64x8_64x16_4x1_v_bz_splitK_TNT"), "gemm");
+    assert_string_equal(lpo_trace_category("void flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits>"),
+                        "attention");
+    assert_string_equal(lpo_trace_category("void pytorch_flash::flash_fwd_kernel<...>"), "attention");
+    assert_string_equal(lpo_trace_category("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4>"),
+                        "attention");
+    assert_string_equal(lpo_trace_category("rms_norm_kernel"), "norm");
+    assert_string_equal(lpo_trace_category("void at::native::vectorized_elementwise_kernel<4, ...>"),
+                        "elementwise");
+    assert_string_equal(lpo_trace_category("void at::native::reduce_kernel<512, 1, ...>"), "reduction");
+    assert_string_equal(lpo_trace_category("ncclDevKernel_AllReduce_Sum_bf16_RING_LL"), "communication");
+    assert_string_equal(lpo_trace_category("[CUDA memcpy HtoD]"), "memcpy");
+    assert_string_equal(lpo_trace_category("my_kernel"), "other");
+    assert_string_equal(lpo_trace_category(NULL), "other");
+}
+
+/* Post-processing speed: 200k kernels here (the 1M bar is measured on the GPU machine, docs/perf-notes.md) */
+static void test_speed(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir();
+    const size_t n = 200000;
+    assert_int_equal(lpo_trace_synthesize(path_in(dir, "trace-1.lpot"), n, 4), LPO_OK);
+    uint64_t t0 = lpo_now_ns();
+    lpo_trace *t = NULL;
+    assert_int_equal(lpo_trace_load_dir(dir, &t), LPO_OK);
+    uint64_t t1 = lpo_now_ns();
+    lpo_trace_report_opts o = {.step_range = "decode_step", .json = 1};
+    lpo_trace_timing tm;
+    assert_int_equal(lpo_trace_write_reports(t, dir, &o, &tm), LPO_OK);
+    uint64_t t2 = lpo_now_ns();
+    lpo_trace_stats s;
+    lpo_trace_get_stats(t, &s);
+    assert_int_equal(s.kernels, n);
+    printf("post-processing %zu kernels: load %.0f ms, analyze %.0f ms, tables %.0f ms, trace.json %.0f ms, "
+           "total %.0f ms\n",
+           n, (double)(t1 - t0) / 1e6, tm.analyze_ms, tm.tables_ms, tm.json_ms, (double)(t2 - t0) / 1e6);
+    assert_true((double)(t2 - t0) / 1e9 < 20.0); /* a loose bound: this machine is shared */
+    lpo_trace_free(t);
+    remove_tree(dir);
+    free(dir);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_synthetic_load), cmocka_unit_test(test_truncated),
+        cmocka_unit_test(test_empty),          cmocka_unit_test(test_gate_and_window),
+        cmocka_unit_test(test_counters),       cmocka_unit_test(test_categories),
+        cmocka_unit_test(test_speed),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
