@@ -20,12 +20,6 @@ static int later(const char *name, int argc, char **argv) {
     return LPO_EXIT_NOT_AVAILABLE;
 }
 
-int lpo_cmd_trace(int argc, char **argv) {
-    return later("trace", argc, argv);
-}
 int lpo_cmd_deep(int argc, char **argv) {
     return later("deep", argc, argv);
-}
-int lpo_cmd_report(int argc, char **argv) {
-    return later("report", argc, argv);
 }

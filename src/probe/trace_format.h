@@ -203,9 +203,17 @@ int lpo_raw_open(lpo_raw_writer *w, const char *path, const lpo_raw_header *h, s
 /* Appends one record (header + body of body_len bytes, padded to 8). Writes the staging buffer out
  * when full. Async-signal-safe apart from the first allocation (done by lpo_raw_open). */
 void lpo_raw_put(lpo_raw_writer *w, uint16_t type, uint32_t aux, const void *body, size_t body_len);
+/* Appends n bytes of complete records (a thread's staging block). */
+void lpo_raw_append(lpo_raw_writer *w, const void *records, size_t n);
 /* Writes the staged bytes with write(2); 0 or -1. */
 int lpo_raw_flush(lpo_raw_writer *w);
 /* Flushes, closes and frees. */
 int lpo_raw_close(lpo_raw_writer *w);
 /* Fills a header with the magic, version, size and pid. */
 void lpo_raw_header_init(lpo_raw_header *h, uint32_t pid);
+
+/* Parses an activity list ("kernel,memcpy,runtime", "default", "all", or a number) into LPO_ACT_* bits.
+ * 0 or -1 with the offending word (up to 31 bytes) in bad. */
+int lpo_trace_parse_activities(const char *s, uint32_t *mask, char bad[32]);
+/* Names of the activity bits, in bit order (for messages and docs). */
+extern const char *const lpo_trace_activity_names[7];

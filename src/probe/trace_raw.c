@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 #include <unistd.h>
 
 #include "probe/trace_format.h"
@@ -68,6 +69,18 @@ void lpo_raw_put(lpo_raw_writer *w, uint16_t type, uint32_t aux, const void *bod
     w->len += size;
 }
 
+void lpo_raw_append(lpo_raw_writer *w, const void *records, size_t n) {
+    if (!w->buf || w->fd < 0) return;
+    if (w->len + n > w->cap) lpo_raw_flush(w);
+    if (n > w->cap) { /* larger than the staging buffer: straight to the file */
+        if (!w->failed && write_all(w->fd, records, n) != 0) w->failed = 1;
+        if (!w->failed) w->written += n;
+        return;
+    }
+    memcpy(w->buf + w->len, records, n);
+    w->len += n;
+}
+
 int lpo_raw_close(lpo_raw_writer *w) {
     int rc = lpo_raw_flush(w);
     if (w->fd >= 0 && close(w->fd) != 0) rc = -1;
@@ -75,4 +88,37 @@ int lpo_raw_close(lpo_raw_writer *w) {
     memset(w, 0, sizeof *w);
     w->fd = -1;
     return rc;
+}
+
+const char *const lpo_trace_activity_names[7] = {"kernel",  "memcpy", "memset", "sync",
+                                                 "runtime", "driver", "nvtx"};
+
+int lpo_trace_parse_activities(const char *s, uint32_t *mask, char bad[32]) {
+    *mask = 0;
+    bad[0] = 0;
+    char *end = NULL;
+    unsigned long v = strtoul(s, &end, 0);
+    if (end != s && !*end) {
+        *mask = (uint32_t)v & 0x7fu;
+        return 0;
+    }
+    while (*s) { /* comma-separated words */
+        size_t n = strcspn(s, ",");
+        uint32_t bit = 0;
+        if (n == 7 && !strncmp(s, "default", 7))
+            bit = LPO_ACT_DEFAULT;
+        else if (n == 3 && !strncmp(s, "all", 3))
+            bit = 0x7fu;
+        for (int i = 0; i < 7 && !bit; i++)
+            if (strlen(lpo_trace_activity_names[i]) == n && !strncmp(s, lpo_trace_activity_names[i], n))
+                bit = 1u << i;
+        if (!bit && n) {
+            snprintf(bad, 32, "%.*s", (int)(n < 31 ? n : 31), s);
+            return -1;
+        }
+        *mask |= bit;
+        s += n;
+        if (*s == ',') s++;
+    }
+    return 0;
 }

@@ -1,0 +1,102 @@
+/* lpo report: re-renders the reports of an existing run directory. `lpo report trace DIR` re-summarises
+ * the raw trace files (trace-*.lpot) that `lpo trace` left in DIR: kernels, ranges, steps, trace.json and
+ * summary.md are written again (e.g. with another --step-range, or by a newer lpo). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/commands.h"
+#include "cli/trace_cli.h"
+#include "lpo/core.h"
+#include "lpo/trace.h"
+
+static const lpo_cli_flag flags[] = {
+    {"step-range", 1, "NVTX range whose instances are steps, for steps.csv (default: decode_step)"},
+    {"no-json", 0, "do not write trace.json"},
+};
+
+static const lpo_cli_spec spec = {
+    .command = "report",
+    .summary =
+        "lpo report trace DIR [--step-range=NAME] [--no-json]: re-summarise the raw trace files of a run\n"
+        "directory made by `lpo trace` (kernels, ranges, steps, trace.json, summary.md).",
+    .flags = flags,
+    .n_flags = sizeof flags / sizeof flags[0],
+};
+
+static const char *const kinds[] = {"trace"};
+
+lpo_status lpo_trace_cli_summarize(const char *dir, const char *title, const char *step_range, int json) {
+    const uint64_t t0 = lpo_now_ns();
+    lpo_trace *t = NULL;
+    lpo_status st = lpo_trace_load_dir(dir, &t);
+    if (st) return st;
+    const uint64_t t1 = lpo_now_ns();
+    char p[4200];
+    snprintf(p, sizeof p, "%s/nvml.csv", dir);
+    lpo_trace_counters c;
+    const int have_counters = lpo_trace_counters_load(p, &c) == LPO_OK;
+    if (!have_counters) lpo_error_clear();
+    lpo_trace_report_opts o = {
+        .step_range = step_range, .json = json, .title = title, .counters = have_counters ? &c : NULL};
+    lpo_trace_timing tm;
+    st = lpo_trace_write_reports(t, dir, &o, &tm);
+    if (!st) {
+        lpo_trace_stats s;
+        lpo_trace_get_stats(t, &s);
+        fprintf(stderr,
+                "lpo trace: %zu kernels (%.3f ms), %zu memcpy/memset, %zu API calls, %zu NVTX ranges, %zu of "
+                "%zu GPU "
+                "operations attributed; %zu raw file(s)%s\n",
+                s.kernels, s.kernel_time_ms, s.memcpys + s.memsets, s.apis, s.ranges, s.attributed_ops,
+                s.kernels + s.memcpys + s.memsets, s.files,
+                s.truncated_files ? " (some cut short: partial)" : "");
+        if (s.dropped_cupti || s.dropped_probe || s.dropped_staged)
+            fprintf(stderr,
+                    "lpo trace: WARNING: records dropped (CUPTI %llu, buffer pool %llu, staging %llu)\n",
+                    (unsigned long long)s.dropped_cupti, (unsigned long long)s.dropped_probe,
+                    (unsigned long long)s.dropped_staged);
+        fprintf(
+            stderr,
+            "lpo trace: post-processing %.0f ms (load %.0f, analyze %.0f, tables %.0f, trace.json %.0f)\n",
+            (double)(lpo_now_ns() - t0) / 1e6, (double)(t1 - t0) / 1e6, tm.analyze_ms, tm.tables_ms,
+            tm.json_ms);
+    }
+    if (have_counters) lpo_trace_counters_free(&c);
+    lpo_trace_free(t);
+    return st;
+}
+
+int lpo_cmd_report(int argc, char **argv) {
+    /* lpo report <kind> <dir> [flags] */
+    if (argc >= 1 && argv[0][0] != '-') {
+        if (strcmp(argv[0], kinds[0])) {
+            const char *s = lpo_suggest(argv[0], kinds, 1);
+            fprintf(stderr, "lpo report: error: unknown report '%s'%s%s%s (lpo report trace DIR)\n", argv[0],
+                    s ? " (did you mean '" : "", s ? s : "", s ? "'?)" : "");
+            return LPO_EXIT_USAGE;
+        }
+        if (argc < 2 || argv[1][0] == '-') {
+            fprintf(stderr, "lpo report: error: give the run directory (lpo report trace DIR)\n");
+            return LPO_EXIT_USAGE;
+        }
+    }
+    const int skip = argc >= 2 && argv[0][0] != '-' ? 2 : 0;
+    lpo_cli_args args;
+    int rc = lpo_cli_begin(&spec, argc - skip, argv + skip, &args);
+    if (rc >= 0) return rc;
+    if (!skip) {
+        lpo_cli_args_free(&args);
+        return lpo_cli_fail("report", lpo_errorf(LPO_E_USAGE, "what to report: lpo report trace DIR"));
+    }
+    const char *dir = argv[1];
+    lpo_status st = lpo_is_dir(dir) ? LPO_OK : lpo_errorf(LPO_E_NOT_FOUND, "%s: no such directory", dir);
+    const char *step = lpo_cli_flag_value(&args, "step-range");
+    if (!st)
+        st = lpo_trace_cli_summarize(dir, dir, step ? step : "decode_step",
+                                     lpo_cli_flag_value(&args, "no-json") == NULL);
+    lpo_cli_args_free(&args);
+    if (st) return lpo_cli_fail("report", st);
+    printf("reports written in %s\n", dir);
+    return LPO_EXIT_OK;
+}

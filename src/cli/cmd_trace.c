@@ -1,0 +1,210 @@
+/* lpo trace: a CUPTI kernel timeline of any CUDA program. Runs `-- command args` with liblpo_probe.so
+ * injected (CUDA_INJECTION64_PATH and NVTX_INJECTION64_PATH), waits for it, then turns the raw files the
+ * tracer left in the run directory into kernels/ranges/steps tables, trace.json and summary.md
+ * (docs/trace.md). The program's own exit status is lpo trace's (128 + signal when it died on one), so a
+ * crashing program still leaves a partial trace and a failing exit. --synthetic=N writes a synthetic
+ * trace instead (the post-processing benchmark). */
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "cli/commands.h"
+#include "cli/trace_cli.h"
+#include "lpo/core.h"
+#include "lpo/probe.h"
+#include "lpo/report.h"
+#include "lpo/trace.h"
+#include "probe/trace_format.h"
+
+static const lpo_cli_flag flags[] = {
+    {"activities", 1,
+     "what to record: kernel,memcpy,memset,sync,runtime,driver,nvtx | default | all "
+     "(default: all but driver)"},
+    {"attribution", 1, "how kernels are linked to NVTX ranges: callback (default), extcorr, none"},
+    {"capture-range", 1, "record only while an NVTX range of this name is open (nsys --capture-range=nvtx)"},
+    {"delay", 1, "seconds to wait after the start before recording"},
+    {"duration", 1, "seconds to record (after the delay); default: until the program exits"},
+    {"step-range", 1, "NVTX range whose instances are steps, for steps.csv (default: decode_step)"},
+    {"no-json", 0, "do not write trace.json"},
+    {"synthetic", 1, "write and summarise a synthetic trace of N kernels instead of running a program"},
+};
+
+static const lpo_cli_spec spec = {
+    .command = "trace",
+    .summary =
+        "lpo trace [options] [overrides] -- <command> [args]: runs the command under the CUPTI tracer\n"
+        "and writes kernels.csv/md, ranges.csv/md, steps.csv/md, trace.json (Perfetto) and summary.md\n"
+        "into the run directory (output.dir). Exit status: the command's.",
+    .flags = flags,
+    .n_flags = sizeof flags / sizeof flags[0],
+    .config = 1,
+    .passthrough = 1,
+};
+
+/* Seconds from a flag into ns; -1 on a bad value. */
+static int64_t seconds_flag(const lpo_cli_args *a, const char *name) {
+    const char *v = lpo_cli_flag_value(a, name);
+    if (!v) return 0;
+    char *end = NULL;
+    double s = strtod(v, &end);
+    if (end == v || *end || !(s >= 0) || s > 1e6) return -1;
+    return (int64_t)(s * 1e9);
+}
+
+/* Runs argv with the tracer's environment; *exit_code as a shell reports it. */
+static lpo_status run_traced(char **argv, const char *dir, const char *lib, const lpo_cli_args *a,
+                             uint32_t acts, int64_t delay, int64_t duration, int *exit_code) {
+    char buf[64];
+    const uint64_t t0 = lpo_now_ns();
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) return lpo_errorf(LPO_E_IO, "trace: cannot start '%s': %s", argv[0], strerror(errno));
+    if (pid == 0) { /* the child: the tracer's environment, then the program */
+        setenv("CUDA_INJECTION64_PATH", lib, 1);
+        setenv("NVTX_INJECTION64_PATH", lib, 1);
+        setenv("LPO_TRACE_DIR", dir, 1);
+        snprintf(buf, sizeof buf, "0x%x", acts);
+        setenv("LPO_TRACE_ACTIVITIES", buf, 1);
+        const char *attr = lpo_cli_flag_value(a, "attribution");
+        setenv("LPO_TRACE_ATTRIBUTION", attr ? attr : "callback", 1);
+        const char *gate = lpo_cli_flag_value(a, "capture-range");
+        if (gate) setenv("LPO_TRACE_CAPTURE_RANGE", gate, 1);
+        snprintf(buf, sizeof buf, "%llu", (unsigned long long)t0);
+        setenv("LPO_TRACE_T0_NS", buf, 1);
+        snprintf(buf, sizeof buf, "%.6f", (double)delay / 1e6);
+        if (delay) setenv("LPO_TRACE_DELAY_MS", buf, 1);
+        snprintf(buf, sizeof buf, "%.6f", (double)duration / 1e6);
+        if (duration) setenv("LPO_TRACE_DURATION_MS", buf, 1);
+        execvp(argv[0], argv);
+        fprintf(stderr, "lpo trace: cannot run '%s': %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    /* the terminal's Ctrl-C reaches the program (same process group); lpo waits and summarises */
+    struct sigaction ign = {.sa_handler = SIG_IGN}, old_int, old_quit;
+    sigemptyset(&ign.sa_mask);
+    sigaction(SIGINT, &ign, &old_int);
+    sigaction(SIGQUIT, &ign, &old_quit);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGQUIT, &old_quit, NULL);
+    *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
+    if (WIFSIGNALED(status))
+        fprintf(stderr, "lpo trace: '%s' was killed by signal %d (%s); the trace is partial\n", argv[0],
+                WTERMSIG(status), strsignal(WTERMSIG(status)));
+    return LPO_OK;
+}
+
+/* "runs/<time>-trace-<program>" unless the user chose output.dir */
+static const char **with_default_dir(const lpo_cli_args *a, const char *prog, char *buf, size_t n) {
+    const char **ov = calloc(a->n_overrides + 1, sizeof *ov);
+    if (!ov) return NULL;
+    int has = 0;
+    for (size_t i = 0; i < a->n_overrides; i++) {
+        ov[i] = a->overrides[i];
+        has |= !strncmp(a->overrides[i], "output.dir=", 11);
+    }
+    const char *base = strrchr(prog, '/');
+    base = base ? base + 1 : prog;
+    char clean[64];
+    size_t k = 0;
+    for (; base[k] && k < sizeof clean - 1; k++) /* a file-name-safe program name */
+        clean[k] =
+            (base[k] == '.' || base[k] == '-' || base[k] == '_' || (base[k] >= '0' && base[k] <= '9') ||
+             ((base[k] | 0x20) >= 'a' && (base[k] | 0x20) <= 'z'))
+                ? base[k]
+                : '_';
+    clean[k] = 0;
+    snprintf(buf, n, "output.dir=runs/${now:%%Y%%m%%d-%%H%%M%%S}-trace-%s", k ? clean : "program");
+    if (!has) ov[a->n_overrides] = buf;
+    return ov;
+}
+
+int lpo_cmd_trace(int argc, char **argv) {
+    lpo_cli_args args;
+    int rc = lpo_cli_begin(&spec, argc, argv, &args);
+    if (rc >= 0) return rc;
+    lpo_status st = LPO_OK;
+    const char *synth = lpo_cli_flag_value(&args, "synthetic");
+    uint32_t acts = LPO_ACT_DEFAULT;
+    char bad[32];
+    const char *av = lpo_cli_flag_value(&args, "activities"),
+               *attr = lpo_cli_flag_value(&args, "attribution");
+    const int64_t delay = seconds_flag(&args, "delay"), duration = seconds_flag(&args, "duration");
+    if (!synth && args.n_passthrough < 1)
+        st = lpo_errorf(LPO_E_USAGE,
+                        "trace: give the program to trace after '--' (lpo trace -- python3 x.py)");
+    else if (av && lpo_trace_parse_activities(av, &acts, bad) != 0)
+        st = lpo_errorf(LPO_E_USAGE,
+                        "trace: unknown activity '%s' (kernel, memcpy, memset, sync, runtime, driver, "
+                        "nvtx, default, all)",
+                        bad);
+    else if (attr && strcmp(attr, "callback") && strcmp(attr, "extcorr") && strcmp(attr, "none"))
+        st = lpo_errorf(LPO_E_USAGE, "trace: --attribution=%s (callback, extcorr or none)", attr);
+    else if (delay < 0 || duration < 0)
+        st = lpo_errorf(LPO_E_USAGE, "trace: --delay and --duration take seconds (a number >= 0)");
+    long long n_synth = synth ? atoll(synth) : 0;
+    if (!st && synth && (n_synth < 1 || n_synth > 100000000))
+        st = lpo_errorf(LPO_E_USAGE, "trace: --synthetic=N takes a kernel count (1 to 100000000)");
+    char lib[PATH_MAX];
+    if (!st && !synth && !lpo_probe_library_path(lib, sizeof lib))
+        st = lpo_errorf(LPO_E_UNSUPPORTED,
+                        "trace: the tracer library %s is missing (this lpo was built without CUDA/CUPTI; "
+                        "set LPO_PROBE_LIB to a liblpo_probe.so)",
+                        lib);
+    if (st) {
+        lpo_cli_args_free(&args);
+        return lpo_cli_fail("trace", st);
+    }
+    char dir_ov[256];
+    const char **ov =
+        with_default_dir(&args, synth ? "synthetic" : args.passthrough[0], dir_ov, sizeof dir_ov);
+    lpo_cli_args a2 = args;
+    a2.overrides = ov;
+    a2.n_overrides = args.n_overrides + (ov && ov[args.n_overrides] ? 1 : 0);
+    lpo_node *cfg = NULL;
+    lpo_rundir *rd = NULL;
+    st = ov ? lpo_cli_compose(&a2, "trace", &cfg) : lpo_errorf(LPO_E_NOMEM, "out of memory");
+    if (!st) st = lpo_rundir_create(cfg, &rd);
+    int exit_code = 0;
+    char dir[PATH_MAX];
+    if (!st && !realpath(lpo_rundir_path(rd), dir)) snprintf(dir, sizeof dir, "%s", lpo_rundir_path(rd));
+    if (!st && synth) {
+        char p[PATH_MAX + 32];
+        snprintf(p, sizeof p, "%s/trace-4242.lpot", dir);
+        uint64_t t0 = lpo_now_ns();
+        st = lpo_trace_synthesize(p, (size_t)n_synth, 1);
+        fprintf(stderr, "lpo trace: synthetic trace of %lld kernels written in %.0f ms\n", n_synth,
+                (double)(lpo_now_ns() - t0) / 1e6);
+    } else if (!st) {
+        st = run_traced(args.passthrough, dir, lib, &args, acts, delay, duration, &exit_code);
+    }
+    if (!st) {
+        lpo_strbuf title = {0};
+        if (synth)
+            lpo_sb_printf(&title, "synthetic trace of %lld kernels", n_synth);
+        else {
+            for (int i = 0; i < args.n_passthrough; i++)
+                lpo_sb_printf(&title, "%s%s", i ? " " : "", args.passthrough[i]);
+            lpo_sb_printf(&title, " (exit status %d)", exit_code);
+        }
+        const char *step = lpo_cli_flag_value(&args, "step-range");
+        st = lpo_trace_cli_summarize(dir, title.buf, step ? step : "decode_step",
+                                     lpo_cli_flag_value(&args, "no-json") == NULL);
+        lpo_sb_free(&title);
+    }
+    if (!st) lpo_rundir_announce(rd, stdout);
+    if (rd) lpo_rundir_close(rd);
+    lpo_node_free(cfg);
+    free(ov);
+    lpo_cli_args_free(&args);
+    if (st) return lpo_cli_fail("trace", st);
+    return exit_code;
+}
