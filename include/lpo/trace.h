@@ -51,9 +51,10 @@ typedef struct {
     double *values; /* [n_samples * n_series]; NaN = not sampled */
 } lpo_trace_counters;
 
-/* Reads a CSV whose header has a "t_ns" column (CLOCK_MONOTONIC ns), optionally a "gpu" column, and
- * numeric columns (each becomes a counter track). LPO_E_NOT_FOUND when the file does not exist. */
-lpo_status lpo_trace_counters_load(const char *path, lpo_trace_counters *c);
+/* Reads a CSV with a time column, "t_ns" (CLOCK_MONOTONIC ns) or "t_s" (seconds after t0_ns, as the NVML
+ * sampler's nvml.csv), optionally a "gpu" column, and numeric columns (each becomes a counter track;
+ * throttle* columns are left out). LPO_E_NOT_FOUND when the file does not exist. */
+lpo_status lpo_trace_counters_load(const char *path, uint64_t t0_ns, lpo_trace_counters *c);
 void lpo_trace_counters_free(lpo_trace_counters *c);
 
 typedef struct {

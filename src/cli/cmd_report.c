@@ -1,7 +1,9 @@
 /* lpo report: re-renders the reports of an existing run directory. `lpo report trace DIR` re-summarises
  * the raw trace files (trace-*.lpot) that `lpo trace` left in DIR: kernels, ranges, steps, trace.json and
  * summary.md are written again (e.g. with another --step-range, or by a newer lpo). */
+#include <cjson/cJSON.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
@@ -33,9 +35,20 @@ lpo_status lpo_trace_cli_summarize(const char *dir, const char *title, const cha
     if (st) return st;
     const uint64_t t1 = lpo_now_ns();
     char p[4200];
-    snprintf(p, sizeof p, "%s/nvml.csv", dir);
     lpo_trace_counters c;
-    const int have_counters = lpo_trace_counters_load(p, &c) == LPO_OK;
+    /* nvml.csv's times are seconds after the sampler's start, recorded in trace_info.json */
+    uint64_t nvml_t0 = 0;
+    char *info = NULL;
+    snprintf(p, sizeof p, "%s/trace_info.json", dir);
+    if (lpo_path_exists(p) && lpo_read_file(p, &info, NULL) == LPO_OK) {
+        cJSON *root = cJSON_Parse(info);
+        const cJSON *jt = cJSON_GetObjectItem(root, "nvml_t0_monotonic_ns");
+        if (cJSON_IsNumber(jt)) nvml_t0 = (uint64_t)jt->valuedouble;
+        cJSON_Delete(root);
+        free(info);
+    }
+    snprintf(p, sizeof p, "%s/nvml.csv", dir);
+    const int have_counters = nvml_t0 && lpo_trace_counters_load(p, nvml_t0, &c) == LPO_OK;
     if (!have_counters) lpo_error_clear();
     lpo_trace_report_opts o = {
         .step_range = step_range, .json = json, .title = title, .counters = have_counters ? &c : NULL};

@@ -17,6 +17,8 @@
 #include "cli/commands.h"
 #include "cli/trace_cli.h"
 #include "lpo/core.h"
+#include "lpo/measure.h"
+#include "lpo/nvml_sampler.h"
 #include "lpo/probe.h"
 #include "lpo/report.h"
 #include "lpo/trace.h"
@@ -57,14 +59,60 @@ static int64_t seconds_flag(const lpo_cli_args *a, const char *name) {
     return (int64_t)(s * 1e9);
 }
 
-/* Runs argv with the tracer's environment; *exit_code as a shell reports it. */
+/* What trace_info.json records about the traced run. */
+typedef struct {
+    int exit_code;       /* as a shell reports it (128 + signal) */
+    uint64_t nvml_t0_ns; /* CLOCK_MONOTONIC at the sampler's start; 0: no samples */
+    char nvml_note[256];
+} run_info;
+
+/* Starts the NVML sampler of GPU 0 (nvml.csv, counter tracks); NULL when off or unavailable. */
+static lpo_nvml_sampler *sampler_start(int period_ms, run_info *ri) {
+    lpo_nvml_sampler *s = NULL;
+    if (period_ms <= 0) {
+        snprintf(ri->nvml_note, sizeof ri->nvml_note, "off (profiling.nvml_sample_ms=0)");
+        return NULL;
+    }
+    lpo_status st = lpo_nvml_sampler_open(0, &s);
+    if (st == LPO_OK) {
+        ri->nvml_t0_ns = lpo_now_ns();
+        st = lpo_nvml_sampler_start(s, period_ms);
+    }
+    if (st != LPO_OK) {
+        snprintf(ri->nvml_note, sizeof ri->nvml_note, "unavailable: %s", lpo_last_error());
+        lpo_error_clear();
+        if (s) lpo_nvml_sampler_close(s);
+        ri->nvml_t0_ns = 0;
+        return NULL;
+    }
+    snprintf(ri->nvml_note, sizeof ri->nvml_note, "GPU 0 every %d ms", period_ms);
+    return s;
+}
+
+static void sampler_finish(lpo_nvml_sampler *s, const char *dir, run_info *ri) {
+    if (!s) return;
+    char p[PATH_MAX + 16];
+    snprintf(p, sizeof p, "%s/nvml.csv", dir);
+    lpo_nvml_sampler_stop(s);
+    if (lpo_nvml_sampler_write_csv(s, p) != LPO_OK) {
+        fprintf(stderr, "lpo trace: warning: %s\n", lpo_last_error());
+        ri->nvml_t0_ns = 0;
+    }
+    lpo_nvml_sampler_close(s);
+}
+
+/* Runs argv with the tracer's environment and the NVML sampler; ri gets the exit status. */
 static lpo_status run_traced(char **argv, const char *dir, const char *lib, const lpo_cli_args *a,
-                             uint32_t acts, int64_t delay, int64_t duration, int *exit_code) {
+                             uint32_t acts, int64_t delay, int64_t duration, int nvml_ms, run_info *ri) {
     char buf[64];
     const uint64_t t0 = lpo_now_ns();
+    lpo_nvml_sampler *sampler = sampler_start(nvml_ms, ri);
     fflush(NULL);
     pid_t pid = fork();
-    if (pid < 0) return lpo_errorf(LPO_E_IO, "trace: cannot start '%s': %s", argv[0], strerror(errno));
+    if (pid < 0) {
+        if (sampler) lpo_nvml_sampler_close(sampler);
+        return lpo_errorf(LPO_E_IO, "trace: cannot start '%s': %s", argv[0], strerror(errno));
+    }
     if (pid == 0) { /* the child: the tracer's environment, then the program */
         setenv("CUDA_INJECTION64_PATH", lib, 1);
         setenv("NVTX_INJECTION64_PATH", lib, 1);
@@ -95,11 +143,50 @@ static lpo_status run_traced(char **argv, const char *dir, const char *lib, cons
     }
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGQUIT, &old_quit, NULL);
-    *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
+    sampler_finish(sampler, dir, ri);
+    ri->exit_code = WIFEXITED(status)     ? WEXITSTATUS(status)
+                    : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
+                                          : 1;
     if (WIFSIGNALED(status))
         fprintf(stderr, "lpo trace: '%s' was killed by signal %d (%s); the trace is partial\n", argv[0],
                 WTERMSIG(status), strsignal(WTERMSIG(status)));
     return LPO_OK;
+}
+
+/* trace_info.json: the command, its exit status, the tracer's settings and the NVML sampler's start */
+static lpo_status write_info(const char *dir, const lpo_cli_args *a, uint32_t acts, const run_info *ri) {
+    lpo_strbuf sb = {0};
+    lpo_json j;
+    lpo_json_init_buf(&j, &sb, 1);
+    lpo_json_object_begin(&j);
+    lpo_json_key(&j, "command");
+    lpo_json_array_begin(&j);
+    for (int i = 0; i < a->n_passthrough; i++) lpo_json_str(&j, a->passthrough[i]);
+    lpo_json_array_end(&j);
+    lpo_json_kv_int(&j, "exit_status", ri->exit_code);
+    lpo_json_key(&j, "activities");
+    lpo_json_array_begin(&j);
+    for (int i = 0; i < 7; i++)
+        if (acts & (1u << i)) lpo_json_str(&j, lpo_trace_activity_names[i]);
+    lpo_json_array_end(&j);
+    const char *attr = lpo_cli_flag_value(a, "attribution"), *gate = lpo_cli_flag_value(a, "capture-range");
+    lpo_json_kv_str(&j, "attribution", attr ? attr : "callback");
+    lpo_json_kv_str(&j, "capture_range", gate);
+    lpo_json_kv_str(&j, "delay_s", lpo_cli_flag_value(a, "delay"));
+    lpo_json_kv_str(&j, "duration_s", lpo_cli_flag_value(a, "duration"));
+    lpo_json_kv_str(&j, "nvml", ri->nvml_note);
+    lpo_json_key(&j, "nvml_t0_monotonic_ns");
+    if (ri->nvml_t0_ns)
+        lpo_json_uint(&j, ri->nvml_t0_ns);
+    else
+        lpo_json_null(&j);
+    lpo_json_object_end(&j);
+    lpo_status st = lpo_json_finish(&j);
+    char p[PATH_MAX + 32];
+    snprintf(p, sizeof p, "%s/trace_info.json", dir);
+    if (!st) st = lpo_write_file(p, sb.buf, sb.len);
+    lpo_sb_free(&sb);
+    return st;
 }
 
 /* "runs/<time>-trace-<program>" unless the user chose output.dir */
@@ -173,7 +260,10 @@ int lpo_cmd_trace(int argc, char **argv) {
     lpo_rundir *rd = NULL;
     st = ov ? lpo_cli_compose(&a2, "trace", &cfg) : lpo_errorf(LPO_E_NOMEM, "out of memory");
     if (!st) st = lpo_rundir_create(cfg, &rd);
-    int exit_code = 0;
+    run_info ri = {0};
+    lpo_measure_opts mo;
+    lpo_measure_opts_default(&mo);
+    if (!st) st = lpo_measure_opts_from_config(cfg, &mo);
     char dir[PATH_MAX];
     if (!st && !realpath(lpo_rundir_path(rd), dir)) snprintf(dir, sizeof dir, "%s", lpo_rundir_path(rd));
     if (!st && synth) {
@@ -184,7 +274,8 @@ int lpo_cmd_trace(int argc, char **argv) {
         fprintf(stderr, "lpo trace: synthetic trace of %lld kernels written in %.0f ms\n", n_synth,
                 (double)(lpo_now_ns() - t0) / 1e6);
     } else if (!st) {
-        st = run_traced(args.passthrough, dir, lib, &args, acts, delay, duration, &exit_code);
+        st = run_traced(args.passthrough, dir, lib, &args, acts, delay, duration, mo.nvml_sample_ms, &ri);
+        if (!st) st = write_info(dir, &args, acts, &ri);
     }
     if (!st) {
         lpo_strbuf title = {0};
@@ -193,7 +284,7 @@ int lpo_cmd_trace(int argc, char **argv) {
         else {
             for (int i = 0; i < args.n_passthrough; i++)
                 lpo_sb_printf(&title, "%s%s", i ? " " : "", args.passthrough[i]);
-            lpo_sb_printf(&title, " (exit status %d)", exit_code);
+            lpo_sb_printf(&title, " (exit status %d)", ri.exit_code);
         }
         const char *step = lpo_cli_flag_value(&args, "step-range");
         st = lpo_trace_cli_summarize(dir, title.buf, step ? step : "decode_step",
@@ -206,5 +297,5 @@ int lpo_cmd_trace(int argc, char **argv) {
     free(ov);
     lpo_cli_args_free(&args);
     if (st) return lpo_cli_fail("trace", st);
-    return exit_code;
+    return ri.exit_code;
 }

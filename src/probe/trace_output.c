@@ -39,7 +39,7 @@ void lpo_trace_counters_free(lpo_trace_counters *c) {
     memset(c, 0, sizeof *c);
 }
 
-lpo_status lpo_trace_counters_load(const char *path, lpo_trace_counters *c) {
+lpo_status lpo_trace_counters_load(const char *path, uint64_t t0_ns, lpo_trace_counters *c) {
     memset(c, 0, sizeof *c);
     if (!lpo_path_exists(path)) return lpo_errorf(LPO_E_NOT_FOUND, "%s: no such file", path);
     char *data = NULL;
@@ -48,7 +48,7 @@ lpo_status lpo_trace_counters_load(const char *path, lpo_trace_counters *c) {
     if (st) return st;
     enum { MAXF = 64 };
     char *f[MAXF];
-    int col_t = -1, col_gpu = -1, series_col[MAXF];
+    int col_t = -1, col_ts = -1, col_gpu = -1, series_col[MAXF];
     size_t n_cols = 0, cap = 0;
     char *save = NULL;
     char *line = strtok_r(data, "\r\n", &save);
@@ -59,14 +59,20 @@ lpo_status lpo_trace_counters_load(const char *path, lpo_trace_counters *c) {
         series_col[k] = -1;
         if (!strcmp(f[k], "t_ns"))
             col_t = (int)k;
+        else if (!strcmp(f[k], "t_s"))
+            col_ts = (int)k;
         else if (!strcmp(f[k], "gpu"))
             col_gpu = (int)k;
+        else if (!strncmp(f[k], "throttle", 8))
+            continue; /* a bit mask and its names: not counters */
         else {
             series_col[k] = (int)c->n_series;
             c->names[c->n_series++] = lpo_strdup(f[k]);
         }
     }
-    if (!st && col_t < 0) st = lpo_errorf(LPO_E_FORMAT, "%s: no t_ns column in the header", path);
+    if (!st && col_t < 0 && col_ts < 0)
+        st = lpo_errorf(LPO_E_FORMAT, "%s: no t_ns or t_s column in the header", path);
+    if (col_t < 0) col_t = col_ts;
     for (line = strtok_r(NULL, "\r\n", &save); line && !st; line = strtok_r(NULL, "\r\n", &save)) { /* rows */
         size_t nf = split_csv(line, f, MAXF);
         if (nf <= (size_t)col_t) continue;
@@ -84,7 +90,8 @@ lpo_status lpo_trace_counters_load(const char *path, lpo_trace_counters *c) {
             }
         }
         const size_t i = c->n_samples++;
-        c->t_ns[i] = strtoull(f[col_t], NULL, 10);
+        c->t_ns[i] =
+            col_t == col_ts ? t0_ns + (uint64_t)(strtod(f[col_t], NULL) * 1e9) : strtoull(f[col_t], NULL, 10);
         c->device[i] = col_gpu >= 0 && (size_t)col_gpu < nf ? atoi(f[col_gpu]) : 0;
         for (size_t k = 0; k < n_cols; k++) {
             if (series_col[k] < 0) continue;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lpo/measure.h"
 #include "probe/trace_internal.h"
 
 /* ---- categories
@@ -203,11 +204,6 @@ typedef struct {
     double med, sd;
 } kstat;
 
-static int cmp_u64(const void *a, const void *b) {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 static int cmp_kstat_total(const void *a, const void *b) {
     const kstat *x = a, *y = b;
     if (x->total != y->total) return x->total < y->total ? 1 : -1;
@@ -219,7 +215,7 @@ static lpo_status kernel_stats(lpo_trace *t, kstat **out, size_t *n_out) {
     const size_t nn = t->str.n ? t->str.n : 1, n = t->ops.n;
     size_t *slot = malloc(nn * 3 * sizeof *slot); /* (name, kind) -> row + 1 */
     kstat *ks = calloc(nn * 3 < n + 1 ? nn * 3 : n + 1, sizeof *ks);
-    uint64_t *dur = malloc((n ? n : 1) * sizeof *dur);
+    double *dur = malloc((n ? n : 1) * sizeof *dur);
     size_t rows = 0;
     if (!slot || !ks || !dur) {
         free(slot);
@@ -252,20 +248,21 @@ static lpo_status kernel_stats(lpo_trace *t, kstat **out, size_t *n_out) {
     for (size_t i = 0; i < n; i++) { /* durations into buckets */
         const tr_op *o = &t->ops.v[i];
         kstat *k = &ks[slot[(size_t)o->name * 3 + o->kind] - 1];
-        dur[k->off + k->count++] = o->end - o->start;
+        dur[k->off + k->count++] = (double)(o->end - o->start);
     }
-    for (size_t r = 0; r < rows; r++) { /* median and sample standard deviation */
-        kstat *k = &ks[r];
-        uint64_t *d = dur + k->off;
-        qsort(d, k->count, sizeof *d, cmp_u64);
-        k->med = k->count % 2 ? (double)d[k->count / 2]
-                              : 0.5 * ((double)d[k->count / 2 - 1] + (double)d[k->count / 2]);
-        double mean = (double)k->total / (double)k->count, ss = 0;
-        for (size_t i = 0; i < k->count; i++) ss += ((double)d[i] - mean) * ((double)d[i] - mean);
-        k->sd = k->count > 1 ? sqrt(ss / (double)(k->count - 1)) : 0;
+    lpo_status st = LPO_OK;
+    for (size_t r = 0; r < rows && !st; r++) { /* median and sample standard deviation (lpo_stats) */
+        lpo_stats x;
+        st = lpo_stats_compute(dur + ks[r].off, ks[r].count, &x);
+        ks[r].med = x.median;
+        ks[r].sd = x.stdev;
     }
     free(slot);
     free(dur);
+    if (st) {
+        free(ks);
+        return st;
+    }
     qsort(ks, rows, sizeof *ks, cmp_kstat_total);
     *out = ks;
     *n_out = rows;

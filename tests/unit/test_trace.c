@@ -328,7 +328,7 @@ static void test_counters(void **state) {
     const char *p = path_in(dir, "nvml.csv");
     assert_int_equal(lpo_write_file(p, csv, strlen(csv)), LPO_OK);
     lpo_trace_counters c;
-    assert_int_equal(lpo_trace_counters_load(p, &c), LPO_OK);
+    assert_int_equal(lpo_trace_counters_load(p, 0, &c), LPO_OK);
     assert_int_equal(c.n_series, 2);
     assert_int_equal(c.n_samples, 3);
     assert_string_equal(c.names[0], "power_w");
@@ -345,7 +345,18 @@ static void test_counters(void **state) {
     cJSON_Delete(root);
     lpo_trace_free(t);
     lpo_trace_counters_free(&c);
-    assert_int_equal(lpo_trace_counters_load(path_in(dir, "none.csv"), &c), LPO_E_NOT_FOUND);
+    assert_int_equal(lpo_trace_counters_load(path_in(dir, "none.csv"), 0, &c), LPO_E_NOT_FOUND);
+    /* the NVML sampler's nvml.csv: seconds after a start time, throttle columns left out */
+    const char *nv =
+        "t_s,sm_mhz,power_w,throttle,throttle_names\n0,1980,100.5,0,none\n0.1,1970,,4,sw_power_cap\n";
+    p = path_in(dir, "nvml2.csv");
+    assert_int_equal(lpo_write_file(p, nv, strlen(nv)), LPO_OK);
+    assert_int_equal(lpo_trace_counters_load(p, 5000000000ull, &c), LPO_OK);
+    assert_int_equal(c.n_series, 2);
+    assert_int_equal(c.n_samples, 2);
+    assert_int_equal(c.t_ns[1], 5100000000ull);
+    assert_true(c.values[0] == 1980 && c.values[1] == 100.5 && c.values[3] != c.values[3]);
+    lpo_trace_counters_free(&c);
     remove_tree(dir);
     free(dir);
 }
