@@ -29,6 +29,7 @@ typedef struct {
     size_t attributed_ops;      /* GPU operations with an NVTX range or a graph node label */
     size_t graph_ops, labelled_graph_ops;
     uint64_t dropped_cupti, dropped_probe, dropped_staged; /* records lost: see docs/trace.md */
+    uint64_t incomplete;                                   /* GPU records without an end (left out) */
     uint64_t t_begin, t_end;                               /* ns (CLOCK_MONOTONIC): first/last event */
     int end_signal;                                        /* a traced process ended on this signal, 0 none */
     size_t processes_without_end;                          /* raw files with no end record (killed) */

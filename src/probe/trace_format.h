@@ -156,9 +156,10 @@ typedef struct {
 } lpo_raw_node_clone;
 
 typedef struct {
-    uint64_t cupti;  /* records CUPTI dropped (cuptiActivityGetNumDroppedRecords) */
-    uint64_t probe;  /* buffer requests refused because the pool was exhausted */
-    uint64_t staged; /* tracer-side records lost (staging overflow) */
+    uint64_t cupti;      /* records CUPTI dropped (cuptiActivityGetNumDroppedRecords) */
+    uint64_t probe;      /* buffer requests refused because the pool was exhausted */
+    uint64_t staged;     /* tracer-side records lost (staging overflow) */
+    uint64_t incomplete; /* GPU records without an end time (force-flushed while running): left out */
 } lpo_raw_dropped;
 
 typedef struct {

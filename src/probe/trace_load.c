@@ -74,7 +74,9 @@ static lpo_status load_strings(lpo_trace *t, file_ctx *c, const uint8_t *p, cons
 }
 
 static int push_op(lpo_trace *t, const tr_op *op) {
-    return TR_PUSH(t->ops, *op);
+    tr_op o = *op;
+    if (o.end < o.start) o.end = o.start; /* never a negative duration */
+    return TR_PUSH(t->ops, o);
 }
 
 /* A memcpy or memset as an operation; 0 or -1 (no memory). */
@@ -423,6 +425,7 @@ static lpo_status finish_file(lpo_trace *t, file_ctx *c, uint32_t proc, size_t r
     t->stats.dropped_cupti += c->dropped.cupti;
     t->stats.dropped_probe += c->dropped.probe;
     t->stats.dropped_staged += c->dropped.staged;
+    t->stats.incomplete += c->dropped.incomplete;
     return LPO_OK;
 }
 

@@ -133,6 +133,10 @@ static void summary(lpo_trace *t, const lpo_trace_report_opts *o, const lpo_tabl
     lpo_sb_printf(sb, "| records dropped: CUPTI / buffer pool / staging | %llu / %llu / %llu |\n",
                   (unsigned long long)s->dropped_cupti, (unsigned long long)s->dropped_probe,
                   (unsigned long long)s->dropped_staged);
+    if (s->incomplete)
+        lpo_sb_printf(sb,
+                      "| GPU records without an end time (still running at the flush), left out | %llu |\n",
+                      (unsigned long long)s->incomplete);
     lpo_sb_puts(sb, "\n");
     if (s->dropped_cupti || s->dropped_probe || s->dropped_staged)
         lpo_sb_puts(sb, "**WARNING: records were dropped; totals are lower bounds. Raise LPO_TRACE_BUFFERS "

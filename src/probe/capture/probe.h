@@ -73,7 +73,7 @@ typedef struct {
     probe_tls *threads;
     pthread_key_t key;
     atomic_ullong next_range;
-    atomic_ullong dropped_cupti, dropped_probe, dropped_staged;
+    atomic_ullong dropped_cupti, dropped_probe, dropped_staged, incomplete;
     atomic_int flushing; /* a flush is in progress (signal or exit) */
 } probe_state;
 

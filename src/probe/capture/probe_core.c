@@ -238,7 +238,7 @@ void probe_thread_name(uint32_t tid, uint32_t name) {
 /* ---- flushing ------------------------------------------------------------------------------------------ */
 static void write_counters_locked(void) {
     lpo_raw_dropped d = {atomic_load(&G.dropped_cupti), atomic_load(&G.dropped_probe),
-                         atomic_load(&G.dropped_staged)};
+                         atomic_load(&G.dropped_staged), atomic_load(&G.incomplete)};
     lpo_raw_put(&G.w, LPO_REC_DROPPED, 0, &d, sizeof d);
 }
 

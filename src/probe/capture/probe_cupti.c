@@ -121,13 +121,23 @@ static uint32_t api_name(int driver, uint32_t cbid) {
                                  &name) != CUPTI_SUCCESS ||
             !name)
             name = driver ? "(driver call)" : "(runtime call)";
-        *slot = probe_intern_locked(name, strlen(name));
+        size_t n = strlen(name), v = n; /* "cudaLaunchKernel_v7000" -> "cudaLaunchKernel" */
+        while (v > 0 && name[v - 1] >= '0' && name[v - 1] <= '9') v--;
+        if (v < n && v >= 2 && name[v - 1] == 'v' && name[v - 2] == '_') n = v - 2;
+        *slot = probe_intern_locked(name, n);
     }
     return *slot;
 }
 
 static inline int in_window(uint64_t t) {
     return t >= G.win_begin && t < G.win_end;
+}
+
+/* A GPU record force-flushed before the work finished has no end: counted, left out. */
+static inline int complete(uint64_t start, uint64_t end) {
+    if (start && end >= start) return 1;
+    atomic_fetch_add(&G.incomplete, 1);
+    return 0;
 }
 
 /* One CUPTI record -> the raw format (G.mu held). */
@@ -151,7 +161,7 @@ static void convert(const CUpti_Activity *rec) {
                             .dynamic_smem = (uint32_t)k->dynamicSharedMemory,
                             .regs = k->registersPerThread,
                             .launch_type = k->launchType};
-        if (!in_window(r.start)) break;
+        if (!complete(k->start, k->end) || !in_window(r.start)) break;
         r.name = kernel_name(k->name, &r.mangled);
         lpo_raw_put(&G.w, LPO_REC_KERNEL, 0, &r, sizeof r);
         break;
@@ -169,7 +179,8 @@ static void convert(const CUpti_Activity *rec) {
                             .copy_kind = m->copyKind,
                             .src_kind = m->srcKind,
                             .dst_kind = m->dstKind};
-        if (in_window(r.start)) lpo_raw_put(&G.w, LPO_REC_MEMCPY, 0, &r, sizeof r);
+        if (complete(m->start, m->end) && in_window(r.start))
+            lpo_raw_put(&G.w, LPO_REC_MEMCPY, 0, &r, sizeof r);
         break;
     }
     case CUPTI_ACTIVITY_KIND_MEMSET: {
@@ -184,7 +195,8 @@ static void convert(const CUpti_Activity *rec) {
                             .context = m->contextId,
                             .value = m->value,
                             .memory_kind = m->memoryKind};
-        if (in_window(r.start)) lpo_raw_put(&G.w, LPO_REC_MEMSET, 0, &r, sizeof r);
+        if (complete(m->start, m->end) && in_window(r.start))
+            lpo_raw_put(&G.w, LPO_REC_MEMSET, 0, &r, sizeof r);
         break;
     }
     case CUPTI_ACTIVITY_KIND_RUNTIME:
