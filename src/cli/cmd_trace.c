@@ -202,7 +202,7 @@ static const char **with_default_dir(const lpo_cli_args *a, const char *prog, ch
     base = base ? base + 1 : prog;
     char clean[64];
     size_t k = 0;
-    for (; base[k] && k < sizeof clean - 1; k++) /* a file-name-safe program name */
+    for (; k < sizeof clean - 1 && base[k]; k++) /* a file-name-safe program name */
         clean[k] =
             (base[k] == '.' || base[k] == '-' || base[k] == '_' || (base[k] >= '0' && base[k] <= '9') ||
              ((base[k] | 0x20) >= 'a' && (base[k] | 0x20) <= 'z'))

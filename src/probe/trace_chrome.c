@@ -90,6 +90,7 @@ static void jw_double(jw *w, double v) {
 
 static void jw_raw_str(jw *w, const char *s) {
     lpo_strbuf sb = {0};
+    if (!s) s = "";
     lpo_json_escape(&sb, s, strlen(s));
     jw_put(w, sb.buf, sb.len);
     lpo_sb_free(&sb);

@@ -83,10 +83,11 @@ lpo_status lpo_trace_synthesize(const char *path, size_t n_kernels, uint64_t see
         lpo_raw_range_begin rb = {t, step_id, 0, tid, S_STEP, 0, 0};
         lpo_raw_put(&w, LPO_REC_RANGE_BEGIN, 0, &rb, sizeof rb);
         t += 2000;
+        const uint32_t mc_corr = corr++;
         lpo_raw_memcpy mc = {.start = t + 3000,
                              .end = t + 5000,
                              .bytes = 4096,
-                             .corr = corr++,
+                             .corr = mc_corr,
                              .stream = 7,
                              .copy_kind = 1,
                              .src_kind = 1,

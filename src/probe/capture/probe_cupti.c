@@ -140,6 +140,12 @@ static inline int complete(uint64_t start, uint64_t end) {
     return 0;
 }
 
+/* The fields memcpy and memset records share (CUPTI's and ours have the same names for them). */
+#define MEMOP_FIELDS(m)                                                                                      \
+    .start = (m)->start + off, .end = (m)->end + off, .bytes = (m)->bytes,                                   \
+    .graph_node_id = (m)->graphNodeId, .corr = (m)->correlationId, .stream = (m)->streamId,                  \
+    .device = (m)->deviceId, .context = (m)->contextId
+
 /* One CUPTI record -> the raw format (G.mu held). */
 static void convert(const CUpti_Activity *rec) {
     const int64_t off = G.clock_offset_ns;
@@ -168,16 +174,7 @@ static void convert(const CUpti_Activity *rec) {
     }
     case CUPTI_ACTIVITY_KIND_MEMCPY: {
         const CUpti_ActivityMemcpy6 *m = (const CUpti_ActivityMemcpy6 *)rec;
-        lpo_raw_memcpy r = {.start = m->start + off,
-                            .end = m->end + off,
-                            .bytes = m->bytes,
-                            .graph_node_id = m->graphNodeId,
-                            .corr = m->correlationId,
-                            .stream = m->streamId,
-                            .device = m->deviceId,
-                            .context = m->contextId,
-                            .copy_kind = m->copyKind,
-                            .src_kind = m->srcKind,
+        lpo_raw_memcpy r = {MEMOP_FIELDS(m), .copy_kind = m->copyKind, .src_kind = m->srcKind,
                             .dst_kind = m->dstKind};
         if (complete(m->start, m->end) && in_window(r.start))
             lpo_raw_put(&G.w, LPO_REC_MEMCPY, 0, &r, sizeof r);
@@ -185,16 +182,7 @@ static void convert(const CUpti_Activity *rec) {
     }
     case CUPTI_ACTIVITY_KIND_MEMSET: {
         const CUpti_ActivityMemset4 *m = (const CUpti_ActivityMemset4 *)rec;
-        lpo_raw_memset r = {.start = m->start + off,
-                            .end = m->end + off,
-                            .bytes = m->bytes,
-                            .graph_node_id = m->graphNodeId,
-                            .corr = m->correlationId,
-                            .stream = m->streamId,
-                            .device = m->deviceId,
-                            .context = m->contextId,
-                            .value = m->value,
-                            .memory_kind = m->memoryKind};
+        lpo_raw_memset r = {MEMOP_FIELDS(m), .value = m->value, .memory_kind = m->memoryKind};
         if (complete(m->start, m->end) && in_window(r.start))
             lpo_raw_put(&G.w, LPO_REC_MEMSET, 0, &r, sizeof r);
         break;
