@@ -147,6 +147,11 @@ lpo_status lpo_cuda_sample(int32_t *ids, float *logits, int64_t m, int64_t vocab
                            const uint64_t *streams, uint64_t *steps, uint32_t *seen, int advance,
                            cudaStream_t stream);
 
+/* Marks token ids as seen for the repetition penalty: bit tokens[t] of slot tok_slot[t]'s bitmap in seen
+ * [slots][ceil(vocab / 32)] (as lpo_sampler_accept; ids outside [0, vocab) are ignored). */
+lpo_status lpo_cuda_mark_seen(uint32_t *seen, int64_t vocab, const int32_t *tok_slot, const int32_t *tokens,
+                              int64_t T, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

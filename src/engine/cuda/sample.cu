@@ -429,3 +429,26 @@ extern "C" lpo_status lpo_cuda_sample(int32_t *ids, float *logits, int64_t m, in
     LPO_CU_LAUNCHED(op);
     return LPO_OK;
 }
+
+/* ---- the seen-token sets of the slots ------------------------------------------------------------------ */
+// token t -> bit tokens[t] of slot tok_slot[t]'s bitmap (words per slot)
+__global__ void mark_seen_kernel(uint32_t *seen, int64_t words, const int32_t *tok_slot,
+                                 const int32_t *tokens, int64_t T, int64_t vocab) {
+    const int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (t >= T) return;
+    const int32_t id = tokens[t];
+    if (id < 0 || id >= vocab) return;
+    atomicOr(&seen[(int64_t)tok_slot[t] * words + id / 32], 1u << (id % 32));
+}
+
+extern "C" lpo_status lpo_cuda_mark_seen(uint32_t *seen, int64_t vocab, const int32_t *tok_slot,
+                                         const int32_t *tokens, int64_t T, cudaStream_t stream) {
+    const char *op = "mark_seen";
+    if (T < 0 || vocab < 1)
+        return lpo_errorf(LPO_E_INVALID, "%s: %lld tokens, vocab %lld", op, (long long)T, (long long)vocab);
+    if (T == 0) return LPO_OK;
+    mark_seen_kernel<<<(unsigned)((T + 255) / 256), 256, 0, stream>>>(seen, (vocab + 31) / 32, tok_slot,
+                                                                      tokens, T, vocab);
+    LPO_CU_LAUNCHED(op);
+    return LPO_OK;
+}

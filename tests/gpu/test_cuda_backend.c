@@ -1,0 +1,225 @@
+/* GPU test (label "gpu"): the CUDA backend (src/engine/cuda/cuda_backend.c) against the CPU reference.
+ *   1. the op checker (lpo_opcheck_run) on every op kind the backend supports, in f32, bf16 and f16, at the
+ *      op shapes of two small architectures (GQA, q/k norm, biases, sliding window, GeGLU, untied head;
+ *      head_dim 64 and 128) and of their decode lists;
+ *   2. whole steps of a synthetic model: a packed prefill of two sequences then a chained decode step, the
+ *      CPU backend (f32) vs the CUDA backend in f32 (logits within 1e-4 of the largest logit, the same
+ *      greedy and sampled ids) and in bf16 (within 3e-2; ids reported).
+ * Prints SKIP and exits 77 without a GPU. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lpo/backend.h"
+#include "lpo/opcheck.h"
+#include "test_support.h"
+
+#ifdef LPO_HAVE_CUDA_BACKEND
+static const lpo_backend_iface *cuda_iface(void) {
+    return lpo_backend_cuda();
+}
+#else
+const lpo_backend_iface *lpo__backend_cuda_unregistered(void); /* cuda_backend.c, until it is registered */
+static const lpo_backend_iface *cuda_iface(void) {
+    return lpo__backend_cuda_unregistered();
+}
+#endif
+
+static lpo_model_spec small_spec(int variant) {
+    lpo_model_spec s;
+    memset(&s, 0, sizeof s);
+    s.arch = variant ? LPO_ARCH_QWEN3 : LPO_ARCH_LLAMA;
+    snprintf(s.name, sizeof s.name, "cuda-test-%d", variant);
+    s.vocab_size = variant ? 1003 : 512;
+    s.hidden_size = 256;
+    s.n_layers = 2;
+    s.n_heads = variant ? 8 : 4;
+    s.n_kv_heads = variant ? 1 : 2;
+    s.head_dim = variant ? 128 : 64;
+    s.intermediate_size = variant ? 200 : 384;
+    s.max_positions = 256;
+    s.norm_eps = 1e-6f;
+    s.rope.theta = 10000.0;
+    s.tied_embeddings = !variant;
+    s.qk_norm = variant;
+    s.qkv_bias = variant;
+    s.act = variant ? LPO_ACT_GELU_TANH : LPO_ACT_SILU;
+    s.sliding_window = variant ? 7 : 0;
+    s.dtype = LPO_DT_BF16;
+    s.bos_id = -1;
+    return s;
+}
+
+/* ---- 1. the op checker ----------------------------------------------------------------------------------
+ */
+static void test_opcheck(void **state) {
+    (void)state;
+    const lpo_backend_iface *be = cuda_iface();
+    void *ctx = NULL;
+    const lpo_backend_init op_only = {.max_seqs = 1, .dtype = LPO_DT_F32};
+    int failures = 0, checked = 0, skipped = 0;
+    for (int variant = 0; variant < 2; variant++) {
+        const lpo_model_spec s = small_spec(variant);
+        lpo_opcheck_cases c;
+        assert_int_equal(lpo_opcheck_cases_build(&s, 9 + variant * 4, 20, 3, &c), LPO_OK);
+        const lpo_dtype dts[3] = {LPO_DT_F32, LPO_DT_BF16, LPO_DT_F16};
+        for (int d = 0; d < 3; d++) {
+            lpo_backend_init in = op_only;
+            in.dtype = dts[d];
+            if (be->init(&in, &ctx) != LPO_OK) fail_msg("cuda init: %s", lpo_last_error());
+            for (size_t i = 0; i < c.n; i++) {
+                if (!be->supports_op(ctx, c.ops[i])) {
+                    printf("  %-5s %-28s unsupported\n", lpo_dtype_name(dts[d]), c.ops[i]->name);
+                    skipped++;
+                    continue;
+                }
+                lpo_opcheck_result r;
+                lpo_status st = lpo_opcheck_run(be, ctx, dts[d], c.ops[i], 7 + i, &r);
+                checked++;
+                const int bad = st != LPO_OK || !r.passed;
+                failures += bad;
+                printf("  %-5s %-28s %-8s %-34s max err %.2e viol %.2f nmse %.2e%s%s%s\n",
+                       lpo_dtype_name(dts[d]), c.ops[i]->name, r.kind ? r.kind : "", r.shape, r.max_abs_err,
+                       r.max_rel_viol, r.nmse, bad ? "  FAIL " : "",
+                       bad ? (st ? lpo_last_error() : r.msg) : "", "");
+            }
+            be->free(ctx);
+        }
+        lpo_opcheck_cases_free(&c);
+    }
+    printf("op checker: %d checks, %d failed, %d unsupported\n", checked, failures, skipped);
+    assert_int_equal(failures, 0);
+}
+
+/* ---- 2. whole steps --------------------------------------------------------------------------------------
+ */
+static lpo_status model_view(void *ud, const char *name, lpo_weight_view *out) {
+    return lpo_model_weight_view(ud, name, out);
+}
+
+typedef struct {
+    const lpo_backend_iface *be;
+    void *ctx;
+    lpo_oplist list;
+    lpo_plan plan;
+} runner;
+
+static void runner_open(runner *r, const lpo_backend_iface *be, const lpo_model *m, lpo_dtype dt) {
+    memset(r, 0, sizeof *r);
+    r->be = be;
+    const lpo_weight_source ws = {(void *)m, model_view};
+    const lpo_backend_init in = {.spec = lpo_model_get_spec(m),
+                                 .weights = &ws,
+                                 .max_seqs = 4,
+                                 .max_context = 64,
+                                 .max_step_tokens = 32,
+                                 .n_threads = 2,
+                                 .dtype = dt,
+                                 .exec = LPO_EXEC_EAGER,
+                                 .fusion = 1};
+    if (be->init(&in, &r->ctx) != LPO_OK) fail_msg("%s init: %s", be->name, lpo_last_error());
+}
+
+/* One step of n sequences (slots 0..n-1, n_past, n_new, host tokens or chained): logits [n, V] and ids. */
+static void runner_step(runner *r, const lpo_model_spec *s, int n, const int64_t *past, const int64_t *nnew,
+                        const int32_t *tokens, float *logits, int32_t *ids) {
+    const lpo_step step = {n, past, nnew, 0, 1};
+    lpo_oplist_opts o = {LPO_DT_F32, LPO_DT_F32, NULL};
+    if (lpo_oplist_build(s, &step, &o, &r->list) != LPO_OK) fail_msg("oplist: %s", lpo_last_error());
+    if (r->be->plan) {
+        if (r->be->plan(r->ctx, &r->list, &r->plan) != LPO_OK) fail_msg("plan: %s", lpo_last_error());
+    } else {
+        assert_int_equal(lpo_plan_unfused(&r->list, &r->plan), LPO_OK);
+    }
+    int slots[4], tok_slot[64];
+    int64_t tok_pos[64], T = 0;
+    for (int i = 0; i < n; i++) {
+        slots[i] = i;
+        for (int64_t j = 0; j < nnew[i]; j++, T++) tok_slot[T] = i, tok_pos[T] = past[i] + j;
+    }
+    int32_t ts[64];
+    for (int64_t t = 0; t < T; t++) ts[t] = tok_slot[t];
+    const lpo_step_data d = {n, slots, past, nnew, tokens, ts, tok_pos, NULL};
+    lpo_step_out out = {logits, ids};
+    if (r->be->forward(r->ctx, &r->list, &r->plan, &d, &out) != LPO_OK)
+        fail_msg("%s forward: %s", r->be->name, lpo_last_error());
+}
+
+static void runner_close(runner *r) {
+    r->be->free(r->ctx);
+    lpo_oplist_free(&r->list);
+    lpo_plan_free(&r->plan);
+}
+
+/* max |a - b| over the rows, relative to the largest |b| */
+static double rel_diff(const float *a, const float *b, int64_t n) {
+    double md = 0, mb = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double d = fabs((double)a[i] - b[i]);
+        if (!(d <= md)) md = d; /* NaN propagates as a failure */
+        if (fabs((double)b[i]) > mb) mb = fabs((double)b[i]);
+    }
+    return mb > 0 ? md / mb : md;
+}
+
+static void test_steps(void **state) {
+    (void)state;
+    for (int variant = 0; variant < 2; variant++) {
+        const lpo_model_spec s = small_spec(variant);
+        lpo_model *m = NULL;
+        if (lpo_model_open_synthetic(&s, 1234 + variant, &m) != LPO_OK)
+            fail_msg("model: %s", lpo_last_error());
+        const int64_t V = s.vocab_size;
+        const lpo_dtype dts[2] = {LPO_DT_F32, LPO_DT_BF16};
+        runner cpu;
+        runner_open(&cpu, lpo_backend_cpu(), m, LPO_DT_F32);
+        float *ref = malloc((size_t)(2 * V) * sizeof(float)), *got = malloc((size_t)(2 * V) * sizeof(float));
+        float *ref2 = malloc((size_t)(2 * V) * sizeof(float));
+        int32_t ref_ids[2], ref_ids2[2], ids[2];
+        int32_t prompt[14];
+        for (int i = 0; i < 14; i++) prompt[i] = (int32_t)((i * 37 + 11) % V);
+        const int64_t past0[2] = {0, 0}, new0[2] = {5, 9}, past1[2] = {5, 9}, new1[2] = {1, 1};
+        const lpo_sampling samp = {0.8, 20, 0.9, 1.2, 99};
+        cpu.be->set_sampling(cpu.ctx, 1, &samp, 5); /* slot 0 greedy, slot 1 sampled */
+        runner_step(&cpu, &s, 2, past0, new0, prompt, ref, ref_ids);
+        runner_step(&cpu, &s, 2, past1, new1, NULL, ref2, ref_ids2);
+        for (int d = 0; d < 2; d++) {
+            runner gpu;
+            runner_open(&gpu, cuda_iface(), m, dts[d]);
+            gpu.be->set_sampling(gpu.ctx, 1, &samp, 5);
+            runner_step(&gpu, &s, 2, past0, new0, prompt, got, ids);
+            const double e1 = rel_diff(got, ref, 2 * V);
+            const int same1 = ids[0] == ref_ids[0] && ids[1] == ref_ids[1];
+            runner_step(&gpu, &s, 2, past1, new1, NULL, got, ids); /* chained: tokens from the last draw */
+            const double e2 = rel_diff(got, ref2, 2 * V);
+            const int same2 = ids[0] == ref_ids2[0] && ids[1] == ref_ids2[1];
+            const double tol = dts[d] == LPO_DT_F32 ? 1e-4 : 3e-2;
+            printf("  %s %s: prefill logits max diff %.2e of the max, ids %s; chained decode %.2e, ids %s\n",
+                   s.name, lpo_dtype_name(dts[d]), e1, same1 ? "same" : "DIFFER", e2,
+                   same2 ? "same" : "DIFFER");
+            assert_true(e1 <= tol && e2 <= tol);
+            if (dts[d] == LPO_DT_F32) assert_true(same1 && same2);
+            runner_close(&gpu);
+        }
+        runner_close(&cpu);
+        free(ref);
+        free(ref2);
+        free(got);
+        lpo_model_close(m);
+    }
+}
+
+int main(void) {
+    lpo_test_require_gpu();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_opcheck),
+        cmocka_unit_test(test_steps),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
