@@ -380,6 +380,16 @@ void lpo_pf_write_report(const lpo_pf_result *r, const lpo_an_static *st, const 
            "engine's dtypes (docs/analysis.md); MFU against the compute roof of that dtype, MBU against the "
            "memory bandwidth; floor = the roofline lower bound summed op by op.\n\n");
     md_phases(o, r);
+    for (int p = 0; p < 2; p++)
+        if (r->phase[p].time_s > 0 && r->phase[p].cost.t_lower_s > r->phase[p].time_s) {
+            lpo_sb_printf(
+                o,
+                "**Warning:** %s ran faster than its roofline floor: the peaks understate this machine "
+                "(stale, or measured under load; `lpo ceilings --refresh` on an idle machine). "
+                "MFU / MBU above are relative to those peaks.\n\n",
+                phase_names[p]);
+            break;
+        }
     if (r->have_breakdown) {
         lpo_sb_puts(o, "## Operator breakdown (eager pass, exclusive group times)\n\n");
         for (int p = 0; p < 2; p++) {
@@ -496,9 +506,17 @@ void lpo_pf_write_summary(const lpo_pf_result *r, const lpo_an_static *st, lpo_s
         if (peaks_known(r))
             lpo_sb_printf(o, "reading the prompt uses %.1f%% of the compute peak (MFU, prefill). ",
                           100 * r->phase[0].mfu);
-        if (r->phase[1].cost.t_lower_s > 0 && r->phase[1].time_s > 0)
-            lpo_sb_printf(o, "The hardware could generate at most %.1fx faster than measured.",
-                          r->phase[1].time_s / r->phase[1].cost.t_lower_s);
+        if (r->phase[1].cost.t_lower_s > 0 && r->phase[1].time_s > 0) {
+            const double x = r->phase[1].time_s / r->phase[1].cost.t_lower_s;
+            if (x >= 1)
+                lpo_sb_printf(o, "The hardware could generate at most %.1fx faster than measured.", x);
+            else /* faster than the roofline allows: the peaks understate this machine */
+                lpo_sb_printf(o,
+                              "Generation ran %.1fx faster than the peaks allow: they understate this "
+                              "machine (stale or taken under load; re-measure with `lpo ceilings --refresh` "
+                              "on an idle machine), so these percentages are not meaningful.",
+                              1 / x);
+        }
         lpo_sb_printf(o, " (Peaks: %s.)\n",
                       r->peaks.source == LPO_AN_PEAKS_MEASURED ? "measured on this machine"
                                                                : "spec sheet, dense");
