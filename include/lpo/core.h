@@ -94,6 +94,12 @@ void *lpo_xrealloc_array(void *p, size_t n, size_t size, const char *what);
  * Returns arr (possibly moved); *cap updated. Idiom: a = lpo_xgrow(a, &cap, n + 1, sizeof *a, "what"). */
 void *lpo_xgrow(void *arr, size_t *cap, size_t need, size_t elem, const char *what);
 
+/* ---- numbers ------------------------------------------------------------------------------------------ */
+/* The one checked double -> integer conversion (a cast of a double outside the integer's range is
+ * undefined behaviour): 1 and *out = v when v is an integer in [lo, hi]; 0 for NaN, infinities, fractions
+ * and values out of range (*out untouched). */
+int lpo_double_to_i64(double v, int64_t lo, int64_t hi, int64_t *out);
+
 /* ---- arena: one block, bump allocation, freed at once ----------------------------------------------- */
 typedef struct {
     uint8_t *base;

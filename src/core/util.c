@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -377,6 +378,17 @@ void *lpo_xgrow(void *arr, size_t *cap, size_t need, size_t elem, const char *wh
     arr = lpo_xrealloc_array(arr, c, elem, what);
     *cap = c;
     return arr;
+}
+
+/* ---- numbers
+ * ------------------------------------------------------------------------------------------------ */
+int lpo_double_to_i64(double v, int64_t lo, int64_t hi, int64_t *out) {
+    /* [-2^63, 2^63): every double there converts; 2^63 itself (== (double)INT64_MAX) does not */
+    if (!(v >= -9223372036854775808.0 && v < 9223372036854775808.0) || v != floor(v)) return 0;
+    int64_t i = (int64_t)v;
+    if (i < lo || i > hi) return 0;
+    *out = i;
+    return 1;
 }
 
 /* ---- arena -------------------------------------------------------------------------------------------- */

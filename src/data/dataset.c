@@ -214,10 +214,10 @@ static const char *parse_record(const cJSON *o, size_t index, lpo_sample *s) {
         if (!(s->tokens = malloc((size_t)n * sizeof *s->tokens))) return "out of memory";
         const cJSON *t;
         cJSON_ArrayForEach(t, toks) {
-            if (!cJSON_IsNumber(t) || t->valuedouble < 0 || t->valuedouble > 2147483647.0 ||
-                t->valuedouble != (double)(int64_t)t->valuedouble)
+            int64_t v;
+            if (!cJSON_IsNumber(t) || !lpo_double_to_i64(t->valuedouble, 0, INT32_MAX, &v))
                 return "\"tokens\" holds something other than non-negative integer ids";
-            s->tokens[s->n_tokens++] = (int32_t)t->valuedouble;
+            s->tokens[s->n_tokens++] = (int32_t)v;
         }
     } else {
         return "no prompt: expected \"prompt\" (or \"text\", \"input\"), \"tokens\", \"messages\" with a "
@@ -226,11 +226,13 @@ static const char *parse_record(const cJSON *o, size_t index, lpo_sample *s) {
     }
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "id");
     char buf[64];
+    int64_t iv;
     if (cJSON_IsString(id)) {
         s->id = lpo_strdup(id->valuestring);
     } else {
-        if (cJSON_IsNumber(id) && fabs(id->valuedouble) < 9e15 && id->valuedouble == floor(id->valuedouble))
-            snprintf(buf, sizeof buf, "%lld", (long long)id->valuedouble);
+        if (cJSON_IsNumber(id) &&
+            lpo_double_to_i64(id->valuedouble, -(INT64_C(1) << 53), INT64_C(1) << 53, &iv))
+            snprintf(buf, sizeof buf, "%lld", (long long)iv);
         else if (cJSON_IsNumber(id)) /* not an integer a long long holds exactly */
             snprintf(buf, sizeof buf, "%.17g", id->valuedouble);
         else

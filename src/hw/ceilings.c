@@ -161,6 +161,12 @@ static double get_num(const cJSON *o, const char *key, double def) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     return cJSON_IsNumber(v) ? v->valuedouble : def;
 }
+/* An integer field in [0, hi]: def when absent or not such an integer (a cast of 1e300 would be undefined
+ * behaviour). */
+static int64_t get_int(const cJSON *o, const char *key, int64_t hi, int64_t def) {
+    int64_t i;
+    return lpo_double_to_i64(get_num(o, key, (double)def), 0, hi, &i) ? i : def;
+}
 
 lpo_status lpo_ceilings_load(const char *path, lpo_ceilings *c) {
     lpo_ceilings_init(c);
@@ -175,7 +181,7 @@ lpo_status lpo_ceilings_load(const char *path, lpo_ceilings *c) {
         cJSON_Delete(root);
         return lpo_errorf(LPO_E_FORMAT, "%s: not a ceilings JSON object; run `lpo ceilings --refresh`", path);
     }
-    int version = (int)get_num(root, "version", -1);
+    int version = (int)get_int(root, "version", INT32_MAX, -1);
     if (version != LPO_CEILINGS_VERSION) {
         cJSON_Delete(root);
         return lpo_errorf(LPO_E_FORMAT,
@@ -189,11 +195,11 @@ lpo_status lpo_ceilings_load(const char *path, lpo_ceilings *c) {
     get_str(root, "when", c->when, sizeof c->when);
     get_str(root, "commit", c->commit, sizeof c->commit);
     get_str(root, "build_type", c->build_type, sizeof c->build_type);
-    c->cc_major = (int)get_num(root, "cc_major", 0);
-    c->cc_minor = (int)get_num(root, "cc_minor", 0);
-    c->sm_count = (int)get_num(root, "sm_count", 0);
-    c->l2_bytes = (uint64_t)get_num(root, "l2_bytes", 0);
-    c->mem_bytes = (uint64_t)get_num(root, "mem_bytes", 0);
+    c->cc_major = (int)get_int(root, "cc_major", INT32_MAX, 0);
+    c->cc_minor = (int)get_int(root, "cc_minor", INT32_MAX, 0);
+    c->sm_count = (int)get_int(root, "sm_count", INT32_MAX, 0);
+    c->l2_bytes = (uint64_t)get_int(root, "l2_bytes", INT64_MAX, 0);
+    c->mem_bytes = (uint64_t)get_int(root, "mem_bytes", INT64_MAX, 0);
     c->total_seconds = get_num(root, "total_seconds", 0);
     const cJSON *metrics = cJSON_GetObjectItemCaseSensitive(root, "metrics");
     // each known metric present in the file
@@ -211,8 +217,8 @@ lpo_status lpo_ceilings_load(const char *path, lpo_ceilings *c) {
         get_str(e, "detail", c->m[i].detail, sizeof c->m[i].detail);
         const cJSON *nv = cJSON_GetObjectItemCaseSensitive(e, "nvml");
         lpo_nvml_summary *s = &c->m[i].nvml;
-        if (cJSON_IsObject(nv) && get_num(nv, "n", 0) > 0) {
-            s->n = (size_t)get_num(nv, "n", 0);
+        if (cJSON_IsObject(nv) && get_int(nv, "n", INT64_MAX, 0) > 0) {
+            s->n = (size_t)get_int(nv, "n", INT64_MAX, 0);
             s->seconds = get_num(nv, "seconds", 0);
             s->sm_mhz_avg = get_num(nv, "sm_mhz_avg", -1);
             s->sm_mhz_min = get_num(nv, "sm_mhz_min", -1);

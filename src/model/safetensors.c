@@ -30,10 +30,9 @@ void lpo_st_header_free(lpo_st_header *h) {
 
 /* Reads a JSON number that must be a non-negative integer below 2^53 (exact in a double). */
 static int json_u64(const cJSON *v, uint64_t *out) {
-    if (!cJSON_IsNumber(v)) return 0;
-    double d = v->valuedouble;
-    if (!(d >= 0) || d > 9007199254740992.0 || d != floor(d)) return 0;
-    *out = (uint64_t)d;
+    int64_t i;
+    if (!cJSON_IsNumber(v) || !lpo_double_to_i64(v->valuedouble, 0, INT64_C(1) << 53, &i)) return 0;
+    *out = (uint64_t)i;
     return 1;
 }
 

@@ -133,11 +133,12 @@ typedef struct {
 static int64_t j_int(json_ctx *c, const cJSON *o, const char *key, int64_t def) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!v || cJSON_IsNull(v)) return def;
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || fabs(v->valuedouble) > 9e15) {
+    int64_t i;
+    if (!cJSON_IsNumber(v) || !lpo_double_to_i64(v->valuedouble, -(INT64_C(9) << 50), INT64_C(9) << 50, &i)) {
         if (c->st == LPO_OK) c->st = lpo_errorf(LPO_E_FORMAT, "%s: '%s' must be an integer", c->origin, key);
         return def;
     }
-    return (int64_t)v->valuedouble;
+    return i;
 }
 
 static double j_num(json_ctx *c, const cJSON *o, const char *key, double def) {
@@ -206,8 +207,8 @@ static void parse_rope(json_ctx *c, const cJSON *root, lpo_model_spec *s) {
 /* A token id of config.json / generation_config.json: an integer in [lo, INT32_MAX], checked before it
  * is narrowed (4294967298 was undefined behaviour, 2.9 became 2, "2" was dropped). */
 static int j_token_id(json_ctx *c, const cJSON *v, const char *key, int32_t lo, int32_t *out) {
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < lo ||
-        v->valuedouble > INT32_MAX) {
+    int64_t i;
+    if (!cJSON_IsNumber(v) || !lpo_double_to_i64(v->valuedouble, lo, INT32_MAX, &i)) {
         if (c->st == LPO_OK) {
             char *text = cJSON_PrintUnformatted(v);
             c->st = lpo_errorf(LPO_E_FORMAT, "%s: '%s' holds %.40s, not a token id (an integer in %d..%d)",
@@ -216,7 +217,7 @@ static int j_token_id(json_ctx *c, const cJSON *v, const char *key, int32_t lo, 
         }
         return 0;
     }
-    *out = (int32_t)v->valuedouble;
+    *out = (int32_t)i;
     return 1;
 }
 

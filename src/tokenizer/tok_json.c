@@ -26,11 +26,7 @@ static int jbool(const cJSON *o, const char *key, int dflt) {
     return cJSON_IsBool(v) ? cJSON_IsTrue(v) : dflt;
 }
 static int jint(const cJSON *v, int64_t lo, int64_t hi, int64_t *out) {
-    if (!cJSON_IsNumber(v)) return 0;
-    double d = v->valuedouble;
-    if (!(d >= (double)lo && d <= (double)hi) || floor(d) != d) return 0;
-    *out = (int64_t)d;
-    return 1;
+    return cJSON_IsNumber(v) && lpo_double_to_i64(v->valuedouble, lo, hi, out);
 }
 
 /* ---- normalizer --------------------------------------------------------------------------------------- */

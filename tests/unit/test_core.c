@@ -311,6 +311,25 @@ static void test_checked_alloc(void **state) {
     assert_null(lpo_strdup(NULL));
 }
 
+/* The one checked double -> integer conversion (issue 14: float->int overflow is undefined behaviour). */
+static void test_double_to_int(void **state) {
+    (void)state;
+    int64_t v = 7;
+    assert_true(lpo_double_to_i64(42.0, 0, 100, &v) && v == 42);
+    assert_true(lpo_double_to_i64(-9223372036854775808.0, INT64_MIN, INT64_MAX, &v) && v == INT64_MIN);
+    assert_true(
+        lpo_double_to_i64(9223372036854774784.0, 0, INT64_MAX, &v)); /* the largest double below 2^63 */
+    v = 7;
+    assert_false(lpo_double_to_i64(9223372036854775808.0, 0, INT64_MAX, &v)); /* 2^63 == (double)INT64_MAX */
+    assert_false(lpo_double_to_i64(4294967298.0, 0, INT32_MAX, &v));
+    assert_false(lpo_double_to_i64(2.9, 0, 100, &v));
+    assert_false(lpo_double_to_i64(-1.0, 0, 100, &v));
+    assert_false(lpo_double_to_i64(NAN, 0, 100, &v));
+    assert_false(lpo_double_to_i64(INFINITY, 0, INT64_MAX, &v));
+    assert_false(lpo_double_to_i64(1e300, INT64_MIN, INT64_MAX, &v));
+    assert_int_equal(v, 7); /* untouched on failure */
+}
+
 static void test_mem_check(void **state) {
     (void)state;
     assert_int_equal(lpo_mem_check(4096, "small"), LPO_OK);
@@ -378,6 +397,7 @@ int main(void) {
         cmocka_unit_test(test_fifo_files),
         cmocka_unit_test(test_write_record),
         cmocka_unit_test(test_checked_alloc),
+        cmocka_unit_test(test_double_to_int),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

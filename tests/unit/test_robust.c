@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "lpo/ceilings.h"
 #include "lpo/core.h"
 #include "lpo/model.h"
 #include "test_support.h"
@@ -289,6 +290,30 @@ static void test_leniency_refused(void **state) {
            NULL);
 }
 
+/* The fresh look for finding 9's class (float -> int casts of untrusted numbers): a ceilings cache file with
+ * huge numbers loads without undefined behaviour (clang's UBSan checks it in make asan-clang). */
+static void test_ceilings_cache_numbers(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir(), path[4300];
+    snprintf(path, sizeof path, "%s/c.json", dir);
+    const char *v = "{\"version\": 1e300}";
+    assert_int_equal(lpo_write_file(path, v, strlen(v)), LPO_OK);
+    lpo_ceilings c;
+    assert_int_equal(lpo_ceilings_load(path, &c), LPO_E_FORMAT);
+    assert_non_null(strstr(lpo_last_error(), "format version -1"));
+    const char *big =
+        "{\"version\": 1, \"sm_count\": 1e300, \"l2_bytes\": 1.8446744073709552e19, "
+        "\"cc_major\": -3, \"metrics\": {\"dram_read\": {\"value\": 3000, \"nvml\": {\"n\": 1e300}}}}";
+    assert_int_equal(lpo_write_file(path, big, strlen(big)), LPO_OK);
+    assert_int_equal(lpo_ceilings_load(path, &c), LPO_OK);
+    assert_int_equal(c.sm_count, 0);
+    assert_int_equal(c.l2_bytes, 0);
+    assert_int_equal(c.cc_major, 0);
+    unlink(path);
+    rmdir(dir);
+    free(dir);
+}
+
 /* Finding 12: the CLI's out-of-memory handler says what was being allocated and exits 1 (never abort). */
 static void test_cli_out_of_memory(void **state) {
     (void)state;
@@ -321,7 +346,7 @@ int main(void) {
         cmocka_unit_test(test_logits_through_link), cmocka_unit_test(test_stdout_write_errors),
         cmocka_unit_test(test_cli_out_of_memory),   cmocka_unit_test(test_generation_config),
         cmocka_unit_test(test_fifo_inputs),         cmocka_unit_test(test_jsonl_lines),
-        cmocka_unit_test(test_leniency_refused),
+        cmocka_unit_test(test_leniency_refused),    cmocka_unit_test(test_ceilings_cache_numbers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
