@@ -9,22 +9,6 @@
 #include "hw/cuda_check.h"
 #include "hw/gpu_fill.h"
 
-__host__ __device__ static inline uint64_t mix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
-__host__ __device__ static inline float hash_uniform(uint64_t seed, size_t i, float lo, float hi) {
-    float u = (float)(mix64(seed * 0x2545f4914f6cdd1dull + (uint64_t)i) >> 40) * (1.0f / 16777216.0f);
-#ifdef __CUDA_ARCH__
-    return __fadd_rn(lo, __fmul_rn(hi - lo, u)); /* no FMA contraction: the host computes the same float */
-#else
-    return lo + (hi - lo) * u;
-#endif
-}
-
 template <typename T> __device__ static inline T convert(float v);
 template <> __device__ inline float convert<float>(float v) {
     return v;
@@ -48,16 +32,7 @@ template <> __device__ inline int32_t convert<int32_t>(float v) {
 // p (n,) <- random, grid-stride
 template <typename T> __global__ static void fill_kernel(T *p, size_t n, uint64_t seed, float lo, float hi) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        p[i] = convert<T>(hash_uniform(seed, i, lo, hi));
-}
-
-extern "C" size_t lpo__elem_size(lpo__elem t) {
-    static const size_t sz[] = {4, 2, 2, 1, 1, 4};
-    return sz[t];
-}
-
-extern "C" float lpo__fill_value(uint64_t seed, size_t i, float lo, float hi) {
-    return hash_uniform(seed, i, lo, hi);
+        p[i] = convert<T>(lpo__fill_hash(seed, i, lo, hi));
 }
 
 template <typename T>

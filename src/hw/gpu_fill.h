@@ -1,6 +1,7 @@
 /* Random device data for benchmarks and kernel checks: a counter-based hash of (seed, index) mapped to
  * uniform values in [lo, hi), rounded to the element type. Never zeros or constants (they run faster and
- * hide unwritten outputs). Implemented in gpu_fill.cu; launchers take a stream, never synchronise. */
+ * hide unwritten outputs). The launchers live in gpu_fill.cu (they take a stream, never synchronise); the
+ * host functions that CPU-only builds need too (element sizes, the hash) in gpu_fill_host.c. */
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -12,6 +13,18 @@ extern "C" {
 #ifdef __cplusplus
 }
 #endif
+#include "model/synth.h" /* LPO_HD, lpo_synth_mix (splitmix64) */
+
+/* The fill's value of element i: uniform in [lo, hi) from 24 bits of splitmix64(seed * K + i); the same
+ * float on host and device (the device rounds each step: no FMA contraction). */
+LPO_HD float lpo__fill_hash(uint64_t seed, size_t i, float lo, float hi) {
+    float u = (float)(lpo_synth_mix(seed * 0x2545f4914f6cdd1dull + (uint64_t)i) >> 40) * (1.0f / 16777216.0f);
+#ifdef __CUDA_ARCH__
+    return __fadd_rn(lo, __fmul_rn(hi - lo, u));
+#else
+    return lo + (hi - lo) * u;
+#endif
+}
 
 typedef enum { LPO__EL_F32, LPO__EL_F16, LPO__EL_BF16, LPO__EL_FP8E4M3, LPO__EL_I8, LPO__EL_I32 } lpo__elem;
 
