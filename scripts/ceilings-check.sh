@@ -35,7 +35,7 @@ for i in 1 2; do
 done
 (cd build-gpu && timeout 200 ctest -L gpu --output-on-failure) >"$out/ctest-gpu.log" 2>&1
 echo "ctest -L gpu: exit $? ($(grep -E 'tests passed|tests failed' "$out/ctest-gpu.log"))"
-k="$lpo kbench backend=cuda"
+k="$lpo kbench backend=cuda profiling.timeout_s=5"
 $k kbench.case=gemm kbench.dtype=bf16 kbench.m=8192 kbench.n=8192 kbench.k=8192 output.dir="$out/kb-gemm" \
   >"$out/kb-gemm.md" 2>&1; echo "kbench gemm 8192^3: exit $?"
 for i in 1 2; do
