@@ -2,7 +2,8 @@
  * when to stop sampling. Used by `lpo kbench`, `lpo bench`, `lpo profile` and `lpo trace`.
  *
  * The protocol: warm-up iterations (untimed), then timed samples until
- *   - at least min_samples samples were KEPT, and their summed time is >= min_time_s, and the relative
+ *   - at least min_samples samples were KEPT, and their summed duration (the timed work of each sample:
+ *     repetitions x seconds per repetition) is >= min_time_s, and the relative
  *     standard deviation (stdev / mean of the kept samples) is <= max_rel_stdev  -> converged; or
  *   - timeout_s of wall time passed since the first sample, or max_samples samples were taken
  *     -> stopped, converged only if the stdev rule holds (reported as "not converged" otherwise).
@@ -65,6 +66,9 @@ void lpo_measure_free(lpo_measure *m);
 /* Adds one timed sample (seconds) taken at SM clock sm_clock_mhz (<= 0: unknown, never dropped).
  * Returns 1 when sampling should stop (see the header comment), 0 to take another. */
 int lpo_measure_add(lpo_measure *m, double seconds, double sm_clock_mhz);
+/* The same for a sample that timed `reps` repetitions: seconds is per repetition (what the statistics are
+ * over), seconds * reps is the sample's duration (what min_time_s counts). */
+int lpo_measure_add_reps(lpo_measure *m, double seconds, int reps, double sm_clock_mhz);
 /* 1 once lpo_measure_add returned 1. */
 int lpo_measure_done(const lpo_measure *m);
 /* Kept raw samples in order taken (valid until the next add or free). */
@@ -74,8 +78,9 @@ const double *lpo_measure_samples(const lpo_measure *m, size_t *n);
 lpo_status lpo_measure_stats(const lpo_measure *m, lpo_stats *out);
 
 /* One sample of a measured thing: run it (after whatever per-sample preparation, e.g. an L2 flush) and
- * return its time in seconds and the SM clock seen (<= 0 when unknown). */
-typedef lpo_status (*lpo_sample_fn)(void *ctx, double *seconds, double *sm_clock_mhz);
+ * return its time in seconds per repetition, the repetitions it timed (*reps is 1 on entry) and the SM
+ * clock seen (<= 0 when unknown). */
+typedef lpo_status (*lpo_sample_fn)(void *ctx, double *seconds, int *reps, double *sm_clock_mhz);
 /* Runs the whole protocol: o->warmup calls of fn (results ignored), then samples until the stopping rule
  * says stop. *out (free with lpo_measure_free) holds the samples; errors of fn are returned as they are. */
 lpo_status lpo_measure_run(const lpo_measure_opts *o, lpo_sample_fn fn, void *ctx, lpo_measure **out);

@@ -248,11 +248,11 @@ static lpo_status rope_plan(kb_case *c) {
              (long long)nh, (long long)nkv, (long long)hd);
     snprintf(c->variant, sizeof c->variant, "%s",
              c->cuda ? "lpo kbench kernel" : "C reference (lpo_cpu_rope)");
-    if (!c->cuda) c->priv = malloc((size_t)m * sizeof(int64_t));
-    return c->cuda || c->priv ? LPO_OK : lpo_errorf(LPO_E_NOMEM, "out of memory");
+    c->scratch = malloc((size_t)m * sizeof(int64_t));
+    return c->scratch ? LPO_OK : lpo_errorf(LPO_E_NOMEM, "out of memory");
 }
 static void rope_cpu(kb_case *c) {
-    int64_t *pos = c->priv;
+    int64_t *pos = c->scratch;
     for (int64_t t = 0; t < c->p.m; t++) pos[t] = (int64_t)T_(c, 3)[t]; // positions as int64
     lpo_cpu_rope(T_(c, 0), T_(c, 1), T_(c, 2), pos, c->p.m, c->p.heads, c->p.kv_heads, c->p.head_dim, c->nt);
 }
@@ -260,11 +260,6 @@ static lpo_status rope_gpu(kb_case *c) {
     return lpo__kb_rope(c->el, c->t[0].d, c->t[1].d, c->t[2].d, c->t[3].d, c->p.m, c->p.heads, c->p.kv_heads,
                         c->p.head_dim, c->stream);
 }
-static void free_priv(kb_case *c) {
-    free(c->priv);
-    c->priv = NULL;
-}
-
 /* ---- embedding: x (m, n) = E[tokens]
  * ------------------------------------------------------------------------ */
 static lpo_status embed_plan(kb_case *c) {
@@ -281,11 +276,11 @@ static lpo_status embed_plan(kb_case *c) {
              (long long)c->p.vocab);
     snprintf(c->variant, sizeof c->variant, "%s",
              c->cuda ? "lpo kbench kernel" : "C reference (lpo_cpu_embed)");
-    if (!c->cuda) c->priv = malloc((size_t)c->p.m * sizeof(int32_t));
-    return c->cuda || c->priv ? LPO_OK : lpo_errorf(LPO_E_NOMEM, "out of memory");
+    c->scratch = malloc((size_t)c->p.m * sizeof(int32_t));
+    return c->scratch ? LPO_OK : lpo_errorf(LPO_E_NOMEM, "out of memory");
 }
 static void embed_cpu(kb_case *c) {
-    int32_t *tok = c->priv;
+    int32_t *tok = c->scratch;
     for (int64_t t = 0; t < c->p.m; t++) tok[t] = (int32_t)T_(c, 0)[t]; // token ids as int32
     lpo_cpu_embed(T_(c, 2), T_(c, 1), tok, c->p.m, c->p.n);
 }
@@ -337,10 +332,10 @@ static const kb_ops case_rope = {"rope",
                                  rope_cpu,
                                  NULL,
                                  GPU(rope_gpu),
-                                 free_priv};
+                                 NULL};
 static const kb_ops case_embed = {
     "embedding", "x (m, n) = E[tokens] rows of E (vocab, n)", 0, embed_plan, embed_cpu, NULL, GPU(embed_gpu),
-    free_priv};
+    NULL};
 
 extern const kb_ops lpo__kb_case_conv2d, lpo__kb_case_lstm;
 

@@ -107,8 +107,8 @@ static lpo_status lstm_plan(kb_case *c) {
     snprintf(c->shape, sizeof c->shape, "seq=%lld batch=%lld input=%lld hidden=%lld layers=1", (long long)S,
              (long long)B, (long long)I, (long long)Hd);
     snprintf(c->variant, sizeof c->variant, "%s", c->cuda ? "cuDNN" : "C reference (kbench)");
-    if (!c->cuda) c->priv = malloc((size_t)(B * Hd * 6) * sizeof(double));
-    return c->cuda || c->priv ? LPO_OK : lpo_errorf(LPO_E_NOMEM, "out of memory");
+    c->scratch = malloc((size_t)(B * Hd * 6) * sizeof(double));
+    return c->scratch ? LPO_OK : lpo_errorf(LPO_E_NOMEM, "out of memory");
 }
 
 static double sigm(double v) {
@@ -120,7 +120,7 @@ static void lstm_cpu(kb_case *c) {
     int64_t S = p->seq, B = p->batch, I = p->input, Hd = p->hidden;
     const float *x = c->t[0].h, *W = c->t[1].h, *R = c->t[2].h, *bW = c->t[3].h, *bR = c->t[4].h;
     float *y = c->t[5].h;
-    double *h = c->priv, *cs = h + B * Hd, *g = cs + B * Hd; /* h, c (B, Hd); gates (B, 4 Hd) */
+    double *h = c->scratch, *cs = h + B * Hd, *g = cs + B * Hd; /* h, c (B, Hd); gates (B, 4 Hd) */
     memset(h, 0, (size_t)(2 * B * Hd) * sizeof(double));
     for (int64_t t = 0; t < S; t++) { // time step t: gates from x[t] and h, then c and h
 #pragma omp parallel for schedule(static) num_threads(c->nt)
@@ -146,17 +146,6 @@ static void lstm_cpu(kb_case *c) {
     }
 }
 
-static void lstm_free(kb_case *c) {
-    if (c->cuda) {
-#ifdef LPO_HAVE_CUDA
-        lpo__kb_cudnn_fini(c);
-#endif
-    } else {
-        free(c->priv);
-    }
-    c->priv = NULL;
-}
-
 #ifdef LPO_HAVE_CUDA
 #define GPU(fn) fn
 #else
@@ -178,4 +167,4 @@ const kb_ops lpo__kb_case_lstm = {"lstm",
                                   lstm_cpu,
                                   GPU(lpo__kb_lstm_init),
                                   GPU(lpo__kb_lstm_run),
-                                  lstm_free};
+                                  GPU(lpo__kb_cudnn_fini)};

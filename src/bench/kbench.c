@@ -23,8 +23,10 @@
 #include <omp.h>
 #endif
 
-#define GPU_SAMPLE_S 1e-3 /* hot mode: repetitions per sample so that a sample lasts about this long */
-#define CPU_SAMPLE_S 1e-2
+/* hot mode: repetitions per sample so that a sample lasts about this long; long enough that a GPU under
+ * its power cap is measured at its sustained clock (as `lpo ceilings` measures), not between bursts */
+#define GPU_SAMPLE_S 0.05
+#define CPU_SAMPLE_S 0.02
 #define MAX_REPS     100000
 
 static const lpo_field fields[] = {
@@ -238,13 +240,14 @@ typedef struct {
     unsigned n_samples;
 } timer;
 
-static lpo_status cpu_sample(void *p, double *sec, double *clk) {
+static lpo_status cpu_sample(void *p, double *sec, int *reps, double *clk) {
     timer *tm = p;
     if (tm->cold) memset(tm->flush, (int)(tm->n_samples & 0xff), tm->flush_bytes); /* evict the caches */
     tm->n_samples++;
     uint64_t t0 = lpo_now_ns();
     for (int r = 0; r < tm->reps; r++) tm->c->ops->cpu(tm->c);
     *sec = (double)(lpo_now_ns() - t0) * 1e-9 / tm->reps;
+    *reps = tm->reps;
     *clk = 0;
     return LPO_OK;
 }
@@ -333,7 +336,7 @@ static lpo_status gpu_setup(kb_case *c) {
     return c->ops->gpu_init ? c->ops->gpu_init(c) : LPO_OK;
 }
 
-static lpo_status gpu_sample(void *p, double *sec, double *clk) {
+static lpo_status gpu_sample(void *p, double *sec, int *reps, double *clk) {
     timer *tm = p;
     kb_case *c = tm->c;
     cudaStream_t s = c->stream;
@@ -353,6 +356,7 @@ static lpo_status gpu_sample(void *p, double *sec, double *clk) {
     float ms = 0;
     CU(cudaEventElapsedTime(&ms, tm->e0, tm->e1));
     *sec = (double)ms * 1e-3 / tm->reps;
+    *reps = tm->reps;
     *clk = 0;
     lpo_nvml_sample r;
     if (tm->nv && lpo_nvml_sampler_read(tm->nv, &r) == LPO_OK && r.sm_mhz > 0) *clk = r.sm_mhz;
@@ -514,9 +518,13 @@ static lpo_status run_case(lpo_kbench *kb, const kb_ops *ops, const kb_params *p
         if (!c.self_validated && (st = validate_gpu(&c, &max_abs))) goto done;
         /* calibration run: repetitions per sample (hot), then the timer (graph of reps runs) */
         double t1 = 0, clk;
-        if ((st = gpu_timer_init(&tm)) || (st = gpu_sample(&tm, &t1, &clk))) goto done;
+        int r1;
+        if ((st = gpu_timer_init(&tm)) || (st = gpu_sample(&tm, &t1, &r1, &clk))) goto done;
         if (!ro->mo.cold && t1 > 0) tm.reps = (int)fmin(MAX_REPS, fmax(1, ceil(GPU_SAMPLE_S / t1)));
-        if (ro->graph && (st = gpu_timer_graph(&tm))) goto done;
+        if (ro->graph) {
+            tm.reps = tm.reps < 2000 ? tm.reps : 2000; /* nodes per graph: instantiation stays cheap */
+            if ((st = gpu_timer_graph(&tm))) goto done;
+        }
         if (lpo_nvml_sampler_open(c.device, &tm.nv) == LPO_OK)
             lpo_nvml_sampler_start(tm.nv, ro->mo.nvml_sample_ms > 0 ? ro->mo.nvml_sample_ms : 100);
         else
@@ -543,6 +551,7 @@ static lpo_status run_case(lpo_kbench *kb, const kb_ops *ops, const kb_params *p
     } else {
         if ((st = validate_cpu(&c, &max_abs))) goto done;
         double t1 = 0, clk;
+        int r1;
         if (tm.cold) {
             tm.flush_bytes = (size_t)64 << 20; /* larger than the last-level caches of common CPUs */
             if (!(tm.flush = malloc(tm.flush_bytes))) {
@@ -550,7 +559,7 @@ static lpo_status run_case(lpo_kbench *kb, const kb_ops *ops, const kb_params *p
                 goto done;
             }
         }
-        if ((st = cpu_sample(&tm, &t1, &clk))) goto done;
+        if ((st = cpu_sample(&tm, &t1, &r1, &clk))) goto done;
         if (!ro->mo.cold && t1 > 0) tm.reps = (int)fmin(MAX_REPS, fmax(1, ceil(CPU_SAMPLE_S / t1)));
         st = lpo_measure_run(&ro->mo, cpu_sample, &tm, &m);
     }
@@ -576,6 +585,7 @@ done:
     if (c.cuda) gpu_timer_free(&tm);
 #endif
     if (ops->fini) ops->fini(&c);
+    free(c.scratch);
     free_tensors(&c);
 #ifdef LPO_HAVE_CUDA
     if (c.stream) cudaStreamDestroy(c.stream);

@@ -72,7 +72,9 @@ struct kb_case {
     int nt;           /* CPU threads */
     int device;
     void *stream; /* cudaStream_t */
-    void *priv;   /* case-specific state */
+    void *priv;   /* case-specific state of the backend (released by ops->fini) */
+    void *scratch; /* the CPU version's work memory (malloc'd by the plan, freed by the harness): the CPU
+                      reference runs on either backend */
     int self_validated;
     double rtol, atol; /* validation tolerance (set by the harness from el; a plan may widen it) */
 };

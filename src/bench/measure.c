@@ -132,6 +132,7 @@ struct lpo_measure {
     size_t taken, dropped;
     double ref_clock;
     double sum, mean, m2; /* Welford running mean / sum of squared deviations of kept samples */
+    double duration;      /* summed duration of the kept samples (seconds x repetitions) */
     uint64_t t0_ns;       /* host time of the first sample */
     int done, converged;
 };
@@ -155,13 +156,17 @@ void lpo_measure_free(lpo_measure *m) {
 }
 
 static int rule_holds(const lpo_measure *m) {
-    if (m->n < (size_t)m->o.min_samples || m->sum < m->o.min_time_s) return 0;
+    if (m->n < (size_t)m->o.min_samples || m->duration < m->o.min_time_s) return 0;
     double sd = m->n > 1 ? sqrt(m->m2 / (double)(m->n - 1)) : 0;
     double rel = m->mean > 0 ? sd / m->mean : 0;
     return rel <= m->o.max_rel_stdev;
 }
 
 int lpo_measure_add(lpo_measure *m, double seconds, double sm_clock_mhz) {
+    return lpo_measure_add_reps(m, seconds, 1, sm_clock_mhz);
+}
+
+int lpo_measure_add_reps(lpo_measure *m, double seconds, int reps, double sm_clock_mhz) {
     if (m->done) return 1;
     if (m->taken == 0) m->t0_ns = lpo_now_ns();
     m->taken++;
@@ -184,6 +189,7 @@ int lpo_measure_add(lpo_measure *m, double seconds, double sm_clock_mhz) {
         }
         m->x[m->n++] = seconds;
         m->sum += seconds;
+        m->duration += seconds * (reps > 0 ? reps : 1);
         double d = seconds - m->mean;
         m->mean += d / (double)m->n;
         m->m2 += d * (seconds - m->mean);
@@ -226,13 +232,15 @@ lpo_status lpo_measure_run(const lpo_measure_opts *o, lpo_sample_fn fn, void *ct
     lpo_status st = lpo_measure_new(o, &m);
     if (st) return st;
     double t, clk;
+    int reps = 1;
     // warm-up iterations, untimed
     for (int i = 0; i < o->warmup; i++)
-        if ((st = fn(ctx, &t, &clk))) goto fail;
+        if ((st = fn(ctx, &t, &reps, &clk))) goto fail;
     // timed samples until the stopping rule says stop
     do {
-        if ((st = fn(ctx, &t, &clk))) goto fail;
-    } while (!lpo_measure_add(m, t, clk));
+        reps = 1;
+        if ((st = fn(ctx, &t, &reps, &clk))) goto fail;
+    } while (!lpo_measure_add_reps(m, t, reps, clk));
     *out = m;
     return LPO_OK;
 fail:

@@ -18,6 +18,7 @@ extern "C" {
 }
 
 #define BW_THREADS 256
+#define N_VAR      5 /* access variants per kind (below) */
 #define L2_PASSES  64
 
 struct lpo__membw_bench {
@@ -26,8 +27,10 @@ struct lpo__membw_bench {
     size_t host_bytes;
     int4 *a, *b, *l2buf;
     unsigned char *host;
-    int *sink; /* 4 ints: XOR checksums */
-    int blocks;
+    int *sink;                                          /* 4 ints: XOR checksums */
+    int blocks;                                         /* the scalar reference kernel's grid */
+    int rblocks[N_VAR], wblocks[N_VAR], cblocks[N_VAR]; /* resident blocks of each variant */
+    int var[LPO__BW_COUNT];                             /* the variant kept for each kind */
     cudaStream_t s;
     cudaEvent_t e0, e1;
 };
@@ -45,19 +48,41 @@ __device__ __forceinline__ static void xor4(int4 &acc, int4 v) {
     acc.x ^= v.x, acc.y ^= v.y, acc.z ^= v.z, acc.w ^= v.w;
 }
 
+/* Access variants (each kind keeps the fastest, all validated): U 16-byte accesses in flight per thread;
+ * TILE 0: grid-stride (a thread's U accesses are a whole grid apart), TILE 1: each block walks contiguous
+ * tiles of U x blockDim vectors; hint H 0: volatile ld.global.cg + plain stores, 1: streaming
+ * ld.global.cs / st.global.cs (evict-first: the two streams of a copy do not thrash L2). */
+template <int H> __device__ __forceinline__ static int4 load(const int4 *p) {
+    if (H == 0) return ld_cg(p);
+    return __ldcs(p);
+}
+template <int H> __device__ __forceinline__ static void store(int4 *p, int4 v) {
+    if (H == 1)
+        __stcs(p, v);
+    else
+        *p = v;
+}
+
+/* first index of this thread, distance between its U accesses, step between iterations */
+#define WALK(U, TILE)                                                                                        \
+    const size_t T_ = blockDim.x, G_ = gridDim.x;                                                            \
+    const size_t first = (TILE) ? blockIdx.x * T_ * (U) + threadIdx.x : blockIdx.x * T_ + threadIdx.x;       \
+    const size_t lane = (TILE) ? T_ : G_ * T_, step = G_ * T_ * (U)
+
 // p (n,) int4 read `passes` times; XOR of everything -> out[0..4) (per component)
+template <int U, int TILE, int H>
 __global__ static void read_kernel(const int4 *p, size_t n, int passes, int *out) {
+    WALK(U, TILE);
     int4 acc = make_int4(0, 0, 0, 0);
-    size_t tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
     for (int pass = 0; pass < passes; pass++) {
-        size_t i = tid;
-        // 4 loads in flight per iteration
-        for (; i + 3 * stride < n; i += 4 * stride) {
-            int4 v0 = ld_cg(p + i), v1 = ld_cg(p + i + stride), v2 = ld_cg(p + i + 2 * stride),
-                 v3 = ld_cg(p + i + 3 * stride);
-            xor4(acc, v0), xor4(acc, v1), xor4(acc, v2), xor4(acc, v3);
+        for (size_t b = first; b < n; b += step) { // U loads in flight, then their XOR
+            int4 v[U];
+#pragma unroll
+            for (int k = 0; k < U; k++)
+                v[k] = b + k * lane < n ? load<H>(p + b + k * lane) : make_int4(0, 0, 0, 0);
+#pragma unroll
+            for (int k = 0; k < U; k++) xor4(acc, v[k]);
         }
-        for (; i < n; i += stride) xor4(acc, ld_cg(p + i));
     }
     // warp XOR-reduce, one atomic per warp and component
     for (int o = 16; o; o >>= 1) {
@@ -83,35 +108,54 @@ __device__ __forceinline__ static int4 pattern(size_t i, int seed) {
     return make_int4((int)i, (int)(i >> 32) ^ seed, seed, ~(int)i);
 }
 
-// p (n,) int4 <- pattern(i, seed), 4 stores in flight per iteration
-__global__ static void write_kernel(int4 *p, size_t n, int seed) {
-    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
-    for (; i + 3 * stride < n; i += 4 * stride) {
-        p[i] = pattern(i, seed), p[i + stride] = pattern(i + stride, seed);
-        p[i + 2 * stride] = pattern(i + 2 * stride, seed), p[i + 3 * stride] = pattern(i + 3 * stride, seed);
+// p (n,) int4 <- pattern(i, seed), U stores per iteration
+template <int U, int TILE, int H> __global__ static void write_kernel(int4 *p, size_t n, int seed) {
+    WALK(U, TILE);
+    for (size_t b = first; b < n; b += step) {
+#pragma unroll
+        for (int k = 0; k < U; k++)
+            if (b + k * lane < n) store<H>(p + b + k * lane, pattern(b + k * lane, seed));
     }
-    for (; i < n; i += stride) p[i] = pattern(i, seed);
 }
 
-// q (n,) int4 <- p (n,), 4 loads in flight before the stores
+// q (n,) int4 <- p (n,), U loads in flight before the U stores
+template <int U, int TILE, int H>
 __global__ static void copy_kernel(const int4 *__restrict__ p, int4 *__restrict__ q, size_t n) {
-    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
-    for (; i + 3 * stride < n; i += 4 * stride) {
-        int4 v0 = ld_cg(p + i), v1 = ld_cg(p + i + stride), v2 = ld_cg(p + i + 2 * stride),
-             v3 = ld_cg(p + i + 3 * stride);
-        q[i] = v0, q[i + stride] = v1, q[i + 2 * stride] = v2, q[i + 3 * stride] = v3;
+    WALK(U, TILE);
+    for (size_t b = first; b < n; b += step) {
+        int4 v[U];
+#pragma unroll
+        for (int k = 0; k < U; k++)
+            v[k] = b + k * lane < n ? load<H>(p + b + k * lane) : make_int4(0, 0, 0, 0);
+#pragma unroll
+        for (int k = 0; k < U; k++)
+            if (b + k * lane < n) store<H>(q + b + k * lane, v[k]);
     }
-    for (; i < n; i += stride) q[i] = ld_cg(p + i);
 }
 
-/* checksum of p (n int4) with the vector kernel (passes = 1) or the scalar reference */
-static lpo_status checksum(lpo__membw_bench *b, const int4 *p, size_t n, int scalar, int out[4]) {
+typedef void (*read_fn)(const int4 *, size_t, int, int *);
+typedef void (*write_fn)(int4 *, size_t, int);
+typedef void (*copy_fn)(const int4 *, int4 *, size_t);
+
+static const char *const var_names[N_VAR] = {"grid-stride x4, ld.cg", "tiles x4, ld.cg", "tiles x8, ld.cg",
+                                             "tiles x8, ld/st.cs", "grid-stride x8, ld/st.cs"};
+static const read_fn read_vars[N_VAR] = {read_kernel<4, 0, 0>, read_kernel<4, 1, 0>, read_kernel<8, 1, 0>,
+                                         read_kernel<8, 1, 1>, read_kernel<8, 0, 1>};
+static const copy_fn copy_vars[N_VAR] = {copy_kernel<4, 0, 0>, copy_kernel<4, 1, 0>, copy_kernel<8, 1, 0>,
+                                         copy_kernel<8, 1, 1>, copy_kernel<8, 0, 1>};
+static const write_fn write_vars[N_VAR] = {write_kernel<4, 0, 0>, write_kernel<4, 1, 0>,
+                                           write_kernel<8, 1, 0>, write_kernel<8, 1, 1>,
+                                           write_kernel<8, 0, 1>};
+#define N_L2_VAR 3 /* the volatile-load variants only: a pass loop must not be hoisted */
+
+/* checksum of p (n int4) with read variant v (passes = 1) or, v < 0, the scalar reference */
+static lpo_status checksum(lpo__membw_bench *b, const int4 *p, size_t n, int v, int out[4]) {
     lpo_status st = LPO_OK;
     LPO_CUDA_CHECK(cudaMemsetAsync(b->sink, 0, 4 * sizeof(int), b->s));
-    if (scalar)
+    if (v < 0)
         xor_scalar_kernel<<<b->blocks, BW_THREADS, 0, b->s>>>((const int *)p, 4 * n, b->sink);
     else
-        read_kernel<<<b->blocks, BW_THREADS, 0, b->s>>>(p, n, 1, b->sink);
+        read_vars[v]<<<b->rblocks[v], BW_THREADS, 0, b->s>>>(p, n, 1, b->sink);
     LPO_CUDA_CHECK(cudaGetLastError());
     LPO_CUDA_CHECK(cudaMemcpyAsync(out, b->sink, 4 * sizeof(int), cudaMemcpyDeviceToHost, b->s));
     LPO_CUDA_CHECK(cudaStreamSynchronize(b->s));
@@ -119,55 +163,80 @@ fail:
     return st;
 }
 
+/* one repetition of kind with variant v */
+static cudaError_t launch(lpo__membw_bench *b, lpo__bw_kind kind, int v, int r) {
+    switch (kind) {
+    case LPO__BW_READ: read_vars[v]<<<b->rblocks[v], BW_THREADS, 0, b->s>>>(b->a, b->n, 1, b->sink); break;
+    case LPO__BW_WRITE: write_vars[v]<<<b->wblocks[v], BW_THREADS, 0, b->s>>>(b->b, b->n, r); break;
+    case LPO__BW_COPY: copy_vars[v]<<<b->cblocks[v], BW_THREADS, 0, b->s>>>(b->a, b->b, b->n); break;
+    case LPO__BW_MEMCPY_D2D: return cudaMemcpyAsync(b->b, b->a, b->bytes, cudaMemcpyDeviceToDevice, b->s);
+    case LPO__BW_L2_READ:
+        read_vars[v]<<<b->rblocks[v], BW_THREADS, 0, b->s>>>(b->l2buf, b->n_l2, L2_PASSES, b->sink);
+        break;
+    case LPO__BW_H2D: return cudaMemcpyAsync(b->a, b->host, b->host_bytes, cudaMemcpyHostToDevice, b->s);
+    case LPO__BW_D2H: return cudaMemcpyAsync(b->host, b->a, b->host_bytes, cudaMemcpyDeviceToHost, b->s);
+    default: return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
 static lpo_status validate(lpo__membw_bench *b) {
     lpo_status st = LPO_OK;
-    int c1[4], c2[4];
+    int ref[4], c[4];
     int4 *h = NULL;
     const size_t nh = 65536; /* int4 read back at each end of the written buffer */
-    // read kernel vs scalar reference, on the big buffer and the L2 buffer
+    // every read variant vs the scalar reference, on the big buffer and the L2 buffer
     for (int which = 0; which < 2; which++) {
         const int4 *p = which ? b->l2buf : b->a;
         size_t n = which ? b->n_l2 : b->n;
-        if ((st = checksum(b, p, n, 0, c1)) || (st = checksum(b, p, n, 1, c2))) goto fail;
-        if (memcmp(c1, c2, sizeof c1))
-            return lpo_errorf(LPO_E_RANGE,
-                              "read kernel checksum %08x.. differs from the scalar reference %08x..",
-                              (unsigned)c1[0], (unsigned)c2[0]);
+        if ((st = checksum(b, p, n, -1, ref))) goto fail;
+        for (int v = 0; v < N_VAR; v++) {
+            if ((st = checksum(b, p, n, v, c))) goto fail;
+            if (memcmp(c, ref, sizeof c))
+                return lpo_errorf(
+                    LPO_E_RANGE, "read kernel (%s): checksum %08x.. differs from the scalar reference %08x..",
+                    var_names[v], (unsigned)c[0], (unsigned)ref[0]);
+        }
     }
-    // write kernel: the pattern at both ends of b
-    write_kernel<<<b->blocks, BW_THREADS, 0, b->s>>>(b->b, b->n, 77);
-    LPO_CUDA_CHECK(cudaGetLastError());
+    // every write variant: the pattern at both ends of b
     h = (int4 *)malloc(nh * sizeof(int4));
     if (!h) return lpo_errorf(LPO_E_NOMEM, "out of host memory");
-    for (int end = 0; end < 2; end++) {
-        size_t off = end ? b->n - nh : 0;
-        LPO_CUDA_CHECK(cudaMemcpyAsync(h, b->b + off, nh * sizeof(int4), cudaMemcpyDeviceToHost, b->s));
-        LPO_CUDA_CHECK(cudaStreamSynchronize(b->s));
-        // each read-back element against the pattern
-        for (size_t i = 0; i < nh; i++) {
-            size_t g = off + i;
-            if (h[i].x != (int)g || h[i].y != ((int)(g >> 32) ^ 77) || h[i].z != 77 || h[i].w != ~(int)g) {
-                free(h);
-                return lpo_errorf(LPO_E_RANGE, "write kernel: element %zu does not hold the written pattern",
-                                  g);
+    for (int v = 0; v < N_VAR; v++) {
+        LPO_CUDA_CHECK(cudaMemsetAsync(b->b, 0, b->bytes, b->s));
+        write_vars[v]<<<b->wblocks[v], BW_THREADS, 0, b->s>>>(b->b, b->n, 77);
+        LPO_CUDA_CHECK(cudaGetLastError());
+        for (int end = 0; end < 2; end++) {
+            size_t off = end ? b->n - nh : 0;
+            LPO_CUDA_CHECK(cudaMemcpyAsync(h, b->b + off, nh * sizeof(int4), cudaMemcpyDeviceToHost, b->s));
+            LPO_CUDA_CHECK(cudaStreamSynchronize(b->s));
+            // each read-back element against the pattern
+            for (size_t i = 0; i < nh; i++) {
+                size_t g = off + i;
+                if (h[i].x != (int)g || h[i].y != ((int)(g >> 32) ^ 77) || h[i].z != 77 ||
+                    h[i].w != ~(int)g) {
+                    free(h);
+                    return lpo_errorf(LPO_E_RANGE,
+                                      "write kernel (%s): element %zu does not hold the written pattern",
+                                      var_names[v], g);
+                }
             }
         }
     }
     free(h);
     h = NULL;
-    // copy kernel, then cudaMemcpy: b's checksum equals a's
-    if ((st = checksum(b, b->a, b->n, 0, c1))) goto fail;
-    for (int how = 0; how < 2; how++) {
+    // every copy variant, then cudaMemcpy: b's checksum equals a's
+    if ((st = checksum(b, b->a, b->n, 0, ref))) goto fail;
+    for (int v = 0; v <= N_VAR; v++) {
         LPO_CUDA_CHECK(cudaMemsetAsync(b->b, 0xab, b->bytes, b->s));
-        if (how == 0)
-            copy_kernel<<<b->blocks, BW_THREADS, 0, b->s>>>(b->a, b->b, b->n);
+        if (v < N_VAR)
+            copy_vars[v]<<<b->cblocks[v], BW_THREADS, 0, b->s>>>(b->a, b->b, b->n);
         else
             cudaMemcpyAsync(b->b, b->a, b->bytes, cudaMemcpyDeviceToDevice, b->s);
         LPO_CUDA_CHECK(cudaGetLastError());
-        if ((st = checksum(b, b->b, b->n, 0, c2))) goto fail;
-        if (memcmp(c1, c2, sizeof c1))
+        if ((st = checksum(b, b->b, b->n, 0, c))) goto fail;
+        if (memcmp(c, ref, sizeof c))
             return lpo_errorf(LPO_E_RANGE, "%s: the copy's checksum differs from the source's",
-                              how ? "cudaMemcpy D2D" : "copy kernel");
+                              v < N_VAR ? var_names[v] : "cudaMemcpy D2D");
     }
     // host round trip: H2D, poison the host buffer, D2H, compare the first and last words
     {
@@ -190,6 +259,29 @@ fail:
     return st;
 }
 
+/* For each kernel kind, the fastest validated variant over 5 timed repetitions. */
+static lpo_status pick_variants(lpo__membw_bench *b) {
+    lpo_status st = LPO_OK;
+    const lpo__bw_kind kinds[] = {LPO__BW_READ, LPO__BW_WRITE, LPO__BW_COPY, LPO__BW_L2_READ};
+    // each kind, each variant: one warm-up, 5 timed
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        double best = 1e30;
+        int nv = kinds[k] == LPO__BW_L2_READ ? N_L2_VAR : N_VAR;
+        for (int v = 0; v < nv; v++) {
+            LPO_CUDA_CHECK(launch(b, kinds[k], v, 0));
+            LPO_CUDA_CHECK(cudaEventRecord(b->e0, b->s));
+            for (int r = 0; r < 5; r++) LPO_CUDA_CHECK(launch(b, kinds[k], v, r));
+            LPO_CUDA_CHECK(cudaEventRecord(b->e1, b->s));
+            double t;
+            LPO_CUDA_ELAPSED(b->e0, b->e1, &t);
+            if (t < best) best = t, b->var[kinds[k]] = v;
+        }
+    }
+    /* the sample kernels may have written b: the L2 pass kernels never write */
+fail:
+    return st;
+}
+
 extern "C" lpo_status lpo__membw_bench_open(int dev, size_t bytes, size_t host_bytes,
                                             lpo__membw_bench **out) {
     lpo_status st = LPO_OK;
@@ -203,8 +295,17 @@ extern "C" lpo_status lpo__membw_bench_open(int dev, size_t bytes, size_t host_b
     b->host_bytes = host_bytes - host_bytes % 4096;
     LPO_CUDA_CHECK(cudaSetDevice(dev));
     LPO_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-    LPO_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, read_kernel, BW_THREADS, 0));
+    LPO_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, xor_scalar_kernel, BW_THREADS, 0));
     b->blocks = prop.multiProcessorCount * (per_sm > 0 ? per_sm : 1);
+    // resident grid of every variant
+    for (int v = 0; v < N_VAR; v++) {
+        LPO_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, read_vars[v], BW_THREADS, 0));
+        b->rblocks[v] = prop.multiProcessorCount * (per_sm > 0 ? per_sm : 1);
+        LPO_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, write_vars[v], BW_THREADS, 0));
+        b->wblocks[v] = prop.multiProcessorCount * (per_sm > 0 ? per_sm : 1);
+        LPO_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, copy_vars[v], BW_THREADS, 0));
+        b->cblocks[v] = prop.multiProcessorCount * (per_sm > 0 ? per_sm : 1);
+    }
     b->l2_bytes = (size_t)prop.l2CacheSize / 4;
     b->l2_bytes -= b->l2_bytes % 4096;
     if (b->l2_bytes < 65536) b->l2_bytes = 65536;
@@ -224,7 +325,7 @@ extern "C" lpo_status lpo__membw_bench_open(int dev, size_t bytes, size_t host_b
     LPO_CUDA_CHECK(cudaMallocHost((void **)&b->host, b->host_bytes));
     if ((st = lpo__gpu_fill_random(b->a, b->bytes / 4, LPO__EL_I32, 11, -2e9f, 2e9f, b->s)) ||
         (st = lpo__gpu_fill_random(b->l2buf, b->l2_bytes / 4, LPO__EL_I32, 12, -2e9f, 2e9f, b->s)) ||
-        (st = validate(b)))
+        (st = validate(b)) || (st = pick_variants(b)))
         goto fail;
     *out = b;
     return LPO_OK;
@@ -248,6 +349,7 @@ extern "C" double lpo__membw_bytes(const lpo__membw_bench *b, lpo__bw_kind kind)
 
 extern "C" void lpo__membw_detail(const lpo__membw_bench *b, lpo__bw_kind kind, char *buf, size_t n) {
     const double mib = 1.0 / (1 << 20);
+    int v = b->var[kind];
     switch (kind) {
     case LPO__BW_MEMCPY_D2D: snprintf(buf, n, "cudaMemcpyAsync, %.0f MiB", (double)b->bytes * mib); break;
     case LPO__BW_H2D:
@@ -255,42 +357,26 @@ extern "C" void lpo__membw_detail(const lpo__membw_bench *b, lpo__bw_kind kind, 
         snprintf(buf, n, "cudaMemcpyAsync, pinned, %.0f MiB", (double)b->host_bytes * mib);
         break;
     case LPO__BW_L2_READ:
-        snprintf(buf, n, "%.1f MiB x %d passes, %d blocks x %d, ld.global.cg", (double)b->l2_bytes * mib,
-                 L2_PASSES, b->blocks, BW_THREADS);
+        snprintf(buf, n, "%.1f MiB x %d passes, %s, %d blocks x %d", (double)b->l2_bytes * mib, L2_PASSES,
+                 var_names[v], b->rblocks[v], BW_THREADS);
         break;
-    default:
-        snprintf(buf, n, "%.0f MiB, int4, %d blocks x %d threads", (double)b->bytes * mib, b->blocks,
+    default: {
+        const int *bl = kind == LPO__BW_READ ? b->rblocks : kind == LPO__BW_WRITE ? b->wblocks : b->cblocks;
+        snprintf(buf, n, "%.0f MiB, int4 %s, %d blocks x %d", (double)b->bytes * mib, var_names[v], bl[v],
                  BW_THREADS);
         break;
+    }
     }
 }
 
 extern "C" lpo_status lpo__membw_bench_sample(lpo__membw_bench *b, lpo__bw_kind kind, int reps,
                                               double *seconds) {
     lpo_status st = LPO_OK;
+    if ((unsigned)kind >= LPO__BW_COUNT)
+        return lpo_errorf(LPO_E_INVALID, "bandwidth bench: unknown kind %d", (int)kind);
     LPO_CUDA_CHECK(cudaEventRecord(b->e0, b->s));
     // reps repetitions of the measured transfer
-    for (int r = 0; r < reps; r++) {
-        switch (kind) {
-        case LPO__BW_READ: read_kernel<<<b->blocks, BW_THREADS, 0, b->s>>>(b->a, b->n, 1, b->sink); break;
-        case LPO__BW_WRITE: write_kernel<<<b->blocks, BW_THREADS, 0, b->s>>>(b->b, b->n, r); break;
-        case LPO__BW_COPY: copy_kernel<<<b->blocks, BW_THREADS, 0, b->s>>>(b->a, b->b, b->n); break;
-        case LPO__BW_MEMCPY_D2D:
-            LPO_CUDA_CHECK(cudaMemcpyAsync(b->b, b->a, b->bytes, cudaMemcpyDeviceToDevice, b->s));
-            break;
-        case LPO__BW_L2_READ:
-            read_kernel<<<b->blocks, BW_THREADS, 0, b->s>>>(b->l2buf, b->n_l2, L2_PASSES, b->sink);
-            break;
-        case LPO__BW_H2D:
-            LPO_CUDA_CHECK(cudaMemcpyAsync(b->a, b->host, b->host_bytes, cudaMemcpyHostToDevice, b->s));
-            break;
-        case LPO__BW_D2H:
-            LPO_CUDA_CHECK(cudaMemcpyAsync(b->host, b->a, b->host_bytes, cudaMemcpyDeviceToHost, b->s));
-            break;
-        default: return lpo_errorf(LPO_E_INVALID, "bandwidth bench: unknown kind %d", (int)kind);
-        }
-        LPO_CUDA_CHECK(cudaGetLastError());
-    }
+    for (int r = 0; r < reps; r++) LPO_CUDA_CHECK(launch(b, kind, b->var[kind], r));
     LPO_CUDA_CHECK(cudaEventRecord(b->e1, b->s));
     LPO_CUDA_ELAPSED(b->e0, b->e1, seconds);
     *seconds /= reps;

@@ -24,9 +24,10 @@ typedef struct {
     lpo_nvml_sampler *nv;
 } sample_ctx;
 
-static lpo_status sample_cb(void *p, double *seconds, double *clk) {
+static lpo_status sample_cb(void *p, double *seconds, int *reps, double *clk) {
     sample_ctx *c = p;
     lpo_status st = c->fn(c->ctx, c->reps, seconds);
+    *reps = c->reps;
     *clk = 0;
     lpo_nvml_sample r;
     if (!st && c->nv && lpo_nvml_sampler_read(c->nv, &r) == LPO_OK && r.sm_mhz > 0) *clk = r.sm_mhz;
@@ -127,7 +128,7 @@ static lpo_status measure_gemms(runner *R, int dev, lpo_ceilings *c) {
                 if (st) return st;
                 lpo_ceil_entry e = {0};
                 double t = 0;
-                st = measure(R, gemm_fn, b, 0.02, &t, &e);
+                st = measure(R, gemm_fn, b, 0.05, &t, &e); /* 50 ms samples: the sustained (power-capped) rate */
                 if (!st) {
                     e.value = 2.0 * S[0] * (double)S[1] * S[2] / t * 1e-12;
                     snprintf(e.detail, sizeof e.detail, "%s", lpo__gemm_bench_detail(b));
