@@ -71,8 +71,8 @@ struct kb_case {
     char variant[64]; /* implementation: "lpo cuda kernel", "cuBLASLt", "cuDNN", "C reference" */
     int nt;           /* CPU threads */
     int device;
-    void *stream; /* cudaStream_t */
-    void *priv;   /* case-specific state of the backend (released by ops->fini) */
+    void *stream;  /* cudaStream_t */
+    void *priv;    /* case-specific state of the backend (released by ops->fini) */
     void *scratch; /* the CPU version's work memory (malloc'd by the plan, freed by the harness): the CPU
                       reference runs on either backend */
     int self_validated;

@@ -128,7 +128,8 @@ static lpo_status measure_gemms(runner *R, int dev, lpo_ceilings *c) {
                 if (st) return st;
                 lpo_ceil_entry e = {0};
                 double t = 0;
-                st = measure(R, gemm_fn, b, 0.05, &t, &e); /* 50 ms samples: the sustained (power-capped) rate */
+                st = measure(R, gemm_fn, b, 0.05, &t,
+                             &e); /* 50 ms samples: the sustained (power-capped) rate */
                 if (!st) {
                     e.value = 2.0 * S[0] * (double)S[1] * S[2] / t * 1e-12;
                     snprintf(e.detail, sizeof e.detail, "%s", lpo__gemm_bench_detail(b));

@@ -138,7 +138,7 @@ void lpo_roofline_svg(const lpo_roofline *r, lpo_strbuf *o) {
     }
     // each distinct compute roof (dtypes of equal peak share one line and label): from its ridge on the
     // DRAM slope to the right edge, labelled at the right
-    double last_label_y = -1e9;
+    double last_label_y = -1e9, last_ridge_x = -1e9, last_ridge_y = -1e9;
     for (int d = LPO_CEIL_N_DTYPES - 1; d >= 0; d--) {
         double roof = r->roof_tflops[d];
         int dup = 0;
@@ -150,7 +150,11 @@ void lpo_roofline_svg(const lpo_roofline *r, lpo_strbuf *o) {
         if (r->dram_gbs > 0) {
             lpo_svg_circle(o, xr, y, 3.5, "#333", NULL);
             snprintf(buf, sizeof buf, "%.3g", ridge);
-            lpo_svg_text(o, xr, y + 14, buf, 10, "middle", "#555", 0);
+            /* a ridge label too close to the previous one (roofs a few % apart) is left out */
+            if (fabs(xr - last_ridge_x) > 24 || fabs(y - last_ridge_y) > 12) {
+                lpo_svg_text(o, xr, y + 14, buf, 10, "middle", "#555", 0);
+                last_ridge_x = xr, last_ridge_y = y;
+            }
         }
         double ly = y + 4;
         if (fabs(ly - last_label_y) < 13) ly = last_label_y + 13; /* labels of close roofs do not overlap */
@@ -227,4 +231,6 @@ void lpo_roofline_from_peaks(lpo_roofline *r, const lpo_peaks *p) {
     snprintf(r->dram_name, sizeof r->dram_name, "%s", p->dram_name);
     r->l2_gbs = p->l2_gbs;
     snprintf(r->subtitle, sizeof r->subtitle, "ceilings: %.380s", p->label);
+    char *path = strstr(r->subtitle, ", /"); /* the cache path makes the line too long for the plot */
+    if (path) *path = 0;
 }
