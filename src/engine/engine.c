@@ -44,10 +44,10 @@ struct lpo_engine {
     /* group callbacks: the user's, and the engine's own finite check (debug mode, diagnosis) */
     lpo_group_callback user_cb;
     void *user_ud;
-    int check_finite;         /* check every group's outputs (exec=debug, or while diagnosing) */
-    float *check_buf;         /* [max_step_tokens * widest buffer] rows read back for the check */
+    int check_finite;                     /* check every group's outputs (exec=debug, or while diagnosing) */
+    float *check_buf;                     /* [max_step_tokens * widest buffer] rows read back for the check */
     uint64_t marks_ns[LPO_BACKEND_MARKS]; /* host clock marks (backends without marks) */
-    const char *nonfinite_op; /* the first op whose output held NaN/Inf in the current check */
+    const char *nonfinite_op;             /* the first op whose output held NaN/Inf in the current check */
     int64_t nonfinite_row;
 };
 
