@@ -26,8 +26,8 @@
 
 static const lpo_cli_flag flags[] = {
     {"activities", 1,
-     "what to record: kernel,memcpy,memset,sync,runtime,driver,nvtx | default | all "
-     "(default: all but driver)"},
+     "what to record: kernel,memcpy,memset,sync,launch,runtime,driver,nvtx | default | all "
+     "(default: all but runtime and driver)"},
     {"attribution", 1, "how kernels are linked to NVTX ranges: callback (default), extcorr, none"},
     {"capture-range", 1, "record only while an NVTX range of this name is open (nsys --capture-range=nvtx)"},
     {"delay", 1, "seconds to wait after the start before recording"},
@@ -166,7 +166,7 @@ static lpo_status write_info(const char *dir, const lpo_cli_args *a, uint32_t ac
     lpo_json_kv_int(&j, "exit_status", ri->exit_code);
     lpo_json_key(&j, "activities");
     lpo_json_array_begin(&j);
-    for (int i = 0; i < 7; i++)
+    for (int i = 0; i < LPO_ACT_N; i++)
         if (acts & (1u << i)) lpo_json_str(&j, lpo_trace_activity_names[i]);
     lpo_json_array_end(&j);
     const char *attr = lpo_cli_flag_value(a, "attribution"), *gate = lpo_cli_flag_value(a, "capture-range");
@@ -229,10 +229,11 @@ int lpo_cmd_trace(int argc, char **argv) {
         st = lpo_errorf(LPO_E_USAGE,
                         "trace: give the program to trace after '--' (lpo trace -- python3 x.py)");
     else if (av && lpo_trace_parse_activities(av, &acts, bad) != 0)
-        st = lpo_errorf(LPO_E_USAGE,
-                        "trace: unknown activity '%s' (kernel, memcpy, memset, sync, runtime, driver, "
-                        "nvtx, default, all)",
-                        bad);
+        st =
+            lpo_errorf(LPO_E_USAGE,
+                       "trace: unknown activity '%s' (kernel, memcpy, memset, sync, launch, runtime, driver, "
+                       "nvtx, default, all)",
+                       bad);
     else if (attr && strcmp(attr, "callback") && strcmp(attr, "extcorr") && strcmp(attr, "none"))
         st = lpo_errorf(LPO_E_USAGE, "trace: --attribution=%s (callback, extcorr or none)", attr);
     else if (delay < 0 || duration < 0)

@@ -84,7 +84,7 @@ lpo_status lpo_probe_start(const lpo_probe_options *o) {
     char bad[32];
     if (o->activities && lpo_trace_parse_activities(o->activities, &acts, bad) != 0)
         return lpo_errorf(LPO_E_INVALID,
-                          "probe: unknown activity '%s' (kernel, memcpy, memset, sync, runtime, "
+                          "probe: unknown activity '%s' (kernel, memcpy, memset, sync, launch, runtime, "
                           "driver, nvtx, default, all)",
                           bad);
     int attr = LPO_ATTR_CALLBACK;

@@ -47,9 +47,14 @@ enum {
     LPO_ACT_RUNTIME = 1u << 4,
     LPO_ACT_DRIVER = 1u << 5,
     LPO_ACT_NVTX = 1u << 6,
+    LPO_ACT_LAUNCH = 1u << 7, /* launch calls only, recorded by our CUPTI callbacks (cheap) */
 };
+#define LPO_ACT_N   8
+#define LPO_ACT_ALL ((1u << LPO_ACT_N) - 1)
+/* Every CUDA API call as a CUPTI record (runtime) costs ~0.7 us per call on the H100 and torch makes ~9
+ * per kernel: the default records launch calls through callbacks instead (docs/perf-notes.md). */
 #define LPO_ACT_DEFAULT                                                                                      \
-    (LPO_ACT_KERNEL | LPO_ACT_MEMCPY | LPO_ACT_MEMSET | LPO_ACT_SYNC | LPO_ACT_RUNTIME | LPO_ACT_NVTX)
+    (LPO_ACT_KERNEL | LPO_ACT_MEMCPY | LPO_ACT_MEMSET | LPO_ACT_SYNC | LPO_ACT_LAUNCH | LPO_ACT_NVTX)
 
 /* How kernels are linked to the NVTX range open at their launch. */
 enum {
@@ -217,4 +222,4 @@ void lpo_raw_header_init(lpo_raw_header *h, uint32_t pid);
  * 0 or -1 with the offending word (up to 31 bytes) in bad. */
 int lpo_trace_parse_activities(const char *s, uint32_t *mask, char bad[32]);
 /* Names of the activity bits, in bit order (for messages and docs). */
-extern const char *const lpo_trace_activity_names[7];
+extern const char *const lpo_trace_activity_names[LPO_ACT_N];

@@ -90,8 +90,8 @@ int lpo_raw_close(lpo_raw_writer *w) {
     return rc;
 }
 
-const char *const lpo_trace_activity_names[7] = {"kernel",  "memcpy", "memset", "sync",
-                                                 "runtime", "driver", "nvtx"};
+const char *const lpo_trace_activity_names[LPO_ACT_N] = {"kernel",  "memcpy", "memset", "sync",
+                                                         "runtime", "driver", "nvtx",   "launch"};
 
 int lpo_trace_parse_activities(const char *s, uint32_t *mask, char bad[32]) {
     *mask = 0;
@@ -99,7 +99,7 @@ int lpo_trace_parse_activities(const char *s, uint32_t *mask, char bad[32]) {
     char *end = NULL;
     unsigned long v = strtoul(s, &end, 0);
     if (end != s && !*end) {
-        *mask = (uint32_t)v & 0x7fu;
+        *mask = (uint32_t)v & LPO_ACT_ALL;
         return 0;
     }
     while (*s) { /* comma-separated words */
@@ -108,8 +108,8 @@ int lpo_trace_parse_activities(const char *s, uint32_t *mask, char bad[32]) {
         if (n == 7 && !strncmp(s, "default", 7))
             bit = LPO_ACT_DEFAULT;
         else if (n == 3 && !strncmp(s, "all", 3))
-            bit = 0x7fu;
-        for (int i = 0; i < 7 && !bit; i++)
+            bit = LPO_ACT_ALL;
+        for (int i = 0; i < LPO_ACT_N && !bit; i++)
             if (strlen(lpo_trace_activity_names[i]) == n && !strncmp(s, lpo_trace_activity_names[i], n))
                 bit = 1u << i;
         if (!bit && n) {

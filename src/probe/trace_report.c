@@ -129,6 +129,12 @@ static inline double ms(uint64_t ns) {
     return (double)((ns + 50) / 100) / 1e4;
 }
 
+/* 1 - busy / step rounded to 4 decimals (0 when busy covers the step) */
+static inline double idle_share(uint64_t step, uint64_t busy) {
+    const uint64_t idle = step > busy ? step - busy : 0;
+    return step ? (double)(int64_t)((double)idle / (double)step * 1e4 + 0.5) / 1e4 : 0.0;
+}
+
 /* ---- analysis: ops in start order, range accumulators -------------------------------------------------- */
 static inline void acc_add(tr_acc *a, uint64_t s, uint64_t e) {
     if (!a->n_ops) {
@@ -489,8 +495,7 @@ lpo_status lpo_trace_range_table(lpo_trace *t, lpo_table **out) {
             lpo_table_set_double(tb, "wall_avg_ms", ms(r->wall / r->instances));
             lpo_table_set_double(tb, "launch_api_ms", ms(r->api));
             if (r->with_ops) lpo_table_set_double(tb, "launch_latency_avg_ms", ms(r->latency / r->with_ops));
-            if (r->step_time)
-                lpo_table_set_double(tb, "idle_share", 1.0 - (double)r->busy / (double)r->step_time);
+            if (r->step_time) lpo_table_set_double(tb, "idle_share", idle_share(r->step_time, r->busy));
         }
         char buf[1024];
         size_t o = 0;
@@ -560,8 +565,7 @@ lpo_status lpo_trace_step_table(lpo_trace *t, const char *step_range, lpo_table 
         if (a->n_ops)
             lpo_table_set_double(tb, "launch_latency_ms", ms(a->first > g->start ? a->first - g->start : 0));
         lpo_table_set_double(tb, "launch_api_ms", ms(a->api_ns));
-        if (stop > g->start)
-            lpo_table_set_double(tb, "idle_share", 1.0 - (double)busy / (double)(stop - g->start));
+        if (stop > g->start) lpo_table_set_double(tb, "idle_share", idle_share(stop - g->start, busy));
         lpo_table_set_int(tb, "gpu_ops", a->n_ops);
         lpo_table_set_double(tb, "gpu_time_ms", ms(a->op_time));
         lpo_table_set_int(tb, "pid", t->procs.v[g->proc].pid);

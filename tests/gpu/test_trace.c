@@ -101,7 +101,7 @@ static void test_normal(void **state) {
     assert_int_equal(instances(k, "[CUDA memcpy DtoH]"), 6);
     assert_int_equal(instances(k, "[CUDA memcpy DtoD]"), 1);
     assert_int_equal(instances(k, "[CUDA memset]"), 1);
-    assert_non_null(strstr(k, ",gemm,kernel,,tiny_gemm_kernel("));
+    assert_non_null(strstr(k, ",gemm,kernel,,\"tiny_gemm_kernel(")); /* quoted: the name holds commas */
     free(k);
     char *r = slurp("normal", "ranges.csv");
     printf("%s", r);
@@ -135,7 +135,8 @@ static void test_normal(void **state) {
     assert_int_equal(count_json(root, "X", "kernel", "range", "layers.2"), 15);
     assert_true(count_json(root, "s", "launch", NULL, NULL) >= 66);
     assert_true(count_json(root, "X", "nvtx", NULL, NULL) >= 1 + 9 + 15 + 3);
-    assert_true(count_json(root, "X", "cuda_api", NULL, NULL) >= 66);
+    /* launch calls (activity "launch"): 50 kernel launches, 4 graph launches, the memcpy/memset calls */
+    assert_true(count_json(root, "X", "cuda_api", NULL, NULL) >= 50 + 4 + 9);
     cJSON_Delete(root);
 }
 
@@ -166,7 +167,7 @@ static void test_nocuda(void **state) {
     cJSON *root = cJSON_Parse(js);
     free(js);
     assert_non_null(root);
-    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(root, "traceEvents")), 0);
+    assert_int_equal(count_json(root, "X", NULL, NULL, NULL), 0); /* NVML counter events only */
     cJSON_Delete(root);
 }
 

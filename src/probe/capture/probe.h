@@ -34,7 +34,9 @@ typedef struct probe_tls {
         uint64_t id;
         uint32_t name;
     } stack[PROBE_MAX_DEPTH];
-    uint32_t last_corr; /* the runtime and driver callbacks of one launch share it: record once */
+    uint32_t last_corr;   /* the runtime and driver callbacks of one launch share it: record once */
+    uint32_t in_runtime;  /* inside a runtime launch call (its nested driver call is not recorded again) */
+    uint64_t enter_ts[2]; /* LPO_ACT_LAUNCH: entry time of the runtime / driver launch call */
     size_t stage_len;
     uint8_t stage[PROBE_STAGE_BYTES];
     struct {
@@ -88,6 +90,8 @@ int probe_open(const char *dir);
 probe_tls *probe_tls_get(void);
 /* Appends a record to the thread's staging block (hands the block to the writer when full). */
 void probe_stage(probe_tls *t, uint16_t type, uint32_t aux, const void *body, size_t len);
+/* Length of a CUDA API name without its "_vNNNN" suffix ("cudaLaunchKernel_v7000" -> 16). */
+size_t probe_api_name_len(const char *name);
 /* Id of a string (interned; the first use writes a STRING record). */
 uint32_t probe_intern(const char *s, size_t len);
 uint32_t probe_intern_locked(const char *s, size_t len); /* with G.mu held */

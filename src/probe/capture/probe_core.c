@@ -76,6 +76,12 @@ static uint32_t hash_str(const char *s, size_t n) {
     return h ? h : 1;
 }
 
+size_t probe_api_name_len(const char *name) {
+    size_t n = strlen(name), v = n;
+    while (v > 0 && name[v - 1] >= '0' && name[v - 1] <= '9') v--;
+    return v < n && v >= 2 && name[v - 1] == 'v' && name[v - 2] == '_' ? v - 2 : n;
+}
+
 uint32_t probe_intern_locked(const char *s, size_t len) {
     if (len > 4096) len = 4096;
     const uint32_t h = hash_str(s, len);

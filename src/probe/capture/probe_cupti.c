@@ -121,10 +121,7 @@ static uint32_t api_name(int driver, uint32_t cbid) {
                                  &name) != CUPTI_SUCCESS ||
             !name)
             name = driver ? "(driver call)" : "(runtime call)";
-        size_t n = strlen(name), v = n; /* "cudaLaunchKernel_v7000" -> "cudaLaunchKernel" */
-        while (v > 0 && name[v - 1] >= '0' && name[v - 1] <= '9') v--;
-        if (v < n && v >= 2 && name[v - 1] == 'v' && name[v - 2] == '_') n = v - 2;
-        *slot = probe_intern_locked(name, n);
+        *slot = probe_intern_locked(name, probe_api_name_len(name));
     }
     return *slot;
 }
@@ -241,10 +238,37 @@ static void CUPTIAPI buf_completed(CUcontext ctx, uint32_t stream, uint8_t *buff
 
 /* ---- callbacks
  * ------------------------------------------------------------------------------------------------- */
-static void on_launch(const CUpti_CallbackData *cb) {
-    if (cb->callbackSite != CUPTI_API_ENTER) return;
+/* LPO_ACT_LAUNCH: the launch call itself as an API record (enter/exit times from our clock), unless CUPTI
+ * records that domain's calls already (runtime/driver activities); a driver launch made by a runtime
+ * launch is the same call and is left out. */
+static void launch_call(probe_tls *t, const CUpti_CallbackData *cb, int driver) {
+    if (!(G.activities & LPO_ACT_LAUNCH)) return;
+    const int recorded_by_cupti = (G.activities & (driver ? LPO_ACT_DRIVER : LPO_ACT_RUNTIME)) != 0;
+    if (cb->callbackSite == CUPTI_API_ENTER) {
+        if (!driver) t->in_runtime++;
+        if (!recorded_by_cupti) t->enter_ts[driver] = probe_now();
+        return;
+    }
+    if (!driver && t->in_runtime) t->in_runtime--;
+    if (recorded_by_cupti || (driver && t->in_runtime)) return;
+    const uint64_t now = probe_now();
+    if (now < G.win_begin || now >= G.win_end) return;
+    const char *fn = cb->functionName ? cb->functionName : "(launch)";
+    lpo_raw_api r = {.start = t->enter_ts[driver],
+                     .end = now,
+                     .corr = cb->correlationId,
+                     .tid = t->tid,
+                     .cbid = 0,
+                     .domain = (uint16_t)driver,
+                     .name = probe_intern(fn, probe_api_name_len(fn))};
+    probe_stage(t, LPO_REC_API, 0, &r, sizeof r);
+}
+
+static void on_launch(const CUpti_CallbackData *cb, int driver) {
     probe_tls *t = probe_tls_get();
     if (!t) return;
+    launch_call(t, cb, driver);
+    if (cb->callbackSite != CUPTI_API_ENTER) return;
     const int gated = G.gate_id && atomic_load_explicit(&G.gate_depth, memory_order_relaxed) > 0;
     const uint32_t d = t->depth < PROBE_MAX_DEPTH ? t->depth : PROBE_MAX_DEPTH;
     uint64_t range = 0;
@@ -281,7 +305,7 @@ static void CUPTIAPI on_callback(void *ud, CUpti_CallbackDomain dom, CUpti_Callb
     (void)ud;
     if (!atomic_load_explicit(&G.active, memory_order_relaxed)) return;
     if (dom == CUPTI_CB_DOMAIN_RUNTIME_API || dom == CUPTI_CB_DOMAIN_DRIVER_API)
-        on_launch((const CUpti_CallbackData *)data);
+        on_launch((const CUpti_CallbackData *)data, dom == CUPTI_CB_DOMAIN_DRIVER_API);
     else if (dom == CUPTI_CB_DOMAIN_RESOURCE)
         on_graph(cbid, (const CUpti_ResourceData *)data);
 }
@@ -428,7 +452,7 @@ int probe_cupti_start(void) {
         CUptiResult r = cuptiSubscribe(&C.sub, on_callback, NULL);
         if (r == CUPTI_SUCCESS) {
             C.subscribed = 1;
-            if (G.attribution == LPO_ATTR_CALLBACK || G.gate_name[0]) {
+            if (G.attribution == LPO_ATTR_CALLBACK || G.gate_name[0] || (G.activities & LPO_ACT_LAUNCH)) {
                 for (size_t i = 0; i < sizeof runtime_launch_cbids / sizeof runtime_launch_cbids[0]; i++)
                     CUPTI_CHECK(
                         cuptiEnableCallback(1, C.sub, CUPTI_CB_DOMAIN_RUNTIME_API, runtime_launch_cbids[i]));
