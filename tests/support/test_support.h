@@ -2,7 +2,8 @@
 #pragma once
 #include <stddef.h>
 
-/* Creates a fresh temporary directory (mkdtemp under $TMPDIR or /tmp); returns a static-lifetime copy. */
+/* Creates a fresh temporary directory (mkdtemp under $TMPDIR or /tmp); returns its name, malloc'd: keep it
+ * for the whole run or free it (either way ASan reports no leak). */
 char *lpo_test_tmpdir(void);
 /* Runs the built lpo binary with a shell command tail ("config show model=tiny"); captures stdout and
  * stderr (malloc'd, may be NULL pointers to skip) and returns the exit code (-1 when it did not exit). */
