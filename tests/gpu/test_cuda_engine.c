@@ -62,7 +62,9 @@ static void check_golden(const char *name, const char *dtype, double rel_bound, 
     cJSON_Delete(j);
     snprintf(path, sizeof path, "%s/tests/golden/engine/%s/logits.bin", LPO_SOURCE_DIR, name);
     assert_int_equal(lpo_read_file(path, &text, &len), LPO_OK);
-    const float *hf = (const float *)text;
+    float *hf = malloc(len); /* little-endian f32 [T, vocab] */
+    assert_non_null(hf);
+    memcpy(hf, text, len);
     snprintf(path, sizeof path, "%s/tests/golden/engine/%s", LPO_SOURCE_DIR, name);
     lpo_model *m = NULL;
     lpo_engine *e = open_dir(path, "cuda", dtype, LPO_EXEC_GRAPH, 0, 1, &m);
@@ -88,6 +90,7 @@ static void check_golden(const char *name, const char *dtype, double rel_bound, 
         lpo_gen_seq_free(&q);
     }
     free(lg);
+    free(hf);
     free(text);
     lpo_engine_close(e);
     lpo_model_close(m);
