@@ -134,17 +134,18 @@ def experiment(tag, args):
         os.path.join(out, "exp_%s.stdout" % tag))
     try:
         rows, ki = table(f)
-        say("  %s: %d results: %s" % (tag, max(0, len(rows) - 2), [r[ki][:60] for r in rows[2:]]))
+        say("  %s: %d results: %s" % (tag, max(0, len(rows) - 2), [(r[0], r[ki][:50]) for r in rows[2:]]))
     except Exception as e:
         say("  %s: no CSV: %s" % (tag, e))
 
 
-picks = [m for m in mangled if "softmax" in dem[m].lower()][:1] + [m for m in mangled if "elementwise" in dem[m]][:1]
-for i, m in enumerate(picks):
-    experiment("regex%d" % i, ["--kernel-name-base", "demangled", "--kernel-name", "regex:" + rx(dem[m]),
-                               "--launch-skip", "1", "--launch-count", "2"])
-if len(funcs) >= 2:
-    alt = "|".join(re.escape(f) for f in funcs[-2:])
-    experiment("kid_regex", ["--kernel-id", "::regex:^(%s)$:regex:^(2|3)$" % alt])
-    experiment("kid_plain", ["--kernel-id", "::regex:^(%s)$:2" % alt])
+# selection as lpo deep does it (docs/deep.md): by function base name or by mangled name, with a skip
+soft = [m for m in mangled if "softmax" in dem[m].lower()][:1]
+if soft:
+    experiment("mangled", ["--kernel-name-base", "mangled", "--kernel-name", "regex:^%s$" % re.escape(soft[0]),
+                           "--launch-skip", "2", "--launch-count", "2"])
+experiment("function", ["--kernel-name-base", "function", "--kernel-name", "regex:^(vectorized_elementwise_kernel)$",
+                        "--launch-skip", "1", "--launch-count", "2"])
+experiment("multi", ["--kernel-name-base", "function", "--kernel-name", "regex:^(cunn_SoftMaxForwardReg|Kernel2)$",
+                     "--launch-skip", "2", "--launch-count", "4"])
 say("done")
