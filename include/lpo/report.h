@@ -104,6 +104,28 @@ void lpo_table_write_json(const lpo_table *t, lpo_json *j);
 /* Writes the table to path in the format of its extension: .md, .csv or .json. */
 lpo_status lpo_table_save(const lpo_table *t, const char *path);
 
+/* ---- CSV reading ------------------------------------------------------------------------------------------
+ * RFC 4180 (quoted fields with commas, doubled quotes and line breaks; LF or CRLF; a UTF-8 BOM skipped;
+ * blank lines are no rows). Cells are NUL-terminated strings owned by the lpo_csv. */
+typedef struct {
+    size_t n_rows;
+    size_t *n_cols; /* [n_rows] cells in each row */
+    char ***cells;  /* [n_rows][n_cols[r]] */
+    size_t *line;   /* [n_rows] line (1-based) where the row starts, for messages */
+    char *store;    /* every cell's text */
+    char **ptrs;    /* every cell pointer (cells[r] points in here) */
+} lpo_csv;
+
+/* Parses text (len bytes); origin names it in messages. LPO_E_FORMAT "<origin>:<line>: a quoted field is
+ * never closed". */
+lpo_status lpo_csv_parse(const char *text, size_t len, const char *origin, lpo_csv *out);
+lpo_status lpo_csv_load(const char *path, lpo_csv *out);
+void lpo_csv_free(lpo_csv *c);
+/* A cell, or NULL past the end of the row or table. */
+const char *lpo_csv_cell(const lpo_csv *c, size_t row, size_t col);
+/* Index of the cell equal to name in row (a header), or -1. */
+long lpo_csv_find_col(const lpo_csv *c, size_t row, const char *name);
+
 /* ---- run directory ----------------------------------------------------------------------------------------
  */
 typedef struct lpo_rundir lpo_rundir;

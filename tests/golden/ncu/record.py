@@ -64,7 +64,8 @@ for y in sorted(glob.glob(os.path.join(root, "conf", "profiling", "ncu", "*.yaml
         if m and m.group(1) not in want:
             want.append(m.group(1))
 want += sorted(k + ".sum" for k in known if k.startswith("sm__ops_path_tensor") and k + ".sum" not in want)
-used = [w for w in want if not known or w.split(".")[0] in known]
+# launch__, device__ and profiler__ metrics exist without being listed by --query-metrics
+used = [w for w in want if not known or w.split(".")[0] in known or w.split("__")[0] in ("launch", "device", "profiler")]
 say("metrics: %d wanted, %d known base names, dropped: %s" % (len(want), len(known),
     " ".join(w for w in want if w not in used)))
 

@@ -1,0 +1,244 @@
+/* lpo deep: Nsight Compute on the top kernels of a run (the Stage 2 deep dive; docs/deep.md).
+ *
+ * Pipeline: the top K kernels by total time come from a trace (kernels.csv and ranges.csv written by
+ * `lpo trace`); they are grouped into kernel sets (one per ncu function base name) and each set is
+ * profiled by one run of the workload under `ncu` with --kernel-name / --launch-skip / --launch-count, so
+ * a few instances of each kernel are profiled and never the whole run; ncu's raw page (CSV) is imported
+ * here; each kernel gets its achieved FLOP/s per precision, DRAM and L2 bytes/s, arithmetic intensity, %
+ * of the measured ceilings and a bound class; kernels of lpo's own engine are mapped to op-list ops
+ * through the trace's NVTX labels and their counted FLOPs cross-checked against lpo_op_flops.
+ *
+ * Everything here runs without a GPU (the command drives ncu; tests import recorded exports). */
+#pragma once
+#include <stddef.h>
+
+#include "lpo/ceilings.h"
+#include "lpo/config.h"
+#include "lpo/ops.h"
+#include "lpo/report.h"
+#include "lpo/status.h"
+
+/* ---- ncu's raw page (CSV) -----------------------------------------------------------------------------
+ * `ncu --import R.ncu-rep --csv --page raw [--print-units base] [--print-kernel-base mangled]`: a header
+ * row (ID, Process ID, ..., Kernel Name, ..., then one column per metric), a units row, one row per
+ * profiled kernel instance. The parser takes quoted fields, the units row (values are scaled to base
+ * units: bytes, seconds, cycles, Hz, counts; "Kbyte", "usecond", "cycle/nsecond" ...), "n/a" and empty
+ * cells (NaN), thousands separators ("1,234,567"), several tables in one file (a header row again starts a
+ * new table) and several files into one result list (lines starting with "==" are ncu messages). */
+typedef struct {
+    char *name;     /* the kernel name as lpo's tracer writes it: a mangled Kernel Name demangled with
+                       __cxa_demangle (ncu's own demangled form differs); otherwise the cell as printed */
+    char *printed;  /* the Kernel Name cell as in the file */
+    char *device;   /* device__attribute_display_name when it was collected, else NULL */
+    char *nvtx;     /* innermost NVTX push/pop range open at the launch (ncu --nvtx), else NULL */
+    long id;        /* ncu's result ID within its export */
+    int set;        /* the kernel set (ncu run) it came from; -1 unknown */
+    char block[48]; /* "Block Size" as printed: "(256, 1, 1)" */
+    char grid[48];  /* "Grid Size" */
+    double *v;      /* [n_metrics] in base units; NaN when n/a or not in this row's table */
+} lpo_ncu_result;
+
+typedef struct {
+    size_t n_metrics;
+    char **metric; /* [n_metrics] "dram__bytes_read.sum" */
+    char **unit;   /* [n_metrics] base unit after scaling: "byte", "second", "cycle/second", "%", "" ... */
+    lpo_ncu_result *r;
+    size_t n;
+    size_t n_na;   /* metric cells that were n/a or empty */
+    size_t n_text; /* metric cells holding text (attributes like "PolicySpread"): NaN */
+    size_t cap_r, cap_m;
+} lpo_ncu_results;
+
+/* Appends the results of one CSV text (origin names it in messages) to res (zeroed before the first
+ * call); set is stored in each result. A unit lpo does not know is kept as printed, its values unscaled.
+ * A metric cell holding text is NaN (counted in n_text). LPO_E_FORMAT: a header row ("ID" first) without
+ * "Kernel Name", a row with another number of cells than its header, no header at all. */
+lpo_status lpo_ncu_parse_csv(lpo_ncu_results *res, const char *text, size_t len, const char *origin, int set);
+lpo_status lpo_ncu_load_csv(lpo_ncu_results *res, const char *path, int set);
+void lpo_ncu_results_free(lpo_ncu_results *res);
+/* Column of a metric, or -1. */
+long lpo_ncu_metric_index(const lpo_ncu_results *res, const char *metric);
+/* Value of a metric for result i (base units), NaN when absent. */
+double lpo_ncu_get(const lpo_ncu_results *res, size_t i, const char *metric);
+/* A number as ncu prints it: "1,234,567.5", "12.5", "-3", "1e+06"; 0 when it is not one ("n/a", ""). */
+int lpo_ncu_number(const char *s, double *out);
+/* Scale of a unit to its base unit ("Mbyte" -> 1e6, "usecond" -> 1e-6, "cycle/nsecond" -> 1e9, "%" -> 1)
+ * and the base unit's name into base (size n); 0 when the unit is not understood. */
+int lpo_ncu_unit_scale(const char *unit, double *scale, char *base, size_t n);
+/* A C++ kernel name demangled with the C++ runtime's __cxa_demangle (as lpo's tracer does), malloc'd;
+ * a copy of name when it is not a mangled name or no demangler is available. */
+char *lpo_demangle(const char *name);
+
+/* ---- top kernels and kernel sets ------------------------------------------------------------------------ */
+typedef struct {
+    int top_k;            /* kernels to profile (by total time) */
+    int count;            /* instances to profile per kernel */
+    double skip_fraction; /* where the profiled window starts: 0 = first launch, 0.5 = the middle */
+    int max_window;       /* at most this many launches profiled per kernel set */
+} lpo_deep_select;
+
+typedef struct {
+    char *name;     /* as in kernels.csv (demangled) */
+    char *base;     /* function base name (ncu --kernel-name-base function): "cunn_SoftMaxForwardReg" */
+    char *category; /* the tracer's category (gemm, attention, norm, elementwise, ...) */
+    double total_ns, avg_ns, time_pct;
+    long instances;
+    char *range;  /* innermost NVTX range / graph node label that carries it (ranges.csv), "" when none */
+    char **labels; /* every range label whose top kernels include it (ranges.csv), n_labels of them */
+    size_t n_labels;
+    int set; /* index of its kernel set */
+} lpo_deep_top;
+
+typedef struct {
+    char *base;  /* function base name shared by the set's kernels */
+    long skip;   /* --launch-skip (launches of that base) */
+    long count;  /* --launch-count */
+    long launches; /* launches of that base in the trace */
+} lpo_deep_set;
+
+typedef struct {
+    lpo_deep_top *k;
+    size_t n;
+    lpo_deep_set *s;
+    size_t n_sets;
+    double kernel_ns_all; /* summed time of every kernel in kernels.csv */
+    size_t kernels_all;   /* kernel rows in kernels.csv */
+} lpo_deep_plan;
+
+/* Function base name of a demangled kernel name, malloc'd: the identifier before the template arguments
+ * and parameter list ("void at::native::(anonymous namespace)::softmax<float>(float*, long)" -> "softmax";
+ * an extern "C" name is itself). */
+char *lpo_deep_base_name(const char *name);
+/* Reads dir/kernels.csv (lpo trace; kernel rows only) and dir/ranges.csv (optional), takes the top_k
+ * kernels by total time and plans one kernel set per base name: the window of launches of that base
+ * that should hold `count` instances of each of its top kernels (launches interleave), starting at
+ * skip_fraction of the base's launches, capped at max_window. LPO_E_NOT_FOUND without kernels.csv,
+ * LPO_E_FORMAT when it lacks the columns name/total_ns/instances. */
+lpo_status lpo_deep_plan_load(const char *dir, const lpo_deep_select *o, lpo_deep_plan *p);
+void lpo_deep_plan_free(lpo_deep_plan *p);
+
+/* ---- per-kernel analysis -------------------------------------------------------------------------------- */
+/* Precision classes of counted work: name, the ceilings dtype of their compute roof (-1: none), the factor
+ * on that roof. Tensor-core classes count FLOPs directly (sm__ops_path_tensor_*); the others count SASS
+ * thread instructions, an FMA being 2 FLOPs (docs/deep.md). */
+#define LPO_DEEP_PREC_MAP(X)                                                                                 \
+    X(TENSOR_BF16, "tensor bf16", LPO_CEIL_BF16, 1.0)                                                        \
+    X(TENSOR_FP16, "tensor fp16", LPO_CEIL_FP16, 1.0)                                                        \
+    X(TENSOR_TF32, "tensor tf32", LPO_CEIL_TF32, 1.0)                                                        \
+    X(TENSOR_FP8, "tensor fp8", LPO_CEIL_FP8, 1.0)                                                           \
+    X(TENSOR_INT8, "tensor int8", LPO_CEIL_INT8, 1.0)                                                        \
+    X(TENSOR_FP64, "tensor fp64", -1, 1.0)                                                                   \
+    X(FP32, "fp32", LPO_CEIL_FP32, 1.0)                                                                      \
+    X(FP16, "fp16/bf16 (CUDA cores)", LPO_CEIL_FP32, 2.0)                                                    \
+    X(FP64, "fp64", -1, 1.0)
+
+typedef enum {
+#define LPO__DP_ENUM(name, str, dt, f) LPO_DEEP_##name,
+    LPO_DEEP_PREC_MAP(LPO__DP_ENUM)
+#undef LPO__DP_ENUM
+        LPO_DEEP_N_PREC
+} lpo_deep_prec;
+const char *lpo_deep_prec_name(lpo_deep_prec p);
+
+typedef enum { LPO_DEEP_UNKNOWN, LPO_DEEP_MEMORY, LPO_DEEP_COMPUTE, LPO_DEEP_LATENCY } lpo_deep_bound;
+const char *lpo_deep_bound_name(lpo_deep_bound b); /* "unknown", "memory", "compute", "latency" */
+
+typedef struct {
+    const lpo_deep_top *top; /* its row of the plan, NULL when the kernel was not in it */
+    const char *name;
+    size_t n_results; /* ncu results (profiled instances) for it */
+    size_t first;     /* one of them, for the launch configuration */
+    /* means over the profiled instances (base units) */
+    double dur_s;
+    double flops[LPO_DEEP_N_PREC];
+    double flops_all;
+    int prec; /* class with the most FLOPs, -1 none */
+    double dram_bytes, l2_bytes;
+    double flops_per_s, dram_bps, l2_bps;
+    double ai_dram, ai_l2;      /* FLOP per byte; 0 without FLOPs or bytes */
+    double roof_flops;          /* compute ceiling of prec (FLOP/s), 0 unknown */
+    double dram_peak, l2_peak;  /* bandwidth ceilings used (B/s), 0 unknown */
+    double pct_compute, pct_dram, pct_l2; /* of those ceilings; NaN unknown */
+    double sm_pct, mem_pct;     /* ncu's speed of light: sm__throughput, gpu__compute_memory_throughput */
+    double occupancy_pct, theoretical_occupancy_pct;
+    double tensor_pipe_pct;
+    double sm_clock_hz;
+    lpo_deep_bound bound;
+    char rule[160]; /* the comparison that decided the class */
+    /* lpo's engine: op-list ops its labels name, FLOPs expected per instance (nearest op) and the
+     * difference of ncu's count from it */
+    char op[128];
+    double op_flops;
+    double flop_diff_pct; /* NaN when not checked */
+    int gemm;             /* counted as a GEMM for the cross-check */
+} lpo_deep_kernel;
+
+typedef struct {
+    double latency_below; /* latency/occupancy-bound when both fractions are below this (0.4) */
+} lpo_deep_rules;
+
+typedef struct {
+    lpo_deep_kernel *k;
+    size_t n;
+    lpo_peaks peaks;
+    char dram_peak_src[160], l2_peak_src[160];
+    lpo_deep_rules rules;
+    const lpo_oplist *ops; /* NULL: not lpo's engine */
+    size_t unmatched_results; /* ncu results of kernels outside the plan */
+} lpo_deep_analysis;
+
+/* Groups res by kernel name (plan order first; kernels not in the plan follow), computes every figure
+ * above against peaks (ceilings missing from peaks are taken from ncu's own peaks: rate / % of peak) and
+ * classifies. ops (may be NULL) is the op list of lpo's engine for the GEMM FLOP cross-check. */
+lpo_status lpo_deep_analyze(const lpo_deep_plan *plan, const lpo_ncu_results *res, const lpo_peaks *peaks,
+                            const lpo_deep_rules *rules, const lpo_oplist *ops, lpo_deep_analysis *out);
+void lpo_deep_analysis_free(lpo_deep_analysis *a);
+
+/* ---- report --------------------------------------------------------------------------------------------- */
+typedef struct {
+    const char *title;        /* the workload, for deep.md's heading */
+    const char *const *histograms; /* kernels_deep.csv columns or ncu metric names to draw (hist_<name>.svg) */
+    size_t n_histograms;
+    const char *notes;        /* extra lines for deep.md (metrics left out, ncu version, timings) */
+} lpo_deep_report_opts;
+
+/* Writes deep.md, kernels_deep.{csv,md,json}, metrics.json (schema lpo.deep.metrics v1),
+ * roofline_kernels.svg and hist_<metric>.svg into dir. */
+lpo_status lpo_deep_write_report(const lpo_deep_analysis *a, const lpo_deep_plan *plan,
+                                 const lpo_ncu_results *res, const lpo_deep_report_opts *o, const char *dir);
+/* The per-kernel table (kernels_deep.csv's columns). */
+lpo_table *lpo_deep_kernel_table(const lpo_deep_analysis *a);
+
+/* ---- driving ncu -------------------------------------------------------------------------------------------- */
+/* Finds the ncu executable: explicit (deep.ncu; NULL, "" or "auto": search), else $PATH, else
+ * /usr/local/cuda/bin/ncu, else the newest /opt/nvidia/nsight-compute/<version>/ncu. LPO_E_NOT_AVAILABLE
+ * naming every place looked at and what to install or set; LPO_E_NOT_FOUND when an explicit path is not an
+ * executable. */
+lpo_status lpo_ncu_find(const char *explicit_path, char *out, size_t n);
+
+/* Metric names of the metric sets: set s is read from <dir>/profiling/ncu/<s>.yaml of the first of dirs that
+ * has it (a set containing '/' or ending in .yaml is a path), its `metrics:` list. Names are appended to
+ * *names (malloc'd strings; duplicates skipped). LPO_E_CONFIG for a missing set or a malformed file. */
+lpo_status lpo_deep_metric_sets(const char *const *dirs, size_t n_dirs, const char *const *sets, size_t n_sets,
+                                char ***names, size_t *n);
+/* Keeps the names whose base (before the first '.') appears in ncu's `--query-metrics --csv` output
+ * (query, len bytes); launch__*, device__* and profiler__* metrics are not listed there and are always
+ * kept. The left-out names are appended to dropped (", "-separated). Returns the new count (names freed
+ * and compacted in place). An empty query keeps everything. */
+size_t lpo_ncu_filter_metrics(char **names, size_t n, const char *query, size_t len, lpo_strbuf *dropped);
+
+typedef struct {
+    const char *clock_control; /* --clock-control: "none" (as the GPU runs) or "base" */
+    const char *cache_control; /* --cache-control: "all" or "none" */
+    const char *replay_mode;   /* --replay-mode: "kernel" or "application" */
+} lpo_ncu_opts;
+
+/* The argument vector of one kernel set's ncu run (NULL-terminated, free with lpo_argv_free): ncu --metrics
+ * M --clock-control C --cache-control K --replay-mode R --target-processes all --kernel-name-base function
+ * --kernel-name regex:^<base>$ --launch-skip S --launch-count N --export <export_base> --force-overwrite
+ * <workload...>. */
+char **lpo_ncu_profile_argv(const char *ncu, const char *metrics, const lpo_deep_set *s, const char *export_base,
+                            const lpo_ncu_opts *o, char *const *workload);
+/* ncu --import <rep> --csv --page raw --print-units base --print-kernel-base mangled. */
+char **lpo_ncu_import_argv(const char *ncu, const char *rep);
+void lpo_argv_free(char **argv);

@@ -1,0 +1,499 @@
+/* lpo deep: Nsight Compute on the top kernels of a run (docs/deep.md). (1) the top K kernels by total time
+ * come from a trace of the workload (`lpo trace`, run here first) or from deep.kernels_from=DIR; (2) the
+ * workload runs under ncu once per kernel set (--kernel-name / --launch-skip / --launch-count: a few
+ * instances of each kernel, never the whole run; the tracer off, since a program using CUPTI cannot run
+ * under ncu); (3) each export is imported as CSV; (4) the analysis and report go into the run directory.
+ * The workload is `-- <command>` or, without one, lpo's own engine (`lpo generate` with the same overrides).
+ * --import=CSV[,CSV] skips the runs and reports on existing ncu CSV exports. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "cli/commands.h"
+#include "lpo/deep.h"
+#include "lpo/model.h"
+#include "lpo/ops.h"
+
+static const lpo_cli_flag flags[] = {
+    {"import", 1, "report on existing ncu raw-page CSV exports (comma-separated) instead of running ncu"},
+};
+static const lpo_cli_param params[] = {
+    {"prompt", "lpo's engine: the prompt of the generate workload"},
+    {"tokens", "lpo's engine: prompt token ids instead of text"},
+};
+static const lpo_cli_spec spec = {
+    .command = "deep",
+    .summary = "lpo deep [overrides] [-- <command> [args]]: Nsight Compute on the top kernels of the workload (a\n"
+               "command, or lpo's engine: lpo generate with the same overrides). Writes deep.md, kernels_deep.csv,\n"
+               "metrics.json, roofline_kernels.svg, hist_*.svg and the raw ncu exports (ncu/) into the run directory.\n"
+               "Settings: deep.top_k, deep.count, deep.kernels_from=DIR, deep.ncu=PATH, deep.metric_sets (docs/deep.md).",
+    .flags = flags,
+    .n_flags = sizeof flags / sizeof flags[0],
+    .params = params,
+    .n_params = sizeof params / sizeof params[0],
+    .config = 1,
+    .passthrough = 1,
+};
+
+/* ---- child processes ---------------------------------------------------------------------------------------- */
+static double now_s(void) {
+    return (double)lpo_now_ns() / 1e9;
+}
+
+/* Runs argv with stdout and stderr appended to log (NULL: inherited); untraced removes the tracer's
+ * injection variables (a program using CUPTI cannot run under ncu). Returns the exit status as a shell
+ * reports it (128 + signal), 127 when it could not start, 124 when stopped at timeout_s. */
+static int run_child(char *const *argv, const char *log, int untraced, double timeout_s, double *secs) {
+    const double t0 = now_s();
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) return 127;
+    if (pid == 0) { /* the child */
+        if (untraced) {
+            unsetenv("CUDA_INJECTION64_PATH");
+            unsetenv("NVTX_INJECTION64_PATH");
+            unsetenv("LPO_TRACE_DIR");
+        }
+        if (log) {
+            FILE *f = freopen(log, "a", stdout);
+            if (f) dup2(fileno(stdout), 2);
+        }
+        execvp(argv[0], argv);
+        fprintf(stderr, "lpo deep: cannot run '%s': %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    int status = 0, timed_out = 0;
+    for (;;) { /* wait, stopping it at the time limit */
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid || (r < 0 && errno != EINTR)) break;
+        if (timeout_s > 0 && now_s() - t0 > timeout_s && !timed_out) {
+            timed_out = 1;
+            kill(pid, SIGTERM);
+            struct timespec ts = {5, 0};
+            nanosleep(&ts, NULL);
+            if (waitpid(pid, &status, WNOHANG) != pid) {
+                kill(pid, SIGKILL);
+                waitpid(pid, &status, 0);
+            }
+            break;
+        }
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    if (secs) *secs = now_s() - t0;
+    if (timed_out) return 124;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
+}
+
+/* Runs argv with stdout into a file (the import of an export). */
+static int run_to_file(char *const *argv, const char *out, const char *errlog) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) return 127;
+    if (pid == 0) {
+        if (!freopen(out, "w", stdout)) _exit(127);
+        if (errlog && !freopen(errlog, "a", stderr)) _exit(127);
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+/* ---- argument vectors ---------------------------------------------------------------------------------------- */
+typedef struct {
+    char **v;
+    size_t n, cap;
+} argvec;
+
+static void av_push(argvec *a, const char *s) {
+    a->v = lpo_xgrow(a->v, &a->cap, a->n + 2, sizeof *a->v, "argv");
+    a->v[a->n++] = lpo_strdup(s);
+    a->v[a->n] = NULL;
+}
+
+static void av_free(argvec *a) {
+    lpo_argv_free(a->v);
+    memset(a, 0, sizeof *a);
+}
+
+static void self_exe(char *buf, size_t n) {
+    ssize_t l = readlink("/proc/self/exe", buf, n - 1);
+    if (l <= 0) l = (ssize_t)snprintf(buf, n, "lpo");
+    buf[l] = 0;
+}
+
+/* The workload: the command after "--", or lpo's engine (`lpo generate` with the overrides and prompt). */
+static void workload_argv(const lpo_cli_args *a, const char *outdir, argvec *w) {
+    if (a->n_passthrough) {
+        for (int i = 0; i < a->n_passthrough; i++) av_push(w, a->passthrough[i]);
+        return;
+    }
+    char exe[PATH_MAX], b[PATH_MAX + 64];
+    self_exe(exe, sizeof exe);
+    av_push(w, exe);
+    av_push(w, "generate");
+    for (size_t i = 0; i < a->n_config_dirs; i++) {
+        snprintf(b, sizeof b, "--config-dir=%s", a->config_dirs[i]);
+        av_push(w, b);
+    }
+    for (size_t i = 0; i < a->n_overrides; i++)
+        if (strncmp(a->overrides[i], "output.dir=", 11)) av_push(w, a->overrides[i]);
+    snprintf(b, sizeof b, "output.dir=%s", outdir);
+    av_push(w, b);
+    for (size_t i = 0; i < a->n_params; i++) {
+        snprintf(b, sizeof b, "%s=%s", a->params[i].name, a->params[i].value);
+        av_push(w, b);
+    }
+}
+
+/* "runs/<time>-deep-<program>" for a command workload unless output.dir was given. */
+static const char **with_default_dir(const lpo_cli_args *a, char *buf, size_t n, size_t *n_out) {
+    const char **ov = lpo_xcalloc(a->n_overrides + 2, sizeof *ov, "overrides");
+    int has = 0;
+    for (size_t i = 0; i < a->n_overrides; i++) {
+        ov[i] = a->overrides[i];
+        has |= !strncmp(a->overrides[i], "output.dir=", 11);
+    }
+    *n_out = a->n_overrides;
+    if (has || !a->n_passthrough) return ov;
+    const char *prog = a->passthrough[0], *base = strrchr(prog, '/');
+    base = base ? base + 1 : prog;
+    if (a->n_passthrough > 1 && (!strncmp(base, "python", 6) || !strcmp(base, "sh") || !strcmp(base, "bash"))) {
+        base = strrchr(a->passthrough[1], '/'); /* the script, not the interpreter */
+        base = base ? base + 1 : a->passthrough[1];
+    }
+    char clean[64];
+    size_t k = 0;
+    for (; k < sizeof clean - 1 && base[k]; k++) /* a file-name-safe name */
+        clean[k] = (base[k] == '.' || base[k] == '-' || base[k] == '_' || (base[k] >= '0' && base[k] <= '9') ||
+                    ((base[k] | 0x20) >= 'a' && (base[k] | 0x20) <= 'z'))
+                       ? base[k]
+                       : '_';
+    clean[k] = 0;
+    snprintf(buf, n, "output.dir=runs/${now:%%Y%%m%%d-%%H%%M%%S}-deep-%s", k ? clean : "program");
+    ov[(*n_out)++] = buf;
+    return ov;
+}
+
+/* ---- settings ---------------------------------------------------------------------------------------------- */
+typedef struct {
+    const char *ncu, *kernels_from, *clock_control, *cache_control, *replay_mode;
+    lpo_deep_select sel;
+    double latency_below, timeout_s;
+    const lpo_node *metric_sets, *histograms;
+} deep_cfg;
+
+static lpo_status read_cfg(const lpo_node *cfg, deep_cfg *d) {
+    int64_t top_k = 10, count = 3, max_window = 60;
+    lpo_status st = lpo_cfg_str_or(cfg, "deep.ncu", "auto", &d->ncu);
+    if (!st) st = lpo_cfg_str_or(cfg, "deep.kernels_from", NULL, &d->kernels_from);
+    if (!st) st = lpo_cfg_int_or(cfg, "deep.top_k", 10, &top_k);
+    if (!st) st = lpo_cfg_int_or(cfg, "deep.count", 3, &count);
+    if (!st) st = lpo_cfg_int_or(cfg, "deep.max_window", 60, &max_window);
+    if (!st) st = lpo_cfg_double_or(cfg, "deep.skip_fraction", 0.5, &d->sel.skip_fraction);
+    if (!st) st = lpo_cfg_str_or(cfg, "deep.clock_control", "none", &d->clock_control);
+    if (!st) st = lpo_cfg_str_or(cfg, "deep.cache_control", "all", &d->cache_control);
+    if (!st) st = lpo_cfg_str_or(cfg, "deep.replay_mode", "kernel", &d->replay_mode);
+    if (!st) st = lpo_cfg_double_or(cfg, "deep.latency_below", 0.4, &d->latency_below);
+    if (!st) st = lpo_cfg_double_or(cfg, "deep.timeout_s", 600, &d->timeout_s);
+    if (st) return st;
+    if (top_k < 1 || top_k > 1000 || count < 1 || count > 1000 || max_window < 1 || max_window > 100000)
+        return lpo_errorf(LPO_E_CONFIG, "deep.top_k (1..1000), deep.count (1..1000) and deep.max_window (1..100000) "
+                                        "must be positive: got %lld, %lld, %lld",
+                          (long long)top_k, (long long)count, (long long)max_window);
+    if (!(d->sel.skip_fraction >= 0 && d->sel.skip_fraction <= 1))
+        return lpo_errorf(LPO_E_CONFIG, "deep.skip_fraction=%g: must be between 0 and 1", d->sel.skip_fraction);
+    if (!(d->latency_below > 0 && d->latency_below < 1))
+        return lpo_errorf(LPO_E_CONFIG, "deep.latency_below=%g: must be between 0 and 1", d->latency_below);
+    d->sel.top_k = (int)top_k;
+    d->sel.count = (int)count;
+    d->sel.max_window = (int)max_window;
+    d->metric_sets = lpo_node_at(cfg, "deep.metric_sets");
+    d->histograms = lpo_node_at(cfg, "deep.histograms");
+    if (!d->metric_sets || d->metric_sets->kind != LPO_NODE_LIST || !d->metric_sets->n_items)
+        return lpo_errorf(LPO_E_CONFIG, "deep.metric_sets must be a non-empty list of set names "
+                                        "(conf/profiling/ncu/<name>.yaml)");
+    return LPO_OK;
+}
+
+/* The metric list of the configured sets, filtered by what this ncu knows; notes what was left out. */
+static lpo_status metric_list(const lpo_cli_args *a, const deep_cfg *d, const char *ncu, const char *ncu_dir,
+                              lpo_strbuf *metrics, lpo_strbuf *notes, char *gpu, size_t gpu_n) {
+    const char *dirs[66];
+    size_t nd = 0;
+    for (size_t i = 0; i < a->n_config_dirs && nd < 64; i++) dirs[nd++] = a->config_dirs[i];
+    dirs[nd++] = lpo_cfg_builtin_dir();
+    const char *sets[64];
+    size_t ns = 0;
+    for (size_t i = 0; i < d->metric_sets->n_items && ns < 64; i++)
+        if (d->metric_sets->items[i]->value) sets[ns++] = d->metric_sets->items[i]->value;
+    char **names = NULL;
+    size_t n = 0;
+    lpo_status st = lpo_deep_metric_sets(dirs, nd, sets, ns, &names, &n);
+    if (st) return st;
+    char qpath[PATH_MAX + 64];
+    snprintf(qpath, sizeof qpath, "%s/query_metrics.csv", ncu_dir);
+    char *qv[] = {(char *)ncu, "--query-metrics", "--csv", NULL};
+    char *query = NULL;
+    size_t qlen = 0;
+    if (run_to_file(qv, qpath, NULL) == 0 && lpo_read_file(qpath, &query, &qlen) == LPO_OK) {
+        /* the header's last cell names the GPU: "Metric name",...,"NVIDIA H100 80GB HBM3" */
+        const char *nl = memchr(query, '\n', qlen), *q = nl ? nl : query + qlen;
+        while (q > query && (q[-1] == '\r' || q[-1] == '"')) q--;
+        const char *s = q;
+        while (s > query && s[-1] != '"') s--;
+        snprintf(gpu, gpu_n, "%.*s", (int)(q - s), s);
+    } else {
+        lpo_sb_puts(notes, "- `ncu --query-metrics` failed: every metric of the sets was requested unfiltered.\n");
+    }
+    lpo_strbuf dropped = {0};
+    n = lpo_ncu_filter_metrics(names, n, query, qlen, &dropped);
+    free(query);
+    if (dropped.len) lpo_sb_printf(notes, "- metrics this ncu/GPU does not have, left out: %s.\n", dropped.buf);
+    lpo_sb_free(&dropped);
+    for (size_t i = 0; i < n; i++) {
+        lpo_sb_printf(metrics, "%s%s", i ? "," : "", names[i]);
+        free(names[i]);
+    }
+    free(names);
+    if (!n) return lpo_errorf(LPO_E_CONFIG, "deep.metric_sets: no metric left to collect");
+    return LPO_OK;
+}
+
+/* ---- the op list of lpo's engine (GEMM FLOP cross-check) ----------------------------------------------------- */
+static lpo_status engine_oplist(const lpo_node *cfg, lpo_model **m, lpo_oplist *ops) {
+    lpo_status st = lpo_model_open(lpo_node_child(cfg, "model"), m);
+    int64_t batch = 1;
+    if (!st) st = lpo_cfg_int_or(cfg, "infer.batch_size", 1, &batch);
+    if (!st) st = lpo_oplist_build_phase(lpo_model_get_spec(*m), 1, batch > 0 ? (int)batch : 1, 1, NULL, ops);
+    return st;
+}
+
+/* ---- the command ------------------------------------------------------------------------------------------ */
+typedef struct {
+    lpo_cli_args args;
+    lpo_node *cfg;
+    lpo_rundir *rd;
+    deep_cfg d;
+    char dir[PATH_MAX];
+    char ncu[PATH_MAX];
+    lpo_deep_plan plan;
+    int have_plan;
+    lpo_ncu_results res;
+    lpo_strbuf notes;
+    char gpu[256];
+} deep_run;
+
+/* (1) the trace run that picks the top kernels */
+static lpo_status trace_workload(deep_run *r) {
+    char tdir[PATH_MAX + 16], wdir[PATH_MAX + 32], exe[PATH_MAX], b[PATH_MAX + 32], log[PATH_MAX + 32];
+    snprintf(tdir, sizeof tdir, "%s/trace", r->dir);
+    snprintf(wdir, sizeof wdir, "%s/workload-trace", r->dir);
+    snprintf(log, sizeof log, "%s/trace.log", r->dir);
+    self_exe(exe, sizeof exe);
+    argvec t = {0}, w = {0};
+    av_push(&t, exe);
+    av_push(&t, "trace");
+    av_push(&t, "--no-json");
+    for (size_t i = 0; i < r->args.n_config_dirs; i++) {
+        snprintf(b, sizeof b, "--config-dir=%s", r->args.config_dirs[i]);
+        av_push(&t, b);
+    }
+    snprintf(b, sizeof b, "output.dir=%s", tdir);
+    av_push(&t, b);
+    av_push(&t, "--");
+    workload_argv(&r->args, wdir, &w);
+    for (size_t i = 0; i < w.n; i++) av_push(&t, w.v[i]);
+    fprintf(stderr, "lpo deep: tracing the workload to find its top kernels (log: %s)\n", log);
+    double secs = 0;
+    int rc = run_child(t.v, log, 0, r->d.timeout_s, &secs);
+    av_free(&t);
+    av_free(&w);
+    lpo_sb_printf(&r->notes, "- trace run (lpo trace, tracer on): %.1f s, exit status %d; trace/ holds its tables.\n",
+                  secs, rc);
+    snprintf(b, sizeof b, "%s/kernels.csv", tdir);
+    if (!lpo_path_exists(b))
+        return lpo_errorf(LPO_E_IO,
+                          "the trace run wrote no kernels.csv (exit status %d; see %s). lpo deep needs `lpo trace` "
+                          "(liblpo_probe.so, built with CUPTI) or deep.kernels_from=DIR of an earlier trace",
+                          rc, log);
+    if (rc != 0) fprintf(stderr, "lpo deep: warning: the traced workload exited with status %d (see %s)\n", rc, log);
+    return lpo_deep_plan_load(tdir, &r->d.sel, &r->plan);
+}
+
+/* (2, 3) one ncu run per kernel set, each export imported as CSV */
+static lpo_status profile_sets(deep_run *r, const char *metrics) {
+    char ndir[PATH_MAX + 8];
+    snprintf(ndir, sizeof ndir, "%s/ncu", r->dir);
+    lpo_ncu_opts o = {r->d.clock_control, r->d.cache_control, r->d.replay_mode};
+    size_t ok = 0;
+    for (size_t s = 0; s < r->plan.n_sets; s++) { /* each kernel set */
+        const lpo_deep_set *set = &r->plan.s[s];
+        char base[PATH_MAX + 64], rep[PATH_MAX + 96], csv[PATH_MAX + 96], log[PATH_MAX + 96], wdir[PATH_MAX + 64];
+        snprintf(base, sizeof base, "%s/set%zu", ndir, s);
+        snprintf(rep, sizeof rep, "%s.ncu-rep", base);
+        snprintf(csv, sizeof csv, "%s.csv", base);
+        snprintf(log, sizeof log, "%s.log", base);
+        snprintf(wdir, sizeof wdir, "%s/workload-set%zu", r->dir, s);
+        argvec w = {0};
+        workload_argv(&r->args, wdir, &w);
+        char **cmd = lpo_ncu_profile_argv(r->ncu, metrics, set, base, &o, w.v);
+        fprintf(stderr, "lpo deep: [%zu/%zu] ncu on %s (launches %ld..%ld of %ld)\n", s + 1, r->plan.n_sets, set->base,
+                set->skip + 1, set->skip + set->count, set->launches);
+        double secs = 0;
+        int rc = run_child(cmd, log, 1, r->d.timeout_s, &secs);
+        lpo_argv_free(cmd);
+        av_free(&w);
+        int irc = -1;
+        if (lpo_path_exists(rep)) {
+            char **imp = lpo_ncu_import_argv(r->ncu, rep);
+            irc = run_to_file(imp, csv, log);
+            lpo_argv_free(imp);
+        }
+        lpo_sb_printf(&r->notes, "- ncu set %zu (`%s`, --launch-skip %ld --launch-count %ld): %.1f s, exit status %d%s.\n",
+                      s, set->base, set->skip, set->count, secs, rc,
+                      irc == 0 ? "" : irc < 0 ? ", no export written (see its log)" : ", import failed");
+        if (irc != 0) {
+            fprintf(stderr, "lpo deep: warning: set %zu (%s) gave no results: see %s\n", s, set->base, log);
+            continue;
+        }
+        lpo_status st = lpo_ncu_load_csv(&r->res, csv, (int)s);
+        if (st) return st;
+        ok++;
+    }
+    if (!ok)
+        return lpo_errorf(LPO_E_IO, "no ncu run gave results (see %s/set*.log: a program that uses CUPTI itself, or a "
+                                    "GPU without profiling permission, cannot be profiled)",
+                          ndir);
+    return LPO_OK;
+}
+
+static lpo_status import_files(deep_run *r, const char *list) {
+    char *copy = lpo_strdup(list), *save = NULL;
+    lpo_status st = LPO_OK;
+    int set = 0;
+    for (char *p = strtok_r(copy, ",", &save); p && !st; p = strtok_r(NULL, ",", &save)) /* each file */
+        st = lpo_ncu_load_csv(&r->res, p, set++);
+    free(copy);
+    lpo_sb_printf(&r->notes, "- imported %d ncu CSV export%s (--import): no ncu run.\n", set, set == 1 ? "" : "s");
+    return st;
+}
+
+static lpo_status run_deep(deep_run *r) {
+    const char *import = lpo_cli_flag_value(&r->args, "import");
+    lpo_status st = read_cfg(r->cfg, &r->d);
+    if (!st && !import) st = lpo_ncu_find(r->d.ncu, r->ncu, sizeof r->ncu);
+    if (!st) st = lpo_rundir_create(r->cfg, &r->rd);
+    if (st) return st;
+    if (!realpath(lpo_rundir_path(r->rd), r->dir)) snprintf(r->dir, sizeof r->dir, "%s", lpo_rundir_path(r->rd));
+    char p[PATH_MAX + 16];
+    snprintf(p, sizeof p, "%s/ncu", r->dir);
+    if ((st = lpo_mkdirs(p))) return st;
+    const double t0 = now_s();
+    /* (1) top kernels */
+    if (r->d.kernels_from) {
+        st = lpo_deep_plan_load(r->d.kernels_from, &r->d.sel, &r->plan);
+        r->have_plan = !st;
+        lpo_sb_printf(&r->notes, "- top kernels from deep.kernels_from=%s (no trace run).\n", r->d.kernels_from);
+    } else if (!import) {
+        st = trace_workload(r);
+        r->have_plan = !st;
+    }
+    if (st) return st;
+    /* (2, 3) ncu */
+    if (import) {
+        st = import_files(r, import);
+    } else {
+        lpo_strbuf metrics = {0};
+        st = metric_list(&r->args, &r->d, r->ncu, p, &metrics, &r->notes, r->gpu, sizeof r->gpu);
+        if (!st) {
+            lpo_sb_printf(&r->notes, "- ncu: %s, --clock-control %s, --cache-control %s, --replay-mode %s; metrics: %s.\n",
+                          r->ncu, r->d.clock_control, r->d.cache_control, r->d.replay_mode, metrics.buf);
+            st = profile_sets(r, metrics.buf);
+        }
+        lpo_sb_free(&metrics);
+    }
+    if (st) return st;
+    /* (4) analysis and report */
+    lpo_peaks pk;
+    int64_t dev = 0;
+    lpo_cfg_int_or(r->cfg, "hardware.device", 0, &dev);
+    st = lpo_peaks_for_device((int)dev, &pk);
+    const char *gpu = r->gpu[0] ? r->gpu : r->res.n && r->res.r[0].device ? r->res.r[0].device : NULL;
+    if (!st && pk.source == LPO_PEAKS_NONE && gpu) st = lpo_peaks_lookup(gpu, NULL, &pk);
+    if (st) return st;
+    lpo_model *m = NULL;
+    lpo_oplist ops = {0};
+    int engine = !r->args.n_passthrough && !import;
+    if (engine && engine_oplist(r->cfg, &m, &ops) != LPO_OK) {
+        lpo_sb_printf(&r->notes, "- no op list for the FLOP cross-check: %s\n", lpo_last_error());
+        lpo_error_clear();
+        engine = 0;
+    }
+    lpo_deep_rules rules = {r->d.latency_below};
+    lpo_deep_analysis an;
+    st = lpo_deep_analyze(r->have_plan ? &r->plan : NULL, &r->res, &pk, &rules, engine ? &ops : NULL, &an);
+    const char *hist[32];
+    size_t nh = 0;
+    for (size_t i = 0; r->d.histograms && i < r->d.histograms->n_items && nh < 32; i++)
+        if (r->d.histograms->items[i]->value) hist[nh++] = r->d.histograms->items[i]->value;
+    lpo_strbuf title = {0};
+    if (r->args.n_passthrough)
+        for (int i = 0; i < r->args.n_passthrough; i++) lpo_sb_printf(&title, "%s%s", i ? " " : "", r->args.passthrough[i]);
+    else if (import)
+        lpo_sb_printf(&title, "%s", import);
+    else {
+        const char *mn = NULL;
+        lpo_cfg_str_or(r->cfg, "model.name", "?", &mn);
+        lpo_sb_printf(&title, "lpo's engine, model %s", mn);
+    }
+    lpo_sb_printf(&r->notes, "- lpo deep took %.1f s in all.\n", now_s() - t0);
+    lpo_deep_report_opts ro = {title.buf, hist, nh, r->notes.buf};
+    if (!st) st = lpo_deep_write_report(&an, r->have_plan ? &r->plan : NULL, &r->res, &ro, r->dir);
+    if (!st) {
+        fprintf(stderr, "lpo deep: %zu kernels, %zu ncu results", an.n, r->res.n);
+        for (size_t i = 0; i < an.n && i < 5; i++)
+            fprintf(stderr, "%s#%zu %s-bound", i ? ", " : ": ", i + 1, lpo_deep_bound_name(an.k[i].bound));
+        fprintf(stderr, "\n");
+    }
+    lpo_deep_analysis_free(&an);
+    lpo_sb_free(&title);
+    lpo_oplist_free(&ops);
+    if (m) lpo_model_close(m);
+    return st;
+}
+
+int lpo_cmd_deep(int argc, char **argv) {
+    deep_run r;
+    memset(&r, 0, sizeof r);
+    int rc = lpo_cli_begin(&spec, argc, argv, &r.args);
+    if (rc >= 0) return rc;
+    char dir_ov[256];
+    size_t n_ov = 0;
+    const char **ov = with_default_dir(&r.args, dir_ov, sizeof dir_ov, &n_ov);
+    lpo_cli_args a2 = r.args;
+    a2.overrides = ov;
+    a2.n_overrides = n_ov;
+    lpo_status st = lpo_cli_compose(&a2, "deep", &r.cfg);
+    if (!st) st = run_deep(&r);
+    if (!st) lpo_rundir_announce(r.rd, stdout);
+    if (r.rd) lpo_rundir_close(r.rd);
+    lpo_deep_plan_free(&r.plan);
+    lpo_ncu_results_free(&r.res);
+    lpo_sb_free(&r.notes);
+    lpo_node_free(r.cfg);
+    free(ov);
+    lpo_cli_args_free(&r.args);
+    return st ? lpo_cli_fail("deep", st) : LPO_EXIT_OK;
+}

@@ -1,0 +1,424 @@
+/* lpo deep's report: deep.md (top kernels, bound classes with the rule, the GEMM FLOP cross-check, one
+ * paragraph per kernel), kernels_deep.{csv,md,json} (one field list), metrics.json (schema
+ * lpo.deep.metrics v1), roofline_kernels.svg and hist_<metric>.svg. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "deep/deep_internal.h"
+#include "lpo/hw.h"
+
+/* ---- the per-kernel table ------------------------------------------------------------------------------- */
+static const lpo_field kernel_fields[] = {
+    {"rank", LPO_FIELD_INT, NULL, 0},
+    {"kernel", LPO_FIELD_STR, NULL, 0},
+    {"name", LPO_FIELD_STR, NULL, 1},
+    {"category", LPO_FIELD_STR, NULL, 1},
+    {"range", LPO_FIELD_STR, NULL, 0},
+    {"op", LPO_FIELD_STR, NULL, 1},
+    {"time_pct", LPO_FIELD_DOUBLE, "%.1f", 0},
+    {"trace_total_ms", LPO_FIELD_DOUBLE, "%.3f", 1},
+    {"launches", LPO_FIELD_INT, NULL, 1},
+    {"profiled", LPO_FIELD_INT, NULL, 0},
+    {"dur_us", LPO_FIELD_DOUBLE, "%.1f", 0},
+    {"precision", LPO_FIELD_STR, NULL, 0},
+    {"gflop", LPO_FIELD_DOUBLE, "%.3g", 1},
+    {"tflops", LPO_FIELD_DOUBLE, "%.3g", 0},
+    {"dram_mb", LPO_FIELD_DOUBLE, "%.3g", 1},
+    {"l2_mb", LPO_FIELD_DOUBLE, "%.3g", 1},
+    {"dram_gbs", LPO_FIELD_DOUBLE, "%.0f", 0},
+    {"l2_gbs", LPO_FIELD_DOUBLE, "%.0f", 0},
+    {"ai_flop_per_byte", LPO_FIELD_DOUBLE, "%.3g", 0},
+    {"ai_l2_flop_per_byte", LPO_FIELD_DOUBLE, "%.3g", 1},
+    {"roof_tflops", LPO_FIELD_DOUBLE, "%.0f", 1},
+    {"compute_pct", LPO_FIELD_DOUBLE, "%.1f", 0},
+    {"dram_pct", LPO_FIELD_DOUBLE, "%.1f", 0},
+    {"l2_pct", LPO_FIELD_DOUBLE, "%.1f", 0},
+    {"sm_throughput_pct", LPO_FIELD_DOUBLE, "%.1f", 1},
+    {"memory_throughput_pct", LPO_FIELD_DOUBLE, "%.1f", 1},
+    {"occupancy_pct", LPO_FIELD_DOUBLE, "%.1f", 0},
+    {"theoretical_occupancy_pct", LPO_FIELD_DOUBLE, "%.1f", 1},
+    {"tensor_pipe_pct", LPO_FIELD_DOUBLE, "%.1f", 1},
+    {"sm_clock_ghz", LPO_FIELD_DOUBLE, "%.2f", 1},
+    {"grid", LPO_FIELD_STR, NULL, 1},
+    {"block", LPO_FIELD_STR, NULL, 1},
+    {"bound", LPO_FIELD_STR, NULL, 0},
+    {"rule", LPO_FIELD_STR, NULL, 1},
+    {"op_gflop", LPO_FIELD_DOUBLE, "%.4g", 1},
+    {"flop_diff_pct", LPO_FIELD_DOUBLE, "%.3f", 1},
+};
+
+static void set_d(lpo_table *t, const char *f, double v) {
+    if (isfinite(v)) lpo_table_set_double(t, f, v);
+}
+
+/* The short name shown in tables: the base name, with the range it runs in when the trace had one. */
+static const char *short_name(const lpo_deep_kernel *k) {
+    return k->top && k->top->base ? k->top->base : k->name;
+}
+
+lpo_table *lpo_deep_kernel_table(const lpo_deep_analysis *a) {
+    lpo_table *t = lpo_table_new(kernel_fields, sizeof kernel_fields / sizeof kernel_fields[0]);
+    for (size_t i = 0; i < a->n; i++) { /* one row per kernel */
+        const lpo_deep_kernel *k = &a->k[i];
+        lpo_table_add_row(t);
+        lpo_table_set_int(t, "rank", (int64_t)i + 1);
+        lpo_table_set_str(t, "kernel", short_name(k));
+        lpo_table_set_str(t, "name", k->name);
+        if (k->top) {
+            lpo_table_set_str(t, "category", k->top->category);
+            lpo_table_set_str(t, "range", k->top->range);
+            lpo_table_set_double(t, "time_pct", k->top->time_pct);
+            lpo_table_set_double(t, "trace_total_ms", k->top->total_ns / 1e6);
+            lpo_table_set_int(t, "launches", k->top->instances);
+        }
+        if (k->op[0]) lpo_table_set_str(t, "op", k->op);
+        lpo_table_set_int(t, "profiled", (int64_t)k->n_results);
+        if (!k->n_results) {
+            lpo_table_set_str(t, "bound", "not profiled");
+            continue;
+        }
+        set_d(t, "dur_us", k->dur_s * 1e6);
+        lpo_table_set_str(t, "precision", k->prec >= 0 ? lpo_deep_prec_name((lpo_deep_prec)k->prec) : "none");
+        lpo_table_set_double(t, "gflop", k->flops_all / 1e9);
+        lpo_table_set_double(t, "tflops", k->flops_per_s / 1e12);
+        lpo_table_set_double(t, "dram_mb", k->dram_bytes / 1e6);
+        lpo_table_set_double(t, "l2_mb", k->l2_bytes / 1e6);
+        lpo_table_set_double(t, "dram_gbs", k->dram_bps / 1e9);
+        lpo_table_set_double(t, "l2_gbs", k->l2_bps / 1e9);
+        if (k->ai_dram > 0) lpo_table_set_double(t, "ai_flop_per_byte", k->ai_dram);
+        if (k->ai_l2 > 0) lpo_table_set_double(t, "ai_l2_flop_per_byte", k->ai_l2);
+        if (k->roof_flops > 0) lpo_table_set_double(t, "roof_tflops", k->roof_flops / 1e12);
+        set_d(t, "compute_pct", k->pct_compute);
+        set_d(t, "dram_pct", k->pct_dram);
+        set_d(t, "l2_pct", k->pct_l2);
+        set_d(t, "sm_throughput_pct", k->sm_pct);
+        set_d(t, "memory_throughput_pct", k->mem_pct);
+        set_d(t, "occupancy_pct", k->occupancy_pct);
+        set_d(t, "theoretical_occupancy_pct", k->theoretical_occupancy_pct);
+        set_d(t, "tensor_pipe_pct", k->tensor_pipe_pct);
+        set_d(t, "sm_clock_ghz", k->sm_clock_hz / 1e9);
+        lpo_table_set_str(t, "bound", lpo_deep_bound_name(k->bound));
+        lpo_table_set_str(t, "rule", k->rule);
+        if (k->op_flops > 0) lpo_table_set_double(t, "op_gflop", k->op_flops / 1e9);
+        set_d(t, "flop_diff_pct", k->flop_diff_pct);
+    }
+    return t;
+}
+
+/* ---- deep.md ------------------------------------------------------------------------------------------------ */
+/* The two largest stall reasons of kernel k (ncu "stalls" set), as text; "" when not collected. */
+static void top_stalls(const lpo_ncu_results *res, const lpo_deep_kernel *k, char *out, size_t n) {
+    static const char *const pre = "smsp__average_warps_issue_stalled_", *const post = "_per_issue_active.ratio";
+    double best[2] = {0, 0};
+    char name[2][48] = {"", ""};
+    for (size_t m = 0; m < res->n_metrics; m++) { /* each stall metric of the kernel's first result */
+        const char *s = res->metric[m];
+        size_t lp = strlen(pre), ls = strlen(s), lq = strlen(post);
+        if (strncmp(s, pre, lp) || ls <= lp + lq || strcmp(s + ls - lq, post)) continue;
+        double v = res->r[k->first].v[m];
+        if (!(v > best[1])) continue;
+        int slot = v > best[0] ? 0 : 1;
+        if (slot == 0) {
+            best[1] = best[0];
+            memcpy(name[1], name[0], sizeof name[0]);
+        }
+        best[slot] = v;
+        snprintf(name[slot], sizeof name[slot], "%.*s", (int)(ls - lp - lq), s + lp);
+    }
+    out[0] = 0;
+    if (name[0][0])
+        snprintf(out, n, "the warps wait mostly on %s (%.2f warps per issue)%s%s%s", name[0], best[0],
+                 name[1][0] ? " and " : "", name[1], name[1][0] ? "" : "");
+}
+
+static void fmt_pct(char *b, size_t n, double v) {
+    if (isfinite(v))
+        snprintf(b, n, "%.1f", v);
+    else
+        snprintf(b, n, "-");
+}
+
+static void paragraph(lpo_strbuf *o, const lpo_deep_analysis *a, const lpo_ncu_results *res, size_t i) {
+    const lpo_deep_kernel *k = &a->k[i];
+    lpo_sb_printf(o, "**%zu. `%s`**", i + 1, short_name(k));
+    if (k->top && k->top->range[0]) lpo_sb_printf(o, " (in `%s`)", k->top->range);
+    lpo_sb_puts(o, ". ");
+    if (k->top)
+        lpo_sb_printf(o, "%.1f%% of the kernel time of the trace, %ld launches of %.1f us on average. ", k->top->time_pct,
+                      k->top->instances, k->top->avg_ns / 1e3);
+    if (!k->n_results) {
+        lpo_sb_puts(o, "ncu profiled no instance of it (its launches fell outside the profiled window, or its name "
+                       "did not match); see ncu/ for the run's log.\n\n");
+        return;
+    }
+    lpo_sb_printf(o, "Under ncu (%zu instance%s, serialized, clocks as the driver set them: SM at %.2f GHz) it ran "
+                     "%.1f us",
+                  k->n_results, k->n_results == 1 ? "" : "s", isfinite(k->sm_clock_hz) ? k->sm_clock_hz / 1e9 : 0.0,
+                  k->dur_s * 1e6);
+    if (k->flops_all > 0)
+        lpo_sb_printf(o, ", doing %.3g GFLOP (mostly %s) at %.3g TFLOP/s", k->flops_all / 1e9,
+                      lpo_deep_prec_name((lpo_deep_prec)k->prec), k->flops_per_s / 1e12);
+    else
+        lpo_sb_puts(o, ", with no floating-point work counted");
+    lpo_sb_printf(o, ", moving %.3g MB to and from DRAM (%.0f GB/s) and %.3g MB through L2 (%.0f GB/s). ",
+                  k->dram_bytes / 1e6, k->dram_bps / 1e9, k->l2_bytes / 1e6, k->l2_bps / 1e9);
+    char c[16], d[16], l[16];
+    fmt_pct(c, sizeof c, k->pct_compute);
+    fmt_pct(d, sizeof d, k->pct_dram);
+    fmt_pct(l, sizeof l, k->pct_l2);
+    lpo_sb_printf(o, "Of the ceilings that is %s%% compute, %s%% DRAM, %s%% L2: **%s-bound** (%s). ", c, d, l,
+                  lpo_deep_bound_name(k->bound), k->rule);
+    char stalls[160];
+    top_stalls(res, k, stalls, sizeof stalls);
+    switch (k->bound) { /* what limits it */
+    case LPO_DEEP_MEMORY:
+        if (isfinite(k->pct_l2) && isfinite(k->pct_dram) && k->pct_l2 > k->pct_dram)
+            lpo_sb_printf(o, "L2 traffic (%.1fx the DRAM bytes) is the busier path: reuse through L2 or a smaller "
+                             "working set would help more than DRAM bandwidth. ",
+                          k->dram_bytes > 0 ? k->l2_bytes / k->dram_bytes : 0.0);
+        else
+            lpo_sb_printf(o, "It streams DRAM at %s%% of the ceiling; what is left is %.0f%% at best, unless it "
+                             "moves fewer bytes (fusion, lower precision, reuse). ",
+                          d, isfinite(k->pct_dram) ? fmax(0, 100 - k->pct_dram) : 0.0);
+        break;
+    case LPO_DEEP_COMPUTE:
+        lpo_sb_printf(o, "The %s pipes are the limit", k->prec >= 0 ? lpo_deep_prec_name((lpo_deep_prec)k->prec) : "SM");
+        if (isfinite(k->tensor_pipe_pct) && k->tensor_pipe_pct > 0)
+            lpo_sb_printf(o, " (tensor pipe busy %.0f%% of active cycles)", k->tensor_pipe_pct);
+        lpo_sb_puts(o, "; faster needs a lower precision or less work. ");
+        break;
+    case LPO_DEEP_LATENCY:
+        lpo_sb_printf(o, "Neither memory nor compute is busy: it is latency- or occupancy-bound. Grid %s of blocks %s",
+                      res->r[k->first].grid, res->r[k->first].block);
+        if (isfinite(k->occupancy_pct)) lpo_sb_printf(o, ", achieved occupancy %.0f%%", k->occupancy_pct);
+        if (isfinite(k->theoretical_occupancy_pct))
+            lpo_sb_printf(o, " of a theoretical %.0f%%", k->theoretical_occupancy_pct);
+        lpo_sb_puts(o, "; a short kernel pays launch and tail costs that more work per launch (fusion, batching) "
+                       "amortises. ");
+        break;
+    default: break;
+    }
+    if (stalls[0]) lpo_sb_printf(o, "By ncu's warp states, %s. ", stalls);
+    lpo_sb_puts(o, "\n\n");
+}
+
+static void write_md(lpo_strbuf *o, const lpo_deep_analysis *a, const lpo_deep_plan *plan,
+                     const lpo_ncu_results *res, const lpo_deep_report_opts *opt, const lpo_table *t) {
+    lpo_sb_printf(o, "# lpo deep%s%s\n\n", opt && opt->title ? ": " : "", opt && opt->title ? opt->title : "");
+    if (plan && plan->n) {
+        double cover = 0;
+        for (size_t i = 0; i < plan->n; i++) cover += plan->k[i].time_pct;
+        lpo_sb_printf(o, "The top %zu of %zu kernels of the trace (%.1f%% of its kernel time) were profiled by "
+                         "Nsight Compute in %zu kernel set%s (one run of the workload each), %zu results.\n\n",
+                      plan->n, plan->kernels_all, cover, plan->n_sets, plan->n_sets == 1 ? "" : "s", res->n);
+    } else {
+        lpo_sb_printf(o, "%zu Nsight Compute results of %zu kernels (no trace: every kernel in the export).\n\n", res->n,
+                      a->n);
+    }
+    lpo_sb_printf(o, "Ceilings: %s. DRAM ceiling: %s; L2 ceiling: %s.\n\n",
+                  a->peaks.label[0] ? a->peaks.label : "none", a->dram_peak_src, a->l2_peak_src);
+    lpo_sb_puts(o, "## Top kernels\n\n");
+    lpo_table_write_md(t, o);
+    lpo_sb_puts(o, "\n`time_pct`: share of the trace's kernel time; `dur_us` and the rates: ncu's measurement "
+                   "(one kernel at a time, caches flushed between passes); `ai`: FLOP per DRAM byte; `compute_pct`, "
+                   "`dram_pct`, `l2_pct`: of the ceilings above. Every column: kernels_deep.csv (docs/deep.md).\n\n");
+    /* bound classes */
+    lpo_sb_puts(o, "## Bound classes\n\n");
+    lpo_sb_printf(o, "Rule: *c* = achieved FLOP/s / the compute ceiling of the kernel's main precision (ncu's SM "
+                     "throughput when no ceiling applies); *m* = the larger of DRAM bytes/s / the DRAM ceiling and L2 "
+                     "bytes/s / the L2 ceiling. **latency** (latency- or occupancy-bound) when both *c* and *m* are "
+                     "below %.0f%%; else **memory** when *m* >= *c*, **compute** otherwise.\n\n",
+                  100 * a->rules.latency_below);
+    lpo_sb_puts(o, "| class | kernels | share of trace kernel time % |\n|---|---:|---:|\n");
+    static const lpo_deep_bound cls[] = {LPO_DEEP_MEMORY, LPO_DEEP_COMPUTE, LPO_DEEP_LATENCY, LPO_DEEP_UNKNOWN};
+    for (size_t c = 0; c < 4; c++) { /* each class */
+        size_t n = 0;
+        double share = 0;
+        for (size_t i = 0; i < a->n; i++)
+            if (a->k[i].n_results && a->k[i].bound == cls[c]) {
+                n++;
+                share += a->k[i].top ? a->k[i].top->time_pct : 0;
+            }
+        lpo_sb_printf(o, "| %s | %zu | %.1f |\n", lpo_deep_bound_name(cls[c]), n, share);
+    }
+    /* FLOP cross-check */
+    lpo_sb_puts(o, "\n## GEMM FLOP cross-check\n\n");
+    if (!a->ops) {
+        lpo_sb_puts(o, "Not lpo's engine: no op list to compare with. FLOPs counted by ncu per GEMM instance:\n\n");
+        lpo_sb_puts(o, "| # | kernel | GFLOP per instance | precision |\n|---:|---|---:|---|\n");
+        for (size_t i = 0; i < a->n; i++)
+            if (a->k[i].gemm && a->k[i].n_results)
+                lpo_sb_printf(o, "| %zu | `%s` | %.6g | %s |\n", i + 1, short_name(&a->k[i]), a->k[i].flops_all / 1e9,
+                              lpo_deep_prec_name((lpo_deep_prec)a->k[i].prec));
+    } else {
+        lpo_sb_puts(o, "ncu's counted FLOPs per instance against lpo_op_flops of the op (group) its NVTX label names, "
+                       "nearest op per instance; they must agree within 1%.\n\n");
+        lpo_sb_puts(o, "| # | kernel | op | ncu GFLOP | op GFLOP | worst diff % | verdict |\n"
+                       "|---:|---|---|---:|---:|---:|---|\n");
+        for (size_t i = 0; i < a->n; i++) { /* each GEMM */
+            const lpo_deep_kernel *k = &a->k[i];
+            if (!k->gemm || !k->n_results) continue;
+            if (!isfinite(k->flop_diff_pct)) {
+                lpo_sb_printf(o, "| %zu | `%s` | %s | %.6g | - | - | no op label in the trace |\n", i + 1, short_name(k),
+                              k->top && k->top->range[0] ? k->top->range : "-", k->flops_all / 1e9);
+                continue;
+            }
+            lpo_sb_printf(o, "| %zu | `%s` | %s | %.6g | %.6g | %+.3f | %s |\n", i + 1, short_name(k), k->op,
+                          k->flops_all / 1e9, k->op_flops / 1e9, k->flop_diff_pct,
+                          fabs(k->flop_diff_pct) <= 1.0 ? "agrees" : "DIFFERS");
+        }
+    }
+    lpo_sb_puts(o, "\n## What limits each kernel\n\n");
+    for (size_t i = 0; i < a->n; i++) paragraph(o, a, res, i);
+    if (a->unmatched_results)
+        lpo_sb_printf(o, "%zu ncu results belong to other kernels that share a function name with a top kernel "
+                         "(profiled in the same window); they are kept in ncu/ and left out above.\n\n",
+                      a->unmatched_results);
+    if (opt && opt->notes && *opt->notes) lpo_sb_printf(o, "## Run\n\n%s\n", opt->notes);
+    lpo_sb_puts(o, "## Files\n\nkernels_deep.csv/.md/.json (every column), metrics.json, roofline_kernels.svg, "
+                   "hist_*.svg, ncu/ (the raw exports: .ncu-rep, the CSV of each, ncu's log), trace/ (the trace run "
+                   "that chose the kernels).\n");
+}
+
+/* ---- metrics.json --------------------------------------------------------------------------------------------- */
+static lpo_status write_json(const char *path, const lpo_deep_analysis *a, const lpo_deep_plan *plan,
+                             const lpo_ncu_results *res, const lpo_deep_report_opts *opt, const lpo_table *t) {
+    lpo_strbuf sb = {0};
+    lpo_json j;
+    lpo_json_init_buf(&j, &sb, 1);
+    lpo_json_object_begin(&j);
+    lpo_json_kv_str(&j, "schema", "lpo.deep.metrics");
+    lpo_json_kv_int(&j, "version", 1);
+    lpo_json_key(&j, "lpo");
+    lpo_build_write_json(&j);
+    lpo_json_key(&j, "deep");
+    lpo_json_object_begin(&j);
+    lpo_json_kv_str(&j, "title", opt ? opt->title : NULL);
+    lpo_json_key(&j, "peaks");
+    lpo_json_object_begin(&j);
+    lpo_json_kv_str(&j, "label", a->peaks.label);
+    lpo_json_kv_str(&j, "dram_source", a->dram_peak_src);
+    lpo_json_kv_str(&j, "l2_source", a->l2_peak_src);
+    lpo_json_key(&j, "tflops");
+    lpo_json_object_begin(&j);
+    for (int d = 0; d < LPO_CEIL_N_DTYPES; d++)
+        lpo_json_kv_double_or_null(&j, lpo_ceil_dtype_name((lpo_ceil_dtype)d), a->peaks.tflops[d],
+                                   a->peaks.tflops[d] > 0);
+    lpo_json_object_end(&j);
+    lpo_json_kv_double_or_null(&j, "dram_gbs", a->n ? a->k[0].dram_peak / 1e9 : 0, a->n && a->k[0].dram_peak > 0);
+    lpo_json_kv_double_or_null(&j, "l2_gbs", a->n ? a->k[0].l2_peak / 1e9 : 0, a->n && a->k[0].l2_peak > 0);
+    lpo_json_object_end(&j);
+    lpo_json_key(&j, "rule");
+    lpo_json_object_begin(&j);
+    lpo_json_kv_double(&j, "latency_below", a->rules.latency_below);
+    lpo_json_kv_str(&j, "text",
+                    "latency when compute and memory fractions of their ceilings are both below latency_below; else "
+                    "memory when memory >= compute, compute otherwise");
+    lpo_json_object_end(&j);
+    lpo_json_kv_int(&j, "ncu_results", (int64_t)res->n);
+    lpo_json_kv_int(&j, "kernel_sets", plan ? (int64_t)plan->n_sets : 0);
+    lpo_json_kv_int(&j, "trace_kernels", plan ? (int64_t)plan->kernels_all : 0);
+    lpo_json_kv_bool(&j, "lpo_engine", a->ops != NULL);
+    lpo_json_key(&j, "kernels");
+    lpo_table_write_json(t, &j);
+    if (plan) {
+        lpo_json_key(&j, "sets");
+        lpo_json_array_begin(&j);
+        for (size_t s = 0; s < plan->n_sets; s++) { /* each ncu run */
+            lpo_json_object_begin(&j);
+            lpo_json_kv_str(&j, "function", plan->s[s].base);
+            lpo_json_kv_int(&j, "launch_skip", plan->s[s].skip);
+            lpo_json_kv_int(&j, "launch_count", plan->s[s].count);
+            lpo_json_kv_int(&j, "launches", plan->s[s].launches);
+            lpo_json_object_end(&j);
+        }
+        lpo_json_array_end(&j);
+    }
+    lpo_json_object_end(&j);
+    lpo_json_object_end(&j);
+    lpo_status st = lpo_json_finish(&j);
+    if (!st) st = lpo_write_file(path, sb.buf, sb.len);
+    lpo_sb_free(&sb);
+    return st;
+}
+
+/* ---- histograms ------------------------------------------------------------------------------------------------ */
+/* Values of a kernels_deep column or an ncu metric (mean over each kernel's results), one per kernel. */
+static void metric_values(const lpo_deep_analysis *a, const lpo_ncu_results *res, const char *m, double *v,
+                          const char **unit) {
+    static const struct {
+        const char *col, *unit;
+        size_t off;
+    } cols[] = {{"compute_pct", "%", offsetof(lpo_deep_kernel, pct_compute)},
+                {"dram_pct", "%", offsetof(lpo_deep_kernel, pct_dram)},
+                {"l2_pct", "%", offsetof(lpo_deep_kernel, pct_l2)},
+                {"occupancy_pct", "%", offsetof(lpo_deep_kernel, occupancy_pct)},
+                {"theoretical_occupancy_pct", "%", offsetof(lpo_deep_kernel, theoretical_occupancy_pct)},
+                {"sm_throughput_pct", "%", offsetof(lpo_deep_kernel, sm_pct)},
+                {"memory_throughput_pct", "%", offsetof(lpo_deep_kernel, mem_pct)},
+                {"tensor_pipe_pct", "%", offsetof(lpo_deep_kernel, tensor_pipe_pct)},
+                {"ai_flop_per_byte", "FLOP/byte", offsetof(lpo_deep_kernel, ai_dram)}};
+    for (size_t c = 0; c < sizeof cols / sizeof cols[0]; c++) { /* a computed column */
+        if (strcmp(m, cols[c].col)) continue;
+        for (size_t i = 0; i < a->n; i++)
+            v[i] = a->k[i].n_results ? *(const double *)((const char *)&a->k[i] + cols[c].off) : NAN;
+        *unit = cols[c].unit;
+        return;
+    }
+    long col = lpo_ncu_metric_index(res, m);
+    *unit = col >= 0 ? res->unit[col] : "";
+    for (size_t i = 0; i < a->n; i++) { /* an ncu metric: mean over the kernel's results */
+        double s = 0;
+        size_t n = 0;
+        for (size_t r = 0; col >= 0 && r < res->n; r++) {
+            if (strcmp(res->r[r].name, a->k[i].name) || isnan(res->r[r].v[col])) continue;
+            s += res->r[r].v[col];
+            n++;
+        }
+        v[i] = n ? s / (double)n : NAN;
+    }
+}
+
+lpo_status lpo_deep_write_report(const lpo_deep_analysis *a, const lpo_deep_plan *plan,
+                                 const lpo_ncu_results *res, const lpo_deep_report_opts *o, const char *dir) {
+    char path[4096];
+    lpo_table *t = lpo_deep_kernel_table(a);
+    lpo_status st = LPO_OK;
+    static const char *const ext[] = {"csv", "md", "json"};
+    for (int e = 0; e < 3 && !st; e++) { /* kernels_deep.csv/.md/.json */
+        char name[32];
+        snprintf(name, sizeof name, "kernels_deep.%s", ext[e]);
+        st = lpo_table_save(t, lpo_path_join(path, sizeof path, dir, name));
+    }
+    lpo_strbuf sb = {0};
+    if (!st) {
+        write_md(&sb, a, plan, res, o, t);
+        st = lpo_write_file(lpo_path_join(path, sizeof path, dir, "deep.md"), sb.buf, sb.len);
+    }
+    if (!st) st = write_json(lpo_path_join(path, sizeof path, dir, "metrics.json"), a, plan, res, o, t);
+    if (!st) {
+        sb.len = 0;
+        deep_roofline_svg(a, o && o->title ? o->title : NULL, &sb);
+        st = lpo_write_file(lpo_path_join(path, sizeof path, dir, "roofline_kernels.svg"), sb.buf, sb.len);
+    }
+    double *v = lpo_xcalloc(a->n + 1, sizeof *v, "deep histogram");
+    for (size_t h = 0; o && h < o->n_histograms && !st; h++) { /* hist_<metric>.svg */
+        const char *unit = "";
+        metric_values(a, res, o->histograms[h], v, &unit);
+        sb.len = 0;
+        deep_histogram_svg(o->histograms[h], unit, v, a->n, &sb);
+        char name[256];
+        snprintf(name, sizeof name, "hist_%.200s.svg", o->histograms[h]);
+        for (char *p = name; *p; p++) /* a file name from a metric name */
+            if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_' ||
+                  *p == '-' || *p == '.'))
+                *p = '_';
+        st = lpo_write_file(lpo_path_join(path, sizeof path, dir, name), sb.buf, sb.len);
+    }
+    free(v);
+    lpo_sb_free(&sb);
+    lpo_table_free(t);
+    return st;
+}
