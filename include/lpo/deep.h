@@ -69,7 +69,8 @@ int lpo_ncu_unit_scale(const char *unit, double *scale, char *base, size_t n);
  * a copy of name when it is not a mangled name or no demangler is available. */
 char *lpo_demangle(const char *name);
 
-/* ---- top kernels and kernel sets ------------------------------------------------------------------------ */
+/* ---- top kernels and kernel sets ------------------------------------------------------------------------
+ */
 typedef struct {
     int top_k;            /* kernels to profile (by total time) */
     int count;            /* instances to profile per kernel */
@@ -83,16 +84,16 @@ typedef struct {
     char *category; /* the tracer's category (gemm, attention, norm, elementwise, ...) */
     double total_ns, avg_ns, time_pct;
     long instances;
-    char *range;  /* innermost NVTX range / graph node label that carries it (ranges.csv), "" when none */
+    char *range;   /* innermost NVTX range / graph node label that carries it (ranges.csv), "" when none */
     char **labels; /* every range label whose top kernels include it (ranges.csv), n_labels of them */
     size_t n_labels;
     int set; /* index of its kernel set */
 } lpo_deep_top;
 
 typedef struct {
-    char *base;  /* function base name shared by the set's kernels */
-    long skip;   /* --launch-skip (launches of that base) */
-    long count;  /* --launch-count */
+    char *base;    /* function base name shared by the set's kernels */
+    long skip;     /* --launch-skip (launches of that base) */
+    long count;    /* --launch-count */
     long launches; /* launches of that base in the trace */
 } lpo_deep_set;
 
@@ -117,7 +118,8 @@ char *lpo_deep_base_name(const char *name);
 lpo_status lpo_deep_plan_load(const char *dir, const lpo_deep_select *o, lpo_deep_plan *p);
 void lpo_deep_plan_free(lpo_deep_plan *p);
 
-/* ---- per-kernel analysis -------------------------------------------------------------------------------- */
+/* ---- per-kernel analysis --------------------------------------------------------------------------------
+ */
 /* Precision classes of counted work: name, the ceilings dtype of their compute roof (-1: none), the factor
  * on that roof. Tensor-core classes count FLOPs directly (sm__ops_path_tensor_*); the others count SASS
  * thread instructions, an FMA being 2 FLOPs (docs/deep.md). */
@@ -139,6 +141,8 @@ typedef enum {
         LPO_DEEP_N_PREC
 } lpo_deep_prec;
 const char *lpo_deep_prec_name(lpo_deep_prec p);
+/* The ceilings dtype of a class's compute roof (-1: none) and the factor on it (*factor). */
+int lpo_deep_prec_dtype(lpo_deep_prec p, double *factor);
 
 typedef enum { LPO_DEEP_UNKNOWN, LPO_DEEP_MEMORY, LPO_DEEP_COMPUTE, LPO_DEEP_LATENCY } lpo_deep_bound;
 const char *lpo_deep_bound_name(lpo_deep_bound b); /* "unknown", "memory", "compute", "latency" */
@@ -146,8 +150,9 @@ const char *lpo_deep_bound_name(lpo_deep_bound b); /* "unknown", "memory", "comp
 typedef struct {
     const lpo_deep_top *top; /* its row of the plan, NULL when the kernel was not in it */
     const char *name;
-    size_t n_results; /* ncu results (profiled instances) for it */
-    size_t first;     /* one of them, for the launch configuration */
+    char short_name[160]; /* its base name, "(2)" appended when several kernels share it */
+    size_t n_results;     /* ncu results (profiled instances) for it */
+    size_t first;         /* one of them, for the launch configuration */
     /* means over the profiled instances (base units) */
     double dur_s;
     double flops[LPO_DEEP_N_PREC];
@@ -155,11 +160,11 @@ typedef struct {
     int prec; /* class with the most FLOPs, -1 none */
     double dram_bytes, l2_bytes;
     double flops_per_s, dram_bps, l2_bps;
-    double ai_dram, ai_l2;      /* FLOP per byte; 0 without FLOPs or bytes */
-    double roof_flops;          /* compute ceiling of prec (FLOP/s), 0 unknown */
-    double dram_peak, l2_peak;  /* bandwidth ceilings used (B/s), 0 unknown */
+    double ai_dram, ai_l2;                /* FLOP per byte; 0 without FLOPs or bytes */
+    double roof_flops;                    /* compute ceiling of prec (FLOP/s), 0 unknown */
+    double dram_peak, l2_peak;            /* bandwidth ceilings used (B/s), 0 unknown */
     double pct_compute, pct_dram, pct_l2; /* of those ceilings; NaN unknown */
-    double sm_pct, mem_pct;     /* ncu's speed of light: sm__throughput, gpu__compute_memory_throughput */
+    double sm_pct, mem_pct; /* ncu's speed of light: sm__throughput, gpu__compute_memory_throughput */
     double occupancy_pct, theoretical_occupancy_pct;
     double tensor_pipe_pct;
     double sm_clock_hz;
@@ -183,7 +188,7 @@ typedef struct {
     lpo_peaks peaks;
     char dram_peak_src[160], l2_peak_src[160];
     lpo_deep_rules rules;
-    const lpo_oplist *ops; /* NULL: not lpo's engine */
+    const lpo_oplist *ops;    /* NULL: not lpo's engine */
     size_t unmatched_results; /* ncu results of kernels outside the plan */
 } lpo_deep_analysis;
 
@@ -194,12 +199,14 @@ lpo_status lpo_deep_analyze(const lpo_deep_plan *plan, const lpo_ncu_results *re
                             const lpo_deep_rules *rules, const lpo_oplist *ops, lpo_deep_analysis *out);
 void lpo_deep_analysis_free(lpo_deep_analysis *a);
 
-/* ---- report --------------------------------------------------------------------------------------------- */
+/* ---- report ---------------------------------------------------------------------------------------------
+ */
 typedef struct {
-    const char *title;        /* the workload, for deep.md's heading */
-    const char *const *histograms; /* kernels_deep.csv columns or ncu metric names to draw (hist_<name>.svg) */
+    const char *title; /* the workload, for deep.md's heading */
+    const char *const
+        *histograms; /* kernels_deep.csv columns or ncu metric names to draw (hist_<name>.svg) */
     size_t n_histograms;
-    const char *notes;        /* extra lines for deep.md (metrics left out, ncu version, timings) */
+    const char *notes; /* extra lines for deep.md (metrics left out, ncu version, timings) */
 } lpo_deep_report_opts;
 
 /* Writes deep.md, kernels_deep.{csv,md,json}, metrics.json (schema lpo.deep.metrics v1),
@@ -209,7 +216,8 @@ lpo_status lpo_deep_write_report(const lpo_deep_analysis *a, const lpo_deep_plan
 /* The per-kernel table (kernels_deep.csv's columns). */
 lpo_table *lpo_deep_kernel_table(const lpo_deep_analysis *a);
 
-/* ---- driving ncu -------------------------------------------------------------------------------------------- */
+/* ---- driving ncu
+ * -------------------------------------------------------------------------------------------- */
 /* Finds the ncu executable: explicit (deep.ncu; NULL, "" or "auto": search), else $PATH, else
  * /usr/local/cuda/bin/ncu, else the newest /opt/nvidia/nsight-compute/<version>/ncu. LPO_E_NOT_AVAILABLE
  * naming every place looked at and what to install or set; LPO_E_NOT_FOUND when an explicit path is not an
@@ -219,8 +227,8 @@ lpo_status lpo_ncu_find(const char *explicit_path, char *out, size_t n);
 /* Metric names of the metric sets: set s is read from <dir>/profiling/ncu/<s>.yaml of the first of dirs that
  * has it (a set containing '/' or ending in .yaml is a path), its `metrics:` list. Names are appended to
  * *names (malloc'd strings; duplicates skipped). LPO_E_CONFIG for a missing set or a malformed file. */
-lpo_status lpo_deep_metric_sets(const char *const *dirs, size_t n_dirs, const char *const *sets, size_t n_sets,
-                                char ***names, size_t *n);
+lpo_status lpo_deep_metric_sets(const char *const *dirs, size_t n_dirs, const char *const *sets,
+                                size_t n_sets, char ***names, size_t *n);
 /* Keeps the names whose base (before the first '.') appears in ncu's `--query-metrics --csv` output
  * (query, len bytes); launch__*, device__* and profiler__* metrics are not listed there and are always
  * kept. The left-out names are appended to dropped (", "-separated). Returns the new count (names freed
@@ -237,8 +245,15 @@ typedef struct {
  * M --clock-control C --cache-control K --replay-mode R --target-processes all --kernel-name-base function
  * --kernel-name regex:^<base>$ --launch-skip S --launch-count N --export <export_base> --force-overwrite
  * <workload...>. */
-char **lpo_ncu_profile_argv(const char *ncu, const char *metrics, const lpo_deep_set *s, const char *export_base,
-                            const lpo_ncu_opts *o, char *const *workload);
+char **lpo_ncu_profile_argv(const char *ncu, const char *metrics, const lpo_deep_set *s,
+                            const char *export_base, const lpo_ncu_opts *o, char *const *workload);
 /* ncu --import <rep> --csv --page raw --print-units base --print-kernel-base mangled. */
 char **lpo_ncu_import_argv(const char *ncu, const char *rep);
 void lpo_argv_free(char **argv);
+/* A growing argument vector, always NULL-terminated (v may be given to execvp). */
+typedef struct {
+    char **v;
+    size_t n, cap;
+} lpo_argv;
+/* Appends a copy of s. */
+void lpo_argv_push(lpo_argv *a, const char *s);

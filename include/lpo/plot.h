@@ -1,5 +1,5 @@
 /* lpo plots: hand-written SVG (no library), readable at a glance. One plotting module for every command
- * that draws: the roofline of kbench now, of profile and deep later.
+ * that draws: the rooflines of kbench, profile and deep, breakdown bars, histograms (deep).
  *
  * Roofline: log-log axes (arithmetic intensity in FLOP/byte against TFLOP/s), one horizontal compute roof
  * per dtype given (labelled with its value), the DRAM slope (and the L2 slope when known) up to each roof,
@@ -73,3 +73,17 @@ typedef struct {
 
 /* The SVG document (960 wide). */
 void lpo_stacked_bars_svg(const lpo_stacked_bars *b, lpo_strbuf *out);
+
+/* ---- histogram (lpo deep: hist_<metric>.svg) --------------------------------------------------------------
+ * Values of one metric across items in ten equal bins (0-100 when unit is "%", else min to max; NaN left
+ * out), the count of each bin on its bar. */
+typedef struct {
+    const char *metric; /* axis label and title */
+    const char *unit;   /* "%", "FLOP/byte", "" */
+    const char *items;  /* what is counted: "kernels" */
+    const double *values;
+    size_t n;
+} lpo_histogram;
+
+/* The SVG document (640 x 400). */
+void lpo_histogram_svg(const lpo_histogram *h, lpo_strbuf *out);

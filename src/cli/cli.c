@@ -312,3 +312,29 @@ void lpo_cli_set_command_line(int argc, char **argv) {
 const char *lpo_cli_command_line(void) {
     return command_line ? command_line : "";
 }
+
+const char **lpo_cli_with_run_dir(const lpo_cli_args *a, const char *command, const char *prog, char *buf,
+                                  size_t n, size_t *n_out) {
+    const char **ov = lpo_xcalloc(a->n_overrides + 2, sizeof *ov, "overrides");
+    int has = 0;
+    for (size_t i = 0; i < a->n_overrides; i++) {
+        ov[i] = a->overrides[i];
+        has |= !strncmp(a->overrides[i], "output.dir=", 11);
+    }
+    *n_out = a->n_overrides;
+    if (has || !prog) return ov;
+    const char *base = strrchr(prog, '/');
+    base = base ? base + 1 : prog;
+    char clean[64];
+    size_t k = 0;
+    for (; k < sizeof clean - 1 && base[k]; k++) /* a file-name-safe program name */
+        clean[k] =
+            (base[k] == '.' || base[k] == '-' || base[k] == '_' || (base[k] >= '0' && base[k] <= '9') ||
+             ((base[k] | 0x20) >= 'a' && (base[k] | 0x20) <= 'z'))
+                ? base[k]
+                : '_';
+    clean[k] = 0;
+    snprintf(buf, n, "output.dir=runs/${now:%%Y%%m%%d-%%H%%M%%S}-%s-%s", command, k ? clean : "program");
+    ov[(*n_out)++] = buf;
+    return ov;
+}

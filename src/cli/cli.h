@@ -86,6 +86,11 @@ const char *lpo_cli_command_line(void);
  * lpo_cfg_compose); runtime.command = command and runtime.cwd = the working directory, so templates can
  * use ${runtime.command}. Errors: as lpo_cfg_compose (print with lpo_cli_fail; exit 2 for config errors). */
 lpo_status lpo_cli_compose(const lpo_cli_args *a, const char *command, lpo_node **cfg);
+/* The overrides of a, plus "output.dir=runs/<time>-<command>-<name>" (name: the file-name-safe base name
+ * of prog) unless a sets output.dir or prog is NULL: for commands that run a program. Returns a malloc'd
+ * array of *n_out overrides (free it; the strings are a's and buf's, n bytes). */
+const char **lpo_cli_with_run_dir(const lpo_cli_args *a, const char *command, const char *prog, char *buf,
+                                  size_t n, size_t *n_out);
 /* Opens the model of a composed config for an engine run: checks the backend first (backend=cuda in a
  * CPU-only build fails before any weights are read), then opens cfg's `model` node (LPO_E_CONFIG when
  * the config has none). */

@@ -31,10 +31,13 @@ static const lpo_cli_param params[] = {
 };
 static const lpo_cli_spec spec = {
     .command = "deep",
-    .summary = "lpo deep [overrides] [-- <command> [args]]: Nsight Compute on the top kernels of the workload (a\n"
-               "command, or lpo's engine: lpo generate with the same overrides). Writes deep.md, kernels_deep.csv,\n"
-               "metrics.json, roofline_kernels.svg, hist_*.svg and the raw ncu exports (ncu/) into the run directory.\n"
-               "Settings: deep.top_k, deep.count, deep.kernels_from=DIR, deep.ncu=PATH, deep.metric_sets (docs/deep.md).",
+    .summary =
+        "lpo deep [overrides] [-- <command> [args]]: Nsight Compute on the top kernels of the workload (a\n"
+        "command, or lpo's engine: lpo generate with the same overrides). Writes deep.md, kernels_deep.csv,\n"
+        "metrics.json, roofline_kernels.svg, hist_*.svg and the raw ncu exports (ncu/) into the run "
+        "directory.\n"
+        "Settings: deep.top_k, deep.count, deep.kernels_from=DIR, deep.ncu=PATH, deep.metric_sets "
+        "(docs/deep.md).",
     .flags = flags,
     .n_flags = sizeof flags / sizeof flags[0],
     .params = params,
@@ -43,7 +46,8 @@ static const lpo_cli_spec spec = {
     .passthrough = 1,
 };
 
-/* ---- child processes ---------------------------------------------------------------------------------------- */
+/* ---- child processes
+ * ---------------------------------------------------------------------------------------- */
 static double now_s(void) {
     return (double)lpo_now_ns() / 1e9;
 }
@@ -110,19 +114,9 @@ static int run_to_file(char *const *argv, const char *out, const char *errlog) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
-/* ---- argument vectors ---------------------------------------------------------------------------------------- */
-typedef struct {
-    char **v;
-    size_t n, cap;
-} argvec;
-
-static void av_push(argvec *a, const char *s) {
-    a->v = lpo_xgrow(a->v, &a->cap, a->n + 2, sizeof *a->v, "argv");
-    a->v[a->n++] = lpo_strdup(s);
-    a->v[a->n] = NULL;
-}
-
-static void av_free(argvec *a) {
+/* ---- argument vectors
+ * ---------------------------------------------------------------------------------------- */
+static void av_free(lpo_argv *a) {
     lpo_argv_free(a->v);
     memset(a, 0, sizeof *a);
 }
@@ -134,59 +128,41 @@ static void self_exe(char *buf, size_t n) {
 }
 
 /* The workload: the command after "--", or lpo's engine (`lpo generate` with the overrides and prompt). */
-static void workload_argv(const lpo_cli_args *a, const char *outdir, argvec *w) {
+static void workload_argv(const lpo_cli_args *a, const char *outdir, lpo_argv *w) {
     if (a->n_passthrough) {
-        for (int i = 0; i < a->n_passthrough; i++) av_push(w, a->passthrough[i]);
+        for (int i = 0; i < a->n_passthrough; i++) lpo_argv_push(w, a->passthrough[i]);
         return;
     }
     char exe[PATH_MAX], b[PATH_MAX + 64];
     self_exe(exe, sizeof exe);
-    av_push(w, exe);
-    av_push(w, "generate");
+    lpo_argv_push(w, exe);
+    lpo_argv_push(w, "generate");
     for (size_t i = 0; i < a->n_config_dirs; i++) {
         snprintf(b, sizeof b, "--config-dir=%s", a->config_dirs[i]);
-        av_push(w, b);
+        lpo_argv_push(w, b);
     }
     for (size_t i = 0; i < a->n_overrides; i++)
-        if (strncmp(a->overrides[i], "output.dir=", 11)) av_push(w, a->overrides[i]);
+        if (strncmp(a->overrides[i], "output.dir=", 11)) lpo_argv_push(w, a->overrides[i]);
     snprintf(b, sizeof b, "output.dir=%s", outdir);
-    av_push(w, b);
+    lpo_argv_push(w, b);
     for (size_t i = 0; i < a->n_params; i++) {
         snprintf(b, sizeof b, "%s=%s", a->params[i].name, a->params[i].value);
-        av_push(w, b);
+        lpo_argv_push(w, b);
     }
 }
 
-/* "runs/<time>-deep-<program>" for a command workload unless output.dir was given. */
-static const char **with_default_dir(const lpo_cli_args *a, char *buf, size_t n, size_t *n_out) {
-    const char **ov = lpo_xcalloc(a->n_overrides + 2, sizeof *ov, "overrides");
-    int has = 0;
-    for (size_t i = 0; i < a->n_overrides; i++) {
-        ov[i] = a->overrides[i];
-        has |= !strncmp(a->overrides[i], "output.dir=", 11);
-    }
-    *n_out = a->n_overrides;
-    if (has || !a->n_passthrough) return ov;
+/* The program that names the run directory: the script when an interpreter runs one. */
+static const char *program_name(const lpo_cli_args *a) {
+    if (!a->n_passthrough) return NULL; /* lpo's engine: the default output.dir names the model */
     const char *prog = a->passthrough[0], *base = strrchr(prog, '/');
     base = base ? base + 1 : prog;
-    if (a->n_passthrough > 1 && (!strncmp(base, "python", 6) || !strcmp(base, "sh") || !strcmp(base, "bash"))) {
-        base = strrchr(a->passthrough[1], '/'); /* the script, not the interpreter */
-        base = base ? base + 1 : a->passthrough[1];
-    }
-    char clean[64];
-    size_t k = 0;
-    for (; k < sizeof clean - 1 && base[k]; k++) /* a file-name-safe name */
-        clean[k] = (base[k] == '.' || base[k] == '-' || base[k] == '_' || (base[k] >= '0' && base[k] <= '9') ||
-                    ((base[k] | 0x20) >= 'a' && (base[k] | 0x20) <= 'z'))
-                       ? base[k]
-                       : '_';
-    clean[k] = 0;
-    snprintf(buf, n, "output.dir=runs/${now:%%Y%%m%%d-%%H%%M%%S}-deep-%s", k ? clean : "program");
-    ov[(*n_out)++] = buf;
-    return ov;
+    if (a->n_passthrough > 1 && (!strncmp(base, "python", 6) || !strcmp(base, "sh") || !strcmp(base, "bash")))
+        return a->passthrough[1];
+    return prog;
 }
 
-/* ---- settings ---------------------------------------------------------------------------------------------- */
+/* ---- settings
+ * ---------------------------------------------------------------------------------------------- */
 typedef struct {
     const char *ncu, *kernels_from, *clock_control, *cache_control, *replay_mode;
     lpo_deep_select sel;
@@ -209,11 +185,13 @@ static lpo_status read_cfg(const lpo_node *cfg, deep_cfg *d) {
     if (!st) st = lpo_cfg_double_or(cfg, "deep.timeout_s", 600, &d->timeout_s);
     if (st) return st;
     if (top_k < 1 || top_k > 1000 || count < 1 || count > 1000 || max_window < 1 || max_window > 100000)
-        return lpo_errorf(LPO_E_CONFIG, "deep.top_k (1..1000), deep.count (1..1000) and deep.max_window (1..100000) "
-                                        "must be positive: got %lld, %lld, %lld",
+        return lpo_errorf(LPO_E_CONFIG,
+                          "deep.top_k (1..1000), deep.count (1..1000) and deep.max_window (1..100000) "
+                          "must be positive: got %lld, %lld, %lld",
                           (long long)top_k, (long long)count, (long long)max_window);
     if (!(d->sel.skip_fraction >= 0 && d->sel.skip_fraction <= 1))
-        return lpo_errorf(LPO_E_CONFIG, "deep.skip_fraction=%g: must be between 0 and 1", d->sel.skip_fraction);
+        return lpo_errorf(LPO_E_CONFIG, "deep.skip_fraction=%g: must be between 0 and 1",
+                          d->sel.skip_fraction);
     if (!(d->latency_below > 0 && d->latency_below < 1))
         return lpo_errorf(LPO_E_CONFIG, "deep.latency_below=%g: must be between 0 and 1", d->latency_below);
     d->sel.top_k = (int)top_k;
@@ -255,12 +233,14 @@ static lpo_status metric_list(const lpo_cli_args *a, const deep_cfg *d, const ch
         while (s > query && s[-1] != '"') s--;
         snprintf(gpu, gpu_n, "%.*s", (int)(q - s), s);
     } else {
-        lpo_sb_puts(notes, "- `ncu --query-metrics` failed: every metric of the sets was requested unfiltered.\n");
+        lpo_sb_puts(notes,
+                    "- `ncu --query-metrics` failed: every metric of the sets was requested unfiltered.\n");
     }
     lpo_strbuf dropped = {0};
     n = lpo_ncu_filter_metrics(names, n, query, qlen, &dropped);
     free(query);
-    if (dropped.len) lpo_sb_printf(notes, "- metrics this ncu/GPU does not have, left out: %s.\n", dropped.buf);
+    if (dropped.len)
+        lpo_sb_printf(notes, "- metrics this ncu/GPU does not have, left out: %s.\n", dropped.buf);
     lpo_sb_free(&dropped);
     for (size_t i = 0; i < n; i++) {
         lpo_sb_printf(metrics, "%s%s", i ? "," : "", names[i]);
@@ -271,7 +251,8 @@ static lpo_status metric_list(const lpo_cli_args *a, const deep_cfg *d, const ch
     return LPO_OK;
 }
 
-/* ---- the op list of lpo's engine (GEMM FLOP cross-check) ----------------------------------------------------- */
+/* ---- the op list of lpo's engine (GEMM FLOP cross-check)
+ * ----------------------------------------------------- */
 static lpo_status engine_oplist(const lpo_node *cfg, lpo_model **m, lpo_oplist *ops) {
     lpo_status st = lpo_model_open(lpo_node_child(cfg, "model"), m);
     int64_t batch = 1;
@@ -280,7 +261,8 @@ static lpo_status engine_oplist(const lpo_node *cfg, lpo_model **m, lpo_oplist *
     return st;
 }
 
-/* ---- the command ------------------------------------------------------------------------------------------ */
+/* ---- the command ------------------------------------------------------------------------------------------
+ */
 typedef struct {
     lpo_cli_args args;
     lpo_node *cfg;
@@ -302,33 +284,36 @@ static lpo_status trace_workload(deep_run *r) {
     snprintf(wdir, sizeof wdir, "%s/workload-trace", r->dir);
     snprintf(log, sizeof log, "%s/trace.log", r->dir);
     self_exe(exe, sizeof exe);
-    argvec t = {0}, w = {0};
-    av_push(&t, exe);
-    av_push(&t, "trace");
-    av_push(&t, "--no-json");
+    lpo_argv t = {0}, w = {0};
+    lpo_argv_push(&t, exe);
+    lpo_argv_push(&t, "trace");
+    lpo_argv_push(&t, "--no-json");
     for (size_t i = 0; i < r->args.n_config_dirs; i++) {
         snprintf(b, sizeof b, "--config-dir=%s", r->args.config_dirs[i]);
-        av_push(&t, b);
+        lpo_argv_push(&t, b);
     }
     snprintf(b, sizeof b, "output.dir=%s", tdir);
-    av_push(&t, b);
-    av_push(&t, "--");
+    lpo_argv_push(&t, b);
+    lpo_argv_push(&t, "--");
     workload_argv(&r->args, wdir, &w);
-    for (size_t i = 0; i < w.n; i++) av_push(&t, w.v[i]);
+    for (size_t i = 0; i < w.n; i++) lpo_argv_push(&t, w.v[i]);
     fprintf(stderr, "lpo deep: tracing the workload to find its top kernels (log: %s)\n", log);
     double secs = 0;
     int rc = run_child(t.v, log, 0, r->d.timeout_s, &secs);
     av_free(&t);
     av_free(&w);
-    lpo_sb_printf(&r->notes, "- trace run (lpo trace, tracer on): %.1f s, exit status %d; trace/ holds its tables.\n",
+    lpo_sb_printf(&r->notes,
+                  "- trace run (lpo trace, tracer on): %.1f s, exit status %d; trace/ holds its tables.\n",
                   secs, rc);
     snprintf(b, sizeof b, "%s/kernels.csv", tdir);
     if (!lpo_path_exists(b))
-        return lpo_errorf(LPO_E_IO,
-                          "the trace run wrote no kernels.csv (exit status %d; see %s). lpo deep needs `lpo trace` "
-                          "(liblpo_probe.so, built with CUPTI) or deep.kernels_from=DIR of an earlier trace",
-                          rc, log);
-    if (rc != 0) fprintf(stderr, "lpo deep: warning: the traced workload exited with status %d (see %s)\n", rc, log);
+        return lpo_errorf(
+            LPO_E_IO,
+            "the trace run wrote no kernels.csv (exit status %d; see %s). lpo deep needs `lpo trace` "
+            "(liblpo_probe.so, built with CUPTI) or deep.kernels_from=DIR of an earlier trace",
+            rc, log);
+    if (rc != 0)
+        fprintf(stderr, "lpo deep: warning: the traced workload exited with status %d (see %s)\n", rc, log);
     return lpo_deep_plan_load(tdir, &r->d.sel, &r->plan);
 }
 
@@ -340,17 +325,18 @@ static lpo_status profile_sets(deep_run *r, const char *metrics) {
     size_t ok = 0;
     for (size_t s = 0; s < r->plan.n_sets; s++) { /* each kernel set */
         const lpo_deep_set *set = &r->plan.s[s];
-        char base[PATH_MAX + 64], rep[PATH_MAX + 96], csv[PATH_MAX + 96], log[PATH_MAX + 96], wdir[PATH_MAX + 64];
+        char base[PATH_MAX + 64], rep[PATH_MAX + 96], csv[PATH_MAX + 96], log[PATH_MAX + 96],
+            wdir[PATH_MAX + 64];
         snprintf(base, sizeof base, "%s/set%zu", ndir, s);
         snprintf(rep, sizeof rep, "%s.ncu-rep", base);
         snprintf(csv, sizeof csv, "%s.csv", base);
         snprintf(log, sizeof log, "%s.log", base);
         snprintf(wdir, sizeof wdir, "%s/workload-set%zu", r->dir, s);
-        argvec w = {0};
+        lpo_argv w = {0};
         workload_argv(&r->args, wdir, &w);
         char **cmd = lpo_ncu_profile_argv(r->ncu, metrics, set, base, &o, w.v);
-        fprintf(stderr, "lpo deep: [%zu/%zu] ncu on %s (launches %ld..%ld of %ld)\n", s + 1, r->plan.n_sets, set->base,
-                set->skip + 1, set->skip + set->count, set->launches);
+        fprintf(stderr, "lpo deep: [%zu/%zu] ncu on %s (launches %ld..%ld of %ld)\n", s + 1, r->plan.n_sets,
+                set->base, set->skip + 1, set->skip + set->count, set->launches);
         double secs = 0;
         int rc = run_child(cmd, log, 1, r->d.timeout_s, &secs);
         lpo_argv_free(cmd);
@@ -361,9 +347,13 @@ static lpo_status profile_sets(deep_run *r, const char *metrics) {
             irc = run_to_file(imp, csv, log);
             lpo_argv_free(imp);
         }
-        lpo_sb_printf(&r->notes, "- ncu set %zu (`%s`, --launch-skip %ld --launch-count %ld): %.1f s, exit status %d%s.\n",
-                      s, set->base, set->skip, set->count, secs, rc,
-                      irc == 0 ? "" : irc < 0 ? ", no export written (see its log)" : ", import failed");
+        lpo_sb_printf(
+            &r->notes,
+            "- ncu set %zu (`%s`, --launch-skip %ld --launch-count %ld): %.1f s, exit status %d%s.\n", s,
+            set->base, set->skip, set->count, secs, rc,
+            irc == 0  ? ""
+            : irc < 0 ? ", no export written (see its log)"
+                      : ", import failed");
         if (irc != 0) {
             fprintf(stderr, "lpo deep: warning: set %zu (%s) gave no results: see %s\n", s, set->base, log);
             continue;
@@ -373,8 +363,9 @@ static lpo_status profile_sets(deep_run *r, const char *metrics) {
         ok++;
     }
     if (!ok)
-        return lpo_errorf(LPO_E_IO, "no ncu run gave results (see %s/set*.log: a program that uses CUPTI itself, or a "
-                                    "GPU without profiling permission, cannot be profiled)",
+        return lpo_errorf(LPO_E_IO,
+                          "no ncu run gave results (see %s/set*.log: a program that uses CUPTI itself, or a "
+                          "GPU without profiling permission, cannot be profiled)",
                           ndir);
     return LPO_OK;
 }
@@ -383,10 +374,19 @@ static lpo_status import_files(deep_run *r, const char *list) {
     char *copy = lpo_strdup(list), *save = NULL;
     lpo_status st = LPO_OK;
     int set = 0;
-    for (char *p = strtok_r(copy, ",", &save); p && !st; p = strtok_r(NULL, ",", &save)) /* each file */
-        st = lpo_ncu_load_csv(&r->res, p, set++);
+    for (char *p = strtok_r(copy, ",", &save); p && !st;
+         p = strtok_r(NULL, ",", &save)) { /* each file, kept */
+        char *data = NULL, dst[PATH_MAX + 64];
+        size_t len = 0;
+        snprintf(dst, sizeof dst, "%s/ncu/imported%d.csv", r->dir, set);
+        st = lpo_read_file(p, &data, &len);
+        if (!st) st = lpo_write_file(dst, data, len);
+        free(data);
+        if (!st) st = lpo_ncu_load_csv(&r->res, p, set++);
+    }
     free(copy);
-    lpo_sb_printf(&r->notes, "- imported %d ncu CSV export%s (--import): no ncu run.\n", set, set == 1 ? "" : "s");
+    lpo_sb_printf(&r->notes, "- imported %d ncu CSV export%s (--import): no ncu run.\n", set,
+                  set == 1 ? "" : "s");
     return st;
 }
 
@@ -396,7 +396,8 @@ static lpo_status run_deep(deep_run *r) {
     if (!st && !import) st = lpo_ncu_find(r->d.ncu, r->ncu, sizeof r->ncu);
     if (!st) st = lpo_rundir_create(r->cfg, &r->rd);
     if (st) return st;
-    if (!realpath(lpo_rundir_path(r->rd), r->dir)) snprintf(r->dir, sizeof r->dir, "%s", lpo_rundir_path(r->rd));
+    if (!realpath(lpo_rundir_path(r->rd), r->dir))
+        snprintf(r->dir, sizeof r->dir, "%s", lpo_rundir_path(r->rd));
     char p[PATH_MAX + 16];
     snprintf(p, sizeof p, "%s/ncu", r->dir);
     if ((st = lpo_mkdirs(p))) return st;
@@ -405,7 +406,8 @@ static lpo_status run_deep(deep_run *r) {
     if (r->d.kernels_from) {
         st = lpo_deep_plan_load(r->d.kernels_from, &r->d.sel, &r->plan);
         r->have_plan = !st;
-        lpo_sb_printf(&r->notes, "- top kernels from deep.kernels_from=%s (no trace run).\n", r->d.kernels_from);
+        lpo_sb_printf(&r->notes, "- top kernels from deep.kernels_from=%s (no trace run).\n",
+                      r->d.kernels_from);
     } else if (!import) {
         st = trace_workload(r);
         r->have_plan = !st;
@@ -418,8 +420,10 @@ static lpo_status run_deep(deep_run *r) {
         lpo_strbuf metrics = {0};
         st = metric_list(&r->args, &r->d, r->ncu, p, &metrics, &r->notes, r->gpu, sizeof r->gpu);
         if (!st) {
-            lpo_sb_printf(&r->notes, "- ncu: %s, --clock-control %s, --cache-control %s, --replay-mode %s; metrics: %s.\n",
-                          r->ncu, r->d.clock_control, r->d.cache_control, r->d.replay_mode, metrics.buf);
+            lpo_sb_printf(
+                &r->notes,
+                "- ncu: %s, --clock-control %s, --cache-control %s, --replay-mode %s; metrics: %s.\n", r->ncu,
+                r->d.clock_control, r->d.cache_control, r->d.replay_mode, metrics.buf);
             st = profile_sets(r, metrics.buf);
         }
         lpo_sb_free(&metrics);
@@ -450,7 +454,8 @@ static lpo_status run_deep(deep_run *r) {
         if (r->d.histograms->items[i]->value) hist[nh++] = r->d.histograms->items[i]->value;
     lpo_strbuf title = {0};
     if (r->args.n_passthrough)
-        for (int i = 0; i < r->args.n_passthrough; i++) lpo_sb_printf(&title, "%s%s", i ? " " : "", r->args.passthrough[i]);
+        for (int i = 0; i < r->args.n_passthrough; i++)
+            lpo_sb_printf(&title, "%s%s", i ? " " : "", r->args.passthrough[i]);
     else if (import)
         lpo_sb_printf(&title, "%s", import);
     else {
@@ -481,7 +486,8 @@ int lpo_cmd_deep(int argc, char **argv) {
     if (rc >= 0) return rc;
     char dir_ov[256];
     size_t n_ov = 0;
-    const char **ov = with_default_dir(&r.args, dir_ov, sizeof dir_ov, &n_ov);
+    const char **ov =
+        lpo_cli_with_run_dir(&r.args, "deep", program_name(&r.args), dir_ov, sizeof dir_ov, &n_ov);
     lpo_cli_args a2 = r.args;
     a2.overrides = ov;
     a2.n_overrides = n_ov;

@@ -189,31 +189,6 @@ static lpo_status write_info(const char *dir, const lpo_cli_args *a, uint32_t ac
     return st;
 }
 
-/* "runs/<time>-trace-<program>" unless the user chose output.dir */
-static const char **with_default_dir(const lpo_cli_args *a, const char *prog, char *buf, size_t n) {
-    const char **ov = calloc(a->n_overrides + 1, sizeof *ov);
-    if (!ov) return NULL;
-    int has = 0;
-    for (size_t i = 0; i < a->n_overrides; i++) {
-        ov[i] = a->overrides[i];
-        has |= !strncmp(a->overrides[i], "output.dir=", 11);
-    }
-    const char *base = strrchr(prog, '/');
-    base = base ? base + 1 : prog;
-    char clean[64];
-    size_t k = 0;
-    for (; k < sizeof clean - 1 && base[k]; k++) /* a file-name-safe program name */
-        clean[k] =
-            (base[k] == '.' || base[k] == '-' || base[k] == '_' || (base[k] >= '0' && base[k] <= '9') ||
-             ((base[k] | 0x20) >= 'a' && (base[k] | 0x20) <= 'z'))
-                ? base[k]
-                : '_';
-    clean[k] = 0;
-    snprintf(buf, n, "output.dir=runs/${now:%%Y%%m%%d-%%H%%M%%S}-trace-%s", k ? clean : "program");
-    if (!has) ov[a->n_overrides] = buf;
-    return ov;
-}
-
 int lpo_cmd_trace(int argc, char **argv) {
     lpo_cli_args args;
     int rc = lpo_cli_begin(&spec, argc, argv, &args);
@@ -252,11 +227,12 @@ int lpo_cmd_trace(int argc, char **argv) {
         return lpo_cli_fail("trace", st);
     }
     char dir_ov[256];
-    const char **ov =
-        with_default_dir(&args, synth ? "synthetic" : args.passthrough[0], dir_ov, sizeof dir_ov);
+    size_t n_ov = 0;
+    const char **ov = lpo_cli_with_run_dir(&args, "trace", synth ? "synthetic" : args.passthrough[0], dir_ov,
+                                           sizeof dir_ov, &n_ov);
     lpo_cli_args a2 = args;
     a2.overrides = ov;
-    a2.n_overrides = args.n_overrides + (ov && ov[args.n_overrides] ? 1 : 0);
+    a2.n_overrides = n_ov;
     lpo_node *cfg = NULL;
     lpo_rundir *rd = NULL;
     st = ov ? lpo_cli_compose(&a2, "trace", &cfg) : lpo_errorf(LPO_E_NOMEM, "out of memory");

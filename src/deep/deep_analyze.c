@@ -18,7 +18,7 @@ const char *lpo_deep_prec_name(lpo_deep_prec p) {
     return (unsigned)p < LPO_DEEP_N_PREC ? names[p] : "?";
 }
 
-static int prec_dtype(lpo_deep_prec p, double *factor) {
+int lpo_deep_prec_dtype(lpo_deep_prec p, double *factor) {
     static const struct {
         int dt;
         double f;
@@ -27,6 +27,10 @@ static int prec_dtype(lpo_deep_prec p, double *factor) {
         LPO_DEEP_PREC_MAP(LPO__DP_ROOF)
 #undef LPO__DP_ROOF
     };
+    if ((unsigned)p >= LPO_DEEP_N_PREC) {
+        *factor = 0;
+        return -1;
+    }
     *factor = roof[p].f;
     return roof[p].dt;
 }
@@ -40,7 +44,8 @@ const char *lpo_deep_bound_name(lpo_deep_bound b) {
     }
 }
 
-/* ---- counted work of one result ------------------------------------------------------------------------- */
+/* ---- counted work of one result -------------------------------------------------------------------------
+ */
 /* NaN-safe value: 0 when the metric was not collected. */
 static double v0(const lpo_ncu_results *res, size_t i, const char *m) {
     double v = lpo_ncu_get(res, i, m);
@@ -74,7 +79,8 @@ static double result_flops_all(const lpo_ncu_results *res, size_t i) {
     return s;
 }
 
-/* ---- ncu's own peaks -------------------------------------------------------------------------------------- */
+/* ---- ncu's own peaks --------------------------------------------------------------------------------------
+ */
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -94,7 +100,8 @@ static double ncu_peak(const lpo_ncu_results *res, const char *rate, const char 
     return m;
 }
 
-/* ---- lpo's engine: labels -> ops ------------------------------------------------------------------------ */
+/* ---- lpo's engine: labels -> ops ------------------------------------------------------------------------
+ */
 /* FLOPs of the ops a label names ("layers.7.mlp.gate_up", fused "layers.7.attn.residual+mlp_norm",
  * "final_norm+lm_head"); 0 when any part is not an op of the list. */
 static double label_flops(const lpo_oplist *ops, const char *label) {
@@ -170,7 +177,8 @@ static void cross_check(lpo_deep_kernel *k, const lpo_ncu_results *res, const si
     }
 }
 
-/* ---- per kernel -------------------------------------------------------------------------------------------- */
+/* ---- per kernel
+ * -------------------------------------------------------------------------------------------- */
 static double pct_or_nan(double num, double den) {
     return den > 0 ? 100.0 * num / den : NAN;
 }
@@ -215,7 +223,8 @@ static void classify(lpo_deep_kernel *k, const lpo_deep_rules *r) {
                  mname, 100 * m, 100 * lim);
     } else if (m >= c) {
         k->bound = LPO_DEEP_MEMORY;
-        snprintf(k->rule, sizeof k->rule, "%s %.0f%% of ceiling >= %s %.0f%%", mname, 100 * m, cname, 100 * c);
+        snprintf(k->rule, sizeof k->rule, "%s %.0f%% of ceiling >= %s %.0f%%", mname, 100 * m, cname,
+                 100 * c);
     } else {
         k->bound = LPO_DEEP_COMPUTE;
         snprintf(k->rule, sizeof k->rule, "%s %.0f%% of ceiling > %s %.0f%%", cname, 100 * c, mname, 100 * m);
@@ -241,7 +250,8 @@ static void fill_kernel(lpo_deep_kernel *k, const lpo_ncu_results *res, const si
             k->prec = p;
         }
     }
-    const double rd = mean_of(res, idx, n, "dram__bytes_read.sum"), wr = mean_of(res, idx, n, "dram__bytes_write.sum");
+    const double rd = mean_of(res, idx, n, "dram__bytes_read.sum"),
+                 wr = mean_of(res, idx, n, "dram__bytes_write.sum");
     k->dram_bytes = (isnan(rd) ? 0 : rd) + (isnan(wr) ? 0 : wr);
     k->l2_bytes = mean_of(res, idx, n, "lts__t_bytes.sum");
     if (isnan(k->l2_bytes)) k->l2_bytes = 0;
@@ -252,22 +262,27 @@ static void fill_kernel(lpo_deep_kernel *k, const lpo_ncu_results *res, const si
     k->ai_dram = k->dram_bytes > 0 ? k->flops_all / k->dram_bytes : 0;
     k->ai_l2 = k->l2_bytes > 0 ? k->flops_all / k->l2_bytes : 0;
     double factor = 1;
-    int dt = k->prec >= 0 ? prec_dtype((lpo_deep_prec)k->prec, &factor) : -1;
+    int dt = k->prec >= 0 ? lpo_deep_prec_dtype((lpo_deep_prec)k->prec, &factor) : -1;
     k->roof_flops = dt >= 0 ? a->peaks.tflops[dt] * factor * 1e12 : 0;
     k->dram_peak = a->peaks.dram_gbs * 1e9;
     k->l2_peak = a->peaks.l2_gbs * 1e9;
-    if (k->dram_peak <= 0) k->dram_peak = ncu_peak(res, "dram__bytes.sum.per_second",
-                                                   "dram__bytes.sum.pct_of_peak_sustained_elapsed");
+    if (k->dram_peak <= 0)
+        k->dram_peak =
+            ncu_peak(res, "dram__bytes.sum.per_second", "dram__bytes.sum.pct_of_peak_sustained_elapsed");
     if (k->l2_peak <= 0)
-        k->l2_peak = ncu_peak(res, "lts__t_bytes.sum.per_second", "lts__t_bytes.sum.pct_of_peak_sustained_elapsed");
-    k->pct_compute = timed && k->flops_all > 0 ? pct_or_nan(k->flops_per_s, k->roof_flops) : timed ? 0.0 : NAN;
+        k->l2_peak =
+            ncu_peak(res, "lts__t_bytes.sum.per_second", "lts__t_bytes.sum.pct_of_peak_sustained_elapsed");
+    k->pct_compute = timed && k->flops_all > 0 ? pct_or_nan(k->flops_per_s, k->roof_flops)
+                     : timed                   ? 0.0
+                                               : NAN;
     k->pct_dram = timed ? pct_or_nan(k->dram_bps, k->dram_peak) : NAN;
     k->pct_l2 = timed ? pct_or_nan(k->l2_bps, k->l2_peak) : NAN;
     k->sm_pct = mean_of(res, idx, n, "sm__throughput.avg.pct_of_peak_sustained_elapsed");
     k->mem_pct = mean_of(res, idx, n, "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed");
     k->occupancy_pct = mean_of(res, idx, n, "sm__warps_active.avg.pct_of_peak_sustained_active");
     k->theoretical_occupancy_pct = mean_of(res, idx, n, "sm__maximum_warps_per_active_cycle_pct");
-    k->tensor_pipe_pct = mean_of(res, idx, n, "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active");
+    k->tensor_pipe_pct =
+        mean_of(res, idx, n, "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active");
     k->sm_clock_hz = mean_of(res, idx, n, "sm__cycles_elapsed.avg.per_second");
     const char *cat = k->top ? k->top->category : "";
     k->gemm = !strcmp(cat, "gemm") ||
@@ -337,6 +352,24 @@ lpo_status lpo_deep_analyze(const lpo_deep_plan *plan, const lpo_ncu_results *re
         }
         owner[i] = o;
     }
+    for (size_t k = 0; k < out->n; k++) { /* short names: the base name, numbered when several share it */
+        lpo_deep_kernel *x = &out->k[k];
+        char *base = lpo_deep_base_name(x->name);
+        size_t same = 0, nth = 0;
+        for (size_t j = 0; j < out->n; j++) {
+            char *b2 = lpo_deep_base_name(out->k[j].name);
+            if (!strcmp(b2, base)) {
+                same++;
+                if (j <= k) nth = same;
+            }
+            free(b2);
+        }
+        if (same > 1)
+            snprintf(x->short_name, sizeof x->short_name, "%.140s (%zu)", base, nth);
+        else
+            snprintf(x->short_name, sizeof x->short_name, "%.150s", base);
+        free(base);
+    }
     size_t *idx = lpo_xcalloc(res->n + 1, sizeof *idx, "deep kernels");
     for (size_t k = 0; k < out->n; k++) { /* each kernel row: its results */
         size_t n = 0;
@@ -347,13 +380,16 @@ lpo_status lpo_deep_analyze(const lpo_deep_plan *plan, const lpo_ncu_results *re
         out->k[k].theoretical_occupancy_pct = out->k[k].tensor_pipe_pct = out->k[k].sm_clock_hz = NAN;
         out->k[k].flop_diff_pct = NAN;
         out->k[k].dur_s = NAN;
-        if (n) fill_kernel(&out->k[k], res, idx, n, out);
-        else snprintf(out->k[k].rule, sizeof out->k[k].rule, "not profiled (no ncu result)");
+        if (n)
+            fill_kernel(&out->k[k], res, idx, n, out);
+        else
+            snprintf(out->k[k].rule, sizeof out->k[k].rule, "not profiled (no ncu result)");
     }
     /* where the bandwidth ceilings came from */
     snprintf(out->dram_peak_src, sizeof out->dram_peak_src, "%s",
-             out->peaks.dram_gbs > 0 ? (out->peaks.source == LPO_PEAKS_MEASURED ? "measured (lpo ceilings)" : "spec sheet")
-                                     : "ncu's DRAM peak (rate / % of peak)");
+             out->peaks.dram_gbs > 0
+                 ? (out->peaks.source == LPO_PEAKS_MEASURED ? "measured (lpo ceilings)" : "spec sheet")
+                 : "ncu's DRAM peak (rate / % of peak)");
     snprintf(out->l2_peak_src, sizeof out->l2_peak_src, "%s",
              out->peaks.l2_gbs > 0 ? "measured (lpo ceilings)" : "ncu's L2 peak (rate / % of peak)");
     free(idx);

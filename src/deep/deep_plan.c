@@ -10,7 +10,8 @@
 
 #include "lpo/deep.h"
 
-/* ---- base names ----------------------------------------------------------------------------------------- */
+/* ---- base names -----------------------------------------------------------------------------------------
+ */
 /* Index of the bracket opening the one that closes at e (text[e] == close), or -1. */
 static long match_back(const char *text, long e, char open, char close) {
     int depth = 0;
@@ -41,7 +42,8 @@ char *lpo_deep_base_name(const char *name) {
     return lpo_strndup(name + b + 1, (size_t)(e - b));
 }
 
-/* ---- reading the trace's tables -------------------------------------------------------------------------- */
+/* ---- reading the trace's tables --------------------------------------------------------------------------
+ */
 void lpo_deep_plan_free(lpo_deep_plan *p) {
     if (!p) return;
     for (size_t i = 0; i < p->n; i++) {
@@ -102,7 +104,8 @@ static lpo_status read_ranges(const char *dir, lpo_deep_plan *p) {
          c_time = lpo_csv_find_col(&c, 0, "gpu_time_ms");
     if (c_range < 0 || c_top < 0) {
         lpo_csv_free(&c);
-        return lpo_errorf(LPO_E_FORMAT, "%s: no 'range' or 'top_kernels' column (not written by lpo trace?)", path);
+        return lpo_errorf(LPO_E_FORMAT, "%s: no 'range' or 'top_kernels' column (not written by lpo trace?)",
+                          path);
     }
     double *best = lpo_xcalloc(p->n + 1, sizeof *best, "deep labels");
     for (size_t r = 1; r < c.n_rows; r++) { /* each range row */
@@ -142,10 +145,11 @@ lpo_status lpo_deep_plan_load(const char *dir, const lpo_deep_select *o, lpo_dee
     char path[4096];
     lpo_path_join(path, sizeof path, dir, "kernels.csv");
     if (!lpo_path_exists(path))
-        return lpo_errorf(LPO_E_NOT_FOUND,
-                          "%s: no kernels.csv (give the run directory of `lpo trace`, or let lpo deep trace the "
-                          "workload first)",
-                          path);
+        return lpo_errorf(
+            LPO_E_NOT_FOUND,
+            "%s: no kernels.csv (give the run directory of `lpo trace`, or let lpo deep trace the "
+            "workload first)",
+            path);
     lpo_csv c;
     lpo_status st = lpo_csv_load(path, &c);
     if (st) return st;
@@ -155,7 +159,8 @@ lpo_status lpo_deep_plan_load(const char *dir, const lpo_deep_select *o, lpo_dee
          c_kind = lpo_csv_find_col(&c, 0, "kind");
     if (c_name < 0 || c_total < 0 || c_inst < 0) {
         lpo_csv_free(&c);
-        return lpo_errorf(LPO_E_FORMAT, "%s: needs the columns name, total_ns and instances (lpo trace's kernels.csv)",
+        return lpo_errorf(LPO_E_FORMAT,
+                          "%s: needs the columns name, total_ns and instances (lpo trace's kernels.csv)",
                           path);
     }
     /* every kernel row (memcpy/memset rows are not kernels) */

@@ -1,15 +1,17 @@
 /* lpo deep's report: deep.md (top kernels, bound classes with the rule, the GEMM FLOP cross-check, one
  * paragraph per kernel), kernels_deep.{csv,md,json} (one field list), metrics.json (schema
- * lpo.deep.metrics v1), roofline_kernels.svg and hist_<metric>.svg. */
+ * lpo.deep.metrics v1), roofline_kernels.svg and hist_<metric>.svg (drawn by the shared plot module). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "deep/deep_internal.h"
+#include "lpo/deep.h"
 #include "lpo/hw.h"
+#include "lpo/plot.h"
 
-/* ---- the per-kernel table ------------------------------------------------------------------------------- */
+/* ---- the per-kernel table -------------------------------------------------------------------------------
+ */
 static const lpo_field kernel_fields[] = {
     {"rank", LPO_FIELD_INT, NULL, 0},
     {"kernel", LPO_FIELD_STR, NULL, 0},
@@ -53,9 +55,8 @@ static void set_d(lpo_table *t, const char *f, double v) {
     if (isfinite(v)) lpo_table_set_double(t, f, v);
 }
 
-/* The short name shown in tables: the base name, with the range it runs in when the trace had one. */
 static const char *short_name(const lpo_deep_kernel *k) {
-    return k->top && k->top->base ? k->top->base : k->name;
+    return k->short_name;
 }
 
 lpo_table *lpo_deep_kernel_table(const lpo_deep_analysis *a) {
@@ -107,10 +108,12 @@ lpo_table *lpo_deep_kernel_table(const lpo_deep_analysis *a) {
     return t;
 }
 
-/* ---- deep.md ------------------------------------------------------------------------------------------------ */
+/* ---- deep.md
+ * ------------------------------------------------------------------------------------------------ */
 /* The two largest stall reasons of kernel k (ncu "stalls" set), as text; "" when not collected. */
 static void top_stalls(const lpo_ncu_results *res, const lpo_deep_kernel *k, char *out, size_t n) {
-    static const char *const pre = "smsp__average_warps_issue_stalled_", *const post = "_per_issue_active.ratio";
+    static const char *const pre = "smsp__average_warps_issue_stalled_", *const post =
+                                                                             "_per_issue_active.ratio";
     double best[2] = {0, 0};
     char name[2][48] = {"", ""};
     for (size_t m = 0; m < res->n_metrics; m++) { /* each stall metric of the kernel's first result */
@@ -146,17 +149,21 @@ static void paragraph(lpo_strbuf *o, const lpo_deep_analysis *a, const lpo_ncu_r
     if (k->top && k->top->range[0]) lpo_sb_printf(o, " (in `%s`)", k->top->range);
     lpo_sb_puts(o, ". ");
     if (k->top)
-        lpo_sb_printf(o, "%.1f%% of the kernel time of the trace, %ld launches of %.1f us on average. ", k->top->time_pct,
-                      k->top->instances, k->top->avg_ns / 1e3);
+        lpo_sb_printf(o, "%.1f%% of the kernel time of the trace, %ld launch%s of %.1f us on average. ",
+                      k->top->time_pct, k->top->instances, k->top->instances == 1 ? "" : "es",
+                      k->top->avg_ns / 1e3);
     if (!k->n_results) {
-        lpo_sb_puts(o, "ncu profiled no instance of it (its launches fell outside the profiled window, or its name "
-                       "did not match); see ncu/ for the run's log.\n\n");
+        lpo_sb_puts(
+            o, "ncu profiled no instance of it (its launches fell outside the profiled window, or its name "
+               "did not match); see ncu/ for the run's log.\n\n");
         return;
     }
-    lpo_sb_printf(o, "Under ncu (%zu instance%s, serialized, clocks as the driver set them: SM at %.2f GHz) it ran "
-                     "%.1f us",
-                  k->n_results, k->n_results == 1 ? "" : "s", isfinite(k->sm_clock_hz) ? k->sm_clock_hz / 1e9 : 0.0,
-                  k->dur_s * 1e6);
+    lpo_sb_printf(
+        o,
+        "Under ncu (%zu instance%s, serialized, clocks as the driver set them: SM at %.2f GHz) it ran "
+        "%.1f us",
+        k->n_results, k->n_results == 1 ? "" : "s", isfinite(k->sm_clock_hz) ? k->sm_clock_hz / 1e9 : 0.0,
+        k->dur_s * 1e6);
     if (k->flops_all > 0)
         lpo_sb_printf(o, ", doing %.3g GFLOP (mostly %s) at %.3g TFLOP/s", k->flops_all / 1e9,
                       lpo_deep_prec_name((lpo_deep_prec)k->prec), k->flops_per_s / 1e12);
@@ -175,28 +182,34 @@ static void paragraph(lpo_strbuf *o, const lpo_deep_analysis *a, const lpo_ncu_r
     switch (k->bound) { /* what limits it */
     case LPO_DEEP_MEMORY:
         if (isfinite(k->pct_l2) && isfinite(k->pct_dram) && k->pct_l2 > k->pct_dram)
-            lpo_sb_printf(o, "L2 traffic (%.1fx the DRAM bytes) is the busier path: reuse through L2 or a smaller "
-                             "working set would help more than DRAM bandwidth. ",
-                          k->dram_bytes > 0 ? k->l2_bytes / k->dram_bytes : 0.0);
+            lpo_sb_printf(
+                o,
+                "L2 traffic (%.1fx the DRAM bytes) is the busier path: reuse through L2 or a smaller "
+                "working set would help more than DRAM bandwidth. ",
+                k->dram_bytes > 0 ? k->l2_bytes / k->dram_bytes : 0.0);
         else
-            lpo_sb_printf(o, "It streams DRAM at %s%% of the ceiling; what is left is %.0f%% at best, unless it "
-                             "moves fewer bytes (fusion, lower precision, reuse). ",
+            lpo_sb_printf(o,
+                          "It streams DRAM at %s%% of the ceiling; what is left is %.0f%% at best, unless it "
+                          "moves fewer bytes (fusion, lower precision, reuse). ",
                           d, isfinite(k->pct_dram) ? fmax(0, 100 - k->pct_dram) : 0.0);
         break;
     case LPO_DEEP_COMPUTE:
-        lpo_sb_printf(o, "The %s pipes are the limit", k->prec >= 0 ? lpo_deep_prec_name((lpo_deep_prec)k->prec) : "SM");
+        lpo_sb_printf(o, "The %s pipes are the limit",
+                      k->prec >= 0 ? lpo_deep_prec_name((lpo_deep_prec)k->prec) : "SM");
         if (isfinite(k->tensor_pipe_pct) && k->tensor_pipe_pct > 0)
             lpo_sb_printf(o, " (tensor pipe busy %.0f%% of active cycles)", k->tensor_pipe_pct);
         lpo_sb_puts(o, "; faster needs a lower precision or less work. ");
         break;
     case LPO_DEEP_LATENCY:
-        lpo_sb_printf(o, "Neither memory nor compute is busy: it is latency- or occupancy-bound. Grid %s of blocks %s",
-                      res->r[k->first].grid, res->r[k->first].block);
+        lpo_sb_printf(
+            o, "Neither memory nor compute is busy: it is latency- or occupancy-bound. Grid %s of blocks %s",
+            res->r[k->first].grid, res->r[k->first].block);
         if (isfinite(k->occupancy_pct)) lpo_sb_printf(o, ", achieved occupancy %.0f%%", k->occupancy_pct);
         if (isfinite(k->theoretical_occupancy_pct))
             lpo_sb_printf(o, " of a theoretical %.0f%%", k->theoretical_occupancy_pct);
-        lpo_sb_puts(o, "; a short kernel pays launch and tail costs that more work per launch (fusion, batching) "
-                       "amortises. ");
+        lpo_sb_puts(
+            o, "; a short kernel pays launch and tail costs that more work per launch (fusion, batching) "
+               "amortises. ");
         break;
     default: break;
     }
@@ -206,33 +219,40 @@ static void paragraph(lpo_strbuf *o, const lpo_deep_analysis *a, const lpo_ncu_r
 
 static void write_md(lpo_strbuf *o, const lpo_deep_analysis *a, const lpo_deep_plan *plan,
                      const lpo_ncu_results *res, const lpo_deep_report_opts *opt, const lpo_table *t) {
-    lpo_sb_printf(o, "# lpo deep%s%s\n\n", opt && opt->title ? ": " : "", opt && opt->title ? opt->title : "");
+    lpo_sb_printf(o, "# lpo deep%s%s\n\n", opt && opt->title ? ": " : "",
+                  opt && opt->title ? opt->title : "");
     if (plan && plan->n) {
         double cover = 0;
         for (size_t i = 0; i < plan->n; i++) cover += plan->k[i].time_pct;
-        lpo_sb_printf(o, "The top %zu of %zu kernels of the trace (%.1f%% of its kernel time) were profiled by "
-                         "Nsight Compute in %zu kernel set%s (one run of the workload each), %zu results.\n\n",
+        lpo_sb_printf(o,
+                      "The top %zu of %zu kernels of the trace (%.1f%% of its kernel time) were profiled by "
+                      "Nsight Compute in %zu kernel set%s (one run of the workload each), %zu results.\n\n",
                       plan->n, plan->kernels_all, cover, plan->n_sets, plan->n_sets == 1 ? "" : "s", res->n);
     } else {
-        lpo_sb_printf(o, "%zu Nsight Compute results of %zu kernels (no trace: every kernel in the export).\n\n", res->n,
-                      a->n);
+        lpo_sb_printf(o,
+                      "%zu Nsight Compute results of %zu kernels (no trace: every kernel in the export).\n\n",
+                      res->n, a->n);
     }
     lpo_sb_printf(o, "Ceilings: %s. DRAM ceiling: %s; L2 ceiling: %s.\n\n",
                   a->peaks.label[0] ? a->peaks.label : "none", a->dram_peak_src, a->l2_peak_src);
     lpo_sb_puts(o, "## Top kernels\n\n");
     lpo_table_write_md(t, o);
-    lpo_sb_puts(o, "\n`time_pct`: share of the trace's kernel time; `dur_us` and the rates: ncu's measurement "
-                   "(one kernel at a time, caches flushed between passes); `ai`: FLOP per DRAM byte; `compute_pct`, "
-                   "`dram_pct`, `l2_pct`: of the ceilings above. Every column: kernels_deep.csv (docs/deep.md).\n\n");
+    lpo_sb_puts(
+        o, "\n`time_pct`: share of the trace's kernel time; `dur_us` and the rates: ncu's measurement "
+           "(one kernel at a time, caches flushed between passes); `ai`: FLOP per DRAM byte; `compute_pct`, "
+           "`dram_pct`, `l2_pct`: of the ceilings above. Every column: kernels_deep.csv (docs/deep.md).\n\n");
     /* bound classes */
     lpo_sb_puts(o, "## Bound classes\n\n");
-    lpo_sb_printf(o, "Rule: *c* = achieved FLOP/s / the compute ceiling of the kernel's main precision (ncu's SM "
-                     "throughput when no ceiling applies); *m* = the larger of DRAM bytes/s / the DRAM ceiling and L2 "
-                     "bytes/s / the L2 ceiling. **latency** (latency- or occupancy-bound) when both *c* and *m* are "
-                     "below %.0f%%; else **memory** when *m* >= *c*, **compute** otherwise.\n\n",
-                  100 * a->rules.latency_below);
+    lpo_sb_printf(
+        o,
+        "Rule: *c* = achieved FLOP/s / the compute ceiling of the kernel's main precision (ncu's SM "
+        "throughput when no ceiling applies); *m* = the larger of DRAM bytes/s / the DRAM ceiling and L2 "
+        "bytes/s / the L2 ceiling. **latency** (latency- or occupancy-bound) when both *c* and *m* are "
+        "below %.0f%%; else **memory** when *m* >= *c*, **compute** otherwise.\n\n",
+        100 * a->rules.latency_below);
     lpo_sb_puts(o, "| class | kernels | share of trace kernel time % |\n|---|---:|---:|\n");
-    static const lpo_deep_bound cls[] = {LPO_DEEP_MEMORY, LPO_DEEP_COMPUTE, LPO_DEEP_LATENCY, LPO_DEEP_UNKNOWN};
+    static const lpo_deep_bound cls[] = {LPO_DEEP_MEMORY, LPO_DEEP_COMPUTE, LPO_DEEP_LATENCY,
+                                         LPO_DEEP_UNKNOWN};
     for (size_t c = 0; c < 4; c++) { /* each class */
         size_t n = 0;
         double share = 0;
@@ -246,23 +266,27 @@ static void write_md(lpo_strbuf *o, const lpo_deep_analysis *a, const lpo_deep_p
     /* FLOP cross-check */
     lpo_sb_puts(o, "\n## GEMM FLOP cross-check\n\n");
     if (!a->ops) {
-        lpo_sb_puts(o, "Not lpo's engine: no op list to compare with. FLOPs counted by ncu per GEMM instance:\n\n");
+        lpo_sb_puts(
+            o, "Not lpo's engine: no op list to compare with. FLOPs counted by ncu per GEMM instance:\n\n");
         lpo_sb_puts(o, "| # | kernel | GFLOP per instance | precision |\n|---:|---|---:|---|\n");
         for (size_t i = 0; i < a->n; i++)
             if (a->k[i].gemm && a->k[i].n_results)
-                lpo_sb_printf(o, "| %zu | `%s` | %.6g | %s |\n", i + 1, short_name(&a->k[i]), a->k[i].flops_all / 1e9,
-                              lpo_deep_prec_name((lpo_deep_prec)a->k[i].prec));
+                lpo_sb_printf(o, "| %zu | `%s` | %.6g | %s |\n", i + 1, short_name(&a->k[i]),
+                              a->k[i].flops_all / 1e9, lpo_deep_prec_name((lpo_deep_prec)a->k[i].prec));
     } else {
-        lpo_sb_puts(o, "ncu's counted FLOPs per instance against lpo_op_flops of the op (group) its NVTX label names, "
-                       "nearest op per instance; they must agree within 1%.\n\n");
+        lpo_sb_puts(
+            o,
+            "ncu's counted FLOPs per instance against lpo_op_flops of the op (group) its NVTX label names, "
+            "nearest op per instance; they must agree within 1%.\n\n");
         lpo_sb_puts(o, "| # | kernel | op | ncu GFLOP | op GFLOP | worst diff % | verdict |\n"
                        "|---:|---|---|---:|---:|---:|---|\n");
         for (size_t i = 0; i < a->n; i++) { /* each GEMM */
             const lpo_deep_kernel *k = &a->k[i];
             if (!k->gemm || !k->n_results) continue;
             if (!isfinite(k->flop_diff_pct)) {
-                lpo_sb_printf(o, "| %zu | `%s` | %s | %.6g | - | - | no op label in the trace |\n", i + 1, short_name(k),
-                              k->top && k->top->range[0] ? k->top->range : "-", k->flops_all / 1e9);
+                lpo_sb_printf(o, "| %zu | `%s` | %s | %.6g | - | - | no op label in the trace |\n", i + 1,
+                              short_name(k), k->top && k->top->range[0] ? k->top->range : "-",
+                              k->flops_all / 1e9);
                 continue;
             }
             lpo_sb_printf(o, "| %zu | `%s` | %s | %.6g | %.6g | %+.3f | %s |\n", i + 1, short_name(k), k->op,
@@ -273,18 +297,22 @@ static void write_md(lpo_strbuf *o, const lpo_deep_analysis *a, const lpo_deep_p
     lpo_sb_puts(o, "\n## What limits each kernel\n\n");
     for (size_t i = 0; i < a->n; i++) paragraph(o, a, res, i);
     if (a->unmatched_results)
-        lpo_sb_printf(o, "%zu ncu results belong to other kernels that share a function name with a top kernel "
-                         "(profiled in the same window); they are kept in ncu/ and left out above.\n\n",
+        lpo_sb_printf(o,
+                      "%zu ncu results belong to other kernels that share a function name with a top kernel "
+                      "(profiled in the same window); they are kept in ncu/ and left out above.\n\n",
                       a->unmatched_results);
     if (opt && opt->notes && *opt->notes) lpo_sb_printf(o, "## Run\n\n%s\n", opt->notes);
-    lpo_sb_puts(o, "## Files\n\nkernels_deep.csv/.md/.json (every column), metrics.json, roofline_kernels.svg, "
-                   "hist_*.svg, ncu/ (the raw exports: .ncu-rep, the CSV of each, ncu's log), trace/ (the trace run "
-                   "that chose the kernels).\n");
+    lpo_sb_puts(
+        o, "## Files\n\nkernels_deep.csv/.md/.json (every column), metrics.json, roofline_kernels.svg, "
+           "hist_*.svg, ncu/ (the raw exports: .ncu-rep, the CSV of each, ncu's log), trace/ (the trace run "
+           "that chose the kernels).\n");
 }
 
-/* ---- metrics.json --------------------------------------------------------------------------------------------- */
+/* ---- metrics.json
+ * --------------------------------------------------------------------------------------------- */
 static lpo_status write_json(const char *path, const lpo_deep_analysis *a, const lpo_deep_plan *plan,
-                             const lpo_ncu_results *res, const lpo_deep_report_opts *opt, const lpo_table *t) {
+                             const lpo_ncu_results *res, const lpo_deep_report_opts *opt,
+                             const lpo_table *t) {
     lpo_strbuf sb = {0};
     lpo_json j;
     lpo_json_init_buf(&j, &sb, 1);
@@ -307,15 +335,17 @@ static lpo_status write_json(const char *path, const lpo_deep_analysis *a, const
         lpo_json_kv_double_or_null(&j, lpo_ceil_dtype_name((lpo_ceil_dtype)d), a->peaks.tflops[d],
                                    a->peaks.tflops[d] > 0);
     lpo_json_object_end(&j);
-    lpo_json_kv_double_or_null(&j, "dram_gbs", a->n ? a->k[0].dram_peak / 1e9 : 0, a->n && a->k[0].dram_peak > 0);
+    lpo_json_kv_double_or_null(&j, "dram_gbs", a->n ? a->k[0].dram_peak / 1e9 : 0,
+                               a->n && a->k[0].dram_peak > 0);
     lpo_json_kv_double_or_null(&j, "l2_gbs", a->n ? a->k[0].l2_peak / 1e9 : 0, a->n && a->k[0].l2_peak > 0);
     lpo_json_object_end(&j);
     lpo_json_key(&j, "rule");
     lpo_json_object_begin(&j);
     lpo_json_kv_double(&j, "latency_below", a->rules.latency_below);
-    lpo_json_kv_str(&j, "text",
-                    "latency when compute and memory fractions of their ceilings are both below latency_below; else "
-                    "memory when memory >= compute, compute otherwise");
+    lpo_json_kv_str(
+        &j, "text",
+        "latency when compute and memory fractions of their ceilings are both below latency_below; else "
+        "memory when memory >= compute, compute otherwise");
     lpo_json_object_end(&j);
     lpo_json_kv_int(&j, "ncu_results", (int64_t)res->n);
     lpo_json_kv_int(&j, "kernel_sets", plan ? (int64_t)plan->n_sets : 0);
@@ -344,7 +374,8 @@ static lpo_status write_json(const char *path, const lpo_deep_analysis *a, const
     return st;
 }
 
-/* ---- histograms ------------------------------------------------------------------------------------------------ */
+/* ---- histograms
+ * ------------------------------------------------------------------------------------------------ */
 /* Values of a kernels_deep column or an ncu metric (mean over each kernel's results), one per kernel. */
 static void metric_values(const lpo_deep_analysis *a, const lpo_ncu_results *res, const char *m, double *v,
                           const char **unit) {
@@ -381,6 +412,37 @@ static void metric_values(const lpo_deep_analysis *a, const lpo_ncu_results *res
     }
 }
 
+/* ---- pictures ---------------------------------------------------------------------------------------------
+ */
+/* The kernels on the roofline: the roofs of the precisions they use, the DRAM and L2 ceilings they were
+ * measured against, each kernel a point coloured by its bound class. */
+static void roofline(const lpo_deep_analysis *a, const char *title, lpo_strbuf *o) {
+    lpo_roofline r;
+    memset(&r, 0, sizeof r);
+    snprintf(r.title, sizeof r.title, "%.150s", title ? title : "kernels on the roofline");
+    snprintf(r.subtitle, sizeof r.subtitle, "ceilings: %.200s; DRAM: %.60s; L2: %.60s",
+             a->peaks.label[0] ? a->peaks.label : "none", a->dram_peak_src, a->l2_peak_src);
+    lpo_roof_point *pts = lpo_xcalloc(a->n + 1, sizeof *pts, "roofline points");
+    for (size_t i = 0; i < a->n; i++) { /* roofs, slopes and one point per profiled kernel */
+        const lpo_deep_kernel *k = &a->k[i];
+        if (!k->n_results) continue;
+        double factor = 1;
+        int dt = k->prec >= 0 ? lpo_deep_prec_dtype((lpo_deep_prec)k->prec, &factor) : -1;
+        if (dt >= 0 && factor == 1.0) r.roof_tflops[dt] = k->roof_flops / 1e12;
+        if (k->dram_peak / 1e9 > r.dram_gbs) r.dram_gbs = k->dram_peak / 1e9;
+        if (k->l2_peak / 1e9 > r.l2_gbs) r.l2_gbs = k->l2_peak / 1e9;
+        lpo_roof_point *p = &pts[r.n_points++];
+        snprintf(p->label, sizeof p->label, "#%zu %.100s", i + 1, k->short_name);
+        p->intensity = k->ai_dram;
+        p->tflops = k->flops_per_s / 1e12;
+        snprintf(p->cls, sizeof p->cls, "%s", lpo_deep_bound_name(k->bound));
+    }
+    snprintf(r.dram_name, sizeof r.dram_name, "%.40s", a->peaks.dram_name[0] ? a->peaks.dram_name : "DRAM");
+    r.points = pts;
+    lpo_roofline_svg(&r, o);
+    free(pts);
+}
+
 lpo_status lpo_deep_write_report(const lpo_deep_analysis *a, const lpo_deep_plan *plan,
                                  const lpo_ncu_results *res, const lpo_deep_report_opts *o, const char *dir) {
     char path[4096];
@@ -400,7 +462,7 @@ lpo_status lpo_deep_write_report(const lpo_deep_analysis *a, const lpo_deep_plan
     if (!st) st = write_json(lpo_path_join(path, sizeof path, dir, "metrics.json"), a, plan, res, o, t);
     if (!st) {
         sb.len = 0;
-        deep_roofline_svg(a, o && o->title ? o->title : NULL, &sb);
+        roofline(a, o && o->title ? o->title : NULL, &sb);
         st = lpo_write_file(lpo_path_join(path, sizeof path, dir, "roofline_kernels.svg"), sb.buf, sb.len);
     }
     double *v = lpo_xcalloc(a->n + 1, sizeof *v, "deep histogram");
@@ -408,12 +470,13 @@ lpo_status lpo_deep_write_report(const lpo_deep_analysis *a, const lpo_deep_plan
         const char *unit = "";
         metric_values(a, res, o->histograms[h], v, &unit);
         sb.len = 0;
-        deep_histogram_svg(o->histograms[h], unit, v, a->n, &sb);
+        lpo_histogram hg = {o->histograms[h], unit, "kernels", v, a->n};
+        lpo_histogram_svg(&hg, &sb);
         char name[256];
         snprintf(name, sizeof name, "hist_%.200s.svg", o->histograms[h]);
         for (char *p = name; *p; p++) /* a file name from a metric name */
-            if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_' ||
-                  *p == '-' || *p == '.'))
+            if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+                  *p == '_' || *p == '-' || *p == '.'))
                 *p = '_';
         st = lpo_write_file(lpo_path_join(path, sizeof path, dir, name), sb.buf, sb.len);
     }

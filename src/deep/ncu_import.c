@@ -11,7 +11,8 @@
 
 #include "lpo/deep.h"
 
-/* ---- numbers and units ------------------------------------------------------------------------------------ */
+/* ---- numbers and units ------------------------------------------------------------------------------------
+ */
 int lpo_ncu_number(const char *s, double *out) {
     if (!s) return 0;
     while (*s == ' ') s++;
@@ -51,20 +52,35 @@ int lpo_ncu_number(const char *s, double *out) {
  * seconds: "ns", "byte/s"), and the name lpo reports them by. */
 static const struct {
     const char *word, *base;
-} base_units[] = {{"byte", "byte"},       {"second", "second"},   {"s", "second"},     {"cycle", "cycle"},
-                  {"inst", "inst"},       {"sector", "sector"},   {"request", "request"}, {"warp", "warp"},
-                  {"thread", "thread"},   {"block", "block"},     {"flop", "flop"},     {"hz", "hz"},
-                  {"register", "register"}, {"wavefront", "wavefront"}, {"transaction", "transaction"},
-                  {"pass", "pass"},       {"kernel", "kernel"},   {"sample", "sample"}, {"op", "op"}};
+} base_units[] = {{"byte", "byte"},
+                  {"second", "second"},
+                  {"s", "second"},
+                  {"cycle", "cycle"},
+                  {"inst", "inst"},
+                  {"sector", "sector"},
+                  {"request", "request"},
+                  {"warp", "warp"},
+                  {"thread", "thread"},
+                  {"block", "block"},
+                  {"flop", "flop"},
+                  {"hz", "hz"},
+                  {"register", "register"},
+                  {"wavefront", "wavefront"},
+                  {"transaction", "transaction"},
+                  {"pass", "pass"},
+                  {"kernel", "kernel"},
+                  {"sample", "sample"},
+                  {"op", "op"}};
 
 /* One unit word: prefix scale and base; 0 when unknown. */
 static int unit_word(const char *w, size_t len, double *scale, char *base, size_t n) {
     static const struct {
         const char *p;
         double s;
-    } prefixes[] = {{"", 1.0},      {"Ki", 1024.0}, {"Mi", 1048576.0}, {"Gi", 1073741824.0}, {"Ti", 1099511627776.0},
-                    {"K", 1e3},     {"k", 1e3},     {"M", 1e6},        {"G", 1e9},           {"T", 1e12},
-                    {"P", 1e15},    {"m", 1e-3},    {"u", 1e-6},       {"n", 1e-9},          {"p", 1e-12}};
+    } prefixes[] = {
+        {"", 1.0},   {"Ki", 1024.0}, {"Mi", 1048576.0}, {"Gi", 1073741824.0}, {"Ti", 1099511627776.0},
+        {"K", 1e3},  {"k", 1e3},     {"M", 1e6},        {"G", 1e9},           {"T", 1e12},
+        {"P", 1e15}, {"m", 1e-3},    {"u", 1e-6},       {"n", 1e-9},          {"p", 1e-12}};
     char low[48];
     for (size_t pi = 0; pi < sizeof prefixes / sizeof prefixes[0]; pi++) { /* each prefix, then a base unit */
         size_t pl = strlen(prefixes[pi].p);
@@ -134,7 +150,8 @@ char *lpo_demangle(const char *name) {
     return lpo_strdup(name);
 }
 
-/* ---- the raw page --------------------------------------------------------------------------------------- */
+/* ---- the raw page ---------------------------------------------------------------------------------------
+ */
 void lpo_ncu_results_free(lpo_ncu_results *res) {
     if (!res) return;
     for (size_t i = 0; i < res->n; i++) {
@@ -184,11 +201,27 @@ static size_t metric_slot(lpo_ncu_results *res, const char *name, const char *un
 
 /* The columns ncu writes before its metrics (and a few it may add); anything else is a metric. */
 static int is_fixed_column(const char *h) {
-    static const char *const fixed[] = {"ID",      "Process ID", "Process Name", "Host Name", "Kernel Name",
-                                        "Context", "Stream",     "Block Size",   "Grid Size", "Device",
-                                        "CC",      "Kernel Time", "Section Name", "Metric Name",
-                                        "Metric Unit", "Metric Value", "Rule Name", "Rule Type",
-                                        "Rule Description", "Estimated Speedup Type", "Estimated Speedup"};
+    static const char *const fixed[] = {"ID",
+                                        "Process ID",
+                                        "Process Name",
+                                        "Host Name",
+                                        "Kernel Name",
+                                        "Context",
+                                        "Stream",
+                                        "Block Size",
+                                        "Grid Size",
+                                        "Device",
+                                        "CC",
+                                        "Kernel Time",
+                                        "Section Name",
+                                        "Metric Name",
+                                        "Metric Unit",
+                                        "Metric Value",
+                                        "Rule Name",
+                                        "Rule Type",
+                                        "Rule Description",
+                                        "Estimated Speedup Type",
+                                        "Estimated Speedup"};
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
         if (!strcmp(h, fixed[i])) return 1;
     /* NVTX columns ("thread Domain:Push/Pop_Range:...", "Id:Domain:Start/Stop_Range:...") */
@@ -219,20 +252,23 @@ static char *nvtx_innermost(const char *cell) {
 }
 
 /* One table: header row h, units row h + 1 (when it has no ID), data rows until the next header. */
-static lpo_status parse_table(lpo_ncu_results *res, const lpo_csv *c, size_t h, size_t end, const char *origin,
-                              int set) {
+static lpo_status parse_table(lpo_ncu_results *res, const lpo_csv *c, size_t h, size_t end,
+                              const char *origin, int set) {
     const size_t nc = c->n_cols[h];
     long c_id = lpo_csv_find_col(c, h, "ID"), c_name = lpo_csv_find_col(c, h, "Kernel Name"),
-         c_block = lpo_csv_find_col(c, h, "Block Size"), c_grid = lpo_csv_find_col(c, h, "Grid Size"), c_nvtx = -1;
+         c_block = lpo_csv_find_col(c, h, "Block Size"), c_grid = lpo_csv_find_col(c, h, "Grid Size"),
+         c_nvtx = -1;
     for (size_t k = 0; k < nc; k++) /* ncu --nvtx: the push/pop ranges open at the launch */
         if (!strncmp(c->cells[h][k], "thread Domain:Push/Pop_Range", 28)) c_nvtx = (long)k;
     if (c_name < 0)
-        return lpo_errorf(LPO_E_FORMAT,
-                          "%s:%zu: no 'Kernel Name' column in ncu's header (export the raw page: ncu --import "
-                          "R.ncu-rep --csv --page raw)",
-                          origin, c->line[h]);
+        return lpo_errorf(
+            LPO_E_FORMAT,
+            "%s:%zu: no 'Kernel Name' column in ncu's header (export the raw page: ncu --import "
+            "R.ncu-rep --csv --page raw)",
+            origin, c->line[h]);
     size_t first = h + 1;
-    const int has_units = first < end && c->n_cols[first] == nc && lpo_csv_cell(c, first, (size_t)c_id)[0] == 0;
+    const int has_units =
+        first < end && c->n_cols[first] == nc && lpo_csv_cell(c, first, (size_t)c_id)[0] == 0;
     size_t *slot = lpo_xcalloc(nc, sizeof *slot, "ncu columns");
     double *scale = lpo_xcalloc(nc, sizeof *scale, "ncu columns");
     char *is_metric = lpo_xcalloc(nc, 1, "ncu columns");
@@ -291,7 +327,8 @@ static lpo_status parse_table(lpo_ncu_results *res, const lpo_csv *c, size_t h, 
     return st;
 }
 
-lpo_status lpo_ncu_parse_csv(lpo_ncu_results *res, const char *text, size_t len, const char *origin, int set) {
+lpo_status lpo_ncu_parse_csv(lpo_ncu_results *res, const char *text, size_t len, const char *origin,
+                             int set) {
     if (!origin) origin = "ncu CSV";
     /* ncu's own messages ("==PROF== ...", "==WARNING== ...") are dropped line by line first */
     char *clean = lpo_xmalloc(len + 1, "ncu CSV");
@@ -323,11 +360,12 @@ lpo_status lpo_ncu_parse_csv(lpo_ncu_results *res, const char *text, size_t len,
         h = end;
     }
     if (!st && !tables)
-        st = c.n_rows ? lpo_errorf(LPO_E_FORMAT,
-                                   "%s: no ncu raw-page header (a row starting with \"ID\"); is this `ncu --csv "
-                                   "--page raw` output?",
-                                   origin)
-                      : LPO_OK; /* an empty export: ncu profiled nothing */
+        st = c.n_rows
+                 ? lpo_errorf(LPO_E_FORMAT,
+                              "%s: no ncu raw-page header (a row starting with \"ID\"); is this `ncu --csv "
+                              "--page raw` output?",
+                              origin)
+                 : LPO_OK; /* an empty export: ncu profiled nothing */
     lpo_csv_free(&c);
     return st;
 }

@@ -1,6 +1,7 @@
-/* Driving Nsight Compute: finding the ncu executable, reading the metric sets (conf/profiling/ncu/<set>.yaml),
- * keeping the metrics this ncu knows, and the command lines of a kernel set's profiling run and of the
- * import of its export. The processes themselves are run by the command (src/cli/cmd_deep.c). */
+/* Driving Nsight Compute: finding the ncu executable, reading the metric sets
+ * (conf/profiling/ncu/<set>.yaml), keeping the metrics this ncu knows, and the command lines of a kernel
+ * set's profiling run and of the import of its export. The processes themselves are run by the command
+ * (src/cli/cmd_deep.c). */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,7 +10,8 @@
 
 #include "lpo/deep.h"
 
-/* ---- finding ncu ------------------------------------------------------------------------------------------ */
+/* ---- finding ncu ------------------------------------------------------------------------------------------
+ */
 static int executable(const char *p) {
     return p && *p && access(p, X_OK) == 0 && !lpo_is_dir(p);
 }
@@ -35,8 +37,9 @@ static int cmp_version(const char *a, const char *b) {
 lpo_status lpo_ncu_find(const char *explicit_path, char *out, size_t n) {
     if (explicit_path && *explicit_path && strcmp(explicit_path, "auto")) {
         if (!executable(explicit_path))
-            return lpo_errorf(LPO_E_NOT_FOUND, "deep.ncu=%s is not an executable file (give the path of Nsight "
-                                               "Compute's ncu, or deep.ncu=auto to search)",
+            return lpo_errorf(LPO_E_NOT_FOUND,
+                              "deep.ncu=%s is not an executable file (give the path of Nsight "
+                              "Compute's ncu, or deep.ncu=auto to search)",
                               explicit_path);
         snprintf(out, n, "%s", explicit_path);
         return LPO_OK;
@@ -72,22 +75,24 @@ lpo_status lpo_ncu_find(const char *explicit_path, char *out, size_t n) {
         snprintf(out, n, "%s/%s/ncu", base, best);
         return LPO_OK;
     }
-    return lpo_errorf(LPO_E_NOT_AVAILABLE,
-                      "Nsight Compute (ncu) not found: looked at deep.ncu, every $PATH entry, /usr/local/cuda/bin/ncu "
-                      "and /opt/nvidia/nsight-compute/*/ncu. Install Nsight Compute (the CUDA toolkit's "
-                      "nsight-compute component, e.g. `apt install nsight-compute-<version>`) or give its path with "
-                      "deep.ncu=/path/to/ncu");
+    return lpo_errorf(
+        LPO_E_NOT_AVAILABLE,
+        "Nsight Compute (ncu) not found: looked at deep.ncu, every $PATH entry, /usr/local/cuda/bin/ncu "
+        "and /opt/nvidia/nsight-compute/*/ncu. Install Nsight Compute (the CUDA toolkit's "
+        "nsight-compute component, e.g. `apt install nsight-compute-<version>`) or give its path with "
+        "deep.ncu=/path/to/ncu");
 }
 
-/* ---- metric sets ------------------------------------------------------------------------------------------ */
+/* ---- metric sets ------------------------------------------------------------------------------------------
+ */
 static int has_name(char **names, size_t n, const char *s) {
     for (size_t i = 0; i < n; i++)
         if (!strcmp(names[i], s)) return 1;
     return 0;
 }
 
-lpo_status lpo_deep_metric_sets(const char *const *dirs, size_t n_dirs, const char *const *sets, size_t n_sets,
-                                char ***names, size_t *n) {
+lpo_status lpo_deep_metric_sets(const char *const *dirs, size_t n_dirs, const char *const *sets,
+                                size_t n_sets, char ***names, size_t *n) {
     char path[4096];
     for (size_t s = 0; s < n_sets; s++) { /* each set: its file, then its metrics list */
         const char *set = sets[s];
@@ -102,10 +107,11 @@ lpo_status lpo_deep_metric_sets(const char *const *dirs, size_t n_dirs, const ch
             found = lpo_path_exists(path);
         }
         if (!found)
-            return lpo_errorf(LPO_E_CONFIG,
-                              "deep.metric_sets: no metric set '%s' (looked for profiling/ncu/%s.yaml in the config "
-                              "directories; the built-in sets are roofline, memory, compute, occupancy, stalls)",
-                              set, set);
+            return lpo_errorf(
+                LPO_E_CONFIG,
+                "deep.metric_sets: no metric set '%s' (looked for profiling/ncu/%s.yaml in the config "
+                "directories; the built-in sets are roofline, memory, compute, occupancy, stalls)",
+                set, set);
         lpo_node *root = NULL;
         lpo_status st = lpo_yaml_load_file(path, &root);
         if (st) return st;
@@ -156,47 +162,43 @@ size_t lpo_ncu_filter_metrics(char **names, size_t n, const char *query, size_t 
     return kept;
 }
 
-/* ---- command lines ---------------------------------------------------------------------------------------- */
+/* ---- command lines ----------------------------------------------------------------------------------------
+ */
 void lpo_argv_free(char **argv) {
     for (size_t i = 0; argv && argv[i]; i++) free(argv[i]);
     free(argv);
 }
 
-typedef struct {
-    char **v;
-    size_t n, cap;
-} argv_buf;
-
-static void push(argv_buf *a, const char *s) {
+void lpo_argv_push(lpo_argv *a, const char *s) {
     a->v = lpo_xgrow(a->v, &a->cap, a->n + 2, sizeof *a->v, "argv");
     a->v[a->n++] = lpo_strdup(s);
     a->v[a->n] = NULL;
 }
 
-static void pushf(argv_buf *a, const char *fmt, long v) {
+static void pushf(lpo_argv *a, const char *fmt, long v) {
     char b[64];
     snprintf(b, sizeof b, fmt, v);
-    push(a, b);
+    lpo_argv_push(a, b);
 }
 
-char **lpo_ncu_profile_argv(const char *ncu, const char *metrics, const lpo_deep_set *s, const char *export_base,
-                            const lpo_ncu_opts *o, char *const *workload) {
-    argv_buf a = {0};
-    push(&a, ncu);
-    push(&a, "--metrics");
-    push(&a, metrics);
-    push(&a, "--clock-control");
-    push(&a, o && o->clock_control ? o->clock_control : "none");
-    push(&a, "--cache-control");
-    push(&a, o && o->cache_control ? o->cache_control : "all");
-    push(&a, "--replay-mode");
-    push(&a, o && o->replay_mode ? o->replay_mode : "kernel");
-    push(&a, "--target-processes");
-    push(&a, "all");
-    push(&a, "--nvtx");
-    push(&a, "--kernel-name-base");
-    push(&a, "function");
-    push(&a, "--kernel-name");
+char **lpo_ncu_profile_argv(const char *ncu, const char *metrics, const lpo_deep_set *s,
+                            const char *export_base, const lpo_ncu_opts *o, char *const *workload) {
+    lpo_argv a = {0};
+    lpo_argv_push(&a, ncu);
+    lpo_argv_push(&a, "--metrics");
+    lpo_argv_push(&a, metrics);
+    lpo_argv_push(&a, "--clock-control");
+    lpo_argv_push(&a, o && o->clock_control ? o->clock_control : "none");
+    lpo_argv_push(&a, "--cache-control");
+    lpo_argv_push(&a, o && o->cache_control ? o->cache_control : "all");
+    lpo_argv_push(&a, "--replay-mode");
+    lpo_argv_push(&a, o && o->replay_mode ? o->replay_mode : "kernel");
+    lpo_argv_push(&a, "--target-processes");
+    lpo_argv_push(&a, "all");
+    lpo_argv_push(&a, "--nvtx");
+    lpo_argv_push(&a, "--kernel-name-base");
+    lpo_argv_push(&a, "function");
+    lpo_argv_push(&a, "--kernel-name");
     lpo_strbuf re = {0};
     lpo_sb_puts(&re, "regex:^");
     for (const char *p = s->base; *p; p++) { /* a base name is an identifier; anything else is escaped */
@@ -204,24 +206,25 @@ char **lpo_ncu_profile_argv(const char *ncu, const char *metrics, const lpo_deep
         lpo_sb_append(&re, p, 1);
     }
     lpo_sb_puts(&re, "$");
-    push(&a, re.buf);
+    lpo_argv_push(&a, re.buf);
     lpo_sb_free(&re);
-    push(&a, "--launch-skip");
+    lpo_argv_push(&a, "--launch-skip");
     pushf(&a, "%ld", s->skip);
-    push(&a, "--launch-count");
+    lpo_argv_push(&a, "--launch-count");
     pushf(&a, "%ld", s->count);
-    push(&a, "--export");
-    push(&a, export_base);
-    push(&a, "--force-overwrite");
-    for (size_t i = 0; workload && workload[i]; i++) push(&a, workload[i]);
+    lpo_argv_push(&a, "--export");
+    lpo_argv_push(&a, export_base);
+    lpo_argv_push(&a, "--force-overwrite");
+    for (size_t i = 0; workload && workload[i]; i++) lpo_argv_push(&a, workload[i]);
     return a.v;
 }
 
 char **lpo_ncu_import_argv(const char *ncu, const char *rep) {
-    argv_buf a = {0};
-    static const char *const args[] = {"--import", NULL, "--csv", "--page", "raw", "--print-units", "base",
-                                       "--print-kernel-base", "mangled"};
-    push(&a, ncu);
-    for (size_t i = 0; i < sizeof args / sizeof args[0]; i++) push(&a, args[i] ? args[i] : rep);
+    lpo_argv a = {0};
+    static const char *const args[] = {
+        "--import", NULL, "--csv", "--page", "raw", "--print-units", "base", "--print-kernel-base",
+        "mangled"};
+    lpo_argv_push(&a, ncu);
+    for (size_t i = 0; i < sizeof args / sizeof args[0]; i++) lpo_argv_push(&a, args[i] ? args[i] : rep);
     return a.v;
 }

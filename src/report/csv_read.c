@@ -50,7 +50,8 @@ lpo_status lpo_csv_parse(const char *text, size_t len, const char *origin, lpo_c
                 i++;
                 for (;;) {
                     if (i >= len) {
-                        st = lpo_errorf(LPO_E_FORMAT, "%s:%zu: a quoted field is never closed", origin, qline);
+                        st =
+                            lpo_errorf(LPO_E_FORMAT, "%s:%zu: a quoted field is never closed", origin, qline);
                         break;
                     }
                     if (text[i] == '"') {
@@ -69,7 +70,8 @@ lpo_status lpo_csv_parse(const char *text, size_t len, const char *origin, lpo_c
                 while (!st && i < len && text[i] != ',' && text[i] != '\n' && text[i] != '\r')
                     store[used++] = text[i++];
             } else {
-                while (i < len && text[i] != ',' && text[i] != '\n' && text[i] != '\r') store[used++] = text[i++];
+                while (i < len && text[i] != ',' && text[i] != '\n' && text[i] != '\r')
+                    store[used++] = text[i++];
             }
             store[used++] = 0;
             if (i < len && text[i] == ',') {
