@@ -379,23 +379,31 @@ static lpo_status write_json(const char *path, const lpo_deep_analysis *a, const
 /* Values of a kernels_deep column or an ncu metric (mean over each kernel's results), one per kernel. */
 static void metric_values(const lpo_deep_analysis *a, const lpo_ncu_results *res, const char *m, double *v,
                           const char **unit) {
-    static const struct {
-        const char *col, *unit;
-        size_t off;
-    } cols[] = {{"compute_pct", "%", offsetof(lpo_deep_kernel, pct_compute)},
-                {"dram_pct", "%", offsetof(lpo_deep_kernel, pct_dram)},
-                {"l2_pct", "%", offsetof(lpo_deep_kernel, pct_l2)},
-                {"occupancy_pct", "%", offsetof(lpo_deep_kernel, occupancy_pct)},
-                {"theoretical_occupancy_pct", "%", offsetof(lpo_deep_kernel, theoretical_occupancy_pct)},
-                {"sm_throughput_pct", "%", offsetof(lpo_deep_kernel, sm_pct)},
-                {"memory_throughput_pct", "%", offsetof(lpo_deep_kernel, mem_pct)},
-                {"tensor_pipe_pct", "%", offsetof(lpo_deep_kernel, tensor_pipe_pct)},
-                {"ai_flop_per_byte", "FLOP/byte", offsetof(lpo_deep_kernel, ai_dram)}};
+    static const char *const cols[] = {"compute_pct",
+                                       "dram_pct",
+                                       "l2_pct",
+                                       "occupancy_pct",
+                                       "theoretical_occupancy_pct",
+                                       "sm_throughput_pct",
+                                       "memory_throughput_pct",
+                                       "tensor_pipe_pct",
+                                       "ai_flop_per_byte"};
     for (size_t c = 0; c < sizeof cols / sizeof cols[0]; c++) { /* a computed column */
-        if (strcmp(m, cols[c].col)) continue;
-        for (size_t i = 0; i < a->n; i++)
-            v[i] = a->k[i].n_results ? *(const double *)((const char *)&a->k[i] + cols[c].off) : NAN;
-        *unit = cols[c].unit;
+        if (strcmp(m, cols[c])) continue;
+        for (size_t i = 0; i < a->n; i++) { /* each kernel's value of that column */
+            const lpo_deep_kernel *k = &a->k[i];
+            const double x[] = {k->pct_compute,
+                                k->pct_dram,
+                                k->pct_l2,
+                                k->occupancy_pct,
+                                k->theoretical_occupancy_pct,
+                                k->sm_pct,
+                                k->mem_pct,
+                                k->tensor_pipe_pct,
+                                k->ai_dram};
+            v[i] = k->n_results ? x[c] : NAN;
+        }
+        *unit = c + 1 < sizeof cols / sizeof cols[0] ? "%" : "FLOP/byte";
         return;
     }
     long col = lpo_ncu_metric_index(res, m);
