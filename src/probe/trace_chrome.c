@@ -19,7 +19,7 @@
 #define COUNTER_PID_BASE 16777216u /* + device */
 
 typedef struct {
-    FILE *f;
+    lpo_outfile out; /* temp file renamed into place at the end (core.h: links and devices in place) */
     char *buf;
     size_t len, cap;
     int err, first;
@@ -27,7 +27,7 @@ typedef struct {
 } jw;
 
 static void jw_flush(jw *w) {
-    if (w->len && fwrite(w->buf, 1, w->len, w->f) != w->len) w->err = 1;
+    if (w->len && lpo_outfile_write(&w->out, w->buf, w->len) != LPO_OK) w->err = 1;
     w->len = 0;
 }
 
@@ -35,7 +35,7 @@ static inline void jw_put(jw *w, const char *s, size_t n) {
     if (w->len + n > w->cap) {
         jw_flush(w);
         if (n > w->cap) {
-            if (fwrite(s, 1, n, w->f) != n) w->err = 1;
+            if (lpo_outfile_write(&w->out, s, n) != LPO_OK) w->err = 1;
             return;
         }
     }
@@ -341,13 +341,12 @@ static void write_counters(jw *w, const lpo_trace_counters *c) {
 lpo_status lpo_trace_write_chrome(lpo_trace *t, const lpo_trace_counters *counters, const char *path) {
     lpo_status st = tr_analyze(t);
     if (st) return st;
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    jw w = {.f = fopen(tmp, "wb"), .cap = 4u << 20, .first = 1, .t0 = t->stats.t_begin};
-    if (!w.f) return lpo_errorf(LPO_E_IO, "%s: cannot write the trace", tmp);
+    /* not "<path>.tmp" + fopen: a link planted there was followed, and a link at path was replaced */
+    jw w = {.cap = 4u << 20, .first = 1, .t0 = t->stats.t_begin};
+    if ((st = lpo_outfile_open(&w.out, path)) != LPO_OK) return st;
     w.buf = malloc(w.cap);
     if (!w.buf) {
-        fclose(w.f);
+        lpo_outfile_discard(&w.out);
         return lpo_errorf(LPO_E_NOMEM, "trace: out of memory");
     }
     if (counters)
@@ -363,10 +362,10 @@ lpo_status lpo_trace_write_chrome(lpo_trace *t, const lpo_trace_counters *counte
     JW_LIT(&w, "\n]}\n");
     jw_flush(&w);
     free(w.buf);
-    if (fclose(w.f) != 0) w.err = 1;
-    if (w.err || rename(tmp, path) != 0) {
-        remove(tmp);
-        return lpo_errorf(LPO_E_IO, "%s: cannot write the trace (disk full?)", path);
+    if (w.err) {
+        st = lpo_errorf(LPO_E_IO, "%s: cannot write the trace: %s", path, strerror(w.out.err));
+        lpo_outfile_discard(&w.out);
+        return st;
     }
-    return LPO_OK;
+    return lpo_outfile_commit(&w.out);
 }

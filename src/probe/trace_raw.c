@@ -36,7 +36,8 @@ int lpo_raw_open(lpo_raw_writer *w, const char *path, const lpo_raw_header *h, s
     w->buf = malloc(cap);
     if (!w->buf) return -1;
     w->cap = cap;
-    w->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* O_NOFOLLOW: a link planted at the raw file's name (in the run directory) is not followed */
+    w->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (w->fd < 0 || write_all(w->fd, (const uint8_t *)h, sizeof *h) != 0) {
         if (w->fd >= 0) close(w->fd);
         free(w->buf);

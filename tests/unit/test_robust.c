@@ -20,6 +20,7 @@
 #include "lpo/ceilings.h"
 #include "lpo/core.h"
 #include "lpo/model.h"
+#include "lpo/trace.h"
 #include "test_support.h"
 
 #define TOK LPO_SOURCE_DIR "/tests/golden/tokenizers/qwen2ish.tokenizer.json"
@@ -314,6 +315,42 @@ static void test_ceilings_cache_numbers(void **state) {
     free(dir);
 }
 
+/* The fresh look for findings 1 and 2's class: trace.json was written as "<path>.tmp" + rename (a link
+ * planted there was followed, a link at the path replaced); the probe's raw file followed links too. */
+static void test_trace_writers(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir(), raw[4300], out[4300], victim[4300], planted[4300];
+    snprintf(raw, sizeof raw, "%s/trace-1.lpot", dir);
+    snprintf(out, sizeof out, "%s/trace.json", dir);
+    snprintf(victim, sizeof victim, "%s/victim", dir);
+    snprintf(planted, sizeof planted, "%s/trace.json.tmp", dir);
+    assert_int_equal(lpo_write_file(victim, "keep", 4), LPO_OK);
+    /* the raw writer refuses a link planted at its file name */
+    assert_int_equal(symlink(victim, raw), 0);
+    assert_int_not_equal(lpo_trace_synthesize(raw, 16, 1), LPO_OK);
+    unlink(raw);
+    assert_int_equal(lpo_trace_synthesize(raw, 16, 1), LPO_OK);
+    lpo_trace *t = NULL;
+    assert_int_equal(lpo_trace_load_dir(dir, &t), LPO_OK);
+    assert_int_equal(symlink(victim, planted), 0);
+    assert_int_equal(symlink("real.json", out), 0);
+    assert_int_equal(lpo_trace_write_chrome(t, NULL, out), LPO_OK);
+    lpo_trace_free(t);
+    char *data = NULL;
+    assert_int_equal(lpo_read_file(victim, &data, NULL), LPO_OK);
+    assert_string_equal(data, "keep");
+    free(data);
+    struct stat st;
+    assert_int_equal(lstat(out, &st), 0);
+    assert_true(S_ISLNK(st.st_mode)); /* written through the link */
+    snprintf(out, sizeof out, "%s/real.json", dir);
+    assert_int_equal(lpo_read_file(out, &data, NULL), LPO_OK);
+    assert_non_null(strstr(data, "traceEvents"));
+    free(data);
+    remove_tree(dir);
+    free(dir);
+}
+
 /* Finding 12: the CLI's out-of-memory handler says what was being allocated and exits 1 (never abort). */
 static void test_cli_out_of_memory(void **state) {
     (void)state;
@@ -347,6 +384,7 @@ int main(void) {
         cmocka_unit_test(test_cli_out_of_memory),   cmocka_unit_test(test_generation_config),
         cmocka_unit_test(test_fifo_inputs),         cmocka_unit_test(test_jsonl_lines),
         cmocka_unit_test(test_leniency_refused),    cmocka_unit_test(test_ceilings_cache_numbers),
+        cmocka_unit_test(test_trace_writers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
