@@ -162,6 +162,10 @@ typedef struct {
     int (*stored_dtype)(void *ud, const char *name, lpo_dtype *out); /* 1 when known */
 } lpo_dtype_lookup;
 
+/* A lookup that answers *(const lpo_dtype *)ud for every weight: ud = &dt gives "every weight in dt" (the
+ * dtype a backend holds its weights in, for the bytes it actually reads). */
+int lpo_dtype_lookup_uniform(void *ud, const char *name, lpo_dtype *out);
+
 typedef struct {
     lpo_dtype act_dtype;            /* activations as the backend computes them (CPU: F32) */
     lpo_dtype kv_dtype;             /* KV cache entries (CPU: F32) */

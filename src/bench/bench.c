@@ -13,18 +13,11 @@ lpo_ceil_dtype lpo_bench_roof(lpo_dtype dt) {
     return dt == LPO_DT_BF16 ? LPO_CEIL_BF16 : dt == LPO_DT_F16 ? LPO_CEIL_FP16 : LPO_CEIL_FP32;
 }
 
-/* Every weight at the dtype the engine holds it in. */
-static int held_dtype(void *ud, const char *name, lpo_dtype *out) {
-    (void)name;
-    *out = *(const lpo_dtype *)ud;
-    return 1;
-}
-
 /* FLOPs and bytes of one op list: decode (batch B at context ctx) or prefill (B sequences of T tokens). */
 static lpo_status list_costs(const lpo_engine *e, int decode, int B, int64_t t_or_ctx, double *flops,
                              double *bytes) {
     const lpo_dtype dt = lpo_engine_dtype(e);
-    const lpo_dtype_lookup held = {(void *)&dt, held_dtype};
+    const lpo_dtype_lookup held = {(void *)&dt, lpo_dtype_lookup_uniform};
     const lpo_oplist_opts o = {dt, dt, &held};
     lpo_oplist l = {0};
     lpo_status st = lpo_oplist_build_phase(lpo_engine_spec(e), decode, B, t_or_ctx, &o, &l);

@@ -55,13 +55,6 @@ static double tok_per_s(double n, double ms) {
     return ms > 0 ? n * 1000.0 / ms : 0;
 }
 
-/* Every weight in the dtype the backend holds (a lpo_dtype_lookup over a lpo_dtype). */
-static int held_dtype(void *ud, const char *name, lpo_dtype *out) {
-    (void)name;
-    *out = *(const lpo_dtype *)ud;
-    return 1;
-}
-
 /* ---- one prompt, streamed
  * ----------------------------------------------------------------------------------- */
 static lpo_status run_single(lpo_engine *e, const lpo_cli_prompts *g, const int32_t *ids, size_t n,
@@ -77,7 +70,7 @@ static lpo_status run_single(lpo_engine *e, const lpo_cli_prompts *g, const int3
         /* weight bytes one decode step reads, in the dtype the backend holds them in (the CPU converts
          * every weight to f32): the rate they stream at says how close decode is to the memory bandwidth */
         const lpo_dtype held = lpo_engine_dtype(e);
-        const lpo_dtype_lookup as_held = {(void *)&held, held_dtype};
+        const lpo_dtype_lookup as_held = {(void *)&held, lpo_dtype_lookup_uniform};
         const lpo_oplist_opts o = {held, held, &as_held};
         lpo_oplist l = {0};
         double wbytes = 0;

@@ -50,6 +50,12 @@ int64_t lpo_buf_width(const lpo_model_spec *s, lpo_buf b) {
     }
 }
 
+int lpo_dtype_lookup_uniform(void *ud, const char *name, lpo_dtype *out) {
+    (void)name;
+    *out = *(const lpo_dtype *)ud;
+    return 1;
+}
+
 /* ---- builder ------------------------------------------------------------------------------------------
  * Ops and weights are appended to growing arrays; names go to one string pool. Strings are recorded as
  * pool offsets while building (the pool may move) and turned into pointers at the end, as are the ops'
