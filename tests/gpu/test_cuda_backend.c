@@ -110,7 +110,8 @@ typedef struct {
     lpo_plan plan;
 } runner;
 
-static void runner_open(runner *r, const lpo_backend_iface *be, const lpo_model *m, lpo_dtype dt) {
+static void runner_open_opts(runner *r, const lpo_backend_iface *be, const lpo_model *m, lpo_dtype dt,
+                             int fusion) {
     memset(r, 0, sizeof *r);
     r->be = be;
     const lpo_weight_source ws = {(void *)m, model_view};
@@ -122,8 +123,12 @@ static void runner_open(runner *r, const lpo_backend_iface *be, const lpo_model 
                                  .n_threads = 2,
                                  .dtype = dt,
                                  .exec = LPO_EXEC_EAGER,
-                                 .fusion = 1};
+                                 .fusion = fusion};
     if (be->init(&in, &r->ctx) != LPO_OK) fail_msg("%s init: %s", be->name, lpo_last_error());
+}
+
+static void runner_open(runner *r, const lpo_backend_iface *be, const lpo_model *m, lpo_dtype dt) {
+    runner_open_opts(r, be, m, dt, 1);
 }
 
 /* One step of n sequences (slots 0..n-1, n_past, n_new, host tokens or chained): logits [n, V] and ids. */
@@ -166,6 +171,91 @@ static double rel_diff(const float *a, const float *b, int64_t n) {
         if (fabs((double)b[i]) > mb) mb = fabs((double)b[i]);
     }
     return mb > 0 ? md / mb : md;
+}
+
+/* ---- 2a. op by op: both backends unfused, every op's output buffer compared ------------------------------
+ */
+typedef struct {
+    const lpo_backend_iface *be;
+    void *ctx;
+    const lpo_model_spec *spec;
+    int compare;      /* 0: record (CPU), 1: compare (CUDA) */
+    float *saved[64]; /* per op: its first output rows, as the CPU wrote them */
+    double worst;
+    const char *worst_op;
+    int n_bad;
+} op_trace;
+
+static void on_op(void *ud, const lpo_oplist *l, const lpo_plan *p, size_t g, int end) {
+    op_trace *t = ud;
+    const lpo_op *op = &l->ops[p->groups[g].first];
+    const lpo_buf b = op->out[0].buf;
+    const int64_t w = lpo_buf_width(t->spec, b), rows = op->out[0].shape[0];
+    if (!end || g >= 64 || w == 0 || b == LPO_BUF_LOGITS || p->groups[g].count != 1) return;
+    float *x = malloc((size_t)(rows * w) * sizeof(float));
+    if (!x || t->be->read_activation(t->ctx, b, 0, rows, x) != LPO_OK) {
+        free(x);
+        return;
+    }
+    if (!t->compare) {
+        free(t->saved[g]);
+        t->saved[g] = x;
+        return;
+    }
+    const double e = t->saved[g] ? rel_diff(x, t->saved[g], rows * w) : 0;
+    if (!(e <= 1e-4)) {
+        if (t->n_bad++ < 6)
+            printf("    op %zu %-28s (%s, %lld rows) differs: %.2e of the max\n", g, op->name,
+                   lpo_buf_name(b), (long long)rows, e);
+    }
+    if (!(e <= t->worst)) t->worst = e, t->worst_op = op->name;
+    free(x);
+}
+
+/* f32, fusion off on both sides: plan group g is op g, so the first op whose output leaves 1e-4 names the
+ * kernel or the wiring at fault (a whole-step mismatch alone says only that something is wrong). */
+static void test_steps_by_op(void **state) {
+    (void)state;
+    for (int variant = 0; variant < 2; variant++) {
+        const lpo_model_spec s = small_spec(variant);
+        lpo_model *m = NULL;
+        if (lpo_model_open_synthetic(&s, 1234 + variant, &m) != LPO_OK)
+            fail_msg("model: %s", lpo_last_error());
+        int32_t prompt[14];
+        for (int i = 0; i < 14; i++) prompt[i] = (int32_t)((i * 37 + 11) % s.vocab_size);
+        const int64_t past0[2] = {0, 0}, new0[2] = {5, 9}, past1[2] = {5, 9}, new1[2] = {1, 1};
+        float *lg = malloc((size_t)(2 * s.vocab_size) * sizeof(float));
+        int32_t ids[2];
+        op_trace t;
+        memset(&t, 0, sizeof t);
+        t.spec = &s;
+        runner r[2];
+        for (int k = 0; k < 2; k++) {
+            runner_open_opts(&r[k], k ? cuda_iface() : lpo_backend_cpu(), m, LPO_DT_F32, 0);
+            r[k].be->set_group_callback(r[k].ctx, on_op, &t);
+        }
+        for (int step = 0; step < 2; step++)
+            for (int k = 0; k < 2; k++) {
+                t.be = r[k].be;
+                t.ctx = r[k].ctx;
+                t.compare = k;
+                t.worst = 0;
+                t.n_bad = 0;
+                if (step == 0)
+                    runner_step(&r[k], &s, 2, past0, new0, prompt, lg, ids);
+                else
+                    runner_step(&r[k], &s, 2, past1, new1, prompt, lg, ids);
+                if (k)
+                    printf("  %s step %d op by op: worst %.2e of the max (%s), %d ops over 1e-4\n", s.name,
+                           step, t.worst, t.worst_op ? t.worst_op : "-", t.n_bad);
+            }
+        const int bad = t.n_bad;
+        for (int k = 0; k < 2; k++) runner_close(&r[k]);
+        for (int i = 0; i < 64; i++) free(t.saved[i]);
+        free(lg);
+        lpo_model_close(m);
+        assert_int_equal(bad, 0);
+    }
 }
 
 static void test_steps(void **state) {
@@ -219,6 +309,7 @@ int main(void) {
     lpo_test_require_gpu();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_opcheck),
+        cmocka_unit_test(test_steps_by_op),
         cmocka_unit_test(test_steps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
