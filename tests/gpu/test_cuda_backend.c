@@ -179,8 +179,8 @@ typedef struct {
     const lpo_backend_iface *be;
     void *ctx;
     const lpo_model_spec *spec;
-    int compare;      /* 0: record (CPU), 1: compare (CUDA) */
-    float *saved[64]; /* per op: its first output rows, as the CPU wrote them */
+    int compare;       /* 0: record (CPU), 1: compare (CUDA) */
+    float *saved[128]; /* per op: its first output rows, as the CPU wrote them */
     double worst;
     const char *worst_op;
     int n_bad;
@@ -188,10 +188,11 @@ typedef struct {
 
 static void on_op(void *ud, const lpo_oplist *l, const lpo_plan *p, size_t g, int end) {
     op_trace *t = ud;
-    const lpo_op *op = &l->ops[p->groups[g].first];
+    const size_t i = p->groups[g].first + p->groups[g].count - 1; /* the group's last op */
+    const lpo_op *op = &l->ops[i];
     const lpo_buf b = op->out[0].buf;
     const int64_t w = lpo_buf_width(t->spec, b), rows = op->out[0].shape[0];
-    if (!end || g >= 64 || w == 0 || b == LPO_BUF_LOGITS || p->groups[g].count != 1) return;
+    if (!end || i >= 128 || w == 0 || b == LPO_BUF_LOGITS) return;
     float *x = malloc((size_t)(rows * w) * sizeof(float));
     if (!x || t->be->read_activation(t->ctx, b, 0, rows, x) != LPO_OK) {
         free(x);
@@ -212,50 +213,52 @@ static void on_op(void *ud, const lpo_oplist *l, const lpo_plan *p, size_t g, in
     free(x);
 }
 
-/* f32, fusion off on both sides: plan group g is op g, so the first op whose output leaves 1e-4 names the
- * kernel or the wiring at fault (a whole-step mismatch alone says only that something is wrong). */
+/* f32: the CPU unfused, the CUDA backend unfused then fused; after every group of the CUDA plan its last
+ * op's output is compared with the CPU's, and the logits of every step: the first op that leaves 1e-4 names
+ * the kernel, fusion or wiring at fault (a whole-step mismatch alone says only that something is wrong). */
 static void test_steps_by_op(void **state) {
     (void)state;
-    for (int variant = 0; variant < 2; variant++) {
-        const lpo_model_spec s = small_spec(variant);
-        lpo_model *m = NULL;
-        if (lpo_model_open_synthetic(&s, 1234 + variant, &m) != LPO_OK)
-            fail_msg("model: %s", lpo_last_error());
-        int32_t prompt[14];
-        for (int i = 0; i < 14; i++) prompt[i] = (int32_t)((i * 37 + 11) % s.vocab_size);
-        const int64_t past0[2] = {0, 0}, new0[2] = {5, 9}, past1[2] = {5, 9}, new1[2] = {1, 1};
-        float *lg = malloc((size_t)(2 * s.vocab_size) * sizeof(float));
-        int32_t ids[2];
-        op_trace t;
-        memset(&t, 0, sizeof t);
-        t.spec = &s;
-        runner r[2];
-        for (int k = 0; k < 2; k++) {
-            runner_open_opts(&r[k], k ? cuda_iface() : lpo_backend_cpu(), m, LPO_DT_F32, 0);
-            r[k].be->set_group_callback(r[k].ctx, on_op, &t);
-        }
-        for (int step = 0; step < 2; step++)
+    int bad = 0;
+    for (int variant = 0; variant < 2; variant++)
+        for (int fusion = 0; fusion < 2; fusion++) {
+            const lpo_model_spec s = small_spec(variant);
+            const int64_t V = s.vocab_size;
+            lpo_model *m = NULL;
+            if (lpo_model_open_synthetic(&s, 1234 + variant, &m) != LPO_OK)
+                fail_msg("model: %s", lpo_last_error());
+            int32_t prompt[14];
+            for (int i = 0; i < 14; i++) prompt[i] = (int32_t)((i * 37 + 11) % V);
+            const int64_t past0[2] = {0, 0}, new0[2] = {5, 9}, past1[2] = {5, 9}, new1[2] = {1, 1};
+            float *lg[2] = {malloc((size_t)(2 * V) * sizeof(float)), malloc((size_t)(2 * V) * sizeof(float))};
+            int32_t ids[2];
+            op_trace t;
+            memset(&t, 0, sizeof t);
+            t.spec = &s;
+            runner r[2];
             for (int k = 0; k < 2; k++) {
-                t.be = r[k].be;
-                t.ctx = r[k].ctx;
-                t.compare = k;
-                t.worst = 0;
-                t.n_bad = 0;
-                if (step == 0)
-                    runner_step(&r[k], &s, 2, past0, new0, prompt, lg, ids);
-                else
-                    runner_step(&r[k], &s, 2, past1, new1, prompt, lg, ids);
-                if (k)
-                    printf("  %s step %d op by op: worst %.2e of the max (%s), %d ops over 1e-4\n", s.name,
-                           step, t.worst, t.worst_op ? t.worst_op : "-", t.n_bad);
+                runner_open_opts(&r[k], k ? cuda_iface() : lpo_backend_cpu(), m, LPO_DT_F32, k ? fusion : 0);
+                r[k].be->set_group_callback(r[k].ctx, on_op, &t);
             }
-        const int bad = t.n_bad;
-        for (int k = 0; k < 2; k++) runner_close(&r[k]);
-        for (int i = 0; i < 64; i++) free(t.saved[i]);
-        free(lg);
-        lpo_model_close(m);
-        assert_int_equal(bad, 0);
-    }
+            for (int step = 0; step < 2; step++) {
+                for (int k = 0; k < 2; k++) {
+                    t.be = r[k].be;
+                    t.ctx = r[k].ctx;
+                    t.compare = k;
+                    t.worst = 0;
+                    t.n_bad = 0;
+                    runner_step(&r[k], &s, 2, step ? past1 : past0, step ? new1 : new0, prompt, lg[k], ids);
+                }
+                const double el = rel_diff(lg[1], lg[0], 2 * V);
+                printf(
+                    "  %s fusion %d step %d: worst op %.2e of the max (%s), %d ops over 1e-4; logits %.2e\n",
+                    s.name, fusion, step, t.worst, t.worst_op ? t.worst_op : "-", t.n_bad, el);
+                bad += t.n_bad + !(el <= 1e-4);
+            }
+            for (int k = 0; k < 2; k++) runner_close(&r[k]), free(lg[k]);
+            for (int i = 0; i < 128; i++) free(t.saved[i]);
+            lpo_model_close(m);
+        }
+    assert_int_equal(bad, 0);
 }
 
 static void test_steps(void **state) {
