@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The one script to run on a GPU machine: builds lpo for sm_90 (H100/H200) in build-gpu, runs `lpo env`
-# (with its kernel check) and the GPU-labelled tests, then prints a summary table last.
+# (with its kernel check), the GPU-labelled tests, compute-sanitizer (kernels; the engine on small models)
+# and `lpo bench` at the issue points (GPU_CHECK_BENCH=0 skips them), then prints the bench tables and a
+# summary table last.
 #   scripts/gpu-check.sh            (CUDA_ARCHS=90 by default; e.g. CUDA_ARCHS="80;90" scripts/gpu-check.sh)
 #   scripts/gpu-check.sh --bundle-deps [DIR]   (on a machine that has them: copies the -dev libraries lpo
 #   links (headers, .so, pkg-config files) into DIR, default build-deps/, for a GPU machine without them
@@ -73,11 +75,31 @@ if [ -x "$build/lpo" ]; then
     step "racecheck attn" env LPO_TEST_BENCH=0 LPO_TEST_ONLY=test_attention \
       compute-sanitizer --tool racecheck --error-exitcode 9 "$kt"
   fi
+  # the whole engine under memcheck on small models (op checker, steps vs the CPU backend, graphs)
+  bt="$build/tests/gpu_test_cuda_backend"
+  if command -v compute-sanitizer >/dev/null && [ -x "$bt" ]; then
+    step "memcheck engine" compute-sanitizer --tool memcheck --error-exitcode 9 "$bt"
+  fi
+  # lpo bench at the issue's points (synthetic weights, bf16, graphs); tables printed before the summary
+  if [ "${GPU_CHECK_BENCH:-1}" != 0 ]; then
+    bopts="backend=cuda profiling.warmup=2 profiling.min_samples=5 profiling.timeout_s=20 --no-save"
+    : >"$build/bench-tables.txt"
+    for point in "llama3.1-8b 1 512 128" "llama3.2-1b 1 128 128" "llama3.1-8b 64 128 128"; do
+      read -r bm bb bp bg <<<"$point"
+      step "bench ${bm#llama} b$bb" bash -c "'$build/lpo' bench model=$bm bench.batch=[$bb] \
+        bench.prompt=[$bp] bench.gen=[$bg] $bopts | tee -a '$build/bench-tables.txt'"
+    done
+  fi
 else
   rows+=("lpo env|not run (no binary)|0.0" "ctest -L gpu|not run (no binary)|0.0")
   fail=1
 fi
 
+if [ -s "$build/bench-tables.txt" ]; then
+  echo
+  echo "lpo bench (H100 bars: issue 9)"
+  grep '^|' "$build/bench-tables.txt"
+fi
 echo
 echo "gpu-check summary (archs $archs, build dir $build)"
 printf '| %-14s | %-22s | %8s |\n' step result seconds

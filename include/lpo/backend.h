@@ -169,6 +169,9 @@ typedef struct lpo_backend_iface {
      * from a to b (CUDA events; a synchronous backend may use a monotonic clock at the call). */
     lpo_status (*mark)(void *ctx, int id);
     lpo_status (*elapsed_ms)(void *ctx, int a, int b, double *ms);
+    /* optional: LPO_OK when the backend can run on this machine (a GPU is present), else the reason as an
+     * error; backend=auto picks a device backend only when it says so */
+    lpo_status (*usable)(void);
 } lpo_backend_iface;
 
 #define LPO_BACKEND_MARKS 16
@@ -177,5 +180,6 @@ typedef struct lpo_backend_iface {
 const lpo_backend_iface *lpo_backend_cpu(void);
 /* The CUDA backend, or NULL in a build without CUDA. */
 const lpo_backend_iface *lpo_backend_cuda(void);
-/* "cpu", "cuda" or "auto" (the best available). "cuda" without a CUDA backend: LPO_E_NOT_AVAILABLE. */
+/* "cpu", "cuda" or "auto" (the CUDA backend when it is built and a GPU is usable, else the CPU). "cuda"
+ * without a CUDA backend: LPO_E_NOT_AVAILABLE. */
 lpo_status lpo_backend_find(const char *name, const lpo_backend_iface **out);

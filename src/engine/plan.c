@@ -38,8 +38,9 @@ lpo_status lpo_backend_find(const char *name, const lpo_backend_iface **out) {
         *out = lpo_backend_cpu();
         return LPO_OK;
     }
-    if (!strcmp(name, "auto")) { /* the CUDA backend when built (it reports a missing GPU at init) */
-        *out = cuda ? cuda : lpo_backend_cpu();
+    if (!strcmp(name, "auto")) { /* the CUDA backend when built and a GPU answers, else the CPU */
+        *out = cuda && (!cuda->usable || cuda->usable() == LPO_OK) ? cuda : lpo_backend_cpu();
+        lpo_error_clear();
         return LPO_OK;
     }
     if (!strcmp(name, "cuda")) {

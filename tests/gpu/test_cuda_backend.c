@@ -20,16 +20,11 @@
 #include "lpo/opcheck.h"
 #include "test_support.h"
 
-#ifdef LPO_HAVE_CUDA_BACKEND
 static const lpo_backend_iface *cuda_iface(void) {
-    return lpo_backend_cuda();
+    const lpo_backend_iface *be = lpo_backend_cuda();
+    if (!be) fail_msg("this build has no CUDA backend");
+    return be;
 }
-#else
-const lpo_backend_iface *lpo__backend_cuda_unregistered(void); /* cuda_backend.c, until it is registered */
-static const lpo_backend_iface *cuda_iface(void) {
-    return lpo__backend_cuda_unregistered();
-}
-#endif
 
 static lpo_model_spec small_spec(int variant) {
     lpo_model_spec s;
@@ -199,15 +194,15 @@ static void on_op(void *ud, const lpo_oplist *l, const lpo_plan *p, size_t g, in
         return;
     }
     if (!t->compare) {
-        free(t->saved[g]);
-        t->saved[g] = x;
+        free(t->saved[i]);
+        t->saved[i] = x;
         return;
     }
-    const double e = t->saved[g] ? rel_diff(x, t->saved[g], rows * w) : 0;
+    const double e = t->saved[i] ? rel_diff(x, t->saved[i], rows * w) : 0;
     if (!(e <= 1e-4)) {
         if (t->n_bad++ < 6)
-            printf("    op %zu %-28s (%s, %lld rows) differs: %.2e of the max\n", g, op->name,
-                   lpo_buf_name(b), (long long)rows, e);
+            printf("    op %zu %-28s (group '%s', %s, %lld rows) differs: %.2e of the max\n", i, op->name,
+                   p->groups[g].name, lpo_buf_name(b), (long long)rows, e);
     }
     if (!(e <= t->worst)) t->worst = e, t->worst_op = op->name;
     free(x);

@@ -19,17 +19,22 @@
  * Attention: the decode form (flash-decoding) when every sequence brings one token, in f32, or at head
  * sizes the prefill kernel lacks; else the tensor-core prefill form.
  *
- * Not yet: CUDA graphs (exec=graph runs eagerly), NVTX ranges, the device-side refusal of non-finite
- * weights and logits, one SAMPLE launch for all rows (now one per row, each with its slot's parameters).
+ * Steps: the step data goes up through a pinned staging region; a chained decode step gathers its ids from
+ * each slot's last sampled id on the device. exec=graph captures every decode step (each sequence brings one
+ * token) as a CUDA graph per shape, chaining and context bucket (the longest context rounded up to a power
+ * of two, >= 256: the decode attention sizes its splits for the bucket), replayed for every later step of
+ * that key; SAMPLE runs after the replay (its per-slot parameters live on the host). Prefill, exec=eager,
+ * exec=debug and any step with a group callback run eagerly. Every step, layer and plan group is an NVTX
+ * range (and a range of lpo's tracer: captured nodes carry their group's name); the step range is
+ * "decode_step" or "prefill".
  *
- * Status (2026-11-23): written against backend.h API 2 and compiled, NOT yet run on a GPU (the kernels it
- * calls are validated: tests/gpu/test_cuda_kernels.c). tests/gpu/test_cuda_backend.c is its check (op
- * checker in three dtypes, whole steps vs the CPU backend). It becomes lpo_backend_cuda() when the build
- * defines LPO_HAVE_CUDA_BACKEND (after that check has passed on a GPU); until then the test reaches it as
- * lpo__backend_cuda_unregistered(). */
+ * Not yet: the device-side refusal of non-finite weights and logits, one SAMPLE launch for all rows (now
+ * one per row, each with its slot's parameters). Checked by tests/gpu/test_cuda_backend.c (op checker in
+ * three dtypes, whole steps and every op's output vs the CPU backend) and tests/gpu/test_cuda_engine.c. */
 #ifdef LPO_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #include <math.h>
+#include <nvtx3/nvToolsExt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +42,7 @@
 #include "engine/cpu/cpu_kernels.h"
 #include "engine/cuda/cuda_kernels.h"
 #include "lpo/backend.h"
+#include "lpo/probe.h"
 
 #define CU(call, what)                                                                                       \
     do {                                                                                                     \
@@ -51,7 +57,18 @@
         if (s_ != LPO_OK) return s_;                                                                         \
     } while (0)
 
-#define GEMM_WS (32u << 20) /* cuBLASLt workspace */
+#define GEMM_WS    (32u << 20) /* cuBLASLt workspace */
+#define MAX_GRAPHS 48          /* captured decode steps kept (least recently used replaced) */
+#define MIN_BUCKET 256         /* smallest context bucket of a decode graph */
+
+/* One captured decode step: the shape of its list, whether its tokens are chained, its context bucket. */
+typedef struct {
+    int64_t T, bucket;
+    int n_seqs, all_logits, sample, chained;
+    size_t n_groups;
+    cudaGraphExec_t exec;
+    uint64_t used; /* LRU tick; 0 = empty */
+} graph_slot;
 
 typedef struct {
     lpo_sampling p;
@@ -87,6 +104,13 @@ typedef struct {
     int32_t *d_last;             /* [max_seqs] the last sampled id of each slot */
     int64_t seen_words;
     slot_params *slots; /* host [max_seqs] */
+    /* step data staged in pinned memory (one region, reused once the previous copy has left it) */
+    char *h_stage;
+    cudaEvent_t staged;
+    int64_t len_hint; /* decode attention is sized for contexts up to this (graphs: the bucket) */
+    graph_slot graphs[MAX_GRAPHS];
+    uint64_t tick;
+    char (*layer_names)[24]; /* "layers.N": NVTX range of each block */
     cudaEvent_t marks[LPO_BACKEND_MARKS];
     int n_marks_made;
     lpo_group_callback cb;
@@ -145,10 +169,7 @@ static lpo_status op_attention(cuda_ctx *c, const lpo_op *op, const lpo_step_dat
         return lpo_cuda_attention_prefill(c->buf[LPO_BUF_ATT], qkv, kc, vc, c->d_tok_slot, c->d_tok_pos,
                                           op->m, op->n_heads, op->n_kv_heads, hd, ctx, op->window, c->dt,
                                           c->stream);
-    int64_t max_len = 1;
-    for (int i = 0; i < d->n_seqs; i++)
-        if (d->n_past[i] + d->n_new[i] > max_len) max_len = d->n_past[i] + d->n_new[i];
-    int ns = lpo_cuda_attention_decode_splits(op->m, op->n_heads, op->n_kv_heads, max_len, c->n_sm);
+    int ns = lpo_cuda_attention_decode_splits(op->m, op->n_heads, op->n_kv_heads, c->len_hint, c->n_sm);
     while (ns > 1 && lpo_cuda_attention_decode_workspace(op->m, op->n_heads, hd, ns) > c->att_ws_bytes) ns--;
     return lpo_cuda_attention_decode(c->buf[LPO_BUF_ATT], qkv, kc, vc, c->d_tok_slot, c->d_tok_pos, op->m,
                                      op->n_heads, op->n_kv_heads, hd, ctx, op->window, ns, c->att_ws,
@@ -315,46 +336,184 @@ static lpo_status check_step(const cuda_ctx *c, const lpo_oplist *l, const lpo_s
     return LPO_OK;
 }
 
+/* NVTX (free when no tool listens) and lpo's own tracer (free when not tracing): the same names. Ranges
+ * open while a graph is captured label the nodes created inside them (the tracer maps replayed kernels to
+ * plan groups that way). */
+static void range_push(const char *name) {
+    nvtxRangePushA(name);
+    lpo_probe_push(name);
+}
+static void range_pop(void) {
+    lpo_probe_pop();
+    nvtxRangePop();
+}
+
+static int group_samples(const lpo_oplist *l, const lpo_plan_group *g) {
+    return l->ops[g->first + g->count - 1].kind == LPO_OP_SAMPLE;
+}
+
+/* Groups [g0, g1) of the plan, in a range per layer and per group, with the group callbacks. The logits go
+ * to the host before the SAMPLE group when asked (the sampler rewrites its rows in place). */
+static lpo_status run_groups(cuda_ctx *c, const lpo_oplist *l, const lpo_plan *p, const lpo_step_data *d,
+                             size_t g0, size_t g1, const lpo_step_out *out) {
+    int layer = -1;
+    lpo_status st = LPO_OK;
+    for (size_t g = g0; g < g1 && st == LPO_OK; g++) {
+        const lpo_plan_group *G = &p->groups[g];
+        const int gl = l->ops[G->first].layer;
+        if (gl != layer) {
+            if (layer >= 0) range_pop();
+            if (gl >= 0) range_push(c->layer_names[gl]);
+            layer = gl;
+        }
+        if (out->logits && group_samples(l, G)) {
+            const cudaError_t e =
+                cudaMemcpyAsync(out->logits, c->buf[LPO_BUF_LOGITS],
+                                (size_t)(l->n_logit_rows * c->spec.vocab_size) * sizeof(float),
+                                cudaMemcpyDeviceToHost, c->stream);
+            if (e != cudaSuccess) {
+                st = lpo_errorf(LPO_E_CUDA, "cuda backend: logits to the host: %s", cudaGetErrorString(e));
+                break;
+            }
+        }
+        range_push(G->name);
+        if (c->cb) c->cb(c->cb_ud, l, p, g, 0);
+        st = run_group(c, l, G, d);
+        if (st == LPO_OK && c->cb) c->cb(c->cb_ud, l, p, g, 1);
+        range_pop();
+        if (st != LPO_OK) st = lpo_error_context(st, "cuda backend: group '%s'", G->name);
+    }
+    if (layer >= 0) range_pop();
+    return st;
+}
+
+/* Every sequence brings one token: the step shape that is captured as a graph and replayed. */
+static int is_decode(const lpo_oplist *l, const lpo_step_data *d) {
+    if (l->n_tokens != d->n_seqs) return 0;
+    for (int i = 0; i < d->n_seqs; i++)
+        if (d->n_new[i] != 1) return 0;
+    return 1;
+}
+
+/* Step data to the device: positions, slots and host tokens through the pinned staging region (waiting, if
+ * ever, only for the previous step's copy to have left it). */
+static lpo_status upload_step(cuda_ctx *c, const lpo_step_data *d, int64_t T) {
+    const int64_t Tmax = c->cfg.max_step_tokens;
+    int64_t *h_pos = (int64_t *)c->h_stage;
+    int32_t *h_slot = (int32_t *)(c->h_stage + Tmax * 8), *h_tok = (int32_t *)(c->h_stage + Tmax * 12);
+    CU(cudaEventSynchronize(c->staged), "step data staging");
+    memcpy(h_pos, d->tok_pos, (size_t)T * sizeof(int64_t));
+    memcpy(h_slot, d->tok_slot, (size_t)T * sizeof(int32_t));
+    if (d->tokens) memcpy(h_tok, d->tokens, (size_t)T * sizeof(int32_t));
+    CU(cudaMemcpyAsync(c->d_tok_pos, h_pos, (size_t)T * 8, cudaMemcpyHostToDevice, c->stream),
+       "step positions");
+    CU(cudaMemcpyAsync(c->d_tok_slot, h_slot, (size_t)T * 4, cudaMemcpyHostToDevice, c->stream),
+       "step slots");
+    if (d->tokens)
+        CU(cudaMemcpyAsync(c->d_tokens, h_tok, (size_t)T * 4, cudaMemcpyHostToDevice, c->stream),
+           "step tokens");
+    CU(cudaEventRecord(c->staged, c->stream), "step data staging");
+    return LPO_OK;
+}
+
+/* The device work of a step before its groups: chained tokens (each sequence's slot's last sampled id; in
+ * a chained step token i belongs to sequence i) and the seen-token marks of the repetition penalty. */
+static lpo_status step_prologue(cuda_ctx *c, const lpo_step_data *d, int64_t T) {
+    if (!d->tokens) TRY(lpo_cuda_gather_i32(c->d_tokens, c->d_last, c->d_tok_slot, T, c->stream));
+    return lpo_cuda_mark_seen(c->d_seen, c->spec.vocab_size, c->d_tok_slot, c->d_tokens, T, c->stream);
+}
+
+/* The graph of a decode step's groups [0, ng) (everything but SAMPLE), captured at first use. */
+static lpo_status decode_graph(cuda_ctx *c, const lpo_oplist *l, const lpo_plan *p, const lpo_step_data *d,
+                               size_t ng, cudaGraphExec_t *exec) {
+    const graph_slot key = {
+        l->n_tokens, c->len_hint, d->n_seqs, (int)(l->n_logit_rows != d->n_seqs), l->sample, !d->tokens,
+        ng,          NULL,        0};
+    graph_slot *lru = &c->graphs[0];
+    for (int i = 0; i < MAX_GRAPHS; i++) {
+        graph_slot *g = &c->graphs[i];
+        if (g->used && g->T == key.T && g->bucket == key.bucket && g->n_seqs == key.n_seqs &&
+            g->all_logits == key.all_logits && g->sample == key.sample && g->chained == key.chained &&
+            g->n_groups == key.n_groups) {
+            g->used = ++c->tick;
+            *exec = g->exec;
+            return LPO_OK;
+        }
+        if (g->used < lru->used) lru = g;
+    }
+    if (lru->used) cudaGraphExecDestroy(lru->exec);
+    lru->used = 0;
+    const lpo_step_out none = {NULL, NULL};
+    CU(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal), "graph capture");
+    lpo_status st = step_prologue(c, d, l->n_tokens);
+    if (st == LPO_OK) st = run_groups(c, l, p, d, 0, ng, &none);
+    cudaGraph_t graph = NULL;
+    const cudaError_t e = cudaStreamEndCapture(c->stream, &graph);
+    if (st == LPO_OK && e != cudaSuccess)
+        st = lpo_errorf(LPO_E_CUDA, "cuda backend: capturing a decode step of %lld tokens: %s",
+                        (long long)l->n_tokens, cudaGetErrorString(e));
+    cudaGraphExec_t ge = NULL;
+    if (st == LPO_OK && cudaGraphInstantiate(&ge, graph, 0) != cudaSuccess)
+        st = lpo_errorf(LPO_E_CUDA, "cuda backend: instantiating a decode graph: %s",
+                        cudaGetErrorString(cudaGetLastError()));
+    if (graph) cudaGraphDestroy(graph);
+    TRY(st);
+    *lru = key;
+    lru->exec = *exec = ge;
+    lru->used = ++c->tick;
+    return LPO_OK;
+}
+
+/* The longest context of the step rounded up to a power of two (at least MIN_BUCKET, at most max_context):
+ * one decode graph serves every step whose contexts fit it. */
+static int64_t context_bucket(const cuda_ctx *c, const lpo_step_data *d) {
+    int64_t len = 1, b = MIN_BUCKET;
+    for (int i = 0; i < d->n_seqs; i++)
+        if (d->n_past[i] + d->n_new[i] > len) len = d->n_past[i] + d->n_new[i];
+    while (b < len) b *= 2;
+    return b < c->cfg.max_context ? b : c->cfg.max_context;
+}
+
 static lpo_status cuda_forward(void *vctx, const lpo_oplist *l, const lpo_plan *p, const lpo_step_data *d,
                                lpo_step_out *out) {
     cuda_ctx *c = vctx;
     const int64_t T = l->n_tokens;
     TRY(check_step(c, l, d));
-    /* step data: positions, slots, tokens (chained: each sequence's slot's last sampled id) */
-    CU(cudaMemcpyAsync(c->d_tok_pos, d->tok_pos, (size_t)T * sizeof(int64_t), cudaMemcpyHostToDevice,
-                       c->stream),
-       "step positions");
-    CU(cudaMemcpyAsync(c->d_tok_slot, d->tok_slot, (size_t)T * sizeof(int32_t), cudaMemcpyHostToDevice,
-                       c->stream),
-       "step slots");
-    if (d->tokens) {
-        CU(cudaMemcpyAsync(c->d_tokens, d->tokens, (size_t)T * sizeof(int32_t), cudaMemcpyHostToDevice,
-                           c->stream),
-           "step tokens");
-    } else {
+    const int decode = is_decode(l, d);
+    /* graphs: decode steps in exec=graph without group callbacks (those need a host call per group) */
+    const int graph = decode && c->cfg.exec == LPO_EXEC_GRAPH && !c->cb;
+    range_push(decode ? "decode_step" : "prefill");
+    c->len_hint = graph ? context_bucket(c, d) : 1;
+    if (!graph)
         for (int i = 0; i < d->n_seqs; i++)
-            CU(cudaMemcpyAsync(c->d_tokens + i, c->d_last + d->slots[i], sizeof(int32_t),
-                               cudaMemcpyDeviceToDevice, c->stream),
-               "chained tokens");
+            if (d->n_past[i] + d->n_new[i] > c->len_hint) c->len_hint = d->n_past[i] + d->n_new[i];
+    lpo_status st = upload_step(c, d, T);
+    size_t ng = p->n_groups; /* groups replayed from the graph: all but a trailing SAMPLE */
+    if (graph && ng && group_samples(l, &p->groups[ng - 1])) ng--;
+    if (st == LPO_OK && graph) {
+        cudaGraphExec_t exec = NULL;
+        st = decode_graph(c, l, p, d, ng, &exec);
+        if (st == LPO_OK && cudaGraphLaunch(exec, c->stream) != cudaSuccess)
+            st = lpo_errorf(LPO_E_CUDA, "cuda backend: replaying a decode graph: %s",
+                            cudaGetErrorString(cudaGetLastError()));
+        if (st == LPO_OK) st = run_groups(c, l, p, d, ng, p->n_groups, out);
+    } else if (st == LPO_OK) {
+        st = step_prologue(c, d, T);
+        if (st == LPO_OK) st = run_groups(c, l, p, d, 0, p->n_groups, out);
     }
-    TRY(lpo_cuda_mark_seen(c->d_seen, c->spec.vocab_size, c->d_tok_slot, c->d_tokens, T, c->stream));
-    for (size_t g = 0; g < p->n_groups; g++) {
-        if (c->cb) c->cb(c->cb_ud, l, p, g, 0);
-        lpo_status st = run_group(c, l, &p->groups[g], d);
-        if (st != LPO_OK) return lpo_error_context(st, "cuda backend: group '%s'", p->groups[g].name);
-        if (c->cb) c->cb(c->cb_ud, l, p, g, 1);
-    }
-    if (out->logits)
-        CU(cudaMemcpyAsync(out->logits, c->buf[LPO_BUF_LOGITS],
-                           (size_t)(l->n_logit_rows * c->spec.vocab_size) * sizeof(float),
-                           cudaMemcpyDeviceToHost, c->stream),
-           "logits to the host");
-    if (out->ids)
-        CU(cudaMemcpyAsync(out->ids, c->d_ids, (size_t)l->n_logit_rows * sizeof(int32_t),
-                           cudaMemcpyDeviceToHost, c->stream),
-           "ids to the host");
-    if (out->logits || out->ids) CU(cudaStreamSynchronize(c->stream), "step");
-    return LPO_OK;
+    if (st == LPO_OK && out->logits && !l->sample)
+        if (cudaMemcpyAsync(out->logits, c->buf[LPO_BUF_LOGITS],
+                            (size_t)(l->n_logit_rows * c->spec.vocab_size) * sizeof(float),
+                            cudaMemcpyDeviceToHost, c->stream) != cudaSuccess)
+            st = lpo_errorf(LPO_E_CUDA, "cuda backend: logits to the host");
+    if (st == LPO_OK && out->ids)
+        if (cudaMemcpyAsync(out->ids, c->d_ids, (size_t)l->n_logit_rows * sizeof(int32_t),
+                            cudaMemcpyDeviceToHost, c->stream) != cudaSuccess)
+            st = lpo_errorf(LPO_E_CUDA, "cuda backend: ids to the host");
+    if (st == LPO_OK && (out->logits || out->ids) && cudaStreamSynchronize(c->stream) != cudaSuccess)
+        st = lpo_errorf(LPO_E_CUDA, "cuda backend: step: %s", cudaGetErrorString(cudaGetLastError()));
+    range_pop();
+    return st;
 }
 
 static lpo_status cuda_set_sampling(void *vctx, int slot, const lpo_sampling *s, uint64_t stream) {
@@ -763,7 +922,10 @@ static lpo_status init_model(cuda_ctx *c) {
     c->op_w = calloc(ref.n_ops, sizeof *c->op_w);
     c->op_bias = calloc(ref.n_ops, sizeof *c->op_bias);
     c->slots = calloc((size_t)c->cfg.max_seqs, sizeof *c->slots);
-    lpo_status st = c->op_role && c->op_layer && c->op_w && c->op_bias && c->slots
+    c->layer_names = calloc((size_t)s->n_layers + 1, sizeof *c->layer_names);
+    for (int i = 0; c->layer_names && i < s->n_layers; i++)
+        snprintf(c->layer_names[i], sizeof c->layer_names[i], "layers.%d", i);
+    lpo_status st = c->op_role && c->op_layer && c->op_w && c->op_bias && c->slots && c->layer_names
                         ? LPO_OK
                         : lpo_errorf(LPO_E_NOMEM, "cuda backend: out of memory");
     for (size_t i = 0; st == LPO_OK && i < ref.n_ops; i++)
@@ -824,6 +986,9 @@ static lpo_status init_model(cuda_ctx *c) {
     CU(cudaMemset(c->d_seen, 0, (size_t)c->cfg.max_seqs * (size_t)c->seen_words * 4), "sampling state");
     CU(cudaMemset(c->d_last, 0, (size_t)c->cfg.max_seqs * 4), "sampling state");
     CU(cudaStreamSynchronize(c->stream), "weights");
+    /* pinned staging of the step data: positions (8 B), slots and tokens (4 B each) per token */
+    CU(cudaMallocHost((void **)&c->h_stage, (size_t)c->cfg.max_step_tokens * 16), "pinned step staging");
+    CU(cudaEventCreateWithFlags(&c->staged, cudaEventDisableTiming), "staging event");
     c->has_model = 1;
     return LPO_OK;
 }
@@ -831,8 +996,13 @@ static lpo_status init_model(cuda_ctx *c) {
 static void cuda_free(void *vctx) {
     cuda_ctx *c = vctx;
     if (!c) return;
-    lpo_cuda_gemm_destroy(c->gemm);
     if (c->stream) cudaStreamSynchronize(c->stream);
+    for (int i = 0; i < MAX_GRAPHS; i++)
+        if (c->graphs[i].used) cudaGraphExecDestroy(c->graphs[i].exec);
+    lpo_cuda_gemm_destroy(c->gemm);
+    if (c->staged) cudaEventDestroy(c->staged);
+    if (c->h_stage) cudaFreeHost(c->h_stage);
+    free(c->layer_names);
     if (c->dev) cudaFree(c->dev);
     for (int i = 0; i < c->n_marks_made; i++) cudaEventDestroy(c->marks[i]);
     if (c->stream) cudaStreamDestroy(c->stream);
@@ -844,16 +1014,24 @@ static void cuda_free(void *vctx) {
     free(c);
 }
 
+/* A GPU and a driver answer (backend=auto asks before choosing this backend). */
+static lpo_status cuda_usable(void) {
+    int n_dev = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n_dev);
+    if (e != cudaSuccess || n_dev == 0)
+        return lpo_errorf(LPO_E_NO_DEVICE, "cuda backend: no usable GPU (%s)",
+                          e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device found");
+    return LPO_OK;
+}
+
 static lpo_status cuda_init(const lpo_backend_init *in, void **out) {
     *out = NULL;
     if (in->dtype != LPO_DT_F32 && in->dtype != LPO_DT_BF16 && in->dtype != LPO_DT_F16)
         return lpo_errorf(LPO_E_UNSUPPORTED, "cuda backend: computes in bf16, f16 or f32 (asked %s)",
                           lpo_dtype_name(in->dtype));
+    TRY(cuda_usable());
     int n_dev = 0;
-    cudaError_t e = cudaGetDeviceCount(&n_dev);
-    if (e != cudaSuccess || n_dev == 0)
-        return lpo_errorf(LPO_E_NO_DEVICE, "cuda backend: no usable GPU (%s)",
-                          e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device found");
+    cudaGetDeviceCount(&n_dev);
     if (in->device < 0 || in->device >= n_dev)
         return lpo_errorf(LPO_E_NO_DEVICE, "cuda backend: GPU %d asked, %d present", in->device, n_dev);
     CU(cudaSetDevice(in->device), "cudaSetDevice");
@@ -887,18 +1065,12 @@ static lpo_status cuda_init(const lpo_backend_init *in, void **out) {
     return LPO_OK;
 }
 
-#ifdef LPO_HAVE_CUDA_BACKEND
 const lpo_backend_iface *lpo_backend_cuda(void) {
-#else
-/* Reachable by tests/gpu/test_cuda_backend.c until the lead registers it (LPO_HAVE_CUDA_BACKEND). */
-const lpo_backend_iface *lpo__backend_cuda_unregistered(void);
-const lpo_backend_iface *lpo__backend_cuda_unregistered(void) {
-#endif
     static const lpo_backend_iface cuda = {
         .api_version = LPO_BACKEND_API_VERSION,
         .name = "cuda",
         .features = LPO_BACKEND_F_BATCH | LPO_BACKEND_F_GROUP_EVENTS | LPO_BACKEND_F_DEVICE |
-                    LPO_BACKEND_F_ALL_LOGITS,
+                    LPO_BACKEND_F_ALL_LOGITS | LPO_BACKEND_F_GRAPHS,
         .init = cuda_init,
         .free = cuda_free,
         .plan = cuda_plan,
@@ -912,6 +1084,7 @@ const lpo_backend_iface *lpo__backend_cuda_unregistered(void) {
         .run_op = cuda_run_op,
         .mark = cuda_mark,
         .elapsed_ms = cuda_elapsed_ms,
+        .usable = cuda_usable,
     };
     return &cuda;
 }

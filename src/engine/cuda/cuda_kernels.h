@@ -45,6 +45,9 @@ lpo_status lpo_cuda_synth_fill(void *dst, lpo_dtype dst_dt, int64_t n, uint64_t 
  * out of bounds). */
 lpo_status lpo_cuda_embed(void *x, const void *E, const int32_t *tokens, int64_t m, int64_t h, int64_t vocab,
                           lpo_dtype dt, cudaStream_t stream);
+/* dst[i] = src[idx[i]], i < m (int32): a chained decode step's ids from its slots' last sampled ids. */
+lpo_status lpo_cuda_gather_i32(int32_t *dst, const int32_t *src, const int32_t *idx, int64_t m,
+                               cudaStream_t stream);
 
 /* ---- norms (rmsnorm.cu) ----------------------------------------------------------------------------------
  * y (m, n) = x / sqrt(mean(x^2) + eps) * w per row. y may equal x. */

@@ -1,5 +1,6 @@
-/* Embedding gather: x (m, h) = rows tokens[0..m) of E (vocab, h), in the compute dtype. One thread per
- * 16-byte vector when the rows allow it (else per element); an id outside [0, vocab) writes NaN.
+/* Embedding gather: x (m, h) = rows tokens[0..m) of E (vocab, h), in the compute dtype (and the int32
+ * gather of a chained decode step's ids). One thread per 16-byte vector when the rows allow it (else per
+ * element); an id outside [0, vocab) writes NaN.
  * Floor: 2 m h bytes (one row read, one written): decode (m = 1, h = 4096, bf16) 16 KB, launch-bound
  * (~2 us); prefill 2048 tokens 33.5 MB -> 11 us at 2.97 TB/s. Measured (H100, 2026-11-23,
  * docs/perf-notes.md): M=2048 10-11 us (at the floor; rows partly from the L2). */
@@ -41,6 +42,22 @@ extern "C" lpo_status lpo_cuda_embed(void *x, const void *E, const int32_t *toke
         return lpo_errorf(LPO_E_INVALID, "%s: %lld tokens of width %lld", op, (long long)m, (long long)h);
     if (m == 0 || h == 0) return LPO_OK;
     LPO_CU_DISPATCH(dt, op, launch_embed((T *)x, (const T *)E, tokens, m, h, vocab, stream));
+    LPO_CU_LAUNCHED(op);
+    return LPO_OK;
+}
+
+/* dst[i] = src[idx[i]]: the ids of a chained decode step, each sequence's slot's last sampled id. */
+__global__ void gather_i32_kernel(int32_t *dst, const int32_t *src, const int32_t *idx, int64_t m) {
+    const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i < m) dst[i] = src[idx[i]];
+}
+
+extern "C" lpo_status lpo_cuda_gather_i32(int32_t *dst, const int32_t *src, const int32_t *idx, int64_t m,
+                                          cudaStream_t stream) {
+    const char *op = "gather_i32";
+    if (m < 0 || m > INT32_MAX) return lpo_errorf(LPO_E_INVALID, "%s: %lld rows", op, (long long)m);
+    if (m == 0) return LPO_OK;
+    gather_i32_kernel<<<(unsigned)((m + 127) / 128), 128, 0, stream>>>(dst, src, idx, m);
     LPO_CU_LAUNCHED(op);
     return LPO_OK;
 }
