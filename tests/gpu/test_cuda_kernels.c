@@ -717,12 +717,16 @@ static void test_attention(void **state) {
         {24, 2, 128, 2, 129, 0, 2, 0}, // group 12 (two head chunks)
         {4, 4, 256, 3, 100, 0, 3, 0},  // head_dim 256
         {8, 8, 128, 1, 1, 0, 1, 0},    // context 1
+        {4, 2, 16, 3, 90, 0, 3, 0},    // head_dim 16 (the golden fixtures' models)
+        {4, 2, 32, 2, 70, 20, 2, 0},   // head_dim 32, sliding window
         // prefill-like: sequences packed in one step, positions contiguous
         {8, 8, 64, 70, 160, 0, 1, 1},     // one sequence, group 1
         {32, 8, 128, 200, 300, 0, 3, 1},  // three sequences in one step, group 4
         {16, 2, 128, 130, 260, 50, 2, 1}, // group 8, sliding window
         {12, 4, 64, 1, 64, 0, 1, 1},      // one token
         {8, 1, 128, 257, 400, 0, 5, 1},   // five sequences, MQA
+        {4, 2, 16, 40, 80, 0, 2, 1},      // head_dim 16 (decode kernel on prefill rows)
+        {4, 1, 32, 33, 66, 9, 3, 1},      // head_dim 32, MQA, sliding window
     };
     for (int d = 0; d < 3; d++) {
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)

@@ -241,6 +241,10 @@ static void launch_decode(T *att, const T *qkv, const T *kc, const T *vc, const 
                                   s);
 }
 
+extern "C" int lpo_cuda_attention_decode_supported(int64_t hd) {
+    return hd == 16 || hd == 32 || hd == 64 || hd == 128 || hd == 256;
+}
+
 extern "C" lpo_status lpo_cuda_attention_decode(void *att, const void *qkv, const void *kc, const void *vc,
                                                 const int32_t *slot, const int64_t *pos, int64_t m,
                                                 int64_t nh, int64_t nkv, int64_t hd, int64_t max_context,
@@ -253,8 +257,8 @@ extern "C" lpo_status lpo_cuda_attention_decode(void *att, const void *qkv, cons
         return lpo_errorf(
             LPO_E_INVALID, "%s: m %lld, heads %lld/%lld, splits %d, max_context %lld, window %lld", op,
             (long long)m, (long long)nh, (long long)nkv, n_splits, (long long)max_context, (long long)window);
-    if (hd != 64 && hd != 128 && hd != 256)
-        return lpo_errorf(LPO_E_UNSUPPORTED, "%s: head_dim %lld (64, 128 or 256)", op, (long long)hd);
+    if (!lpo_cuda_attention_decode_supported(hd))
+        return lpo_errorf(LPO_E_UNSUPPORTED, "%s: head_dim %lld (16, 32, 64, 128 or 256)", op, (long long)hd);
     if (m == 0) return LPO_OK;
     const size_t need = lpo_cuda_attention_decode_workspace(m, nh, hd, n_splits);
     if (need > ws_bytes || (need && !workspace))
@@ -268,7 +272,11 @@ extern "C" lpo_status lpo_cuda_attention_decode(void *att, const void *qkv, cons
     LPO_CU_DISPATCH(dt, op,                                                                                  \
                     (launch_decode<T, HD_>((T *)att, (const T *)qkv, (const T *)kc, (const T *)vc, slot,     \
                                            pos, m, nh, nkv, max_context, window, n_splits, ml, po, stream)))
-    if (hd == 64) {
+    if (hd == 16) {
+        LPO__DEC(16);
+    } else if (hd == 32) {
+        LPO__DEC(32);
+    } else if (hd == 64) {
         LPO__DEC(64);
     } else if (hd == 128) {
         LPO__DEC(128);

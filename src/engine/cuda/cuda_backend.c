@@ -542,7 +542,7 @@ static int cuda_supports_op(void *vctx, const lpo_op *op) {
     case LPO_OP_SAMPLE: return op->n > 0 && op->n <= LPO_SAMPLE_MAX_VOCAB;
     case LPO_OP_QK_NORM:
     case LPO_OP_ROPE: return op->head_dim > 0 && op->head_dim % 2 == 0 && op->head_dim <= 256;
-    case LPO_OP_ATTENTION: return op->head_dim == 64 || op->head_dim == 128 || op->head_dim == 256;
+    case LPO_OP_ATTENTION: return lpo_cuda_attention_decode_supported(op->head_dim);
     default: return 1;
     }
 }

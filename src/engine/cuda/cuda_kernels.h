@@ -110,8 +110,10 @@ lpo_status lpo_cuda_gemm_run(lpo_cuda_gemm *g, void *y, lpo_dtype y_dt, const vo
 
 /* Decode form (any m, any dtype; the f32 path of prefill too): one block per (token, KV head, head group
  * of <= 8, split of the context); the q heads of a KV head share each K/V read; the context is split
- * n_splits ways (flash-decoding) and the partial results combined by a second kernel. hd in {64, 128, 256}.
+ * n_splits ways (flash-decoding) and the partial results combined by a second kernel. hd in {16, 32, 64,
+ * 128, 256} (lpo_cuda_attention_decode_supported).
  * max_len: a host-side bound on pos[t] + 1 over the step (the context bucket); it only shapes the launch. */
+int lpo_cuda_attention_decode_supported(int64_t hd);
 int lpo_cuda_attention_decode_splits(int64_t m, int64_t nh, int64_t nkv, int64_t max_len, int n_sm);
 /* Workspace bytes for n_splits > 1 (0 otherwise): the splits' partial results; one launch at a time per
  * workspace. */
