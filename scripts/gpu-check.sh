@@ -81,13 +81,16 @@ if [ -x "$build/lpo" ]; then
     step "memcheck engine" compute-sanitizer --tool memcheck --error-exitcode 9 "$bt"
   fi
   # lpo bench at the issue's points (synthetic weights, bf16, graphs); tables printed before the summary
+  # (measured ceilings first: MBU and MFU against this GPU's bandwidth and GEMM peak, not the spec sheet)
   if [ "${GPU_CHECK_BENCH:-1}" != 0 ]; then
+    step "ceilings" "$build/lpo" ceilings
     bopts="backend=cuda profiling.warmup=2 profiling.min_samples=5 profiling.timeout_s=20 --no-save"
     : >"$build/bench-tables.txt"
-    for point in "llama3.1-8b 1 512 128" "llama3.2-1b 1 128 128" "llama3.1-8b 64 128 128"; do
+    for point in "llama3.1-8b 1 [128,512,2048] 128" "llama3.2-1b 1 128 128" "llama3.1-8b 64 128 128"; do
       read -r bm bb bp bg <<<"$point"
+      bp=${bp#[}
       step "bench ${bm#llama} b$bb" bash -c "'$build/lpo' bench model=$bm bench.batch=[$bb] \
-        bench.prompt=[$bp] bench.gen=[$bg] $bopts | tee -a '$build/bench-tables.txt'"
+        bench.prompt=[${bp%]}] bench.gen=[$bg] $bopts | tee -a '$build/bench-tables.txt'"
     done
   fi
 else
