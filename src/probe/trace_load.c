@@ -408,13 +408,18 @@ static lpo_status finish_file(lpo_trace *t, file_ctx *c, uint32_t proc, size_t r
         if (tr_idx_get(&c->api, o->corr, &ix)) o->api = (int32_t)ix;
         if (o->node) {
             t->stats.graph_ops++;
+            /* Follow the clones back to the node that was captured or added. The nearest explicit label
+             * wins; otherwise the automatic label of the most original node: CUDA also reports the nodes
+             * cudaGraphInstantiate clones as created, so a clone carries the range open at instantiation
+             * (e.g. the whole program's), not the one open at capture. */
             uint64_t node = o->node;
-            for (int hop = 0; hop < 8 && node; hop++) { /* follow clones back to a labelled node */
+            for (int hop = 0; hop < 8 && node; hop++) { /* each node of the clone chain */
                 const uint64_t *lab = tr_map_get(&c->node, node);
-                if (lab) {
+                if (lab && (*lab >> 32)) {
                     o->label = (uint32_t)*lab;
                     break;
                 }
+                if (lab) o->label = (uint32_t)*lab;
                 const uint64_t *orig = tr_map_get(&c->clone, node);
                 node = orig ? *orig : 0;
             }

@@ -150,9 +150,12 @@ lpo_status lpo_trace_synthesize(const char *path, size_t n_kernels, uint64_t see
                     if (node % 2) { /* labelled directly */
                         lpo_raw_node_label nl = {node, S_GLABEL0 + (uint32_t)l, 1};
                         lpo_raw_put(&w, LPO_REC_NODE_LABEL, 1, &nl, sizeof nl);
-                    } else { /* labelled at capture, then cloned into the executable graph */
+                    } else { /* labelled at capture, then cloned into the executable graph, where the
+                              * clone's creation is labelled with the range open at instantiation */
                         lpo_raw_node_label nl = {node + 1000000000ull, S_GLABEL0 + (uint32_t)l, 1};
                         lpo_raw_put(&w, LPO_REC_NODE_LABEL, 0, &nl, sizeof nl);
+                        lpo_raw_node_label inst = {node, S_STEP, 1};
+                        lpo_raw_put(&w, LPO_REC_NODE_LABEL, 0, &inst, sizeof inst);
                         lpo_raw_node_clone cl = {node, node + 1000000000ull};
                         lpo_raw_put(&w, LPO_REC_NODE_CLONE, 0, &cl, sizeof cl);
                     }

@@ -1,12 +1,23 @@
 #!/usr/bin/env bash
-# `lpo trace` measured on a GPU machine, in one go (docs/perf-notes.md, "tracer" section):
-#   build (lpo, liblpo_probe.so, the CUDA test program, the trace tests), the trace tests (ctest), PyTorch
-#   agreement with torch.profiler, tracing overhead on a launch-bound eager decode loop (vs torch.profiler),
-#   a segfaulting PyTorch program, and the post-processing time of 1 million synthetic kernel records.
-# Usage: tests/gpu/trace_device_check.sh OUTDIR   (logs and small artifacts go to OUTDIR)
+# `lpo trace` measured on a GPU machine, in one go (docs/perf-notes.md, "tracer" section).
+# Usage: tests/gpu/trace_device_check.sh OUTDIR [PART...]   (logs go to OUTDIR; default: every part)
+# Parts, in this order:
+#   build     lpo, liblpo_probe.so, the CUDA test program and the trace tests (build-gpu)
+#   test      the GPU trace test (tests/gpu/test_trace.c)
+#   synth     post-processing of 1 million synthetic kernel records (bar: summaries in <= 2 s)
+#   agree     PyTorch: lpo trace vs torch.profiler on the same region (names, counts, total time)
+#   segv      a segfaulting PyTorch program leaves a readable partial trace
+#   hf        the overhead bar: scripts/trace-overhead-hf.py (HF transformers 8B-shaped eager decode)
+#             untraced and under `lpo trace`, alternated (HF_PAIRS pairs, default 2)
+#   diag      where the overhead goes: the launch-bound torch loop of trace_torch.py untraced and under
+#             tracer configurations that each leave one part out (kernel records, callbacks, clock, ...)
+#   profiler  the same loop under torch.profiler, and lpo trace with --attribution=extcorr
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-out=${1:?usage: trace_device_check.sh OUTDIR}
+out=${1:?usage: trace_device_check.sh OUTDIR [PART...]}
+shift
+parts=" ${*:-build test synth agree segv hf diag profiler} "
+has() { [[ "$parts" == *" $1 "* ]]; }
 mkdir -p "$out"
 deps=${LPO_DEPS_DIR:-build-deps}
 if [ -d "$deps/lib/pkgconfig" ]; then
@@ -15,50 +26,84 @@ if [ -d "$deps/lib/pkgconfig" ]; then
   export LD_LIBRARY_PATH="$deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 build=${BUILD_DIR:-build-gpu}
+lpo=$PWD/$build/lpo
+py=tests/gpu/trace_torch.py
+hf=scripts/trace-overhead-hf.py
+# t CMD...: runs CMD under a timeout (TMO, default 90 s) and prints its wall time and exit status
 t() { local t0=$(date +%s.%N); timeout "${TMO:-90}" "$@"; local rc=$?; echo "[$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s, rc $rc] $*"; return $rc; }
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv
   git log -1 --format='commit %H %s' 2>/dev/null || cat .commit 2>/dev/null
-  python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
+  python3 -c 'import torch, transformers; print("torch", torch.__version__, torch.version.cuda, "transformers", transformers.__version__)'
+  echo "clocksource: $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null)"
+  python3 -c 'import time
+f = time.monotonic_ns; t = time.perf_counter(); [f() for _ in range(1000000)]
+print("monotonic_ns from python: %.0f ns a call" % ((time.perf_counter() - t) * 1e3))'
 } >"$out/env.txt" 2>&1
-TMO=300 t cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DLPO_CUDA_ARCHS=90 >"$out/build.log" 2>&1
-TMO=300 t cmake --build "$build" -j "$(nproc)" --target lpo lpo_probe lpo_trace_app gpu_test_trace unit_test_trace \
-  >>"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
-lpo=$PWD/$build/lpo
-t bash -c "cd $build && ctest -R 'test_trace' --output-on-failure" >"$out/ctest.log" 2>&1
-tail -5 "$out/ctest.log"
 
-# post-processing of 1 million kernel records (trace-*.lpot ~240 MB, trace.json ~600 MB: kept in /tmp)
-t "$lpo" trace --synthetic=1000000 output.dir=/tmp/synth1m >"$out/synth.log" 2>&1
-t "$lpo" report trace /tmp/synth1m >>"$out/synth.log" 2>&1
-t "$lpo" report trace /tmp/synth1m --no-json >>"$out/synth.log" 2>&1
-ls -la /tmp/synth1m >>"$out/synth.log"
-cp /tmp/synth1m/summary.md "$out/synth_summary.md"
-# PyTorch: lpo trace (gated on the "measure" range) vs torch.profiler on the same region, two runs
-py=tests/gpu/trace_torch.py
-t "$lpo" trace --capture-range=measure output.dir="$out/torch_agree" -- python3 $py agree >"$out/agree.log" 2>&1
-t python3 $py agree --profiler /tmp/torch_prof.json >>"$out/agree.log" 2>&1
-t python3 $py compare "$out/torch_agree" /tmp/torch_prof.json >"$out/compare.log" 2>&1
-tail -3 "$out/compare.log"
-rm -f "$out"/torch_agree/trace-*.lpot
-
-# a segfault in a PyTorch program
-t "$lpo" trace output.dir="$out/torch_segv" -- python3 $py segv >"$out/segv.log" 2>&1
-echo "segv exit status: $?" >>"$out/segv.log"
-rm -f "$out"/torch_segv/trace-*.lpot "$out"/torch_segv/trace.json
-
-# overhead: untraced / traced alternately (separate processes), then torch.profiler in-process
-for i in 1 2; do
-  t python3 $py overhead >>"$out/overhead.log" 2>&1
-  t "$lpo" trace output.dir=/tmp/ovh_default_$i -- python3 $py overhead >>"$out/overhead.log" 2>&1
-  t "$lpo" trace --activities=kernel,memcpy,memset,nvtx output.dir=/tmp/ovh_lean_$i -- python3 $py overhead \
-    >>"$out/overhead.log" 2>&1
-done
-t "$lpo" trace --attribution=extcorr output.dir=/tmp/ovh_extcorr -- python3 $py overhead >>"$out/overhead.log" 2>&1
-t python3 $py overhead --profiler >>"$out/overhead.log" 2>&1
-grep -E "steps/s|lpo trace: [0-9]|post-processing|\[.* s, rc" "$out/overhead.log" >"$out/overhead_summary.txt"
-for d in /tmp/ovh_default_1 /tmp/ovh_extcorr; do
-  mkdir -p "$out/$(basename $d)"; cp $d/summary.md $d/ranges.md $d/steps.csv $d/kernels.md "$out/$(basename $d)/" 2>/dev/null
-done
-
+if has build; then
+  TMO=300 t cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DLPO_CUDA_ARCHS=90 >"$out/build.log" 2>&1
+  TMO=300 t cmake --build "$build" -j "$(nproc)" --target lpo lpo_probe lpo_trace_app gpu_test_trace \
+    >>"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
+fi
+if has test; then
+  t bash -c "cd $build && ctest -R 'gpu/test_trace' --output-on-failure" >"$out/ctest.log" 2>&1
+  tail -4 "$out/ctest.log"
+fi
+if has synth; then # the raw file is ~240 MB, kept in /tmp; the summaries only (--no-json), then with trace.json
+  t "$lpo" trace --synthetic=1000000 --no-json output.dir=/tmp/synth1m >"$out/synth.log" 2>&1
+  for i in 1 2; do t "$lpo" report trace /tmp/synth1m --no-json >>"$out/synth.log" 2>&1; done
+  [ -n "${SYNTH_JSON:-}" ] && t "$lpo" report trace /tmp/synth1m >>"$out/synth.log" 2>&1
+  grep -E "post-processing|\[.* s, rc" "$out/synth.log"
+fi
+if has agree; then
+  t "$lpo" trace --capture-range=measure output.dir="$out/torch_agree" -- python3 $py agree >"$out/agree.log" 2>&1
+  t python3 $py agree --profiler /tmp/torch_prof.json >>"$out/agree.log" 2>&1
+  t python3 $py compare "$out/torch_agree" /tmp/torch_prof.json >"$out/compare.log" 2>&1
+  tail -3 "$out/compare.log"
+  rm -f "$out"/torch_agree/trace-*.lpot
+fi
+if has segv; then
+  t "$lpo" trace output.dir="$out/torch_segv" -- python3 $py segv >"$out/segv.log" 2>&1
+  echo "segv exit status: $?" >>"$out/segv.log"
+  rm -f "$out"/torch_segv/trace-*.lpot "$out"/torch_segv/trace.json
+fi
+if has hf; then # separate processes, untraced and traced alternately; each prints its median of 3 decodes
+  for i in $(seq "${HF_PAIRS:-2}"); do
+    t python3 $hf >>"$out/hf.log" 2>&1
+    t "$lpo" trace --no-json output.dir=/tmp/hf_$i -- python3 $hf >>"$out/hf.log" 2>&1
+  done
+  grep -E "tok/s|lpo trace: [0-9]|post-processing|\[.* s, rc" "$out/hf.log"
+  cp /tmp/hf_1/summary.md "$out/hf_summary.md" 2>/dev/null
+fi
+if has diag; then # one process each; "name: env... -- lpo trace flags" (untraced when flags are "none")
+  while IFS='|' read -r name envs flags; do
+    echo "== $name" >>"$out/diag.log"
+    if [ "$flags" = none ]; then
+      t python3 $py overhead >>"$out/diag.log" 2>&1
+    else
+      # shellcheck disable=SC2086
+      t env $envs "$lpo" trace --no-json $flags output.dir=/tmp/diag_$name -- python3 $py overhead \
+        >>"$out/diag.log" 2>&1
+    fi
+  done <<'EOF'
+untraced|X=0|none
+default|X=0|
+kernel_only|X=0|--activities=kernel --attribution=none
+callbacks_only|X=0|--activities=launch,nvtx
+injected_only|X=0|--activities=nvtx --attribution=none
+no_launch_records|X=0|--activities=kernel,memcpy,memset,sync,nvtx
+cupti_launch_records|LPO_TRACE_LAUNCH_SRC=cupti|--attribution=none
+cupti_clock|LPO_TRACE_CLOCK=cupti|
+driver_cb|LPO_TRACE_LAUNCH_CB=driver|
+untraced2|X=0|none
+EOF
+  grep -E "^==|steps/s|\[.* s, rc" "$out/diag.log"
+fi
+if has profiler; then
+  t "$lpo" trace --no-json --attribution=extcorr output.dir=/tmp/ovh_extcorr -- python3 $py overhead \
+    >>"$out/profiler.log" 2>&1
+  t python3 $py overhead --profiler >>"$out/profiler.log" 2>&1
+  grep -E "steps/s|\[.* s, rc" "$out/profiler.log"
+fi
 echo "done"

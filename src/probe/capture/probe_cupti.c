@@ -27,9 +27,10 @@ static void cupti_warn(const char *what, CUptiResult r, const char *file, int li
 
 static struct {
     pthread_mutex_t pool_mu, en_mu;
-    uint8_t **free_bufs;
+    uint8_t **free_bufs; /* zeroed (CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER) */
     size_t n_free, n_alloc, max_bufs, buf_size;
     int started, enabled, subscribed;
+    int launch_by_cupti; /* LPO_TRACE_LAUNCH_SRC=cupti: launch calls recorded by CUPTI, not our callbacks */
     CUpti_SubscriberHandle sub;
     /* kernel names: CUPTI's name pointer -> (name, mangled) ids, under G.mu */
     struct {
@@ -50,9 +51,12 @@ static void CUPTIAPI buf_requested(uint8_t **buffer, size_t *size, size_t *max_r
     pthread_mutex_lock(&C.pool_mu);
     if (C.n_free) {
         b = C.free_bufs[--C.n_free];
-    } else if (C.n_alloc < C.max_bufs) {
+    } else if (C.n_alloc < C.max_bufs) { /* a new one, zeroed here (rare: the pool is recycled) */
         b = aligned_alloc(64, C.buf_size);
-        if (b) C.n_alloc++;
+        if (b) {
+            memset(b, 0, C.buf_size);
+            C.n_alloc++;
+        }
     }
     pthread_mutex_unlock(&C.pool_mu);
     if (!b) atomic_fetch_add(&G.dropped_probe, 1); /* CUPTI drops (and counts) the records */
@@ -228,6 +232,8 @@ static void CUPTIAPI buf_completed(CUcontext ctx, uint32_t stream, uint8_t *buff
     if (cuptiActivityGetNumDroppedRecords(ctx, stream, &dropped) == CUPTI_SUCCESS && dropped)
         atomic_fetch_add(&G.dropped_cupti, dropped);
     pthread_mutex_unlock(&G.mu);
+    /* zeroed on CUPTI's thread, so that CUPTI need not zero it on the application's when it takes it */
+    memset(buffer, 0, C.buf_size);
     pthread_mutex_lock(&C.pool_mu);
     if (C.n_free < C.max_bufs)
         C.free_bufs[C.n_free++] = buffer;
@@ -243,7 +249,8 @@ static void CUPTIAPI buf_completed(CUcontext ctx, uint32_t stream, uint8_t *buff
  * launch is the same call and is left out. */
 static void launch_call(probe_tls *t, const CUpti_CallbackData *cb, int driver) {
     if (!(G.activities & LPO_ACT_LAUNCH)) return;
-    const int recorded_by_cupti = (G.activities & (driver ? LPO_ACT_DRIVER : LPO_ACT_RUNTIME)) != 0;
+    const int recorded_by_cupti =
+        C.launch_by_cupti || (G.activities & (driver ? LPO_ACT_DRIVER : LPO_ACT_RUNTIME)) != 0;
     if (cb->callbackSite == CUPTI_API_ENTER) {
         if (!driver) t->in_runtime++;
         if (!recorded_by_cupti) t->enter_ts[driver] = probe_now();
@@ -347,6 +354,17 @@ static const CUpti_CallbackId driver_launch_cbids[] = {
     CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
 };
 
+/* LPO_TRACE_LAUNCH_SRC=cupti (experiment, docs/perf-notes.md): the launch calls as CUPTI's own API records
+ * (runtime and driver launch functions only) instead of our callbacks. */
+static void enable_launch_records(int on, uint32_t acts) {
+    for (size_t i = 0;
+         !(acts & LPO_ACT_RUNTIME) && i < sizeof runtime_launch_cbids / sizeof runtime_launch_cbids[0]; i++)
+        CUPTI_CHECK(cuptiActivityEnableRuntimeApi(runtime_launch_cbids[i], (uint8_t)on));
+    for (size_t i = 0;
+         !(acts & LPO_ACT_DRIVER) && i < sizeof driver_launch_cbids / sizeof driver_launch_cbids[0]; i++)
+        CUPTI_CHECK(cuptiActivityEnableDriverApi(driver_launch_cbids[i], (uint8_t)on));
+}
+
 /* ---- activities -------------------------------------------------------------------------------------------
  */
 static const struct {
@@ -373,6 +391,8 @@ void probe_cupti_enable(int on) {
         if (G.attribution == LPO_ATTR_EXTCORR)
             CUPTI_CHECK(on ? cuptiActivityEnable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION)
                            : cuptiActivityDisable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION));
+        if (C.launch_by_cupti) /* CUPTI's API records for the launch functions only */
+            enable_launch_records(on, acts);
         C.enabled = on;
     }
     pthread_mutex_unlock(&C.en_mu);
@@ -404,6 +424,18 @@ uint64_t probe_cupti_node_id(void *node) {
 
 static uint64_t CUPTIAPI monotonic_ts(void) {
     return probe_now();
+}
+
+/* LPO_TRACE_LAUNCH_CB (experiment, docs/perf-notes.md): which launch callbacks to subscribe: "both"
+ * (default), "runtime" (programs that launch through the driver, e.g. Triton, lose attribution) or
+ * "driver" (runtime launches are seen through their driver call; memcpy/memset calls are not). */
+static void enable_launch_callbacks(void) {
+    const char *v = getenv("LPO_TRACE_LAUNCH_CB");
+    const int rt = !v || strcmp(v, "driver") != 0, drv = !v || strcmp(v, "runtime") != 0;
+    for (size_t i = 0; rt && i < sizeof runtime_launch_cbids / sizeof runtime_launch_cbids[0]; i++)
+        CUPTI_CHECK(cuptiEnableCallback(1, C.sub, CUPTI_CB_DOMAIN_RUNTIME_API, runtime_launch_cbids[i]));
+    for (size_t i = 0; drv && i < sizeof driver_launch_cbids / sizeof driver_launch_cbids[0]; i++)
+        CUPTI_CHECK(cuptiEnableCallback(1, C.sub, CUPTI_CB_DOMAIN_DRIVER_API, driver_launch_cbids[i]));
 }
 
 /* The delay/duration window: enable at its start, disable (and flush) at its end. */
@@ -440,26 +472,27 @@ int probe_cupti_start(void) {
         C.max_bufs = env_size("LPO_TRACE_BUFFERS", 64, 2, 4096);
         C.free_bufs = calloc(C.max_bufs, sizeof *C.free_bufs);
         CUPTI_CHECK(cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM));
-        if (cuptiActivityRegisterTimestampCallback(monotonic_ts) != CUPTI_SUCCESS) {
-            /* CUPTI keeps CLOCK_REALTIME: shift its timestamps to CLOCK_MONOTONIC while converting */
-            struct timespec m, r;
-            clock_gettime(CLOCK_MONOTONIC, &m);
-            clock_gettime(CLOCK_REALTIME, &r);
-            G.clock_offset_ns =
-                ((int64_t)m.tv_sec - (int64_t)r.tv_sec) * 1000000000ll + (m.tv_nsec - r.tv_nsec);
+        /* LPO_TRACE_CLOCK=cupti (experiment): CUPTI keeps its own clock, shifted to CLOCK_MONOTONIC */
+        const char *clk = getenv("LPO_TRACE_CLOCK"), *src = getenv("LPO_TRACE_LAUNCH_SRC");
+        C.launch_by_cupti = (G.activities & LPO_ACT_LAUNCH) && src && !strcmp(src, "cupti");
+        if ((clk && !strcmp(clk, "cupti")) ||
+            cuptiActivityRegisterTimestampCallback(monotonic_ts) != CUPTI_SUCCESS) {
+            uint64_t ts = 0;
+            const uint64_t before = probe_now();
+            if (cuptiGetTimestamp(&ts) == CUPTI_SUCCESS && ts)
+                G.clock_offset_ns = (int64_t)((before + probe_now()) / 2) - (int64_t)ts;
         }
+        uint8_t zeroed = 1;
+        size_t attr_size = sizeof zeroed;
+        CUPTI_CHECK(
+            cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER, &attr_size, &zeroed));
         CUPTI_CHECK(cuptiActivityRegisterCallbacks(buf_requested, buf_completed));
         CUptiResult r = cuptiSubscribe(&C.sub, on_callback, NULL);
         if (r == CUPTI_SUCCESS) {
             C.subscribed = 1;
-            if (G.attribution == LPO_ATTR_CALLBACK || G.gate_name[0] || (G.activities & LPO_ACT_LAUNCH)) {
-                for (size_t i = 0; i < sizeof runtime_launch_cbids / sizeof runtime_launch_cbids[0]; i++)
-                    CUPTI_CHECK(
-                        cuptiEnableCallback(1, C.sub, CUPTI_CB_DOMAIN_RUNTIME_API, runtime_launch_cbids[i]));
-                for (size_t i = 0; i < sizeof driver_launch_cbids / sizeof driver_launch_cbids[0]; i++)
-                    CUPTI_CHECK(
-                        cuptiEnableCallback(1, C.sub, CUPTI_CB_DOMAIN_DRIVER_API, driver_launch_cbids[i]));
-            }
+            if (G.attribution == LPO_ATTR_CALLBACK || G.gate_name[0] ||
+                ((G.activities & LPO_ACT_LAUNCH) && !C.launch_by_cupti))
+                enable_launch_callbacks();
             CUPTI_CHECK(cuptiEnableCallback(1, C.sub, CUPTI_CB_DOMAIN_RESOURCE,
                                             CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED));
             CUPTI_CHECK(cuptiEnableCallback(1, C.sub, CUPTI_CB_DOMAIN_RESOURCE,
