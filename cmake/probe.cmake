@@ -5,7 +5,7 @@ set(LPO_HAVE_PROBE OFF)
 if(LPO_HAVE_CUDA AND TARGET CUDA::cupti)
   add_library(lpo_probe SHARED ${CMAKE_SOURCE_DIR}/src/probe/capture/probe_core.c
               ${CMAKE_SOURCE_DIR}/src/probe/capture/probe_cupti.c ${CMAKE_SOURCE_DIR}/src/probe/capture/probe_nvtx.c
-              ${CMAKE_SOURCE_DIR}/src/probe/trace_raw.c)
+              ${CMAKE_SOURCE_DIR}/src/probe/trace_raw.c ${CMAKE_SOURCE_DIR}/src/probe/trace_clock.c)
   target_include_directories(lpo_probe PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/include
                                                ${CUDAToolkit_INCLUDE_DIRS})
   target_compile_options(lpo_probe PRIVATE ${LPO_C_WARNINGS} -fvisibility=hidden)

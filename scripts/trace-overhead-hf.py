@@ -12,7 +12,7 @@ greedy decoding and a DynamicCache (eager, sdpa attention) — the way people ru
 q/k/v/o, RoPE, a concatenated KV cache, SDPA with grouped KV heads, SwiGLU MLP, lm_head, argmax.
 auto: hf when transformers imports, else torch.
 Each of --reps timed decodes generates --tokens tokens after a --prompt-token prefill, inside an NVTX range
-"generate" (a no-op untraced); one untimed warm-up decode of 8 tokens comes first. Prints every repeat and
+"generate" (a no-op untraced); one untimed warm-up decode of --tokens tokens comes first. Prints every repeat and
 the median: "trace-overhead-hf: impl=hf median 21.53 tok/s ...".
 """
 import argparse
@@ -140,7 +140,8 @@ def main():
     g = torch.Generator(device="cuda").manual_seed(1)
     ids = torch.randint(0, SHAPE["vocab"], (1, a.prompt), device="cuda", generator=g)
     with torch.no_grad():
-        generate(ids, 8)  # warm-up: cuBLAS handles and heuristics, allocator
+        generate(ids, a.tokens)  # warm-up as long as a timed decode: cuBLAS, and the allocator's blocks for
+        # every KV-cache length (an 8-token warm-up left the first timed decode at ~10 tok/s on the H100)
         torch.cuda.synchronize()
         rates = []
         for _ in range(a.reps):

@@ -36,6 +36,7 @@ typedef struct {
 enum {
     LPO_TRACE_F_GATED = 1u,    /* an NVTX capture range was set: see LPO_REC_GATE */
     LPO_TRACE_F_WINDOWED = 2u, /* a delay/duration window was set: see LPO_REC_WINDOW */
+    LPO_TRACE_F_TSC = 4u, /* timestamps read through the TSC, mapped onto CLOCK_MONOTONIC (trace_clock.h) */
 };
 
 /* Activities (bit mask; `lpo trace --activities=`). */

@@ -8,7 +8,9 @@
 #   agree     PyTorch: lpo trace vs torch.profiler on the same region (names, counts, total time)
 #   segv      a segfaulting PyTorch program leaves a readable partial trace
 #   hf        the overhead bar: scripts/trace-overhead-hf.py (HF transformers 8B-shaped eager decode)
-#             untraced and under `lpo trace`, alternated (HF_PAIRS pairs, default 2)
+#             untraced and under `lpo trace`, alternated (HF_PAIRS rounds, default 2); HF_TRACED lists the
+#             traced configurations of each round, ';'-separated environment settings (default "X=0": the
+#             defaults; e.g. "X=0;LPO_TRACE_LAUNCH_CB=driver"); HF_ARGS: arguments of the script (--reps 2)
 #   diag      where the overhead goes: the launch-bound torch loop of trace_torch.py untraced and under
 #             tracer configurations that each leave one part out (kernel records, callbacks, clock, ...)
 #   profiler  the same loop under torch.profiler, and lpo trace with --attribution=extcorr
@@ -33,7 +35,7 @@ hf=scripts/trace-overhead-hf.py
 t() { local t0=$(date +%s.%N); timeout "${TMO:-90}" "$@"; local rc=$?; echo "[$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s, rc $rc] $*"; return $rc; }
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv
-  git log -1 --format='commit %H %s' 2>/dev/null || cat .commit 2>/dev/null
+  cat .commit 2>/dev/null || git log -1 --format='commit %H %s' 2>/dev/null # .commit: a tree sent by archive
   python3 -c 'import torch, transformers; print("torch", torch.__version__, torch.version.cuda, "transformers", transformers.__version__)'
   echo "clocksource: $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null)"
   python3 -c 'import time
@@ -69,12 +71,20 @@ if has segv; then
   rm -f "$out"/torch_segv/trace-*.lpot "$out"/torch_segv/trace.json
 fi
 if has hf; then # separate processes, untraced and traced alternately; each prints its median of 3 decodes
+  IFS=';' read -r -a hf_cfgs <<<"${HF_TRACED:-X=0}"
   for i in $(seq "${HF_PAIRS:-2}"); do
-    t python3 $hf >>"$out/hf.log" 2>&1
-    t "$lpo" trace --no-json output.dir=/tmp/hf_$i -- python3 $hf >>"$out/hf.log" 2>&1
+    echo "== untraced" >>"$out/hf.log"
+    # shellcheck disable=SC2086
+    t python3 $hf ${HF_ARGS:-} >>"$out/hf.log" 2>&1
+    for k in "${!hf_cfgs[@]}"; do
+      echo "== traced ${hf_cfgs[$k]}" >>"$out/hf.log"
+      # shellcheck disable=SC2086
+      t env ${hf_cfgs[$k]} "$lpo" trace --no-json output.dir=/tmp/hf_${i}_$k -- python3 $hf ${HF_ARGS:-} \
+        >>"$out/hf.log" 2>&1
+    done
   done
-  grep -E "tok/s|lpo trace: [0-9]|post-processing|\[.* s, rc" "$out/hf.log"
-  cp /tmp/hf_1/summary.md "$out/hf_summary.md" 2>/dev/null
+  grep -E "^==|tok/s|lpo trace: [0-9]|post-processing|\[.* s, rc" "$out/hf.log"
+  cp /tmp/hf_1_0/summary.md "$out/hf_summary.md" 2>/dev/null
 fi
 if has diag; then # one process each; "name: env... -- lpo trace flags" (untraced when flags are "none")
   while IFS='|' read -r name envs flags; do

@@ -2,7 +2,8 @@
  * loading, range pairing and nesting, attribution (launch correlation and graph node labels through
  * clones), the kernels / ranges / steps tables, trace.json (valid JSON with the expected events and
  * flows), truncated files (a crash), an empty trace (a program that never touched CUDA), the capture
- * gate and window, counters CSV, categories, and the post-processing speed. */
+ * gate and window, counters CSV, categories, the post-processing speed, and the tracer's clock (the TSC
+ * mapped onto CLOCK_MONOTONIC: monotonic, and within a millisecond of it). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,11 +13,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "lpo/core.h"
 #include "lpo/report.h"
 #include "lpo/trace.h"
+#include "probe/trace_clock.h"
 #include "probe/trace_format.h"
 #include "test_support.h"
 
@@ -407,12 +410,45 @@ static void test_speed(void **state) {
     free(dir);
 }
 
+static uint64_t monotonic_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void test_clock(void **state) {
+    (void)state;
+    const lpo_clock_mode m = lpo_clock_init("tsc"); /* the TSC wherever the CPU has one (x86) */
+    lpo_clock_info info;
+    lpo_clock_get_info(&info);
+    printf("clock: %s, clock_gettime %.0f ns, TSC read %.0f ns, %.4f ns per tick\n",
+           m == LPO_CLOCK_TSC ? "tsc" : "monotonic", info.read_ns_monotonic, info.read_ns_tsc,
+           info.ns_per_tick);
+#if defined(__x86_64__)
+    assert_int_equal(m, LPO_CLOCK_TSC);
+    assert_true(info.ns_per_tick > 0.01 && info.ns_per_tick < 10); /* 0.1 to 100 GHz */
+#endif
+    assert_int_equal(lpo_clock_init("monotonic"), m); /* the first choice stays */
+    uint64_t prev = lpo_clock_now();
+    for (int i = 0; i < 200000; i++) { /* each read: never backwards */
+        const uint64_t now = lpo_clock_now();
+        assert_true(now >= prev);
+        prev = now;
+    }
+    for (int k = 0; k < 2; k++) { /* now and 30 ms later: within 1 ms of CLOCK_MONOTONIC */
+        const int64_t d = (int64_t)(lpo_clock_now() - monotonic_ns());
+        assert_true(d > -1000000 && d < 1000000);
+        struct timespec ts = {0, 30000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_synthetic_load), cmocka_unit_test(test_truncated),
         cmocka_unit_test(test_empty),          cmocka_unit_test(test_gate_and_window),
         cmocka_unit_test(test_counters),       cmocka_unit_test(test_categories),
-        cmocka_unit_test(test_speed),
+        cmocka_unit_test(test_speed),          cmocka_unit_test(test_clock),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -82,7 +82,7 @@ typedef struct {
 extern probe_state G;
 
 /* ---- probe_core.c -------------------------------------------------------------------------------------- */
-uint64_t probe_now(void); /* CLOCK_MONOTONIC ns: the timestamps of every record */
+uint64_t probe_now(void); /* CLOCK_MONOTONIC ns (trace_clock.h: via the TSC where cheaper): every record */
 /* Reads the LPO_TRACE_* environment once; 0 when tracing is configured (LPO_TRACE_DIR set). */
 int probe_init_from_env(void);
 /* Opens this process's raw file in dir with the current settings; 0 or -1. */

@@ -11,13 +11,12 @@
 #include <unistd.h>
 
 #include "probe/capture/probe.h"
+#include "probe/trace_clock.h"
 
 probe_state G = {.mu = PTHREAD_MUTEX_INITIALIZER, .win_end = UINT64_MAX};
 
 uint64_t probe_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    return lpo_clock_now();
 }
 
 /* ---- per-thread state -----------------------------------------------------------------------------------
@@ -335,6 +334,7 @@ static void install_signal_handlers(void) {
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void init_common(void) {
+    lpo_clock_init(getenv("LPO_TRACE_CLOCK")); /* before any timestamp: the TSC when it is cheaper */
     pthread_key_create(&G.key, tls_destructor);
     atexit(on_exit_flush);
     install_signal_handlers();
@@ -356,6 +356,9 @@ int probe_open(const char *dir) {
     h.attribution = G.attribution;
     h.flags = (G.gate_name[0] ? LPO_TRACE_F_GATED : 0) |
               (G.win_begin || G.win_end != UINT64_MAX ? LPO_TRACE_F_WINDOWED : 0);
+    lpo_clock_info ck;
+    lpo_clock_get_info(&ck);
+    if (ck.mode == LPO_CLOCK_TSC) h.flags |= LPO_TRACE_F_TSC;
     if (lpo_raw_open(&G.w, path, &h, 1u << 20) != 0) {
         fprintf(stderr, "lpo probe: cannot write %s (%s); not tracing\n", path, strerror(errno));
         return -1;
