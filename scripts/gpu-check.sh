@@ -65,7 +65,8 @@ step build cmake --build "$build" -j "$jobs"
 if [ -x "$build/lpo" ]; then
   step "lpo version" "$build/lpo" version
   step "lpo env" "$build/lpo" env
-  step "ctest -L gpu" bash -c "cd '$build' && ctest -L gpu --output-on-failure"
+  # every test's output is kept (ctest-gpu.log): the passing tests print the figures the issues ask for
+  step "ctest -L gpu" bash -c "cd '$build' && ctest -L gpu --output-on-failure -O ctest-gpu.log"
   # the CUDA kernels under compute-sanitizer: memcheck on every kernel test, racecheck on the attention
   # kernels (shared-memory tiles); timing skipped (LPO_TEST_BENCH=0). (racecheck over test_sample ran past
   # 60 s on an H100 and is left out.)
@@ -98,6 +99,12 @@ else
   fail=1
 fi
 
+if [ -s "$build/ctest-gpu.log" ]; then
+  echo
+  echo "figures from the GPU tests ($build/ctest-gpu.log)"
+  grep -E "max \|logit - HF\||smollm2|first 8|op checker:|f32: prefill logits|bf16: prefill logits|prefill MFU|breakdown: groups|decode tok/s: profile|\| (pp|tg)[0-9]" \
+    "$build/ctest-gpu.log" | head -80
+fi
 if [ -s "$build/bench-tables.txt" ]; then
   echo
   echo "lpo bench (H100 bars: issue 9)"
