@@ -5,7 +5,8 @@
  *   to the CPU backend's (the numbers are printed either way);
  * - exec modes graph / eager / debug and fusion off give the same greedy tokens; sampled tokens (top-p,
  *   seeded) agree with the CPU backend in f32 mode;
- * - decode re-uses its op list; a model or cache that does not fit fails before allocating, in GiB. */
+ * - decode re-uses its op list; a model or cache that does not fit fails before allocating, in GiB;
+ * - non-finite values: overflowing weights fail the step naming the first op; a stored Inf fails the open. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,6 +22,7 @@
 #include "lpo/engine.h"
 #include "lpo/generate.h"
 #include "lpo/model.h"
+#include "test_engine_support.h"
 #include "test_support.h"
 
 static const char *const GOLDEN[] = {"llama_gqa_tied", "llama3_rope",       "qwen2_bias",      "qwen3_qknorm",
@@ -217,6 +219,57 @@ static void test_does_not_fit(void **state) {
     lpo_node_free(cfg);
 }
 
+/* ---- non-finite values
+ * ----------------------------------------------------------------------------------------------
+ * q_proj weights of 3e38 behind attn_norm scales of 100: the q/k/v projection overflows to Inf/NaN. In f32
+ * and bf16, three ways (logits returned; ids only: the device's check before SAMPLE; exec=debug): the step
+ * fails with LPO_E_NUMERIC naming 'layers.0.attn.qkv', as on the CPU backend; never NaN logits or an id drawn
+ * from them. An Inf stored in a weight is refused at open, naming the tensor. */
+static void test_nonfinite(void **state) {
+    (void)state;
+    lpo_model_spec s = test_spec();
+    s.head_dim = 16; /* the decode attention's smallest head size */
+    test_weights w;
+    assert_int_equal(test_weights_open(&s, &w), LPO_OK);
+    for (size_t i = 0; i < w.n; i++) {
+        const int64_t n = w.d[i].shape[0] * (w.d[i].n_dims > 1 ? w.d[i].shape[1] : 1);
+        const int q = strstr(w.d[i].name, "layers.0.self_attn.q_proj") != NULL,
+                  nrm = strstr(w.d[i].name, "layers.0.input_layernorm") != NULL;
+        for (int64_t k = 0; (q || nrm) && k < n; k++) w.data[i][k] = q ? 3e38f : 100.f;
+    }
+    lpo_weight_source ws = {&w, test_view};
+    const char *dts[2] = {"f32", "bf16"};
+    for (int d = 0; d < 2; d++)
+        for (int mode = 0; mode < 3; mode++) {
+            lpo_engine_opts o = {.backend = "cuda", .max_seqs = 1, .max_context = 16, .dtype = dts[d]};
+            if (mode == 2) o.exec = LPO_EXEC_DEBUG;
+            lpo_engine *e = NULL;
+            assert_int_equal(lpo_engine_open_weights(&s, &ws, NULL, &o, &e), LPO_OK);
+            int slot = 0;
+            const int32_t t[4] = {5, 6, 7, 8}, *tp = t;
+            int64_t n = 4;
+            float *logits = malloc((size_t)s.vocab_size * sizeof(float));
+            int32_t id = -1;
+            const lpo_sampling greedy = {0, 0, 1, 1, 0};
+            assert_int_equal(lpo_engine_set_sampling(e, 0, &greedy, 0), LPO_OK);
+            lpo_engine_batch b = {1, &slot, &tp, &n, 0, mode == 1 ? NULL : logits, mode == 1, &id};
+            const lpo_status st = lpo_engine_run(e, &b);
+            printf("%s mode %d: %s\n", dts[d], mode, st ? lpo_last_error() : "no error");
+            assert_int_equal(st, LPO_E_NUMERIC);
+            assert_non_null(strstr(lpo_last_error(), "first appear in the output of op 'layers.0.attn.qkv'"));
+            free(logits);
+            lpo_engine_close(e);
+        }
+    w.data[1][5] = INFINITY; /* a stored Inf */
+    lpo_engine_opts o = {.backend = "cuda", .max_seqs = 1, .max_context = 16, .dtype = "bf16"};
+    lpo_engine *e = NULL;
+    assert_int_equal(lpo_engine_open_weights(&s, &ws, NULL, &o, &e), LPO_E_FORMAT); /* as the CPU's */
+    printf("stored Inf: %s\n", lpo_last_error());
+    assert_non_null(strstr(lpo_last_error(), w.d[1].name));
+    assert_null(e);
+    test_weights_free(&w);
+}
+
 int main(void) {
     lpo_test_require_gpu();
     if (!lpo_backend_cuda()) {
@@ -226,7 +279,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_f32),         cmocka_unit_test(test_golden_bf16),
         cmocka_unit_test(test_modes_and_sampling), cmocka_unit_test(test_smollm2),
-        cmocka_unit_test(test_does_not_fit),
+        cmocka_unit_test(test_does_not_fit),       cmocka_unit_test(test_nonfinite),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -635,6 +635,38 @@ static void test_gemm(void **state) {
     end_checks("gemm");
 }
 
+/* ---- the finite check: the first NaN/Inf index, none in a finite array ------------------------------- */
+static void test_finite(void **state) {
+    (void)state;
+    g_failures = 0;
+    const int64_t sizes[3] = {1, 1000, 3000001};
+    for (int d = 0; d < 3; d++)
+        for (int si = 0; si < 3; si++) {
+            const int64_t n = sizes[si];
+            float *h = rand_vec((size_t)n, -3.f, 3.f, DTS[d]);
+            const int64_t bad[3] = {-1, n / 2, n - 1}; /* none, a NaN in the middle (and an Inf at the end) */
+            for (int b = 0; b < 3; b++) {
+                if (b == 1) h[bad[1]] = NAN;
+                if (b == 2) h[bad[2]] = INFINITY;
+                void *dx = dev_upload(h, (size_t)n, DTS[d]);
+                unsigned long long *dfirst = dev_alloc(sizeof *dfirst), got = 0;
+                CK(cudaMemset(dfirst, 0xff, sizeof *dfirst));
+                OK(lpo_cuda_first_nonfinite(dx, DTS[d], n, dfirst, 0));
+                CK(cudaMemcpy(&got, dfirst, sizeof got, cudaMemcpyDeviceToHost));
+                /* case 2 keeps case 1's NaN: the first bad index is the middle one in both */
+                const unsigned long long want = b == 0 ? ~0ull : (unsigned long long)bad[1];
+                if (got != want) {
+                    printf("FAIL finite %s n %lld case %d: first %llu, expected %llu\n",
+                           lpo_dtype_name(DTS[d]), (long long)n, b, got, want);
+                    g_failures++;
+                }
+            }
+            free(h);
+            dev_free_all();
+        }
+    end_checks("finite");
+}
+
 /* ---- attention ------------------------------------------------------------------------------------ */
 typedef struct {
     int64_t nh, nkv, hd, m, maxc, window;
@@ -1134,7 +1166,8 @@ int main(void) {
         cmocka_unit_test(test_convert),  cmocka_unit_test(test_dequant), cmocka_unit_test(test_synth),
         cmocka_unit_test(test_embed),    cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_elementwise),
         cmocka_unit_test(test_qkv_post), cmocka_unit_test(test_gemm),    cmocka_unit_test(test_attention),
-        cmocka_unit_test(test_argmax),   cmocka_unit_test(test_sample),  cmocka_unit_test(test_timing),
+        cmocka_unit_test(test_finite),   cmocka_unit_test(test_argmax),  cmocka_unit_test(test_sample),
+        cmocka_unit_test(test_timing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

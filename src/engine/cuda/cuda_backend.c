@@ -28,9 +28,14 @@
  * range (and a range of lpo's tracer: captured nodes carry their group's name); the step range is
  * "decode_step" or "prefill".
  *
- * Not yet: the device-side refusal of non-finite weights and logits, one SAMPLE launch for all rows (now
- * one per row, each with its slot's parameters). Checked by tests/gpu/test_cuda_backend.c (op checker in
- * three dtypes, whole steps and every op's output vs the CPU backend) and tests/gpu/test_cuda_engine.c. */
+ * Non-finite values: every stored weight is checked on the device after its upload or conversion (a NaN/Inf
+ * in the file, an f16 overflow: refused by tensor name and element); the logits rows of every sampled step
+ * are checked before SAMPLE (which reads NaN as -inf): LPO_E_NUMERIC, at once when the step returns ids or
+ * logits, else (chained decode) at the next step, and the engine then names the first op at fault.
+ *
+ * Not yet: one SAMPLE launch for all rows (now one per row, each with its slot's parameters). Checked by
+ * tests/gpu/test_cuda_backend.c (op checker in three dtypes, whole steps and every op's output vs the CPU
+ * backend) and tests/gpu/test_cuda_engine.c. */
 #ifdef LPO_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -111,6 +116,10 @@ typedef struct {
     graph_slot graphs[MAX_GRAPHS];
     uint64_t tick;
     char (*layer_names)[24]; /* "layers.N": NVTX range of each block */
+    /* the finite check: first NaN/Inf index found on the device, its pinned host copy, the copy's event */
+    unsigned long long *d_bad, *h_bad;
+    cudaEvent_t bad_copied;
+    int bad_pending;
     cudaEvent_t marks[LPO_BACKEND_MARKS];
     int n_marks_made;
     lpo_group_callback cb;
@@ -348,6 +357,39 @@ static void range_pop(void) {
     nvtxRangePop();
 }
 
+/* The verdict of the last logits check (wait: for its copy, else only when it has already landed). A row
+ * holding NaN/Inf is refused as the CPU backend refuses it (LPO_E_NUMERIC; the engine then names the first
+ * op whose output is not finite), never sampled. */
+static lpo_status take_bad(cuda_ctx *c, int wait) {
+    if (!c->bad_pending) return LPO_OK;
+    if (wait)
+        CU(cudaEventSynchronize(c->bad_copied), "finite check");
+    else if (cudaEventQuery(c->bad_copied) != cudaSuccess)
+        return LPO_OK;
+    c->bad_pending = 0;
+    const unsigned long long at = *c->h_bad;
+    if (at == ~0ull) return LPO_OK;
+    const long long V = (long long)c->spec.vocab_size;
+    return lpo_errorf(LPO_E_NUMERIC, "cuda backend: logits row %lld holds NaN/Inf (at id %lld)",
+                      (long long)at / V, (long long)at % V);
+}
+
+/* Queues the check of the logits rows about to be sampled (before SAMPLE: it reads NaN as -inf); nothing
+ * when no row draws (the engine's diagnostic re-run of a step). */
+static lpo_status check_logits(cuda_ctx *c, const lpo_oplist *l, const lpo_step_data *d) {
+    int draws = !d->sample_mask;
+    for (int i = 0; !draws && i < d->n_seqs; i++) draws = d->sample_mask[i] != 0;
+    if (!draws) return LPO_OK;
+    CU(cudaMemsetAsync(c->d_bad, 0xff, sizeof *c->d_bad, c->stream), "finite check");
+    TRY(lpo_cuda_first_nonfinite(c->buf[LPO_BUF_LOGITS], LPO_DT_F32, l->n_logit_rows * c->spec.vocab_size,
+                                 c->d_bad, c->stream));
+    CU(cudaMemcpyAsync(c->h_bad, c->d_bad, sizeof *c->d_bad, cudaMemcpyDeviceToHost, c->stream),
+       "finite check");
+    CU(cudaEventRecord(c->bad_copied, c->stream), "finite check");
+    c->bad_pending = 1;
+    return LPO_OK;
+}
+
 static int group_samples(const lpo_oplist *l, const lpo_plan_group *g) {
     return l->ops[g->first + g->count - 1].kind == LPO_OP_SAMPLE;
 }
@@ -366,6 +408,7 @@ static lpo_status run_groups(cuda_ctx *c, const lpo_oplist *l, const lpo_plan *p
             if (gl >= 0) range_push(c->layer_names[gl]);
             layer = gl;
         }
+        if (group_samples(l, G) && (st = check_logits(c, l, d)) != LPO_OK) break;
         if (out->logits && group_samples(l, G)) {
             const cudaError_t e =
                 cudaMemcpyAsync(out->logits, c->buf[LPO_BUF_LOGITS],
@@ -479,6 +522,7 @@ static lpo_status cuda_forward(void *vctx, const lpo_oplist *l, const lpo_plan *
     cuda_ctx *c = vctx;
     const int64_t T = l->n_tokens;
     TRY(check_step(c, l, d));
+    TRY(take_bad(c, 0)); /* an earlier chained step's logits, if their check has landed */
     const int decode = is_decode(l, d);
     /* graphs: decode steps in exec=graph without group callbacks (those need a host call per group) */
     const int graph = decode && c->cfg.exec == LPO_EXEC_GRAPH && !c->cb;
@@ -512,6 +556,7 @@ static lpo_status cuda_forward(void *vctx, const lpo_oplist *l, const lpo_plan *
             st = lpo_errorf(LPO_E_CUDA, "cuda backend: ids to the host");
     if (st == LPO_OK && (out->logits || out->ids) && cudaStreamSynchronize(c->stream) != cudaSuccess)
         st = lpo_errorf(LPO_E_CUDA, "cuda backend: step: %s", cudaGetErrorString(cudaGetLastError()));
+    if (st == LPO_OK && (out->logits || out->ids)) st = take_bad(c, 1);
     range_pop();
     return st;
 }
@@ -838,16 +883,31 @@ static long shared_with(const lpo_oplist *l, size_t i) { /* the op that loads th
  * buffer of the largest stored tensor), or generated there. */
 static lpo_status load_weight(cuda_ctx *c, const lpo_weight_view *v, void *dst, void *staging) {
     const int64_t rows = v->shape[0], cols = v->n_dims > 1 ? v->shape[1] : 1;
-    if (!v->data)
+    if (!v->data) /* synthetic: finite by construction */
         return lpo_cuda_synth_fill(dst, c->dt, (int64_t)v->numel, v->synth_key, v->synth_center, v->synth_amp,
                                    v->dtype, c->stream);
     if (v->dtype == c->dt && !v->unpermute_heads) {
         CU(cudaMemcpyAsync(dst, v->data, v->nbytes, cudaMemcpyHostToDevice, c->stream), v->name);
-        return LPO_OK;
+    } else {
+        CU(cudaMemcpyAsync(staging, v->data, v->nbytes, cudaMemcpyHostToDevice, c->stream), v->name);
+        TRY(lpo_cuda_convert(dst, c->dt, staging, v->dtype, rows, cols, v->unpermute_heads, c->stream));
     }
-    CU(cudaMemcpyAsync(staging, v->data, v->nbytes, cudaMemcpyHostToDevice, c->stream), v->name);
-    TRY(lpo_cuda_convert(dst, c->dt, staging, v->dtype, rows, cols, v->unpermute_heads, c->stream));
-    CU(cudaStreamSynchronize(c->stream), v->name); /* the staging buffer is reused by the next tensor */
+    /* a stored NaN/Inf, or a value the compute dtype cannot hold (f16 overflow), is refused by name, as the
+     * CPU's lpo_weight_convert refuses it; the synchronisation also frees the staging buffer for the next */
+    unsigned long long at = 0;
+    CU(cudaMemsetAsync(c->d_bad, 0xff, sizeof *c->d_bad, c->stream), v->name);
+    TRY(lpo_cuda_first_nonfinite(dst, c->dt, (int64_t)v->numel, c->d_bad, c->stream));
+    CU(cudaMemcpyAsync(&at, c->d_bad, sizeof at, cudaMemcpyDeviceToHost, c->stream), v->name);
+    CU(cudaStreamSynchronize(c->stream), v->name);
+    if (at != ~0ull && c->dt == LPO_DT_F16 && v->dtype != LPO_DT_F16)
+        return lpo_errorf(LPO_E_RANGE,
+                          "tensor '%s': element %llu is not finite in f16 (a NaN/Inf stored, or a value that "
+                          "overflows f16: use bf16 or f32)",
+                          v->name, at);
+    if (at != ~0ull) /* the CPU backend's words and status (lpo_weight_convert) */
+        return lpo_errorf(LPO_E_FORMAT,
+                          "tensor '%s' holds a non-finite value at element %llu: the weight file is corrupt",
+                          v->name, at);
     return LPO_OK;
 }
 
@@ -858,6 +918,7 @@ static lpo_status layout(cuda_ctx *c, const lpo_oplist *ref, void *staging) {
     const int64_t hd = s->head_dim, kvd = s->n_kv_heads * hd, L = s->n_layers, V = s->vocab_size;
     c->dev_used = 0;
     c->weight_bytes = 0;
+    c->d_bad = carve(c, 64);                  /* first: the weight loads below use it */
     for (size_t i = 0; i < ref->n_ops; i++) { /* weights */
         const lpo_op *op = &ref->ops[i];
         if (!op->n_w) continue;
@@ -987,8 +1048,10 @@ static lpo_status init_model(cuda_ctx *c) {
     CU(cudaMemset(c->d_last, 0, (size_t)c->cfg.max_seqs * 4), "sampling state");
     CU(cudaStreamSynchronize(c->stream), "weights");
     /* pinned staging of the step data: positions (8 B), slots and tokens (4 B each) per token */
-    CU(cudaMallocHost((void **)&c->h_stage, (size_t)c->cfg.max_step_tokens * 16), "pinned step staging");
+    CU(cudaMallocHost((void **)&c->h_stage, (size_t)c->cfg.max_step_tokens * 16 + 64), "pinned step staging");
+    c->h_bad = (unsigned long long *)(c->h_stage + (size_t)c->cfg.max_step_tokens * 16);
     CU(cudaEventCreateWithFlags(&c->staged, cudaEventDisableTiming), "staging event");
+    CU(cudaEventCreateWithFlags(&c->bad_copied, cudaEventDisableTiming), "finite check event");
     c->has_model = 1;
     return LPO_OK;
 }
@@ -1001,6 +1064,7 @@ static void cuda_free(void *vctx) {
         if (c->graphs[i].used) cudaGraphExecDestroy(c->graphs[i].exec);
     lpo_cuda_gemm_destroy(c->gemm);
     if (c->staged) cudaEventDestroy(c->staged);
+    if (c->bad_copied) cudaEventDestroy(c->bad_copied);
     if (c->h_stage) cudaFreeHost(c->h_stage);
     free(c->layer_names);
     if (c->dev) cudaFree(c->dev);

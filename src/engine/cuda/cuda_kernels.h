@@ -49,6 +49,12 @@ lpo_status lpo_cuda_embed(void *x, const void *E, const int32_t *tokens, int64_t
 lpo_status lpo_cuda_gather_i32(int32_t *dst, const int32_t *src, const int32_t *idx, int64_t m,
                                cudaStream_t stream);
 
+/* ---- finite check (finite.cu) ----------------------------------------------------------------------------
+ * *first (device, set to UINT64_MAX by the caller) = min(*first, index of the first NaN/Inf of x (n of dt)).
+ */
+lpo_status lpo_cuda_first_nonfinite(const void *x, lpo_dtype dt, int64_t n, unsigned long long *first,
+                                    cudaStream_t stream);
+
 /* ---- norms (rmsnorm.cu) ----------------------------------------------------------------------------------
  * y (m, n) = x / sqrt(mean(x^2) + eps) * w per row. y may equal x. */
 lpo_status lpo_cuda_rmsnorm(void *y, const void *x, const void *w, int64_t m, int64_t n, float eps,
