@@ -161,7 +161,26 @@ void lpo_table_write_csv(const lpo_table *t, lpo_strbuf *out) {
 
 /* ---- Markdown
  * ------------------------------------------------------------------------------------------------ */
-/* Markdown text of a cell into sb: | escaped, newlines as <br>, doubles with md_fmt. */
+#define LPO_MD_CELL_MAX  120 /* code points of a Markdown cell at most ... */
+#define LPO_MD_CELL_HEAD 80  /* ... of which the start keeps this many */
+
+/* Display width: UTF-8 code points (continuation bytes do not count). */
+static size_t width(const char *s) {
+    size_t w = 0;
+    for (; *s; s++) w += ((unsigned char)*s & 0xc0) != 0x80;
+    return w;
+}
+
+/* The byte where code point n of s starts (the end when s has fewer). */
+static const char *utf8_skip(const char *s, size_t n) {
+    for (; *s; s++)
+        if (((unsigned char)*s & 0xc0) != 0x80 && n-- == 0) return s;
+    return s;
+}
+
+static void md_escape(lpo_strbuf *sb, const char *s, size_t n);
+
+/* Markdown text of a cell into sb: | escaped, newlines as <br>, doubles with md_fmt, long texts shortened. */
 static void md_text(const lpo_field *f, const cell *c, lpo_strbuf *sb) {
     lpo_sb_puts(sb, "");
     if (!c->set) return;
@@ -175,8 +194,24 @@ static void md_text(const lpo_field *f, const cell *c, lpo_strbuf *sb) {
     } else {
         cell_text(f, c, buf, sizeof buf, &s);
     }
-    // escape character by character
-    for (const char *p = s; *p; p++) {
+    /* a text longer than LPO_MD_CELL_MAX code points (a C++ kernel name of thousands) keeps its start and
+     * its end around " … ": one cell must not set a column's width; CSV and JSON keep the whole text */
+    const char *tail = NULL;
+    size_t head_bytes = strlen(s);
+    if (width(s) > LPO_MD_CELL_MAX) {
+        head_bytes = utf8_skip(s, LPO_MD_CELL_HEAD) - s;
+        tail = utf8_skip(s, width(s) - (LPO_MD_CELL_MAX - LPO_MD_CELL_HEAD - 3));
+    }
+    md_escape(sb, s, head_bytes);
+    if (tail) {
+        lpo_sb_puts(sb, " \xe2\x80\xa6 ");
+        md_escape(sb, tail, strlen(tail));
+    }
+}
+
+/* Appends n bytes of s to sb, | escaped, newlines as <br>, CR dropped. */
+static void md_escape(lpo_strbuf *sb, const char *s, size_t n) {
+    for (const char *p = s; p < s + n && *p; p++) {
         if (*p == '|')
             lpo_sb_puts(sb, "\\|");
         else if (*p == '\n')
@@ -184,13 +219,6 @@ static void md_text(const lpo_field *f, const cell *c, lpo_strbuf *sb) {
         else if (*p != '\r')
             lpo_sb_append(sb, p, 1);
     }
-}
-
-/* Display width: UTF-8 code points (continuation bytes do not count). */
-static size_t width(const char *s) {
-    size_t w = 0;
-    for (; *s; s++) w += ((unsigned char)*s & 0xc0) != 0x80;
-    return w;
 }
 
 static void pad(lpo_strbuf *out, size_t n) {

@@ -228,6 +228,29 @@ static void test_table_md(void **state) {
     lpo_table_free(t);
 }
 
+/* A cell of 300 code points (a C++ kernel name) is shortened in Markdown to its first 80 and last 37 around
+ * " … " (120 in all, the column no wider); CSV keeps it whole. */
+static void test_table_md_long_cell(void **state) {
+    (void)state;
+    static const lpo_field f[] = {{.name = "name", .type = LPO_FIELD_STR}};
+    lpo_table *t = lpo_table_new(f, 1);
+    char name[301];
+    for (int i = 0; i < 300; i++) name[i] = (char)('a' + i % 26);
+    name[300] = 0;
+    lpo_table_add_row(t);
+    lpo_table_set_str(t, "name", name);
+    lpo_strbuf sb = {0};
+    lpo_table_write_md(t, &sb);
+    char want[200];
+    snprintf(want, sizeof want, "| %.80s \xe2\x80\xa6 %s |\n", name, name + 263);
+    assert_non_null(strstr(sb.buf, want));
+    lpo_sb_free(&sb);
+    lpo_table_write_csv(t, &sb);
+    assert_non_null(strstr(sb.buf, name));
+    lpo_sb_free(&sb);
+    lpo_table_free(t);
+}
+
 static void test_table_json(void **state) {
     (void)state;
     lpo_table *t = sample_table();
@@ -258,10 +281,11 @@ static void test_table_json(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_json_escape),  cmocka_unit_test(test_json_numbers_and_nesting),
-        cmocka_unit_test(test_json_misuse),  cmocka_unit_test(test_json_node),
-        cmocka_unit_test(test_table_errors), cmocka_unit_test(test_table_csv),
-        cmocka_unit_test(test_table_md),     cmocka_unit_test(test_table_json),
+        cmocka_unit_test(test_json_escape),        cmocka_unit_test(test_json_numbers_and_nesting),
+        cmocka_unit_test(test_json_misuse),        cmocka_unit_test(test_json_node),
+        cmocka_unit_test(test_table_errors),       cmocka_unit_test(test_table_csv),
+        cmocka_unit_test(test_table_md),           cmocka_unit_test(test_table_json),
+        cmocka_unit_test(test_table_md_long_cell),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
