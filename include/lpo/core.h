@@ -84,7 +84,15 @@ lpo_status lpo_mem_check(double bytes, const char *what);
  * Large buffers (weights, KV cache, logits) are checked with lpo_mem_check and malloc'd with an lpo_status
  * error instead. */
 typedef void (*lpo_oom_handler)(const char *what, size_t bytes);
-void lpo_set_oom_handler(lpo_oom_handler h); /* NULL restores the default */
+/* NULL restores the default. Installing a handler also routes cJSON's allocations through lpo_xmalloc, so
+ * a JSON file that cannot be held in memory is reported as out of memory, not as invalid JSON. */
+void lpo_set_oom_handler(lpo_oom_handler h);
+/* Runs the handler (does not return): for allocations made inside other libraries (libyaml, PCRE2,
+ * utf8proc), which report a failure without its size: bytes 0 means the size is unknown. */
+void lpo_out_of_memory(const char *what, size_t bytes) __attribute__((noreturn));
+/* The message every handler prints: "lpo: error: out of memory allocating N bytes for <what>" (without
+ * "N bytes" when bytes is 0), to stderr, flushed. */
+void lpo_oom_print(const char *what, size_t bytes);
 void *lpo_xmalloc(size_t n, const char *what);
 void *lpo_xcalloc(size_t n, size_t size, const char *what);
 /* realloc of n elements of `size` bytes, the product checked for overflow. */

@@ -259,8 +259,7 @@ int lpo_cli_begin(const lpo_cli_spec *spec, int argc, char **argv, lpo_cli_args 
 }
 
 void lpo_cli_out_of_memory(const char *what, size_t bytes) {
-    fprintf(stderr, "lpo: error: out of memory allocating %zu bytes for %s\n", bytes, what);
-    fflush(stderr);
+    lpo_oom_print(what, bytes);
     exit(LPO_EXIT_FAIL);
 }
 

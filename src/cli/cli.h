@@ -72,8 +72,8 @@ int lpo_cli_fail(const char *command, lpo_status st);
  * returns its exit code; on --help prints the usage to stdout, frees *args and returns LPO_EXIT_OK.
  * Returns -1 when the command should go on (then the caller frees *args with lpo_cli_args_free). */
 int lpo_cli_begin(const lpo_cli_spec *spec, int argc, char **argv, lpo_cli_args *args);
-/* The CLI's out-of-memory handler (lpo_set_oom_handler): prints "lpo: error: out of memory allocating N
- * bytes for <what>" and exits 1. */
+/* The CLI's out-of-memory handler (lpo_set_oom_handler): prints lpo_oom_print's "lpo: error: out of
+ * memory allocating N bytes for <what>" and exits 1. */
 void lpo_cli_out_of_memory(const char *what, size_t bytes);
 /* The end of every lpo process: flushes and closes stdout and checks stderr; when output was lost (disk
  * full, a closed pipe: `lpo tokenize ... > /dev/full`) says so on stderr and turns exit code 0 into 1.

@@ -6,6 +6,7 @@
  * The workload is `-- <command>` or, without one, lpo's own engine (`lpo generate` with the same overrides).
  * --import=CSV[,CSV] skips the runs and reports on existing ncu CSV exports. */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
@@ -52,6 +53,18 @@ static double now_s(void) {
     return (double)lpo_now_ns() / 1e9;
 }
 
+/* In a child before exec: fd `target` becomes path, opened without following a link planted there
+ * (appended to or truncated). 0 on success. */
+static int redirect(int target, const char *path, int append) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NOCTTY | (append ? O_APPEND : O_TRUNC), 0644);
+    if (fd < 0) return -1;
+    if (fd != target) {
+        if (dup2(fd, target) < 0) return -1;
+        close(fd);
+    }
+    return 0;
+}
+
 /* Runs argv with stdout and stderr appended to log (NULL: inherited); untraced removes the tracer's
  * injection variables (a program using CUPTI cannot run under ncu). Returns the exit status as a shell
  * reports it (128 + signal), 127 when it could not start, 124 when stopped at timeout_s. */
@@ -66,10 +79,7 @@ static int run_child(char *const *argv, const char *log, int untraced, double ti
             unsetenv("NVTX_INJECTION64_PATH");
             unsetenv("LPO_TRACE_DIR");
         }
-        if (log) {
-            FILE *f = freopen(log, "a", stdout);
-            if (f) dup2(fileno(stdout), 2);
-        }
+        if (log && redirect(1, log, 1) == 0) dup2(1, 2);
         execvp(argv[0], argv);
         fprintf(stderr, "lpo deep: cannot run '%s': %s\n", argv[0], strerror(errno));
         _exit(127);
@@ -103,8 +113,7 @@ static int run_to_file(char *const *argv, const char *out, const char *errlog) {
     pid_t pid = fork();
     if (pid < 0) return 127;
     if (pid == 0) {
-        if (!freopen(out, "w", stdout)) _exit(127);
-        if (errlog && !freopen(errlog, "a", stderr)) _exit(127);
+        if (redirect(1, out, 0) || (errlog && redirect(2, errlog, 1))) _exit(127);
         execvp(argv[0], argv);
         _exit(127);
     }

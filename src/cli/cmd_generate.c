@@ -74,9 +74,13 @@ static lpo_status run_single(lpo_engine *e, const lpo_cli_prompts *g, const int3
         const lpo_oplist_opts o = {held, held, &as_held};
         lpo_oplist l = {0};
         double wbytes = 0;
-        if (lpo_oplist_build_phase(g->spec, 1, 1, (int64_t)n, &o, &l) == LPO_OK)
-            for (size_t i = 0; i < l.n_ops; i++) wbytes += lpo_op_weight_bytes(&l.ops[i]);
+        st = lpo_oplist_build_phase(g->spec, 1, 1, (int64_t)n, &o, &l); /* fails only out of memory */
+        for (size_t i = 0; st == LPO_OK && i < l.n_ops; i++) wbytes += lpo_op_weight_bytes(&l.ops[i]);
         lpo_oplist_free(&l);
+        if (st != LPO_OK) {
+            lpo_gen_seq_free(&q);
+            return st; /* never a rate of 0.00 GB/s */
+        }
         const double dec = tok_per_s((double)q.decode_steps, q.decode_ms);
         fprintf(stderr,
                 "lpo generate: %zu prompt tokens, %zu generated (stop: %s); prefill %.1f ms (%.1f tok/s), "

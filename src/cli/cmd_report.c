@@ -43,7 +43,11 @@ lpo_status lpo_trace_cli_summarize(const char *dir, const char *title, const cha
     if (lpo_path_exists(p) && lpo_read_file(p, &info, NULL) == LPO_OK) {
         cJSON *root = cJSON_Parse(info);
         const cJSON *jt = cJSON_GetObjectItem(root, "nvml_t0_monotonic_ns");
-        if (cJSON_IsNumber(jt)) nvml_t0 = (uint64_t)jt->valuedouble;
+        int64_t v = 0; /* checked: a cast of 1e300 or -1 is undefined behaviour */
+        if (cJSON_IsNumber(jt) && lpo_double_to_i64(jt->valuedouble, 1, INT64_MAX, &v))
+            nvml_t0 = (uint64_t)v;
+        else if (jt)
+            LPO_WARN("%s: nvml_t0_monotonic_ns is not a time in ns; the NVML counters are left out", p);
         cJSON_Delete(root);
         free(info);
     }

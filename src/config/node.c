@@ -212,6 +212,8 @@ static lpo_status attach(parse_state *ps, lpo_node *n, const yaml_mark_t *m) {
 }
 
 static lpo_status parse_error(const yaml_parser_t *p, const char *origin) {
+    /* libyaml fails the same way when its own allocation fails: that is no syntax error at 1:1 */
+    if (p->error == YAML_MEMORY_ERROR) lpo_out_of_memory("the YAML parser's buffers", 0);
     const char *what = p->problem ? p->problem : "invalid YAML";
     if (p->context)
         return lpo_errorf(LPO_E_PARSE, "%s:%zu:%zu: %s %s (line %zu)", origin,
@@ -243,7 +245,7 @@ lpo_status lpo_yaml_parse(const char *text, size_t len, const char *origin, lpo_
     *out = NULL;
     if (!origin) origin = "<yaml>";
     yaml_parser_t p;
-    if (!yaml_parser_initialize(&p)) return lpo_errorf(LPO_E_NOMEM, "cannot initialise the YAML parser");
+    if (!yaml_parser_initialize(&p)) lpo_out_of_memory("the YAML parser", 0);
     yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
     yaml_parser_set_encoding(&p, YAML_UTF8_ENCODING); /* configs are UTF-8; no UTF-16 guessing */
     parse_state ps = {.origin = origin};

@@ -31,11 +31,11 @@ static size_t node_bytes(const lpo_node *n) {
 static lpo_status charge(rctx *c, const lpo_node *at, size_t bytes) {
     c->produced += bytes;
     if (c->produced <= RESOLVE_MAX_BYTES) return LPO_OK;
-    return lpo_errorf(
-        LPO_E_CONFIG,
-        "%s: interpolation in '%s' expands the configuration past %zu MiB (references that copy "
-        "references, doubling at each level?)",
-        at->origin ? at->origin : "?", at->key ? at->key : "", RESOLVE_MAX_BYTES >> 20);
+    return lpo_errorf(LPO_E_CONFIG,
+                      "%s: interpolation%s%s%s expands the configuration past %zu MiB (references that copy "
+                      "references, doubling at each level?)",
+                      at->origin ? at->origin : "?", at->key ? " in '" : "", at->key ? at->key : "",
+                      at->key ? "'" : "", RESOLVE_MAX_BYTES >> 20);
 }
 
 void lpo__now_format(const char *fmt, char *out, size_t n) {

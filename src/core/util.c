@@ -1,6 +1,8 @@
 /* Core utilities: logging, file reading/mapping, directories, arena, string buffer, suggestions, clock. */
 #include "lpo/core.h"
 
+#include <cjson/cJSON.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -334,39 +336,54 @@ lpo_status lpo_mem_check(double bytes, const char *what) {
                       what, bytes / 1073741824.0, avail / 1073741824.0);
 }
 
+void lpo_oom_print(const char *what, size_t bytes) {
+    if (bytes)
+        fprintf(stderr, "lpo: error: out of memory allocating %zu bytes for %s\n", bytes, what);
+    else
+        fprintf(stderr, "lpo: error: out of memory allocating %s\n", what);
+    fflush(stderr);
+}
+
 static void default_oom(const char *what, size_t bytes) {
-    fprintf(stderr, "lpo: error: out of memory allocating %zu bytes for %s\n", bytes, what);
+    lpo_oom_print(what, bytes);
     abort(); /* a library does not exit the process: the CLI installs a handler that exits 1 */
 }
 
 static lpo_oom_handler oom_handler = default_oom;
 
-void lpo_set_oom_handler(lpo_oom_handler h) {
-    oom_handler = h ? h : default_oom;
-}
-
-_Noreturn static void oom(const char *what, size_t bytes) {
+void lpo_out_of_memory(const char *what, size_t bytes) {
     oom_handler(what ? what : "(unnamed)", bytes);
     abort(); /* the handler must not return */
 }
 
+/* cJSON's allocator once a handler is installed: never NULL (cJSON reports a NULL as a parse error). */
+static void *json_alloc(size_t n) {
+    return lpo_xmalloc(n, "JSON data");
+}
+
+void lpo_set_oom_handler(lpo_oom_handler h) {
+    oom_handler = h ? h : default_oom;
+    cJSON_Hooks hooks = {json_alloc, free};
+    cJSON_InitHooks(h ? &hooks : NULL);
+}
+
 void *lpo_xmalloc(size_t n, const char *what) {
     void *p = malloc(n ? n : 1);
-    if (!p) oom(what, n);
+    if (!p) lpo_out_of_memory(what, n ? n : 1);
     return p;
 }
 
 void *lpo_xcalloc(size_t n, size_t size, const char *what) {
     void *p = calloc(n ? n : 1, size ? size : 1);
-    if (!p) oom(what, n && size > SIZE_MAX / n ? SIZE_MAX : n * size);
+    if (!p) lpo_out_of_memory(what, n && size > SIZE_MAX / n ? SIZE_MAX : n * size);
     return p;
 }
 
 void *lpo_xrealloc_array(void *p, size_t n, size_t size, const char *what) {
-    if (size && n > SIZE_MAX / size) oom(what, SIZE_MAX);
+    if (size && n > SIZE_MAX / size) lpo_out_of_memory(what, SIZE_MAX);
     size_t bytes = n * size;
     void *q = realloc(p, bytes ? bytes : 1);
-    if (!q) oom(what, bytes);
+    if (!q) lpo_out_of_memory(what, bytes ? bytes : 1);
     return q;
 }
 
@@ -419,7 +436,7 @@ void lpo_arena_free(lpo_arena *a) {
  */
 static void sb_reserve(lpo_strbuf *sb, size_t extra) {
     if (sb->len + extra + 1 <= sb->cap) return;
-    if (extra > SIZE_MAX / 2 - sb->len) oom("a string buffer", SIZE_MAX);
+    if (extra > SIZE_MAX / 2 - sb->len) lpo_out_of_memory("a string buffer", SIZE_MAX);
     size_t cap = sb->cap ? sb->cap : 64;
     while (cap < sb->len + extra + 1) cap *= 2;
     sb->buf = lpo_xrealloc_array(sb->buf, cap, 1, "a string buffer");

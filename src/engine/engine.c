@@ -469,13 +469,15 @@ static lpo_status run_step(lpo_engine *e, int n, const int *slots, const int64_t
             e->check_finite = was;
             install_callbacks(e);
         }
+        /* the exec=debug hint only where the op could not be named (a backend without read-back) */
         const lpo_status num = lpo_errorf(
             LPO_E_NUMERIC,
             "non-finite values (NaN/Inf) %s%s%s%s: the weights or inputs overflow float arithmetic (e.g. "
-            "weights near the float limit); run with engine.exec=debug to check every op",
+            "weights near the float limit)%s",
             e->nonfinite_op ? "first appear in the output of op '" : "in the logits",
             e->nonfinite_op ? e->nonfinite_op : "", e->nonfinite_op ? "'" : "",
-            e->nonfinite_op ? "" : " (every activation before them was finite)");
+            e->nonfinite_op ? "" : " (every activation before them was finite)",
+            e->nonfinite_op || e->check_buf ? "" : "; run with engine.exec=debug to check every op");
         e->nonfinite_op = NULL;
         return num;
     }

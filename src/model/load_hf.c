@@ -30,9 +30,10 @@ static lpo_status apply_generation_config(const char *dir, lpo_model_spec *s) {
     size_t len;
     lpo_status st = lpo_read_file(p, &text, &len);
     if (st != LPO_OK) return st;
-    st = lpo__spec_ids_from_json(text, len, p, s);
+    st = lpo__spec_ids_from_json(text, len, p, s); /* its errors name the file */
     free(text);
-    if (st == LPO_OK) st = lpo_spec_validate(s);
+    if (st != LPO_OK) return st;
+    st = lpo_spec_validate(s);
     /* a bad value in a file is a format error (exit 1), not a configuration error */
     return st == LPO_OK ? st : lpo_error_context(st == LPO_E_CONFIG ? LPO_E_FORMAT : st, "%s", p);
 }

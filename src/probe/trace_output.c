@@ -1,5 +1,6 @@
 /* Writing a trace's reports into a directory (kernels, ranges, steps, trace.json, summary.md), and
  * reading counter samples (the NVML sampler's CSV) for the trace's counter tracks. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +38,16 @@ void lpo_trace_counters_free(lpo_trace_counters *c) {
     free(c->t_ns);
     free(c->values);
     memset(c, 0, sizeof *c);
+}
+
+/* A decimal integer cell in [lo, hi] into *out: 1, else 0. */
+static int int_cell(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end || errno || v < lo || v > hi) return 0;
+    *out = v;
+    return 1;
 }
 
 lpo_status lpo_trace_counters_load(const char *path, uint64_t t0_ns, lpo_trace_counters *c) {
@@ -90,9 +101,24 @@ lpo_status lpo_trace_counters_load(const char *path, uint64_t t0_ns, lpo_trace_c
             }
         }
         const size_t i = c->n_samples++;
-        c->t_ns[i] =
-            col_t == col_ts ? t0_ns + (uint64_t)(strtod(f[col_t], NULL) * 1e9) : strtoull(f[col_t], NULL, 10);
-        c->device[i] = col_gpu >= 0 && (size_t)col_gpu < nf ? atoi(f[col_gpu]) : 0;
+        /* a time or GPU index that is not one (1e300 s, -1, "x") is an error, never a cast of a double out
+         * of range (undefined behaviour) or a silent 0 */
+        int64_t t = 0, gpu = 0;
+        char *tend = NULL;
+        const double ts = col_t == col_ts ? strtod(f[col_t], &tend) * 1e9 : 0;
+        const int t_ok =
+            col_t == col_ts ? tend != f[col_t] && !*tend && lpo_double_to_i64(floor(ts), 0, INT64_MAX / 2, &t)
+                            : int_cell(f[col_t], 0, INT64_MAX, &t);
+        if (!t_ok || (col_gpu >= 0 && (size_t)col_gpu < nf && !int_cell(f[col_gpu], 0, INT32_MAX, &gpu))) {
+            st = lpo_errorf(LPO_E_FORMAT, "%s: sample %zu: %s '%s' is not %s", path, i + 1,
+                            t_ok              ? "gpu"
+                            : col_t == col_ts ? "t_s"
+                                              : "t_ns",
+                            t_ok ? f[col_gpu] : f[col_t], t_ok ? "a GPU index" : "a time >= 0");
+            break;
+        }
+        c->t_ns[i] = (col_t == col_ts ? t0_ns : 0) + (uint64_t)t;
+        c->device[i] = (int)gpu;
         for (size_t k = 0; k < n_cols; k++) {
             if (series_col[k] < 0) continue;
             char *end = NULL;

@@ -529,6 +529,7 @@ static lpo_status norm_unicode(const tok_norm *nm, const char *s, size_t n, lpo_
     utf8proc_uint8_t *dst = NULL;
     utf8proc_ssize_t r =
         utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &dst, (utf8proc_option_t)opt);
+    if (r == UTF8PROC_ERROR_NOMEM) lpo_out_of_memory("the Unicode-normalized text", 0);
     if (r < 0) return lpo_errorf(LPO_E_INVALID, "unicode normalization failed: %s", utf8proc_errmsg(r));
     lpo_sb_append(out, (const char *)dst, (size_t)r);
     free(dst);
@@ -564,16 +565,27 @@ static void norm_lower(const char *s, size_t n, lpo_strbuf *out) {
     }
 }
 
-/* Replace: every match of the pattern by nm->b; stops once out passes `limit` bytes. */
-static void norm_replace(const tok_norm *nm, const char *s, size_t n, size_t limit, lpo_strbuf *out) {
+/* Replace: every match of the pattern by nm->b; stops once out passes `limit` bytes. A regex that fails
+ * to run (PCRE2's match limits) is an error naming `origin`, never text left unreplaced. */
+static lpo_status norm_replace(const tok_norm *nm, const char *origin, const char *s, size_t n, size_t limit,
+                               lpo_strbuf *out) {
     size_t bl = strlen(nm->b);
     if (nm->re) {
         pcre2_match_data *md = pcre2_match_data_create_from_pattern(nm->re, NULL);
+        if (!md) lpo_out_of_memory("a Replace normalizer's match data", 0);
         size_t pos = 0, last = 0;
-        while (md && pos <= n) {
+        while (pos <= n) {
             if (out->len > limit) break;
             int rc = pcre2_match(nm->re, (PCRE2_SPTR)s, n, pos, PCRE2_NO_UTF_CHECK, md, NULL);
-            if (rc < 0) break;
+            if (rc == PCRE2_ERROR_NOMATCH) break;
+            if (rc == PCRE2_ERROR_NOMEMORY) lpo_out_of_memory("a Replace normalizer's regex match", 0);
+            if (rc < 0) {
+                PCRE2_UCHAR msg[160];
+                pcre2_get_error_message(rc, msg, sizeof msg);
+                pcre2_match_data_free(md);
+                return lpo_errorf(LPO_E_FORMAT, "%s: Replace normalizer regex failed: %s", origin,
+                                  (const char *)msg);
+            }
             PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
             lpo_sb_append(out, s + last, ov[0] - last);
             lpo_sb_append(out, nm->b, bl);
@@ -581,17 +593,16 @@ static void norm_replace(const tok_norm *nm, const char *s, size_t n, size_t lim
             pos = ov[1] > ov[0] ? ov[1] : ov[1] + tok_utf8_len((unsigned char)s[ov[1] < n ? ov[1] : 0]);
         }
         pcre2_match_data_free(md);
-        if (out->len > limit) return;
-        lpo_sb_append(out, s + last, n - last);
-        return;
+        if (out->len <= limit) lpo_sb_append(out, s + last, n - last);
+        return LPO_OK;
     }
     size_t al = strlen(nm->a), last = 0;
     if (!al) {
         lpo_sb_append(out, s, n);
-        return;
+        return LPO_OK;
     }
     for (size_t i = 0; i + al <= n;) {
-        if (out->len > limit) return;
+        if (out->len > limit) return LPO_OK;
         if (memcmp(s + i, nm->a, al) == 0) {
             lpo_sb_append(out, s + last, i - last);
             lpo_sb_append(out, nm->b, bl);
@@ -601,6 +612,7 @@ static void norm_replace(const tok_norm *nm, const char *s, size_t n, size_t lim
             i++;
     }
     lpo_sb_append(out, s + last, n - last);
+    return LPO_OK;
 }
 
 lpo_status tok_normalize(const lpo_tokenizer *t, const char *s, size_t n, lpo_strbuf *out) {
@@ -614,6 +626,7 @@ lpo_status tok_normalize(const lpo_tokenizer *t, const char *s, size_t n, lpo_st
     lpo_sb_append(&a, "", 0);
     for (size_t k = 0; k < t->n_norms; k++) {
         const tok_norm *nm = &t->norms[k];
+        lpo_status st = LPO_OK;
         b.len = 0;
         lpo_sb_append(&b, "", 0);
         const char *src = a.buf ? a.buf : "";
@@ -621,21 +634,13 @@ lpo_status tok_normalize(const lpo_tokenizer *t, const char *s, size_t n, lpo_st
         case NORM_NFC:
         case NORM_NFD:
         case NORM_NFKC:
-        case NORM_NFKD: {
-            lpo_status st = norm_unicode(nm, src, a.len, &b);
-            if (st) {
-                lpo_sb_free(&a);
-                lpo_sb_free(&b);
-                return st;
-            }
-            break;
-        }
+        case NORM_NFKD: st = norm_unicode(nm, src, a.len, &b); break;
         case NORM_LOWERCASE: norm_lower(src, a.len, &b); break;
         case NORM_PREPEND:
             if (a.len) lpo_sb_puts(&b, nm->a);
             lpo_sb_append(&b, src, a.len);
             break;
-        case NORM_REPLACE: norm_replace(nm, src, a.len, limit, &b); break;
+        case NORM_REPLACE: st = norm_replace(nm, t->origin, src, a.len, limit, &b); break;
         case NORM_STRIP: {
             size_t lo = 0, hi = a.len;
             const unsigned char *u = (const unsigned char *)src;
@@ -656,6 +661,11 @@ lpo_status tok_normalize(const lpo_tokenizer *t, const char *s, size_t n, lpo_st
             lpo_sb_append(&b, src + lo, hi - lo);
             break;
         }
+        }
+        if (st) {
+            lpo_sb_free(&a);
+            lpo_sb_free(&b);
+            return st;
         }
         if (b.len > limit) {
             lpo_sb_free(&a);

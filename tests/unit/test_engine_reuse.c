@@ -13,38 +13,8 @@
 
 #include "test_engine_support.h"
 
-/* ---- allocation counting (glibc; sanitizers bring their own allocator, so it is off there) ----------------
- */
-#if defined(__SANITIZE_ADDRESS__)
-#define COUNT_ALLOCS 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define COUNT_ALLOCS 0
-#endif
-#endif
-#ifndef COUNT_ALLOCS
-#define COUNT_ALLOCS 1
-#endif
-
-static volatile int counting;
-static volatile long n_allocs;
-#if COUNT_ALLOCS
-extern void *__libc_malloc(size_t);
-extern void *__libc_calloc(size_t, size_t);
-extern void *__libc_realloc(void *, size_t);
-void *malloc(size_t n) {
-    if (counting) n_allocs++;
-    return __libc_malloc(n);
-}
-void *calloc(size_t a, size_t b) {
-    if (counting) n_allocs++;
-    return __libc_calloc(a, b);
-}
-void *realloc(void *p, size_t n) {
-    if (counting) n_allocs++;
-    return __libc_realloc(p, n);
-}
-#endif
+/* ---- allocation counting (glibc; sanitizers bring their own allocator, so it is off there) ---------- */
+#include "alloc_hook.h"
 
 static const int32_t PROMPTS[3][4] = {{5, 9, 14, 3}, {7, 7, 21, 40}, {60, 2, 11, 8}};
 
@@ -63,13 +33,13 @@ static void run(lpo_engine *e, int steps, const lpo_sampling *sp, int32_t ids[][
     for (int s = 1; s < steps; s++) {
         lpo_engine_batch d = {3, slots, NULL, NULL, 0, NULL, 1, ids[s]};
         if (s == 2) { /* from the second decode step on, nothing is built and nothing allocated */
-            n_allocs = 0;
-            counting = 1;
+            lpo_test_allocs = 0;
+            lpo_test_alloc_counting = 1;
         }
         assert_int_equal(lpo_engine_run(e, &d), LPO_OK);
     }
-    counting = 0;
-    if (allocs_after_first) *allocs_after_first = n_allocs;
+    lpo_test_alloc_counting = 0;
+    if (allocs_after_first) *allocs_after_first = lpo_test_allocs;
 }
 
 static void test_decode_reuses_its_list(void **state) {
@@ -80,13 +50,13 @@ static void test_decode_reuses_its_list(void **state) {
     const lpo_sampling greedy = {0, 0, 1, 1, 0};
     int32_t ids[10][3];
     long allocs = -1;
-#if COUNT_ALLOCS
-    counting = 1; /* the counter sees an allocation made while it counts */
-    n_allocs = 0;
+#if LPO_TEST_ALLOC_HOOK
+    lpo_test_alloc_counting = 1; /* the counter sees an allocation made while it counts */
+    lpo_test_allocs = 0;
     void *volatile probe = malloc(16);
-    counting = 0;
+    lpo_test_alloc_counting = 0;
     free(probe);
-    assert_int_equal(n_allocs, 1);
+    assert_int_equal(lpo_test_allocs, 1);
 #endif
     run(e, 10, &greedy, ids, &allocs);
     lpo_engine_stats st;
@@ -95,7 +65,7 @@ static void test_decode_reuses_its_list(void **state) {
     assert_int_equal(st.lists_built, 2);
     assert_int_equal(st.plans_built, 2);
     assert_int_equal(st.steps, 10);
-#if COUNT_ALLOCS
+#if LPO_TEST_ALLOC_HOOK
     printf("heap allocations during 8 decode steps: %ld\n", allocs);
     assert_int_equal(allocs, 0);
 #else

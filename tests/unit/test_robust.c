@@ -17,10 +17,15 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/trace_cli.h"
 #include "lpo/ceilings.h"
 #include "lpo/core.h"
+#include "lpo/gguf.h"
 #include "lpo/model.h"
 #include "lpo/trace.h"
+#include "alloc_hook.h"
+#include "lpo/config.h"
+#include "lpo/tokenizer.h"
 #include "test_support.h"
 
 #define TOK LPO_SOURCE_DIR "/tests/golden/tokenizers/qwen2ish.tokenizer.json"
@@ -168,8 +173,9 @@ static void test_generation_config(void **state) {
         assert_int_equal(lpo_write_file(p, bad[i].json, strlen(bad[i].json)), LPO_OK);
         lpo_model *mod = NULL;
         lpo_status st = lpo_model_open_path(m, &mod);
-        if (st == LPO_OK || !strstr(lpo_last_error(), bad[i].err) ||
-            !strstr(lpo_last_error(), "generation_config.json"))
+        const char *file = strstr(lpo_last_error(), "generation_config.json");
+        if (st == LPO_OK || !strstr(lpo_last_error(), bad[i].err) || !file ||
+            strstr(file + 1, "generation_config.json")) /* named once */
             fail_msg("%s: got %s '%s', want '%s'", bad[i].json, lpo_status_name(st), lpo_last_error(),
                      bad[i].err);
         assert_null(mod);
@@ -182,6 +188,59 @@ static void test_generation_config(void **state) {
     assert_int_equal(lpo_model_get_spec(mod)->n_eos, 2);
     assert_int_equal(lpo_model_get_spec(mod)->bos_id, 1);
     lpo_model_close(mod);
+    remove_tree(dir);
+    free(dir);
+}
+
+/* Fills n bytes at p with float32 3e38 (finite, but any sum of two overflows). */
+static void fill_huge(uint8_t *p, uint64_t n) {
+    const float v = 3e38f;
+    // one float per iteration
+    for (uint64_t i = 0; i + 4 <= n; i += 4) memcpy(p + i, &v, 4);
+}
+
+/* Finding 7: finite but huge weights (every weight 3e38) in safetensors and in GGUF: the forward pass
+ * fails naming the first op with NaN/Inf (it printed all-NaN logits, exit 0, and token 0). */
+static void test_huge_weights(void **state) {
+    (void)state;
+    char *dir = copy_tiny_llama(), p[4300], script[8800];
+    /* safetensors: everything after the header is float32 data */
+    snprintf(p, sizeof p, "%s/m/model.safetensors", dir);
+    char *st = NULL;
+    size_t n = 0;
+    assert_int_equal(lpo_read_file(p, &st, &n), LPO_OK);
+    uint64_t hl;
+    memcpy(&hl, st, 8);
+    assert_true(8 + hl < n);
+    fill_huge((uint8_t *)st + 8 + hl, n - 8 - hl);
+    assert_int_equal(lpo_write_file(p, st, n), LPO_OK);
+    free(st);
+    /* GGUF: each (f32) tensor's bytes */
+    char *g = NULL;
+    assert_int_equal(lpo_read_file(LPO_SOURCE_DIR "/tests/golden/gguf/tiny-llama.gguf", &g, &n), LPO_OK);
+    lpo_gguf *gg;
+    assert_int_equal(lpo_gguf_parse((const uint8_t *)g, n, "tiny-llama.gguf", &gg), LPO_OK);
+    // one tensor per iteration
+    for (size_t i = 0; i < lpo_gguf_n_tensors(gg); i++) {
+        const lpo_gguf_tensor *t = lpo_gguf_tensor_at(gg, i);
+        assert_int_equal(t->dtype, LPO_DT_F32);
+        fill_huge((uint8_t *)g + (t->data - (const uint8_t *)g), t->nbytes);
+    }
+    lpo_gguf_close(gg);
+    snprintf(p, sizeof p, "%s/m.gguf", dir);
+    assert_int_equal(lpo_write_file(p, g, n), LPO_OK);
+    free(g);
+    const char *models[] = {"m", "m.gguf"},
+               *cmds[] = {"logits tokens=1,2 out=/dev/null",
+                          "generate tokens=1,2 infer.max_new_tokens=2 --print-ids",
+                          "generate tokens=1,2 infer.temperature=0.7 --print-ids",
+                          "generate tokens=1,2 engine.exec=debug --print-ids"};
+    for (size_t m = 0; m < 2; m++)
+        for (size_t c = 0; c < sizeof cmds / sizeof *cmds; c++) {
+            snprintf(script, sizeof script, "\"$LPO\" %s model=hf model.path='%s/%s'", cmds[c], dir,
+                     models[m]);
+            expect(script, 1, "non-finite values (NaN/Inf) first appear in the output of op 'layers.0.");
+        }
     remove_tree(dir);
     free(dir);
 }
@@ -315,6 +374,43 @@ static void test_ceilings_cache_numbers(void **state) {
     free(dir);
 }
 
+/* The fresh look for finding 9's class, in the trace files: nvml.csv times and GPU indices and
+ * trace_info.json's start time were cast from doubles unchecked (1e300 s: undefined behaviour). */
+static void test_trace_numbers(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir(), p[4300];
+    snprintf(p, sizeof p, "%s/nvml.csv", dir);
+    const struct {
+        const char *csv, *err;
+    } bad[] = {
+        {"t_s,power_w\n0,1\n1e300,2\n", "sample 2: t_s '1e300' is not a time >= 0"},
+        {"t_s,power_w\n-1,1\n", "sample 1: t_s '-1' is not a time >= 0"},
+        {"t_s,power_w\nnan,1\n", "t_s 'nan' is not a time >= 0"},
+        {"t_s,power_w\n1x,1\n", "t_s '1x' is not a time >= 0"},
+        {"t_ns,power_w\n-5,1\n", "t_ns '-5' is not a time >= 0"},
+        {"t_ns,power_w\n99999999999999999999,1\n", "t_ns '99999999999999999999' is not"},
+        {"t_ns,gpu,power_w\n5,1e9,1\n", "gpu '1e9' is not a GPU index"},
+        {"t_ns,gpu,power_w\n5,-1,1\n", "gpu '-1' is not a GPU index"},
+    };
+    lpo_trace_counters c;
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        assert_int_equal(lpo_write_file(p, bad[i].csv, strlen(bad[i].csv)), LPO_OK);
+        assert_int_equal(lpo_trace_counters_load(p, 1000, &c), LPO_E_FORMAT);
+        if (!strstr(lpo_last_error(), bad[i].err)) fail_msg("%s: got '%s'", bad[i].csv, lpo_last_error());
+    }
+    /* a start time out of range in trace_info.json: the report is written without the counters */
+    const char *ok = "t_s,power_w\n0,1\n0.5,2\n";
+    assert_int_equal(lpo_write_file(p, ok, strlen(ok)), LPO_OK);
+    snprintf(p, sizeof p, "%s/trace_info.json", dir);
+    const char *info = "{\"nvml_t0_monotonic_ns\": 1e300}";
+    assert_int_equal(lpo_write_file(p, info, strlen(info)), LPO_OK);
+    snprintf(p, sizeof p, "%s/trace-1.lpot", dir);
+    assert_int_equal(lpo_trace_synthesize(p, 16, 1), LPO_OK);
+    if (lpo_trace_cli_summarize(dir, NULL, NULL, 0)) fail_msg("%s", lpo_last_error());
+    remove_tree(dir);
+    free(dir);
+}
+
 /* The fresh look for findings 1 and 2's class: trace.json was written as "<path>.tmp" + rename (a link
  * planted there was followed, a link at the path replaced); the probe's raw file followed links too. */
 static void test_trace_writers(void **state) {
@@ -378,13 +474,107 @@ static void test_cli_out_of_memory(void **state) {
     assert_non_null(strstr(buf, "bytes for a test block"));
 }
 
+/* Runs parse(arg) in a child whose allocations fail after the first `ok` (lpo_test_allocs_left), with the
+ * CLI's handler: returns the exit code (0 when parse succeeded, 1 from the handler, 3 when parse returned
+ * an error), stderr in err (size n). */
+static int parse_failing(lpo_status (*parse)(const char *), const char *arg, long ok, char *err, size_t n) {
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        lpo_set_oom_handler(lpo_cli_out_of_memory);
+        lpo_test_allocs_left = ok;
+        lpo_status st = parse(arg);
+        lpo_test_allocs_left = -1;
+        if (st) fprintf(stderr, "%s\n", lpo_last_error());
+        _exit(st ? 3 : 0);
+    }
+    close(fds[1]);
+    size_t got = 0;
+    for (ssize_t r; got < n - 1 && (r = read(fds[0], err + got, n - 1 - got)) > 0;) got += (size_t)r;
+    err[got] = 0;
+    close(fds[0]);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static lpo_status parse_yaml(const char *text) {
+    lpo_node *n = NULL;
+    lpo_status st = lpo_yaml_parse(text, strlen(text), "t.yaml", &n);
+    lpo_node_free(n);
+    return st;
+}
+
+static lpo_status parse_hf_config(const char *text) {
+    lpo_model_spec spec;
+    return lpo_spec_from_hf_config(text, strlen(text), "config.json", &spec);
+}
+
+static lpo_status parse_tokenizer(const char *text) {
+    lpo_tokenizer *t = NULL;
+    lpo_status st = lpo_tokenizer_from_json(text, strlen(text), "tokenizer.json", &t);
+    if (st == LPO_OK) {
+        int32_t *ids = NULL;
+        size_t n;
+        st = lpo_tokenizer_encode(t, "hello world", 11, 1, &ids, &n);
+        free(ids);
+    }
+    lpo_tokenizer_free(t);
+    return st;
+}
+
+/* Finding 12: an allocation that fails inside libyaml, cJSON or PCRE2 is reported as out of memory with
+ * what was being allocated (it read "invalid YAML" at 1:1 or "not a valid JSON object"), exit 1. Every
+ * allocation of each parse is made to fail in turn. */
+static void test_library_out_of_memory(void **state) {
+    (void)state;
+    if (!LPO_TEST_ALLOC_HOOK) {
+        printf("SKIP: allocation failures are not injected under sanitizers\n");
+        return;
+    }
+    char *cfg = NULL, *tok = NULL;
+    assert_int_equal(lpo_read_file(LPO_SOURCE_DIR "/tests/golden/models/tiny-llama/config.json", &cfg, NULL),
+                     LPO_OK);
+    assert_int_equal(lpo_read_file(TOK, &tok, NULL), LPO_OK);
+    const struct {
+        lpo_status (*parse)(const char *);
+        const char *text;
+        long max_ok; /* failing allocations tried: 0..max_ok-1 (then step) */
+        long step;
+    } cases[] = {
+        {parse_yaml, "a: {b: [1, 2, 'three']}\nc: |\n  text\n  more\nd: [x]\n", 200, 1},
+        {parse_hf_config, cfg, 200, 1},
+        {parse_tokenizer, tok, 60000, 499},
+    };
+    char err[1024];
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int succeeded = 0;
+        // one child per failing allocation
+        for (long ok = 0; ok < cases[i].max_ok && !succeeded; ok += ok < 64 ? 1 : cases[i].step) {
+            int rc = parse_failing(cases[i].parse, cases[i].text, ok, err, sizeof err);
+            succeeded = rc == 0;
+            if (rc == 1 && strstr(err, "lpo: error: out of memory allocating ")) continue;
+            if (rc == 0) continue;
+            fail_msg("case %zu, allocation %ld fails: exit %d, stderr: %s", i, ok, rc, err);
+        }
+        if (!succeeded) fail_msg("case %zu never succeeded within %ld allocations", i, cases[i].max_ok);
+    }
+    free(cfg);
+    free(tok);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_logits_through_link), cmocka_unit_test(test_stdout_write_errors),
         cmocka_unit_test(test_cli_out_of_memory),   cmocka_unit_test(test_generation_config),
         cmocka_unit_test(test_fifo_inputs),         cmocka_unit_test(test_jsonl_lines),
         cmocka_unit_test(test_leniency_refused),    cmocka_unit_test(test_ceilings_cache_numbers),
-        cmocka_unit_test(test_trace_writers),
+        cmocka_unit_test(test_trace_writers),       cmocka_unit_test(test_library_out_of_memory),
+        cmocka_unit_test(test_huge_weights),        cmocka_unit_test(test_trace_numbers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -381,9 +381,19 @@ int probe_open(const char *dir) {
     return 0;
 }
 
+/* Milliseconds from the environment in ns; 0 when unset. A value that is not a number in [0, 1e12] is
+ * ignored with a warning (a cast of -1 or 1e300 to an integer is undefined behaviour). */
 static uint64_t env_ms_ns(const char *name) {
     const char *v = getenv(name);
-    return v && *v ? (uint64_t)(strtod(v, NULL) * 1e6) : 0;
+    if (!v || !*v) return 0;
+    char *end = NULL;
+    const double ms = strtod(v, &end);
+    if (end == v || *end || !(ms >= 0 && ms <= 1e12)) {
+        fprintf(stderr, "lpo probe: %s='%s' is not a number of milliseconds in [0, 1e12]; ignored\n", name,
+                v);
+        return 0;
+    }
+    return (uint64_t)(ms * 1e6);
 }
 
 int probe_init_from_env(void) {
