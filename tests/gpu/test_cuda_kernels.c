@@ -28,19 +28,8 @@
 #include "lpo/gguf.h"
 #include "lpo/model.h"
 #include "lpo/sampling.h"
+#include "test_gpu.h"
 #include "test_support.h"
-
-#define CK(call)                                                                                             \
-    do {                                                                                                     \
-        cudaError_t e_ = (call);                                                                             \
-        if (e_ != cudaSuccess)                                                                               \
-            fail_msg("%s: %s (%s:%d)", #call, cudaGetErrorString(e_), __FILE__, __LINE__);                   \
-    } while (0)
-#define OK(call)                                                                                             \
-    do {                                                                                                     \
-        lpo_status s_ = (call);                                                                              \
-        if (s_ != LPO_OK) fail_msg("%s (line %d): %s", #call, __LINE__, lpo_last_error());                   \
-    } while (0)
 
 static const lpo_dtype DTS[3] = {LPO_DT_F32, LPO_DT_F16, LPO_DT_BF16};
 static int g_failures; /* failing checks in the current test function */
@@ -48,10 +37,7 @@ static int g_failures; /* failing checks in the current test function */
 /* ---- random data ---------------------------------------------------------------------------------- */
 static uint64_t g_rng;
 static uint64_t rng_u64(void) {
-    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return lpo_test_rand(&g_rng);
 }
 static float frand(float lo, float hi) {
     return lo + (hi - lo) * (float)((rng_u64() >> 40) * (1.0 / 16777216.0));
@@ -1157,9 +1143,7 @@ static void test_timing(void **state) {
 
 int main(void) {
     lpo_test_require_gpu();
-    const char *seed = getenv("LPO_TEST_SEED");
-    g_rng = seed ? strtoull(seed, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-    printf("test_cuda_kernels: LPO_TEST_SEED=%llu\n", (unsigned long long)g_rng);
+    g_rng = lpo_test_seed("test_cuda_kernels");
     const char *only = getenv("LPO_TEST_ONLY"); /* a cmocka name pattern, e.g. "test_attention" */
     if (only) cmocka_set_test_filter(only);
     const struct CMUnitTest tests[] = {

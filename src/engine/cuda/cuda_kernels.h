@@ -152,11 +152,52 @@ lpo_status lpo_cuda_argmax(int32_t *ids, const float *logits, int64_t m, int64_t
  * (m, vocab) f32, bit for bit (the SAMPLE op's specification, src/engine/sampler.c); logits are modified in
  * place as there (penalty, NaN -> -inf). streams, steps: device [m] (NULL = 0); seen: device [m][ceil(vocab /
  * 32)] bitmaps for the repetition penalty (NULL = none). advance: then steps[r] += 1 and the id is marked in
- * seen, as lpo_sampler_sample + lpo_sampler_accept do (a graphed decode loop needs no host update). p is
- * validated here (LPO_E_CONFIG). */
+ * seen, as lpo_sampler_sample + lpo_sampler_accept do. p is validated here (LPO_E_CONFIG). The same kernel as
+ * lpo_cuda_sample_rows with one block per row (no workspace): for the op checker and tests; a decode step
+ * calls lpo_cuda_sample_rows. */
 lpo_status lpo_cuda_sample(int32_t *ids, float *logits, int64_t m, int64_t vocab, const lpo_sampling *p,
                            const uint64_t *streams, uint64_t *steps, uint32_t *seen, int advance,
                            cudaStream_t stream);
+
+/* The batched SAMPLE op: every row of a step in ONE launch, parameters and state in device memory (no host
+ * work, no synchronisation, no allocation: capturable in a CUDA graph).
+ *
+ * lpo_cuda_sample_slot: one slot's parameters, made on the host by lpo_cuda_sample_slot_make (which validates
+ * them, LPO_E_CONFIG) and copied to device memory once per sequence (set_sampling), not per step. */
+typedef struct {
+    uint64_t seed;
+    double top_p;   /* 1 = off */
+    int64_t top_k;  /* 0 = off (as is >= vocab); 1 = greedy */
+    float invt;     /* (float)(1.0 / temperature), rounded once on the host; 0 when greedy */
+    float rp;       /* (float)repetition_penalty; 1 = off */
+    int32_t greedy; /* lpo_sampling_is_greedy: argmax */
+    int32_t pad_;
+} lpo_cuda_sample_slot;
+lpo_status lpo_cuda_sample_slot_make(lpo_cuda_sample_slot *out, const lpo_sampling *p);
+/* Workspace bytes for lpo_cuda_sample_rows with up to max_m rows (rows of a step with m <= 64 are split over
+ * several blocks that meet in the workspace; larger steps use one block per row and none). The workspace
+ * must be zeroed once (cudaMemset) before its first use; every launch leaves it zeroed again. One launch at a
+ * time per workspace (a stream's steps are ordered: fine). After a failed launch, zero it again. */
+size_t lpo_cuda_sample_rows_workspace(int64_t max_m);
+/* Blocks each row of an m-row step gets (1 when m > 64; else up to 128, as many as stay resident at once):
+ * for tests and tables. */
+int lpo_cuda_sample_rows_split(int64_t m, int64_t vocab);
+/* For each row r < m of logits (m, vocab) f32 whose row_mask[r] is set (row_mask NULL = every row), with
+ * slot s = row_slot[r] (row_slot NULL: s = r):
+ *     ids[r] = lpo_sample_row(slots[s] as lpo_sampling, stream[s], step[s], seen row s, logits row r, vocab)
+ * bit for bit (docs/sampling.md), logits row r modified in place as there (penalty, NaN -> -inf), then
+ * step[s] += 1, token ids[r] marked in seen row s, last[s] = ids[r] (what lpo_sampler_sample +
+ * lpo_sampler_accept do on the CPU, so a graphed decode loop needs no host update). A masked-off row gets
+ * ids[r] = -1 and changes nothing (its slot's counter does not advance). Device pointers: ids [m];
+ * row_slot [m]; row_mask [m]; slots, stream, step, last [max_seqs]; seen [max_seqs][seen_words] with
+ * seen_words >= ceil(vocab / 32) (NULL = no penalty, nothing marked). stream, step, last may be NULL
+ * (counters 0, nothing written). A slot must appear in at most one sampled row of a launch. ws, ws_bytes: the
+ * workspace above (lpo_cuda_sample_rows_workspace(m) bytes at least; may be NULL when that is 0). */
+lpo_status lpo_cuda_sample_rows(int32_t *ids, float *logits, int64_t m, int64_t vocab,
+                                const int32_t *row_slot, const uint8_t *row_mask,
+                                const lpo_cuda_sample_slot *slots, const uint64_t *stream, uint64_t *step,
+                                uint32_t *seen, int64_t seen_words, int32_t *last, void *ws, size_t ws_bytes,
+                                cudaStream_t s);
 
 /* Marks token ids as seen for the repetition penalty: bit tokens[t] of slot tok_slot[t]'s bitmap in seen
  * [slots][ceil(vocab / 32)] (as lpo_sampler_accept; ids outside [0, vocab) are ignored). */
