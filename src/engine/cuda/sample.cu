@@ -139,7 +139,8 @@ extern "C" lpo_status lpo_cuda_argmax(int32_t *ids, const float *logits, int64_t
 
 typedef unsigned long long ull;
 
-/* Per row of a multi-block step, in the caller's workspace: zero between launches. */
+/* Per row of a multi-block step, in the caller's workspace: all zero between launches (the last block of the
+ * row to leave zeroes what the row used). */
 struct sr_row_ws {
     ull gmass[3][SR_BINS];     /* the row's histograms: weights per bin, 3 rotating buffers */
     ull bsum[SR_MAX_SPLIT];    /* per block: its chunk's sum (draw weight or tied members) */
@@ -601,7 +602,10 @@ template <bool VEC> __global__ void __launch_bounds__(SR_THREADS) sample_rows_ke
     }
     if (greedy) {
         sr_finish(A, r, slot, bi);
-        if (X.S > 1 && tid == 0) X.w->bar = 0; /* every block has arrived */
+        if (X.S > 1) { /* every block has arrived and the partials are read: back to zero */
+            for (int j = tid; j < X.S; j += SR_THREADS) X.w->pv[j] = 0, X.w->pi[j] = 0;
+            if (tid == 0) X.w->bar = 0;
+        }
         return;
     }
     const float m = bv, invt = P.invt;
@@ -619,14 +623,19 @@ template <bool VEC> __global__ void __launch_bounds__(SR_THREADS) sample_rows_ke
     const long long id = sr_row_find<VEC>(
         X, sm, kept, [&](ull total) { return (ull)__umul64hi(h, total) + 1; }, false);
     if (id >= 0) sr_finish(A, r, slot, (int)id);
-    if (X.S > 1) { // leave the workspace as found: histograms zero, then (the last block out) the counters
+    if (X.S > 1) { // leave the workspace as found: histograms zero, then (the last block out) the rest
         if (use_k || use_p)
             for (int b = 0; b < 3; b++) sr_zero_share(X, b);
         __syncthreads();
         if (tid == 0) {
             __threadfence();
-            if (atomicAdd(&X.w->exitc, 1u) == (unsigned)X.S - 1) X.w->bar = 0, X.w->exitc = 0;
+            sm.ticket = atomicAdd(&X.w->exitc, 1u);
         }
+        __syncthreads();
+        if (sm.ticket != (unsigned)X.S - 1) return;
+        __threadfence();
+        for (int j = tid; j < X.S; j += SR_THREADS) X.w->pv[j] = 0, X.w->pi[j] = 0, X.w->bsum[j] = 0;
+        if (tid == 0) X.w->cut_id = 0, X.w->bar = 0, X.w->exitc = 0;
     }
 }
 
