@@ -132,8 +132,11 @@ static void *hmalloc(size_t bytes) {
     assert_non_null(p);
     return p;
 }
+/* host -> device, finished before returning (a pageable cudaMemcpy may return before its DMA lands, and
+ * the launches on a non-blocking stream would not wait for it) */
 static void up(void *d, const void *h, size_t bytes) {
     CK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+    CK(cudaDeviceSynchronize());
 }
 static void down(void *h, const void *d, size_t bytes) {
     CK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
@@ -277,6 +280,7 @@ static void test_rows(void **state) {
     const size_t ws_bytes = lpo_cuda_sample_rows_workspace(64);
     void *ws = dmalloc(ws_bytes);
     CK(cudaMemset(ws, 0, ws_bytes));
+    CK(cudaDeviceSynchronize());
     lpo_sample_scratch *scr = NULL;
     OK(lpo_sample_scratch_init(&scr, 128256));
     int failures = 0;
@@ -503,6 +507,7 @@ static void test_timing(void **state) {
     const size_t wsb = lpo_cuda_sample_rows_workspace(64);
     void *ws = dmalloc(wsb);
     CK(cudaMemset(ws, 0, wsb));
+    CK(cudaDeviceSynchronize());
     const lpo_sampling G = {0.0, 0, 1.0, 1.0, 0}, T8 = {0.8, 0, 1.0, 1.0, 0}, K50 = {0.8, 50, 1.0, 1.0, 0},
                        P9 = {0.8, 0, 0.9, 1.0, 0}, KP = {0.8, 50, 0.9, 1.0, 0}, RP = {0.7, 0, 0.95, 1.1, 0};
     const bench_case cases[] = {
