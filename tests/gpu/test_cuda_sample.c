@@ -444,7 +444,7 @@ static void bench_one(const bench_case *c, void *ws, size_t wsb) {
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
-    float ts[B_SAMPLES], tg[B_SAMPLES];
+    float ts[B_SAMPLES] = {0}, tg[B_SAMPLES] = {0};
     for (int k = 0; k < 5 + B_SAMPLES; k++) { // stream: B_REPS launches back to back per sample
         CK(cudaEventRecord(e0, s));
         for (int i = 0; i < B_REPS; i++) OK(bench_launch(c, &b, &p, ws, wsb, s));

@@ -315,6 +315,20 @@ __device__ void sr_row_sync(sr_ctx &X) {
     __syncthreads();
 }
 
+/* Arrival at a ticket counter of the row (after this block's global writes): true in every thread of the
+ * last of the S blocks to arrive, which then sees the others' writes. */
+__device__ bool sr_last_in(unsigned *counter, int S, sr_smem &sm) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        sm.ticket = atomicAdd(counter, 1u);
+    }
+    __syncthreads();
+    const bool last = sm.ticket == (unsigned)S - 1;
+    if (last) __threadfence();
+    return last;
+}
+
 /* This block's share of histogram buffer b back to zero. */
 __device__ void sr_zero_share(const sr_ctx &X, int b) {
     const int per = (SR_BINS + X.S - 1) / X.S, b0 = X.blk * per, b1 = min(SR_BINS, b0 + per);
@@ -583,14 +597,7 @@ template <bool VEC> __global__ void __launch_bounds__(SR_THREADS) sample_rows_ke
     if (X.S > 1) {
         if (tid == 0) X.w->pv[X.blk] = bv, X.w->pi[X.blk] = bi;
         if (greedy) { // the last block to arrive finishes the row
-            __syncthreads();
-            if (tid == 0) {
-                __threadfence();
-                sm.ticket = atomicAdd(&X.w->bar, 1u);
-            }
-            __syncthreads();
-            if (sm.ticket != (unsigned)X.S - 1) return;
-            __threadfence();
+            if (!sr_last_in(&X.w->bar, X.S, sm)) return;
         } else {
             sr_row_sync(X);
         }
@@ -628,14 +635,7 @@ template <bool VEC> __global__ void __launch_bounds__(SR_THREADS) sample_rows_ke
     if (X.S > 1) { // leave the workspace as found: histograms zero, then (the last block out) the rest
         if (use_k || use_p)
             for (int b = 0; b < 3; b++) sr_zero_share(X, b);
-        __syncthreads();
-        if (tid == 0) {
-            __threadfence();
-            sm.ticket = atomicAdd(&X.w->exitc, 1u);
-        }
-        __syncthreads();
-        if (sm.ticket != (unsigned)X.S - 1) return;
-        __threadfence();
+        if (!sr_last_in(&X.w->exitc, X.S, sm)) return;
         for (int j = tid; j < X.S; j += SR_THREADS) X.w->pv[j] = 0, X.w->pi[j] = 0, X.w->bsum[j] = 0;
         if (tid == 0) X.w->cut_id = 0, X.w->bar = 0, X.w->exitc = 0;
     }
