@@ -82,7 +82,7 @@ static int cmp_double(const void *a, const void *b) {
 
 double lpo_quantile_sorted(const double *sorted, size_t n, double q) {
     if (n == 0) return NAN;
-    if (q <= 0) return sorted[0];
+    if (!(q > 0)) return sorted[0]; /* NaN too: floor(NaN) cast to size_t is undefined */
     if (q >= 1) return sorted[n - 1];
     double h = q * (double)(n - 1);
     size_t lo = (size_t)floor(h);

@@ -2,6 +2,7 @@
  * ($XDG_CACHE_HOME or ~/.cache)/lpo/ceilings/<uuid>.json, and the "which peaks for MFU/MBU" lookup
  * (measured when cached, else spec sheet, else none). Measuring is in ceilings_run.c and the .cu files. */
 #include <cjson/cJSON.h>
+#include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -250,10 +251,15 @@ const char *lpo_ceilings_cache_path(const char *key, char *buf, size_t n) {
     safe[k] = 0;
     if (!k || !strcmp(safe, ".") || !strcmp(safe, "..")) snprintf(safe, sizeof safe, "unknown");
     const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (!(home && *home)) { /* the account's home; never a shared folder such as /tmp, where anyone can
+                             * plant the cache folder or a link in it */
+        const struct passwd *pw = getpwuid(getuid());
+        home = pw && pw->pw_dir && *pw->pw_dir ? pw->pw_dir : ".";
+    }
     if (xdg && *xdg)
         snprintf(buf, n, "%s/lpo/ceilings/%s.json", xdg, safe);
     else
-        snprintf(buf, n, "%s/.cache/lpo/ceilings/%s.json", home && *home ? home : "/tmp", safe);
+        snprintf(buf, n, "%s/.cache/lpo/ceilings/%s.json", home, safe);
     return buf;
 }
 

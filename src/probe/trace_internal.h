@@ -26,6 +26,8 @@ typedef struct {
     uint64_t *dense; /* value + 1, 0 = absent */
     size_t n_dense;
     tr_map sparse;
+    uint64_t dense_max; /* keys from here on go to the sparse map (0: TR_DENSE_MAX); the loader sets it
+                         * from the file's size, so a small file cannot ask for a huge dense array */
 } tr_idx;
 
 int tr_idx_put(tr_idx *m, uint64_t key, uint64_t val); /* 0 or -1 */

@@ -45,11 +45,18 @@ static inline uint32_t gstr(const file_ctx *c, uint32_t local) {
 
 #define NOMEM() lpo_errorf(LPO_E_NOMEM, "trace: out of memory while loading")
 
-/* First pass: the strings (so records may refer to strings written after them). */
-static lpo_status load_strings(lpo_trace *t, file_ctx *c, const uint8_t *p, const uint8_t *end) {
+/* First pass: the strings (so records may refer to strings written after them). The writer numbers them
+ * 1, 2, ...: an id past the records the file can hold is refused (one 16-byte record claiming id 2^32
+ * asked for a 16 GiB table). */
+static lpo_status load_strings(lpo_trace *t, file_ctx *c, const char *path, const uint8_t *p,
+                               const uint8_t *end) {
+    const size_t max_id = (size_t)(end - p) / 8;
     while (p + 8 <= end) {
         const lpo_raw_rec *r = (const lpo_raw_rec *)p;
         if (r->size < 8 || (r->size & 7) || p + r->size > end) break;
+        if (r->type == LPO_REC_STRING && r->aux > max_id)
+            return lpo_errorf(LPO_E_FORMAT, "%s: string id %u in a file of %zu records at most: corrupt",
+                              path, (unsigned)r->aux, max_id);
         if (r->type == LPO_REC_STRING) {
             const char *s = (const char *)(p + 8);
             size_t len = strnlen(s, r->size - 8u);
@@ -455,7 +462,11 @@ static lpo_status load_one(lpo_trace *t, const char *path, file_ctx *c) {
     const uint8_t *p = mf->data + h->header_size, *end = mf->data + mf->size;
     const size_t r0 = t->ranges.n, o0 = t->ops.n, a0 = t->apis.n, s0 = t->syncs.n, m0 = t->marks.n;
     int truncated = 0;
-    if ((st = load_strings(t, c, p, end)) || (st = load_records(t, c, proc, p, end, &truncated))) return st;
+    /* ids index dense arrays up to a bound proportional to the file (8 bytes per slot: at most 2x its
+     * size each); ids beyond go to hash maps */
+    c->launch.dense_max = c->range.dense_max = c->api.dense_max = (uint64_t)(end - p) / 4 + 4096;
+    if ((st = load_strings(t, c, path, p, end)) || (st = load_records(t, c, proc, p, end, &truncated)))
+        return st;
     if (truncated) t->stats.truncated_files++;
     if ((st = finish_file(t, c, proc, r0, o0, a0))) return st;
     const int64_t off = h->clock_offset_ns; /* CUPTI's own clock: shift to CLOCK_MONOTONIC */

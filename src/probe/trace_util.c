@@ -102,10 +102,12 @@ uint64_t *tr_map_get(const tr_map *m, uint64_t key) {
 #define TR_DENSE_MAX (1ull << 26)
 
 int tr_idx_put(tr_idx *m, uint64_t key, uint64_t val) {
-    if (key >= TR_DENSE_MAX) return tr_map_put(&m->sparse, key, val);
+    const uint64_t lim = m->dense_max && m->dense_max < TR_DENSE_MAX ? m->dense_max : TR_DENSE_MAX;
+    if (key >= lim) return tr_map_put(&m->sparse, key, val);
     if (key >= m->n_dense) {
         size_t n = m->n_dense ? m->n_dense : 4096;
         while (n <= key) n *= 2;
+        if (n > lim) n = (size_t)lim; /* still > key */
         uint64_t *d = realloc(m->dense, n * sizeof *d);
         if (!d) return -1;
         memset(d + m->n_dense, 0, (n - m->n_dense) * sizeof *d);

@@ -150,6 +150,14 @@ static void test_cache_roundtrip(void **state) {
     lpo_ceilings_cache_path("../../etc/x", path, sizeof path);
     assert_null(strstr(path, "/../"));
     unsetenv("XDG_CACHE_HOME");
+    /* without $HOME: the account's home folder, never a shared /tmp (issue 14, finding 2's class) */
+    char *home = getenv("HOME") ? lpo_strdup(getenv("HOME")) : NULL;
+    unsetenv("HOME");
+    lpo_ceilings_cache_path("k", path, sizeof path);
+    assert_null(strstr(path, "/tmp/"));
+    assert_non_null(strstr(path, "/.cache/lpo/ceilings/k.json"));
+    if (home) setenv("HOME", home, 1);
+    free(home);
 }
 
 static void test_measure_cpu(void **state) {

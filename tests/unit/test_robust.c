@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,6 +24,7 @@
 #include "lpo/gguf.h"
 #include "lpo/model.h"
 #include "lpo/trace.h"
+#include "probe/trace_format.h"
 #include "alloc_hook.h"
 #include "lpo/config.h"
 #include "lpo/tokenizer.h"
@@ -411,6 +413,45 @@ static void test_trace_numbers(void **state) {
     free(dir);
 }
 
+/* Peak resident memory of this process in MiB. */
+static long max_rss_mib(void) {
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_maxrss / 1024;
+}
+
+/* The fresh look for finding 12's class (unbounded growth), in the raw trace loader: ids from the file
+ * indexed arrays sized by the id (an 80-byte file with string id 2^32 - 16 asked for 16 GiB, a launch
+ * record with correlation id 6e7 for 512 MiB). */
+static void test_trace_ids(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir(), p[4300];
+    snprintf(p, sizeof p, "%s/trace-7.lpot", dir);
+    lpo_raw_header h;
+    lpo_raw_header_init(&h, 7);
+    lpo_raw_writer w;
+    assert_int_equal(lpo_raw_open(&w, p, &h, 1 << 16), 0);
+    lpo_raw_put(&w, LPO_REC_STRING, 0xFFFFFFF0u, "x", 1);
+    assert_int_equal(lpo_raw_close(&w), 0);
+    lpo_trace *t = NULL;
+    assert_int_equal(lpo_trace_load_dir(dir, &t), LPO_E_FORMAT);
+    assert_non_null(strstr(lpo_last_error(), "string id 4294967280 in a file of"));
+    assert_null(t);
+    /* correlation and range ids far past the file's size: loaded through the hash maps */
+    assert_int_equal(lpo_raw_open(&w, p, &h, 1 << 16), 0);
+    lpo_raw_put(&w, LPO_REC_STRING, 1, "k", 1);
+    const lpo_raw_launch l = {60000000u, 0, 50000000u};
+    lpo_raw_put(&w, LPO_REC_LAUNCH, 0, &l, sizeof l);
+    assert_int_equal(lpo_raw_close(&w), 0);
+    const long before = max_rss_mib();
+    assert_int_equal(lpo_trace_load_dir(dir, &t), LPO_OK);
+    lpo_trace_free(t);
+    if (max_rss_mib() - before > 100)
+        fail_msg("loading an 80-byte trace took %ld MiB", max_rss_mib() - before);
+    remove_tree(dir);
+    free(dir);
+}
+
 /* The fresh look for findings 1 and 2's class: trace.json was written as "<path>.tmp" + rename (a link
  * planted there was followed, a link at the path replaced); the probe's raw file followed links too. */
 static void test_trace_writers(void **state) {
@@ -575,6 +616,7 @@ int main(void) {
         cmocka_unit_test(test_leniency_refused),    cmocka_unit_test(test_ceilings_cache_numbers),
         cmocka_unit_test(test_trace_writers),       cmocka_unit_test(test_library_out_of_memory),
         cmocka_unit_test(test_huge_weights),        cmocka_unit_test(test_trace_numbers),
+        cmocka_unit_test(test_trace_ids),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
