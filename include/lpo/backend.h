@@ -78,6 +78,7 @@ typedef struct {
     lpo_exec_mode exec;
     int fusion; /* 0: the plan is unfused whatever the backend can fuse */
     int device; /* GPU ordinal */
+    int gemv;   /* linears of <= 8 tokens by the backend's GEMV kernels (CUDA; ignored elsewhere) */
 } lpo_backend_init;
 
 /* ---- steps -------------------------------------------------------------------------------------------- */

@@ -20,6 +20,7 @@ typedef struct {
     /* engine.* */
     lpo_exec_mode exec; /* engine.exec: graph | eager | debug */
     int fusion;         /* engine.fusion: on | off */
+    int gemv;           /* engine.gemv: hand-written GEMV kernels for linears of <= 8 tokens (CUDA) */
     const char *dtype;  /* engine.dtype: auto | bf16 | fp16 | f32 */
 } lpo_infer_config;
 
