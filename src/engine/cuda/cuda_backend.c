@@ -23,7 +23,9 @@
  * each slot's last sampled id on the device. exec=graph captures every decode step (each sequence brings one
  * token) as a CUDA graph per shape, chaining and context bucket (the longest context rounded up to a power
  * of two, >= 256: the decode attention sizes its splits for the bucket), replayed for every later step of
- * that key; SAMPLE runs after the replay (its per-slot parameters live on the host). Prefill, exec=eager,
+ * that key, SAMPLE included (one launch for every row: lpo_cuda_sample_rows, each slot's parameters and
+ * state on the device) unless the step also returns its logits (then SAMPLE runs after the replay, once the
+ * logits are on their way to the host: the sampler rewrites them in place). Prefill, exec=eager,
  * exec=debug and any step with a group callback run eagerly. Every step, layer and plan group is an NVTX
  * range (and a range of lpo's tracer: captured nodes carry their group's name); the step range is
  * "decode_step" or "prefill".
@@ -33,9 +35,8 @@
  * are checked before SAMPLE (which reads NaN as -inf): LPO_E_NUMERIC, at once when the step returns ids or
  * logits, else (chained decode) at the next step, and the engine then names the first op at fault.
  *
- * Not yet: one SAMPLE launch for all rows (now one per row, each with its slot's parameters). Checked by
- * tests/gpu/test_cuda_backend.c (op checker in three dtypes, whole steps and every op's output vs the CPU
- * backend) and tests/gpu/test_cuda_engine.c. */
+ * Checked by tests/gpu/test_cuda_backend.c (op checker in three dtypes, whole steps and every op's output vs
+ * the CPU backend) and tests/gpu/test_cuda_engine.c. */
 #ifdef LPO_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -76,11 +77,6 @@ typedef struct {
 } graph_slot;
 
 typedef struct {
-    lpo_sampling p;
-    int set;
-} slot_params;
-
-typedef struct {
     lpo_backend_init cfg;
     lpo_model_spec spec;
     int has_model;
@@ -108,7 +104,11 @@ typedef struct {
     uint32_t *d_seen;            /* [max_seqs][seen_words] */
     int32_t *d_last;             /* [max_seqs] the last sampled id of each slot */
     int64_t seen_words;
-    slot_params *slots; /* host [max_seqs] */
+    lpo_cuda_sample_slot *d_slot_params; /* [max_seqs] each slot's sampling parameters */
+    int32_t *d_row_slot;                 /* [max_seqs] the slot of each logits row of a sampled step */
+    uint8_t *d_row_mask;                 /* [max_seqs] 1: the row draws */
+    void *sample_ws;                     /* lpo_cuda_sample_rows's workspace (zero between launches) */
+    size_t sample_ws_bytes;
     /* step data staged in pinned memory (one region, reused once the previous copy has left it) */
     char *h_stage;
     cudaEvent_t staged;
@@ -120,6 +120,7 @@ typedef struct {
     unsigned long long *d_bad, *h_bad;
     cudaEvent_t bad_copied;
     int bad_pending;
+    int capturing; /* a decode graph is being captured */
     cudaEvent_t marks[LPO_BACKEND_MARKS];
     int n_marks_made;
     lpo_group_callback cb;
@@ -206,24 +207,13 @@ static lpo_status op_lm_head(cuda_ctx *c, const lpo_op *op, const void *E, const
                              c->dt, c->stream);
 }
 
-/* One draw per row whose mask is set, with its slot's parameters, counter and seen set (docs/sampling.md);
- * the counter advances and the id is marked seen on the device; the id becomes the slot's last id. */
-static lpo_status op_sample(cuda_ctx *c, const lpo_op *op, const lpo_step_data *d) {
-    const int64_t V = op->n;
-    const lpo_sampling greedy = {0, 0, 1, 1, 0};
-    CU(cudaMemsetAsync(c->d_ids, 0xff, (size_t)op->m * sizeof(int32_t), c->stream), "sample ids");
-    for (int64_t r = 0; r < op->m; r++) {
-        if (d->sample_mask && !d->sample_mask[r]) continue;
-        const int slot = d->slots[r];
-        const slot_params *s = &c->slots[slot];
-        TRY(lpo_cuda_sample(c->d_ids + r, (float *)c->buf[LPO_BUF_LOGITS] + r * V, 1, V,
-                            s->set ? &s->p : &greedy, c->d_stream + slot, c->d_step + slot,
-                            c->d_seen + (size_t)slot * (size_t)c->seen_words, 1, c->stream));
-        CU(cudaMemcpyAsync(c->d_last + slot, c->d_ids + r, sizeof(int32_t), cudaMemcpyDeviceToDevice,
-                           c->stream),
-           "sample last id");
-    }
-    return LPO_OK;
+/* Every row of the step in one launch (lpo_cuda_sample_rows): a row whose mask is set draws with its slot's
+ * parameters, counter and seen set (docs/sampling.md), advances the counter, marks the id seen and leaves it
+ * as the slot's last id; a masked-off row gets -1. Parameters and state live on the device: capturable. */
+static lpo_status op_sample(cuda_ctx *c, const lpo_op *op) {
+    return lpo_cuda_sample_rows(c->d_ids, (float *)c->buf[LPO_BUF_LOGITS], op->m, op->n, c->d_row_slot,
+                                c->d_row_mask, c->d_slot_params, c->d_stream, c->d_step, c->d_seen,
+                                c->seen_words, c->d_last, c->sample_ws, c->sample_ws_bytes, c->stream);
 }
 
 /* Runs op i of the list alone. */
@@ -255,7 +245,7 @@ static lpo_status run_op_at(cuda_ctx *c, const lpo_oplist *l, size_t i, const lp
     case LPO_OP_ADD:
         return lpo_cuda_add(c->buf[op->out[0].buf], c->buf[op->in[1].buf], op->m * op->n, dt, c->stream);
     case LPO_OP_LM_HEAD: return op_lm_head(c, op, w, d, l->n_tokens);
-    case LPO_OP_SAMPLE: return op_sample(c, op, d);
+    case LPO_OP_SAMPLE: return op_sample(c, op);
     default:
         return lpo_errorf(LPO_E_UNSUPPORTED, "cuda backend: op '%s' has kind '%s' it cannot run", op->name,
                           lpo_op_kind_name(op->kind));
@@ -377,7 +367,7 @@ static lpo_status take_bad(cuda_ctx *c, int wait) {
 /* Queues the check of the logits rows about to be sampled (before SAMPLE: it reads NaN as -inf); nothing
  * when no row draws (the engine's diagnostic re-run of a step). */
 static lpo_status check_logits(cuda_ctx *c, const lpo_oplist *l, const lpo_step_data *d) {
-    int draws = !d->sample_mask;
+    int draws = !d->sample_mask || c->capturing; /* a graph checks at every replay */
     for (int i = 0; !draws && i < d->n_seqs; i++) draws = d->sample_mask[i] != 0;
     if (!draws) return LPO_OK;
     CU(cudaMemsetAsync(c->d_bad, 0xff, sizeof *c->d_bad, c->stream), "finite check");
@@ -386,7 +376,7 @@ static lpo_status check_logits(cuda_ctx *c, const lpo_oplist *l, const lpo_step_
     CU(cudaMemcpyAsync(c->h_bad, c->d_bad, sizeof *c->d_bad, cudaMemcpyDeviceToHost, c->stream),
        "finite check");
     CU(cudaEventRecord(c->bad_copied, c->stream), "finite check");
-    c->bad_pending = 1;
+    c->bad_pending = !c->capturing; /* a replay sets it */
     return LPO_OK;
 }
 
@@ -438,13 +428,33 @@ static int is_decode(const lpo_oplist *l, const lpo_step_data *d) {
     return 1;
 }
 
-/* Step data to the device: positions, slots and host tokens through the pinned staging region (waiting, if
- * ever, only for the previous step's copy to have left it). */
-static lpo_status upload_step(cuda_ctx *c, const lpo_step_data *d, int64_t T) {
+/* The pinned staging region: [pos 8 T][slot 4 T][tokens 4 T][finite check 64][row slot 4 S][row mask S]
+ * with T = max_step_tokens, S = max_seqs. */
+static size_t stage_bytes(const cuda_ctx *c) {
+    return (size_t)c->cfg.max_step_tokens * 16 + 64 + (size_t)c->cfg.max_seqs * 5;
+}
+
+/* Step data to the device: positions, slots and host tokens, and for a sampled step each row's slot and
+ * mask, through the pinned staging region (waiting, if ever, only for the previous step's copies to have
+ * left it). */
+static lpo_status upload_step(cuda_ctx *c, const lpo_oplist *l, const lpo_step_data *d, int64_t T) {
     const int64_t Tmax = c->cfg.max_step_tokens;
     int64_t *h_pos = (int64_t *)c->h_stage;
     int32_t *h_slot = (int32_t *)(c->h_stage + Tmax * 8), *h_tok = (int32_t *)(c->h_stage + Tmax * 12);
+    int32_t *h_row_slot = (int32_t *)(c->h_stage + Tmax * 16 + 64);
+    uint8_t *h_row_mask = (uint8_t *)(h_row_slot + c->cfg.max_seqs);
     CU(cudaEventSynchronize(c->staged), "step data staging");
+    if (l->sample) {
+        for (int i = 0; i < d->n_seqs; i++) { // row i of the logits: sequence i
+            h_row_slot[i] = d->slots[i];
+            h_row_mask[i] = d->sample_mask ? d->sample_mask[i] != 0 : 1;
+        }
+        CU(cudaMemcpyAsync(c->d_row_slot, h_row_slot, (size_t)d->n_seqs * 4, cudaMemcpyHostToDevice,
+                           c->stream),
+           "sampled rows");
+        CU(cudaMemcpyAsync(c->d_row_mask, h_row_mask, (size_t)d->n_seqs, cudaMemcpyHostToDevice, c->stream),
+           "sampled rows");
+    }
     memcpy(h_pos, d->tok_pos, (size_t)T * sizeof(int64_t));
     memcpy(h_slot, d->tok_slot, (size_t)T * sizeof(int32_t));
     if (d->tokens) memcpy(h_tok, d->tokens, (size_t)T * sizeof(int32_t));
@@ -466,7 +476,8 @@ static lpo_status step_prologue(cuda_ctx *c, const lpo_step_data *d, int64_t T) 
     return lpo_cuda_mark_seen(c->d_seen, c->spec.vocab_size, c->d_tok_slot, c->d_tokens, T, c->stream);
 }
 
-/* The graph of a decode step's groups [0, ng) (everything but SAMPLE), captured at first use. */
+/* The graph of a decode step's groups [0, ng) (all of them, or all but SAMPLE when the logits go to the
+ * host: the sampler rewrites them), captured at first use. */
 static lpo_status decode_graph(cuda_ctx *c, const lpo_oplist *l, const lpo_plan *p, const lpo_step_data *d,
                                size_t ng, cudaGraphExec_t *exec) {
     const graph_slot key = {
@@ -488,8 +499,10 @@ static lpo_status decode_graph(cuda_ctx *c, const lpo_oplist *l, const lpo_plan 
     lru->used = 0;
     const lpo_step_out none = {NULL, NULL};
     CU(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal), "graph capture");
+    c->capturing = 1;
     lpo_status st = step_prologue(c, d, l->n_tokens);
     if (st == LPO_OK) st = run_groups(c, l, p, d, 0, ng, &none);
+    c->capturing = 0;
     cudaGraph_t graph = NULL;
     const cudaError_t e = cudaStreamEndCapture(c->stream, &graph);
     if (st == LPO_OK && e != cudaSuccess)
@@ -531,15 +544,16 @@ static lpo_status cuda_forward(void *vctx, const lpo_oplist *l, const lpo_plan *
     if (!graph)
         for (int i = 0; i < d->n_seqs; i++)
             if (d->n_past[i] + d->n_new[i] > c->len_hint) c->len_hint = d->n_past[i] + d->n_new[i];
-    lpo_status st = upload_step(c, d, T);
-    size_t ng = p->n_groups; /* groups replayed from the graph: all but a trailing SAMPLE */
-    if (graph && ng && group_samples(l, &p->groups[ng - 1])) ng--;
+    lpo_status st = upload_step(c, l, d, T);
+    size_t ng = p->n_groups; /* groups replayed from the graph: all, or all but SAMPLE when logits go out */
+    if (graph && ng && out->logits && group_samples(l, &p->groups[ng - 1])) ng--;
     if (st == LPO_OK && graph) {
         cudaGraphExec_t exec = NULL;
         st = decode_graph(c, l, p, d, ng, &exec);
         if (st == LPO_OK && cudaGraphLaunch(exec, c->stream) != cudaSuccess)
             st = lpo_errorf(LPO_E_CUDA, "cuda backend: replaying a decode graph: %s",
                             cudaGetErrorString(cudaGetLastError()));
+        if (st == LPO_OK && ng == p->n_groups && l->sample) c->bad_pending = 1; /* its logits check */
         if (st == LPO_OK) st = run_groups(c, l, p, d, ng, p->n_groups, out);
     } else if (st == LPO_OK) {
         st = step_prologue(c, d, T);
@@ -565,9 +579,11 @@ static lpo_status cuda_set_sampling(void *vctx, int slot, const lpo_sampling *s,
     cuda_ctx *c = vctx;
     if (!c->has_model || slot < 0 || slot >= c->cfg.max_seqs)
         return lpo_errorf(LPO_E_RANGE, "cuda backend: slot %d out of range", slot);
-    c->slots[slot].p = *s;
-    c->slots[slot].set = 1;
+    lpo_cuda_sample_slot sp;
+    TRY(lpo_cuda_sample_slot_make(&sp, s));
     const uint64_t zero = 0;
+    CU(cudaMemcpyAsync(c->d_slot_params + slot, &sp, sizeof sp, cudaMemcpyHostToDevice, c->stream),
+       "slot sampling parameters");
     CU(cudaMemcpyAsync(c->d_stream + slot, &stream, sizeof stream, cudaMemcpyHostToDevice, c->stream),
        "slot stream");
     CU(cudaMemcpyAsync(c->d_step + slot, &zero, sizeof zero, cudaMemcpyHostToDevice, c->stream),
@@ -968,6 +984,11 @@ static lpo_status layout(cuda_ctx *c, const lpo_oplist *ref, void *staging) {
     c->d_step = carve(c, (double)S * 8);
     c->d_seen = carve(c, (double)S * (double)c->seen_words * 4);
     c->d_last = carve(c, (double)S * 4);
+    c->d_slot_params = carve(c, (double)S * sizeof(lpo_cuda_sample_slot));
+    c->d_row_slot = carve(c, (double)S * 4);
+    c->d_row_mask = carve(c, (double)S);
+    c->sample_ws_bytes = lpo_cuda_sample_rows_workspace(S);
+    c->sample_ws = carve(c, (double)c->sample_ws_bytes);
     return LPO_OK;
 }
 
@@ -982,11 +1003,10 @@ static lpo_status init_model(cuda_ctx *c) {
     c->op_layer = calloc(ref.n_ops, sizeof *c->op_layer);
     c->op_w = calloc(ref.n_ops, sizeof *c->op_w);
     c->op_bias = calloc(ref.n_ops, sizeof *c->op_bias);
-    c->slots = calloc((size_t)c->cfg.max_seqs, sizeof *c->slots);
     c->layer_names = calloc((size_t)s->n_layers + 1, sizeof *c->layer_names);
     for (int i = 0; c->layer_names && i < s->n_layers; i++)
         snprintf(c->layer_names[i], sizeof c->layer_names[i], "layers.%d", i);
-    lpo_status st = c->op_role && c->op_layer && c->op_w && c->op_bias && c->slots && c->layer_names
+    lpo_status st = c->op_role && c->op_layer && c->op_w && c->op_bias && c->layer_names
                         ? LPO_OK
                         : lpo_errorf(LPO_E_NOMEM, "cuda backend: out of memory");
     for (size_t i = 0; st == LPO_OK && i < ref.n_ops; i++)
@@ -1046,9 +1066,16 @@ static lpo_status init_model(cuda_ctx *c) {
     CU(cudaMemset(c->d_step, 0, (size_t)c->cfg.max_seqs * 8), "sampling state");
     CU(cudaMemset(c->d_seen, 0, (size_t)c->cfg.max_seqs * (size_t)c->seen_words * 4), "sampling state");
     CU(cudaMemset(c->d_last, 0, (size_t)c->cfg.max_seqs * 4), "sampling state");
+    if (c->sample_ws_bytes) CU(cudaMemset(c->sample_ws, 0, c->sample_ws_bytes), "sampler workspace");
+    /* every slot greedy until set_sampling says otherwise */
+    const lpo_sampling greedy = {0, 0, 1, 1, 0};
+    lpo_cuda_sample_slot gp;
+    TRY(lpo_cuda_sample_slot_make(&gp, &greedy));
+    for (int i = 0; i < c->cfg.max_seqs; i++)
+        CU(cudaMemcpy(c->d_slot_params + i, &gp, sizeof gp, cudaMemcpyHostToDevice), "sampling parameters");
     CU(cudaStreamSynchronize(c->stream), "weights");
     /* pinned staging of the step data: positions (8 B), slots and tokens (4 B each) per token */
-    CU(cudaMallocHost((void **)&c->h_stage, (size_t)c->cfg.max_step_tokens * 16 + 64), "pinned step staging");
+    CU(cudaMallocHost((void **)&c->h_stage, stage_bytes(c)), "pinned step staging");
     c->h_bad = (unsigned long long *)(c->h_stage + (size_t)c->cfg.max_step_tokens * 16);
     CU(cudaEventCreateWithFlags(&c->staged, cudaEventDisableTiming), "staging event");
     CU(cudaEventCreateWithFlags(&c->bad_copied, cudaEventDisableTiming), "finite check event");
@@ -1074,7 +1101,6 @@ static void cuda_free(void *vctx) {
     free(c->op_layer);
     free(c->op_w);
     free(c->op_bias);
-    free(c->slots);
     free(c);
 }
 
