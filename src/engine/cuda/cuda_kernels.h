@@ -204,6 +204,38 @@ lpo_status lpo_cuda_sample_rows(int32_t *ids, float *logits, int64_t m, int64_t 
 lpo_status lpo_cuda_mark_seen(uint32_t *seen, int64_t vocab, const int32_t *tok_slot, const int32_t *tokens,
                               int64_t T, cudaStream_t stream);
 
+/* ---- GEMV: decode linears at 1..8 tokens (gemv.cu) --------------------------------------------------------
+ * The same product as lpo_cuda_gemm_run for m <= LPO_CUDA_GEMV_MAX_M tokens, by kernels that stream the
+ * weights at the DRAM bandwidth (cuBLASLt leaves a third of it unused on 32 MB matrices): y (m, n) [y_dt] = x
+ * (m, k) [dt] @ W^T (W (n, k) [dt], HF Linear layout) + bias (n,) [dt; NULL = none] + beta * y (beta 0 or 1:
+ * 1 adds into y, the residual stream). y_dt is dt, or f32 (the LM head's logits); f32 accumulation always;
+ * any n and k (rows that are not 16-byte aligned run a slow scalar kernel). y must not overlap x, W or bias.
+ * No host work beyond choosing the launch (graph capture safe). */
+#define LPO_CUDA_GEMV_MAX_M 8
+/* 1 when m and dt are within the GEMV's range (1 <= m <= LPO_CUDA_GEMV_MAX_M; f32, f16, bf16). */
+int lpo_cuda_gemv_supported(int64_t m, lpo_dtype dt);
+lpo_status lpo_cuda_gemv(void *y, lpo_dtype y_dt, const void *x, const void *W, const void *bias, int64_t m,
+                         int64_t n, int64_t k, float beta, lpo_dtype dt, cudaStream_t stream);
+/* The gate/up projection fused with SwiGLU: act (m, I) [dt] = silu(x @ Wg^T) * (x @ Wu^T) with Wgu = [Wg; Wu]
+ * (2I, k) stacked by rows (the gu layout's weight); gate and up are rounded to dt before the activation, as
+ * lpo_cuda_gemm_run + lpo_cuda_swiglu store them. act must not overlap x or Wgu. */
+lpo_status lpo_cuda_gemv_swiglu(void *act, const void *x, const void *Wgu, int64_t m, int64_t I, int64_t k,
+                                lpo_dtype dt, cudaStream_t stream);
+/* Tuning (tests, kbench): the kernel and launch shape. FMA: CUDA-core FMAs, rows 2, 4 or 8 of W per block,
+ * any dtype; MMA: mma.sync tensor cores, rows 16 or 32 per block, f16/bf16; warps 1..8 per block split k. */
+typedef enum { LPO_CUDA_GEMV_AUTO, LPO_CUDA_GEMV_FMA, LPO_CUDA_GEMV_MMA } lpo_cuda_gemv_kind;
+typedef struct {
+    int kind, rows, warps;
+} lpo_cuda_gemv_cfg;
+/* What lpo_cuda_gemv (swiglu 0) and lpo_cuda_gemv_swiglu (1, n = I) run for this shape on the current device.
+ */
+lpo_cuda_gemv_cfg lpo_cuda_gemv_pick(int64_t m, int64_t n, int64_t k, lpo_dtype dt, int swiglu);
+/* lpo_cuda_gemv (swiglu 0) or lpo_cuda_gemv_swiglu (1: n = I, bias NULL, beta 0, y_dt = dt) with cfg (NULL or
+ * kind AUTO: lpo_cuda_gemv_pick's). LPO_E_UNSUPPORTED for a configuration outside the ranges above. */
+lpo_status lpo_cuda_gemv_cfg_run(const lpo_cuda_gemv_cfg *cfg, void *y, lpo_dtype y_dt, const void *x,
+                                 const void *W, const void *bias, int64_t m, int64_t n, int64_t k, float beta,
+                                 int swiglu, lpo_dtype dt, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

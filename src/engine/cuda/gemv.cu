@@ -1,0 +1,405 @@
+/* GEMV: the decode linears at 1..8 tokens (m <= LPO_CUDA_GEMV_MAX_M), streaming every weight byte once.
+ *   gemv         y (m, n) [y_dt] = x (m, k) @ W^T (W (n, k) row-major, HF Linear) + bias (n,) + beta * y
+ *   gemv_swiglu  act (m, I) = silu(x @ Wg^T) * (x @ Wu^T), W = [Wg; Wu] stacked by rows (2I, k)
+ * Batch-1 decode reads each weight once per step for 2 m FLOPs: a memory-streaming problem. cuBLASLt reaches
+ * 2.2-2.8 TB/s on the large Llama matrices but ~1-1.9 TB/s on the 32 MB o-projection (REFERENCE.md,
+ * docs/perf-notes.md), where too few bytes are in flight. Two kernels, both with 16 weight loads of 16 bytes
+ * in flight per thread (evict-first: the weights are read once per step) and x (tiny, shared by every block)
+ * through L1:
+ *   FMA  a block of `warps` warps owns R rows of W (2, 4 or 8; swiglu: R/2 gate + R/2 up rows); its threads
+ *        split k in 16-byte vectors, U = 16 / R vectors per row in flight each; f32 FMAs on CUDA cores; the
+ *        per-thread sums are reduced by a transposing warp butterfly (N sums cost N - 1 shuffles), then
+ *        across warps in shared memory. Any dtype; the only kernel for f32 and for rows that are not
+ *        16-byte aligned (k * element size % 16 != 0: scalar loads, slow, correct).
+ *   MMA  a block owns 16 or 32 rows (tiles of 16); warp w takes the 32-column chunks w, w + warps, ...;
+ *        lane (g, t) loads 16 bytes of rows g and g + 8 of each tile and 16 bytes of token g of x at the same
+ *        8 columns, and two mma.sync m16n8k16 (f32 accumulators) use them as k = {2t, 2t+1, 2t+8, 2t+9} in a
+ *        permuted order that W and x share, so the sum is unchanged; tokens m..7 are zeros. f16 / bf16; the
+ *        FMAs cost nothing, which matters at m = 4..8 (64 f32 FMAs per 16 weight bytes at m = 8).
+ * Both end in one epilogue: + bias, + beta * y, or silu(gate) * up with gate and up rounded to dt first (as
+ * the unfused gemm + swiglu store them); f32 math, rounded once when stored.
+ * Floor: the weight bytes (n k elem) / bandwidth. Llama-3.1-8B bf16 at 2.97 TB/s: qkv 6144x4096 16.9 us,
+ * o 4096x4096 11.3 us, gate_up 28672x4096 79 us, down 4096x14336 39.5 us, lm_head 128256x4096 354 us;
+ * Llama-3.2-1B: qkv 3072x2048 4.2 us, o 2048x2048 2.8 us, gate_up 16384x2048 22.6 us, down 2048x8192
+ * 11.3 us, lm_head 128256x2048 177 us. Measured: docs/perf-notes.md (tests/gpu/test_cuda_gemv.c times
+ * every configuration next to cuBLASLt). */
+#include "engine/cuda/cuda_common.cuh"
+
+#define GEMV_MAX_WARPS 8
+#define GEMV_INFLIGHT  16 /* weight vectors in flight per thread */
+
+/* ---- loads ----------------------------------------------------------------------------------------------
+ */
+/* Weights: read once per step, evict-first in L1 and L2 (ld.global.cs). */
+template <typename RAW> __device__ __forceinline__ RAW ld_stream(const void *p) {
+    return __ldcs(reinterpret_cast<const RAW *>(p));
+}
+/* x: small and read by every block, through the read-only path (L1). */
+template <typename RAW> __device__ __forceinline__ RAW ld_shared_input(const void *p) {
+    return __ldg(reinterpret_cast<const RAW *>(p));
+}
+template <typename T, typename RAW, int V> __device__ __forceinline__ void unpack(RAW r, float (&f)[V]) {
+    union {
+        RAW raw;
+        T e[V];
+    } u;
+    u.raw = r;
+#pragma unroll
+    for (int i = 0; i < V; i++) f[i] = lpo_to_f(u.e[i]);
+}
+
+/* ---- reduction and epilogue --------------------------------------------------------------------------- */
+/* Sums each of v[0..N) (N a power of two) over the 32 lanes: 5 butterfly steps (lane offsets O = 16 .. 1).
+ * While a lane holds more than one value (H = values kept after the step >= 1) it keeps half and trades the
+ * other half with its partner, so N sums cost N - 1 shuffles (N <= 32) instead of 5 N; after that the
+ * remaining steps sum the one value. The lane ends with the sums of indices base + j, j < max(N / 32, 1);
+ * writer is false on lanes holding a copy of another lane's sums (N < 32). */
+template <int N, int H, int O>
+__device__ __forceinline__ void butterfly(float (&v)[N], int lane, int &base, bool &writer) {
+    const bool hi = (lane & O) != 0;
+    if constexpr (H >= 1) {
+#pragma unroll
+        for (int j = 0; j < H; j++) { // keep [j] or [j + H], send the other
+            const float send = hi ? v[j] : v[j + H], keep = hi ? v[j + H] : v[j];
+            v[j] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+        }
+        if (hi) base += H;
+    } else {
+        v[0] += __shfl_xor_sync(0xffffffffu, v[0], O);
+        if (hi) writer = false;
+    }
+}
+template <int N> __device__ __forceinline__ int warp_sum_scatter(float (&v)[N], int lane, bool *writer) {
+    int base = 0;
+    bool w = true;
+    butterfly<N, N / 2, 16>(v, lane, base, w);
+    butterfly<N, N / 4, 8>(v, lane, base, w);
+    butterfly<N, N / 8, 4>(v, lane, base, w);
+    butterfly<N, N / 16, 2>(v, lane, base, w);
+    butterfly<N, N / 32, 1>(v, lane, base, w);
+    *writer = w;
+    return base;
+}
+
+/* sum over the nw warps' partials red[q * stride + i] */
+__device__ __forceinline__ float sum_warps(const float *red, int stride, int nw, int i) {
+    float s = 0.f;
+    for (int q = 0; q < nw; q++) s += red[q * stride + i];
+    return s;
+}
+
+/* Output (row o, token t) from its sum s (swiglu: gate s, up u). */
+template <typename T, typename YT, bool GLU>
+__device__ __forceinline__ void store_out(YT *y, const T *bias, float beta, int64_t n, int64_t o, int t,
+                                          float s, float u) {
+    if (GLU) {
+        const float g = lpo_round<T>(s);
+        s = g / (1.0f + expf(-g)) * lpo_round<T>(u);
+    } else {
+        if (bias) s += lpo_to_f(bias[o]);
+        if (beta != 0.f) s += beta * lpo_to_f(y[t * n + o]);
+    }
+    y[t * n + o] = lpo_from_f<YT>(s);
+}
+
+/* W row read by block row r of the block owning output rows o0..: GLU blocks read their gate rows then their
+ * up rows (n + o); rows past n read row n - 1 (never stored). */
+template <bool GLU> __device__ __forceinline__ int64_t w_row(int r, int ro, int64_t o0, int64_t n) {
+    int64_t o = o0 + (GLU ? r % ro : r);
+    o = o < n ? o : n - 1;
+    return GLU && r >= ro ? n + o : o;
+}
+
+/* ---- FMA kernel ---------------------------------------------------------------------------------------- */
+/* block b: output rows b * RO .. + RO (RO = R, GLU R / 2); tokens 0..m-1 computed as M (m <= M) */
+template <typename T, typename YT, int M, int R, int V, bool GLU>
+__global__ void __launch_bounds__(GEMV_MAX_WARPS * 32, 1)
+    gemv_fma(YT *__restrict__ y, const T *__restrict__ x, const T *__restrict__ W, const T *__restrict__ bias,
+             int m, int64_t n, int64_t k, float beta) {
+    typedef typename lpo_raw<V * sizeof(T)>::type raw;
+    constexpr int U = GEMV_INFLIGHT / R, RO = GLU ? R / 2 : R, N = R * M;
+    __shared__ float red[GEMV_MAX_WARPS * N];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nw = blockDim.x >> 5;
+    const int64_t o0 = (int64_t)blockIdx.x * RO;
+    const T *w[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) w[r] = W + w_row<GLU>(r, RO, o0, n) * k;
+    float acc[N]; /* [r * M + t] */
+#pragma unroll
+    for (int i = 0; i < N; i++) acc[i] = 0.f;
+    const int64_t stride = (int64_t)blockDim.x * V;
+    for (int64_t c0 = (int64_t)tid * V; c0 < k;
+         c0 += stride * U) { // W rows (R, U vectors) . x (M, U vectors)
+        raw wv[U][R];
+#pragma unroll
+        for (int u = 0; u < U; u++) { // all R x U loads first: they are in flight together
+            const int64_t c = c0 + u * stride;
+#pragma unroll
+            for (int r = 0; r < R; r++) wv[u][r] = c < k ? ld_stream<raw>(w[r] + c) : raw();
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) { // past k: W and x vectors are zeros (no branch: x loads issue early)
+            const int64_t c = c0 + u * stride;
+            float xf[M][V];
+#pragma unroll
+            for (int t = 0; t < M; t++)
+                unpack<T>(t < m && c < k ? ld_shared_input<raw>(x + t * k + c) : raw(), xf[t]);
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                float wf[V];
+                unpack<T>(wv[u][r], wf);
+#pragma unroll
+                for (int t = 0; t < M; t++)
+#pragma unroll
+                    for (int i = 0; i < V; i++) acc[r * M + t] = fmaf(wf[i], xf[t][i], acc[r * M + t]);
+            }
+        }
+    }
+    bool writer;
+    const int base = warp_sum_scatter<N>(acc, lane, &writer);
+    if (writer)
+#pragma unroll
+        for (int j = 0; j < (N >= 32 ? N / 32 : 1); j++) red[warp * N + base + j] = acc[j];
+    __syncthreads();
+    for (int i = tid; i < RO * M; i += blockDim.x) { // output (block row i / M, token i % M)
+        const int t = i % M;
+        const int64_t o = o0 + i / M;
+        if (t >= m || o >= n) continue;
+        store_out<T, YT, GLU>(y, bias, beta, n, o, t, sum_warps(red, N, nw, i),
+                              GLU ? sum_warps(red, N, nw, i + RO * M) : 0.f);
+    }
+}
+
+/* ---- MMA kernel ---------------------------------------------------------------------------------------- */
+/* c (16 rows x 8 tokens) += W (16 x 32 columns) x^T (32 x 8) as two m16n8k16: lane (g, t) gives 8 columns
+ * of rows g (wa) and g + 8 (wb) and of token g (xv); words 0-1 go to the first mma as k {2t, 2t+1} and
+ * {2t+8, 2t+9}, words 2-3 to the second. */
+template <typename T> __device__ __forceinline__ void mma_k32(float (&c)[4], uint4 wa, uint4 wb, uint4 xv);
+#define GEMV__MMA_K32(TY, PTX)                                                                               \
+    template <> __device__ __forceinline__ void mma_k32<TY>(float(&c)[4], uint4 wa, uint4 wb, uint4 xv) {    \
+        asm("mma.sync.aligned.m16n8k16.row.col.f32." PTX "." PTX ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, " \
+            "{%8, %9}, {%0, %1, %2, %3};\n\t"                                                                \
+            "mma.sync.aligned.m16n8k16.row.col.f32." PTX "." PTX ".f32 {%0, %1, %2, %3}, {%10, %11, %12, "   \
+            "%13}, {%14, %15}, {%0, %1, %2, %3};\n"                                                          \
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                                 \
+            : "r"(wa.x), "r"(wb.x), "r"(wa.y), "r"(wb.y), "r"(xv.x), "r"(xv.y), "r"(wa.z), "r"(wb.z),        \
+              "r"(wa.w), "r"(wb.w), "r"(xv.z), "r"(xv.w));                                                   \
+    }
+GEMV__MMA_K32(__nv_bfloat16, "bf16")
+GEMV__MMA_K32(__half, "f16")
+#undef GEMV__MMA_K32
+
+template <typename T> struct has_mma { static constexpr bool v = sizeof(T) == 2; };
+
+/* block b: output rows b * RO .. + RO (RO = 16 RT, GLU 8 RT); k a multiple of 8, rows 16-byte aligned */
+template <typename T, typename YT, int RT, bool GLU>
+__global__ void __launch_bounds__(GEMV_MAX_WARPS * 32, 1)
+    gemv_mma(YT *__restrict__ y, const T *__restrict__ x, const T *__restrict__ W, const T *__restrict__ bias,
+             int m, int64_t n, int64_t k, float beta) {
+    constexpr int U = GEMV_INFLIGHT / (2 * RT), ROWS = 16 * RT, RO = GLU ? ROWS / 2 : ROWS, N = ROWS * 8;
+    __shared__ float red[GEMV_MAX_WARPS * N]; /* [warp][block row][token] */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5, g = lane >> 2,
+              t = lane & 3;
+    const int64_t o0 = (int64_t)blockIdx.x * RO;
+    const T *w[RT][2];
+#pragma unroll
+    for (int j = 0; j < RT; j++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) w[j][h] = W + w_row<GLU>(16 * j + 8 * h + g, RO, o0, n) * k + 8 * t;
+    const T *xg = x + (int64_t)(g < m ? g : 0) * k + 8 * t;
+    float acc[RT][4];
+#pragma unroll
+    for (int j = 0; j < RT; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+    const int64_t stride = (int64_t)nw * 32;
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    for (int64_t c0 = (int64_t)warp * 32; c0 < k; c0 += stride * U) { // chunks of 32 columns, U in flight
+        uint4 wv[U][RT][2], xv[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t c = c0 + u * stride;
+            const bool in = c + 8 * t < k;
+#pragma unroll
+            for (int j = 0; j < RT; j++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) wv[u][j][h] = in ? ld_stream<uint4>(w[j][h] + c) : zero;
+            xv[u] = in && g < m ? ld_shared_input<uint4>(xg + c) : zero;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int j = 0; j < RT; j++) mma_k32<T>(acc[j], wv[u][j][0], wv[u][j][1], xv[u]);
+    }
+    float *rw = red + warp * N;
+#pragma unroll
+    for (int j = 0; j < RT; j++) { // c0, c1: row g, tokens 2t, 2t+1; c2, c3: row g + 8
+        rw[(16 * j + g) * 8 + 2 * t] = acc[j][0];
+        rw[(16 * j + g) * 8 + 2 * t + 1] = acc[j][1];
+        rw[(16 * j + g + 8) * 8 + 2 * t] = acc[j][2];
+        rw[(16 * j + g + 8) * 8 + 2 * t + 1] = acc[j][3];
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < RO * 8; i += blockDim.x) { // output (block row i / 8, token i % 8)
+        const int tok = i & 7;
+        const int64_t o = o0 + (i >> 3);
+        if (tok >= m || o >= n) continue;
+        store_out<T, YT, GLU>(y, bias, beta, n, o, tok, sum_warps(red, N, nw, i),
+                              GLU ? sum_warps(red, N, nw, i + RO * 8) : 0.f);
+    }
+}
+
+/* ---- launchers ---------------------------------------------------------------------------------------- */
+typedef struct {
+    void *y;
+    const void *x, *W, *bias;
+    int m;
+    int64_t n, k;
+    float beta;
+} gemv_args;
+
+template <typename T, typename YT, int M, int R, int V, bool GLU>
+static void launch_fma_m(const gemv_args &a, unsigned threads, cudaStream_t s) {
+    constexpr int RO = GLU ? R / 2 : R;
+    const unsigned blocks = (unsigned)((a.n + RO - 1) / RO);
+    gemv_fma<T, YT, M, R, V, GLU><<<blocks, threads, 0, s>>>((YT *)a.y, (const T *)a.x, (const T *)a.W,
+                                                             (const T *)a.bias, a.m, a.n, a.k, a.beta);
+}
+
+template <typename T, typename YT, int R, bool GLU>
+static void launch_fma(const gemv_args &a, unsigned threads, cudaStream_t s) {
+    constexpr int V = lpo_vec16<T>::n;
+    if (a.m <= 1)
+        launch_fma_m<T, YT, 1, R, V, GLU>(a, threads, s);
+    else if (a.m <= 2)
+        launch_fma_m<T, YT, 2, R, V, GLU>(a, threads, s);
+    else if (a.m <= 4)
+        launch_fma_m<T, YT, 4, R, V, GLU>(a, threads, s);
+    else
+        launch_fma_m<T, YT, 8, R, V, GLU>(a, threads, s);
+}
+
+template <typename T, typename YT, int RT, bool GLU>
+static void launch_mma(const gemv_args &a, unsigned threads, cudaStream_t s) {
+    constexpr int RO = GLU ? 8 * RT : 16 * RT;
+    const unsigned blocks = (unsigned)((a.n + RO - 1) / RO);
+    gemv_mma<T, YT, RT, GLU><<<blocks, threads, 0, s>>>((YT *)a.y, (const T *)a.x, (const T *)a.W,
+                                                        (const T *)a.bias, a.m, a.n, a.k, a.beta);
+}
+
+/* vec: x and W rows 16-byte aligned (else the scalar FMA kernel, R 4, M 8); c was checked by the caller */
+template <typename T, typename YT, bool GLU>
+static void launch(const lpo_cuda_gemv_cfg &c, bool vec, const gemv_args &a, cudaStream_t s) {
+    const unsigned threads = (unsigned)c.warps * 32;
+    if (!vec) {
+        launch_fma_m<T, YT, 8, 4, 1, GLU>(a, threads, s);
+        return;
+    }
+    if constexpr (has_mma<T>::v) {
+        if (c.kind == LPO_CUDA_GEMV_MMA) {
+            if (c.rows == 16)
+                launch_mma<T, YT, 1, GLU>(a, threads, s);
+            else
+                launch_mma<T, YT, 2, GLU>(a, threads, s);
+            return;
+        }
+    }
+    if (c.rows == 2)
+        launch_fma<T, YT, 2, GLU>(a, threads, s);
+    else if (c.rows == 4)
+        launch_fma<T, YT, 4, GLU>(a, threads, s);
+    else
+        launch_fma<T, YT, 8, GLU>(a, threads, s);
+}
+
+template <typename T>
+static void launch_dt(const lpo_cuda_gemv_cfg &c, bool vec, lpo_dtype y_dt, bool glu, const gemv_args &a,
+                      cudaStream_t s) {
+    if (glu)
+        launch<T, T, true>(c, vec, a, s);
+    else if (y_dt == LPO_DT_F32)
+        launch<T, float, false>(c, vec, a, s);
+    else
+        launch<T, T, false>(c, vec, a, s);
+}
+
+/* SMs of the current device (cached per device; 132 if it cannot be read) */
+static int sm_count(void) {
+    static int cached[16];
+    int d = 0;
+    if (cudaGetDevice(&d) != cudaSuccess || d < 0 || d >= 16) return 132;
+    if (!cached[d]) {
+        int v = 0;
+        if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, d) != cudaSuccess || v <= 0) v = 132;
+        cached[d] = v;
+    }
+    return cached[d];
+}
+
+extern "C" int lpo_cuda_gemv_supported(int64_t m, lpo_dtype dt) {
+    return m >= 1 && m <= LPO_CUDA_GEMV_MAX_M && (dt == LPO_DT_F32 || dt == LPO_DT_F16 || dt == LPO_DT_BF16);
+}
+
+extern "C" lpo_cuda_gemv_cfg lpo_cuda_gemv_pick(int64_t m, int64_t n, int64_t k, lpo_dtype dt, int swiglu) {
+    (void)k;
+    const int64_t sms = sm_count();
+    lpo_cuda_gemv_cfg c = {LPO_CUDA_GEMV_FMA, 2, 4};
+    if (dt != LPO_DT_F32 && m > 2) { // tensor cores: FMAs would cost 32-64 per weight vector
+        c.kind = LPO_CUDA_GEMV_MMA;
+        c.rows = 16;
+        const int64_t blocks = (n + (swiglu ? 8 : 16) - 1) / (swiglu ? 8 : 16);
+        c.warps = blocks >= 2 * sms ? 4 : 8;
+        return c;
+    }
+    for (int r = 8; r >= 4; r /= 2) // the most rows per block that still gives >= 4 blocks per SM
+        if ((n + (swiglu ? r / 2 : r) - 1) / (swiglu ? r / 2 : r) >= 4 * sms) {
+            c.rows = r;
+            break;
+        }
+    return c;
+}
+
+extern "C" lpo_status lpo_cuda_gemv_cfg_run(const lpo_cuda_gemv_cfg *cfg, void *y, lpo_dtype y_dt,
+                                            const void *x, const void *W, const void *bias, int64_t m,
+                                            int64_t n, int64_t k, float beta, int swiglu, lpo_dtype dt,
+                                            cudaStream_t stream) {
+    const char *op = swiglu ? "gemv_swiglu" : "gemv";
+    if (!lpo_cuda_gemv_supported(m, dt) || n <= 0 || k <= 0 || n > INT32_MAX / 2)
+        return lpo_errorf(LPO_E_UNSUPPORTED,
+                          "%s: m=%lld n=%lld k=%lld %s: needs 1 <= m <= %d, n, k > 0, dtype "
+                          "f32, f16 or bf16",
+                          op, (long long)m, (long long)n, (long long)k, lpo_dtype_name(dt),
+                          LPO_CUDA_GEMV_MAX_M);
+    if (y_dt != dt && (y_dt != LPO_DT_F32 || swiglu))
+        return lpo_errorf(LPO_E_UNSUPPORTED, "%s: output dtype %s with %s (needs %s%s)", op,
+                          lpo_dtype_name(y_dt), lpo_dtype_name(dt), lpo_dtype_name(dt),
+                          swiglu ? "" : " or f32");
+    if (swiglu && (bias || beta != 0.f))
+        return lpo_errorf(LPO_E_UNSUPPORTED, "%s: no bias or residual with the SwiGLU epilogue", op);
+    const size_t es = (size_t)lpo_dtype_block_bytes(dt);
+    const bool vec = lpo_aligned16(x, k, es) && lpo_aligned16(W, k, es);
+    lpo_cuda_gemv_cfg c =
+        cfg && cfg->kind != LPO_CUDA_GEMV_AUTO ? *cfg : lpo_cuda_gemv_pick(m, n, k, dt, swiglu);
+    if (!vec && (!cfg || cfg->kind == LPO_CUDA_GEMV_AUTO)) c = lpo_cuda_gemv_cfg{LPO_CUDA_GEMV_FMA, 4, 4};
+    const bool fma_ok = c.kind == LPO_CUDA_GEMV_FMA && (c.rows == 2 || c.rows == 4 || c.rows == 8),
+               mma_ok =
+                   c.kind == LPO_CUDA_GEMV_MMA && (c.rows == 16 || c.rows == 32) && dt != LPO_DT_F32 && vec;
+    if ((!fma_ok && !mma_ok) || c.warps < 1 || c.warps > GEMV_MAX_WARPS)
+        return lpo_errorf(LPO_E_UNSUPPORTED,
+                          "%s: configuration kind %d rows %d warps %d (FMA: rows 2, 4, 8; "
+                          "MMA: rows 16, 32, f16/bf16, 16-byte aligned rows; 1-%d warps)",
+                          op, c.kind, c.rows, c.warps, GEMV_MAX_WARPS);
+    const gemv_args a = {y, x, W, bias, (int)m, n, k, beta};
+    LPO_CU_DISPATCH(dt, op, launch_dt<T>(c, vec, y_dt, swiglu != 0, a, stream));
+    LPO_CU_LAUNCHED(op);
+    return LPO_OK;
+}
+
+extern "C" lpo_status lpo_cuda_gemv(void *y, lpo_dtype y_dt, const void *x, const void *W, const void *bias,
+                                    int64_t m, int64_t n, int64_t k, float beta, lpo_dtype dt,
+                                    cudaStream_t stream) {
+    return lpo_cuda_gemv_cfg_run(NULL, y, y_dt, x, W, bias, m, n, k, beta, 0, dt, stream);
+}
+
+extern "C" lpo_status lpo_cuda_gemv_swiglu(void *act, const void *x, const void *Wgu, int64_t m, int64_t I,
+                                           int64_t k, lpo_dtype dt, cudaStream_t stream) {
+    return lpo_cuda_gemv_cfg_run(NULL, act, dt, x, Wgu, NULL, m, I, k, 0.f, 1, dt, stream);
+}

@@ -1,0 +1,621 @@
+/* GPU test (label "gpu"): the decode GEMV kernels of src/engine/cuda/gemv.cu, validated then timed.
+ * Validation: lpo_cuda_gemv_cfg_run with the automatic choice and every configuration the timing runs, in
+ * f32, f16 and bf16, m = 1..8 tokens, plain / + bias / residual (beta 1) / f32 output, and the fused
+ * gate/up + SwiGLU, against the CPU reference (lpo_cpu_matmul, lpo_cpu_swiglu) on fresh random data (seed
+ * printed; LPO_TEST_SEED=<n> repeats it). Outputs are poisoned with NaN bytes first; rows past m must stay
+ * poisoned; sizes include n smaller than a block's rows, k not a multiple of a chunk, and k whose rows are
+ * not 16-byte aligned (the scalar kernel). Per element |got - ref| <= atol * rms(ref) + rtol * |ref| and the
+ * normalized MSE under a bound, per dtype; NaN/Inf fail; every failing case is printed, the test fails at
+ * the end. Invalid arguments must give LPO_E_UNSUPPORTED. LPO_TEST_QUICK=1 checks m = 1, 5, 8 only (for
+ * compute-sanitizer runs).
+ * Timing (LPO_TEST_BENCH=0 skips it): Llama-3.1-8B and Llama-3.2-1B linear shapes, bf16, m = 1, 2, 4, 8;
+ * weights rotated through >= 256 MB of copies so none is served from the L2; CUDA events around samples of
+ * 10 back-to-back launches, 3 warm-up samples then 60, median and p10 / p90 per launch; achieved GB/s of
+ * weight bytes against the device-to-device copy bandwidth measured in the same run, next to cuBLASLt
+ * (lpo_cuda_gemm_run) and every configuration. Prints SKIP and exits 77 without a GPU. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+
+#include "engine/cpu/cpu_kernels.h"
+#include "engine/cuda/cuda_kernels.h"
+#include "lpo/model.h"
+#include "test_support.h"
+
+static void cuda_ok(cudaError_t e, const char *what, int line) {
+    if (e != cudaSuccess) fail_msg("line %d: %s: %s", line, what, cudaGetErrorString(e));
+}
+static void status_ok(lpo_status s, const char *what, int line) {
+    if (s != LPO_OK) fail_msg("line %d: %s: %s", line, what, lpo_last_error());
+}
+#define CUDA_OK(call) cuda_ok((call), #call, __LINE__)
+#define ST_OK(call)   status_ok((call), #call, __LINE__)
+
+#define MAXM LPO_CUDA_GEMV_MAX_M
+
+/* the configurations validated and timed (AUTO first) */
+static const lpo_cuda_gemv_cfg CFGS[] = {
+    {LPO_CUDA_GEMV_AUTO, 0, 0}, {LPO_CUDA_GEMV_FMA, 2, 4},  {LPO_CUDA_GEMV_FMA, 4, 4},
+    {LPO_CUDA_GEMV_FMA, 8, 4},  {LPO_CUDA_GEMV_FMA, 4, 8},  {LPO_CUDA_GEMV_MMA, 16, 4},
+    {LPO_CUDA_GEMV_MMA, 16, 8}, {LPO_CUDA_GEMV_MMA, 32, 4},
+};
+#define NCFG ((int)(sizeof CFGS / sizeof CFGS[0]))
+
+static const char *cfg_name(const lpo_cuda_gemv_cfg *c, char *buf, size_t len) {
+    if (c->kind == LPO_CUDA_GEMV_AUTO)
+        snprintf(buf, len, "auto");
+    else
+        snprintf(buf, len, "%s r%d w%d", c->kind == LPO_CUDA_GEMV_MMA ? "mma" : "fma", c->rows, c->warps);
+    return buf;
+}
+
+/* ---- buffers of one case (host and device), released together --------------------------------------- */
+static void *g_host[16], *g_dev[16];
+static int g_nhost, g_ndev;
+static void *host_buf(size_t bytes) {
+    assert_true(g_nhost < 16);
+    void *p = malloc(bytes + 1);
+    assert_non_null(p);
+    return g_host[g_nhost++] = p;
+}
+static void *dev_buf(size_t bytes) {
+    assert_true(g_ndev < 16);
+    void *p = NULL;
+    CUDA_OK(cudaMalloc(&p, bytes + 16));
+    return g_dev[g_ndev++] = p;
+}
+static void release_all(void) {
+    while (g_nhost) free(g_host[--g_nhost]);
+    while (g_ndev) CUDA_OK(cudaFree(g_dev[--g_ndev]));
+}
+
+/* ---- random data, dtypes --------------------------------------------------------------------------- */
+static uint64_t g_state;
+static float uniform(float lo, float hi) { // xorshift64*
+    g_state ^= g_state >> 12;
+    g_state ^= g_state << 25;
+    g_state ^= g_state >> 27;
+    const uint64_t r = g_state * 0x2545f4914f6cdd1dull;
+    return lo + (hi - lo) * (float)((double)(r >> 40) / 16777216.0);
+}
+static size_t esize(lpo_dtype dt) {
+    return dt == LPO_DT_F32 ? 4 : 2;
+}
+static float to_dt(float v, lpo_dtype dt) {
+    return dt == LPO_DT_BF16  ? lpo_bf16_to_f32(lpo_f32_to_bf16(v))
+           : dt == LPO_DT_F16 ? lpo_f16_to_f32(lpo_f32_to_f16(v))
+                              : v;
+}
+/* n values in [lo, hi) as dt stores them */
+static float *random_dt(size_t n, float lo, float hi, lpo_dtype dt) {
+    float *v = host_buf(n * sizeof *v);
+    for (size_t i = 0; i < n; i++) v[i] = to_dt(uniform(lo, hi), dt);
+    return v;
+}
+/* host floats -> a new device buffer of dt elements (cap elements allocated, cap >= n) */
+static void *upload(const float *h, size_t n, size_t cap, lpo_dtype dt) {
+    unsigned char *tmp = malloc(n * esize(dt) + 1);
+    void *d = NULL;
+    assert_non_null(tmp);
+    for (size_t i = 0; i < n; i++) {
+        if (dt == LPO_DT_F32)
+            memcpy(tmp + 4 * i, &h[i], 4);
+        else {
+            const uint16_t b = dt == LPO_DT_BF16 ? lpo_f32_to_bf16(h[i]) : lpo_f32_to_f16(h[i]);
+            memcpy(tmp + 2 * i, &b, 2);
+        }
+    }
+    d = dev_buf(cap * esize(dt));
+    CUDA_OK(cudaMemcpy(d, tmp, n * esize(dt), cudaMemcpyHostToDevice));
+    free(tmp);
+    return d;
+}
+
+/* ---- comparison ------------------------------------------------------------------------------------ */
+static int g_fail; /* failing checks of the current test */
+typedef struct {
+    double worst;     /* max over elements of |err| / tolerance */
+    double nmse;      /* worst normalized MSE */
+    int cases, fails; /* checks, failing checks */
+} agg_t;
+
+/* y (rows, n) of ydt downloaded from d against ref (m, n); rows m.. must still hold the poison bytes */
+static void compare(agg_t *a, const char *what, const void *d, lpo_dtype ydt, const float *ref, int64_t m,
+                    int64_t n, int64_t rows, lpo_dtype dt) {
+    const double atol = dt == LPO_DT_F32 ? 2e-5 : dt == LPO_DT_F16 ? 3e-3 : 2e-2;
+    const double rtol = dt == LPO_DT_F32 ? 1e-4 : dt == LPO_DT_F16 ? 3e-3 : 2e-2;
+    const double nmse_max = dt == LPO_DT_F32 ? 1e-9 : dt == LPO_DT_F16 ? 2e-6 : 1e-4;
+    const size_t es = esize(ydt), total = (size_t)(rows * n), used = (size_t)(m * n);
+    unsigned char *raw = malloc(total * es + 1);
+    assert_non_null(raw);
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemcpy(raw, d, total * es, cudaMemcpyDeviceToHost));
+    double ss = 0, se = 0, worst = 0;
+    size_t bad = 0, first = 0, overrun = 0;
+    for (size_t i = 0; i < used; i++) ss += (double)ref[i] * ref[i];
+    const double rms = sqrt(ss / (double)used);
+    for (size_t i = 0; i < used; i++) { // y (m, n): got vs ref
+        float got;
+        if (ydt == LPO_DT_F32)
+            memcpy(&got, raw + 4 * i, 4);
+        else {
+            uint16_t b;
+            memcpy(&b, raw + 2 * i, 2);
+            got = ydt == LPO_DT_BF16 ? lpo_bf16_to_f32(b) : lpo_f16_to_f32(b);
+        }
+        const double e = isfinite(got) ? fabs((double)got - ref[i]) : INFINITY,
+                     tol = atol * rms + rtol * fabs(ref[i]);
+        if (isfinite(e)) se += e * e;
+        if (!(e <= tol) && !bad++) first = i;
+        if (e / tol > worst) worst = e / tol;
+    }
+    for (size_t i = used * es; i < total * es; i++) overrun += raw[i] != 0xff;
+    const double nmse = ss > 0 ? se / ss : se;
+    a->cases++;
+    if (worst > a->worst) a->worst = worst;
+    if (nmse > a->nmse) a->nmse = nmse;
+    if (bad || overrun || nmse > nmse_max) {
+        a->fails++;
+        g_fail++;
+        printf("    FAIL %s m %lld: %zu of %zu out of tolerance (first at %zu, ref %g), nmse %.2e, %zu bytes "
+               "written "
+               "past row m\n",
+               what, (long long)m, bad, used, first, (double)ref[first], nmse, overrun);
+    }
+    free(raw);
+}
+
+static void report(const agg_t *a, const char *what) {
+    printf("  %-50s %4d cases  worst err/tol %.3f  worst nmse %.2e%s\n", what, a->cases, a->worst, a->nmse,
+           a->fails ? "  FAIL" : "");
+}
+
+/* the next m to check after m (quick: 1, 5, 8) */
+static int64_t next_m(int64_t m) {
+    const char *q = getenv("LPO_TEST_QUICK");
+    return q && !strcmp(q, "1") ? (m == 1 ? 5 : m == 5 ? MAXM : MAXM + 1) : m + 1;
+}
+
+static void seed_from_env(void) {
+    const char *s = getenv("LPO_TEST_SEED");
+    g_state = s ? strtoull(s, NULL, 0) : (uint64_t)time(NULL) * 2654435761u ^ (uint64_t)getpid();
+    if (!g_state) g_state = 1;
+}
+
+/* Is cfg expected to refuse (dt, k)? MMA needs f16/bf16 and 16-byte aligned rows. */
+static int refuses(const lpo_cuda_gemv_cfg *c, lpo_dtype dt, int64_t k) {
+    return c->kind == LPO_CUDA_GEMV_MMA && (dt == LPO_DT_F32 || (k * (int64_t)esize(dt)) % 16 != 0);
+}
+
+/* ---- validation: y = x W^T (+ bias | + y | -> f32) --------------------------------------------------- */
+static void test_gemv(void **state) {
+    (void)state;
+    g_fail = 0;
+    static const int64_t shapes[][2] = {{1000, 4096}, {37, 72},    {300, 1000},
+                                        {77, 515},    {2053, 264}, {130, 1028}};
+    static const lpo_dtype dts[3] = {LPO_DT_F32, LPO_DT_F16, LPO_DT_BF16};
+    static const char *vname[4] = {"", " + bias", " (y += x W^T)", " -> f32"};
+    for (int d = 0; d < 3; d++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            const lpo_dtype dt = dts[d];
+            const int64_t n = shapes[s][0], k = shapes[s][1];
+            float *x = random_dt((size_t)(MAXM * k), -1.f, 1.f, dt),
+                  *W = random_dt((size_t)(n * k), -1.f, 1.f, dt);
+            float *b = random_dt((size_t)n, -2.f, 2.f, dt),
+                  *y0 = random_dt((size_t)(MAXM * n), -8.f, 8.f, dt);
+            float *ref = host_buf((size_t)(4 * MAXM * n) * sizeof *ref); /* [variant][MAXM rows][n] */
+            float *r0 = ref, *r1 = ref + MAXM * n, *r2 = ref + 2 * MAXM * n, *r3 = ref + 3 * MAXM * n;
+            /* rows are independent: row t of the 8-row product serves every m > t */
+            lpo_cpu_matmul(r0, x, W, NULL, MAXM, n, k, 1);
+            for (int64_t i = 0; i < MAXM * n; i++) {
+                r1[i] = r0[i] + b[i % n];
+                r2[i] = r0[i] + y0[i];
+                r3[i] = r0[i];
+            }
+            void *dx = upload(x, (size_t)(MAXM * k), (size_t)(MAXM * k), dt);
+            void *dW = upload(W, (size_t)(n * k), (size_t)(n * k), dt),
+                 *db = upload(b, (size_t)n, (size_t)n, dt);
+            void *dy0 = upload(y0, (size_t)(MAXM * n), (size_t)(MAXM * n), dt);
+            void *dy = dev_buf((size_t)((MAXM + 1) * n) * 4);
+            for (int c = 0; c < NCFG; c++) {
+                char cn[32], what[96];
+                agg_t a = {0};
+                snprintf(what, sizeof what, "%s gemv n %lld k %lld %s", lpo_dtype_name(dt), (long long)n,
+                         (long long)k, cfg_name(&CFGS[c], cn, sizeof cn));
+                if (refuses(&CFGS[c], dt, k)) { // must refuse, cleanly
+                    const lpo_status st =
+                        lpo_cuda_gemv_cfg_run(&CFGS[c], dy, dt, dx, dW, NULL, 1, n, k, 0.f, 0, dt, 0);
+                    if (st != LPO_E_UNSUPPORTED) {
+                        g_fail++;
+                        printf("    FAIL %s: status %d, want LPO_E_UNSUPPORTED\n", what, (int)st);
+                    }
+                    continue;
+                }
+                for (int64_t m = 1; m <= MAXM; m = next_m(m))
+                    for (int v = 0; v < 4; v++) { // plain | bias | residual | f32 out
+                        const lpo_dtype ydt = v == 3 ? LPO_DT_F32 : dt;
+                        CUDA_OK(cudaMemset(dy, 0xff, (size_t)((MAXM + 1) * n) * esize(ydt)));
+                        if (v == 2)
+                            CUDA_OK(
+                                cudaMemcpy(dy, dy0, (size_t)(m * n) * esize(dt), cudaMemcpyDeviceToDevice));
+                        ST_OK(lpo_cuda_gemv_cfg_run(&CFGS[c], dy, ydt, dx, dW, v == 1 ? db : NULL, m, n, k,
+                                                    v == 2 ? 1.f : 0.f, 0, dt, 0));
+                        char w2[128];
+                        snprintf(w2, sizeof w2, "%s%s", what, vname[v]);
+                        compare(&a, w2, dy, ydt, ref + v * MAXM * n, m, n, MAXM + 1, dt);
+                    }
+                report(&a, what);
+            }
+            if (dt == LPO_DT_BF16 && s == 0) { // the public launcher: AUTO, here with the bias
+                agg_t a = {0};
+                CUDA_OK(cudaMemset(dy, 0xff, (size_t)((MAXM + 1) * n) * esize(dt)));
+                ST_OK(lpo_cuda_gemv(dy, dt, dx, dW, db, 2, n, k, 0.f, dt, 0));
+                compare(&a, "lpo_cuda_gemv bf16 m 2 + bias", dy, dt, r1, 2, n, MAXM + 1, dt);
+                report(&a, "lpo_cuda_gemv bf16 m 2 + bias");
+            }
+            release_all();
+        }
+    if (g_fail) fail_msg("gemv: %d failing checks (FAIL lines above)", g_fail);
+}
+
+/* ---- validation: act = silu(x Wg^T) * (x Wu^T) -------------------------------------------------------- */
+static void test_gemv_swiglu(void **state) {
+    (void)state;
+    g_fail = 0;
+    static const int64_t shapes[][2] = {{1000, 4096}, {37, 72}, {300, 1000}, {77, 515}};
+    static const lpo_dtype dts[3] = {LPO_DT_F32, LPO_DT_F16, LPO_DT_BF16};
+    for (int d = 0; d < 3; d++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            const lpo_dtype dt = dts[d];
+            const int64_t I = shapes[s][0], k = shapes[s][1];
+            float *x = random_dt((size_t)(MAXM * k), -1.f, 1.f, dt);
+            float *W = random_dt((size_t)(2 * I * k), -0.1f, 0.1f, dt);
+            float *gu = host_buf((size_t)(MAXM * 2 * I) * sizeof *gu);
+            float *ref = host_buf((size_t)(MAXM * I) * sizeof *ref);
+            lpo_cpu_matmul(gu, x, W, NULL, MAXM, 2 * I, k, 1);
+            for (int64_t i = 0; i < MAXM * 2 * I; i++)
+                gu[i] = to_dt(gu[i], dt); /* as the unfused gemm stores gu */
+            lpo_cpu_swiglu(ref, gu, MAXM, I, 1);
+            void *dx = upload(x, (size_t)(MAXM * k), (size_t)(MAXM * k), dt);
+            void *dW = upload(W, (size_t)(2 * I * k), (size_t)(2 * I * k), dt);
+            void *dy = dev_buf((size_t)((MAXM + 1) * I) * esize(dt));
+            for (int c = 0; c < NCFG; c++) {
+                char cn[32], what[96];
+                agg_t a = {0};
+                snprintf(what, sizeof what, "%s gemv_swiglu I %lld k %lld %s", lpo_dtype_name(dt),
+                         (long long)I, (long long)k, cfg_name(&CFGS[c], cn, sizeof cn));
+                if (refuses(&CFGS[c], dt, k)) continue; /* test_gemv checks the refusal */
+                for (int64_t m = 1; m <= MAXM; m = next_m(m)) {
+                    CUDA_OK(cudaMemset(dy, 0xff, (size_t)((MAXM + 1) * I) * esize(dt)));
+                    ST_OK(lpo_cuda_gemv_cfg_run(&CFGS[c], dy, dt, dx, dW, NULL, m, I, k, 0.f, 1, dt, 0));
+                    compare(&a, what, dy, dt, ref, m, I, MAXM + 1, dt);
+                }
+                report(&a, what);
+            }
+            if (dt == LPO_DT_BF16 && s == 0) { // the public launcher is the AUTO configuration
+                agg_t a = {0};
+                CUDA_OK(cudaMemset(dy, 0xff, (size_t)((MAXM + 1) * I) * esize(dt)));
+                ST_OK(lpo_cuda_gemv_swiglu(dy, dx, dW, 3, I, k, dt, 0));
+                compare(&a, "lpo_cuda_gemv_swiglu bf16 m 3", dy, dt, ref, 3, I, MAXM + 1, dt);
+                report(&a, "lpo_cuda_gemv_swiglu bf16 m 3");
+            }
+            release_all();
+        }
+    if (g_fail) fail_msg("gemv_swiglu: %d failing checks (FAIL lines above)", g_fail);
+}
+
+/* ---- refusals -------------------------------------------------------------------------------------- */
+static void test_gemv_refuses(void **state) {
+    (void)state;
+    void *p = NULL;
+    CUDA_OK(cudaMalloc(&p, 1 << 20));
+    const lpo_dtype bf = LPO_DT_BF16;
+    const lpo_cuda_gemv_cfg rows3 = {LPO_CUDA_GEMV_FMA, 3, 4}, warps9 = {LPO_CUDA_GEMV_FMA, 4, 9},
+                            mma8 = {LPO_CUDA_GEMV_MMA, 8, 4};
+    const struct {
+        const char *what;
+        lpo_status st;
+    } cases[] = {
+        {"m 0", lpo_cuda_gemv(p, bf, p, p, NULL, 0, 64, 64, 0.f, bf, 0)},
+        {"m 9", lpo_cuda_gemv(p, bf, p, p, NULL, MAXM + 1, 64, 64, 0.f, bf, 0)},
+        {"n 0", lpo_cuda_gemv(p, bf, p, p, NULL, 1, 0, 64, 0.f, bf, 0)},
+        {"k 0", lpo_cuda_gemv(p, bf, p, p, NULL, 1, 64, 0, 0.f, bf, 0)},
+        {"y f16 from bf16", lpo_cuda_gemv(p, LPO_DT_F16, p, p, NULL, 1, 64, 64, 0.f, bf, 0)},
+        {"q8_0 weights", lpo_cuda_gemv(p, LPO_DT_Q8_0, p, p, NULL, 1, 64, 64, 0.f, LPO_DT_Q8_0, 0)},
+        {"swiglu + bias", lpo_cuda_gemv_cfg_run(NULL, p, bf, p, p, p, 1, 64, 64, 0.f, 1, bf, 0)},
+        {"swiglu -> f32", lpo_cuda_gemv_cfg_run(NULL, p, LPO_DT_F32, p, p, NULL, 1, 64, 64, 0.f, 1, bf, 0)},
+        {"fma rows 3", lpo_cuda_gemv_cfg_run(&rows3, p, bf, p, p, NULL, 1, 64, 64, 0.f, 0, bf, 0)},
+        {"warps 9", lpo_cuda_gemv_cfg_run(&warps9, p, bf, p, p, NULL, 1, 64, 64, 0.f, 0, bf, 0)},
+        {"mma rows 8", lpo_cuda_gemv_cfg_run(&mma8, p, bf, p, p, NULL, 1, 64, 64, 0.f, 0, bf, 0)},
+    };
+    int bad = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        printf("  %-20s -> %s\n", cases[i].what, lpo_status_name(cases[i].st));
+        bad += cases[i].st != LPO_E_UNSUPPORTED;
+    }
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaFree(p));
+    assert_int_equal(bad, 0);
+}
+
+/* ---- timing ------------------------------------------------------------------------------------------ */
+enum { T_CUBLAS, T_GEMV, T_GEMV_SWIGLU, T_CUBLAS_SWIGLU, T_SWIGLU };
+typedef struct {
+    int kind;
+    lpo_cuda_gemv_cfg cfg;
+    const char *W; /* ncopies rotated copies of (rows, k) */
+    size_t copy_bytes;
+    int ncopies, next;
+    void *x, *y, *tmp;
+    lpo_dtype ydt;
+    int64_t m, n, k; /* n: output width (swiglu: I) */
+    float beta;
+    lpo_cuda_gemm *g;
+} timed_t;
+
+static lpo_status timed_launch(timed_t *t) {
+    const lpo_dtype bf = LPO_DT_BF16;
+    const char *W = t->W + (size_t)(t->next++ % t->ncopies) * t->copy_bytes;
+    switch (t->kind) {
+    case T_CUBLAS:
+        return lpo_cuda_gemm_run(t->g, t->y, t->ydt, t->x, W, NULL, t->m, t->n, t->k, t->beta, bf, 0);
+    case T_GEMV:
+        return lpo_cuda_gemv_cfg_run(&t->cfg, t->y, t->ydt, t->x, W, NULL, t->m, t->n, t->k, t->beta, 0, bf,
+                                     0);
+    case T_GEMV_SWIGLU:
+        return lpo_cuda_gemv_cfg_run(&t->cfg, t->y, bf, t->x, W, NULL, t->m, t->n, t->k, 0.f, 1, bf, 0);
+    case T_SWIGLU: return lpo_cuda_swiglu(t->y, t->tmp, t->m, t->n, bf, 0); /* act from gu in tmp */
+    default: { // gu = x [Wg; Wu]^T by cuBLASLt, then act = swiglu(gu)
+        lpo_status st = lpo_cuda_gemm_run(t->g, t->tmp, bf, t->x, W, NULL, t->m, 2 * t->n, t->k, 0.f, bf, 0);
+        return st != LPO_OK ? st : lpo_cuda_swiglu(t->y, t->tmp, t->m, t->n, bf, 0);
+    }
+    }
+}
+
+static int by_value(const void *a, const void *b) {
+    const float u = *(const float *)a, v = *(const float *)b;
+    return u < v ? -1 : u > v;
+}
+
+#define SAMPLES    60
+#define PER_SAMPLE 10
+typedef struct {
+    double med, p10, p90; /* us per launch */
+} tstat;
+
+/* us per launch over PER_SAMPLE back-to-back launches */
+static float sample_us(timed_t *t, cudaEvent_t e0, cudaEvent_t e1) {
+    float ms = 0.f;
+    CUDA_OK(cudaEventRecord(e0, 0));
+    for (int i = 0; i < PER_SAMPLE; i++) ST_OK(timed_launch(t));
+    CUDA_OK(cudaEventRecord(e1, 0));
+    CUDA_OK(cudaEventSynchronize(e1));
+    CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+    return ms * 1000.f / PER_SAMPLE;
+}
+
+/* 3 warm-up samples, then SAMPLES samples */
+static tstat time_it(timed_t *t) {
+    cudaEvent_t e0, e1;
+    float us[SAMPLES] = {0};
+    CUDA_OK(cudaEventCreate(&e0));
+    CUDA_OK(cudaEventCreate(&e1));
+    for (int s = 0; s < 3; s++) (void)sample_us(t, e0, e1);
+    for (int s = 0; s < SAMPLES; s++) us[s] = sample_us(t, e0, e1);
+    CUDA_OK(cudaEventDestroy(e0));
+    CUDA_OK(cudaEventDestroy(e1));
+    qsort(us, SAMPLES, sizeof us[0], by_value);
+    return (tstat){us[SAMPLES / 2], us[SAMPLES / 10], us[SAMPLES - 1 - SAMPLES / 10]};
+}
+
+/* bytes/s of a device-to-device copy of 1 GiB (read + write bytes), median of 20 */
+static double copy_bandwidth(void) {
+    const size_t bytes = (size_t)1 << 30;
+    void *a = NULL, *b = NULL;
+    CUDA_OK(cudaMalloc(&a, bytes));
+    CUDA_OK(cudaMalloc(&b, bytes));
+    CUDA_OK(cudaMemset(a, 0x5a, bytes));
+    cudaEvent_t e0, e1;
+    CUDA_OK(cudaEventCreate(&e0));
+    CUDA_OK(cudaEventCreate(&e1));
+    float ms[23];
+    for (int s = 0; s < 23; s++) {
+        CUDA_OK(cudaEventRecord(e0, 0));
+        CUDA_OK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, 0));
+        CUDA_OK(cudaEventRecord(e1, 0));
+        CUDA_OK(cudaEventSynchronize(e1));
+        CUDA_OK(cudaEventElapsedTime(&ms[s], e0, e1));
+    }
+    qsort(ms + 3, 20, sizeof ms[0], by_value);
+    CUDA_OK(cudaEventDestroy(e0));
+    CUDA_OK(cudaEventDestroy(e1));
+    CUDA_OK(cudaFree(a));
+    CUDA_OK(cudaFree(b));
+    return 2.0 * (double)bytes / (ms[3 + 10] * 1e-3);
+}
+
+typedef struct {
+    const char *model, *name;
+    int64_t n, k;
+} linear_t;
+static const linear_t LINEARS[] = {
+    {"8B", "qkv", 6144, 4096},       {"8B", "o", 4096, 4096},         {"8B", "gate_up", 28672, 4096},
+    {"8B", "down", 4096, 14336},     {"8B", "lm_head", 128256, 4096}, {"1B", "qkv", 3072, 2048},
+    {"1B", "o", 2048, 2048},         {"1B", "gate_up", 16384, 2048},  {"1B", "down", 2048, 8192},
+    {"1B", "lm_head", 128256, 2048},
+};
+#define NLIN ((int)(sizeof LINEARS / sizeof LINEARS[0]))
+
+/* random bf16 copies of L's weight, enough (> 256 MB) that a rotation through them never hits the L2 */
+static char *rotating_weights(const linear_t *L, uint64_t seed, int *ncopies) {
+    const size_t wbytes = (size_t)(L->n * L->k) * 2;
+    char *W = NULL;
+    *ncopies = (int)((256u << 20) / wbytes) + 1;
+    CUDA_OK(cudaMalloc((void **)&W, wbytes * (size_t)*ncopies));
+    ST_OK(lpo_cuda_synth_fill(W, LPO_DT_BF16, L->n * L->k * *ncopies, seed, 0.0, 0.03, LPO_DT_BF16, 0));
+    return W;
+}
+
+/* LPO_TEST_BENCH=0 turns the timing off (sanitizer runs) */
+static int timing_wanted(void) {
+    const char *b = getenv("LPO_TEST_BENCH");
+    return !(b && !strcmp(b, "0"));
+}
+
+static void test_gemv_timing(void **state) {
+    (void)state;
+    if (!timing_wanted()) {
+        printf("timing skipped (LPO_TEST_BENCH=0)\n");
+        return;
+    }
+    struct cudaDeviceProp prop;
+    int drv = 0;
+    CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+    CUDA_OK(cudaDriverGetVersion(&drv));
+    const double bw = copy_bandwidth();
+    printf(
+        "\ntiming on %s (%d SMs, driver API %d), bf16; copy bandwidth (D2D 1 GiB, read + write) %.0f GB/s\n",
+        prop.name, prop.multiProcessorCount, drv, bw / 1e9);
+    printf("us per launch, median of %d samples of %d launches (p10-p90 for auto); GB/s = weight bytes / "
+           "median\n",
+           SAMPLES, PER_SAMPLE);
+    const size_t wsb = 32u << 20;
+    void *ws = dev_buf(wsb), *x = dev_buf((size_t)MAXM * 14336 * 2), *y = dev_buf((size_t)MAXM * 128256 * 4),
+         *tmp = dev_buf((size_t)MAXM * 28672 * 2);
+    lpo_cuda_gemm *g = NULL;
+    ST_OK(lpo_cuda_gemm_create(ws, wsb, &g));
+    ST_OK(lpo_cuda_synth_fill(x, LPO_DT_BF16, (int64_t)MAXM * 14336, 7, 0.0, 1.0, LPO_DT_BF16, 0));
+    ST_OK(lpo_cuda_synth_fill(y, LPO_DT_BF16, (int64_t)MAXM * 128256 * 2, 8, 0.0, 1.0, LPO_DT_BF16, 0));
+    printf("\n| linear (n x k) | m | MB | cuBLASLt us | GB/s | gemv us | p10-p90 | GB/s | %% copy | x cuBLAS "
+           "| auto cfg |");
+    char cn[32];
+    for (int c = 1; c < NCFG; c++) printf(" %s |", cfg_name(&CFGS[c], cn, sizeof cn));
+    printf("\n|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|");
+    for (int c = 1; c < NCFG; c++) printf("--:|");
+    printf("\n");
+    static const int64_t ms[4] = {1, 2, 4, 8};
+    double step_cublas[2][4] = {{0}}, step_gemv[2][4] = {{0}}; /* per model, per m: one step's linears */
+    for (int l = 0; l < NLIN; l++) {
+        const linear_t *L = &LINEARS[l];
+        const size_t wbytes = (size_t)(L->n * L->k) * 2;
+        int ncopies;
+        char *W = rotating_weights(L, 100 + (uint64_t)l, &ncopies);
+        const lpo_dtype ydt = strcmp(L->name, "lm_head") ? LPO_DT_BF16 : LPO_DT_F32;
+        const int is8b = L->model[0] == '8', layers = is8b ? 32 : 16,
+                  mult = strcmp(L->name, "lm_head") ? layers : 1;
+        for (int mi = 0; mi < 4; mi++) {
+            timed_t t = {.kind = T_CUBLAS,
+                         .cfg = CFGS[0],
+                         .W = W,
+                         .copy_bytes = wbytes,
+                         .ncopies = ncopies,
+                         .x = x,
+                         .y = y,
+                         .tmp = tmp,
+                         .ydt = ydt,
+                         .m = ms[mi],
+                         .n = L->n,
+                         .k = L->k,
+                         .g = g};
+            const tstat cb = time_it(&t);
+            t.kind = T_GEMV;
+            const tstat au = time_it(&t);
+            const lpo_cuda_gemv_cfg pick = lpo_cuda_gemv_pick(ms[mi], L->n, L->k, LPO_DT_BF16, 0);
+            step_cublas[!is8b][mi] += mult * cb.med;
+            step_gemv[!is8b][mi] += mult * au.med;
+            printf("| %s %s (%lldx%lld) | %lld | %.1f | %.2f | %.0f | %.2f | %.2f-%.2f | %.0f | %.1f%% | "
+                   "%.2f | %s |",
+                   L->model, L->name, (long long)L->n, (long long)L->k, (long long)ms[mi], wbytes / 1e6,
+                   cb.med, wbytes / cb.med / 1e3, au.med, au.p10, au.p90, wbytes / au.med / 1e3,
+                   100.0 * wbytes / (au.med * 1e-6) / bw, cb.med / au.med, cfg_name(&pick, cn, sizeof cn));
+            for (int c = 1; c < NCFG; c++) {
+                t.cfg = CFGS[c];
+                printf(" %.2f |", time_it(&t).med);
+            }
+            printf("\n");
+            fflush(stdout);
+        }
+        CUDA_OK(cudaFree(W));
+    }
+    printf("\nall linears of one decode step (32 / 16 layers + lm_head), us: cuBLASLt vs gemv auto\n");
+    for (int md = 0; md < 2; md++)
+        for (int mi = 0; mi < 4; mi++)
+            printf("  %s m %lld: %.0f vs %.0f (%.2fx)\n", md ? "1B" : "8B", (long long)ms[mi],
+                   step_cublas[md][mi], step_gemv[md][mi], step_cublas[md][mi] / step_gemv[md][mi]);
+
+    // fused epilogues: gate_up + SwiGLU, and o / down adding into the residual stream (beta 1)
+    printf("\n| fused op | m | cuBLASLt (+ swiglu) us | gemv unfused us | gemv fused us | fused GB/s |\n"
+           "|---|--:|--:|--:|--:|--:|\n");
+    static const int fused[] = {2, 7, 1, 3, 6, 8}; /* gate_up 8B / 1B, o 8B, down 8B, o 1B, down 1B */
+    for (size_t f = 0; f < sizeof fused / sizeof fused[0]; f++) {
+        const linear_t *L = &LINEARS[fused[f]];
+        const int glu = !strcmp(L->name, "gate_up");
+        const size_t wbytes = (size_t)(L->n * L->k) * 2;
+        int ncopies;
+        char *W = rotating_weights(L, 200 + (uint64_t)f, &ncopies);
+        for (int mi = 0; mi < 4; mi += 3) { // m = 1, 8
+            const int64_t m = ms[mi], nout = glu ? L->n / 2 : L->n;
+            const float beta = glu ? 0.f : 1.f;
+            timed_t t = {.kind = glu ? T_CUBLAS_SWIGLU : T_CUBLAS,
+                         .cfg = CFGS[0],
+                         .W = W,
+                         .copy_bytes = wbytes,
+                         .ncopies = ncopies,
+                         .x = x,
+                         .y = y,
+                         .tmp = tmp,
+                         .ydt = LPO_DT_BF16,
+                         .m = m,
+                         .n = nout,
+                         .k = L->k,
+                         .beta = beta,
+                         .g = g};
+            const tstat cb = time_it(&t);
+            t.kind = T_GEMV;
+            if (glu) { // unfused: gemv into gu, then swiglu
+                t.n = L->n;
+                t.y = tmp;
+            }
+            double unf = time_it(&t).med;
+            if (glu) {
+                t.kind = T_SWIGLU;
+                t.n = nout;
+                t.y = y;
+                unf += time_it(&t).med;
+                t.kind = T_GEMV_SWIGLU;
+            }
+            const tstat fu = time_it(&t);
+            printf("| %s %s%s | %lld | %.2f | %.2f | %.2f | %.0f |\n", L->model, L->name,
+                   glu ? " + swiglu" : " (y += x W^T)", (long long)m, cb.med, unf, fu.med,
+                   wbytes / fu.med / 1e3);
+        }
+        CUDA_OK(cudaFree(W));
+    }
+    lpo_cuda_gemm_destroy(g);
+    release_all();
+}
+
+int main(void) {
+    lpo_test_require_gpu();
+    seed_from_env();
+    printf("test_cuda_gemv: LPO_TEST_SEED=%llu\n", (unsigned long long)g_state);
+    const char *only = getenv("LPO_TEST_ONLY"); /* a cmocka name pattern, e.g. "test_gemv_timing" */
+    if (only) cmocka_set_test_filter(only);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gemv_refuses),
+        cmocka_unit_test(test_gemv),
+        cmocka_unit_test(test_gemv_swiglu),
+        cmocka_unit_test(test_gemv_timing),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
