@@ -9,8 +9,9 @@
  * the end. Invalid arguments must give LPO_E_UNSUPPORTED. LPO_TEST_QUICK=1 checks m = 1, 5, 8 only (for
  * compute-sanitizer runs).
  * Timing (LPO_TEST_BENCH=0 skips it): Llama-3.1-8B and Llama-3.2-1B linear shapes, bf16, m = 1, 2, 4, 8;
- * weights rotated through >= 256 MB of copies so none is served from the L2; CUDA events around samples of
- * 10 back-to-back launches, 3 warm-up samples then 60, median and p10 / p90 per launch; achieved GB/s of
+ * weights rotated through > 256 MB of copies so none is served from the L2; each sample is one replay of a
+ * CUDA graph of max(10, copies) launches timed by CUDA events, 3 warm-up replays then 60, median and
+ * p10 / p90 per launch; achieved GB/s of
  * weight bytes against the device-to-device copy bandwidth measured in the same run, next to cuBLASLt
  * (lpo_cuda_gemm_run) and every configuration. Prints SKIP and exits 77 without a GPU. */
 #include <setjmp.h>
@@ -46,8 +47,9 @@ static void status_ok(lpo_status s, const char *what, int line) {
 /* the configurations validated and timed (AUTO first) */
 static const lpo_cuda_gemv_cfg CFGS[] = {
     {LPO_CUDA_GEMV_AUTO, 0, 0}, {LPO_CUDA_GEMV_FMA, 2, 4},  {LPO_CUDA_GEMV_FMA, 4, 4},
-    {LPO_CUDA_GEMV_FMA, 8, 4},  {LPO_CUDA_GEMV_FMA, 4, 8},  {LPO_CUDA_GEMV_MMA, 16, 4},
-    {LPO_CUDA_GEMV_MMA, 16, 8}, {LPO_CUDA_GEMV_MMA, 32, 4},
+    {LPO_CUDA_GEMV_FMA, 8, 4},  {LPO_CUDA_GEMV_FMA, 2, 8},  {LPO_CUDA_GEMV_FMA, 4, 8},
+    {LPO_CUDA_GEMV_MMA, 16, 4}, {LPO_CUDA_GEMV_MMA, 16, 8}, {LPO_CUDA_GEMV_MMA, 32, 4},
+    {LPO_CUDA_GEMV_MMA, 32, 8},
 };
 #define NCFG ((int)(sizeof CFGS / sizeof CFGS[0]))
 
@@ -361,6 +363,7 @@ typedef struct {
     int64_t m, n, k; /* n: output width (swiglu: I) */
     float beta;
     lpo_cuda_gemm *g;
+    cudaStream_t s;
 } timed_t;
 
 static lpo_status timed_launch(timed_t *t) {
@@ -368,16 +371,17 @@ static lpo_status timed_launch(timed_t *t) {
     const char *W = t->W + (size_t)(t->next++ % t->ncopies) * t->copy_bytes;
     switch (t->kind) {
     case T_CUBLAS:
-        return lpo_cuda_gemm_run(t->g, t->y, t->ydt, t->x, W, NULL, t->m, t->n, t->k, t->beta, bf, 0);
+        return lpo_cuda_gemm_run(t->g, t->y, t->ydt, t->x, W, NULL, t->m, t->n, t->k, t->beta, bf, t->s);
     case T_GEMV:
         return lpo_cuda_gemv_cfg_run(&t->cfg, t->y, t->ydt, t->x, W, NULL, t->m, t->n, t->k, t->beta, 0, bf,
-                                     0);
+                                     t->s);
     case T_GEMV_SWIGLU:
-        return lpo_cuda_gemv_cfg_run(&t->cfg, t->y, bf, t->x, W, NULL, t->m, t->n, t->k, 0.f, 1, bf, 0);
-    case T_SWIGLU: return lpo_cuda_swiglu(t->y, t->tmp, t->m, t->n, bf, 0); /* act from gu in tmp */
+        return lpo_cuda_gemv_cfg_run(&t->cfg, t->y, bf, t->x, W, NULL, t->m, t->n, t->k, 0.f, 1, bf, t->s);
+    case T_SWIGLU: return lpo_cuda_swiglu(t->y, t->tmp, t->m, t->n, bf, t->s); /* act from gu in tmp */
     default: { // gu = x [Wg; Wu]^T by cuBLASLt, then act = swiglu(gu)
-        lpo_status st = lpo_cuda_gemm_run(t->g, t->tmp, bf, t->x, W, NULL, t->m, 2 * t->n, t->k, 0.f, bf, 0);
-        return st != LPO_OK ? st : lpo_cuda_swiglu(t->y, t->tmp, t->m, t->n, bf, 0);
+        lpo_status st =
+            lpo_cuda_gemm_run(t->g, t->tmp, bf, t->x, W, NULL, t->m, 2 * t->n, t->k, 0.f, bf, t->s);
+        return st != LPO_OK ? st : lpo_cuda_swiglu(t->y, t->tmp, t->m, t->n, bf, t->s);
     }
     }
 }
@@ -393,27 +397,35 @@ typedef struct {
     double med, p10, p90; /* us per launch */
 } tstat;
 
-/* us per launch over PER_SAMPLE back-to-back launches */
-static float sample_us(timed_t *t, cudaEvent_t e0, cudaEvent_t e1) {
-    float ms = 0.f;
-    CUDA_OK(cudaEventRecord(e0, 0));
-    for (int i = 0; i < PER_SAMPLE; i++) ST_OK(timed_launch(t));
-    CUDA_OK(cudaEventRecord(e1, 0));
-    CUDA_OK(cudaEventSynchronize(e1));
-    CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
-    return ms * 1000.f / PER_SAMPLE;
-}
-
-/* 3 warm-up samples, then SAMPLES samples */
+/* One CUDA graph of max(PER_SAMPLE, ncopies) launches (every weight copy once per replay, so none is in the
+ * L2; graph replay, as the engine's decode step runs), after 3 eager launches (cuBLASLt picks its algorithm
+ * outside the capture); 3 warm-up replays, then SAMPLES timed replays: us per launch. */
 static tstat time_it(timed_t *t) {
-    cudaEvent_t e0, e1;
+    const int per = t->ncopies > PER_SAMPLE ? t->ncopies : PER_SAMPLE;
     float us[SAMPLES] = {0};
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    cudaEvent_t e0, e1;
+    for (int i = 0; i < 3; i++) ST_OK(timed_launch(t));
+    CUDA_OK(cudaStreamBeginCapture(t->s, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < per; i++) ST_OK(timed_launch(t));
+    CUDA_OK(cudaStreamEndCapture(t->s, &graph));
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
     CUDA_OK(cudaEventCreate(&e0));
     CUDA_OK(cudaEventCreate(&e1));
-    for (int s = 0; s < 3; s++) (void)sample_us(t, e0, e1);
-    for (int s = 0; s < SAMPLES; s++) us[s] = sample_us(t, e0, e1);
+    for (int r = -3; r < SAMPLES; r++) {
+        float ms = 0.f;
+        CUDA_OK(cudaEventRecord(e0, t->s));
+        CUDA_OK(cudaGraphLaunch(exec, t->s));
+        CUDA_OK(cudaEventRecord(e1, t->s));
+        CUDA_OK(cudaEventSynchronize(e1));
+        CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+        if (r >= 0) us[r] = ms * 1000.f / (float)per;
+    }
     CUDA_OK(cudaEventDestroy(e0));
     CUDA_OK(cudaEventDestroy(e1));
+    CUDA_OK(cudaGraphExecDestroy(exec));
+    CUDA_OK(cudaGraphDestroy(graph));
     qsort(us, SAMPLES, sizeof us[0], by_value);
     return (tstat){us[SAMPLES / 2], us[SAMPLES / 10], us[SAMPLES - 1 - SAMPLES / 10]};
 }
@@ -486,13 +498,15 @@ static void test_gemv_timing(void **state) {
     printf(
         "\ntiming on %s (%d SMs, driver API %d), bf16; copy bandwidth (D2D 1 GiB, read + write) %.0f GB/s\n",
         prop.name, prop.multiProcessorCount, drv, bw / 1e9);
-    printf("us per launch, median of %d samples of %d launches (p10-p90 for auto); GB/s = weight bytes / "
-           "median\n",
-           SAMPLES, PER_SAMPLE);
+    printf("us per launch: CUDA graphs of max(%d, copies) launches, median of %d replays (p10-p90 for auto); "
+           "GB/s = weight bytes / median\n",
+           PER_SAMPLE, SAMPLES);
     const size_t wsb = 32u << 20;
     void *ws = dev_buf(wsb), *x = dev_buf((size_t)MAXM * 14336 * 2), *y = dev_buf((size_t)MAXM * 128256 * 4),
          *tmp = dev_buf((size_t)MAXM * 28672 * 2);
     lpo_cuda_gemm *g = NULL;
+    cudaStream_t st = NULL;
+    CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     ST_OK(lpo_cuda_gemm_create(ws, wsb, &g));
     ST_OK(lpo_cuda_synth_fill(x, LPO_DT_BF16, (int64_t)MAXM * 14336, 7, 0.0, 1.0, LPO_DT_BF16, 0));
     ST_OK(lpo_cuda_synth_fill(y, LPO_DT_BF16, (int64_t)MAXM * 128256 * 2, 8, 0.0, 1.0, LPO_DT_BF16, 0));
@@ -526,7 +540,8 @@ static void test_gemv_timing(void **state) {
                          .m = ms[mi],
                          .n = L->n,
                          .k = L->k,
-                         .g = g};
+                         .g = g,
+                         .s = st};
             const tstat cb = time_it(&t);
             t.kind = T_GEMV;
             const tstat au = time_it(&t);
@@ -579,7 +594,8 @@ static void test_gemv_timing(void **state) {
                          .n = nout,
                          .k = L->k,
                          .beta = beta,
-                         .g = g};
+                         .g = g,
+                         .s = st};
             const tstat cb = time_it(&t);
             t.kind = T_GEMV;
             if (glu) { // unfused: gemv into gu, then swiglu
@@ -602,6 +618,7 @@ static void test_gemv_timing(void **state) {
         CUDA_OK(cudaFree(W));
     }
     lpo_cuda_gemm_destroy(g);
+    CUDA_OK(cudaStreamDestroy(st));
     release_all();
 }
 
