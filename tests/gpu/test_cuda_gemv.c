@@ -46,18 +46,19 @@ static void status_ok(lpo_status s, const char *what, int line) {
 
 /* the configurations validated and timed (AUTO first) */
 static const lpo_cuda_gemv_cfg CFGS[] = {
-    {LPO_CUDA_GEMV_AUTO, 0, 0}, {LPO_CUDA_GEMV_FMA, 2, 4},  {LPO_CUDA_GEMV_FMA, 4, 4},
-    {LPO_CUDA_GEMV_FMA, 8, 4},  {LPO_CUDA_GEMV_FMA, 2, 8},  {LPO_CUDA_GEMV_FMA, 4, 8},
-    {LPO_CUDA_GEMV_MMA, 16, 4}, {LPO_CUDA_GEMV_MMA, 16, 8}, {LPO_CUDA_GEMV_MMA, 32, 4},
-    {LPO_CUDA_GEMV_MMA, 32, 8},
+    {LPO_CUDA_GEMV_AUTO, 0, 0, 0}, {LPO_CUDA_GEMV_AUTO, 0, 0, 1}, {LPO_CUDA_GEMV_FMA, 2, 4, 0},
+    {LPO_CUDA_GEMV_FMA, 4, 4, 0},  {LPO_CUDA_GEMV_FMA, 8, 4, 0},  {LPO_CUDA_GEMV_FMA, 2, 8, 0},
+    {LPO_CUDA_GEMV_FMA, 4, 8, 0},  {LPO_CUDA_GEMV_MMA, 16, 4, 0}, {LPO_CUDA_GEMV_MMA, 16, 8, 0},
+    {LPO_CUDA_GEMV_MMA, 32, 4, 0}, {LPO_CUDA_GEMV_MMA, 32, 8, 0},
 };
 #define NCFG ((int)(sizeof CFGS / sizeof CFGS[0]))
 
 static const char *cfg_name(const lpo_cuda_gemv_cfg *c, char *buf, size_t len) {
     if (c->kind == LPO_CUDA_GEMV_AUTO)
-        snprintf(buf, len, "auto");
+        snprintf(buf, len, "auto%s", c->pdl ? " pdl" : "");
     else
-        snprintf(buf, len, "%s r%d w%d", c->kind == LPO_CUDA_GEMV_MMA ? "mma" : "fma", c->rows, c->warps);
+        snprintf(buf, len, "%s r%d w%d%s", c->kind == LPO_CUDA_GEMV_MMA ? "mma" : "fma", c->rows, c->warps,
+                 c->pdl ? " pdl" : "");
     return buf;
 }
 
@@ -124,7 +125,8 @@ static void *upload(const float *h, size_t n, size_t cap, lpo_dtype dt) {
 }
 
 /* ---- comparison ------------------------------------------------------------------------------------ */
-static int g_fail; /* failing checks of the current test */
+static int g_fail;            /* failing checks of the current test */
+static cudaStream_t g_stream; /* a blocking stream (ordered with the legacy stream's memsets and copies) */
 typedef struct {
     double worst;     /* max over elements of |err| / tolerance */
     double nmse;      /* worst normalized MSE */
@@ -236,7 +238,7 @@ static void test_gemv(void **state) {
                          (long long)k, cfg_name(&CFGS[c], cn, sizeof cn));
                 if (refuses(&CFGS[c], dt, k)) { // must refuse, cleanly
                     const lpo_status st =
-                        lpo_cuda_gemv_cfg_run(&CFGS[c], dy, dt, dx, dW, NULL, 1, n, k, 0.f, 0, dt, 0);
+                        lpo_cuda_gemv_cfg_run(&CFGS[c], dy, dt, dx, dW, NULL, 1, n, k, 0.f, 0, dt, g_stream);
                     if (st != LPO_E_UNSUPPORTED) {
                         g_fail++;
                         printf("    FAIL %s: status %d, want LPO_E_UNSUPPORTED\n", what, (int)st);
@@ -251,7 +253,7 @@ static void test_gemv(void **state) {
                             CUDA_OK(
                                 cudaMemcpy(dy, dy0, (size_t)(m * n) * esize(dt), cudaMemcpyDeviceToDevice));
                         ST_OK(lpo_cuda_gemv_cfg_run(&CFGS[c], dy, ydt, dx, dW, v == 1 ? db : NULL, m, n, k,
-                                                    v == 2 ? 1.f : 0.f, 0, dt, 0));
+                                                    v == 2 ? 1.f : 0.f, 0, dt, g_stream));
                         char w2[128];
                         snprintf(w2, sizeof w2, "%s%s", what, vname[v]);
                         compare(&a, w2, dy, ydt, ref + v * MAXM * n, m, n, MAXM + 1, dt);
@@ -299,7 +301,8 @@ static void test_gemv_swiglu(void **state) {
                 if (refuses(&CFGS[c], dt, k)) continue; /* test_gemv checks the refusal */
                 for (int64_t m = 1; m <= MAXM; m = next_m(m)) {
                     CUDA_OK(cudaMemset(dy, 0xff, (size_t)((MAXM + 1) * I) * esize(dt)));
-                    ST_OK(lpo_cuda_gemv_cfg_run(&CFGS[c], dy, dt, dx, dW, NULL, m, I, k, 0.f, 1, dt, 0));
+                    ST_OK(
+                        lpo_cuda_gemv_cfg_run(&CFGS[c], dy, dt, dx, dW, NULL, m, I, k, 0.f, 1, dt, g_stream));
                     compare(&a, what, dy, dt, ref, m, I, MAXM + 1, dt);
                 }
                 report(&a, what);
@@ -322,8 +325,8 @@ static void test_gemv_refuses(void **state) {
     void *p = NULL;
     CUDA_OK(cudaMalloc(&p, 1 << 20));
     const lpo_dtype bf = LPO_DT_BF16;
-    const lpo_cuda_gemv_cfg rows3 = {LPO_CUDA_GEMV_FMA, 3, 4}, warps9 = {LPO_CUDA_GEMV_FMA, 4, 9},
-                            mma8 = {LPO_CUDA_GEMV_MMA, 8, 4};
+    const lpo_cuda_gemv_cfg rows3 = {LPO_CUDA_GEMV_FMA, 3, 4, 0}, warps9 = {LPO_CUDA_GEMV_FMA, 4, 9, 0},
+                            mma8 = {LPO_CUDA_GEMV_MMA, 8, 4, 0};
     const struct {
         const char *what;
         lpo_status st;
@@ -351,14 +354,14 @@ static void test_gemv_refuses(void **state) {
 }
 
 /* ---- timing ------------------------------------------------------------------------------------------ */
-enum { T_CUBLAS, T_GEMV, T_GEMV_SWIGLU, T_CUBLAS_SWIGLU, T_SWIGLU };
+enum { T_CUBLAS, T_GEMV, T_GEMV_SWIGLU, T_CUBLAS_SWIGLU, T_SWIGLU, T_NORM_CUBLAS, T_NORM_GEMV };
 typedef struct {
     int kind;
     lpo_cuda_gemv_cfg cfg;
     const char *W; /* ncopies rotated copies of (rows, k) */
     size_t copy_bytes;
     int ncopies, next;
-    void *x, *y, *tmp;
+    void *x, *y, *tmp, *norm_w; /* norm_w (k,): the RMSNorm weight of the chains (norm x into tmp) */
     lpo_dtype ydt;
     int64_t m, n, k; /* n: output width (swiglu: I) */
     float beta;
@@ -378,6 +381,15 @@ static lpo_status timed_launch(timed_t *t) {
     case T_GEMV_SWIGLU:
         return lpo_cuda_gemv_cfg_run(&t->cfg, t->y, bf, t->x, W, NULL, t->m, t->n, t->k, 0.f, 1, bf, t->s);
     case T_SWIGLU: return lpo_cuda_swiglu(t->y, t->tmp, t->m, t->n, bf, t->s); /* act from gu in tmp */
+    case T_NORM_CUBLAS:
+    case T_NORM_GEMV: { // tmp = rmsnorm(x), then y = tmp W^T: a layer's norm and the linear after it
+        lpo_status st = lpo_cuda_rmsnorm(t->tmp, t->x, t->norm_w, t->m, t->k, 1e-5f, bf, t->s);
+        if (st != LPO_OK) return st;
+        if (t->kind == T_NORM_CUBLAS)
+            return lpo_cuda_gemm_run(t->g, t->y, t->ydt, t->tmp, W, NULL, t->m, t->n, t->k, 0.f, bf, t->s);
+        return lpo_cuda_gemv_cfg_run(&t->cfg, t->y, t->ydt, t->tmp, W, NULL, t->m, t->n, t->k, 0.f, 0, bf,
+                                     t->s);
+    }
     default: { // gu = x [Wg; Wu]^T by cuBLASLt, then act = swiglu(gu)
         lpo_status st =
             lpo_cuda_gemm_run(t->g, t->tmp, bf, t->x, W, NULL, t->m, 2 * t->n, t->k, 0.f, bf, t->s);
@@ -518,7 +530,7 @@ static void test_gemv_timing(void **state) {
     for (int c = 1; c < NCFG; c++) printf("--:|");
     printf("\n");
     static const int64_t ms[4] = {1, 2, 4, 8};
-    double step_cublas[2][4] = {{0}}, step_gemv[2][4] = {{0}}; /* per model, per m: one step's linears */
+    double step[3][2][4] = {{{0}}}; /* cuBLASLt, gemv, gemv pdl; per model, per m: one step's linears */
     for (int l = 0; l < NLIN; l++) {
         const linear_t *L = &LINEARS[l];
         const size_t wbytes = (size_t)(L->n * L->k) * 2;
@@ -546,8 +558,8 @@ static void test_gemv_timing(void **state) {
             t.kind = T_GEMV;
             const tstat au = time_it(&t);
             const lpo_cuda_gemv_cfg pick = lpo_cuda_gemv_pick(ms[mi], L->n, L->k, LPO_DT_BF16, 0);
-            step_cublas[!is8b][mi] += mult * cb.med;
-            step_gemv[!is8b][mi] += mult * au.med;
+            step[0][!is8b][mi] += mult * cb.med;
+            step[1][!is8b][mi] += mult * au.med;
             printf("| %s %s (%lldx%lld) | %lld | %.1f | %.2f | %.0f | %.2f | %.2f-%.2f | %.0f | %.1f%% | "
                    "%.2f | %s |",
                    L->model, L->name, (long long)L->n, (long long)L->k, (long long)ms[mi], wbytes / 1e6,
@@ -555,18 +567,22 @@ static void test_gemv_timing(void **state) {
                    100.0 * wbytes / (au.med * 1e-6) / bw, cb.med / au.med, cfg_name(&pick, cn, sizeof cn));
             for (int c = 1; c < NCFG; c++) {
                 t.cfg = CFGS[c];
-                printf(" %.2f |", time_it(&t).med);
+                const double us = time_it(&t).med;
+                if (c == 1) step[2][!is8b][mi] += mult * us; /* auto pdl */
+                printf(" %.2f |", us);
             }
             printf("\n");
             fflush(stdout);
         }
         CUDA_OK(cudaFree(W));
     }
-    printf("\nall linears of one decode step (32 / 16 layers + lm_head), us: cuBLASLt vs gemv auto\n");
+    printf("\nall linears of one decode step (32 / 16 layers + lm_head), us: cuBLASLt / gemv auto / gemv "
+           "auto pdl\n");
     for (int md = 0; md < 2; md++)
         for (int mi = 0; mi < 4; mi++)
-            printf("  %s m %lld: %.0f vs %.0f (%.2fx)\n", md ? "1B" : "8B", (long long)ms[mi],
-                   step_cublas[md][mi], step_gemv[md][mi], step_cublas[md][mi] / step_gemv[md][mi]);
+            printf("  %s m %lld: %.0f / %.0f / %.0f (%.2fx / %.2fx)\n", md ? "1B" : "8B", (long long)ms[mi],
+                   step[0][md][mi], step[1][md][mi], step[2][md][mi], step[0][md][mi] / step[1][md][mi],
+                   step[0][md][mi] / step[2][md][mi]);
 
     // fused epilogues: gate_up + SwiGLU, and o / down adding into the residual stream (beta 1)
     printf("\n| fused op | m | cuBLASLt (+ swiglu) us | gemv unfused us | gemv fused us | fused GB/s |\n"
@@ -617,6 +633,43 @@ static void test_gemv_timing(void **state) {
         }
         CUDA_OK(cudaFree(W));
     }
+
+    // chains: the RMSNorm before a linear, then the linear (PDL lets the GEMV stream weights during the norm)
+    printf("\n| rmsnorm -> linear | m | cuBLASLt us | gemv us | gemv pdl us | pdl saves us "
+           "|\n|---|--:|--:|--:|--:|--:|\n");
+    static const int chained[] = {0, 2, 5, 7}; /* qkv, gate_up of 8B and 1B */
+    void *norm_w = dev_buf((size_t)14336 * 2);
+    ST_OK(lpo_cuda_synth_fill(norm_w, LPO_DT_BF16, 14336, 9, 1.0, 0.1, LPO_DT_BF16, 0));
+    for (size_t f = 0; f < sizeof chained / sizeof chained[0]; f++) {
+        const linear_t *L = &LINEARS[chained[f]];
+        int ncopies;
+        char *W = rotating_weights(L, 300 + (uint64_t)f, &ncopies);
+        for (int mi = 0; mi < 4; mi += 3) { // m = 1, 8
+            timed_t t = {.kind = T_NORM_CUBLAS,
+                         .cfg = CFGS[0],
+                         .W = W,
+                         .copy_bytes = (size_t)(L->n * L->k) * 2,
+                         .ncopies = ncopies,
+                         .x = x,
+                         .y = y,
+                         .tmp = tmp,
+                         .norm_w = norm_w,
+                         .ydt = LPO_DT_BF16,
+                         .m = ms[mi],
+                         .n = L->n,
+                         .k = L->k,
+                         .g = g,
+                         .s = st};
+            const double cb = time_it(&t).med;
+            t.kind = T_NORM_GEMV;
+            const double gv = time_it(&t).med;
+            t.cfg = CFGS[1]; /* auto pdl */
+            const double pd = time_it(&t).med;
+            printf("| %s %s | %lld | %.2f | %.2f | %.2f | %.2f |\n", L->model, L->name, (long long)ms[mi], cb,
+                   gv, pd, gv - pd);
+        }
+        CUDA_OK(cudaFree(W));
+    }
     lpo_cuda_gemm_destroy(g);
     CUDA_OK(cudaStreamDestroy(st));
     release_all();
@@ -625,6 +678,7 @@ static void test_gemv_timing(void **state) {
 int main(void) {
     lpo_test_require_gpu();
     seed_from_env();
+    if (cudaStreamCreate(&g_stream) != cudaSuccess) return 1;
     printf("test_cuda_gemv: LPO_TEST_SEED=%llu\n", (unsigned long long)g_state);
     const char *only = getenv("LPO_TEST_ONLY"); /* a cmocka name pattern, e.g. "test_gemv_timing" */
     if (only) cmocka_set_test_filter(only);

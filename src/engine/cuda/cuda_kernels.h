@@ -221,11 +221,15 @@ lpo_status lpo_cuda_gemv(void *y, lpo_dtype y_dt, const void *x, const void *W, 
  * lpo_cuda_gemm_run + lpo_cuda_swiglu store them. act must not overlap x or Wgu. */
 lpo_status lpo_cuda_gemv_swiglu(void *act, const void *x, const void *Wgu, int64_t m, int64_t I, int64_t k,
                                 lpo_dtype dt, cudaStream_t stream);
-/* Tuning (tests, kbench): the kernel and launch shape. FMA: CUDA-core FMAs, rows 2, 4 or 8 of W per block,
- * any dtype; MMA: mma.sync tensor cores, rows 16 or 32 per block, f16/bf16; warps 1..8 per block split k. */
+/* The kernel and launch shape (tuning: tests, kbench). FMA: CUDA-core FMAs, rows 2, 4 or 8 of W per block,
+ * any dtype; MMA: mma.sync tensor cores, rows 16 or 32 per block, f16/bf16; warps 1..8 per block split k. pdl
+ * 1 (any kind, AUTO included): programmatic dependent launch: the kernel may start while the previous kernel
+ * of the stream finishes and stream its first weights meanwhile; it waits for that kernel
+ * (griddepcontrol.wait) before reading x, bias or y and writing y. Works in CUDA graphs (programmatic edges).
+ * Safe after any kernel; the kernel after this one is unaffected unless it is launched with PDL too. */
 typedef enum { LPO_CUDA_GEMV_AUTO, LPO_CUDA_GEMV_FMA, LPO_CUDA_GEMV_MMA } lpo_cuda_gemv_kind;
 typedef struct {
-    int kind, rows, warps;
+    int kind, rows, warps, pdl;
 } lpo_cuda_gemv_cfg;
 /* What lpo_cuda_gemv (swiglu 0) and lpo_cuda_gemv_swiglu (1, n = I) run for this shape on the current device.
  */

@@ -48,6 +48,22 @@ template <typename T, typename RAW, int V> __device__ __forceinline__ void unpac
     for (int i = 0; i < V; i++) f[i] = lpo_to_f(u.e[i]);
 }
 
+/* ---- programmatic dependent launch (PDL) ------------------------------------------------------------------
+ * Launched with programmatic stream serialization, a kernel may start while the previous kernel of the stream
+ * finishes: it streams its first weights (which no kernel writes), then waits for the previous grid
+ * (griddepcontrol.wait: completed, its writes visible) before reading x or touching y. Each block also lets
+ * the next PDL-launched kernel start once every block of this grid has begun. Both are no-ops without PDL. */
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 /* ---- reduction and epilogue --------------------------------------------------------------------------- */
 /* Sums each of v[0..N) (N a power of two) over the 32 lanes: 5 butterfly steps (lane offsets O = 16 .. 1).
  * While a lane holds more than one value (H = values kept after the step >= 1) it keeps half and trades the
@@ -117,7 +133,8 @@ __global__ void __launch_bounds__(GEMV_MAX_WARPS * 32, 1)
     gemv_fma(YT *__restrict__ y, const T *__restrict__ x, const T *__restrict__ W, const T *__restrict__ bias,
              int m, int64_t n, int64_t k, float beta) {
     typedef typename lpo_raw<V * sizeof(T)>::type raw;
-    constexpr int U = GEMV_INFLIGHT / R, RO = GLU ? R / 2 : R, N = R * M;
+    /* U: vectors per row in flight (R x U = 16; 8 for 8 tokens x 2 rows, whose x vectors would spill) */
+    constexpr int U = M >= 8 && R < 4 ? 4 : GEMV_INFLIGHT / R, RO = GLU ? R / 2 : R, N = R * M;
     __shared__ float red[GEMV_MAX_WARPS * N];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nw = blockDim.x >> 5;
     const int64_t o0 = (int64_t)blockIdx.x * RO;
@@ -127,6 +144,8 @@ __global__ void __launch_bounds__(GEMV_MAX_WARPS * 32, 1)
     float acc[N]; /* [r * M + t] */
 #pragma unroll
     for (int i = 0; i < N; i++) acc[i] = 0.f;
+    pdl_launch_dependents();
+    bool waited = false;
     const int64_t stride = (int64_t)blockDim.x * V;
     for (int64_t c0 = (int64_t)tid * V; c0 < k;
          c0 += stride * U) { // W rows (R, U vectors) . x (M, U vectors)
@@ -136,6 +155,10 @@ __global__ void __launch_bounds__(GEMV_MAX_WARPS * 32, 1)
             const int64_t c = c0 + u * stride;
 #pragma unroll
             for (int r = 0; r < R; r++) wv[u][r] = c < k ? ld_stream<raw>(w[r] + c) : raw();
+        }
+        if (!waited) { // x is the previous kernel's output
+            pdl_wait();
+            waited = true;
         }
 #pragma unroll
         for (int u = 0; u < U; u++) { // past k: W and x vectors are zeros (no branch: x loads issue early)
@@ -155,6 +178,7 @@ __global__ void __launch_bounds__(GEMV_MAX_WARPS * 32, 1)
             }
         }
     }
+    if (!waited) pdl_wait(); /* threads without columns: before y is touched */
     bool writer;
     const int base = warp_sum_scatter<N>(acc, lane, &writer);
     if (writer)
@@ -212,6 +236,8 @@ __global__ void __launch_bounds__(GEMV_MAX_WARPS * 32, 1)
     for (int j = 0; j < RT; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
     const int64_t stride = (int64_t)nw * 32;
     const uint4 zero = make_uint4(0, 0, 0, 0);
+    pdl_launch_dependents();
+    bool waited = false;
     for (int64_t c0 = (int64_t)warp * 32; c0 < k; c0 += stride * U) { // chunks of 32 columns, U in flight
         uint4 wv[U][RT][2], xv[U];
 #pragma unroll
@@ -222,13 +248,22 @@ __global__ void __launch_bounds__(GEMV_MAX_WARPS * 32, 1)
             for (int j = 0; j < RT; j++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) wv[u][j][h] = in ? ld_stream<uint4>(w[j][h] + c) : zero;
-            xv[u] = in && g < m ? ld_shared_input<uint4>(xg + c) : zero;
+        }
+        if (!waited) { // x is the previous kernel's output
+            pdl_wait();
+            waited = true;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t c = c0 + u * stride;
+            xv[u] = c + 8 * t < k && g < m ? ld_shared_input<uint4>(xg + c) : zero;
         }
 #pragma unroll
         for (int u = 0; u < U; u++)
 #pragma unroll
             for (int j = 0; j < RT; j++) mma_k32<T>(acc[j], wv[u][j][0], wv[u][j][1], xv[u]);
     }
+    if (!waited) pdl_wait(); /* warps without columns: before y is touched */
     float *rw = red + warp * N;
 #pragma unroll
     for (int j = 0; j < RT; j++) { // c0, c1: row g, tokens 2t, 2t+1; c2, c3: row g + 8
@@ -254,71 +289,63 @@ typedef struct {
     int m;
     int64_t n, k;
     float beta;
+    bool pdl;
 } gemv_args;
 
+/* kernel over ceil(n / rows_out) blocks of `threads`, on a's pointers and sizes; with programmatic stream
+ * serialization when a.pdl */
+template <typename T, typename YT>
+static cudaError_t launch_kernel(void (*kernel)(YT *, const T *, const T *, const T *, int, int64_t, int64_t,
+                                                float),
+                                 const gemv_args &a, int64_t rows_out, unsigned threads, cudaStream_t s) {
+    cudaLaunchConfig_t lc = {};
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    lc.gridDim = dim3((unsigned)((a.n + rows_out - 1) / rows_out));
+    lc.blockDim = dim3(threads);
+    lc.stream = s;
+    lc.attrs = at;
+    lc.numAttrs = a.pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&lc, kernel, (YT *)a.y, (const T *)a.x, (const T *)a.W, (const T *)a.bias, a.m,
+                              a.n, a.k, a.beta);
+}
+
 template <typename T, typename YT, int M, int R, int V, bool GLU>
-static void launch_fma_m(const gemv_args &a, unsigned threads, cudaStream_t s) {
-    constexpr int RO = GLU ? R / 2 : R;
-    const unsigned blocks = (unsigned)((a.n + RO - 1) / RO);
-    gemv_fma<T, YT, M, R, V, GLU><<<blocks, threads, 0, s>>>((YT *)a.y, (const T *)a.x, (const T *)a.W,
-                                                             (const T *)a.bias, a.m, a.n, a.k, a.beta);
+static cudaError_t launch_fma_m(const gemv_args &a, unsigned threads, cudaStream_t s) {
+    return launch_kernel<T, YT>(gemv_fma<T, YT, M, R, V, GLU>, a, GLU ? R / 2 : R, threads, s);
 }
 
 template <typename T, typename YT, int R, bool GLU>
-static void launch_fma(const gemv_args &a, unsigned threads, cudaStream_t s) {
+static cudaError_t launch_fma(const gemv_args &a, unsigned threads, cudaStream_t s) {
     constexpr int V = lpo_vec16<T>::n;
-    if (a.m <= 1)
-        launch_fma_m<T, YT, 1, R, V, GLU>(a, threads, s);
-    else if (a.m <= 2)
-        launch_fma_m<T, YT, 2, R, V, GLU>(a, threads, s);
-    else if (a.m <= 4)
-        launch_fma_m<T, YT, 4, R, V, GLU>(a, threads, s);
-    else
-        launch_fma_m<T, YT, 8, R, V, GLU>(a, threads, s);
-}
-
-template <typename T, typename YT, int RT, bool GLU>
-static void launch_mma(const gemv_args &a, unsigned threads, cudaStream_t s) {
-    constexpr int RO = GLU ? 8 * RT : 16 * RT;
-    const unsigned blocks = (unsigned)((a.n + RO - 1) / RO);
-    gemv_mma<T, YT, RT, GLU><<<blocks, threads, 0, s>>>((YT *)a.y, (const T *)a.x, (const T *)a.W,
-                                                        (const T *)a.bias, a.m, a.n, a.k, a.beta);
+    if (a.m <= 1) return launch_fma_m<T, YT, 1, R, V, GLU>(a, threads, s);
+    if (a.m <= 2) return launch_fma_m<T, YT, 2, R, V, GLU>(a, threads, s);
+    if (a.m <= 4) return launch_fma_m<T, YT, 4, R, V, GLU>(a, threads, s);
+    return launch_fma_m<T, YT, 8, R, V, GLU>(a, threads, s);
 }
 
 /* vec: x and W rows 16-byte aligned (else the scalar FMA kernel, R 4, M 8); c was checked by the caller */
 template <typename T, typename YT, bool GLU>
-static void launch(const lpo_cuda_gemv_cfg &c, bool vec, const gemv_args &a, cudaStream_t s) {
+static cudaError_t launch(const lpo_cuda_gemv_cfg &c, bool vec, const gemv_args &a, cudaStream_t s) {
     const unsigned threads = (unsigned)c.warps * 32;
-    if (!vec) {
-        launch_fma_m<T, YT, 8, 4, 1, GLU>(a, threads, s);
-        return;
-    }
+    if (!vec) return launch_fma_m<T, YT, 8, 4, 1, GLU>(a, threads, s);
     if constexpr (has_mma<T>::v) {
-        if (c.kind == LPO_CUDA_GEMV_MMA) {
-            if (c.rows == 16)
-                launch_mma<T, YT, 1, GLU>(a, threads, s);
-            else
-                launch_mma<T, YT, 2, GLU>(a, threads, s);
-            return;
-        }
+        if (c.kind == LPO_CUDA_GEMV_MMA)
+            return c.rows == 16 ? launch_kernel<T, YT>(gemv_mma<T, YT, 1, GLU>, a, GLU ? 8 : 16, threads, s)
+                                : launch_kernel<T, YT>(gemv_mma<T, YT, 2, GLU>, a, GLU ? 16 : 32, threads, s);
     }
-    if (c.rows == 2)
-        launch_fma<T, YT, 2, GLU>(a, threads, s);
-    else if (c.rows == 4)
-        launch_fma<T, YT, 4, GLU>(a, threads, s);
-    else
-        launch_fma<T, YT, 8, GLU>(a, threads, s);
+    if (c.rows == 2) return launch_fma<T, YT, 2, GLU>(a, threads, s);
+    if (c.rows == 4) return launch_fma<T, YT, 4, GLU>(a, threads, s);
+    return launch_fma<T, YT, 8, GLU>(a, threads, s);
 }
 
 template <typename T>
-static void launch_dt(const lpo_cuda_gemv_cfg &c, bool vec, lpo_dtype y_dt, bool glu, const gemv_args &a,
-                      cudaStream_t s) {
-    if (glu)
-        launch<T, T, true>(c, vec, a, s);
-    else if (y_dt == LPO_DT_F32)
-        launch<T, float, false>(c, vec, a, s);
-    else
-        launch<T, T, false>(c, vec, a, s);
+static cudaError_t launch_dt(const lpo_cuda_gemv_cfg &c, bool vec, lpo_dtype y_dt, bool glu,
+                             const gemv_args &a, cudaStream_t s) {
+    if (glu) return launch<T, T, true>(c, vec, a, s);
+    if (y_dt == LPO_DT_F32) return launch<T, float, false>(c, vec, a, s);
+    return launch<T, T, false>(c, vec, a, s);
 }
 
 /* SMs of the current device (cached per device; 132 if it cannot be read) */
@@ -338,22 +365,22 @@ extern "C" int lpo_cuda_gemv_supported(int64_t m, lpo_dtype dt) {
     return m >= 1 && m <= LPO_CUDA_GEMV_MAX_M && (dt == LPO_DT_F32 || dt == LPO_DT_F16 || dt == LPO_DT_BF16);
 }
 
+/* Measured on the H100 (docs/perf-notes.md, GEMV run 1: every configuration at the Llama-3.1-8B / 3.2-1B
+ * shapes, m = 1, 2, 4, 8):
+ *  - m <= 4 (and f32): FMA, 4 warps, rows 8, except rows 4 for m <= 2 with k >= 4096 (a block's 16 loads per
+ *    thread span 16384 / rows columns: rows 4 at k = 2048 would mask half of them off); within 2% of the best
+ *    configuration at every shape.
+ *  - m > 4: MMA, 8 warps, rows 16; rows 32 when that fits the grid in one wave of resident blocks (2 per SM)
+ *    where 16 does not, or for long rows (k >= 12288: x, 8 tokens x k, no longer fits L1 and each block
+ *    re-reads it from L2 per 16 rows) while still giving >= half an SM's worth of blocks. */
 extern "C" lpo_cuda_gemv_cfg lpo_cuda_gemv_pick(int64_t m, int64_t n, int64_t k, lpo_dtype dt, int swiglu) {
-    (void)k;
-    const int64_t sms = sm_count();
-    lpo_cuda_gemv_cfg c = {LPO_CUDA_GEMV_FMA, 2, 4};
-    if (dt != LPO_DT_F32 && m > 2) { // tensor cores: FMAs would cost 32-64 per weight vector
-        c.kind = LPO_CUDA_GEMV_MMA;
-        c.rows = 16;
-        const int64_t blocks = (n + (swiglu ? 8 : 16) - 1) / (swiglu ? 8 : 16);
-        c.warps = blocks >= 2 * sms ? 4 : 8;
-        return c;
-    }
-    for (int r = 8; r >= 4; r /= 2) // the most rows per block that still gives >= 4 blocks per SM
-        if ((n + (swiglu ? r / 2 : r) - 1) / (swiglu ? r / 2 : r) >= 4 * sms) {
-            c.rows = r;
-            break;
-        }
+    const int64_t sms = sm_count(), rows = swiglu ? 2 * n : n; /* rows of W */
+    lpo_cuda_gemv_cfg c = {LPO_CUDA_GEMV_FMA, m <= 2 && k >= 4096 ? 4 : 8, 4, 0};
+    if (dt == LPO_DT_F32 || m <= 4) return c;
+    const int64_t b16 = (rows + 15) / 16, b32 = (rows + 31) / 32;
+    c.kind = LPO_CUDA_GEMV_MMA;
+    c.warps = 8;
+    c.rows = (b16 > 2 * sms && b32 <= 2 * sms) || (k >= 12288 && 2 * b32 >= sms) ? 32 : 16;
     return c;
 }
 
@@ -378,7 +405,8 @@ extern "C" lpo_status lpo_cuda_gemv_cfg_run(const lpo_cuda_gemv_cfg *cfg, void *
     const bool vec = lpo_aligned16(x, k, es) && lpo_aligned16(W, k, es);
     lpo_cuda_gemv_cfg c =
         cfg && cfg->kind != LPO_CUDA_GEMV_AUTO ? *cfg : lpo_cuda_gemv_pick(m, n, k, dt, swiglu);
-    if (!vec && (!cfg || cfg->kind == LPO_CUDA_GEMV_AUTO)) c = lpo_cuda_gemv_cfg{LPO_CUDA_GEMV_FMA, 4, 4};
+    if (!vec && (!cfg || cfg->kind == LPO_CUDA_GEMV_AUTO)) c = lpo_cuda_gemv_cfg{LPO_CUDA_GEMV_FMA, 4, 4, 0};
+    if (cfg) c.pdl = cfg->pdl;
     const bool fma_ok = c.kind == LPO_CUDA_GEMV_FMA && (c.rows == 2 || c.rows == 4 || c.rows == 8),
                mma_ok =
                    c.kind == LPO_CUDA_GEMV_MMA && (c.rows == 16 || c.rows == 32) && dt != LPO_DT_F32 && vec;
@@ -387,8 +415,10 @@ extern "C" lpo_status lpo_cuda_gemv_cfg_run(const lpo_cuda_gemv_cfg *cfg, void *
                           "%s: configuration kind %d rows %d warps %d (FMA: rows 2, 4, 8; "
                           "MMA: rows 16, 32, f16/bf16, 16-byte aligned rows; 1-%d warps)",
                           op, c.kind, c.rows, c.warps, GEMV_MAX_WARPS);
-    const gemv_args a = {y, x, W, bias, (int)m, n, k, beta};
-    LPO_CU_DISPATCH(dt, op, launch_dt<T>(c, vec, y_dt, swiglu != 0, a, stream));
+    const gemv_args a = {y, x, W, bias, (int)m, n, k, beta, c.pdl != 0};
+    cudaError_t err = cudaSuccess;
+    LPO_CU_DISPATCH(dt, op, err = launch_dt<T>(c, vec, y_dt, swiglu != 0, a, stream));
+    LPO_CU_CHECK(err, op);
     LPO_CU_LAUNCHED(op);
     return LPO_OK;
 }
