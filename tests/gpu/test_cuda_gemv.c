@@ -1,19 +1,21 @@
 /* GPU test (label "gpu"): the decode GEMV kernels of src/engine/cuda/gemv.cu, validated then timed.
- * Validation: lpo_cuda_gemv_cfg_run with the automatic choice and every configuration the timing runs, in
- * f32, f16 and bf16, m = 1..8 tokens, plain / + bias / residual (beta 1) / f32 output, and the fused
- * gate/up + SwiGLU, against the CPU reference (lpo_cpu_matmul, lpo_cpu_swiglu) on fresh random data (seed
- * printed; LPO_TEST_SEED=<n> repeats it). Outputs are poisoned with NaN bytes first; rows past m must stay
- * poisoned; sizes include n smaller than a block's rows, k not a multiple of a chunk, and k whose rows are
- * not 16-byte aligned (the scalar kernel). Per element |got - ref| <= atol * rms(ref) + rtol * |ref| and the
- * normalized MSE under a bound, per dtype; NaN/Inf fail; every failing case is printed, the test fails at
- * the end. Invalid arguments must give LPO_E_UNSUPPORTED. LPO_TEST_QUICK=1 checks m = 1, 5, 8 only (for
- * compute-sanitizer runs).
+ * Validation: lpo_cuda_gemv_cfg_run with the automatic choice (with and without PDL) and every configuration
+ * the timing can run, in f32, f16 and bf16, m = 1..8 tokens, plain / + bias / residual (beta 1) / f32 output,
+ * and the fused gate/up + SwiGLU, against the CPU reference (lpo_cpu_matmul, lpo_cpu_swiglu) on fresh random
+ * data (seed printed; LPO_TEST_SEED=<n> repeats it). Outputs are poisoned with NaN bytes first; rows past m
+ * must stay poisoned; sizes include n smaller than a block's rows, k not a multiple of a chunk, and k whose
+ * rows are not 16-byte aligned (the scalar kernel). Per element |got - ref| <= atol * rms(ref) + rtol * |ref|
+ * and the normalized MSE under a bound, per dtype; NaN/Inf fail; every failing case is printed, the test
+ * fails at the end. Invalid arguments must give LPO_E_UNSUPPORTED. With PDL, a GEMV reading the previous
+ * GEMV's output must wait for it (chains on a stream and in a CUDA graph, outputs poisoned before each).
+ * LPO_TEST_QUICK=1 checks m = 1, 5, 8 only (compute-sanitizer runs).
  * Timing (LPO_TEST_BENCH=0 skips it): Llama-3.1-8B and Llama-3.2-1B linear shapes, bf16, m = 1, 2, 4, 8;
  * weights rotated through > 256 MB of copies so none is served from the L2; each sample is one replay of a
  * CUDA graph of max(10, copies) launches timed by CUDA events, 3 warm-up replays then 60, median and
- * p10 / p90 per launch; achieved GB/s of
- * weight bytes against the device-to-device copy bandwidth measured in the same run, next to cuBLASLt
- * (lpo_cuda_gemm_run) and every configuration. Prints SKIP and exits 77 without a GPU. */
+ * p10 / p90 per launch; achieved GB/s of weight bytes against the device-to-device copy bandwidth measured
+ * in the same run, next to cuBLASLt (lpo_cuda_gemm_run), the automatic choice with and without PDL
+ * (LPO_TEST_GEMV_ALL=1: every configuration), the fused epilogues, and RMSNorm -> linear chains. Prints SKIP
+ * and exits 77 without a GPU. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -319,6 +321,67 @@ static void test_gemv_swiglu(void **state) {
     if (g_fail) fail_msg("gemv_swiglu: %d failing checks (FAIL lines above)", g_fail);
 }
 
+/* ---- PDL: a GEMV reading the output of the GEMV before it, both launched with PDL ------------------------
+ * y1 (m, n1) = x W1^T, then y2 (m, n2) = y1 W2^T with the second kernel started while the first still runs
+ * (the first lets dependents launch as soon as all its blocks have begun): the second must not read y1
+ * before griddepcontrol.wait. y1 and y2 are poisoned before every pair (NaN); 20 pairs on a stream, then 20
+ * replays of a CUDA graph of the pair. */
+static void test_gemv_pdl_chain(void **state) {
+    (void)state;
+    g_fail = 0;
+    static const struct {
+        lpo_dtype dt;
+        int64_t m;
+    } cases[] = {{LPO_DT_BF16, 1}, {LPO_DT_BF16, 8}, {LPO_DT_F16, 3}, {LPO_DT_F32, 2}};
+    const int64_t n1 = 4096, k1 = 4096,
+                  n2 = 1000; /* the first GEMV streams 32-64 MB: a wide overlap window */
+    const lpo_cuda_gemv_cfg pdl = {LPO_CUDA_GEMV_AUTO, 0, 0, 1};
+    cudaStream_t cs = NULL;
+    CUDA_OK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const lpo_dtype dt = cases[i].dt;
+        const int64_t m = cases[i].m;
+        float *x = random_dt((size_t)(m * k1), -1.f, 1.f, dt),
+              *W1 = random_dt((size_t)(n1 * k1), -0.05f, 0.05f, dt);
+        float *W2 = random_dt((size_t)(n2 * n1), -0.05f, 0.05f, dt);
+        float *y1 = host_buf((size_t)(m * n1) * sizeof *y1), *ref = host_buf((size_t)(m * n2) * sizeof *ref);
+        lpo_cpu_matmul(y1, x, W1, NULL, m, n1, k1, 1);
+        for (int64_t j = 0; j < m * n1; j++) y1[j] = to_dt(y1[j], dt); /* stored in dt between the two */
+        lpo_cpu_matmul(ref, y1, W2, NULL, m, n2, n1, 1);
+        void *dx = upload(x, (size_t)(m * k1), (size_t)(m * k1), dt),
+             *dW1 = upload(W1, (size_t)(n1 * k1), (size_t)(n1 * k1), dt);
+        void *dW2 = upload(W2, (size_t)(n2 * n1), (size_t)(n2 * n1), dt);
+        void *dy1 = dev_buf((size_t)(m * n1) * esize(dt)), *dy2 = dev_buf((size_t)((m + 1) * n2) * esize(dt));
+        cudaGraph_t graph = NULL;
+        cudaGraphExec_t exec = NULL;
+        CUDA_OK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal));
+        ST_OK(lpo_cuda_gemv_cfg_run(&pdl, dy1, dt, dx, dW1, NULL, m, n1, k1, 0.f, 0, dt, cs));
+        ST_OK(lpo_cuda_gemv_cfg_run(&pdl, dy2, dt, dy1, dW2, NULL, m, n2, n1, 0.f, 0, dt, cs));
+        CUDA_OK(cudaStreamEndCapture(cs, &graph));
+        CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+        agg_t a = {0};
+        char what[64];
+        snprintf(what, sizeof what, "%s pdl chain m %lld (stream, graph)", lpo_dtype_name(dt), (long long)m);
+        for (int r = 0; r < 40; r++) { // pairs 0..19 launched on the stream, 20..39 graph replays
+            CUDA_OK(cudaMemsetAsync(dy1, 0xff, (size_t)(m * n1) * esize(dt), cs));
+            CUDA_OK(cudaMemsetAsync(dy2, 0xff, (size_t)((m + 1) * n2) * esize(dt), cs));
+            if (r < 20) {
+                ST_OK(lpo_cuda_gemv_cfg_run(&pdl, dy1, dt, dx, dW1, NULL, m, n1, k1, 0.f, 0, dt, cs));
+                ST_OK(lpo_cuda_gemv_cfg_run(&pdl, dy2, dt, dy1, dW2, NULL, m, n2, n1, 0.f, 0, dt, cs));
+            } else
+                CUDA_OK(cudaGraphLaunch(exec, cs));
+            CUDA_OK(cudaStreamSynchronize(cs));
+            compare(&a, what, dy2, dt, ref, m, n2, m + 1, dt);
+        }
+        report(&a, what);
+        CUDA_OK(cudaGraphExecDestroy(exec));
+        CUDA_OK(cudaGraphDestroy(graph));
+        release_all();
+    }
+    CUDA_OK(cudaStreamDestroy(cs));
+    if (g_fail) fail_msg("pdl chain: %d failing checks (FAIL lines above)", g_fail);
+}
+
 /* ---- refusals -------------------------------------------------------------------------------------- */
 static void test_gemv_refuses(void **state) {
     (void)state;
@@ -525,9 +588,11 @@ static void test_gemv_timing(void **state) {
     printf("\n| linear (n x k) | m | MB | cuBLASLt us | GB/s | gemv us | p10-p90 | GB/s | %% copy | x cuBLAS "
            "| auto cfg |");
     char cn[32];
-    for (int c = 1; c < NCFG; c++) printf(" %s |", cfg_name(&CFGS[c], cn, sizeof cn));
+    const char *all_env = getenv("LPO_TEST_GEMV_ALL"); /* 1: time every configuration, not only auto / pdl */
+    const int ncols = all_env && !strcmp(all_env, "1") ? NCFG : 2;
+    for (int c = 1; c < ncols; c++) printf(" %s |", cfg_name(&CFGS[c], cn, sizeof cn));
     printf("\n|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|");
-    for (int c = 1; c < NCFG; c++) printf("--:|");
+    for (int c = 1; c < ncols; c++) printf("--:|");
     printf("\n");
     static const int64_t ms[4] = {1, 2, 4, 8};
     double step[3][2][4] = {{{0}}}; /* cuBLASLt, gemv, gemv pdl; per model, per m: one step's linears */
@@ -565,7 +630,7 @@ static void test_gemv_timing(void **state) {
                    L->model, L->name, (long long)L->n, (long long)L->k, (long long)ms[mi], wbytes / 1e6,
                    cb.med, wbytes / cb.med / 1e3, au.med, au.p10, au.p90, wbytes / au.med / 1e3,
                    100.0 * wbytes / (au.med * 1e-6) / bw, cb.med / au.med, cfg_name(&pick, cn, sizeof cn));
-            for (int c = 1; c < NCFG; c++) {
+            for (int c = 1; c < ncols; c++) {
                 t.cfg = CFGS[c];
                 const double us = time_it(&t).med;
                 if (c == 1) step[2][!is8b][mi] += mult * us; /* auto pdl */
@@ -683,9 +748,8 @@ int main(void) {
     const char *only = getenv("LPO_TEST_ONLY"); /* a cmocka name pattern, e.g. "test_gemv_timing" */
     if (only) cmocka_set_test_filter(only);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gemv_refuses),
-        cmocka_unit_test(test_gemv),
-        cmocka_unit_test(test_gemv_swiglu),
+        cmocka_unit_test(test_gemv_refuses), cmocka_unit_test(test_gemv),
+        cmocka_unit_test(test_gemv_swiglu),  cmocka_unit_test(test_gemv_pdl_chain),
         cmocka_unit_test(test_gemv_timing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -34,9 +34,27 @@
 template <typename RAW> __device__ __forceinline__ RAW ld_stream(const void *p) {
     return __ldcs(reinterpret_cast<const RAW *>(p));
 }
-/* x: small and read by every block, through the read-only path (L1). */
+/* x: small and read by every block, through the read-only path (L1). Not with PDL: ld.global.nc promises
+ * data read-only for the whole kernel, and ptxas hoists it above griddepcontrol.wait (seen in the SASS). */
 template <typename RAW> __device__ __forceinline__ RAW ld_shared_input(const void *p) {
     return __ldg(reinterpret_cast<const RAW *>(p));
+}
+/* x with PDL: an ordinary (coherent) load that stays after griddepcontrol.wait (volatile asm: not moved
+ * across the wait's volatile asm; ptxas does not move an ordinary load across ACQBULK). */
+__device__ __forceinline__ uint4 ld_after_wait(const void *p) {
+    uint4 v;
+    asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+/* x vector: PDL kernels use the ordered load (vectors of 16 bytes only: PDL runs only on aligned rows) */
+template <typename RAW, bool PDL> __device__ __forceinline__ RAW ld_input(const void *p) {
+    if constexpr (PDL && sizeof(RAW) == 16) {
+        const uint4 v = ld_after_wait(p);
+        return *reinterpret_cast<const RAW *>(&v);
+    } else
+        return ld_shared_input<RAW>(p);
 }
 template <typename T, typename RAW, int V> __device__ __forceinline__ void unpack(RAW r, float (&f)[V]) {
     union {
@@ -52,7 +70,8 @@ template <typename T, typename RAW, int V> __device__ __forceinline__ void unpac
  * Launched with programmatic stream serialization, a kernel may start while the previous kernel of the stream
  * finishes: it streams its first weights (which no kernel writes), then waits for the previous grid
  * (griddepcontrol.wait: completed, its writes visible) before reading x or touching y. Each block also lets
- * the next PDL-launched kernel start once every block of this grid has begun. Both are no-ops without PDL. */
+ * the next PDL-launched kernel start once every block of this grid has begun. The kernels take PDL as a
+ * template parameter, so the plain instances carry none of it. */
 __device__ __forceinline__ void pdl_launch_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
@@ -128,7 +147,7 @@ template <bool GLU> __device__ __forceinline__ int64_t w_row(int r, int ro, int6
 
 /* ---- FMA kernel ---------------------------------------------------------------------------------------- */
 /* block b: output rows b * RO .. + RO (RO = R, GLU R / 2); tokens 0..m-1 computed as M (m <= M) */
-template <typename T, typename YT, int M, int R, int V, bool GLU>
+template <typename T, typename YT, int M, int R, int V, bool GLU, bool PDL>
 __global__ void __launch_bounds__(GEMV_MAX_WARPS * 32, 1)
     gemv_fma(YT *__restrict__ y, const T *__restrict__ x, const T *__restrict__ W, const T *__restrict__ bias,
              int m, int64_t n, int64_t k, float beta) {
@@ -144,8 +163,8 @@ __global__ void __launch_bounds__(GEMV_MAX_WARPS * 32, 1)
     float acc[N]; /* [r * M + t] */
 #pragma unroll
     for (int i = 0; i < N; i++) acc[i] = 0.f;
-    pdl_launch_dependents();
-    bool waited = false;
+    if (PDL) pdl_launch_dependents();
+    bool waited = !PDL;
     const int64_t stride = (int64_t)blockDim.x * V;
     for (int64_t c0 = (int64_t)tid * V; c0 < k;
          c0 += stride * U) { // W rows (R, U vectors) . x (M, U vectors)
@@ -156,7 +175,7 @@ __global__ void __launch_bounds__(GEMV_MAX_WARPS * 32, 1)
 #pragma unroll
             for (int r = 0; r < R; r++) wv[u][r] = c < k ? ld_stream<raw>(w[r] + c) : raw();
         }
-        if (!waited) { // x is the previous kernel's output
+        if (!waited) { // PDL: x is the previous kernel's output
             pdl_wait();
             waited = true;
         }
@@ -166,7 +185,7 @@ __global__ void __launch_bounds__(GEMV_MAX_WARPS * 32, 1)
             float xf[M][V];
 #pragma unroll
             for (int t = 0; t < M; t++)
-                unpack<T>(t < m && c < k ? ld_shared_input<raw>(x + t * k + c) : raw(), xf[t]);
+                unpack<T>(t < m && c < k ? ld_input<raw, PDL>(x + t * k + c) : raw(), xf[t]);
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 float wf[V];
@@ -178,7 +197,7 @@ __global__ void __launch_bounds__(GEMV_MAX_WARPS * 32, 1)
             }
         }
     }
-    if (!waited) pdl_wait(); /* threads without columns: before y is touched */
+    if (!waited) pdl_wait(); /* PDL, threads without columns: before y is touched */
     bool writer;
     const int base = warp_sum_scatter<N>(acc, lane, &writer);
     if (writer)
@@ -216,7 +235,7 @@ GEMV__MMA_K32(__half, "f16")
 template <typename T> struct has_mma { static constexpr bool v = sizeof(T) == 2; };
 
 /* block b: output rows b * RO .. + RO (RO = 16 RT, GLU 8 RT); k a multiple of 8, rows 16-byte aligned */
-template <typename T, typename YT, int RT, bool GLU>
+template <typename T, typename YT, int RT, bool GLU, bool PDL>
 __global__ void __launch_bounds__(GEMV_MAX_WARPS * 32, 1)
     gemv_mma(YT *__restrict__ y, const T *__restrict__ x, const T *__restrict__ W, const T *__restrict__ bias,
              int m, int64_t n, int64_t k, float beta) {
@@ -236,8 +255,8 @@ __global__ void __launch_bounds__(GEMV_MAX_WARPS * 32, 1)
     for (int j = 0; j < RT; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
     const int64_t stride = (int64_t)nw * 32;
     const uint4 zero = make_uint4(0, 0, 0, 0);
-    pdl_launch_dependents();
-    bool waited = false;
+    if (PDL) pdl_launch_dependents();
+    bool waited = !PDL;
     for (int64_t c0 = (int64_t)warp * 32; c0 < k; c0 += stride * U) { // chunks of 32 columns, U in flight
         uint4 wv[U][RT][2], xv[U];
 #pragma unroll
@@ -248,22 +267,24 @@ __global__ void __launch_bounds__(GEMV_MAX_WARPS * 32, 1)
             for (int j = 0; j < RT; j++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) wv[u][j][h] = in ? ld_stream<uint4>(w[j][h] + c) : zero;
+            if (!PDL) xv[u] = in && g < m ? ld_shared_input<uint4>(xg + c) : zero;
         }
-        if (!waited) { // x is the previous kernel's output
+        if (!waited) { // PDL: x is the previous kernel's output
             pdl_wait();
             waited = true;
         }
+        if (PDL)
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int64_t c = c0 + u * stride;
-            xv[u] = c + 8 * t < k && g < m ? ld_shared_input<uint4>(xg + c) : zero;
-        }
+            for (int u = 0; u < U; u++) {
+                const int64_t c = c0 + u * stride;
+                xv[u] = c + 8 * t < k && g < m ? ld_after_wait(xg + c) : zero;
+            }
 #pragma unroll
         for (int u = 0; u < U; u++)
 #pragma unroll
             for (int j = 0; j < RT; j++) mma_k32<T>(acc[j], wv[u][j][0], wv[u][j][1], xv[u]);
     }
-    if (!waited) pdl_wait(); /* warps without columns: before y is touched */
+    if (!waited) pdl_wait(); /* PDL, warps without columns: before y is touched */
     float *rw = red + warp * N;
 #pragma unroll
     for (int j = 0; j < RT; j++) { // c0, c1: row g, tokens 2t, 2t+1; c2, c3: row g + 8
@@ -313,7 +334,14 @@ static cudaError_t launch_kernel(void (*kernel)(YT *, const T *, const T *, cons
 
 template <typename T, typename YT, int M, int R, int V, bool GLU>
 static cudaError_t launch_fma_m(const gemv_args &a, unsigned threads, cudaStream_t s) {
-    return launch_kernel<T, YT>(gemv_fma<T, YT, M, R, V, GLU>, a, GLU ? R / 2 : R, threads, s);
+    return launch_kernel<T, YT>(a.pdl ? gemv_fma<T, YT, M, R, V, GLU, true>
+                                      : gemv_fma<T, YT, M, R, V, GLU, false>,
+                                a, GLU ? R / 2 : R, threads, s);
+}
+template <typename T, typename YT, int RT, bool GLU>
+static cudaError_t launch_mma(const gemv_args &a, unsigned threads, cudaStream_t s) {
+    return launch_kernel<T, YT>(a.pdl ? gemv_mma<T, YT, RT, GLU, true> : gemv_mma<T, YT, RT, GLU, false>, a,
+                                GLU ? 8 * RT : 16 * RT, threads, s);
 }
 
 template <typename T, typename YT, int R, bool GLU>
@@ -325,15 +353,19 @@ static cudaError_t launch_fma(const gemv_args &a, unsigned threads, cudaStream_t
     return launch_fma_m<T, YT, 8, R, V, GLU>(a, threads, s);
 }
 
-/* vec: x and W rows 16-byte aligned (else the scalar FMA kernel, R 4, M 8); c was checked by the caller */
+/* vec: x and W rows 16-byte aligned (else the scalar FMA kernel, R 4, M 8, without PDL); c was checked by the
+ * caller */
 template <typename T, typename YT, bool GLU>
-static cudaError_t launch(const lpo_cuda_gemv_cfg &c, bool vec, const gemv_args &a, cudaStream_t s) {
+static cudaError_t launch(const lpo_cuda_gemv_cfg &c, bool vec, gemv_args a, cudaStream_t s) {
     const unsigned threads = (unsigned)c.warps * 32;
-    if (!vec) return launch_fma_m<T, YT, 8, 4, 1, GLU>(a, threads, s);
+    if (!vec) {
+        a.pdl = false;
+        return launch_kernel<T, YT>(gemv_fma<T, YT, 8, 4, 1, GLU, false>, a, GLU ? 2 : 4, threads, s);
+    }
     if constexpr (has_mma<T>::v) {
         if (c.kind == LPO_CUDA_GEMV_MMA)
-            return c.rows == 16 ? launch_kernel<T, YT>(gemv_mma<T, YT, 1, GLU>, a, GLU ? 8 : 16, threads, s)
-                                : launch_kernel<T, YT>(gemv_mma<T, YT, 2, GLU>, a, GLU ? 16 : 32, threads, s);
+            return c.rows == 16 ? launch_mma<T, YT, 1, GLU>(a, threads, s)
+                                : launch_mma<T, YT, 2, GLU>(a, threads, s);
     }
     if (c.rows == 2) return launch_fma<T, YT, 2, GLU>(a, threads, s);
     if (c.rows == 4) return launch_fma<T, YT, 4, GLU>(a, threads, s);
