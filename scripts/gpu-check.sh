@@ -87,11 +87,13 @@ if [ -x "$build/lpo" ]; then
     step "ceilings" "$build/lpo" ceilings
     bopts="backend=cuda profiling.warmup=2 profiling.min_samples=5 profiling.timeout_s=20 --no-save"
     : >"$build/bench-tables.txt"
-    for point in "llama3.1-8b 1 [128,512,2048] 128" "llama3.2-1b 1 128 128" "llama3.1-8b 64 128 128"; do
-      read -r bm bb bp bg <<<"$point"
+    # (the last two: cuBLASLt for the decode linears instead of the GEMV kernels, the A/B of engine.gemv)
+    for point in "llama3.1-8b 1 [128,512,2048] 128" "llama3.2-1b 1 128 128" "llama3.1-8b 64 128 128" \
+      "llama3.1-8b 1 128 128 engine.gemv=false" "llama3.2-1b 1 128 128 engine.gemv=false"; do
+      read -r bm bb bp bg bx <<<"$point"
       bp=${bp#[}
-      step "bench ${bm#llama} b$bb" bash -c "'$build/lpo' bench model=$bm bench.batch=[$bb] \
-        bench.prompt=[${bp%]}] bench.gen=[$bg] $bopts | tee -a '$build/bench-tables.txt'"
+      step "bench ${bm#llama} b$bb${bx:+ blas}" bash -c "'$build/lpo' bench model=$bm bench.batch=[$bb] \
+        bench.prompt=[${bp%]}] bench.gen=[$bg] ${bx:-} $bopts | tee -a '$build/bench-tables.txt'"
     done
   fi
 else

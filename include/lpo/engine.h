@@ -36,7 +36,7 @@ typedef struct {
     int no_fusion;           /* engine.fusion=off: unfused plans */
     int pad_batches;         /* pad decode batches to powers of two (always on for backends with graphs) */
     int device;              /* GPU ordinal */
-    int gemv;                /* engine.gemv: decode linears (<= 8 tokens) by GEMV kernels, not cuBLASLt */
+    int no_gemv;             /* engine.gemv=false: cuBLASLt also for linears of <= 8 tokens (CUDA) */
 } lpo_engine_opts;
 
 /* The max_context an engine opens with when `asked` (0 = default) is given: asked, else the model's

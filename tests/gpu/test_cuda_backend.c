@@ -1,5 +1,7 @@
 /* GPU test (label "gpu"): the CUDA backend (src/engine/cuda/cuda_backend.c) against the CPU reference.
- *   1. the op checker (lpo_opcheck_run) on every op kind the backend supports, in f32, bf16 and f16, at the
+ *   1. the op checker (lpo_opcheck_run) on every op kind the backend supports, in f32, bf16 and f16 (linears
+ * of
+ *      <= 8 rows by the GEMV kernels, then by cuBLASLt), at the
  *      op shapes of two small architectures (GQA, q/k norm, biases, sliding window, GeGLU, untied head;
  *      head_dim 64 and 128) and of their decode lists;
  *   2. whole steps of a synthetic model: a packed prefill of two sequences then a chained decode step, the
@@ -64,25 +66,26 @@ static void test_opcheck(void **state) {
         lpo_opcheck_cases c;
         assert_int_equal(lpo_opcheck_cases_build(&s, 9 + variant * 4, 20, 3, &c), LPO_OK);
         const lpo_dtype dts[3] = {LPO_DT_F32, LPO_DT_BF16, LPO_DT_F16};
-        for (int d = 0; d < 3; d++) {
+        for (int d = 0; d < 6; d++) { /* each dtype with the GEMV kernels for <= 8 rows, then cuBLASLt only */
             lpo_backend_init in = op_only;
-            in.dtype = dts[d];
+            in.dtype = dts[d % 3];
+            in.gemv = d < 3;
             if (be->init(&in, &ctx) != LPO_OK) fail_msg("cuda init: %s", lpo_last_error());
             for (size_t i = 0; i < c.n; i++) {
                 if (!be->supports_op(ctx, c.ops[i])) {
-                    printf("  %-5s %-28s unsupported\n", lpo_dtype_name(dts[d]), c.ops[i]->name);
+                    printf("  %-5s %-28s unsupported\n", lpo_dtype_name(dts[d % 3]), c.ops[i]->name);
                     skipped++;
                     continue;
                 }
                 lpo_opcheck_result r;
-                lpo_status st = lpo_opcheck_run(be, ctx, dts[d], c.ops[i], 7 + i, &r);
+                lpo_status st = lpo_opcheck_run(be, ctx, dts[d % 3], c.ops[i], 7 + i, &r);
                 checked++;
                 const int bad = st != LPO_OK || !r.passed;
                 failures += bad;
-                printf("  %-5s %-28s %-8s %-34s max err %.2e viol %.2f nmse %.2e%s%s%s\n",
-                       lpo_dtype_name(dts[d]), c.ops[i]->name, r.kind ? r.kind : "", r.shape, r.max_abs_err,
-                       r.max_rel_viol, r.nmse, bad ? "  FAIL " : "",
-                       bad ? (st ? lpo_last_error() : r.msg) : "", "");
+                printf("  %-5s %-4s %-28s %-8s %-34s max err %.2e viol %.2f nmse %.2e%s%s%s\n",
+                       lpo_dtype_name(dts[d % 3]), in.gemv ? "gemv" : "blas", c.ops[i]->name,
+                       r.kind ? r.kind : "", r.shape, r.max_abs_err, r.max_rel_viol, r.nmse,
+                       bad ? "  FAIL " : "", bad ? (st ? lpo_last_error() : r.msg) : "", "");
             }
             be->free(ctx);
         }
@@ -110,15 +113,17 @@ static void runner_open_opts(runner *r, const lpo_backend_iface *be, const lpo_m
     memset(r, 0, sizeof *r);
     r->be = be;
     const lpo_weight_source ws = {(void *)m, model_view};
-    const lpo_backend_init in = {.spec = lpo_model_get_spec(m),
-                                 .weights = &ws,
-                                 .max_seqs = 4,
-                                 .max_context = 64,
-                                 .max_step_tokens = 32,
-                                 .n_threads = 2,
-                                 .dtype = dt,
-                                 .exec = LPO_EXEC_EAGER,
-                                 .fusion = fusion};
+    const lpo_backend_init in = {
+        .spec = lpo_model_get_spec(m),
+        .weights = &ws,
+        .max_seqs = 4,
+        .max_context = 64,
+        .max_step_tokens = 32,
+        .n_threads = 2,
+        .dtype = dt,
+        .exec = LPO_EXEC_EAGER,
+        .fusion = fusion,
+        .gemv = fusion}; /* fused: the GEMV kernels (and gate_up + SwiGLU) as by default */
     if (be->init(&in, &r->ctx) != LPO_OK) fail_msg("%s init: %s", be->name, lpo_last_error());
 }
 
@@ -289,7 +294,7 @@ static void test_steps(void **state) {
             const int same2 = ids[0] == ref_ids2[0] && ids[1] == ref_ids2[1];
             const double tol = dts[d] == LPO_DT_F32 ? 1e-4 : 3e-2;
             printf("  %s %s: prefill logits max diff %.2e of the max, ids %s; chained decode %.2e, ids %s\n",
-                   s.name, lpo_dtype_name(dts[d]), e1, same1 ? "same" : "DIFFER", e2,
+                   s.name, lpo_dtype_name(dts[d % 3]), e1, same1 ? "same" : "DIFFER", e2,
                    same2 ? "same" : "DIFFER");
             assert_true(e1 <= tol && e2 <= tol);
             if (dts[d] == LPO_DT_F32) assert_true(same1 && same2);

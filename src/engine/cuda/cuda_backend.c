@@ -163,6 +163,15 @@ static void dt_to_f32(float *dst, const void *src, int64_t n, lpo_dtype dt) {
 }
 
 /* ---- op execution ------------------------------------------------------------------------------------- */
+/* y (m, n) [y_dt] = x (m, k) W^T + bias: lpo's GEMV kernels for <= 8 rows (engine.gemv: they stream the
+ * weights at the copy bandwidth where cuBLASLt leaves 10-40% unused, docs/perf-notes.md), else cuBLASLt. */
+static lpo_status linear(cuda_ctx *c, void *y, lpo_dtype y_dt, const void *x, const void *W, const void *bias,
+                         int64_t m, int64_t n, int64_t k, cudaStream_t s) {
+    if (c->cfg.gemv && lpo_cuda_gemv_supported(m, c->dt))
+        return lpo_cuda_gemv(y, y_dt, x, W, bias, m, n, k, 0.f, c->dt, s);
+    return lpo_cuda_gemm_run(c->gemm, y, y_dt, x, W, bias, m, n, k, 0.f, c->dt, s);
+}
+
 /* The attention of one layer: q/k norm + RoPE + KV append fused when asked (rope: the ROPE op of the group;
  * qkn: its QK_NORM op), else only the append; then the decode or the prefill form. */
 static lpo_status op_attention(cuda_ctx *c, const lpo_op *op, const lpo_step_data *d, int64_t T,
@@ -203,8 +212,7 @@ static lpo_status op_lm_head(cuda_ctx *c, const lpo_op *op, const void *E, const
         }
         xn = rows;
     }
-    return lpo_cuda_gemm_run(c->gemm, c->buf[LPO_BUF_LOGITS], LPO_DT_F32, xn, E, NULL, R, op->n, h, 0.f,
-                             c->dt, c->stream);
+    return linear(c, c->buf[LPO_BUF_LOGITS], LPO_DT_F32, xn, E, NULL, R, op->n, h, c->stream);
 }
 
 /* Every row of the step in one launch (lpo_cuda_sample_rows): a row whose mask is set draws with its slot's
@@ -229,8 +237,8 @@ static lpo_status run_op_at(cuda_ctx *c, const lpo_oplist *l, size_t i, const lp
         return lpo_cuda_rmsnorm(c->buf[op->out[0].buf], c->buf[op->in[0].buf], w, op->m, op->n, op->eps, dt,
                                 c->stream);
     case LPO_OP_LINEAR:
-        return lpo_cuda_gemm_run(c->gemm, c->buf[op->out[0].buf], dt, c->buf[op->in[0].buf], w, c->op_bias[i],
-                                 op->m, op->n, op->k, 0.f, dt, c->stream);
+        return linear(c, c->buf[op->out[0].buf], dt, c->buf[op->in[0].buf], w, c->op_bias[i], op->m, op->n,
+                      op->k, c->stream);
     case LPO_OP_QK_NORM:
         return lpo_cuda_qk_norm(c->buf[LPO_BUF_QKV], w, (const char *)w + op->head_dim * c->es, op->m,
                                 op->n_heads, op->n_kv_heads, op->head_dim, op->eps, dt, c->stream);
@@ -268,6 +276,15 @@ static uint32_t rope_attention(const lpo_oplist *l, size_t i) {
     return 0;
 }
 
+/* ops [i, i+1]: the gate/up projection (no bias) and the SwiGLU of its output at <= 8 rows with engine.gemv:
+ * one GEMV launch writes the activation (lpo_cuda_gemv_swiglu) */
+static int gateup_swiglu(const cuda_ctx *c, const lpo_oplist *l, size_t i) {
+    if (i + 1 >= l->n_ops) return 0;
+    const lpo_op *a = &l->ops[i], *b = &l->ops[i + 1];
+    return c->cfg.gemv && a->kind == LPO_OP_LINEAR && a->n_bias == 0 && b->kind == LPO_OP_SWIGLU &&
+           b->in[0].buf == a->out[0].buf && a->n == 2 * b->n && lpo_cuda_gemv_supported(a->m, c->dt);
+}
+
 static lpo_status cuda_plan(void *vctx, const lpo_oplist *l, lpo_plan *out) {
     cuda_ctx *c = vctx;
     out->n_groups = 0;
@@ -279,6 +296,8 @@ static lpo_status cuda_plan(void *vctx, const lpo_oplist *l, lpo_plan *out) {
             n = 2;
         else if (fuse && rope_attention(l, i))
             n = rope_attention(l, i);
+        else if (fuse && gateup_swiglu(c, l, i))
+            n = 2;
         TRY(lpo_plan_add(out, l, (uint32_t)i, n));
         i += n;
     }
@@ -294,6 +313,11 @@ static lpo_status run_group(cuda_ctx *c, const lpo_oplist *l, const lpo_plan_gro
         const lpo_op *nrm = &l->ops[i + 1];
         return lpo_cuda_add_rmsnorm(c->buf[op->out[0].buf], c->buf[op->in[1].buf], c->buf[nrm->out[0].buf],
                                     c->op_w[i + 1], op->m, op->n, nrm->eps, c->dt, c->stream);
+    }
+    if (g->count == 2 && gateup_swiglu(c, l, i)) { /* act = silu(x Wg^T) * (x Wu^T) */
+        const lpo_op *act = &l->ops[i + 1];
+        return lpo_cuda_gemv_swiglu(c->buf[act->out[0].buf], c->buf[op->in[0].buf], c->op_w[i], op->m, act->n,
+                                    op->k, c->dt, c->stream);
     }
     if (g->count >= 2 && rope_attention(l, i) == g->count) { /* [q/k norm +] RoPE + append, attention */
         const lpo_op *qkn = op->kind == LPO_OP_QK_NORM ? op : NULL;
@@ -670,11 +694,8 @@ static lpo_status launch_single(cuda_ctx *c, const lpo_op *op, const lpo_op_io *
     switch (op->kind) {
     case LPO_OP_EMBED: return lpo_cuda_embed(b->out, b->W, b->tokens, m, op->n, op->w[0].shape[0], dt, s);
     case LPO_OP_RMSNORM: return lpo_cuda_rmsnorm(b->out, b->in0, b->W, m, op->n, op->eps, dt, s);
-    case LPO_OP_LINEAR:
-        return lpo_cuda_gemm_run(c->gemm, b->out, dt, b->in0, b->W, b->B, m, op->n, op->k, 0.f, dt, s);
-    case LPO_OP_LM_HEAD:
-        return lpo_cuda_gemm_run(c->gemm, b->out, LPO_DT_F32, b->in0, b->W, NULL, m, op->n, op->k, 0.f, dt,
-                                 s);
+    case LPO_OP_LINEAR: return linear(c, b->out, dt, b->in0, b->W, b->B, m, op->n, op->k, s);
+    case LPO_OP_LM_HEAD: return linear(c, b->out, LPO_DT_F32, b->in0, b->W, NULL, m, op->n, op->k, s);
     case LPO_OP_QK_NORM:
     case LPO_OP_ROPE:
         CU(cudaMemcpyAsync(b->out, b->in0, (size_t)(m * row) * c->es, cudaMemcpyDeviceToDevice, s),
