@@ -92,6 +92,7 @@ if [ -x "$build/lpo" ]; then
       "llama3.1-8b 1 128 128 engine.gemv=false" "llama3.2-1b 1 128 128 engine.gemv=false"; do
       read -r bm bb bp bg bx <<<"$point"
       bp=${bp#[}
+      echo "# $point" >>"$build/bench-tables.txt"
       step "bench ${bm#llama} b$bb${bx:+ blas}" bash -c "'$build/lpo' bench model=$bm bench.batch=[$bb] \
         bench.prompt=[${bp%]}] bench.gen=[$bg] ${bx:-} $bopts | tee -a '$build/bench-tables.txt'"
     done
@@ -110,7 +111,7 @@ fi
 if [ -s "$build/bench-tables.txt" ]; then
   echo
   echo "lpo bench (H100 bars: issue 9)"
-  grep '^|' "$build/bench-tables.txt"
+  grep -E '^(\||# )' "$build/bench-tables.txt"
 fi
 echo
 echo "gpu-check summary (archs $archs, build dir $build)"
