@@ -186,6 +186,15 @@ static void report(const agg_t *a, const char *what) {
            a->fails ? "  FAIL" : "");
 }
 
+/* one launcher call (st: its status) writing dy (m of MAXM + 1 poisoned rows of n) checked against ref */
+static void check_call(const char *what, lpo_status st, const void *dy, const float *ref, int64_t m,
+                       int64_t n, lpo_dtype dt) {
+    agg_t a = {0};
+    status_ok(st, what, __LINE__);
+    compare(&a, what, dy, dt, ref, m, n, MAXM + 1, dt);
+    report(&a, what);
+}
+
 /* the next m to check after m (quick: 1, 5, 8) */
 static int64_t next_m(int64_t m) {
     const char *q = getenv("LPO_TEST_QUICK");
@@ -263,11 +272,9 @@ static void test_gemv(void **state) {
                 report(&a, what);
             }
             if (dt == LPO_DT_BF16 && s == 0) { // the public launcher: AUTO, here with the bias
-                agg_t a = {0};
                 CUDA_OK(cudaMemset(dy, 0xff, (size_t)((MAXM + 1) * n) * esize(dt)));
-                ST_OK(lpo_cuda_gemv(dy, dt, dx, dW, db, 2, n, k, 0.f, dt, 0));
-                compare(&a, "lpo_cuda_gemv bf16 m 2 + bias", dy, dt, r1, 2, n, MAXM + 1, dt);
-                report(&a, "lpo_cuda_gemv bf16 m 2 + bias");
+                check_call("lpo_cuda_gemv bf16 m 2 + bias",
+                           lpo_cuda_gemv(dy, dt, dx, dW, db, 2, n, k, 0.f, dt, 0), dy, r1, 2, n, dt);
             }
             release_all();
         }
@@ -310,11 +317,9 @@ static void test_gemv_swiglu(void **state) {
                 report(&a, what);
             }
             if (dt == LPO_DT_BF16 && s == 0) { // the public launcher is the AUTO configuration
-                agg_t a = {0};
                 CUDA_OK(cudaMemset(dy, 0xff, (size_t)((MAXM + 1) * I) * esize(dt)));
-                ST_OK(lpo_cuda_gemv_swiglu(dy, dx, dW, 3, I, k, dt, 0));
-                compare(&a, "lpo_cuda_gemv_swiglu bf16 m 3", dy, dt, ref, 3, I, MAXM + 1, dt);
-                report(&a, "lpo_cuda_gemv_swiglu bf16 m 3");
+                check_call("lpo_cuda_gemv_swiglu bf16 m 3", lpo_cuda_gemv_swiglu(dy, dx, dW, 3, I, k, dt, 0),
+                           dy, ref, 3, I, dt);
             }
             release_all();
         }
@@ -461,6 +466,22 @@ static lpo_status timed_launch(timed_t *t) {
     }
 }
 
+/* a case on base's buffers, stream and cuBLASLt context (cfg AUTO) */
+static timed_t timed_case(const timed_t *base, int kind, const char *W, size_t copy_bytes, int ncopies,
+                          lpo_dtype ydt, int64_t m, int64_t n, int64_t k, float beta) {
+    timed_t t = *base;
+    t.kind = kind;
+    t.W = W;
+    t.copy_bytes = copy_bytes;
+    t.ncopies = ncopies;
+    t.ydt = ydt;
+    t.m = m;
+    t.n = n;
+    t.k = k;
+    t.beta = beta;
+    return t;
+}
+
 static int by_value(const void *a, const void *b) {
     const float u = *(const float *)a, v = *(const float *)b;
     return u < v ? -1 : u > v;
@@ -583,6 +604,9 @@ static void test_gemv_timing(void **state) {
     cudaStream_t st = NULL;
     CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     ST_OK(lpo_cuda_gemm_create(ws, wsb, &g));
+    void *norm_w = dev_buf((size_t)14336 * 2); /* RMSNorm weight of the chains */
+    const timed_t base = {
+        .cfg = CFGS[0], .ncopies = 1, .x = x, .y = y, .tmp = tmp, .norm_w = norm_w, .g = g, .s = st};
     ST_OK(lpo_cuda_synth_fill(x, LPO_DT_BF16, (int64_t)MAXM * 14336, 7, 0.0, 1.0, LPO_DT_BF16, 0));
     ST_OK(lpo_cuda_synth_fill(y, LPO_DT_BF16, (int64_t)MAXM * 128256 * 2, 8, 0.0, 1.0, LPO_DT_BF16, 0));
     printf("\n| linear (n x k) | m | MB | cuBLASLt us | GB/s | gemv us | p10-p90 | GB/s | %% copy | x cuBLAS "
@@ -605,20 +629,7 @@ static void test_gemv_timing(void **state) {
         const int is8b = L->model[0] == '8', layers = is8b ? 32 : 16,
                   mult = strcmp(L->name, "lm_head") ? layers : 1;
         for (int mi = 0; mi < 4; mi++) {
-            timed_t t = {.kind = T_CUBLAS,
-                         .cfg = CFGS[0],
-                         .W = W,
-                         .copy_bytes = wbytes,
-                         .ncopies = ncopies,
-                         .x = x,
-                         .y = y,
-                         .tmp = tmp,
-                         .ydt = ydt,
-                         .m = ms[mi],
-                         .n = L->n,
-                         .k = L->k,
-                         .g = g,
-                         .s = st};
+            timed_t t = timed_case(&base, T_CUBLAS, W, wbytes, ncopies, ydt, ms[mi], L->n, L->k, 0.f);
             const tstat cb = time_it(&t);
             t.kind = T_GEMV;
             const tstat au = time_it(&t);
@@ -662,21 +673,8 @@ static void test_gemv_timing(void **state) {
         for (int mi = 0; mi < 4; mi += 3) { // m = 1, 8
             const int64_t m = ms[mi], nout = glu ? L->n / 2 : L->n;
             const float beta = glu ? 0.f : 1.f;
-            timed_t t = {.kind = glu ? T_CUBLAS_SWIGLU : T_CUBLAS,
-                         .cfg = CFGS[0],
-                         .W = W,
-                         .copy_bytes = wbytes,
-                         .ncopies = ncopies,
-                         .x = x,
-                         .y = y,
-                         .tmp = tmp,
-                         .ydt = LPO_DT_BF16,
-                         .m = m,
-                         .n = nout,
-                         .k = L->k,
-                         .beta = beta,
-                         .g = g,
-                         .s = st};
+            timed_t t = timed_case(&base, glu ? T_CUBLAS_SWIGLU : T_CUBLAS, W, wbytes, ncopies, LPO_DT_BF16,
+                                   m, nout, L->k, beta);
             const tstat cb = time_it(&t);
             t.kind = T_GEMV;
             if (glu) { // unfused: gemv into gu, then swiglu
@@ -703,28 +701,14 @@ static void test_gemv_timing(void **state) {
     printf("\n| rmsnorm -> linear | m | cuBLASLt us | gemv us | gemv pdl us | pdl saves us "
            "|\n|---|--:|--:|--:|--:|--:|\n");
     static const int chained[] = {0, 2, 5, 7}; /* qkv, gate_up of 8B and 1B */
-    void *norm_w = dev_buf((size_t)14336 * 2);
     ST_OK(lpo_cuda_synth_fill(norm_w, LPO_DT_BF16, 14336, 9, 1.0, 0.1, LPO_DT_BF16, 0));
     for (size_t f = 0; f < sizeof chained / sizeof chained[0]; f++) {
         const linear_t *L = &LINEARS[chained[f]];
         int ncopies;
         char *W = rotating_weights(L, 300 + (uint64_t)f, &ncopies);
         for (int mi = 0; mi < 4; mi += 3) { // m = 1, 8
-            timed_t t = {.kind = T_NORM_CUBLAS,
-                         .cfg = CFGS[0],
-                         .W = W,
-                         .copy_bytes = (size_t)(L->n * L->k) * 2,
-                         .ncopies = ncopies,
-                         .x = x,
-                         .y = y,
-                         .tmp = tmp,
-                         .norm_w = norm_w,
-                         .ydt = LPO_DT_BF16,
-                         .m = ms[mi],
-                         .n = L->n,
-                         .k = L->k,
-                         .g = g,
-                         .s = st};
+            timed_t t = timed_case(&base, T_NORM_CUBLAS, W, (size_t)(L->n * L->k) * 2, ncopies, LPO_DT_BF16,
+                                   ms[mi], L->n, L->k, 0.f);
             const double cb = time_it(&t).med;
             t.kind = T_NORM_GEMV;
             const double gv = time_it(&t).med;
