@@ -4,6 +4,7 @@
 # and `lpo bench` at the issue points (GPU_CHECK_BENCH=0 skips them), then prints the bench tables and a
 # summary table last.
 #   scripts/gpu-check.sh            (CUDA_ARCHS=90 by default; e.g. CUDA_ARCHS="80;90" scripts/gpu-check.sh)
+#   GPU_CHECK_TESTS=<ctest regex>, GPU_CHECK_RACE=0, GPU_CHECK_BENCH=0: a shorter run when device time is short
 #   scripts/gpu-check.sh --bundle-deps [DIR]   (on a machine that has them: copies the -dev libraries lpo
 #   links (headers, .so, pkg-config files) into DIR, default build-deps/, for a GPU machine without them
 #   and without network; gpu-check.sh then uses DIR automatically, or $LPO_DEPS_DIR)
@@ -66,14 +67,16 @@ if [ -x "$build/lpo" ]; then
   step "lpo version" "$build/lpo" version
   step "lpo env" "$build/lpo" env
   # every test's output is kept (ctest-gpu.log): the passing tests print the figures the issues ask for
-  step "ctest -L gpu" bash -c "cd '$build' && ctest -L gpu --output-on-failure -O ctest-gpu.log"
+  # (GPU_CHECK_TESTS=<regex>: only the GPU tests whose names match, when device time is short)
+  step "ctest -L gpu" bash -c "cd '$build' && ctest -L gpu ${GPU_CHECK_TESTS:+-R '$GPU_CHECK_TESTS'} \
+    --output-on-failure -O ctest-gpu.log"
   # the CUDA kernels under compute-sanitizer: memcheck on every kernel test, racecheck on the attention
   # kernels (shared-memory tiles); timing skipped (LPO_TEST_BENCH=0). (racecheck over test_sample ran past
   # 60 s on an H100 and is left out.)
   kt="$build/tests/gpu_test_cuda_kernels"
   if command -v compute-sanitizer >/dev/null && [ -x "$kt" ]; then
     step "memcheck kern" env LPO_TEST_BENCH=0 compute-sanitizer --tool memcheck --error-exitcode 9 "$kt"
-    step "racecheck attn" env LPO_TEST_BENCH=0 LPO_TEST_ONLY=test_attention \
+    [ "${GPU_CHECK_RACE:-1}" != 0 ] && step "racecheck attn" env LPO_TEST_BENCH=0 LPO_TEST_ONLY=test_attention \
       compute-sanitizer --tool racecheck --error-exitcode 9 "$kt"
   fi
   # the whole engine under memcheck on small models (op checker, steps vs the CPU backend, graphs)
