@@ -376,10 +376,14 @@ static void range_pop(void) {
  * op whose output is not finite), never sampled. */
 static lpo_status take_bad(cuda_ctx *c, int wait) {
     if (!c->bad_pending) return LPO_OK;
-    if (wait)
+    if (wait) {
         CU(cudaEventSynchronize(c->bad_copied), "finite check");
-    else if (cudaEventQuery(c->bad_copied) != cudaSuccess)
-        return LPO_OK;
+    } else {
+        const cudaError_t q = cudaEventQuery(c->bad_copied);
+        if (q == cudaErrorNotReady)
+            (void)cudaGetLastError(); /* not an error: never left for a launch check */
+        if (q != cudaSuccess) return LPO_OK;
+    }
     c->bad_pending = 0;
     const unsigned long long at = *c->h_bad;
     if (at == ~0ull) return LPO_OK;
@@ -399,8 +403,11 @@ static lpo_status check_logits(cuda_ctx *c, const lpo_oplist *l, const lpo_step_
                                  c->d_bad, c->stream));
     CU(cudaMemcpyAsync(c->h_bad, c->d_bad, sizeof *c->d_bad, cudaMemcpyDeviceToHost, c->stream),
        "finite check");
+    if (c->capturing)
+        return LPO_OK; /* an event recorded during capture cannot be queried: forward records it
+                          after each replay */
     CU(cudaEventRecord(c->bad_copied, c->stream), "finite check");
-    c->bad_pending = !c->capturing; /* a replay sets it */
+    c->bad_pending = 1;
     return LPO_OK;
 }
 
@@ -577,7 +584,11 @@ static lpo_status cuda_forward(void *vctx, const lpo_oplist *l, const lpo_plan *
         if (st == LPO_OK && cudaGraphLaunch(exec, c->stream) != cudaSuccess)
             st = lpo_errorf(LPO_E_CUDA, "cuda backend: replaying a decode graph: %s",
                             cudaGetErrorString(cudaGetLastError()));
-        if (st == LPO_OK && ng == p->n_groups && l->sample) c->bad_pending = 1; /* its logits check */
+        if (st == LPO_OK && ng == p->n_groups && l->sample) { /* its logits check has been copied out */
+            if (cudaEventRecord(c->bad_copied, c->stream) != cudaSuccess)
+                st = lpo_errorf(LPO_E_CUDA, "cuda backend: finite check event");
+            c->bad_pending = 1;
+        }
         if (st == LPO_OK) st = run_groups(c, l, p, d, ng, p->n_groups, out);
     } else if (st == LPO_OK) {
         st = step_prologue(c, d, T);
