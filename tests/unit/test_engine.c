@@ -242,6 +242,20 @@ static void test_bad_inputs(void **state) {
         assert_int_equal(lpo_backend_find("cuda", &be), LPO_E_NOT_AVAILABLE);
         assert_non_null(strstr(lpo_last_error(), "CUDA backend is not available"));
     }
+    /* a CUDA build without a usable GPU (this CI machine): auto falls back to the CPU, and backend=cuda says
+     * in one line what is missing */
+    const lpo_backend_iface *cuda = lpo_backend_cuda();
+    if (cuda && cuda->usable && cuda->usable() != LPO_OK) {
+        assert_int_equal(lpo_backend_find("auto", &be), LPO_OK);
+        assert_ptr_equal(be, lpo_backend_cpu());
+        lpo_engine_opts co = {.backend = "cuda", .max_seqs = 1, .max_context = 8};
+        lpo_engine *ce = NULL;
+        assert_int_equal(test_engine_open_opts(&s, &co, &ce), LPO_E_NO_DEVICE);
+        printf("backend=cuda here: %s\n", lpo_last_error());
+        assert_non_null(strstr(lpo_last_error(), "cuda backend: no usable GPU: "));
+        assert_null(strchr(lpo_last_error(), '\n'));
+        assert_null(ce);
+    }
     assert_int_equal(lpo_backend_find("cpux", &be), LPO_E_CONFIG);
     assert_non_null(strstr(lpo_last_error(), "did you mean 'cpu'"));
     assert_int_equal(lpo_backend_find("cpu", &be), LPO_OK);
