@@ -126,3 +126,26 @@ static inline lpo_engine *test_engine_threads(const lpo_model_spec *s, int max_s
 static inline lpo_engine *test_engine(const lpo_model_spec *s, int max_seqs, int64_t ctx, int64_t step) {
     return test_engine_threads(s, max_seqs, ctx, step, 0);
 }
+
+/* One step of the prompt {5, 6, 7, 8} on a fresh engine (backend, dtype) over ws, greedy: mode 0 returns the
+ * logits, 1 only ids (the backend's SAMPLE), 2 the logits in exec=debug. The status of the step (the engine
+ * opened, or LPO_E_INTERNAL). */
+static inline lpo_status test_step_status(const lpo_model_spec *s, const lpo_weight_source *ws,
+                                          const char *backend, const char *dtype, int mode) {
+    lpo_engine_opts o = {.backend = backend, .max_seqs = 1, .max_context = 16, .dtype = dtype};
+    if (mode == 2) o.exec = LPO_EXEC_DEBUG;
+    lpo_engine *e = NULL;
+    if (lpo_engine_open_weights(s, ws, NULL, &o, &e) != LPO_OK) return LPO_E_INTERNAL;
+    int slot = 0;
+    const int32_t t[4] = {5, 6, 7, 8}, *tp = t;
+    int64_t n = 4;
+    float *logits = malloc((size_t)s->vocab_size * sizeof(float));
+    int32_t id = -1;
+    const lpo_sampling greedy = {0, 0, 1, 1, 0};
+    lpo_status st = lpo_engine_set_sampling(e, 0, &greedy, 0);
+    lpo_engine_batch b = {1, &slot, &tp, &n, 0, mode == 1 ? NULL : logits, mode == 1, &id};
+    if (st == LPO_OK) st = lpo_engine_run(e, &b);
+    free(logits);
+    lpo_engine_close(e);
+    return st;
+}
