@@ -272,15 +272,13 @@ static void pre_step(enc_ctx *c, size_t k, const char *s, size_t n, int at_start
 static long find_spans(enc_ctx *c, size_t k, const pcre2_code *re, const char *s, size_t n) {
     if (!c->md[k]) {
         c->md[k] = pcre2_match_data_create(4, NULL);
-        if (!c->md[k]) {
-            c->err = lpo_errorf(LPO_E_NOMEM, "out of memory while encoding");
-            return -1;
-        }
+        if (!c->md[k]) lpo_out_of_memory("a pre-tokenizer's match data", 0);
     }
     size_t ns = 0, pos = 0, last = 0;
     while (pos <= n) {
         int rc = pcre2_match(re, (PCRE2_SPTR)s, n, pos, PCRE2_NO_UTF_CHECK, c->md[k], NULL);
         if (rc == PCRE2_ERROR_NOMATCH) break;
+        if (rc == PCRE2_ERROR_NOMEMORY) lpo_out_of_memory("a pre-tokenizer's regex match", 0);
         if (rc < 0) {
             PCRE2_UCHAR msg[160];
             pcre2_get_error_message(rc, msg, sizeof msg);

@@ -497,6 +497,7 @@ lpo_status tok_regex_compile(const char *pattern, const char *origin, pcre2_code
     pcre2_code *re =
         pcre2_compile((PCRE2_SPTR)p, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err, &off, NULL);
     free(p);
+    if (!re && err == PCRE2_ERROR_HEAP_FAILED) lpo_out_of_memory("a pre-tokenizer regex", 0);
     if (!re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(err, msg, sizeof msg);
