@@ -453,9 +453,13 @@ static lpo_status load_one(lpo_trace *t, const char *path, file_ctx *c) {
     }
     if (memcmp(h->magic, LPO_TRACE_MAGIC, 8) != 0)
         return lpo_errorf(LPO_E_FORMAT, "%s: not an lpo raw trace (bad magic)", path);
-    if (h->version != LPO_TRACE_VERSION || h->header_size < sizeof *h || h->header_size > mf->size)
+    if (h->version != LPO_TRACE_VERSION)
         return lpo_errorf(LPO_E_FORMAT, "%s: raw trace version %u (this lpo reads version %u)", path,
                           h->version, LPO_TRACE_VERSION);
+    /* records are read in place: they must start 8-byte aligned (found by fuzz_trace) */
+    if (h->header_size < sizeof *h || h->header_size > mf->size || (h->header_size & 7))
+        return lpo_errorf(LPO_E_FORMAT, "%s: header size %u: not a raw trace the tracer wrote", path,
+                          h->header_size);
     tr_proc pr = {.pid = h->pid};
     if (TR_PUSH(t->procs, pr)) return NOMEM();
     const uint32_t proc = (uint32_t)(t->procs.n - 1);

@@ -3,7 +3,8 @@
  *    streamed back with it (exercising regexes, normalizers, added tokens, merges and decoders it declares);
  *  - the input is also encoded as text with a tiny fixed byte-level tokenizer (and a SentencePiece-style
  *    one), then decoded and streamed: encode must accept any valid UTF-8 and refuse anything else.
- * Build: make fuzz (clang); run: build-fuzz/fuzz_tokenizer_json tests/fuzz/corpus/tokenizer_json */
+ * Build: make fuzz (clang); run: nice build-fuzz/tests/fuzz_tokenizer_json
+ * tests/fuzz/corpus/fuzz_tokenizer_json */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>

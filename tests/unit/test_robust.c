@@ -437,6 +437,14 @@ static void test_trace_ids(void **state) {
     assert_int_equal(lpo_trace_load_dir(dir, &t), LPO_E_FORMAT);
     assert_non_null(strstr(lpo_last_error(), "string id 4294967280 in a file of"));
     assert_null(t);
+    /* a header size that is not a multiple of 8 (records would be read misaligned: fuzz_trace) */
+    h.header_size = 65;
+    assert_int_equal(lpo_raw_open(&w, p, &h, 1 << 16), 0);
+    lpo_raw_put(&w, LPO_REC_STRING, 1, "k", 1);
+    assert_int_equal(lpo_raw_close(&w), 0);
+    assert_int_equal(lpo_trace_load_dir(dir, &t), LPO_E_FORMAT);
+    assert_non_null(strstr(lpo_last_error(), "header size 65: not a raw trace the tracer wrote"));
+    h.header_size = sizeof h;
     /* correlation and range ids far past the file's size: loaded through the hash maps */
     assert_int_equal(lpo_raw_open(&w, p, &h, 1 << 16), 0);
     lpo_raw_put(&w, LPO_REC_STRING, 1, "k", 1);

@@ -4,6 +4,9 @@ of src/probe/trace_format.h) that use every record type: strings, kernels launch
 memcpy/memset, API calls, syncs, marks, graph node labels and clones, dropped counts, a capture gate and a
 time window, thread names, the end record; one is cut short in its last record.
 
+Files named regress-*.lpot next to them are inputs the fuzzer found crashing, kept as regression seeds
+(regress-misaligned-header.lpot: a header size that is not a multiple of 8).
+
 Run: python3 tests/fuzz/corpus/make_trace_seeds.py   (standard library only)
 """
 import os
