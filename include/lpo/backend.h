@@ -125,9 +125,11 @@ typedef struct {
     const uint32_t *seen_bits;
     int32_t *ids;
     /* timing (optional): run the op `repeat` times more after the checked run and report device (or CPU)
-     * milliseconds per run in ms[0..repeat) */
+     * milliseconds per run in ms[0..repeat); cold != 0: the caches are flushed before each timed run,
+     * outside its time (GPU: a write of twice the L2; CPU: 64 MiB) */
     int repeat;
     double *ms;
+    int cold;
 } lpo_op_io;
 
 /* ---- the interface ---------------------------------------------------------------------------------------

@@ -111,3 +111,24 @@ void lpo_engine_get_stats(const lpo_engine *e, lpo_engine_stats *out);
 /* The op list and plan of the last step (valid until the next step); NULL before any step. */
 const lpo_oplist *lpo_engine_last_oplist(const lpo_engine *e);
 const lpo_plan *lpo_engine_last_plan(const lpo_engine *e);
+
+/* ---- timing plan groups ------------------------------------------------------------------------------
+ * Exclusive time of every plan group of the steps that run while a timer is attached (through the group
+ * callback; the backend needs LPO_BACKEND_F_GROUP_EVENTS, and exec=eager on a GPU: graph replays call no
+ * callback). Each group is bracketed by a pair of marks from a ring of LPO_BACKEND_MARKS / 2 pairs; a pair
+ * is read back only when the ring needs its slot or at lpo_group_timer_flush, so a GPU is not synchronised
+ * after each group. After each group's end mark, tag(ud, list, plan, group) is called on the host (while a
+ * device runs on); when the pair is read, done(ud, tag, ms) receives the group's time. A negative tag drops
+ * the group. The host time of both callbacks and of the ring's reads is the timer's overhead. */
+typedef struct lpo_group_timer lpo_group_timer;
+typedef int (*lpo_group_tag_fn)(void *ud, const lpo_oplist *l, const lpo_plan *p, size_t group);
+typedef void (*lpo_group_time_fn)(void *ud, int tag, double ms);
+/* Installs the timer as e's group callback (replacing any). LPO_E_UNSUPPORTED without group events. */
+lpo_status lpo_group_timer_start(lpo_engine *e, lpo_group_tag_fn tag, lpo_group_time_fn done, void *ud,
+                                 lpo_group_timer **out);
+/* Reads back every pending pair (call it after each lpo_engine_run); the first mark error, else LPO_OK. */
+lpo_status lpo_group_timer_flush(lpo_group_timer *t);
+/* Host seconds spent inside the callback so far (ring reads, tag calls). */
+double lpo_group_timer_overhead_s(const lpo_group_timer *t);
+/* Removes the callback and frees the timer (pending pairs are dropped: flush first). NULL is a no-op. */
+void lpo_group_timer_stop(lpo_group_timer *t);

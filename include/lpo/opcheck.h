@@ -37,6 +37,22 @@ void lpo_opcheck_tolerance(lpo_dtype dt, double *rtol, double *atol, double *max
 lpo_status lpo_opcheck_run(const lpo_backend_iface *be, void *ctx, lpo_dtype dt, const lpo_op *op,
                            uint64_t seed, lpo_opcheck_result *r);
 
+/* ---- random data of one op (the checker's generator; kbench's model mode times ops on it) ------------- */
+typedef struct lpo_op_data lpo_op_data;
+/* Host data to run `op` alone (lpo_op_io): inputs and weights drawn at random from seed (matrices scaled by
+ * 1/sqrt(fan_in), norm scales around 1, never zeros or constants), outputs NaN-poisoned, RoPE tables, token
+ * ids, sampling state and, for ATTENTION, a random KV cache. Tokens (ROPE, ATTENTION) are laid out like
+ * `step` when given: sequence i in KV slot i, its n_new[i] tokens at positions n_past[i].., packed in order
+ * (the context of a model's real step); NULL: the checker's layout (up to 8 tokens: separate sequences at
+ * random contexts <= 40; more: two sequences). LPO_E_INVALID when the step's tokens are not op->m,
+ * LPO_E_NOMEM. The op must outlive the data. */
+lpo_status lpo_op_data_new(const lpo_op *op, uint64_t seed, const lpo_step *step, lpo_op_data **out);
+/* The lpo_op_io for backend->run_op (set repeat / ms / cold for timing). */
+lpo_op_io *lpo_op_data_io(lpo_op_data *d);
+/* "m=7 n=48 k=80", "m=5 heads=4/2 hd=12 ctx=31" */
+const char *lpo_op_data_shape(const lpo_op_data *d);
+void lpo_op_data_free(lpo_op_data *d);
+
 /* The check cases of a spec: one op of every kind in its prefill list of T tokens and its decode list at
  * context L, batch B (op pointers into the two lists, which the caller frees). */
 typedef struct {

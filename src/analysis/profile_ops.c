@@ -3,11 +3,11 @@
  * remainder ("other/gaps": engine work between groups) add up to the wall time of the engine runs; the
  * profiler's own accounting inside the callback is measured and kept out of both.
  *
- * Timing source: the engine's marks (lpo_engine_mark) at each group's begin and end: device events on the
- * backend's stream on a GPU (exec=eager launches group by group), the monotonic clock on a synchronous
- * backend such as the CPU. Marks live in a ring of RING (begin, end) pairs; a pair is read back (which
- * waits for its end event) only when the ring needs its slot, and at the end of every run, so a GPU is not
- * synchronised after each group. The cost accounting of a group runs on the host while the device works. */
+ * Timing source: the engine's group timer (lpo_group_timer, engine.h): marks at each group's begin and end
+ * (device events on the backend's stream on a GPU, where exec=eager launches group by group; the monotonic
+ * clock on a synchronous backend such as the CPU), read back lazily from a ring and at the end of every
+ * run. The cost accounting of a group is the timer's tag callback: it runs on the host while the device
+ * works, and its time is the timer's overhead. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,44 +20,23 @@ typedef struct {
     int *rows; /* [n] group -> index into the result's groups */
 } plan_rows;
 
-#define RING (LPO_BACKEND_MARKS / 2)
-
-typedef struct {
-    int row, phase;
-} pending;
-
 typedef struct {
     lpo_pf_result *r;
-    lpo_engine *e;
     const lpo_model_spec *spec;
     const lpo_an_peaks *peaks;
-    int phase;
-    pending ring[RING]; /* groups whose mark pair 2 i, 2 i + 1 is not read yet */
-    int head, count, cur;
-    double groups_s[2], overhead_s[2];
+    int phase; /* of the run in progress (every group is read back before the next run) */
+    double groups_s[2];
     int64_t steps[2];
     plan_rows *maps;
     size_t n_maps, cap_groups;
     lpo_status st;
 } bd_state;
 
-/* Reads the oldest pending mark pair: the exclusive time of its group. */
-static void flush_one(bd_state *s) {
-    const int i = s->head;
-    double ms = 0;
-    lpo_status st = lpo_engine_elapsed_ms(s->e, 2 * i, 2 * i + 1, &ms);
-    if (st != LPO_OK && s->st == LPO_OK) s->st = st;
-    if (ms < 0) ms = 0;
-    if (s->ring[i].row >= 0) {
-        s->r->groups[s->ring[i].row].time_s += ms / 1e3;
-        s->groups_s[s->ring[i].phase] += ms / 1e3;
-    }
-    s->head = (s->head + 1) % RING;
-    s->count--;
-}
-
-static void flush_all(bd_state *s) {
-    while (s->count > 0) flush_one(s);
+/* The group timer read a group's pair: its exclusive time. */
+static void on_time(void *ud, int row, double ms) {
+    bd_state *s = ud;
+    s->r->groups[row].time_s += ms / 1e3;
+    s->groups_s[s->phase] += ms / 1e3;
 }
 
 /* Costs of group g of a step at the engine's dtypes: its ops summed; a fused group moves only the bytes that
@@ -142,24 +121,13 @@ static int row_of(bd_state *s, const lpo_oplist *l, const lpo_plan *p, size_t g)
     return m->rows[g];
 }
 
-static void on_group(void *ud, const lpo_oplist *l, const lpo_plan *p, size_t g, int end) {
+/* After a group's end mark: its row (the return value) and its costs, computed while a device runs the
+ * next launches. */
+static int on_tag(void *ud, const lpo_oplist *l, const lpo_plan *p, size_t g) {
     bd_state *s = ud;
-    lpo_status st;
-    if (!end) { /* a free mark pair (reading the oldest when the ring is full), then the begin mark */
-        const uint64_t t0 = lpo_now_ns();
-        if (s->count == RING) flush_one(s);
-        s->cur = (s->head + s->count) % RING;
-        s->overhead_s[s->phase] += (double)(lpo_now_ns() - t0) / 1e9;
-        if ((st = lpo_engine_mark(s->e, 2 * s->cur)) != LPO_OK && s->st == LPO_OK) s->st = st;
-        return;
-    }
-    if ((st = lpo_engine_mark(s->e, 2 * s->cur + 1)) != LPO_OK && s->st == LPO_OK) s->st = st;
-    const uint64_t t0 = lpo_now_ns();
     const int row = s->st == LPO_OK ? row_of(s, l, p, g) : -1;
     if (row < 0 && s->st == LPO_OK) s->st = lpo_errorf(LPO_E_NOMEM, "profile: out of memory");
-    s->ring[s->cur] = (pending){row, s->phase};
-    s->count++;
-    if (row >= 0) { /* the group's costs, computed while a device runs the next launches */
+    if (row >= 0) {
         lpo_pf_group *x = &s->r->groups[row];
         lpo_an_cost c;
         group_cost(s, l, &p->groups[g], &c);
@@ -168,7 +136,7 @@ static void on_group(void *ud, const lpo_oplist *l, const lpo_plan *p, size_t g,
         x->calls++;
         s->steps[s->phase] += g + 1 == p->n_groups;
     }
-    s->overhead_s[s->phase] += (double)(lpo_now_ns() - t0) / 1e9;
+    return row;
 }
 
 /* ---- the pass -------------------------------------------------------------------------------------------
@@ -221,25 +189,30 @@ lpo_status lpo_pf__breakdown(lpo_engine **ep, const lpo_pf_request *rq, lpo_pf_r
     const int64_t room = lpo_engine_max_context(e) - longest - 1;
     if (steps > room) steps = room;
     if (steps < 0) steps = 0;
-    bd_state s = {.r = r, .e = e, .spec = lpo_engine_spec(e), .peaks = rq->peaks};
-    if (st == LPO_OK) st = lpo_engine_set_group_callback(e, on_group, &s);
+    bd_state s = {.r = r, .spec = lpo_engine_spec(e), .peaks = rq->peaks};
+    double overhead_s[2] = {0, 0};
+    lpo_group_timer *gt = NULL;
+    if (st == LPO_OK) st = lpo_group_timer_start(e, on_tag, on_time, &s, &gt);
     const size_t total = (size_t)steps + 1;
     const uint64_t t_pass = lpo_now_ns();
     (void)t_start;
     for (int64_t k = 0; k <= steps && st == LPO_OK; k++) { // run 0: the prefill; then decode steps
         s.phase = k > 0;
         const lpo_engine_batch b = {n, slots, k ? NULL : toks, k ? NULL : lens, 0, NULL, 1, ids};
+        const double over0 = lpo_group_timer_overhead_s(gt);
         const uint64_t t0 = lpo_now_ns();
         st = lpo_engine_run(e, &b);
         r->bd[s.phase].run_s += (double)(lpo_now_ns() - t0) / 1e9;
-        flush_all(&s); /* every group of the run read back (the run returned its ids: all done) */
+        /* every group of the run read back (the run returned its ids: all done) */
+        const lpo_status fst = lpo_group_timer_flush(gt);
+        overhead_s[s.phase] += lpo_group_timer_overhead_s(gt) - over0;
         r->bd[s.phase].runs++;
+        if (st == LPO_OK) st = fst;
         if (st == LPO_OK) st = s.st;
         lpo_pf__progress(rq->opts, (size_t)k + 1, total, k ? "breakdown: decode" : "breakdown: prefill",
                          (double)(lpo_now_ns() - t_pass) / 1e9);
     }
-    lpo_engine_set_group_callback(e, NULL, NULL);
-    lpo_error_clear();
+    lpo_group_timer_stop(gt);
     for (size_t i = 0; i < s.n_maps; i++) free(s.maps[i].rows);
     free(s.maps);
     if (st != LPO_OK) return st;
@@ -248,7 +221,7 @@ lpo_status lpo_pf__breakdown(lpo_engine **ep, const lpo_pf_request *rq, lpo_pf_r
     for (int p = 0; p < 2; p++) {
         lpo_pf_breakdown *bd = &r->bd[p];
         bd->groups_s = s.groups_s[p];
-        bd->overhead_s = s.overhead_s[p];
+        bd->overhead_s = overhead_s[p];
         bd->steps = s.steps[p];
         bd->other_s = bd->run_s - bd->groups_s - bd->overhead_s;
         if (bd->other_s < 0) bd->other_s = 0; /* clock granularity */

@@ -23,12 +23,6 @@
 #include <omp.h>
 #endif
 
-/* hot mode: repetitions per sample so that a sample lasts about this long; long enough that a GPU under
- * its power cap is measured at its sustained clock (as `lpo ceilings` measures), not between bursts */
-#define GPU_SAMPLE_S 0.05
-#define CPU_SAMPLE_S 0.02
-#define MAX_REPS     100000
-
 static const lpo_field fields[] = {
     {"case", LPO_FIELD_STR, NULL, 0},
     {"backend", LPO_FIELD_STR, NULL, 0},
@@ -61,20 +55,11 @@ static const lpo_field fields[] = {
     {"variant", LPO_FIELD_STR, NULL, 0},
 };
 
-struct lpo_kbench {
-    lpo_table *t;
-    lpo_roof_point *pts;
-    size_t n_pts, cap_pts;
-    lpo_strbuf samples; /* kbench_samples.csv */
-    lpo_strbuf nvml;    /* nvml.csv of every timed case, the row index first */
-    lpo_peaks peaks;    /* of the last device used */
-    int have_peaks;
-    size_t rows;
-};
-
 lpo_status lpo_kbench_new(lpo_kbench **out) {
     lpo_kbench *kb = calloc(1, sizeof *kb);
-    if (!kb || !(kb->t = lpo_table_new(fields, sizeof fields / sizeof fields[0]))) {
+    if (!kb || !(kb->t = lpo_table_new(fields, sizeof fields / sizeof fields[0])) ||
+        !(kb->tm = lpo__kb_model_table_new())) {
+        if (kb) lpo_table_free(kb->t);
         free(kb);
         return lpo_errorf(LPO_E_NOMEM, "out of memory");
     }
@@ -86,6 +71,7 @@ lpo_status lpo_kbench_new(lpo_kbench **out) {
 void lpo_kbench_free(lpo_kbench *kb) {
     if (!kb) return;
     lpo_table_free(kb->t);
+    lpo_table_free(kb->tm);
     free(kb->pts);
     lpo_sb_free(&kb->samples);
     lpo_sb_free(&kb->nvml);
@@ -93,7 +79,7 @@ void lpo_kbench_free(lpo_kbench *kb) {
 }
 
 const lpo_table *lpo_kbench_table(const lpo_kbench *kb) {
-    return kb->t;
+    return kb->mode == KB_MODE_MODEL ? kb->tm : kb->t;
 }
 
 const char *lpo_kbench_peaks_label(const lpo_kbench *kb) {
@@ -411,17 +397,63 @@ static void gpu_timer_free(timer *tm) {
 
 /* ---- one case
  * ------------------------------------------------------------------------------------------------ */
-typedef struct {
-    int cuda, device, threads, graph;
-    lpo_measure_opts mo;
-} run_opts;
-
 static void set_tolerance(kb_case *c) {
     double rtol = 1e-4, atol = 1e-5;
     if (c->el == LPO__EL_F16) rtol = 4e-3, atol = 1e-3;
     if (c->el == LPO__EL_BF16) rtol = 1.6e-2, atol = 8e-3;
     c->rtol = rtol;
     c->atol = fmax(atol, c->atol);
+}
+
+void lpo__kb_stats_cols(lpo_table *t, const lpo_stats *s) {
+    lpo_table_set_int(t, "samples", (int64_t)s->n);
+    lpo_table_set_int(t, "dropped", (int64_t)s->n_dropped);
+    lpo_table_set_bool(t, "converged", s->converged);
+    lpo_table_set_double(t, "median_us", s->median * 1e6);
+    lpo_table_set_double(t, "p10_us", s->p10 * 1e6);
+    lpo_table_set_double(t, "p90_us", s->p90 * 1e6);
+    lpo_table_set_double(t, "stdev_us", s->stdev * 1e6);
+    lpo_table_set_double(t, "min_us", s->min * 1e6);
+    lpo_table_set_double(t, "max_us", s->max * 1e6);
+}
+
+const char *lpo__kb_perf_cols(lpo_kbench *kb, lpo_table *t, double flops, double bytes,
+                              lpo_ceil_dtype roof_dt, double seconds) {
+    double tf = flops / seconds * 1e-12, gbs = bytes / seconds * 1e-9;
+    lpo_table_set_double(t, "tflops", tf);
+    lpo_table_set_double(t, "gbs", gbs);
+    double roof = kb->have_peaks ? kb->peaks.tflops[roof_dt] : 0,
+           bw = kb->have_peaks ? kb->peaks.dram_gbs : 0;
+    const char *cls = "unknown";
+    if (roof > 0 && bw > 0) {
+        double t_c = flops / (roof * 1e12), t_m = bytes / (bw * 1e9);
+        /* under 20% of the binding roof: neither bandwidth nor arithmetic explains the time */
+        cls = fmax(t_c, t_m) < 0.2 * seconds ? "latency" : t_c >= t_m ? "compute" : "memory";
+        lpo_table_set_double(t, "pct_compute", 100.0 * tf / roof);
+        lpo_table_set_double(t, "pct_dram", 100.0 * gbs / bw);
+        lpo_table_set_double(t, "roof_tflops", roof);
+        lpo_table_set_double(t, "dram_gbs", bw);
+    }
+    if (bytes > 0) lpo_table_set_double(t, "intensity", flops / bytes);
+    lpo_table_set_str(t, "bound", cls);
+    lpo_table_set_double(t, "flops", flops);
+    lpo_table_set_double(t, "bytes", bytes);
+    return cls;
+}
+
+void lpo__kb_point(lpo_kbench *kb, const char *label, double flops, double bytes, double seconds,
+                   const char *cls) {
+    if (kb->n_pts == kb->cap_pts) {
+        size_t cap = kb->cap_pts ? 2 * kb->cap_pts : 16;
+        lpo_roof_point *p = realloc(kb->pts, cap * sizeof *p);
+        if (!p) return;
+        kb->pts = p, kb->cap_pts = cap;
+    }
+    lpo_roof_point *p = &kb->pts[kb->n_pts++];
+    snprintf(p->label, sizeof p->label, "%s", label);
+    p->intensity = bytes > 0 ? flops / bytes : 0;
+    p->tflops = flops / seconds * 1e-12;
+    snprintf(p->cls, sizeof p->cls, "%s", cls);
 }
 
 static void add_row(lpo_kbench *kb, const kb_case *c, const run_opts *ro, const lpo_stats *s, int reps,
@@ -433,52 +465,17 @@ static void add_row(lpo_kbench *kb, const kb_case *c, const run_opts *ro, const 
     lpo_table_set_str(t, "dtype", elem_name(c->el, c->p.dtype));
     lpo_table_set_str(t, "shape", c->shape);
     lpo_table_set_str(t, "mode", ro->mo.cold ? "cold" : ro->graph && c->cuda ? "graph" : "hot");
-    lpo_table_set_int(t, "samples", (int64_t)s->n);
-    lpo_table_set_int(t, "dropped", (int64_t)s->n_dropped);
-    lpo_table_set_bool(t, "converged", s->converged);
-    lpo_table_set_double(t, "median_us", s->median * 1e6);
-    lpo_table_set_double(t, "p10_us", s->p10 * 1e6);
-    lpo_table_set_double(t, "p90_us", s->p90 * 1e6);
-    lpo_table_set_double(t, "stdev_us", s->stdev * 1e6);
-    lpo_table_set_double(t, "min_us", s->min * 1e6);
-    lpo_table_set_double(t, "max_us", s->max * 1e6);
-    double tf = c->flops / s->median * 1e-12, gbs = c->bytes / s->median * 1e-9;
-    lpo_table_set_double(t, "tflops", tf);
-    lpo_table_set_double(t, "gbs", gbs);
-    double roof = kb->have_peaks ? kb->peaks.tflops[roof_dtype(c)] : 0,
-           bw = kb->have_peaks ? kb->peaks.dram_gbs : 0;
-    const char *cls = "unknown";
-    if (roof > 0 && bw > 0) {
-        double t_c = c->flops / (roof * 1e12), t_m = c->bytes / (bw * 1e9);
-        /* under 20% of the binding roof: neither bandwidth nor arithmetic explains the time */
-        cls = fmax(t_c, t_m) < 0.2 * s->median ? "latency" : t_c >= t_m ? "compute" : "memory";
-        lpo_table_set_double(t, "pct_compute", 100.0 * tf / roof);
-        lpo_table_set_double(t, "pct_dram", 100.0 * gbs / bw);
-        lpo_table_set_double(t, "roof_tflops", roof);
-        lpo_table_set_double(t, "dram_gbs", bw);
-    }
-    if (c->bytes > 0) lpo_table_set_double(t, "intensity", c->flops / c->bytes);
-    lpo_table_set_str(t, "bound", cls);
-    lpo_table_set_double(t, "flops", c->flops);
-    lpo_table_set_double(t, "bytes", c->bytes);
+    lpo__kb_stats_cols(t, s);
+    const char *cls = lpo__kb_perf_cols(kb, t, c->flops, c->bytes, roof_dtype(c), s->median);
     lpo_table_set_int(t, "reps", reps);
     lpo_table_set_double(t, "max_abs_err", max_abs);
     if (nv->n && nv->sm_mhz_avg >= 0) lpo_table_set_double(t, "sm_mhz", nv->sm_mhz_avg);
     if (nv->n && nv->power_w_avg >= 0) lpo_table_set_double(t, "power_w", nv->power_w_avg);
     lpo_table_set_str(t, "variant", c->variant);
-    /* roofline point */
-    if (kb->n_pts == kb->cap_pts) {
-        size_t cap = kb->cap_pts ? 2 * kb->cap_pts : 16;
-        lpo_roof_point *p = realloc(kb->pts, cap * sizeof *p);
-        if (!p) return;
-        kb->pts = p, kb->cap_pts = cap;
-    }
-    lpo_roof_point *p = &kb->pts[kb->n_pts++];
-    snprintf(p->label, sizeof p->label, "%s %.80s %s (%s)", c->ops->name, c->shape,
-             elem_name(c->el, c->p.dtype), c->cuda ? "cuda" : "cpu");
-    p->intensity = c->bytes > 0 ? c->flops / c->bytes : 0;
-    p->tflops = tf;
-    snprintf(p->cls, sizeof p->cls, "%s", cls);
+    char label[128];
+    snprintf(label, sizeof label, "%s %.80s %s (%s)", c->ops->name, c->shape, elem_name(c->el, c->p.dtype),
+             c->cuda ? "cuda" : "cpu");
+    lpo__kb_point(kb, label, c->flops, c->bytes, s->median, cls);
 }
 
 static lpo_status run_case(lpo_kbench *kb, const kb_ops *ops, const kb_params *prm, const run_opts *ro) {
@@ -520,7 +517,7 @@ static lpo_status run_case(lpo_kbench *kb, const kb_ops *ops, const kb_params *p
         double t1 = 0, clk;
         int r1;
         if ((st = gpu_timer_init(&tm)) || (st = gpu_sample(&tm, &t1, &r1, &clk))) goto done;
-        if (!ro->mo.cold && t1 > 0) tm.reps = (int)fmin(MAX_REPS, fmax(1, ceil(GPU_SAMPLE_S / t1)));
+        if (!ro->mo.cold && t1 > 0) tm.reps = (int)fmin(KB_MAX_REPS, fmax(1, ceil(KB_GPU_SAMPLE_S / t1)));
         if (ro->graph) {
             tm.reps = tm.reps < 2000 ? tm.reps : 2000; /* nodes per graph: instantiation stays cheap */
             if ((st = gpu_timer_graph(&tm))) goto done;
@@ -560,7 +557,7 @@ static lpo_status run_case(lpo_kbench *kb, const kb_ops *ops, const kb_params *p
             }
         }
         if ((st = cpu_sample(&tm, &t1, &r1, &clk))) goto done;
-        if (!ro->mo.cold && t1 > 0) tm.reps = (int)fmin(MAX_REPS, fmax(1, ceil(CPU_SAMPLE_S / t1)));
+        if (!ro->mo.cold && t1 > 0) tm.reps = (int)fmin(KB_MAX_REPS, fmax(1, ceil(KB_CPU_SAMPLE_S / t1)));
         st = lpo_measure_run(&ro->mo, cpu_sample, &tm, &m);
     }
     if (st) goto done;
@@ -626,9 +623,11 @@ static lpo_status read_params(const lpo_node *cfg, kb_params *p) {
     snprintf(p->case_name, sizeof p->case_name, "%s", s);
     if ((st = lpo_cfg_str_or(cfg, "kbench.dtype", "bf16", &s))) return st;
     snprintf(p->dtype, sizeof p->dtype, "%s", s);
-    // each integer parameter (missing: 0, which the case's plan refuses if it needs it)
+    // each integer parameter (missing: 0, which the case's plan refuses if it needs it; batch: 8)
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
-        if ((st = lpo_cfg_int_or(cfg, ints[i].key, 0, (int64_t *)((char *)p + ints[i].off)))) return st;
+        if ((st = lpo_cfg_int_or(cfg, ints[i].key, ints[i].off == offsetof(kb_params, batch) ? 8 : 0,
+                                 (int64_t *)((char *)p + ints[i].off))))
+            return st;
     if ((st = lpo_cfg_double_or(cfg, "kbench.eps", 1e-5, &p->eps))) return st;
     int64_t seed;
     if ((st = lpo_cfg_int_or(cfg, "kbench.seed", 1234, &seed))) return st;
@@ -636,7 +635,7 @@ static lpo_status read_params(const lpo_node *cfg, kb_params *p) {
     return LPO_OK;
 }
 
-static lpo_status read_run_opts(const lpo_node *cfg, run_opts *ro) {
+lpo_status lpo__kb_run_opts(const lpo_node *cfg, run_opts *ro) {
     memset(ro, 0, sizeof *ro);
     lpo_status st = lpo_measure_opts_from_config(cfg, &ro->mo);
     if (st) return st;
@@ -706,11 +705,23 @@ lpo_status lpo_kbench_run(lpo_kbench *kb, const lpo_node *cfg) {
     kb_params p;
     run_opts ro;
     lpo_status st;
-    if ((st = read_params(cfg, &p)) || (st = read_run_opts(cfg, &ro))) return st;
+    const char *phase;
+    if ((st = lpo_cfg_str_or(cfg, "kbench.phase", NULL, &phase))) return st;
+    const int mode = phase ? KB_MODE_MODEL : KB_MODE_CASES;
+    if (kb->mode && kb->mode != mode)
+        return lpo_errorf(LPO_E_CONFIG, "kbench: model mode (kbench.phase) and operator cases (kbench.case) "
+                                        "cannot share one run: run them separately");
+    if ((st = lpo__kb_run_opts(cfg, &ro))) return st;
     if (!kb->have_peaks) {
         lpo_peaks_for_device(ro.cuda ? ro.device : -1, &kb->peaks);
         kb->have_peaks = 1;
     }
+    if (mode == KB_MODE_MODEL) {
+        if ((st = lpo__kb_model_run(kb, cfg, &ro)) == LPO_OK) kb->mode = mode;
+        return st;
+    }
+    if ((st = read_params(cfg, &p))) return st;
+    kb->mode = mode;
     if (!strcmp(p.case_name, "linears")) return run_linears(kb, cfg, &p, &ro);
     const kb_ops *ops = kb_find_case(p.case_name);
     if (!ops) {
@@ -728,7 +739,7 @@ lpo_status lpo_kbench_run(lpo_kbench *kb, const lpo_node *cfg) {
 /* ---- outputs
  * ---------------------------------------------------------------------------------------------------- */
 lpo_status lpo_kbench_write(const lpo_kbench *kb, const lpo_rundir *rd) {
-    lpo_status st = lpo_rundir_write_table(rd, "kbench", kb->t);
+    lpo_status st = lpo_rundir_write_table(rd, "kbench", lpo_kbench_table(kb));
     if (!st) st = lpo_rundir_write(rd, "kbench_samples.csv", kb->samples.buf, kb->samples.len);
     if (!st && kb->nvml.len) st = lpo_rundir_write(rd, "nvml.csv", kb->nvml.buf, kb->nvml.len);
     if (st) return st;

@@ -8,7 +8,58 @@
 #include <stdint.h>
 
 #include "hw/gpu_fill.h"
+#include "lpo/ceilings.h"
+#include "lpo/config.h"
+#include "lpo/core.h"
+#include "lpo/kbench.h"
+#include "lpo/measure.h"
+#include "lpo/plot.h"
+#include "lpo/report.h"
 #include "lpo/status.h"
+
+/* hot mode: a sample lasts about this long (repetitions per sample chosen from a calibration run); long
+ * enough that a GPU under its power cap is measured at its sustained clock (as `lpo ceilings` measures), not
+ * between bursts */
+#define KB_GPU_SAMPLE_S 0.05
+#define KB_CPU_SAMPLE_S 0.02
+#define KB_MAX_REPS     100000
+
+/* What a run holds: rows of operator cases (kbench.case) or of model mode (kbench.phase), never both. */
+enum { KB_MODE_NONE, KB_MODE_CASES, KB_MODE_MODEL };
+
+struct lpo_kbench {
+    lpo_table *t;  /* operator cases */
+    lpo_table *tm; /* model mode (kb_model.c's field list) */
+    int mode;      /* KB_MODE_*: set by the first run */
+    lpo_roof_point *pts;
+    size_t n_pts, cap_pts;
+    lpo_strbuf samples; /* kbench_samples.csv */
+    lpo_strbuf nvml;    /* nvml.csv of every timed case, the row index first */
+    lpo_peaks peaks;    /* of the last device used */
+    int have_peaks;
+    size_t rows; /* rows written (index of the next row in samples and nvml) */
+};
+
+/* Backend and protocol of a run: `backend`, hardware.device, kbench.threads, kbench.graph, profiling.* */
+typedef struct {
+    int cuda, device, threads, graph;
+    lpo_measure_opts mo;
+} run_opts;
+lpo_status lpo__kb_run_opts(const lpo_node *cfg, run_opts *ro);
+
+/* Columns shared by the case and model tables, into the newest row of t: samples .. max_us from s; tflops,
+ * gbs, % of the ceilings (roof of roof_dt, DRAM), intensity, bound class, flops, bytes for work done in
+ * `seconds`. Returns the bound class ("memory", "compute", "latency", "unknown"). */
+void lpo__kb_stats_cols(lpo_table *t, const lpo_stats *s);
+const char *lpo__kb_perf_cols(lpo_kbench *kb, lpo_table *t, double flops, double bytes,
+                              lpo_ceil_dtype roof_dt, double seconds);
+/* Appends a roofline point. */
+void lpo__kb_point(lpo_kbench *kb, const char *label, double flops, double bytes, double seconds,
+                   const char *cls);
+
+/* Model mode (kb_model.c): the table of its field list, and one run of a composed config. */
+lpo_table *lpo__kb_model_table_new(void);
+lpo_status lpo__kb_model_run(lpo_kbench *kb, const lpo_node *cfg, const run_opts *ro);
 
 #define KB_MAX_T 8
 

@@ -1,6 +1,7 @@
 /* lpo kbench: operator micro-benchmarks. Expands list-valued overrides into a sweep (Cartesian product),
- * composes the config once per point, runs the case(s) of each point (validated, then timed), and writes
- * one run directory: kbench.md/csv/json, kbench_samples.csv, roofline.svg/csv, nvml.csv. */
+ * composes the config once per point, runs the case(s) of each point (validated, then timed) or, with
+ * kbench.phase set, model mode (every op of one engine step), and writes one run directory:
+ * kbench.md/csv/json, kbench_samples.csv, roofline.svg/csv, nvml.csv. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +23,11 @@ static const lpo_cli_spec spec = {
         "operator\n"
         "(or a sweep: list values form a Cartesian product) after validating it against its CPU reference;\n"
         "median, p10/p90, stdev, TFLOP/s, GB/s, % of the ceilings, bound class; roofline.svg. Keys:\n"
-        "conf/kbench/default.yaml; protocol: profiling.*; docs/kbench.md.",
+        "conf/kbench/default.yaml; protocol: profiling.*; docs/kbench.md.\n"
+        "Model mode: lpo kbench model=PRESET kbench.phase=decode|prefill [kbench.batch=B] "
+        "[kbench.context=L]\n"
+        "[kbench.prompt=T]: every distinct op and fused launch group of one engine step at its real shapes,\n"
+        "with its count per step, their sum beside the measured eager and graph steps.",
     .flags = flags,
     .n_flags = sizeof flags / sizeof flags[0],
     .config = 1,
@@ -34,6 +39,8 @@ static int list_cases(void) {
     lpo_kbench_case_names(names, sums, 32, &n);
     for (size_t i = 0; i < n; i++) printf("%-16s %s\n", names[i], sums[i]);
     printf("%-16s %s\n", "linears", "the linear layers of model=<preset> as gemm cases at kbench.m tokens");
+    printf("%-16s %s\n", "(model mode)",
+           "kbench.phase=decode|prefill: every op of one engine step of model=<preset> (docs/kbench.md)");
     return LPO_EXIT_OK;
 }
 

@@ -1,5 +1,6 @@
 /* The op checker (opcheck.h): one op on a backend vs the CPU reference backend, on the same fresh random
- * data; element-wise and NMSE comparison, poisoned outputs, identical sampled ids. */
+ * data; element-wise and NMSE comparison, poisoned outputs, identical sampled ids. Its random data of one
+ * op (lpo_op_data) also feeds kbench's model mode, laid out like a real step. */
 #include "lpo/opcheck.h"
 
 #include <math.h>
@@ -102,7 +103,25 @@ static int64_t layout_tokens(rng *r, int64_t m, int32_t *slot, int64_t *pos, int
     return ctx;
 }
 
-static lpo_status case_make(const lpo_op *op, uint64_t seed, case_data *d) {
+/* The tokens of a concrete step: sequence i in slot i, its n_new[i] tokens at positions n_past[i].. packed
+ * in order. Returns the context the cache must hold, 0 when the step does not hold m tokens. */
+static int64_t layout_step(const lpo_step *s, int64_t m, int32_t *slot, int64_t *pos, int *n_slots) {
+    int64_t ctx = 1, t = 0;
+    for (int i = 0; i < s->n_seqs; i++)
+        for (int64_t j = 0; j < s->n_new[i]; j++, t++) { // sequence i's token j -> packed row t
+            if (t >= m) return 0;
+            slot[t] = (int32_t)i;
+            pos[t] = s->n_past[i] + j;
+            if (pos[t] + 1 > ctx) ctx = pos[t] + 1;
+        }
+    *n_slots = s->n_seqs;
+    return t == m ? ctx : 0;
+}
+
+/* with_ref: also the reference's own outputs, caches and ids (the checker); step: the token layout (NULL:
+ * the checker's own) */
+static lpo_status case_make(const lpo_op *op, uint64_t seed, const lpo_step *step, int with_ref,
+                            case_data *d) {
     memset(d, 0, sizeof *d);
     rng r = {seed ^ 0x5eedull * (uint64_t)(op->kind + 1)};
     int ok = 1;
@@ -141,7 +160,11 @@ static lpo_status case_make(const lpo_op *op, uint64_t seed, case_data *d) {
         int n_slots = 1;
         ok = ok && NEW(d->tok_slot, m) && NEW(d->tok_pos, m);
         if (!ok) return lpo_errorf(LPO_E_NOMEM, "opcheck: out of memory");
-        const int64_t ctx = layout_tokens(&r, m, d->tok_slot, d->tok_pos, &n_slots);
+        const int64_t ctx = step ? layout_step(step, m, d->tok_slot, d->tok_pos, &n_slots)
+                                 : layout_tokens(&r, m, d->tok_slot, d->tok_pos, &n_slots);
+        if (ctx == 0)
+            return lpo_errorf(LPO_E_INVALID, "op data: the step does not hold the %lld tokens of op '%s'",
+                              (long long)m, op->name);
         d->io.tok_slot = d->ref.tok_slot = d->tok_slot;
         d->io.tok_pos = d->ref.tok_pos = d->tok_pos;
         d->io.max_context = d->ref.max_context = ctx;
@@ -160,13 +183,15 @@ static lpo_status case_make(const lpo_op *op, uint64_t seed, case_data *d) {
             d->io.rope_sin = d->ref.rope_sin = d->sin_t;
         } else {
             d->n_cache = (int64_t)n_slots * ctx * op->n_kv_heads * op->head_dim;
-            ok = ok && NEW(d->kc, d->n_cache) && NEW(d->vc, d->n_cache) && NEW(d->kc_ref, d->n_cache) &&
-                 NEW(d->vc_ref, d->n_cache);
+            ok = ok && NEW(d->kc, d->n_cache) && NEW(d->vc, d->n_cache);
+            if (with_ref) ok = ok && NEW(d->kc_ref, d->n_cache) && NEW(d->vc_ref, d->n_cache);
             if (ok) {
-                fill(&r, d->kc_ref, d->n_cache, 0, 1);
-                fill(&r, d->vc_ref, d->n_cache, 0, 1);
-                memcpy(d->kc, d->kc_ref, (size_t)d->n_cache * sizeof(float));
-                memcpy(d->vc, d->vc_ref, (size_t)d->n_cache * sizeof(float));
+                fill(&r, d->kc, d->n_cache, 0, 1);
+                fill(&r, d->vc, d->n_cache, 0, 1);
+            }
+            if (ok && with_ref) {
+                memcpy(d->kc_ref, d->kc, (size_t)d->n_cache * sizeof(float));
+                memcpy(d->vc_ref, d->vc, (size_t)d->n_cache * sizeof(float));
             }
             d->io.k_cache = d->kc;
             d->io.v_cache = d->vc;
@@ -184,7 +209,7 @@ static lpo_status case_make(const lpo_op *op, uint64_t seed, case_data *d) {
     } else if (op->kind == LPO_OP_SAMPLE) {
         const int64_t words = (op->n + 31) / 32;
         ok = ok && NEW(d->samp, m) && NEW(d->stream, m) && NEW(d->step, m) && NEW(d->seen, m * words) &&
-             NEW(d->ids, m) && NEW(d->ids_ref, m);
+             NEW(d->ids, m) && (!with_ref || NEW(d->ids_ref, m));
         static const lpo_sampling kinds[] = {{0, 0, 1, 1, 0},
                                              {0.8, 40, 1, 1, 0},
                                              {1.0, 0, 0.9, 1, 0},
@@ -210,13 +235,46 @@ static lpo_status case_make(const lpo_op *op, uint64_t seed, case_data *d) {
                  op->k ? " k=" : "", (long long)op->k);
     if (op->kind != LPO_OP_SAMPLE) {
         d->n_out = numel(&op->out[0]);
-        if (!NEW(d->out, d->n_out) || !NEW(d->out_ref, d->n_out))
+        if (!NEW(d->out, d->n_out) || (with_ref && !NEW(d->out_ref, d->n_out)))
             return lpo_errorf(LPO_E_NOMEM, "opcheck: out of memory for the outputs of '%s'", op->name);
         for (int64_t i = 0; i < d->n_out; i++) d->out[i] = NAN; /* poisoned: unwritten elements show */
         d->io.out = d->out;
         d->ref.out = d->out_ref;
     }
     return LPO_OK;
+}
+
+struct lpo_op_data {
+    case_data d;
+    const lpo_op *op;
+};
+
+lpo_status lpo_op_data_new(const lpo_op *op, uint64_t seed, const lpo_step *step, lpo_op_data **out) {
+    *out = NULL;
+    lpo_op_data *x = calloc(1, sizeof *x);
+    if (!x) return lpo_errorf(LPO_E_NOMEM, "op data: out of memory");
+    x->op = op;
+    lpo_status st = case_make(op, seed, step, 0, &x->d);
+    if (st != LPO_OK) {
+        lpo_op_data_free(x);
+        return st;
+    }
+    *out = x;
+    return LPO_OK;
+}
+
+lpo_op_io *lpo_op_data_io(lpo_op_data *x) {
+    return &x->d.io;
+}
+
+const char *lpo_op_data_shape(const lpo_op_data *x) {
+    return x->d.shape;
+}
+
+void lpo_op_data_free(lpo_op_data *x) {
+    if (!x) return;
+    case_free(&x->d, x->op);
+    free(x);
 }
 
 /* ---- comparison ------------------------------------------------------------------------------------------
@@ -278,7 +336,7 @@ lpo_status lpo_opcheck_run(const lpo_backend_iface *be, void *ctx, lpo_dtype dt,
     lpo_status st = cpu->init(&ci, &cctx);
     if (st != LPO_OK) return st;
     case_data d;
-    st = case_make(op, seed, &d);
+    st = case_make(op, seed, NULL, 1, &d);
     snprintf(r->shape, sizeof r->shape, "%s", d.shape);
     if (st == LPO_OK) st = cpu->run_op(cctx, op, &d.ref);
     if (st == LPO_OK) {

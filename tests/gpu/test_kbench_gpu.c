@@ -31,12 +31,7 @@ static const char *const base[] = {
 
 static lpo_status run3(lpo_kbench *kb, const char *a, const char *b, const char *c) {
     const char *extra[] = {a, b, c};
-    lpo_node *cfg;
-    lpo_status st = lpo_test_compose("kbench", base, N_BASE, extra, 3, &cfg);
-    if (st) return st;
-    st = lpo_kbench_run(kb, cfg);
-    lpo_node_free(cfg);
-    return st;
+    return lpo_test_kbench_run(kb, base, N_BASE, extra, 3);
 }
 
 static void test_every_case_cuda(void **state) {

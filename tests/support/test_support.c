@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "lpo/core.h"
+#include "lpo/kbench.h"
 
 /* Every name handed out stays referenced here, so a test that keeps its directory name for the whole run
  * (the header allows it) is not reported as a leak by make asan; tests that free the name may. */
@@ -71,5 +72,15 @@ lpo_status lpo_test_compose(const char *command, const char *const *base, size_t
     lpo_cfg_opts o = {.command = command};
     lpo_status st = lpo_cfg_compose(&o, n, ov, cfg);
     free(ov);
+    return st;
+}
+
+lpo_status lpo_test_kbench_run(lpo_kbench *kb, const char *const *base, size_t n_base,
+                               const char *const *extra, size_t n_extra) {
+    lpo_node *cfg;
+    lpo_status st = lpo_test_compose("kbench", base, n_base, extra, n_extra, &cfg);
+    if (st) return st;
+    st = lpo_kbench_run(kb, cfg);
+    lpo_node_free(cfg);
     return st;
 }

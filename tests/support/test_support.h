@@ -15,3 +15,7 @@ void lpo_test_require_gpu(void);
 #include "lpo/config.h"
 lpo_status lpo_test_compose(const char *command, const char *const *base, size_t n_base,
                             const char *const *extra, size_t n_extra, lpo_node **cfg);
+/* lpo_kbench_run of the kbench config composed as lpo_test_compose does. */
+typedef struct lpo_kbench lpo_kbench;
+lpo_status lpo_test_kbench_run(lpo_kbench *kb, const char *const *base, size_t n_base,
+                               const char *const *extra, size_t n_extra);

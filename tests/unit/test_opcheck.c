@@ -1,6 +1,7 @@
 /* The op checker on the CPU backend: every op kind of several architectures, at model shapes and odd shapes,
  * against the reference (identical code: zero error expected); the checker itself catches unwritten and
- * wrong outputs (a deliberately broken backend); and the CPU kernels against naive double-precision loops. */
+ * wrong outputs (a deliberately broken backend); its random data laid out like a real step, timed hot and
+ * cold; and the CPU kernels against naive double-precision loops. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -72,6 +73,49 @@ static void test_every_kind(void **state) {
     check_spec(&o, 13, 70, 5, seen);
     for (int k = 0; k < LPO_OP_KIND_COUNT; k++)
         if (!seen[k]) fail_msg("op kind '%s' was not checked", lpo_op_kind_name((lpo_op_kind)k));
+}
+
+/* The checker's random data laid out like a real step (kbench's model mode): slots and positions of the
+ * step's sequences, a cache holding their context; a step of the wrong size refused; timed repeats, hot and
+ * cold, fill ms. */
+static void test_op_data_layout(void **state) {
+    (void)state;
+    lpo_model_spec s = test_spec();
+    lpo_oplist l = {0};
+    assert_int_equal(lpo_oplist_build_phase(&s, 1, 2, 30, NULL, &l), LPO_OK);
+    const long ia = lpo_oplist_find(&l, LPO_ROLE_ATTN, 0), ir = lpo_oplist_find(&l, LPO_ROLE_ROPE, 0);
+    assert_true(ia >= 0 && ir >= 0);
+    const int64_t past[2] = {30, 17}, nn[2] = {1, 1}, n3[2] = {2, 1};
+    const lpo_step step = {2, past, nn, 0, 1}, wrong = {2, past, n3, 0, 1};
+    lpo_op_data *d;
+    assert_int_equal(lpo_op_data_new(&l.ops[ia], 7, &step, &d), LPO_OK);
+    lpo_op_io *io = lpo_op_data_io(d);
+    assert_int_equal(io->n_slots, 2);
+    assert_int_equal(io->max_context, 31);
+    assert_int_equal(io->tok_slot[0], 0);
+    assert_int_equal(io->tok_slot[1], 1);
+    assert_int_equal(io->tok_pos[0], 30);
+    assert_int_equal(io->tok_pos[1], 17);
+    assert_non_null(strstr(lpo_op_data_shape(d), "ctx=31"));
+    void *ctx = cpu_ctx();
+    double ms[3] = {-1, -1, -1};
+    for (int cold = 0; cold < 2; cold++) { // hot, then cold (caches flushed before each timed run)
+        io->repeat = 3;
+        io->ms = ms;
+        io->cold = cold;
+        assert_int_equal(lpo_backend_cpu()->run_op(ctx, &l.ops[ia], io), LPO_OK);
+        for (int i = 0; i < 3; i++) assert_true(ms[i] > 0);
+        for (int64_t i = 0; i < l.ops[ia].m * l.ops[ia].n_heads * l.ops[ia].head_dim; i++)
+            assert_true(isfinite(io->out[i]));
+    }
+    lpo_op_data_free(d);
+    assert_int_equal(lpo_op_data_new(&l.ops[ir], 7, &wrong, &d), LPO_E_INVALID);
+    assert_null(d);
+    assert_int_equal(lpo_op_data_new(&l.ops[ir], 7, NULL, &d), LPO_OK); /* the checker's own layout */
+    assert_true(lpo_op_data_io(d)->tok_pos[0] <= 40);
+    lpo_op_data_free(d);
+    lpo_backend_cpu()->free(ctx);
+    lpo_oplist_free(&l);
 }
 
 /* ---- a broken backend: the CPU's run_op, then one output element unwritten or nudged ------------------- */
@@ -179,6 +223,7 @@ static void test_kernels_vs_double(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_kind),
+        cmocka_unit_test(test_op_data_layout),
         cmocka_unit_test(test_checker_catches),
         cmocka_unit_test(test_kernels_vs_double),
     };

@@ -376,13 +376,19 @@ static lpo_status cpu_run_op(void *vctx, const lpo_op *op, lpo_op_io *io) {
         return lpo_errorf(LPO_E_UNSUPPORTED, "cpu backend: cannot run op '%s' (%s, m=%lld, n=%lld)", op->name,
                           lpo_op_kind_name(op->kind), (long long)op->m, (long long)op->n);
     float *W = NULL, *B = NULL;
+    unsigned char *flush = NULL;
+    const size_t flush_bytes = (size_t)64 << 20; /* cold: more than the last-level caches of common CPUs */
     lpo_status st = op->n_w ? stack_weights(op, io->w, &W, &B) : LPO_OK;
+    if (st == LPO_OK && io->repeat > 0 && io->cold && !(flush = malloc(flush_bytes)))
+        st = lpo_errorf(LPO_E_NOMEM, "cpu backend: cache flush buffer");
     if (st == LPO_OK) st = run_single(c, op, io, W, B);
     for (int r = 0; st == LPO_OK && r < io->repeat; r++) { /* timing: the same work again */
+        if (flush) memset(flush, r & 0xff, flush_bytes);
         const uint64_t t0 = lpo_now_ns();
         st = run_single(c, op, io, W, B);
         if (io->ms) io->ms[r] = (double)(lpo_now_ns() - t0) / 1e6;
     }
+    free(flush);
     free(W);
     free(B);
     return st;

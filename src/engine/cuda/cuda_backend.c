@@ -838,8 +838,21 @@ static lpo_status run_single(cuda_ctx *c, const lpo_op *op, lpo_op_io *io, scrat
             return lpo_errorf(LPO_E_CUDA, "cuda backend: run_op timing events");
         }
         lpo_status st = LPO_OK;
+        void *flush = NULL;
+        size_t flush_bytes = 0;
+        if (io->cold) { /* twice the L2: nothing of the op's data survives in it */
+            int l2 = 0;
+            if (cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, c->cfg.device) != cudaSuccess || l2 <= 0)
+                l2 = 64 << 20;
+            flush_bytes = 2 * (size_t)l2;
+            st = scratch_alloc(s, flush_bytes, &flush);
+        }
         for (int r = 0; st == LPO_OK && r < io->repeat; r++) {
             float ms = 0;
+            if (flush && cudaMemsetAsync(flush, r & 0xff, flush_bytes, c->stream) != cudaSuccess) {
+                st = lpo_errorf(LPO_E_CUDA, "cuda backend: cache flush before '%s'", op->name);
+                break;
+            }
             cudaEventRecord(e0, c->stream);
             st = launch_single(c, op, io, &b);
             cudaEventRecord(e1, c->stream);
