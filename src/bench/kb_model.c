@@ -9,8 +9,9 @@
  *                                                  out like the step (real context), per launch, under
  *                                                  the kbench protocol (hot or cold)
  *   every fused plan group                      -> one row, timed inside eager steps (group timer)
+ *   the step itself                             -> eager steps (interleaved with the group timer's), then
+ *                                                  an exec=graph engine's; marks around lpo_engine_run
  *   sums                                        -> count x median of the op rows; the eager launches
- *   the step itself                             -> eager and graph engines, marks around lpo_engine_run
  *
  * On the CUDA backend, linears of <= 8 tokens are also timed with the other setting of engine.gemv (the
  * engine's GEMV kernels vs cuBLASLt), side by side. FLOPs and bytes are the op list's (lpo_op_flops /
@@ -516,27 +517,36 @@ static void group_time(void *ud, int row, double ms) {
     mc->rows[row].step_n++;
 }
 
-/* Eager steps with the group timer: per step, each row's mean launch time is one sample (reps: its
- * launches in the step), until every row's measurement stops or profiling.timeout_s. */
-static lpo_status group_pass(model_run *mc, stepper *s) {
+/* Eager steps, two at a time: one with the group timer (per step, each row's mean launch time is one
+ * sample, its launches in the step the repetitions), one without it, timed whole (a sample of the eager
+ * step). Interleaved, so both see the same machine (clocks, other load); until every measurement stops or
+ * profiling.timeout_s. */
+static lpo_status eager_pass(model_run *mc, stepper *s) {
     lpo_measure_opts mo = mc->mo;
     mo.cold = 0;
-    lpo_status st = LPO_OK;
+    lpo_status st = lpo_measure_new(&mo, &mc->steps_m[0]);
     for (size_t i = 0; i < mc->n_rows && st == LPO_OK; i++)
         if (mc->rows[i].type == ROW_GROUP || mc->rows[i].launches > 0)
             st = lpo_measure_new(&mo, &mc->rows[i].eng);
-    lpo_group_timer *gt = NULL;
-    if (st == LPO_OK) st = lpo_group_timer_start(s->e, group_tag, group_time, mc, &gt);
     const uint64_t t0 = lpo_now_ns();
     for (int k = 0; st == LPO_OK; k++) {
+        lpo_group_timer *gt = NULL;
         st = ready(s);
+        if (st == LPO_OK) st = lpo_group_timer_start(s->e, group_tag, group_time, mc, &gt);
         if (st == LPO_OK) st = run_step(s);
-        const lpo_status fst = lpo_group_timer_flush(gt);
+        const lpo_status fst = gt ? lpo_group_timer_flush(gt) : LPO_OK;
+        lpo_group_timer_stop(gt);
         if (st == LPO_OK) st = fst;
-        int all_done = 1;
+        double sec = 0, clk = 0;
+        int reps = 1;
+        if (st == LPO_OK) st = step_sample(s, &sec, &reps, &clk);
+        if (st != LPO_OK) break;
+        const int keep = k >= mo.warmup;
+        int all_done = lpo_measure_done(mc->steps_m[0]);
+        if (keep && !all_done) all_done = lpo_measure_add(mc->steps_m[0], sec, clk);
         for (size_t i = 0; i < mc->n_rows; i++) { // row i: this step's mean launch time, one sample
             mrow *r = &mc->rows[i];
-            if (r->eng && r->step_n > 0 && k >= mo.warmup && !lpo_measure_done(r->eng))
+            if (r->eng && r->step_n > 0 && keep && !lpo_measure_done(r->eng))
                 lpo_measure_add_reps(r->eng, r->step_ms / (double)r->step_n * 1e-3, (int)r->step_n, 0);
             if (r->eng && !lpo_measure_done(r->eng)) all_done = 0;
             r->step_ms = 0;
@@ -544,7 +554,6 @@ static lpo_status group_pass(model_run *mc, stepper *s) {
         }
         if (all_done || (double)(lpo_now_ns() - t0) * 1e-9 > mo.timeout_s) break;
     }
-    lpo_group_timer_stop(gt);
     return st;
 }
 
@@ -807,9 +816,7 @@ lpo_status lpo__kb_model_run(lpo_kbench *kb, const lpo_node *cfg, const run_opts
     }
     if (st == LPO_OK) st = make_layout(&mc);
     if (st == LPO_OK) st = op_pass(&mc); /* no engine step runs meanwhile: the rows' op pointers stay valid */
-    if (st == LPO_OK) st = group_pass(&mc, &s);
-    if (st == LPO_OK) st = prepare(&s);
-    if (st == LPO_OK) st = step_pass(&mc, &s, &mc.steps_m[0]);
+    if (st == LPO_OK) st = eager_pass(&mc, &s);
     lpo_engine_close(e);
     e = NULL;
     /* the graph engine (as users run it): its steps only */

@@ -159,8 +159,10 @@ static void check_rows(const tab *t, const lpo_oplist *l, const lpo_plan *p, con
     const double ratio = sum_ops / eager, lratio = sum_launch_row / eager;
     printf("%s: sum of ops %.1f us, launches %.1f us, eager step %.1f us (ratios %.2f, %.2f)\n", step,
            sum_ops, sum_launch_row, eager, ratio, lratio);
+    /* loose: the op pass runs before the eager steps, on 2 vCPUs other jobs share (0.9-1.1 when quiet) */
     assert_true(ratio > 0.25 && ratio < 4);
-    assert_true(lratio > 0.25 && lratio < 1.5); /* exclusive launch times inside the step: not above it */
+    /* launches are timed in steps interleaved with the timed steps: inside them (0.98-1.0 when quiet) */
+    assert_true(lratio > 0.3 && lratio < 1.3);
 }
 
 /* The list and plan of a step as the engine builds them on the CPU (f32, add+rmsnorm fused). */
