@@ -6,7 +6,10 @@
 # returns only a few files: everything goes into $OUT/all.log, plus the ceilings tables and records and one
 # roofline.svg. Prints a short summary last. Usage (GPU machine, repository root):
 #   scripts/gpu-check.sh --bundle-deps build-deps   (here, before sending)   then   scripts/ceilings-check.sh
+# --ceilings-only: stop after the two ceilings runs and print them side by side (each figure of run 1 and
+# run 2, their difference in %, each run's p10-p90 spread, the variant or configuration kept).
 set -uo pipefail
+only=0; [ "${1:-}" = "--ceilings-only" ] && only=1
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-out}
 work=$(mktemp -d)
@@ -39,6 +42,19 @@ for i in 1 2; do
   cp "$work"/cache/lpo/ceilings/*.json "$out/ceilings$i.json" 2>/dev/null
   { echo "==== ceilings run $i stderr"; cat "$work/ceilings$i.err"; } >>"$log"
 done
+compare() { # the two runs' tables: metric, run 1, run 2, |diff| %, spread 1, spread 2, detail of run 2
+  awk -F'|' 'FNR == NR && /^\| [a-z]/ { v[$2] = $3; sp[$2] = $5; next }
+    /^\| [a-z]/ && ($2 in v) && $2 !~ /metric/ { a = v[$2] + 0; b = $3 + 0
+      printf "%-15s %10.4g %10.4g %6.2f%% %6s%% %6s%%  %s\n", $2, a, b, (a > 0 ? 100 * (b > a ? b - a : a - b) / a : 0),
+        sp[$2] + 0, $5 + 0, substr($NF == "" ? $(NF - 1) : $NF, 1, 70) }' "$out/ceilings1.md" "$out/ceilings2.md"
+}
+if [ $only = 1 ]; then
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv >>"$log" 2>&1
+  { cat "$sum"; echo "==== run 1 vs run 2 (metric, run 1, run 2, diff, spread 1, spread 2, kept)"; compare; } | tee -a "$log"
+  grep -h "measured " "$out"/ceilings?.md
+  rm -rf "$work"
+  exit 0
+fi
 (cd build-gpu && timeout 240 ctest -L gpu --output-on-failure) >"$work/ctest.log" 2>&1
 say "ctest -L gpu: exit $? ($(grep -E 'tests passed|tests failed' "$work/ctest.log"))"
 { echo "==== ctest -L gpu"; cat "$work/ctest.log"; } >>"$log"

@@ -75,6 +75,8 @@ typedef struct {
     double value;          /* in the metric's unit; 0 = not measured */
     char detail[128];      /* how: shape, sizes, best-of, algorithm */
     double seconds;        /* wall time the measurement took */
+    double p10, p90;       /* spread over the samples, in the value's unit (0: not recorded) */
+    int samples;           /* samples the value is the median of (0: not recorded) */
     lpo_nvml_summary nvml; /* clocks/power while it ran (n == 0: no NVML) */
 } lpo_ceil_entry;
 
@@ -101,7 +103,8 @@ void lpo_ceilings_init(lpo_ceilings *c);
 double lpo_ceilings_mbu_gbs(const lpo_ceilings *c, const char **name);
 
 /* JSON: {"version", "device_kind", "name", "uuid", ..., "metrics": {"gemm_bf16": {"value", "unit",
- * "detail", "seconds", "nvml": {...}}, ...}, "mbu": {"gbs", "source"}}. */
+ * "detail", "seconds", "p10", "p90", "samples", "nvml": {...}}, ...}, "mbu": {"gbs", "source"}} (p10, p90,
+ * samples only when recorded; files without them load with 0). */
 void lpo_ceilings_write_json(const lpo_ceilings *c, lpo_json *j);
 lpo_status lpo_ceilings_save(const lpo_ceilings *c, const char *path);
 /* Reads a file written by lpo_ceilings_save. LPO_E_NOT_FOUND when absent, LPO_E_FORMAT when malformed

@@ -120,6 +120,11 @@ void lpo_ceilings_write_json(const lpo_ceilings *c, lpo_json *j) {
         lpo_json_kv_str(j, "unit", lpo_ceil_metric_unit((lpo_ceil_metric)i));
         lpo_json_kv_str(j, "detail", e->detail);
         lpo_json_kv_double(j, "seconds", e->seconds);
+        if (e->samples > 0) {
+            lpo_json_kv_double(j, "p10", e->p10);
+            lpo_json_kv_double(j, "p90", e->p90);
+            lpo_json_kv_int(j, "samples", e->samples);
+        }
         lpo_json_key(j, "nvml");
         lpo_nvml_summary_write_json(&e->nvml, j);
         lpo_json_object_end(j);
@@ -215,6 +220,9 @@ lpo_status lpo_ceilings_load(const char *path, lpo_ceilings *c) {
         }
         c->m[i].value = v;
         c->m[i].seconds = get_num(e, "seconds", 0);
+        c->m[i].p10 = get_num(e, "p10", 0);
+        c->m[i].p90 = get_num(e, "p90", 0);
+        c->m[i].samples = (int)get_int(e, "samples", INT32_MAX, 0);
         get_str(e, "detail", c->m[i].detail, sizeof c->m[i].detail);
         const cJSON *nv = cJSON_GetObjectItemCaseSensitive(e, "nvml");
         lpo_nvml_summary *s = &c->m[i].nvml;

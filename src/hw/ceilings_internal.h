@@ -7,6 +7,7 @@
 #include <stddef.h>
 
 #include "lpo/ceilings.h"
+#include "lpo/measure.h"
 #include "lpo/status.h"
 
 /* ---- GPU: dense GEMM through cuBLASLt ------------------------------------------------------------------ */
@@ -63,6 +64,20 @@ lpo_status lpo__launch_bench_open(int dev, int nodes, lpo__launch_bench **out);
  * kernel. */
 lpo_status lpo__launch_bench_sample(lpo__launch_bench *b, int graph, double *seconds);
 void lpo__launch_bench_close(lpo__launch_bench *b);
+
+/* ---- choices and statistics (ceilings_run.c; host code, unit-tested) ----------------------------------- */
+/* Index of the best of n candidates timed in `rounds` interleaved rounds: t (rounds x n, row-major) holds
+ * seconds, work (n,) the work each timing did (NULL: all equal); a candidate's score is the median over
+ * rounds of t / work (lower is better); a candidate with a non-finite or non-positive time in any round is
+ * out. The EARLIEST candidate whose score is within rel_tol of the best is returned, so candidates that
+ * close give the same choice from run to run (the order is the preference: cuBLASLt's heuristic rank, the
+ * variant list) and the choice never favours one over a truly faster one by more than rel_tol. -1 when no
+ * candidate is left. rounds <= 64. */
+int lpo__ceil_pick_rounds(const double *t, int rounds, int n, const double *work, double rel_tol);
+/* Fills e's value and spread from the statistics of seconds per repetition: rate figures (per_second 1)
+ * value = work / median, p10 = work / p90 time, p90 = work / p10 time; latency figures (per_second 0)
+ * value = work x median (work = 1e6: microseconds), p10/p90 likewise; samples = s->n. */
+void lpo__ceil_entry_from_stats(lpo_ceil_entry *e, const lpo_stats *s, double work, int per_second);
 
 /* ---- CPU
  * ---------------------------------------------------------------------------------------------------- */

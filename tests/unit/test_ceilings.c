@@ -1,15 +1,19 @@
 /* Unit tests for the ceilings record (src/hw/ceilings.c, gpu_spec.c): spec-table matching of CUDA device
  * names (SXM vs PCIe vs NVL), dense values, the MBU bandwidth rule (best of read-only and copy, named),
- * JSON save/load round trip through the cache path, refusal of malformed or other-version files, and the
- * peaks lookup (measured > spec > none, with its label). */
+ * JSON save/load round trip through the cache path (spread included), refusal of malformed or
+ * other-version files, the peaks lookup (measured > spec > none, with its label), and the measuring code's
+ * host-side rules: the stable choice among interleaved timings (lpo__ceil_pick_rounds) and the figure with
+ * its p10/p90 spread from sample statistics (lpo__ceil_entry_from_stats). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "hw/ceilings_internal.h"
 #include "lpo/ceilings.h"
 #include "lpo/core.h"
 #include "test_support.h"
@@ -71,6 +75,8 @@ static void fill(lpo_ceilings *c) {
     c->l2_bytes = 50u << 20;
     c->m[LPO_CEIL_M_GEMM_BF16].value = 771.5;
     snprintf(c->m[LPO_CEIL_M_GEMM_BF16].detail, sizeof c->m[0].detail, "8192^3");
+    c->m[LPO_CEIL_M_GEMM_BF16].p10 = 760.25, c->m[LPO_CEIL_M_GEMM_BF16].p90 = 780.5;
+    c->m[LPO_CEIL_M_GEMM_BF16].samples = 41;
     c->m[LPO_CEIL_M_GEMM_BF16].nvml.n = 3;
     c->m[LPO_CEIL_M_GEMM_BF16].nvml.sm_mhz_avg = 1755;
     c->m[LPO_CEIL_M_DRAM_READ].value = 3050;
@@ -112,6 +118,10 @@ static void test_cache_roundtrip(void **state) {
     assert_float_equal(d.m[LPO_CEIL_M_GEMM_BF16].value, 771.5, 0);
     assert_string_equal(d.m[LPO_CEIL_M_GEMM_BF16].detail, "8192^3");
     assert_float_equal(d.m[LPO_CEIL_M_GEMM_BF16].nvml.sm_mhz_avg, 1755, 0);
+    assert_float_equal(d.m[LPO_CEIL_M_GEMM_BF16].p10, 760.25, 0);
+    assert_float_equal(d.m[LPO_CEIL_M_GEMM_BF16].p90, 780.5, 0);
+    assert_int_equal(d.m[LPO_CEIL_M_GEMM_BF16].samples, 41);
+    assert_int_equal(d.m[LPO_CEIL_M_DRAM_READ].samples, 0); /* not recorded: absent, loads as 0 */
     assert_float_equal(d.m[LPO_CEIL_M_GEMM_FP8].value, 0, 0);
 
     /* peaks: measured first */
@@ -160,6 +170,50 @@ static void test_cache_roundtrip(void **state) {
     free(home);
 }
 
+static void test_pick_rounds(void **state) {
+    (void)state;
+    /* 3 rounds x 3 candidates (seconds): medians 1.00, 0.995, 0.90 -> candidate 2 (more than 1% faster) */
+    const double t[] = {1.00, 0.99, 0.90, 1.02, 1.00, 0.91, 0.98, 0.995, 0.80};
+    assert_int_equal(lpo__ceil_pick_rounds(t, 3, 3, NULL, 0.01), 2);
+    /* candidates 0 and 1 within 1%: the earlier one, whichever is faster in this run */
+    const double close[] = {1.00, 0.995, 1.20, 1.003, 0.997, 1.21, 0.999, 0.996, 1.19};
+    assert_int_equal(lpo__ceil_pick_rounds(close, 3, 3, NULL, 0.01), 0);
+    assert_int_equal(lpo__ceil_pick_rounds(close, 3, 3, NULL, 0.001), 1);
+    /* the median, not the mean: one slow round (a clock dip) does not move a candidate */
+    const double dip[] = {1.00, 0.97, 1.00, 1.50, 1.00, 0.97};
+    assert_int_equal(lpo__ceil_pick_rounds(dip, 3, 2, NULL, 0.01), 1);
+    /* per unit of work: 2x the work in 1.9x the time is faster */
+    const double w[] = {1, 2}, tw[] = {1.0, 1.9, 1.0, 1.9, 1.0, 1.9};
+    assert_int_equal(lpo__ceil_pick_rounds(tw, 3, 2, w, 0.01), 1);
+    /* a candidate that failed in any round is out; none left -> -1 */
+    const double bad[] = {INFINITY, 2.0, 0.5, 2.0};
+    assert_int_equal(lpo__ceil_pick_rounds(bad, 2, 2, NULL, 0.01), 1);
+    const double none[] = {NAN, -1.0};
+    assert_int_equal(lpo__ceil_pick_rounds(none, 1, 2, NULL, 0.01), -1);
+    assert_int_equal(lpo__ceil_pick_rounds(t, 0, 3, NULL, 0.01), -1);
+}
+
+static void test_entry_from_stats(void **state) {
+    (void)state;
+    /* seconds per repetition 1.0 / 1.25 / 2.0 ms (p10 / median / p90), 3 GFLOP per repetition */
+    double x[] = {1e-3, 1.25e-3, 1.25e-3, 1.25e-3, 2e-3};
+    lpo_stats s;
+    assert_int_equal(lpo_stats_compute(x, 5, &s), LPO_OK);
+    lpo_ceil_entry e = {0};
+    lpo__ceil_entry_from_stats(&e, &s, 3e9 * 1e-12, 1);
+    assert_float_equal(e.value, 3e-3 / s.median, 1e-9);
+    assert_float_equal(e.value, 2.4, 1e-9); /* TFLOP/s at the median time */
+    assert_true(e.p10 < e.value && e.value < e.p90);
+    assert_float_equal(e.p10, 3e-3 / s.p90, 1e-9); /* slow times -> the low rate */
+    assert_float_equal(e.p90, 3e-3 / s.p10, 1e-9);
+    assert_int_equal(e.samples, 5);
+    /* latency: microseconds, same order as the times */
+    lpo__ceil_entry_from_stats(&e, &s, 1e6, 0);
+    assert_float_equal(e.value, 1250, 1e-6);
+    assert_float_equal(e.p10, 1e6 * s.p10, 1e-6);
+    assert_float_equal(e.p90, 1e6 * s.p90, 1e-6);
+}
+
 static void test_measure_cpu(void **state) {
     (void)state;
     /* the CPU ceilings at a small size: every figure measured and positive, the MBU rule picks one */
@@ -174,6 +228,9 @@ static void test_measure_cpu(void **state) {
     assert_true(c.m[LPO_CEIL_M_DRAM_TRIAD].value > 0);
     assert_true(c.m[LPO_CEIL_M_DRAM_READ].value > 0);
     assert_non_null(strstr(c.m[LPO_CEIL_M_GEMM_FP32].detail, "FMA"));
+    /* every figure carries its spread */
+    assert_true(c.m[LPO_CEIL_M_DRAM_TRIAD].samples >= 1);
+    assert_true(c.m[LPO_CEIL_M_DRAM_TRIAD].p10 <= c.m[LPO_CEIL_M_DRAM_TRIAD].p90);
     const char *name;
     assert_true(lpo_ceilings_mbu_gbs(&c, &name) > 0);
     lpo_table *t = lpo_ceilings_table(&c, NULL);
@@ -209,6 +266,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spec_match),  cmocka_unit_test(test_names),
         cmocka_unit_test(test_mbu),         cmocka_unit_test(test_cache_roundtrip),
+        cmocka_unit_test(test_pick_rounds), cmocka_unit_test(test_entry_from_stats),
         cmocka_unit_test(test_measure_cpu), cmocka_unit_test(test_cli_cached),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
