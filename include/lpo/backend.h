@@ -79,6 +79,7 @@ typedef struct {
     int fusion; /* 0: the plan is unfused whatever the backend can fuse */
     int device; /* GPU ordinal */
     int gemv;   /* linears of <= 8 tokens by the backend's GEMV kernels (CUDA; ignored elsewhere) */
+    int pdl;    /* decode-step kernels with programmatic dependent launch (CUDA sm_90+; ignored elsewhere) */
 } lpo_backend_init;
 
 /* ---- steps -------------------------------------------------------------------------------------------- */

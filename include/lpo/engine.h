@@ -37,6 +37,7 @@ typedef struct {
     int pad_batches;         /* pad decode batches to powers of two (always on for backends with graphs) */
     int device;              /* GPU ordinal */
     int no_gemv;             /* engine.gemv=false: cuBLASLt also for linears of <= 8 tokens (CUDA) */
+    int no_pdl;              /* engine.pdl=false: decode-step kernels launched without PDL (CUDA) */
 } lpo_engine_opts;
 
 /* The max_context an engine opens with when `asked` (0 = default) is given: asked, else the model's

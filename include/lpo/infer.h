@@ -21,6 +21,7 @@ typedef struct {
     lpo_exec_mode exec; /* engine.exec: graph | eager | debug */
     int fusion;         /* engine.fusion: on | off */
     int gemv;           /* engine.gemv: hand-written GEMV kernels for linears of <= 8 tokens (CUDA) */
+    int pdl;            /* engine.pdl: programmatic dependent launch between decode-step kernels (CUDA) */
     const char *dtype;  /* engine.dtype: auto | bf16 | fp16 | f32 */
 } lpo_infer_config;
 

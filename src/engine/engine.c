@@ -175,7 +175,7 @@ lpo_status lpo_engine_open_weights(const lpo_model_spec *spec, const lpo_weight_
         return lpo_errorf(LPO_E_NOMEM, "engine: out of memory");
     }
     lpo_backend_init bi = {&e->spec, ws,     (int)slots, o.max_context, o.max_step_tokens, o.n_threads,
-                           dt,       o.exec, e->fusion,  o.device,      !o.no_gemv};
+                           dt,       o.exec, e->fusion,  o.device,      !o.no_gemv,        !o.no_pdl};
     st = be->init(&bi, &e->ctx);
     if (st != LPO_OK) {
         lpo_engine_close(e);

@@ -42,6 +42,7 @@ lpo_status lpo_infer_config_read(const lpo_node *cfg, lpo_infer_config *c) {
     TRY(lpo_cfg_str_or(cfg, "engine.exec", "graph", &exec));
     TRY(lpo_cfg_bool_or(cfg, "engine.fusion", 1, &c->fusion));
     TRY(lpo_cfg_bool_or(cfg, "engine.gemv", 1, &c->gemv));
+    TRY(lpo_cfg_bool_or(cfg, "engine.pdl", 1, &c->pdl));
     TRY(lpo_cfg_str_or(cfg, "engine.dtype", "auto", &c->dtype));
     if (!lpo_exec_mode_parse(exec, &c->exec)) {
         st = lpo_errorf(LPO_E_CONFIG, "engine.exec: '%s' is not one of graph, eager, debug", exec);
@@ -121,6 +122,7 @@ void lpo_infer_engine_opts(const lpo_infer_config *c, int max_seqs, lpo_engine_o
     o->exec = c->exec;
     o->no_fusion = !c->fusion;
     o->no_gemv = !c->gemv;
+    o->no_pdl = !c->pdl;
 }
 
 /* Fails the token list at p: the offending text (at most 20 bytes, unprintable bytes as '?'), quoted. */

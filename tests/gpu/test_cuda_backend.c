@@ -6,7 +6,8 @@
  *      head_dim 64 and 128) and of their decode lists;
  *   2. whole steps of a synthetic model: a packed prefill of two sequences then a chained decode step, the
  *      CPU backend (f32) vs the CUDA backend in f32 (logits within 1e-4 of the largest logit, the same
- *      greedy and sampled ids) and in bf16 (within 3e-2; ids reported).
+ *      greedy and sampled ids) and in bf16 (within 3e-2; ids reported);
+ *   3. engine.pdl (programmatic dependent launch in decode steps) on vs off: bitwise equal logits, same ids.
  * Prints SKIP and exits 77 without a GPU. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -108,8 +109,8 @@ typedef struct {
     lpo_plan plan;
 } runner;
 
-static void runner_open_opts(runner *r, const lpo_backend_iface *be, const lpo_model *m, lpo_dtype dt,
-                             int fusion) {
+static void runner_open_exec(runner *r, const lpo_backend_iface *be, const lpo_model *m, lpo_dtype dt,
+                             int fusion, lpo_exec_mode exec, int pdl) {
     memset(r, 0, sizeof *r);
     r->be = be;
     const lpo_weight_source ws = {(void *)m, model_view};
@@ -121,10 +122,16 @@ static void runner_open_opts(runner *r, const lpo_backend_iface *be, const lpo_m
         .max_step_tokens = 32,
         .n_threads = 2,
         .dtype = dt,
-        .exec = LPO_EXEC_EAGER,
+        .exec = exec,
         .fusion = fusion,
-        .gemv = fusion}; /* fused: the GEMV kernels (and gate_up + SwiGLU) as by default */
+        .gemv = fusion, /* fused: the GEMV kernels (and gate_up + SwiGLU) as by default */
+        .pdl = pdl};
     if (be->init(&in, &r->ctx) != LPO_OK) fail_msg("%s init: %s", be->name, lpo_last_error());
+}
+
+static void runner_open_opts(runner *r, const lpo_backend_iface *be, const lpo_model *m, lpo_dtype dt,
+                             int fusion) {
+    runner_open_exec(r, be, m, dt, fusion, LPO_EXEC_EAGER, 0);
 }
 
 static void runner_open(runner *r, const lpo_backend_iface *be, const lpo_model *m, lpo_dtype dt) {
@@ -308,12 +315,68 @@ static void test_steps(void **state) {
     }
 }
 
+/* ---- 3. PDL on and off: the same kernels, so the same bits ---------------------------------------------
+ * engine.pdl launches the decode step's kernels with programmatic stream serialization (captured as
+ * programmatic edges in the graph): a kernel starts while the one before finishes and must wait before it
+ * reads that kernel's output. A prefill then 6 chained decode steps of 2 sequences (slot 1 sampled: the
+ * sampler's state too), every other step returning only ids (SAMPLE inside the graph) or logits and ids
+ * (SAMPLE after the replay); pdl=1 must give the pdl=0 logits bit for bit and the same ids, in exec=graph
+ * (graphs captured and replayed) and exec=eager, f32 and bf16, both architectures. */
+static void test_steps_pdl(void **state) {
+    (void)state;
+    int bad = 0;
+    for (int variant = 0; variant < 2; variant++) {
+        const lpo_model_spec s = small_spec(variant);
+        lpo_model *m = NULL;
+        if (lpo_model_open_synthetic(&s, 4321 + variant, &m) != LPO_OK)
+            fail_msg("model: %s", lpo_last_error());
+        const int64_t V = s.vocab_size;
+        int32_t prompt[14];
+        for (int i = 0; i < 14; i++) prompt[i] = (int32_t)((i * 41 + 3) % V);
+        const lpo_sampling samp = {0.8, 20, 0.9, 1.2, 7};
+        for (int d = 0; d < 2; d++)
+            for (int e = 0; e < 2; e++) {
+                const lpo_dtype dt = d ? LPO_DT_BF16 : LPO_DT_F32;
+                const lpo_exec_mode exec = e ? LPO_EXEC_EAGER : LPO_EXEC_GRAPH;
+                runner r[2]; /* pdl off, on */
+                float *lg[2] = {malloc((size_t)(2 * V) * sizeof(float)),
+                                malloc((size_t)(2 * V) * sizeof(float))};
+                int32_t ids[2][2];
+                int same_bits = 1, same_ids = 1;
+                for (int k = 0; k < 2; k++) {
+                    runner_open_exec(&r[k], cuda_iface(), m, dt, 1, exec, k);
+                    r[k].be->set_sampling(r[k].ctx, 1, &samp, 11);
+                }
+                for (int step = 0; step < 7; step++) {
+                    const int64_t past[2] = {step ? 4 + step : 0, step ? 8 + step : 0},
+                                  nnew[2] = {step ? 1 : 5, step ? 1 : 9};
+                    const int logits = step % 2 == 0; /* odd steps: ids only */
+                    for (int k = 0; k < 2; k++) {
+                        memset(lg[k], 0, (size_t)(2 * V) * sizeof(float));
+                        runner_step(&r[k], &s, 2, past, nnew, step ? NULL : prompt, logits ? lg[k] : NULL,
+                                    ids[k]);
+                    }
+                    same_bits &= !memcmp(lg[0], lg[1], (size_t)(2 * V) * sizeof(float));
+                    same_ids &= ids[0][0] == ids[1][0] && ids[0][1] == ids[1][1];
+                }
+                printf("  %s %s exec=%s: pdl on vs off over 7 steps: logits %s, ids %s\n", s.name,
+                       lpo_dtype_name(dt), lpo_exec_mode_name(exec), same_bits ? "bitwise equal" : "DIFFER",
+                       same_ids ? "equal" : "DIFFER");
+                bad += !same_bits + !same_ids;
+                for (int k = 0; k < 2; k++) runner_close(&r[k]), free(lg[k]);
+            }
+        lpo_model_close(m);
+    }
+    assert_int_equal(bad, 0);
+}
+
 int main(void) {
     lpo_test_require_gpu();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_opcheck),
         cmocka_unit_test(test_steps_by_op),
         cmocka_unit_test(test_steps),
+        cmocka_unit_test(test_steps_pdl),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,7 +7,9 @@
  * rows are not 16-byte aligned (the scalar kernel). Per element |got - ref| <= atol * rms(ref) + rtol * |ref|
  * and the normalized MSE under a bound, per dtype; NaN/Inf fail; every failing case is printed, the test
  * fails at the end. Invalid arguments must give LPO_E_UNSUPPORTED. With PDL, a GEMV reading the previous
- * GEMV's output must wait for it (chains on a stream and in a CUDA graph, outputs poisoned before each).
+ * GEMV's output must wait for it (chains on a stream and in a CUDA graph, outputs poisoned before each), and
+ * so must every kernel of a decode layer with PDL on for the stream (rmsnorm -> gemv, attention -> gemv:
+ * test_pdl_step_chain, bitwise equal to the plain chain).
  * LPO_TEST_QUICK=1 checks m = 1, 5, 8 only (compute-sanitizer runs).
  * Timing (LPO_TEST_BENCH=0 skips it): Llama-3.1-8B and Llama-3.2-1B linear shapes, bf16, m = 1, 2, 4, 8;
  * weights rotated through > 256 MB of copies so none is served from the L2; each sample is one replay of a
@@ -65,16 +67,17 @@ static const char *cfg_name(const lpo_cuda_gemv_cfg *c, char *buf, size_t len) {
 }
 
 /* ---- buffers of one case (host and device), released together --------------------------------------- */
-static void *g_host[16], *g_dev[16];
+#define MAXBUF 32
+static void *g_host[MAXBUF], *g_dev[MAXBUF];
 static int g_nhost, g_ndev;
 static void *host_buf(size_t bytes) {
-    assert_true(g_nhost < 16);
+    assert_true(g_nhost < MAXBUF);
     void *p = malloc(bytes + 1);
     assert_non_null(p);
     return g_host[g_nhost++] = p;
 }
 static void *dev_buf(size_t bytes) {
-    assert_true(g_ndev < 16);
+    assert_true(g_ndev < MAXBUF);
     void *p = NULL;
     CUDA_OK(cudaMalloc(&p, bytes + 16));
     return g_dev[g_ndev++] = p;
@@ -385,6 +388,176 @@ static void test_gemv_pdl_chain(void **state) {
     }
     CUDA_OK(cudaStreamDestroy(cs));
     if (g_fail) fail_msg("pdl chain: %d failing checks (FAIL lines above)", g_fail);
+}
+
+/* ---- PDL through a decode step's kernels (lpo_cuda_pdl_begin) ----------------------------------------
+ * The kernels of a layer chained as the engine launches them, with PDL on for the stream: a long GEMV
+ * (h = x0 W1^T, 32-64 MB of weights: a wide window), the residual add + RMSNorm (res += h, xn = norm(res)),
+ * a GEMV reading xn (rmsnorm -> gemv), the QKV GEMV, RoPE + KV append, the flash-decoding attention (and its
+ * combine) and a GEMV reading its output (attention -> gemv). Every intermediate and this step's cache rows
+ * are poisoned (NaN bytes) before each run and res restored: a kernel that read its input before
+ * griddepcontrol.wait would read NaN or a stale row. 10 runs on the stream and 10 replays of the captured
+ * graph (programmatic edges) must give the plain run's y1, y2 and res bit for bit (the same kernels, the same
+ * order of sums), and the plain run must be finite. */
+typedef struct {
+    lpo_dtype dt;
+    int64_t m, H, nh, nkv, hd, ctx, n1;
+    int ns;
+    void *x0, *W1, *h, *res0, *res, *nw, *xn, *W2, *y1, *W3, *qkv, *kc, *vc, *att, *W4, *y2, *ws;
+    float *cos_t, *sin_t;
+    int32_t *slot;
+    int64_t *pos;
+    size_t ws_bytes;
+    int64_t hpos[MAXM];
+    int32_t hslot[MAXM];
+} chain_t;
+
+static void chain_poison(const chain_t *c, cudaStream_t s) {
+    const size_t es = esize(c->dt), qkvw = (size_t)((c->nh + 2 * c->nkv) * c->hd),
+                 kvd = (size_t)(c->nkv * c->hd);
+    const size_t m = (size_t)c->m;
+    CUDA_OK(cudaMemsetAsync(c->h, 0xff, m * (size_t)c->H * es, s));
+    CUDA_OK(cudaMemsetAsync(c->xn, 0xff, m * (size_t)c->H * es, s));
+    CUDA_OK(cudaMemsetAsync(c->y1, 0xff, m * (size_t)c->n1 * es, s));
+    CUDA_OK(cudaMemsetAsync(c->qkv, 0xff, m * qkvw * es, s));
+    CUDA_OK(cudaMemsetAsync(c->att, 0xff, m * (size_t)(c->nh * c->hd) * es, s));
+    CUDA_OK(cudaMemsetAsync(c->y2, 0xff, m * (size_t)c->n1 * es, s));
+    CUDA_OK(cudaMemcpyAsync(c->res, c->res0, m * (size_t)c->H * es, cudaMemcpyDeviceToDevice, s));
+    for (int64_t t = 0; t < c->m; t++) { // this step's cache row of token t
+        const size_t at = ((size_t)c->hslot[t] * (size_t)c->ctx + (size_t)c->hpos[t]) * kvd * es;
+        CUDA_OK(cudaMemsetAsync((char *)c->kc + at, 0xff, kvd * es, s));
+        CUDA_OK(cudaMemsetAsync((char *)c->vc + at, 0xff, kvd * es, s));
+    }
+}
+
+static void chain_run(const chain_t *c, cudaStream_t s) {
+    const lpo_dtype dt = c->dt;
+    const int64_t m = c->m, H = c->H, qkvw = (c->nh + 2 * c->nkv) * c->hd;
+    ST_OK(lpo_cuda_gemv(c->h, dt, c->x0, c->W1, NULL, m, H, H, 0.f, dt, s));
+    ST_OK(lpo_cuda_add_rmsnorm(c->res, c->h, c->xn, c->nw, m, H, 1e-5f, dt, s));
+    ST_OK(lpo_cuda_gemv(c->y1, dt, c->xn, c->W2, NULL, m, c->n1, H, 0.f, dt, s));
+    ST_OK(lpo_cuda_gemv(c->qkv, dt, c->xn, c->W3, NULL, m, qkvw, H, 0.f, dt, s));
+    ST_OK(lpo_cuda_qkv_post(c->qkv, NULL, NULL, 0.f, c->cos_t, c->sin_t, c->kc, c->vc, c->slot, c->pos, m,
+                            c->nh, c->nkv, c->hd, c->ctx, dt, s));
+    ST_OK(lpo_cuda_attention_decode(c->att, c->qkv, c->kc, c->vc, c->slot, c->pos, m, c->nh, c->nkv, c->hd,
+                                    c->ctx, 0, c->ns, c->ws, c->ws_bytes, dt, s));
+    ST_OK(lpo_cuda_gemv(c->y2, dt, c->att, c->W4, NULL, m, c->n1, c->nh * c->hd, 0.f, dt, s));
+}
+
+/* the chain's outputs y1 | y2 | res as raw bytes into out */
+static void chain_read(const chain_t *c, unsigned char *out) {
+    const size_t es = esize(c->dt), a = (size_t)(c->m * c->n1) * es, b = (size_t)(c->m * c->H) * es;
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemcpy(out, c->y1, a, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(out + a, c->y2, a, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(out + 2 * a, c->res, b, cudaMemcpyDeviceToHost));
+}
+
+/* elements of n (dt) at raw that are not finite */
+static size_t count_nonfinite(const unsigned char *raw, size_t n, lpo_dtype dt) {
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        float v;
+        if (dt == LPO_DT_F32)
+            memcpy(&v, raw + 4 * i, 4);
+        else {
+            uint16_t b;
+            memcpy(&b, raw + 2 * i, 2);
+            v = dt == LPO_DT_BF16 ? lpo_bf16_to_f32(b) : lpo_f16_to_f32(b);
+        }
+        bad += !isfinite(v);
+    }
+    return bad;
+}
+
+static void test_pdl_step_chain(void **state) {
+    (void)state;
+    g_fail = 0;
+    static const struct {
+        lpo_dtype dt;
+        int64_t m;
+    } cases[] = {{LPO_DT_BF16, 1}, {LPO_DT_BF16, 8}, {LPO_DT_F16, 3}, {LPO_DT_F32, 2}};
+    int dev = 0, n_sm = 0;
+    CUDA_OK(cudaGetDevice(&dev));
+    CUDA_OK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
+    cudaStream_t cs = NULL;
+    CUDA_OK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        chain_t c;
+        memset(&c, 0, sizeof c);
+        c.dt = cases[i].dt, c.m = cases[i].m, c.H = 4096, c.nh = 32, c.nkv = 8, c.hd = 64, c.ctx = 512;
+        c.n1 = 1000;
+        const lpo_dtype dt = c.dt;
+        const int64_t m = c.m, H = c.H, qkvw = (c.nh + 2 * c.nkv) * c.hd, kvd = c.nkv * c.hd;
+        const int64_t cache = m * c.ctx * kvd, tab = c.ctx * (c.hd / 2);
+        for (int64_t t = 0; t < m; t++) c.hslot[t] = (int32_t)(m - 1 - t), c.hpos[t] = 200 + 37 * t;
+        c.ns = lpo_cuda_attention_decode_splits(m, c.nh, c.nkv, c.ctx, n_sm);
+        c.ws_bytes = lpo_cuda_attention_decode_workspace(m, c.nh, c.hd, c.ns);
+        c.x0 = upload(random_dt((size_t)(m * H), -1.f, 1.f, dt), (size_t)(m * H), (size_t)(m * H), dt);
+        c.W1 = upload(random_dt((size_t)(H * H), -0.03f, 0.03f, dt), (size_t)(H * H), (size_t)(H * H), dt);
+        c.res0 = upload(random_dt((size_t)(m * H), -1.f, 1.f, dt), (size_t)(m * H), (size_t)(m * H), dt);
+        c.nw = upload(random_dt((size_t)H, 0.5f, 1.5f, dt), (size_t)H, (size_t)H, dt);
+        c.W2 = upload(random_dt((size_t)(c.n1 * H), -0.03f, 0.03f, dt), (size_t)(c.n1 * H),
+                      (size_t)(c.n1 * H), dt);
+        c.W3 = upload(random_dt((size_t)(qkvw * H), -0.03f, 0.03f, dt), (size_t)(qkvw * H),
+                      (size_t)(qkvw * H), dt);
+        c.W4 = upload(random_dt((size_t)(c.n1 * c.nh * c.hd), -0.03f, 0.03f, dt),
+                      (size_t)(c.n1 * c.nh * c.hd), (size_t)(c.n1 * c.nh * c.hd), dt);
+        c.kc = upload(random_dt((size_t)cache, -1.f, 1.f, dt), (size_t)cache, (size_t)cache, dt);
+        c.vc = upload(random_dt((size_t)cache, -1.f, 1.f, dt), (size_t)cache, (size_t)cache, dt);
+        c.cos_t = upload(random_dt((size_t)tab, -1.f, 1.f, LPO_DT_F32), (size_t)tab, (size_t)tab, LPO_DT_F32);
+        c.sin_t = upload(random_dt((size_t)tab, -1.f, 1.f, LPO_DT_F32), (size_t)tab, (size_t)tab, LPO_DT_F32);
+        c.h = dev_buf((size_t)(m * H) * esize(dt));
+        c.res = dev_buf((size_t)(m * H) * esize(dt));
+        c.xn = dev_buf((size_t)(m * H) * esize(dt));
+        c.y1 = dev_buf((size_t)(m * c.n1) * esize(dt));
+        c.qkv = dev_buf((size_t)(m * qkvw) * esize(dt));
+        c.att = dev_buf((size_t)(m * c.nh * c.hd) * esize(dt));
+        c.y2 = dev_buf((size_t)(m * c.n1) * esize(dt));
+        c.ws = dev_buf(c.ws_bytes);
+        c.slot = dev_buf((size_t)m * sizeof(int32_t));
+        c.pos = dev_buf((size_t)m * sizeof(int64_t));
+        CUDA_OK(cudaMemcpy(c.slot, c.hslot, (size_t)m * sizeof(int32_t), cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(c.pos, c.hpos, (size_t)m * sizeof(int64_t), cudaMemcpyHostToDevice));
+        const size_t out_bytes = (size_t)(2 * m * c.n1 + m * H) * esize(dt);
+        unsigned char *ref = host_buf(out_bytes), *got = host_buf(out_bytes);
+        chain_poison(&c, cs); /* the plain chain: the reference */
+        chain_run(&c, cs);
+        chain_read(&c, ref);
+        const size_t ref_bad = count_nonfinite(ref, out_bytes / esize(dt), dt);
+        cudaGraph_t graph = NULL;
+        cudaGraphExec_t exec = NULL;
+        lpo_cuda_pdl_begin(cs);
+        CUDA_OK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal));
+        chain_run(&c, cs);
+        CUDA_OK(cudaStreamEndCapture(cs, &graph));
+        lpo_cuda_pdl_end();
+        CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+        int differ = 0;
+        for (int r = 0; r < 20; r++) { // runs 0..9 launched on the stream with PDL, 10..19 graph replays
+            chain_poison(&c, cs);
+            if (r < 10) {
+                lpo_cuda_pdl_begin(cs); /* after the poisoning: the chain's first launch is plain */
+                chain_run(&c, cs);
+                lpo_cuda_pdl_end();
+            } else
+                CUDA_OK(cudaGraphLaunch(exec, cs));
+            chain_read(&c, got);
+            differ += memcmp(got, ref, out_bytes) != 0;
+        }
+        printf("  %s m %lld (attention splits %d): plain run %zu non-finite; PDL runs (10 stream, 10 graph) "
+               "differing from it bitwise: %d\n",
+               lpo_dtype_name(dt), (long long)m, c.ns, ref_bad, differ);
+        if (ref_bad || differ) {
+            g_fail++;
+            printf("    FAIL %s m %lld pdl step chain\n", lpo_dtype_name(dt), (long long)m);
+        }
+        CUDA_OK(cudaGraphExecDestroy(exec));
+        CUDA_OK(cudaGraphDestroy(graph));
+        release_all();
+    }
+    CUDA_OK(cudaStreamDestroy(cs));
+    if (g_fail) fail_msg("pdl step chain: %d failing cases (FAIL lines above)", g_fail);
 }
 
 /* ---- refusals -------------------------------------------------------------------------------------- */
@@ -732,9 +905,9 @@ int main(void) {
     const char *only = getenv("LPO_TEST_ONLY"); /* a cmocka name pattern, e.g. "test_gemv_timing" */
     if (only) cmocka_set_test_filter(only);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gemv_refuses), cmocka_unit_test(test_gemv),
-        cmocka_unit_test(test_gemv_swiglu),  cmocka_unit_test(test_gemv_pdl_chain),
-        cmocka_unit_test(test_gemv_timing),
+        cmocka_unit_test(test_gemv_refuses),   cmocka_unit_test(test_gemv),
+        cmocka_unit_test(test_gemv_swiglu),    cmocka_unit_test(test_gemv_pdl_chain),
+        cmocka_unit_test(test_pdl_step_chain), cmocka_unit_test(test_gemv_timing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -22,6 +22,7 @@ template <int ACT> __device__ __forceinline__ float gate_fn(float g) {
 // row blockIdx.x: act[i..i+V) = f(gate[i..]) * up[i..]
 template <typename T, int V, int ACT> __global__ void glu_kernel(T *act, const T *gu, int64_t I) {
     const int64_t t = blockIdx.x, i = (blockIdx.y * (int64_t)blockDim.x + threadIdx.x) * V;
+    lpo_pdl_start();
     if (i >= I) return;
     float g[V], u[V];
     lpo_load<T, V>(gu + t * 2 * I + i, g);
@@ -34,6 +35,7 @@ template <typename T, int V, int ACT> __global__ void glu_kernel(T *act, const T
 // row blockIdx.x of y (m, n): y[i..i+V) += b[i..i+V) (b NULL: row stride 0 over y += x, see add)
 template <typename T, int V> __global__ void add_kernel(T *y, const T *b, int64_t n, int64_t b_stride) {
     const int64_t t = blockIdx.x, i = (blockIdx.y * (int64_t)blockDim.x + threadIdx.x) * V;
+    lpo_pdl_start();
     if (i >= n) return;
     float a[V], c[V];
     lpo_load<T, V>(y + t * n + i, a);
@@ -51,9 +53,9 @@ template <typename T, int ACT>
 static void launch_glu(T *act, const T *gu, int64_t m, int64_t I, cudaStream_t s) {
     constexpr int V = lpo_vec16<T>::n;
     if (lpo_aligned16(act, I, sizeof(T)) && lpo_aligned16(gu, I, sizeof(T)))
-        glu_kernel<T, V, ACT><<<row_grid(m, I, V), 256, 0, s>>>(act, gu, I);
+        lpo_launch(glu_kernel<T, V, ACT>, row_grid(m, I, V), dim3(256), 0, s, act, gu, I);
     else
-        glu_kernel<T, 1, ACT><<<row_grid(m, I, 1), 256, 0, s>>>(act, gu, I);
+        lpo_launch(glu_kernel<T, 1, ACT>, row_grid(m, I, 1), dim3(256), 0, s, act, gu, I);
 }
 
 /* y (m, n) += b rows (row stride b_stride: n for a matrix, 0 for a broadcast bias) */
@@ -61,9 +63,9 @@ template <typename T>
 static void launch_add(T *y, const T *b, int64_t m, int64_t n, int64_t b_stride, cudaStream_t s) {
     constexpr int V = lpo_vec16<T>::n;
     if (lpo_aligned16(y, n, sizeof(T)) && lpo_aligned16(b, n, sizeof(T)))
-        add_kernel<T, V><<<row_grid(m, n, V), 256, 0, s>>>(y, b, n, b_stride);
+        lpo_launch(add_kernel<T, V>, row_grid(m, n, V), dim3(256), 0, s, y, b, n, b_stride);
     else
-        add_kernel<T, 1><<<row_grid(m, n, 1), 256, 0, s>>>(y, b, n, b_stride);
+        lpo_launch(add_kernel<T, 1>, row_grid(m, n, 1), dim3(256), 0, s, y, b, n, b_stride);
 }
 
 static lpo_status check_rows(const char *op, int64_t m, int64_t n) {

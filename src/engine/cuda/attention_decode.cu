@@ -39,6 +39,7 @@ __global__ void __launch_bounds__(32 * DEC_WARPS)
     typedef dec_cfg<T, HD> C;
     __shared__ float so[DEC_WARPS][G][HD];
     __shared__ float sm[DEC_WARPS][G], sl[DEC_WARPS][G];
+    lpo_pdl_start(); /* pos, slot, qkv and this step's K/V row: written by the kernels before */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = nh / nkv, nchunk = (g + G - 1) / G;
     const int kh = blockIdx.y / nchunk, hc = blockIdx.y % nchunk;
@@ -178,6 +179,7 @@ __global__ void __launch_bounds__(32 * DEC_WARPS)
 template <typename T>
 __global__ void combine_kernel(T *att, const float *part_o, const float2 *part_ml, int ns, int hd) {
     const int64_t th = blockIdx.x;
+    lpo_pdl_start();
     const float2 *ml = part_ml + th * ns;
     float M = -INFINITY;
     for (int s = 0; s < ns; s++) M = fmaxf(M, ml[s].x);
@@ -215,10 +217,9 @@ static void launch_decode_g(T *att, const T *qkv, const T *kc, const T *vc, cons
                             int64_t window, int ns, float2 *ml, float *po, cudaStream_t s) {
     const int64_t g = nh / nkv;
     const dim3 grid((unsigned)m, (unsigned)(nkv * ((g + G - 1) / G)), (unsigned)ns);
-    decode_kernel<T, HD, G><<<grid, 32 * DEC_WARPS, 0, s>>>(att, po, ml, qkv, kc, vc, slot, pos, (int)nh,
-                                                            (int)nkv, max_context, window, ns,
-                                                            1.0f / sqrtf((float)HD));
-    if (ns > 1) combine_kernel<T><<<(unsigned)(m * nh), 128, 0, s>>>(att, po, ml, ns, HD);
+    lpo_launch(decode_kernel<T, HD, G>, grid, dim3(32 * DEC_WARPS), 0, s, att, po, ml, qkv, kc, vc, slot, pos,
+               (int)nh, (int)nkv, max_context, window, ns, 1.0f / sqrtf((float)HD));
+    if (ns > 1) lpo_launch(combine_kernel<T>, dim3((unsigned)(m * nh)), dim3(128), 0, s, att, po, ml, ns, HD);
 }
 
 /* G = q heads per block: the smallest of 1, 2, 4, 8 holding the group (registers scale with G) */

@@ -81,6 +81,7 @@ typedef struct {
     lpo_model_spec spec;
     int has_model;
     int n_sm;
+    int pdl; /* engine.pdl on an sm_90+ GPU: decode steps launch their kernels with PDL */
     lpo_dtype dt;
     size_t es; /* bytes per element of dt */
     cudaStream_t stream;
@@ -210,6 +211,7 @@ static lpo_status op_lm_head(cuda_ctx *c, const lpo_op *op, const void *E, const
                                cudaMemcpyDeviceToDevice, c->stream),
                "lm_head row gather");
         }
+        lpo_cuda_pdl_break(); /* no programmatic edge from a copy */
         xn = rows;
     }
     return linear(c, c->buf[LPO_BUF_LOGITS], LPO_DT_F32, xn, E, NULL, R, op->n, h, c->stream);
@@ -399,10 +401,12 @@ static lpo_status check_logits(cuda_ctx *c, const lpo_oplist *l, const lpo_step_
     for (int i = 0; !draws && i < d->n_seqs; i++) draws = d->sample_mask[i] != 0;
     if (!draws) return LPO_OK;
     CU(cudaMemsetAsync(c->d_bad, 0xff, sizeof *c->d_bad, c->stream), "finite check");
+    lpo_cuda_pdl_break(); /* no programmatic edge from a memset or a copy */
     TRY(lpo_cuda_first_nonfinite(c->buf[LPO_BUF_LOGITS], LPO_DT_F32, l->n_logit_rows * c->spec.vocab_size,
                                  c->d_bad, c->stream));
     CU(cudaMemcpyAsync(c->h_bad, c->d_bad, sizeof *c->d_bad, cudaMemcpyDeviceToHost, c->stream),
        "finite check");
+    lpo_cuda_pdl_break();
     if (c->capturing)
         return LPO_OK; /* an event recorded during capture cannot be queried: forward records it
                           after each replay */
@@ -439,6 +443,7 @@ static lpo_status run_groups(cuda_ctx *c, const lpo_oplist *l, const lpo_plan *p
                 st = lpo_errorf(LPO_E_CUDA, "cuda backend: logits to the host: %s", cudaGetErrorString(e));
                 break;
             }
+            lpo_cuda_pdl_break();
         }
         range_push(G->name);
         if (c->cb) c->cb(c->cb_ud, l, p, g, 0);
@@ -578,12 +583,16 @@ static lpo_status cuda_forward(void *vctx, const lpo_oplist *l, const lpo_plan *
     lpo_status st = upload_step(c, l, d, T);
     size_t ng = p->n_groups; /* groups replayed from the graph: all, or all but SAMPLE when logits go out */
     if (graph && ng && out->logits && group_samples(l, &p->groups[ng - 1])) ng--;
+    /* PDL between the decode step's kernels (captured as programmatic edges); not with group callbacks (their
+     * events time each group alone) or in exec=debug */
+    if (decode && c->pdl && !c->cb && c->cfg.exec != LPO_EXEC_DEBUG) lpo_cuda_pdl_begin(c->stream);
     if (st == LPO_OK && graph) {
         cudaGraphExec_t exec = NULL;
         st = decode_graph(c, l, p, d, ng, &exec);
         if (st == LPO_OK && cudaGraphLaunch(exec, c->stream) != cudaSuccess)
             st = lpo_errorf(LPO_E_CUDA, "cuda backend: replaying a decode graph: %s",
                             cudaGetErrorString(cudaGetLastError()));
+        lpo_cuda_pdl_break();                                 /* what follows the replay starts a new chain */
         if (st == LPO_OK && ng == p->n_groups && l->sample) { /* its logits check has been copied out */
             if (cudaEventRecord(c->bad_copied, c->stream) != cudaSuccess)
                 st = lpo_errorf(LPO_E_CUDA, "cuda backend: finite check event");
@@ -605,6 +614,7 @@ static lpo_status cuda_forward(void *vctx, const lpo_oplist *l, const lpo_plan *
             st = lpo_errorf(LPO_E_CUDA, "cuda backend: ids to the host");
     if (st == LPO_OK && (out->logits || out->ids) && cudaStreamSynchronize(c->stream) != cudaSuccess)
         st = lpo_errorf(LPO_E_CUDA, "cuda backend: step: %s", cudaGetErrorString(cudaGetLastError()));
+    lpo_cuda_pdl_end();
     if (st == LPO_OK && (out->logits || out->ids)) st = take_bad(c, 1);
     range_pop();
     return st;
@@ -1189,6 +1199,10 @@ static lpo_status cuda_init(const lpo_backend_init *in, void **out) {
     if (!c) return lpo_errorf(LPO_E_NOMEM, "cuda backend: out of memory");
     c->cfg = *in;
     c->dt = in->dtype;
+    int cc_major = 0;
+    if (cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, in->device) != cudaSuccess)
+        cc_major = 0;
+    c->pdl = in->pdl && cc_major >= 9; /* griddepcontrol: sm_90 and newer */
     c->es = dt_size(in->dtype);
     lpo_status st = LPO_OK;
     if (cudaDeviceGetAttribute(&c->n_sm, cudaDevAttrMultiProcessorCount, in->device) != cudaSuccess ||

@@ -1,7 +1,8 @@
 /* Shared by the CUDA kernel files (not a public header): error checks that turn a failed CUDA call or launch
  * into an lpo_status naming the op, the element types of the three compute dtypes with their f32
  * conversions (round to nearest even), 16-byte vector loads/stores that unpack to floats, warp/block sums,
- * and the dispatch from an lpo_dtype to a kernel template instance. */
+ * the dispatch from an lpo_dtype to a kernel template instance, and programmatic dependent launch (the
+ * device side of every decode-step kernel and the launch that sets the attribute; pdl.cu keeps the chain). */
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -128,4 +129,61 @@ __device__ __forceinline__ float lpo_block_sum(float v, float *red) {
 static inline int lpo_row_threads(int64_t vectors) {
     int64_t t = (vectors + 31) / 32 * 32;
     return t < 32 ? 32 : t > 256 ? 256 : (int)t;
+}
+
+/* ---- programmatic dependent launch (PDL; cuda_kernels.h "programmatic dependent launch") ------------------
+ * A kernel launched with programmatic stream serialization may start while the previous kernel of the stream
+ * finishes. Device side: griddepcontrol.launch_dependents lets the NEXT kernel's blocks launch once every
+ * block of this grid has executed it (or exited); griddepcontrol.wait blocks the thread until the previous
+ * grid has completed and its writes are visible. Without PDL both are no-ops (the previous kernel is done). A
+ * kernel of the decode step calls lpo_pdl_start() before it touches global memory that another kernel writes
+ * or reads (reads: a later write here could overtake the previous kernel's read) and before any early
+ * return: a thread that skips the wait could let the grid complete before its predecessor, and the next
+ * kernel's wait would then no longer cover the one before (the chain's transitivity). The GEMV waits later,
+ * after its first weight loads (weights are never written during a step). sm_90 and newer; nothing before. */
+__device__ __forceinline__ void lpo_pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void lpo_pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+/* The start of a decode-step kernel: the next kernel may launch, then wait for the previous one. */
+__device__ __forceinline__ void lpo_pdl_start() {
+    lpo_pdl_trigger();
+    lpo_pdl_wait();
+}
+
+/* pdl.cu: 1 when this launch on s gets the PDL attribute (lpo_cuda_pdl_begin(s) is on for this thread and
+ * the previous launch on s was a PDL kernel); records whether this one is (pdl_kernel: it waits before
+ * touching memory and triggers its dependents). lpo__cuda_pdl_on: whether PDL is on for s. */
+extern "C" int lpo__cuda_pdl_launch(cudaStream_t s, int pdl_kernel);
+extern "C" int lpo__cuda_pdl_on(cudaStream_t s);
+
+/* Launches kernel k (grid, block, dynamic shared memory smem) on s with args, with programmatic stream
+ * serialization when `attr`. */
+template <typename... P, typename... A>
+static cudaError_t lpo_launch_attr(bool attr, void (*k)(P...), dim3 grid, dim3 block, size_t smem,
+                                   cudaStream_t s, A... args) {
+    cudaLaunchConfig_t lc = {};
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    lc.gridDim = grid;
+    lc.blockDim = block;
+    lc.dynamicSmemBytes = smem;
+    lc.stream = s;
+    lc.attrs = at;
+    lc.numAttrs = attr ? 1 : 0;
+    return cudaLaunchKernelEx(&lc, k, ((P)args)...);
+}
+/* A decode-step kernel (one that starts with lpo_pdl_start): with the PDL attribute when the chain allows
+ * (lpo__cuda_pdl_launch). A launch error is left for LPO_CU_LAUNCHED. */
+template <typename... P, typename... A>
+static cudaError_t lpo_launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                              A... args) {
+    return lpo_launch_attr(lpo__cuda_pdl_launch(s, 1) != 0, k, grid, block, smem, s, args...);
 }

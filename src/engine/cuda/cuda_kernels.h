@@ -26,6 +26,22 @@ extern "C" {
 #include "lpo/sampling.h"
 #include "lpo/status.h"
 
+/* ---- programmatic dependent launch (pdl.cu) ---------------------------------------------------------------
+ * The kernels a decode step runs (embed, gather_i32, mark_seen, rmsnorm / add_rmsnorm, qkv_post (q/k norm,
+ * RoPE, KV append), attention_decode and its combine, swiglu / geglu / add / bias_add, first_nonfinite,
+ * sample_rows / sample, the GEMVs) let the next kernel of the stream launch as soon as all their blocks have
+ * started (griddepcontrol.launch_dependents) and wait for the previous kernel (griddepcontrol.wait) before
+ * they touch memory it may write or read; without PDL both are no-ops. Between lpo_cuda_pdl_begin(s) and
+ * lpo_cuda_pdl_end(), the calling thread's launches of those kernels on stream s that directly follow another
+ * of them are made with programmatic stream serialization (captured into a graph as programmatic edges,
+ * CUDA 12.3+): the kernel's blocks start while the previous kernel finishes, hiding the launch gap (the GEMV
+ * also streams its first weights meanwhile). sm_90 and newer (the attribute is ignored before). The caller
+ * calls lpo_cuda_pdl_break() after enqueuing anything else on s (a copy, a memset, an event): the next
+ * launch is then plain (lpo_cuda_gemm_run breaks the chain itself). begin also starts with a plain launch. */
+void lpo_cuda_pdl_begin(cudaStream_t s);
+void lpo_cuda_pdl_break(void);
+void lpo_cuda_pdl_end(void);
+
 /* ---- weights (convert.cu) --------------------------------------------------------------------------------
  * dst (rows, cols) in dst_dt (f32/f16/bf16) = src (rows, cols) stored as src_dt (f32, f16, bf16, q8_0, q4_0,
  * q4_1, q4_k, q6_k; cols a multiple of the block), dequantized exactly as lpo_dequantize, rounded to nearest

@@ -10,6 +10,7 @@
 template <typename T, int V>
 __global__ void embed_kernel(T *x, const T *E, const int32_t *tokens, int64_t h, int64_t vocab) {
     const int64_t t = blockIdx.x, i = (blockIdx.y * (int64_t)blockDim.x + threadIdx.x) * V;
+    lpo_pdl_start(); /* tokens: gathered by the previous kernel in a chained step */
     if (i >= h) return;
     const int32_t id = tokens[t];
     float f[V];
@@ -28,10 +29,10 @@ static void launch_embed(T *x, const T *E, const int32_t *tokens, int64_t m, int
     constexpr int V = lpo_vec16<T>::n;
     if (lpo_aligned16(x, h, sizeof(T)) && lpo_aligned16(E, h, sizeof(T))) {
         const dim3 grid((unsigned)m, (unsigned)((h / V + 255) / 256));
-        embed_kernel<T, V><<<grid, 256, 0, s>>>(x, E, tokens, h, vocab);
+        lpo_launch(embed_kernel<T, V>, grid, dim3(256), 0, s, x, E, tokens, h, vocab);
     } else {
         const dim3 grid((unsigned)m, (unsigned)((h + 255) / 256));
-        embed_kernel<T, 1><<<grid, 256, 0, s>>>(x, E, tokens, h, vocab);
+        lpo_launch(embed_kernel<T, 1>, grid, dim3(256), 0, s, x, E, tokens, h, vocab);
     }
 }
 
@@ -49,6 +50,7 @@ extern "C" lpo_status lpo_cuda_embed(void *x, const void *E, const int32_t *toke
 /* dst[i] = src[idx[i]]: the ids of a chained decode step, each sequence's slot's last sampled id. */
 __global__ void gather_i32_kernel(int32_t *dst, const int32_t *src, const int32_t *idx, int64_t m) {
     const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    lpo_pdl_start();
     if (i < m) dst[i] = src[idx[i]];
 }
 
@@ -57,7 +59,7 @@ extern "C" lpo_status lpo_cuda_gather_i32(int32_t *dst, const int32_t *src, cons
     const char *op = "gather_i32";
     if (m < 0 || m > INT32_MAX) return lpo_errorf(LPO_E_INVALID, "%s: %lld rows", op, (long long)m);
     if (m == 0) return LPO_OK;
-    gather_i32_kernel<<<(unsigned)((m + 127) / 128), 128, 0, stream>>>(dst, src, idx, m);
+    lpo_launch(gather_i32_kernel, dim3((unsigned)((m + 127) / 128)), dim3(128), 0, stream, dst, src, idx, m);
     LPO_CU_LAUNCHED(op);
     return LPO_OK;
 }

@@ -9,6 +9,7 @@
 
 template <typename T>
 __global__ void first_nonfinite_kernel(const T *x, int64_t n, unsigned long long *first) {
+    lpo_pdl_start();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
         if (!isfinite(lpo_to_f(x[i]))) atomicMin(first, (unsigned long long)i);
@@ -21,7 +22,9 @@ extern "C" lpo_status lpo_cuda_first_nonfinite(const void *x, lpo_dtype dt, int6
     if (n == 0) return LPO_OK;
     const int64_t blocks = (n + 255) / 256;
     const unsigned grid = (unsigned)(blocks < 132 * 16 ? blocks : 132 * 16);
-    LPO_CU_DISPATCH(dt, op, (first_nonfinite_kernel<T><<<grid, 256, 0, stream>>>((const T *)x, n, first)));
+    LPO_CU_DISPATCH(
+        dt, op,
+        lpo_launch(first_nonfinite_kernel<T>, dim3(grid), dim3(256), 0, stream, (const T *)x, n, first));
     LPO_CU_LAUNCHED(op);
     return LPO_OK;
 }

@@ -165,6 +165,7 @@ extern "C" lpo_status lpo_cuda_gemm_run(lpo_cuda_gemm *g, void *y, lpo_dtype y_d
                  op);
     }
     const float alpha = 1.f;
+    if (lpo__cuda_pdl_on(stream)) lpo_cuda_pdl_break(); /* no programmatic edge leaves cuBLASLt's kernel */
     LT_CHECK(cublasLtMatmul(g->lt, e->op, &alpha, W, e->a, x, e->b, &beta, y, e->d, y, e->d, &e->algo, g->ws,
                             g->ws_bytes, stream),
              op);

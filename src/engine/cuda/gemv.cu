@@ -69,22 +69,12 @@ template <typename T, typename RAW, int V> __device__ __forceinline__ void unpac
     for (int i = 0; i < V; i++) f[i] = lpo_to_f(u.e[i]);
 }
 
-/* ---- programmatic dependent launch (PDL) ------------------------------------------------------------------
+/* ---- programmatic dependent launch (PDL, cuda_common.cuh) -------------------------------------------------
  * Launched with programmatic stream serialization, a kernel may start while the previous kernel of the stream
  * finishes: it streams its first weights (which no kernel writes), then waits for the previous grid
- * (griddepcontrol.wait: completed, its writes visible) before reading x or touching y. Each block also lets
- * the next PDL-launched kernel start once every block of this grid has begun. The kernels take PDL as a
- * template parameter, so the plain instances carry none of it. */
-__device__ __forceinline__ void pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
+ * (lpo_pdl_wait: completed, its writes visible) before reading x or touching y. Each block also lets the
+ * next PDL-launched kernel start once every block of this grid has begun (lpo_pdl_trigger). The kernels take
+ * PDL as a template parameter, so the plain instances carry none of it (their schedule stays run 1's). */
 
 /* ---- reduction and epilogue --------------------------------------------------------------------------- */
 /* Sums each of v[0..N) (N a power of two) over the 32 lanes: 5 butterfly steps (lane offsets O = 16 .. 1).
@@ -166,7 +156,7 @@ __global__ void __launch_bounds__(GEMV_MAX_WARPS * 32, 1)
     float acc[N]; /* [r * M + t] */
 #pragma unroll
     for (int i = 0; i < N; i++) acc[i] = 0.f;
-    if (PDL) pdl_launch_dependents();
+    if (PDL) lpo_pdl_trigger();
     bool waited = !PDL;
     const int64_t stride = (int64_t)blockDim.x * V;
     for (int64_t c0 = (int64_t)tid * V; c0 < k;
@@ -179,7 +169,7 @@ __global__ void __launch_bounds__(GEMV_MAX_WARPS * 32, 1)
             for (int r = 0; r < R; r++) wv[u][r] = c < k ? ld_stream<raw>(w[r] + c) : raw();
         }
         if (!waited) { // PDL: x is the previous kernel's output
-            pdl_wait();
+            lpo_pdl_wait();
             waited = true;
         }
 #pragma unroll
@@ -200,7 +190,7 @@ __global__ void __launch_bounds__(GEMV_MAX_WARPS * 32, 1)
             }
         }
     }
-    if (!waited) pdl_wait(); /* PDL, threads without columns: before y is touched */
+    if (!waited) lpo_pdl_wait(); /* PDL, threads without columns: before y is touched */
     bool writer;
     const int base = warp_sum_scatter<N>(acc, lane, &writer);
     if (writer)
@@ -258,7 +248,7 @@ __global__ void __launch_bounds__(GEMV_MAX_WARPS * 32, 1)
     for (int j = 0; j < RT; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
     const int64_t stride = (int64_t)nw * 32;
     const uint4 zero = make_uint4(0, 0, 0, 0);
-    if (PDL) pdl_launch_dependents();
+    if (PDL) lpo_pdl_trigger();
     bool waited = !PDL;
     for (int64_t c0 = (int64_t)warp * 32; c0 < k; c0 += stride * U) { // chunks of 32 columns, U in flight
         uint4 wv[U][RT][2], xv[U];
@@ -273,7 +263,7 @@ __global__ void __launch_bounds__(GEMV_MAX_WARPS * 32, 1)
             if (!PDL) xv[u] = in && g < m ? ld_shared_input<uint4>(xg + c) : zero;
         }
         if (!waited) { // PDL: x is the previous kernel's output
-            pdl_wait();
+            lpo_pdl_wait();
             waited = true;
         }
         if (PDL)
@@ -287,7 +277,7 @@ __global__ void __launch_bounds__(GEMV_MAX_WARPS * 32, 1)
 #pragma unroll
             for (int j = 0; j < RT; j++) mma_k32<T>(acc[j], wv[u][j][0], wv[u][j][1], xv[u]);
     }
-    if (!waited) pdl_wait(); /* PDL, warps without columns: before y is touched */
+    if (!waited) lpo_pdl_wait(); /* PDL, warps without columns: before y is touched */
     float *rw = red + warp * N;
 #pragma unroll
     for (int j = 0; j < RT; j++) { // c0, c1: row g, tokens 2t, 2t+1; c2, c3: row g + 8
@@ -313,26 +303,19 @@ typedef struct {
     int m;
     int64_t n, k;
     float beta;
-    bool pdl;
+    bool pdl;  /* the PDL instance (triggers, waits, x by ordered loads) */
+    bool attr; /* launched with programmatic stream serialization (pdl only) */
 } gemv_args;
 
 /* kernel over ceil(n / rows_out) blocks of `threads`, on a's pointers and sizes; with programmatic stream
- * serialization when a.pdl */
+ * serialization when a.attr */
 template <typename T, typename YT>
 static cudaError_t launch_kernel(void (*kernel)(YT *, const T *, const T *, const T *, int, int64_t, int64_t,
                                                 float),
                                  const gemv_args &a, int64_t rows_out, unsigned threads, cudaStream_t s) {
-    cudaLaunchConfig_t lc = {};
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    lc.gridDim = dim3((unsigned)((a.n + rows_out - 1) / rows_out));
-    lc.blockDim = dim3(threads);
-    lc.stream = s;
-    lc.attrs = at;
-    lc.numAttrs = a.pdl ? 1 : 0;
-    return cudaLaunchKernelEx(&lc, kernel, (YT *)a.y, (const T *)a.x, (const T *)a.W, (const T *)a.bias, a.m,
-                              a.n, a.k, a.beta);
+    return lpo_launch_attr(a.pdl && a.attr, kernel, dim3((unsigned)((a.n + rows_out - 1) / rows_out)),
+                           dim3(threads), 0, s, (YT *)a.y, (const T *)a.x, (const T *)a.W, (const T *)a.bias,
+                           a.m, a.n, a.k, a.beta);
 }
 
 template <typename T, typename YT, int M, int R, int V, bool GLU>
@@ -362,7 +345,7 @@ template <typename T, typename YT, bool GLU>
 static cudaError_t launch(const lpo_cuda_gemv_cfg &c, bool vec, gemv_args a, cudaStream_t s) {
     const unsigned threads = (unsigned)c.warps * 32;
     if (!vec) {
-        a.pdl = false;
+        a.pdl = a.attr = false;
         return launch_kernel<T, YT>(gemv_fma<T, YT, 8, 4, 1, GLU, false>, a, GLU ? 2 : 4, threads, s);
     }
     if constexpr (has_mma<T>::v) {
@@ -450,7 +433,11 @@ extern "C" lpo_status lpo_cuda_gemv_cfg_run(const lpo_cuda_gemv_cfg *cfg, void *
                           "%s: configuration kind %d rows %d warps %d (FMA: rows 2, 4, 8; "
                           "MMA: rows 16, 32, f16/bf16, 16-byte aligned rows; 1-%d warps)",
                           op, c.kind, c.rows, c.warps, GEMV_MAX_WARPS);
-    const gemv_args a = {y, x, W, bias, (int)m, n, k, beta, c.pdl != 0};
+    /* PDL: asked by cfg (always launched with the attribute), or on for the stream (lpo_cuda_pdl_begin: the
+     * PDL instance, with the attribute when the launch before was a PDL kernel); the scalar kernel never */
+    const bool pdl_kernel = vec && (c.pdl || lpo__cuda_pdl_on(stream));
+    const bool attr = lpo__cuda_pdl_launch(stream, pdl_kernel) || (pdl_kernel && c.pdl);
+    const gemv_args a = {y, x, W, bias, (int)m, n, k, beta, pdl_kernel, attr};
     cudaError_t err = cudaSuccess;
     LPO_CU_DISPATCH(dt, op, err = launch_dt<T>(c, vec, y_dt, swiglu != 0, a, stream));
     LPO_CU_CHECK(err, op);

@@ -13,6 +13,7 @@
 template <typename T, int V, bool ADD>
 __global__ void rmsnorm_kernel(T *y, T *x, const T *r, const T *w, int64_t n, float eps) {
     __shared__ float red[33];
+    lpo_pdl_start(); /* x, r: the previous kernel's output; y may be its input */
     const int64_t row = blockIdx.x;
     T *xr = x + row * n;
     T *yr = y + row * n;
@@ -49,9 +50,11 @@ static void launch_rmsnorm(T *y, T *x, const T *r, const T *w, int64_t m, int64_
     const bool vec = lpo_aligned16(x, n, sizeof(T)) && lpo_aligned16(y, n, sizeof(T)) &&
                      lpo_aligned16(r, n, sizeof(T)) && lpo_aligned16(w, n, sizeof(T));
     if (vec)
-        rmsnorm_kernel<T, V, ADD><<<(unsigned)m, lpo_row_threads(n / V), 0, s>>>(y, x, r, w, n, eps);
+        lpo_launch(rmsnorm_kernel<T, V, ADD>, dim3((unsigned)m), dim3(lpo_row_threads(n / V)), 0, s, y, x, r,
+                   w, n, eps);
     else
-        rmsnorm_kernel<T, 1, ADD><<<(unsigned)m, lpo_row_threads(n), 0, s>>>(y, x, r, w, n, eps);
+        lpo_launch(rmsnorm_kernel<T, 1, ADD>, dim3((unsigned)m), dim3(lpo_row_threads(n)), 0, s, y, x, r, w,
+                   n, eps);
 }
 
 static lpo_status check_sizes(const char *op, int64_t m, int64_t n) {

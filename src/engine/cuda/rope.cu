@@ -24,6 +24,7 @@ __global__ void __launch_bounds__(32 * HEADS_PER_BLOCK)
     const int lane = threadIdx.x & 31, h = first + blockIdx.y * HEADS_PER_BLOCK + (threadIdx.x >> 5);
     const int half = hd / 2;
     const int64_t t = blockIdx.x, kvd = (int64_t)nkv * hd;
+    lpo_pdl_start(); /* qkv: the previous kernel's output; before the early return (the chain) */
     if (h >= nh + nkv + (kc ? nkv : 0)) return;
     T *v = qkv + t * (int64_t)(nh + 2 * nkv) * hd + (int64_t)h * hd;
     T *kdst = NULL, *vdst = NULL;
@@ -103,9 +104,9 @@ extern "C" lpo_status lpo_cuda_qkv_post(void *qkv, const void *wq, const void *w
     const int64_t heads = nh + nkv + (kc ? nkv : 0) - first;
     const dim3 grid((unsigned)m, (unsigned)((heads + HEADS_PER_BLOCK - 1) / HEADS_PER_BLOCK));
     LPO_CU_DISPATCH(dt, op,
-                    (qkv_post_kernel<T><<<grid, 32 * HEADS_PER_BLOCK, 0, stream>>>(
-                        (T *)qkv, (const T *)wq, (const T *)wk, eps, cos_t, sin_t, (T *)kc, (T *)vc, slot,
-                        pos, (int)nh, (int)nkv, (int)hd, max_context, first)));
+                    lpo_launch(qkv_post_kernel<T>, grid, dim3(32 * HEADS_PER_BLOCK), 0, stream, (T *)qkv,
+                               (const T *)wq, (const T *)wk, eps, cos_t, sin_t, (T *)kc, (T *)vc, slot, pos,
+                               (int)nh, (int)nkv, (int)hd, max_context, first));
     LPO_CU_LAUNCHED(op);
     return LPO_OK;
 }

@@ -61,6 +61,7 @@ __global__ void __launch_bounds__(AM_THREADS)
     argmax_kernel(int32_t *ids, const float *logits, int64_t vocab) {
     __shared__ float sv[32];
     __shared__ int si[32];
+    lpo_pdl_start();
     const float *row = logits + blockIdx.x * vocab;
     float bv = -INFINITY;
     int bi = INT32_MAX;
@@ -102,9 +103,9 @@ extern "C" lpo_status lpo_cuda_argmax(int32_t *ids, const float *logits, int64_t
         return lpo_errorf(LPO_E_INVALID, "%s: %lld rows of %lld logits", op, (long long)m, (long long)vocab);
     if (m == 0) return LPO_OK;
     if (lpo_aligned16(logits, vocab, sizeof(float)))
-        argmax_kernel<1><<<(unsigned)m, AM_THREADS, 0, stream>>>(ids, logits, vocab);
+        lpo_launch(argmax_kernel<1>, dim3((unsigned)m), dim3(AM_THREADS), 0, stream, ids, logits, vocab);
     else
-        argmax_kernel<0><<<(unsigned)m, AM_THREADS, 0, stream>>>(ids, logits, vocab);
+        lpo_launch(argmax_kernel<0>, dim3((unsigned)m), dim3(AM_THREADS), 0, stream, ids, logits, vocab);
     LPO_CU_LAUNCHED(op);
     return LPO_OK;
 }
@@ -562,6 +563,8 @@ template <bool VEC> __global__ void __launch_bounds__(SR_THREADS) sample_rows_ke
     __shared__ sr_smem sm;
     const int64_t r = blockIdx.x / A.S;
     const int tid = threadIdx.x;
+    lpo_pdl_start(); /* logits, state: the previous kernels'; the row's blocks are all resident before the
+                        next kernel's start (it launches once every block here has triggered) */
     if (A.row_mask && !A.row_mask[r]) {
         if (blockIdx.x % A.S == 0 && tid == 0) A.ids[r] = -1;
         return;
@@ -706,9 +709,9 @@ static lpo_status sr_launch(sr_args &a, int64_t m, int split, cudaStream_t strea
     a.S = sr_blocks(V, split, &a.C);
     if (m * a.S > INT32_MAX) return lpo_errorf(LPO_E_INVALID, "%s: %lld rows is too many", op, (long long)m);
     if (lpo_aligned16(a.logits, V, sizeof(float)))
-        sample_rows_kernel<true><<<(unsigned)(m * a.S), SR_THREADS, 0, stream>>>(a);
+        lpo_launch(sample_rows_kernel<true>, dim3((unsigned)(m * a.S)), dim3(SR_THREADS), 0, stream, a);
     else
-        sample_rows_kernel<false><<<(unsigned)(m * a.S), SR_THREADS, 0, stream>>>(a);
+        lpo_launch(sample_rows_kernel<false>, dim3((unsigned)(m * a.S)), dim3(SR_THREADS), 0, stream, a);
     LPO_CU_LAUNCHED(op);
     return LPO_OK;
 }
@@ -761,6 +764,7 @@ extern "C" lpo_status lpo_cuda_sample(int32_t *ids, float *logits, int64_t m, in
 __global__ void mark_seen_kernel(uint32_t *seen, int64_t words, const int32_t *tok_slot,
                                  const int32_t *tokens, int64_t T, int64_t vocab) {
     const int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    lpo_pdl_start();
     if (t >= T) return;
     const int32_t id = tokens[t];
     if (id < 0 || id >= vocab) return;
@@ -773,8 +777,8 @@ extern "C" lpo_status lpo_cuda_mark_seen(uint32_t *seen, int64_t vocab, const in
     if (T < 0 || vocab < 1)
         return lpo_errorf(LPO_E_INVALID, "%s: %lld tokens, vocab %lld", op, (long long)T, (long long)vocab);
     if (T == 0) return LPO_OK;
-    mark_seen_kernel<<<(unsigned)((T + 255) / 256), 256, 0, stream>>>(seen, (vocab + 31) / 32, tok_slot,
-                                                                      tokens, T, vocab);
+    lpo_launch(mark_seen_kernel, dim3((unsigned)((T + 255) / 256)), dim3(256), 0, stream, seen,
+               (int64_t)((vocab + 31) / 32), tok_slot, tokens, T, vocab);
     LPO_CU_LAUNCHED(op);
     return LPO_OK;
 }
