@@ -90,13 +90,15 @@ if [ -x "$build/lpo" ]; then
     step "ceilings" "$build/lpo" ceilings
     bopts="backend=cuda profiling.warmup=2 profiling.min_samples=5 profiling.timeout_s=20 --no-save"
     : >"$build/bench-tables.txt"
-    # (the last two: cuBLASLt for the decode linears instead of the GEMV kernels, the A/B of engine.gemv)
+    # (the last four: cuBLASLt for the decode linears instead of the GEMV kernels, the A/B of engine.gemv;
+    # plain launches instead of PDL, the A/B of engine.pdl)
     for point in "llama3.1-8b 1 [128,512,2048] 128" "llama3.2-1b 1 128 128" "llama3.1-8b 64 128 128" \
-      "llama3.1-8b 1 128 128 engine.gemv=false" "llama3.2-1b 1 128 128 engine.gemv=false"; do
+      "llama3.1-8b 1 128 128 engine.gemv=false" "llama3.2-1b 1 128 128 engine.gemv=false" \
+      "llama3.1-8b 1 128 128 engine.pdl=false" "llama3.2-1b 1 128 128 engine.pdl=false"; do
       read -r bm bb bp bg bx <<<"$point"
       bp=${bp#[}
       echo "# $point" >>"$build/bench-tables.txt"
-      step "bench ${bm#llama} b$bb${bx:+ blas}" bash -c "'$build/lpo' bench model=$bm bench.batch=[$bb] \
+      step "bench ${bm#llama} b$bb${bx:+ ${bx#engine.}}" bash -c "'$build/lpo' bench model=$bm bench.batch=[$bb] \
         bench.prompt=[${bp%]}] bench.gen=[$bg] ${bx:-} $bopts | tee -a '$build/bench-tables.txt'"
     done
   fi
@@ -108,7 +110,7 @@ fi
 if [ -s "$build/ctest-gpu.log" ]; then
   echo
   echo "figures from the GPU tests ($build/ctest-gpu.log)"
-  grep -E "max \|logit - HF\||smollm2|first 8|op checker:|f32: prefill logits|bf16: prefill logits|prefill MFU|breakdown: groups|decode tok/s: profile|\| (pp|tg)[0-9]" \
+  grep -E "pdl on vs off|PDL runs|max \|logit - HF\||smollm2|first 8|op checker:|f32: prefill logits|bf16: prefill logits|prefill MFU|breakdown: groups|decode tok/s: profile|\| (pp|tg)[0-9]" \
     "$build/ctest-gpu.log" | head -80
 fi
 if [ -s "$build/bench-tables.txt" ]; then
