@@ -130,6 +130,18 @@ static void *upload(const float *h, size_t n, size_t cap, lpo_dtype dt) {
 }
 
 /* ---- comparison ------------------------------------------------------------------------------------ */
+/* element i of raw bytes holding dt elements, as f32 */
+static float raw_at(const unsigned char *raw, size_t i, lpo_dtype dt) {
+    float v;
+    if (dt == LPO_DT_F32) {
+        memcpy(&v, raw + 4 * i, 4);
+        return v;
+    }
+    uint16_t b;
+    memcpy(&b, raw + 2 * i, 2);
+    return dt == LPO_DT_BF16 ? lpo_bf16_to_f32(b) : lpo_f16_to_f32(b);
+}
+
 static int g_fail;            /* failing checks of the current test */
 static cudaStream_t g_stream; /* a blocking stream (ordered with the legacy stream's memsets and copies) */
 typedef struct {
@@ -154,14 +166,7 @@ static void compare(agg_t *a, const char *what, const void *d, lpo_dtype ydt, co
     for (size_t i = 0; i < used; i++) ss += (double)ref[i] * ref[i];
     const double rms = sqrt(ss / (double)used);
     for (size_t i = 0; i < used; i++) { // y (m, n): got vs ref
-        float got;
-        if (ydt == LPO_DT_F32)
-            memcpy(&got, raw + 4 * i, 4);
-        else {
-            uint16_t b;
-            memcpy(&b, raw + 2 * i, 2);
-            got = ydt == LPO_DT_BF16 ? lpo_bf16_to_f32(b) : lpo_f16_to_f32(b);
-        }
+        const float got = raw_at(raw, i, ydt);
         const double e = isfinite(got) ? fabs((double)got - ref[i]) : INFINITY,
                      tol = atol * rms + rtol * fabs(ref[i]);
         if (isfinite(e)) se += e * e;
@@ -329,6 +334,13 @@ static void test_gemv_swiglu(void **state) {
     if (g_fail) fail_msg("gemv_swiglu: %d failing checks (FAIL lines above)", g_fail);
 }
 
+/* the PDL chains' cases: both GEMV kernels (FMA at m <= 4, MMA at 8), every dtype */
+static const struct {
+    lpo_dtype dt;
+    int64_t m;
+} PDL_CASES[] = {{LPO_DT_BF16, 1}, {LPO_DT_BF16, 8}, {LPO_DT_F16, 3}, {LPO_DT_F32, 2}};
+#define N_PDL_CASES (sizeof PDL_CASES / sizeof PDL_CASES[0])
+
 /* ---- PDL: a GEMV reading the output of the GEMV before it, both launched with PDL ------------------------
  * y1 (m, n1) = x W1^T, then y2 (m, n2) = y1 W2^T with the second kernel started while the first still runs
  * (the first lets dependents launch as soon as all its blocks have begun): the second must not read y1
@@ -337,18 +349,14 @@ static void test_gemv_swiglu(void **state) {
 static void test_gemv_pdl_chain(void **state) {
     (void)state;
     g_fail = 0;
-    static const struct {
-        lpo_dtype dt;
-        int64_t m;
-    } cases[] = {{LPO_DT_BF16, 1}, {LPO_DT_BF16, 8}, {LPO_DT_F16, 3}, {LPO_DT_F32, 2}};
     const int64_t n1 = 4096, k1 = 4096,
                   n2 = 1000; /* the first GEMV streams 32-64 MB: a wide overlap window */
     const lpo_cuda_gemv_cfg pdl = {LPO_CUDA_GEMV_AUTO, 0, 0, 1};
     cudaStream_t cs = NULL;
     CUDA_OK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        const lpo_dtype dt = cases[i].dt;
-        const int64_t m = cases[i].m;
+    for (size_t i = 0; i < N_PDL_CASES; i++) {
+        const lpo_dtype dt = PDL_CASES[i].dt;
+        const int64_t m = PDL_CASES[i].m;
         float *x = random_dt((size_t)(m * k1), -1.f, 1.f, dt),
               *W1 = random_dt((size_t)(n1 * k1), -0.05f, 0.05f, dt);
         float *W2 = random_dt((size_t)(n2 * n1), -0.05f, 0.05f, dt);
@@ -456,36 +464,23 @@ static void chain_read(const chain_t *c, unsigned char *out) {
 /* elements of n (dt) at raw that are not finite */
 static size_t count_nonfinite(const unsigned char *raw, size_t n, lpo_dtype dt) {
     size_t bad = 0;
-    for (size_t i = 0; i < n; i++) {
-        float v;
-        if (dt == LPO_DT_F32)
-            memcpy(&v, raw + 4 * i, 4);
-        else {
-            uint16_t b;
-            memcpy(&b, raw + 2 * i, 2);
-            v = dt == LPO_DT_BF16 ? lpo_bf16_to_f32(b) : lpo_f16_to_f32(b);
-        }
-        bad += !isfinite(v);
-    }
+    for (size_t i = 0; i < n; i++) bad += !isfinite(raw_at(raw, i, dt));
     return bad;
 }
 
 static void test_pdl_step_chain(void **state) {
     (void)state;
     g_fail = 0;
-    static const struct {
-        lpo_dtype dt;
-        int64_t m;
-    } cases[] = {{LPO_DT_BF16, 1}, {LPO_DT_BF16, 8}, {LPO_DT_F16, 3}, {LPO_DT_F32, 2}};
     int dev = 0, n_sm = 0;
     CUDA_OK(cudaGetDevice(&dev));
     CUDA_OK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
     cudaStream_t cs = NULL;
     CUDA_OK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    for (size_t i = 0; i < N_PDL_CASES; i++) {
         chain_t c;
         memset(&c, 0, sizeof c);
-        c.dt = cases[i].dt, c.m = cases[i].m, c.H = 4096, c.nh = 32, c.nkv = 8, c.hd = 64, c.ctx = 512;
+        c.dt = PDL_CASES[i].dt, c.m = PDL_CASES[i].m, c.H = 4096, c.nh = 32, c.nkv = 8, c.hd = 64,
+        c.ctx = 512;
         c.n1 = 1000;
         const lpo_dtype dt = c.dt;
         const int64_t m = c.m, H = c.H, qkvw = (c.nh + 2 * c.nkv) * c.hd, kvd = c.nkv * c.hd;
@@ -585,7 +580,7 @@ static void test_gemv_refuses(void **state) {
         {"mma rows 8", lpo_cuda_gemv_cfg_run(&mma8, p, bf, p, p, NULL, 1, 64, 64, 0.f, 0, bf, 0)},
     };
     int bad = 0;
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    for (size_t i = 0; i < N_PDL_CASES; i++) {
         printf("  %-20s -> %s\n", cases[i].what, lpo_status_name(cases[i].st));
         bad += cases[i].st != LPO_E_UNSUPPORTED;
     }

@@ -536,8 +536,12 @@ static lpo_status decode_graph(cuda_ctx *c, const lpo_oplist *l, const lpo_plan 
     const lpo_step_out none = {NULL, NULL};
     CU(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal), "graph capture");
     c->capturing = 1;
+    /* engine.pdl: each kernel that follows one of ours is captured with a programmatic edge (it starts while
+     * the one before finishes); eager steps stay launch by launch, as their group events measure them */
+    if (c->pdl) lpo_cuda_pdl_begin(c->stream);
     lpo_status st = step_prologue(c, d, l->n_tokens);
     if (st == LPO_OK) st = run_groups(c, l, p, d, 0, ng, &none);
+    lpo_cuda_pdl_end();
     c->capturing = 0;
     cudaGraph_t graph = NULL;
     const cudaError_t e = cudaStreamEndCapture(c->stream, &graph);
@@ -583,16 +587,12 @@ static lpo_status cuda_forward(void *vctx, const lpo_oplist *l, const lpo_plan *
     lpo_status st = upload_step(c, l, d, T);
     size_t ng = p->n_groups; /* groups replayed from the graph: all, or all but SAMPLE when logits go out */
     if (graph && ng && out->logits && group_samples(l, &p->groups[ng - 1])) ng--;
-    /* PDL between the decode step's kernels (captured as programmatic edges); not with group callbacks (their
-     * events time each group alone) or in exec=debug */
-    if (decode && c->pdl && !c->cb && c->cfg.exec != LPO_EXEC_DEBUG) lpo_cuda_pdl_begin(c->stream);
     if (st == LPO_OK && graph) {
         cudaGraphExec_t exec = NULL;
         st = decode_graph(c, l, p, d, ng, &exec);
         if (st == LPO_OK && cudaGraphLaunch(exec, c->stream) != cudaSuccess)
             st = lpo_errorf(LPO_E_CUDA, "cuda backend: replaying a decode graph: %s",
                             cudaGetErrorString(cudaGetLastError()));
-        lpo_cuda_pdl_break();                                 /* what follows the replay starts a new chain */
         if (st == LPO_OK && ng == p->n_groups && l->sample) { /* its logits check has been copied out */
             if (cudaEventRecord(c->bad_copied, c->stream) != cudaSuccess)
                 st = lpo_errorf(LPO_E_CUDA, "cuda backend: finite check event");
@@ -614,7 +614,6 @@ static lpo_status cuda_forward(void *vctx, const lpo_oplist *l, const lpo_plan *
             st = lpo_errorf(LPO_E_CUDA, "cuda backend: ids to the host");
     if (st == LPO_OK && (out->logits || out->ids) && cudaStreamSynchronize(c->stream) != cudaSuccess)
         st = lpo_errorf(LPO_E_CUDA, "cuda backend: step: %s", cudaGetErrorString(cudaGetLastError()));
-    lpo_cuda_pdl_end();
     if (st == LPO_OK && (out->logits || out->ids)) st = take_bad(c, 1);
     range_pop();
     return st;
