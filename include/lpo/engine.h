@@ -103,6 +103,9 @@ lpo_status lpo_engine_extend(lpo_engine *e, int n_seqs, const int *slots, const 
  * Backends without marks are synchronous: the engine reads a monotonic clock. */
 lpo_status lpo_engine_mark(lpo_engine *e, int id);
 lpo_status lpo_engine_elapsed_ms(lpo_engine *e, int a, int b, double *ms);
+/* 1 when the marks are device events (the host queues work and runs ahead of the device), 0 when the
+ * backend is synchronous and the marks read the host clock. */
+int lpo_engine_marks_on_device(const lpo_engine *e);
 
 /* What the engine has done: op lists and plans built (each shape once), steps run. */
 typedef struct {
@@ -120,7 +123,10 @@ const lpo_plan *lpo_engine_last_plan(const lpo_engine *e);
  * is read back only when the ring needs its slot or at lpo_group_timer_flush, so a GPU is not synchronised
  * after each group. After each group's end mark, tag(ud, list, plan, group) is called on the host (while a
  * device runs on); when the pair is read, done(ud, tag, ms) receives the group's time. A negative tag drops
- * the group. The host time of both callbacks and of the ring's reads is the timer's overhead. */
+ * the group. The timer's overhead is the time it adds to the runs: on a synchronous backend the host time of
+ * both callbacks and of the ring's reads; where the marks are device events, none (the host works while the
+ * device runs the launches queued before; a read waits for the device's own work; a gap the host leaves
+ * shows on the device as time outside the groups). */
 typedef struct lpo_group_timer lpo_group_timer;
 typedef int (*lpo_group_tag_fn)(void *ud, const lpo_oplist *l, const lpo_plan *p, size_t group);
 typedef void (*lpo_group_time_fn)(void *ud, int tag, double ms);
@@ -129,7 +135,7 @@ lpo_status lpo_group_timer_start(lpo_engine *e, lpo_group_tag_fn tag, lpo_group_
                                  lpo_group_timer **out);
 /* Reads back every pending pair (call it after each lpo_engine_run); the first mark error, else LPO_OK. */
 lpo_status lpo_group_timer_flush(lpo_group_timer *t);
-/* Host seconds spent inside the callback so far (ring reads, tag calls). */
+/* Seconds the timer added to the runs so far (see above: 0 where the marks are device events). */
 double lpo_group_timer_overhead_s(const lpo_group_timer *t);
 /* Removes the callback and frees the timer (pending pairs are dropped: flush first). NULL is a no-op. */
 void lpo_group_timer_stop(lpo_group_timer *t);

@@ -80,8 +80,14 @@ static size_t *sorted_groups(const lpo_pf_result *r, int phase, size_t *n) {
     return idx;
 }
 
+/* The time a phase's shares are of: its groups plus the time outside them (the runs less the profiler's
+ * accounting, or the groups' sum where event granularity makes it the larger), so shares add up to 100%. */
+static double bd_time(const lpo_pf_breakdown *bd) {
+    return bd->groups_s + bd->other_s;
+}
+
 static double share_of(const lpo_pf_result *r, const lpo_pf_group *g) {
-    const double run = r->bd[g->phase].run_s - r->bd[g->phase].overhead_s;
+    const double run = bd_time(&r->bd[g->phase]);
     return run > 0 ? g->time_s / run : 0;
 }
 
@@ -314,7 +320,7 @@ static void md_categories(lpo_strbuf *o, const lpo_pf_result *r) {
         lpo_sb_printf(o, "| %s |", lpo_pf_cat_name((lpo_pf_cat)c));
         for (int p = 0; p < 2; p++) {
             const lpo_pf_breakdown *bd = &r->bd[p];
-            const double run = bd->run_s - bd->overhead_s;
+            const double run = bd_time(bd);
             lpo_sb_printf(o, " %.3f | %.1f |", bd->by_cat_s[c] * 1e3,
                           run > 0 ? 100 * bd->by_cat_s[c] / run : 0);
         }
@@ -528,7 +534,7 @@ void lpo_pf_write_summary(const lpo_pf_result *r, const lpo_an_static *st, lpo_s
         int phase;
         const lpo_pf_group *g = biggest(r, &phase);
         const lpo_pf_cat c = biggest_cat(&r->bd[phase]);
-        const double run = r->bd[phase].run_s - r->bd[phase].overhead_s;
+        const double run = bd_time(&r->bd[phase]);
         lpo_sb_printf(o, "- **Biggest bottleneck.** In %s, %s takes %.0f%% of the time", phase_names[phase],
                       lpo_pf_cat_name(c), run > 0 ? 100 * r->bd[phase].by_cat_s[c] / run : 0);
         if (g)

@@ -262,6 +262,10 @@ lpo_status lpo_engine_mark(lpo_engine *e, int id) {
     return LPO_OK;
 }
 
+int lpo_engine_marks_on_device(const lpo_engine *e) {
+    return e->be->mark != NULL;
+}
+
 lpo_status lpo_engine_elapsed_ms(lpo_engine *e, int a, int b, double *ms) {
     if (a < 0 || a >= LPO_BACKEND_MARKS || b < 0 || b >= LPO_BACKEND_MARKS)
         return lpo_errorf(LPO_E_RANGE, "engine: marks %d, %d outside 0..%d", a, b, LPO_BACKEND_MARKS - 1);

@@ -49,6 +49,12 @@ static void test_profile_8b(void **state) {
     }
     if (rc != 0) fail_msg("lpo profile: rc %d: %s", rc, err ? err : "");
     printf("---- summary.md (lpo profile llama3.1-8b, %.1f s end to end) ----\n%s\n", secs, out ? out : "");
+    /* the bottleneck's share of its phase is a share: an H100 run once said "gemm takes 225% of the time" */
+    const char *big = out ? strstr(out, "Biggest bottleneck") : NULL,
+               *takes = big ? strstr(big, " takes ") : NULL;
+    assert_non_null(takes);
+    const double pct = strtod(takes + 7, NULL);
+    assert_true(pct > 0 && pct <= 100);
     free(out);
     free(err);
     assert_true(secs < 60.0);
@@ -64,8 +70,12 @@ static void test_profile_8b(void **state) {
         const double run = at(m, "breakdown", phases[p], "run_s"),
                      groups = at(m, "breakdown", phases[p], "groups_s"),
                      over = at(m, "breakdown", phases[p], "overhead_s");
-        printf("%s breakdown: groups %.3f ms of %.3f ms\n", phases[p], groups * 1e3, run * 1e3);
-        assert_true(groups >= 0.95 * (run - over));
+        printf("%s breakdown: groups %.3f ms of %.3f ms (timer overhead %.3f ms)\n", phases[p], groups * 1e3,
+               run * 1e3, over * 1e3);
+        /* device marks: the timer adds nothing to the runs (its reads wait for the device's own work); the
+         * groups' event times cover the run but for the gaps between launches, plus event granularity */
+        assert_true(over == 0);
+        assert_true(groups >= 0.85 * run && groups <= 1.10 * run);
     }
     const double profile_tok_s = at(m, "throughput", "decode_tok_s", "median");
     cJSON_Delete(m);

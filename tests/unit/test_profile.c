@@ -122,6 +122,14 @@ static double num(const cJSON *o, const char *path) {
     return v->valuedouble;
 }
 
+/* The percentage in summary.md's "Biggest bottleneck" line ("In decode, gemm takes 68% of the time"). */
+__attribute__((noinline)) static double bottleneck_pct(const char *summary) {
+    double pct = -1;
+    const char *big = strstr(summary, "Biggest bottleneck");
+    if (big && sscanf(big, "Biggest bottleneck.** In %*s %*s takes %lf%%", &pct) != 1) pct = -1;
+    return pct;
+}
+
 static void assert_rel(double got, double want, double rel) {
     if (!(fabs(got - want) <= rel * fabs(want) + 1e-300)) fail_msg("got %.17g want %.17g", got, want);
 }
@@ -186,6 +194,24 @@ static void test_artifacts(void **state) {
         char *t = read_text(run, md[i][0]);
         if (!strstr(t, md[i][1])) fail_msg("%s lacks '%s'", md[i][0], md[i][1]);
         free(t);
+    }
+    { /* shares are shares: the bottleneck's share of its phase, and every category row, at most 100% */
+        char *t = read_text(run, "summary.md");
+        const double pct = bottleneck_pct(t);
+        assert_true(pct > 0 && pct <= 100);
+        free(t);
+        cJSON *m = read_json(run, "metrics.json");
+        const char *phases[] = {"prefill", "decode"};
+        for (int p = 0; p < 2; p++) {
+            const cJSON *bd = cJSON_GetObjectItem(cJSON_GetObjectItem(m, "breakdown"), phases[p]);
+            const double total = num(bd, "groups_s") + num(bd, "other_s");
+            double sum = 0;
+            const cJSON *cats = cJSON_GetObjectItem(bd, "by_category"), *c;
+            assert_non_null(cats);
+            cJSON_ArrayForEach(c, cats) sum += c->valuedouble;
+            assert_true(fabs(sum - total) <= 1e-9 + 1e-6 * total); /* the categories tile the phase's time */
+        }
+        cJSON_Delete(m);
     }
     const char *svgs[] = {"roofline.svg", "breakdown.svg"};
     for (size_t i = 0; i < 2; i++) { /* whole documents */
