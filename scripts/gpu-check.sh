@@ -68,8 +68,9 @@ if [ -x "$build/lpo" ]; then
   step "lpo env" "$build/lpo" env
   # every test's output is kept (ctest-gpu.log): the passing tests print the figures the issues ask for
   # (GPU_CHECK_TESTS=<regex>: only the GPU tests whose names match, when device time is short)
+  # (-V: ctest's -O log holds only the failing tests' output without it)
   step "ctest -L gpu" bash -c "cd '$build' && ctest -L gpu ${GPU_CHECK_TESTS:+-R '$GPU_CHECK_TESTS'} \
-    --output-on-failure -O ctest-gpu.log"
+    -V -O ctest-gpu.log >/dev/null"
   # the CUDA kernels under compute-sanitizer: memcheck on every kernel test, racecheck on the attention
   # kernels (shared-memory tiles); timing skipped (LPO_TEST_BENCH=0). (racecheck over test_sample ran past
   # 60 s on an H100 and is left out.)
