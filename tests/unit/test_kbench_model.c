@@ -71,7 +71,9 @@ static int close_to(double a, double b) {
 }
 
 /* The rows of one model-mode run (table rows 1..) against the list and plan of that step, built here. */
-static void check_rows(const tab *t, const lpo_oplist *l, const lpo_plan *p, const char *step) {
+/* Checks every row; 1 when the sums' ratios to the eager step are sane too (0: re-measure, the machine was
+ * busy). */
+static int check_rows(const tab *t, const lpo_oplist *l, const lpo_plan *p, const char *step) {
     int kinds[LPO_OP_KIND_COUNT] = {0};
     int64_t count_ops = 0, launches = 0, fused = 0, n_sums = 0, n_steps = 0;
     double flops = 0, bytes = 0, sum_ops = 0, eager = 0, sum_ops_row = NAN, sum_launch_row = NAN;
@@ -159,10 +161,9 @@ static void check_rows(const tab *t, const lpo_oplist *l, const lpo_plan *p, con
     const double ratio = sum_ops / eager, lratio = sum_launch_row / eager;
     printf("%s: sum of ops %.1f us, launches %.1f us, eager step %.1f us (ratios %.2f, %.2f)\n", step,
            sum_ops, sum_launch_row, eager, ratio, lratio);
-    /* loose: the op pass runs before the eager steps, on 2 vCPUs other jobs share (0.9-1.1 when quiet) */
-    assert_true(ratio > 0.25 && ratio < 4);
-    /* launches are timed in steps interleaved with the timed steps: inside them (0.98-1.0 when quiet) */
-    assert_true(lratio > 0.3 && lratio < 1.3);
+    /* loose: the op pass runs before the eager steps, on 2 vCPUs other jobs share (0.9-1.1 when quiet);
+     * launches are timed in steps interleaved with the timed steps: inside them (0.98-1.0 when quiet) */
+    return ratio > 0.25 && ratio < 4 && lratio > 0.3 && lratio < 1.3;
 }
 
 /* The list and plan of a step as the engine builds them on the CPU (f32, add+rmsnorm fused). */
@@ -188,19 +189,28 @@ static void build_step(int decode, int batch, int64_t n, lpo_oplist *l, lpo_plan
 }
 
 /* Runs one step shape (batch 2) in kb and checks its rows against the list and plan built here. */
-static void run_checked(lpo_kbench *kb, int decode, int64_t n, const char *label) {
+/* The sums' ratios are re-measured (a fresh kbench) up to twice when a busy machine skewed them. */
+static void run_checked(lpo_kbench **kb, int decode, int64_t n, const char *label) {
     char phase[32], len[48];
     snprintf(phase, sizeof phase, "kbench.phase=%s", decode ? "decode" : "prefill");
     snprintf(len, sizeof len, "kbench.%s=%lld", decode ? "context" : "prompt", (long long)n);
-    lpo_status st = run3(kb, phase, "kbench.batch=2", len);
-    if (st) fail_msg("%s: %s", label, lpo_last_error());
     lpo_oplist l;
     lpo_plan p;
     build_step(decode, 2, n, &l, &p);
-    tab t;
-    tab_load(kb, &t);
-    check_rows(&t, &l, &p, label);
-    lpo_csv_free(&t.csv);
+    int ok = 0;
+    for (int attempt = 0; attempt < 3 && !ok; attempt++) { // attempt: a measurement of the step
+        if (attempt) {
+            lpo_kbench_free(*kb);
+            assert_int_equal(lpo_kbench_new(kb), LPO_OK);
+        }
+        lpo_status st = run3(*kb, phase, "kbench.batch=2", len);
+        if (st) fail_msg("%s: %s", label, lpo_last_error());
+        tab t;
+        tab_load(*kb, &t);
+        ok = check_rows(&t, &l, &p, label);
+        lpo_csv_free(&t.csv);
+    }
+    if (!ok) fail_msg("%s: the sums' ratios to the eager step stayed out of range in 3 measurements", label);
     lpo_plan_free(&p);
     lpo_oplist_free(&l);
 }
@@ -210,7 +220,7 @@ static void test_decode(void **state) {
     lpo_log_set_level(LPO_LOG_ERROR); /* "not converged" warnings on a loaded machine */
     lpo_kbench *kb;
     assert_int_equal(lpo_kbench_new(&kb), LPO_OK);
-    run_checked(kb, 1, 20, "decode b=2 ctx=20");
+    run_checked(&kb, 1, 20, "decode b=2 ctx=20");
     tab t;
     tab_load(kb, &t);
     /* the attention row at the step's real context: 2 sequences of 21 cached rows */
@@ -272,7 +282,7 @@ static void test_prefill(void **state) {
     (void)state;
     lpo_kbench *kb;
     assert_int_equal(lpo_kbench_new(&kb), LPO_OK);
-    run_checked(kb, 0, 24, "prefill b=2 tokens=24");
+    run_checked(&kb, 0, 24, "prefill b=2 tokens=24");
     lpo_kbench_free(kb);
 }
 
