@@ -689,7 +689,7 @@ static void run_attention_case(const att_case *c, lpo_dtype dt, int n_sm) {
     const int splits[3] = {1, 7, auto_ns};
     for (int s = 0; s < 3; s++) { // the decode form (any dtype), 1, 7 and the heuristic's splits
         const size_t wsb = lpo_cuda_attention_decode_workspace(c->m, c->nh, c->hd, splits[s]);
-        void *ws = wsb ? dev_alloc(wsb) : NULL;
+        void *ws = wsb ? dev_poison(wsb / 4, LPO_DT_F32) : NULL; /* partials must all be written */
         void *datt = dev_poison(nout, dt);
         OK(lpo_cuda_attention_decode(datt, dqkv, dkc, dvc, dslot, dpos, c->m, c->nh, c->nkv, c->hd, c->maxc,
                                      c->window, splits[s], ws, wsb, dt, 0));
@@ -720,6 +720,92 @@ static void run_attention_case(const att_case *c, lpo_dtype dt, int n_sm) {
     free(vc);
     free(ref);
     free(scores);
+}
+
+/* Decode form alone at batch 1..8 with given context lengths (pos = len - 1; the slots are not 0), each
+ * split count of `splits` (0: the heuristic's for the bucket max_len) against the CPU reference, the
+ * workspace poisoned (NaN) before every launch: every split's partial must be written, empty splits (more
+ * splits than positions) included. */
+static void run_decode_lens(int64_t nh, int64_t nkv, int64_t hd, int m, const int64_t *lens, int64_t maxc,
+                            int64_t window, const int *splits, int n_splits, lpo_dtype dt, int n_sm) {
+    const int64_t row = (nh + 2 * nkv) * hd, kvd = nkv * hd, nslots = m + 1;
+    const int64_t csize = nslots * maxc * kvd;
+    int32_t slot[8];
+    int64_t pos[8], max_len = 1;
+    assert_true(m >= 1 && m <= 8);
+    for (int t = 0; t < m; t++) {
+        slot[t] = (int32_t)(m - t); // slots m .. 1 (slot 0 unused)
+        pos[t] = lens[t] - 1;
+        if (lens[t] > max_len) max_len = lens[t];
+    }
+    float *qkv = rand_vec((size_t)(m * row), -2.f, 2.f, dt);
+    float *kc = rand_vec((size_t)csize, -1.f, 1.f, dt), *vc = rand_vec((size_t)csize, -1.f, 1.f, dt);
+    const size_t nout = (size_t)(m * nh * hd);
+    float *ref = malloc(nout * sizeof *ref), *scores = malloc((size_t)maxc * sizeof(float));
+    assert_true(ref && scores);
+    lpo_cpu_attention(ref, qkv, kc, vc, slot, pos, m, nh, nkv, hd, maxc, window, scores, 1);
+    void *dqkv = dev_upload(qkv, (size_t)(m * row), dt);
+    void *dkc = dev_upload(kc, (size_t)csize, dt), *dvc = dev_upload(vc, (size_t)csize, dt);
+    int32_t *dslot = dev_copy(slot, (size_t)m * sizeof *slot);
+    int64_t *dpos = dev_copy(pos, (size_t)m * sizeof *pos);
+    for (int s = 0; s < n_splits; s++) {
+        const int ns = splits[s] ? splits[s] : lpo_cuda_attention_decode_splits(m, nh, nkv, max_len, n_sm);
+        const size_t wsb = lpo_cuda_attention_decode_workspace(m, nh, hd, ns);
+        void *ws = wsb ? dev_poison(wsb / 4, LPO_DT_F32) : NULL;
+        void *datt = dev_poison(nout, dt);
+        OK(lpo_cuda_attention_decode(datt, dqkv, dkc, dvc, dslot, dpos, m, nh, nkv, hd, maxc, window, ns, ws,
+                                     wsb, dt, 0));
+        float *got = dev_download(datt, nout, dt);
+        char what[140];
+        snprintf(what, sizeof what,
+                 "attn decode B=%d len %lld%s heads %lld/%lld hd %lld win %lld splits %d%s", m,
+                 (long long)lens[0], m > 1 ? ".." : "", (long long)nh, (long long)nkv, (long long)hd,
+                 (long long)window, ns, splits[s] ? "" : " (auto)");
+        check_close(what, got, ref, nout, dt);
+        free(got);
+    }
+    free(qkv);
+    free(kc);
+    free(vc);
+    free(ref);
+    free(scores);
+    dev_free_all();
+}
+
+/* The decode form at the shapes of the engine's decode steps: batch 1 at contexts 1 .. 4096 (one chunk,
+ * partial chunks, several chunks per split), head_dim 64 (Llama-3.2-1B: 32/8 heads) and 128 (8B: 32/8;
+ * GQA 8: 64/8), sliding windows, split counts 1 .. more than the positions, batch 8 with mixed lengths. */
+static void test_attention_decode(void **state) {
+    (void)state;
+    g_failures = 0;
+    int n_sm = 0;
+    CK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0));
+    static const int splits[] = {1, 2, 3, 7, 33, 100, 256, 0};
+    const int nsp = (int)(sizeof splits / sizeof splits[0]);
+    static const int64_t lens[] = {1, 17, 128, 1000, 4096};
+    static const int64_t shapes[][3] = {{32, 8, 64}, {32, 8, 128}, {64, 8, 128}, {16, 2, 64}}; // nh, nkv, hd
+    for (int d = 0; d < 3; d++) {
+        for (int sh = 0; sh < 4; sh++)
+            for (int li = 0; li < 5; li++) {
+                const int64_t L = lens[li];
+                // long contexts: every dtype for the 8B/1B shapes, f32 and bf16 for the others (time)
+                if (L == 4096 && sh >= 2 && DTS[d] == LPO_DT_F16) continue;
+                run_decode_lens(shapes[sh][0], shapes[sh][1], shapes[sh][2], 1, &L, L + 3, 0, splits, nsp,
+                                DTS[d], n_sm);
+            }
+        const int64_t l1000 = 1000, l4096 = 4096, l17 = 17;
+        const int wsp[] = {1, 5, 64, 0};
+        run_decode_lens(32, 8, 128, 1, &l1000, 1000, 100, wsp, 4, DTS[d], n_sm); // window inside the context
+        run_decode_lens(32, 8, 64, 1, &l4096, 4096, 4096, wsp, 4, DTS[d], n_sm); // window = the context
+        run_decode_lens(32, 8, 64, 1, &l17, 64, 8, wsp, 4, DTS[d], n_sm);        // window 8 < one chunk
+        const int64_t mixed[8] = {1, 2000, 33, 4096, 64, 65, 777, 3};
+        run_decode_lens(32, 8, 128, 8, mixed, 4096, 0, splits, nsp, DTS[d], n_sm);
+        run_decode_lens(32, 8, 64, 8, mixed, 4096, 300, splits, nsp, DTS[d], n_sm);
+        run_decode_lens(8, 1, 256, 3, mixed + 1, 4096, 0, splits, nsp, DTS[d], n_sm); // MQA, hd 256, G 8
+        run_decode_lens(12, 3, 16, 4, mixed + 4, 800, 0, splits, nsp, DTS[d], n_sm);  // hd 16, group 4
+        run_decode_lens(6, 3, 32, 2, mixed + 5, 800, 50, splits, nsp, DTS[d], n_sm);  // hd 32, group 2
+    }
+    end_checks("attention decode");
 }
 
 static void test_attention(void **state) {
@@ -1077,12 +1163,12 @@ static void test_timing(void **state) {
             bench_row(name, &a2, 2048.0 * 6144 * 2 + 2.0 * 2048 * kvd * 2, 32.0 * pairs * 4 * 128, ws, gws);
         }
     }
-    // decode: batch 1 (slot rotates over 64 caches, none in L2) and batch 64, at context 128 and 2048
+    // decode: batch 1 (slot rotates over 64 caches, none in L2), 8 and 64, at context 128 and 2048
     for (int i = 0; i < 64; i++) slot64[i] = i;
     int32_t *dslot64 = dev_copy(slot64, 64 * sizeof *slot64);
-    const int64_t ctxs[2] = {128, 2048}, bs[2] = {1, 64};
+    const int64_t ctxs[2] = {128, 2048}, bs[3] = {1, 8, 64};
     for (int ci = 0; ci < 2; ci++) {
-        for (int bi = 0; bi < 2; bi++) {
+        for (int bi = 0; bi < 3; bi++) {
             for (int i = 0; i < 64; i++) pos[i] = ctxs[ci] - 1;
             int64_t *dposd = dev_copy(pos, 64 * sizeof *pos);
             const int ns = lpo_cuda_attention_decode_splits(bs[bi], 32, 8, ctxs[ci], n_sm);
@@ -1147,11 +1233,13 @@ int main(void) {
     const char *only = getenv("LPO_TEST_ONLY"); /* a cmocka name pattern, e.g. "test_attention" */
     if (only) cmocka_set_test_filter(only);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_convert),  cmocka_unit_test(test_dequant), cmocka_unit_test(test_synth),
-        cmocka_unit_test(test_embed),    cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_elementwise),
-        cmocka_unit_test(test_qkv_post), cmocka_unit_test(test_gemm),    cmocka_unit_test(test_attention),
-        cmocka_unit_test(test_finite),   cmocka_unit_test(test_argmax),  cmocka_unit_test(test_sample),
-        cmocka_unit_test(test_timing),
+        cmocka_unit_test(test_convert),   cmocka_unit_test(test_dequant),
+        cmocka_unit_test(test_synth),     cmocka_unit_test(test_embed),
+        cmocka_unit_test(test_rmsnorm),   cmocka_unit_test(test_elementwise),
+        cmocka_unit_test(test_qkv_post),  cmocka_unit_test(test_gemm),
+        cmocka_unit_test(test_attention), cmocka_unit_test(test_attention_decode),
+        cmocka_unit_test(test_finite),    cmocka_unit_test(test_argmax),
+        cmocka_unit_test(test_sample),    cmocka_unit_test(test_timing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

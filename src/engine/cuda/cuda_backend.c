@@ -1026,8 +1026,8 @@ static lpo_status layout(cuda_ctx *c, const lpo_oplist *ref, void *staging) {
     c->rope_cos = carve(c, (double)ctx * (hd / 2) * 4.0);
     c->rope_sin = carve(c, (double)ctx * (hd / 2) * 4.0);
     c->gemm_ws = carve(c, GEMM_WS);
-    /* decode attention: m * splits stays below T + 2 SMs + 1 (the split heuristic), so this holds any step */
-    c->att_ws_bytes = lpo_cuda_attention_decode_workspace(1, s->n_heads, hd, (int)(T + 2 * c->n_sm + 1));
+    /* decode attention: m * splits stays below T + 4 SMs + 1 (the split heuristic), so this holds any step */
+    c->att_ws_bytes = lpo_cuda_attention_decode_workspace(1, s->n_heads, hd, (int)(T + 4 * c->n_sm + 1));
     c->att_ws = carve(c, (double)c->att_ws_bytes);
     c->d_ids = carve(c, (double)T * 4);
     c->d_tokens = carve(c, (double)T * 4);
