@@ -26,16 +26,17 @@
  * cells (NaN), thousands separators ("1,234,567"), several tables in one file (a header row again starts a
  * new table) and several files into one result list (lines starting with "==" are ncu messages). */
 typedef struct {
-    char *name;     /* the kernel name as lpo's tracer writes it: a mangled Kernel Name demangled with
-                       __cxa_demangle (ncu's own demangled form differs); otherwise the cell as printed */
-    char *printed;  /* the Kernel Name cell as in the file */
-    char *device;   /* device__attribute_display_name when it was collected, else NULL */
-    char *nvtx;     /* innermost NVTX push/pop range open at the launch (ncu --nvtx), else NULL */
-    long id;        /* ncu's result ID within its export */
-    int set;        /* the kernel set (ncu run) it came from; -1 unknown */
-    char block[48]; /* "Block Size" as printed: "(256, 1, 1)" */
-    char grid[48];  /* "Grid Size" */
-    double *v;      /* [n_metrics] in base units; NaN when n/a or not in this row's table */
+    char *name;       /* the kernel name as lpo's tracer writes it: a mangled Kernel Name demangled with
+                         __cxa_demangle (ncu's own demangled form differs); otherwise the cell as printed */
+    char *printed;    /* the Kernel Name cell as in the file */
+    char *device;     /* device__attribute_display_name when it was collected, else NULL */
+    char *nvtx;       /* innermost NVTX push/pop range open at the launch (ncu --nvtx), else NULL */
+    char *nvtx_outer; /* outermost one (lpo's engine: the step, "prefill" or "decode_step"), else NULL */
+    long id;          /* ncu's result ID within its export */
+    int set;          /* the kernel set (ncu run) it came from; -1 unknown */
+    char block[48];   /* "Block Size" as printed: "(256, 1, 1)" */
+    char grid[48];    /* "Grid Size" */
+    double *v;        /* [n_metrics] in base units; NaN when n/a or not in this row's table */
 } lpo_ncu_result;
 
 typedef struct {
@@ -91,10 +92,11 @@ typedef struct {
 } lpo_deep_top;
 
 typedef struct {
-    char *base;    /* function base name shared by the set's kernels */
-    long skip;     /* --launch-skip (launches of that base) */
-    long count;    /* --launch-count */
-    long launches; /* launches of that base in the trace */
+    char *base;     /* function base name shared by the set's kernels */
+    long skip;      /* --launch-skip (launches of that base) */
+    long count;     /* --launch-count */
+    long launches;  /* launches of that base in the trace */
+    char note[240]; /* why its ncu run gave no results (ncu's own words: "No kernels were profiled."), "" */
 } lpo_deep_set;
 
 typedef struct {
@@ -108,8 +110,12 @@ typedef struct {
 
 /* Function base name of a demangled kernel name, malloc'd: the identifier before the template arguments
  * and parameter list ("void at::native::(anonymous namespace)::softmax<float>(float*, long)" -> "softmax";
- * an extern "C" name is itself). */
+ * an extern "C" name is itself), read forward so that a name cut inside its template arguments still gives
+ * its base; a name without an identifier ("[CUDA memcpy HtoD]") is itself. */
 char *lpo_deep_base_name(const char *name);
+/* 1 when a demangled name was cut short (a '<' or '(' that never closes): an older trace cut names at 4096
+ * characters; such a name meets ncu's full name as a prefix of it. */
+int lpo_deep_name_is_cut(const char *name);
 /* Reads dir/kernels.csv (lpo trace; kernel rows only) and dir/ranges.csv (optional), takes the top_k
  * kernels by total time and plans one kernel set per base name: the window of launches of that base
  * that should hold `count` instances of each of its top kernels (launches interleave), starting at
@@ -170,17 +176,41 @@ typedef struct {
     double sm_clock_hz;
     lpo_deep_bound bound;
     char rule[160]; /* the comparison that decided the class */
-    /* lpo's engine: op-list ops its labels name, FLOPs expected per instance (nearest op) and the
-     * difference of ncu's count from it */
+    /* lpo's engine (GEMMs): the op (group) of its worst instance, the op's multiply-add FLOPs (2 m n k)
+     * per instance (mean over instances) and the worst difference of ncu's multiply-add count from it, in %
+     * (per (phase, op) rows: lpo_deep_analysis.x) */
     char op[128];
     double op_flops;
-    double flop_diff_pct; /* NaN when not checked */
-    int gemm;             /* counted as a GEMM for the cross-check */
+    double flop_diff_pct;  /* NaN when not checked */
+    char xcheck_note[160]; /* why a GEMM was not checked, "" otherwise */
+    int gemm;              /* counted as a GEMM for the cross-check */
 } lpo_deep_kernel;
 
 typedef struct {
     double latency_below; /* latency/occupancy-bound when both fractions are below this (0.4) */
 } lpo_deep_rules;
+
+/* lpo's engine: the op lists of its two phases, for the GEMM FLOP cross-check. An instance runs in the
+ * phase its outermost NVTX range names ("prefill", "decode_step": ncu --nvtx); one without is compared with
+ * both lists. */
+typedef struct {
+    const lpo_oplist *decode;  /* one decode step of batch B (matmuls: m = B) */
+    const lpo_oplist *prefill; /* the prefill of the workload's prompts (m = B x prompt tokens); NULL when
+                                  the prompt length is not known */
+} lpo_deep_ops;
+
+/* One row of the cross-check: a GEMM kernel's instances of one phase and op (group). MAC FLOPs: tensor-core
+ * FLOPs + 2 x the FMAs of the busiest CUDA-core precision; the op's: 2 m n k of its matmuls (docs/deep.md).
+ */
+typedef struct {
+    size_t kernel;             /* index into lpo_deep_analysis.k */
+    char phase[16];            /* "prefill", "decode" ("" never: an unknown phase takes the nearer list's) */
+    char op[128];              /* the op (group), layers generic: "layers.*.mlp.gate_up" */
+    size_t n;                  /* instances */
+    double mac, op_mac, other; /* per instance (means): ncu's MAC FLOPs, the op's, ncu's other FLOPs */
+    double diff_pct;           /* the worst instance: 100 (mac - op_mac) / op_mac */
+    char reason[400];          /* why, when |diff_pct| > 1%; "" otherwise */
+} lpo_deep_xcheck;
 
 typedef struct {
     lpo_deep_kernel *k;
@@ -188,15 +218,17 @@ typedef struct {
     lpo_peaks peaks;
     char dram_peak_src[160], l2_peak_src[160];
     lpo_deep_rules rules;
-    const lpo_oplist *ops;    /* NULL: not lpo's engine */
+    const lpo_deep_ops *ops; /* NULL: not lpo's engine */
+    lpo_deep_xcheck *x;      /* the GEMM FLOP cross-check, n_x rows (kernel order) */
+    size_t n_x;
     size_t unmatched_results; /* ncu results of kernels outside the plan */
 } lpo_deep_analysis;
 
 /* Groups res by kernel name (plan order first; kernels not in the plan follow), computes every figure
  * above against peaks (ceilings missing from peaks are taken from ncu's own peaks: rate / % of peak) and
- * classifies. ops (may be NULL) is the op list of lpo's engine for the GEMM FLOP cross-check. */
+ * classifies. ops (may be NULL) holds the op lists of lpo's engine for the GEMM FLOP cross-check. */
 lpo_status lpo_deep_analyze(const lpo_deep_plan *plan, const lpo_ncu_results *res, const lpo_peaks *peaks,
-                            const lpo_deep_rules *rules, const lpo_oplist *ops, lpo_deep_analysis *out);
+                            const lpo_deep_rules *rules, const lpo_deep_ops *ops, lpo_deep_analysis *out);
 void lpo_deep_analysis_free(lpo_deep_analysis *a);
 
 /* ---- report ---------------------------------------------------------------------------------------------

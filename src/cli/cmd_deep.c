@@ -262,12 +262,62 @@ static lpo_status metric_list(const lpo_cli_args *a, const deep_cfg *d, const ch
 
 /* ---- the op list of lpo's engine (GEMM FLOP cross-check)
  * ----------------------------------------------------- */
-static lpo_status engine_oplist(const lpo_node *cfg, lpo_model **m, lpo_oplist *ops) {
+/* Prompt tokens per sequence of the engine workload's prefill: the ids of tokens=, else dataset.prompt_len
+ * of the synthetic dataset when its lengths are fixed; 0 when not known here (prompt=TEXT: the tokenizer
+ * decides; lengths that vary). */
+static int64_t prefill_tokens(const lpo_node *cfg, const lpo_cli_args *args) {
+    const char *ids = lpo_cli_param_value(args, "tokens");
+    if (ids) {
+        int64_t n = 0;
+        for (const char *p = ids; *p;) { /* each number */
+            while (*p && (*p < '0' || *p > '9')) p++;
+            if (!*p) break;
+            n++;
+            while (*p >= '0' && *p <= '9') p++;
+        }
+        return n;
+    }
+    if (lpo_cli_param_value(args, "prompt")) return 0;
+    const char *dist = NULL, *kind = NULL;
+    int64_t len = 0;
+    if (lpo_cfg_str_or(cfg, "dataset.kind", "synthetic", &kind) || strcmp(kind, "synthetic")) return 0;
+    if (lpo_cfg_str_or(cfg, "dataset.prompt_len_dist", "fixed", &dist) || strcmp(dist, "fixed")) return 0;
+    if (lpo_cfg_int_or(cfg, "dataset.prompt_len", 0, &len)) return 0;
+    return len > 0 ? len : 0;
+}
+
+/* The op lists of lpo's engine: one decode step and the prefill (batch infer.batch_size); no prefill list
+ * (said in notes) when its length is not known. */
+static lpo_status engine_oplists(const lpo_node *cfg, const lpo_cli_args *args, lpo_model **m,
+                                 lpo_oplist *dec, lpo_oplist *pre, int *have_pre, lpo_strbuf *notes) {
     lpo_status st = lpo_model_open(lpo_node_child(cfg, "model"), m);
     int64_t batch = 1;
     if (!st) st = lpo_cfg_int_or(cfg, "infer.batch_size", 1, &batch);
-    if (!st) st = lpo_oplist_build_phase(lpo_model_get_spec(*m), 1, batch > 0 ? (int)batch : 1, 1, NULL, ops);
+    const int b = batch > 0 ? (int)batch : 1;
+    if (!st) st = lpo_oplist_build_phase(lpo_model_get_spec(*m), 1, b, 1, NULL, dec);
+    const int64_t t = st ? 0 : prefill_tokens(cfg, args);
+    *have_pre = 0;
+    if (t > 0) {
+        st = lpo_oplist_build_phase(lpo_model_get_spec(*m), 0, b, t, NULL, pre);
+        *have_pre = st == LPO_OK;
+        if (!st)
+            lpo_sb_printf(
+                notes, "- FLOP cross-check: decode op list m = %d, prefill op list m = %d x %lld tokens.\n",
+                b, b, (long long)t);
+    } else if (!st) {
+        lpo_sb_printf(notes,
+                      "- FLOP cross-check: decode op list m = %d; the prefill's length is not known "
+                      "(prompt=TEXT or varying prompt lengths): prefill GEMMs are not checked.\n",
+                      b);
+    }
     return st;
+}
+
+/* --import with a model= (or model.*) override: the exports are of lpo's engine with that model. */
+static int names_model(const lpo_cli_args *a) {
+    for (size_t i = 0; i < a->n_overrides; i++)
+        if (!strncmp(a->overrides[i], "model=", 6) || !strncmp(a->overrides[i], "model.", 6)) return 1;
+    return 0;
 }
 
 /* ---- the command ------------------------------------------------------------------------------------------
@@ -326,6 +376,27 @@ static lpo_status trace_workload(deep_run *r) {
     return lpo_deep_plan_load(tdir, &r->d.sel, &r->plan);
 }
 
+/* Why an ncu run gave no results, from its log: the last ==ERROR== line, else the last ==WARNING== one
+ * (ncu's "No kernels were profiled."), else the exit status. */
+static void ncu_log_reason(const char *log, int rc, char *out, size_t n) {
+    char *d = NULL;
+    size_t len = 0;
+    const char *err = NULL, *warn = NULL;
+    if (lpo_read_file(log, &d, &len) == LPO_OK)
+        for (char *line = d; line && *line;) { /* each line */
+            char *nl = strchr(line, '\n');
+            if (nl) *nl = 0;
+            if (!strncmp(line, "==ERROR== ", 10)) err = line + 10;
+            if (!strncmp(line, "==WARNING== ", 12)) warn = line + 12;
+            line = nl ? nl + 1 : NULL;
+        }
+    if (err || warn)
+        snprintf(out, n, "ncu: %s", err ? err : warn);
+    else
+        snprintf(out, n, "ncu exited with status %d and wrote no export", rc);
+    free(d);
+}
+
 /* (2, 3) one ncu run per kernel set, each export imported as CSV */
 static lpo_status profile_sets(deep_run *r, const char *metrics) {
     char ndir[PATH_MAX + 8];
@@ -356,15 +427,19 @@ static lpo_status profile_sets(deep_run *r, const char *metrics) {
             irc = run_to_file(imp, csv, log);
             lpo_argv_free(imp);
         }
+        lpo_deep_set *ws = &r->plan.s[s];
+        if (irc < 0)
+            ncu_log_reason(log, rc, ws->note, sizeof ws->note);
+        else if (irc > 0)
+            snprintf(ws->note, sizeof ws->note, "importing its export failed (exit status %d)", irc);
         lpo_sb_printf(
             &r->notes,
-            "- ncu set %zu (`%s`, --launch-skip %ld --launch-count %ld): %.1f s, exit status %d%s.\n", s,
-            set->base, set->skip, set->count, secs, rc,
-            irc == 0  ? ""
-            : irc < 0 ? ", no export written (see its log)"
-                      : ", import failed");
+            "- ncu set %zu (`%s`, --launch-skip %ld --launch-count %ld): %.1f s, exit status %d%s%s%s.\n", s,
+            set->base, set->skip, set->count, secs, rc, irc ? ", NO RESULTS: " : "", ws->note,
+            irc ? " (see its log)" : "");
         if (irc != 0) {
-            fprintf(stderr, "lpo deep: warning: set %zu (%s) gave no results: see %s\n", s, set->base, log);
+            fprintf(stderr, "lpo deep: warning: set %zu (%s) gave no results (%s): see %s\n", s, set->base,
+                    ws->note, log);
             continue;
         }
         lpo_status st = lpo_ncu_load_csv(&r->res, csv, (int)s);
@@ -447,13 +522,14 @@ static lpo_status run_deep(deep_run *r) {
     if (!st && pk.source == LPO_PEAKS_NONE && gpu) st = lpo_peaks_lookup(gpu, NULL, &pk);
     if (st) return st;
     lpo_model *m = NULL;
-    lpo_oplist ops = {0};
-    int engine = !r->args.n_passthrough && !import;
-    if (engine && engine_oplist(r->cfg, &m, &ops) != LPO_OK) {
+    lpo_oplist dec = {0}, pre = {0};
+    int engine = !r->args.n_passthrough && (!import || names_model(&r->args)), have_pre = 0;
+    if (engine && engine_oplists(r->cfg, &r->args, &m, &dec, &pre, &have_pre, &r->notes) != LPO_OK) {
         lpo_sb_printf(&r->notes, "- no op list for the FLOP cross-check: %s\n", lpo_last_error());
         lpo_error_clear();
         engine = 0;
     }
+    lpo_deep_ops ops = {&dec, have_pre ? &pre : NULL};
     lpo_deep_rules rules = {r->d.latency_below};
     lpo_deep_analysis an;
     st = lpo_deep_analyze(r->have_plan ? &r->plan : NULL, &r->res, &pk, &rules, engine ? &ops : NULL, &an);
@@ -483,7 +559,8 @@ static lpo_status run_deep(deep_run *r) {
     }
     lpo_deep_analysis_free(&an);
     lpo_sb_free(&title);
-    lpo_oplist_free(&ops);
+    lpo_oplist_free(&dec);
+    lpo_oplist_free(&pre);
     if (m) lpo_model_close(m);
     return st;
 }

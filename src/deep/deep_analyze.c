@@ -102,11 +102,14 @@ static double ncu_peak(const lpo_ncu_results *res, const char *rate, const char 
 
 /* ---- lpo's engine: labels -> ops ------------------------------------------------------------------------
  */
-/* FLOPs of the ops a label names ("layers.7.mlp.gate_up", fused "layers.7.attn.residual+mlp_norm",
- * "final_norm+lm_head"); 0 when any part is not an op of the list. */
-static double label_flops(const lpo_oplist *ops, const char *label) {
+/* The matmul work of the ops a label names ("layers.7.mlp.gate_up", fused "layers.7.mlp.gate_up+mlp.act",
+ * "final_norm+lm_head"): the sum of 2 m n k over its LINEAR and LM_HEAD ops; *one gets the matmul when there
+ * is exactly one (else NULL). 0 when any part is not an op of the list or none is a matmul. */
+static double label_mac(const lpo_oplist *ops, const char *label, const lpo_op **one) {
     char prefix[64] = "";
     const char *rest = label;
+    *one = NULL;
+    if (!ops) return 0;
     if (!strncmp(label, "layers.", 7)) { /* the shared "layers.N." prefix, written once */
         const char *dot = strchr(label + 7, '.');
         if (!dot || (size_t)(dot + 1 - label) >= sizeof prefix) return 0;
@@ -114,6 +117,7 @@ static double label_flops(const lpo_oplist *ops, const char *label) {
         rest = dot + 1;
     }
     double sum = 0;
+    int n_mm = 0;
     for (const char *p = rest; p && *p;) { /* each '+'-separated op */
         const char *plus = strchr(p, '+');
         size_t len = plus ? (size_t)(plus - p) : strlen(p);
@@ -125,7 +129,11 @@ static double label_flops(const lpo_oplist *ops, const char *label) {
         size_t o = 0;
         while (o < ops->n_ops && strcmp(ops->ops[o].name, name)) o++;
         if (o == ops->n_ops) return 0;
-        sum += lpo_op_flops(&ops->ops[o]);
+        const lpo_op *op = &ops->ops[o];
+        if (op->kind == LPO_OP_LINEAR || op->kind == LPO_OP_LM_HEAD) { /* a matmul: its multiply-adds */
+            sum += 2.0 * (double)op->m * (double)op->n * (double)op->k;
+            *one = n_mm++ ? NULL : op;
+        }
         p = plus ? plus + 1 : NULL;
     }
     return sum;
@@ -140,41 +148,198 @@ static void generic_label(const char *label, char *out, size_t n) {
         snprintf(out, n, "%s", label);
 }
 
-/* Cross-checks kernel k's results (idx, n) against the ops its labels name: for each result, the op group
- * whose FLOPs are nearest to ncu's count. */
-static void cross_check(lpo_deep_kernel *k, const lpo_ncu_results *res, const size_t *idx, size_t n,
-                        const lpo_oplist *ops) {
-    k->flop_diff_pct = NAN;
-    if (!ops || !k->top || !k->top->n_labels) return;
-    double worst = -1, expect_sum = 0;
-    size_t checked = 0;
-    char best_label[128] = "";
-    for (size_t j = 0; j < n; j++) { /* each profiled instance */
-        const double f = result_flops_all(res, idx[j]);
-        double best = 0, best_rel = INFINITY;
-        for (size_t l = 0; l < k->top->n_labels; l++) { /* the ops its labels name */
-            const double e = label_flops(ops, k->top->labels[l]);
-            if (e <= 0) continue;
-            const double rel = fabs(f - e) / e;
-            if (rel < best_rel) {
-                best_rel = rel;
-                best = e;
-                generic_label(k->top->labels[l], best_label, sizeof best_label);
-            }
+/* Multiply-accumulate FLOPs of result i (docs/deep.md): tensor-core FLOPs plus 2 x the FMA instructions of
+ * the CUDA-core precision with the most of them; *fma gets that FMA count. The rest of its counted FLOPs
+ * (adds, multiplies, FMAs of other precisions: reductions, split-K partial sums, epilogues, conversions)
+ * is not the op's matmul work. */
+static double result_mac(const lpo_ncu_results *res, size_t i, double *fma) {
+    static const char *const fma_metric[] = {"smsp__sass_thread_inst_executed_op_ffma_pred_on.sum",
+                                             "smsp__sass_thread_inst_executed_op_hfma_pred_on.sum",
+                                             "smsp__sass_thread_inst_executed_op_dfma_pred_on.sum"};
+    double f[LPO_DEEP_N_PREC], best = 0;
+    result_flops(res, i, f);
+    for (size_t m = 0; m < sizeof fma_metric / sizeof fma_metric[0]; m++) { /* the busiest FMA class */
+        const double v = v0(res, i, fma_metric[m]);
+        if (v > best) best = v;
+    }
+    *fma = best;
+    return f[LPO_DEEP_TENSOR_BF16] + f[LPO_DEEP_TENSOR_FP16] + f[LPO_DEEP_TENSOR_TF32] +
+           f[LPO_DEEP_TENSOR_FP8] + f[LPO_DEEP_TENSOR_INT8] + f[LPO_DEEP_TENSOR_FP64] + 2.0 * best;
+}
+
+/* The tile of a cuBLAS / CUTLASS kernel from its name: "..._96x128_64x7_..." (nvjet: tile M x N, k-step 64)
+ * or "...tilesize128x128x64..."; 0 when the name has none. */
+static int name_tile(const char *name, long t[3]) {
+    for (const char *p = name; *p; p++) { /* each digit run that starts a candidate */
+        if (*p < '0' || *p > '9' || (p > name && p[-1] >= '0' && p[-1] <= '9')) continue;
+        char *e1, *e2, *e3;
+        long a = strtol(p, &e1, 10);
+        if (*e1 != 'x') continue;
+        long b = strtol(e1 + 1, &e2, 10);
+        if (e2 == e1 + 1 || (*e2 != '_' && *e2 != 'x')) continue;
+        long c = strtol(e2 + 1, &e3, 10);
+        if (e3 == e2 + 1 || (*e2 == '_' && *e3 != 'x')) continue;
+        if (a >= 8 && b >= 8 && c >= 8 && a <= 512 && b <= 512 && c <= 512) {
+            t[0] = a;
+            t[1] = b;
+            t[2] = c;
+            return 1;
         }
-        if (best <= 0) continue;
+    }
+    return 0;
+}
+
+static double ceil_div(double a, double b) {
+    return ceil(a / b);
+}
+
+/* Why ncu's multiply-adds (mac) differ from the op's 2 m n k (want) by more than 1%, into out. */
+static void diff_reason(char *out, size_t n, const lpo_deep_kernel *k, const lpo_ncu_results *res, size_t i,
+                        double mac, double fma, double want, const lpo_op *op) {
+    long t[3];
+    const double tensor = mac - 2.0 * fma;
+    const double grid = lpo_ncu_get(res, i, "launch__grid_size");
+    if (mac < want) {
+        snprintf(
+            out, n,
+            "ncu counts %.1f%% fewer multiply-adds than the op: the op's work is split over several kernels "
+            "or the label is not this kernel's op",
+            100.0 * (want - mac) / want);
+    } else if (op && tensor > 2.0 * fma && name_tile(k->name, t)) { /* tensor cores: tiles of t0 x t1 x t2 */
+        const double step = 2.0 * (double)t[0] * (double)t[1] * (double)t[2], m = (double)op->m,
+                     nn = (double)op->n, kk = (double)op->k;
+        const double ta = ceil_div(nn, (double)t[0]) * ceil_div(m, (double)t[1]),
+                     tb = ceil_div(m, (double)t[0]) * ceil_div(nn, (double)t[1]); /* either orientation */
+        const double need = (ta < tb ? ta : tb) * ceil_div(kk, (double)t[2]), counted = tensor / step;
+        lpo_strbuf b = {0};
+        lpo_sb_printf(
+            &b,
+            "ncu counts %.0f MMA steps of %ldx%ldx%ld tiles, the op tiled needs %.0f (tile padding %+.1f%%)",
+            counted, t[0], t[1], t[2], need, 100.0 * (need * step / want - 1.0));
+        if (counted > need * 1.005) { /* more steps than the tiles need: the schedule's */
+            lpo_sb_printf(
+                &b, "; the %+.1f%% beyond are extra k-steps of the kernel's split-K / stream-K schedule",
+                100.0 * (counted / need - 1.0));
+            if (isfinite(grid) && grid > 0 && fmod(counted, grid) == 0)
+                lpo_sb_printf(&b, " (%.0f = %.0f steps x %.0f CTAs: every CTA of the grid runs as many)",
+                              counted, counted / grid, grid);
+            else if (isfinite(grid) && grid > 0)
+                lpo_sb_printf(&b, " (%.4g steps per CTA of a %.0f-CTA grid)", counted / grid, grid);
+        }
+        snprintf(out, n, "%s", b.buf ? b.buf : "");
+        lpo_sb_free(&b);
+    } else if (op && fma > 0 && 2.0 * fma > tensor) { /* CUDA cores: multiply-adds per output */
+        const double per = fma / ((double)op->m * (double)op->n);
+        snprintf(out, n,
+                 "ncu counts %.0f multiply-adds per output for k = %lld: %.0f per output past k (padding the "
+                 "kernel multiplies, e.g. zeros of a k loop run in whole rounds)",
+                 per, (long long)op->k, per - (double)op->k);
+    } else {
+        snprintf(out, n,
+                 "ncu counts %.1f%% more multiply-adds than the op (the kernel does more than the op)",
+                 100.0 * (mac - want) / want);
+    }
+}
+
+/* Cross-checks kernel k (index ki)'s results (idx, n) against the op lists: per result, the phase its
+ * outermost NVTX range names, the candidate labels (its innermost NVTX range, else the trace's labels of
+ * the kernel), the nearest candidate's matmul work; one row per (phase, op) into a->x. */
+static void cross_check(lpo_deep_analysis *a, size_t ki, const lpo_ncu_results *res, const size_t *idx,
+                        size_t n) {
+    lpo_deep_kernel *k = &a->k[ki];
+    k->flop_diff_pct = NAN;
+    if (!a->ops || !k->gemm) return;
+    double worst = -1, expect_sum = 0;
+    size_t checked = 0, no_prefill = 0;
+    for (size_t j = 0; j < n; j++) { /* each profiled instance */
+        const size_t i = idx[j];
+        const char *outer = res->r[i].nvtx_outer, *inner = res->r[i].nvtx;
+        const lpo_oplist *lists[2] = {a->ops->decode, a->ops->prefill};
+        const char *phase = "";
+        if (outer && !strcmp(outer, "prefill")) {
+            lists[0] = a->ops->prefill;
+            lists[1] = NULL;
+            phase = "prefill";
+        } else if (outer && (!strcmp(outer, "decode_step") || !strcmp(outer, "decode"))) {
+            lists[1] = NULL;
+            phase = "decode";
+        }
+        double fma = 0;
+        const double mac = result_mac(res, i, &fma);
+        double best = 0, best_rel = INFINITY;
+        const lpo_op *best_op = NULL;
+        const lpo_oplist *best_list = NULL;
+        char best_label[128] = "";
+        const size_t n_cand = (k->top ? k->top->n_labels : 0) + 1;
+        for (size_t c = 0; c < n_cand; c++) { /* candidates: ncu's innermost range, then the trace's labels */
+            const char *label = c == 0 ? inner : k->top->labels[c - 1];
+            if (!label) continue;
+            for (int l = 0; l < 2; l++) { /* the phase's list (both when the phase is unknown) */
+                const lpo_op *one = NULL;
+                const double e = label_mac(lists[l], label, &one);
+                if (e <= 0) continue;
+                const double rel = fabs(mac - e) / e;
+                if (rel < best_rel) {
+                    best_rel = rel;
+                    best = e;
+                    best_op = one;
+                    generic_label(label, best_label, sizeof best_label);
+                    best_list = lists[l];
+                }
+            }
+            if (c == 0 && best > 0) break; /* ncu names the op itself: the trace's labels are not needed */
+        }
+        if (best <= 0) {
+            no_prefill += !strcmp(phase, "prefill") && !a->ops->prefill;
+            continue;
+        }
+        if (!phase[0]) phase = best_list == a->ops->prefill ? "prefill" : "decode";
         checked++;
         expect_sum += best;
-        const double d = 100.0 * (f - best) / best;
+        const double d = 100.0 * (mac - best) / best;
         if (fabs(d) > worst) {
             worst = fabs(d);
             k->flop_diff_pct = d;
+            snprintf(k->op, sizeof k->op, "%s", best_label);
+        }
+        lpo_deep_xcheck *x = NULL;
+        for (size_t r = 0; r < a->n_x && !x; r++) /* its row: same kernel, phase and op */
+            if (a->x[r].kernel == ki && !strcmp(a->x[r].phase, phase) && !strcmp(a->x[r].op, best_label))
+                x = &a->x[r];
+        if (!x) {
+            a->x = lpo_xrealloc_array(a->x, a->n_x + 1, sizeof *a->x, "deep cross-check");
+            x = &a->x[a->n_x++];
+            memset(x, 0, sizeof *x);
+            x->kernel = ki;
+            x->diff_pct = NAN;
+            snprintf(x->phase, sizeof x->phase, "%s", phase);
+            snprintf(x->op, sizeof x->op, "%s", best_label);
+        }
+        x->mac += mac;
+        x->op_mac += best;
+        x->other += result_flops_all(res, i) - mac;
+        x->n++;
+        if (!isfinite(x->diff_pct) || fabs(d) > fabs(x->diff_pct)) {
+            x->diff_pct = d;
+            if (fabs(d) > 1.0)
+                diff_reason(x->reason, sizeof x->reason, k, res, i, mac, fma, best, best_op);
+            else
+                x->reason[0] = 0;
         }
     }
-    if (checked) {
-        k->op_flops = expect_sum / (double)checked;
-        snprintf(k->op, sizeof k->op, "%s", best_label);
-    }
+    if (checked) k->op_flops = expect_sum / (double)checked;
+    if (!checked)
+        snprintf(k->xcheck_note, sizeof k->xcheck_note, "%s",
+                 no_prefill
+                     ? "it ran in the prefill, whose length is not known (prompt=TEXT, or prompt lengths "
+                       "that vary: dataset.prompt_len_dist)"
+                     : "no NVTX range or trace label of it names a matmul op of the list");
+    for (size_t r = 0; r < a->n_x; r++) /* sums -> means per instance */
+        if (a->x[r].kernel == ki && a->x[r].n) {
+            a->x[r].mac /= (double)a->x[r].n;
+            a->x[r].op_mac /= (double)a->x[r].n;
+            a->x[r].other /= (double)a->x[r].n;
+        }
 }
 
 /* ---- per kernel
@@ -290,11 +455,10 @@ static void fill_kernel(lpo_deep_kernel *k, const lpo_ncu_results *res, const si
                                     k->flops[LPO_DEEP_TENSOR_TF32] + k->flops[LPO_DEEP_TENSOR_FP8] +
                                     k->flops[LPO_DEEP_TENSOR_INT8]) > 0.5 * k->flops_all);
     classify(k, &a->rules);
-    cross_check(k, res, idx, n, a->ops);
 }
 
 /* The plan kernel a result belongs to: same name; else the same name without spaces (another C++ runtime's
- * demangler); -1 when none. */
+ * demangler); else a plan name cut short that begins ncu's name; -1 when none. */
 static long plan_index(const lpo_deep_plan *plan, const char *name) {
     if (!plan) return -1;
     for (size_t i = 0; i < plan->n; i++)
@@ -312,17 +476,22 @@ static long plan_index(const lpo_deep_plan *plan, const char *name) {
         }
         if (!*a && !*b) return (long)i;
     }
+    for (size_t i = 0; i < plan->n; i++) { /* a name the trace cut short: a prefix of ncu's full name */
+        const char *a = plan->k[i].name;
+        if (lpo_deep_name_is_cut(a) && !strncmp(a, name, strlen(a))) return (long)i;
+    }
     return -1;
 }
 
 void lpo_deep_analysis_free(lpo_deep_analysis *a) {
     if (!a) return;
     free(a->k);
+    free(a->x);
     memset(a, 0, sizeof *a);
 }
 
 lpo_status lpo_deep_analyze(const lpo_deep_plan *plan, const lpo_ncu_results *res, const lpo_peaks *peaks,
-                            const lpo_deep_rules *rules, const lpo_oplist *ops, lpo_deep_analysis *out) {
+                            const lpo_deep_rules *rules, const lpo_deep_ops *ops, lpo_deep_analysis *out) {
     memset(out, 0, sizeof *out);
     if (peaks) out->peaks = *peaks;
     out->rules.latency_below = rules && rules->latency_below > 0 ? rules->latency_below : 0.4;
@@ -380,9 +549,10 @@ lpo_status lpo_deep_analyze(const lpo_deep_plan *plan, const lpo_ncu_results *re
         out->k[k].theoretical_occupancy_pct = out->k[k].tensor_pipe_pct = out->k[k].sm_clock_hz = NAN;
         out->k[k].flop_diff_pct = NAN;
         out->k[k].dur_s = NAN;
-        if (n)
+        if (n) {
             fill_kernel(&out->k[k], res, idx, n, out);
-        else
+            cross_check(out, k, res, idx, n);
+        } else
             snprintf(out->k[k].rule, sizeof out->k[k].rule, "not profiled (no ncu result)");
     }
     /* where the bandwidth ceilings came from */

@@ -12,34 +12,61 @@
 
 /* ---- base names -----------------------------------------------------------------------------------------
  */
-/* Index of the bracket opening the one that closes at e (text[e] == close), or -1. */
-static long match_back(const char *text, long e, char open, char close) {
+/* Past the bracket pair opening at p (*p == open), or NULL when it does not close (a cut name). Only this
+ * pair is counted: the other kinds of bracket inside it do not matter. */
+static const char *skip_pair(const char *p, char open, char close) {
     int depth = 0;
-    for (long i = e; i >= 0; i--) { /* walk back, counting this bracket pair only */
-        if (text[i] == close) depth++;
-        if (text[i] == open && --depth == 0) return i;
+    for (; *p; p++) { /* forward, counting this bracket pair only */
+        if (*p == open) depth++;
+        if (*p == close && --depth == 0) return p + 1;
     }
-    return -1;
+    return NULL;
 }
 
+static int ident_char(char c) {
+    return isalnum((unsigned char)c) || c == '_' || c == '$';
+}
+
+/* A forward scan of the qualified name, so that a name cut short (the tracer's and ncu's limits) still
+ * gives its base: a leading return type "void " is skipped; then scopes separated by "::" are read, each an
+ * identifier (with template arguments or a parameter list when they close), "(anonymous namespace)",
+ * "<unnamed>" or a "{lambda...}"; the last identifier read is the base. The scan stops at the end, at a
+ * bracket that does not close, or at anything else (" const", the parameter list). */
 char *lpo_deep_base_name(const char *name) {
-    long e = (long)strlen(name) - 1;
-    while (e >= 0 && name[e] == ' ') e--;
-    if (e >= 6 && !strncmp(name + e - 4, "const", 5) && name[e - 5] == ' ') e -= 5; /* "...() const" */
-    while (e >= 0 && name[e] == ' ') e--;
-    if (e >= 0 && name[e] == ')') { /* the parameter list */
-        long o = match_back(name, e, '(', ')');
-        if (o > 0) e = o - 1;
+    const char *p = name, *b = NULL, *e = NULL;
+    while (*p == ' ') p++;
+    if (!strncmp(p, "void ", 5)) p += 5;
+    for (;;) { /* each scope */
+        static const char anon[] = "(anonymous namespace)", unnamed[] = "<unnamed>";
+        if (!strncmp(p, anon, sizeof anon - 1)) {
+            p += sizeof anon - 1;
+        } else if (!strncmp(p, unnamed, sizeof unnamed - 1)) {
+            p += sizeof unnamed - 1;
+        } else if (*p == '{') {
+            p = skip_pair(p, '{', '}');
+        } else if (ident_char(*p)) {
+            b = p;
+            while (ident_char(*p)) p++;
+            e = p;
+            if (*p == '<') p = skip_pair(p, '<', '>');
+            if (p && *p == '(') p = skip_pair(p, '(', ')');
+        } else {
+            break;
+        }
+        if (!p || strncmp(p, "::", 2)) break;
+        p += 2;
     }
-    while (e >= 0 && name[e] == ' ') e--;
-    if (e >= 0 && name[e] == '>') { /* template arguments */
-        long o = match_back(name, e, '<', '>');
-        if (o > 0) e = o - 1;
+    if (!b) return lpo_strdup(name); /* not an identifier there ("[CUDA memcpy HtoD]"): the whole name */
+    return lpo_strndup(b, (size_t)(e - b));
+}
+
+int lpo_deep_name_is_cut(const char *name) {
+    long angle = 0, paren = 0;
+    for (const char *p = name; *p; p++) { /* bracket balance of the whole name */
+        angle += *p == '<' ? 1 : *p == '>' ? -1 : 0;
+        paren += *p == '(' ? 1 : *p == ')' ? -1 : 0;
     }
-    long b = e;
-    while (b >= 0 && (isalnum((unsigned char)name[b]) || name[b] == '_' || name[b] == '$')) b--;
-    if (b == e) return lpo_strdup(name); /* not an identifier there: keep the whole name */
-    return lpo_strndup(name + b + 1, (size_t)(e - b));
+    return angle > 0 || paren > 0;
 }
 
 /* ---- reading the trace's tables --------------------------------------------------------------------------

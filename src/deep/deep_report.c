@@ -143,19 +143,42 @@ static void fmt_pct(char *b, size_t n, double v) {
         snprintf(b, n, "-");
 }
 
-static void paragraph(lpo_strbuf *o, const lpo_deep_analysis *a, const lpo_ncu_results *res, size_t i) {
+/* Why top kernel k has no ncu result: its set's ncu run said why, or the window held none of its launches. */
+static void unprofiled_reason(lpo_strbuf *o, const lpo_deep_kernel *k, const lpo_deep_plan *plan) {
+    const lpo_deep_set *s = plan && k->top && k->top->set >= 0 && (size_t)k->top->set < plan->n_sets
+                                ? &plan->s[k->top->set]
+                                : NULL;
+    if (!s) {
+        lpo_sb_puts(o, "no ncu result names it");
+        return;
+    }
+    lpo_sb_printf(o, "set %d (`--kernel-name regex:^%s$ --launch-skip %ld --launch-count %ld`", k->top->set,
+                  s->base, s->skip, s->count);
+    if (s->note[0])
+        lpo_sb_printf(o, "): %s (ncu/set%d.log)", s->note, k->top->set);
+    else
+        lpo_sb_puts(o,
+                    ") gave no result for it: its launches fell outside that window, or the results were not "
+                    "imported");
+}
+
+static void paragraph(lpo_strbuf *o, const lpo_deep_analysis *a, const lpo_deep_plan *plan,
+                      const lpo_ncu_results *res, size_t i) {
     const lpo_deep_kernel *k = &a->k[i];
     lpo_sb_printf(o, "**%zu. `%s`**", i + 1, short_name(k));
     if (k->top && k->top->range[0]) lpo_sb_printf(o, " (in `%s`)", k->top->range);
     lpo_sb_puts(o, ". ");
+    if (a->ops && k->top && !k->top->range[0])
+        lpo_sb_puts(o, "It runs outside the engine's step ranges (prefill, decode_step): set-up work such as "
+                       "model loading or weight synthesis, not inference. ");
     if (k->top)
         lpo_sb_printf(o, "%.1f%% of the kernel time of the trace, %ld launch%s of %.1f us on average. ",
                       k->top->time_pct, k->top->instances, k->top->instances == 1 ? "" : "es",
                       k->top->avg_ns / 1e3);
     if (!k->n_results) {
-        lpo_sb_puts(
-            o, "ncu profiled no instance of it (its launches fell outside the profiled window, or its name "
-               "did not match); see ncu/ for the run's log.\n\n");
+        lpo_sb_puts(o, "**Not profiled**: ");
+        unprofiled_reason(o, k, plan);
+        lpo_sb_puts(o, ".\n\n");
         return;
     }
     lpo_sb_printf(
@@ -238,9 +261,30 @@ static void write_md(lpo_strbuf *o, const lpo_deep_analysis *a, const lpo_deep_p
     lpo_sb_puts(o, "## Top kernels\n\n");
     lpo_table_write_md(t, o);
     lpo_sb_puts(
-        o, "\n`time_pct`: share of the trace's kernel time; `dur_us` and the rates: ncu's measurement "
-           "(one kernel at a time, caches flushed between passes); `ai`: FLOP per DRAM byte; `compute_pct`, "
-           "`dram_pct`, `l2_pct`: of the ceilings above. Every column: kernels_deep.csv (docs/deep.md).\n\n");
+        o,
+        "\n`time_pct`: share of the trace's kernel time; `dur_us` and the rates: ncu's measurement "
+        "(one kernel at a time, caches flushed between passes); `precision`: the class most of the counted "
+        "FLOPs ran in, i.e. the pipe, not the data type (a bf16 GEMV that multiplies in fp32 FFMAs is fp32); "
+        "`ai`: FLOP per DRAM byte; `compute_pct`, "
+        "`dram_pct`, `l2_pct`: of the ceilings above. Every column: kernels_deep.csv (docs/deep.md).\n\n");
+    size_t n_np = 0;
+    double np_pct = 0;
+    for (size_t i = 0; i < a->n; i++) /* top kernels ncu did not profile: named here, never silently */
+        if (a->k[i].top && !a->k[i].n_results) {
+            n_np++;
+            np_pct += a->k[i].top->time_pct;
+        }
+    if (n_np) {
+        lpo_sb_printf(o, "**%zu top kernel%s not profiled** (%.1f%% of the trace's kernel time):\n\n", n_np,
+                      n_np == 1 ? "" : "s", np_pct);
+        for (size_t i = 0; i < a->n; i++)
+            if (a->k[i].top && !a->k[i].n_results) {
+                lpo_sb_printf(o, "- #%zu `%s`: ", i + 1, short_name(&a->k[i]));
+                unprofiled_reason(o, &a->k[i], plan);
+                lpo_sb_puts(o, ".\n");
+            }
+        lpo_sb_puts(o, "\n");
+    }
     /* bound classes */
     lpo_sb_puts(o, "## Bound classes\n\n");
     lpo_sb_printf(
@@ -276,31 +320,53 @@ static void write_md(lpo_strbuf *o, const lpo_deep_analysis *a, const lpo_deep_p
     } else {
         lpo_sb_puts(
             o,
-            "ncu's counted FLOPs per instance against lpo_op_flops of the op (group) its NVTX label names, "
-            "nearest op per instance; they must agree within 1%.\n\n");
-        lpo_sb_puts(o, "| # | kernel | op | ncu GFLOP | op GFLOP | worst diff % | verdict |\n"
-                       "|---:|---|---|---:|---:|---:|---|\n");
-        for (size_t i = 0; i < a->n; i++) { /* each GEMM */
-            const lpo_deep_kernel *k = &a->k[i];
-            if (!k->gemm || !k->n_results) continue;
-            if (!isfinite(k->flop_diff_pct)) {
-                lpo_sb_printf(o, "| %zu | `%s` | %s | %.6g | - | - | no op label in the trace |\n", i + 1,
-                              short_name(k), k->top && k->top->range[0] ? k->top->range : "-",
-                              k->flops_all / 1e9);
-                continue;
+            "Per GEMM instance, ncu's multiply-accumulate FLOPs (MAC: tensor-core FLOPs + 2 x the FMAs of "
+            "the "
+            "busiest CUDA-core precision) against the op's 2 m n k (its matmuls: LINEAR, LM_HEAD) in the op "
+            "list of the phase the instance ran in (its outermost NVTX range: prefill, m = batch x prompt "
+            "tokens; decode_step, m = batch), for the op its innermost NVTX range or, in a CUDA graph, the "
+            "trace's graph node labels name (the nearest when several). They must agree within 1%. ncu's "
+            "other "
+            "FLOPs (adds and multiplies of reductions, split-K partial sums, epilogues; FMAs of other "
+            "precisions) are listed apart: they are not the op's matmul work.\n\n");
+        lpo_sb_puts(o,
+                    "| # | kernel | phase | op | instances | ncu MAC GFLOP | op 2mnk GFLOP | worst diff % | "
+                    "other GFLOP | verdict |\n|---:|---|---|---|---:|---:|---:|---:|---:|---|\n");
+        lpo_strbuf why = {0};
+        int n_why = 0;
+        for (size_t r = 0; r < a->n_x; r++) { /* each (kernel, phase, op) */
+            const lpo_deep_xcheck *x = &a->x[r];
+            const lpo_deep_kernel *k = &a->k[x->kernel];
+            const int ok = fabs(x->diff_pct) <= 1.0;
+            lpo_sb_printf(o, "| %zu | `%s` | %s | %s | %zu | %.6g | %.6g | %+.3f | %.4g (%.2f%%) | %s",
+                          x->kernel + 1, short_name(k), x->phase, x->op, x->n, x->mac / 1e9, x->op_mac / 1e9,
+                          x->diff_pct, x->other / 1e9, x->mac > 0 ? 100.0 * x->other / x->mac : 0.0,
+                          ok ? "agrees" : "DIFFERS");
+            if (!ok && x->reason[0]) {
+                lpo_sb_printf(o, " (%d)", ++n_why);
+                lpo_sb_printf(&why, "%d. `%s`, %s %s: %s.\n", n_why, short_name(k), x->phase, x->op,
+                              x->reason);
             }
-            lpo_sb_printf(o, "| %zu | `%s` | %s | %.6g | %.6g | %+.3f | %s |\n", i + 1, short_name(k), k->op,
-                          k->flops_all / 1e9, k->op_flops / 1e9, k->flop_diff_pct,
-                          fabs(k->flop_diff_pct) <= 1.0 ? "agrees" : "DIFFERS");
+            lpo_sb_puts(o, " |\n");
         }
+        for (size_t i = 0; i < a->n; i++) { /* GEMMs without a row */
+            const lpo_deep_kernel *k = &a->k[i];
+            if (!k->gemm || !k->n_results || isfinite(k->flop_diff_pct)) continue;
+            lpo_sb_printf(o, "| %zu | `%s` | - | %s | %zu | - | - | - | - | not checked: %s |\n", i + 1,
+                          short_name(k), k->top && k->top->range[0] ? k->top->range : "-", k->n_results,
+                          k->xcheck_note[0] ? k->xcheck_note : "no op label in the trace");
+        }
+        if (n_why) lpo_sb_printf(o, "\nWhy they differ:\n\n%s", why.buf);
+        lpo_sb_free(&why);
     }
     lpo_sb_puts(o, "\n## What limits each kernel\n\n");
-    for (size_t i = 0; i < a->n; i++) paragraph(o, a, res, i);
+    for (size_t i = 0; i < a->n; i++) paragraph(o, a, plan, res, i);
     if (a->unmatched_results)
-        lpo_sb_printf(o,
-                      "%zu ncu results belong to other kernels that share a function name with a top kernel "
-                      "(profiled in the same window); they are kept in ncu/ and left out above.\n\n",
-                      a->unmatched_results);
+        lpo_sb_printf(
+            o,
+            "%zu ncu result%s belong%s to other kernels that share a function name with a top kernel "
+            "(profiled in the same window); kept in ncu/ and left out above.\n\n",
+            a->unmatched_results, a->unmatched_results == 1 ? "" : "s", a->unmatched_results == 1 ? "s" : "");
     if (opt && opt->notes && *opt->notes) lpo_sb_printf(o, "## Run\n\n%s\n", opt->notes);
     lpo_sb_puts(
         o, "## Files\n\nkernels_deep.csv/.md/.json (every column), metrics.json, roofline_kernels.svg, "

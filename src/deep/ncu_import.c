@@ -159,6 +159,7 @@ void lpo_ncu_results_free(lpo_ncu_results *res) {
         free(res->r[i].printed);
         free(res->r[i].device);
         free(res->r[i].nvtx);
+        free(res->r[i].nvtx_outer);
         free(res->r[i].v);
     }
     for (size_t m = 0; m < res->n_metrics; m++) {
@@ -233,18 +234,19 @@ static int is_na(const char *s) {
     return !*s || !strcasecmp(s, "n/a") || !strcasecmp(s, "nan") || !strcmp(s, "-");
 }
 
-/* The innermost push/pop range of ncu's NVTX cell ('2067  "<default domain>:outer:none:..." "<default
- * domain>:inner:none:..."'): the second ':'-field of the last quoted entry, malloc'd; NULL when none. */
-static char *nvtx_innermost(const char *cell) {
-    const char *last = NULL;
+/* A push/pop range of ncu's NVTX cell ('2067  "<default domain>:outer:none:..." "<default
+ * domain>:inner:none:..."'): the second ':'-field of the last quoted entry (innermost) or of the first
+ * (outermost), malloc'd; NULL when none. */
+static char *nvtx_range(const char *cell, int innermost) {
+    const char *pick = NULL;
     for (const char *p = strchr(cell, '"'); p; p = strchr(p + 1, '"')) { /* opening quotes of entries */
         const char *close = strchr(p + 1, '"');
         if (!close) break;
-        last = p + 1;
+        if (innermost || !pick) pick = p + 1;
         p = close;
     }
-    if (!last) return NULL;
-    const char *a = strchr(last, ':'), *close = strchr(last, '"');
+    if (!pick) return NULL;
+    const char *a = strchr(pick, ':'), *close = strchr(pick, '"');
     if (!a || (close && a > close)) return NULL;
     const char *b = strchr(a + 1, ':');
     if (!b || (close && b > close)) b = close;
@@ -301,7 +303,10 @@ static lpo_status parse_table(lpo_ncu_results *res, const lpo_csv *c, size_t h, 
         x->name = lpo_demangle(x->printed);
         double id = -1;
         x->id = c_id >= 0 && lpo_ncu_number(c->cells[r][c_id], &id) ? (long)id : -1;
-        if (c_nvtx >= 0) x->nvtx = nvtx_innermost(c->cells[r][c_nvtx]);
+        if (c_nvtx >= 0) {
+            x->nvtx = nvtx_range(c->cells[r][c_nvtx], 1);
+            x->nvtx_outer = nvtx_range(c->cells[r][c_nvtx], 0);
+        }
         if (c_block >= 0) snprintf(x->block, sizeof x->block, "%s", c->cells[r][c_block]);
         if (c_grid >= 0) snprintf(x->grid, sizeof x->grid, "%s", c->cells[r][c_grid]);
         res->n++;

@@ -90,6 +90,12 @@ typedef struct {
     uint32_t aux;
 } lpo_raw_rec;
 
+/* The largest record (size is 16 bits and a multiple of 8) and the longest body it holds: a STRING of
+ * LPO_RAW_BODY_MAX bytes fills its record without a NUL (the reader copies it), a longer one is cut there
+ * (demangled C++ kernel names reach 10 KB and more). */
+#define LPO_RAW_REC_MAX  65528u
+#define LPO_RAW_BODY_MAX (LPO_RAW_REC_MAX - 8u)
+
 typedef struct {
     uint64_t start, end;    /* ns */
     uint64_t graph_node_id; /* 0 unless replayed from a CUDA graph */

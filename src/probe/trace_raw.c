@@ -59,7 +59,8 @@ int lpo_raw_flush(lpo_raw_writer *w) {
 
 void lpo_raw_put(lpo_raw_writer *w, uint16_t type, uint32_t aux, const void *body, size_t body_len) {
     if (!w->buf || w->fd < 0) return;
-    if (body_len > 65528) body_len = 65528; /* size is 16 bits: longer strings are cut */
+    if (body_len > LPO_RAW_BODY_MAX)
+        body_len = LPO_RAW_BODY_MAX; /* size is 16 bits: longer strings are cut */
     size_t size = (8 + body_len + 7) & ~(size_t)7;
     if (w->len + size > w->cap) lpo_raw_flush(w);
     uint8_t *p = w->buf + w->len;

@@ -32,8 +32,12 @@ const char *tr_category_name(int c) {
     return c >= 0 && c < CAT_N ? cat_names[c] : "other";
 }
 
-/* Case-insensitive substring rules, tried in this order (attention before gemm: flash kernels are
- * CUTLASS-built; norm before reduction). */
+/* Case-insensitive rules, tried in this order (attention before gemm: flash kernels are CUTLASS-built; norm
+ * before reduction). A plain pattern matches anywhere in the name; "*pat" only an identifier part that ends
+ * with pat, "pat*" one that begins with it. Parts are split at every character that is not a letter or
+ * digit, at camel-case humps ("LayerNormKernel": layer, norm, kernel; "RMSNorm": rms, norm) and between
+ * letters and digits ("batchnorm2d": batchnorm, 2, d). So "*norm" matches rmsnorm, layer_norm, norm_kernel,
+ * LayerNorm but not normal_kernel (random numbers), "rms*" not transforms. */
 static const struct {
     int cat;
     const char *pat;
@@ -65,8 +69,9 @@ static const struct {
     {CAT_GEMM, "dot_kernel"},
     {CAT_GEMM, "s16816"},
     {CAT_GEMM, "h16816"},
-    {CAT_NORM, "norm"},
-    {CAT_NORM, "rms"},
+    {CAT_NORM, "*norm"},
+    {CAT_NORM, "normaliz*"},
+    {CAT_NORM, "rms*"},
     {CAT_REDUCTION, "reduce"},
     {CAT_REDUCTION, "reduction"},
     {CAT_REDUCTION, "triton_red"},
@@ -107,9 +112,53 @@ static int icontains(const char *s, const char *pat) {
     return 0;
 }
 
+static int is_alnum_c(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+static int is_upper_c(char c) {
+    return c >= 'A' && c <= 'Z';
+}
+static int is_lower_c(char c) {
+    return c >= 'a' && c <= 'z';
+}
+
+/* 1 when a new part starts at s[i] (s[i - 1] alphanumeric): a camel-case hump ("layerNorm", "RMSNorm") or
+ * a change between letters and digits ("batchnorm2d"). */
+static int part_starts(const char *s, size_t i) {
+    const int digit = s[i] >= '0' && s[i] <= '9', digit_before = s[i - 1] >= '0' && s[i - 1] <= '9';
+    if (digit != digit_before) return 1;
+    return is_upper_c(s[i]) && (is_lower_c(s[i - 1]) || (is_upper_c(s[i - 1]) && is_lower_c(s[i + 1])));
+}
+
+/* 1 when an identifier part of s begins (begin) or ends (!begin) with pat[0..m) (lower case). */
+static int part_match(const char *s, const char *pat, size_t m, int begin) {
+    for (size_t b = 0; s[b];) { /* each part [b, e) */
+        if (!is_alnum_c(s[b])) {
+            b++;
+            continue;
+        }
+        size_t e = b + 1;
+        while (is_alnum_c(s[e]) && !part_starts(s, e)) e++;
+        if (e - b >= m) {
+            const char *q = begin ? s + b : s + e - m;
+            size_t k = 0;
+            while (k < m && (q[k] | 0x20) == pat[k]) k++;
+            if (k == m) return 1;
+        }
+        b = e;
+    }
+    return 0;
+}
+
 static int category_of(const char *name) {
-    for (size_t i = 0; i < sizeof cat_rules / sizeof cat_rules[0]; i++)
-        if (icontains(name, cat_rules[i].pat)) return cat_rules[i].cat;
+    for (size_t i = 0; i < sizeof cat_rules / sizeof cat_rules[0]; i++) { /* first rule that matches */
+        const char *pat = cat_rules[i].pat;
+        const size_t m = strlen(pat);
+        const int hit = pat[0] == '*'       ? part_match(name, pat + 1, m - 1, 0)
+                        : pat[m - 1] == '*' ? part_match(name, pat, m - 1, 1)
+                                            : icontains(name, pat);
+        if (hit) return cat_rules[i].cat;
+    }
     return CAT_OTHER;
 }
 

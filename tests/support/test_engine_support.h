@@ -33,6 +33,23 @@ static inline lpo_model_spec test_spec(void) {
     return s;
 }
 
+/* meta-llama/Llama-3.1-8B's config.json dimensions on test_spec's other fields (bf16, untied embeddings) */
+static inline lpo_model_spec test_spec_llama8b(void) {
+    lpo_model_spec s = test_spec();
+    strcpy(s.name, "llama3.1-8b");
+    s.vocab_size = 128256;
+    s.hidden_size = 4096;
+    s.n_layers = 32;
+    s.n_heads = 32;
+    s.n_kv_heads = 8;
+    s.head_dim = 128;
+    s.intermediate_size = 14336;
+    s.max_positions = 131072;
+    s.tied_embeddings = 0;
+    s.dtype = LPO_DT_BF16;
+    return s;
+}
+
 static inline uint64_t test_hash(const char *s, uint64_t i) {
     uint64_t h = 1469598103934665603ull;
     for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;

@@ -18,23 +18,6 @@
 #include "test_engine_support.h"
 #include "test_support.h"
 
-/* meta-llama/Llama-3.1-8B config.json */
-static lpo_model_spec llama8b(void) {
-    lpo_model_spec s = test_spec();
-    strcpy(s.name, "llama3.1-8b");
-    s.vocab_size = 128256;
-    s.hidden_size = 4096;
-    s.n_layers = 32;
-    s.n_heads = 32;
-    s.n_kv_heads = 8;
-    s.head_dim = 128;
-    s.intermediate_size = 14336;
-    s.max_positions = 131072;
-    s.tied_embeddings = 0;
-    s.dtype = LPO_DT_BF16;
-    return s;
-}
-
 static lpo_an_dtypes dtypes_of(const char *w, const char *a, const char *kv, int tile) {
     lpo_an_dtypes d = {lpo_an_dtype_find(w), lpo_an_dtype_find(a), lpo_an_dtype_find(kv), tile};
     assert_non_null(d.weights);
@@ -62,7 +45,7 @@ static void assert_close(double got, double want, double rel) {
 /* ---- Llama-3.1-8B by hand ------------------------------------------------------------------------------ */
 static void test_llama8b_decode(void **state) {
     (void)state;
-    lpo_model_spec s = llama8b();
+    lpo_model_spec s = test_spec_llama8b();
     lpo_an_dtypes dt = dtypes_of("bf16", "bf16", "bf16", 128);
     lpo_an_peaks p = h100();
     lpo_an_phase ph;
@@ -99,7 +82,7 @@ static void test_llama8b_decode(void **state) {
 
 static void test_llama8b_prefill_and_footprint(void **state) {
     (void)state;
-    lpo_model_spec s = llama8b();
+    lpo_model_spec s = test_spec_llama8b();
     lpo_an_dtypes dt = dtypes_of("bf16", "bf16", "bf16", 128);
     lpo_an_phase ph;
     assert_int_equal(lpo_an_phase_build(&s, 0, 1, 2048, &dt, NULL, &ph), LPO_OK);
@@ -135,7 +118,7 @@ static void test_llama8b_prefill_and_footprint(void **state) {
 /* ---- GQA vs MHA ---------------------------------------------------------------------------------------- */
 static void test_gqa_vs_mha(void **state) {
     (void)state;
-    lpo_model_spec gqa = llama8b(), mha = llama8b();
+    lpo_model_spec gqa = test_spec_llama8b(), mha = test_spec_llama8b();
     mha.n_kv_heads = 32;
     lpo_an_dtypes dt = dtypes_of("bf16", "bf16", "bf16", 1);
     lpo_an_phase g, m;
@@ -222,7 +205,7 @@ static void test_byte_split_matches_oplist(void **state) {
     s.o_bias = 1;
     s.mlp_bias = 1;
     check_split(&s, 1, 2, 30);
-    lpo_model_spec b = llama8b();
+    lpo_model_spec b = test_spec_llama8b();
     check_split(&b, 1, 1, 100);
 }
 
@@ -272,7 +255,7 @@ static void test_decode_total(void **state) {
 /* ---- roofline per op ----------------------------------------------------------------------------------- */
 static void test_roofline(void **state) {
     (void)state;
-    lpo_model_spec s = llama8b();
+    lpo_model_spec s = test_spec_llama8b();
     lpo_an_peaks p = h100();
     lpo_an_dtypes dt = dtypes_of("bf16", "bf16", "bf16", 128);
     lpo_an_phase ph;
@@ -313,7 +296,7 @@ static lpo_node *compose(const char *const *ov, size_t n) {
 
 static void test_config(void **state) {
     (void)state;
-    lpo_model_spec s = llama8b();
+    lpo_model_spec s = test_spec_llama8b();
     const char *ov[] = {"infer.batch_size=4", "dataset.prompt_len=300", "infer.max_new_tokens=20",
                         "hardware=h100-sxm"};
     lpo_node *cfg = compose(ov, 4);

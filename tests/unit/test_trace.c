@@ -324,6 +324,54 @@ static void test_gate_and_window(void **state) {
     free(dir);
 }
 
+/* Strings longer than one record holds (demangled C++ names reach 10 KB and more) are cut at
+ * LPO_RAW_BODY_MAX bytes, the record's size still valid; names up to that length arrive whole. */
+static void test_long_names(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir();
+    const size_t long_len = 70000, mid_len = 10000;
+    char *name = malloc(long_len + 1), *mid = malloc(mid_len + 1);
+    assert_non_null(name);
+    assert_non_null(mid);
+    memset(name, 'a', long_len);
+    name[long_len] = 0;
+    memset(mid, 'b', mid_len);
+    mid[mid_len] = 0;
+    lpo_raw_writer w;
+    lpo_raw_header h;
+    lpo_raw_header_init(&h, 79);
+    assert_int_equal(lpo_raw_open(&w, path_in(dir, "trace-79.lpot"), &h, 1 << 16), 0);
+    lpo_raw_put(&w, LPO_REC_STRING, 1, name, long_len + 1);
+    lpo_raw_put(&w, LPO_REC_STRING, 2, mid, mid_len + 1);
+    lpo_raw_kernel k1 = {.start = 100, .end = 200, .corr = 1, .name = 1};
+    lpo_raw_kernel k2 = {.start = 300, .end = 500, .corr = 2, .name = 2};
+    lpo_raw_put(&w, LPO_REC_KERNEL, 0, &k1, sizeof k1);
+    lpo_raw_put(&w, LPO_REC_KERNEL, 0, &k2, sizeof k2);
+    assert_int_equal(lpo_raw_close(&w), 0);
+    lpo_trace *t = NULL;
+    if (lpo_trace_load_dir(dir, &t)) fail_msg("%s", lpo_last_error());
+    lpo_trace_stats s;
+    lpo_trace_get_stats(t, &s);
+    assert_int_equal(s.kernels, 2); /* the record after the longest one is read */
+    lpo_table *kt = NULL;
+    assert_int_equal(lpo_trace_kernel_table(t, &kt), LPO_OK);
+    lpo_strbuf csv = {0};
+    lpo_table_write_csv(kt, &csv);
+    name[LPO_RAW_BODY_MAX] = 0;
+    assert_non_null(strstr(csv.buf, name)); /* cut at what one record holds */
+    name[LPO_RAW_BODY_MAX] = 'a';
+    name[LPO_RAW_BODY_MAX + 1] = 0;
+    assert_null(strstr(csv.buf, name));
+    assert_non_null(strstr(csv.buf, mid)); /* 10000 bytes: whole (the old cap was 4096) */
+    lpo_sb_free(&csv);
+    lpo_table_free(kt);
+    lpo_trace_free(t);
+    free(name);
+    free(mid);
+    remove_tree(dir);
+    free(dir);
+}
+
 static void test_counters(void **state) {
     (void)state;
     char *dir = lpo_test_tmpdir();
@@ -375,6 +423,26 @@ static void test_categories(void **state) {
     assert_string_equal(lpo_trace_category("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4>"),
                         "attention");
     assert_string_equal(lpo_trace_category("rms_norm_kernel"), "norm");
+    /* "norm" as a whole identifier part or its end, never inside "normal" (random numbers) */
+    static const char *const norms[] = {"void rmsnorm_kernel<__nv_bfloat16, 8, true>(float*)",
+                                        "layernorm_fwd",
+                                        "void at::native::vectorized_layer_norm_kernel<float, float>(int)",
+                                        "norm_kernel",
+                                        "LayerNormForwardCUDAKernel",
+                                        "RMSNorm",
+                                        "batchnorm2d_kernel",
+                                        "l2_normalize_kernel"};
+    for (size_t i = 0; i < sizeof norms / sizeof norms[0]; i++)
+        assert_string_equal(lpo_trace_category(norms[i]), "norm");
+    assert_string_equal(
+        lpo_trace_category(
+            "void at::native::(anonymous namespace)::distribution_elementwise_grid_stride_kernel<"
+            "float, 4, at::native::templates::cuda::normal_and_transform<float, float, "
+            "at::CUDAGeneratorImpl*, at::native::templates::cuda::normal_kernel<"
+            "at::CUDAGeneratorImpl*>(at::TensorBase const&, double, double)>"),
+        "elementwise");
+    assert_string_equal(lpo_trace_category("normal_kernel"), "other");
+    assert_string_equal(lpo_trace_category("transforms_kernel"), "other"); /* "rms" begins no part */
     assert_string_equal(lpo_trace_category("void at::native::vectorized_elementwise_kernel<4, ...>"),
                         "elementwise");
     assert_string_equal(lpo_trace_category("void at::native::reduce_kernel<512, 1, ...>"), "reduction");
@@ -447,8 +515,9 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_synthetic_load), cmocka_unit_test(test_truncated),
         cmocka_unit_test(test_empty),          cmocka_unit_test(test_gate_and_window),
-        cmocka_unit_test(test_counters),       cmocka_unit_test(test_categories),
-        cmocka_unit_test(test_speed),          cmocka_unit_test(test_clock),
+        cmocka_unit_test(test_counters),       cmocka_unit_test(test_long_names),
+        cmocka_unit_test(test_categories),     cmocka_unit_test(test_speed),
+        cmocka_unit_test(test_clock),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -82,7 +82,7 @@ size_t probe_api_name_len(const char *name) {
 }
 
 uint32_t probe_intern_locked(const char *s, size_t len) {
-    if (len > 4096) len = 4096;
+    if (len > LPO_RAW_BODY_MAX) len = LPO_RAW_BODY_MAX; /* what one STRING record holds */
     const uint32_t h = hash_str(s, len);
     if ((G.n_strs + 1) * 2 > G.cap_strs) { /* grow the table */
         size_t nc = G.cap_strs ? G.cap_strs * 2 : 1024;
@@ -116,6 +116,7 @@ uint32_t probe_intern_locked(const char *s, size_t len) {
 }
 
 uint32_t probe_intern(const char *s, size_t len) {
+    if (len > LPO_RAW_BODY_MAX) len = LPO_RAW_BODY_MAX; /* as interned: the cache compares what was kept */
     probe_tls *t = probe_tls_get();
     const uint32_t h = hash_str(s, len);
     if (t) { /* the thread's recent strings, without the lock */
