@@ -5,6 +5,11 @@
 # summary table last.
 #   scripts/gpu-check.sh            (CUDA_ARCHS=90 by default; e.g. CUDA_ARCHS="80;90" scripts/gpu-check.sh)
 #   GPU_CHECK_TESTS=<ctest regex>, GPU_CHECK_RACE=0, GPU_CHECK_BENCH=0: a shorter run when device time is short
+#   GPU_CHECK_AB=1: also the A/B bench points (engine.gemv=false, engine.pdl=false; ~70 s more).
+#   The whole default run takes ~10 minutes on an H100 (2026-11-23, tree 2b0bf8b: build 62 s, GPU tests
+#   313 s, sanitizers and ceilings past 530 s, then the bench ~65 s): on a machine that allows 600 s per
+#   command, split it over two: GPU_CHECK_BENCH=0 (build, tests, sanitizers), then GPU_CHECK_TESTS=none
+#   (build, ceilings, bench).
 #   scripts/gpu-check.sh --bundle-deps [DIR]   (on a machine that has them: copies the -dev libraries lpo
 #   links (headers, .so, pkg-config files) into DIR, default build-deps/, for a GPU machine without them
 #   and without network; gpu-check.sh then uses DIR automatically, or $LPO_DEPS_DIR)
@@ -69,20 +74,22 @@ if [ -x "$build/lpo" ]; then
   # every test's output is kept (ctest-gpu.log): the passing tests print the figures the issues ask for
   # (GPU_CHECK_TESTS=<regex>: only the GPU tests whose names match, when device time is short)
   # (-V: ctest's -O log holds only the failing tests' output without it)
-  step "ctest -L gpu" bash -c "cd '$build' && ctest -L gpu ${GPU_CHECK_TESTS:+-R '$GPU_CHECK_TESTS'} \
-    -V -O ctest-gpu.log >/dev/null"
+  # (GPU_CHECK_TESTS=none: no tests and no sanitizers: the bench half of a run split over two calls)
+  [ "${GPU_CHECK_TESTS:-}" != none ] &&
+    step "ctest -L gpu" bash -c "cd '$build' && ctest -L gpu ${GPU_CHECK_TESTS:+-R '$GPU_CHECK_TESTS'} \
+      -V -O ctest-gpu.log >/dev/null"
   # the CUDA kernels under compute-sanitizer: memcheck on every kernel test, racecheck on the attention
   # kernels (shared-memory tiles); timing skipped (LPO_TEST_BENCH=0). (racecheck over test_sample ran past
   # 60 s on an H100 and is left out.)
   kt="$build/tests/gpu_test_cuda_kernels"
-  if command -v compute-sanitizer >/dev/null && [ -x "$kt" ]; then
+  if [ "${GPU_CHECK_TESTS:-}" != none ] && command -v compute-sanitizer >/dev/null && [ -x "$kt" ]; then
     step "memcheck kern" env LPO_TEST_BENCH=0 compute-sanitizer --tool memcheck --error-exitcode 9 "$kt"
     [ "${GPU_CHECK_RACE:-1}" != 0 ] && step "racecheck attn" env LPO_TEST_BENCH=0 LPO_TEST_ONLY=test_attention \
       compute-sanitizer --tool racecheck --error-exitcode 9 "$kt"
   fi
   # the whole engine under memcheck on small models (op checker, steps vs the CPU backend, graphs)
   bt="$build/tests/gpu_test_cuda_backend"
-  if command -v compute-sanitizer >/dev/null && [ -x "$bt" ]; then
+  if [ "${GPU_CHECK_TESTS:-}" != none ] && command -v compute-sanitizer >/dev/null && [ -x "$bt" ]; then
     step "memcheck engine" compute-sanitizer --tool memcheck --error-exitcode 9 "$bt"
   fi
   # lpo bench at the issue's points (synthetic weights, bf16, graphs); tables printed before the summary
@@ -93,9 +100,11 @@ if [ -x "$build/lpo" ]; then
     : >"$build/bench-tables.txt"
     # (the last four: cuBLASLt for the decode linears instead of the GEMV kernels, the A/B of engine.gemv;
     # plain launches instead of PDL, the A/B of engine.pdl)
-    for point in "llama3.1-8b 1 [128,512,2048] 128" "llama3.2-1b 1 128 128" "llama3.1-8b 64 128 128" \
-      "llama3.1-8b 1 128 128 engine.gemv=false" "llama3.2-1b 1 128 128 engine.gemv=false" \
-      "llama3.1-8b 1 128 128 engine.pdl=false" "llama3.2-1b 1 128 128 engine.pdl=false"; do
+    points=("llama3.1-8b 1 [128,512,2048] 128" "llama3.2-1b 1 128 128" "llama3.1-8b 64 128 128")
+    [ "${GPU_CHECK_AB:-0}" != 0 ] && points+=("llama3.1-8b 1 128 128 engine.gemv=false" \
+      "llama3.2-1b 1 128 128 engine.gemv=false" "llama3.1-8b 1 128 128 engine.pdl=false" \
+      "llama3.2-1b 1 128 128 engine.pdl=false")
+    for point in "${points[@]}"; do
       read -r bm bb bp bg bx <<<"$point"
       bp=${bp#[}
       echo "# $point" >>"$build/bench-tables.txt"
