@@ -524,8 +524,10 @@ void lpo_pf_write_summary(const lpo_pf_result *r, const lpo_an_static *st, lpo_s
                               1 / x);
         }
         lpo_sb_printf(o, " (Peaks: %s.)\n",
-                      r->peaks.source == LPO_AN_PEAKS_MEASURED ? "measured on this machine"
-                                                               : "spec sheet, dense");
+                      r->peaks.source == LPO_AN_PEAKS_MEASURED
+                          ? "measured on this machine"
+                          : "spec sheet, dense; `lpo ceilings` measures this machine's, which every later "
+                            "report uses");
     } else {
         lpo_sb_puts(o, "- **How close to the hardware.** Unknown: no peaks for this machine (run `lpo "
                        "ceilings` once).\n");
