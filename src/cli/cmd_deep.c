@@ -20,6 +20,7 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "lpo/deep.h"
+#include "lpo/infer.h"
 #include "lpo/model.h"
 #include "lpo/ops.h"
 
@@ -266,16 +267,14 @@ static lpo_status metric_list(const lpo_cli_args *a, const deep_cfg *d, const ch
  * of the synthetic dataset when its lengths are fixed; 0 when not known here (prompt=TEXT: the tokenizer
  * decides; lengths that vary). */
 static int64_t prefill_tokens(const lpo_node *cfg, const lpo_cli_args *args) {
-    const char *ids = lpo_cli_param_value(args, "tokens");
-    if (ids) {
-        int64_t n = 0;
-        for (const char *p = ids; *p;) { /* each number */
-            while (*p && (*p < '0' || *p > '9')) p++;
-            if (!*p) break;
-            n++;
-            while (*p >= '0' && *p <= '9') p++;
-        }
-        return n;
+    const char *tokens = lpo_cli_param_value(args, "tokens");
+    if (tokens) { /* as lpo generate reads them (a list it refuses is said by the workload's run) */
+        int32_t *ids = NULL;
+        size_t n = 0;
+        const lpo_status st = lpo_parse_token_list(tokens, &ids, &n);
+        free(ids);
+        if (st != LPO_OK) lpo_error_clear();
+        return st == LPO_OK ? (int64_t)n : 0;
     }
     if (lpo_cli_param_value(args, "prompt")) return 0;
     const char *dist = NULL, *kind = NULL;
