@@ -10,7 +10,7 @@
  *   int8   i8              i32     32I                  i32
  * Floor: 2*m*n*k flops at the tensor-core peak (H100 SXM dense bf16 989 TFLOP/s: 8192^3 in 1.11 ms); the
  * reference on H100 is ~742-798 TFLOP/s through torch (shared/REFERENCE.md). Random data (never zeros:
- * they run ~13% faster). The first up-to-8 heuristic candidates are timed in interleaved rounds and the
+ * they run ~13% faster). The first up-to-16 heuristic candidates are timed in interleaved rounds and the
  * earliest within 1% of the fastest kept (pick_candidate: the same choice from run to run); the result is
  * validated on 16 random elements against a float64 dot product before any timing. */
 #include <cublasLt.h>
@@ -27,7 +27,7 @@ extern "C" {
 }
 
 #define GEMM_WORKSPACE   (32u << 20) /* Hopper: cuBLASLt wants up to 32 MiB for its fastest kernels */
-#define GEMM_MAX_ALGOS   8
+#define GEMM_MAX_ALGOS   16 /* on H100 the kept bf16/fp16 candidate was 7th or 8th of 8: look further */
 #define GEMM_PICK_ROUNDS 10
 
 struct lpo__gemm_bench {
