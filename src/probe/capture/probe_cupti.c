@@ -507,6 +507,15 @@ int probe_cupti_start(void) {
             if (cuptiGetTimestamp(&ts) == CUPTI_SUCCESS && ts)
                 G.clock_offset_ns = (int64_t)((before + probe_now()) / 2) - (int64_t)ts;
         }
+        /* LPO_TRACE_DEVICE_BUFFER_MB (experiment, docs/perf-notes.md): CUPTI's device buffer for kernel
+         * timestamps per context (default ~3 MB = 100,000 kernels; a full one is flushed in the launching
+         * thread) */
+        const size_t dev_mb = env_size("LPO_TRACE_DEVICE_BUFFER_MB", 0, 0, 1024);
+        if (dev_mb) {
+            size_t dev_bytes = dev_mb << 20, dev_size = sizeof dev_bytes;
+            CUPTI_CHECK(
+                cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_DEVICE_BUFFER_SIZE, &dev_size, &dev_bytes));
+        }
         uint8_t zeroed = 1;
         size_t attr_size = sizeof zeroed;
         CUPTI_CHECK(
