@@ -152,13 +152,16 @@ static lpo_status launch_fn(void *ctx, int reps, double *s) {
 /* GEMM shapes (m, n, k): large enough to fill the chip; 32-bit dtypes run 8 to 30 x slower, so one shape */
 static const int gemm_shapes[][3] = {{8192, 8192, 8192}, {16384, 16384, 8192}};
 #define GEMM_MAX_CFG       4 /* shapes x fp8 fast accumulation */
-#define GEMM_SCREEN_ROUNDS 3
+#define GEMM_SCREEN_ROUNDS 6
 
-/* Which of a dtype's n configurations is measured: GEMM_SCREEN_ROUNDS interleaved rounds of one ~50 ms
- * sample each (power-cap swings hit all alike), the earliest (smaller shape, no fast accumulation) within
- * 1% of the best median rate kept. The figure is then measured afresh on the kept one, so the screening's
- * luck does not inflate it. */
-static lpo_status screen_gemms(lpo__gemm_bench **b, const double *flops, int n, int *pick) {
+/* Which of a dtype's n configurations is measured: after warm_s of untimed GEMMs (the power-capped clock
+ * settles, so no configuration is screened on a cool, fast start), GEMM_SCREEN_ROUNDS interleaved rounds of
+ * one ~50 ms sample each (power-cap swings hit all alike), the earliest (smaller shape, no fast
+ * accumulation) within 1% of the best median rate kept. The figure is then measured afresh on the kept one,
+ * so the screening's luck does not inflate it. Each configuration's screened rate goes to stderr (with 3
+ * rounds and no warm-up, two H100 runs kept fp8 configurations 10% apart). */
+static lpo_status screen_gemms(const runner *R, lpo_ceil_metric met, lpo__gemm_bench **b, const double *flops,
+                               int n, double warm_s, int *pick) {
     double t[GEMM_SCREEN_ROUNDS * GEMM_MAX_CFG], t1;
     int reps[GEMM_MAX_CFG];
     lpo_status st;
@@ -169,12 +172,25 @@ static lpo_status screen_gemms(lpo__gemm_bench **b, const double *flops, int n, 
         if ((st = lpo__gemm_bench_sample(b[i], 1, &t1))) return st;
         reps[i] = t1 > 0 && t1 < 0.05 ? (int)ceil(0.05 / t1) : 1;
     }
+    if (warm_s > 0 && (st = lpo__gemm_bench_sample(b[0], (int)ceil(warm_s / 0.05) * reps[0], &t1))) return st;
     // rounds x configurations
     for (int r = 0; r < GEMM_SCREEN_ROUNDS; r++)
         for (int i = 0; i < n; i++)
             if ((st = lpo__gemm_bench_sample(b[i], reps[i], &t[r * n + i]))) return st;
     *pick = lpo__ceil_pick_rounds(t, GEMM_SCREEN_ROUNDS, n, flops, 0.01);
     if (*pick < 0) return lpo_errorf(LPO_E_CUDA, "GEMM screening: no configuration timed");
+    if (!R->o->quiet) { // median rate of each configuration over the rounds
+        fprintf(stderr, "ceilings:   %s screening, %d rounds (%s):", lpo_ceil_metric_key(met),
+                GEMM_SCREEN_ROUNDS, lpo_ceil_metric_unit(met));
+        for (int i = 0; i < n; i++) {
+            double col[GEMM_SCREEN_ROUNDS];
+            for (int r = 0; r < GEMM_SCREEN_ROUNDS; r++) col[r] = t[r * n + i] / (reps[i] * flops[i] * 1e-12);
+            qsort(col, GEMM_SCREEN_ROUNDS, sizeof col[0], by_double);
+            fprintf(stderr, " [%d] %.4g%s", i + 1, 1 / lpo_quantile_sorted(col, GEMM_SCREEN_ROUNDS, 0.5),
+                    i == *pick ? " (kept)" : "");
+        }
+        fputc('\n', stderr);
+    }
     return LPO_OK;
 }
 
@@ -213,7 +229,7 @@ static lpo_status measure_gemms(runner *R, int dev, lpo_ceilings *c) {
             st = LPO_OK;
             if (n == 0) continue;
         }
-        if (!st) st = screen_gemms(b, flops, n, &pick);
+        if (!st) st = screen_gemms(R, met, b, flops, n, warm_s, &pick);
         // only the kept configuration stays open
         for (int i = 0; i < n; i++)
             if (i != pick || st) lpo__gemm_bench_close(b[i]), b[i] = NULL;
