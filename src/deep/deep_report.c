@@ -200,6 +200,11 @@ static void paragraph(lpo_strbuf *o, const lpo_deep_analysis *a, const lpo_deep_
     fmt_pct(l, sizeof l, k->pct_l2);
     lpo_sb_printf(o, "Of the ceilings that is %s%% compute, %s%% DRAM, %s%% L2: **%s-bound** (%s). ", c, d, l,
                   lpo_deep_bound_name(k->bound), k->rule);
+    if ((isfinite(k->pct_compute) && k->pct_compute > 100) || (isfinite(k->pct_dram) && k->pct_dram > 100) ||
+        (isfinite(k->pct_l2) && k->pct_l2 > 100))
+        lpo_sb_puts(o, "Over 100% is not an error: the ceilings are sustained figures (a GEMM's median rate "
+                       "over seconds at the power cap, our own streaming kernels for DRAM), and one kernel "
+                       "measured alone by ncu, after idle, can pass them. ");
     char stalls[160];
     top_stalls(res, k, stalls, sizeof stalls);
     switch (k->bound) { /* what limits it */
