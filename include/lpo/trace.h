@@ -1,9 +1,10 @@
 /* lpo traces: reading the raw files the CUPTI tracer writes (trace-<pid>.lpot, one per traced process)
- * and turning them into reports: kernels.{csv,md} (the columns of nsys's cuda_gpu_kern_sum plus a
- * category), ranges.{csv,md} (per NVTX range: wall, GPU busy, idle gaps, launch latency, top kernels),
- * steps.{csv,md} (the same per instance of one step range, e.g. each decode step), trace.json (Chrome
- * Trace Event Format, opens in ui.perfetto.dev) and summary.md. Used by `lpo trace` after the traced
- * program exits and by `lpo report trace DIR`. docs/trace.md defines every column.
+ * and turning them into reports: kernels.{csv,md} (the columns of nsys's cuda_gpu_kern_sum plus the busy
+ * time, which counts once the time operations overlap on their stream, and a category), ranges.{csv,md} (per
+ * NVTX range: wall, GPU busy, idle gaps, launch latency, top kernels), steps.{csv,md} (the same per instance
+ * of one step range, e.g. each decode step), trace.json (Chrome Trace Event Format, opens in ui.perfetto.dev)
+ * and summary.md. Used by `lpo trace` after the traced program exits and by `lpo report trace DIR`.
+ * docs/trace.md defines every column.
  *
  * Attribution: every GPU operation (kernel, memcpy, memset) gets the innermost NVTX range that was open
  * on the launching thread at its launch (through the correlation id of the launch call); an operation

@@ -85,7 +85,9 @@ typedef struct {
     uint32_t smem_static, smem_dynamic;
     uint16_t regs;
     uint8_t kind, pad;
-    int32_t api; /* index into apis of the launch call, -1 none */
+    int32_t api;   /* index into apis of the launch call, -1 none */
+    uint64_t busy; /* exclusive time on its stream (tr_analyze): the part of [start, end) that no operation
+                    * started earlier on the same (process, device, stream) covers */
 } tr_op;
 
 typedef struct {
@@ -158,6 +160,8 @@ struct lpo_trace {
     lpo_trace_stats stats;
     uint32_t *op_order; /* ops sorted by start (built by tr_analyze) */
     tr_acc *acc;        /* [ranges.n] (built by tr_analyze) */
+    uint64_t op_ns;     /* sum of the ops' durations (tr_analyze) */
+    uint64_t busy_ns;   /* sum of their exclusive times = the streams' busy time (tr_analyze) */
     int analyzed;
 };
 
@@ -168,8 +172,12 @@ int tr_vec_grow(void **v, size_t *cap, size_t n, size_t elem);
          ? ((vec).v[(vec).n++] = (item), 0)                                                                  \
          : -1)
 
-/* Sorts ops by start into t->op_order (idempotent). */
+/* Sorts ops by start into t->op_order, fills the range accumulators and each op's exclusive time on its
+ * stream (idempotent). */
 lpo_status tr_analyze(lpo_trace *t);
+/* Appends one line when operations overlap on their stream (t->busy_ns < t->op_ns: programmatic dependent
+ * launch), saying both totals and how busy_ns counts them; nothing otherwise. After tr_analyze. */
+void tr_overlap_note(const lpo_trace *t, lpo_strbuf *sb);
 /* Sorts n (key, value) pairs by key (LSD radix); tmp has room for n pairs. */
 void tr_radix_sort_u64(uint64_t *keys, uint32_t *vals, uint64_t *tmp_keys, uint32_t *tmp_vals, size_t n);
 /* Category index of a string (cached in the table). */

@@ -175,6 +175,7 @@ static void summary(lpo_trace *t, const lpo_trace_report_opts *o, const lpo_tabl
             s->truncated_files, s->processes_without_end, s->end_signal ? ", ended by signal " : "",
             s->end_signal ? strsignal(s->end_signal) : "", s->unterminated_ranges);
     lpo_sb_puts(sb, "## Top kernels\n\nSee kernels.md for all of them, ranges.md for NVTX ranges.\n\n");
+    tr_overlap_note(t, sb);
     lpo_strbuf md = {0};
     lpo_table_write_md(kt, &md);
     /* the first 12 rows of the kernel table (header, separator, rows) */
@@ -186,6 +187,16 @@ static void summary(lpo_trace *t, const lpo_trace_report_opts *o, const lpo_tabl
         p += n;
     }
     lpo_sb_free(&md);
+}
+
+/* kernels.md: the overlap line (when operations overlap on their stream) above the table. */
+static lpo_status save_kernels_md(const lpo_trace *t, const lpo_table *kt, const char *path) {
+    lpo_strbuf sb = {0};
+    tr_overlap_note(t, &sb);
+    lpo_table_write_md(kt, &sb);
+    lpo_status st = lpo_write_file(path, sb.buf ? sb.buf : "", sb.len);
+    lpo_sb_free(&sb);
+    return st;
 }
 
 lpo_status lpo_trace_write_reports(lpo_trace *t, const char *dir, const lpo_trace_report_opts *opts,
@@ -205,7 +216,7 @@ lpo_status lpo_trace_write_reports(lpo_trace *t, const char *dir, const lpo_trac
     static const char *const ext[] = {".md", ".csv"};
     for (int e = 0; e < 2 && !st; e++) { /* kernels, ranges, steps in .md and .csv */
         snprintf(path, sizeof path, "%s/kernels%s", dir, ext[e]);
-        st = lpo_table_save(kt, path);
+        st = e == 0 ? save_kernels_md(t, kt, path) : lpo_table_save(kt, path);
         if (!st) {
             snprintf(path, sizeof path, "%s/ranges%s", dir, ext[e]);
             st = lpo_table_save(rt, path);

@@ -1,4 +1,5 @@
-/* Trace summaries: kernels.{csv,md} (per kernel name, nsys cuda_gpu_kern_sum columns + category),
+/* Trace summaries: kernels.{csv,md} (per kernel name, nsys cuda_gpu_kern_sum columns + busy time, the
+ * exclusive time on its stream when operations overlap there, + category),
  * ranges.{csv,md} (per NVTX range name and per graph node label: wall, GPU busy, idle gaps, launch
  * latency, top kernels), steps.{csv,md} (per instance of the step range) and summary.md.
  * docs/trace.md defines every column. Built for size: ops are visited once in start order (radix
@@ -205,6 +206,48 @@ static inline uint64_t acc_busy(const tr_acc *a) {
     return a->n_ops ? a->busy + (a->cur_e - a->cur_s) : 0;
 }
 
+/* Exclusive time of each op on its stream. With programmatic dependent launch a kernel starts while the
+ * previous kernel of its stream still runs and waits inside (griddepcontrol.wait), so the records of one
+ * stream overlap: in start order (ties: the order of the records), op k gets
+ * max(0, end_k - max(start_k, latest end of the ops before it on the stream)). The overlapped time goes to
+ * the op that started first; a stream's exclusive times add up to its busy time (the union of its ops'
+ * intervals). Every op kind counts (kernel, memcpy, memset: one ordering per stream); streams are
+ * (process, device, stream id) and are never merged with each other (real concurrency). */
+typedef struct {
+    tr_map pd;              /* (process << 32 | device) -> a small index */
+    tr_map last;            /* (index << 32 | stream) -> the latest end of the stream's ops so far */
+    uint64_t pd_key, pd_ix; /* the last (process, device) looked up, and its index */
+} stream_ends;
+
+/* Sets o->busy (ops visited in start order); 0, or -1 when out of memory. One hash lookup per op. */
+static inline int stream_busy(stream_ends *s, tr_op *o) {
+    const uint64_t key = (uint64_t)o->proc << 32 | o->device; /* proc is a file index: never all ones */
+    if (key != s->pd_key) {                                   /* another (process, device) */
+        const uint64_t *v = tr_map_get(&s->pd, key);
+        if (!v && tr_map_put(&s->pd, key, s->pd.n)) return -1;
+        s->pd_key = key;
+        s->pd_ix = v ? *v : s->pd.n - 1;
+    }
+    const uint64_t skey = s->pd_ix << 32 | o->stream;
+    uint64_t *end = tr_map_get(&s->last, skey);
+    const uint64_t from = end && *end > o->start ? *end : o->start;
+    o->busy = o->end > from ? o->end - from : 0;
+    if (!end) return tr_map_put(&s->last, skey, o->end);
+    if (o->end > *end) *end = o->end;
+    return 0;
+}
+
+void tr_overlap_note(const lpo_trace *t, lpo_strbuf *sb) {
+    if (t->busy_ns >= t->op_ns) return;
+    lpo_sb_printf(sb,
+                  "GPU operations overlap on their stream (as with programmatic dependent launch, where a "
+                  "kernel starts while the previous one runs, and waits for it): durations sum to %.3f ms, "
+                  "the streams were busy %.3f ms; busy_ns and busy_pct count each overlapped nanosecond "
+                  "once, for the operation that started first. Rows stay in nsys's order, by total_ns "
+                  "(docs/trace.md).\n\n",
+                  (double)t->op_ns / 1e6, (double)t->busy_ns / 1e6);
+}
+
 lpo_status tr_analyze(lpo_trace *t) {
     if (t->analyzed) return LPO_OK;
     const size_t n = t->ops.n;
@@ -226,10 +269,25 @@ lpo_status tr_analyze(lpo_trace *t) {
     free(keys);
     free(tk);
     free(tv);
-    for (size_t k = 0; k < n; k++) { /* ops in start order: their range and its ancestors */
-        const tr_op *o = &t->ops.v[t->op_order[k]];
+    stream_ends se = {.pd_key = UINT64_MAX};
+    int nomem = tr_map_init(&se.pd, 16) || tr_map_init(&se.last, 64);
+    t->op_ns = t->busy_ns = 0;
+    for (size_t k = 0; k < n && !nomem; k++) { /* ops in start order: exclusive time, range and ancestors */
+        tr_op *o = &t->ops.v[t->op_order[k]];
+        nomem = stream_busy(&se, o);
+        t->op_ns += o->end - o->start;
+        t->busy_ns += o->busy;
         for (int32_t r = o->range, hop = 0; r >= 0 && hop < 256; r = t->ranges.v[r].parent, hop++)
             acc_add(&t->acc[r], o->start, o->end);
+    }
+    tr_map_free(&se.pd);
+    tr_map_free(&se.last);
+    if (nomem) {
+        free(t->op_order);
+        free(t->acc);
+        t->op_order = NULL;
+        t->acc = NULL;
+        return lpo_errorf(LPO_E_NOMEM, "trace: out of memory for the streams' busy times");
     }
     for (size_t i = 0; i < t->apis.n; i++) { /* launch calls made inside ranges */
         const tr_api *a = &t->apis.v[i];
@@ -247,6 +305,7 @@ static const lpo_field kernel_fields[] = {
     {"instances", LPO_FIELD_INT, NULL, 0},     {"avg_ns", LPO_FIELD_DOUBLE, "%.1f", 0},
     {"med_ns", LPO_FIELD_DOUBLE, "%.1f", 0},   {"min_ns", LPO_FIELD_INT, NULL, 0},
     {"max_ns", LPO_FIELD_INT, NULL, 0},        {"stddev_ns", LPO_FIELD_DOUBLE, "%.1f", 0},
+    {"busy_ns", LPO_FIELD_INT, NULL, 0},       {"busy_pct", LPO_FIELD_DOUBLE, "%.1f", 0},
     {"category", LPO_FIELD_STR, NULL, 0},      {"kind", LPO_FIELD_STR, NULL, 1},
     {"bytes", LPO_FIELD_INT, NULL, 1},         {"name", LPO_FIELD_STR, NULL, 0},
 };
@@ -255,6 +314,7 @@ typedef struct {
     uint32_t name;
     uint8_t kind;
     uint64_t total, min, max, bytes;
+    uint64_t busy; /* sum of the instances' exclusive times on their stream */
     size_t count, off;
     double med, sd;
 } kstat;
@@ -267,6 +327,8 @@ static int cmp_kstat_total(const void *a, const void *b) {
 
 /* Per (name, kind) statistics, sorted by total time (descending). *n_out rows. */
 static lpo_status kernel_stats(lpo_trace *t, kstat **out, size_t *n_out) {
+    lpo_status st = tr_analyze(t); /* the ops' exclusive times */
+    if (st) return st;
     const size_t nn = t->str.n ? t->str.n : 1, n = t->ops.n;
     size_t *slot = malloc(nn * 3 * sizeof *slot); /* (name, kind) -> row + 1 */
     kstat *ks = calloc(nn * 3 < n + 1 ? nn * 3 : n + 1, sizeof *ks);
@@ -290,6 +352,7 @@ static lpo_status kernel_stats(lpo_trace *t, kstat **out, size_t *n_out) {
         uint64_t d = o->end - o->start;
         k->count++;
         k->total += d;
+        k->busy += o->busy;
         k->bytes += o->bytes;
         if (d < k->min) k->min = d;
         if (d > k->max) k->max = d;
@@ -305,7 +368,6 @@ static lpo_status kernel_stats(lpo_trace *t, kstat **out, size_t *n_out) {
         kstat *k = &ks[slot[(size_t)o->name * 3 + o->kind] - 1];
         dur[k->off + k->count++] = (double)(o->end - o->start);
     }
-    lpo_status st = LPO_OK;
     for (size_t r = 0; r < rows && !st; r++) { /* median and sample standard deviation (lpo_stats) */
         lpo_stats x;
         st = lpo_stats_compute(dur + ks[r].off, ks[r].count, &x);
@@ -333,8 +395,11 @@ lpo_status lpo_trace_kernel_table(lpo_trace *t, lpo_table **out) {
     size_t rows = 0;
     lpo_status st = kernel_stats(t, &ks, &rows);
     if (st) return st;
-    uint64_t sum = 0;
-    for (size_t r = 0; r < rows; r++) sum += ks[r].total;
+    uint64_t sum = 0, busy = 0;
+    for (size_t r = 0; r < rows; r++) { /* totals over every row */
+        sum += ks[r].total;
+        busy += ks[r].busy;
+    }
     lpo_table *tb = lpo_table_new(kernel_fields, sizeof kernel_fields / sizeof kernel_fields[0]);
     for (size_t r = 0; r < rows; r++) { /* one row per (name, kind) */
         const kstat *k = &ks[r];
@@ -347,6 +412,8 @@ lpo_status lpo_trace_kernel_table(lpo_trace *t, lpo_table **out) {
         lpo_table_set_int(tb, "min_ns", (int64_t)k->min);
         lpo_table_set_int(tb, "max_ns", (int64_t)k->max);
         lpo_table_set_double(tb, "stddev_ns", k->sd);
+        lpo_table_set_int(tb, "busy_ns", (int64_t)k->busy);
+        lpo_table_set_double(tb, "busy_pct", busy ? 100.0 * (double)k->busy / (double)busy : 0.0);
         lpo_table_set_str(tb, "category", tr_category_name(tr_category(&t->str, k->name, k->kind)));
         lpo_table_set_str(tb, "kind", op_kind_name(k->kind));
         if (k->kind != TR_OP_KERNEL) lpo_table_set_int(tb, "bytes", (int64_t)k->bytes);

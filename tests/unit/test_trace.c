@@ -2,14 +2,16 @@
  * loading, range pairing and nesting, attribution (launch correlation and graph node labels through
  * clones), the kernels / ranges / steps tables, trace.json (valid JSON with the expected events and
  * flows), truncated files (a crash), an empty trace (a program that never touched CUDA), the capture
- * gate and window, counters CSV, categories, the post-processing speed, and the tracer's clock (the TSC
- * mapped onto CLOCK_MONOTONIC: monotonic, and within a millisecond of it). */
+ * gate and window, counters CSV, categories, the post-processing speed, the tracer's clock (the TSC
+ * mapped onto CLOCK_MONOTONIC: monotonic, and within a millisecond of it) and the exclusive (busy) time of
+ * operations that overlap on their stream (programmatic dependent launch). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +50,19 @@ static int csv_rows(const char *csv) {
     int n = 0;
     for (const char *p = csv; *p; p++) n += *p == '\n';
     return n - 1; /* header */
+}
+
+/* A table as parsed JSON rows (the caller deletes them). */
+static cJSON *table_json(const lpo_table *tb) {
+    lpo_json j;
+    lpo_strbuf js = {0};
+    lpo_json_init_buf(&j, &js, 0);
+    lpo_table_write_json(tb, &j);
+    assert_int_equal(lpo_json_finish(&j), LPO_OK);
+    cJSON *rows = cJSON_Parse(js.buf);
+    assert_non_null(rows);
+    lpo_sb_free(&js);
+    return rows;
 }
 
 static cJSON *load_json(const char *path) {
@@ -99,7 +114,8 @@ static void test_synthetic_load(void **state) {
     lpo_strbuf csv = {0};
     lpo_table_write_csv(kt, &csv);
     assert_non_null(
-        strstr(csv.buf, "time_pct,total_ns,instances,avg_ns,med_ns,min_ns,max_ns,stddev_ns,category"));
+        strstr(csv.buf, "time_pct,total_ns,instances,avg_ns,med_ns,min_ns,max_ns,stddev_ns,busy_ns,busy_pct,"
+                        "category"));
     assert_non_null(strstr(csv.buf, ",memcpy,memcpy,40960,[CUDA memcpy HtoD]"));
     assert_non_null(strstr(csv.buf, ",gemm,kernel,,sm90_xmma_gemm_bf16_"));
     assert_non_null(strstr(csv.buf, ",attention,kernel,,flash_fwd_kernel_"));
@@ -114,12 +130,7 @@ static void test_synthetic_load(void **state) {
     assert_non_null(row);
     assert_non_null(strstr(csv.buf, "\nlayers.0,nvtx,1,9,"));
     assert_non_null(strstr(csv.buf, "\ngraph.layers.0,graph node,"));
-    lpo_json j;
-    lpo_strbuf js = {0};
-    lpo_json_init_buf(&j, &js, 0);
-    lpo_table_write_json(rt, &j);
-    assert_int_equal(lpo_json_finish(&j), LPO_OK);
-    cJSON *arr = cJSON_Parse(js.buf);
+    cJSON *arr = table_json(rt);
     cJSON *it;
     int found = 0;
     cJSON_ArrayForEach(it, arr) {
@@ -144,7 +155,6 @@ static void test_synthetic_load(void **state) {
     }
     assert_int_equal(found, 2);
     cJSON_Delete(arr);
-    lpo_sb_free(&js);
     lpo_sb_free(&csv);
     lpo_table_free(rt);
 
@@ -183,8 +193,120 @@ static void test_synthetic_load(void **state) {
     assert_non_null(strstr(sum, "| kernels | 640"));
     assert_null(strstr(sum, "WARNING"));
     assert_null(strstr(sum, "Partial trace"));
+    assert_null(strstr(sum, "overlap")); /* the synthetic streams run one operation at a time */
     free(sum);
     lpo_trace_free(t);
+    remove_tree(dir);
+    free(dir);
+}
+
+/* ---- exclusive (busy) time per stream ---------------------------------------------------------------- */
+static void put_kernel(lpo_raw_writer *w, uint32_t name, uint32_t device, uint32_t stream, uint64_t start_us,
+                       uint64_t end_us) {
+    static uint32_t corr;
+    corr++;
+    lpo_raw_kernel k = {.start = start_us * 1000,
+                        .end = end_us * 1000,
+                        .corr = corr,
+                        .name = name,
+                        .device = device,
+                        .stream = stream};
+    lpo_raw_put(w, LPO_REC_KERNEL, 0, &k, sizeof k);
+}
+
+/* The kernels table of the traces in dir as parsed JSON rows; kernels.md and summary.md into *md, *sum. */
+static cJSON *kernel_rows(const char *dir, char **md, char **sum) {
+    lpo_trace *t = NULL;
+    if (lpo_trace_load_dir(dir, &t)) fail_msg("%s", lpo_last_error());
+    lpo_trace_report_opts o = {.json = 0};
+    if (lpo_trace_write_reports(t, dir, &o, NULL)) fail_msg("%s", lpo_last_error());
+    lpo_table *kt = NULL;
+    assert_int_equal(lpo_trace_kernel_table(t, &kt), LPO_OK);
+    cJSON *rows = table_json(kt);
+    lpo_table_free(kt);
+    lpo_trace_free(t);
+    *md = slurp(path_in(dir, "kernels.md"));
+    *sum = slurp(path_in(dir, "summary.md"));
+    return rows;
+}
+
+static const cJSON *row_named(const cJSON *rows, const char *name) {
+    const cJSON *it;
+    cJSON_ArrayForEach(it, rows) {
+        if (!strcmp(cJSON_GetObjectItem(it, "name")->valuestring, name)) return it;
+    }
+    fail_msg("no kernels row named %s", name);
+    return NULL;
+}
+
+/* total_ns, busy_ns and busy_pct of a row */
+static void assert_row(const cJSON *rows, const char *name, int64_t total, int64_t busy, double busy_pct) {
+    const cJSON *r = row_named(rows, name);
+    assert_int_equal((int64_t)cJSON_GetObjectItem(r, "total_ns")->valuedouble, total);
+    assert_int_equal((int64_t)cJSON_GetObjectItem(r, "busy_ns")->valuedouble, busy);
+    const double pct = cJSON_GetObjectItem(r, "busy_pct")->valuedouble;
+    if (fabs(pct - busy_pct) > 1e-9) fail_msg("%s: busy_pct %g, expected %g", name, pct, busy_pct);
+}
+
+/* Programmatic dependent launch: on device 0 stream 1, gemv [1000, 3000) us, then rmsnorm launched early
+ * [2500, 3500) (it waits for gemv: busy 3500 - 3000), inner [2600, 2900) inside them (busy 0), a memset
+ * [4000, 4200) and after it add [4100, 4500) (the memset is earlier work: busy 300). Concurrent and never
+ * merged: other on stream 2 [1500, 2500), gemv on device 1 stream 1 [1200, 2200). */
+static void test_stream_busy(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir();
+    lpo_raw_writer w;
+    lpo_raw_header h;
+    lpo_raw_header_init(&h, 81);
+    assert_int_equal(lpo_raw_open(&w, path_in(dir, "trace-81.lpot"), &h, 1 << 16), 0);
+    static const char *const names[] = {"", "gemv", "rmsnorm", "inner", "other", "add"};
+    for (uint32_t i = 1; i < 6; i++) lpo_raw_put(&w, LPO_REC_STRING, i, names[i], strlen(names[i]) + 1);
+    put_kernel(&w, 1, 0, 1, 1000, 3000);
+    put_kernel(&w, 4, 0, 2, 1500, 2500);
+    put_kernel(&w, 2, 0, 1, 2500, 3500);
+    put_kernel(&w, 3, 0, 1, 2600, 2900);
+    put_kernel(&w, 1, 1, 1, 1200, 2200);
+    put_kernel(&w, 5, 0, 1, 4100, 4500);
+    lpo_raw_memset ms = {.start = 4000000, .end = 4200000, .bytes = 64, .corr = 99, .stream = 1};
+    lpo_raw_put(&w, LPO_REC_MEMSET, 0, &ms, sizeof ms);
+    assert_int_equal(lpo_raw_close(&w), 0);
+    char *md = NULL, *sum = NULL;
+    cJSON *rows = kernel_rows(dir, &md, &sum);
+    /* durations sum to 5900 us, the streams were busy 5000 us */
+    assert_row(rows, "gemv", 3000000, 3000000, 60.0);
+    assert_row(rows, "rmsnorm", 1000000, 500000, 10.0);
+    assert_row(rows, "inner", 300000, 0, 0.0);
+    assert_row(rows, "other", 1000000, 1000000, 20.0);
+    assert_row(rows, "add", 400000, 300000, 6.0);
+    assert_row(rows, "[CUDA memset]", 200000, 200000, 4.0);
+    const double tp = cJSON_GetObjectItem(row_named(rows, "gemv"), "time_pct")->valuedouble;
+    assert_true(fabs(tp - 100.0 * 3000 / 5900) < 1e-9); /* time_pct: of the summed durations, as nsys */
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(rows, 0), "name")->valuestring, "gemv");
+    static const char note[] = "durations sum to 5.900 ms, the streams were busy 5.000 ms";
+    assert_non_null(strstr(md, note));
+    assert_true(strstr(md, note) < strstr(md, "| time_pct |")); /* above the table */
+    assert_non_null(strstr(md, "| busy_ns | busy_pct |"));
+    assert_non_null(strstr(sum, note));
+    cJSON_Delete(rows);
+    free(md);
+    free(sum);
+
+    /* one after the other on one stream: busy = duration, no overlap line */
+    lpo_raw_header_init(&h, 81);
+    assert_int_equal(lpo_raw_open(&w, path_in(dir, "trace-81.lpot"), &h, 1 << 16), 0);
+    for (uint32_t i = 1; i < 3; i++) lpo_raw_put(&w, LPO_REC_STRING, i, names[i], strlen(names[i]) + 1);
+    put_kernel(&w, 1, 0, 1, 1000, 3000);
+    put_kernel(&w, 2, 0, 1, 3000, 3500);
+    put_kernel(&w, 1, 0, 1, 3600, 5600);
+    assert_int_equal(lpo_raw_close(&w), 0);
+    rows = kernel_rows(dir, &md, &sum);
+    assert_row(rows, "gemv", 4000000, 4000000, 100.0 * 4000 / 4500);
+    assert_row(rows, "rmsnorm", 500000, 500000, 100.0 * 500 / 4500);
+    assert_null(strstr(md, "overlap"));
+    assert_null(strstr(sum, "overlap"));
+    cJSON_Delete(rows);
+    free(md);
+    free(sum);
     remove_tree(dir);
     free(dir);
 }
@@ -517,7 +639,7 @@ int main(void) {
         cmocka_unit_test(test_empty),          cmocka_unit_test(test_gate_and_window),
         cmocka_unit_test(test_counters),       cmocka_unit_test(test_long_names),
         cmocka_unit_test(test_categories),     cmocka_unit_test(test_speed),
-        cmocka_unit_test(test_clock),
+        cmocka_unit_test(test_clock),          cmocka_unit_test(test_stream_busy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
