@@ -73,7 +73,7 @@ char *lpo_demangle(const char *name);
 /* ---- top kernels and kernel sets ------------------------------------------------------------------------
  */
 typedef struct {
-    int top_k;            /* kernels to profile (by total time) */
+    int top_k;            /* kernels to profile (by busy time, or total time when the trace has none) */
     int count;            /* instances to profile per kernel */
     double skip_fraction; /* where the profiled window starts: 0 = first launch, 0.5 = the middle */
     int max_window;       /* at most this many launches profiled per kernel set */
@@ -84,6 +84,8 @@ typedef struct {
     char *base;     /* function base name (ncu --kernel-name-base function): "cunn_SoftMaxForwardReg" */
     char *category; /* the tracer's category (gemm, attention, norm, elementwise, ...) */
     double total_ns, avg_ns, time_pct;
+    double busy_ns, busy_pct; /* exclusive time on its stream (kernels.csv busy_ns, busy_pct: overlapping
+                               * operations counted once, docs/trace.md); -1 when the trace has none */
     long instances;
     char *range;   /* innermost NVTX range / graph node label that carries it (ranges.csv), "" when none */
     char **labels; /* every range label whose top kernels include it (ranges.csv), n_labels of them */
@@ -106,6 +108,7 @@ typedef struct {
     size_t n_sets;
     double kernel_ns_all; /* summed time of every kernel in kernels.csv */
     size_t kernels_all;   /* kernel rows in kernels.csv */
+    int by_busy;          /* 1: kernels.csv has busy_ns; kernels are ranked by it, shares are busy_pct */
 } lpo_deep_plan;
 
 /* Function base name of a demangled kernel name, malloc'd: the identifier before the template arguments
@@ -117,10 +120,12 @@ char *lpo_deep_base_name(const char *name);
  * characters; such a name meets ncu's full name as a prefix of it. */
 int lpo_deep_name_is_cut(const char *name);
 /* Reads dir/kernels.csv (lpo trace; kernel rows only) and dir/ranges.csv (optional), takes the top_k
- * kernels by total time and plans one kernel set per base name: the window of launches of that base
- * that should hold `count` instances of each of its top kernels (launches interleave), starting at
- * skip_fraction of the base's launches, capped at max_window. LPO_E_NOT_FOUND without kernels.csv,
- * LPO_E_FORMAT when it lacks the columns name/total_ns/instances. */
+ * kernels by busy time (busy_ns: a kernel that waits on the previous one of its stream under programmatic
+ * dependent launch is not charged the wait), by total time when the table has no busy_ns, and plans one
+ * kernel set per base name: the window of launches of that base that should hold `count` instances of each of
+ * its top kernels (launches interleave), starting at skip_fraction of the base's launches, capped at
+ * max_window. LPO_E_NOT_FOUND without kernels.csv, LPO_E_FORMAT when it lacks the columns
+ * name/total_ns/instances. */
 lpo_status lpo_deep_plan_load(const char *dir, const lpo_deep_select *o, lpo_deep_plan *p);
 void lpo_deep_plan_free(lpo_deep_plan *p);
 

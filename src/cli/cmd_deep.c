@@ -1,4 +1,4 @@
-/* lpo deep: Nsight Compute on the top kernels of a run (docs/deep.md). (1) the top K kernels by total time
+/* lpo deep: Nsight Compute on the top kernels of a run (docs/deep.md). (1) the top K kernels by busy time
  * come from a trace of the workload (`lpo trace`, run here first) or from deep.kernels_from=DIR; (2) the
  * workload runs under ncu once per kernel set (--kernel-name / --launch-skip / --launch-count: a few
  * instances of each kernel, never the whole run; the tracer off, since a program using CUPTI cannot run

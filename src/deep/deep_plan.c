@@ -161,8 +161,10 @@ static lpo_status read_ranges(const char *dir, lpo_deep_plan *p) {
     return LPO_OK;
 }
 
-static int cmp_total_desc(const void *a, const void *b) {
+/* Descending by busy time (-1 when the table has none: every row then ties) and then total time. */
+static int cmp_time_desc(const void *a, const void *b) {
     const lpo_deep_top *x = a, *y = b;
+    if (x->busy_ns != y->busy_ns) return x->busy_ns < y->busy_ns ? 1 : -1;
     if (x->total_ns != y->total_ns) return x->total_ns < y->total_ns ? 1 : -1;
     return strcmp(x->name, y->name);
 }
@@ -183,7 +185,8 @@ lpo_status lpo_deep_plan_load(const char *dir, const lpo_deep_select *o, lpo_dee
     long c_name = lpo_csv_find_col(&c, 0, "name"), c_total = lpo_csv_find_col(&c, 0, "total_ns"),
          c_inst = lpo_csv_find_col(&c, 0, "instances"), c_avg = lpo_csv_find_col(&c, 0, "avg_ns"),
          c_pct = lpo_csv_find_col(&c, 0, "time_pct"), c_cat = lpo_csv_find_col(&c, 0, "category"),
-         c_kind = lpo_csv_find_col(&c, 0, "kind");
+         c_kind = lpo_csv_find_col(&c, 0, "kind"), c_busy = lpo_csv_find_col(&c, 0, "busy_ns"),
+         c_bpct = lpo_csv_find_col(&c, 0, "busy_pct");
     if (c_name < 0 || c_total < 0 || c_inst < 0) {
         lpo_csv_free(&c);
         return lpo_errorf(LPO_E_FORMAT,
@@ -206,11 +209,14 @@ lpo_status lpo_deep_plan_load(const char *dir, const lpo_deep_select *o, lpo_dee
         k->instances = (long)num(&c, r, c_inst);
         k->avg_ns = c_avg >= 0 ? num(&c, r, c_avg) : k->instances ? k->total_ns / (double)k->instances : 0;
         k->time_pct = num(&c, r, c_pct);
+        k->busy_ns = c_busy >= 0 ? num(&c, r, c_busy) : -1;
+        k->busy_pct = c_busy >= 0 ? num(&c, r, c_bpct) : -1;
         k->set = -1;
         p->kernel_ns_all += k->total_ns;
     }
     lpo_csv_free(&c);
-    qsort(all, n_all, sizeof *all, cmp_total_desc);
+    p->by_busy = c_busy >= 0;
+    qsort(all, n_all, sizeof *all, cmp_time_desc);
     p->kernels_all = n_all;
     p->n = o->top_k > 0 && (size_t)o->top_k < n_all ? (size_t)o->top_k : n_all;
     p->k = lpo_xcalloc(p->n + 1, sizeof *p->k, "deep kernels");

@@ -20,6 +20,7 @@ static const lpo_field kernel_fields[] = {
     {"range", LPO_FIELD_STR, NULL, 0},
     {"op", LPO_FIELD_STR, NULL, 1},
     {"time_pct", LPO_FIELD_DOUBLE, "%.1f", 0},
+    {"busy_pct", LPO_FIELD_DOUBLE, "%.1f", 0},
     {"trace_total_ms", LPO_FIELD_DOUBLE, "%.3f", 1},
     {"launches", LPO_FIELD_INT, NULL, 1},
     {"profiled", LPO_FIELD_INT, NULL, 0},
@@ -71,6 +72,7 @@ lpo_table *lpo_deep_kernel_table(const lpo_deep_analysis *a) {
             lpo_table_set_str(t, "category", k->top->category);
             lpo_table_set_str(t, "range", k->top->range);
             lpo_table_set_double(t, "time_pct", k->top->time_pct);
+            if (k->top->busy_pct >= 0) lpo_table_set_double(t, "busy_pct", k->top->busy_pct);
             lpo_table_set_double(t, "trace_total_ms", k->top->total_ns / 1e6);
             lpo_table_set_int(t, "launches", k->top->instances);
         }
@@ -143,6 +145,15 @@ static void fmt_pct(char *b, size_t n, double v) {
         snprintf(b, n, "-");
 }
 
+/* The share of the trace a top kernel is ranked and summed by: busy_pct when the trace has it (operations
+ * overlapping on their stream counted once, docs/trace.md), else time_pct; and what it is a share of. */
+static double share_pct(const lpo_deep_top *k) {
+    return k->busy_pct >= 0 ? k->busy_pct : k->time_pct;
+}
+static const char *share_of(const lpo_deep_plan *plan) {
+    return plan && plan->by_busy ? "kernel busy time" : "kernel time";
+}
+
 /* Why top kernel k has no ncu result: its set's ncu run said why, or the window held none of its launches. */
 static void unprofiled_reason(lpo_strbuf *o, const lpo_deep_kernel *k, const lpo_deep_plan *plan) {
     const lpo_deep_set *s = plan && k->top && k->top->set >= 0 && (size_t)k->top->set < plan->n_sets
@@ -171,7 +182,15 @@ static void paragraph(lpo_strbuf *o, const lpo_deep_analysis *a, const lpo_deep_
     if (a->ops && k->top && !k->top->range[0])
         lpo_sb_puts(o, "It runs outside the engine's step ranges (prefill, decode_step): set-up work such as "
                        "model loading or weight synthesis, not inference. ");
-    if (k->top)
+    if (k->top && k->top->busy_pct >= 0 && k->top->instances > 0)
+        lpo_sb_printf(o,
+                      "%.1f%% of the kernel busy time of the trace (%.1f%% of its summed durations), %ld "
+                      "launch%s of %.1f us on average, %.1f us of it busy (the rest: waiting for the kernel "
+                      "before it on its stream). ",
+                      k->top->busy_pct, k->top->time_pct, k->top->instances,
+                      k->top->instances == 1 ? "" : "es", k->top->avg_ns / 1e3,
+                      k->top->busy_ns / (double)k->top->instances / 1e3);
+    else if (k->top)
         lpo_sb_printf(o, "%.1f%% of the kernel time of the trace, %ld launch%s of %.1f us on average. ",
                       k->top->time_pct, k->top->instances, k->top->instances == 1 ? "" : "es",
                       k->top->avg_ns / 1e3);
@@ -251,11 +270,12 @@ static void write_md(lpo_strbuf *o, const lpo_deep_analysis *a, const lpo_deep_p
                   opt && opt->title ? opt->title : "");
     if (plan && plan->n) {
         double cover = 0;
-        for (size_t i = 0; i < plan->n; i++) cover += plan->k[i].time_pct;
+        for (size_t i = 0; i < plan->n; i++) cover += share_pct(&plan->k[i]);
         lpo_sb_printf(o,
-                      "The top %zu of %zu kernels of the trace (%.1f%% of its kernel time) were profiled by "
+                      "The top %zu of %zu kernels of the trace (%.1f%% of its %s) were profiled by "
                       "Nsight Compute in %zu kernel set%s (one run of the workload each), %zu results.\n\n",
-                      plan->n, plan->kernels_all, cover, plan->n_sets, plan->n_sets == 1 ? "" : "s", res->n);
+                      plan->n, plan->kernels_all, cover, share_of(plan), plan->n_sets,
+                      plan->n_sets == 1 ? "" : "s", res->n);
     } else {
         lpo_sb_printf(o,
                       "%zu Nsight Compute results of %zu kernels (no trace: every kernel in the export).\n\n",
@@ -267,7 +287,11 @@ static void write_md(lpo_strbuf *o, const lpo_deep_analysis *a, const lpo_deep_p
     lpo_table_write_md(t, o);
     lpo_sb_puts(
         o,
-        "\n`time_pct`: share of the trace's kernel time; `dur_us` and the rates: ncu's measurement "
+        "\n`time_pct`: share of the trace's kernel time (summed durations, as nsys); `busy_pct`: share of "
+        "its "
+        "busy time, where a kernel that starts early and waits for the one before it on its stream "
+        "(programmatic dependent launch) is not charged the wait (ranks and shares use it when the trace has "
+        "it; docs/trace.md); `dur_us` and the rates: ncu's measurement "
         "(one kernel at a time, caches flushed between passes); `precision`: the class most of the counted "
         "FLOPs ran in, i.e. the pipe, not the data type (a bf16 GEMV that multiplies in fp32 FFMAs is fp32); "
         "`ai`: FLOP per DRAM byte; `compute_pct`, "
@@ -277,11 +301,11 @@ static void write_md(lpo_strbuf *o, const lpo_deep_analysis *a, const lpo_deep_p
     for (size_t i = 0; i < a->n; i++) /* top kernels ncu did not profile: named here, never silently */
         if (a->k[i].top && !a->k[i].n_results) {
             n_np++;
-            np_pct += a->k[i].top->time_pct;
+            np_pct += share_pct(a->k[i].top);
         }
     if (n_np) {
-        lpo_sb_printf(o, "**%zu top kernel%s not profiled** (%.1f%% of the trace's kernel time):\n\n", n_np,
-                      n_np == 1 ? "" : "s", np_pct);
+        lpo_sb_printf(o, "**%zu top kernel%s not profiled** (%.1f%% of the trace's %s):\n\n", n_np,
+                      n_np == 1 ? "" : "s", np_pct, share_of(plan));
         for (size_t i = 0; i < a->n; i++)
             if (a->k[i].top && !a->k[i].n_results) {
                 lpo_sb_printf(o, "- #%zu `%s`: ", i + 1, short_name(&a->k[i]));
@@ -299,7 +323,7 @@ static void write_md(lpo_strbuf *o, const lpo_deep_analysis *a, const lpo_deep_p
         "bytes/s / the L2 ceiling. **latency** (latency- or occupancy-bound) when both *c* and *m* are "
         "below %.0f%%; else **memory** when *m* >= *c*, **compute** otherwise.\n\n",
         100 * a->rules.latency_below);
-    lpo_sb_puts(o, "| class | kernels | share of trace kernel time % |\n|---|---:|---:|\n");
+    lpo_sb_printf(o, "| class | kernels | share of trace %s %% |\n|---|---:|---:|\n", share_of(plan));
     static const lpo_deep_bound cls[] = {LPO_DEEP_MEMORY, LPO_DEEP_COMPUTE, LPO_DEEP_LATENCY,
                                          LPO_DEEP_UNKNOWN};
     for (size_t c = 0; c < 4; c++) { /* each class */
@@ -308,7 +332,7 @@ static void write_md(lpo_strbuf *o, const lpo_deep_analysis *a, const lpo_deep_p
         for (size_t i = 0; i < a->n; i++)
             if (a->k[i].n_results && a->k[i].bound == cls[c]) {
                 n++;
-                share += a->k[i].top ? a->k[i].top->time_pct : 0;
+                share += a->k[i].top ? share_pct(a->k[i].top) : 0;
             }
         lpo_sb_printf(o, "| %s | %zu | %.1f |\n", lpo_deep_bound_name(cls[c]), n, share);
     }

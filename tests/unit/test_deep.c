@@ -1,8 +1,8 @@
 /* Unit tests of lpo deep, no GPU needed: the CSV reader, ncu's number and unit formats, the import of the
  * recorded Nsight Compute export (tests/golden/ncu: an H100 running workload.py), the top-K plan from trace
- * tables (kernel sets, windows, range labels), the analysis (FLOPs per precision, bound classes), the GEMM
- * FLOP cross-check against an op list, the report files, the ncu command lines, metric sets and finding
- * ncu, and the command end to end on the fixture (--import). */
+ * tables (kernel sets, windows, range labels; ranked by busy time when the trace has it), the analysis (FLOPs
+ * per precision, bound classes), the GEMM FLOP cross-check against an op list, the report files, the ncu
+ * command lines, metric sets and finding ncu, and the command end to end on the fixture (--import). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -289,6 +289,22 @@ static void test_base_names(void **state) {
     lpo_deep_plan_free(&p);
 }
 
+/* ncu_csv parsed into *res, analysed against plan (no ceilings) into *an and reported into a new directory,
+ * returned. */
+static char *analyze_and_report(lpo_deep_plan *plan, const char *ncu_csv, lpo_ncu_results *res,
+                                lpo_deep_analysis *an) {
+    memset(res, 0, sizeof *res);
+    assert_int_equal(lpo_ncu_parse_csv(res, ncu_csv, strlen(ncu_csv), "t", 0), LPO_OK);
+    lpo_peaks pk;
+    memset(&pk, 0, sizeof pk);
+    lpo_deep_rules rules = {0.4};
+    assert_int_equal(lpo_deep_analyze(plan, res, &pk, &rules, NULL, an), LPO_OK);
+    char *rd = lpo_test_tmpdir();
+    lpo_deep_report_opts ro = {"report", NULL, 0, NULL};
+    assert_int_equal(lpo_deep_write_report(an, plan, res, &ro, rd), LPO_OK);
+    return rd;
+}
+
 /* ncu's result of a kernel whose name the trace cut short meets it (the cut name begins ncu's name); a top
  * kernel without results is named in deep.md with the reason its set gave. */
 static void test_cut_name_match(void **state) {
@@ -305,19 +321,12 @@ static void test_cut_name_match(void **state) {
     assert_int_equal(lpo_deep_plan_load(dir, &o, &plan), LPO_OK);
     assert_string_equal(plan.k[0].base, "k");
     snprintf(plan.s[1].note, sizeof plan.s[1].note, "ncu: No kernels were profiled.");
-    lpo_ncu_results res = {0};
-    assert_int_equal(lpo_ncu_parse_csv(&res, csv, strlen(csv), "t", 0), LPO_OK);
-    lpo_peaks pk;
-    memset(&pk, 0, sizeof pk);
-    lpo_deep_rules rules = {0.4};
+    lpo_ncu_results res;
     lpo_deep_analysis an;
-    assert_int_equal(lpo_deep_analyze(&plan, &res, &pk, &rules, NULL, &an), LPO_OK);
+    char *rd = analyze_and_report(&plan, csv, &res, &an);
     assert_int_equal(an.unmatched_results, 0);
     assert_int_equal(an.k[0].n_results, 1);
     assert_int_equal(an.k[1].n_results, 0);
-    char *rd = lpo_test_tmpdir();
-    lpo_deep_report_opts ro = {"cut", NULL, 0, NULL};
-    assert_int_equal(lpo_deep_write_report(&an, &plan, &res, &ro, rd), LPO_OK);
     snprintf(p, sizeof p, "%s/deep.md", rd);
     assert_true(file_has(p, "**1 top kernel not profiled** (40.0% of the trace's kernel time)"));
     assert_true(file_has(p, "- #2 `other_kernel`: set 1 (`--kernel-name regex:^other_kernel$"));
@@ -328,6 +337,61 @@ static void test_cut_name_match(void **state) {
     remove_tree(rd);
     remove_tree(dir);
     free(rd);
+    free(dir);
+}
+
+/* A trace whose kernels overlap on their stream (programmatic dependent launch): rmsnorm has the most total
+ * time but most of it is waiting for the GEMV before it, so the top kernels go by busy_ns, and deep.md's
+ * shares are busy_pct; without the busy columns (an older trace) they go by total time. */
+static void test_plan_busy(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir(), p[4200];
+    snprintf(p, sizeof p, "%s/kernels.csv", dir);
+    write_text(p, "time_pct,total_ns,instances,avg_ns,busy_ns,busy_pct,category,kind,name\n"
+                  "46.2,6000,2,3000,1000,14.3,norm,kernel,rmsnorm(int)\n"
+                  "38.5,5000,1,5000,5000,71.4,gemm,kernel,gemv(int)\n"
+                  "15.4,2000,1,2000,1000,14.3,elementwise,kernel,add(int)\n");
+    lpo_deep_select o = {.top_k = 2, .count = 3, .skip_fraction = 0.5, .max_window = 60};
+    lpo_deep_plan plan;
+    assert_int_equal(lpo_deep_plan_load(dir, &o, &plan), LPO_OK);
+    assert_int_equal(plan.by_busy, 1);
+    assert_int_equal(plan.n, 2);
+    assert_string_equal(plan.k[0].name, "gemv(int)");
+    assert_string_equal(plan.k[1].name, "rmsnorm(int)"); /* busy ties with add: the larger total first */
+    assert_true(plan.k[0].busy_ns == 5000 && plan.k[0].busy_pct == 71.4 && plan.k[1].busy_pct == 14.3);
+    const char *csv = "\"ID\",\"Kernel Name\",\"gpu__time_duration.sum\"\n\"\",\"\",\"ns\"\n"
+                      "\"0\",\"gemv(int)\",\"4000\"\n";
+    lpo_ncu_results res;
+    lpo_deep_analysis an;
+    char *rd = analyze_and_report(&plan, csv, &res, &an);
+    snprintf(p, sizeof p, "%s/deep.md", rd);
+    assert_true(file_has(p, "(85.7% of its kernel busy time) were profiled"));
+    assert_true(file_has(p, "**1 top kernel not profiled** (14.3% of the trace's kernel busy time)"));
+    assert_true(file_has(p, "71.4% of the kernel busy time of the trace (38.5% of its summed durations), 1 "
+                            "launch of 5.0 us on average, 5.0 us of it busy"));
+    assert_true(file_has(p, "2 launches of 3.0 us on average, 0.5 us of it busy"));
+    assert_true(file_has(p, "| class | kernels | share of trace kernel busy time % |"));
+    snprintf(p, sizeof p, "%s/kernels_deep.csv", rd);
+    assert_true(file_has(p, "rank,kernel,name,category,range,op,time_pct,busy_pct,"));
+    assert_true(file_has(p, "1,gemv,gemv(int),gemm,,,38.5,71.4,"));
+    lpo_deep_analysis_free(&an);
+    lpo_ncu_results_free(&res);
+    lpo_deep_plan_free(&plan);
+    remove_tree(rd);
+    free(rd);
+    /* the same table without busy columns: by total time */
+    snprintf(p, sizeof p, "%s/kernels.csv", dir);
+    write_text(p, "time_pct,total_ns,instances,avg_ns,category,kind,name\n"
+                  "46.2,6000,2,3000,norm,kernel,rmsnorm(int)\n"
+                  "38.5,5000,1,5000,gemm,kernel,gemv(int)\n"
+                  "15.4,2000,1,2000,elementwise,kernel,add(int)\n");
+    assert_int_equal(lpo_deep_plan_load(dir, &o, &plan), LPO_OK);
+    assert_int_equal(plan.by_busy, 0);
+    assert_string_equal(plan.k[0].name, "rmsnorm(int)");
+    assert_string_equal(plan.k[1].name, "gemv(int)");
+    assert_true(plan.k[0].busy_ns == -1 && plan.k[0].busy_pct == -1);
+    lpo_deep_plan_free(&plan);
+    remove_tree(dir);
     free(dir);
 }
 
@@ -795,6 +859,7 @@ int main(void) {
         cmocka_unit_test(test_cut_name_match), cmocka_unit_test(test_cross_check_recorded),
         cmocka_unit_test(test_ncu_argv),       cmocka_unit_test(test_metric_sets),
         cmocka_unit_test(test_ncu_find),       cmocka_unit_test(test_cli_import),
+        cmocka_unit_test(test_plan_busy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
