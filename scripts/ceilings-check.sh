@@ -27,7 +27,7 @@ export XDG_CACHE_HOME="$work/cache"
 log="$out/all.log"
 sum="$work/summary"
 say() { echo "$*" | tee -a "$sum"; }
-gen=; command -v ninja >/dev/null && gen="-G Ninja"
+gen=; command -v ninja >/dev/null && [ ! -f build-gpu/CMakeCache.txt ] && gen="-G Ninja" # (an existing build keeps its generator)
 t0=$(date +%s)
 { cmake -S . -B build-gpu $gen -DCMAKE_BUILD_TYPE=Release -DLPO_CUDA_ARCHS=90 && cmake --build build-gpu -j "$(nproc)"; } \
   >"$work/build.log" 2>&1 || { tail -40 "$work/build.log"; cp "$work/build.log" "$log"; exit 1; }

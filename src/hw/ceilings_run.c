@@ -184,7 +184,8 @@ static lpo_status screen_gemms(const runner *R, lpo_ceil_metric met, lpo__gemm_b
                 GEMM_SCREEN_ROUNDS, lpo_ceil_metric_unit(met));
         for (int i = 0; i < n; i++) {
             double col[GEMM_SCREEN_ROUNDS];
-            for (int r = 0; r < GEMM_SCREEN_ROUNDS; r++) col[r] = t[r * n + i] / (reps[i] * flops[i] * 1e-12);
+            for (int r = 0; r < GEMM_SCREEN_ROUNDS; r++)
+                col[r] = t[r * n + i] / (flops[i] * 1e-12); /* s per GEMM / Tflop */
             qsort(col, GEMM_SCREEN_ROUNDS, sizeof col[0], by_double);
             fprintf(stderr, " [%d] %.4g%s", i + 1, 1 / lpo_quantile_sorted(col, GEMM_SCREEN_ROUNDS, 0.5),
                     i == *pick ? " (kept)" : "");
