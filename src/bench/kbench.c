@@ -468,6 +468,11 @@ static void add_row(lpo_kbench *kb, const kb_case *c, const run_opts *ro, const 
     lpo_table_set_str(t, "mode", ro->mo.cold ? "cold" : ro->graph && c->cuda ? "graph" : "hot");
     lpo__kb_stats_cols(t, s);
     const char *cls = lpo__kb_perf_cols(kb, t, c->flops, c->bytes, roof_dtype(c), s->median);
+    const double bw = kb->have_peaks ? kb->peaks.dram_gbs : 0, gbs = c->bytes / s->median * 1e-9;
+    if (!ro->mo.cold && bw > 0 && gbs > bw) /* past the DRAM ceiling: the caches served it */
+        LPO_WARN("kbench %s %s %s: %.0f%% of the DRAM ceiling: in hot mode its %.3g MB stay in the caches "
+                 "between repetitions; profiling.cold=true times it from memory",
+                 c->ops->name, c->shape, elem_name(c->el, c->p.dtype), 100 * gbs / bw, c->bytes * 1e-6);
     lpo_table_set_int(t, "reps", reps);
     lpo_table_set_double(t, "max_abs_err", max_abs);
     if (nv->n && nv->sm_mhz_avg >= 0) lpo_table_set_double(t, "sm_mhz", nv->sm_mhz_avg);

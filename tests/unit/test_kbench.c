@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lpo/ceilings.h"
 #include "lpo/config.h"
 #include "lpo/core.h"
 #include "lpo/kbench.h"
@@ -146,12 +147,56 @@ static void test_cli_sweep(void **state) {
     free(out);
 }
 
+/* A case past the DRAM ceiling in hot mode is served by the caches: kbench says so (ceilings of a made-up CPU
+ * with 1 MB/s of DRAM, cached under a private XDG_CACHE_HOME); in cold mode it does not. */
+static void test_cache_warning(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir();
+    const char *old = getenv("XDG_CACHE_HOME");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("XDG_CACHE_HOME", dir, 1);
+    lpo_ceilings c;
+    lpo_ceilings_init(&c);
+    snprintf(c.device_kind, sizeof c.device_kind, "cpu");
+    snprintf(c.name, sizeof c.name, "test CPU");
+    lpo_ceilings_cpu_key(c.uuid, sizeof c.uuid);
+    c.m[LPO_CEIL_M_GEMM_FP32].value = 1.0;    /* TFLOP/s */
+    c.m[LPO_CEIL_M_DRAM_TRIAD].value = 0.001; /* GB/s */
+    char path[4096], args[2048], *out = NULL, *err = NULL;
+    assert_int_equal(lpo_ceilings_save(&c, lpo_ceilings_cache_path(c.uuid, path, sizeof path)), LPO_OK);
+    static const char *const mode[] = {"false", "true"};
+    for (int cold = 0; cold < 2; cold++) { // hot: warned; cold: not
+        snprintf(args, sizeof args,
+                 "kbench backend=cpu kbench.case=rmsnorm kbench.dtype=f32 kbench.threads=1 kbench.m=8 "
+                 "kbench.n=64 profiling.min_time_s=0.002 profiling.timeout_s=0.2 profiling.cold=%s "
+                 "output.dir=%s/run%d",
+                 mode[cold], dir, cold);
+        int rc = lpo_test_run_lpo(args, &out, &err);
+        if (rc != 0) fail_msg("lpo kbench: exit %d: %s", rc, err ? err : "");
+        assert_non_null(strstr(out, path)); /* the report names the made-up ceilings it used */
+        const char *w = strstr(err, "of the DRAM ceiling: in hot mode");
+        if (cold)
+            assert_null(w);
+        else
+            assert_non_null(w), assert_non_null(strstr(err, "kbench rmsnorm m=8 n=64 f32: "));
+        free(out), free(err), out = err = NULL;
+    }
+    if (saved)
+        setenv("XDG_CACHE_HOME", saved, 1);
+    else
+        unsetenv("XDG_CACHE_HOME");
+    free(saved);
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+    free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_every_case_cpu),
-        cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_linears),
-        cmocka_unit_test(test_cli_sweep),
+        cmocka_unit_test(test_every_case_cpu), cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_linears),        cmocka_unit_test(test_cli_sweep),
+        cmocka_unit_test(test_cache_warning),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
