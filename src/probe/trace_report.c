@@ -450,6 +450,7 @@ typedef struct {
     uint16_t depth;
     size_t instances, with_ops, ops;
     uint64_t wall, busy, span, step_time, latency, api, op_time;
+    uint64_t op_busy; /* the operations' exclusive (busy) times, summed: top_kernels' denominator */
     uint32_t top[3];
     uint64_t top_ns[3];
 } rstat;
@@ -557,15 +558,21 @@ lpo_status lpo_trace_range_table(lpo_trace *t, lpo_table **out) {
         !st && (uint64_t)rows * n_k <= (1u << 25) ? calloc((size_t)rows * n_k + 1, sizeof *cells) : NULL;
     for (size_t k = 0; k < t->ops.n && !st; k++) { /* ops: their label row and every range row above them */
         const tr_op *o = &t->ops.v[k];
-        const uint64_t d = o->end - o->start;
+        const uint64_t d =
+            o->busy; /* exclusive time: a PDL kernel's wait for the one before is not its own */
         const uint32_t kk = kix[o->name] - 1;
-        if (o->label) st = contrib_add(cells, &top, n_k, slot[(size_t)o->label * 2 + 1] - 1, kk, o->name, d);
+        if (o->label) {
+            const size_t row = slot[(size_t)o->label * 2 + 1] - 1;
+            rs[row].op_busy += d;
+            st = contrib_add(cells, &top, n_k, row, kk, o->name, d);
+        }
         uint32_t last = 0;
         for (int32_t ri = o->range, hop = 0; ri >= 0 && hop < 256 && !st;
              ri = t->ranges.v[ri].parent, hop++) {
             const uint32_t rn = t->ranges.v[ri].name;
             if (rn == last) continue; /* a range nested in one of the same name counts once */
             last = rn;
+            rs[slot[(size_t)rn * 2] - 1].op_busy += d;
             st = contrib_add(cells, &top, n_k, slot[(size_t)rn * 2] - 1, kk, o->name, d);
         }
     }
@@ -619,7 +626,7 @@ lpo_status lpo_trace_range_table(lpo_trace *t, lpo_table **out) {
         for (int k = 0; k < 3 && r->top[k] && o < sizeof buf - 1; k++) { /* "name (42.1%); ..." */
             int w = snprintf(buf + o, sizeof buf - o, "%s%.200s (%.1f%%)", k ? "; " : "",
                              tr_str_get(&t->str, r->top[k]),
-                             r->op_time ? 100.0 * (double)r->top_ns[k] / (double)r->op_time : 0.0);
+                             r->op_busy ? 100.0 * (double)r->top_ns[k] / (double)r->op_busy : 0.0);
             if (w < 0) break;
             o += (size_t)w;
             if (o >= sizeof buf) o = sizeof buf - 1;

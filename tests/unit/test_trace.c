@@ -307,6 +307,35 @@ static void test_stream_busy(void **state) {
     cJSON_Delete(rows);
     free(md);
     free(sum);
+
+    /* ranges.csv's top_kernels by busy time: in range "step", gemv 2000 us, then rmsnorm launched early (PDL)
+     * runs 1000 us of which 500 us are its own: 80% / 20% (by durations it would be 66.7% / 33.3%) */
+    lpo_raw_header_init(&h, 81);
+    assert_int_equal(lpo_raw_open(&w, path_in(dir, "trace-81.lpot"), &h, 1 << 16), 0);
+    for (uint32_t i = 1; i < 3; i++) lpo_raw_put(&w, LPO_REC_STRING, i, names[i], strlen(names[i]) + 1);
+    lpo_raw_put(&w, LPO_REC_STRING, 6, "step", 5);
+    lpo_raw_range_begin rb = {.ts = 0, .id = 1, .parent = 0, .tid = 5, .name = 6};
+    lpo_raw_put(&w, LPO_REC_RANGE_BEGIN, 0, &rb, sizeof rb);
+    lpo_raw_launch la = {501, 0, 1}, lb = {502, 0, 1};
+    lpo_raw_put(&w, LPO_REC_LAUNCH, 0, &la, sizeof la);
+    lpo_raw_put(&w, LPO_REC_LAUNCH, 0, &lb, sizeof lb);
+    lpo_raw_kernel ka = {.start = 1000000, .end = 3000000, .corr = 501, .name = 1, .stream = 1};
+    lpo_raw_kernel kb = {.start = 2500000, .end = 3500000, .corr = 502, .name = 2, .stream = 1};
+    lpo_raw_put(&w, LPO_REC_KERNEL, 0, &ka, sizeof ka);
+    lpo_raw_put(&w, LPO_REC_KERNEL, 0, &kb, sizeof kb);
+    lpo_raw_range_end re = {.ts = 10000000, .id = 1, .tid = 5};
+    lpo_raw_put(&w, LPO_REC_RANGE_END, 0, &re, sizeof re);
+    assert_int_equal(lpo_raw_close(&w), 0);
+    lpo_trace *t = NULL;
+    if (lpo_trace_load_dir(dir, &t)) fail_msg("%s", lpo_last_error());
+    lpo_table *rt = NULL;
+    assert_int_equal(lpo_trace_range_table(t, &rt), LPO_OK);
+    lpo_strbuf csv = {0};
+    lpo_table_write_csv(rt, &csv);
+    if (!strstr(csv.buf, "gemv (80.0%); rmsnorm (20.0%)")) fail_msg("ranges.csv:\n%s", csv.buf);
+    lpo_sb_free(&csv);
+    lpo_table_free(rt);
+    lpo_trace_free(t);
     remove_tree(dir);
     free(dir);
 }
