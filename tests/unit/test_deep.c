@@ -566,6 +566,16 @@ static void test_report(void **state) {
     snprintf(p, sizeof p, "%s/deep.md", dir);
     assert_true(file_has(p, "105.4% compute"));
     assert_true(file_has(p, "Over 100% is not an error"));
+    /* measured ceilings: deep.md names the cache file; the roofline's subtitle leaves the long path out */
+    snprintf(f.an.peaks.label, sizeof f.an.peaks.label, "%s",
+             "measured by lpo ceilings 2026-11-23T18:00:30Z (commit 568e4c5), "
+             "/root/.cache/lpo/ceilings/GPU-e4.json");
+    assert_int_equal(lpo_deep_write_report(&f.an, &f.plan, &f.res, &o, dir), LPO_OK);
+    assert_true(file_has(p, "/root/.cache/lpo/ceilings/GPU-e4.json"));
+    snprintf(p, sizeof p, "%s/roofline_kernels.svg", dir);
+    assert_true(
+        file_has(p, "ceilings: measured by lpo ceilings 2026-11-23T18:00:30Z (commit 568e4c5); DRAM:"));
+    assert_false(file_has(p, "/root/.cache"));
     remove_tree(dir);
     free(dir);
     free_fixture(&f);
