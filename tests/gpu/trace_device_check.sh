@@ -11,6 +11,10 @@
 #             untraced and under `lpo trace`, alternated (HF_PAIRS rounds, default 2); HF_TRACED lists the
 #             traced configurations of each round, ';'-separated environment settings (default "X=0": the
 #             defaults; e.g. "X=0;LPO_TRACE_LAUNCH_CB=driver"); HF_ARGS: arguments of the script (--reps 2)
+#   hfdiag    where the HF overhead goes (not in the default parts): one discarded process (a fresh host's
+#             first runs slow), then HF_PAIRS rounds (default 3) of untraced vs each `lpo trace` flag set of
+#             HFDIAG_FLAGS ('|'-separated; "default" = no flags; default
+#             "--activities=kernel,memcpy,memset,sync,nvtx|--activities=kernel,launch,nvtx|default")
 #   diag      where the overhead goes: the launch-bound torch loop of trace_torch.py untraced and under
 #             tracer configurations that each leave one part out (kernel records, callbacks, clock, ...)
 #   profiler  the same loop under torch.profiler, and lpo trace with --attribution=extcorr
@@ -85,6 +89,25 @@ if has hf; then # separate processes, untraced and traced alternately; each prin
   done
   grep -E "^==|tok/s|lpo trace: [0-9]|post-processing|\[.* s, rc" "$out/hf.log"
   cp /tmp/hf_1_0/summary.md "$out/hf_summary.md" 2>/dev/null
+fi
+if has hfdiag; then # alternated processes after a discarded one; each prints its median of the decodes
+  IFS='|' read -r -a hd_flags <<<"${HFDIAG_FLAGS:---activities=kernel,memcpy,memset,sync,nvtx|--activities=kernel,launch,nvtx|default}"
+  echo "== discarded (first process)" >>"$out/hfdiag.log"
+  # shellcheck disable=SC2086
+  t python3 $hf ${HF_ARGS:-} >>"$out/hfdiag.log" 2>&1
+  for i in $(seq "${HF_PAIRS:-3}"); do
+    echo "== untraced" >>"$out/hfdiag.log"
+    # shellcheck disable=SC2086
+    t python3 $hf ${HF_ARGS:-} >>"$out/hfdiag.log" 2>&1
+    for k in "${!hd_flags[@]}"; do
+      f=${hd_flags[$k]}
+      [ "$f" = default ] && f=
+      echo "== traced ${hd_flags[$k]}" >>"$out/hfdiag.log"
+      # shellcheck disable=SC2086
+      t "$lpo" trace --no-json $f output.dir=/tmp/hfd_${i}_$k -- python3 $hf ${HF_ARGS:-} >>"$out/hfdiag.log" 2>&1
+    done
+  done
+  grep -E "^==|tok/s|\[.* s, rc" "$out/hfdiag.log"
 fi
 if has diag; then # one process each; "name: env... -- lpo trace flags" (untraced when flags are "none")
   while IFS='|' read -r name envs flags; do
