@@ -52,8 +52,11 @@ typedef struct {
 void lpo_roofline_svg(const lpo_roofline *r, lpo_strbuf *out);
 /* roofline.csv: kind,label,intensity,tflops,class (kind: roof, slope, ridge, point). */
 void lpo_roofline_csv(const lpo_roofline *r, lpo_strbuf *out);
-/* Fills the roofs and slopes of r from peaks (no points). */
+/* Fills the roofs and slopes of r from peaks (no points), and the subtitle (lpo_roofline_set_subtitle). */
 void lpo_roofline_from_peaks(lpo_roofline *r, const lpo_peaks *p);
+/* r->subtitle = "ceilings: " + which peaks (p->label without the cache file's path, too long for the plot;
+ * the reports name the file). */
+void lpo_roofline_set_subtitle(lpo_roofline *r, const lpo_peaks *p);
 
 /* ---- stacked bars (breakdown.svg) ---------------------------------------------------------------------
  * One horizontal bar per row (a phase), normalised to its total so bars of different lengths compare by

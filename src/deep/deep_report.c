@@ -523,13 +523,10 @@ static void roofline(const lpo_deep_analysis *a, const char *title, lpo_strbuf *
     lpo_roofline r;
     memset(&r, 0, sizeof r);
     snprintf(r.title, sizeof r.title, "%.150s", title ? title : "kernels on the roofline");
-    char label[sizeof a->peaks.label];
-    snprintf(label, sizeof label, "%s", a->peaks.label[0] ? a->peaks.label : "none");
-    char *path =
-        strstr(label, ", /"); /* the cache file's path runs past the plot's edge (deep.md names it) */
-    if (path) *path = 0;
-    snprintf(r.subtitle, sizeof r.subtitle, "ceilings: %.200s; DRAM: %.60s; L2: %.60s", label,
-             a->dram_peak_src, a->l2_peak_src);
+    lpo_roofline_set_subtitle(&r, &a->peaks);    /* deep.md names the cache file */
+    const size_t len = strnlen(r.subtitle, 240); /* a longer label is cut there: room for the sources */
+    snprintf(r.subtitle + len, sizeof r.subtitle - len, "; DRAM: %.60s; L2: %.60s", a->dram_peak_src,
+             a->l2_peak_src);
     lpo_roof_point *pts = lpo_xcalloc(a->n + 1, sizeof *pts, "roofline points");
     for (size_t i = 0; i < a->n; i++) { /* roofs, slopes and one point per profiled kernel */
         const lpo_deep_kernel *k = &a->k[i];

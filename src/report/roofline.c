@@ -230,7 +230,11 @@ void lpo_roofline_from_peaks(lpo_roofline *r, const lpo_peaks *p) {
     r->dram_gbs = p->dram_gbs;
     snprintf(r->dram_name, sizeof r->dram_name, "%s", p->dram_name);
     r->l2_gbs = p->l2_gbs;
-    snprintf(r->subtitle, sizeof r->subtitle, "ceilings: %.380s", p->label);
+    lpo_roofline_set_subtitle(r, p);
+}
+
+void lpo_roofline_set_subtitle(lpo_roofline *r, const lpo_peaks *p) {
+    snprintf(r->subtitle, sizeof r->subtitle, "ceilings: %.380s", p->label[0] ? p->label : "none");
     char *path = strstr(r->subtitle, ", /"); /* the cache path makes the line too long for the plot */
     if (path) *path = 0;
 }
