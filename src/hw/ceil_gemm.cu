@@ -165,7 +165,7 @@ static lpo_status pick_candidate(lpo__gemm_bench *b, const cublasLtMatmulHeurist
             LPO_CUDA_ELAPSED(b->e0, b->e1, &t[r * n_heur + a]);
         }
     }
-    *best = n_ok > 0 ? lpo__ceil_pick_rounds(t, rounds, n_heur, NULL, 0.01) : -1;
+    *best = n_ok > 0 ? lpo__ceil_pick_rounds(t, rounds, n_heur, NULL, 0.01, NULL) : -1;
 fail:
     return st;
 }

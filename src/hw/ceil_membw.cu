@@ -377,7 +377,7 @@ static lpo_status pick_variants(lpo__membw_bench *b) {
                 LPO_CUDA_ELAPSED(b->e0, b->e1, &t[r * nv + v]);
             }
         }
-        b->var[kinds[k]] = lpo__ceil_pick_rounds(t, ROUNDS, nv, NULL, 0.005);
+        b->var[kinds[k]] = lpo__ceil_pick_rounds(t, ROUNDS, nv, NULL, 0.005, NULL);
     }
     /* the sample kernels may have written b: the L2 pass kernels never write */
 fail:

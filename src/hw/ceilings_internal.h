@@ -72,8 +72,10 @@ void lpo__launch_bench_close(lpo__launch_bench *b);
  * out. The EARLIEST candidate whose score is within rel_tol of the best is returned, so candidates that
  * close give the same choice from run to run (the order is the preference: cuBLASLt's heuristic rank, the
  * variant list) and the choice never favours one over a truly faster one by more than rel_tol. -1 when no
- * candidate is left. rounds <= 64. */
-int lpo__ceil_pick_rounds(const double *t, int rounds, int n, const double *work, double rel_tol);
+ * candidate is left. rounds <= 64. score (n,), when not NULL, receives each candidate's score (INFINITY:
+ * out). */
+int lpo__ceil_pick_rounds(const double *t, int rounds, int n, const double *work, double rel_tol,
+                          double *score);
 /* Fills e's value and spread from the statistics of seconds per repetition: rate figures (per_second 1)
  * value = work / median, p10 = work / p90 time, p90 = work / p10 time; latency figures (per_second 0)
  * value = work x median (work = 1e6: microseconds), p10/p90 likewise; samples = s->n. */

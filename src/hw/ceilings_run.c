@@ -3,7 +3,6 @@
  * time or at a timeout) with the NVML sampler running, and fills the ceilings record; also the table that
  * shows it beside the spec sheet. Budget: the whole GPU run is meant to take well under 60 s on an H100. */
 #include <math.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,7 +47,8 @@ static int by_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-int lpo__ceil_pick_rounds(const double *t, int rounds, int n, const double *work, double rel_tol) {
+int lpo__ceil_pick_rounds(const double *t, int rounds, int n, const double *work, double rel_tol,
+                          double *score_out) {
     double score[64], col[64], best = INFINITY;
     int pick = -1;
     if (n <= 0 || rounds <= 0 || rounds > 64 || n > 64) return -1;
@@ -70,6 +70,7 @@ int lpo__ceil_pick_rounds(const double *t, int rounds, int n, const double *work
     // the earliest within rel_tol of the best
     for (int i = 0; i < n && pick < 0; i++)
         if (isfinite(score[i]) && score[i] <= best * (1 + rel_tol)) pick = i;
+    if (score_out) memcpy(score_out, score, (size_t)n * sizeof *score);
     return pick;
 }
 
@@ -156,12 +157,11 @@ static const int gemm_shapes[][3] = {{8192, 8192, 8192}, {16384, 16384, 8192}};
 
 /* Which of a dtype's n configurations is measured: after warm_s of untimed GEMMs (the power-capped clock
  * settles, so no configuration is screened on a cool, fast start), GEMM_SCREEN_ROUNDS interleaved rounds of
- * one ~50 ms sample each (power-cap swings hit all alike), the best median rate kept: a peak is the fastest
- * configuration, and when two are within the noise either gives the same figure (with "the earliest within
- * 1%", fp16's two shapes, ~2% apart, were kept one each in two H100 runs: figures 2.3% apart). The figure is
- * then measured afresh on the kept one, so the screening's luck does not inflate it. Each configuration's
- * screened rate goes to stderr (with 3 rounds and no warm-up, two H100 runs kept fp8 configurations 10%
- * apart). */
+ * one ~50 ms sample each (power-cap swings hit all alike), the best median rate kept (a peak is the fastest
+ * configuration; "the earliest within 1%" could cost it up to 1%). The figure is then measured afresh on the
+ * kept one, so the screening's luck does not inflate it. Each configuration's screened rate goes to stderr
+ * (with 3 rounds and no warm-up, two H100 runs kept fp8 configurations 10% apart; fp16's two shapes screen
+ * within the noise of each other and may still be kept one each in two runs). */
 static lpo_status screen_gemms(const runner *R, lpo_ceil_metric met, lpo__gemm_bench **b, const double *flops,
                                int n, double warm_s, int *pick) {
     double t[GEMM_SCREEN_ROUNDS * GEMM_MAX_CFG], t1;
@@ -179,19 +179,14 @@ static lpo_status screen_gemms(const runner *R, lpo_ceil_metric met, lpo__gemm_b
     for (int r = 0; r < GEMM_SCREEN_ROUNDS; r++)
         for (int i = 0; i < n; i++)
             if ((st = lpo__gemm_bench_sample(b[i], reps[i], &t[r * n + i]))) return st;
-    *pick = lpo__ceil_pick_rounds(t, GEMM_SCREEN_ROUNDS, n, flops, 0);
+    double score[GEMM_MAX_CFG]; /* median seconds per flop */
+    *pick = lpo__ceil_pick_rounds(t, GEMM_SCREEN_ROUNDS, n, flops, 0, score);
     if (*pick < 0) return lpo_errorf(LPO_E_CUDA, "GEMM screening: no configuration timed");
     if (!R->o->quiet) { // median rate of each configuration over the rounds
         fprintf(stderr, "ceilings:   %s screening, %d rounds (%s):", lpo_ceil_metric_key(met),
                 GEMM_SCREEN_ROUNDS, lpo_ceil_metric_unit(met));
-        for (int i = 0; i < n; i++) {
-            double col[GEMM_SCREEN_ROUNDS];
-            for (int r = 0; r < GEMM_SCREEN_ROUNDS; r++)
-                col[r] = t[r * n + i] / (flops[i] * 1e-12); /* s per GEMM / Tflop */
-            qsort(col, GEMM_SCREEN_ROUNDS, sizeof col[0], by_double);
-            fprintf(stderr, " [%d] %.4g%s", i + 1, 1 / lpo_quantile_sorted(col, GEMM_SCREEN_ROUNDS, 0.5),
-                    i == *pick ? " (kept)" : "");
-        }
+        for (int i = 0; i < n; i++)
+            fprintf(stderr, " [%d] %.4g%s", i + 1, 1e-12 / score[i], i == *pick ? " (kept)" : "");
         fputc('\n', stderr);
     }
     return LPO_OK;
@@ -285,26 +280,11 @@ static lpo_status measure_memory(runner *R, int dev, lpo_ceilings *c) {
     return st;
 }
 
-/* Pins the calling thread to the CPU it runs on (*old: the mask to restore); 0 when it could not. Launch
- * latency is host time: a thread moved between CPUs mid-sample pays cold caches (two runs of an H100 VM
- * gave 3.4 and 4.2 us unpinned). */
-static int pin_to_current_cpu(cpu_set_t *old, int *cpu) {
-    cpu_set_t one;
-    *cpu = sched_getcpu();
-    if (*cpu < 0 || *cpu >= CPU_SETSIZE || sched_getaffinity(0, sizeof *old, old)) return 0;
-    CPU_ZERO(&one);
-    CPU_SET(*cpu, &one);
-    return sched_setaffinity(0, sizeof one, &one) == 0;
-}
-
 static lpo_status measure_launch(runner *R, int dev, lpo_ceilings *c) {
     lpo__launch_bench *b;
     const int nodes = 1000;
     lpo_status st = lpo__launch_bench_open(dev, nodes, &b);
     if (st) return st;
-    cpu_set_t old;
-    int cpu = -1;
-    const int pinned = pin_to_current_cpu(&old, &cpu);
     // stream launches, then graph replay
     for (int graph = 0; graph < 2 && !st; graph++) {
         launch_ctx lc = {b, graph};
@@ -314,13 +294,10 @@ static lpo_status measure_launch(runner *R, int dev, lpo_ceilings *c) {
         st = measure(R, launch_fn, &lc, 0, 0, NULL, &s, e); /* a sample is already 1000 launches */
         if (st) break;
         lpo__ceil_entry_from_stats(e, &s, 1e6, 0);
-        int k = snprintf(e->detail, sizeof e->detail, "%s of %d one-thread kernels",
-                         graph ? "graph" : "stream", nodes);
-        if (pinned && k > 0 && (size_t)k < sizeof e->detail)
-            snprintf(e->detail + k, sizeof e->detail - (size_t)k, ", host thread on CPU %d", cpu);
+        snprintf(e->detail, sizeof e->detail, "%s of %d one-thread kernels", graph ? "graph" : "stream",
+                 nodes);
         progress(R, m, e);
     }
-    if (pinned) sched_setaffinity(0, sizeof old, &old);
     lpo__launch_bench_close(b);
     return st;
 }

@@ -174,23 +174,26 @@ static void test_pick_rounds(void **state) {
     (void)state;
     /* 3 rounds x 3 candidates (seconds): medians 1.00, 0.995, 0.90 -> candidate 2 (more than 1% faster) */
     const double t[] = {1.00, 0.99, 0.90, 1.02, 1.00, 0.91, 0.98, 0.995, 0.80};
-    assert_int_equal(lpo__ceil_pick_rounds(t, 3, 3, NULL, 0.01), 2);
+    assert_int_equal(lpo__ceil_pick_rounds(t, 3, 3, NULL, 0.01, NULL), 2);
     /* candidates 0 and 1 within 1%: the earlier one, whichever is faster in this run */
     const double close[] = {1.00, 0.995, 1.20, 1.003, 0.997, 1.21, 0.999, 0.996, 1.19};
-    assert_int_equal(lpo__ceil_pick_rounds(close, 3, 3, NULL, 0.01), 0);
-    assert_int_equal(lpo__ceil_pick_rounds(close, 3, 3, NULL, 0.001), 1);
+    assert_int_equal(lpo__ceil_pick_rounds(close, 3, 3, NULL, 0.01, NULL), 0);
+    assert_int_equal(lpo__ceil_pick_rounds(close, 3, 3, NULL, 0.001, NULL), 1);
     /* the median, not the mean: one slow round (a clock dip) does not move a candidate */
     const double dip[] = {1.00, 0.97, 1.00, 1.50, 1.00, 0.97};
-    assert_int_equal(lpo__ceil_pick_rounds(dip, 3, 2, NULL, 0.01), 1);
+    assert_int_equal(lpo__ceil_pick_rounds(dip, 3, 2, NULL, 0.01, NULL), 1);
     /* per unit of work: 2x the work in 1.9x the time is faster */
     const double w[] = {1, 2}, tw[] = {1.0, 1.9, 1.0, 1.9, 1.0, 1.9};
-    assert_int_equal(lpo__ceil_pick_rounds(tw, 3, 2, w, 0.01), 1);
+    double score[2];
+    assert_int_equal(lpo__ceil_pick_rounds(tw, 3, 2, w, 0.01, score), 1);
+    assert_true(score[0] == 1.0 && fabs(score[1] - 0.95) < 1e-12); /* median seconds per unit of work */
     /* a candidate that failed in any round is out; none left -> -1 */
     const double bad[] = {INFINITY, 2.0, 0.5, 2.0};
-    assert_int_equal(lpo__ceil_pick_rounds(bad, 2, 2, NULL, 0.01), 1);
+    assert_int_equal(lpo__ceil_pick_rounds(bad, 2, 2, NULL, 0.01, score), 1);
+    assert_true(isinf(score[0]) && score[1] == 2.0);
     const double none[] = {NAN, -1.0};
-    assert_int_equal(lpo__ceil_pick_rounds(none, 1, 2, NULL, 0.01), -1);
-    assert_int_equal(lpo__ceil_pick_rounds(t, 0, 3, NULL, 0.01), -1);
+    assert_int_equal(lpo__ceil_pick_rounds(none, 1, 2, NULL, 0.01, NULL), -1);
+    assert_int_equal(lpo__ceil_pick_rounds(t, 0, 3, NULL, 0.01, NULL), -1);
 }
 
 static void test_entry_from_stats(void **state) {
