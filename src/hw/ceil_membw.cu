@@ -357,22 +357,25 @@ fail:
     return st;
 }
 
-/* For each kernel kind, the fastest validated variant: 3 rounds, each timing 3 repetitions of every variant
- * in turn (after one untimed); a variant's score is the median of its rounds, and the earliest variant
- * within 0.5% of the fastest is kept (lpo__ceil_pick: the same choice from run to run). */
+/* For each kernel kind, the fastest validated variant: 5 rounds, each timing `reps` repetitions of every
+ * variant in turn (after one untimed); a variant's score is the median of its rounds, and the earliest
+ * variant within 0.5% of the fastest is kept (lpo__ceil_pick_rounds: the same choice from run to run). A
+ * DRAM timing is 3 passes over 1 GiB (~1 ms); an L2 pass is ~0.1 ms, so L2 timings take 24 (with 3, two
+ * H100 runs kept different L2 variants whose figures then differed by 7.6%). */
 static lpo_status pick_variants(lpo__membw_bench *b) {
     lpo_status st = LPO_OK;
     const lpo__bw_kind kinds[] = {LPO__BW_READ, LPO__BW_WRITE, LPO__BW_COPY, LPO__BW_L2_READ};
-    enum { ROUNDS = 3, REPS = 3 };
+    enum { ROUNDS = 5 };
     double t[ROUNDS * N_VAR];
     // each kind: rounds x variants
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
-        int nv = kinds[k] == LPO__BW_L2_READ ? N_L2_VAR : N_VAR;
+        const int nv = kinds[k] == LPO__BW_L2_READ ? N_L2_VAR : N_VAR,
+                  reps = kinds[k] == LPO__BW_L2_READ ? 24 : 3;
         for (int r = 0; r < ROUNDS; r++) {
             for (int v = 0; v < nv; v++) {
                 LPO_CUDA_CHECK(launch(b, kinds[k], v, 0));
                 LPO_CUDA_CHECK(cudaEventRecord(b->e0, b->s));
-                for (int i = 0; i < REPS; i++) LPO_CUDA_CHECK(launch(b, kinds[k], v, i));
+                for (int i = 0; i < reps; i++) LPO_CUDA_CHECK(launch(b, kinds[k], v, i));
                 LPO_CUDA_CHECK(cudaEventRecord(b->e1, b->s));
                 LPO_CUDA_ELAPSED(b->e0, b->e1, &t[r * nv + v]);
             }

@@ -127,10 +127,6 @@ static void progress(const runner *R, lpo_ceil_metric m, const lpo_ceil_entry *e
 /* ---- GPU -------------------------------------------------------------------------------------------------
  */
 #ifdef LPO_HAVE_CUDA
-static lpo_status gemm_fn(void *ctx, int reps, double *s) {
-    return lpo__gemm_bench_sample(ctx, reps, s);
-}
-
 typedef struct {
     lpo__membw_bench *b;
     lpo__bw_kind kind;
@@ -152,50 +148,84 @@ static lpo_status launch_fn(void *ctx, int reps, double *s) {
 
 /* GEMM shapes (m, n, k): large enough to fill the chip; 32-bit dtypes run 8 to 30 x slower, so one shape */
 static const int gemm_shapes[][3] = {{8192, 8192, 8192}, {16384, 16384, 8192}};
-#define GEMM_MAX_CFG       4 /* shapes x fp8 fast accumulation */
-#define GEMM_SCREEN_ROUNDS 6
+#define GEMM_MAX_CFG 4 /* shapes x fp8 fast accumulation */
 
-/* Which of a dtype's n configurations is measured: after warm_s of untimed GEMMs (the power-capped clock
- * settles, so no configuration is screened on a cool, fast start), GEMM_SCREEN_ROUNDS interleaved rounds of
- * one ~50 ms sample each (power-cap swings hit all alike), the best median rate kept (a peak is the fastest
- * configuration; "the earliest within 1%" could cost it up to 1%). The figure is then measured afresh on the
- * kept one, so the screening's luck does not inflate it. Each configuration's screened rate goes to stderr
- * (with 3 rounds and no warm-up, two H100 runs kept fp8 configurations 10% apart; fp16's two shapes screen
- * within the noise of each other and may still be kept one each in two runs). */
-static lpo_status screen_gemms(const runner *R, lpo_ceil_metric met, lpo__gemm_bench **b, const double *flops,
-                               int n, double warm_s, int *pick) {
-    double t[GEMM_SCREEN_ROUNDS * GEMM_MAX_CFG], t1;
-    int reps[GEMM_MAX_CFG];
-    lpo_status st;
-    *pick = 0;
-    if (n < 2) return LPO_OK;
-    // repetitions per ~50 ms sample of each configuration
-    for (int i = 0; i < n; i++) {
-        if ((st = lpo__gemm_bench_sample(b[i], 1, &t1))) return st;
-        reps[i] = t1 > 0 && t1 < 0.05 ? (int)ceil(0.05 / t1) : 1;
+/* A dtype's n configurations measured together: after warm_s of untimed GEMMs (the power-capped clock
+ * settles), rounds of one ~50 ms sample of each configuration in turn (the power cap's clock swings hit all
+ * alike) until every configuration's own stopping rule holds (its share of mo's minimum time, at least 10
+ * samples) or mo's timeout; the configuration with the best median rate is the figure (a peak is the fastest
+ * configuration). Every configuration is judged on its full sample set, not on a short screening followed by
+ * a separate measurement: two H100 runs that screened fp16's two shapes for 6 rounds kept one each and landed
+ * 2.3% apart. Each configuration's median rate goes to stderr. *pick: the kept one; *s its statistics; e gets
+ * the wall time and the NVML summary of the whole window. */
+static lpo_status measure_gemm_configs(runner *R, lpo_ceil_metric met, lpo__gemm_bench **b,
+                                       const double *flops, int n, double warm_s, const lpo_measure_opts *mo,
+                                       int *pick, lpo_stats *s, lpo_ceil_entry *e) {
+    lpo_measure *m[GEMM_MAX_CFG] = {0};
+    lpo_stats cs[GEMM_MAX_CFG];
+    int reps[GEMM_MAX_CFG], done = 0;
+    double t1;
+    uint64_t t0 = lpo_now_ns();
+    lpo_measure_opts co = *mo;
+    lpo_status st = LPO_OK;
+    *pick = -1;
+    if (n > 1) { /* each configuration: its share of the time; the timeout stays the whole window's */
+        co.min_time_s = mo->min_time_s / n;
+        co.min_samples = mo->min_samples / n > 10 ? mo->min_samples / n : 10;
     }
-    if (warm_s > 0 && (st = lpo__gemm_bench_sample(b[0], (int)ceil(warm_s / 0.05) * reps[0], &t1))) return st;
-    // rounds x configurations
-    for (int r = 0; r < GEMM_SCREEN_ROUNDS; r++)
-        for (int i = 0; i < n; i++)
-            if ((st = lpo__gemm_bench_sample(b[i], reps[i], &t[r * n + i]))) return st;
-    double score[GEMM_MAX_CFG]; /* median seconds per flop */
-    *pick = lpo__ceil_pick_rounds(t, GEMM_SCREEN_ROUNDS, n, flops, 0, score);
-    if (*pick < 0) return lpo_errorf(LPO_E_CUDA, "GEMM screening: no configuration timed");
-    if (!R->o->quiet) { // median rate of each configuration over the rounds
-        fprintf(stderr, "ceilings:   %s screening, %d rounds (%s):", lpo_ceil_metric_key(met),
-                GEMM_SCREEN_ROUNDS, lpo_ceil_metric_unit(met));
-        for (int i = 0; i < n; i++)
-            fprintf(stderr, " [%d] %.4g%s", i + 1, 1e-12 / score[i], i == *pick ? " (kept)" : "");
-        fputc('\n', stderr);
+    co.warmup = 0;
+    // repetitions per ~50 ms sample of each configuration (the calls are also a warm-up)
+    for (int i = 0; i < n && !st; i++) {
+        st = lpo__gemm_bench_sample(b[i], 1, &t1);
+        reps[i] = !st && t1 > 0 && t1 < 0.05 ? (int)ceil(0.05 / t1) : 1;
+        if (!st) st = lpo_measure_new(&co, &m[i]);
     }
-    return LPO_OK;
+    if (!st && warm_s > 0) st = lpo__gemm_bench_sample(b[0], (int)ceil(warm_s / 0.05) * reps[0], &t1);
+    if (!st && R->nv) lpo_nvml_sampler_start(R->nv, 20);
+    // rounds x configurations, until each configuration's rule (or the shared timeout) stops it
+    while (!st && done < n) {
+        for (int i = 0; i < n && !st; i++) {
+            if (lpo_measure_done(m[i])) continue;
+            double clk = 0;
+            lpo_nvml_sample ns;
+            if ((st = lpo__gemm_bench_sample(b[i], reps[i], &t1))) break;
+            if (R->nv && lpo_nvml_sampler_read(R->nv, &ns) == LPO_OK && ns.sm_mhz > 0) clk = ns.sm_mhz;
+            done += lpo_measure_add_reps(m[i], t1, reps[i], clk);
+        }
+    }
+    if (R->nv) {
+        lpo_nvml_sampler_stop(R->nv);
+        lpo_nvml_sampler_summary(R->nv, &e->nvml);
+    }
+    // the best median rate
+    for (int i = 0; i < n && !st; i++) {
+        if ((st = lpo_measure_stats(m[i], &cs[i]))) break;
+        if (*pick < 0 || cs[i].median / flops[i] < cs[*pick].median / flops[*pick]) *pick = i;
+    }
+    if (!st) {
+        *s = cs[*pick];
+        e->seconds = (double)(lpo_now_ns() - t0) * 1e-9;
+        if (!s->converged)
+            LPO_WARN("ceilings: %s did not converge (rel stdev %.2f%% after %zu samples)",
+                     lpo_ceil_metric_key(met), 100 * s->rel_stdev, s->n);
+        if (n > 1 && !R->o->quiet) { // median rate of each configuration
+            fprintf(stderr, "ceilings:   %s configurations, interleaved (%s, median of samples):",
+                    lpo_ceil_metric_key(met), lpo_ceil_metric_unit(met));
+            for (int i = 0; i < n; i++)
+                fprintf(stderr, " [%d] %.4g (%zu)%s", i + 1, flops[i] * 1e-12 / cs[i].median, cs[i].n,
+                        i == *pick ? " kept" : "");
+            fputc('\n', stderr);
+        }
+    }
+    for (int i = 0; i < n; i++) lpo_measure_free(m[i]);
+    return st;
 }
 
 static lpo_status measure_gemms(runner *R, int dev, lpo_ceilings *c) {
     /* the figure: 0.5 s untimed warm-up (the power-capped clock settles), then 50 ms samples for 3-3.5 s
-     * (60-70 samples; GEMM samples vary 1-5% under the power cap, so the 0.5% rule is relaxed to 2%) and
-     * the median. Every sample counts: the power-capped rate IS the sustained peak, none is dropped. */
+     * (60-70 samples shared by the configurations; GEMM samples vary 1-5% under the power cap, so the 0.5%
+     * rule is relaxed to 2%) and the median. Every sample counts: the power-capped rate IS the sustained
+     * peak, none is dropped. */
     lpo_measure_opts mo = R->mo;
     double warm_s = 0.5;
     mo.drop_throttled = 0;
@@ -203,7 +233,7 @@ static lpo_status measure_gemms(runner *R, int dev, lpo_ceilings *c) {
         mo.min_samples = 20, mo.min_time_s = 3.0, mo.timeout_s = 3.5, mo.max_rel_stdev = 0.02;
     else
         warm_s = 0;
-    // each dtype: open its configurations (shape x fp8 fast accumulation), screen, measure the kept one
+    // each dtype: open its configurations (shape x fp8 fast accumulation), measure them together
     for (int d = 0; d < LPO_CEIL_N_DTYPES; d++) {
         lpo_ceil_metric met = lpo_ceil_gemm_metric((lpo_ceil_dtype)d);
         lpo_ceil_entry *e = &c->m[met];
@@ -225,25 +255,20 @@ static lpo_status measure_gemms(runner *R, int dev, lpo_ceilings *c) {
                      lpo_last_error());
             lpo_error_clear();
             st = LPO_OK;
-            if (n == 0) continue;
         }
-        if (!st) st = screen_gemms(R, met, b, flops, n, warm_s, &pick);
-        // only the kept configuration stays open
-        for (int i = 0; i < n; i++)
-            if (i != pick || st) lpo__gemm_bench_close(b[i]), b[i] = NULL;
-        if (st) return st;
         lpo_stats s;
-        st = measure(R, gemm_fn, b[pick], 0.05, warm_s, &mo, &s, e);
-        if (!st) {
+        if (!st && n > 0) st = measure_gemm_configs(R, met, b, flops, n, warm_s, &mo, &pick, &s, e);
+        if (!st && n > 0) {
             lpo__ceil_entry_from_stats(e, &s, flops[pick] * 1e-12, 1);
             if (n > 1)
-                snprintf(e->detail, sizeof e->detail, "%.90s; kept of %d configurations",
+                snprintf(e->detail, sizeof e->detail, "%.90s; best of %d configurations",
                          lpo__gemm_bench_detail(b[pick]), n);
             else
                 snprintf(e->detail, sizeof e->detail, "%s", lpo__gemm_bench_detail(b[pick]));
         }
-        lpo__gemm_bench_close(b[pick]);
+        for (int i = 0; i < n; i++) lpo__gemm_bench_close(b[i]);
         if (st) return st;
+        if (n == 0) continue;
         e->seconds = (double)(lpo_now_ns() - t0) * 1e-9;
         progress(R, met, e);
     }
