@@ -14,6 +14,13 @@ auto: hf when transformers imports, else torch.
 Each of --reps timed decodes generates --tokens tokens after a --prompt-token prefill, inside an NVTX range
 "generate" (a no-op untraced); one untimed warm-up decode of --tokens tokens comes first. Prints every repeat and
 the median: "trace-overhead-hf: impl=hf median 21.53 tok/s ...".
+
+--interleave N: the overhead inside one process, where the host's drift between processes (+-15% on the H100
+VMs) cancels: N pairs of decodes, one inside an NVTX range "lpo_traced" and one outside it, in alternating
+order (traced first in odd pairs). Under `lpo trace --capture-range=lpo_traced` the tracer records only
+inside that range and is off outside it (no CUPTI activity, no launch callback), so the pair compares traced
+with untraced decoding at the same moment; without `lpo trace` both halves run untraced (the noise floor).
+Prints "trace-overhead-hf: interleave: traced median ... untraced median ... ratio median 0.93 (pairs ...)".
 """
 import argparse
 import statistics
@@ -122,6 +129,7 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--prompt", type=int, default=32)
     ap.add_argument("--layers", type=int, default=32)
+    ap.add_argument("--interleave", type=int, default=0, metavar="N")
     a = ap.parse_args()
     t0 = time.perf_counter()
     impl = a.impl
@@ -143,6 +151,9 @@ def main():
         generate(ids, a.tokens)  # warm-up as long as a timed decode: cuBLAS, and the allocator's blocks for
         # every KV-cache length (an 8-token warm-up left the first timed decode at ~10 tok/s on the H100)
         torch.cuda.synchronize()
+        if a.interleave > 0:
+            interleave(generate, ids, a)
+            return
         rates = []
         for _ in range(a.reps):
             torch.cuda.nvtx.range_push("generate")
@@ -155,6 +166,32 @@ def main():
     print(f"trace-overhead-hf: impl={impl} median {statistics.median(rates):.2f} tok/s "
           f"(reps {' '.join(f'{r:.2f}' for r in rates)}; {a.tokens} tokens after a {a.prompt}-token prompt, "
           f"{a.layers} layers, bf16, batch 1; model ready in {build_s:.1f} s)", flush=True)
+
+
+def interleave(generate, ids, a):
+    """N pairs of decodes, one inside the NVTX range "lpo_traced" (the capture gate), in alternating order."""
+    traced, untraced, ratios = [], [], []
+    for i in range(a.interleave):
+        pair = {}
+        for gated in ((True, False) if i % 2 == 0 else (False, True)):
+            if gated:
+                torch.cuda.nvtx.range_push("lpo_traced")
+            torch.cuda.nvtx.range_push("generate")
+            t = time.perf_counter()
+            out = generate(ids, a.tokens)
+            torch.cuda.synchronize()
+            pair[gated] = a.tokens / (time.perf_counter() - t)
+            torch.cuda.nvtx.range_pop()
+            if gated:
+                torch.cuda.nvtx.range_pop()
+            assert out.shape[1] == a.prompt + a.tokens, out.shape
+        traced.append(pair[True])
+        untraced.append(pair[False])
+        ratios.append(pair[True] / pair[False])
+    print(f"trace-overhead-hf: interleave: traced median {statistics.median(traced):.2f} tok/s, untraced median "
+          f"{statistics.median(untraced):.2f}, ratio median {statistics.median(ratios):.3f} "
+          f"(pairs {' '.join(f'{t:.2f}/{u:.2f}' for t, u in zip(traced, untraced))}; {a.tokens} tokens, "
+          f"{a.layers} layers)", flush=True)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,11 @@
 #             first runs slow), then HF_PAIRS rounds (default 3) of untraced vs each `lpo trace` flag set of
 #             HFDIAG_FLAGS ('|'-separated; "default" = no flags; default
 #             "--activities=kernel,memcpy,memset,sync,nvtx|--activities=kernel,launch,nvtx|default")
+#   hfpair    the overhead inside one process (the host's drift between processes cancels): for each flag set
+#             of HFPAIR_FLAGS ('|'-separated, each run with --capture-range=lpo_traced; "none": no lpo trace,
+#             the noise floor; default "none|default|--activities=kernel,nvtx|--activities=kernel,launch,nvtx|
+#             --activities=kernel,memcpy,memset,sync,nvtx"), one process of `trace-overhead-hf.py --interleave
+#             HFPAIR_N` (default 4): pairs of decodes traced (inside the gate) and untraced (outside it)
 #   diag      where the overhead goes: the launch-bound torch loop of trace_torch.py untraced and under
 #             tracer configurations that each leave one part out (kernel records, callbacks, clock, ...)
 #   profiler  the same loop under torch.profiler, and lpo trace with --attribution=extcorr
@@ -108,6 +113,23 @@ if has hfdiag; then # alternated processes after a discarded one; each prints it
     done
   done
   grep -E "^==|tok/s|\[.* s, rc" "$out/hfdiag.log"
+fi
+if has hfpair; then # one process per flag set, traced and untraced decodes interleaved inside it
+  IFS='|' read -r -a hp_flags <<<"${HFPAIR_FLAGS:-none|default|--activities=kernel,nvtx|--activities=kernel,launch,nvtx|--activities=kernel,memcpy,memset,sync,nvtx}"
+  for k in "${!hp_flags[@]}"; do
+    f=${hp_flags[$k]}
+    echo "== ${f}" >>"$out/hfpair.log"
+    if [ "$f" = none ]; then
+      # shellcheck disable=SC2086
+      t python3 $hf --interleave "${HFPAIR_N:-4}" ${HF_ARGS:-} >>"$out/hfpair.log" 2>&1
+    else
+      [ "$f" = default ] && f=
+      # shellcheck disable=SC2086
+      t "$lpo" trace --no-json $f --capture-range=lpo_traced output.dir=/tmp/hfp_$k -- \
+        python3 $hf --interleave "${HFPAIR_N:-4}" ${HF_ARGS:-} >>"$out/hfpair.log" 2>&1
+    fi
+  done
+  grep -E "^==|interleave|lpo trace: [0-9]|\[.* s, rc" "$out/hfpair.log"
 fi
 if has diag; then # one process each; "name: env... -- lpo trace flags" (untraced when flags are "none")
   while IFS='|' read -r name envs flags; do

@@ -108,12 +108,12 @@ void probe_flush_all(uint32_t reason, uint32_t sig);
 /* ---- probe_cupti.c ------------------------------------------------------------------------------------ */
 /* Subscribes to CUPTI and enables the activities (unless a gate or a delay defers them); 0 or -1. */
 int probe_cupti_start(void);
-void probe_cupti_enable(int on);        /* activities on/off */
+void probe_cupti_enable(int on);        /* activities and launch callbacks on/off */
 void probe_cupti_flush(int forced);     /* cuptiActivityFlushAll */
 void probe_cupti_ext_push(uint64_t id); /* external correlation (LPO_ATTR_EXTCORR) */
 void probe_cupti_ext_pop(void);
 uint64_t probe_cupti_node_id(void *node); /* cuptiGetGraphNodeId; 0 on failure */
-void probe_gate_changed(int open);        /* the first gate range opened: enable activities */
+void probe_gate_sync(void); /* a gate opened or closed: tracing on while one is open (in the window) */
 
 /* ---- exported entry points -------------------------------------------------------------------------------
  */

@@ -151,11 +151,14 @@ static int is_gate(uint32_t name) {
 }
 
 static void gate_open(void) {
-    if (atomic_fetch_add(&G.gate_depth, 1) == 0) probe_gate_changed(1);
+    if (atomic_fetch_add(&G.gate_depth, 1) == 0) probe_gate_sync();
 }
 
 static void gate_close(void) {
-    if (atomic_load(&G.gate_depth) > 0) atomic_fetch_sub(&G.gate_depth, 1);
+    int d = atomic_load(&G.gate_depth);
+    while (d > 0 && !atomic_compare_exchange_weak(&G.gate_depth, &d, d - 1)) {
+    }
+    if (d == 1) probe_gate_sync(); /* the last open instance closed */
 }
 
 int probe_push(uint32_t name, uint32_t domain) {

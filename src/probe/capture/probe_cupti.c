@@ -30,6 +30,7 @@ static struct {
     uint8_t **free_bufs; /* zeroed (CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER) */
     size_t n_free, n_alloc, max_bufs, buf_size;
     int started, enabled, subscribed;
+    int want_cb, cb_rt, cb_drv, cb_on; /* launch callbacks: wanted, runtime/driver domains, now on */
     int launch_by_cupti; /* LPO_TRACE_LAUNCH_SRC=cupti: launch calls recorded by CUPTI, not our callbacks */
     CUpti_SubscriberHandle sub;
     /* kernel names: CUPTI's name pointer -> (name, mangled) ids, under G.mu */
@@ -257,11 +258,13 @@ static void launch_call(probe_tls *t, const CUpti_CallbackData *cb, int driver) 
         return;
     }
     if (!driver && t->in_runtime) t->in_runtime--;
-    if (recorded_by_cupti || (driver && t->in_runtime)) return;
+    const uint64_t begin = t->enter_ts[driver];
+    t->enter_ts[driver] = 0;
+    if (recorded_by_cupti || (driver && t->in_runtime) || !begin) return; /* !begin: callbacks just enabled */
     const uint64_t now = probe_now();
     if (now < G.win_begin || now >= G.win_end) return;
     const char *fn = cb->functionName ? cb->functionName : "(launch)";
-    lpo_raw_api r = {.start = t->enter_ts[driver],
+    lpo_raw_api r = {.start = begin,
                      .end = now,
                      .corr = cb->correlationId,
                      .tid = t->tid,
@@ -404,22 +407,29 @@ static const struct {
     {LPO_ACT_DRIVER, CUPTI_ACTIVITY_KIND_DRIVER},
 };
 
+static void set_launch_callbacks(int on);
+
+/* Activities (and the launch callbacks) on or off; C.en_mu held. */
+static void enable_locked(int on) {
+    if (!C.started || C.enabled == on) return;
+    uint32_t acts = G.activities;
+    if (G.attribution == LPO_ATTR_EXTCORR)
+        acts |= LPO_ACT_RUNTIME | LPO_ACT_DRIVER;               /* needed for its records */
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) /* each requested kind */
+        if (acts & kinds[i].bit)
+            CUPTI_CHECK(on ? cuptiActivityEnable(kinds[i].kind) : cuptiActivityDisable(kinds[i].kind));
+    if (G.attribution == LPO_ATTR_EXTCORR)
+        CUPTI_CHECK(on ? cuptiActivityEnable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION)
+                       : cuptiActivityDisable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION));
+    if (C.launch_by_cupti) /* CUPTI's API records for the launch functions only */
+        enable_launch_records(on, acts);
+    set_launch_callbacks(on);
+    C.enabled = on;
+}
+
 void probe_cupti_enable(int on) {
     pthread_mutex_lock(&C.en_mu);
-    if (C.started && C.enabled != on) {
-        uint32_t acts = G.activities;
-        if (G.attribution == LPO_ATTR_EXTCORR)
-            acts |= LPO_ACT_RUNTIME | LPO_ACT_DRIVER;               /* needed for its records */
-        for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) /* each requested kind */
-            if (acts & kinds[i].bit)
-                CUPTI_CHECK(on ? cuptiActivityEnable(kinds[i].kind) : cuptiActivityDisable(kinds[i].kind));
-        if (G.attribution == LPO_ATTR_EXTCORR)
-            CUPTI_CHECK(on ? cuptiActivityEnable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION)
-                           : cuptiActivityDisable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION));
-        if (C.launch_by_cupti) /* CUPTI's API records for the launch functions only */
-            enable_launch_records(on, acts);
-        C.enabled = on;
-    }
+    enable_locked(on);
     pthread_mutex_unlock(&C.en_mu);
 }
 
@@ -427,9 +437,14 @@ void probe_cupti_flush(int forced) {
     if (C.started) cuptiActivityFlushAll(forced ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
 }
 
-void probe_gate_changed(int open) {
+/* The gate opened or closed: tracing on while an instance is open inside the window, off otherwise, so a
+ * gated program runs untraced outside its ranges (no activity, no launch callback). Read under the lock:
+ * of two threads opening and closing at once, the last to take it sees the final depth. */
+void probe_gate_sync(void) {
+    pthread_mutex_lock(&C.en_mu);
     const uint64_t now = probe_now();
-    if (open && !C.enabled && now >= G.win_begin && now < G.win_end) probe_cupti_enable(1);
+    enable_locked(atomic_load(&G.gate_depth) > 0 && now >= G.win_begin && now < G.win_end);
+    pthread_mutex_unlock(&C.en_mu);
 }
 
 void probe_cupti_ext_push(uint64_t id) {
@@ -453,14 +468,17 @@ static uint64_t CUPTIAPI monotonic_ts(void) {
 
 /* LPO_TRACE_LAUNCH_CB (experiment, docs/perf-notes.md): which launch callbacks to subscribe: "both"
  * (default), "runtime" (programs that launch through the driver, e.g. Triton, lose attribution) or
- * "driver" (runtime launches are seen through their driver call; memcpy/memset calls are not). */
-static void enable_launch_callbacks(void) {
-    const char *v = getenv("LPO_TRACE_LAUNCH_CB");
-    const int rt = !v || strcmp(v, "driver") != 0, drv = !v || strcmp(v, "runtime") != 0;
-    for (size_t i = 0; rt && i < sizeof runtime_launch_cbids / sizeof runtime_launch_cbids[0]; i++)
-        CUPTI_CHECK(cuptiEnableCallback(1, C.sub, CUPTI_CB_DOMAIN_RUNTIME_API, runtime_launch_cbids[i]));
-    for (size_t i = 0; drv && i < sizeof driver_launch_cbids / sizeof driver_launch_cbids[0]; i++)
-        CUPTI_CHECK(cuptiEnableCallback(1, C.sub, CUPTI_CB_DOMAIN_DRIVER_API, driver_launch_cbids[i]));
+ * "driver" (runtime launches are seen through their driver call; memcpy/memset calls are not). They are
+ * on while the activities are (C.en_mu held). */
+static void set_launch_callbacks(int on) {
+    if (!C.want_cb || C.cb_on == on) return;
+    for (size_t i = 0; C.cb_rt && i < sizeof runtime_launch_cbids / sizeof runtime_launch_cbids[0]; i++)
+        CUPTI_CHECK(
+            cuptiEnableCallback((uint32_t)on, C.sub, CUPTI_CB_DOMAIN_RUNTIME_API, runtime_launch_cbids[i]));
+    for (size_t i = 0; C.cb_drv && i < sizeof driver_launch_cbids / sizeof driver_launch_cbids[0]; i++)
+        CUPTI_CHECK(
+            cuptiEnableCallback((uint32_t)on, C.sub, CUPTI_CB_DOMAIN_DRIVER_API, driver_launch_cbids[i]));
+    C.cb_on = on;
 }
 
 /* The delay/duration window: enable at its start, disable (and flush) at its end. */
@@ -524,9 +542,10 @@ int probe_cupti_start(void) {
         CUptiResult r = cuptiSubscribe(&C.sub, on_callback, NULL);
         if (r == CUPTI_SUCCESS) {
             C.subscribed = 1;
-            if (G.attribution == LPO_ATTR_CALLBACK || G.gate_name[0] ||
-                ((G.activities & LPO_ACT_LAUNCH) && !C.launch_by_cupti))
-                enable_launch_callbacks();
+            const char *v = getenv("LPO_TRACE_LAUNCH_CB");
+            C.cb_rt = !v || strcmp(v, "driver") != 0, C.cb_drv = !v || strcmp(v, "runtime") != 0;
+            C.want_cb = G.attribution == LPO_ATTR_CALLBACK || G.gate_name[0] ||
+                        ((G.activities & LPO_ACT_LAUNCH) && !C.launch_by_cupti);
             CUPTI_CHECK(cuptiEnableCallback(1, C.sub, CUPTI_CB_DOMAIN_RESOURCE,
                                             CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED));
             CUPTI_CHECK(cuptiEnableCallback(1, C.sub, CUPTI_CB_DOMAIN_RESOURCE,
