@@ -17,7 +17,8 @@
 #             "--activities=kernel,memcpy,memset,sync,nvtx|--activities=kernel,launch,nvtx|default")
 #   hfpair    the overhead inside one process (the host's drift between processes cancels): for each flag set
 #             of HFPAIR_FLAGS ('|'-separated, each run with --capture-range=lpo_traced; "none": no lpo trace,
-#             the noise floor; default "none|default|--activities=kernel,nvtx|--activities=kernel,launch,nvtx|
+#             the noise floor; words NAME=value are set in the environment, e.g. LPO_TRACE_LAUNCH_CB=driver;
+#             default "none|default|--activities=kernel,nvtx|--activities=kernel,launch,nvtx|
 #             --activities=kernel,memcpy,memset,sync,nvtx"), one process of `trace-overhead-hf.py --interleave
 #             HFPAIR_N` (default 4): pairs of decodes traced (inside the gate) and untraced (outside it)
 #   diag      where the overhead goes: the launch-bound torch loop of trace_torch.py untraced and under
@@ -124,8 +125,10 @@ if has hfpair; then # one process per flag set, traced and untraced decodes inte
       t python3 $hf --interleave "${HFPAIR_N:-4}" ${HF_ARGS:-} >>"$out/hfpair.log" 2>&1
     else
       [ "$f" = default ] && f=
+      envs=(X=0) flags=() # words like NAME=value are environment settings (LPO_TRACE_LAUNCH_CB=driver)
+      for w in $f; do if [[ $w =~ ^[A-Z_][A-Z0-9_]*= ]]; then envs+=("$w"); else flags+=("$w"); fi; done
       # shellcheck disable=SC2086
-      t "$lpo" trace --no-json $f --capture-range=lpo_traced output.dir=/tmp/hfp_$k -- \
+      t env "${envs[@]}" "$lpo" trace --no-json "${flags[@]}" --capture-range=lpo_traced output.dir=/tmp/hfp_$k -- \
         python3 $hf --interleave "${HFPAIR_N:-4}" ${HF_ARGS:-} >>"$out/hfpair.log" 2>&1
     fi
   done
