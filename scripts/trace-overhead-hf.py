@@ -17,7 +17,7 @@ the median: "trace-overhead-hf: impl=hf median 21.53 tok/s ...".
 
 --interleave N: the overhead inside one process, where the host's drift between processes (+-15% on the H100
 VMs) cancels: N pairs of decodes, one inside an NVTX range "lpo_traced" and one outside it, in alternating
-order (traced first in odd pairs), after two more untimed decodes. Under `lpo trace --capture-range=lpo_traced` the tracer records only
+order (traced first in odd pairs), after two more decodes before any gate opens (printed). Under `lpo trace --capture-range=lpo_traced` the tracer records only
 inside that range and is off outside it (no CUPTI activity, no launch callback), so the pair compares traced
 with untraced decoding at the same moment; without `lpo trace` both halves run untraced (the noise floor).
 Prints "trace-overhead-hf: interleave: traced median ... untraced median ... ratio median 0.93 (pairs ...)".
@@ -171,9 +171,12 @@ def main():
 def interleave(generate, ids, a):
     """N pairs of decodes, one inside the NVTX range "lpo_traced" (the capture gate), in alternating order."""
     traced, untraced, ratios = [], [], []
-    for _ in range(2):  # two more untimed decodes (the first decodes of a process run slow; in pair 1 they would
-        generate(ids, a.tokens)  # count against the traced half)
-    torch.cuda.synchronize()
+    pre = []  # two more decodes before any gate opens (the first decodes of a process run slow; in pair 1 they
+    for _ in range(2):  # would count against the traced half); printed, not in the ratio
+        t = time.perf_counter()
+        generate(ids, a.tokens)
+        torch.cuda.synchronize()
+        pre.append(a.tokens / (time.perf_counter() - t))
     for i in range(a.interleave):
         pair = {}
         for gated in ((True, False) if i % 2 == 0 else (False, True)):
@@ -193,7 +196,8 @@ def interleave(generate, ids, a):
         ratios.append(pair[True] / pair[False])
     print(f"trace-overhead-hf: interleave: traced median {statistics.median(traced):.2f} tok/s, untraced median "
           f"{statistics.median(untraced):.2f}, ratio median {statistics.median(ratios):.3f} "
-          f"(pairs {' '.join(f'{t:.2f}/{u:.2f}' for t, u in zip(traced, untraced))}; {a.tokens} tokens, "
+          f"(before any gate {pre[0]:.2f} {pre[1]:.2f}; "
+          f"pairs {' '.join(f'{t:.2f}/{u:.2f}' for t, u in zip(traced, untraced))}; {a.tokens} tokens, "
           f"{a.layers} layers)", flush=True)
 
 
