@@ -24,8 +24,12 @@ lpo_status lpo__gemm_bench_open(int dev, lpo_ceil_dtype dt, int m, int n, int k,
 lpo_status lpo__gemm_bench_sample(lpo__gemm_bench *b, int reps, double *seconds);
 /* One GEMM on `stream` (a cudaStream_t; kbench's timing stream), asynchronous. */
 lpo_status lpo__gemm_bench_run(lpo__gemm_bench *b, void *stream);
-/* What was picked: "algo 3 of 8 (cuBLASLt heuristic), workspace 32 MiB" */
+/* What is used: "cuBLASLt candidate 7 of 8, 8192x8192x8192 TN" */
 const char *lpo__gemm_bench_detail(const lpo__gemm_bench *b);
+/* The validated candidates kept (1 or 2: the pick, then the runner-up of the short ranking) and which one
+ * the bench uses (0, the pick, after open): near-equal candidates can swap places at the sustained clock. */
+int lpo__gemm_bench_algos(const lpo__gemm_bench *b);
+void lpo__gemm_bench_use(lpo__gemm_bench *b, int i);
 void lpo__gemm_bench_close(lpo__gemm_bench *b);
 
 /* ---- GPU: memory bandwidth ------------------------------------------------------------------------------

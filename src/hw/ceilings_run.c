@@ -148,7 +148,8 @@ static lpo_status launch_fn(void *ctx, int reps, double *s) {
 
 /* GEMM shapes (m, n, k): large enough to fill the chip; 32-bit dtypes run 8 to 30 x slower, so one shape */
 static const int gemm_shapes[][3] = {{8192, 8192, 8192}, {16384, 16384, 8192}};
-#define GEMM_MAX_CFG 4 /* shapes x fp8 fast accumulation */
+#define GEMM_MAX_BENCH 4 /* shapes x fp8 fast accumulation */
+#define GEMM_MAX_CFG   8 /* x the two cuBLASLt candidates kept by each */
 
 /* A dtype's n configurations measured together: after warm_s of untimed GEMMs (the power-capped clock
  * settles), rounds of one ~50 ms sample of each configuration in turn (the power cap's clock swings hit all
@@ -156,9 +157,12 @@ static const int gemm_shapes[][3] = {{8192, 8192, 8192}, {16384, 16384, 8192}};
  * samples) or mo's timeout; the configuration with the best median rate is the figure (a peak is the fastest
  * configuration). Every configuration is judged on its full sample set, not on a short screening followed by
  * a separate measurement: two H100 runs that screened fp16's two shapes for 6 rounds kept one each and landed
- * 2.3% apart. Each configuration's median rate goes to stderr. *pick: the kept one; *s its statistics; e gets
- * the wall time and the NVML summary of the whole window. */
-static lpo_status measure_gemm_configs(runner *R, lpo_ceil_metric met, lpo__gemm_bench **b,
+ * 2.3% apart. A configuration is a bench (shape, fp8 fast accumulation) and one of its two cuBLASLt
+ * candidates (algo[i]): near-equal candidates of the short ranking swap places at the sustained clock (two
+ * H100 runs kept fp8 candidates 7 and 3, 2.3% apart). More than 4 configurations get a proportionally longer
+ * timeout (at least ~10 samples each). Each configuration's median rate goes to stderr. *pick: the kept one;
+ * *s its statistics; e gets the wall time and the NVML summary of the whole window. */
+static lpo_status measure_gemm_configs(runner *R, lpo_ceil_metric met, lpo__gemm_bench **b, const int *algo,
                                        const double *flops, int n, double warm_s, const lpo_measure_opts *mo,
                                        int *pick, lpo_stats *s, lpo_ceil_entry *e) {
     lpo_measure *m[GEMM_MAX_CFG] = {0};
@@ -172,15 +176,20 @@ static lpo_status measure_gemm_configs(runner *R, lpo_ceil_metric met, lpo__gemm
     if (n > 1) { /* each configuration: its share of the time; the timeout stays the whole window's */
         co.min_time_s = mo->min_time_s / n;
         co.min_samples = mo->min_samples / n > 10 ? mo->min_samples / n : 10;
+        if (n > 4) co.timeout_s = mo->timeout_s * n / 4;
     }
     co.warmup = 0;
     // repetitions per ~50 ms sample of each configuration (the calls are also a warm-up)
     for (int i = 0; i < n && !st; i++) {
+        lpo__gemm_bench_use(b[i], algo[i]);
         st = lpo__gemm_bench_sample(b[i], 1, &t1);
         reps[i] = !st && t1 > 0 && t1 < 0.05 ? (int)ceil(0.05 / t1) : 1;
         if (!st) st = lpo_measure_new(&co, &m[i]);
     }
-    if (!st && warm_s > 0) st = lpo__gemm_bench_sample(b[0], (int)ceil(warm_s / 0.05) * reps[0], &t1);
+    if (!st && warm_s > 0) {
+        lpo__gemm_bench_use(b[0], algo[0]);
+        st = lpo__gemm_bench_sample(b[0], (int)ceil(warm_s / 0.05) * reps[0], &t1);
+    }
     if (!st && R->nv) lpo_nvml_sampler_start(R->nv, 20);
     // rounds x configurations, until each configuration's rule (or the shared timeout) stops it
     while (!st && done < n) {
@@ -188,6 +197,7 @@ static lpo_status measure_gemm_configs(runner *R, lpo_ceil_metric met, lpo__gemm
             if (lpo_measure_done(m[i])) continue;
             double clk = 0;
             lpo_nvml_sample ns;
+            lpo__gemm_bench_use(b[i], algo[i]);
             if ((st = lpo__gemm_bench_sample(b[i], reps[i], &t1))) break;
             if (R->nv && lpo_nvml_sampler_read(R->nv, &ns) == LPO_OK && ns.sm_mhz > 0) clk = ns.sm_mhz;
             done += lpo_measure_add_reps(m[i], t1, reps[i], clk);
@@ -233,21 +243,24 @@ static lpo_status measure_gemms(runner *R, int dev, lpo_ceilings *c) {
         mo.min_samples = 20, mo.min_time_s = 3.0, mo.timeout_s = 3.5, mo.max_rel_stdev = 0.02;
     else
         warm_s = 0;
-    // each dtype: open its configurations (shape x fp8 fast accumulation), measure them together
+    // each dtype: open its benches (shape x fp8 fast accumulation), measure their candidates together
     for (int d = 0; d < LPO_CEIL_N_DTYPES; d++) {
         lpo_ceil_metric met = lpo_ceil_gemm_metric((lpo_ceil_dtype)d);
         lpo_ceil_entry *e = &c->m[met];
         int n_shapes = (d == LPO_CEIL_FP32 || d == LPO_CEIL_TF32) ? 1 : 2;
-        int n_flags = d == LPO_CEIL_FP8 ? 2 : 1, n = 0, pick = 0;
-        lpo__gemm_bench *b[GEMM_MAX_CFG] = {0};
+        int n_flags = d == LPO_CEIL_FP8 ? 2 : 1, n = 0, nb = 0, pick = 0, algo[GEMM_MAX_CFG];
+        lpo__gemm_bench *bench[GEMM_MAX_BENCH] = {0}, *b[GEMM_MAX_CFG];
         double flops[GEMM_MAX_CFG];
         uint64_t t0 = lpo_now_ns();
         lpo_status st = LPO_OK;
         for (int sh = 0; sh < n_shapes && !st; sh++) {
             for (int fl = 0; fl < n_flags && !st; fl++) {
                 const int *S = gemm_shapes[sh];
-                st = lpo__gemm_bench_open(dev, (lpo_ceil_dtype)d, S[0], S[1], S[2], fl, &b[n]);
-                if (!st) flops[n++] = 2.0 * S[0] * (double)S[1] * S[2];
+                st = lpo__gemm_bench_open(dev, (lpo_ceil_dtype)d, S[0], S[1], S[2], fl, &bench[nb]);
+                // one configuration per kept candidate
+                for (int a = 0; !st && a < lpo__gemm_bench_algos(bench[nb]); a++)
+                    b[n] = bench[nb], algo[n] = a, flops[n++] = 2.0 * S[0] * (double)S[1] * S[2];
+                if (!st) nb++;
             }
         }
         if (st == LPO_E_UNSUPPORTED) {
@@ -257,8 +270,9 @@ static lpo_status measure_gemms(runner *R, int dev, lpo_ceilings *c) {
             st = LPO_OK;
         }
         lpo_stats s;
-        if (!st && n > 0) st = measure_gemm_configs(R, met, b, flops, n, warm_s, &mo, &pick, &s, e);
+        if (!st && n > 0) st = measure_gemm_configs(R, met, b, algo, flops, n, warm_s, &mo, &pick, &s, e);
         if (!st && n > 0) {
+            lpo__gemm_bench_use(b[pick], algo[pick]);
             lpo__ceil_entry_from_stats(e, &s, flops[pick] * 1e-12, 1);
             if (n > 1)
                 snprintf(e->detail, sizeof e->detail, "%.90s; best of %d configurations",
@@ -266,7 +280,7 @@ static lpo_status measure_gemms(runner *R, int dev, lpo_ceilings *c) {
             else
                 snprintf(e->detail, sizeof e->detail, "%s", lpo__gemm_bench_detail(b[pick]));
         }
-        for (int i = 0; i < n; i++) lpo__gemm_bench_close(b[i]);
+        for (int i = 0; i < nb; i++) lpo__gemm_bench_close(bench[i]);
         if (st) return st;
         if (n == 0) continue;
         e->seconds = (double)(lpo_now_ns() - t0) * 1e-9;
