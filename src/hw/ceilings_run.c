@@ -87,22 +87,20 @@ void lpo__ceil_entry_from_stats(lpo_ceil_entry *e, const lpo_stats *s, double wo
 
 /* ---- one measurement -------------------------------------------------------------------------------------
  */
-/* Times fn: one calibration call (also a warm-up) sets reps so that a sample lasts about target_s; with
- * warm_s > 0, repetitions for about warm_s more, untimed (clocks and power settle); then the protocol mo
- * (NULL: the runner's). *s gets the statistics of seconds per repetition; e the wall seconds, the NVML
- * summary. */
-static lpo_status measure(runner *R, bench_fn fn, void *ctx, double target_s, double warm_s,
-                          const lpo_measure_opts *mo, lpo_stats *s, lpo_ceil_entry *e) {
+/* Times fn: one calibration call (also a warm-up) sets reps so that a sample lasts about target_s; then
+ * the runner's protocol. *s gets the statistics of seconds per repetition; e the wall seconds, the NVML
+ * summary. (GEMMs have their own loop: measure_gemm_configs.) */
+static lpo_status measure(runner *R, bench_fn fn, void *ctx, double target_s, lpo_stats *s,
+                          lpo_ceil_entry *e) {
     uint64_t t0 = lpo_now_ns();
     double t;
     lpo_status st = fn(ctx, 1, &t);
     if (st) return st;
     sample_ctx sc = {fn, ctx, 1, R->nv};
     if (t > 0 && t < target_s) sc.reps = (int)fmin(ceil(target_s / t), 1e6);
-    if (warm_s > 0 && t > 0 && (st = fn(ctx, (int)fmin(ceil(warm_s / t), 1e6), &t))) return st;
     if (R->nv) lpo_nvml_sampler_start(R->nv, 20);
     lpo_measure *m = NULL;
-    st = lpo_measure_run(mo ? mo : &R->mo, sample_cb, &sc, &m);
+    st = lpo_measure_run(&R->mo, sample_cb, &sc, &m);
     if (R->nv) {
         lpo_nvml_sampler_stop(R->nv);
         lpo_nvml_sampler_summary(R->nv, &e->nvml);
@@ -309,7 +307,7 @@ static lpo_status measure_memory(runner *R, int dev, lpo_ceilings *c) {
         bw_ctx bc = {b, kinds[i].kind};
         lpo_ceil_entry *e = &c->m[kinds[i].m];
         lpo_stats s;
-        st = measure(R, bw_fn, &bc, kinds[i].target_s, 0, NULL, &s, e);
+        st = measure(R, bw_fn, &bc, kinds[i].target_s, &s, e);
         if (st) break;
         lpo__ceil_entry_from_stats(e, &s, lpo__membw_bytes(b, kinds[i].kind) * 1e-9, 1);
         lpo__membw_detail(b, kinds[i].kind, e->detail, sizeof e->detail);
@@ -330,7 +328,7 @@ static lpo_status measure_launch(runner *R, int dev, lpo_ceilings *c) {
         lpo_ceil_metric m = graph ? LPO_CEIL_M_GRAPH_NODE : LPO_CEIL_M_LAUNCH;
         lpo_ceil_entry *e = &c->m[m];
         lpo_stats s;
-        st = measure(R, launch_fn, &lc, 0, 0, NULL, &s, e); /* a sample is already 1000 launches */
+        st = measure(R, launch_fn, &lc, 0, &s, e); /* a sample is already 1000 launches */
         if (st) break;
         lpo__ceil_entry_from_stats(e, &s, 1e6, 0);
         snprintf(e->detail, sizeof e->detail, "%s of %d one-thread kernels", graph ? "graph" : "stream",
@@ -423,7 +421,7 @@ static lpo_status measure_cpu(runner *R, lpo_ceilings *c) {
     if (t > 0) f.iters = (long)fmax(1024, fmin(1e10, (double)f.iters * target / t));
     lpo_ceil_entry *e = &c->m[LPO_CEIL_M_GEMM_FP32];
     lpo_stats ss;
-    if ((st = measure(R, fma_fn, &f, 0, 0, NULL, &ss, e))) return st;
+    if ((st = measure(R, fma_fn, &f, 0, &ss, e))) return st;
     lpo__ceil_entry_from_stats(e, &ss, f.flops * 1e-12, 1);
     snprintf(e->detail, sizeof e->detail, "f32 FMA peak, %s, %d threads (not a GEMM)", f.isa, c->sm_count);
     progress(R, LPO_CEIL_M_GEMM_FP32, e);
@@ -437,7 +435,7 @@ static lpo_status measure_cpu(runner *R, lpo_ceilings *c) {
         stream_ctx sc = {s, triad};
         lpo_ceil_metric m = triad ? LPO_CEIL_M_DRAM_TRIAD : LPO_CEIL_M_DRAM_READ;
         e = &c->m[m];
-        st = measure(R, stream_fn, &sc, 0.02, 0, NULL, &ss, e);
+        st = measure(R, stream_fn, &sc, 0.02, &ss, e);
         if (st) break;
         lpo__ceil_entry_from_stats(e, &ss, (triad ? 3.0 : 1.0) * 8.0 * (double)n * 1e-9, 1);
         snprintf(e->detail, sizeof e->detail, "%s, %.0f MiB per array, OpenMP",
