@@ -248,6 +248,18 @@ static void assert_row(const cJSON *rows, const char *name, int64_t total, int64
     if (fabs(pct - busy_pct) > 1e-9) fail_msg("%s: busy_pct %g, expected %g", name, pct, busy_pct);
 }
 
+static const char *const busy_names[] = {"", "gemv", "rmsnorm", "inner", "other", "add"};
+
+/* (Re)writes dir/trace-81.lpot with the strings busy_names[1..n) as ids 1..n-1; the caller adds records and
+ * closes w. */
+static void open_busy_trace(lpo_raw_writer *w, const char *dir, uint32_t n) {
+    lpo_raw_header h;
+    lpo_raw_header_init(&h, 81);
+    assert_int_equal(lpo_raw_open(w, path_in(dir, "trace-81.lpot"), &h, 1 << 16), 0);
+    for (uint32_t i = 1; i < n; i++)
+        lpo_raw_put(w, LPO_REC_STRING, i, busy_names[i], strlen(busy_names[i]) + 1);
+}
+
 /* Programmatic dependent launch: on device 0 stream 1, gemv [1000, 3000) us, then rmsnorm launched early
  * [2500, 3500) (it waits for gemv: busy 3500 - 3000), inner [2600, 2900) inside them (busy 0), a memset
  * [4000, 4200) and after it add [4100, 4500) (the memset is earlier work: busy 300). Concurrent and never
@@ -256,11 +268,7 @@ static void test_stream_busy(void **state) {
     (void)state;
     char *dir = lpo_test_tmpdir();
     lpo_raw_writer w;
-    lpo_raw_header h;
-    lpo_raw_header_init(&h, 81);
-    assert_int_equal(lpo_raw_open(&w, path_in(dir, "trace-81.lpot"), &h, 1 << 16), 0);
-    static const char *const names[] = {"", "gemv", "rmsnorm", "inner", "other", "add"};
-    for (uint32_t i = 1; i < 6; i++) lpo_raw_put(&w, LPO_REC_STRING, i, names[i], strlen(names[i]) + 1);
+    open_busy_trace(&w, dir, 6);
     put_kernel(&w, 1, 0, 1, 1000, 3000);
     put_kernel(&w, 4, 0, 2, 1500, 2500);
     put_kernel(&w, 2, 0, 1, 2500, 3500);
@@ -292,9 +300,7 @@ static void test_stream_busy(void **state) {
     free(sum);
 
     /* one after the other on one stream: busy = duration, no overlap line */
-    lpo_raw_header_init(&h, 81);
-    assert_int_equal(lpo_raw_open(&w, path_in(dir, "trace-81.lpot"), &h, 1 << 16), 0);
-    for (uint32_t i = 1; i < 3; i++) lpo_raw_put(&w, LPO_REC_STRING, i, names[i], strlen(names[i]) + 1);
+    open_busy_trace(&w, dir, 3);
     put_kernel(&w, 1, 0, 1, 1000, 3000);
     put_kernel(&w, 2, 0, 1, 3000, 3500);
     put_kernel(&w, 1, 0, 1, 3600, 5600);
@@ -310,9 +316,7 @@ static void test_stream_busy(void **state) {
 
     /* ranges.csv's top_kernels by busy time: in range "step", gemv 2000 us, then rmsnorm launched early (PDL)
      * runs 1000 us of which 500 us are its own: 80% / 20% (by durations it would be 66.7% / 33.3%) */
-    lpo_raw_header_init(&h, 81);
-    assert_int_equal(lpo_raw_open(&w, path_in(dir, "trace-81.lpot"), &h, 1 << 16), 0);
-    for (uint32_t i = 1; i < 3; i++) lpo_raw_put(&w, LPO_REC_STRING, i, names[i], strlen(names[i]) + 1);
+    open_busy_trace(&w, dir, 3);
     lpo_raw_put(&w, LPO_REC_STRING, 6, "step", 5);
     lpo_raw_range_begin rb = {.ts = 0, .id = 1, .parent = 0, .tid = 5, .name = 6};
     lpo_raw_put(&w, LPO_REC_RANGE_BEGIN, 0, &rb, sizeof rb);
