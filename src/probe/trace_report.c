@@ -558,8 +558,8 @@ lpo_status lpo_trace_range_table(lpo_trace *t, lpo_table **out) {
         !st && (uint64_t)rows * n_k <= (1u << 25) ? calloc((size_t)rows * n_k + 1, sizeof *cells) : NULL;
     for (size_t k = 0; k < t->ops.n && !st; k++) { /* ops: their label row and every range row above them */
         const tr_op *o = &t->ops.v[k];
-        const uint64_t d =
-            o->busy; /* exclusive time: a PDL kernel's wait for the one before is not its own */
+        /* exclusive time: a PDL kernel's wait for the one before is not its own */
+        const uint64_t d = o->busy;
         const uint32_t kk = kix[o->name] - 1;
         if (o->label) {
             const size_t row = slot[(size_t)o->label * 2 + 1] - 1;
