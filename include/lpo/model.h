@@ -10,41 +10,8 @@
 #include <stdint.h>
 
 #include "lpo/config.h"
+#include "lpo/dtype.h" /* lpo_dtype, the dtype table and the f16 / bf16 conversions */
 #include "lpo/status.h"
-
-/* ---- dtypes ---------------------------------------------------------------------------------------- */
-#define LPO_DTYPE_MAP(X)                                                                                     \
-    X(F32, "f32", 1, 4)                                                                                      \
-    X(F16, "f16", 1, 2)                                                                                      \
-    X(BF16, "bf16", 1, 2)                                                                                    \
-    X(Q8_0, "q8_0", 32, 34)                                                                                  \
-    X(Q4_0, "q4_0", 32, 18)                                                                                  \
-    X(Q4_1, "q4_1", 32, 20)                                                                                  \
-    X(Q4_K, "q4_k", 256, 144)                                                                                \
-    X(Q6_K, "q6_k", 256, 210)                                                                                \
-    X(I32, "i32", 1, 4)                                                                                      \
-    X(I64, "i64", 1, 8)
-
-typedef enum {
-#define LPO__DT_ENUM(name, str, blk, bytes) LPO_DT_##name,
-    LPO_DTYPE_MAP(LPO__DT_ENUM)
-#undef LPO__DT_ENUM
-        LPO_DT_COUNT
-} lpo_dtype;
-
-const char *lpo_dtype_name(lpo_dtype dt);
-/* Parses "bf16", "float16", "F32"... ; returns 0 when unknown. */
-int lpo_dtype_parse(const char *s, lpo_dtype *out);
-/* Elements per block (1 for plain types) and bytes per block. */
-int lpo_dtype_block(lpo_dtype dt);
-int lpo_dtype_block_bytes(lpo_dtype dt);
-/* Bytes of n elements (n must be a multiple of the block size; returns 0 otherwise). */
-uint64_t lpo_dtype_bytes(lpo_dtype dt, uint64_t n);
-
-float lpo_f16_to_f32(uint16_t h);
-uint16_t lpo_f32_to_f16(float f); /* round to nearest even */
-float lpo_bf16_to_f32(uint16_t h);
-uint16_t lpo_f32_to_bf16(float f); /* round to nearest even, NaN preserved */
 
 /* ---- architecture spec --------------------------------------------------------------------------------- */
 /* Dense decoder-only families. Room to grow: a MoE family (Mixtral, Qwen3-MoE, DeepSeek) adds an arch here

@@ -512,12 +512,8 @@ long lpo_oplist_find(const lpo_oplist *l, lpo_op_role role, int layer) {
  * Bytes count each tensor once at its own dtype (weights, activations read, activations written); the KV
  * cache counts the new K/V rows written plus every cached row read once per (sequence, kv head). */
 static double dsize(lpo_dtype dt, double n) {
-    static const double per_elem[] = {
-#define LPO__DT_SIZE(name, str, blk, bytes) (double)(bytes) / (double)(blk),
-        LPO_DTYPE_MAP(LPO__DT_SIZE)
-#undef LPO__DT_SIZE
-    };
-    return (unsigned)dt < LPO_DT_COUNT ? n * per_elem[dt] : 0;
+    const lpo_dtype_info *d = lpo_dtype_info_of(dt);
+    return d ? n * d->bytes : 0;
 }
 
 double lpo_op_tensor_bytes(const lpo_op_tensor *t) {

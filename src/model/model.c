@@ -549,7 +549,9 @@ lpo_status lpo_model_open(const lpo_node *cfg, lpo_model **out) {
         TRY(spec_from_cfg(cfg, &s));
         snprintf(s.name, sizeof s.name, "%s", name ? name : "synthetic");
         s.dtype = LPO_DT_BF16;
-        if (dtype && !lpo_dtype_parse(dtype, &s.dtype))
+        const lpo_dtype_info *di = dtype ? lpo_dtype_find(dtype) : NULL;
+        if (di && di->loads) s.dtype = di->dt;
+        if (dtype && !(di && di->loads))
             return lpo_errorf(LPO_E_CONFIG,
                               "model.dtype: unknown dtype '%s' (f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, "
                               "q6_k)",

@@ -108,8 +108,9 @@ lpo_status lpo_spec_validate(const lpo_model_spec *s) {
     }
     REQ(s->sliding_window >= 0, "%s: sliding_window %lld must be >= 0 (0 = full attention)", n,
         (long long)s->sliding_window);
-    REQ(s->dtype < LPO_DT_I32, "%s: weight dtype %s is not a floating-point or quantized type", n,
-        lpo_dtype_name(s->dtype));
+    const lpo_dtype_info *wd = lpo_dtype_info_of(s->dtype);
+    REQ(wd && wd->loads && wd->roof != LPO_ROOF_VECTOR,
+        "%s: weight dtype %s is not a floating-point or quantized type", n, lpo_dtype_name(s->dtype));
     REQ(s->bos_id >= -1 && s->bos_id < s->vocab_size, "%s: bos id %d outside the vocabulary (%lld)", n,
         s->bos_id, (long long)s->vocab_size);
     REQ(s->n_eos >= 0 && s->n_eos <= LPO_MAX_EOS, "%s: %d eos ids (at most %d)", n, s->n_eos, LPO_MAX_EOS);
@@ -322,7 +323,9 @@ lpo_status lpo_spec_from_hf_config(const char *json, size_t len, const char *ori
     const char *dt = j_str(root, "torch_dtype");
     if (!dt) dt = j_str(root, "dtype");
     s->dtype = LPO_DT_BF16;
-    if (dt && !lpo_dtype_parse(dt, &s->dtype) && c.st == LPO_OK)
+    const lpo_dtype_info *di = dt ? lpo_dtype_find(dt) : NULL;
+    if (di && di->loads) s->dtype = di->dt;
+    if (dt && !(di && di->loads) && c.st == LPO_OK)
         c.st = lpo_errorf(LPO_E_UNSUPPORTED,
                           "%s: torch_dtype '%s' is not supported (float32, float16, bfloat16)", origin, dt);
     s->bos_id = -1;

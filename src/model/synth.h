@@ -38,7 +38,7 @@ LPO_HD float lpo_synth_value(uint64_t key, double center, double amp, uint64_t i
 }
 
 /* Round-to-nearest-even f32 -> bf16 -> f32 and f32 -> f16 -> f32 for finite values (synthetic values are
- * small and finite, so no NaN/overflow handling is needed here; src/model/dtype.c has the general ones). */
+ * small and finite, so no NaN/overflow handling is needed here; src/core/dtype.c has the general ones). */
 LPO_HD float lpo_synth_round_bf16(float v) {
     uint32_t b;
     memcpy(&b, &v, 4);

@@ -1,13 +1,18 @@
-/* Unit tests for the dtype helpers: names, parsing, block geometry and the f16 / bf16 <-> f32 conversions
- * (round to nearest even, subnormals, infinities, NaN), checked on hand-picked edge cases, exhaustively over
- * all 65536 half values, and against the compiler's _Float16 conversion where it has one. */
+/* Unit tests for the dtype table and helpers: every row parses by its name and aliases in any case, block
+ * geometry agrees with bytes per element, the what-if rows keep their prices and roofs; the f16 / bf16 <->
+ * f32 conversions (round to nearest even, subnormals, infinities, NaN), checked on hand-picked edge cases,
+ * exhaustively over all 65536 half values, and against the compiler's _Float16 conversion where it has one.
+ */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <ctype.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "lpo/model.h"
 #include "test_support.h"
@@ -156,11 +161,129 @@ static void test_bf16(void **state) {
     }
 }
 
+/* every row: its name and each alias (any case) parse back to it (so no spelling names two rows); geometry
+ * and compute classes consistent */
+static void test_table(void **state) {
+    (void)state;
+    for (int i = 0; i < LPO_DT_COUNT; i++) {
+        const lpo_dtype_info *d = lpo_dtype_info_of((lpo_dtype)i);
+        assert_non_null(d);
+        assert_int_equal(d->dt, i);
+        assert_string_equal(lpo_dtype_name(d->dt), d->name);
+        assert_true(lpo_dtype_find(d->name) == d);
+        char upper[64];
+        snprintf(upper, sizeof upper, "%s", d->name);
+        for (char *c = upper; *c; c++) *c = (char)toupper((unsigned char)*c);
+        lpo_dtype got = LPO_DT_COUNT;
+        assert_true(lpo_dtype_parse(upper, &got) && got == d->dt);
+        char list[256];
+        snprintf(list, sizeof list, "%s", d->aliases);
+        for (char *a = strtok(list, ","); a; a = strtok(NULL, ",")) {
+            assert_true(lpo_dtype_find(a) == d);
+            for (char *c = a; *c; c++) *c = (char)toupper((unsigned char)*c);
+            assert_true(lpo_dtype_find(a) == d);
+        }
+        /* geometry: whole bytes per block, bytes per element = block_bytes / block */
+        assert_true(d->block >= 1 && d->block_bytes >= 1);
+        assert_true(d->bytes == (double)d->block_bytes / (double)d->block);
+        assert_int_equal(lpo_dtype_bytes(d->dt, (uint64_t)d->block * 3), (uint64_t)d->block_bytes * 3);
+        if (d->block > 1) {
+            assert_true(d->quantized);
+            assert_int_equal(lpo_dtype_bytes(d->dt, (uint64_t)d->block + 1), 0);
+        }
+        /* classes: a GEMM roof or VECTOR; the tensor-core class is a GEMM roof whenever the roof is one */
+        assert_true((unsigned)d->roof < LPO_ROOF_COUNT && (unsigned)d->tc < LPO_ROOF_COUNT);
+        assert_true((d->roof == LPO_ROOF_VECTOR) == (d->tc == LPO_ROOF_VECTOR));
+        assert_true(d->about && d->about[0]);
+        assert_int_equal(lpo_dtype_roof(d->dt), d->roof);
+    }
+    /* no canonical name is another row's alias */
+    for (int i = 0; i < LPO_DT_COUNT; i++)
+        for (int j = 0; j < LPO_DT_COUNT; j++) {
+            char list[256];
+            snprintf(list, sizeof list, "%s", lpo_dtype_info_of((lpo_dtype)j)->aliases);
+            for (char *a = strtok(list, ","); a; a = strtok(NULL, ","))
+                assert_false(i != j && !strcasecmp(a, lpo_dtype_name((lpo_dtype)i)));
+        }
+    assert_null(lpo_dtype_info_of(LPO_DT_COUNT));
+    assert_null(lpo_dtype_find(NULL));
+    assert_null(lpo_dtype_find("int3"));
+    assert_string_equal(lpo_dtype_name(LPO_DT_COUNT), "unknown");
+    assert_string_equal(lpo_roof_name(LPO_ROOF_BF16), "bf16");
+    assert_string_equal(lpo_roof_name(LPO_ROOF_VECTOR), "vector");
+    assert_string_equal(lpo_roof_name(LPO_ROOF_COUNT), "unknown");
+}
+
+/* the spellings users type (analysis, kbench, engine.dtype, HF configs) */
+static void test_aliases(void **state) {
+    (void)state;
+    static const struct {
+        const char *s;
+        lpo_dtype dt;
+    } cases[] = {{"fp32", LPO_DT_F32},      {"float32", LPO_DT_F32}, {"float", LPO_DT_F32},
+                 {"FP16", LPO_DT_F16},      {"float16", LPO_DT_F16}, {"half", LPO_DT_F16},
+                 {"bfloat16", LPO_DT_BF16}, {"e4m3", LPO_DT_FP8},    {"fp8_e4m3", LPO_DT_FP8},
+                 {"E4M3", LPO_DT_FP8},      {"w4", LPO_DT_INT4},     {"i4", LPO_DT_INT4},
+                 {"i8", LPO_DT_INT8},       {"int8", LPO_DT_INT8},   {"int32", LPO_DT_I32},
+                 {"int64", LPO_DT_I64},     {"q4_K", LPO_DT_Q4_K},   {"torch.bfloat16", LPO_DT_BF16}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        lpo_dtype d = LPO_DT_COUNT;
+        assert_true(lpo_dtype_parse(cases[i].s, &d));
+        assert_int_equal(d, cases[i].dt);
+    }
+    lpo_dtype d = LPO_DT_F16;
+    assert_false(lpo_dtype_parse("tf32", &d)); /* a roof, not a dtype */
+    assert_false(lpo_dtype_parse("fp", &d));   /* no prefix matches */
+    assert_false(lpo_dtype_parse("fp32,", &d));
+    assert_int_equal(d, LPO_DT_F16); /* unchanged on failure */
+}
+
+/* the what-if dtypes analysis prices: bytes per element and GEMM roof as they always were */
+static void test_whatif_prices(void **state) {
+    (void)state;
+    static const struct {
+        const char *name;
+        double bytes;
+        lpo_roof roof;
+        int quantized;
+    } rows[] = {
+        {"f32", 4.0, LPO_ROOF_FP32, 0},
+        {"f16", 2.0, LPO_ROOF_FP16, 0},
+        {"bf16", 2.0, LPO_ROOF_BF16, 0},
+        {"fp8", 1.0, LPO_ROOF_FP8, 1},
+        {"int4", 0.5 + 2.0 / 128.0, LPO_ROOF_BF16, 1},
+        {"q8_0", 34.0 / 32.0, LPO_ROOF_BF16, 1},
+        {"q4_0", 18.0 / 32.0, LPO_ROOF_BF16, 1},
+        {"q4_1", 20.0 / 32.0, LPO_ROOF_BF16, 1},
+        {"q4_k", 144.0 / 256.0, LPO_ROOF_BF16, 1},
+        {"q6_k", 210.0 / 256.0, LPO_ROOF_BF16, 1},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        const lpo_dtype_info *d = lpo_dtype_find(rows[i].name);
+        assert_non_null(d);
+        assert_true(d->bytes == rows[i].bytes);
+        assert_int_equal(d->roof, rows[i].roof);
+        assert_int_equal(d->quantized, rows[i].quantized);
+    }
+    /* f32 data on the tensor cores is tf32; GGUF blocks dequantize into bf16 GEMMs */
+    assert_int_equal(lpo_dtype_info_of(LPO_DT_F32)->tc, LPO_ROOF_TF32);
+    assert_int_equal(lpo_dtype_info_of(LPO_DT_Q4_K)->tc, LPO_ROOF_BF16);
+    /* what lpo does not load yet stays out of model configs */
+    assert_false(lpo_dtype_info_of(LPO_DT_FP8)->loads);
+    assert_true(lpo_dtype_info_of(LPO_DT_Q6_K)->loads);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_names_and_sizes),      cmocka_unit_test(test_f16_to_f32_edges),
-        cmocka_unit_test(test_f32_to_f16_rounding),  cmocka_unit_test(test_f16_exhaustive_roundtrip),
-        cmocka_unit_test(test_f16_matches_compiler), cmocka_unit_test(test_bf16),
+        cmocka_unit_test(test_names_and_sizes),
+        cmocka_unit_test(test_table),
+        cmocka_unit_test(test_aliases),
+        cmocka_unit_test(test_whatif_prices),
+        cmocka_unit_test(test_f16_to_f32_edges),
+        cmocka_unit_test(test_f32_to_f16_rounding),
+        cmocka_unit_test(test_f16_exhaustive_roundtrip),
+        cmocka_unit_test(test_f16_matches_compiler),
+        cmocka_unit_test(test_bf16),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,20 +1,38 @@
-/* dtype helpers: names, parsing, block geometry, and the f16 / bf16 <-> f32 conversions (round to
- * nearest even, subnormals, infinities and NaNs handled exactly as IEEE 754 says). */
+/* The dtype table (include/lpo/dtype.h): rows, names and aliases, block geometry, compute classes, and
+ * the f16 / bf16 <-> f32 conversions (round to nearest even, subnormals, infinities and NaNs handled exactly
+ * as IEEE 754 says). */
+#include "lpo/dtype.h"
+
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 #include <strings.h>
 
-#include "lpo/model.h"
+/* ---- roofs -----------------------------------------------------------------------------------------------
+ */
+const char *lpo_roof_name(lpo_roof r) {
+    static const char *const names[] = {
+#define LPO__ROOF_NAME(name, str) str,
+        LPO_ROOF_MAP(LPO__ROOF_NAME)
+#undef LPO__ROOF_NAME
+    };
+    return (unsigned)r < LPO_ROOF_COUNT ? names[r] : "unknown";
+}
 
-/* ---- table ----------------------------------------------------------------------------------------- */
-static const struct {
-    const char *name;
-    int block, block_bytes;
-} dtype_table[] = {
-#define LPO__DT_ROW(name, str, blk, bytes) {str, blk, bytes},
+/* ---- table -----------------------------------------------------------------------------------------------
+ */
+static const lpo_dtype_info dtype_table[] = {
+#define LPO__DT_ROW(name, str, blk, bb, q, roof, tc, loads, aliases, about)                                  \
+    {LPO_DT_##name,   str,           aliases, blk,  bb, (double)(bb) / (double)(blk), q,                     \
+     LPO_ROOF_##roof, LPO_ROOF_##tc, loads,   about},
     LPO_DTYPE_MAP(LPO__DT_ROW)
 #undef LPO__DT_ROW
 };
+_Static_assert(sizeof dtype_table / sizeof dtype_table[0] == LPO_DT_COUNT, "one row per dtype");
+
+const lpo_dtype_info *lpo_dtype_info_of(lpo_dtype dt) {
+    return (unsigned)dt < LPO_DT_COUNT ? &dtype_table[dt] : NULL;
+}
 
 const char *lpo_dtype_name(lpo_dtype dt) {
     if ((unsigned)dt >= LPO_DT_COUNT) return "unknown";
@@ -29,6 +47,10 @@ int lpo_dtype_block_bytes(lpo_dtype dt) {
     return (unsigned)dt < LPO_DT_COUNT ? dtype_table[dt].block_bytes : 0;
 }
 
+lpo_roof lpo_dtype_roof(lpo_dtype dt) {
+    return (unsigned)dt < LPO_DT_COUNT ? dtype_table[dt].roof : LPO_ROOF_VECTOR;
+}
+
 uint64_t lpo_dtype_bytes(lpo_dtype dt, uint64_t n) {
     if ((unsigned)dt >= LPO_DT_COUNT) return 0;
     uint64_t blk = (uint64_t)dtype_table[dt].block, bytes;
@@ -37,28 +59,32 @@ uint64_t lpo_dtype_bytes(lpo_dtype dt, uint64_t n) {
     return bytes;
 }
 
-int lpo_dtype_parse(const char *s, lpo_dtype *out) {
-    static const struct {
-        const char *alias;
-        lpo_dtype dt;
-    } aliases[] = {
-        {"float32", LPO_DT_F32},       {"fp32", LPO_DT_F32},          {"float", LPO_DT_F32},
-        {"float16", LPO_DT_F16},       {"fp16", LPO_DT_F16},          {"half", LPO_DT_F16},
-        {"bfloat16", LPO_DT_BF16},     {"int32", LPO_DT_I32},         {"int64", LPO_DT_I64},
-        {"torch.float32", LPO_DT_F32}, {"torch.float16", LPO_DT_F16}, {"torch.bfloat16", LPO_DT_BF16},
-    };
-    if (!s) return 0;
-    for (int i = 0; i < LPO_DT_COUNT; i++)
-        if (!strcasecmp(s, dtype_table[i].name)) {
-            *out = (lpo_dtype)i;
-            return 1;
-        }
-    for (size_t i = 0; i < sizeof aliases / sizeof *aliases; i++)
-        if (!strcasecmp(s, aliases[i].alias)) {
-            *out = aliases[i].dt;
-            return 1;
-        }
+/* s equals one of the comma-separated names of list, ignoring case */
+static int in_list(const char *s, const char *list) {
+    const size_t n = strlen(s);
+    for (const char *p = list; *p;) {
+        const char *end = strchr(p, ',');
+        const size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && !strncasecmp(p, s, n)) return 1;
+        p += len + (end != NULL);
+    }
     return 0;
+}
+
+const lpo_dtype_info *lpo_dtype_find(const char *s) {
+    if (!s || !*s) return NULL;
+    for (int i = 0; i < LPO_DT_COUNT; i++)
+        if (!strcasecmp(s, dtype_table[i].name)) return &dtype_table[i];
+    for (int i = 0; i < LPO_DT_COUNT; i++)
+        if (in_list(s, dtype_table[i].aliases)) return &dtype_table[i];
+    return NULL;
+}
+
+int lpo_dtype_parse(const char *s, lpo_dtype *out) {
+    const lpo_dtype_info *d = lpo_dtype_find(s);
+    if (!d) return 0;
+    *out = d->dt;
+    return 1;
 }
 
 /* ---- conversions ------------------------------------------------------------------------------------- */
