@@ -67,6 +67,14 @@ typedef enum {
 /* "attn.qkv", "final_norm", ...: the op name without its "layers.N." prefix. */
 const char *lpo_op_role_name(lpo_op_role r);
 
+/* ---- attention variants -------------------------------------------------------------------------------
+ * Which form of attention an ATTENTION op is, stated by the op list from its step shape so that a step's
+ * forward and run_op of the same op run the same kernel: DECODE when every sequence of the step brings one
+ * token (T == n_seqs), else PREFILL. A backend may run the decode form for a PREFILL op it has no prefill
+ * kernel for (dtype, head size), never the other way round. */
+typedef enum { LPO_ATTN_PREFILL, LPO_ATTN_DECODE } lpo_attn_variant;
+const char *lpo_attn_variant_name(lpo_attn_variant v); /* "prefill", "decode" */
+
 /* ---- buffers ----------------------------------------------------------------------------------------
  * Activation buffers an op reads or writes. A backend owns one buffer per id, sized for the largest step;
  * LPO_BUF_WEIGHT marks a weight reference and LPO_BUF_KV the KV cache. Widths: lpo_buf_width. */
@@ -132,7 +140,8 @@ typedef struct {
     int64_t attn_pairs; /* ATTENTION: (query, key) pairs after the causal and sliding-window masks, for the
                            step the list was last given (lpo_oplist_set_step) */
     int64_t kv_rows;    /* ATTENTION: cached positions read, summed over sequences (each read once) */
-    float eps;          /* RMSNORM, QK_NORM */
+    lpo_attn_variant attn_variant; /* ATTENTION: prefill or decode form (set by the builder) */
+    float eps;                     /* RMSNORM, QK_NORM */
 } lpo_op;
 
 /* The SHAPE of a step, which is what an op list depends on: T tokens (packed sequences), n_seqs sequences,

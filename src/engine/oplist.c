@@ -36,6 +36,10 @@ const char *lpo_buf_name(lpo_buf b) {
     return (unsigned)b < LPO_BUF_COUNT ? names[b] : "unknown";
 }
 
+const char *lpo_attn_variant_name(lpo_attn_variant v) {
+    return v == LPO_ATTN_DECODE ? "decode" : v == LPO_ATTN_PREFILL ? "prefill" : "unknown";
+}
+
 int64_t lpo_buf_width(const lpo_model_spec *s, lpo_buf b) {
     switch (b) {
     case LPO_BUF_X:
@@ -359,6 +363,7 @@ lpo_status lpo_oplist_build_shape(const lpo_model_spec *s, const lpo_step_shape 
             set_out(op, act2(LPO_BUF_ATT, T, qd, a));
             set_out(op, kv);
             op->window = s->sliding_window > 0 ? s->sliding_window : 0;
+            op->attn_variant = T == shape->n_seqs ? LPO_ATTN_DECODE : LPO_ATTN_PREFILL;
         }
         op = linear(b, LPO_ROLE_ATTN_OUT, l, LPO_BUF_ATT, LPO_BUF_TMP, T, qd, h);
         add_w(b, op, l, "self_attn.o_proj.weight", 2, h, qd);

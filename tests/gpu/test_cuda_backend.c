@@ -7,7 +7,9 @@
  *   2. whole steps of a synthetic model: a packed prefill of two sequences then a chained decode step, the
  *      CPU backend (f32) vs the CUDA backend in f32 (logits within 1e-4 of the largest logit, the same
  *      greedy and sampled ids) and in bf16 (within 3e-2; ids reported);
- *   3. engine.pdl (programmatic dependent launch in decode steps) on vs off: bitwise equal logits, same ids.
+ *   3. engine.pdl (programmatic dependent launch in decode steps) on vs off: bitwise equal logits, same ids;
+ *   4. the attention variant: a prefill step and a batched decode step launch the same attention kernel as
+ *      run_op of their attention op (traced with lpo's tracer).
  * Prints SKIP and exits 77 without a GPU. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,9 +20,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef LPO_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 #include "lpo/backend.h"
+#include "lpo/core.h"
 #include "lpo/opcheck.h"
+#include "lpo/probe.h"
+#include "lpo/trace.h"
 #include "test_support.h"
 
 static const lpo_backend_iface *cuda_iface(void) {
@@ -368,6 +376,93 @@ static void test_steps_pdl(void **state) {
     assert_int_equal(bad, 0);
 }
 
+/* ---- 4. the attention variant: a step and run_op launch the same kernel --------------------------------
+ * A step of 4 packed prompts, then a batched decode step (4 sequences, one token each), bf16, eager and
+ * unfused, traced with lpo's tracer; after each step, run_op on that step's attention op with data laid out
+ * like the step (as the op checker and kbench's model mode run it). The step's attention group and the
+ * run_op range must launch the same attention kernel: prefill_kernel for the prompts, decode_kernel (never
+ * prefill_kernel) for the batched decode step. */
+static char *trace_ranges(const char *dir) {
+    lpo_trace *t = NULL;
+    if (lpo_trace_load_dir(dir, &t)) fail_msg("%s", lpo_last_error());
+    lpo_table *rt = NULL;
+    assert_int_equal(lpo_trace_range_table(t, &rt), LPO_OK);
+    lpo_strbuf csv = {0};
+    lpo_table_write_csv(rt, &csv);
+    lpo_table_free(rt);
+    lpo_trace_free(t);
+    return csv.buf;
+}
+
+/* 1 when the ranges.csv row of range `name` mentions kernel `kernel` among its top kernels */
+static int range_runs(const char *csv, const char *name, const char *kernel) {
+    const size_t n = strlen(name);
+    for (const char *line = csv; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        if (strncmp(line, name, n) || line[n] != ',') continue;
+        const char *nl = strchr(line, '\n'), *hit = strstr(line, kernel);
+        return hit && (!nl || hit < nl);
+    }
+    fail_msg("no range '%s' in the trace", name);
+    return 0;
+}
+
+static void test_attention_variant(void **state) {
+    (void)state;
+    const lpo_model_spec s = small_spec(0);
+    lpo_model *m = NULL;
+    if (lpo_model_open_synthetic(&s, 77, &m) != LPO_OK) fail_msg("model: %s", lpo_last_error());
+    runner r;
+    runner_open_exec(&r, cuda_iface(), m, LPO_DT_BF16, 0, LPO_EXEC_EAGER, 0);
+    const char *tmp = lpo_test_tmpdir();
+    int32_t prompt[24];
+    for (int i = 0; i < 24; i++) prompt[i] = (int32_t)((i * 29 + 5) % s.vocab_size);
+    const int64_t past0[4] = {0, 0, 0, 0}, new0[4] = {5, 9, 3, 7}, past1[4] = {5, 9, 3, 7},
+                  new1[4] = {1, 1, 1, 1};
+    float *logits = malloc((size_t)(4 * s.vocab_size) * sizeof(float));
+    int32_t ids[4];
+    for (int decode = 0; decode < 2; decode++) {
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%s/variant-%d", tmp, decode);
+        assert_int_equal(lpo_mkdirs(dir), LPO_OK);
+        const lpo_probe_options o = {.dir = dir};
+        if (lpo_probe_start(&o) != LPO_OK) {
+            printf("SKIP: attention variant: no tracer (%s)\n", lpo_last_error());
+            break;
+        }
+        const int64_t *past = decode ? past1 : past0, *nn = decode ? new1 : new0;
+        runner_step(&r, &s, 4, past, nn, decode ? NULL : prompt, logits, ids);
+        const lpo_op *att = &r.list.ops[lpo_oplist_find(&r.list, LPO_ROLE_ATTN, 0)];
+        assert_int_equal(att->attn_variant, decode ? LPO_ATTN_DECODE : LPO_ATTN_PREFILL);
+        const lpo_step step = {4, past, nn, 0, 1};
+        lpo_op_data *data = NULL;
+        if (lpo_op_data_new(att, 5, &step, &data) != LPO_OK) fail_msg("op data: %s", lpo_last_error());
+        lpo_op_io *io = lpo_op_data_io(data);
+        double ms[20];
+        io->repeat = 20; /* timed as kbench times it: the kernels outweigh the staging copies in the range */
+        io->ms = ms;
+        lpo_probe_push("run_op.attention");
+        if (r.be->run_op(r.ctx, att, io) != LPO_OK) fail_msg("run_op: %s", lpo_last_error());
+        lpo_probe_pop();
+        lpo_op_data_free(data);
+        assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+        assert_int_equal(lpo_probe_stop(), LPO_OK);
+        char *csv = trace_ranges(dir);
+        const char *want = decode ? "decode_kernel" : "prefill_kernel";
+        const int step_ok = range_runs(csv, "layers.0.attn.sdpa", want),
+                  op_ok = range_runs(csv, "run_op.attention", want);
+        const int step_prefill = range_runs(csv, "layers.0.attn.sdpa", "prefill_kernel"),
+                  op_prefill = range_runs(csv, "run_op.attention", "prefill_kernel");
+        printf("  %s step (%s): the step runs %s: %s; run_op: %s\n", decode ? "batched decode" : "prefill",
+               lpo_attn_variant_name(att->attn_variant), want, step_ok ? "yes" : "NO", op_ok ? "yes" : "NO");
+        assert_true(step_ok && op_ok);
+        assert_int_equal(step_prefill, op_prefill);
+        free(csv);
+    }
+    free(logits);
+    runner_close(&r);
+    lpo_model_close(m);
+}
+
 int main(void) {
     lpo_test_require_gpu();
     const struct CMUnitTest tests[] = {
@@ -375,6 +470,7 @@ int main(void) {
         cmocka_unit_test(test_steps_by_op),
         cmocka_unit_test(test_steps),
         cmocka_unit_test(test_steps_pdl),
+        cmocka_unit_test(test_attention_variant),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,6 +10,7 @@
 
 #include "lpo/backend.h"
 #include "lpo/engine.h"
+#include "lpo/opcheck.h"
 #include "test_engine_support.h"
 
 static const lpo_op *find(const lpo_oplist *l, const char *name) {
@@ -260,12 +261,60 @@ static void test_rope_inv_freq(void **state) {
     assert_non_null(strstr(lpo_last_error(), "attention scaling inf"));
 }
 
+/* The op list states the attention variant from the step shape: decode when every sequence brings one
+ * token (a batched decode step included: the forward and run_op of that op must run the same kernel), else
+ * prefill (a packed prefill, a mixed step with one sequence decoding). The op checker's decode case carries
+ * it too. */
+static void test_attention_variant(void **state) {
+    (void)state;
+    lpo_model_spec s = test_spec();
+    lpo_oplist l = {0};
+    const struct {
+        int decode, batch;
+        int64_t x;
+        lpo_attn_variant want;
+    } cases[] = {{0, 1, 10, LPO_ATTN_PREFILL}, {0, 3, 5, LPO_ATTN_PREFILL}, {1, 1, 7, LPO_ATTN_DECODE},
+                 {1, 4, 20, LPO_ATTN_DECODE},  {0, 1, 1, LPO_ATTN_DECODE},  {0, 2, 1, LPO_ATTN_DECODE}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        assert_int_equal(lpo_oplist_build_phase(&s, cases[c].decode, cases[c].batch, cases[c].x, NULL, &l),
+                         LPO_OK);
+        int n = 0;
+        for (size_t i = 0; i < l.n_ops; i++)
+            if (l.ops[i].kind == LPO_OP_ATTENTION) {
+                assert_int_equal(l.ops[i].attn_variant, cases[c].want);
+                n++;
+            }
+        assert_int_equal(n, (int)s.n_layers);
+    }
+    const int64_t past[2] = {9, 0}, nn[2] = {1, 3}; /* one sequence decodes, one prefills: prefill */
+    const lpo_step mixed = {2, past, nn, 0, 1};
+    assert_int_equal(lpo_oplist_build(&s, &mixed, NULL, &l), LPO_OK);
+    const lpo_op *att = find(&l, "layers.0.attn.sdpa");
+    assert_non_null(att);
+    assert_int_equal(att->attn_variant, LPO_ATTN_PREFILL);
+    assert_string_equal(lpo_attn_variant_name(att->attn_variant), "prefill");
+    assert_string_equal(lpo_attn_variant_name(LPO_ATTN_DECODE), "decode");
+    lpo_oplist_free(&l);
+    lpo_opcheck_cases oc;
+    assert_int_equal(lpo_opcheck_cases_build(&s, 9, 20, 4, &oc), LPO_OK);
+    int seen = 0;
+    for (size_t i = 0; i < oc.n; i++)
+        if (oc.ops[i]->kind == LPO_OP_ATTENTION) {
+            const int in_decode = oc.ops[i] >= oc.decode.ops && oc.ops[i] < oc.decode.ops + oc.decode.n_ops;
+            assert_int_equal(oc.ops[i]->attn_variant, in_decode ? LPO_ATTN_DECODE : LPO_ATTN_PREFILL);
+            assert_int_equal(oc.ops[i]->m, in_decode ? 4 : 9);
+            seen |= in_decode ? 2 : 1;
+        }
+    assert_int_equal(seen, 3);
+    lpo_opcheck_cases_free(&oc);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_structure),     cmocka_unit_test(test_attention_pairs),
         cmocka_unit_test(test_costs),         cmocka_unit_test(test_bad_steps),
         cmocka_unit_test(test_rope_inv_freq), cmocka_unit_test(test_shapes_and_activations),
-        cmocka_unit_test(test_plans),
+        cmocka_unit_test(test_plans),         cmocka_unit_test(test_attention_variant),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -61,6 +61,10 @@ typedef struct {
     int64_t seen_words;
     float *sample_row; /* [vocab] a logits row being sampled (the step's logits stay intact) */
     lpo_sample_scratch *sample_scratch;
+    /* [max_step_tokens] each logits row's sampling parameters, stream, counter, seen set of a step */
+    lpo_sampling *row_samp;
+    uint64_t *row_stream, *row_step;
+    const uint32_t **row_seen;
     lpo_group_callback cb;
     void *cb_ud;
 } cpu_ctx;
@@ -86,60 +90,110 @@ static void pick_threads(cpu_ctx *c) {
     c->nt = free_cores < 1 ? 1 : free_cores < c->n_threads ? free_cores : c->n_threads;
 }
 
-/* ---- op execution ------------------------------------------------------------------------------------- */
-static void op_attention(cpu_ctx *c, const lpo_op *op, const lpo_step_data *d) {
-    const int64_t kvd = op->n_kv_heads * op->head_dim;
-    const size_t layer_off =
-        (size_t)op->layer * (size_t)c->cfg.max_seqs * (size_t)c->cfg.max_context * (size_t)kvd;
-    float *kc = c->kcache + layer_off, *vc = c->vcache + layer_off;
-    lpo_cpu_kv_append(kc, vc, c->buf[LPO_BUF_QKV], d->tok_slot, d->tok_pos, op->m, op->n_heads,
-                      op->n_kv_heads, op->head_dim, c->cfg.max_context);
-    lpo_cpu_attention(c->buf[LPO_BUF_ATT], c->buf[LPO_BUF_QKV], kc, vc, d->tok_slot, d->tok_pos, op->m,
-                      op->n_heads, op->n_kv_heads, op->head_dim, c->cfg.max_context, op->window, c->scores,
-                      c->nt);
-}
+/* ---- op execution: one launch per op kind, two binders --------------------------------------------------
+ * A step's forward and run_op run every op through the same launch function of its kind (launches[]); they
+ * differ only in where the operands live: the step's buffers, weights, KV cache and slot state (bind_step)
+ * or the caller's host data (cpu_run_op). Adding an op kind: its kernel (cpu_kernels.c) and one row here. */
+typedef struct {
+    const float *in[LPO_OP_MAX_IN]; /* activations read (in-place ops: in[0] == out) */
+    float *out;                     /* out[0] (SAMPLE: unused) */
+    const float *W, *B;             /* stacked weights, biases (NULL when none) */
+    float *kc, *vc;                 /* ATTENTION: one layer's cache [slots][max_context][kvd] */
+    int64_t max_context;
+    float *scores; /* ATTENTION: [nt][max_context] scratch */
+    const int32_t *tok_slot;
+    const int64_t *tok_pos;
+    const float *cos_t, *sin_t; /* ROPE: [max_context][head_dim / 2] */
+    const int32_t *tokens;      /* EMBED: [m] */
+    int nt;                     /* threads */
+    /* SAMPLE: row r (mask[r] set, mask NULL = every row) draws with samp[r], stream[r], step[r], seen[r]
+     * (NULL: no seen set) from a copy of its logits in row; rows holding NaN/Inf are refused */
+    const lpo_sampling *samp;
+    const uint64_t *stream, *step;
+    const uint32_t *const *seen;
+    const uint8_t *mask;
+    float *row;
+    lpo_sample_scratch *scratch;
+    int32_t *ids;
+} cpu_args;
 
-/* logits (R, V) = xn rows (R, h) @ E^T; the rows are every token or each sequence's last one (gathered into
- * the free tmp buffer first so that the blocked matmul applies). */
-static void op_lm_head(cpu_ctx *c, const lpo_op *op, const float *E, const lpo_step_data *d, int64_t T) {
-    const int64_t h = op->k, V = op->n, R = op->m;
-    const float *xn = c->buf[LPO_BUF_XN];
-    if (R != T) { /* R == T: every row (all_logits, or one new token per sequence) */
-        float *rows = c->buf[LPO_BUF_TMP];
-        int64_t off = 0;
-        for (int i = 0; i < d->n_seqs; i++) { // last token of sequence i (h,) -> rows[i]
-            off += d->n_new[i];
-            memcpy(rows + i * h, xn + (off - 1) * h, (size_t)h * sizeof(float));
-        }
-        xn = rows;
-    }
-    lpo_cpu_matmul(c->buf[LPO_BUF_LOGITS], xn, E, NULL, R, V, h, c->nt);
-}
+typedef lpo_status (*cpu_launch_fn)(const lpo_op *op, const cpu_args *a);
 
+static lpo_status launch_embed(const lpo_op *op, const cpu_args *a) {
+    lpo_cpu_embed(a->out, a->W, a->tokens, op->m, op->n);
+    return LPO_OK;
+}
+static lpo_status launch_rmsnorm(const lpo_op *op, const cpu_args *a) {
+    lpo_cpu_rmsnorm(a->out, a->in[0], a->W, op->m, op->n, op->eps, a->nt);
+    return LPO_OK;
+}
+static lpo_status launch_linear(const lpo_op *op, const cpu_args *a) { /* LINEAR and LM_HEAD */
+    lpo_cpu_matmul(a->out, a->in[0], a->W, a->B, op->m, op->n, op->k, a->nt);
+    return LPO_OK;
+}
+static lpo_status launch_qk_norm(const lpo_op *op, const cpu_args *a) {
+    lpo_cpu_qk_norm(a->out, a->W, a->W + op->head_dim, op->m, op->n_heads, op->n_kv_heads, op->head_dim,
+                    op->eps, a->nt);
+    return LPO_OK;
+}
+static lpo_status launch_rope(const lpo_op *op, const cpu_args *a) {
+    lpo_cpu_rope(a->out, a->cos_t, a->sin_t, a->tok_pos, op->m, op->n_heads, op->n_kv_heads, op->head_dim,
+                 a->nt);
+    return LPO_OK;
+}
+/* one form on the CPU for both variants: append k, v, then attend */
+static lpo_status launch_attention(const lpo_op *op, const cpu_args *a) {
+    lpo_cpu_kv_append(a->kc, a->vc, a->in[0], a->tok_slot, a->tok_pos, op->m, op->n_heads, op->n_kv_heads,
+                      op->head_dim, a->max_context);
+    lpo_cpu_attention(a->out, a->in[0], a->kc, a->vc, a->tok_slot, a->tok_pos, op->m, op->n_heads,
+                      op->n_kv_heads, op->head_dim, a->max_context, op->window, a->scores, a->nt);
+    return LPO_OK;
+}
+static lpo_status launch_swiglu(const lpo_op *op, const cpu_args *a) {
+    lpo_cpu_swiglu(a->out, a->in[0], op->m, op->n, a->nt);
+    return LPO_OK;
+}
+static lpo_status launch_geglu(const lpo_op *op, const cpu_args *a) {
+    lpo_cpu_geglu(a->out, a->in[0], op->m, op->n, a->nt);
+    return LPO_OK;
+}
+static lpo_status launch_add(const lpo_op *op, const cpu_args *a) { /* out (= in[0]) += in[1] */
+    lpo_cpu_add(a->out, a->in[1], op->m * op->n);
+    return LPO_OK;
+}
 /* The sampled id of each row whose mask is set (docs/sampling.md), from a copy of its logits; rows holding
  * NaN/Inf are refused (LPO_E_NUMERIC) rather than sampled. */
-static lpo_status op_sample(cpu_ctx *c, const lpo_op *op, const lpo_step_data *d) {
+static lpo_status launch_sample(const lpo_op *op, const cpu_args *a) {
     const int64_t V = op->n;
-    for (int64_t r = 0; r < op->m; r++) {
-        c->ids[r] = -1;
-        if (d->sample_mask && !d->sample_mask[r]) continue;
-        const float *row = c->buf[LPO_BUF_LOGITS] + r * V;
+    for (int64_t r = 0; r < op->m; r++) { // row r (V,) -> ids[r]
+        a->ids[r] = -1;
+        if (a->mask && !a->mask[r]) continue;
+        const float *row = a->in[0] + r * V;
         for (int64_t v = 0; v < V; v++)
             if (!isfinite(row[v]))
                 return lpo_errorf(LPO_E_NUMERIC, "cpu backend: logits row %lld holds %g at id %lld",
                                   (long long)r, (double)row[v], (long long)v);
-        const int slot = d->slots[r];
-        slot_sampling *s = &c->sampling[slot];
-        memcpy(c->sample_row, c->buf[LPO_BUF_LOGITS] + r * V, (size_t)V * sizeof(float));
-        const lpo_sampling greedy = {0, 0, 1, 1, 0};
-        const lpo_sampling *p = s->set ? &s->p : &greedy;
-        const uint32_t *seen =
-            p->repetition_penalty != 1 ? c->seen + (size_t)slot * (size_t)c->seen_words : NULL;
-        c->ids[r] = lpo_sample_row(p, s->stream, s->step, seen, c->sample_row, V, c->sample_scratch);
-        s->step++;
-        s->last_id = c->ids[r];
+        memcpy(a->row, row, (size_t)V * sizeof(float));
+        a->ids[r] = lpo_sample_row(&a->samp[r], a->stream[r], a->step[r], a->seen[r], a->row, V, a->scratch);
     }
     return LPO_OK;
+}
+
+/* One row per op kind: the launch both paths call. */
+static const cpu_launch_fn launches[LPO_OP_KIND_COUNT] = {
+    [LPO_OP_EMBED] = launch_embed,   [LPO_OP_RMSNORM] = launch_rmsnorm,
+    [LPO_OP_LINEAR] = launch_linear, [LPO_OP_QK_NORM] = launch_qk_norm,
+    [LPO_OP_ROPE] = launch_rope,     [LPO_OP_ATTENTION] = launch_attention,
+    [LPO_OP_SWIGLU] = launch_swiglu, [LPO_OP_GEGLU] = launch_geglu,
+    [LPO_OP_ADD] = launch_add,       [LPO_OP_LM_HEAD] = launch_linear,
+    [LPO_OP_SAMPLE] = launch_sample,
+};
+
+static lpo_status launch(const lpo_op *op, const cpu_args *a) {
+    if ((unsigned)op->kind >= LPO_OP_KIND_COUNT || !launches[op->kind])
+        return lpo_errorf(LPO_E_UNSUPPORTED, "cpu backend: op '%s' has kind '%s' it cannot run", op->name,
+                          lpo_op_kind_name(op->kind));
+    return launches[op->kind](op, a);
 }
 
 /* The step's tokens (chained: each sequence's last sampled id) and the seen-token bitmaps. */
@@ -154,37 +208,82 @@ static const int32_t *step_tokens(cpu_ctx *c, const lpo_step_data *d, int64_t T)
     return tok;
 }
 
-/* Runs op i of the list (the group executor calls it op by op, or fused pairs via run_fused). */
+/* The operands of op i of a step: the step's buffers, the op's weights, its layer's cache, the slots'
+ * sampling state. LM_HEAD over fewer rows than tokens reads each sequence's last row, gathered into the
+ * free tmp buffer first so that the blocked matmul applies. */
+static void bind_step(cpu_ctx *c, const lpo_oplist *l, size_t i, const lpo_step_data *d,
+                      const int32_t *tokens, cpu_args *a) {
+    const lpo_op *op = &l->ops[i];
+    memset(a, 0, sizeof *a);
+    for (int j = 0; j < op->n_in; j++) a->in[j] = c->buf[op->in[j].buf];
+    a->out = c->buf[op->out[0].buf];
+    if (i < c->n_ops) a->W = c->op_w[i], a->B = c->op_bias[i];
+    a->nt = c->nt;
+    a->tok_slot = d->tok_slot;
+    a->tok_pos = d->tok_pos;
+    a->tokens = tokens;
+    a->cos_t = c->rope_cos;
+    a->sin_t = c->rope_sin;
+    a->scores = c->scores;
+    a->max_context = c->cfg.max_context;
+    if (op->kind == LPO_OP_ATTENTION) {
+        const size_t layer = (size_t)op->layer * (size_t)c->cfg.max_seqs * (size_t)c->cfg.max_context *
+                             (size_t)(op->n_kv_heads * op->head_dim);
+        a->kc = c->kcache + layer;
+        a->vc = c->vcache + layer;
+    }
+    if (op->kind == LPO_OP_LM_HEAD && op->m != l->n_tokens) {
+        const int64_t h = op->k;
+        float *rows = c->buf[LPO_BUF_TMP];
+        int64_t off = 0;
+        for (int s = 0; s < d->n_seqs; s++) { // last token of sequence s (h,) -> rows[s]
+            off += d->n_new[s];
+            memcpy(rows + s * h, a->in[0] + (off - 1) * h, (size_t)h * sizeof(float));
+        }
+        a->in[0] = rows;
+    }
+    if (op->kind == LPO_OP_SAMPLE) {
+        const lpo_sampling greedy = {0, 0, 1, 1, 0};
+        for (int64_t r = 0; r < op->m; r++) { // row r: sequence r's slot
+            if (r >= d->n_seqs) {             /* not a sequence's row: greedy, stateless */
+                c->row_samp[r] = greedy;
+                c->row_stream[r] = c->row_step[r] = 0;
+                c->row_seen[r] = NULL;
+                continue;
+            }
+            const int slot = d->slots[r];
+            const slot_sampling *ss = &c->sampling[slot];
+            c->row_samp[r] = ss->set ? ss->p : greedy;
+            c->row_stream[r] = ss->stream;
+            c->row_step[r] = ss->step;
+            c->row_seen[r] = c->row_samp[r].repetition_penalty != 1
+                                 ? c->seen + (size_t)slot * (size_t)c->seen_words
+                                 : NULL;
+        }
+        a->samp = c->row_samp;
+        a->stream = c->row_stream;
+        a->step = c->row_step;
+        a->seen = (const uint32_t *const *)c->row_seen;
+        a->mask = d->sample_mask;
+        a->row = c->sample_row;
+        a->scratch = c->sample_scratch;
+        a->ids = c->ids;
+    }
+}
+
+/* Runs op i of a step through its launch; after SAMPLE, each drawing slot's counter and last id advance. */
 static lpo_status run_op_at(cpu_ctx *c, const lpo_oplist *l, size_t i, const lpo_step_data *d,
                             const int32_t *tokens) {
     const lpo_op *op = &l->ops[i];
-    const float *w = op->kind == LPO_OP_SAMPLE ? NULL : c->op_w[i];
-    switch (op->kind) {
-    case LPO_OP_EMBED: lpo_cpu_embed(c->buf[LPO_BUF_X], w, tokens, op->m, op->n); break;
-    case LPO_OP_RMSNORM:
-        lpo_cpu_rmsnorm(c->buf[op->out[0].buf], c->buf[op->in[0].buf], w, op->m, op->n, op->eps, c->nt);
-        break;
-    case LPO_OP_LINEAR:
-        lpo_cpu_matmul(c->buf[op->out[0].buf], c->buf[op->in[0].buf], w, c->op_bias[i], op->m, op->n, op->k,
-                       c->nt);
-        break;
-    case LPO_OP_QK_NORM:
-        lpo_cpu_qk_norm(c->buf[LPO_BUF_QKV], w, w + op->head_dim, op->m, op->n_heads, op->n_kv_heads,
-                        op->head_dim, op->eps, c->nt);
-        break;
-    case LPO_OP_ROPE:
-        lpo_cpu_rope(c->buf[LPO_BUF_QKV], c->rope_cos, c->rope_sin, d->tok_pos, op->m, op->n_heads,
-                     op->n_kv_heads, op->head_dim, c->nt);
-        break;
-    case LPO_OP_ATTENTION: op_attention(c, op, d); break;
-    case LPO_OP_SWIGLU: lpo_cpu_swiglu(c->buf[LPO_BUF_ACT], c->buf[LPO_BUF_GU], op->m, op->n, c->nt); break;
-    case LPO_OP_GEGLU: lpo_cpu_geglu(c->buf[LPO_BUF_ACT], c->buf[LPO_BUF_GU], op->m, op->n, c->nt); break;
-    case LPO_OP_ADD: lpo_cpu_add(c->buf[op->out[0].buf], c->buf[op->in[1].buf], op->m * op->n); break;
-    case LPO_OP_LM_HEAD: op_lm_head(c, op, w, d, l->n_tokens); break;
-    case LPO_OP_SAMPLE: return op_sample(c, op, d);
-    default:
-        return lpo_errorf(LPO_E_UNSUPPORTED, "cpu backend: op '%s' has kind '%s' it cannot run", op->name,
-                          lpo_op_kind_name(op->kind));
+    cpu_args a;
+    bind_step(c, l, i, d, tokens, &a);
+    lpo_status st = launch(op, &a);
+    if (st != LPO_OK || op->kind != LPO_OP_SAMPLE) return st;
+    for (int64_t r = 0; r < op->m && r < d->n_seqs; r++) {
+        if (d->sample_mask && !d->sample_mask[r]) continue;
+        slot_sampling *ss = &c->sampling[d->slots[r]];
+        ss->step++;
+        ss->last_id = c->ids[r];
     }
     return LPO_OK;
 }
@@ -322,59 +421,62 @@ static lpo_status stack_weights(const lpo_op *op, const float *const *w, float *
     return LPO_OK;
 }
 
-static lpo_status run_single(cpu_ctx *c, const lpo_op *op, lpo_op_io *io, float *W, float *B) {
-    const int nt = c->n_threads;
-    const int64_t m = op->m;
-    switch (op->kind) {
-    case LPO_OP_EMBED: lpo_cpu_embed(io->out, W, io->tokens, m, op->n); break;
-    case LPO_OP_RMSNORM: lpo_cpu_rmsnorm(io->out, io->in[0], W, m, op->n, op->eps, nt); break;
-    case LPO_OP_LINEAR:
-    case LPO_OP_LM_HEAD: lpo_cpu_matmul(io->out, io->in[0], W, B, m, op->n, op->k, nt); break;
-    case LPO_OP_QK_NORM:
-    case LPO_OP_ROPE: {
-        const int64_t n = m * (op->n_heads + 2 * op->n_kv_heads) * op->head_dim;
-        if (io->out != io->in[0]) memcpy(io->out, io->in[0], (size_t)n * sizeof(float));
-        if (op->kind == LPO_OP_QK_NORM)
-            lpo_cpu_qk_norm(io->out, W, W + op->head_dim, m, op->n_heads, op->n_kv_heads, op->head_dim,
-                            op->eps, nt);
-        else
-            lpo_cpu_rope(io->out, io->rope_cos, io->rope_sin, io->tok_pos, m, op->n_heads, op->n_kv_heads,
-                         op->head_dim, nt);
-        break;
-    }
-    case LPO_OP_ATTENTION: {
-        float *scores = malloc((size_t)nt * (size_t)io->max_context * sizeof(float));
-        if (!scores) return lpo_errorf(LPO_E_NOMEM, "cpu backend: attention scratch");
-        lpo_cpu_kv_append(io->k_cache, io->v_cache, io->in[0], io->tok_slot, io->tok_pos, m, op->n_heads,
-                          op->n_kv_heads, op->head_dim, io->max_context);
-        lpo_cpu_attention(io->out, io->in[0], io->k_cache, io->v_cache, io->tok_slot, io->tok_pos, m,
-                          op->n_heads, op->n_kv_heads, op->head_dim, io->max_context, op->window, scores, nt);
-        free(scores);
-        break;
-    }
-    case LPO_OP_SWIGLU: lpo_cpu_swiglu(io->out, io->in[0], m, op->n, nt); break;
-    case LPO_OP_GEGLU: lpo_cpu_geglu(io->out, io->in[0], m, op->n, nt); break;
-    case LPO_OP_ADD:
-        if (io->out != io->in[0]) memcpy(io->out, io->in[0], (size_t)(m * op->n) * sizeof(float));
-        lpo_cpu_add(io->out, io->in[1], m * op->n);
-        break;
-    case LPO_OP_SAMPLE: {
-        lpo_sample_scratch *s = NULL;
-        float *row = malloc((size_t)op->n * sizeof *row);
-        lpo_status st = row ? lpo_sample_scratch_init(&s, op->n) : lpo_errorf(LPO_E_NOMEM, "sample row");
+/* The operands of a single op on the caller's host data (lpo_op_io); an in-place op (out[0] is in[0]'s
+ * buffer) first gets its input copied to the output. Scratch (attention scores, the sampled row, per-row
+ * sampling state) is allocated here and freed by unbind_single. */
+static lpo_status bind_single(cpu_ctx *c, const lpo_op *op, lpo_op_io *io, const float *W, const float *B,
+                              cpu_args *a) {
+    memset(a, 0, sizeof *a);
+    for (int j = 0; j < op->n_in && j < LPO_OP_MAX_IN; j++) a->in[j] = io->in[j];
+    a->out = io->out;
+    a->W = W;
+    a->B = B;
+    a->nt = c->n_threads;
+    a->kc = io->k_cache;
+    a->vc = io->v_cache;
+    a->max_context = io->max_context;
+    a->tok_slot = io->tok_slot;
+    a->tok_pos = io->tok_pos;
+    a->cos_t = io->rope_cos;
+    a->sin_t = io->rope_sin;
+    a->tokens = io->tokens;
+    if (op->kind == LPO_OP_ATTENTION &&
+        !(a->scores =
+              malloc((size_t)a->nt * (size_t)(io->max_context > 0 ? io->max_context : 1) * sizeof(float))))
+        return lpo_errorf(LPO_E_NOMEM, "cpu backend: attention scratch");
+    if (op->kind == LPO_OP_SAMPLE) {
         const int64_t words = (op->n + 31) / 32;
-        for (int64_t r = 0; r < m && st == LPO_OK; r++) { // row r (n,) -> ids[r]
-            memcpy(row, io->in[0] + r * op->n, (size_t)op->n * sizeof *row);
-            io->ids[r] = lpo_sample_row(&io->sampling[r], io->stream[r], io->step[r],
-                                        io->seen_bits ? io->seen_bits + r * words : NULL, row, op->n, s);
-        }
-        lpo_sample_scratch_free(s);
-        free(row);
-        return st;
-    }
-    default: return lpo_errorf(LPO_E_UNSUPPORTED, "cpu backend: op kind '%s'", lpo_op_kind_name(op->kind));
+        const uint32_t **seen = calloc((size_t)op->m, sizeof *seen);
+        float *row = malloc((size_t)op->n * sizeof *row);
+        lpo_sample_scratch *s = NULL;
+        lpo_status st = seen && row ? lpo_sample_scratch_init(&s, op->n)
+                                    : lpo_errorf(LPO_E_NOMEM, "cpu backend: sample row");
+        for (int64_t r = 0; seen && r < op->m; r++)
+            seen[r] = io->seen_bits ? io->seen_bits + r * words : NULL;
+        a->samp = io->sampling;
+        a->stream = io->stream;
+        a->step = io->step;
+        a->seen = seen;
+        a->row = row;
+        a->scratch = s;
+        a->ids = io->ids;
+        if (st != LPO_OK) return st;
     }
     return LPO_OK;
+}
+
+static void unbind_single(cpu_args *a) {
+    free(a->scores);
+    free((void *)a->seen);
+    free(a->row);
+    lpo_sample_scratch_free(a->scratch);
+}
+
+/* In-place ops (qk_norm, rope, add) work on the output: the input goes there first, before every run. */
+static void single_prologue(const lpo_op *op, lpo_op_io *io, cpu_args *a) {
+    if (op->kind == LPO_OP_SAMPLE || op->n_out < 1 || op->n_in < 1 || op->out[0].buf != op->in[0].buf) return;
+    if (io->out != io->in[0]) memcpy(io->out, io->in[0], (size_t)elems(&op->out[0]) * sizeof(float));
+    a->in[0] = io->out;
 }
 
 static lpo_status cpu_run_op(void *vctx, const lpo_op *op, lpo_op_io *io) {
@@ -385,16 +487,24 @@ static lpo_status cpu_run_op(void *vctx, const lpo_op *op, lpo_op_io *io) {
     float *W = NULL, *B = NULL;
     unsigned char *flush = NULL;
     const size_t flush_bytes = (size_t)64 << 20; /* cold: more than the last-level caches of common CPUs */
+    cpu_args a;
+    memset(&a, 0, sizeof a);
     lpo_status st = op->n_w ? stack_weights(op, io->w, &W, &B) : LPO_OK;
     if (st == LPO_OK && io->repeat > 0 && io->cold && !(flush = malloc(flush_bytes)))
         st = lpo_errorf(LPO_E_NOMEM, "cpu backend: cache flush buffer");
-    if (st == LPO_OK) st = run_single(c, op, io, W, B);
+    if (st == LPO_OK) st = bind_single(c, op, io, W, B, &a);
+    if (st == LPO_OK) {
+        single_prologue(op, io, &a);
+        st = launch(op, &a);
+    }
     for (int r = 0; st == LPO_OK && r < io->repeat; r++) { /* timing: the same work again */
         if (flush) memset(flush, r & 0xff, flush_bytes);
+        single_prologue(op, io, &a);
         const uint64_t t0 = lpo_now_ns();
-        st = run_single(c, op, io, W, B);
+        st = launch(op, &a);
         if (io->ms) io->ms[r] = (double)(lpo_now_ns() - t0) / 1e6;
     }
+    unbind_single(&a);
     free(flush);
     free(W);
     free(B);
@@ -421,6 +531,10 @@ static void cpu_free(void *vctx) {
     free(c->op_layer);
     free(c->op_w);
     free(c->op_bias);
+    free(c->row_samp);
+    free(c->row_stream);
+    free(c->row_step);
+    free((void *)c->row_seen);
     free(c);
 }
 
@@ -567,6 +681,12 @@ static lpo_status cpu_init_model(cpu_ctx *c) {
     memset(c->seen, 0, (size_t)(S * c->seen_words) * sizeof *c->seen);
     memset(c->sampling, 0, (size_t)S * sizeof(slot_sampling));
     if ((st = lpo_sample_scratch_init(&c->sample_scratch, V)) != LPO_OK) return st;
+    c->row_samp = calloc((size_t)T, sizeof *c->row_samp);
+    c->row_stream = calloc((size_t)T, sizeof *c->row_stream);
+    c->row_step = calloc((size_t)T, sizeof *c->row_step);
+    c->row_seen = calloc((size_t)T, sizeof *c->row_seen);
+    if (!c->row_samp || !c->row_stream || !c->row_step || !c->row_seen)
+        return lpo_errorf(LPO_E_NOMEM, "cpu backend: out of memory");
     /* RoPE tables: angle = float(pos) * inv_freq (f32, as HF), cos/sin times the attention scaling */
     float *inv = malloc((size_t)(hd / 2 + 1) * sizeof(float)), scale = 1;
     st = inv ? lpo_rope_inv_freq(s, inv, &scale) : lpo_errorf(LPO_E_NOMEM, "cpu backend: out of memory");

@@ -1,0 +1,157 @@
+/* The CUDA backend's internals, shared by its files (not a public header):
+ *   cuda_backend.c  the context's life (init, free, usable), the interface, marks, sizes
+ *   cuda_weights.c  the memory layout (one device allocation carved at init) and the weights' upload
+ *   cuda_launch.c   one launch function per op kind (the table both paths use) and what run_op supports
+ *   cuda_forward.c  plans (fusions), steps (eager and CUDA graphs), the logits finite check, sampling state
+ *   cuda_run_op.c   run_op: one op on host data, staged to the device, checked, timed
+ * A step's forward and run_op bind an op's operands (cuda_args) differently, then call the same launch. */
+#pragma once
+#include "lpo/backend.h"
+
+#ifdef LPO_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "engine/cuda/cuda_kernels.h"
+
+#define CU(call, what)                                                                                       \
+    do {                                                                                                     \
+        cudaError_t e_ = (call);                                                                             \
+        if (e_ != cudaSuccess)                                                                               \
+            return lpo_errorf(LPO_E_CUDA, "cuda backend: %s: %s (%s:%d)", what, cudaGetErrorString(e_),      \
+                              __FILE__, __LINE__);                                                           \
+    } while (0)
+#define TRY(x)                                                                                               \
+    do {                                                                                                     \
+        lpo_status s_ = (x);                                                                                 \
+        if (s_ != LPO_OK) return s_;                                                                         \
+    } while (0)
+
+#define GEMM_WS    (32u << 20) /* cuBLASLt workspace */
+#define MAX_GRAPHS 48          /* captured decode steps kept (least recently used replaced) */
+#define MIN_BUCKET 256         /* smallest context bucket of a decode graph */
+
+/* One captured decode step: the shape of its list, whether its tokens are chained, its context bucket. */
+typedef struct {
+    int64_t T, bucket;
+    int n_seqs, all_logits, sample, chained;
+    size_t n_groups;
+    cudaGraphExec_t exec;
+    uint64_t used; /* LRU tick; 0 = empty */
+} graph_slot;
+
+typedef struct {
+    lpo_backend_init cfg;
+    lpo_model_spec spec;
+    int has_model;
+    int n_sm;
+    int pdl; /* engine.pdl on an sm_90+ GPU: decode steps launch their kernels with PDL */
+    lpo_dtype dt;
+    size_t es; /* bytes per element of dt */
+    cudaStream_t stream;
+    lpo_cuda_gemm *gemm;
+    char *dev; /* the one device allocation */
+    size_t dev_bytes, dev_used;
+    /* per op of the reference list (any step shape has the same ops in the same order, + SAMPLE) */
+    size_t n_ops;
+    lpo_op_role *op_role;
+    int *op_layer;
+    void **op_w, **op_bias; /* stacked weights / biases on the device, in dt */
+    size_t weight_bytes;
+    void *buf[LPO_BUF_COUNT]; /* activations [max_step_tokens, width] in dt; LOGITS in f32 */
+    int32_t *d_ids, *d_tokens, *d_tok_slot;
+    int64_t *d_tok_pos;
+    void *kcache, *vcache;      /* [n_layers][max_seqs][max_context][kvd] in dt */
+    float *rope_cos, *rope_sin; /* [max_context][head_dim / 2] */
+    void *gemm_ws, *att_ws;
+    size_t att_ws_bytes;
+    uint64_t *d_stream, *d_step; /* [max_seqs] */
+    uint32_t *d_seen;            /* [max_seqs][seen_words] */
+    int32_t *d_last;             /* [max_seqs] the last sampled id of each slot */
+    int64_t seen_words;
+    lpo_cuda_sample_slot *d_slot_params; /* [max_seqs] each slot's sampling parameters */
+    int32_t *d_row_slot;                 /* [max_seqs] the slot of each logits row of a sampled step */
+    uint8_t *d_row_mask;                 /* [max_seqs] 1: the row draws */
+    void *sample_ws;                     /* lpo_cuda_sample_rows's workspace (zero between launches) */
+    size_t sample_ws_bytes;
+    /* step data staged in pinned memory (one region, reused once the previous copy has left it) */
+    char *h_stage;
+    cudaEvent_t staged;
+    int64_t len_hint; /* decode attention is sized for contexts up to this (graphs: the bucket) */
+    graph_slot graphs[MAX_GRAPHS];
+    uint64_t tick;
+    char (*layer_names)[24]; /* "layers.N": NVTX range of each block */
+    /* the finite check: first NaN/Inf index found on the device, its pinned host copy, the copy's event */
+    unsigned long long *d_bad, *h_bad;
+    cudaEvent_t bad_copied;
+    int bad_pending;
+    int capturing; /* a decode graph is being captured */
+    cudaEvent_t marks[LPO_BACKEND_MARKS];
+    int n_marks_made;
+    lpo_group_callback cb;
+    void *cb_ud;
+} cuda_ctx;
+
+/* The operands of one op launch, device pointers: bound from the step's buffers by the forward
+ * (lpo__cuda_bind_step) or from staged host data by run_op. */
+typedef struct {
+    const void *in[LPO_OP_MAX_IN]; /* activations read, compute dtype (SAMPLE: f32 logits); in-place ops
+                                      (qk_norm, rope, add) work on out, which already holds in[0] */
+    void *out;                     /* out[0]: compute dtype (LM_HEAD: f32) */
+    const void *W, *B;             /* stacked weights and biases in the compute dtype (NULL when none) */
+    void *kc, *vc;                 /* ATTENTION: one layer's cache [slots][max_context][kvd] */
+    int64_t max_context;
+    int64_t len_hint; /* ATTENTION: a bound on position + 1 over the step (sizes the decode splits) */
+    void *att_ws;     /* ATTENTION: decode workspace */
+    size_t att_ws_bytes;
+    const int32_t *tok_slot, *tokens; /* [m] slot of each token; EMBED: token ids */
+    const int64_t *tok_pos;           /* [m] */
+    const float *cos_t, *sin_t;       /* ROPE: [max_context][head_dim / 2] */
+    /* SAMPLE (lpo_cuda_sample_rows): logits rows (f32, rewritten in place), row slot/mask (NULL: row r is
+     * slot r / every row), each slot's parameters, stream, counter, seen set and last id, the workspace */
+    float *logits;
+    int32_t *ids;
+    const int32_t *row_slot;
+    const uint8_t *row_mask;
+    const lpo_cuda_sample_slot *slots;
+    const uint64_t *stream;
+    uint64_t *step;
+    uint32_t *seen;
+    int64_t seen_words;
+    int32_t *last;
+    void *sample_ws;
+    size_t sample_ws_bytes;
+} cuda_args;
+
+/* ---- cuda_weights.c ---- */
+int64_t lpo__cuda_elems(const lpo_op_tensor *t);
+size_t lpo__cuda_dt_size(lpo_dtype dt);
+/* Sizes, allocates and fills the device memory of a model context (weights uploaded and checked). */
+lpo_status lpo__cuda_init_model(cuda_ctx *c);
+
+/* ---- cuda_launch.c ---- */
+/* Runs op's kernel(s) on its operands: the one launch of each op kind. */
+lpo_status lpo__cuda_launch(cuda_ctx *c, const lpo_op *op, const cuda_args *a);
+/* ATTENTION with q/k norm (qkn: the QK_NORM op, qkn_w its weights) and RoPE (rope != 0) fused into the KV
+ * append, as a plan group of [QK_NORM,] ROPE, ATTENTION runs it; qkn NULL and rope 0: the plain op. */
+lpo_status lpo__cuda_attention(cuda_ctx *c, const lpo_op *op, const cuda_args *a, const lpo_op *qkn,
+                               const void *qkn_w, int rope);
+/* The decode-attention splits of op for contexts up to len_hint, fewer while ws_bytes cannot hold them. */
+int lpo__cuda_attention_splits(const cuda_ctx *c, const lpo_op *op, int64_t len_hint, size_t ws_bytes);
+/* y (m, n) [y_dt] = x (m, k) W^T + bias (GEMV kernels at <= 8 rows with engine.gemv, else cuBLASLt). */
+lpo_status lpo__cuda_linear(cuda_ctx *c, void *y, lpo_dtype y_dt, const void *x, const void *W,
+                            const void *bias, int64_t m, int64_t n, int64_t k, cudaStream_t s);
+int lpo__cuda_supports_op(void *ctx, const lpo_op *op);
+
+/* ---- cuda_forward.c ---- */
+lpo_status lpo__cuda_plan(void *ctx, const lpo_oplist *l, lpo_plan *out);
+lpo_status lpo__cuda_forward(void *ctx, const lpo_oplist *l, const lpo_plan *p, const lpo_step_data *d,
+                             lpo_step_out *out);
+lpo_status lpo__cuda_set_sampling(void *ctx, int slot, const lpo_sampling *s, uint64_t stream);
+/* Bytes of the pinned staging region of step data. */
+size_t lpo__cuda_stage_bytes(const cuda_ctx *c);
+
+/* ---- cuda_run_op.c ---- */
+lpo_status lpo__cuda_run_op(void *ctx, const lpo_op *op, lpo_op_io *io);
+/* device dt (n) -> host f32, synchronously */
+lpo_status lpo__cuda_download(float *h, const void *d, int64_t n, lpo_dtype dt);
+#endif /* LPO_HAVE_CUDA */

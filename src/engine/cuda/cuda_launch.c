@@ -1,0 +1,132 @@
+/* The CUDA backend's launches: one function per op kind, in one table (launches[]), called by a step's
+ * forward (operands bound from the step's buffers) and by run_op (operands staged from host data) alike, so
+ * the op checker and kbench time exactly the kernels a step runs. Adding an op kind: its kernel (a .cu file
+ * with an extern "C" launcher in cuda_kernels.h) and one row here; supports[] when it has limits. */
+#include "engine/cuda/cuda_backend.h"
+
+#ifdef LPO_HAVE_CUDA
+#include <stdio.h>
+
+lpo_status lpo__cuda_linear(cuda_ctx *c, void *y, lpo_dtype y_dt, const void *x, const void *W,
+                            const void *bias, int64_t m, int64_t n, int64_t k, cudaStream_t s) {
+    /* lpo's GEMV kernels stream the weights at the copy bandwidth where cuBLASLt leaves some unused
+     * (docs/perf-notes.md) */
+    if (c->cfg.gemv && lpo_cuda_gemv_supported(m, c->dt))
+        return lpo_cuda_gemv(y, y_dt, x, W, bias, m, n, k, 0.f, c->dt, s);
+    return lpo_cuda_gemm_run(c->gemm, y, y_dt, x, W, bias, m, n, k, 0.f, c->dt, s);
+}
+
+int lpo__cuda_attention_splits(const cuda_ctx *c, const lpo_op *op, int64_t len_hint, size_t ws_bytes) {
+    int ns = lpo_cuda_attention_decode_splits(op->m, op->n_heads, op->n_kv_heads, len_hint, c->n_sm);
+    while (ns > 1 && lpo_cuda_attention_decode_workspace(op->m, op->n_heads, op->head_dim, ns) > ws_bytes)
+        ns--;
+    return ns;
+}
+
+/* The KV append (with q/k norm and RoPE when fused), then the op's variant: the prefill form on tensor
+ * cores, or the decode form (flash-decoding) for DECODE ops and where the prefill kernel lacks the dtype or
+ * head size. */
+lpo_status lpo__cuda_attention(cuda_ctx *c, const lpo_op *op, const cuda_args *a, const lpo_op *qkn,
+                               const void *qkn_w, int rope) {
+    const int64_t hd = op->head_dim;
+    void *qkv = (void *)a->in[0]; /* q and k rows are normalized and rotated in place when fused */
+    const void *wq = qkn ? qkn_w : NULL, *wk = qkn ? (const char *)qkn_w + hd * c->es : NULL;
+    TRY(lpo_cuda_qkv_post(qkv, wq, wk, qkn ? qkn->eps : 0.f, rope ? a->cos_t : NULL, rope ? a->sin_t : NULL,
+                          a->kc, a->vc, a->tok_slot, a->tok_pos, op->m, op->n_heads, op->n_kv_heads, hd,
+                          a->max_context, c->dt, c->stream));
+    if (op->attn_variant == LPO_ATTN_PREFILL && lpo_cuda_attention_prefill_supported(hd, c->dt))
+        return lpo_cuda_attention_prefill(a->out, qkv, a->kc, a->vc, a->tok_slot, a->tok_pos, op->m,
+                                          op->n_heads, op->n_kv_heads, hd, a->max_context, op->window, c->dt,
+                                          c->stream);
+    const int ns = lpo__cuda_attention_splits(c, op, a->len_hint, a->att_ws_bytes);
+    return lpo_cuda_attention_decode(a->out, qkv, a->kc, a->vc, a->tok_slot, a->tok_pos, op->m, op->n_heads,
+                                     op->n_kv_heads, hd, a->max_context, op->window, ns, a->att_ws,
+                                     a->att_ws_bytes, c->dt, c->stream);
+}
+
+/* ---- one launch per op kind ------------------------------------------------------------------------------
+ */
+typedef lpo_status (*cuda_launch_fn)(cuda_ctx *c, const lpo_op *op, const cuda_args *a);
+
+static lpo_status launch_embed(cuda_ctx *c, const lpo_op *op, const cuda_args *a) {
+    return lpo_cuda_embed(a->out, a->W, a->tokens, op->m, op->n, op->w[0].shape[0], c->dt, c->stream);
+}
+static lpo_status launch_rmsnorm(cuda_ctx *c, const lpo_op *op, const cuda_args *a) {
+    return lpo_cuda_rmsnorm(a->out, a->in[0], a->W, op->m, op->n, op->eps, c->dt, c->stream);
+}
+static lpo_status launch_linear(cuda_ctx *c, const lpo_op *op, const cuda_args *a) {
+    return lpo__cuda_linear(c, a->out, c->dt, a->in[0], a->W, a->B, op->m, op->n, op->k, c->stream);
+}
+static lpo_status launch_lm_head(cuda_ctx *c, const lpo_op *op, const cuda_args *a) { /* f32 logits */
+    return lpo__cuda_linear(c, a->out, LPO_DT_F32, a->in[0], a->W, NULL, op->m, op->n, op->k, c->stream);
+}
+static lpo_status launch_qk_norm(cuda_ctx *c, const lpo_op *op, const cuda_args *a) {
+    return lpo_cuda_qk_norm(a->out, a->W, (const char *)a->W + op->head_dim * c->es, op->m, op->n_heads,
+                            op->n_kv_heads, op->head_dim, op->eps, c->dt, c->stream);
+}
+static lpo_status launch_rope(cuda_ctx *c, const lpo_op *op, const cuda_args *a) {
+    return lpo_cuda_rope(a->out, a->cos_t, a->sin_t, a->tok_pos, op->m, op->n_heads, op->n_kv_heads,
+                         op->head_dim, c->dt, c->stream);
+}
+static lpo_status launch_attention(cuda_ctx *c, const lpo_op *op, const cuda_args *a) {
+    return lpo__cuda_attention(c, op, a, NULL, NULL, 0);
+}
+static lpo_status launch_swiglu(cuda_ctx *c, const lpo_op *op, const cuda_args *a) {
+    return lpo_cuda_swiglu(a->out, a->in[0], op->m, op->n, c->dt, c->stream);
+}
+static lpo_status launch_geglu(cuda_ctx *c, const lpo_op *op, const cuda_args *a) {
+    return lpo_cuda_geglu(a->out, a->in[0], op->m, op->n, c->dt, c->stream);
+}
+static lpo_status launch_add(cuda_ctx *c, const lpo_op *op, const cuda_args *a) { /* out (= in[0]) += in[1] */
+    return lpo_cuda_add(a->out, a->in[1], op->m * op->n, c->dt, c->stream);
+}
+/* Every row in one launch: a row whose mask is set draws with its slot's parameters, counter and seen set
+ * (docs/sampling.md), advances the counter, marks the id seen and leaves it as the slot's last id; a
+ * masked-off row gets -1. Parameters and state live on the device: capturable. */
+static lpo_status launch_sample(cuda_ctx *c, const lpo_op *op, const cuda_args *a) {
+    return lpo_cuda_sample_rows(a->ids, a->logits, op->m, op->n, a->row_slot, a->row_mask, a->slots,
+                                a->stream, a->step, a->seen, a->seen_words, a->last, a->sample_ws,
+                                a->sample_ws_bytes, c->stream);
+}
+
+static const cuda_launch_fn launches[LPO_OP_KIND_COUNT] = {
+    [LPO_OP_EMBED] = launch_embed,   [LPO_OP_RMSNORM] = launch_rmsnorm,
+    [LPO_OP_LINEAR] = launch_linear, [LPO_OP_QK_NORM] = launch_qk_norm,
+    [LPO_OP_ROPE] = launch_rope,     [LPO_OP_ATTENTION] = launch_attention,
+    [LPO_OP_SWIGLU] = launch_swiglu, [LPO_OP_GEGLU] = launch_geglu,
+    [LPO_OP_ADD] = launch_add,       [LPO_OP_LM_HEAD] = launch_lm_head,
+    [LPO_OP_SAMPLE] = launch_sample,
+};
+
+lpo_status lpo__cuda_launch(cuda_ctx *c, const lpo_op *op, const cuda_args *a) {
+    if ((unsigned)op->kind >= LPO_OP_KIND_COUNT || !launches[op->kind])
+        return lpo_errorf(LPO_E_UNSUPPORTED, "cuda backend: op '%s' has kind '%s' it cannot run", op->name,
+                          lpo_op_kind_name(op->kind));
+    return launches[op->kind](c, op, a);
+}
+
+/* ---- what run_op supports, per kind (kinds without a row: any op with m >= 1) -----------------------------
+ */
+static int heads_supported(const lpo_op *op) {
+    return op->head_dim > 0 && op->head_dim % 2 == 0 && op->head_dim <= 256;
+}
+static int attention_supported(const lpo_op *op) {
+    return lpo_cuda_attention_decode_supported(op->head_dim);
+}
+static int sample_supported(const lpo_op *op) {
+    return op->n > 0 && op->n <= LPO_SAMPLE_MAX_VOCAB;
+}
+
+static int (*const supports[LPO_OP_KIND_COUNT])(const lpo_op *op) = {
+    [LPO_OP_QK_NORM] = heads_supported,
+    [LPO_OP_ROPE] = heads_supported,
+    [LPO_OP_ATTENTION] = attention_supported,
+    [LPO_OP_SAMPLE] = sample_supported,
+};
+
+int lpo__cuda_supports_op(void *vctx, const lpo_op *op) {
+    (void)vctx;
+    if ((unsigned)op->kind >= LPO_OP_KIND_COUNT || !launches[op->kind] || op->m <= 0) return 0;
+    return supports[op->kind] ? supports[op->kind](op) : 1;
+}
+#endif /* LPO_HAVE_CUDA */

@@ -1,0 +1,252 @@
+/* The CUDA backend's run_op: one op on host float32 data (lpo_op_io). Inputs, weights and state are staged
+ * on the device in the compute dtype (scratch allocated per call), the op runs through the launch of its
+ * kind (cuda_launch.c, the one a step runs), outputs come back as float32; with io->repeat the same launch is
+ * timed again between device events (cold: the L2 flushed before each). */
+#include "engine/cuda/cuda_backend.h"
+
+#ifdef LPO_HAVE_CUDA
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- host <-> device f32 helpers --------------------------------------------------------------------------
+ */
+/* src (n f32) -> dst (n elements of dt), host */
+static void f32_to_dt(void *dst, const float *src, int64_t n, lpo_dtype dt) {
+    for (int64_t i = 0; i < n; i++) {
+        if (dt == LPO_DT_F32) ((float *)dst)[i] = src[i];
+        if (dt == LPO_DT_BF16) ((uint16_t *)dst)[i] = lpo_f32_to_bf16(src[i]);
+        if (dt == LPO_DT_F16) ((uint16_t *)dst)[i] = lpo_f32_to_f16(src[i]);
+    }
+}
+static void dt_to_f32(float *dst, const void *src, int64_t n, lpo_dtype dt) {
+    for (int64_t i = 0; i < n; i++) {
+        if (dt == LPO_DT_F32) dst[i] = ((const float *)src)[i];
+        if (dt == LPO_DT_BF16) dst[i] = lpo_bf16_to_f32(((const uint16_t *)src)[i]);
+        if (dt == LPO_DT_F16) dst[i] = lpo_f16_to_f32(((const uint16_t *)src)[i]);
+    }
+}
+
+/* Device scratch of run_op: each piece allocated on demand and freed at the end of the call. */
+typedef struct {
+    void *p[16];
+    int n;
+} scratch;
+static lpo_status scratch_alloc(scratch *s, size_t bytes, void **out) {
+    *out = NULL;
+    if (s->n >= 16) return lpo_errorf(LPO_E_INTERNAL, "cuda backend: run_op scratch");
+    CU(cudaMalloc(out, bytes ? bytes : 16), "run_op scratch");
+    s->p[s->n++] = *out;
+    return LPO_OK;
+}
+static void scratch_free(scratch *s) {
+    for (int i = 0; i < s->n; i++) cudaFree(s->p[i]);
+    s->n = 0;
+}
+/* host f32 (n) -> device dt */
+static lpo_status upload(scratch *s, const float *h, int64_t n, lpo_dtype dt, void **out) {
+    TRY(scratch_alloc(s, (size_t)n * lpo__cuda_dt_size(dt), out));
+    void *tmp = malloc((size_t)(n ? n : 1) * lpo__cuda_dt_size(dt));
+    if (!tmp) return lpo_errorf(LPO_E_NOMEM, "cuda backend: run_op staging");
+    f32_to_dt(tmp, h, n, dt);
+    const cudaError_t e = cudaMemcpy(*out, tmp, (size_t)n * lpo__cuda_dt_size(dt), cudaMemcpyHostToDevice);
+    free(tmp);
+    CU(e, "run_op upload");
+    return LPO_OK;
+}
+lpo_status lpo__cuda_download(float *h, const void *d, int64_t n, lpo_dtype dt) {
+    void *tmp = malloc((size_t)(n ? n : 1) * lpo__cuda_dt_size(dt));
+    if (!tmp) return lpo_errorf(LPO_E_NOMEM, "cuda backend: run_op staging");
+    const cudaError_t e = cudaMemcpy(tmp, d, (size_t)n * lpo__cuda_dt_size(dt), cudaMemcpyDeviceToHost);
+    if (e == cudaSuccess) dt_to_f32(h, tmp, n, dt);
+    free(tmp);
+    CU(e, "run_op download");
+    return LPO_OK;
+}
+static lpo_status copy_in(scratch *s, const void *h, size_t bytes, void **out) {
+    TRY(scratch_alloc(s, bytes, out));
+    CU(cudaMemcpy(*out, h, bytes, cudaMemcpyHostToDevice), "run_op upload");
+    return LPO_OK;
+}
+
+/* Uploads an op's host inputs, weights (stacked as the op list stacks them: rows, biases after) and state,
+ * and binds them as its operands (the decode attention's workspace and the sampler's, zeroed, included). */
+static lpo_status stage_op(cuda_ctx *c, scratch *s, const lpo_op *op, const lpo_op_io *io, cuda_args *a) {
+    const lpo_dtype dt = c->dt;
+    const int64_t m = op->m;
+    memset(a, 0, sizeof *a);
+    for (int j = 0; j < op->n_in && j < LPO_OP_MAX_IN; j++) {
+        if (op->in[j].buf == LPO_BUF_TOKENS || op->in[j].buf == LPO_BUF_KV || !io->in[j]) continue;
+        void *p = NULL;
+        TRY(upload(s, io->in[j], lpo__cuda_elems(&op->in[j]), op->kind == LPO_OP_SAMPLE ? LPO_DT_F32 : dt,
+                   &p));
+        a->in[j] = p;
+    }
+    if (op->n_w) {
+        int64_t nw = 0, nb = 0;
+        for (int j = 0; j < op->n_w; j++)
+            *(j < op->n_w - op->n_bias ? &nw : &nb) += lpo__cuda_elems(&op->w[j]);
+        float *hw = calloc((size_t)(nw + nb + 1), sizeof(float));
+        if (!hw) return lpo_errorf(LPO_E_NOMEM, "cuda backend: run_op weights");
+        int64_t at = 0;
+        for (int j = 0; j < op->n_w; j++) {
+            memcpy(hw + at, io->w[j], (size_t)lpo__cuda_elems(&op->w[j]) * sizeof(float));
+            at += lpo__cuda_elems(&op->w[j]);
+        }
+        void *W = NULL, *B = NULL;
+        lpo_status st = upload(s, hw, nw, dt, &W);
+        if (st == LPO_OK && nb) st = upload(s, hw + nw, nb, dt, &B);
+        free(hw);
+        TRY(st);
+        a->W = W;
+        a->B = B;
+    }
+    if (op->kind != LPO_OP_SAMPLE)
+        TRY(scratch_alloc(s, (size_t)lpo__cuda_elems(&op->out[0]) * (op->kind == LPO_OP_LM_HEAD ? 4 : c->es),
+                          &a->out));
+    if (op->kind == LPO_OP_ROPE || op->kind == LPO_OP_ATTENTION) {
+        TRY(copy_in(s, io->tok_slot, (size_t)m * sizeof(int32_t), (void **)&a->tok_slot));
+        TRY(copy_in(s, io->tok_pos, (size_t)m * sizeof(int64_t), (void **)&a->tok_pos));
+    }
+    if (op->kind == LPO_OP_ROPE) {
+        const size_t tb = (size_t)(io->max_context * (op->head_dim / 2)) * sizeof(float);
+        TRY(copy_in(s, io->rope_cos, tb, (void **)&a->cos_t));
+        TRY(copy_in(s, io->rope_sin, tb, (void **)&a->sin_t));
+    }
+    if (op->kind == LPO_OP_ATTENTION) {
+        const int64_t nc = (int64_t)io->n_slots * io->max_context * op->n_kv_heads * op->head_dim;
+        TRY(upload(s, io->k_cache, nc, dt, &a->kc));
+        TRY(upload(s, io->v_cache, nc, dt, &a->vc));
+        a->max_context = a->len_hint = io->max_context;
+        const int ns =
+            lpo_cuda_attention_decode_splits(m, op->n_heads, op->n_kv_heads, io->max_context, c->n_sm);
+        a->att_ws_bytes = lpo_cuda_attention_decode_workspace(m, op->n_heads, op->head_dim, ns);
+        if (a->att_ws_bytes) TRY(scratch_alloc(s, a->att_ws_bytes, &a->att_ws));
+    }
+    if (op->kind == LPO_OP_EMBED)
+        TRY(copy_in(s, io->tokens, (size_t)m * sizeof(int32_t), (void **)&a->tokens));
+    if (op->kind == LPO_OP_SAMPLE) { /* row r draws as slot r: its parameters, stream, counter, seen set */
+        const int64_t words = (op->n + 31) / 32;
+        lpo_cuda_sample_slot *hs = calloc((size_t)m, sizeof *hs);
+        if (!hs) return lpo_errorf(LPO_E_NOMEM, "cuda backend: run_op sampling parameters");
+        lpo_status st = LPO_OK;
+        for (int64_t r = 0; r < m && st == LPO_OK; r++)
+            st = lpo_cuda_sample_slot_make(&hs[r], &io->sampling[r]);
+        if (st == LPO_OK) st = copy_in(s, hs, (size_t)m * sizeof *hs, (void **)&a->slots);
+        free(hs);
+        TRY(st);
+        TRY(scratch_alloc(s, (size_t)(m * op->n) * sizeof(float), (void **)&a->logits));
+        TRY(scratch_alloc(s, (size_t)m * sizeof(int32_t), (void **)&a->ids));
+        TRY(scratch_alloc(s, (size_t)m * sizeof(int32_t), (void **)&a->last));
+        TRY(copy_in(s, io->stream, (size_t)m * sizeof(uint64_t), (void **)&a->stream));
+        TRY(copy_in(s, io->step, (size_t)m * sizeof(uint64_t), (void **)&a->step));
+        const size_t seen_bytes = (size_t)(m * words) * sizeof(uint32_t);
+        if (io->seen_bits) {
+            TRY(copy_in(s, io->seen_bits, seen_bytes, (void **)&a->seen));
+        } else {
+            TRY(scratch_alloc(s, seen_bytes, (void **)&a->seen));
+            CU(cudaMemset(a->seen, 0, seen_bytes), "run_op seen tokens");
+        }
+        a->seen_words = words;
+        a->sample_ws_bytes = lpo_cuda_sample_rows_workspace(m);
+        if (a->sample_ws_bytes) {
+            TRY(scratch_alloc(s, a->sample_ws_bytes, &a->sample_ws));
+            CU(cudaMemset(a->sample_ws, 0, a->sample_ws_bytes), "run_op sampler workspace");
+        }
+    }
+    return LPO_OK;
+}
+
+/* Before every run, outside its time: an in-place op (qk_norm, rope, add: out[0] is in[0]'s buffer) gets its
+ * input copied to the output it works on; SAMPLE a fresh copy of the logits (the sampler rewrites them). */
+static lpo_status single_prologue(cuda_ctx *c, const lpo_op *op, const cuda_args *a) {
+    if (op->kind == LPO_OP_SAMPLE)
+        CU(cudaMemcpyAsync(a->logits, a->in[0], (size_t)(op->m * op->n) * sizeof(float),
+                           cudaMemcpyDeviceToDevice, c->stream),
+           "sample logits");
+    else if (op->n_in >= 1 && op->n_out >= 1 && op->out[0].buf == op->in[0].buf && a->in[0])
+        CU(cudaMemcpyAsync(a->out, a->in[0], (size_t)lpo__cuda_elems(&op->out[0]) * c->es,
+                           cudaMemcpyDeviceToDevice, c->stream),
+           "in-place input copy");
+    return LPO_OK;
+}
+
+/* Copies an op's outputs back to the host as f32. */
+static lpo_status unstage_op(cuda_ctx *c, const lpo_op *op, lpo_op_io *io, const cuda_args *a) {
+    if (op->kind == LPO_OP_SAMPLE) {
+        CU(cudaMemcpy(io->ids, a->ids, (size_t)op->m * sizeof(int32_t), cudaMemcpyDeviceToHost),
+           "run_op ids");
+        return LPO_OK;
+    }
+    TRY(lpo__cuda_download(io->out, a->out, lpo__cuda_elems(&op->out[0]),
+                           op->kind == LPO_OP_LM_HEAD ? LPO_DT_F32 : c->dt));
+    if (op->kind == LPO_OP_ATTENTION) {
+        const int64_t nc = (int64_t)io->n_slots * io->max_context * op->n_kv_heads * op->head_dim;
+        TRY(lpo__cuda_download(io->k_cache, a->kc, nc, c->dt));
+        TRY(lpo__cuda_download(io->v_cache, a->vc, nc, c->dt));
+    }
+    return LPO_OK;
+}
+
+static lpo_status run_single(cuda_ctx *c, const lpo_op *op, lpo_op_io *io, scratch *s) {
+    cuda_args a;
+    TRY(stage_op(c, s, op, io, &a));
+    TRY(single_prologue(c, op, &a));
+    TRY(lpo__cuda_launch(c, op, &a));
+    CU(cudaStreamSynchronize(c->stream), op->name);
+    TRY(unstage_op(c, op, io, &a));
+    if (io->repeat > 0) { /* timing: the same launch again, device events around each */
+        cudaEvent_t e0, e1;
+        CU(cudaEventCreate(&e0), "run_op timing");
+        if (cudaEventCreate(&e1) != cudaSuccess) {
+            cudaEventDestroy(e0);
+            return lpo_errorf(LPO_E_CUDA, "cuda backend: run_op timing events");
+        }
+        lpo_status st = LPO_OK;
+        void *flush = NULL;
+        size_t flush_bytes = 0;
+        if (io->cold) { /* twice the L2: nothing of the op's data survives in it */
+            int l2 = 0;
+            if (cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, c->cfg.device) != cudaSuccess || l2 <= 0)
+                l2 = 64 << 20;
+            flush_bytes = 2 * (size_t)l2;
+            st = scratch_alloc(s, flush_bytes, &flush);
+        }
+        for (int r = 0; st == LPO_OK && r < io->repeat; r++) {
+            float ms = 0;
+            if ((st = single_prologue(c, op, &a)) != LPO_OK) break;
+            if (flush && cudaMemsetAsync(flush, r & 0xff, flush_bytes, c->stream) != cudaSuccess) {
+                st = lpo_errorf(LPO_E_CUDA, "cuda backend: cache flush before '%s'", op->name);
+                break;
+            }
+            cudaEventRecord(e0, c->stream);
+            st = lpo__cuda_launch(c, op, &a);
+            cudaEventRecord(e1, c->stream);
+            if (st == LPO_OK && cudaEventSynchronize(e1) == cudaSuccess &&
+                cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess) {
+                if (io->ms) io->ms[r] = ms;
+            } else if (st == LPO_OK) {
+                st = lpo_errorf(LPO_E_CUDA, "cuda backend: timing '%s': %s", op->name,
+                                cudaGetErrorString(cudaGetLastError()));
+            }
+        }
+        cudaEventDestroy(e0);
+        cudaEventDestroy(e1);
+        TRY(st);
+    }
+    return LPO_OK;
+}
+
+lpo_status lpo__cuda_run_op(void *vctx, const lpo_op *op, lpo_op_io *io) {
+    cuda_ctx *c = vctx;
+    if (!lpo__cuda_supports_op(c, op))
+        return lpo_errorf(LPO_E_UNSUPPORTED,
+                          "cuda backend: cannot run op '%s' (%s, m=%lld, n=%lld, head_dim %lld)", op->name,
+                          lpo_op_kind_name(op->kind), (long long)op->m, (long long)op->n,
+                          (long long)op->head_dim);
+    scratch s = {{0}, 0};
+    lpo_status st = run_single(c, op, io, &s);
+    cudaStreamSynchronize(c->stream);
+    scratch_free(&s);
+    return st;
+}
+#endif /* LPO_HAVE_CUDA */

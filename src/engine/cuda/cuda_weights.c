@@ -1,0 +1,229 @@
+/* The CUDA backend's memory: ONE device allocation sized and carved by the same walk (layout) that then
+ * fills it: the weights of every op stacked as the op list stacks them (q|k|v by rows, biases after), the
+ * activation buffers, the KV cache, the RoPE tables, the workspaces, the step data and the slots' sampling
+ * state. Weights reach the device in their stored dtype and are converted there (or generated, synthetic),
+ * then checked for NaN/Inf by tensor name. A model that does not fit is refused before anything is
+ * allocated. */
+#include "engine/cuda/cuda_backend.h"
+
+#ifdef LPO_HAVE_CUDA
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/cpu/cpu_kernels.h"
+
+int64_t lpo__cuda_elems(const lpo_op_tensor *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+    return n;
+}
+
+size_t lpo__cuda_dt_size(lpo_dtype dt) {
+    return dt == LPO_DT_F32 ? 4 : 2;
+}
+
+/* Next piece of the device allocation (256-byte aligned); NULL when dev is NULL (sizing pass). */
+static void *carve(cuda_ctx *c, double bytes) {
+    const size_t at = (c->dev_used + 255) / 256 * 256;
+    c->dev_used = at + (size_t)bytes;
+    return c->dev ? c->dev + at : NULL;
+}
+
+static long shared_with(const lpo_oplist *l, size_t i) { /* the op that loads the same single weight (tied) */
+    const lpo_op *op = &l->ops[i];
+    if (op->n_w != 1) return -1;
+    for (size_t j = 0; j < i; j++)
+        if (l->ops[j].n_w == 1 && !strcmp(l->ops[j].w[0].name, op->w[0].name)) return (long)j;
+    return -1;
+}
+
+/* One weight into dst (numel elements of dt): copied as stored and converted on the device (staging: a
+ * buffer of the largest stored tensor), or generated there. */
+static lpo_status load_weight(cuda_ctx *c, const lpo_weight_view *v, void *dst, void *staging) {
+    const int64_t rows = v->shape[0], cols = v->n_dims > 1 ? v->shape[1] : 1;
+    if (!v->data) /* synthetic: finite by construction */
+        return lpo_cuda_synth_fill(dst, c->dt, (int64_t)v->numel, v->synth_key, v->synth_center, v->synth_amp,
+                                   v->dtype, c->stream);
+    if (v->dtype == c->dt && !v->unpermute_heads) {
+        CU(cudaMemcpyAsync(dst, v->data, v->nbytes, cudaMemcpyHostToDevice, c->stream), v->name);
+    } else {
+        CU(cudaMemcpyAsync(staging, v->data, v->nbytes, cudaMemcpyHostToDevice, c->stream), v->name);
+        TRY(lpo_cuda_convert(dst, c->dt, staging, v->dtype, rows, cols, v->unpermute_heads, c->stream));
+    }
+    /* a stored NaN/Inf, or a value the compute dtype cannot hold (f16 overflow), is refused by name, as the
+     * CPU's lpo_weight_convert refuses it; the synchronisation also frees the staging buffer for the next */
+    unsigned long long at = 0;
+    CU(cudaMemsetAsync(c->d_bad, 0xff, sizeof *c->d_bad, c->stream), v->name);
+    TRY(lpo_cuda_first_nonfinite(dst, c->dt, (int64_t)v->numel, c->d_bad, c->stream));
+    CU(cudaMemcpyAsync(&at, c->d_bad, sizeof at, cudaMemcpyDeviceToHost, c->stream), v->name);
+    CU(cudaStreamSynchronize(c->stream), v->name);
+    if (at != ~0ull && c->dt == LPO_DT_F16 && v->dtype != LPO_DT_F16)
+        return lpo_errorf(LPO_E_RANGE,
+                          "tensor '%s': element %llu is not finite in f16 (a NaN/Inf stored, or a value that "
+                          "overflows f16: use bf16 or f32)",
+                          v->name, at);
+    if (at != ~0ull) /* the CPU backend's words and status (lpo_weight_convert) */
+        return lpo_errorf(LPO_E_FORMAT,
+                          "tensor '%s' holds a non-finite value at element %llu: the weight file is corrupt",
+                          v->name, at);
+    return LPO_OK;
+}
+
+/* Sizes (dev == NULL) or carves and loads (dev set) everything; the same walk both times. */
+static lpo_status layout(cuda_ctx *c, const lpo_oplist *ref, void *staging) {
+    const lpo_model_spec *s = &c->spec;
+    const int64_t T = c->cfg.max_step_tokens, ctx = c->cfg.max_context, S = c->cfg.max_seqs;
+    const int64_t hd = s->head_dim, kvd = s->n_kv_heads * hd, L = s->n_layers, V = s->vocab_size;
+    c->dev_used = 0;
+    c->weight_bytes = 0;
+    c->d_bad = carve(c, 64);                  /* first: the weight loads below use it */
+    for (size_t i = 0; i < ref->n_ops; i++) { /* weights */
+        const lpo_op *op = &ref->ops[i];
+        if (!op->n_w) continue;
+        const long sh = shared_with(ref, i);
+        if (sh >= 0) {
+            c->op_w[i] = c->op_w[sh];
+            continue;
+        }
+        int64_t nw = 0, nb = 0;
+        for (int j = 0; j < op->n_w; j++)
+            *(j < op->n_w - op->n_bias ? &nw : &nb) += lpo__cuda_elems(&op->w[j]);
+        c->op_w[i] = carve(c, (double)nw * (double)c->es);
+        c->op_bias[i] = nb ? carve(c, (double)nb * (double)c->es) : NULL;
+        c->weight_bytes += (size_t)(nw + nb) * c->es;
+        if (!c->dev) continue;
+        char *dst = c->op_w[i];
+        for (int j = 0; j < op->n_w; j++) {
+            if (j == op->n_w - op->n_bias) dst = c->op_bias[i];
+            lpo_weight_view v;
+            lpo_status st = c->cfg.weights->view(c->cfg.weights->ud, op->w[j].name, &v);
+            if (st == LPO_OK && (int64_t)v.numel != lpo__cuda_elems(&op->w[j]))
+                st = lpo_errorf(LPO_E_FORMAT, "tensor '%s' has %llu elements where the spec implies %lld",
+                                v.name, (unsigned long long)v.numel, (long long)lpo__cuda_elems(&op->w[j]));
+            if (st == LPO_OK) st = load_weight(c, &v, dst, staging);
+            if (st != LPO_OK)
+                return lpo_error_context(st, "cuda backend: loading weights of op '%s'", op->name);
+            dst += (size_t)lpo__cuda_elems(&op->w[j]) * c->es;
+        }
+    }
+    for (int b = 0; b < LPO_BUF_COUNT; b++) /* activations (logits in f32) */
+        c->buf[b] = lpo_buf_width(s, b) ? carve(c, (double)T * (double)lpo_buf_width(s, b) *
+                                                       (b == LPO_BUF_LOGITS ? 4.0 : (double)c->es))
+                                        : NULL;
+    c->kcache = carve(c, (double)L * S * ctx * kvd * (double)c->es);
+    c->vcache = carve(c, (double)L * S * ctx * kvd * (double)c->es);
+    c->rope_cos = carve(c, (double)ctx * (hd / 2) * 4.0);
+    c->rope_sin = carve(c, (double)ctx * (hd / 2) * 4.0);
+    c->gemm_ws = carve(c, GEMM_WS);
+    /* decode attention: m * splits stays below T + 4 SMs + 1 (the split heuristic), so this holds any step */
+    c->att_ws_bytes = lpo_cuda_attention_decode_workspace(1, s->n_heads, hd, (int)(T + 4 * c->n_sm + 1));
+    c->att_ws = carve(c, (double)c->att_ws_bytes);
+    c->d_ids = carve(c, (double)T * 4);
+    c->d_tokens = carve(c, (double)T * 4);
+    c->d_tok_slot = carve(c, (double)T * 4);
+    c->d_tok_pos = carve(c, (double)T * 8);
+    c->seen_words = (V + 31) / 32;
+    c->d_stream = carve(c, (double)S * 8);
+    c->d_step = carve(c, (double)S * 8);
+    c->d_seen = carve(c, (double)S * (double)c->seen_words * 4);
+    c->d_last = carve(c, (double)S * 4);
+    c->d_slot_params = carve(c, (double)S * sizeof(lpo_cuda_sample_slot));
+    c->d_row_slot = carve(c, (double)S * 4);
+    c->d_row_mask = carve(c, (double)S);
+    c->sample_ws_bytes = lpo_cuda_sample_rows_workspace(S);
+    c->sample_ws = carve(c, (double)c->sample_ws_bytes);
+    return LPO_OK;
+}
+
+lpo_status lpo__cuda_init_model(cuda_ctx *c) {
+    const lpo_model_spec *s = &c->spec;
+    const int64_t ctx = c->cfg.max_context, hd = s->head_dim;
+    lpo_oplist ref = {0};
+    const lpo_step_shape one = {1, 1, 0, 0};
+    TRY(lpo_oplist_build_shape(s, &one, NULL, &ref));
+    c->n_ops = ref.n_ops;
+    c->op_role = calloc(ref.n_ops, sizeof *c->op_role);
+    c->op_layer = calloc(ref.n_ops, sizeof *c->op_layer);
+    c->op_w = calloc(ref.n_ops, sizeof *c->op_w);
+    c->op_bias = calloc(ref.n_ops, sizeof *c->op_bias);
+    c->layer_names = calloc((size_t)s->n_layers + 1, sizeof *c->layer_names);
+    for (int i = 0; c->layer_names && i < s->n_layers; i++)
+        snprintf(c->layer_names[i], sizeof c->layer_names[i], "layers.%d", i);
+    lpo_status st = c->op_role && c->op_layer && c->op_w && c->op_bias && c->layer_names
+                        ? LPO_OK
+                        : lpo_errorf(LPO_E_NOMEM, "cuda backend: out of memory");
+    for (size_t i = 0; st == LPO_OK && i < ref.n_ops; i++)
+        c->op_role[i] = ref.ops[i].role, c->op_layer[i] = ref.ops[i].layer;
+    /* the memory plan first: refuse what does not fit before allocating anything */
+    if (st == LPO_OK) st = layout(c, &ref, NULL);
+    size_t free_b = 0, total_b = 0, staging_b = 0;
+    if (st == LPO_OK && cudaMemGetInfo(&free_b, &total_b) != cudaSuccess)
+        st = lpo_errorf(LPO_E_CUDA, "cuda backend: cudaMemGetInfo failed");
+    for (size_t i = 0; st == LPO_OK && i < ref.n_weights; i++) { /* the largest stored tensor: staging */
+        lpo_weight_view v;
+        if (c->cfg.weights->view(c->cfg.weights->ud, ref.weights[i].name, &v) == LPO_OK && v.data &&
+            (v.dtype != c->dt || v.unpermute_heads) && v.nbytes > staging_b)
+            staging_b = v.nbytes;
+    }
+    c->dev_bytes = c->dev_used;
+    if (st == LPO_OK && (double)c->dev_bytes + (double)staging_b > (double)free_b)
+        st = lpo_errorf(
+            LPO_E_NOMEM,
+            "cuda backend: the model needs %.2f GiB on the GPU (weights %.2f GiB in %s, KV cache for %d "
+            "sequence(s) of %lld positions, activations for %lld tokens) but %.2f GiB of %.2f are free",
+            (double)(c->dev_bytes + staging_b) / 1073741824.0, (double)c->weight_bytes / 1073741824.0,
+            lpo_dtype_name(c->dt), c->cfg.max_seqs, (long long)ctx, (long long)c->cfg.max_step_tokens,
+            (double)free_b / 1073741824.0, (double)total_b / 1073741824.0);
+    void *staging = NULL;
+    if (st == LPO_OK && cudaMalloc((void **)&c->dev, c->dev_bytes) != cudaSuccess)
+        st = lpo_errorf(LPO_E_NOMEM, "cuda backend: cudaMalloc of %.2f GiB failed",
+                        c->dev_bytes / 1073741824.0);
+    if (st == LPO_OK && staging_b && cudaMalloc(&staging, staging_b) != cudaSuccess)
+        st = lpo_errorf(LPO_E_NOMEM, "cuda backend: %.2f GiB of staging for the weights",
+                        staging_b / 1073741824.0);
+    if (st == LPO_OK) st = layout(c, &ref, staging);
+    if (staging) {
+        cudaStreamSynchronize(c->stream);
+        cudaFree(staging);
+    }
+    lpo_oplist_free(&ref);
+    TRY(st);
+    TRY(lpo_cuda_gemm_create(c->gemm_ws, GEMM_WS, &c->gemm));
+    /* RoPE tables from the CPU's functions (every scaling type), uploaded */
+    float *inv = malloc((size_t)(hd / 2 + 1) * sizeof(float)), scale = 1;
+    float *tab = malloc((size_t)(2 * ctx * (hd / 2) + 1) * sizeof(float));
+    st = inv && tab ? lpo_rope_inv_freq(s, inv, &scale)
+                    : lpo_errorf(LPO_E_NOMEM, "cuda backend: out of memory");
+    if (st == LPO_OK) {
+        lpo_cpu_rope_tables(tab, tab + ctx * (hd / 2), inv, scale, ctx, hd / 2);
+        if (cudaMemcpy(c->rope_cos, tab, (size_t)(ctx * (hd / 2)) * sizeof(float), cudaMemcpyHostToDevice) ||
+            cudaMemcpy(c->rope_sin, tab + ctx * (hd / 2), (size_t)(ctx * (hd / 2)) * sizeof(float),
+                       cudaMemcpyHostToDevice))
+            st = lpo_errorf(LPO_E_CUDA, "cuda backend: uploading the RoPE tables");
+    }
+    free(inv);
+    free(tab);
+    TRY(st);
+    /* sampling state: counters 0, nothing seen, no last id; the decode attention workspace needs no init */
+    CU(cudaMemset(c->d_stream, 0, (size_t)c->cfg.max_seqs * 8), "sampling state");
+    CU(cudaMemset(c->d_step, 0, (size_t)c->cfg.max_seqs * 8), "sampling state");
+    CU(cudaMemset(c->d_seen, 0, (size_t)c->cfg.max_seqs * (size_t)c->seen_words * 4), "sampling state");
+    CU(cudaMemset(c->d_last, 0, (size_t)c->cfg.max_seqs * 4), "sampling state");
+    if (c->sample_ws_bytes) CU(cudaMemset(c->sample_ws, 0, c->sample_ws_bytes), "sampler workspace");
+    /* every slot greedy until set_sampling says otherwise */
+    const lpo_sampling greedy = {0, 0, 1, 1, 0};
+    lpo_cuda_sample_slot gp;
+    TRY(lpo_cuda_sample_slot_make(&gp, &greedy));
+    for (int i = 0; i < c->cfg.max_seqs; i++)
+        CU(cudaMemcpy(c->d_slot_params + i, &gp, sizeof gp, cudaMemcpyHostToDevice), "sampling parameters");
+    CU(cudaStreamSynchronize(c->stream), "weights");
+    /* pinned staging of the step data: positions (8 B), slots and tokens (4 B each) per token */
+    CU(cudaMallocHost((void **)&c->h_stage, lpo__cuda_stage_bytes(c)), "pinned step staging");
+    c->h_bad = (unsigned long long *)(c->h_stage + (size_t)c->cfg.max_step_tokens * 16);
+    CU(cudaEventCreateWithFlags(&c->staged, cudaEventDisableTiming), "staging event");
+    CU(cudaEventCreateWithFlags(&c->bad_copied, cudaEventDisableTiming), "finite check event");
+    c->has_model = 1;
+    return LPO_OK;
+}
+#endif /* LPO_HAVE_CUDA */
