@@ -184,6 +184,3 @@ typedef struct lpo_backend_iface {
 const lpo_backend_iface *lpo_backend_cpu(void);
 /* The CUDA backend, or NULL in a build without CUDA. */
 const lpo_backend_iface *lpo_backend_cuda(void);
-/* "cpu", "cuda" or "auto" (the CUDA backend when it is built and a GPU is usable, else the CPU). "cuda"
- * without a CUDA backend: LPO_E_NOT_AVAILABLE. */
-lpo_status lpo_backend_find(const char *name, const lpo_backend_iface **out);

@@ -2,7 +2,7 @@
  * llama-bench does for llama.cpp. One point = B sequences of P random prompt tokens, prefilled together
  * with the first token sampled (greedy), then G - 1 chained decode steps (EOS ignored, ids never read
  * back). Timed with the engine's marks (device events on a GPU), repeated under the measurement protocol
- * (measure.h) until TTFT and decode time are both stable or the timeout passes.
+ * (stats.h) until TTFT and decode time are both stable or the timeout passes.
  *
  * Metrics per point (docs/bench.md): TTFT = prefill + first sample; TPOT = decode time / (G - 1);
  * prefill tok/s = B P / TTFT; decode tok/s = B (G - 1) / decode time; e2e = TTFT + decode time;

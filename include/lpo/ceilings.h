@@ -15,8 +15,8 @@
 #include <stdint.h>
 
 #include "lpo/nvml_sampler.h"
-#include "lpo/report.h"
 #include "lpo/status.h"
+#include "lpo/table.h"
 
 /* GEMM dtypes of the compute roofs (tf32: fp32 data on the tensor cores; fp32: no tensor cores; int8 in
  * TOP/s). */
@@ -174,7 +174,7 @@ typedef struct {
 
 /* Measures every ceiling of the device (GPU: GEMM per dtype, DRAM read/write/copy, D2D, L2, H2D/D2H,
  * launch and graph-node latency; CPU: f32 FMA peak, triad and read bandwidth), each validated before it is
- * timed, each timed with the measurement protocol (include/lpo/measure.h) while NVML is sampled. A figure
+ * timed, each timed with the measurement protocol (include/lpo/stats.h) while NVML is sampled. A figure
  * that cannot be measured on this device (fp8 before sm_89) is left at 0 with a warning. Errors: LPO_E_CUDA,
  * LPO_E_RANGE (a validation failed: nothing is trusted), LPO_E_NO_DEVICE. */
 lpo_status lpo_ceilings_measure(const lpo_ceilings_opts *o, lpo_ceilings *out);

@@ -58,6 +58,10 @@ const char *lpo_engine_backend_name(const lpo_engine *e);
 const lpo_backend_iface *lpo_engine_backend(const lpo_engine *e);
 int64_t lpo_engine_max_context(const lpo_engine *e);
 int lpo_engine_max_seqs(const lpo_engine *e);
+
+/* The backend registry: "cpu", "cuda" or "auto" (the CUDA backend when it is built and a GPU is usable,
+ * else the CPU). "cuda" without a CUDA backend: LPO_E_NOT_AVAILABLE. */
+lpo_status lpo_backend_find(const char *name, const lpo_backend_iface **out);
 lpo_dtype lpo_engine_dtype(const lpo_engine *e);
 lpo_exec_mode lpo_engine_exec_mode(const lpo_engine *e);
 int lpo_engine_fusion(const lpo_engine *e);

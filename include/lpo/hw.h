@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "lpo/report.h"
+#include "lpo/json.h"
 #include "lpo/status.h"
 
 #define LPO_MAX_GPUS 16

@@ -2,7 +2,7 @@
  *
  * A run accumulates one row per (case, shape, dtype, backend) configuration: each case is validated
  * against its CPU reference on random inputs before any timing, then timed with the measurement protocol
- * (include/lpo/measure.h; hot = back-to-back repetitions per sample, cold = L2 flushed before each single
+ * (include/lpo/stats.h; hot = back-to-back repetitions per sample, cold = L2 flushed before each single
  * execution, optional CUDA-graph replay), and reported with median, p10/p90, stdev, min/max, TFLOP/s,
  * GB/s, % of the compute and DRAM ceilings (lpo_peaks: measured by `lpo ceilings` when cached, else the
  * spec sheet), arithmetic intensity and bound class (memory / compute / latency). The cases and their

@@ -140,7 +140,7 @@ typedef struct {
     int unpermute_heads; /* GGUF llama Q/K weights: rows permuted for interleaved RoPE within this many
                             heads (0 = none); the conversion undoes it */
     /* synthetic tensors (data == NULL): element i = lpo_synth_value(synth_key, synth_center, synth_amp, i)
-     * rounded to dtype (src/model/synth.h, shared with the CUDA backend) */
+     * rounded to dtype (include/lpo/synth.h, shared with the CUDA backend) */
     uint64_t synth_key;
     double synth_center, synth_amp;
 } lpo_weight_view;

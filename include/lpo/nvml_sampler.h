@@ -19,7 +19,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "lpo/report.h"
+#include "lpo/json.h"
 #include "lpo/status.h"
 
 /* One reading. Fields NVML could not provide are negative (-1). */

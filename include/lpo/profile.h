@@ -12,8 +12,8 @@
 #include "lpo/data.h"
 #include "lpo/generate.h"
 #include "lpo/infer.h"
-#include "lpo/measure.h"
 #include "lpo/nvml_sampler.h"
+#include "lpo/stats.h"
 
 /* ---- settings (the `profiling` group's profile keys) -----------------------------------------------------
  */

@@ -18,8 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "lpo/report.h"
 #include "lpo/status.h"
+#include "lpo/table.h"
 
 typedef struct lpo_trace lpo_trace;
 
@@ -92,3 +92,27 @@ const char *lpo_trace_category(const char *kernel_name);
  * ranges with decode steps, launch API records, a CUDA graph with labelled nodes), deterministic in
  * seed: for tests and the post-processing benchmark. */
 lpo_status lpo_trace_synthesize(const char *path, size_t n_kernels, uint64_t seed);
+
+/* ---- activities the tracer records (bit mask; `lpo trace --activities=`) ----------------------------- */
+enum {
+    LPO_ACT_KERNEL = 1u << 0,
+    LPO_ACT_MEMCPY = 1u << 1,
+    LPO_ACT_MEMSET = 1u << 2,
+    LPO_ACT_SYNC = 1u << 3,
+    LPO_ACT_RUNTIME = 1u << 4,
+    LPO_ACT_DRIVER = 1u << 5,
+    LPO_ACT_NVTX = 1u << 6,
+    LPO_ACT_LAUNCH = 1u << 7, /* launch calls only, recorded by our CUPTI callbacks (cheap) */
+};
+#define LPO_ACT_N   8
+#define LPO_ACT_ALL ((1u << LPO_ACT_N) - 1)
+/* Every CUDA API call as a CUPTI record (runtime) costs ~0.7 us per call on the H100 and torch makes ~9
+ * per kernel: the default records launch calls through callbacks instead (docs/perf-notes.md). */
+#define LPO_ACT_DEFAULT                                                                                      \
+    (LPO_ACT_KERNEL | LPO_ACT_MEMCPY | LPO_ACT_MEMSET | LPO_ACT_SYNC | LPO_ACT_LAUNCH | LPO_ACT_NVTX)
+
+/* Parses an activity list ("kernel,memcpy,runtime", "default", "all", or a number) into LPO_ACT_* bits.
+ * 0 or -1 with the offending word (up to 31 bytes) in bad. */
+int lpo_trace_parse_activities(const char *s, uint32_t *mask, char bad[32]);
+/* Names of the activity bits, in bit order (for messages and docs). */
+extern const char *const lpo_trace_activity_names[LPO_ACT_N];

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hw/cuda_check.h"
+#include "lpo/cuda_check.h"
 extern "C" {
 #include "bench/kbench_internal.h"
 }

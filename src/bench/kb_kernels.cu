@@ -8,7 +8,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "hw/cuda_check.h"
+#include "lpo/cuda_check.h"
 extern "C" {
 #include "bench/kbench_internal.h"
 }

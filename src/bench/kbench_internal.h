@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "hw/gpu_fill.h"
+#include "lpo/gpu_fill.h"
 #include "lpo/ceilings.h"
 #include "lpo/config.h"
 #include "lpo/core.h"

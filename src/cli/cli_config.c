@@ -4,6 +4,7 @@
 
 #include "lpo/config.h"
 #include "lpo/backend.h"
+#include "lpo/engine.h"
 
 lpo_status lpo_cli_compose(const lpo_cli_args *a, const char *command, lpo_node **cfg) {
     lpo_cfg_opts opts = {

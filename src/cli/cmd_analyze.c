@@ -229,7 +229,7 @@ static lpo_status save_static(const lpo_node *cfg, const lpo_an_static *an, cons
                               const lpo_strbuf *js, int quiet) {
     lpo_rundir *rd = NULL;
     lpo_strbuf md = {0};
-    lpo_status st = lpo_rundir_create(cfg, &rd);
+    lpo_status st = lpo_rundir_create(cfg, lpo_cli_command_line(), &rd);
     if (st == LPO_OK) st = lpo_rundir_write(rd, "static_compute.json", js->buf, js->len);
     if (st == LPO_OK) st = lpo_an_static_write_md(an, s, &md);
     if (st == LPO_OK) st = lpo_rundir_write(rd, "static_compute.md", md.buf, md.len);

@@ -317,7 +317,7 @@ int lpo_cmd_bench(int argc, char **argv) {
         lpo_sb_free(&sb);
         printf("\npeaks: %s\n", peaks.label);
         if (!lpo_cli_flag_value(&args, "no-save")) {
-            if ((st = lpo_rundir_create(cfg, &rd))) goto done;
+            if ((st = lpo_rundir_create(cfg, lpo_cli_command_line(), &rd))) goto done;
             if ((st = lpo_rundir_write_table(rd, "bench", full))) goto done;
             if ((st = lpo_rundir_write_table(rd, "bench_summary", brief))) goto done;
             if (nv) {

@@ -477,7 +477,7 @@ static lpo_status run_deep(deep_run *r) {
     const char *import = lpo_cli_flag_value(&r->args, "import");
     lpo_status st = read_cfg(r->cfg, &r->d);
     if (!st && !import) st = lpo_ncu_find(r->d.ncu, r->ncu, sizeof r->ncu);
-    if (!st) st = lpo_rundir_create(r->cfg, &r->rd);
+    if (!st) st = lpo_rundir_create(r->cfg, lpo_cli_command_line(), &r->rd);
     if (st) return st;
     if (!realpath(lpo_rundir_path(r->rd), r->dir))
         snprintf(r->dir, sizeof r->dir, "%s", lpo_rundir_path(r->rd));

@@ -103,7 +103,7 @@ static lpo_status run_dataset(lpo_engine *e, const lpo_cli_prompts *g, const lpo
     lpo_status st = lpo_dataset_sampling_read(lpo_node_at(cfg, "dataset"), &ds);
     if (st == LPO_OK) st = lpo_dataset_order(d, &ds, &order, &n_run);
     if (st != LPO_OK) return st;
-    st = lpo_rundir_create(cfg, &rd);
+    st = lpo_rundir_create(cfg, lpo_cli_command_line(), &rd);
     if (st == LPO_OK) st = lpo_rundir_open(rd, "predictions.jsonl", "w", &f);
     const size_t B = (size_t)lpo_engine_max_seqs(e);
     lpo_gen_seq *q = calloc(B, sizeof *q);

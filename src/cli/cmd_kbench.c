@@ -72,7 +72,7 @@ int lpo_cmd_kbench(int argc, char **argv) {
         else
             lpo_node_free(cfg);
     }
-    if (!st && first) st = lpo_rundir_create(first, &rd);
+    if (!st && first) st = lpo_rundir_create(first, lpo_cli_command_line(), &rd);
     if (!st) st = lpo_kbench_write(kb, rd);
     if (!st) {
         lpo_strbuf sb = {0};

@@ -217,7 +217,7 @@ int lpo_cmd_profile(int argc, char **argv) {
     if ((st = lpo_pf_run(&rq, &r)) != LPO_OK) goto done;
     if ((st = static_for(cfg, g.spec, &r, mean_prompt, &pk, &an)) != LPO_OK) goto done;
     have_static = 1;
-    if ((st = lpo_rundir_create(cfg, &rd)) != LPO_OK) goto done;
+    if ((st = lpo_rundir_create(cfg, lpo_cli_command_line(), &rd)) != LPO_OK) goto done;
     const artifacts x = {&r, &an, g.spec};
     if ((st = write_artifacts(rd, &x, d, &summary)) != LPO_OK) goto done;
     fwrite(summary.buf, 1, summary.len, stdout);

@@ -22,7 +22,6 @@
 #include "lpo/probe.h"
 #include "lpo/report.h"
 #include "lpo/trace.h"
-#include "probe/trace_format.h"
 
 static const lpo_cli_flag flags[] = {
     {"activities", 1,
@@ -236,7 +235,7 @@ int lpo_cmd_trace(int argc, char **argv) {
     lpo_node *cfg = NULL;
     lpo_rundir *rd = NULL;
     st = ov ? lpo_cli_compose(&a2, "trace", &cfg) : lpo_errorf(LPO_E_NOMEM, "out of memory");
-    if (!st) st = lpo_rundir_create(cfg, &rd);
+    if (!st) st = lpo_rundir_create(cfg, lpo_cli_command_line(), &rd);
     run_info ri = {0};
     lpo_measure_opts mo;
     lpo_measure_opts_default(&mo);

@@ -1,6 +1,6 @@
-/* Execution plans (groups of consecutive ops of an op list, one launch each), exec-mode names, and the
- * backend registry. A plan never changes the op list: it only says which ops run as one launch, so
- * timing, NVTX names, activation reads and byte analysis can work per group. */
+/* Execution plans (groups of consecutive ops of an op list, one launch each) and exec-mode names. A plan
+ * never changes the op list: it only says which ops run as one launch, so timing, NVTX names, activation
+ * reads and byte analysis can work per group. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,40 +21,6 @@ int lpo_exec_mode_parse(const char *s, lpo_exec_mode *out) {
             return 1;
         }
     return 0;
-}
-
-/* ---- backends -------------------------------------------------------------------------------------------
- */
-#ifndef LPO_HAVE_CUDA_BACKEND
-const lpo_backend_iface *lpo_backend_cuda(void) {
-    return NULL;
-}
-#endif
-
-lpo_status lpo_backend_find(const char *name, const lpo_backend_iface **out) {
-    *out = NULL;
-    const lpo_backend_iface *cuda = lpo_backend_cuda();
-    if (!name || !strcmp(name, "cpu")) {
-        *out = lpo_backend_cpu();
-        return LPO_OK;
-    }
-    if (!strcmp(name, "auto")) { /* the CUDA backend when built and a GPU answers, else the CPU */
-        *out = cuda && (!cuda->usable || cuda->usable() == LPO_OK) ? cuda : lpo_backend_cpu();
-        lpo_error_clear();
-        return LPO_OK;
-    }
-    if (!strcmp(name, "cuda")) {
-        if (!cuda)
-            return lpo_errorf(LPO_E_NOT_AVAILABLE,
-                              "the CUDA backend is not available in this build of lpo "
-                              "(built without CUDA, or not yet implemented; use backend=cpu)");
-        *out = cuda;
-        return LPO_OK;
-    }
-    const char *names[] = {"cpu", "cuda", "auto"};
-    const char *s = lpo_suggest(name, names, 3);
-    return lpo_errorf(LPO_E_CONFIG, "unknown backend '%s'%s%s%s (choose cpu, cuda or auto)", name,
-                      s ? " (did you mean '" : "", s ? s : "", s ? "'?)" : "");
 }
 
 /* ---- plans ----------------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@
  * validation proves every launch and every graph node ran. */
 #include <stdlib.h>
 
-#include "hw/cuda_check.h"
+#include "lpo/cuda_check.h"
 
 extern "C" {
 #include "hw/ceilings_internal.h"

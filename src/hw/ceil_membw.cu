@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hw/cuda_check.h"
-#include "hw/gpu_fill.h"
+#include "lpo/cuda_check.h"
+#include "lpo/gpu_fill.h"
 
 extern "C" {
 #include "hw/ceilings_internal.h"

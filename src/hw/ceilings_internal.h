@@ -7,7 +7,7 @@
 #include <stddef.h>
 
 #include "lpo/ceilings.h"
-#include "lpo/measure.h"
+#include "lpo/stats.h"
 #include "lpo/status.h"
 
 /* ---- GPU: dense GEMM through cuBLASLt ------------------------------------------------------------------ */

@@ -11,7 +11,7 @@
 #include "hw/ceilings_internal.h"
 #include "lpo/core.h"
 #include "lpo/hw.h"
-#include "lpo/measure.h"
+#include "lpo/stats.h"
 
 /* ---- one measurement -------------------------------------------------------------------------------------
  */

@@ -6,8 +6,8 @@
 #include <cuda_fp8.h>
 #include <string.h>
 
-#include "hw/cuda_check.h"
-#include "hw/gpu_fill.h"
+#include "lpo/cuda_check.h"
+#include "lpo/gpu_fill.h"
 
 template <typename T> __device__ static inline T convert(float v);
 template <> __device__ inline float convert<float>(float v) {

@@ -9,7 +9,7 @@
 
 #include "lpo/config.h"
 #include "model/model_internal.h"
-#include "model/synth.h"
+#include "lpo/synth.h"
 
 /* ---- object
  * ------------------------------------------------------------------------------------------------ */

@@ -17,6 +17,8 @@
 #pragma once
 #include <stdint.h>
 
+#include "lpo/trace.h" /* LPO_ACT_*: the activities a trace records */
+
 #define LPO_TRACE_MAGIC   "LPOTRC1\n" /* 8 bytes, no NUL */
 #define LPO_TRACE_VERSION 1u
 
@@ -38,24 +40,6 @@ enum {
     LPO_TRACE_F_WINDOWED = 2u, /* a delay/duration window was set: see LPO_REC_WINDOW */
     LPO_TRACE_F_TSC = 4u, /* timestamps read through the TSC, mapped onto CLOCK_MONOTONIC (trace_clock.h) */
 };
-
-/* Activities (bit mask; `lpo trace --activities=`). */
-enum {
-    LPO_ACT_KERNEL = 1u << 0,
-    LPO_ACT_MEMCPY = 1u << 1,
-    LPO_ACT_MEMSET = 1u << 2,
-    LPO_ACT_SYNC = 1u << 3,
-    LPO_ACT_RUNTIME = 1u << 4,
-    LPO_ACT_DRIVER = 1u << 5,
-    LPO_ACT_NVTX = 1u << 6,
-    LPO_ACT_LAUNCH = 1u << 7, /* launch calls only, recorded by our CUPTI callbacks (cheap) */
-};
-#define LPO_ACT_N   8
-#define LPO_ACT_ALL ((1u << LPO_ACT_N) - 1)
-/* Every CUDA API call as a CUPTI record (runtime) costs ~0.7 us per call on the H100 and torch makes ~9
- * per kernel: the default records launch calls through callbacks instead (docs/perf-notes.md). */
-#define LPO_ACT_DEFAULT                                                                                      \
-    (LPO_ACT_KERNEL | LPO_ACT_MEMCPY | LPO_ACT_MEMSET | LPO_ACT_SYNC | LPO_ACT_LAUNCH | LPO_ACT_NVTX)
 
 /* How kernels are linked to the NVTX range open at their launch. */
 enum {
@@ -224,9 +208,3 @@ int lpo_raw_flush(lpo_raw_writer *w);
 int lpo_raw_close(lpo_raw_writer *w);
 /* Fills a header with the magic, version, size and pid. */
 void lpo_raw_header_init(lpo_raw_header *h, uint32_t pid);
-
-/* Parses an activity list ("kernel,memcpy,runtime", "default", "all", or a number) into LPO_ACT_* bits.
- * 0 or -1 with the offending word (up to 31 bytes) in bad. */
-int lpo_trace_parse_activities(const char *s, uint32_t *mask, char bad[32]);
-/* Names of the activity bits, in bit order (for messages and docs). */
-extern const char *const lpo_trace_activity_names[LPO_ACT_N];

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lpo/measure.h"
+#include "lpo/stats.h"
 #include "probe/trace_internal.h"
 
 /* ---- categories

@@ -10,7 +10,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli/cli.h"
 #include "lpo/core.h"
 #include "lpo/hw.h"
 #include "lpo/report.h"
@@ -56,8 +55,9 @@ static lpo_status make_fresh_dir(const char *dir, char *out, size_t n) {
     return lpo_errorf(LPO_E_IO, "cannot create run directory '%s': 1000 directories of that name exist", dir);
 }
 
-lpo_status lpo_rundir_create(const lpo_node *cfg, lpo_rundir **out) {
+lpo_status lpo_rundir_create(const lpo_node *cfg, const char *command_line, lpo_rundir **out) {
     *out = NULL;
+    if (!command_line) command_line = "";
     const char *dir;
     lpo_status st = lpo_cfg_str(cfg, "output.dir", &dir);
     if (st) return lpo_error_context(st, "run directory");
@@ -87,13 +87,13 @@ lpo_status lpo_rundir_create(const lpo_node *cfg, lpo_rundir **out) {
     lpo_strbuf sb = {0};
     /* a header comment: every line of the command line commented (a value may hold newlines) */
     lpo_sb_puts(&sb, "# lpo resolved configuration of:\n");
-    lpo_cfg_yaml_comment(&sb, lpo_cli_command_line());
+    lpo_cfg_yaml_comment(&sb, command_line);
     lpo_cfg_dump_yaml_resolved(cfg, &sb);
     st = lpo_rundir_write(rd, "config.yaml", sb.buf, sb.len);
     lpo_sb_free(&sb);
     /* cmd.txt: the exact command line */
     if (!st) {
-        lpo_sb_puts(&sb, lpo_cli_command_line());
+        lpo_sb_puts(&sb, command_line);
         lpo_sb_puts(&sb, "\n");
         st = lpo_rundir_write(rd, "cmd.txt", sb.buf, sb.len);
         lpo_sb_free(&sb);

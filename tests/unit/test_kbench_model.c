@@ -240,7 +240,7 @@ static void test_decode(void **state) {
     const char *extra[] = {over};
     assert_int_equal(lpo_test_compose("kbench", base, N_BASE, extra, 1, &c2), LPO_OK);
     lpo_rundir *rd;
-    assert_int_equal(lpo_rundir_create(c2, &rd), LPO_OK);
+    assert_int_equal(lpo_rundir_create(c2, NULL, &rd), LPO_OK);
     assert_int_equal(lpo_kbench_write(kb, rd), LPO_OK);
     lpo_rundir_close(rd);
     char path[4200], *text;

@@ -65,7 +65,7 @@ static void test_create_and_files(void **state) {
     lpo_cli_set_command_line(4, argv);
     lpo_node *cfg = compose_with_dir(dir);
     lpo_rundir *rd;
-    assert_int_equal(lpo_rundir_create(cfg, &rd), LPO_OK);
+    assert_int_equal(lpo_rundir_create(cfg, lpo_cli_command_line(), &rd), LPO_OK);
     assert_string_equal(lpo_rundir_path(rd), dir);
     /* config.yaml reads back as the same config */
     char p[4400];
@@ -128,12 +128,12 @@ static void test_create_and_files(void **state) {
     lpo_rundir_close(rd);
 
     /* the same output.dir again: never overwrite, add -2, then -3 */
-    assert_int_equal(lpo_rundir_create(cfg, &rd), LPO_OK);
+    assert_int_equal(lpo_rundir_create(cfg, lpo_cli_command_line(), &rd), LPO_OK);
     char want[4300];
     snprintf(want, sizeof want, "%s-2", dir);
     assert_string_equal(lpo_rundir_path(rd), want);
     lpo_rundir_close(rd);
-    assert_int_equal(lpo_rundir_create(cfg, &rd), LPO_OK);
+    assert_int_equal(lpo_rundir_create(cfg, lpo_cli_command_line(), &rd), LPO_OK);
     snprintf(want, sizeof want, "%s-3", dir);
     assert_string_equal(lpo_rundir_path(rd), want);
     lpo_rundir_close(rd);
@@ -145,7 +145,7 @@ static void test_create_and_files(void **state) {
     char with_slash[4300];
     snprintf(with_slash, sizeof with_slash, "%s/", dir);
     cfg = compose_with_dir(with_slash);
-    assert_int_equal(lpo_rundir_create(cfg, &rd), LPO_OK);
+    assert_int_equal(lpo_rundir_create(cfg, lpo_cli_command_line(), &rd), LPO_OK);
     assert_string_equal(lpo_rundir_path(rd), dir);
     lpo_rundir_close(rd);
     lpo_node_free(cfg);
@@ -155,7 +155,7 @@ static void test_create_and_files(void **state) {
     snprintf(dir, sizeof dir, "%s/a-file", tmp);
     assert_int_equal(lpo_write_file(dir, "x", 1), LPO_OK);
     cfg = compose_with_dir(dir);
-    assert_int_equal(lpo_rundir_create(cfg, &rd), LPO_E_IO);
+    assert_int_equal(lpo_rundir_create(cfg, lpo_cli_command_line(), &rd), LPO_E_IO);
     assert_non_null(strstr(lpo_last_error(), "a-file': it exists and is not a directory"));
     snprintf(want, sizeof want, "%s-2", dir);
     assert_false(lpo_path_exists(want));
@@ -224,7 +224,7 @@ static void test_config_yaml_recomposes(void **state) {
     assert_int_equal(lpo_cfg_str(cfg, "lit2", &v), LPO_OK);
     assert_string_equal(v, "a \\${seed} b");
     lpo_rundir *rd;
-    assert_int_equal(lpo_rundir_create(cfg, &rd), LPO_OK);
+    assert_int_equal(lpo_rundir_create(cfg, lpo_cli_command_line(), &rd), LPO_OK);
     char *text = NULL, path[4400];
     assert_int_equal(lpo_read_file(lpo_rundir_file(rd, "config.yaml", path, sizeof path), &text, NULL),
                      LPO_OK);
@@ -266,7 +266,7 @@ static void test_output_dir_refused(void **state) {
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         lpo_node *cfg = compose_with_dir(bad[i]);
         lpo_rundir *rd = NULL;
-        assert_int_equal(lpo_rundir_create(cfg, &rd), LPO_E_CONFIG);
+        assert_int_equal(lpo_rundir_create(cfg, lpo_cli_command_line(), &rd), LPO_E_CONFIG);
         assert_non_null(strstr(lpo_last_error(), "names the root, the current or the parent folder"));
         assert_null(rd);
         lpo_node_free(cfg);
@@ -281,13 +281,13 @@ static void test_errors(void **state) {
     const char *y = "model: {name: x}\n";
     assert_int_equal(lpo_yaml_parse(y, strlen(y), "t", &cfg), LPO_OK);
     lpo_rundir *rd = NULL;
-    assert_int_equal(lpo_rundir_create(cfg, &rd), LPO_E_NOT_FOUND);
+    assert_int_equal(lpo_rundir_create(cfg, lpo_cli_command_line(), &rd), LPO_E_NOT_FOUND);
     assert_non_null(strstr(lpo_last_error(), "output.dir"));
     assert_null(rd);
     lpo_node_free(cfg);
     y = "output: {dir: [1]}\n";
     assert_int_equal(lpo_yaml_parse(y, strlen(y), "t", &cfg), LPO_OK);
-    assert_int_equal(lpo_rundir_create(cfg, &rd), LPO_E_CONFIG);
+    assert_int_equal(lpo_rundir_create(cfg, lpo_cli_command_line(), &rd), LPO_E_CONFIG);
     lpo_node_free(cfg);
     /* a regular file where the directory should go */
     char *tmp = lpo_test_tmpdir();
@@ -297,7 +297,7 @@ static void test_errors(void **state) {
     char sub[4300];
     snprintf(sub, sizeof sub, "%s/run", file);
     cfg = compose_with_dir(sub);
-    assert_int_equal(lpo_rundir_create(cfg, &rd), LPO_E_IO);
+    assert_int_equal(lpo_rundir_create(cfg, lpo_cli_command_line(), &rd), LPO_E_IO);
     lpo_node_free(cfg);
     remove_tree(tmp);
     free(tmp);

@@ -1,7 +1,7 @@
-/* Random device data for benchmarks and kernel checks: a counter-based hash of (seed, index) mapped to
- * uniform values in [lo, hi), rounded to the element type. Never zeros or constants (they run faster and
- * hide unwritten outputs). The launchers live in gpu_fill.cu (they take a stream, never synchronise); the
- * host functions that CPU-only builds need too (element sizes, the hash) in gpu_fill_host.c. */
+/* lpo random device data (hw) for benchmarks and kernel checks: a counter-based hash of (seed, index) mapped
+ * to uniform values in [lo, hi), rounded to the element type. Never zeros or constants (they run faster and
+ * hide unwritten outputs). The launchers live in src/hw/gpu_fill.cu (they take a stream, never synchronise);
+ * the host functions that CPU-only builds need too (element sizes, the hash) in src/hw/gpu_fill_host.c. */
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -13,7 +13,7 @@ extern "C" {
 #ifdef __cplusplus
 }
 #endif
-#include "model/synth.h" /* LPO_HD, lpo_synth_mix (splitmix64) */
+#include "lpo/synth.h" /* LPO_HD, lpo_synth_mix (splitmix64) */
 
 /* The fill's value of element i: uniform in [lo, hi) from 24 bits of splitmix64(seed * K + i); the same
  * float on host and device (the device rounds each step: no FMA contraction). */

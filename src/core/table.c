@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lpo/report.h"
+#include "lpo/table.h"
 
 typedef struct {
     int set;

@@ -1,6 +1,6 @@
-/* Synthetic weights: a counter-based function of (seed, tensor, element index), written once for the CPU
- * and the CUDA backend (this header compiles as C and as CUDA: LPO_HD marks host+device functions), so
- * every backend generates values in place, in parallel, bit-identical to the CPU's.
+/* lpo synthetic weights (model): a counter-based function of (seed, tensor, element index), written once for
+ * the CPU and the CUDA backend (this header compiles as C and as CUDA: LPO_HD marks host+device functions),
+ * so every backend generates values in place, in parallel, bit-identical to the CPU's.
  *
  *   key    = splitmix64(seed ^ fnv1a64(hf_name))
  *   r      = splitmix64(key + i * 0x9e3779b97f4a7c15)         (wrapping 64-bit arithmetic)

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lpo/report.h"
+#include "lpo/table.h"
 
 void lpo_csv_free(lpo_csv *c) {
     if (!c) return;

@@ -1,4 +1,4 @@
-/* CHECK macros for the CUDA code of src/hw and src/bench (.cu files): each wraps one CUDA runtime or
+/* lpo CUDA CHECK macros (core; .cu files of hw and bench): each wraps one CUDA runtime or
  * cuBLASLt call, and on failure records an lpo_errorf message with the statement, the error text, file and
  * line, sets the local `st` and jumps to the local label `fail`. After every kernel launch:
  * LPO_CUDA_CHECK(cudaGetLastError()). Functions using them declare `lpo_status st = LPO_OK;` and a `fail:`
