@@ -9,7 +9,8 @@
 # (owned by the module cmake/layers.txt names for it) must be
 #   - "lpo/<name>.h" of a module at or below the includer's layer (every public header has an owner), or
 #   - "<module>/..." of the includer's own module (another module's internal header is refused), or
-#   - a header next to the includer ("x.h"), or an allowed exception ("allow <file> <header>" lines).
+#   - a header next to the includer ("x.h"), or an allowed exception ("allow <file> <header>" lines; one
+#     that matches no include any more fails too, so exceptions do not outlive their reason).
 # Links: no module library may use a symbol that a library of a higher layer defines (a call up the layers;
 # the link order catches it too, but only when no other path pulled the higher object in first).
 # Prints one line per violation and exits 1 when there is any; 0 and nothing else when the tree is clean.
@@ -99,7 +100,7 @@ done) | awk -v table="$table" -v root="$root" '
         }
         where = file ":" line ": "
         rel = file; sub(/^src\//, "", rel)
-        if ((rel " " inc) in allow) next
+        if ((rel " " inc) in allow) { used[rel " " inc] = 1; next }
         if (inc ~ /^lpo\//) {
             name = inc; sub(/^lpo\//, "", name); sub(/\.h$/, "", name)
             if (!(name in owner)) {
@@ -121,4 +122,8 @@ done) | awk -v table="$table" -v root="$root" '
         else if (top != mod)
             err(where "includes " inc ", outside every module")
     }
-    END { exit bad }'
+    END {
+        for (a in allow)
+            if (!(a in used)) err("cmake/layers.txt: \"allow " a "\" matches no include any more: remove the line")
+        exit bad
+    }'

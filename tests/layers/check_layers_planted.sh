@@ -1,8 +1,8 @@
 #!/bin/sh
 # scripts/check-layers.sh fails on planted violations: in a temporary copy of src/, include/ and
 # cmake/layers.txt, the clean copy passes, then each planted violation (an upward include, another module's
-# internal header, a public header without an owner, a folder of src/ without a layer) fails with a line
-# naming it; and a library calling a function of a higher layer's library fails the link check.
+# internal header, a public header without an owner, a folder of src/ without a layer, a stale exception)
+# fails with a line naming it; and a library calling a function of a higher layer's library fails the link check.
 #   tests/layers/check_layers_planted.sh SOURCE_DIR C_COMPILER
 set -eu
 src=$1
@@ -53,6 +53,10 @@ fresh
 mkdir "$tmp/t/src/planted"
 printf '#include "lpo/core.h"\n' >"$tmp/t/src/planted/x.c"
 expect_fail "a folder of src/ without a layer" "src/planted/: not a module"
+
+fresh
+printf 'allow core/status.c lpo/planted.h\n' >>"$tmp/t/cmake/layers.txt"
+expect_fail "an exception that matches no include" "allow core/status.c lpo/planted.h. matches no include"
 
 # the link check: a low library calling into a high one
 printf 'int high_fn(void);\nint low_fn(void) { return high_fn(); }\n' >"$tmp/low.c"
