@@ -112,8 +112,21 @@ typedef struct {
     lpo_an_bound bound;
 } lpo_an_cost;
 
+/* The op list options of the what-if dtypes dt: activations in act, the KV cache in kv, matrices in
+ * weights, vectors (norm scales, biases) in weights too, or in act when weights are quantized. A list built
+ * with `opts` holds every tensor at the dtype analysis prices it at. `opts` points into the struct (do not
+ * copy it after lpo_an_list_dtypes_init). LPO_E_INVALID when a what-if dtype is not in lpo's dtype table. */
+typedef struct {
+    lpo_dtype weights, vectors;
+    lpo_dtype_lookup weight_lookup, vector_lookup;
+    lpo_oplist_opts opts;
+} lpo_an_list_dtypes;
+lpo_status lpo_an_list_dtypes_init(lpo_an_list_dtypes *o, const lpo_an_dtypes *dt);
+
 /* Costs of one op of a list built for `batch` sequences alike (lpo_oplist_build_phase), at the what-if
- * dtypes dt, against peaks p (NULL: no times). spec gives the sliding window for executed attention. */
+ * dtypes dt, against peaks p (NULL: no times). FLOPs and bytes are the op kind's row (ops.h) of the op as a
+ * list built with dt holds it (lpo_op_with_dtypes: a list built with lpo_an_list_dtypes_init's options is
+ * priced as it stands). spec gives the sliding window for executed attention. */
 void lpo_an_op_cost(const lpo_model_spec *spec, const lpo_op *op, int batch, const lpo_an_dtypes *dt,
                     const lpo_an_peaks *p, lpo_an_cost *out);
 /* (query, key) pairs that attention with tiles of `tile` rows and columns computes for `batch` sequences

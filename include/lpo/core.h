@@ -154,6 +154,30 @@ uint64_t lpo_now_ns(void);
 char *lpo_strdup(const char *s);
 char *lpo_strndup(const char *s, size_t n);
 
+/* ---- work categories --------------------------------------------------------------------------------------
+ * ONE scheme for what a piece of work is: every op kind has one (ops.h: lpo_op_kind_cat), the tracer sorts
+ * kernel names into them (trace.h: lpo_trace_category, also for programs other than lpo), profile sums time
+ * by them and deep reads the tracer's. X(ENUM, name). */
+#define LPO_CAT_MAP(X)                                                                                       \
+    X(GEMM, "gemm")               /* matrix products: linear layers, lm_head, GEMV */                        \
+    X(ATTENTION, "attention")     /* scores, softmax, P V, the KV append fused into it */                    \
+    X(NORM, "norm")               /* RMSNorm, layer norm, q/k norm */                                        \
+    X(ELEMENTWISE, "elementwise") /* activations, residual adds, RoPE, casts, copies inside kernels */       \
+    X(EMBED, "embed")             /* embedding lookups */                                                    \
+    X(SAMPLING, "sampling")       /* logits -> token ids */                                                  \
+    X(REDUCTION, "reduction")     /* reductions, sorts, scans outside the above */                           \
+    X(MEMCPY, "memcpy")           /* copies and memsets */                                                   \
+    X(COMM, "communication")      /* collectives between devices */                                          \
+    X(OTHER, "other")
+
+typedef enum {
+#define LPO__CAT_ENUM(name, str) LPO_CAT_##name,
+    LPO_CAT_MAP(LPO__CAT_ENUM)
+#undef LPO__CAT_ENUM
+        LPO_CAT_COUNT
+} lpo_cat;
+const char *lpo_cat_name(lpo_cat c); /* "gemm", ...; "other" out of range */
+
 /* ---- build provenance -------------------------------------------------------------------------------------
  */
 typedef struct {

@@ -16,7 +16,7 @@
 
 typedef struct {
     const char *kind;    /* op kind name */
-    char shape[96];      /* "m=7 n=48 k=80", "m=5 heads=4/2 hd=12 ctx=31" */
+    char shape[96];      /* lpo_op_shape (+ " ctx=" of the data: ROPE, ATTENTION): "m=7 n=48 k=80" */
     double max_abs_err;  /* max |out - ref| */
     double max_rel_viol; /* max of |out - ref| / (atol + rtol |ref|): <= 1 passes */
     double nmse;         /* sum (out - ref)^2 / sum ref^2 */
@@ -49,7 +49,7 @@ typedef struct lpo_op_data lpo_op_data;
 lpo_status lpo_op_data_new(const lpo_op *op, uint64_t seed, const lpo_step *step, lpo_op_data **out);
 /* The lpo_op_io for backend->run_op (set repeat / ms / cold for timing). */
 lpo_op_io *lpo_op_data_io(lpo_op_data *d);
-/* "m=7 n=48 k=80", "m=5 heads=4/2 hd=12 ctx=31" */
+/* lpo_op_shape, + " ctx=N" (the context the data holds) for ROPE and ATTENTION */
 const char *lpo_op_data_shape(const lpo_op_data *d);
 void lpo_op_data_free(lpo_op_data *d);
 

@@ -11,32 +11,61 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lpo/core.h"
 #include "lpo/model.h"
 #include "lpo/status.h"
 
-/* ---- op kinds ------------------------------------------------------------------------------------------
- * name: the kind's short name (labels, reports). See docs/engine.md for what each kind computes. */
+/* ---- op kinds: ONE table ---------------------------------------------------------------------------------
+ * Each kind is one row: X(ENUM, name, category, flops, bytes, shape)
+ *   name      the kind's short name (labels, reports)
+ *   category  its work category (lpo_cat of core.h, the scheme profile, the tracer and deep share)
+ *   flops     floating-point operations, multiply and add counting two, as an expression of the op's sizes:
+ *             m, n, k, heads (n_heads), qk_heads (n_heads + n_kv_heads), hd (head_dim), pairs (attn_pairs),
+ *             bias (m n when the op has biases, else 0)
+ *   bytes     which tensors it moves, each once at its own dtype (lpo_op_traffic): TENSORS = its weights
+ *             (EMBED: the looked-up rows), every activation read and written; QK = its weights and only the q
+ *             and k parts of the qkv rows, read and written in place; ATTENTION = q, k, v of the new tokens
+ *             read, their k, v appended, every cached row read once per sequence, the output written
+ *   shape     the shape string's form (lpo_op_shape): ROWS "m= n=", MATMUL "m= n= k=", HEADS "m= heads=h/kv
+ *             hd=", ATTENTION HEADS + " kv_rows=" (+ " window="), EMBED "m= n= vocab="
+ * Everything that describes an op reads its row: the op list's costs, static analysis, profile, kbench, the
+ * op checker, deep. A new kind is a row here, its kernel and CPU reference, and one row in each backend's
+ * launch table (docs/engine.md "Adding an op kind"). What each kind computes: docs/engine.md. */
 #define LPO_OP_KIND_MAP(X)                                                                                   \
-    X(EMBED, "embed")         /* token ids -> rows of the embedding table */                                 \
-    X(RMSNORM, "rmsnorm")     /* y = x / rms(x) * w, per row */                                              \
-    X(LINEAR, "linear")       /* y = x @ W^T (+ b); W is one or several HF weights stacked by rows */        \
-    X(QK_NORM, "qk_norm")     /* per-head RMSNorm of q and k (qwen3) */                                      \
-    X(ROPE, "rope")           /* rotary position embedding of q and k (NeoX half-rotation form) */           \
-    X(ATTENTION, "attention") /* append k,v to the KV cache; causal softmax(q k^T / sqrt(d)) v with GQA */   \
-    X(SWIGLU, "swiglu")       /* y = silu(gate) * up */                                                      \
-    X(GEGLU, "geglu")         /* y = gelu_tanh(gate) * up (HF gelu_pytorch_tanh) */                          \
-    X(ADD, "add")             /* residual: x += y */                                                         \
-    X(LM_HEAD, "lm_head")     /* logits = x @ E^T for the rows whose logits are wanted */                    \
-    X(SAMPLE, "sample")       /* logits -> next token per row (docs/sampling.md), run by the backend */
+    /* token ids -> rows of the embedding table */                                                           \
+    X(EMBED, "embed", EMBED, 0, TENSORS, EMBED)                                                              \
+    /* y = x / rms(x) * w, per row: square + sum, scale, weight */                                           \
+    X(RMSNORM, "rmsnorm", NORM, 4 * m * n, TENSORS, ROWS)                                                    \
+    /* y = x @ W^T (+ b); W is one or several HF weights stacked by rows */                                  \
+    X(LINEAR, "linear", GEMM, 2 * m * n * k + bias, TENSORS, MATMUL)                                         \
+    /* per-head RMSNorm of q and k (qwen3) */                                                                \
+    X(QK_NORM, "qk_norm", NORM, 4 * m * qk_heads * hd, QK, HEADS)                                            \
+    /* rotary position embedding of q and k (NeoX half-rotation): two products and one add per element */    \
+    X(ROPE, "rope", ELEMENTWISE, 3 * m * qk_heads * hd, QK, HEADS)                                           \
+    /* append k, v to the KV cache; causal softmax(q k^T / sqrt(d)) v with GQA: q k^T and p v 2 d each per   \
+     * (query, key) pair, softmax ~5 */                                                                      \
+    X(ATTENTION, "attention", ATTENTION, heads *pairs *(4 * hd + 5), ATTENTION, ATTENTION)                   \
+    /* y = silu(gate) * up: silu = x / (1 + exp(-x)) ~4, times up 1 */                                       \
+    X(SWIGLU, "swiglu", ELEMENTWISE, 5 * m * n, TENSORS, ROWS)                                               \
+    /* y = gelu_tanh(gate) * up (HF gelu_pytorch_tanh): cube, 2 mul-add, tanh ~4, 0.5 (1 + t) x: ~8; up 1 */ \
+    X(GEGLU, "geglu", ELEMENTWISE, 9 * m * n, TENSORS, ROWS)                                                 \
+    /* residual: x += y */                                                                                   \
+    X(ADD, "add", ELEMENTWISE, m *n, TENSORS, ROWS)                                                          \
+    /* logits = x @ E^T for the rows whose logits are wanted */                                              \
+    X(LM_HEAD, "lm_head", GEMM, 2 * m * n * k + bias, TENSORS, MATMUL)                                       \
+    /* logits -> next token per row (docs/sampling.md), run by the backend: one pass over the logits */      \
+    X(SAMPLE, "sample", SAMPLING, m *n, TENSORS, ROWS)
 
 typedef enum {
-#define LPO__OPK_ENUM(name, str) LPO_OP_##name,
+#define LPO__OPK_ENUM(name, ...) LPO_OP_##name,
     LPO_OP_KIND_MAP(LPO__OPK_ENUM)
 #undef LPO__OPK_ENUM
         LPO_OP_KIND_COUNT
 } lpo_op_kind;
 
 const char *lpo_op_kind_name(lpo_op_kind k);
+/* The kind's work category (LPO_CAT_OTHER out of range). */
+lpo_cat lpo_op_kind_cat(lpo_op_kind k);
 
 /* ---- op roles: what an op is in the model (one role per op of a layer; fusion and reports use them) --- */
 #define LPO_OP_ROLE_MAP(X)                                                                                   \
@@ -179,6 +208,9 @@ typedef struct {
     lpo_dtype act_dtype;            /* activations as the backend computes them (CPU: F32) */
     lpo_dtype kv_dtype;             /* KV cache entries (CPU: F32) */
     const lpo_dtype_lookup *dtypes; /* stored weight dtypes; NULL = spec->dtype for every weight */
+    /* optional: the dtype of 1-D weights (norm scales, biases), NULL = as `dtypes` says. What-if analysis
+     * prices quantized matrices with 16-bit vectors this way (an op list built with other dtypes). */
+    const lpo_dtype_lookup *vectors;
 } lpo_oplist_opts;
 
 typedef struct {
@@ -193,9 +225,18 @@ typedef struct {
     int n_seqs;
     int sample;
     lpo_oplist_opts opts;
-    lpo_dtype_lookup dtypes; /* a copy of *opts.dtypes (opts.dtypes points here) */
+    lpo_dtype_lookup dtypes;  /* a copy of *opts.dtypes (opts.dtypes points here) */
+    lpo_dtype_lookup vectors; /* a copy of *opts.vectors (opts.vectors points here) */
     size_t cap_ops, cap_weights, cap_names;
 } lpo_oplist;
+
+/* The dtype buffer b has in a list built with o: token and sampled ids int32, logits f32, the KV cache
+ * kv_dtype, every other activation act_dtype. */
+lpo_dtype lpo_buf_dtype(lpo_buf b, const lpo_oplist_opts *o);
+/* op as a list built with o would hold it (what-if pricing without rebuilding the list): activations by
+ * lpo_buf_dtype, each weight by o's lookups (`vectors` for 1-D weights), its current dtype where no lookup
+ * answers. w: room for op->n_w tensors, which out->w then points to. */
+void lpo_op_with_dtypes(const lpo_op *op, const lpo_oplist_opts *o, lpo_op *out, lpo_op_tensor *w);
 
 /* Builds the op list of one step shape. opts NULL = all F32 activations and KV, spec dtype for weights.
  * LPO_E_INVALID on an inconsistent spec or shape, LPO_E_UNSUPPORTED for an architecture feature the IR
@@ -219,16 +260,29 @@ void lpo_oplist_free(lpo_oplist *l);
 /* Index of the first op with this role in this layer (-1 outside the blocks), or -1. */
 long lpo_oplist_find(const lpo_oplist *l, lpo_op_role role, int layer);
 
-/* ---- costs ---------------------------------------------------------------------------------------------
- * Floating-point operations of one op (multiply and add count as two; formulas in docs/engine.md). */
+/* ---- costs (the kind's row of LPO_OP_KIND_MAP) ----------------------------------------------------------
+ * Floating-point operations of one op (multiply and add count as two). */
 double lpo_op_flops(const lpo_op *op);
-/* Bytes the op must move to and from memory at least once: weights + activations read + written (+ KV),
- * each tensor at its own dtype. */
+/* The multiply-adds of a matrix product (GEMM category: 2 m n k, biases not included), 0 for other kinds. */
+double lpo_op_matmul_flops(const lpo_op *op);
+/* Bytes an op must move to and from memory at least once, by kind of tensor, each at its own dtype. */
+typedef struct {
+    double weights;  /* weights read (EMBED: only the looked-up rows) */
+    double in;       /* activations read (ATTENTION: q, k, v of the new tokens) */
+    double out;      /* activations written */
+    double kv_read;  /* KV cache rows read (each once per sequence and KV head) */
+    double kv_write; /* KV cache rows written (the new tokens' k and v) */
+} lpo_op_traffic;
+void lpo_op_traffic_of(const lpo_op *op, lpo_op_traffic *t);
+/* The sum of lpo_op_traffic_of. */
 double lpo_op_bytes(const lpo_op *op);
 /* Bytes of the weights alone (the part that does not depend on the batch). */
 double lpo_op_weight_bytes(const lpo_op *op);
 /* Bytes of one tensor at its dtype (quantized types: block bytes / block size per element). */
 double lpo_op_tensor_bytes(const lpo_op_tensor *t);
+/* The op's shape string ("m=7 n=48 k=80", "m=5 heads=4/2 hd=12 kv_rows=31 window=8") into buf; returns buf.
+ */
+char *lpo_op_shape(const lpo_op *op, char *buf, size_t n);
 
 /* ---- RoPE tables (shared by every backend) -----------------------------------------------------------
  * inv_freq[head_dim/2] exactly as HF's rope init functions compute it for the spec's scaling type (none,

@@ -32,23 +32,14 @@ typedef struct {
 lpo_status lpo_pf_opts_read(const lpo_node *cfg, lpo_pf_opts *out);
 
 /* ---- op categories (share of time) ------------------------------------------------------------------------
- */
-#define LPO_PF_CAT_MAP(X)                                                                                    \
-    X(GEMM, "gemm")               /* linear, lm_head */                                                      \
-    X(ATTENTION, "attention")     /* attention (scores, softmax, PV, KV append) */                           \
-    X(NORM, "norm")               /* rmsnorm, qk_norm */                                                     \
-    X(ELEMENTWISE, "elementwise") /* rope, swiglu, geglu, add */                                             \
-    X(EMBED, "embed")                                                                                        \
-    X(SAMPLING, "sampling")                                                                                  \
-    X(OTHER, "other/gaps") /* step time no group accounts for: engine work, launches, gaps */
-typedef enum {
-#define LPO__PF_CAT_ENUM(name, str) LPO_PF_CAT_##name,
-    LPO_PF_CAT_MAP(LPO__PF_CAT_ENUM)
-#undef LPO__PF_CAT_ENUM
-        LPO_PF_N_CATS
-} lpo_pf_cat;
-const char *lpo_pf_cat_name(lpo_pf_cat c);
-lpo_pf_cat lpo_pf_cat_of(lpo_op_kind k);
+ * The one category scheme (lpo_cat, core.h), as the op kinds' table assigns it (lpo_op_kind_cat). Reports
+ * show the categories some op kind has, in the scheme's order, then OTHER as "other/gaps": step time no
+ * group accounts for (engine work, launches, gaps). */
+typedef lpo_cat lpo_pf_cat;
+const char *lpo_pf_cat_name(lpo_pf_cat c); /* lpo_cat_name, OTHER: "other/gaps" */
+lpo_pf_cat lpo_pf_cat_of(lpo_op_kind k);   /* lpo_op_kind_cat */
+/* 1 when reports show category c: OTHER, or the category of some op kind. */
+int lpo_pf_cat_shown(lpo_pf_cat c);
 
 /* ---- results
  * ------------------------------------------------------------------------------------------------ */
@@ -91,7 +82,7 @@ typedef struct {
     double other_s;    /* run_s - groups_s - overhead_s: engine work and gaps between groups */
     double overhead_s; /* the profiler's own accounting inside the runs (excluded from other_s) */
     int64_t steps, runs;
-    double by_cat_s[LPO_PF_N_CATS];
+    double by_cat_s[LPO_CAT_COUNT]; /* by lpo_cat */
 } lpo_pf_breakdown;
 
 typedef struct {

@@ -84,8 +84,8 @@ lpo_status lpo_trace_step_table(lpo_trace *t, const char *step_range, lpo_table 
  * arrows from launch calls to their kernels, counter tracks. */
 lpo_status lpo_trace_write_chrome(lpo_trace *t, const lpo_trace_counters *counters, const char *path);
 
-/* Category of a kernel name: gemm, attention, norm, elementwise, reduction, memcpy, communication,
- * other (substring rules, docs/trace.md). */
+/* Category of a kernel name in lpo's one scheme (lpo_cat, core.h): gemm, attention, norm, elementwise,
+ * reduction, memcpy, communication, other (substring rules, docs/trace.md). */
 const char *lpo_trace_category(const char *kernel_name);
 
 /* Writes a synthetic raw trace with n_kernels kernels (a few hundred names, 3 streams, nested NVTX

@@ -1,8 +1,10 @@
 /* Per-op costs of the static analysis: the what-if dtype table, the peaks (roofs) a roofline uses, and
- * each op's FLOPs (useful and as executed), bytes split into weights / activations / KV cache at what-if
- * dtypes, intensity, roofline time and bound class. Formulas: docs/analysis.md. */
+ * each op's FLOPs (useful and as executed) and bytes split into weights / activations / KV cache, read from
+ * the op kind's row (ops.h) of the op at the what-if dtypes, intensity, roofline time and bound class.
+ * Formulas: docs/analysis.md, docs/engine.md. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -183,74 +185,61 @@ double lpo_an_attn_pairs_exec(int64_t n_past, int64_t n_new, int batch, int64_t 
 
 /* ---- per-op cost -----------------------------------------------------------------------------------------
  */
-/* Weight elements an op reads (the embedding only its looked-up rows), from the tensors' shapes: the
- * what-if dtypes then price them, whatever dtype the op list records. */
-static double weight_elems(const lpo_op *op) {
-    if (op->kind == LPO_OP_EMBED) return (double)op->m * (double)op->n;
-    double e = 0;
-    for (int i = 0; i < op->n_w; i++) {
-        double t = 1;
-        for (int d = 0; d < op->w[i].ndim; d++) t *= (double)op->w[i].shape[d];
-        e += t;
-    }
-    return e;
+static lpo_status an_dtype(const lpo_an_dtype *d, lpo_dtype *out) {
+    const lpo_dtype_info *i = d ? lpo_dtype_find(d->name) : NULL;
+    if (!i)
+        return lpo_errorf(LPO_E_INVALID, "analysis: dtype '%s' is not in lpo's dtype table",
+                          d ? d->name : "?");
+    *out = i->dt;
+    return LPO_OK;
+}
+
+lpo_status lpo_an_list_dtypes_init(lpo_an_list_dtypes *o, const lpo_an_dtypes *dt) {
+    memset(o, 0, sizeof *o);
+    lpo_status st;
+    if ((st = an_dtype(dt->act, &o->opts.act_dtype)) != LPO_OK) return st;
+    if ((st = an_dtype(dt->kv, &o->opts.kv_dtype)) != LPO_OK) return st;
+    if ((st = an_dtype(dt->weights, &o->weights)) != LPO_OK) return st;
+    o->vectors = dt->weights->quantized ? o->opts.act_dtype : o->weights;
+    o->weight_lookup = (lpo_dtype_lookup){&o->weights, lpo_dtype_lookup_uniform};
+    o->vector_lookup = (lpo_dtype_lookup){&o->vectors, lpo_dtype_lookup_uniform};
+    o->opts.dtypes = &o->weight_lookup;
+    o->opts.vectors = &o->vector_lookup;
+    return LPO_OK;
 }
 
 void lpo_an_op_cost(const lpo_model_spec *spec, const lpo_op *op, int batch, const lpo_an_dtypes *dt,
                     const lpo_an_peaks *p, lpo_an_cost *c) {
     memset(c, 0, sizeof *c);
-    const double m = (double)op->m, n = (double)op->n, k = (double)op->k, d = (double)op->head_dim;
-    const double h = (double)op->n_heads, hkv = (double)op->n_kv_heads;
-    const double a = dt->act->bytes, w = dt->weights->bytes, kv = dt->kv->bytes;
-    const double vec = dt->weights->quantized ? a : w; /* norm scales and biases */
-    const double we = weight_elems(op);
+    /* the op at the what-if dtypes, then its kind's row: FLOPs and bytes as the op list counts them */
+    lpo_an_list_dtypes ld;
+    lpo_op_tensor wbuf[8], *w = op->n_w <= 8 ? wbuf : malloc((size_t)op->n_w * sizeof *w);
+    lpo_op priced;
+    lpo_op_traffic t;
+    if (w && lpo_an_list_dtypes_init(&ld, dt) == LPO_OK) {
+        lpo_op_with_dtypes(op, &ld.opts, &priced, w);
+        lpo_op_traffic_of(&priced, &t);
+    } else { /* out of memory, or a what-if dtype outside the table: the op's own dtypes */
+        lpo_op_traffic_of(op, &t);
+    }
+    if (w != wbuf) free(w);
+    c->weight_bytes = t.weights;
+    c->in_bytes = t.in;
+    c->out_bytes = t.out;
+    c->kv_read_bytes = t.kv_read;
+    c->kv_write_bytes = t.kv_write;
     c->flops = lpo_op_flops(op);
     c->flops_exec = c->flops;
-    c->roof = LPO_AN_ROOF_VECTOR;
-    switch (op->kind) {
-    case LPO_OP_EMBED:
-        c->weight_bytes = we * w;
-        c->in_bytes = m * 4; /* int32 ids */
-        c->out_bytes = m * n * a;
-        break;
-    case LPO_OP_RMSNORM:
-    case LPO_OP_ADD:
-    case LPO_OP_SWIGLU:
-        c->weight_bytes = we * vec;
-        c->in_bytes = (op->kind == LPO_OP_RMSNORM ? 1 : 2) * m * n * a;
-        c->out_bytes = m * n * a;
-        break;
-    case LPO_OP_LINEAR:
-    case LPO_OP_LM_HEAD:
-        c->weight_bytes = n * k * w + (we - n * k) * vec; /* matrix + biases */
-        c->in_bytes = m * k * a;
-        c->out_bytes = m * n * (op->kind == LPO_OP_LM_HEAD ? 4 : a); /* logits are f32 */
-        c->roof = dt->weights->roof;
-        break;
-    case LPO_OP_QK_NORM:
-    case LPO_OP_ROPE:
-        c->weight_bytes = we * vec;
-        c->in_bytes = c->out_bytes = m * (h + hkv) * d * a;
-        break;
-    case LPO_OP_ATTENTION: {
-        c->in_bytes = m * (h + 2 * hkv) * d * a;
-        c->out_bytes = m * h * d * a;
-        c->kv_write_bytes = m * 2 * hkv * d * kv;
-        c->kv_read_bytes = (double)op->kv_rows * 2 * hkv * d * kv;
-        c->roof = dt->act->roof;
-        if (dt->attn_tile != 1 && op->attn_pairs > 0 && batch > 0) {
-            const int64_t nn = op->m / batch, past = op->kv_rows / batch - nn;
-            const double ex =
-                lpo_an_attn_pairs_exec(past, nn, batch, spec ? spec->sliding_window : 0, dt->attn_tile);
-            c->flops_exec = c->flops * ex / (double)op->attn_pairs;
-        }
-        break;
-    }
-    case LPO_OP_SAMPLE:
-        c->in_bytes = m * n * 4; /* f32 logits */
-        c->out_bytes = m * 4;
-        break;
-    default: break;
+    /* GEMMs on the weights' matmul roof, attention on the activations', the rest on the vector roof */
+    const lpo_cat cat = lpo_op_kind_cat(op->kind);
+    c->roof = cat == LPO_CAT_GEMM        ? dt->weights->roof
+              : cat == LPO_CAT_ATTENTION ? dt->act->roof
+                                         : LPO_AN_ROOF_VECTOR;
+    if (cat == LPO_CAT_ATTENTION && dt->attn_tile != 1 && op->attn_pairs > 0 && batch > 0) {
+        const int64_t nn = op->m / batch, past = op->kv_rows / batch - nn;
+        const double ex =
+            lpo_an_attn_pairs_exec(past, nn, batch, spec ? spec->sliding_window : 0, dt->attn_tile);
+        c->flops_exec = c->flops * ex / (double)op->attn_pairs;
     }
     c->bytes = c->weight_bytes + c->in_bytes + c->out_bytes + c->kv_read_bytes + c->kv_write_bytes;
     c->intensity = c->bytes > 0 ? c->flops / c->bytes : 0;

@@ -58,29 +58,18 @@ lpo_status lpo_pf_opts_read(const lpo_node *cfg, lpo_pf_opts *o) {
 /* ---- categories -----------------------------------------------------------------------------------------
  */
 const char *lpo_pf_cat_name(lpo_pf_cat c) {
-    static const char *const names[] = {
-#define LPO__PF_CAT_NAME(name, str) str,
-        LPO_PF_CAT_MAP(LPO__PF_CAT_NAME)
-#undef LPO__PF_CAT_NAME
-    };
-    return (unsigned)c < LPO_PF_N_CATS ? names[c] : "unknown";
+    return c == LPO_CAT_OTHER ? "other/gaps" : lpo_cat_name(c);
 }
 
 lpo_pf_cat lpo_pf_cat_of(lpo_op_kind k) {
-    switch (k) {
-    case LPO_OP_LINEAR:
-    case LPO_OP_LM_HEAD: return LPO_PF_CAT_GEMM;
-    case LPO_OP_ATTENTION: return LPO_PF_CAT_ATTENTION;
-    case LPO_OP_RMSNORM:
-    case LPO_OP_QK_NORM: return LPO_PF_CAT_NORM;
-    case LPO_OP_ROPE:
-    case LPO_OP_SWIGLU:
-    case LPO_OP_GEGLU:
-    case LPO_OP_ADD: return LPO_PF_CAT_ELEMENTWISE;
-    case LPO_OP_EMBED: return LPO_PF_CAT_EMBED;
-    case LPO_OP_SAMPLE: return LPO_PF_CAT_SAMPLING;
-    default: return LPO_PF_CAT_OTHER;
-    }
+    return lpo_op_kind_cat(k);
+}
+
+int lpo_pf_cat_shown(lpo_pf_cat c) {
+    if (c == LPO_CAT_OTHER) return 1;
+    for (int k = 0; k < LPO_OP_KIND_COUNT; k++)
+        if (lpo_op_kind_cat((lpo_op_kind)k) == c) return 1;
+    return 0;
 }
 
 /* ---- costs of what ran ----------------------------------------------------------------------------------
@@ -90,7 +79,9 @@ lpo_status lpo_pf_step_cost(const lpo_model_spec *spec, int n_seqs, const int64_
                             lpo_an_cost *out) {
     lpo_oplist l = {0};
     const lpo_step step = {n_seqs, n_past, n_new, 0, sample};
-    lpo_status st = lpo_oplist_build(spec, &step, NULL, &l);
+    lpo_an_list_dtypes ld; /* the list built at the dtypes it is priced at */
+    lpo_status st = lpo_an_list_dtypes_init(&ld, dt);
+    if (st == LPO_OK) st = lpo_oplist_build(spec, &step, &ld.opts, &l);
     if (st != LPO_OK) return st;
     for (size_t i = 0; i < l.n_ops; i++) {
         lpo_an_cost c;

@@ -225,7 +225,7 @@ lpo_status lpo_pf__breakdown(lpo_engine **ep, const lpo_pf_request *rq, lpo_pf_r
         bd->steps = s.steps[p];
         bd->other_s = bd->run_s - bd->groups_s - bd->overhead_s;
         if (bd->other_s < 0) bd->other_s = 0; /* clock granularity */
-        bd->by_cat_s[LPO_PF_CAT_OTHER] = bd->other_s;
+        bd->by_cat_s[LPO_CAT_OTHER] = bd->other_s;
     }
     for (size_t i = 0; i < r->n_groups; i++) {
         lpo_pf_group *x = &r->groups[i];

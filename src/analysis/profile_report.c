@@ -164,8 +164,9 @@ lpo_status lpo_pf_write_metrics(const lpo_pf_result *r, const lpo_an_static *st,
             lpo_json_kv_int(j, "runs", bd->runs);
             lpo_json_key(j, "by_category");
             lpo_json_object_begin(j);
-            for (int c = 0; c < LPO_PF_N_CATS; c++)
-                lpo_json_kv_double(j, lpo_pf_cat_name((lpo_pf_cat)c), bd->by_cat_s[c]);
+            for (int c = 0; c < LPO_CAT_COUNT; c++)
+                if (lpo_pf_cat_shown((lpo_pf_cat)c))
+                    lpo_json_kv_double(j, lpo_pf_cat_name((lpo_pf_cat)c), bd->by_cat_s[c]);
             lpo_json_object_end(j);
             lpo_json_object_end(j);
         }
@@ -316,7 +317,8 @@ static void md_phases(lpo_strbuf *o, const lpo_pf_result *r) {
 static void md_categories(lpo_strbuf *o, const lpo_pf_result *r) {
     lpo_sb_puts(o,
                 "| category | prefill ms | prefill % | decode ms | decode % |\n|---|---:|---:|---:|---:|\n");
-    for (int c = 0; c < LPO_PF_N_CATS; c++) {
+    for (int c = 0; c < LPO_CAT_COUNT; c++) {
+        if (!lpo_pf_cat_shown((lpo_pf_cat)c)) continue;
         lpo_sb_printf(o, "| %s |", lpo_pf_cat_name((lpo_pf_cat)c));
         for (int p = 0; p < 2; p++) {
             const lpo_pf_breakdown *bd = &r->bd[p];
@@ -462,29 +464,29 @@ static const lpo_pf_group *biggest(const lpo_pf_result *r, int *phase) {
 
 static lpo_pf_cat biggest_cat(const lpo_pf_breakdown *bd) {
     int c = 0;
-    for (int k = 1; k < LPO_PF_N_CATS; k++)
+    for (int k = 1; k < LPO_CAT_COUNT; k++)
         if (bd->by_cat_s[k] > bd->by_cat_s[c]) c = k;
     return (lpo_pf_cat)c;
 }
 
 static const char *advice(lpo_pf_cat c, lpo_an_bound b) {
     switch (c) {
-    case LPO_PF_CAT_GEMM:
+    case LPO_CAT_GEMM:
         return b == LPO_AN_BOUND_MEMORY
                    ? "matrix multiplies that stream the weights: faster GEMV kernels at full memory "
                      "bandwidth, larger batches, or smaller weights (fp8, int4) address it"
                    : "compute-bound matrix multiplies: tensor-core kernels at a higher fraction of the "
                      "peak, or fp8 GEMMs, address it";
-    case LPO_PF_CAT_ATTENTION:
+    case LPO_CAT_ATTENTION:
         return "attention: a fused (flash-style) kernel, a smaller KV cache (fp8) or GQA-aware reads address "
                "it";
-    case LPO_PF_CAT_NORM:
-    case LPO_PF_CAT_ELEMENTWISE:
+    case LPO_CAT_NORM:
+    case LPO_CAT_ELEMENTWISE:
         return "small elementwise kernels: fusing them into their neighbours (residual + norm, SwiGLU in the "
                "GEMM "
                "epilogue) addresses it";
-    case LPO_PF_CAT_SAMPLING: return "sampling: sampling on the device with a partial selection addresses it";
-    case LPO_PF_CAT_OTHER:
+    case LPO_CAT_SAMPLING: return "sampling: sampling on the device with a partial selection addresses it";
+    case LPO_CAT_OTHER:
         return "time outside the operators (launch overhead, host work, gaps): CUDA graphs and fewer, fused "
                "launches "
                "address it";
@@ -701,12 +703,12 @@ void lpo_pf_write_plots(const lpo_pf_result *r, lpo_strbuf *rsvg, lpo_strbuf *rc
     snprintf(b.subtitle, sizeof b.subtitle,
              "eager pass over the first batch: prefill, and %lld decode step(s)", (long long)r->bd[1].steps);
     b.n_bars = 2;
-    b.n_parts = LPO_PF_N_CATS;
     b.unit = "ms";
-    for (int p = 0; p < 2; p++) {
-        b.bar_names[p] = phase_names[p];
-        for (int c = 0; c < LPO_PF_N_CATS; c++) b.value[p][c] = r->bd[p].by_cat_s[c] * 1e3;
+    for (int p = 0; p < 2; p++) b.bar_names[p] = phase_names[p];
+    for (int c = 0; c < LPO_CAT_COUNT; c++) { /* the categories reports show, in order */
+        if (!lpo_pf_cat_shown((lpo_pf_cat)c)) continue;
+        for (int p = 0; p < 2; p++) b.value[p][b.n_parts] = r->bd[p].by_cat_s[c] * 1e3;
+        b.part_names[b.n_parts++] = lpo_pf_cat_name((lpo_pf_cat)c);
     }
-    for (int c = 0; c < LPO_PF_N_CATS; c++) b.part_names[c] = lpo_pf_cat_name((lpo_pf_cat)c);
     lpo_stacked_bars_svg(&b, bsvg);
 }

@@ -18,7 +18,9 @@ lpo_status lpo_an_phase_build(const lpo_model_spec *spec, int decode, int batch,
                               const lpo_an_dtypes *dt, const lpo_an_peaks *p, lpo_an_phase *out) {
     memset(out, 0, sizeof *out);
     lpo_oplist l = {0};
-    lpo_status st = lpo_oplist_build_phase(spec, decode, batch, tokens_or_ctx, NULL, &l);
+    lpo_an_list_dtypes ld; /* the list built at the what-if dtypes: its own bytes are the analysis' */
+    lpo_status st = lpo_an_list_dtypes_init(&ld, dt);
+    if (st == LPO_OK) st = lpo_oplist_build_phase(spec, decode, batch, tokens_or_ctx, &ld.opts, &l);
     if (st != LPO_OK) return st;
     out->decode = decode;
     out->batch = batch;

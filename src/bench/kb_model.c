@@ -151,31 +151,9 @@ static void op_key(const lpo_op *op, char *b, size_t n) {
                 (long long)(op->w[j].ndim > 1 ? op->w[j].shape[1] : 1));
 }
 
-static void op_shape(const lpo_op *op, char *b, size_t n) {
-    const long long m = op->m;
-    switch (op->kind) {
-    case LPO_OP_LINEAR:
-    case LPO_OP_LM_HEAD: snprintf(b, n, "m=%lld n=%lld k=%lld", m, (long long)op->n, (long long)op->k); break;
-    case LPO_OP_ATTENTION:
-        snprintf(b, n, "m=%lld heads=%lld/%lld hd=%lld kv_rows=%lld", m, (long long)op->n_heads,
-                 (long long)op->n_kv_heads, (long long)op->head_dim, (long long)op->kv_rows);
-        if (op->window) appendf(b, n, " window=%lld", (long long)op->window);
-        break;
-    case LPO_OP_ROPE:
-    case LPO_OP_QK_NORM:
-        snprintf(b, n, "m=%lld heads=%lld/%lld hd=%lld", m, (long long)op->n_heads, (long long)op->n_kv_heads,
-                 (long long)op->head_dim);
-        break;
-    case LPO_OP_EMBED:
-        snprintf(b, n, "m=%lld n=%lld vocab=%lld", m, (long long)op->n, (long long)op->w[0].shape[0]);
-        break;
-    default: snprintf(b, n, "m=%lld n=%lld", m, (long long)op->n); break;
-    }
-}
-
 /* GEMMs are compared with the tensor-core roof of the compute dtype, everything else with the fp32 one. */
 static lpo_ceil_dtype op_roof(lpo_op_kind k, lpo_dtype dt) {
-    if (k != LPO_OP_LINEAR && k != LPO_OP_LM_HEAD) return LPO_CEIL_FP32;
+    if (lpo_op_kind_cat(k) != LPO_CAT_GEMM) return LPO_CEIL_FP32;
     return dt == LPO_DT_BF16 ? LPO_CEIL_BF16 : dt == LPO_DT_F16 ? LPO_CEIL_FP16 : LPO_CEIL_FP32;
 }
 
@@ -235,7 +213,7 @@ static lpo_status build_rows(model_run *mc, const lpo_oplist *l, const lpo_plan 
             r->op = op;
             snprintf(r->kind, sizeof r->kind, "%s", lpo_op_kind_name(op->kind));
             snprintf(r->name, sizeof r->name, "%s", role);
-            op_shape(op, r->shape, sizeof r->shape);
+            lpo_op_shape(op, r->shape, sizeof r->shape);
             r->flops = lpo_op_flops(op);
             r->bytes = lpo_op_bytes(op);
             r->roof = op_roof(op->kind, mc->dt);
@@ -272,7 +250,7 @@ static lpo_status build_rows(model_run *mc, const lpo_oplist *l, const lpo_plan 
                     return lpo_errorf(LPO_E_NOMEM, "kbench: out of memory");
                 snprintf(r->kind, sizeof r->kind, "group");
                 snprintf(r->name, sizeof r->name, "%s", name);
-                op_shape(first, r->shape, sizeof r->shape);
+                lpo_op_shape(first, r->shape, sizeof r->shape);
                 r->flops = fl;
                 r->bytes = by;
                 r->roof = LPO_CEIL_FP32;

@@ -535,3 +535,14 @@ char *lpo_strndup(const char *s, size_t n) {
     p[n] = 0;
     return p;
 }
+
+/* ---- work categories --------------------------------------------------------------------------------------
+ */
+const char *lpo_cat_name(lpo_cat c) {
+    static const char *const names[] = {
+#define LPO__CAT_NAME(name, str) str,
+        LPO_CAT_MAP(LPO__CAT_NAME)
+#undef LPO__CAT_NAME
+    };
+    return (unsigned)c < LPO_CAT_COUNT ? names[c] : "other";
+}

@@ -103,8 +103,9 @@ static double ncu_peak(const lpo_ncu_results *res, const char *rate, const char 
 /* ---- lpo's engine: labels -> ops ------------------------------------------------------------------------
  */
 /* The matmul work of the ops a label names ("layers.7.mlp.gate_up", fused "layers.7.mlp.gate_up+mlp.act",
- * "final_norm+lm_head"): the sum of 2 m n k over its LINEAR and LM_HEAD ops; *one gets the matmul when there
- * is exactly one (else NULL). 0 when any part is not an op of the list or none is a matmul. */
+ * "final_norm+lm_head"): the sum of lpo_op_matmul_flops (2 m n k) over its GEMM-category ops; *one gets the
+ * matmul when there is exactly one (else NULL). 0 when any part is not an op of the list or none is a matmul.
+ */
 static double label_mac(const lpo_oplist *ops, const char *label, const lpo_op **one) {
     char prefix[64] = "";
     const char *rest = label;
@@ -130,8 +131,9 @@ static double label_mac(const lpo_oplist *ops, const char *label, const lpo_op *
         while (o < ops->n_ops && strcmp(ops->ops[o].name, name)) o++;
         if (o == ops->n_ops) return 0;
         const lpo_op *op = &ops->ops[o];
-        if (op->kind == LPO_OP_LINEAR || op->kind == LPO_OP_LM_HEAD) { /* a matmul: its multiply-adds */
-            sum += 2.0 * (double)op->m * (double)op->n * (double)op->k;
+        const double mac = lpo_op_matmul_flops(op); /* a matmul (GEMM category): its multiply-adds */
+        if (mac > 0) {
+            sum += mac;
             *one = n_mm++ ? NULL : op;
         }
         p = plus ? plus + 1 : NULL;

@@ -162,7 +162,7 @@ lpo_status lpo_engine_open_weights(const lpo_model_spec *spec, const lpo_weight_
     e->exec = o.exec;
     e->fusion = !o.no_fusion && o.exec != LPO_EXEC_DEBUG;
     if (dtypes) e->dtypes = *dtypes;
-    e->lopts = (lpo_oplist_opts){dt, dt, e->dtypes.stored_dtype ? &e->dtypes : NULL};
+    e->lopts = (lpo_oplist_opts){dt, dt, e->dtypes.stored_dtype ? &e->dtypes : NULL, NULL};
     const size_t slots = (size_t)o.max_seqs + (pad ? 1 : 0);
     e->n_past = calloc(slots, sizeof *e->n_past);
     e->packed = malloc((size_t)rows * sizeof *e->packed);

@@ -198,9 +198,8 @@ static lpo_status case_make(const lpo_op *op, uint64_t seed, const lpo_step *ste
             d->ref.k_cache = d->kc_ref;
             d->ref.v_cache = d->vc_ref;
         }
-        snprintf(d->shape, sizeof d->shape, "m=%lld heads=%lld/%lld hd=%lld ctx=%lld%s", (long long)m,
-                 (long long)op->n_heads, (long long)op->n_kv_heads, (long long)op->head_dim, (long long)ctx,
-                 op->window ? " windowed" : "");
+        char sh[64];
+        snprintf(d->shape, sizeof d->shape, "%s ctx=%lld", lpo_op_shape(op, sh, sizeof sh), (long long)ctx);
     } else if (op->kind == LPO_OP_EMBED) {
         ok = ok && NEW(d->tokens, m);
         for (int64_t t = 0; ok && t < m; t++)
@@ -230,9 +229,7 @@ static lpo_status case_make(const lpo_op *op, uint64_t seed, const lpo_step *ste
         d->ref.ids = d->ids_ref;
     }
     if (!ok) return lpo_errorf(LPO_E_NOMEM, "opcheck: out of memory for op '%s'", op->name);
-    if (!d->shape[0])
-        snprintf(d->shape, sizeof d->shape, "m=%lld n=%lld%s%lld", (long long)m, (long long)op->n,
-                 op->k ? " k=" : "", (long long)op->k);
+    if (!d->shape[0]) lpo_op_shape(op, d->shape, sizeof d->shape);
     if (op->kind != LPO_OP_SAMPLE) {
         d->n_out = numel(&op->out[0]);
         if (!NEW(d->out, d->n_out) || (with_ref && !NEW(d->out_ref, d->n_out)))

@@ -1,6 +1,6 @@
 /* The op list: the one description of a decoder-only transformer's forward pass, built from a model spec
- * for one step shape and reused for every step of that shape. FLOP and byte formulas per op kind live here
- * too (documented in docs/engine.md). */
+ * for one step shape and reused for every step of that shape; and the evaluation of each op kind's row of
+ * LPO_OP_KIND_MAP (ops.h): category, FLOPs, bytes, shape string (documented in docs/engine.md). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,11 +11,20 @@
 /* ---- names ------------------------------------------------------------------------------------------- */
 const char *lpo_op_kind_name(lpo_op_kind k) {
     static const char *const names[] = {
-#define LPO__OPK_NAME(name, str) str,
+#define LPO__OPK_NAME(name, str, ...) str,
         LPO_OP_KIND_MAP(LPO__OPK_NAME)
 #undef LPO__OPK_NAME
     };
     return (unsigned)k < LPO_OP_KIND_COUNT ? names[k] : "unknown";
+}
+
+lpo_cat lpo_op_kind_cat(lpo_op_kind k) {
+    static const lpo_cat cats[] = {
+#define LPO__OPK_CAT(name, str, cat, ...) LPO_CAT_##cat,
+        LPO_OP_KIND_MAP(LPO__OPK_CAT)
+#undef LPO__OPK_CAT
+    };
+    return (unsigned)k < LPO_OP_KIND_COUNT ? cats[k] : LPO_CAT_OTHER;
 }
 
 const char *lpo_op_role_name(lpo_op_role r) {
@@ -52,6 +61,36 @@ int64_t lpo_buf_width(const lpo_model_spec *s, lpo_buf b) {
     case LPO_BUF_LOGITS: return s->vocab_size;
     default: return 0;
     }
+}
+
+lpo_dtype lpo_buf_dtype(lpo_buf b, const lpo_oplist_opts *o) {
+    switch (b) {
+    case LPO_BUF_TOKENS:
+    case LPO_BUF_IDS: return LPO_DT_I32;
+    case LPO_BUF_LOGITS: return LPO_DT_F32;
+    case LPO_BUF_KV: return o->kv_dtype;
+    default: return o->act_dtype;
+    }
+}
+
+/* The dtype of weight `name` (ndim 1: a norm scale or bias) in a list built with o, dflt when no lookup
+ * answers. */
+static lpo_dtype weight_dtype(const lpo_oplist_opts *o, const char *name, int ndim, lpo_dtype dflt) {
+    const lpo_dtype_lookup *look = ndim == 1 && o->vectors ? o->vectors : o->dtypes;
+    lpo_dtype dt = dflt;
+    if (look && look->stored_dtype && look->stored_dtype(look->ud, name, &dt)) return dt;
+    return dflt;
+}
+
+void lpo_op_with_dtypes(const lpo_op *op, const lpo_oplist_opts *o, lpo_op *out, lpo_op_tensor *w) {
+    *out = *op;
+    for (int j = 0; j < op->n_in; j++) out->in[j].dtype = lpo_buf_dtype(op->in[j].buf, o);
+    for (int j = 0; j < op->n_out; j++) out->out[j].dtype = lpo_buf_dtype(op->out[j].buf, o);
+    for (int j = 0; j < op->n_w; j++) {
+        w[j] = op->w[j];
+        w[j].dtype = weight_dtype(o, op->w[j].name, op->w[j].ndim, op->w[j].dtype);
+    }
+    out->w = w;
 }
 
 int lpo_dtype_lookup_uniform(void *ud, const char *name, lpo_dtype *out) {
@@ -126,7 +165,9 @@ static lpo_op *push(builder *b, lpo_op_kind kind, lpo_op_role role, int layer) {
     return op;
 }
 
-static lpo_op_tensor act2(lpo_buf buf, int64_t d0, int64_t d1, lpo_dtype dt) {
+/* An activation tensor [d0, d1] of buffer buf, in the dtype the list's options give that buffer. */
+static lpo_op_tensor act2(const builder *b, lpo_buf buf, int64_t d0, int64_t d1) {
+    const lpo_dtype dt = lpo_buf_dtype(buf, &b->l->opts);
     lpo_op_tensor t = {0};
     t.buf = buf;
     t.name = AS_OFF(0); /* "" (offset 0 of the pool holds an empty string) */
@@ -163,11 +204,7 @@ static void add_w(builder *b, lpo_op *op, int layer, const char *suffix, int ndi
     t->ndim = ndim;
     t->shape[0] = d0;
     t->shape[1] = ndim > 1 ? d1 : 0;
-    t->dtype = b->s->dtype;
-    if (l->dtypes.stored_dtype) {
-        lpo_dtype dt;
-        if (l->dtypes.stored_dtype(l->dtypes.ud, l->names + name, &dt)) t->dtype = dt;
-    }
+    t->dtype = weight_dtype(&l->opts, l->names + name, ndim, b->s->dtype);
     op->n_w++;
 }
 
@@ -184,9 +221,8 @@ static lpo_op *linear(builder *b, lpo_op_role role, int layer, lpo_buf in, lpo_b
                       int64_t n) {
     lpo_op *op = push(b, LPO_OP_LINEAR, role, layer);
     if (!op) return NULL;
-    const lpo_dtype a = b->l->opts.act_dtype;
-    add_in(op, act2(in, T, k, a));
-    set_out(op, act2(out, T, n, a));
+    add_in(op, act2(b, in, T, k));
+    set_out(op, act2(b, out, T, n));
     op->m = T;
     op->k = k;
     op->n = n;
@@ -196,10 +232,9 @@ static lpo_op *linear(builder *b, lpo_op_role role, int layer, lpo_buf in, lpo_b
 static lpo_op *rmsnorm(builder *b, lpo_op_role role, int layer, const char *w, int64_t T) {
     lpo_op *op = push(b, LPO_OP_RMSNORM, role, layer);
     if (!op) return NULL;
-    const lpo_dtype a = b->l->opts.act_dtype;
     const int64_t n = b->s->hidden_size;
-    add_in(op, act2(LPO_BUF_X, T, n, a));
-    set_out(op, act2(LPO_BUF_XN, T, n, a));
+    add_in(op, act2(b, LPO_BUF_X, T, n));
+    set_out(op, act2(b, LPO_BUF_XN, T, n));
     op->m = T;
     op->n = n;
     op->eps = b->s->norm_eps;
@@ -212,7 +247,7 @@ static lpo_op *heads_op(builder *b, lpo_op_kind kind, lpo_op_role role, int laye
     lpo_op *op = push(b, kind, role, layer);
     if (!op) return NULL;
     const lpo_model_spec *s = b->s;
-    add_in(op, act2(LPO_BUF_QKV, T, (s->n_heads + 2 * s->n_kv_heads) * s->head_dim, b->l->opts.act_dtype));
+    add_in(op, act2(b, LPO_BUF_QKV, T, (s->n_heads + 2 * s->n_kv_heads) * s->head_dim));
     op->m = T;
     op->n_heads = s->n_heads;
     op->n_kv_heads = s->n_kv_heads;
@@ -223,11 +258,10 @@ static lpo_op *heads_op(builder *b, lpo_op_kind kind, lpo_op_role role, int laye
 static void residual(builder *b, lpo_op_role role, int layer, int64_t T) {
     lpo_op *op = push(b, LPO_OP_ADD, role, layer);
     if (!op) return;
-    const lpo_dtype a = b->l->opts.act_dtype;
     const int64_t n = b->s->hidden_size;
-    add_in(op, act2(LPO_BUF_X, T, n, a));
-    add_in(op, act2(LPO_BUF_TMP, T, n, a));
-    set_out(op, act2(LPO_BUF_X, T, n, a));
+    add_in(op, act2(b, LPO_BUF_X, T, n));
+    add_in(op, act2(b, LPO_BUF_TMP, T, n));
+    set_out(op, act2(b, LPO_BUF_X, T, n));
     op->m = T;
     op->n = n;
 }
@@ -307,10 +341,12 @@ lpo_status lpo_oplist_build_shape(const lpo_model_spec *s, const lpo_step_shape 
     if (opts) {
         out->opts = *opts;
         if (opts->dtypes) out->dtypes = *opts->dtypes;
+        if (opts->vectors) out->vectors = *opts->vectors;
     } else {
-        out->opts = (lpo_oplist_opts){LPO_DT_F32, LPO_DT_F32, NULL};
+        out->opts = (lpo_oplist_opts){LPO_DT_F32, LPO_DT_F32, NULL, NULL};
     }
     out->opts.dtypes = out->dtypes.stored_dtype ? &out->dtypes : NULL;
+    out->opts.vectors = out->vectors.stored_dtype ? &out->vectors : NULL;
     const int64_t T = shape->n_tokens;
     out->n_tokens = T;
     out->n_seqs = shape->n_seqs;
@@ -322,13 +358,12 @@ lpo_status lpo_oplist_build_shape(const lpo_model_spec *s, const lpo_step_shape 
     const int64_t h = s->hidden_size, hd = s->head_dim, nh = s->n_heads, nkv = s->n_kv_heads;
     const int64_t I = s->intermediate_size, V = s->vocab_size;
     const int64_t qd = nh * hd, kvd = nkv * hd;
-    const lpo_dtype a = out->opts.act_dtype;
 
     lpo_op *op = push(b, LPO_OP_EMBED, LPO_ROLE_EMBED, -1);
     if (op) {
-        add_in(op, act2(LPO_BUF_TOKENS, T, 1, LPO_DT_I32));
+        add_in(op, act2(b, LPO_BUF_TOKENS, T, 1));
         op->in[0].ndim = 1;
-        set_out(op, act2(LPO_BUF_X, T, h, a));
+        set_out(op, act2(b, LPO_BUF_X, T, h));
         op->m = T;
         op->n = h;
         add_w(b, op, -1, "model.embed_tokens.weight", 2, V, h);
@@ -358,9 +393,9 @@ lpo_status lpo_oplist_build_shape(const lpo_model_spec *s, const lpo_step_shape 
         op = heads_op(b, LPO_OP_ATTENTION, LPO_ROLE_ATTN, l, T);
         if (op) {
             /* the cache is read and appended: an input and an output; rows = positions read (set below) */
-            lpo_op_tensor kv = act2(LPO_BUF_KV, 0, 2 * kvd, out->opts.kv_dtype);
+            lpo_op_tensor kv = act2(b, LPO_BUF_KV, 0, 2 * kvd);
             add_in(op, kv);
-            set_out(op, act2(LPO_BUF_ATT, T, qd, a));
+            set_out(op, act2(b, LPO_BUF_ATT, T, qd));
             set_out(op, kv);
             op->window = s->sliding_window > 0 ? s->sliding_window : 0;
             op->attn_variant = T == shape->n_seqs ? LPO_ATTN_DECODE : LPO_ATTN_PREFILL;
@@ -379,8 +414,8 @@ lpo_status lpo_oplist_build_shape(const lpo_model_spec *s, const lpo_step_shape 
         }
         op = push(b, s->act == LPO_ACT_GELU_TANH ? LPO_OP_GEGLU : LPO_OP_SWIGLU, LPO_ROLE_MLP_ACT, l);
         if (op) {
-            add_in(op, act2(LPO_BUF_GU, T, 2 * I, a));
-            set_out(op, act2(LPO_BUF_ACT, T, I, a));
+            add_in(op, act2(b, LPO_BUF_GU, T, 2 * I));
+            set_out(op, act2(b, LPO_BUF_ACT, T, I));
             op->m = T;
             op->n = I;
         }
@@ -393,8 +428,8 @@ lpo_status lpo_oplist_build_shape(const lpo_model_spec *s, const lpo_step_shape 
     op = push(b, LPO_OP_LM_HEAD, LPO_ROLE_LM_HEAD, -1);
     if (op) {
         const int64_t R = out->n_logit_rows;
-        add_in(op, act2(LPO_BUF_XN, R, h, a));
-        set_out(op, act2(LPO_BUF_LOGITS, R, V, LPO_DT_F32));
+        add_in(op, act2(b, LPO_BUF_XN, R, h));
+        set_out(op, act2(b, LPO_BUF_LOGITS, R, V));
         op->m = R;
         op->k = h;
         op->n = V;
@@ -403,8 +438,8 @@ lpo_status lpo_oplist_build_shape(const lpo_model_spec *s, const lpo_step_shape 
     if (shape->sample) {
         op = push(b, LPO_OP_SAMPLE, LPO_ROLE_SAMPLE, -1);
         if (op) {
-            add_in(op, act2(LPO_BUF_LOGITS, out->n_logit_rows, V, LPO_DT_F32));
-            set_out(op, act2(LPO_BUF_IDS, out->n_logit_rows, 1, LPO_DT_I32));
+            add_in(op, act2(b, LPO_BUF_LOGITS, out->n_logit_rows, V));
+            set_out(op, act2(b, LPO_BUF_IDS, out->n_logit_rows, 1));
             op->out[0].ndim = 1;
             op->m = out->n_logit_rows;
             op->n = V;
@@ -513,9 +548,10 @@ long lpo_oplist_find(const lpo_oplist *l, lpo_op_role role, int layer) {
     return -1;
 }
 
-/* ---- cost model ------------------------------------------------------------------------------------------
- * Bytes count each tensor once at its own dtype (weights, activations read, activations written); the KV
- * cache counts the new K/V rows written plus every cached row read once per (sequence, kv head). */
+/* ---- cost model: the rows of LPO_OP_KIND_MAP (ops.h)
+ * -------------------------------------------------------- Bytes count each tensor once at its own dtype
+ * (weights, activations read, activations written); the KV cache counts the new K/V rows written plus every
+ * cached row read once per (sequence, kv head). */
 static double dsize(lpo_dtype dt, double n) {
     const lpo_dtype_info *d = lpo_dtype_info_of(dt);
     return d ? n * d->bytes : 0;
@@ -535,48 +571,91 @@ double lpo_op_weight_bytes(const lpo_op *op) {
     return b;
 }
 
+/* The byte rules and shape forms the table's rows name. */
+enum { BYTES_TENSORS, BYTES_QK, BYTES_ATTENTION };
+enum { SHAPE_ROWS, SHAPE_MATMUL, SHAPE_HEADS, SHAPE_ATTENTION, SHAPE_EMBED };
+
 double lpo_op_flops(const lpo_op *op) {
-    const double m = (double)op->m, n = (double)op->n, k = (double)op->k;
-    const double hd = (double)op->head_dim, heads = (double)(op->n_heads + op->n_kv_heads);
+    const double m = (double)op->m, n = (double)op->n, k = (double)op->k, hd = (double)op->head_dim;
+    const double heads = (double)op->n_heads, qk_heads = (double)(op->n_heads + op->n_kv_heads);
+    const double pairs = (double)op->attn_pairs, bias = op->n_bias ? m * n : 0;
+    (void)m, (void)n, (void)k, (void)hd, (void)heads, (void)qk_heads, (void)pairs, (void)bias;
     switch (op->kind) {
-    case LPO_OP_EMBED: return 0;
-    case LPO_OP_RMSNORM: return 4 * m * n; /* square+sum, scale, weight */
-    case LPO_OP_LINEAR:
-    case LPO_OP_LM_HEAD: return 2 * m * n * k + (op->n_bias ? m * n : 0);
-    case LPO_OP_QK_NORM: return 4 * m * heads * hd;
-    case LPO_OP_ROPE: return 3 * m * heads * hd; /* two products and one add per rotated element */
-    case LPO_OP_ATTENTION:                       /* q k^T and p v: 2 d each; softmax ~5 per score */
-        return (double)op->n_heads * (double)op->attn_pairs * (4 * hd + 5);
-    case LPO_OP_SWIGLU: return 5 * m * n; /* silu = x / (1 + exp(-x)) ~ 4, times up 1 */
-    case LPO_OP_GEGLU: return 9 * m * n;  /* gelu_tanh: cube, 2 mul-add, tanh ~ 4, 0.5 (1 + t) x: ~8; up 1 */
-    case LPO_OP_ADD: return m * n;
-    case LPO_OP_SAMPLE: return m * n; /* one pass over the logits (greedy) */
+#define LPO__OPK_FLOPS(name, str, cat, flops, ...)                                                           \
+    case LPO_OP_##name: return (double)(flops);
+        LPO_OP_KIND_MAP(LPO__OPK_FLOPS)
+#undef LPO__OPK_FLOPS
     default: return 0;
     }
 }
 
-double lpo_op_bytes(const lpo_op *op) {
-    double b = lpo_op_weight_bytes(op);
-    switch (op->kind) {
-    case LPO_OP_ATTENTION: {
-        /* q read, k/v of the new tokens written, every cached k/v row read, output written */
+double lpo_op_matmul_flops(const lpo_op *op) {
+    if (lpo_op_kind_cat(op->kind) != LPO_CAT_GEMM) return 0;
+    return 2.0 * (double)op->m * (double)op->n * (double)op->k;
+}
+
+void lpo_op_traffic_of(const lpo_op *op, lpo_op_traffic *t) {
+    static const int rule[] = {
+#define LPO__OPK_BYTES(name, str, cat, flops, bytes, ...) BYTES_##bytes,
+        LPO_OP_KIND_MAP(LPO__OPK_BYTES)
+#undef LPO__OPK_BYTES
+    };
+    memset(t, 0, sizeof *t);
+    t->weights = lpo_op_weight_bytes(op);
+    switch ((unsigned)op->kind < LPO_OP_KIND_COUNT ? rule[op->kind] : BYTES_TENSORS) {
+    case BYTES_ATTENTION: {
+        /* q, k, v of the new tokens read, their k/v written, every cached k/v row read, output written */
         const lpo_dtype a = op->in[0].dtype, kv = op->in[1].dtype;
         const double m = (double)op->m, hd = (double)op->head_dim;
-        b += dsize(a, m * (double)(op->n_heads + 2 * op->n_kv_heads) * hd);
-        b += dsize(kv, m * 2 * (double)op->n_kv_heads * hd);
-        b += dsize(kv, (double)op->kv_rows * 2 * (double)op->n_kv_heads * hd);
-        b += lpo_op_tensor_bytes(&op->out[0]);
-        return b;
+        t->in = dsize(a, m * (double)(op->n_heads + 2 * op->n_kv_heads) * hd);
+        t->kv_write = dsize(kv, m * 2 * (double)op->n_kv_heads * hd);
+        t->kv_read = dsize(kv, (double)op->kv_rows * 2 * (double)op->n_kv_heads * hd);
+        t->out = lpo_op_tensor_bytes(&op->out[0]);
+        break;
     }
-    case LPO_OP_QK_NORM:
-    case LPO_OP_ROPE: {
-        /* only the q and k parts of the qkv rows are read and written */
-        const double e = (double)op->m * (double)(op->n_heads + op->n_kv_heads) * (double)op->head_dim;
-        return b + 2 * dsize(op->in[0].dtype, e);
-    }
+    case BYTES_QK: /* only the q and k parts of the qkv rows are read and written */
+        t->in = t->out = dsize(op->in[0].dtype,
+                               (double)op->m * (double)(op->n_heads + op->n_kv_heads) * (double)op->head_dim);
+        break;
     default:
-        for (int i = 0; i < op->n_in; i++) b += lpo_op_tensor_bytes(&op->in[i]);
-        for (int i = 0; i < op->n_out; i++) b += lpo_op_tensor_bytes(&op->out[i]);
-        return b;
+        for (int i = 0; i < op->n_in; i++) t->in += lpo_op_tensor_bytes(&op->in[i]);
+        for (int i = 0; i < op->n_out; i++) t->out += lpo_op_tensor_bytes(&op->out[i]);
+        break;
     }
+}
+
+double lpo_op_bytes(const lpo_op *op) {
+    lpo_op_traffic t;
+    lpo_op_traffic_of(op, &t);
+    return t.weights + t.in + t.out + t.kv_read + t.kv_write;
+}
+
+char *lpo_op_shape(const lpo_op *op, char *b, size_t n) {
+    static const int form[] = {
+#define LPO__OPK_SHAPE(name, str, cat, flops, bytes, shape) SHAPE_##shape,
+        LPO_OP_KIND_MAP(LPO__OPK_SHAPE)
+#undef LPO__OPK_SHAPE
+    };
+    if (!n) return b;
+    const long long m = op->m;
+    switch ((unsigned)op->kind < LPO_OP_KIND_COUNT ? form[op->kind] : SHAPE_ROWS) {
+    case SHAPE_MATMUL: snprintf(b, n, "m=%lld n=%lld k=%lld", m, (long long)op->n, (long long)op->k); break;
+    case SHAPE_HEADS:
+    case SHAPE_ATTENTION: {
+        int w = snprintf(b, n, "m=%lld heads=%lld/%lld hd=%lld", m, (long long)op->n_heads,
+                         (long long)op->n_kv_heads, (long long)op->head_dim);
+        if (form[op->kind] == SHAPE_ATTENTION && w >= 0 && (size_t)w < n) {
+            w += snprintf(b + w, n - (size_t)w, " kv_rows=%lld", (long long)op->kv_rows);
+            if (op->window && w >= 0 && (size_t)w < n)
+                snprintf(b + w, n - (size_t)w, " window=%lld", (long long)op->window);
+        }
+        break;
+    }
+    case SHAPE_EMBED:
+        snprintf(b, n, "m=%lld n=%lld vocab=%lld", m, (long long)op->n,
+                 (long long)(op->n_w ? op->w[0].shape[0] : 0));
+        break;
+    default: snprintf(b, n, "m=%lld n=%lld", m, (long long)op->n); break;
+    }
+    return b;
 }

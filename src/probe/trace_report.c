@@ -13,24 +13,9 @@
 #include "lpo/stats.h"
 #include "probe/trace_internal.h"
 
-/* ---- categories
- * -------------------------------------------------------------------------------------------- */
-enum {
-    CAT_GEMM,
-    CAT_ATTENTION,
-    CAT_NORM,
-    CAT_ELEMENTWISE,
-    CAT_REDUCTION,
-    CAT_MEMCPY,
-    CAT_COMM,
-    CAT_OTHER,
-    CAT_N
-};
-static const char *const cat_names[CAT_N] = {"gemm",      "attention", "norm",          "elementwise",
-                                             "reduction", "memcpy",    "communication", "other"};
-
+/* ---- categories: the one scheme of lpo/core.h (LPO_CAT_*) ---------------------------------------------- */
 const char *tr_category_name(int c) {
-    return c >= 0 && c < CAT_N ? cat_names[c] : "other";
+    return lpo_cat_name((lpo_cat)c);
 }
 
 /* Case-insensitive rules, tried in this order (attention before gemm: flash kernels are CUTLASS-built; norm
@@ -43,64 +28,64 @@ static const struct {
     int cat;
     const char *pat;
 } cat_rules[] = {
-    {CAT_COMM, "nccl"},
-    {CAT_COMM, "allreduce"},
-    {CAT_COMM, "all_reduce"},
-    {CAT_COMM, "allgather"},
-    {CAT_COMM, "reducescatter"},
-    {CAT_COMM, "sendrecv"},
-    {CAT_MEMCPY, "memcpy"},
-    {CAT_MEMCPY, "memset"},
-    {CAT_ATTENTION, "flash"},
-    {CAT_ATTENTION, "fmha"},
-    {CAT_ATTENTION, "attention"},
-    {CAT_ATTENTION, "attn"},
-    {CAT_ATTENTION, "sdpa"},
-    {CAT_ATTENTION, "softmax"},
-    {CAT_ATTENTION, "mha_"},
-    {CAT_GEMM, "gemm"},
-    {CAT_GEMM, "gemv"},
-    {CAT_GEMM, "matmul"},
-    {CAT_GEMM, "cutlass"},
-    {CAT_GEMM, "cublas"},
-    {CAT_GEMM, "xmma"},
-    {CAT_GEMM, "nvjet"},
-    {CAT_GEMM, "wgmma"},
-    {CAT_GEMM, "splitk"},
-    {CAT_GEMM, "dot_kernel"},
-    {CAT_GEMM, "s16816"},
-    {CAT_GEMM, "h16816"},
-    {CAT_NORM, "*norm"},
-    {CAT_NORM, "normaliz*"},
-    {CAT_NORM, "rms*"},
-    {CAT_REDUCTION, "reduce"},
-    {CAT_REDUCTION, "reduction"},
-    {CAT_REDUCTION, "triton_red"},
-    {CAT_REDUCTION, "triton_per"},
-    {CAT_REDUCTION, "argmax"},
-    {CAT_REDUCTION, "topk"},
-    {CAT_REDUCTION, "sort"},
-    {CAT_REDUCTION, "scan"},
-    {CAT_REDUCTION, "cumsum"},
-    {CAT_ELEMENTWISE, "elementwise"},
-    {CAT_ELEMENTWISE, "vectorized"},
-    {CAT_ELEMENTWISE, "triton_poi"},
-    {CAT_ELEMENTWISE, "copy"},
-    {CAT_ELEMENTWISE, "fill"},
-    {CAT_ELEMENTWISE, "silu"},
-    {CAT_ELEMENTWISE, "gelu"},
-    {CAT_ELEMENTWISE, "relu"},
-    {CAT_ELEMENTWISE, "rope"},
-    {CAT_ELEMENTWISE, "rotary"},
-    {CAT_ELEMENTWISE, "embedding"},
-    {CAT_ELEMENTWISE, "index"},
-    {CAT_ELEMENTWISE, "gather"},
-    {CAT_ELEMENTWISE, "scatter"},
-    {CAT_ELEMENTWISE, "cast"},
-    {CAT_ELEMENTWISE, "convert"},
-    {CAT_ELEMENTWISE, "add"},
-    {CAT_ELEMENTWISE, "mul"},
-    {CAT_ELEMENTWISE, "cat"},
+    {LPO_CAT_COMM, "nccl"},
+    {LPO_CAT_COMM, "allreduce"},
+    {LPO_CAT_COMM, "all_reduce"},
+    {LPO_CAT_COMM, "allgather"},
+    {LPO_CAT_COMM, "reducescatter"},
+    {LPO_CAT_COMM, "sendrecv"},
+    {LPO_CAT_MEMCPY, "memcpy"},
+    {LPO_CAT_MEMCPY, "memset"},
+    {LPO_CAT_ATTENTION, "flash"},
+    {LPO_CAT_ATTENTION, "fmha"},
+    {LPO_CAT_ATTENTION, "attention"},
+    {LPO_CAT_ATTENTION, "attn"},
+    {LPO_CAT_ATTENTION, "sdpa"},
+    {LPO_CAT_ATTENTION, "softmax"},
+    {LPO_CAT_ATTENTION, "mha_"},
+    {LPO_CAT_GEMM, "gemm"},
+    {LPO_CAT_GEMM, "gemv"},
+    {LPO_CAT_GEMM, "matmul"},
+    {LPO_CAT_GEMM, "cutlass"},
+    {LPO_CAT_GEMM, "cublas"},
+    {LPO_CAT_GEMM, "xmma"},
+    {LPO_CAT_GEMM, "nvjet"},
+    {LPO_CAT_GEMM, "wgmma"},
+    {LPO_CAT_GEMM, "splitk"},
+    {LPO_CAT_GEMM, "dot_kernel"},
+    {LPO_CAT_GEMM, "s16816"},
+    {LPO_CAT_GEMM, "h16816"},
+    {LPO_CAT_NORM, "*norm"},
+    {LPO_CAT_NORM, "normaliz*"},
+    {LPO_CAT_NORM, "rms*"},
+    {LPO_CAT_REDUCTION, "reduce"},
+    {LPO_CAT_REDUCTION, "reduction"},
+    {LPO_CAT_REDUCTION, "triton_red"},
+    {LPO_CAT_REDUCTION, "triton_per"},
+    {LPO_CAT_REDUCTION, "argmax"},
+    {LPO_CAT_REDUCTION, "topk"},
+    {LPO_CAT_REDUCTION, "sort"},
+    {LPO_CAT_REDUCTION, "scan"},
+    {LPO_CAT_REDUCTION, "cumsum"},
+    {LPO_CAT_ELEMENTWISE, "elementwise"},
+    {LPO_CAT_ELEMENTWISE, "vectorized"},
+    {LPO_CAT_ELEMENTWISE, "triton_poi"},
+    {LPO_CAT_ELEMENTWISE, "copy"},
+    {LPO_CAT_ELEMENTWISE, "fill"},
+    {LPO_CAT_ELEMENTWISE, "silu"},
+    {LPO_CAT_ELEMENTWISE, "gelu"},
+    {LPO_CAT_ELEMENTWISE, "relu"},
+    {LPO_CAT_ELEMENTWISE, "rope"},
+    {LPO_CAT_ELEMENTWISE, "rotary"},
+    {LPO_CAT_ELEMENTWISE, "embedding"},
+    {LPO_CAT_ELEMENTWISE, "index"},
+    {LPO_CAT_ELEMENTWISE, "gather"},
+    {LPO_CAT_ELEMENTWISE, "scatter"},
+    {LPO_CAT_ELEMENTWISE, "cast"},
+    {LPO_CAT_ELEMENTWISE, "convert"},
+    {LPO_CAT_ELEMENTWISE, "add"},
+    {LPO_CAT_ELEMENTWISE, "mul"},
+    {LPO_CAT_ELEMENTWISE, "cat"},
 };
 
 static int icontains(const char *s, const char *pat) {
@@ -160,16 +145,16 @@ static int category_of(const char *name) {
                                             : icontains(name, pat);
         if (hit) return cat_rules[i].cat;
     }
-    return CAT_OTHER;
+    return LPO_CAT_OTHER;
 }
 
 const char *lpo_trace_category(const char *kernel_name) {
-    return cat_names[category_of(kernel_name ? kernel_name : "")];
+    return lpo_cat_name((lpo_cat)category_of(kernel_name ? kernel_name : ""));
 }
 
 int tr_category(tr_strtab *t, uint32_t id, int op_kind) {
-    if (op_kind != TR_OP_KERNEL) return CAT_MEMCPY;
-    if (!id || id >= t->n) return CAT_OTHER;
+    if (op_kind != TR_OP_KERNEL) return LPO_CAT_MEMCPY;
+    if (!id || id >= t->n) return LPO_CAT_OTHER;
     if (t->v[id].category < 0) t->v[id].category = (int8_t)category_of(t->v[id].s);
     return t->v[id].category;
 }

@@ -406,6 +406,117 @@ static void test_analyze_command(void **state) {
     free(err);
 }
 
+/* ---- every op kind: analysis FLOPs and bytes are the op list's ------------------------------------------
+ * For several architectures (llama, qwen2 with biases, qwen3 with q/k norm, a gelu_tanh MLP, a sliding
+ * window, an untied head) and several what-if dtype sets, prefill and decode phases: the analysis cost of
+ * each op equals its kind's row evaluated on a list built at those dtypes (lpo_an_list_dtypes_init), part by
+ * part; pricing a list built at other dtypes (f32, the spec's) gives the same numbers; every op kind is
+ * seen. */
+static void check_costs(const lpo_model_spec *s, const char *w, const char *a, const char *kv, int *seen) {
+    lpo_an_dtypes dt = dtypes_of(w, a, kv, 1);
+    lpo_an_list_dtypes ld;
+    assert_int_equal(lpo_an_list_dtypes_init(&ld, &dt), LPO_OK);
+    for (int decode = 0; decode < 2; decode++) {
+        const int batch = decode ? 3 : 2;
+        const int64_t x = decode ? 21 : 11;
+        lpo_oplist l = {0}, plain = {0};
+        assert_int_equal(lpo_oplist_build_phase(s, decode, batch, x, &ld.opts, &l), LPO_OK);
+        assert_int_equal(lpo_oplist_build_phase(s, decode, batch, x, NULL, &plain), LPO_OK);
+        assert_int_equal(l.n_ops, plain.n_ops);
+        for (size_t i = 0; i < l.n_ops; i++) {
+            const lpo_op *op = &l.ops[i];
+            lpo_an_cost c, cp;
+            lpo_an_op_cost(s, op, batch, &dt, NULL, &c);
+            lpo_an_op_cost(s, &plain.ops[i], batch, &dt, NULL, &cp);
+            lpo_op_traffic t;
+            lpo_op_traffic_of(op, &t);
+            if (c.bytes != lpo_op_bytes(op) || c.weight_bytes != t.weights || c.in_bytes != t.in ||
+                c.out_bytes != t.out || c.kv_read_bytes != t.kv_read || c.kv_write_bytes != t.kv_write)
+                fail_msg("%s %s (%s/%s/%s): analysis bytes %.17g vs the op list's %.17g", s->name, op->name,
+                         w, a, kv, c.bytes, lpo_op_bytes(op));
+            assert_true(c.flops == lpo_op_flops(op));
+            assert_true(cp.bytes == c.bytes && cp.flops == c.flops && cp.weight_bytes == c.weight_bytes);
+            if (op->kind != LPO_OP_EMBED) assert_true(c.bytes > 0);
+            seen[op->kind] = 1;
+        }
+        lpo_oplist_free(&l);
+        lpo_oplist_free(&plain);
+    }
+}
+
+static void test_costs_match_oplist(void **state) {
+    (void)state;
+    int seen[LPO_OP_KIND_COUNT] = {0};
+    lpo_model_spec arch[6];
+    for (int i = 0; i < 6; i++) arch[i] = test_spec();
+    arch[1].qkv_bias = 1; /* qwen2 */
+    arch[1].tied_embeddings = 0;
+    arch[2].qk_norm = 1; /* qwen3 */
+    arch[2].o_bias = arch[2].mlp_bias = 1;
+    arch[3].act = LPO_ACT_GELU_TANH; /* gemma-style GeGLU */
+    arch[4].sliding_window = 7;      /* mistral */
+    arch[5] = test_spec_llama8b();
+    arch[5].n_layers = 1;
+    const char *sets[][3] = {{"bf16", "bf16", "bf16"},
+                             {"f32", "f32", "f32"},
+                             {"fp8", "bf16", "fp8"},
+                             {"int4", "f16", "bf16"},
+                             {"q4_k", "bf16", "f16"}};
+    for (int i = 0; i < 6; i++)
+        for (size_t d = 0; d < sizeof sets / sizeof sets[0]; d++)
+            check_costs(&arch[i], sets[d][0], sets[d][1], sets[d][2], seen);
+    for (int k = 0; k < LPO_OP_KIND_COUNT; k++)
+        if (!seen[k]) fail_msg("op kind %s never checked", lpo_op_kind_name((lpo_op_kind)k));
+}
+
+/* ---- GeGLU traffic (regression: the analysis once had no GEGLU case and counted 0 bytes for it) ---------
+ * A gelu_tanh MLP moves exactly what a silu one moves: same tensors, same shapes. Through the command too:
+ * `lpo analyze model=tiny +model.arch.act=gelu_tanh` reports the silu model's prefill bytes (1,661,888). */
+static double analyze_prefill_bytes(const char *dir, const char *extra) {
+    char cmd[1024], *out = NULL, *err = NULL;
+    snprintf(cmd, sizeof cmd, "analyze model=tiny %s output.dir=%s", extra, dir);
+    const int rc = lpo_test_run_lpo(cmd, &out, &err);
+    if (rc != 0) fail_msg("lpo %s: rc %d: %s", cmd, rc, err ? err : "");
+    free(out);
+    free(err);
+    char path[1200], *text = NULL;
+    size_t len;
+    snprintf(path, sizeof path, "%s/static_compute.json", dir);
+    assert_int_equal(lpo_read_file(path, &text, &len), LPO_OK);
+    cJSON *root = cJSON_Parse(text);
+    assert_non_null(root);
+    const cJSON *ph = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "phases"), 0); /* the prefill */
+    assert_string_equal(cJSON_GetObjectItem(ph, "name")->valuestring, "prefill");
+    const double b = cJSON_GetObjectItem(cJSON_GetObjectItem(ph, "total"), "bytes")->valuedouble;
+    cJSON_Delete(root);
+    free(text);
+    return b;
+}
+
+static void test_geglu_bytes(void **state) {
+    (void)state;
+    lpo_model_spec silu = test_spec(), gelu = test_spec();
+    gelu.act = LPO_ACT_GELU_TANH;
+    lpo_an_dtypes dt = dtypes_of("bf16", "bf16", "bf16", 128);
+    lpo_an_phase a, b;
+    assert_int_equal(lpo_an_phase_build(&silu, 0, 2, 9, &dt, NULL, &a), LPO_OK);
+    assert_int_equal(lpo_an_phase_build(&gelu, 0, 2, 9, &dt, NULL, &b), LPO_OK);
+    const lpo_an_cost *sw = &a.by_kind[LPO_OP_SWIGLU], *gg = &b.by_kind[LPO_OP_GEGLU];
+    assert_true(sw->in_bytes > 0 && gg->in_bytes == sw->in_bytes && gg->out_bytes == sw->out_bytes);
+    assert_true(b.total.bytes == a.total.bytes);
+    assert_true(b.total.flops > a.total.flops); /* gelu_tanh costs more arithmetic than silu */
+    lpo_an_phase_free(&a);
+    lpo_an_phase_free(&b);
+    char *tmp = lpo_test_tmpdir(), d1[600], d2[600];
+    snprintf(d1, sizeof d1, "%s/silu", tmp);
+    snprintf(d2, sizeof d2, "%s/gelu", tmp);
+    const double bs = analyze_prefill_bytes(d1, ""),
+                 bg = analyze_prefill_bytes(d2, "+model.arch.act=gelu_tanh");
+    printf("lpo analyze model=tiny: prefill bytes %.0f (silu), %.0f (gelu_tanh)\n", bs, bg);
+    assert_true(bs == 1661888.0);
+    assert_true(bg == bs);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_llama8b_decode),
@@ -418,6 +529,8 @@ int main(void) {
         cmocka_unit_test(test_config),
         cmocka_unit_test(test_writers),
         cmocka_unit_test(test_analyze_command),
+        cmocka_unit_test(test_costs_match_oplist),
+        cmocka_unit_test(test_geglu_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -109,7 +109,7 @@ static void test_costs(void **state) {
     (void)state;
     lpo_model_spec s = test_spec();
     lpo_oplist l = {0};
-    lpo_oplist_opts o = {LPO_DT_BF16, LPO_DT_F16, NULL};
+    lpo_oplist_opts o = {LPO_DT_BF16, LPO_DT_F16, NULL, NULL};
     s.dtype = LPO_DT_BF16; /* weights stored as bf16 */
     assert_int_equal(lpo_oplist_build_phase(&s, 1, 1, 30, &o, &l), LPO_OK);
     const lpo_op *down = find(&l, "layers.0.mlp.down");
