@@ -80,6 +80,15 @@ lpo_status lpo_trace_write_reports(lpo_trace *t, const char *dir, const lpo_trac
 lpo_status lpo_trace_kernel_table(lpo_trace *t, lpo_table **out);
 lpo_status lpo_trace_range_table(lpo_trace *t, lpo_table **out);
 lpo_status lpo_trace_step_table(lpo_trace *t, const char *step_range, lpo_table **out);
+/* Analyses (docs/trace.md): the temporal breakdown per device and stream (timeline), idle time per cause
+ * per device (idle) and the longest gaps (gaps); any of the three may be NULL. */
+lpo_status lpo_trace_timeline_tables(lpo_trace *t, lpo_table **timeline, lpo_table **idle, lpo_table **gaps);
+/* Launch-to-start delay: its distribution (with the launch calls' and the kernels' times) and per kernel. */
+lpo_status lpo_trace_launch_tables(lpo_trace *t, lpo_table **dist, lpo_table **per_kernel);
+/* memcpy/memset by operation, memory kinds, size and call (pageable and synchronous ones flagged). */
+lpo_status lpo_trace_memop_table(lpo_trace *t, lpo_table **out);
+/* Time per CUDA API call name (nsys cuda_api_sum), with CUPTI's synchronisation records. */
+lpo_status lpo_trace_api_table(lpo_trace *t, lpo_table **out);
 /* Chrome Trace Event JSON: a track per CUDA stream, CPU API calls and NVTX ranges per thread, flow
  * arrows from launch calls to their kernels, counter tracks. */
 lpo_status lpo_trace_write_chrome(lpo_trace *t, const lpo_trace_counters *counters, const char *path);

@@ -84,7 +84,8 @@ typedef struct {
     int32_t grid[3], block[3];
     uint32_t smem_static, smem_dynamic;
     uint16_t regs;
-    uint8_t kind, pad;
+    uint8_t kind;
+    uint8_t mem;   /* memory kinds (CUpti_ActivityMemoryKind): memcpy src | dst << 4; memset the memory's */
     int32_t api;   /* index into apis of the launch call, -1 none */
     uint64_t busy; /* exclusive time on its stream (tr_analyze): the part of [start, end) that no operation
                     * started earlier on the same (process, device, stream) covers */
@@ -183,3 +184,6 @@ void tr_radix_sort_u64(uint64_t *keys, uint32_t *vals, uint64_t *tmp_keys, uint3
 /* Category index of a string (cached in the table). */
 int tr_category(tr_strtab *t, uint32_t id, int op_kind);
 const char *tr_category_name(int c);
+/* Writes the analyses of src/probe/trace_analyses.c into dir (timeline, idle, gaps, launch, memops,
+ * cuda_api; .csv and .md) and appends their section to summary (may be NULL). */
+lpo_status tr_write_analyses(lpo_trace *t, const char *dir, lpo_strbuf *summary);

@@ -88,7 +88,8 @@ static int push_op(lpo_trace *t, const tr_op *op) {
 
 /* A memcpy or memset as an operation; 0 or -1 (no memory). */
 static int push_memop(lpo_trace *t, uint32_t proc, uint8_t kind, uint32_t name, uint64_t start, uint64_t end,
-                      uint64_t bytes, uint64_t node, uint32_t corr, uint32_t stream, uint32_t device) {
+                      uint64_t bytes, uint64_t node, uint32_t corr, uint32_t stream, uint32_t device,
+                      uint8_t mem) {
     tr_op op = {.start = start,
                 .end = end,
                 .node = node,
@@ -100,6 +101,7 @@ static int push_memop(lpo_trace *t, uint32_t proc, uint8_t kind, uint32_t name, 
                 .device = device,
                 .proc = proc,
                 .kind = kind,
+                .mem = mem,
                 .api = -1};
     if (!name || push_op(t, &op)) return -1;
     if (kind == TR_OP_MEMCPY)
@@ -165,7 +167,8 @@ static lpo_status load_records(lpo_trace *t, file_ctx *c, uint32_t proc, const u
                 c->memcpy_name[ck] = tr_str_intern(&t->str, nb, strlen(nb), 1);
             }
             if (push_memop(t, proc, TR_OP_MEMCPY, c->memcpy_name[ck], m->start, m->end, m->bytes,
-                           m->graph_node_id, m->corr, m->stream, m->device))
+                           m->graph_node_id, m->corr, m->stream, m->device,
+                           (uint8_t)((m->src_kind & 15u) | (m->dst_kind & 15u) << 4)))
                 return NOMEM();
             break;
         }
@@ -173,7 +176,8 @@ static lpo_status load_records(lpo_trace *t, file_ctx *c, uint32_t proc, const u
             const lpo_raw_memset *m = BODY(lpo_raw_memset);
             if (!m) break;
             if (push_memop(t, proc, TR_OP_MEMSET, tr_str_intern(&t->str, "[CUDA memset]", 13, 0), m->start,
-                           m->end, m->bytes, m->graph_node_id, m->corr, m->stream, m->device))
+                           m->end, m->bytes, m->graph_node_id, m->corr, m->stream, m->device,
+                           (uint8_t)(m->memory_kind & 15u)))
                 return NOMEM();
             break;
         }
@@ -397,14 +401,14 @@ static lpo_status finish_file(lpo_trace *t, file_ctx *c, uint32_t proc, size_t r
         r->parent = has ? (int32_t)ix : -1;
         r->depth = has && ix < i ? (uint16_t)(t->ranges.v[ix].depth + 1) : 0;
     }
-    /* launch calls: corr -> api, and the range open at the call */
+    /* API calls: corr -> api (an operation's launch call), and the range open at a launch call */
     tr_idx_clear(&c->api);
     for (size_t i = a0; i < t->apis.n; i++) {
         tr_api *a = &t->apis.v[i];
         uint64_t l;
+        if (a->corr && tr_idx_put(&c->api, a->corr, i)) return NOMEM();
         if (!tr_idx_get(&c->launch, a->corr, &l)) continue;
         a->range = tr_idx_get(&c->range, l & ~(1ull << 63), &ix) ? (int32_t)ix : -1;
-        if (tr_idx_put(&c->api, a->corr, i)) return NOMEM();
     }
     /* operations: range, graph node label, launch call */
     for (size_t i = o0; i < t->ops.n; i++) {

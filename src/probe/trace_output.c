@@ -134,7 +134,8 @@ lpo_status lpo_trace_counters_load(const char *path, uint64_t t0_ns, lpo_trace_c
 
 /* ---- summary.md
  * ----------------------------------------------------------------------------------------------- */
-static void summary(lpo_trace *t, const lpo_trace_report_opts *o, const lpo_table *kt, lpo_strbuf *sb) {
+static void summary(lpo_trace *t, const lpo_trace_report_opts *o, const lpo_table *kt, const char *analyses,
+                    lpo_strbuf *sb) {
     const lpo_trace_stats *s = &t->stats;
     lpo_sb_printf(sb, "# lpo trace%s%s\n\n", o->title ? ": " : "", o->title ? o->title : "");
     if (!s->files) {
@@ -174,6 +175,7 @@ static void summary(lpo_trace *t, const lpo_trace_report_opts *o, const lpo_tabl
             "%zu range(s) were still open and are closed at the last event of their process.\n\n",
             s->truncated_files, s->processes_without_end, s->end_signal ? ", ended by signal " : "",
             s->end_signal ? strsignal(s->end_signal) : "", s->unterminated_ranges);
+    if (analyses) lpo_sb_puts(sb, analyses);
     lpo_sb_puts(sb, "## Top kernels\n\nSee kernels.md for all of them, ranges.md for NVTX ranges.\n\n");
     tr_overlap_note(t, sb);
     lpo_strbuf md = {0};
@@ -227,13 +229,15 @@ lpo_status lpo_trace_write_reports(lpo_trace *t, const char *dir, const lpo_trac
         }
     }
     if (!st) {
-        lpo_strbuf sb = {0};
-        summary(t, opts, kt, &sb);
+        lpo_strbuf sb = {0}, an = {0};
+        st = tr_write_analyses(t, dir, &an);
+        summary(t, opts, kt, an.buf, &sb);
+        lpo_sb_free(&an);
         if (stt && !lpo_table_rows(stt))
             lpo_sb_printf(&sb, "\nNo instance of the step range '%s' was found (steps.csv not written).\n",
                           opts->step_range);
         snprintf(path, sizeof path, "%s/summary.md", dir);
-        st = lpo_write_file(path, sb.buf ? sb.buf : "", sb.len);
+        if (!st) st = lpo_write_file(path, sb.buf ? sb.buf : "", sb.len);
         lpo_sb_free(&sb);
     }
     uint64_t t2 = lpo_now_ns();

@@ -1,0 +1,324 @@
+/* Unit tests for the trace analyses (src/probe/trace_analyses.c) on a hand-made raw trace with known
+ * answers, no GPU needed: the temporal breakdown per device and stream, idle gaps by cause (host-bound,
+ * synchronisation, dependency, unknown) and the longest gaps with their NVTX range, the launch-to-start
+ * delay, the memcpy/memset summary (pageable and synchronous flags), the CUDA API summary and the files
+ * and summary section lpo_trace_write_reports adds. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lpo/core.h"
+#include "lpo/report.h"
+#include "lpo/trace.h"
+#include "probe/trace_format.h"
+#include "test_support.h"
+
+static char *path_in(const char *dir, const char *name) {
+    static char p[4][4200];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(p[k], sizeof p[k], "%s/%s", dir, name);
+    return p[k];
+}
+
+static void remove_tree(const char *dir) {
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+static cJSON *table_json(lpo_table *tb) {
+    lpo_json j;
+    lpo_strbuf js = {0};
+    lpo_json_init_buf(&j, &js, 0);
+    lpo_table_write_json(tb, &j);
+    assert_int_equal(lpo_json_finish(&j), LPO_OK);
+    cJSON *rows = cJSON_Parse(js.buf);
+    assert_non_null(rows);
+    lpo_sb_free(&js);
+    lpo_table_free(tb);
+    return rows;
+}
+
+/* The first row whose field k1 is the string v1 (and k2 is v2 when k2 is given). */
+static cJSON *row_where(cJSON *rows, const char *k1, const char *v1, const char *k2, const char *v2) {
+    cJSON *r;
+    cJSON_ArrayForEach(r, rows) {
+        const cJSON *a = cJSON_GetObjectItem(r, k1), *b = k2 ? cJSON_GetObjectItem(r, k2) : NULL;
+        if (cJSON_IsString(a) && !strcmp(a->valuestring, v1) &&
+            (!k2 || (cJSON_IsString(b) && !strcmp(b->valuestring, v2))))
+            return r;
+    }
+    fail_msg("no row with %s = %s", k1, v1);
+    return NULL;
+}
+
+static double num(const cJSON *row, const char *k) {
+    const cJSON *v = cJSON_GetObjectItem(row, k);
+    if (!cJSON_IsNumber(v)) fail_msg("%s is not a number", k);
+    return v->valuedouble;
+}
+
+static const char *str(const cJSON *row, const char *k) {
+    const cJSON *v = cJSON_GetObjectItem(row, k);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+enum { S_GEMM = 1, S_NCCL, S_LAUNCH, S_STEP, S_MEMCPY, S_MEMSET_ASYNC, S_ADD, S_N };
+static const char *const names[S_N] = {"",     "gemm_kernel", "ncclDevKernel_AllReduce", "cudaLaunchKernel",
+                                       "step", "cudaMemcpy",  "cudaMemsetAsync",         "add_kernel"};
+
+static void api(lpo_raw_writer *w, uint32_t corr, uint32_t name, uint64_t s_us, uint64_t e_us) {
+    lpo_raw_api a = {.start = s_us * 1000, .end = e_us * 1000, .corr = corr, .tid = 5, .name = name};
+    lpo_raw_put(w, LPO_REC_API, 0, &a, sizeof a);
+}
+
+static void kernel(lpo_raw_writer *w, uint32_t corr, uint32_t name, uint32_t dev, uint32_t stream,
+                   uint64_t s_us, uint64_t e_us) {
+    lpo_raw_kernel k = {.start = s_us * 1000,
+                        .end = e_us * 1000,
+                        .corr = corr,
+                        .name = name,
+                        .device = dev,
+                        .stream = stream};
+    lpo_raw_put(w, LPO_REC_KERNEL, 0, &k, sizeof k);
+}
+
+/* Device 0 (us): gemm on stream 1 [100, 200) and an all-reduce on stream 2 [150, 250) (compute on top
+ * while both run: communication 50); a pageable, synchronous 1 MiB HtoD copy [250, 270); gaps: [270, 300)
+ * host-bound (add launched at 280), [310, 400) dependency (gemm launched at 305, before the gap), [450, 600)
+ * synchronisation (a stream synchronize [455, 520), add launched at 585 inside range "step"), [610, 700)
+ * unknown (gemm without a launch call); an async memset [720, 730). Device 1: gemm [1000, 1100). */
+static void write_trace(const char *dir) {
+    lpo_raw_writer w;
+    lpo_raw_header h;
+    lpo_raw_header_init(&h, 77);
+    assert_int_equal(lpo_raw_open(&w, path_in(dir, "trace-77.lpot"), &h, 1 << 16), 0);
+    for (uint32_t i = 1; i < S_N; i++) lpo_raw_put(&w, LPO_REC_STRING, i, names[i], strlen(names[i]) + 1);
+    api(&w, 1, S_LAUNCH, 90, 95);
+    kernel(&w, 1, S_GEMM, 0, 1, 100, 200);
+    api(&w, 2, S_LAUNCH, 95, 96);
+    kernel(&w, 2, S_NCCL, 0, 2, 150, 250);
+    api(&w, 3, S_MEMCPY, 240, 271);
+    lpo_raw_memcpy mc = {.start = 250000,
+                         .end = 270000,
+                         .bytes = 1u << 20,
+                         .corr = 3,
+                         .stream = 1,
+                         .copy_kind = 1,
+                         .src_kind = 1,
+                         .dst_kind = 3};
+    lpo_raw_put(&w, LPO_REC_MEMCPY, 0, &mc, sizeof mc);
+    api(&w, 4, S_LAUNCH, 280, 285);
+    kernel(&w, 4, S_ADD, 0, 1, 300, 310);
+    api(&w, 5, S_LAUNCH, 305, 306);
+    kernel(&w, 5, S_GEMM, 0, 1, 400, 450);
+    lpo_raw_sync sy = {.start = 455000, .end = 520000, .corr = 0, .stream = 1, .type = 3};
+    lpo_raw_put(&w, LPO_REC_SYNC, 0, &sy, sizeof sy);
+    lpo_raw_range_begin rb = {.ts = 580000, .id = 1, .tid = 5, .name = S_STEP};
+    lpo_raw_put(&w, LPO_REC_RANGE_BEGIN, 0, &rb, sizeof rb);
+    api(&w, 6, S_LAUNCH, 585, 597);
+    lpo_raw_launch la = {6, 0, 1};
+    lpo_raw_put(&w, LPO_REC_LAUNCH, 0, &la, sizeof la);
+    kernel(&w, 6, S_ADD, 0, 1, 600, 610);
+    lpo_raw_range_end re = {.ts = 650000, .id = 1, .tid = 5};
+    lpo_raw_put(&w, LPO_REC_RANGE_END, 0, &re, sizeof re);
+    kernel(&w, 7, S_GEMM, 0, 1, 700, 720);
+    api(&w, 8, S_MEMSET_ASYNC, 715, 716);
+    lpo_raw_memset ms = {
+        .start = 720000, .end = 730000, .bytes = 256, .corr = 8, .stream = 1, .memory_kind = 3};
+    lpo_raw_put(&w, LPO_REC_MEMSET, 0, &ms, sizeof ms);
+    kernel(&w, 9, S_GEMM, 1, 1, 1000, 1100);
+    assert_int_equal(lpo_raw_close(&w), 0);
+}
+
+static void test_timeline_and_gaps(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir();
+    write_trace(dir);
+    lpo_trace *t = NULL;
+    if (lpo_trace_load_dir(dir, &t)) fail_msg("%s", lpo_last_error());
+    lpo_table *tl = NULL, *idle = NULL, *gaps = NULL;
+    assert_int_equal(lpo_trace_timeline_tables(t, &tl, &idle, &gaps), LPO_OK);
+    cJSON *rows = table_json(tl);
+    assert_int_equal(cJSON_GetArraySize(rows), 5); /* device 0: all, 1, 2; device 1: all, 1 */
+    cJSON *d0 = cJSON_GetArrayItem(rows, 0);
+    assert_string_equal(str(d0, "stream"), "all");
+    assert_true(fabs(num(d0, "span_ms") - 0.630) < 1e-9);
+    assert_true(fabs(num(d0, "compute_ms") - 0.190) < 1e-9);
+    assert_true(fabs(num(d0, "communication_ms") - 0.050) < 1e-9);
+    assert_true(fabs(num(d0, "memory_ms") - 0.030) < 1e-9);
+    assert_true(fabs(num(d0, "idle_ms") - 0.360) < 1e-9);
+    assert_true(fabs(num(d0, "idle_pct") - 100.0 * 360 / 630) < 1e-9);
+    cJSON *s1 = cJSON_GetArrayItem(rows, 1), *s2 = cJSON_GetArrayItem(rows, 2);
+    assert_string_equal(str(s1, "stream"), "1");
+    assert_true(fabs(num(s1, "compute_ms") - 0.190) < 1e-9);
+    assert_true(fabs(num(s1, "memory_ms") - 0.030) < 1e-9);
+    assert_true(fabs(num(s1, "idle_ms") - 0.410) < 1e-9); /* over the device's span */
+    assert_string_equal(str(s2, "stream"), "2");
+    assert_true(fabs(num(s2, "communication_ms") - 0.100) < 1e-9); /* alone on its stream */
+    assert_true(fabs(num(s2, "idle_ms") - 0.530) < 1e-9);
+    cJSON *d1 = cJSON_GetArrayItem(rows, 3);
+    assert_int_equal((int)num(d1, "device"), 1);
+    assert_true(fabs(num(d1, "compute_pct") - 100.0) < 1e-9);
+    cJSON_Delete(rows);
+
+    rows = table_json(idle);
+    static const struct {
+        const char *cause;
+        int gaps;
+        double ms;
+    } want[] = {{"host-bound", 1, 0.030},
+                {"synchronisation", 1, 0.150},
+                {"dependency", 1, 0.090},
+                {"unknown", 1, 0.090}};
+    for (size_t i = 0; i < 4; i++) { /* device 0, each cause */
+        cJSON *r = cJSON_GetArrayItem(rows, (int)i);
+        assert_string_equal(str(r, "cause"), want[i].cause);
+        assert_int_equal((int)num(r, "gaps"), want[i].gaps);
+        assert_true(fabs(num(r, "idle_ms") - want[i].ms) < 1e-9);
+    }
+    cJSON_Delete(rows);
+
+    rows = table_json(gaps); /* longest first; ties in time order */
+    assert_int_equal(cJSON_GetArraySize(rows), 4);
+    cJSON *g0 = cJSON_GetArrayItem(rows, 0);
+    assert_true(fabs(num(g0, "gap_us") - 150.0) < 1e-9);
+    assert_string_equal(str(g0, "cause"), "synchronisation");
+    assert_string_equal(str(g0, "range"), "step");
+    assert_string_equal(str(g0, "next_op"), "add_kernel");
+    assert_string_equal(str(g0, "prev_op"), "gemm_kernel");
+    assert_true(fabs(num(g0, "start_ms") - 0.360) < 1e-9); /* from the first event, the api call at 90 us */
+    assert_string_equal(str(cJSON_GetArrayItem(rows, 1), "cause"), "dependency");
+    assert_string_equal(str(cJSON_GetArrayItem(rows, 2), "cause"), "unknown");
+    assert_string_equal(str(cJSON_GetArrayItem(rows, 3), "cause"), "host-bound");
+    cJSON_Delete(rows);
+    lpo_trace_free(t);
+    remove_tree(dir);
+    free(dir);
+}
+
+static void test_launch_memops_api(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir();
+    write_trace(dir);
+    lpo_trace *t = NULL;
+    if (lpo_trace_load_dir(dir, &t)) fail_msg("%s", lpo_last_error());
+    lpo_table *dist = NULL, *per = NULL;
+    assert_int_equal(lpo_trace_launch_tables(t, &dist, &per), LPO_OK);
+    cJSON *rows = table_json(dist);
+    assert_int_equal(cJSON_GetArraySize(rows), 1);
+    cJSON *d = cJSON_GetArrayItem(rows, 0);
+    assert_int_equal((int)num(d, "kernels"), 5); /* delays 10, 55, 20, 95, 15 us */
+    assert_true(fabs(num(d, "med_us") - 20.0) < 1e-9);
+    assert_true(fabs(num(d, "min_us") - 10.0) < 1e-9);
+    assert_true(fabs(num(d, "max_us") - 95.0) < 1e-9);
+    assert_true(fabs(num(d, "avg_us") - 39.0) < 1e-9);
+    assert_true(fabs(num(d, "launch_call_avg_us") - 24.0 / 5) < 1e-9);
+    assert_true(fabs(num(d, "run_avg_us") - 270.0 / 5) < 1e-9);
+    cJSON_Delete(rows);
+    rows = table_json(per);
+    assert_string_equal(str(cJSON_GetArrayItem(rows, 0), "name"), "gemm_kernel"); /* by summed delay */
+    cJSON *add = row_where(rows, "name", "add_kernel", NULL, NULL);
+    assert_int_equal((int)num(add, "instances"), 2);
+    assert_true(fabs(num(add, "delay_med_us") - 17.5) < 1e-9);
+    assert_int_equal((int)num(add, "launch_exceeds_run"), 1); /* its 12 us launch call, 10 us run */
+    assert_true(fabs(num(add, "launch_exceeds_run_pct") - 50.0) < 1e-9);
+    cJSON_Delete(rows);
+
+    lpo_table *mo = NULL;
+    assert_int_equal(lpo_trace_memop_table(t, &mo), LPO_OK);
+    rows = table_json(mo);
+    assert_int_equal(cJSON_GetArraySize(rows), 2);
+    cJSON *mc = row_where(rows, "operation", "[CUDA memcpy HtoD]", NULL, NULL);
+    assert_string_equal(str(mc, "src"), "pageable");
+    assert_string_equal(str(mc, "dst"), "device");
+    assert_string_equal(str(mc, "size"), "1-16 MiB");
+    assert_string_equal(str(mc, "call"), "sync");
+    assert_string_equal(str(mc, "flags"), "PAGEABLE SYNC");
+    assert_true(fabs(num(mc, "gbs") - 1048576.0 / 20000.0) < 1e-9);
+    cJSON *ms = row_where(rows, "operation", "[CUDA memset]", NULL, NULL);
+    assert_string_equal(str(ms, "call"), "async");
+    assert_string_equal(str(ms, "dst"), "device");
+    assert_string_equal(str(ms, "flags"), "");
+    cJSON_Delete(rows);
+
+    lpo_table *at = NULL;
+    assert_int_equal(lpo_trace_api_table(t, &at), LPO_OK);
+    rows = table_json(at);
+    cJSON *lk = row_where(rows, "name", "cudaLaunchKernel", NULL, NULL);
+    assert_int_equal((int)num(lk, "calls"), 5);
+    assert_int_equal((int)num(lk, "total_ns"), 24000);
+    assert_true(fabs(num(lk, "med_ns") - 5000.0) < 1e-9);
+    assert_int_equal((int)num(lk, "max_ns"), 12000);
+    cJSON *sy = row_where(rows, "name", "[sync] cudaStreamSynchronize", NULL, NULL);
+    assert_string_equal(str(sy, "source"), "sync");
+    assert_int_equal((int)num(sy, "total_ns"), 65000);
+    assert_string_equal(str(cJSON_GetArrayItem(rows, 0), "name"), "[sync] cudaStreamSynchronize");
+    assert_true(fabs(num(sy, "time_pct") - 100.0 * 65 / 121) < 1e-9);
+    cJSON_Delete(rows);
+
+    /* the files and the summary's section */
+    lpo_trace_report_opts o = {.json = 0};
+    assert_int_equal(lpo_trace_write_reports(t, dir, &o, NULL), LPO_OK);
+    static const char *const files[] = {"timeline.csv", "timeline.md",  "idle.csv",   "idle.md",
+                                        "gaps.csv",     "launch.csv",   "launch.md",  "memops.csv",
+                                        "memops.md",    "cuda_api.csv", "cuda_api.md"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+        if (!lpo_path_exists(path_in(dir, files[i]))) fail_msg("%s was not written", files[i]);
+    char *sum = NULL;
+    assert_int_equal(lpo_read_file(path_in(dir, "summary.md"), &sum, NULL), LPO_OK);
+    if (!strstr(sum, "## Where the GPU time went") || !strstr(sum, "idle 57.1%") ||
+        !strstr(sum, "host was waiting in a synchronisation"))
+        fail_msg("summary.md:\n%s", sum);
+    free(sum);
+    char *idle_md = NULL;
+    assert_int_equal(lpo_read_file(path_in(dir, "idle.md"), &idle_md, NULL), LPO_OK);
+    assert_non_null(strstr(idle_md, "## The longest gaps"));
+    free(idle_md);
+    lpo_trace_free(t);
+    remove_tree(dir);
+    free(dir);
+}
+
+/* A trace without GPU operations: the analyses are empty, valid tables. */
+static void test_empty(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir();
+    lpo_trace *t = NULL;
+    assert_int_equal(lpo_trace_load_dir(dir, &t), LPO_OK);
+    lpo_table *tl = NULL, *idle = NULL, *gaps = NULL, *d = NULL, *p = NULL, *m = NULL, *a = NULL;
+    assert_int_equal(lpo_trace_timeline_tables(t, &tl, &idle, &gaps), LPO_OK);
+    assert_int_equal(lpo_trace_launch_tables(t, &d, &p), LPO_OK);
+    assert_int_equal(lpo_trace_memop_table(t, &m), LPO_OK);
+    assert_int_equal(lpo_trace_api_table(t, &a), LPO_OK);
+    assert_int_equal(lpo_table_rows(tl) + lpo_table_rows(idle) + lpo_table_rows(gaps) + lpo_table_rows(d) +
+                         lpo_table_rows(p) + lpo_table_rows(m) + lpo_table_rows(a),
+                     0);
+    lpo_table_free(tl);
+    lpo_table_free(idle);
+    lpo_table_free(gaps);
+    lpo_table_free(d);
+    lpo_table_free(p);
+    lpo_table_free(m);
+    lpo_table_free(a);
+    lpo_trace_free(t);
+    remove_tree(dir);
+    free(dir);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_timeline_and_gaps),
+        cmocka_unit_test(test_launch_memops_api),
+        cmocka_unit_test(test_empty),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
