@@ -17,3 +17,8 @@ if(LPO_HAVE_CUDA AND TARGET CUDA::cupti)
 else()
   message(STATUS "lpo: no CUPTI; `lpo trace` will not be able to trace programs")
 endif()
+
+# The PyTorch shim of `lpo trace --torch-ops`: a sitecustomize lpo puts first on the traced program's
+# PYTHONPATH (lpo finds it next to itself, in lpo_torch/).
+configure_file(${CMAKE_SOURCE_DIR}/src/probe/torch/sitecustomize.py ${CMAKE_BINARY_DIR}/lpo_torch/sitecustomize.py
+               COPYONLY)

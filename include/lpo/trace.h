@@ -59,11 +59,21 @@ typedef struct {
 lpo_status lpo_trace_counters_load(const char *path, uint64_t t0_ns, lpo_trace_counters *c);
 void lpo_trace_counters_free(lpo_trace_counters *c);
 
+/* Peaks for the PyTorch operator table's MFU, MBU and bound class (0: unknown); dense, measured ceilings
+ * preferred (the caller resolves them: lpo_an_peaks_resolve). */
+typedef struct {
+    double bf16_tflops, fp16_tflops, fp32_tflops, fp8_tflops; /* matrix roofs per data type */
+    double vector_tflops;                                     /* elementwise, norms, reductions */
+    double dram_gbs;                                          /* memory bandwidth, 10^9 B/s */
+    char label[512]; /* one sentence for the reports: where the numbers come from */
+} lpo_trace_peaks;
+
 typedef struct {
     const char *step_range;             /* NVTX range whose instances are the steps (steps.csv); NULL: none */
     int json;                           /* write trace.json */
     const lpo_trace_counters *counters; /* NULL: no counter tracks */
     const char *title;                  /* summary.md heading (e.g. the traced command) */
+    const lpo_trace_peaks *peaks;       /* for operators.csv (traces with PyTorch operators); NULL: none */
 } lpo_trace_report_opts;
 
 /* Timings of lpo_trace_write_reports (ms), for the post-processing budget. */
@@ -71,8 +81,9 @@ typedef struct {
     double analyze_ms, tables_ms, json_ms;
 } lpo_trace_timing;
 
-/* Writes kernels.{md,csv}, ranges.{md,csv}, steps.{md,csv} (when a step range is given and found),
- * trace.json (opts->json) and summary.md into dir. timing may be NULL. */
+/* Writes kernels.{md,csv}, ranges.{md,csv}, steps.{md,csv} (when a step range is given and found), the
+ * analyses (timeline, idle, gaps, launch, memops, cuda_api), operators.{md,csv} and modules.{md,csv} (when
+ * the trace holds PyTorch operators), trace.json (opts->json) and summary.md into dir. timing may be NULL. */
 lpo_status lpo_trace_write_reports(lpo_trace *t, const char *dir, const lpo_trace_report_opts *opts,
                                    lpo_trace_timing *timing);
 
@@ -89,6 +100,12 @@ lpo_status lpo_trace_launch_tables(lpo_trace *t, lpo_table **dist, lpo_table **p
 lpo_status lpo_trace_memop_table(lpo_trace *t, lpo_table **out);
 /* Time per CUDA API call name (nsys cuda_api_sum), with CUPTI's synchronisation records. */
 lpo_status lpo_trace_api_table(lpo_trace *t, lpo_table **out);
+/* 1 when the trace holds PyTorch operator ranges ("aten::..." from PyTorch's NVTX emission). */
+int lpo_trace_has_torch_ops(const lpo_trace *t);
+/* PyTorch operators (docs/trace.md): per (phase, operator) and per (phase, nn.Module path). peaks may be
+ * NULL; either output may be NULL. */
+lpo_status lpo_trace_torch_tables(lpo_trace *t, const lpo_trace_peaks *peaks, lpo_table **ops,
+                                  lpo_table **modules);
 /* Chrome Trace Event JSON: a track per CUDA stream, CPU API calls and NVTX ranges per thread, flow
  * arrows from launch calls to their kernels, counter tracks. */
 lpo_status lpo_trace_write_chrome(lpo_trace *t, const lpo_trace_counters *counters, const char *path);

@@ -39,6 +39,8 @@ lpo_status lpo_trace_cli_summarize(const char *dir, const char *title, const cha
     /* nvml.csv's times are seconds after the sampler's start, recorded in trace_info.json */
     uint64_t nvml_t0 = 0;
     char *info = NULL;
+    lpo_trace_peaks peaks = {0};
+    int have_peaks = 0;
     snprintf(p, sizeof p, "%s/trace_info.json", dir);
     if (lpo_path_exists(p) && lpo_read_file(p, &info, NULL) == LPO_OK) {
         cJSON *root = cJSON_Parse(info);
@@ -48,14 +50,33 @@ lpo_status lpo_trace_cli_summarize(const char *dir, const char *title, const cha
             nvml_t0 = (uint64_t)v;
         else if (jt)
             LPO_WARN("%s: nvml_t0_monotonic_ns is not a time in ns; the NVML counters are left out", p);
+        const cJSON *pk = cJSON_GetObjectItem(root, "peaks"); /* the operator table's peaks */
+        if (cJSON_IsObject(pk)) {
+            static const char *const keys[6] = {"bf16_tflops", "fp16_tflops",   "fp32_tflops",
+                                                "fp8_tflops",  "vector_tflops", "dram_gbs"};
+            double *dst[6] = {&peaks.bf16_tflops, &peaks.fp16_tflops,   &peaks.fp32_tflops,
+                              &peaks.fp8_tflops,  &peaks.vector_tflops, &peaks.dram_gbs};
+            for (int k = 0; k < 6; k++) { /* a value that is not a finite number >= 0 is unknown (0) */
+                const cJSON *x = cJSON_GetObjectItem(pk, keys[k]);
+                *dst[k] =
+                    cJSON_IsNumber(x) && x->valuedouble >= 0 && x->valuedouble < 1e9 ? x->valuedouble : 0;
+            }
+            const cJSON *lb = cJSON_GetObjectItem(pk, "label");
+            snprintf(peaks.label, sizeof peaks.label, "Peaks: %s.",
+                     cJSON_IsString(lb) ? lb->valuestring : "?");
+            have_peaks = 1;
+        }
         cJSON_Delete(root);
         free(info);
     }
     snprintf(p, sizeof p, "%s/nvml.csv", dir);
     const int have_counters = nvml_t0 && lpo_trace_counters_load(p, nvml_t0, &c) == LPO_OK;
     if (!have_counters) lpo_error_clear();
-    lpo_trace_report_opts o = {
-        .step_range = step_range, .json = json, .title = title, .counters = have_counters ? &c : NULL};
+    lpo_trace_report_opts o = {.step_range = step_range,
+                               .json = json,
+                               .title = title,
+                               .counters = have_counters ? &c : NULL,
+                               .peaks = have_peaks ? &peaks : NULL};
     lpo_trace_timing tm;
     st = lpo_trace_write_reports(t, dir, &o, &tm);
     if (!st) {

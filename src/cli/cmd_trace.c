@@ -16,6 +16,7 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "cli/trace_cli.h"
+#include "lpo/analysis.h"
 #include "lpo/core.h"
 #include "lpo/measure.h"
 #include "lpo/nvml_sampler.h"
@@ -33,6 +34,9 @@ static const lpo_cli_flag flags[] = {
     {"duration", 1, "seconds to record (after the delay); default: until the program exits"},
     {"step-range", 1, "NVTX range whose instances are steps, for steps.csv (default: decode_step)"},
     {"no-json", 0, "do not write trace.json"},
+    {"torch-ops", 0,
+     "a PyTorch program: turn on PyTorch's NVTX emission with shapes (the script is not edited) and write "
+     "operators.csv/md (per aten op: GPU time, FLOPs, MFU/MBU) and modules.csv/md"},
     {"synthetic", 1, "write and summarise a synthetic trace of N kernels instead of running a program"},
 };
 
@@ -61,6 +65,7 @@ static int64_t seconds_flag(const lpo_cli_args *a, const char *name) {
 /* What trace_info.json records about the traced run. */
 typedef struct {
     int exit_code;       /* as a shell reports it (128 + signal) */
+    lpo_an_peaks peaks;  /* of GPU 0, for the operator table (source NONE: unknown) */
     uint64_t nvml_t0_ns; /* CLOCK_MONOTONIC at the sampler's start; 0: no samples */
     char nvml_note[256];
 } run_info;
@@ -128,6 +133,15 @@ static lpo_status run_traced(char **argv, const char *dir, const char *lib, cons
         if (delay) setenv("LPO_TRACE_DELAY_MS", buf, 1);
         snprintf(buf, sizeof buf, "%.6f", (double)duration / 1e6);
         if (duration) setenv("LPO_TRACE_DURATION_MS", buf, 1);
+        if (lpo_cli_flag_value(a, "torch-ops")) { /* the shim first on PYTHONPATH (src/probe/torch/) */
+            char shim[PATH_MAX], pp[2 * PATH_MAX + 2];
+            lpo_probe_torch_shim_dir(shim, sizeof shim);
+            const char *old = getenv("PYTHONPATH");
+            snprintf(pp, sizeof pp, "%s%s%s", shim, old && *old ? ":" : "", old && *old ? old : "");
+            setenv("PYTHONPATH", pp, 1);
+            setenv("LPO_TORCH_OPS", "1", 1);
+            setenv("LPO_TORCH_MODULES", "1", 0); /* the user's LPO_TORCH_MODULES=0 wins */
+        }
         execvp(argv[0], argv);
         fprintf(stderr, "lpo trace: cannot run '%s': %s\n", argv[0], strerror(errno));
         _exit(127);
@@ -174,6 +188,19 @@ static lpo_status write_info(const char *dir, const lpo_cli_args *a, uint32_t ac
     lpo_json_kv_str(&j, "delay_s", lpo_cli_flag_value(a, "delay"));
     lpo_json_kv_str(&j, "duration_s", lpo_cli_flag_value(a, "duration"));
     lpo_json_kv_str(&j, "nvml", ri->nvml_note);
+    lpo_json_kv_bool(&j, "torch_ops", lpo_cli_flag_value(a, "torch-ops") != NULL);
+    if (ri->peaks.source != LPO_AN_PEAKS_NONE) { /* what operators.csv's MFU/MBU are against */
+        lpo_json_key(&j, "peaks");
+        lpo_json_object_begin(&j);
+        lpo_json_kv_double(&j, "bf16_tflops", ri->peaks.tflops[LPO_AN_ROOF_BF16]);
+        lpo_json_kv_double(&j, "fp16_tflops", ri->peaks.tflops[LPO_AN_ROOF_FP16]);
+        lpo_json_kv_double(&j, "fp32_tflops", ri->peaks.tflops[LPO_AN_ROOF_FP32]);
+        lpo_json_kv_double(&j, "fp8_tflops", ri->peaks.tflops[LPO_AN_ROOF_FP8]);
+        lpo_json_kv_double(&j, "vector_tflops", ri->peaks.tflops[LPO_AN_ROOF_VECTOR]);
+        lpo_json_kv_double(&j, "dram_gbs", ri->peaks.dram_gbs);
+        lpo_json_kv_str(&j, "label", ri->peaks.label);
+        lpo_json_object_end(&j);
+    }
     lpo_json_key(&j, "nvml_t0_monotonic_ns");
     if (ri->nvml_t0_ns)
         lpo_json_uint(&j, ri->nvml_t0_ns);
@@ -215,7 +242,14 @@ int lpo_cmd_trace(int argc, char **argv) {
     long long n_synth = synth ? atoll(synth) : 0;
     if (!st && synth && (n_synth < 1 || n_synth > 100000000))
         st = lpo_errorf(LPO_E_USAGE, "trace: --synthetic=N takes a kernel count (1 to 100000000)");
-    char lib[PATH_MAX];
+    char lib[PATH_MAX], shim[PATH_MAX];
+    if (!st && !synth && lpo_cli_flag_value(&args, "torch-ops") &&
+        !lpo_probe_torch_shim_dir(shim, sizeof shim))
+        st = lpo_errorf(
+            LPO_E_NOT_FOUND,
+            "trace: --torch-ops: the PyTorch shim %s/sitecustomize.py is missing (built next to lpo "
+            "from src/probe/torch/; set LPO_TORCH_SHIM to its directory)",
+            shim);
     if (!st && !synth && !lpo_probe_library_path(lib, sizeof lib))
         st = lpo_errorf(LPO_E_UNSUPPORTED,
                         "trace: the tracer library %s is missing (this lpo was built without CUDA/CUPTI; "
@@ -250,6 +284,10 @@ int lpo_cmd_trace(int argc, char **argv) {
         fprintf(stderr, "lpo trace: synthetic trace of %lld kernels written in %.0f ms\n", n_synth,
                 (double)(lpo_now_ns() - t0) / 1e6);
     } else if (!st) {
+        if (lpo_an_peaks_resolve(cfg, 0, &ri.peaks) != LPO_OK) { /* no GPU peaks: MFU unknown, not an error */
+            memset(&ri.peaks, 0, sizeof ri.peaks);
+            lpo_error_clear();
+        }
         st = run_traced(args.passthrough, dir, lib, &args, acts, delay, duration, mo.nvml_sample_ms, &ri);
         if (!st) st = write_info(dir, &args, acts, &ri);
     }

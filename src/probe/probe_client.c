@@ -58,6 +58,29 @@ int lpo_probe_library_path(char *buf, size_t n) {
     return 0;
 }
 
+int lpo_probe_torch_shim_dir(char *buf, size_t n) {
+    const char *env = getenv("LPO_TORCH_SHIM");
+    if (env && *env) {
+        snprintf(buf, n, "%s", env);
+        return lpo_is_dir(buf);
+    }
+    char exe[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len <= 0) {
+        snprintf(buf, n, "lpo_torch");
+        return 0;
+    }
+    exe[len] = 0;
+    for (int up = 0; up < 2; up++) { /* next to the executable, then one level up (tests/ in the build) */
+        char *slash = strrchr(exe, '/');
+        if (!slash) break;
+        *slash = 0;
+        snprintf(buf, n, "%s/lpo_torch", exe);
+        if (lpo_is_dir(buf)) return 1;
+    }
+    return 0;
+}
+
 /* Loads path and binds every entry point; LPO_OK or LPO_E_UNSUPPORTED. Called with mu held. */
 static lpo_status bind(const char *path) {
     if (P.lib) return LPO_OK;

@@ -187,3 +187,6 @@ const char *tr_category_name(int c);
 /* Writes the analyses of src/probe/trace_analyses.c into dir (timeline, idle, gaps, launch, memops,
  * cuda_api; .csv and .md) and appends their section to summary (may be NULL). */
 lpo_status tr_write_analyses(lpo_trace *t, const char *dir, lpo_strbuf *summary);
+/* Writes operators.{csv,md} and modules.{csv,md} (src/probe/trace_torch.c) into dir and appends their
+ * section to summary (may be NULL). */
+lpo_status tr_write_torch(lpo_trace *t, const char *dir, const lpo_trace_peaks *peaks, lpo_strbuf *summary);

@@ -230,7 +230,8 @@ lpo_status lpo_trace_write_reports(lpo_trace *t, const char *dir, const lpo_trac
     }
     if (!st) {
         lpo_strbuf sb = {0}, an = {0};
-        st = tr_write_analyses(t, dir, &an);
+        if (lpo_trace_has_torch_ops(t)) st = tr_write_torch(t, dir, opts->peaks, &an);
+        if (!st) st = tr_write_analyses(t, dir, &an);
         summary(t, opts, kt, an.buf, &sb);
         lpo_sb_free(&an);
         if (stt && !lpo_table_rows(stt))

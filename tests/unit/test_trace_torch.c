@@ -1,0 +1,342 @@
+/* Unit tests for the PyTorch operator table (src/probe/trace_torch.c) on recorded NVTX ranges carrying the
+ * strings PyTorch's NVTX emission pushes with record_shapes ("aten::mm, seq = 5, op_id = 12, sizes = [[8,
+ * 4096], [4096, 11008]]", torch/csrc/profiler/util.cpp getNvtxStr), the shim's module ranges and the
+ * program's phase ranges, no GPU needed: attribution to the innermost operator, phases, calls, FLOPs from
+ * the shapes (matmul 2mnk exactly, attention, convolution with its output from the next operator, norms,
+ * elementwise), data types from kernel names, MFU/MBU/bound against given peaks, modules, the files and the
+ * summary section, and a trace without operators (no operator files). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lpo/core.h"
+#include "lpo/report.h"
+#include "lpo/trace.h"
+#include "probe/trace_format.h"
+#include "test_support.h"
+
+static char *path_in(const char *dir, const char *name) {
+    static char p[4][4200];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(p[k], sizeof p[k], "%s/%s", dir, name);
+    return p[k];
+}
+
+static void remove_tree(const char *dir) {
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+static cJSON *table_json(lpo_table *tb) {
+    lpo_json j;
+    lpo_strbuf js = {0};
+    lpo_json_init_buf(&j, &js, 0);
+    lpo_table_write_json(tb, &j);
+    assert_int_equal(lpo_json_finish(&j), LPO_OK);
+    cJSON *rows = cJSON_Parse(js.buf);
+    assert_non_null(rows);
+    lpo_sb_free(&js);
+    lpo_table_free(tb);
+    return rows;
+}
+
+static cJSON *row2(cJSON *rows, const char *k1, const char *v1, const char *k2, const char *v2) {
+    cJSON *r;
+    cJSON_ArrayForEach(r, rows) {
+        const cJSON *a = cJSON_GetObjectItem(r, k1), *b = cJSON_GetObjectItem(r, k2);
+        if (cJSON_IsString(a) && !strcmp(a->valuestring, v1) && cJSON_IsString(b) &&
+            !strcmp(b->valuestring, v2))
+            return r;
+    }
+    fail_msg("no row with %s = %s and %s = %s", k1, v1, k2, v2);
+    return NULL;
+}
+
+static double num(const cJSON *row, const char *k) {
+    const cJSON *v = cJSON_GetObjectItem(row, k);
+    if (!cJSON_IsNumber(v)) fail_msg("%s is not a number", k);
+    return v->valuedouble;
+}
+
+static const char *str(const cJSON *row, const char *k) {
+    const cJSON *v = cJSON_GetObjectItem(row, k);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+/* ---- a small writer of ranges and kernels ----------------------------------------------------------------
+ */
+typedef struct {
+    lpo_raw_writer w;
+    uint32_t next_str, corr;
+    uint64_t next_id;
+} tw;
+
+static uint32_t s_(tw *t, const char *s) {
+    lpo_raw_put(&t->w, LPO_REC_STRING, ++t->next_str, s, strlen(s) + 1);
+    return t->next_str;
+}
+
+/* Opens a range at us (parent: range id, 0 none); returns its id. */
+static uint64_t push(tw *t, const char *name, uint64_t parent, uint64_t us) {
+    lpo_raw_range_begin b = {
+        .ts = us * 1000, .id = ++t->next_id, .parent = parent, .tid = 5, .name = s_(t, name)};
+    lpo_raw_put(&t->w, LPO_REC_RANGE_BEGIN, 0, &b, sizeof b);
+    return b.id;
+}
+
+static void pop(tw *t, uint64_t id, uint64_t us) {
+    lpo_raw_range_end e = {.ts = us * 1000, .id = id, .tid = 5};
+    lpo_raw_put(&t->w, LPO_REC_RANGE_END, 0, &e, sizeof e);
+}
+
+/* A kernel launched inside range `in` (0: none) running [s_us, e_us). */
+static void kern(tw *t, const char *name, uint64_t in, uint64_t s_us, uint64_t e_us) {
+    const uint32_t c = ++t->corr;
+    if (in) {
+        lpo_raw_launch l = {c, 0, in};
+        lpo_raw_put(&t->w, LPO_REC_LAUNCH, 0, &l, sizeof l);
+    }
+    lpo_raw_kernel k = {
+        .start = s_us * 1000, .end = e_us * 1000, .corr = c, .name = s_(t, name), .stream = 7};
+    lpo_raw_put(&t->w, LPO_REC_KERNEL, 0, &k, sizeof k);
+}
+
+static const char *const GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64";
+
+/* Phase decode: module mlp { linear -> mm (gemm 100 us), silu (10 us) }, add in fp32 (10 us), attention
+ * sdpa -> flash -> _flash_attention_forward (40 us). Phase prefill: mm twice (200 us + 100 us) and a kernel
+ * outside any operator (10 us). Phase vision: conv2d -> cudnn_convolution (30 us), then its bias add_ (5 us)
+ * whose first input is the convolution's output [2, 16, 16, 16]. */
+static void write_trace(const char *dir) {
+    tw t = {0};
+    lpo_raw_header h;
+    lpo_raw_header_init(&h, 55);
+    assert_int_equal(lpo_raw_open(&t.w, path_in(dir, "trace-55.lpot"), &h, 1 << 16), 0);
+    uint64_t ph = push(&t, "decode", 0, 0);
+    uint64_t mod = push(&t, "module:model.layers.0.mlp|LlamaMLP", ph, 10);
+    uint64_t lin = push(&t,
+                        "aten::linear, op_id = 10, sizes = [[1, 8, 4096], [11008, 4096], []], input_op_ids = "
+                        "[(9,0), (3,0)]",
+                        mod, 20);
+    uint64_t mm = push(&t, "aten::mm, seq = 5, op_id = 12, sizes = [[8, 4096], [4096, 11008]]", lin, 30);
+    kern(&t, GEMM, mm, 40, 140);
+    pop(&t, mm, 100);
+    pop(&t, lin, 200);
+    uint64_t si = push(&t, "aten::silu, op_id = 13, sizes = [[1, 8, 11008]]", mod, 205);
+    kern(&t, "void at::native::vectorized_elementwise_kernel<4, at::native::silu_kernel<c10::BFloat16>>", si,
+         210, 220);
+    pop(&t, si, 215);
+    pop(&t, mod, 500);
+    uint64_t ad =
+        push(&t, "aten::add, seq = 7, op_id = 14, sizes = [[1, 8, 4096], [1, 8, 4096], []]", ph, 510);
+    kern(&t, "void at::native::elementwise_kernel<128, 2, at::native::CUDAFunctor_add<float>>", ad, 520, 530);
+    pop(&t, ad, 515);
+    uint64_t sd =
+        push(&t,
+             "aten::scaled_dot_product_attention, op_id = 15, sizes = [[1, 32, 8, 128], [1, 8, 40, 128], "
+             "[1, 8, 40, 128], [], [], []]",
+             ph, 600);
+    uint64_t fl =
+        push(&t,
+             "aten::_scaled_dot_product_flash_attention, op_id = 16, sizes = [[1, 32, 8, 128], [1, 8, "
+             "40, 128], [1, 8, 40, 128], [], [], [], []]",
+             sd, 601);
+    uint64_t ff =
+        push(&t,
+             "aten::_flash_attention_forward, op_id = 17, sizes = [[1, 8, 32, 128], [1, 40, 8, 128], [1, "
+             "40, 8, 128], [], [], [], [], [], [], [], []]",
+             fl, 602);
+    kern(&t, "void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 32, 4, cutlass::bfloat16_t>>", ff, 610,
+         650);
+    pop(&t, ff, 605);
+    pop(&t, fl, 606);
+    pop(&t, sd, 607);
+    pop(&t, ph, 1000);
+    ph = push(&t, "prefill", 0, 1000);
+    mm = push(&t, "aten::mm, op_id = 20, sizes = [[64, 4096], [4096, 4096]]", ph, 1010);
+    kern(&t, GEMM, mm, 1020, 1220);
+    pop(&t, mm, 1015);
+    mm = push(&t, "aten::mm, op_id = 21, sizes = [[64, 4096], [4096, 4096]]", ph, 1300);
+    kern(&t, GEMM, mm, 1310, 1410);
+    pop(&t, mm, 1305);
+    kern(&t, "my_kernel", ph, 1500, 1510);
+    pop(&t, ph, 2000);
+    ph = push(&t, "vision", 0, 2000);
+    uint64_t cv =
+        push(&t, "aten::conv2d, op_id = 30, sizes = [[2, 3, 32, 32], [16, 3, 3, 3], [16], [], [], [], []]",
+             ph, 2010);
+    uint64_t cu =
+        push(&t,
+             "aten::cudnn_convolution, op_id = 31, sizes = [[2, 3, 32, 32], [16, 3, 3, 3], [], [], [], "
+             "[], [], [], []]",
+             cv, 2011);
+    kern(&t, "cudnn_infer_ampere_scudnn_128x32_relu_small_nn_v1", cu, 2020, 2050);
+    pop(&t, cu, 2015);
+    uint64_t ba = push(&t, "aten::add_, op_id = 32, sizes = [[2, 16, 16, 16], [1, 16, 1, 1], []]", cv, 2016);
+    kern(&t, "void at::native::elementwise_kernel<128, 2, at::native::CUDAFunctor_add<float>>", ba, 2050,
+         2055);
+    pop(&t, ba, 2017);
+    pop(&t, cv, 2018);
+    pop(&t, ph, 3000);
+    assert_int_equal(lpo_raw_close(&t.w), 0);
+}
+
+static void test_operators(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir();
+    write_trace(dir);
+    lpo_trace *t = NULL;
+    if (lpo_trace_load_dir(dir, &t)) fail_msg("%s", lpo_last_error());
+    assert_int_equal(lpo_trace_has_torch_ops(t), 1);
+    lpo_trace_peaks pk = {.bf16_tflops = 1000,
+                          .fp16_tflops = 1000,
+                          .fp32_tflops = 60,
+                          .fp8_tflops = 2000,
+                          .vector_tflops = 60,
+                          .dram_gbs = 3350};
+    snprintf(pk.label, sizeof pk.label, "Peaks: test.");
+    lpo_table *ot = NULL, *mt = NULL;
+    assert_int_equal(lpo_trace_torch_tables(t, &pk, &ot, &mt), LPO_OK);
+    cJSON *rows = table_json(ot);
+
+    cJSON *mm = row2(rows, "phase", "decode", "op", "aten::mm");
+    assert_int_equal((int)num(mm, "calls"), 1);
+    assert_true(num(mm, "flops") == 2.0 * 8 * 4096 * 11008); /* 2mnk exactly */
+    assert_true(num(mm, "bytes") == (8.0 * 4096 + 4096.0 * 11008 + 8.0 * 11008) * 2);
+    assert_string_equal(str(mm, "family"), "matmul");
+    assert_string_equal(str(mm, "dtype"), "bf16");
+    assert_string_equal(str(mm, "bound"), "memory");
+    assert_true(fabs(num(mm, "gpu_ms") - 0.1) < 1e-12);
+    assert_true(fabs(num(mm, "mfu_pct") - 100.0 * 2.0 * 8 * 4096 * 11008 / 1e-4 / 1e15) < 1e-9);
+    assert_true(fabs(num(mm, "mbu_pct") -
+                     100.0 * (8.0 * 4096 + 4096.0 * 11008 + 8.0 * 11008) * 2 / 1e-4 / 3350e9) < 1e-9);
+    assert_true(fabs(num(mm, "share_pct") - 100.0 * 100 / 160) < 1e-9); /* of decode's 160 us */
+    assert_string_equal(str(mm, "shapes"), "[[8, 4096], [4096, 11008]]");
+
+    cJSON *si = row2(rows, "phase", "decode", "op", "aten::silu");
+    assert_true(num(si, "flops") == 8.0 * 11008);
+    assert_true(num(si, "bytes") == 2.0 * 8 * 11008 * 2);
+    assert_string_equal(str(si, "family"), "elementwise");
+    cJSON *ad = row2(rows, "phase", "decode", "op", "aten::add");
+    assert_string_equal(str(ad, "dtype"), "fp32"); /* from CUDAFunctor_add<float>: 4-byte elements */
+    assert_true(num(ad, "bytes") == 3.0 * 8 * 4096 * 4);
+    cJSON *fa = row2(rows, "phase", "decode", "op", "aten::_flash_attention_forward");
+    assert_string_equal(str(fa, "family"), "attention");
+    assert_true(num(fa, "flops") == 2.0 * 1 * 32 * 8 * 40 * (128 + 128)); /* (B, L, H, E) layout */
+    assert_true(fabs(num(fa, "gpu_ms") - 0.04) < 1e-12);
+
+    cJSON *pm = row2(rows, "phase", "prefill", "op", "aten::mm");
+    assert_int_equal((int)num(pm, "calls"), 2);
+    assert_true(num(pm, "flops") == 2 * 2.0 * 64 * 4096 * 4096);
+    assert_true(fabs(num(pm, "mean_us") - 150.0) < 1e-9);
+    cJSON *no = row2(rows, "phase", "prefill", "op", "(no operator)");
+    assert_true(fabs(num(no, "gpu_ms") - 0.01) < 1e-12);
+    assert_false(cJSON_IsNumber(cJSON_GetObjectItem(no, "flops")));
+
+    cJSON *cv = row2(rows, "phase", "vision", "op", "aten::cudnn_convolution");
+    assert_string_equal(str(cv, "family"), "conv");
+    assert_true(num(cv, "flops") == 2.0 * 2 * 16 * 16 * 16 * 3 * 3 * 3); /* 2 N O H'W' C/g kh kw */
+    assert_string_equal(str(cv, "dtype"), "fp32");                       /* scudnn: single precision */
+    cJSON *ba = row2(rows, "phase", "vision", "op", "aten::add_");
+    assert_true(num(ba, "flops") == 2.0 * 16 * 16 * 16);
+    /* rows: phases in order of appearance, then by GPU time */
+    assert_string_equal(str(cJSON_GetArrayItem(rows, 0), "op"), "aten::mm");
+    assert_string_equal(str(cJSON_GetArrayItem(rows, 0), "phase"), "decode");
+    cJSON_Delete(rows);
+
+    rows = table_json(mt);
+    assert_int_equal(cJSON_GetArraySize(rows), 1);
+    cJSON *m = cJSON_GetArrayItem(rows, 0);
+    assert_string_equal(str(m, "module"), "model.layers.0.mlp");
+    assert_string_equal(str(m, "class"), "LlamaMLP");
+    assert_int_equal((int)num(m, "calls"), 1);
+    assert_true(fabs(num(m, "gpu_ms") - 0.11) < 1e-12);
+    assert_true(num(m, "flops") == 2.0 * 8 * 4096 * 11008 + 8.0 * 11008);
+    cJSON_Delete(rows);
+
+    /* the files and the summary's section */
+    lpo_trace_report_opts o = {.json = 0, .peaks = &pk};
+    assert_int_equal(lpo_trace_write_reports(t, dir, &o, NULL), LPO_OK);
+    static const char *const files[] = {"operators.csv", "operators.md", "modules.csv", "modules.md"};
+    for (size_t i = 0; i < 4; i++)
+        if (!lpo_path_exists(path_in(dir, files[i]))) fail_msg("%s was not written", files[i]);
+    char *sum = NULL;
+    assert_int_equal(lpo_read_file(path_in(dir, "summary.md"), &sum, NULL), LPO_OK);
+    if (!strstr(sum, "## PyTorch operators") || !strstr(sum, "Phase decode") ||
+        !strstr(sum, "aten::mm 62.5% (memory-bound)") || !strstr(sum, "Peaks: test."))
+        fail_msg("summary.md:\n%s", sum);
+    free(sum);
+    lpo_trace_free(t);
+    remove_tree(dir);
+    free(dir);
+}
+
+/* Shapes that do not parse, operators without rules and traces without operators. */
+static void test_no_operators(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir();
+    tw t = {0};
+    lpo_raw_header h;
+    lpo_raw_header_init(&h, 56);
+    assert_int_equal(lpo_raw_open(&t.w, path_in(dir, "trace-56.lpot"), &h, 1 << 16), 0);
+    uint64_t r = push(&t, "decode_step", 0, 0);
+    kern(&t, "gemv", r, 10, 20);
+    pop(&t, r, 30);
+    assert_int_equal(lpo_raw_close(&t.w), 0);
+    lpo_trace *tr = NULL;
+    if (lpo_trace_load_dir(dir, &tr)) fail_msg("%s", lpo_last_error());
+    assert_int_equal(lpo_trace_has_torch_ops(tr), 0);
+    lpo_trace_report_opts o = {.json = 0};
+    assert_int_equal(lpo_trace_write_reports(tr, dir, &o, NULL), LPO_OK);
+    assert_false(lpo_path_exists(path_in(dir, "operators.csv")));
+    lpo_trace_free(tr);
+    remove_tree(dir);
+
+    /* an operator with broken sizes and one without a cost rule: rows, no FLOPs */
+    char *dir2 = lpo_test_tmpdir();
+    tw u = {0};
+    lpo_raw_header_init(&h, 57);
+    assert_int_equal(lpo_raw_open(&u.w, path_in(dir2, "trace-57.lpot"), &h, 1 << 16), 0);
+    r = push(&u, "aten::mm, sizes = [[8, x], [", 0, 0);
+    kern(&u, "gemm", r, 10, 20);
+    pop(&u, r, 30);
+    r = push(&u, "aten::nonzero, op_id = 3, sizes = [[100]]", 0, 40);
+    kern(&u, "nonzero_kernel", r, 50, 60);
+    pop(&u, r, 70);
+    r = push(&u, "not an op: aten::mm", 0, 80);
+    kern(&u, "k", r, 90, 95);
+    pop(&u, r, 96);
+    assert_int_equal(lpo_raw_close(&u.w), 0);
+    if (lpo_trace_load_dir(dir2, &tr)) fail_msg("%s", lpo_last_error());
+    lpo_table *ot = NULL;
+    assert_int_equal(lpo_trace_torch_tables(tr, NULL, &ot, NULL), LPO_OK);
+    cJSON *rows = table_json(ot);
+    assert_int_equal(cJSON_GetArraySize(rows), 3);
+    assert_false(cJSON_IsNumber(cJSON_GetObjectItem(row2(rows, "phase", "all", "op", "aten::mm"), "flops")));
+    assert_false(
+        cJSON_IsNumber(cJSON_GetObjectItem(row2(rows, "phase", "all", "op", "aten::nonzero"), "flops")));
+    cJSON *x = row2(rows, "phase", "not an op: aten::mm", "op", "(no operator)");
+    assert_string_equal(str(x, "bound"), "unknown");
+    cJSON_Delete(rows);
+    lpo_trace_free(tr);
+    remove_tree(dir2);
+    free(dir);
+    free(dir2);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_operators),
+        cmocka_unit_test(test_no_operators),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
