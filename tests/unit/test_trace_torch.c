@@ -333,10 +333,108 @@ static void test_no_operators(void **state) {
     free(dir2);
 }
 
+/* The shim (src/probe/torch/sitecustomize.py) with a stand-in torch package: nothing before `import torch`,
+ * then PyTorch's NVTX emission on with shapes, module ranges named by path, and the sitecustomize it
+ * shadows still run; nothing at all without LPO_TORCH_OPS=1. */
+static const char fake_torch[] = "calls = []\n"
+                                 "class _P:\n"
+                                 "    class ProfilerState:\n"
+                                 "        NVTX = 'NVTX'\n"
+                                 "    class _ExperimentalConfig:\n"
+                                 "        pass\n"
+                                 "    @staticmethod\n"
+                                 "    def ProfilerConfig(*a):\n"
+                                 "        return a\n"
+                                 "    @staticmethod\n"
+                                 "    def _enable_profiler(cfg, acts):\n"
+                                 "        calls.append('enable %s shapes=%s' % (cfg[0], cfg[1]))\n"
+                                 "    @staticmethod\n"
+                                 "    def _run_on_profiler_start():\n"
+                                 "        calls.append('start')\n"
+                                 "class autograd:\n"
+                                 "    profiler = _P\n"
+                                 "class _Nvtx:\n"
+                                 "    @staticmethod\n"
+                                 "    def range_push(s):\n"
+                                 "        calls.append('push ' + s)\n"
+                                 "    @staticmethod\n"
+                                 "    def range_pop():\n"
+                                 "        calls.append('pop')\n"
+                                 "class cuda:\n"
+                                 "    nvtx = _Nvtx\n"
+                                 "class _Reg:\n"
+                                 "    pre = []\n"
+                                 "    post = []\n"
+                                 "    @staticmethod\n"
+                                 "    def register_module_forward_pre_hook(h):\n"
+                                 "        _Reg.pre.append(h)\n"
+                                 "    @staticmethod\n"
+                                 "    def register_module_forward_hook(h, always_call=False):\n"
+                                 "        _Reg.post.append(h)\n"
+                                 "class _Modules:\n"
+                                 "    module = _Reg\n"
+                                 "class nn:\n"
+                                 "    modules = _Modules\n";
+
+static const char program[] = "import sys\n"
+                              "print('before', 'torch' in sys.modules)\n"
+                              "import torch\n"
+                              "class Child:\n"
+                              "    pass\n"
+                              "class Model:\n"
+                              "    def __init__(self):\n"
+                              "        self.c = Child()\n"
+                              "    def named_modules(self):\n"
+                              "        return [('', self), ('layers.0', self.c)]\n"
+                              "m = Model()\n"
+                              "reg = torch.nn.modules.module\n"
+                              "for mod in (m, m.c):\n"
+                              "    for h in reg.pre:\n"
+                              "        h(mod, ())\n"
+                              "for mod in (m.c, m):\n"
+                              "    for h in reg.post:\n"
+                              "        h(mod, (), None)\n"
+                              "print('|'.join(torch.calls))\n";
+
+static void test_shim(void **state) {
+    (void)state;
+    if (system("python3 -c pass >/dev/null 2>&1") != 0) skip();
+    char *dir = lpo_test_tmpdir();
+    char cmd[16384];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s/fake/torch' '%s/other'", dir, dir);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(lpo_write_file(path_in(dir, "fake/torch/__init__.py"), fake_torch, strlen(fake_torch)),
+                     LPO_OK);
+    static const char other[] = "print('shadowed sitecustomize ran')\n";
+    assert_int_equal(lpo_write_file(path_in(dir, "other/sitecustomize.py"), other, strlen(other)), LPO_OK);
+    assert_int_equal(lpo_write_file(path_in(dir, "prog.py"), program, strlen(program)), LPO_OK);
+    for (int on = 0; on < 2; on++) { /* without LPO_TORCH_OPS, then with it */
+        snprintf(
+            cmd, sizeof cmd,
+            "cd '%s' && %s PYTHONPATH='%s/src/probe/torch:%s/other:%s/fake' python3 prog.py > out.txt 2>&1",
+            dir, on ? "LPO_TORCH_OPS=1" : "", LPO_SOURCE_DIR, dir, dir);
+        assert_int_equal(system(cmd), 0);
+        char *out = NULL;
+        assert_int_equal(lpo_read_file(path_in(dir, "out.txt"), &out, NULL), LPO_OK);
+        if (!strstr(out, "shadowed sitecustomize ran") || !strstr(out, "before False"))
+            fail_msg("shim output:\n%s", out);
+        if (on &&
+            !strstr(
+                out,
+                "start|enable NVTX shapes=True|push module:Model|Model|push module:layers.0|Child|pop|pop"))
+            fail_msg("shim output:\n%s", out);
+        if (!on && strstr(out, "enable")) fail_msg("shim output without LPO_TORCH_OPS:\n%s", out);
+        free(out);
+    }
+    remove_tree(dir);
+    free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_operators),
         cmocka_unit_test(test_no_operators),
+        cmocka_unit_test(test_shim),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
