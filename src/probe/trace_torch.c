@@ -3,7 +3,7 @@
  * through src/probe/torch/sitecustomize.py) carry "aten::mm, seq = 3, op_id = 57, sizes = [[8, 4096],
  * [4096, 4096]], input_op_ids = [(55,0)]" (seq, op_id and input_op_ids optional). Every GPU operation
  * belongs to the innermost operator range open at its launch; its phase is the outermost range that is
- * neither an operator nor a module (the program's own "prefill", "decode"); module ranges
+ * neither an operator, a module nor the capture gate (the program's own "prefill", "decode"); module ranges
  * ("module:<path>|<Class>", pushed by the shim) group operators per nn.Module. From the recorded shapes:
  * FLOPs and bytes of matmuls (2mnk), attention, convolutions, norms, softmax, elementwise and reductions;
  * MFU, MBU and the bound class against the peaks the caller passes. operators.{csv,md}, modules.{csv,md}
@@ -442,9 +442,12 @@ static lpo_status torch_analyze(lpo_trace *t, torch_result *r) {
         for (int32_t x = o->range; x >= 0 && nc < 256; x = t->ranges.v[x].parent) chain[nc++] = x;
         int32_t inner = -1;
         uint32_t phase = 0;
-        for (int i = 0; i < nc; i++) {
+        for (int i = 0; i < nc;
+             i++) { /* innermost operator; outermost other range, the capture gate's aside */
+            const tr_range *g = &t->ranges.v[chain[i]];
             if (inner < 0 && rk[chain[i]] == RK_OP) inner = chain[i];
-            if (rk[chain[i]] == RK_OTHER) phase = t->ranges.v[chain[i]].name;
+            const tr_proc *pr = &t->procs.v[g->proc];
+            if (rk[chain[i]] == RK_OTHER && !(pr->gated && g->name == pr->gate_name)) phase = g->name;
         }
         const uint64_t d = o->end - o->start;
         const size_t pi = phase_index(r, phase);

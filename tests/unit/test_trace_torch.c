@@ -329,6 +329,33 @@ static void test_no_operators(void **state) {
     cJSON_Delete(rows);
     lpo_trace_free(tr);
     remove_tree(dir2);
+
+    /* --capture-range=measure around "decode": the gate is not a phase */
+    free(dir2);
+    dir2 = lpo_test_tmpdir();
+    tw g = {0};
+    lpo_raw_header_init(&h, 58);
+    assert_int_equal(lpo_raw_open(&g.w, path_in(dir2, "trace-58.lpot"), &h, 1 << 16), 0);
+    const uint32_t gate = s_(&g, "measure");
+    lpo_raw_put(&g.w, LPO_REC_GATE, gate, NULL, 0);
+    const uint64_t me = push(&g, "measure", 0, 0), de = push(&g, "decode", me, 1);
+    r = push(&g, "aten::mm, sizes = [[2, 3], [3, 4]]", de, 2);
+    lpo_raw_launch la = {1, LPO_LAUNCH_GATE_OPEN, r};
+    lpo_raw_put(&g.w, LPO_REC_LAUNCH, 0, &la, sizeof la);
+    lpo_raw_kernel k = {.start = 3000, .end = 4000, .corr = 1, .name = s_(&g, "gemm_bf16")};
+    lpo_raw_put(&g.w, LPO_REC_KERNEL, 0, &k, sizeof k);
+    pop(&g, r, 5);
+    pop(&g, de, 6);
+    pop(&g, me, 7);
+    assert_int_equal(lpo_raw_close(&g.w), 0);
+    if (lpo_trace_load_dir(dir2, &tr)) fail_msg("%s", lpo_last_error());
+    assert_int_equal(lpo_trace_torch_tables(tr, NULL, &ot, NULL), LPO_OK);
+    rows = table_json(ot);
+    assert_int_equal(cJSON_GetArraySize(rows), 1);
+    assert_true(num(row2(rows, "phase", "decode", "op", "aten::mm"), "flops") == 2.0 * 2 * 3 * 4);
+    cJSON_Delete(rows);
+    lpo_trace_free(tr);
+    remove_tree(dir2);
     free(dir);
     free(dir2);
 }
