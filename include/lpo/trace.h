@@ -106,6 +106,15 @@ int lpo_trace_has_torch_ops(const lpo_trace *t);
  * NULL; either output may be NULL. */
 lpo_status lpo_trace_torch_tables(lpo_trace *t, const lpo_trace_peaks *peaks, lpo_table **ops,
                                   lpo_table **modules);
+/* Two traces compared (`lpo report trace --diff A B`, docs/trace.md): per kernel name (new, removed,
+ * instances and time), per NVTX range name, and the distributions of the instances of step_range. Names of
+ * b are interned into a's string table. Any output may be NULL. */
+lpo_status lpo_trace_diff_tables(lpo_trace *a, lpo_trace *b, const char *step_range, lpo_table **kernels,
+                                 lpo_table **ranges, lpo_table **steps);
+/* Writes diff_kernels.csv, diff_ranges.csv, diff_steps.csv and diff.md (labels: what A and B are) into dir.
+ */
+lpo_status lpo_trace_diff_write(lpo_trace *a, lpo_trace *b, const char *label_a, const char *label_b,
+                                const char *step_range, const char *dir);
 /* Chrome Trace Event JSON: a track per CUDA stream, CPU API calls and NVTX ranges per thread, flow
  * arrows from launch calls to their kernels, counter tracks. */
 lpo_status lpo_trace_write_chrome(lpo_trace *t, const lpo_trace_counters *counters, const char *path);

@@ -15,13 +15,16 @@
 static const lpo_cli_flag flags[] = {
     {"step-range", 1, "NVTX range whose instances are steps, for steps.csv (default: decode_step)"},
     {"no-json", 0, "do not write trace.json"},
+    {"output", 1, "with --diff A B: the directory for diff.md and diff_*.csv (default: B)"},
 };
 
 static const lpo_cli_spec spec = {
     .command = "report",
     .summary =
         "lpo report trace DIR [--step-range=NAME] [--no-json]: re-summarise the raw trace files of a run\n"
-        "directory made by `lpo trace` (kernels, ranges, steps, trace.json, summary.md).",
+        "directory made by `lpo trace` (kernels, ranges, steps, trace.json, summary.md).\n"
+        "lpo report trace --diff A B [--step-range=NAME] [--output=DIR]: compare two traced run directories\n"
+        "(diff.md, diff_kernels.csv, diff_ranges.csv, diff_steps.csv; in B unless --output).",
     .flags = flags,
     .n_flags = sizeof flags / sizeof flags[0],
 };
@@ -105,7 +108,40 @@ lpo_status lpo_trace_cli_summarize(const char *dir, const char *title, const cha
     return st;
 }
 
+/* lpo report trace --diff A B [flags] */
+static int report_diff(int argc, char **argv) {
+    lpo_cli_args args;
+    int rc = lpo_cli_begin(&spec, argc - 4, argv + 4, &args);
+    if (rc >= 0) return rc;
+    const char *da = argv[2], *db = argv[3];
+    const char *out = lpo_cli_flag_value(&args, "output"), *step = lpo_cli_flag_value(&args, "step-range");
+    if (!out) out = db;
+    lpo_trace *a = NULL, *b = NULL;
+    lpo_status st = LPO_OK;
+    for (int i = 0; i < 3 && !st; i++) { /* the three directories exist */
+        const char *d = i == 0 ? da : i == 1 ? db : out;
+        if (!lpo_is_dir(d)) st = lpo_errorf(LPO_E_NOT_FOUND, "%s: no such directory", d);
+    }
+    if (!st) st = lpo_trace_load_dir(da, &a);
+    if (!st) st = lpo_trace_load_dir(db, &b);
+    if (!st) st = lpo_trace_diff_write(a, b, da, db, step ? step : "decode_step", out);
+    lpo_trace_free(a);
+    lpo_trace_free(b);
+    lpo_cli_args_free(&args);
+    if (st) return lpo_cli_fail("report", st);
+    printf("comparison written in %s/diff.md\n", out);
+    return LPO_EXIT_OK;
+}
+
 int lpo_cmd_report(int argc, char **argv) {
+    if (argc >= 2 && !strcmp(argv[0], "trace") && !strcmp(argv[1], "--diff")) {
+        if (argc < 4 || argv[2][0] == '-' || argv[3][0] == '-') {
+            fprintf(stderr,
+                    "lpo report: error: give the two run directories (lpo report trace --diff A B)\n");
+            return LPO_EXIT_USAGE;
+        }
+        return report_diff(argc, argv);
+    }
     /* lpo report <kind> <dir> [flags] */
     if (argc >= 1 && argv[0][0] != '-') {
         if (strcmp(argv[0], kinds[0])) {

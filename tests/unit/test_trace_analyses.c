@@ -314,11 +314,102 @@ static void test_empty(void **state) {
     free(dir);
 }
 
+/* Two versions: A runs gemm twice (100 us each) and add once per step; B runs gemm twice (80 us) and a
+ * new fused kernel once; two decode steps each. */
+static void write_version(const char *dir, int b) {
+    lpo_raw_writer w;
+    lpo_raw_header h;
+    lpo_raw_header_init(&h, 90);
+    assert_int_equal(lpo_raw_open(&w, path_in(dir, "trace-90.lpot"), &h, 1 << 16), 0);
+    lpo_raw_put(&w, LPO_REC_STRING, 1, "gemm_kernel", 12);
+    lpo_raw_put(&w, LPO_REC_STRING, 2, b ? "fused_add_kernel" : "add_kernel", b ? 17 : 11);
+    lpo_raw_put(&w, LPO_REC_STRING, 3, "decode_step", 12);
+    uint32_t corr = 0;
+    for (int s = 0; s < 2; s++) { /* steps of 1000 us */
+        const uint64_t t0 = (uint64_t)s * 1000;
+        lpo_raw_range_begin rb = {.ts = t0 * 1000, .id = (uint64_t)s + 1, .tid = 5, .name = 3};
+        lpo_raw_put(&w, LPO_REC_RANGE_BEGIN, 0, &rb, sizeof rb);
+        const uint64_t d = b ? 80 : 100;
+        for (int k = 0; k < 3; k++) { /* gemm, gemm, add */
+            lpo_raw_launch l = {++corr, 0, (uint64_t)s + 1};
+            lpo_raw_put(&w, LPO_REC_LAUNCH, 0, &l, sizeof l);
+            const uint64_t st = t0 + 10 + (uint64_t)k * 200;
+            kernel(&w, corr, k < 2 ? 1 : 2, 0, 1, st, st + (k < 2 ? d : 20));
+        }
+        lpo_raw_range_end re = {.ts = (t0 + 900) * 1000, .id = (uint64_t)s + 1, .tid = 5};
+        lpo_raw_put(&w, LPO_REC_RANGE_END, 0, &re, sizeof re);
+    }
+    assert_int_equal(lpo_raw_close(&w), 0);
+}
+
+static void test_diff(void **state) {
+    (void)state;
+    char *da = lpo_test_tmpdir(), *db = lpo_test_tmpdir();
+    write_version(da, 0);
+    write_version(db, 1);
+    lpo_trace *a = NULL, *b = NULL;
+    if (lpo_trace_load_dir(da, &a) || lpo_trace_load_dir(db, &b)) fail_msg("%s", lpo_last_error());
+    lpo_table *k = NULL, *r = NULL, *s = NULL;
+    assert_int_equal(lpo_trace_diff_tables(a, b, "decode_step", &k, &r, &s), LPO_OK);
+    cJSON *rows = table_json(k);
+    assert_int_equal(cJSON_GetArraySize(rows), 3);
+    cJSON *g = row_where(rows, "name", "gemm_kernel", NULL, NULL);
+    assert_string_equal(str(g, "status"), "both");
+    assert_true(fabs(num(g, "delta_ms") + 0.08) < 1e-12); /* 4 x 100 us -> 4 x 80 us */
+    assert_true(fabs(num(g, "delta_pct") + 20.0) < 1e-9);
+    assert_true(fabs(num(g, "avg_delta_pct") + 20.0) < 1e-9);
+    cJSON *n = row_where(rows, "name", "fused_add_kernel", NULL, NULL);
+    assert_string_equal(str(n, "status"), "new");
+    assert_int_equal((int)num(n, "b_instances"), 2);
+    assert_int_equal((int)num(n, "a_instances"), 0);
+    assert_string_equal(str(row_where(rows, "name", "add_kernel", NULL, NULL), "status"), "removed");
+    assert_string_equal(str(cJSON_GetArrayItem(rows, 0), "name"),
+                        "gemm_kernel"); /* the biggest change first */
+    cJSON_Delete(rows);
+    rows = table_json(r);
+    cJSON *st = row_where(rows, "range", "decode_step", NULL, NULL);
+    assert_int_equal((int)num(st, "a_instances"), 2);
+    assert_true(fabs(num(st, "a_gpu_busy_ms") - 2 * 0.22) < 1e-12);
+    assert_true(fabs(num(st, "b_gpu_busy_ms") - 2 * 0.18) < 1e-12);
+    cJSON_Delete(rows);
+    rows = table_json(s);
+    cJSON *busy = row_where(rows, "measure", "gpu_busy_ms", NULL, NULL);
+    assert_true(fabs(num(busy, "a_median") - 0.22) < 1e-12);
+    assert_true(fabs(num(busy, "b_median") - 0.18) < 1e-12);
+    assert_int_equal((int)num(busy, "b_steps"), 2);
+    cJSON_Delete(rows);
+    lpo_trace_free(a);
+    lpo_trace_free(b);
+
+    /* the command: files in B (or --output) */
+    char cmd[9000], *out = NULL, *err = NULL;
+    snprintf(cmd, sizeof cmd, "report trace --diff '%s' '%s'", da, db);
+    if (lpo_test_run_lpo(cmd, &out, &err) != 0) fail_msg("lpo %s:\n%s%s", cmd, out, err);
+    free(out);
+    free(err);
+    char *md = NULL;
+    assert_int_equal(lpo_read_file(path_in(db, "diff.md"), &md, NULL), LPO_OK);
+    if (!strstr(md, "Kernel names only in B (new): 1; only in A (removed): 1") ||
+        !strstr(md, "## Steps (decode_step)"))
+        fail_msg("diff.md:\n%s", md);
+    free(md);
+    assert_true(lpo_path_exists(path_in(db, "diff_kernels.csv")) &&
+                lpo_path_exists(path_in(db, "diff_ranges.csv")) &&
+                lpo_path_exists(path_in(db, "diff_steps.csv")));
+    snprintf(cmd, sizeof cmd, "report trace --diff '%s' /nonexistent", da);
+    assert_int_not_equal(lpo_test_run_lpo(cmd, NULL, NULL), 0);
+    remove_tree(da);
+    remove_tree(db);
+    free(da);
+    free(db);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_timeline_and_gaps),
         cmocka_unit_test(test_launch_memops_api),
         cmocka_unit_test(test_empty),
+        cmocka_unit_test(test_diff),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
