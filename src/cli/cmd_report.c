@@ -43,7 +43,7 @@ lpo_status lpo_trace_cli_summarize(const char *dir, const char *title, const cha
     uint64_t nvml_t0 = 0;
     char *info = NULL;
     lpo_trace_peaks peaks = {0};
-    int have_peaks = 0;
+    int have_peaks = 0, want_torch = 0;
     snprintf(p, sizeof p, "%s/trace_info.json", dir);
     if (lpo_path_exists(p) && lpo_read_file(p, &info, NULL) == LPO_OK) {
         cJSON *root = cJSON_Parse(info);
@@ -69,6 +69,7 @@ lpo_status lpo_trace_cli_summarize(const char *dir, const char *title, const cha
                      cJSON_IsString(lb) ? lb->valuestring : "?");
             have_peaks = 1;
         }
+        want_torch = cJSON_IsTrue(cJSON_GetObjectItem(root, "torch_ops"));
         cJSON_Delete(root);
         free(info);
     }
@@ -97,6 +98,10 @@ lpo_status lpo_trace_cli_summarize(const char *dir, const char *title, const cha
                     "lpo trace: WARNING: records dropped (CUPTI %llu, buffer pool %llu, staging %llu)\n",
                     (unsigned long long)s.dropped_cupti, (unsigned long long)s.dropped_probe,
                     (unsigned long long)s.dropped_staged);
+        if (want_torch && !lpo_trace_has_torch_ops(t))
+            fprintf(stderr,
+                    "lpo trace: warning: --torch-ops, but no PyTorch operator was recorded (did the program "
+                    "import torch? `python3 -I`, `-E` or `-S` skip the shim on PYTHONPATH)\n");
         fprintf(
             stderr,
             "lpo trace: post-processing %.0f ms (load %.0f, analyze %.0f, tables %.0f, trace.json %.0f)\n",

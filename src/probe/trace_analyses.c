@@ -501,7 +501,7 @@ lpo_status lpo_trace_launch_tables(lpo_trace *t, lpo_table **dist, lpo_table **p
     /* the delays alone (distribution) and as (row << 40 | delay) (per kernel, grouped by the sort) */
     uint64_t *all = malloc((m ? m : 1) * sizeof *all), *grp = malloc((m ? m : 1) * sizeof *grp);
     size_t *slot = calloc(nn, sizeof *slot);
-    lk_row *rows = calloc(m + 1, sizeof *rows);
+    lk_row *rows = calloc((m < nn ? m : nn) + 1, sizeof *rows); /* one per kernel name at most */
     size_t n_rows = 0, k = 0;
     uint64_t call_sum = 0, run_sum = 0;
     if (!all || !grp || !slot || !rows) st = NOMEM("launch delays");

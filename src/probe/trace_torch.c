@@ -313,6 +313,7 @@ static cost op_cost(const char *base, int fam, const shapes *sh, double es, cons
     }
     default: break;
     }
+    if (!isfinite(c.flops) || !isfinite(c.bytes)) c.flops = c.bytes = -1; /* absurd sizes: no cost */
     return c;
 }
 
