@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lpo/measure.h"
+#include "lpo/stats.h"
 #include "probe/trace_internal.h"
 
 #define NOMEM() lpo_errorf(LPO_E_NOMEM, "trace: out of memory comparing traces")
