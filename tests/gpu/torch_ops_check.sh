@@ -9,6 +9,12 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:?usage: torch_ops_check.sh OUTDIR}
 mkdir -p "$out"
+deps=${LPO_DEPS_DIR:-build-deps} # libraries built from source where the machine lacks the Debian packages
+if [ -d "$deps/lib/pkgconfig" ]; then
+  deps=$(cd "$deps" && pwd)
+  export PKG_CONFIG_PATH="$deps/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+  export LD_LIBRARY_PATH="$deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 build=${BUILD_DIR:-build-gpu}
 lpo=$PWD/$build/lpo
 py=tests/gpu/torch_ops_check.py
