@@ -383,7 +383,7 @@ static lpo_status cpu_set_sampling(void *vctx, int slot, const lpo_sampling *s, 
 /* ---- single ops --------------------------------------------------------------------------------------- */
 static int cpu_supports_op(void *vctx, const lpo_op *op) {
     (void)vctx;
-    if ((unsigned)op->kind >= LPO_OP_KIND_COUNT || op->m <= 0) return 0;
+    if ((unsigned)op->kind >= LPO_OP_KIND_COUNT || !launches[op->kind] || op->m <= 0) return 0;
     if (op->kind == LPO_OP_SAMPLE) return op->n > 0 && op->n <= LPO_SAMPLE_MAX_VOCAB;
     return 1;
 }
