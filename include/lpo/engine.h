@@ -24,25 +24,36 @@ typedef struct lpo_engine lpo_engine;
 /* Tokens per prefill step when none is given (infer.prefill_chunk). */
 #define LPO_ENGINE_DEFAULT_STEP_TOKENS 512
 
+/* The engine's defaults, as designators: every lpo_engine_opts starts from them and names what differs,
+ *   lpo_engine_opts o = {LPO_ENGINE_DEFAULTS, .backend = "cuda", .max_seqs = 8};
+ * (a flag turned off is assigned after the initializer: o.fusion = 0). The fields not named here default
+ * to 0, which each field's comment defines (exec 0 = LPO_EXEC_GRAPH). conf/config.yaml's engine: group states
+ * the same values. */
+#define LPO_ENGINE_DEFAULTS .fusion = 1, .gemv = 1, .pdl = 1
+
 typedef struct {
-    const char *backend; /* "cpu" | "cuda" | "auto"; NULL = "cpu" */
-    int max_seqs;        /* KV slots (batch size); 0 = 1 */
-    int64_t max_context; /* positions per slot; 0 = min(spec max_positions, LPO_ENGINE_DEFAULT_MAX_CONTEXT) */
+    const char *backend;     /* "cpu" | "cuda" | "auto"; NULL = "cpu" */
+    int max_seqs;            /* KV slots (batch size); 0 = 1 */
+    int64_t max_context;     /* positions per slot; 0 = lpo_engine_context_for(spec, 0) */
     int64_t max_step_tokens; /* prefill chunk (tokens per forward); 0 = LPO_ENGINE_DEFAULT_STEP_TOKENS; capped
                                 at max_context * max_seqs */
     int n_threads;           /* 0 = automatic; at most LPO_ENGINE_MAX_THREADS */
     const char *dtype;       /* "auto" / NULL (bf16 on a GPU, f32 on the CPU), "bf16", "fp16", "f32" */
-    lpo_exec_mode exec;      /* graph (default) | eager | debug */
-    int no_fusion;           /* engine.fusion=off: unfused plans */
-    int pad_batches;         /* pad decode batches to powers of two (always on for backends with graphs) */
-    int device;              /* GPU ordinal */
-    int no_gemv;             /* engine.gemv=false: cuBLASLt also for linears of <= 8 tokens (CUDA) */
-    int no_pdl;              /* engine.pdl=false: decode-step kernels launched without PDL (CUDA) */
+    lpo_exec_mode exec;      /* engine.exec: graph (default) | eager | debug */
+    int fusion;              /* engine.fusion: fused plans (default on; exec=debug is always unfused) */
+    int gemv;        /* engine.gemv: linears of <= 8 tokens by lpo's GEMV kernels (CUDA; default on) */
+    int pdl;         /* engine.pdl: decode-step kernels with programmatic dependent launch (CUDA sm_90+;
+                        default on) */
+    int pad_batches; /* pad decode batches to powers of two (always on for backends with graphs) */
+    int device;      /* GPU ordinal */
 } lpo_engine_opts;
 
-/* The max_context an engine opens with when `asked` (0 = default) is given: asked, else the model's
- * positions capped at LPO_ENGINE_DEFAULT_MAX_CONTEXT. */
+/* The max_context rule, written once: `asked` when > 0, else the model's positions
+ * (LPO_ENGINE_DEFAULT_MAX_CONTEXT when the spec does not say) capped at LPO_ENGINE_DEFAULT_MAX_CONTEXT.
+ * lpo_engine_open applies it to max_context 0 and refuses a context beyond lpo_engine_model_positions. */
 int64_t lpo_engine_context_for(const lpo_model_spec *spec, int64_t asked);
+/* Positions of the model: spec->max_positions, or LPO_ENGINE_DEFAULT_MAX_CONTEXT when the spec has none. */
+int64_t lpo_engine_model_positions(const lpo_model_spec *spec);
 
 /* Opens an engine over a loaded model (weights as typed views; stored dtypes in the op lists). */
 lpo_status lpo_engine_open(const lpo_model *m, const lpo_engine_opts *opts, lpo_engine **out);

@@ -772,7 +772,7 @@ lpo_status lpo__kb_model_run(lpo_kbench *kb, const lpo_node *cfg, const run_opts
     if (st == LPO_OK) st = lpo_model_open(mcfg, &m);
     if (st == LPO_OK) {
         mc.spec = lpo_model_get_spec(m);
-        mc.gemv = ic.gemv;
+        mc.gemv = ic.engine.gemv;
         mc.sampling = ic.gen.sampling;
         st = check_lengths(&mc, ctx, prompt);
     }

@@ -240,7 +240,7 @@ int lpo_cmd_bench(int argc, char **argv) {
         for (int i = 0; i < np; i++)
             for (int j = 0; j < ng; j++)
                 max_ctx = prompts[i] + gens[j] > max_ctx ? prompts[i] + gens[j] : max_ctx;
-        if ((st = lpo_cli_open_model(cfg, ic.backend, &m))) goto done;
+        if ((st = lpo_cli_open_model(cfg, ic.engine.backend, &m))) goto done;
         const lpo_model_spec *s = lpo_model_get_spec(m);
         if (s->max_positions > 0 && max_ctx > s->max_positions) {
             st = lpo_errorf(LPO_E_RANGE, "bench: prompt + gen = %lld exceeds the model's %lld positions",

@@ -204,7 +204,7 @@ int lpo_cmd_generate(int argc, char **argv) {
     if ((st = lpo_cli_compose(&args, "generate", &cfg)) != LPO_OK) goto done;
     if ((st = lpo_infer_config_read(cfg, &ic)) != LPO_OK) goto done;
     if (tokens && (st = lpo_parse_token_list(tokens, &ids, &n_ids)) != LPO_OK) goto done;
-    if ((st = lpo_cli_open_model(cfg, ic.backend, &m)) != LPO_OK) goto done;
+    if ((st = lpo_cli_open_model(cfg, ic.engine.backend, &m)) != LPO_OK) goto done;
     g.ic = &ic;
     g.spec = lpo_model_get_spec(m);
     if (!tokens && (st = lpo_tokenizer_for_model(m, &g.tok)) != LPO_OK) goto done;
@@ -235,7 +235,7 @@ int lpo_cmd_generate(int argc, char **argv) {
     }
     lpo_engine_opts eo;
     lpo_infer_engine_opts(&ic, single ? 1 : (int)ic.batch_size, &eo);
-    eo.max_context = lpo_engine_context_for(g.spec, ic.max_context);
+    eo.max_context = lpo_engine_context_for(g.spec, ic.engine.max_context);
     if (single && (int64_t)n_ids > eo.max_context) {
         st = lpo_errorf(LPO_E_RANGE,
                         "the prompt has %zu tokens, more than max_context %lld (raise infer.max_context, "

@@ -65,7 +65,7 @@ int lpo_cmd_logits(int argc, char **argv) {
         if (tfile) st = lpo_error_context(st == LPO_E_USAGE ? LPO_E_FORMAT : st, "%s", tfile);
         goto done;
     }
-    if ((st = lpo_cli_open_model(cfg, ic.backend, &m)) != LPO_OK) goto done;
+    if ((st = lpo_cli_open_model(cfg, ic.engine.backend, &m)) != LPO_OK) goto done;
     if (prompt) {
         if ((st = lpo_tokenizer_for_model(m, &tok)) != LPO_OK) goto done;
         if ((st = lpo_tokenizer_encode(tok, prompt, strlen(prompt), 1, &ids, &n_ids)) != LPO_OK) goto done;
@@ -75,7 +75,7 @@ int lpo_cmd_logits(int argc, char **argv) {
         }
     }
     const lpo_model_spec *s = lpo_model_get_spec(m);
-    int64_t ctx = ic.max_context > 0 ? ic.max_context : (int64_t)n_ids;
+    int64_t ctx = ic.engine.max_context > 0 ? ic.engine.max_context : (int64_t)n_ids;
     lpo_engine_opts eo;
     lpo_infer_engine_opts(&ic, 1, &eo);
     eo.max_context = ctx;

@@ -174,7 +174,7 @@ int lpo_cmd_profile(int argc, char **argv) {
     if (st == LPO_OK) st = lpo_infer_config_read(cfg, &ic);
     if (st == LPO_OK) st = lpo_pf_opts_read(cfg, &po);
     if (st == LPO_OK) st = lpo_cfg_int_or(cfg, "hardware.device", 0, &dev);
-    if (st == LPO_OK) st = lpo_cli_open_model(cfg, ic.backend, &m);
+    if (st == LPO_OK) st = lpo_cli_open_model(cfg, ic.engine.backend, &m);
     if (st == LPO_OK)
         st = lpo_dataset_open(lpo_node_at(cfg, "dataset"), lpo_model_get_spec(m)->vocab_size, &d);
     if (st == LPO_OK) st = lpo_dataset_sampling_read(lpo_node_at(cfg, "dataset"), &ds);
@@ -201,12 +201,12 @@ int lpo_cmd_profile(int argc, char **argv) {
     lpo_engine_opts eo;
     lpo_infer_engine_opts(&ic, (int)(ic.batch_size < (int64_t)n_order ? ic.batch_size : (int64_t)n_order),
                           &eo);
-    eo.max_context = lpo_engine_context_for(g.spec, ic.max_context);
+    eo.max_context = lpo_engine_context_for(g.spec, ic.engine.max_context);
     eo.device = (int)dev;
     if ((st = check_lengths(d, order, n_order, tokens, n_tokens, eo.max_context, &mean_prompt)) != LPO_OK)
         goto done;
     const lpo_backend_iface *be;
-    if ((st = lpo_backend_find(ic.backend, &be)) != LPO_OK) goto done;
+    if ((st = lpo_backend_find(ic.engine.backend, &be)) != LPO_OK) goto done;
     const int on_device = (be->features & LPO_BACKEND_F_DEVICE) != 0;
     if ((st = lpo_an_peaks_resolve(cfg, on_device ? (int)dev : -1, &pk)) != LPO_OK) goto done;
     int64_t tile = 128;

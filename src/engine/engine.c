@@ -95,9 +95,13 @@ static lpo_status pick_dtype(const char *name, const lpo_backend_iface *be, lpo_
     return LPO_OK;
 }
 
+int64_t lpo_engine_model_positions(const lpo_model_spec *spec) {
+    return spec->max_positions > 0 ? spec->max_positions : LPO_ENGINE_DEFAULT_MAX_CONTEXT;
+}
+
 int64_t lpo_engine_context_for(const lpo_model_spec *spec, int64_t asked) {
     if (asked > 0) return asked;
-    const int64_t model_max = spec->max_positions > 0 ? spec->max_positions : LPO_ENGINE_DEFAULT_MAX_CONTEXT;
+    const int64_t model_max = lpo_engine_model_positions(spec);
     return model_max < LPO_ENGINE_DEFAULT_MAX_CONTEXT ? model_max : LPO_ENGINE_DEFAULT_MAX_CONTEXT;
 }
 
@@ -111,7 +115,7 @@ lpo_status lpo_engine_open_weights(const lpo_model_spec *spec, const lpo_weight_
                                    const lpo_dtype_lookup *dtypes, const lpo_engine_opts *opts,
                                    lpo_engine **out) {
     *out = NULL;
-    lpo_engine_opts o = opts ? *opts : (lpo_engine_opts){0};
+    lpo_engine_opts o = opts ? *opts : (lpo_engine_opts){LPO_ENGINE_DEFAULTS};
     const lpo_backend_iface *be;
     lpo_status st = lpo_backend_find(o.backend, &be);
     if (st != LPO_OK) return st;
@@ -127,10 +131,8 @@ lpo_status lpo_engine_open_weights(const lpo_model_spec *spec, const lpo_weight_
     if (o.max_seqs > 1 && !(be->features & LPO_BACKEND_F_BATCH))
         return lpo_errorf(LPO_E_UNSUPPORTED, "backend '%s' runs one sequence at a time (batch %d asked)",
                           be->name, o.max_seqs);
-    const int64_t model_max = spec->max_positions > 0 ? spec->max_positions : LPO_ENGINE_DEFAULT_MAX_CONTEXT;
-    if (o.max_context <= 0)
-        o.max_context =
-            model_max < LPO_ENGINE_DEFAULT_MAX_CONTEXT ? model_max : LPO_ENGINE_DEFAULT_MAX_CONTEXT;
+    const int64_t model_max = lpo_engine_model_positions(spec);
+    o.max_context = lpo_engine_context_for(spec, o.max_context);
     if (o.max_context > model_max)
         return lpo_errorf(LPO_E_RANGE, "max_context %lld exceeds the model's %lld positions",
                           (long long)o.max_context, (long long)model_max);
@@ -160,7 +162,7 @@ lpo_status lpo_engine_open_weights(const lpo_model_spec *spec, const lpo_weight_
     e->max_step_tokens = o.max_step_tokens;
     e->dtype = dt;
     e->exec = o.exec;
-    e->fusion = !o.no_fusion && o.exec != LPO_EXEC_DEBUG;
+    e->fusion = o.fusion && o.exec != LPO_EXEC_DEBUG;
     if (dtypes) e->dtypes = *dtypes;
     e->lopts = (lpo_oplist_opts){dt, dt, e->dtypes.stored_dtype ? &e->dtypes : NULL, NULL};
     const size_t slots = (size_t)o.max_seqs + (pad ? 1 : 0);
@@ -174,8 +176,20 @@ lpo_status lpo_engine_open_weights(const lpo_model_spec *spec, const lpo_weight_
         lpo_engine_close(e);
         return lpo_errorf(LPO_E_NOMEM, "engine: out of memory");
     }
-    lpo_backend_init bi = {&e->spec, ws,     (int)slots, o.max_context, o.max_step_tokens, o.n_threads,
-                           dt,       o.exec, e->fusion,  o.device,      !o.no_gemv,        !o.no_pdl};
+    const lpo_backend_init bi = {
+        .spec = &e->spec,
+        .weights = ws,
+        .max_seqs = (int)slots,
+        .max_context = o.max_context,
+        .max_step_tokens = o.max_step_tokens,
+        .n_threads = o.n_threads,
+        .dtype = dt,
+        .exec = o.exec,
+        .fusion = e->fusion,
+        .device = o.device,
+        .gemv = o.gemv,
+        .pdl = o.pdl,
+    };
     st = be->init(&bi, &e->ctx);
     if (st != LPO_OK) {
         lpo_engine_close(e);

@@ -12,45 +12,63 @@ void lpo_infer_config_free(lpo_infer_config *c) {
     memset(c, 0, sizeof *c);
 }
 
+/* The values a config that does not set a key gets. They are the ones conf/infer/default.yaml and
+ * conf/config.yaml state (the composed configuration every command reads); test_infer_config checks that
+ * the two agree, so conf/ is where a default is read and changed. */
+static const struct {
+    int64_t max_new_tokens, top_k, seed, batch_size, max_context, threads;
+    double temperature, top_p, repetition_penalty;
+    const char *backend, *chat_template;
+} fallback = {
+    .max_new_tokens = 64,
+    .batch_size = 1,
+    .top_p = 1.0,
+    .repetition_penalty = 1.0,
+    .backend = "cpu",
+    .chat_template = "auto",
+};
+
 lpo_status lpo_infer_config_read(const lpo_node *cfg, lpo_infer_config *c) {
     memset(c, 0, sizeof *c);
+    const lpo_engine_opts eng = {LPO_ENGINE_DEFAULTS};
+    c->engine = eng;
     lpo_status st;
-    int64_t top_k, seed;
+    int64_t top_k, seed, max_context, prefill_chunk, threads;
     double temp, top_p, rp;
 #define TRY(x)                                                                                               \
     do {                                                                                                     \
         if ((st = (x)) != LPO_OK) goto fail;                                                                 \
     } while (0)
-    TRY(lpo_cfg_str_or(cfg, "backend", "cpu", &c->backend));
-    TRY(lpo_cfg_int_or(cfg, "infer.max_new_tokens", 64, &c->gen.max_new_tokens));
-    TRY(lpo_cfg_double_or(cfg, "infer.temperature", 0.0, &temp));
-    TRY(lpo_cfg_int_or(cfg, "infer.top_k", 0, &top_k));
-    TRY(lpo_cfg_double_or(cfg, "infer.top_p", 1.0, &top_p));
-    TRY(lpo_cfg_double_or(cfg, "infer.repetition_penalty", 1.0, &rp));
-    TRY(lpo_cfg_int_or(cfg, "infer.seed", 0, &seed));
+    TRY(lpo_cfg_str_or(cfg, "backend", fallback.backend, &c->engine.backend));
+    TRY(lpo_cfg_int_or(cfg, "infer.max_new_tokens", fallback.max_new_tokens, &c->gen.max_new_tokens));
+    TRY(lpo_cfg_double_or(cfg, "infer.temperature", fallback.temperature, &temp));
+    TRY(lpo_cfg_int_or(cfg, "infer.top_k", fallback.top_k, &top_k));
+    TRY(lpo_cfg_double_or(cfg, "infer.top_p", fallback.top_p, &top_p));
+    TRY(lpo_cfg_double_or(cfg, "infer.repetition_penalty", fallback.repetition_penalty, &rp));
+    TRY(lpo_cfg_int_or(cfg, "infer.seed", fallback.seed, &seed));
     TRY(lpo_cfg_bool_or(cfg, "infer.ignore_eos", 0, &c->gen.ignore_eos));
     TRY(lpo_cfg_bool_or(cfg, "infer.chat", 0, &c->chat));
-    TRY(lpo_cfg_str_or(cfg, "infer.chat_template", "auto", &c->chat_template));
+    TRY(lpo_cfg_str_or(cfg, "infer.chat_template", fallback.chat_template, &c->chat_template));
     TRY(lpo_cfg_str_or(cfg, "infer.chat_date", NULL, &c->chat_date));
     TRY(lpo_cfg_str_or(cfg, "infer.system", NULL, &c->system));
     c->system_set = c->system != NULL;
-    TRY(lpo_cfg_int_or(cfg, "infer.batch_size", 1, &c->batch_size));
-    TRY(lpo_cfg_int_or(cfg, "infer.max_context", 0, &c->max_context));
-    TRY(lpo_cfg_int_or(cfg, "infer.prefill_chunk", 512, &c->prefill_chunk));
-    TRY(lpo_cfg_int_or(cfg, "infer.threads", 0, &c->threads));
+    TRY(lpo_cfg_int_or(cfg, "infer.batch_size", fallback.batch_size, &c->batch_size));
+    TRY(lpo_cfg_int_or(cfg, "infer.max_context", fallback.max_context, &max_context));
+    TRY(lpo_cfg_int_or(cfg, "infer.prefill_chunk", LPO_ENGINE_DEFAULT_STEP_TOKENS, &prefill_chunk));
+    TRY(lpo_cfg_int_or(cfg, "infer.threads", fallback.threads, &threads));
     const char *exec;
-    TRY(lpo_cfg_str_or(cfg, "engine.exec", "graph", &exec));
-    TRY(lpo_cfg_bool_or(cfg, "engine.fusion", 1, &c->fusion));
-    TRY(lpo_cfg_bool_or(cfg, "engine.gemv", 1, &c->gemv));
-    TRY(lpo_cfg_bool_or(cfg, "engine.pdl", 1, &c->pdl));
-    TRY(lpo_cfg_str_or(cfg, "engine.dtype", "auto", &c->dtype));
-    if (!lpo_exec_mode_parse(exec, &c->exec)) {
+    TRY(lpo_cfg_str_or(cfg, "engine.exec", lpo_exec_mode_name(eng.exec), &exec));
+    TRY(lpo_cfg_bool_or(cfg, "engine.fusion", eng.fusion, &c->engine.fusion));
+    TRY(lpo_cfg_bool_or(cfg, "engine.gemv", eng.gemv, &c->engine.gemv));
+    TRY(lpo_cfg_bool_or(cfg, "engine.pdl", eng.pdl, &c->engine.pdl));
+    TRY(lpo_cfg_str_or(cfg, "engine.dtype", "auto", &c->engine.dtype));
+    if (!lpo_exec_mode_parse(exec, &c->engine.exec)) {
         st = lpo_errorf(LPO_E_CONFIG, "engine.exec: '%s' is not one of graph, eager, debug", exec);
         goto fail;
     }
-    if (strcmp(c->dtype, "auto") && strcmp(c->dtype, "bf16") && strcmp(c->dtype, "fp16") &&
-        strcmp(c->dtype, "f32")) {
-        st = lpo_errorf(LPO_E_CONFIG, "engine.dtype: '%s' is not one of auto, bf16, fp16, f32", c->dtype);
+    const char *dt = c->engine.dtype;
+    if (strcmp(dt, "auto") && strcmp(dt, "bf16") && strcmp(dt, "fp16") && strcmp(dt, "f32")) {
+        st = lpo_errorf(LPO_E_CONFIG, "engine.dtype: '%s' is not one of auto, bf16, fp16, f32", dt);
         goto fail;
     }
 #undef TRY
@@ -68,10 +86,10 @@ lpo_status lpo_infer_config_read(const lpo_node *cfg, lpo_infer_config *c) {
         {c->gen.max_new_tokens < 0, "max_new_tokens", ">= 0", (double)c->gen.max_new_tokens},
         {c->batch_size < 1 || c->batch_size > LPO_ENGINE_MAX_SEQS, "batch_size", "in [1, 256]",
          (double)c->batch_size},
-        {c->max_context < 0, "max_context", ">= 0 (0 or null = the model's)", (double)c->max_context},
-        {c->prefill_chunk < 1, "prefill_chunk", ">= 1", (double)c->prefill_chunk},
-        {c->threads < 0 || c->threads > LPO_ENGINE_MAX_THREADS, "threads", "in [0, 1024] (0 = automatic)",
-         (double)c->threads},
+        {max_context < 0, "max_context", ">= 0 (0 or null = the model's)", (double)max_context},
+        {prefill_chunk < 1, "prefill_chunk", ">= 1", (double)prefill_chunk},
+        {threads < 0 || threads > LPO_ENGINE_MAX_THREADS, "threads", "in [0, 1024] (0 = automatic)",
+         (double)threads},
     };
     for (size_t i = 0; i < sizeof checks / sizeof checks[0]; i++) {
         if (checks[i].bad) {
@@ -80,6 +98,9 @@ lpo_status lpo_infer_config_read(const lpo_node *cfg, lpo_infer_config *c) {
             goto fail;
         }
     }
+    c->engine.max_context = max_context;
+    c->engine.max_step_tokens = prefill_chunk;
+    c->engine.n_threads = (int)threads;
     const lpo_node *stop = lpo_node_at(cfg, "infer.stop");
     if (stop && !lpo_scalar_is_null(stop)) {
         if (stop->kind == LPO_NODE_SCALAR) { /* infer.stop=5: refused, not silently the string "5" */
@@ -112,17 +133,8 @@ fail:
 }
 
 void lpo_infer_engine_opts(const lpo_infer_config *c, int max_seqs, lpo_engine_opts *o) {
-    memset(o, 0, sizeof *o);
-    o->backend = c->backend;
+    *o = c->engine;
     o->max_seqs = max_seqs;
-    o->max_context = c->max_context;
-    o->max_step_tokens = c->prefill_chunk;
-    o->n_threads = (int)c->threads;
-    o->dtype = c->dtype;
-    o->exec = c->exec;
-    o->no_fusion = !c->fusion;
-    o->no_gemv = !c->gemv;
-    o->no_pdl = !c->pdl;
 }
 
 /* Fails the token list at p: the offending text (at most 20 bytes, unprintable bytes as '?'), quoted. */

@@ -32,12 +32,9 @@ static lpo_engine *open_dir(const char *dir, const char *backend, const char *dt
                             int no_fusion, int max_seqs, lpo_model **m) {
     lpo_status st = lpo_model_open_path(dir, m);
     if (st != LPO_OK) fail_msg("%s: %s", dir, lpo_last_error());
-    lpo_engine_opts o = {.backend = backend,
-                         .max_seqs = max_seqs,
-                         .max_context = 256,
-                         .dtype = dtype,
-                         .exec = exec,
-                         .no_fusion = no_fusion};
+    lpo_engine_opts o = {LPO_ENGINE_DEFAULTS, .backend = backend, .max_seqs = max_seqs,
+                         .max_context = 256,  .dtype = dtype,     .exec = exec};
+    o.fusion = !no_fusion;
     lpo_engine *e = NULL;
     st = lpo_engine_open(*m, &o, &e);
     if (st != LPO_OK) fail_msg("%s (%s %s): %s", dir, backend, dtype, lpo_last_error());
@@ -209,7 +206,8 @@ static void test_does_not_fit(void **state) {
     lpo_model *m = NULL;
     assert_int_equal(lpo_model_open(cfg, &m), LPO_OK);
     /* 256 slots x 131072 positions of bf16 KV: 4 TiB */
-    lpo_engine_opts o = {.backend = "cuda", .max_seqs = 256, .max_context = 131072, .dtype = "bf16"};
+    lpo_engine_opts o = {LPO_ENGINE_DEFAULTS, .backend = "cuda", .max_seqs = 256, .max_context = 131072,
+                         .dtype = "bf16"};
     lpo_engine *e = NULL;
     assert_int_equal(lpo_engine_open(m, &o, &e), LPO_E_NOMEM);
     printf("too large: %s\n", lpo_last_error());
@@ -246,7 +244,8 @@ static void test_nonfinite(void **state) {
             assert_non_null(strstr(lpo_last_error(), "first appear in the output of op 'layers.0.attn.qkv'"));
         }
     w.data[1][5] = INFINITY; /* a stored Inf */
-    lpo_engine_opts o = {.backend = "cuda", .max_seqs = 1, .max_context = 16, .dtype = "bf16"};
+    lpo_engine_opts o = {LPO_ENGINE_DEFAULTS, .backend = "cuda", .max_seqs = 1, .max_context = 16,
+                         .dtype = "bf16"};
     lpo_engine *e = NULL;
     assert_int_equal(lpo_engine_open_weights(&s, &ws, NULL, &o, &e), LPO_E_FORMAT); /* as the CPU's */
     printf("stored Inf: %s\n", lpo_last_error());

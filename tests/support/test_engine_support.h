@@ -130,11 +130,8 @@ static inline lpo_status test_engine_open_opts(const lpo_model_spec *s, const lp
 
 static inline lpo_engine *test_engine_threads(const lpo_model_spec *s, int max_seqs, int64_t ctx,
                                               int64_t step, int threads) {
-    lpo_engine_opts o = {.backend = "cpu",
-                         .max_seqs = max_seqs,
-                         .max_context = ctx,
-                         .max_step_tokens = step,
-                         .n_threads = threads};
+    lpo_engine_opts o = {LPO_ENGINE_DEFAULTS, .backend = "cpu",        .max_seqs = max_seqs,
+                         .max_context = ctx,  .max_step_tokens = step, .n_threads = threads};
     lpo_engine *e = NULL;
     if (test_engine_open_opts(s, &o, &e) != LPO_OK) return NULL;
     return e;
@@ -149,7 +146,8 @@ static inline lpo_engine *test_engine(const lpo_model_spec *s, int max_seqs, int
  * opened, or LPO_E_INTERNAL). */
 static inline lpo_status test_step_status(const lpo_model_spec *s, const lpo_weight_source *ws,
                                           const char *backend, const char *dtype, int mode) {
-    lpo_engine_opts o = {.backend = backend, .max_seqs = 1, .max_context = 16, .dtype = dtype};
+    lpo_engine_opts o = {LPO_ENGINE_DEFAULTS, .backend = backend, .max_seqs = 1, .max_context = 16,
+                         .dtype = dtype};
     if (mode == 2) o.exec = LPO_EXEC_DEBUG;
     lpo_engine *e = NULL;
     if (lpo_engine_open_weights(s, ws, NULL, &o, &e) != LPO_OK) return LPO_E_INTERNAL;

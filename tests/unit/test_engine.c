@@ -248,7 +248,7 @@ static void test_bad_inputs(void **state) {
     if (cuda && cuda->usable && cuda->usable() != LPO_OK) {
         assert_int_equal(lpo_backend_find("auto", &be), LPO_OK);
         assert_ptr_equal(be, lpo_backend_cpu());
-        lpo_engine_opts co = {.backend = "cuda", .max_seqs = 1, .max_context = 8};
+        lpo_engine_opts co = {LPO_ENGINE_DEFAULTS, .backend = "cuda", .max_seqs = 1, .max_context = 8};
         lpo_engine *ce = NULL;
         assert_int_equal(test_engine_open_opts(&s, &co, &ce), LPO_E_NO_DEVICE);
         printf("backend=cuda here: %s\n", lpo_last_error());
@@ -266,8 +266,8 @@ static void test_bad_inputs(void **state) {
     assert_null(test_engine(&s, 1, 8, 0));
     s = test_spec();
     /* thread counts past what OpenMP runtimes take are refused (100000 overflowed libgomp's stack) */
-    lpo_engine_opts o = {
-        .backend = "cpu", .max_seqs = 1, .max_context = 8, .n_threads = LPO_ENGINE_MAX_THREADS + 1};
+    lpo_engine_opts o = {LPO_ENGINE_DEFAULTS, .backend = "cpu", .max_seqs = 1, .max_context = 8,
+                         .n_threads = LPO_ENGINE_MAX_THREADS + 1};
     assert_int_equal(test_engine_open_opts(&s, &o, &e), LPO_E_RANGE);
     assert_non_null(strstr(lpo_last_error(), "the engine takes 0 (automatic) to 1024"));
     /* a huge prefill chunk is capped at the positions there are, not allocated */
@@ -276,7 +276,8 @@ static void test_bad_inputs(void **state) {
     lpo_engine_close(e);
     /* a KV cache past the machine's memory is refused before allocating, with the size needed */
     s.max_positions = 1LL << 30;
-    o = (lpo_engine_opts){.backend = "cpu", .max_seqs = 256, .max_context = 1LL << 30, .n_threads = 1};
+    o = (lpo_engine_opts){LPO_ENGINE_DEFAULTS, .backend = "cpu", .max_seqs = 256, .max_context = 1LL << 30,
+                          .n_threads = 1};
     assert_int_equal(test_engine_open_opts(&s, &o, &e), LPO_E_NOMEM);
     assert_non_null(strstr(lpo_last_error(), "256 sequence(s) of max_context 1073741824"));
     assert_non_null(strstr(lpo_last_error(), "GiB but this machine has"));
@@ -347,7 +348,8 @@ static void check_preset(const char *preset, int64_t prompt_len) {
     if (st != LPO_OK) fprintf(stderr, "%s: %s\n", preset, lpo_last_error());
     assert_int_equal(st, LPO_OK);
     const lpo_model_spec *s = lpo_model_get_spec(m);
-    lpo_engine_opts o = {.backend = "cpu", .max_seqs = 1, .max_context = 64, .no_fusion = 1};
+    lpo_engine_opts o = {LPO_ENGINE_DEFAULTS, .backend = "cpu", .max_seqs = 1, .max_context = 64};
+    o.fusion = 0;
     lpo_engine *e = NULL;
     assert_int_equal(lpo_engine_open(m, &o, &e), LPO_OK);
     rms_probe probe = {e, "", 0, 0};

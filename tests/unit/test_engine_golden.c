@@ -61,7 +61,8 @@ static lpo_engine *open_engine(const char *name, lpo_model **m, int64_t step_tok
     lpo_status st = lpo_model_open_path(dir, m);
     if (st != LPO_OK) fprintf(stderr, "%s: %s\n", dir, lpo_last_error());
     assert_int_equal(st, LPO_OK);
-    lpo_engine_opts o = {.backend = "cpu", .max_seqs = 1, .max_context = 64, .max_step_tokens = step_tokens};
+    lpo_engine_opts o = {LPO_ENGINE_DEFAULTS, .backend = "cpu", .max_seqs = 1, .max_context = 64,
+                         .max_step_tokens = step_tokens};
     lpo_engine *e = NULL;
     st = lpo_engine_open(*m, &o, &e);
     if (st != LPO_OK) fprintf(stderr, "%s: %s\n", dir, lpo_last_error());

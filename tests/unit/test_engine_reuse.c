@@ -103,7 +103,8 @@ static void test_padding_and_sampling(void **state) {
     lpo_engine *e = test_engine(&s, 3, 64, 0);
     run(e, 8, &warm, a, NULL);
     lpo_engine_close(e);
-    lpo_engine_opts o = {.backend = "cpu", .max_seqs = 3, .max_context = 64, .pad_batches = 1};
+    lpo_engine_opts o = {LPO_ENGINE_DEFAULTS, .backend = "cpu", .max_seqs = 3, .max_context = 64,
+                         .pad_batches = 1};
     assert_int_equal(test_engine_open_opts(&s, &o, &e), LPO_OK);
     run(e, 8, &warm, b, NULL);
     lpo_engine_stats st;

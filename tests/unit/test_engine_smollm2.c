@@ -58,9 +58,7 @@ static void load(void) {
 
 static void test_greedy_single(void **state) {
     (void)state;
-    lpo_engine_opts o = {.backend = "cpu",
-                         .max_seqs = 1,
-                         .max_context = 256,
+    lpo_engine_opts o = {LPO_ENGINE_DEFAULTS, .backend = "cpu", .max_seqs = 1, .max_context = 256,
                          .n_threads = 1}; /* 1 thread: robust when ctest runs tests side by side */
     lpo_engine *e = NULL;
     assert_int_equal(lpo_engine_open(model, &o, &e), LPO_OK);
@@ -83,7 +81,8 @@ static void test_greedy_single(void **state) {
 
 static void test_greedy_batch(void **state) {
     (void)state;
-    lpo_engine_opts o = {.backend = "cpu", .max_seqs = N_SAMPLES, .max_context = 256, .n_threads = 1};
+    lpo_engine_opts o = {LPO_ENGINE_DEFAULTS, .backend = "cpu", .max_seqs = N_SAMPLES, .max_context = 256,
+                         .n_threads = 1};
     lpo_engine *e = NULL;
     assert_int_equal(lpo_engine_open(model, &o, &e), LPO_OK);
     lpo_gen_params p = {.max_new_tokens = 32, .ignore_eos = 1, .sampling = {0, 0, 1, 1, 0}};

@@ -285,7 +285,7 @@ static void test_stop_strings_and_streaming(void **state) {
     assert_int_equal(lpo_model_open(cfg, &m), LPO_OK);
     lpo_tokenizer *tok = NULL;
     assert_int_equal(lpo_tokenizer_for_model(m, &tok), LPO_OK);
-    lpo_engine_opts o = {.backend = "cpu", .max_seqs = 1, .max_context = 128};
+    lpo_engine_opts o = {LPO_ENGINE_DEFAULTS, .backend = "cpu", .max_seqs = 1, .max_context = 128};
     lpo_engine *e = NULL;
     assert_int_equal(lpo_engine_open(m, &o, &e), LPO_OK);
     int32_t *ids = NULL;

@@ -361,7 +361,7 @@ static void test_group_timer(void **state) {
     lpo_model *m;
     assert_int_equal(lpo_model_open(lpo_node_at(cfg, "model"), &m), LPO_OK);
     lpo_engine *e;
-    const lpo_engine_opts o = {.backend = "cpu", .n_threads = 1, .exec = LPO_EXEC_EAGER};
+    const lpo_engine_opts o = {LPO_ENGINE_DEFAULTS, .backend = "cpu", .n_threads = 1, .exec = LPO_EXEC_EAGER};
     assert_int_equal(lpo_engine_open(m, &o, &e), LPO_OK);
     gt_count c = {0, 0, 0};
     lpo_group_timer *gt;

@@ -317,8 +317,8 @@ static void test_batch_cost_matches_engine(void **state) {
     assert_int_equal(lpo_dataset_synthetic_lengths(2, &dist, spec->vocab_size, 3, &d), LPO_OK);
     size_t order[] = {0, 1};
     /* prefill chunks of 8 tokens: the two prompts are packed across several steps */
-    lpo_engine_opts eo = {
-        .backend = "cpu", .max_seqs = 2, .max_context = 64, .max_step_tokens = 8, .n_threads = 1};
+    lpo_engine_opts eo = {LPO_ENGINE_DEFAULTS, .backend = "cpu",     .max_seqs = 2,
+                          .max_context = 64,   .max_step_tokens = 8, .n_threads = 1};
     lpo_gen_params gp = {.max_new_tokens = 4, .ignore_eos = 1};
     gp.sampling.top_p = 1; /* greedy */
     gp.sampling.repetition_penalty = 1;
