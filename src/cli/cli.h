@@ -91,10 +91,6 @@ lpo_status lpo_cli_compose(const lpo_cli_args *a, const char *command, lpo_node 
  * array of *n_out overrides (free it; the strings are a's and buf's, n bytes). */
 const char **lpo_cli_with_run_dir(const lpo_cli_args *a, const char *command, const char *prog, char *buf,
                                   size_t n, size_t *n_out);
-/* Opens the model of a composed config for an engine run: checks the backend first (backend=cuda in a
- * CPU-only build fails before any weights are read), then opens cfg's `model` node (LPO_E_CONFIG when
- * the config has none). */
-lpo_status lpo_cli_open_model(const lpo_node *cfg, const char *backend, lpo_model **m);
 
 /* Text prompts of a command (generate, profile): the inference settings, the model, its tokenizer and the
  * chat family when infer.chat is set. */

@@ -19,6 +19,7 @@
 #include "lpo/measure.h"
 #include "lpo/nvml_sampler.h"
 #include "lpo/report.h"
+#include "lpo/session.h"
 
 static const lpo_cli_flag flags[] = {
     {"no-save", 0, "print only: no run directory"},
@@ -208,68 +209,72 @@ static void add_short_rows(lpo_table *t, const context_info *ci, const lpo_bench
 
 /* ---- the command ----------------------------------------------------------------------------------------
  */
+typedef struct {
+    int64_t batches[MAX_LIST], prompts[MAX_LIST], gens[MAX_LIST];
+    int nb, np, ng;
+} sweep;
+
+/* One engine for the whole sweep: the largest batch, the longest prompt + gen, a prefill in one step. */
+static lpo_status size_engine(void *ud, lpo_session *s, lpo_engine_opts *eo) {
+    const sweep *w = ud;
+    int64_t max_b = 1, max_ctx = 1, max_p = 1;
+    for (int i = 0; i < w->nb; i++) max_b = w->batches[i] > max_b ? w->batches[i] : max_b;
+    for (int i = 0; i < w->np; i++)
+        for (int j = 0; j < w->ng; j++)
+            max_ctx = w->prompts[i] + w->gens[j] > max_ctx ? w->prompts[i] + w->gens[j] : max_ctx;
+    for (int i = 0; i < w->np; i++) max_p = w->prompts[i] > max_p ? w->prompts[i] : max_p;
+    if (s->spec->max_positions > 0 && max_ctx > s->spec->max_positions)
+        return lpo_errorf(LPO_E_RANGE, "bench: prompt + gen = %lld exceeds the model's %lld positions",
+                          (long long)max_ctx, (long long)s->spec->max_positions);
+    eo->max_seqs = (int)max_b;
+    eo->max_context = max_ctx;
+    if (eo->max_step_tokens < max_p * max_b) eo->max_step_tokens = max_p * max_b; /* one prefill step */
+    return LPO_OK;
+}
+
 int lpo_cmd_bench(int argc, char **argv) {
     lpo_cli_args args;
     int rc = lpo_cli_begin(&spec, argc, argv, &args);
     if (rc >= 0) return rc;
     lpo_node *cfg = NULL;
-    lpo_model *m = NULL;
-    lpo_engine *e = NULL;
-    lpo_rundir *rd = NULL;
+    lpo_session *s = NULL;
     lpo_table *full = lpo_table_new(full_fields, sizeof full_fields / sizeof *full_fields);
     lpo_table *brief = lpo_table_new(short_fields, sizeof short_fields / sizeof *short_fields);
-    lpo_nvml_sampler *nv = NULL;
-    lpo_env_info *env = calloc(1, sizeof *env);
-    lpo_infer_config ic = {0};
     lpo_measure_opts mo;
-    int64_t batches[MAX_LIST], prompts[MAX_LIST], gens[MAX_LIST], seed = 0;
-    int nb = 0, np = 0, ng = 0;
-    lpo_status st = full && brief && env ? LPO_OK : lpo_errorf(LPO_E_NOMEM, "bench: out of memory");
+    sweep w;
+    int64_t seed = 0;
+    lpo_status st = full && brief ? LPO_OK : lpo_errorf(LPO_E_NOMEM, "bench: out of memory");
     if (!st) st = lpo_cli_compose(&args, "bench", &cfg);
-    if (!st) st = lpo_infer_config_read(cfg, &ic);
     if (!st) st = lpo_measure_opts_from_config(cfg, &mo);
-    if (!st) st = int_list(cfg, "batch", 1, LPO_ENGINE_MAX_SEQS, batches, &nb);
-    if (!st) st = int_list(cfg, "prompt", 1, 1 << 24, prompts, &np);
-    if (!st) st = int_list(cfg, "gen", 1, 1 << 24, gens, &ng);
+    if (!st) st = int_list(cfg, "batch", 1, LPO_ENGINE_MAX_SEQS, w.batches, &w.nb);
+    if (!st) st = int_list(cfg, "prompt", 1, 1 << 24, w.prompts, &w.np);
+    if (!st) st = int_list(cfg, "gen", 1, 1 << 24, w.gens, &w.ng);
     if (!st) st = lpo_cfg_int_or(cfg, "bench.seed", 0, &seed);
+    if (!st) {
+        const lpo_session_opts so = {.parts = LPO_SESSION_ENGINE | LPO_SESSION_ENV | LPO_SESSION_NVML,
+                                     .size_engine = size_engine,
+                                     .ud = &w,
+                                     .nvml_period_ms = mo.nvml_sample_ms,
+                                     .command_line = lpo_cli_command_line()};
+        st = lpo_session_open(cfg, &so, &s);
+        cfg = NULL; /* the session's */
+    }
     if (st) goto done;
     {
-        /* one engine for the whole sweep: the largest batch, the longest prompt + gen */
-        int64_t max_b = 1, max_ctx = 1;
-        for (int i = 0; i < nb; i++) max_b = batches[i] > max_b ? batches[i] : max_b;
-        for (int i = 0; i < np; i++)
-            for (int j = 0; j < ng; j++)
-                max_ctx = prompts[i] + gens[j] > max_ctx ? prompts[i] + gens[j] : max_ctx;
-        if ((st = lpo_cli_open_model(cfg, ic.engine.backend, &m))) goto done;
-        const lpo_model_spec *s = lpo_model_get_spec(m);
-        if (s->max_positions > 0 && max_ctx > s->max_positions) {
-            st = lpo_errorf(LPO_E_RANGE, "bench: prompt + gen = %lld exceeds the model's %lld positions",
-                            (long long)max_ctx, (long long)s->max_positions);
-            goto done;
-        }
-        lpo_engine_opts eo;
-        lpo_infer_engine_opts(&ic, (int)max_b, &eo);
-        eo.max_context = max_ctx;
-        int64_t max_p = 1;
-        for (int i = 0; i < np; i++) max_p = prompts[i] > max_p ? prompts[i] : max_p;
-        if (eo.max_step_tokens < max_p * max_b) eo.max_step_tokens = max_p * max_b; /* one prefill step */
-        const uint64_t t_open = lpo_now_ns();
-        if ((st = lpo_engine_open(m, &eo, &e))) goto done;
-        fprintf(stderr, "lpo bench: %s on %s (%s, exec=%s): engine ready in %.2f s, %.2f GiB held\n", s->name,
-                lpo_engine_backend_name(e), lpo_dtype_name(lpo_engine_dtype(e)),
-                lpo_exec_mode_name(lpo_engine_exec_mode(e)), (double)(lpo_now_ns() - t_open) / 1e9,
+        lpo_engine *e = s->engine;
+        const lpo_env_info *env = s->env;
+        const int on_gpu = s->on_device, dev = s->device;
+        fprintf(stderr, "lpo bench: %s on %s (%s, exec=%s): engine ready in %.2f s, %.2f GiB held\n",
+                s->spec->name, lpo_engine_backend_name(e), lpo_dtype_name(lpo_engine_dtype(e)),
+                lpo_exec_mode_name(lpo_engine_exec_mode(e)), s->engine_open_s,
                 (double)lpo_engine_memory_bytes(e) / (1024.0 * 1024 * 1024));
         if (lpo_build_is_debug())
             fprintf(stderr, "lpo bench: WARNING: %s build: timings are not representative\n",
                     lpo_build()->build_type);
         /* peaks and device: the GPU for device backends, else the CPU's cached ceilings */
-        const int on_gpu = (lpo_engine_backend(e)->features & LPO_BACKEND_F_DEVICE) != 0;
-        int64_t dev = 0;
-        lpo_cfg_int_or(cfg, "hardware.device", 0, &dev);
         lpo_peaks peaks;
-        lpo_peaks_for_device(on_gpu ? (int)dev : -1, &peaks);
-        lpo_env_collect(env, 0);
-        context_info ci = {s->name,
+        lpo_peaks_for_device(lpo_session_peaks_device(s), &peaks);
+        context_info ci = {s->spec->name,
                            lpo_engine_backend_name(e),
                            lpo_dtype_name(lpo_engine_dtype(e)),
                            lpo_exec_mode_name(lpo_engine_exec_mode(e)),
@@ -280,28 +285,26 @@ int lpo_cmd_bench(int argc, char **argv) {
                            0,
                            peaks.tflops[lpo_bench_roof(lpo_engine_dtype(e))],
                            peaks.dram_gbs};
-        ci.device = on_gpu && env->n_gpus > (int)dev ? env->gpus[dev].name : env->cpu_model;
+        ci.device = on_gpu && env->n_gpus > dev ? env->gpus[dev].name : env->cpu_model;
         ci.driver = on_gpu ? env->nvml_driver_version : env->kernel;
-        if (on_gpu && lpo_nvml_sampler_open((int)dev, &nv) == LPO_OK)
-            lpo_nvml_sampler_start(nv, mo.nvml_sample_ms > 0 ? mo.nvml_sample_ms : 100);
         lpo_error_clear();
-        progress_state ps = {isatty(2), 0, nb * np * ng};
+        progress_state ps = {isatty(2), 0, w.nb * w.np * w.ng};
         lpo_bench_result *res = calloc((size_t)ps.total, sizeof *res);
         if (!res) {
             st = lpo_errorf(LPO_E_NOMEM, "bench: out of memory");
             goto done;
         }
-        for (int i = 0; i < nb && !st; i++)
-            for (int j = 0; j < np && !st; j++)
-                for (int k = 0; k < ng && !st; k++, ps.index++) {
-                    const lpo_bench_point pt = {(int)batches[i], prompts[j], gens[k]};
+        for (int i = 0; i < w.nb && !st; i++)
+            for (int j = 0; j < w.np && !st; j++)
+                for (int k = 0; k < w.ng && !st; k++, ps.index++) {
+                    const lpo_bench_point pt = {(int)w.batches[i], w.prompts[j], w.gens[k]};
                     st = lpo_bench_run(e, &pt, &mo, &peaks, (uint64_t)seed, progress, &ps, &res[ps.index]);
                 }
         if (ps.tty) fprintf(stderr, "\r\033[K");
-        if (nv) {
-            lpo_nvml_sampler_stop(nv);
+        if (s->nvml) {
+            lpo_nvml_sampler_stop(s->nvml);
             lpo_nvml_summary sum;
-            lpo_nvml_sampler_summary(nv, &sum);
+            lpo_nvml_sampler_summary(s->nvml, &sum);
             ci.sm_mhz = sum.sm_mhz_avg;
             ci.mem_mhz = sum.mem_mhz_avg;
         }
@@ -317,27 +320,23 @@ int lpo_cmd_bench(int argc, char **argv) {
         lpo_sb_free(&sb);
         printf("\npeaks: %s\n", peaks.label);
         if (!lpo_cli_flag_value(&args, "no-save")) {
-            if ((st = lpo_rundir_create(cfg, lpo_cli_command_line(), &rd))) goto done;
+            lpo_rundir *rd = NULL;
+            if ((st = lpo_session_rundir(s, &rd))) goto done;
             if ((st = lpo_rundir_write_table(rd, "bench", full))) goto done;
             if ((st = lpo_rundir_write_table(rd, "bench_summary", brief))) goto done;
-            if (nv) {
+            if (s->nvml) {
                 char path[4096];
-                lpo_nvml_sampler_write_csv(nv, lpo_rundir_file(rd, "nvml.csv", path, sizeof path));
+                lpo_nvml_sampler_write_csv(s->nvml, lpo_rundir_file(rd, "nvml.csv", path, sizeof path));
             }
             lpo_rundir_announce(rd, stdout);
         }
     }
 done:
     rc = st ? lpo_cli_fail("bench", st) : LPO_EXIT_OK;
-    lpo_nvml_sampler_close(nv);
-    lpo_rundir_close(rd);
-    lpo_engine_close(e);
-    lpo_model_close(m);
-    lpo_infer_config_free(&ic);
+    lpo_session_close(s);
     lpo_node_free(cfg);
     lpo_table_free(full);
     lpo_table_free(brief);
-    free(env);
     lpo_cli_args_free(&args);
     return rc;
 }

@@ -23,6 +23,7 @@
 #include "lpo/infer.h"
 #include "lpo/model.h"
 #include "lpo/ops.h"
+#include "lpo/session.h"
 
 static const lpo_cli_flag flags[] = {
     {"import", 1, "report on existing ncu raw-page CSV exports (comma-separated) instead of running ncu"},
@@ -323,7 +324,8 @@ static int names_model(const lpo_cli_args *a) {
  */
 typedef struct {
     lpo_cli_args args;
-    lpo_node *cfg;
+    lpo_session *ses; /* the config and the run directory */
+    const lpo_node *cfg;
     lpo_rundir *rd;
     deep_cfg d;
     char dir[PATH_MAX];
@@ -477,7 +479,7 @@ static lpo_status run_deep(deep_run *r) {
     const char *import = lpo_cli_flag_value(&r->args, "import");
     lpo_status st = read_cfg(r->cfg, &r->d);
     if (!st && !import) st = lpo_ncu_find(r->d.ncu, r->ncu, sizeof r->ncu);
-    if (!st) st = lpo_rundir_create(r->cfg, lpo_cli_command_line(), &r->rd);
+    if (!st) st = lpo_session_rundir(r->ses, &r->rd);
     if (st) return st;
     if (!realpath(lpo_rundir_path(r->rd), r->dir))
         snprintf(r->dir, sizeof r->dir, "%s", lpo_rundir_path(r->rd));
@@ -576,14 +578,20 @@ int lpo_cmd_deep(int argc, char **argv) {
     lpo_cli_args a2 = r.args;
     a2.overrides = ov;
     a2.n_overrides = n_ov;
-    lpo_status st = lpo_cli_compose(&a2, "deep", &r.cfg);
-    if (!st) st = run_deep(&r);
+    lpo_node *cfg = NULL;
+    lpo_status st = lpo_cli_compose(&a2, "deep", &cfg);
+    const lpo_session_opts so = {.command_line =
+                                     lpo_cli_command_line()}; /* the workload's model, engine: the child's */
+    if (!st) st = lpo_session_open(cfg, &so, &r.ses);
+    if (!st) {
+        r.cfg = r.ses->cfg;
+        st = run_deep(&r);
+    }
     if (!st) lpo_rundir_announce(r.rd, stdout);
-    if (r.rd) lpo_rundir_close(r.rd);
+    lpo_session_close(r.ses);
     lpo_deep_plan_free(&r.plan);
     lpo_ncu_results_free(&r.res);
     lpo_sb_free(&r.notes);
-    lpo_node_free(r.cfg);
     free(ov);
     lpo_cli_args_free(&r.args);
     return st ? lpo_cli_fail("deep", st) : LPO_EXIT_OK;

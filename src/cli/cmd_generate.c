@@ -15,6 +15,7 @@
 #include "lpo/infer.h"
 #include "lpo/model.h"
 #include "lpo/report.h"
+#include "lpo/session.h"
 #include "lpo/tokenizer.h"
 
 static const lpo_cli_flag flags[] = {
@@ -94,8 +95,9 @@ static lpo_status run_single(lpo_engine *e, const lpo_cli_prompts *g, const int3
 
 /* ---- a dataset -> predictions.jsonl
  * --------------------------------------------------------------------------- */
-static lpo_status run_dataset(lpo_engine *e, const lpo_cli_prompts *g, const lpo_node *cfg,
-                              const lpo_dataset *d) {
+static lpo_status run_dataset(lpo_session *ses, const lpo_cli_prompts *g, const lpo_dataset *d) {
+    lpo_engine *e = ses->engine;
+    const lpo_node *cfg = ses->cfg;
     lpo_rundir *rd = NULL;
     FILE *f = NULL;
     lpo_dataset_sampling ds;
@@ -103,7 +105,7 @@ static lpo_status run_dataset(lpo_engine *e, const lpo_cli_prompts *g, const lpo
     lpo_status st = lpo_dataset_sampling_read(lpo_node_at(cfg, "dataset"), &ds);
     if (st == LPO_OK) st = lpo_dataset_order(d, &ds, &order, &n_run);
     if (st != LPO_OK) return st;
-    st = lpo_rundir_create(cfg, lpo_cli_command_line(), &rd);
+    st = lpo_session_rundir(ses, &rd);
     if (st == LPO_OK) st = lpo_rundir_open(rd, "predictions.jsonl", "w", &f);
     const size_t B = (size_t)lpo_engine_max_seqs(e);
     lpo_gen_seq *q = calloc(B, sizeof *q);
@@ -178,8 +180,58 @@ static lpo_status run_dataset(lpo_engine *e, const lpo_cli_prompts *g, const lpo
     free(q);
     free(enc);
     free(order);
-    if (rd) lpo_rundir_close(rd);
     return st;
+}
+
+/* What the command reads from the model before the engine is sized: tokenizer, chat family, dataset or
+ * the prompt's ids. */
+typedef struct {
+    const char *prompt, *tokens;
+    int print_id;
+    lpo_cli_prompts g;
+    lpo_dataset *d;
+    int32_t *ids;
+    size_t n_ids;
+    int32_t tok_eos;
+} gen_run;
+
+static lpo_status size_engine(void *ud, lpo_session *s, lpo_engine_opts *eo) {
+    gen_run *r = ud;
+    lpo_infer_config *ic = &s->infer;
+    lpo_cli_prompts *g = &r->g;
+    lpo_status st;
+    g->ic = ic;
+    g->spec = s->spec;
+    if (!r->tokens && (st = lpo_tokenizer_for_model(s->model, &g->tok)) != LPO_OK) return st;
+    if (r->tokens && (ic->gen.n_stop || !r->print_id))
+        lpo_tokenizer_for_model(s->model, &g->tok); /* text output if it can */
+    if (ic->chat && r->tokens) /* token prompts are used as given: the template applies to text */
+        LPO_WARN("infer.chat=true does not apply to tokens=: the ids are used as given");
+    else if (ic->chat && (st = lpo_chat_family_pick(ic->chat_template, g->tok, &g->chat)) != LPO_OK)
+        return st;
+    r->tok_eos = g->tok ? lpo_tokenizer_eos(g->tok) : -1;
+    if (g->spec->n_eos == 0 && r->tok_eos >= 0) { /* no EOS in the model files: the tokenizer's */
+        ic->gen.eos_ids = &r->tok_eos;
+        ic->gen.n_eos = 1;
+    }
+    const int single = r->prompt || r->tokens;
+    if (!single) {
+        const lpo_node *dcfg = lpo_node_at(s->cfg, "dataset");
+        if (!dcfg)
+            return lpo_errorf(LPO_E_USAGE,
+                              "nothing to generate from: give prompt=TEXT, tokens=IDS or a dataset "
+                              "(dataset=prompts dataset.path=FILE.jsonl)");
+        if ((st = lpo_dataset_open(dcfg, g->spec->vocab_size, &r->d)) != LPO_OK) return st;
+    } else if (r->prompt && (st = lpo_cli_encode_prompt(g, r->prompt, &r->ids, &r->n_ids)) != LPO_OK) {
+        return st;
+    }
+    if (single) eo->max_seqs = 1;
+    if (single && (int64_t)r->n_ids > eo->max_context)
+        return lpo_errorf(LPO_E_RANGE,
+                          "the prompt has %zu tokens, more than max_context %lld (raise infer.max_context, "
+                          "up to the model's %lld positions)",
+                          r->n_ids, (long long)eo->max_context, (long long)g->spec->max_positions);
+    return LPO_OK;
 }
 
 int lpo_cmd_generate(int argc, char **argv) {
@@ -188,70 +240,31 @@ int lpo_cmd_generate(int argc, char **argv) {
     if (rc >= 0) return rc;
     lpo_status st = LPO_OK;
     lpo_node *cfg = NULL;
-    lpo_model *m = NULL;
-    lpo_engine *e = NULL;
-    lpo_dataset *d = NULL;
-    lpo_infer_config ic = {0};
-    lpo_cli_prompts g = {0};
-    int32_t *ids = NULL;
-    size_t n_ids = 0;
-    const char *prompt = lpo_cli_param_value(&args, "prompt"), *tokens = lpo_cli_param_value(&args, "tokens");
-    const int print_id = lpo_cli_flag_value(&args, "print-ids") != NULL;
-    if (prompt && tokens) {
+    lpo_session *s = NULL;
+    gen_run r = {0};
+    r.prompt = lpo_cli_param_value(&args, "prompt");
+    r.tokens = lpo_cli_param_value(&args, "tokens");
+    r.print_id = lpo_cli_flag_value(&args, "print-ids") != NULL;
+    if (r.prompt && r.tokens) {
         st = lpo_errorf(LPO_E_USAGE, "give prompt= or tokens=, not both");
         goto done;
     }
     if ((st = lpo_cli_compose(&args, "generate", &cfg)) != LPO_OK) goto done;
-    if ((st = lpo_infer_config_read(cfg, &ic)) != LPO_OK) goto done;
-    if (tokens && (st = lpo_parse_token_list(tokens, &ids, &n_ids)) != LPO_OK) goto done;
-    if ((st = lpo_cli_open_model(cfg, ic.engine.backend, &m)) != LPO_OK) goto done;
-    g.ic = &ic;
-    g.spec = lpo_model_get_spec(m);
-    if (!tokens && (st = lpo_tokenizer_for_model(m, &g.tok)) != LPO_OK) goto done;
-    if (tokens && (ic.gen.n_stop || !print_id))
-        lpo_tokenizer_for_model(m, &g.tok); /* text output if it can */
-    if (ic.chat && tokens) /* token prompts are used as given: the template applies to text */
-        LPO_WARN("infer.chat=true does not apply to tokens=: the ids are used as given");
-    else if (ic.chat && (st = lpo_chat_family_pick(ic.chat_template, g.tok, &g.chat)) != LPO_OK)
-        goto done;
-    int32_t tok_eos = g.tok ? lpo_tokenizer_eos(g.tok) : -1;
-    if (g.spec->n_eos == 0 && tok_eos >= 0) { /* no EOS in the model files: the tokenizer's */
-        ic.gen.eos_ids = &tok_eos;
-        ic.gen.n_eos = 1;
-    }
-
-    const int single = prompt || tokens;
-    if (!single) {
-        const lpo_node *dcfg = lpo_node_at(cfg, "dataset");
-        if (!dcfg) {
-            st =
-                lpo_errorf(LPO_E_USAGE, "nothing to generate from: give prompt=TEXT, tokens=IDS or a dataset "
-                                        "(dataset=prompts dataset.path=FILE.jsonl)");
-            goto done;
-        }
-        if ((st = lpo_dataset_open(dcfg, g.spec->vocab_size, &d)) != LPO_OK) goto done;
-    } else if (prompt && (st = lpo_cli_encode_prompt(&g, prompt, &ids, &n_ids)) != LPO_OK) {
-        goto done;
-    }
-    lpo_engine_opts eo;
-    lpo_infer_engine_opts(&ic, single ? 1 : (int)ic.batch_size, &eo);
-    eo.max_context = lpo_engine_context_for(g.spec, ic.engine.max_context);
-    if (single && (int64_t)n_ids > eo.max_context) {
-        st = lpo_errorf(LPO_E_RANGE,
-                        "the prompt has %zu tokens, more than max_context %lld (raise infer.max_context, "
-                        "up to the model's %lld positions)",
-                        n_ids, (long long)eo.max_context, (long long)g.spec->max_positions);
-        goto done;
-    }
-    if ((st = lpo_engine_open(m, &eo, &e)) != LPO_OK) goto done;
-    st = single ? run_single(e, &g, ids, n_ids, print_id) : run_dataset(e, &g, cfg, d);
+    if (r.tokens && (st = lpo_parse_token_list(r.tokens, &r.ids, &r.n_ids)) != LPO_OK) goto done;
+    const lpo_session_opts so = {.parts = LPO_SESSION_ENGINE,
+                                 .size_engine = size_engine,
+                                 .ud = &r,
+                                 .command_line = lpo_cli_command_line()};
+    st = lpo_session_open(cfg, &so, &s);
+    cfg = NULL; /* the session's */
+    if (st != LPO_OK) goto done;
+    st = r.prompt || r.tokens ? run_single(s->engine, &r.g, r.ids, r.n_ids, r.print_id)
+                              : run_dataset(s, &r.g, r.d);
 done:
-    free(ids);
-    lpo_dataset_free(d);
-    lpo_engine_close(e);
-    if (g.tok) lpo_tokenizer_free(g.tok);
-    if (m) lpo_model_close(m);
-    lpo_infer_config_free(&ic);
+    free(r.ids);
+    lpo_dataset_free(r.d);
+    if (r.g.tok) lpo_tokenizer_free(r.g.tok);
+    lpo_session_close(s);
     lpo_node_free(cfg);
     lpo_cli_args_free(&args);
     return st == LPO_OK ? LPO_EXIT_OK : lpo_cli_fail("generate", st);

@@ -14,6 +14,7 @@
 #include "lpo/infer.h"
 #include "lpo/profile.h"
 #include "lpo/report.h"
+#include "lpo/session.h"
 
 static const lpo_cli_spec spec = {
     .command = "profile",
@@ -149,93 +150,97 @@ static lpo_status static_for(const lpo_node *cfg, const lpo_model_spec *s, const
     return lpo_an_static_run(s, &o, pk, st);
 }
 
+/* The workload read from the model before the engine is sized: dataset, order, tokenizer, prompts. */
+typedef struct {
+    lpo_dataset *d;
+    size_t *order, n_order, *n_tokens;
+    int32_t **tokens;
+    lpo_cli_prompts g;
+    int32_t tok_eos;
+    double mean_prompt;
+} profile_run;
+
+static lpo_status size_engine(void *ud, lpo_session *s, lpo_engine_opts *eo) {
+    profile_run *r = ud;
+    lpo_infer_config *ic = &s->infer;
+    lpo_dataset_sampling ds;
+    lpo_status st = lpo_dataset_open(lpo_node_at(s->cfg, "dataset"), s->spec->vocab_size, &r->d);
+    if (st == LPO_OK) st = lpo_dataset_sampling_read(lpo_node_at(s->cfg, "dataset"), &ds);
+    if (st == LPO_OK) st = lpo_dataset_order(r->d, &ds, &r->order, &r->n_order);
+    if (st != LPO_OK) return st;
+    r->g.ic = ic;
+    r->g.spec = s->spec;
+    int text = 0;
+    for (size_t i = 0; i < r->n_order; i++) text |= r->d->samples[r->order[i]].prompt != NULL;
+    if ((text || ic->gen.n_stop) && (st = lpo_tokenizer_for_model(s->model, &r->g.tok)) != LPO_OK) return st;
+    if (text && ic->chat && (st = lpo_chat_family_pick(ic->chat_template, r->g.tok, &r->g.chat)) != LPO_OK)
+        return st;
+    r->tok_eos = r->g.tok ? lpo_tokenizer_eos(r->g.tok) : -1;
+    if (s->spec->n_eos == 0 && r->tok_eos >= 0) { /* no EOS in the model files: the tokenizer's */
+        ic->gen.eos_ids = &r->tok_eos;
+        ic->gen.n_eos = 1;
+    }
+    r->tokens = calloc(r->d->n, sizeof *r->tokens);
+    r->n_tokens = calloc(r->d->n, sizeof *r->n_tokens);
+    if (!r->tokens || !r->n_tokens) return lpo_errorf(LPO_E_NOMEM, "profile: out of memory");
+    if ((st = encode_all(&r->g, r->d, r->order, r->n_order, r->tokens, r->n_tokens)) != LPO_OK) return st;
+    eo->max_seqs = (int)(ic->batch_size < (int64_t)r->n_order ? ic->batch_size : (int64_t)r->n_order);
+    return check_lengths(r->d, r->order, r->n_order, r->tokens, r->n_tokens, eo->max_context,
+                         &r->mean_prompt);
+}
+
 int lpo_cmd_profile(int argc, char **argv) {
     lpo_cli_args args;
     int rc = lpo_cli_begin(&spec, argc, argv, &args);
     if (rc >= 0) return rc;
     lpo_node *cfg = NULL;
-    lpo_model *m = NULL;
-    lpo_dataset *d = NULL;
-    lpo_infer_config ic = {0};
-    lpo_cli_prompts g = {0};
+    lpo_session *s = NULL;
+    profile_run w = {0};
     lpo_pf_opts po;
     lpo_an_peaks pk;
-    lpo_dataset_sampling ds;
     lpo_pf_result r = {0};
     lpo_an_static an = {0};
     int have_static = 0;
-    size_t *order = NULL, n_order = 0, *n_tokens = NULL;
-    int32_t **tokens = NULL;
     lpo_rundir *rd = NULL;
     lpo_strbuf summary = {0};
-    int64_t dev = 0;
-    double mean_prompt = 0;
     lpo_status st = lpo_cli_compose(&args, "profile", &cfg);
-    if (st == LPO_OK) st = lpo_infer_config_read(cfg, &ic);
     if (st == LPO_OK) st = lpo_pf_opts_read(cfg, &po);
-    if (st == LPO_OK) st = lpo_cfg_int_or(cfg, "hardware.device", 0, &dev);
-    if (st == LPO_OK) st = lpo_cli_open_model(cfg, ic.engine.backend, &m);
-    if (st == LPO_OK)
-        st = lpo_dataset_open(lpo_node_at(cfg, "dataset"), lpo_model_get_spec(m)->vocab_size, &d);
-    if (st == LPO_OK) st = lpo_dataset_sampling_read(lpo_node_at(cfg, "dataset"), &ds);
-    if (st == LPO_OK) st = lpo_dataset_order(d, &ds, &order, &n_order);
+    if (st == LPO_OK) {
+        const lpo_session_opts so = {.parts = LPO_SESSION_MODEL,
+                                     .size_engine = size_engine,
+                                     .ud = &w,
+                                     .command_line = lpo_cli_command_line()};
+        st = lpo_session_open(cfg, &so, &s);
+        cfg = NULL; /* the session's */
+    }
     if (st != LPO_OK) goto done;
-    g.ic = &ic;
-    g.spec = lpo_model_get_spec(m);
-    int text = 0;
-    for (size_t i = 0; i < n_order; i++) text |= d->samples[order[i]].prompt != NULL;
-    if ((text || ic.gen.n_stop) && (st = lpo_tokenizer_for_model(m, &g.tok)) != LPO_OK) goto done;
-    if (text && ic.chat && (st = lpo_chat_family_pick(ic.chat_template, g.tok, &g.chat)) != LPO_OK) goto done;
-    int32_t tok_eos = g.tok ? lpo_tokenizer_eos(g.tok) : -1;
-    if (g.spec->n_eos == 0 && tok_eos >= 0) { /* no EOS in the model files: the tokenizer's */
-        ic.gen.eos_ids = &tok_eos;
-        ic.gen.n_eos = 1;
-    }
-    tokens = calloc(d->n, sizeof *tokens);
-    n_tokens = calloc(d->n, sizeof *n_tokens);
-    if (!tokens || !n_tokens) {
-        st = lpo_errorf(LPO_E_NOMEM, "profile: out of memory");
-        goto done;
-    }
-    if ((st = encode_all(&g, d, order, n_order, tokens, n_tokens)) != LPO_OK) goto done;
-    lpo_engine_opts eo;
-    lpo_infer_engine_opts(&ic, (int)(ic.batch_size < (int64_t)n_order ? ic.batch_size : (int64_t)n_order),
-                          &eo);
-    eo.max_context = lpo_engine_context_for(g.spec, ic.engine.max_context);
-    eo.device = (int)dev;
-    if ((st = check_lengths(d, order, n_order, tokens, n_tokens, eo.max_context, &mean_prompt)) != LPO_OK)
-        goto done;
-    const lpo_backend_iface *be;
-    if ((st = lpo_backend_find(ic.engine.backend, &be)) != LPO_OK) goto done;
-    const int on_device = (be->features & LPO_BACKEND_F_DEVICE) != 0;
-    if ((st = lpo_an_peaks_resolve(cfg, on_device ? (int)dev : -1, &pk)) != LPO_OK) goto done;
+    if ((st = lpo_an_peaks_resolve(s->cfg, lpo_session_peaks_device(s), &pk)) != LPO_OK) goto done;
     int64_t tile = 128;
-    if ((st = lpo_cfg_int_or(cfg, "analysis.attn_tile", 128, &tile)) != LPO_OK) goto done;
+    if ((st = lpo_cfg_int_or(s->cfg, "analysis.attn_tile", 128, &tile)) != LPO_OK) goto done;
     /* the CPU computes exactly the unmasked pairs; a device backend its tiles (analysis.attn_tile) */
-    const lpo_pf_request rq = {m,        &eo,     d,     order, n_order, tokens,
-                               n_tokens, &ic.gen, g.tok, &po,   &pk,     on_device ? (int)tile : 1};
+    const lpo_pf_request rq = {
+        s->model,   &s->engine_opts, w.d,     w.order, w.n_order, w.tokens,
+        w.n_tokens, &s->infer.gen,   w.g.tok, &po,     &pk,       s->on_device ? (int)tile : 1};
     if ((st = lpo_pf_run(&rq, &r)) != LPO_OK) goto done;
-    if ((st = static_for(cfg, g.spec, &r, mean_prompt, &pk, &an)) != LPO_OK) goto done;
+    if ((st = static_for(s->cfg, s->spec, &r, w.mean_prompt, &pk, &an)) != LPO_OK) goto done;
     have_static = 1;
-    if ((st = lpo_rundir_create(cfg, lpo_cli_command_line(), &rd)) != LPO_OK) goto done;
-    const artifacts x = {&r, &an, g.spec};
-    if ((st = write_artifacts(rd, &x, d, &summary)) != LPO_OK) goto done;
+    if ((st = lpo_session_rundir(s, &rd)) != LPO_OK) goto done;
+    const artifacts x = {&r, &an, s->spec};
+    if ((st = write_artifacts(rd, &x, w.d, &summary)) != LPO_OK) goto done;
     fwrite(summary.buf, 1, summary.len, stdout);
     printf("\n");
     lpo_rundir_announce(rd, stdout);
 done:
-    if (rd) lpo_rundir_close(rd);
     lpo_sb_free(&summary);
     if (have_static) lpo_an_static_free(&an);
     lpo_pf_result_free(&r);
-    for (size_t i = 0; tokens && i < d->n; i++) free(tokens[i]);
-    free(tokens);
-    free(n_tokens);
-    free(order);
-    lpo_dataset_free(d);
-    if (g.tok) lpo_tokenizer_free(g.tok);
-    if (m) lpo_model_close(m);
-    lpo_infer_config_free(&ic);
+    for (size_t i = 0; w.tokens && i < w.d->n; i++) free(w.tokens[i]);
+    free(w.tokens);
+    free(w.n_tokens);
+    free(w.order);
+    lpo_dataset_free(w.d);
+    if (w.g.tok) lpo_tokenizer_free(w.g.tok);
+    lpo_session_close(s);
     lpo_node_free(cfg);
     lpo_cli_args_free(&args);
     return st == LPO_OK ? LPO_EXIT_OK : lpo_cli_fail("profile", st);
