@@ -111,9 +111,38 @@ uint64_t lpo_tensor_numel(const lpo_tensor *t);
  */
 typedef struct lpo_model lpo_model;
 
-/* Opens the model described by the resolved `model` config node. Keys (see conf/model/<preset>.yaml and
- * docs/models.md): `source` = synthetic | hf | gguf | auto, `path` (folder, .gguf, or hf:Org/Name),
- * the architecture keys for synthetic presets, `seed`, `dtype`, `tokenizer` (optional path). */
+/* Where a model comes from (model.source). */
+typedef enum {
+    LPO_MODEL_SOURCE_AUTO,      /* model.path's kind when given, else the synthetic architecture */
+    LPO_MODEL_SOURCE_SYNTHETIC, /* generated weights of an architecture (a path, when given, wins) */
+    LPO_MODEL_SOURCE_HF,        /* an HF folder (config.json + safetensors) or hf:Org/Name */
+    LPO_MODEL_SOURCE_GGUF,      /* a .gguf file */
+} lpo_model_source_kind;
+/* "auto", "synthetic", "hf", "gguf". */
+const char *lpo_model_source_name(lpo_model_source_kind src);
+
+/* What lpo_model_open_opts opens: typed, the config's `model` node as model_config.c reads it. Strings and
+ * arch are borrowed for the call. */
+typedef struct {
+    lpo_model_source_kind source;
+    const char *path;           /* folder, .gguf file or hf:Org/Name; NULL: the synthetic architecture */
+    const char *name;           /* the model's name in reports; NULL: the files' (synthetic: "synthetic") */
+    const char *tokenizer;      /* tokenizer.json or .gguf; NULL: the model's own, else byte-level */
+    uint64_t seed;              /* synthetic values */
+    int has_dtype;              /* dtype given (synthetic stored dtype; default bf16) */
+    lpo_dtype dtype;            /* synthetic: the stored dtype */
+    const lpo_model_spec *arch; /* synthetic: the architecture (name and dtype are set from the above) */
+} lpo_model_opts;
+
+/* Opens the model the options describe. LPO_E_CONFIG when neither a path nor an architecture is given, or
+ * the path's kind is not the source asked; the errors of lpo_model_open_path and lpo_spec_validate. */
+lpo_status lpo_model_open_opts(const lpo_model_opts *o, lpo_model **out);
+/* Reads the resolved `model` config node into *o (src/model/model_config.c, the one reader of those keys;
+ * see conf/model/<preset>.yaml and docs/models.md): `source` = synthetic | hf | gguf | auto, `path`, the
+ * architecture keys of synthetic presets (into *arch, which o->arch then points at), `seed`, `dtype`,
+ * `tokenizer`. LPO_E_CONFIG naming the key for an unknown key or a bad value. */
+lpo_status lpo_model_opts_from_config(const lpo_node *model_cfg, lpo_model_opts *o, lpo_model_spec *arch);
+/* lpo_model_opts_from_config then lpo_model_open_opts. */
 lpo_status lpo_model_open(const lpo_node *model_cfg, lpo_model **out);
 /* Opens a folder, .gguf file or hf:Org/Name reference directly. */
 lpo_status lpo_model_open_path(const char *path, lpo_model **out);

@@ -1,5 +1,6 @@
-/* lpo_model: the common object (tensor table, accessors), opening from the `model` config node or a path,
- * synthetic models, and lpo_model_tensor_f32 (dequantize / un-permute / generate). */
+/* lpo_model: the common object (tensor table, accessors), opening from typed options (lpo_model_opts) or a
+ * path, synthetic models, and lpo_model_tensor_f32 (dequantize / un-permute / generate). The `model`
+ * config node is read into lpo_model_opts by model_config.c. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -7,7 +8,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "lpo/config.h"
 #include "model/model_internal.h"
 #include "lpo/synth.h"
 
@@ -370,202 +370,54 @@ lpo_status lpo_model_open_path(const char *path, lpo_model **out) {
                       "'%s' is neither a model folder (config.json + safetensors) nor a GGUF file", path);
 }
 
-/* ---- opening from the `model` config node
- * --------------------------------------------------------------------- */
-static const char *const model_keys[] = {"name", "source", "path", "seed", "dtype", "tokenizer", "arch"};
-static const char *const arch_keys[] = {"type",          "vocab_size",     "hidden_size", "n_layers",
-                                        "n_heads",       "n_kv_heads",     "head_dim",    "intermediate_size",
-                                        "max_positions", "norm_eps",       "rope",        "qkv_bias",
-                                        "o_bias",        "mlp_bias",       "qk_norm",     "tied_embeddings",
-                                        "act",           "sliding_window", "bos_id",      "eos_ids"};
-static const char *const rope_keys[] = {"theta",           "scaling",          "factor",
-                                        "low_freq_factor", "high_freq_factor", "original_max_positions",
-                                        "beta_fast",       "beta_slow",        "attn_factor"};
+/* ---- opening from typed options
+ * ------------------------------------------------------------------------------------- */
+static const char *const source_names[] = {"auto", "synthetic", "hf", "gguf"};
 
-static lpo_status check_keys(const lpo_node *map, const char *prefix, const char *const *keys, size_t n) {
-    if (!map || map->kind != LPO_NODE_MAP) return LPO_OK;
-    for (size_t i = 0; i < map->n_items; i++) {
-        const char *k = map->items[i]->key;
-        size_t j = 0;
-        while (j < n && strcmp(k, keys[j])) j++;
-        if (j < n) continue;
-        const char *s = lpo_suggest(k, keys, n);
-        const char *origin =
-            map->items[i]->origin ? map->items[i]->origin : "see docs/models.md for the keys";
-        if (s)
-            return lpo_errorf(LPO_E_CONFIG, "unknown key '%s.%s' (did you mean '%s.%s'?) at %s", prefix, k,
-                              prefix, s, origin);
-        return lpo_errorf(LPO_E_CONFIG, "unknown key '%s.%s' at %s (see docs/models.md for the keys)", prefix,
-                          k, origin);
-    }
-    return LPO_OK;
+const char *lpo_model_source_name(lpo_model_source_kind src) {
+    return (unsigned)src < sizeof source_names / sizeof *source_names ? source_names[src] : "?";
 }
 
-#define TRY(x)                                                                                               \
-    do {                                                                                                     \
-        lpo_status st__ = (x);                                                                               \
-        if (st__ != LPO_OK) return st__;                                                                     \
-    } while (0)
-
-/* The spec of a synthetic preset from model.arch (see docs/models.md for the keys). */
-static lpo_status spec_from_cfg(const lpo_node *cfg, lpo_model_spec *s) {
-    memset(s, 0, sizeof *s);
-    const lpo_node *arch = lpo_node_child(cfg, "arch");
-    if (!arch || lpo_scalar_is_null(arch))
-        return lpo_errorf(LPO_E_CONFIG,
-                          "model.arch is missing: a synthetic model needs an architecture map (or set "
-                          "model.path to load real weights; see docs/models.md)");
-    /* a list or scalar where a map belongs would otherwise read as "missing" or be ignored */
-    const lpo_node *rope = arch->kind == LPO_NODE_MAP ? lpo_node_child(arch, "rope") : NULL;
-    const lpo_node *bad = arch->kind != LPO_NODE_MAP                                        ? arch
-                          : rope && !lpo_scalar_is_null(rope) && rope->kind != LPO_NODE_MAP ? rope
-                                                                                            : NULL;
-    if (bad)
-        return lpo_errorf(LPO_E_CONFIG, "model.%s must be a mapping of keys (see docs/models.md), at %s",
-                          bad == arch ? "arch" : "arch.rope", bad->origin ? bad->origin : "config");
-    TRY(check_keys(arch, "model.arch", arch_keys, sizeof arch_keys / sizeof *arch_keys));
-    TRY(check_keys(lpo_node_child(arch, "rope"), "model.arch.rope", rope_keys,
-                   sizeof rope_keys / sizeof *rope_keys));
-    const char *type, *str;
-    TRY(lpo_cfg_str(cfg, "arch.type", &type));
-    if (lpo_arch_from_name(type, &s->arch) != LPO_OK) /* a config value: exit 2, with the choices */
-        return lpo_error_context(LPO_E_CONFIG, "model.arch.type");
-    int64_t v;
-    double d;
-    int b;
-    TRY(lpo_cfg_int(cfg, "arch.vocab_size", &s->vocab_size));
-    TRY(lpo_cfg_int(cfg, "arch.hidden_size", &s->hidden_size));
-    TRY(lpo_cfg_int(cfg, "arch.n_layers", &s->n_layers));
-    TRY(lpo_cfg_int(cfg, "arch.n_heads", &s->n_heads));
-    TRY(lpo_cfg_int_or(cfg, "arch.n_kv_heads", s->n_heads, &s->n_kv_heads));
-    TRY(lpo_cfg_int_or(cfg, "arch.head_dim", s->n_heads > 0 ? s->hidden_size / s->n_heads : 0, &s->head_dim));
-    TRY(lpo_cfg_int(cfg, "arch.intermediate_size", &s->intermediate_size));
-    TRY(lpo_cfg_int_or(cfg, "arch.max_positions", 4096, &s->max_positions));
-    TRY(lpo_cfg_double_or(cfg, "arch.norm_eps", 1e-5, &d));
-    s->norm_eps = (float)d;
-    s->norm = LPO_NORM_RMS;
-    TRY(lpo_cfg_double_or(cfg, "arch.rope.theta", 10000.0, &s->rope.theta));
-    TRY(lpo_cfg_str_or(cfg, "arch.rope.scaling", "none", &str));
-    if (!strcmp(str, "none"))
-        s->rope.scaling = LPO_ROPE_NONE;
-    else if (!strcmp(str, "linear"))
-        s->rope.scaling = LPO_ROPE_LINEAR;
-    else if (!strcmp(str, "llama3"))
-        s->rope.scaling = LPO_ROPE_LLAMA3;
-    else if (!strcmp(str, "yarn"))
-        s->rope.scaling = LPO_ROPE_YARN;
-    else
-        return lpo_errorf(LPO_E_CONFIG,
-                          "model.arch.rope.scaling: '%s' is not one of none, linear, llama3, yarn", str);
-    TRY(lpo_cfg_double_or(cfg, "arch.rope.factor", 1.0, &s->rope.factor));
-    TRY(lpo_cfg_double_or(cfg, "arch.rope.low_freq_factor", 1.0, &s->rope.low_freq_factor));
-    TRY(lpo_cfg_double_or(cfg, "arch.rope.high_freq_factor", 4.0, &s->rope.high_freq_factor));
-    TRY(lpo_cfg_int_or(cfg, "arch.rope.original_max_positions", 0, &s->rope.original_max_positions));
-    TRY(lpo_cfg_double_or(cfg, "arch.rope.beta_fast", 32.0, &s->rope.beta_fast));
-    TRY(lpo_cfg_double_or(cfg, "arch.rope.beta_slow", 1.0, &s->rope.beta_slow));
-    TRY(lpo_cfg_double_or(cfg, "arch.rope.attn_factor", 0.0, &s->rope.attn_factor));
-    TRY(lpo_cfg_bool_or(cfg, "arch.qkv_bias", s->arch == LPO_ARCH_QWEN2, &s->qkv_bias));
-    TRY(lpo_cfg_bool_or(cfg, "arch.o_bias", 0, &s->o_bias));
-    TRY(lpo_cfg_bool_or(cfg, "arch.mlp_bias", 0, &s->mlp_bias));
-    TRY(lpo_cfg_bool_or(cfg, "arch.qk_norm", s->arch == LPO_ARCH_QWEN3, &s->qk_norm));
-    TRY(lpo_cfg_bool_or(cfg, "arch.tied_embeddings", 0, &b));
-    s->tied_embeddings = b;
-    TRY(lpo_cfg_str_or(cfg, "arch.act", "silu", &str));
-    if (!strcmp(str, "silu"))
-        s->act = LPO_ACT_SILU;
-    else if (!strcmp(str, "gelu_tanh"))
-        s->act = LPO_ACT_GELU_TANH;
-    else
-        return lpo_errorf(LPO_E_CONFIG, "model.arch.act: '%s' is not one of silu, gelu_tanh", str);
-    TRY(lpo_cfg_int_or(cfg, "arch.sliding_window", 0, &s->sliding_window));
-    TRY(lpo_cfg_int_or(cfg, "arch.bos_id", -1, &v));
-    if (v < -1 || v > INT32_MAX) /* checked before narrowing: lpo_spec_validate sees the vocabulary */
-        return lpo_errorf(LPO_E_CONFIG, "model.arch.bos_id: %lld is not a token id (-1 = none)",
-                          (long long)v);
-    s->bos_id = (int32_t)v;
-    const lpo_node *eos = lpo_node_at(cfg, "arch.eos_ids");
-    if (eos && eos->kind == LPO_NODE_LIST) {
-        for (size_t i = 0; i < eos->n_items; i++) {
-            if (s->n_eos >= LPO_MAX_EOS || eos->items[i]->kind != LPO_NODE_SCALAR ||
-                !lpo_scalar_parse_int(eos->items[i]->value, &v) || v < 0 || v > INT32_MAX)
-                return lpo_errorf(
-                    LPO_E_CONFIG,
-                    "model.arch.eos_ids: item %zu is not a token id (an integer >= 0; at most %d ids)", i,
-                    LPO_MAX_EOS);
-            s->eos_ids[s->n_eos++] = (int32_t)v;
-        }
-    } else if (eos && !lpo_scalar_is_null(eos)) {
-        TRY(lpo_cfg_int(cfg, "arch.eos_ids", &v));
-        if (v < 0 || v > INT32_MAX)
-            return lpo_errorf(LPO_E_CONFIG, "model.arch.eos_ids: %lld is not a token id", (long long)v);
-        s->eos_ids[s->n_eos++] = (int32_t)v;
-    }
-    return LPO_OK;
-}
-
-lpo_status lpo_model_open(const lpo_node *cfg, lpo_model **out) {
+lpo_status lpo_model_open_opts(const lpo_model_opts *o, lpo_model **out) {
     *out = NULL;
-    if (!cfg || cfg->kind != LPO_NODE_MAP)
-        return lpo_errorf(LPO_E_CONFIG,
-                          "no model configured: choose one with model=<preset> (see conf/model/) or "
-                          "model=hf model.path=<folder | file.gguf | hf:Org/Name>");
-    TRY(check_keys(cfg, "model", model_keys, sizeof model_keys / sizeof *model_keys));
-    const char *source, *path, *name, *dtype, *tok;
-    int64_t seed;
-    TRY(lpo_cfg_str_or(cfg, "source", "auto", &source));
-    TRY(lpo_cfg_str_or(cfg, "path", NULL, &path));
-    TRY(lpo_cfg_str_or(cfg, "name", NULL, &name));
-    TRY(lpo_cfg_str_or(cfg, "dtype", NULL, &dtype));
-    TRY(lpo_cfg_str_or(cfg, "tokenizer", NULL, &tok));
-    TRY(lpo_cfg_int_or(cfg, "seed", 0, &seed));
-    if (strcmp(source, "auto") && strcmp(source, "synthetic") && strcmp(source, "hf") &&
-        strcmp(source, "gguf"))
-        return lpo_errorf(LPO_E_CONFIG, "model.source: '%s' is not one of auto, synthetic, hf, gguf", source);
-    if (path && !*path) path = NULL;
+    const char *source = lpo_model_source_name(o->source), *path = o->path && *o->path ? o->path : NULL;
     lpo_model *m = NULL;
     lpo_status st;
     if (path) {
-        if (!strcmp(source, "synthetic"))
+        if (o->source == LPO_MODEL_SOURCE_SYNTHETIC)
             LPO_INFO("model.path is set: loading '%s' instead of the synthetic preset", path);
         st = lpo_model_open_path(path, &m);
         if (st != LPO_OK) return lpo_error_context(st, "model.path");
-        if ((!strcmp(source, "hf") || !strcmp(source, "gguf")) && strcmp(source, m->source)) {
+        if ((o->source == LPO_MODEL_SOURCE_HF || o->source == LPO_MODEL_SOURCE_GGUF) &&
+            strcmp(source, m->source)) {
             st = lpo_errorf(LPO_E_CONFIG,
                             "model.source is '%s' but '%s' is a %s model (use model.source=auto)", source,
                             path, m->source);
             lpo_model_close(m);
             return st;
         }
-        if (dtype) LPO_DEBUG("model.dtype=%s ignored: '%s' stores its own dtypes", dtype, path);
+        if (o->has_dtype)
+            LPO_DEBUG("model.dtype=%s ignored: '%s' stores its own dtypes", lpo_dtype_name(o->dtype), path);
     } else {
-        if ((strcmp(source, "synthetic") && strcmp(source, "auto")) ||
-            (!strcmp(source, "auto") && !lpo_node_child(cfg, "arch")))
+        if ((o->source != LPO_MODEL_SOURCE_SYNTHETIC && o->source != LPO_MODEL_SOURCE_AUTO) || !o->arch)
             return lpo_errorf(
                 LPO_E_CONFIG,
                 "model.path is required with model.source=%s (and no model.arch): e.g. lpo analyze "
                 "model=hf model.path=hf:HuggingFaceTB/SmolLM2-135M or model.path=models/<file>.gguf",
                 source);
-        lpo_model_spec s;
-        TRY(spec_from_cfg(cfg, &s));
-        snprintf(s.name, sizeof s.name, "%s", name ? name : "synthetic");
-        s.dtype = LPO_DT_BF16;
-        const lpo_dtype_info *di = dtype ? lpo_dtype_find(dtype) : NULL;
-        if (di && di->loads) s.dtype = di->dt;
-        if (dtype && !(di && di->loads))
-            return lpo_errorf(LPO_E_CONFIG,
-                              "model.dtype: unknown dtype '%s' (f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, "
-                              "q6_k)",
-                              dtype);
+        lpo_model_spec s = *o->arch;
+        snprintf(s.name, sizeof s.name, "%s", o->name ? o->name : "synthetic");
+        s.dtype = o->has_dtype ? o->dtype : LPO_DT_BF16;
         st = lpo_spec_validate(&s);
         if (st != LPO_OK) return lpo_error_context(st, "model.arch");
-        TRY(lpo_model_open_synthetic(&s, (uint64_t)seed, &m));
+        if ((st = lpo_model_open_synthetic(&s, o->seed, &m)) != LPO_OK) return st;
     }
     /* a synthetic preset's name does not describe the weights loaded from model.path */
-    if (name && !(path && !strcmp(source, "synthetic")))
-        snprintf(m->spec.name, sizeof m->spec.name, "%s", name);
-    if (tok) {
+    if (o->name && !(path && o->source == LPO_MODEL_SOURCE_SYNTHETIC))
+        snprintf(m->spec.name, sizeof m->spec.name, "%s", o->name);
+    if (o->tokenizer) {
         free(m->tokenizer_path);
-        m->tokenizer_path = lpo_strdup(tok);
+        m->tokenizer_path = lpo_strdup(o->tokenizer);
     }
     *out = m;
     return LPO_OK;

@@ -1,0 +1,194 @@
+/* The `model` config node -> lpo_model_opts: the one place the model's config keys are read (names,
+ * defaults, the errors for bad keys and values; docs/models.md lists the keys). model.c opens from the
+ * typed options and never reads the config tree. */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "lpo/config.h"
+#include "lpo/dtype.h"
+#include "lpo/model.h"
+
+static const char *const model_keys[] = {"name", "source", "path", "seed", "dtype", "tokenizer", "arch"};
+static const char *const arch_keys[] = {"type",          "vocab_size",     "hidden_size", "n_layers",
+                                        "n_heads",       "n_kv_heads",     "head_dim",    "intermediate_size",
+                                        "max_positions", "norm_eps",       "rope",        "qkv_bias",
+                                        "o_bias",        "mlp_bias",       "qk_norm",     "tied_embeddings",
+                                        "act",           "sliding_window", "bos_id",      "eos_ids"};
+static const char *const rope_keys[] = {"theta",           "scaling",          "factor",
+                                        "low_freq_factor", "high_freq_factor", "original_max_positions",
+                                        "beta_fast",       "beta_slow",        "attn_factor"};
+
+static lpo_status check_keys(const lpo_node *map, const char *prefix, const char *const *keys, size_t n) {
+    if (!map || map->kind != LPO_NODE_MAP) return LPO_OK;
+    for (size_t i = 0; i < map->n_items; i++) {
+        const char *k = map->items[i]->key;
+        size_t j = 0;
+        while (j < n && strcmp(k, keys[j])) j++;
+        if (j < n) continue;
+        const char *s = lpo_suggest(k, keys, n);
+        const char *origin =
+            map->items[i]->origin ? map->items[i]->origin : "see docs/models.md for the keys";
+        if (s)
+            return lpo_errorf(LPO_E_CONFIG, "unknown key '%s.%s' (did you mean '%s.%s'?) at %s", prefix, k,
+                              prefix, s, origin);
+        return lpo_errorf(LPO_E_CONFIG, "unknown key '%s.%s' at %s (see docs/models.md for the keys)", prefix,
+                          k, origin);
+    }
+    return LPO_OK;
+}
+
+#define TRY(x)                                                                                               \
+    do {                                                                                                     \
+        lpo_status st__ = (x);                                                                               \
+        if (st__ != LPO_OK) return st__;                                                                     \
+    } while (0)
+
+/* The spec of a synthetic preset from model.arch (see docs/models.md for the keys). */
+static lpo_status spec_from_cfg(const lpo_node *cfg, lpo_model_spec *s) {
+    memset(s, 0, sizeof *s);
+    const lpo_node *arch = lpo_node_child(cfg, "arch");
+    if (!arch || lpo_scalar_is_null(arch))
+        return lpo_errorf(LPO_E_CONFIG,
+                          "model.arch is missing: a synthetic model needs an architecture map (or set "
+                          "model.path to load real weights; see docs/models.md)");
+    /* a list or scalar where a map belongs would otherwise read as "missing" or be ignored */
+    const lpo_node *rope = arch->kind == LPO_NODE_MAP ? lpo_node_child(arch, "rope") : NULL;
+    const lpo_node *bad = arch->kind != LPO_NODE_MAP                                        ? arch
+                          : rope && !lpo_scalar_is_null(rope) && rope->kind != LPO_NODE_MAP ? rope
+                                                                                            : NULL;
+    if (bad)
+        return lpo_errorf(LPO_E_CONFIG, "model.%s must be a mapping of keys (see docs/models.md), at %s",
+                          bad == arch ? "arch" : "arch.rope", bad->origin ? bad->origin : "config");
+    TRY(check_keys(arch, "model.arch", arch_keys, sizeof arch_keys / sizeof *arch_keys));
+    TRY(check_keys(lpo_node_child(arch, "rope"), "model.arch.rope", rope_keys,
+                   sizeof rope_keys / sizeof *rope_keys));
+    const char *type, *str;
+    TRY(lpo_cfg_str(cfg, "arch.type", &type));
+    if (lpo_arch_from_name(type, &s->arch) != LPO_OK) /* a config value: exit 2, with the choices */
+        return lpo_error_context(LPO_E_CONFIG, "model.arch.type");
+    int64_t v;
+    double d;
+    int b;
+    TRY(lpo_cfg_int(cfg, "arch.vocab_size", &s->vocab_size));
+    TRY(lpo_cfg_int(cfg, "arch.hidden_size", &s->hidden_size));
+    TRY(lpo_cfg_int(cfg, "arch.n_layers", &s->n_layers));
+    TRY(lpo_cfg_int(cfg, "arch.n_heads", &s->n_heads));
+    TRY(lpo_cfg_int_or(cfg, "arch.n_kv_heads", s->n_heads, &s->n_kv_heads));
+    TRY(lpo_cfg_int_or(cfg, "arch.head_dim", s->n_heads > 0 ? s->hidden_size / s->n_heads : 0, &s->head_dim));
+    TRY(lpo_cfg_int(cfg, "arch.intermediate_size", &s->intermediate_size));
+    TRY(lpo_cfg_int_or(cfg, "arch.max_positions", 4096, &s->max_positions));
+    TRY(lpo_cfg_double_or(cfg, "arch.norm_eps", 1e-5, &d));
+    s->norm_eps = (float)d;
+    s->norm = LPO_NORM_RMS;
+    TRY(lpo_cfg_double_or(cfg, "arch.rope.theta", 10000.0, &s->rope.theta));
+    TRY(lpo_cfg_str_or(cfg, "arch.rope.scaling", "none", &str));
+    if (!strcmp(str, "none"))
+        s->rope.scaling = LPO_ROPE_NONE;
+    else if (!strcmp(str, "linear"))
+        s->rope.scaling = LPO_ROPE_LINEAR;
+    else if (!strcmp(str, "llama3"))
+        s->rope.scaling = LPO_ROPE_LLAMA3;
+    else if (!strcmp(str, "yarn"))
+        s->rope.scaling = LPO_ROPE_YARN;
+    else
+        return lpo_errorf(LPO_E_CONFIG,
+                          "model.arch.rope.scaling: '%s' is not one of none, linear, llama3, yarn", str);
+    TRY(lpo_cfg_double_or(cfg, "arch.rope.factor", 1.0, &s->rope.factor));
+    TRY(lpo_cfg_double_or(cfg, "arch.rope.low_freq_factor", 1.0, &s->rope.low_freq_factor));
+    TRY(lpo_cfg_double_or(cfg, "arch.rope.high_freq_factor", 4.0, &s->rope.high_freq_factor));
+    TRY(lpo_cfg_int_or(cfg, "arch.rope.original_max_positions", 0, &s->rope.original_max_positions));
+    TRY(lpo_cfg_double_or(cfg, "arch.rope.beta_fast", 32.0, &s->rope.beta_fast));
+    TRY(lpo_cfg_double_or(cfg, "arch.rope.beta_slow", 1.0, &s->rope.beta_slow));
+    TRY(lpo_cfg_double_or(cfg, "arch.rope.attn_factor", 0.0, &s->rope.attn_factor));
+    TRY(lpo_cfg_bool_or(cfg, "arch.qkv_bias", s->arch == LPO_ARCH_QWEN2, &s->qkv_bias));
+    TRY(lpo_cfg_bool_or(cfg, "arch.o_bias", 0, &s->o_bias));
+    TRY(lpo_cfg_bool_or(cfg, "arch.mlp_bias", 0, &s->mlp_bias));
+    TRY(lpo_cfg_bool_or(cfg, "arch.qk_norm", s->arch == LPO_ARCH_QWEN3, &s->qk_norm));
+    TRY(lpo_cfg_bool_or(cfg, "arch.tied_embeddings", 0, &b));
+    s->tied_embeddings = b;
+    TRY(lpo_cfg_str_or(cfg, "arch.act", "silu", &str));
+    if (!strcmp(str, "silu"))
+        s->act = LPO_ACT_SILU;
+    else if (!strcmp(str, "gelu_tanh"))
+        s->act = LPO_ACT_GELU_TANH;
+    else
+        return lpo_errorf(LPO_E_CONFIG, "model.arch.act: '%s' is not one of silu, gelu_tanh", str);
+    TRY(lpo_cfg_int_or(cfg, "arch.sliding_window", 0, &s->sliding_window));
+    TRY(lpo_cfg_int_or(cfg, "arch.bos_id", -1, &v));
+    if (v < -1 || v > INT32_MAX) /* checked before narrowing: lpo_spec_validate sees the vocabulary */
+        return lpo_errorf(LPO_E_CONFIG, "model.arch.bos_id: %lld is not a token id (-1 = none)",
+                          (long long)v);
+    s->bos_id = (int32_t)v;
+    const lpo_node *eos = lpo_node_at(cfg, "arch.eos_ids");
+    if (eos && eos->kind == LPO_NODE_LIST) {
+        for (size_t i = 0; i < eos->n_items; i++) {
+            if (s->n_eos >= LPO_MAX_EOS || eos->items[i]->kind != LPO_NODE_SCALAR ||
+                !lpo_scalar_parse_int(eos->items[i]->value, &v) || v < 0 || v > INT32_MAX)
+                return lpo_errorf(
+                    LPO_E_CONFIG,
+                    "model.arch.eos_ids: item %zu is not a token id (an integer >= 0; at most %d ids)", i,
+                    LPO_MAX_EOS);
+            s->eos_ids[s->n_eos++] = (int32_t)v;
+        }
+    } else if (eos && !lpo_scalar_is_null(eos)) {
+        TRY(lpo_cfg_int(cfg, "arch.eos_ids", &v));
+        if (v < 0 || v > INT32_MAX)
+            return lpo_errorf(LPO_E_CONFIG, "model.arch.eos_ids: %lld is not a token id", (long long)v);
+        s->eos_ids[s->n_eos++] = (int32_t)v;
+    }
+    return LPO_OK;
+}
+
+lpo_status lpo_model_opts_from_config(const lpo_node *cfg, lpo_model_opts *o, lpo_model_spec *arch) {
+    memset(o, 0, sizeof *o);
+    if (!cfg || cfg->kind != LPO_NODE_MAP)
+        return lpo_errorf(LPO_E_CONFIG,
+                          "no model configured: choose one with model=<preset> (see conf/model/) or "
+                          "model=hf model.path=<folder | file.gguf | hf:Org/Name>");
+    TRY(check_keys(cfg, "model", model_keys, sizeof model_keys / sizeof *model_keys));
+    const char *source, *dtype;
+    int64_t seed;
+    TRY(lpo_cfg_str_or(cfg, "source", "auto", &source));
+    TRY(lpo_cfg_str_or(cfg, "path", NULL, &o->path));
+    TRY(lpo_cfg_str_or(cfg, "name", NULL, &o->name));
+    TRY(lpo_cfg_str_or(cfg, "dtype", NULL, &dtype));
+    TRY(lpo_cfg_str_or(cfg, "tokenizer", NULL, &o->tokenizer));
+    TRY(lpo_cfg_int_or(cfg, "seed", 0, &seed));
+    o->seed = (uint64_t)seed;
+    int known = 0;
+    for (int i = 0; i <= LPO_MODEL_SOURCE_GGUF && !known; i++)
+        if (!strcmp(source, lpo_model_source_name((lpo_model_source_kind)i))) {
+            o->source = (lpo_model_source_kind)i;
+            known = 1;
+        }
+    if (!known)
+        return lpo_errorf(LPO_E_CONFIG, "model.source: '%s' is not one of auto, synthetic, hf, gguf", source);
+    if (o->path && !*o->path) o->path = NULL;
+    if (o->path) { /* the file's own architecture and dtypes */
+        if (dtype) LPO_DEBUG("model.dtype=%s ignored: '%s' stores its own dtypes", dtype, o->path);
+        return LPO_OK;
+    }
+    /* a synthetic model: the architecture, then its stored dtype */
+    if (o->source != LPO_MODEL_SOURCE_SYNTHETIC &&
+        !(o->source == LPO_MODEL_SOURCE_AUTO && lpo_node_child(cfg, "arch")))
+        return LPO_OK; /* lpo_model_open_opts says that a path is needed */
+    TRY(spec_from_cfg(cfg, arch));
+    o->arch = arch;
+    const lpo_dtype_info *di = dtype ? lpo_dtype_find(dtype) : NULL;
+    if (dtype && !(di && di->loads))
+        return lpo_errorf(LPO_E_CONFIG,
+                          "model.dtype: unknown dtype '%s' (f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q6_k)",
+                          dtype);
+    o->has_dtype = di != NULL;
+    if (di) o->dtype = di->dt;
+    return LPO_OK;
+}
+
+lpo_status lpo_model_open(const lpo_node *cfg, lpo_model **out) {
+    *out = NULL;
+    lpo_model_opts o;
+    lpo_model_spec arch;
+    TRY(lpo_model_opts_from_config(cfg, &o, &arch));
+    return lpo_model_open_opts(&o, out);
+}
