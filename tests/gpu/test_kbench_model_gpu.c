@@ -15,8 +15,11 @@
  *   vs 13 us; fixed: SAMPLE runs with the step's parameters), the rest as listed (unfused add 436 us, swiglu
  *   142 us, rope's input copy, 356 event-bracketed launches): 1.28. More than 40% above means the op data
  *   or shapes differ from the step's.
- *   launches inside eager steps (group timer) / eager step in [0.75, 1.05]: exclusive group times are part
- *   of the step (<= 1, plus event granularity), and the gaps stay under 25% (as above).
+ *   launches of a timed eager step (group timer, summed per step) <= that step's own time (host clock from
+ *   before the run to after its last mark was read back), step by step, so their medians too: exclusive
+ *   group times lie inside their step (plus event granularity, ~0.5 us a mark). Compared with an untimed
+ *   eager step instead, this is not an invariant: the timer's ~700 event records lengthen the steps they
+ *   time (an H100 measured 1.053). And >= 0.75 of it: the gaps stay under 25% (as above).
  *   graph step <= eager step x 1.05: replaying a graph removes launch gaps, never adds work.
  *
  * SKIP without a GPU. */
@@ -45,8 +48,8 @@ static const char *const base[] = {
     "kbench.context=1024",
     "profiling.cold=true",
     "profiling.min_time_s=0.05",
-    "profiling.timeout_s=1.5",
-    "profiling.max_samples=3000",
+    "profiling.timeout_s=0.5",
+    "profiling.max_samples=500",
     "profiling.warmup=2",
 };
 #define N_BASE (sizeof base / sizeof base[0])
@@ -87,7 +90,7 @@ static void test_llama8b_decode(void **state) {
                            "add",   "swiglu",  "lm_head", "sample"};
     int seen[sizeof kinds / sizeof kinds[0]] = {0};
     int64_t ops = 0;
-    double eager = 0, graph = 0, sum_ops = 0, sum_launch = 0;
+    double eager = 0, timed = 0, graph = 0, sum_ops = 0, sum_launch = 0;
     // each row: counts, the GEMV alternative of the linears, the sums and steps
     for (size_t r = 1; r < c.n_rows; r++) {
         const char *kind = cell(&c, r, "kind");
@@ -105,16 +108,18 @@ static void test_llama8b_decode(void **state) {
             sum_launch = num(&c, r, "total_us");
         if (!strcmp(kind, "step") && !strcmp(cell(&c, r, "name"), "eager")) eager = num(&c, r, "median_us");
         if (!strcmp(kind, "step") && !strcmp(cell(&c, r, "name"), "graph")) graph = num(&c, r, "median_us");
+        if (!strcmp(kind, "step") && !strcmp(cell(&c, r, "name"), "eager, group timer"))
+            timed = num(&c, r, "median_us");
     }
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
         if (!seen[k]) fail_msg("no row of kind %s", kinds[k]);
     assert_int_equal(ops, 32 * 11 + 4);
-    printf("sum of ops %.0f us, launches %.0f us, eager step %.0f us, graph step %.0f us: ratios %.3f, %.3f, "
-           "graph/eager %.3f\n",
-           sum_ops, sum_launch, eager, graph, sum_ops / eager, sum_launch / eager, graph / eager);
-    assert_true(eager > 0 && graph > 0);
+    printf("sum of ops %.0f us, launches %.0f us, eager step %.0f us, timed eager step %.0f us, graph step %.0f "
+           "us: ratios %.3f, launches/timed step %.3f, graph/eager %.3f\n",
+           sum_ops, sum_launch, eager, timed, graph, sum_ops / eager, sum_launch / timed, graph / eager);
+    assert_true(eager > 0 && graph > 0 && timed > 0);
     assert_true(sum_ops / eager >= 0.70 && sum_ops / eager <= 1.40);
-    assert_true(sum_launch / eager >= 0.75 && sum_launch / eager <= 1.05);
+    assert_true(sum_launch <= timed * 1.005 + 1.0 && sum_launch / timed >= 0.75);
     assert_true(graph <= 1.05 * eager);
     lpo_csv_free(&c);
     lpo_kbench_free(kb);

@@ -1,14 +1,67 @@
 /* Helpers shared by the cmocka tests (see test_support.h). */
 #include "test_support.h"
 
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "lpo/ceilings.h"
 #include "lpo/core.h"
 #include "lpo/kbench.h"
+
+/* ---- isolation: no test reads or writes user state ---------------------------------------------------
+ * Before main, every test process gets a fresh root under $TMPDIR (or /tmp) and points HOME,
+ * XDG_CACHE_HOME, the Hugging Face cache variables, TMPDIR and its working directory into it; the lpo
+ * processes it starts inherit them. So ceilings cached by one test are that test's own, a run directory
+ * written with the default output.dir (runs/...) lands in the root, and a result never depends on what an
+ * earlier run left in ~/.cache or the checkout. The root is removed at exit (by the process that made it;
+ * forked children leave with _exit). */
+static char iso_root[4096];
+static pid_t iso_pid;
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *f) {
+    (void)st, (void)flag, (void)f;
+    remove(path);
+    return 0;
+}
+
+static void iso_cleanup(void) {
+    if (iso_root[0] && getpid() == iso_pid && !getenv("LPO_TEST_KEEP")) {
+        if (chdir("/") != 0) return;
+        nftw(iso_root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    }
+}
+
+__attribute__((constructor)) static void iso_setup(void) {
+    const char *base = getenv("TMPDIR");
+    snprintf(iso_root, sizeof iso_root, "%s/lpo-test-root-XXXXXX", base && *base ? base : "/tmp");
+    if (!mkdtemp(iso_root)) {
+        fprintf(stderr, "test_support: cannot create a temporary root under %s\n", base ? base : "/tmp");
+        exit(1);
+    }
+    iso_pid = getpid();
+    static const char *const dirs[][2] = {{"HOME", "home"},   {"XDG_CACHE_HOME", "cache"}, {"HF_HOME", "hf"},
+                                          {"TMPDIR", "tmp"},   {"LPO_TEST_WORKDIR", "work"}};
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        char d[4200];
+        snprintf(d, sizeof d, "%s/%s", iso_root, dirs[i][1]);
+        if (mkdir(d, 0700) != 0 || setenv(dirs[i][0], d, 1) != 0) {
+            fprintf(stderr, "test_support: cannot prepare %s\n", d);
+            exit(1);
+        }
+    }
+    unsetenv("HF_HUB_CACHE");
+    unsetenv("LPO_CONF_DIR");
+    atexit(iso_cleanup);
+    if (chdir(getenv("LPO_TEST_WORKDIR")) != 0) {
+        fprintf(stderr, "test_support: cannot enter %s\n", getenv("LPO_TEST_WORKDIR"));
+        exit(1);
+    }
+}
 
 /* Every name handed out stays referenced here, so a test that keeps its directory name for the whole run
  * (the header allows it) is not reported as a leak by make asan; tests that free the name may. */
@@ -83,4 +136,16 @@ lpo_status lpo_test_kbench_run(lpo_kbench *kb, const char *const *base, size_t n
     st = lpo_kbench_run(kb, cfg);
     lpo_node_free(cfg);
     return st;
+}
+
+lpo_status lpo_test_cpu_ceilings(double tflops, double gbs) {
+    lpo_ceilings c;
+    lpo_ceilings_init(&c);
+    snprintf(c.device_kind, sizeof c.device_kind, "cpu");
+    snprintf(c.name, sizeof c.name, "test CPU");
+    lpo_ceilings_cpu_key(c.uuid, sizeof c.uuid);
+    c.m[LPO_CEIL_M_GEMM_FP32].value = tflops;
+    c.m[LPO_CEIL_M_DRAM_TRIAD].value = gbs;
+    char path[4096];
+    return lpo_ceilings_save(&c, lpo_ceilings_cache_path(c.uuid, path, sizeof path));
 }

@@ -19,3 +19,7 @@ lpo_status lpo_test_compose(const char *command, const char *const *base, size_t
 typedef struct lpo_kbench lpo_kbench;
 lpo_status lpo_test_kbench_run(lpo_kbench *kb, const char *const *base, size_t n_base,
                                const char *const *extra, size_t n_extra);
+/* Caches ceilings of a made-up CPU (f32 FMA tflops, DRAM triad gbs) for this host, in this test's own
+ * cache (see test_support.c: every test process has a private XDG_CACHE_HOME), so runs on the CPU backend
+ * classify bounds the same way on any machine. */
+lpo_status lpo_test_cpu_ceilings(double tflops, double gbs);
