@@ -279,6 +279,7 @@ typedef struct {
     double *ms; /* per launch, from the last run_op call */
     int n, at;  /* launches in ms, the next unused */
     int reps, per_call;
+    int median; /* a sample is the median of its launches (CPU), else their mean */
     lpo_nvml_sampler *nv;
 } op_timer;
 
@@ -291,17 +292,33 @@ static lpo_status op_refill(op_timer *t, int launches) {
     return st;
 }
 
-/* One sample: the mean of reps single launches (run_op times each alone: device events, or the clock). */
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* One sample of reps single launches (run_op times each alone: device events, or the clock): on a GPU
+ * their mean; on the CPU their median, since a launch the OS preempted lasts a scheduler time slice longer:
+ * over a sample of many launches on a busy machine, the mean counted the time other processes ran (ops
+ * alone 6-20x their in-step times on 2 vCPUs at load 20), while a step, a single short sample, mostly
+ * escapes it. */
 static lpo_status op_sample(void *p, double *sec, int *reps, double *clk) {
     op_timer *t = p;
     if (t->n - t->at < t->reps) {
         const lpo_status st = op_refill(t, t->reps * t->per_call);
         if (st != LPO_OK) return st;
     }
-    double sum = 0;
-    for (int i = 0; i < t->reps; i++) sum += t->ms[t->at + i]; // launch i of this sample (ms)
+    double *x = t->ms + t->at; // this sample's launches (ms)
+    double v = 0;
+    if (t->median) {
+        qsort(x, (size_t)t->reps, sizeof *x, cmp_double);
+        v = t->reps % 2 ? x[t->reps / 2] : 0.5 * (x[t->reps / 2 - 1] + x[t->reps / 2]);
+    } else {
+        for (int i = 0; i < t->reps; i++) v += x[i];
+        v /= t->reps;
+    }
     t->at += t->reps;
-    *sec = sum / t->reps * 1e-3;
+    *sec = v * 1e-3;
     *reps = t->reps;
     *clk = 0;
     lpo_nvml_sample r;
@@ -309,10 +326,6 @@ static lpo_status op_sample(void *p, double *sec, int *reps, double *clk) {
     return LPO_OK;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* Times op on a backend context under the protocol: a calibration call (8 launches) sets the launches per
  * sample (hot: about a sample's worth of time; cold: 1) and per run_op call. */
@@ -321,7 +334,7 @@ static lpo_status time_op(model_run *mc, void *ctx, const lpo_op *op, lpo_measur
     lpo_status st = lpo_op_data_new(op, mc->seed, &mc->layout, &d);
     if (st != LPO_OK) return st;
     double cal[8];
-    op_timer t = {mc->be, ctx, op, lpo_op_data_io(d), cal, 0, 0, 1, 1, mc->nv};
+    op_timer t = {mc->be, ctx, op, lpo_op_data_io(d), cal, 0, 0, 1, 1, !mc->ro->cuda, mc->nv};
     t.io->cold = mc->mo.cold;
     /* SAMPLE with the step's sampling parameters (the checker's data mixes greedy, top-k and top-p rows:
      * 221 us against the step's 13 us for greedy on an H100) */
