@@ -326,7 +326,6 @@ static lpo_status op_sample(void *p, double *sec, int *reps, double *clk) {
     return LPO_OK;
 }
 
-
 /* Times op on a backend context under the protocol: a calibration call (8 launches) sets the launches per
  * sample (hot: about a sample's worth of time; cold: 1) and per run_op call. */
 static lpo_status time_op(model_run *mc, void *ctx, const lpo_op *op, lpo_measure **out, int *reps) {

@@ -114,9 +114,10 @@ static void test_llama8b_decode(void **state) {
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
         if (!seen[k]) fail_msg("no row of kind %s", kinds[k]);
     assert_int_equal(ops, 32 * 11 + 4);
-    printf("sum of ops %.0f us, launches %.0f us, eager step %.0f us, timed eager step %.0f us, graph step %.0f "
-           "us: ratios %.3f, launches/timed step %.3f, graph/eager %.3f\n",
-           sum_ops, sum_launch, eager, timed, graph, sum_ops / eager, sum_launch / timed, graph / eager);
+    printf(
+        "sum of ops %.0f us, launches %.0f us, eager step %.0f us, timed eager step %.0f us, graph step %.0f "
+        "us: ratios %.3f, launches/timed step %.3f, graph/eager %.3f\n",
+        sum_ops, sum_launch, eager, timed, graph, sum_ops / eager, sum_launch / timed, graph / eager);
     assert_true(eager > 0 && graph > 0 && timed > 0);
     assert_true(sum_ops / eager >= 0.70 && sum_ops / eager <= 1.40);
     assert_true(sum_launch <= timed * 1.005 + 1.0 && sum_launch / timed >= 0.75);

@@ -44,8 +44,11 @@ __attribute__((constructor)) static void iso_setup(void) {
         exit(1);
     }
     iso_pid = getpid();
-    static const char *const dirs[][2] = {{"HOME", "home"},   {"XDG_CACHE_HOME", "cache"}, {"HF_HOME", "hf"},
-                                          {"TMPDIR", "tmp"},   {"LPO_TEST_WORKDIR", "work"}};
+    static const char *const dirs[][2] = {{"HOME", "home"},
+                                          {"XDG_CACHE_HOME", "cache"},
+                                          {"HF_HOME", "hf"},
+                                          {"TMPDIR", "tmp"},
+                                          {"LPO_TEST_WORKDIR", "work"}};
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
         char d[4200];
         snprintf(d, sizeof d, "%s/%s", iso_root, dirs[i][1]);
