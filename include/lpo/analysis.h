@@ -22,74 +22,19 @@
 #include "lpo/report.h"
 #include "lpo/status.h"
 
-/* ---- dtypes of a what-if ------------------------------------------------------------------------------- */
-/* Compute roofs a peak set holds (TFLOP/s per dtype of the tensor-core / matmul path; VECTOR is the
- * non-tensor fp32 path that elementwise ops, norms and softmax run on). */
-#define LPO_AN_ROOF_MAP(X)                                                                                   \
-    X(FP32, "fp32")                                                                                          \
-    X(TF32, "tf32")                                                                                          \
-    X(FP16, "fp16")                                                                                          \
-    X(BF16, "bf16")                                                                                          \
-    X(FP8, "fp8")                                                                                            \
-    X(VECTOR, "vector")
-
-typedef enum {
-#define LPO__AN_ROOF_ENUM(name, str) LPO_AN_ROOF_##name,
-    LPO_AN_ROOF_MAP(LPO__AN_ROOF_ENUM)
-#undef LPO__AN_ROOF_ENUM
-        LPO_AN_N_ROOFS
-} lpo_an_roof;
-const char *lpo_an_roof_name(lpo_an_roof r);
-
-typedef struct {
-    const char *name;  /* canonical name: "bf16", "fp8", "int4", "q4_k" ... */
-    double bytes;      /* bytes per element, block scales included (int4: 0.5 + 2/128) */
-    lpo_an_roof roof;  /* matmul roof a GEMM with weights of this dtype runs on (int4, GGUF: bf16) */
-    int quantized;     /* an integer / fp8 format: vectors (norm scales, biases) stay 16-bit */
-    const char *about; /* one line for assumptions.md */
-} lpo_an_dtype;
-
-/* "bf16", "f16"/"fp16", "f32"/"fp32", "fp8"/"e4m3", "int4"/"w4", and the GGUF block types (q8_0, q4_0,
- * q4_1, q4_k, q6_k); NULL when unknown. */
-const lpo_an_dtype *lpo_an_dtype_find(const char *name);
-/* The dtypes lpo_an_dtype_find knows, for error messages ("bf16, f16, ..."). */
-const char *lpo_an_dtype_names(void);
-
-/* ---- peaks (the roofs) -----------------------------------------------------------------------------------
- */
-typedef enum { LPO_AN_PEAKS_NONE, LPO_AN_PEAKS_SPEC, LPO_AN_PEAKS_MEASURED } lpo_an_peaks_source;
-
-typedef struct {
-    lpo_an_peaks_source source;
-    double tflops[LPO_AN_N_ROOFS]; /* 0 = unknown (then the times of ops on that roof are unknown) */
-    double dram_gbs;               /* memory bandwidth, GB/s (10^9 B/s) */
-    char label[768];               /* for reports: where the numbers come from ("spec sheet (dense): ...") */
-} lpo_an_peaks;
-
-/* Peaks from a composed config's `hardware.spec` map (bf16_tflops, fp16_tflops, tf32_tflops, fp32_tflops,
- * fp8_tflops, vector_tflops, dram_tbs; conf/hardware/<gpu>.yaml). The vector roof defaults to fp32_tflops.
- * A null or missing spec gives source NONE (label says how to get peaks). LPO_E_CONFIG for a non-numeric
- * or negative value. */
-lpo_status lpo_an_peaks_from_config(const lpo_node *cfg, lpo_an_peaks *out);
-/* Converts the ceilings module's peaks (measured or spec sheet; include/lpo/ceilings.h) to roofs: the GEMM
- * roof per dtype, the vector roof = fp32 (CUDA cores / CPU vector FMA), the MBU bandwidth, the label. */
-void lpo_an_peaks_from_ceilings(const lpo_peaks *pk, lpo_an_peaks *out);
-/* The peaks a run uses, measured ceilings first: device >= 0 a CUDA ordinal, -1 the CPU (its cached `lpo
- * ceilings` measurement), LPO_AN_NO_DEVICE none. Order: the device's measured ceilings; else an explicit
- * hardware.spec of the config (hardware=h100-sxm ...); else the spec sheet of the device's name; else none
- * (the label says how to get peaks). */
-#define LPO_AN_NO_DEVICE (-2)
-lpo_status lpo_an_peaks_resolve(const lpo_node *cfg, int device, lpo_an_peaks *out);
-/* The roof of an op in FLOP/s (0 when unknown). */
-double lpo_an_roof_flops(const lpo_an_peaks *p, lpo_an_roof r);
+/* ---- dtypes and peaks ------------------------------------------------------------------------------------
+ * What-if dtypes are rows of the dtype table (include/lpo/dtype.h) with a GEMM compute class: bytes per
+ * element (block scales included), the roof a GEMM with weights in it runs on, quantized or not. Peaks are
+ * lpo_peaks (include/lpo/ceilings.h), from the one resolver lpo_peaks_resolve. */
 
 /* ---- per-op costs ----------------------------------------------------------------------------------------
  */
 typedef struct {
-    const lpo_an_dtype *weights; /* matrices (linear, lm_head, embed); vectors follow `act` when quantized */
-    const lpo_an_dtype *act;     /* activations */
-    const lpo_an_dtype *kv;      /* KV cache entries */
-    int attn_tile; /* executed attention: query/key tile edge; 1 = exact mask, 0 = no skipping */
+    const lpo_dtype_info
+        *weights;              /* matrices (linear, lm_head, embed); vectors follow `act` when quantized */
+    const lpo_dtype_info *act; /* activations */
+    const lpo_dtype_info *kv;  /* KV cache entries */
+    int attn_tile;             /* executed attention: query/key tile edge; 1 = exact mask, 0 = no skipping */
 } lpo_an_dtypes;
 
 typedef enum { LPO_AN_BOUND_UNKNOWN, LPO_AN_BOUND_COMPUTE, LPO_AN_BOUND_MEMORY } lpo_an_bound;
@@ -105,7 +50,7 @@ typedef struct {
     double kv_write_bytes; /* KV cache rows written (the new tokens' k and v) */
     double bytes;          /* sum of the five */
     double intensity;      /* flops / bytes (FLOP per byte) */
-    lpo_an_roof roof;      /* matmul roof of the compute dtype, or VECTOR */
+    lpo_roof roof;         /* matmul roof of the compute dtype, or VECTOR */
     double t_compute_s;    /* flops_exec / roof; 0 when the roof is unknown */
     double t_memory_s;     /* bytes / bandwidth; 0 when unknown */
     double t_lower_s;      /* max of the two (roofline lower bound); 0 when either is unknown */
@@ -128,7 +73,7 @@ lpo_status lpo_an_list_dtypes_init(lpo_an_list_dtypes *o, const lpo_an_dtypes *d
  * list built with dt holds it (lpo_op_with_dtypes: a list built with lpo_an_list_dtypes_init's options is
  * priced as it stands). spec gives the sliding window for executed attention. */
 void lpo_an_op_cost(const lpo_model_spec *spec, const lpo_op *op, int batch, const lpo_an_dtypes *dt,
-                    const lpo_an_peaks *p, lpo_an_cost *out);
+                    const lpo_peaks *p, lpo_an_cost *out);
 /* (query, key) pairs that attention with tiles of `tile` rows and columns computes for `batch` sequences
  * of n_new new tokens after n_past cached ones (causal, optional sliding window). tile 1 = the unmasked
  * pairs (attn_pairs of the op list); tile 0 = every query against every cached key (no skipping). */
@@ -168,7 +113,7 @@ typedef struct {
 /* Builds the op list of a phase (prefill: decode 0, tokens_or_ctx = T; decode: context L) and costs every
  * op. Free with lpo_an_phase_free. */
 lpo_status lpo_an_phase_build(const lpo_model_spec *spec, int decode, int batch, int64_t tokens_or_ctx,
-                              const lpo_an_dtypes *dt, const lpo_an_peaks *p, lpo_an_phase *out);
+                              const lpo_an_dtypes *dt, const lpo_peaks *p, lpo_an_phase *out);
 void lpo_an_phase_free(lpo_an_phase *ph);
 
 /* ---- the static analysis of a workload ----------------------------------------------------------------- */
@@ -210,7 +155,7 @@ typedef struct {
     char model[128];
     lpo_an_opts opts;
     lpo_an_dtypes dt;
-    lpo_an_peaks peaks;
+    lpo_peaks peaks;
     lpo_an_footprint mem;
     lpo_an_phase prefill;     /* T = P, batch B */
     lpo_an_phase decode;      /* one step at the middle context L = P + (G - 1) / 2 (per-op tables) */
@@ -228,7 +173,7 @@ lpo_status lpo_an_opts_from_config(const lpo_node *cfg, const lpo_model_spec *sp
 /* Resolves o's dtype names (LPO_E_CONFIG naming the known ones for an unknown name). */
 lpo_status lpo_an_dtypes_resolve(const lpo_model_spec *spec, const lpo_an_opts *o, lpo_an_dtypes *out);
 /* Runs the whole static analysis. Free with lpo_an_static_free. */
-lpo_status lpo_an_static_run(const lpo_model_spec *spec, const lpo_an_opts *o, const lpo_an_peaks *p,
+lpo_status lpo_an_static_run(const lpo_model_spec *spec, const lpo_an_opts *o, const lpo_peaks *p,
                              lpo_an_static *out);
 void lpo_an_static_free(lpo_an_static *s);
 /* Memory footprint alone. */

@@ -42,5 +42,3 @@ typedef void (*lpo_bench_progress)(void *ud, const lpo_bench_point *pt, int repe
 lpo_status lpo_bench_run(lpo_engine *e, const lpo_bench_point *pt, const lpo_measure_opts *mo,
                          const lpo_peaks *peaks, uint64_t seed, lpo_bench_progress progress, void *ud,
                          lpo_bench_result *out);
-/* The compute roof for an engine dtype (bf16 / f16 / f32 -> the ceilings' dtype). */
-lpo_ceil_dtype lpo_bench_roof(lpo_dtype dt);

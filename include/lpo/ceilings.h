@@ -14,30 +14,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lpo/config.h"
+#include "lpo/dtype.h" /* lpo_roof: the compute roofs */
 #include "lpo/nvml_sampler.h"
 #include "lpo/status.h"
 #include "lpo/table.h"
-
-/* GEMM dtypes of the compute roofs (tf32: fp32 data on the tensor cores; fp32: no tensor cores; int8 in
- * TOP/s). */
-#define LPO_CEIL_DTYPE_MAP(X)                                                                                \
-    X(FP32, "fp32")                                                                                          \
-    X(TF32, "tf32")                                                                                          \
-    X(FP16, "fp16")                                                                                          \
-    X(BF16, "bf16")                                                                                          \
-    X(FP8, "fp8")                                                                                            \
-    X(INT8, "int8")
-
-typedef enum {
-#define LPO__CD_ENUM(name, str) LPO_CEIL_##name,
-    LPO_CEIL_DTYPE_MAP(LPO__CD_ENUM)
-#undef LPO__CD_ENUM
-        LPO_CEIL_N_DTYPES
-} lpo_ceil_dtype;
-
-const char *lpo_ceil_dtype_name(lpo_ceil_dtype d);
-/* "bf16", "fp8", "f32"/"float32", "e4m3", "fp16"/"f16"/"half" ...; -1 when unknown. */
-int lpo_ceil_dtype_parse(const char *s);
 
 /* Every measured figure: key (JSON, CSV), unit, what it is. */
 #define LPO_CEIL_METRIC_MAP(X)                                                                               \
@@ -68,8 +49,8 @@ typedef enum {
 const char *lpo_ceil_metric_key(lpo_ceil_metric m);
 const char *lpo_ceil_metric_unit(lpo_ceil_metric m);
 const char *lpo_ceil_metric_what(lpo_ceil_metric m);
-/* the GEMM metric of a dtype */
-lpo_ceil_metric lpo_ceil_gemm_metric(lpo_ceil_dtype d);
+/* The GEMM metric of a roof (VECTOR: the fp32 one, the CUDA-core figure). */
+lpo_ceil_metric lpo_ceil_gemm_metric(lpo_roof r);
 
 typedef struct {
     double value;          /* in the metric's unit; 0 = not measured */
@@ -118,10 +99,11 @@ const char *lpo_ceilings_cpu_key(char *buf, size_t n);
 /* ---- dense spec-sheet peaks ------------------------------------------------------------------------------
  */
 typedef struct {
-    const char *key;                  /* "h100-sxm" */
-    const char *label;                /* "NVIDIA H100 SXM5 80GB" */
-    double tflops[LPO_CEIL_N_DTYPES]; /* DENSE peaks, fp32 accumulate for 16-bit and fp8; 0 = unsupported */
-    double dram_gbs;                  /* memory bandwidth, GB/s */
+    const char *key;                /* "h100-sxm" */
+    const char *label;              /* "NVIDIA H100 SXM5 80GB" */
+    double tflops[LPO_ROOF_N_GEMM]; /* DENSE GEMM peaks per roof, fp32 accumulate for 16-bit and fp8 (int8:
+                                       TOP/s); 0 = unsupported */
+    double dram_gbs;                /* memory bandwidth, GB/s */
     double l2_mb;
     const char *source; /* datasheet */
 } lpo_gpu_spec;
@@ -136,28 +118,46 @@ const lpo_gpu_spec *lpo_gpu_spec_table(size_t *n);
 /* ---- peaks for MFU / MBU / roofline ----------------------------------------------------------------------
  */
 typedef enum { LPO_PEAKS_NONE = 0, LPO_PEAKS_SPEC = 1, LPO_PEAKS_MEASURED = 2 } lpo_peaks_source;
+const char *lpo_peaks_source_name(lpo_peaks_source s); /* "none", "spec", "measured" */
 
 typedef struct {
     lpo_peaks_source source;
-    double tflops[LPO_CEIL_N_DTYPES]; /* compute roofs (0 unknown) */
-    double dram_gbs;                  /* the MBU bandwidth */
-    char dram_name[48];               /* "copy (read+write)", "read-only", "spec" ... */
-    double l2_gbs;                    /* 0 unknown */
-    double launch_us;                 /* 0 unknown */
+    double tflops[LPO_ROOF_COUNT]; /* per roof, TFLOP/s (int8: TOP/s); VECTOR: the fp32 CUDA-core figure
+                                      unless hardware.spec gives vector_tflops; 0 unknown */
+    double dram_gbs;               /* the MBU bandwidth */
+    char dram_name[48];            /* "copy (read+write)", "read-only", "spec sheet" ... ("" hardware.spec) */
+    double l2_gbs;                 /* 0 unknown */
+    double launch_us;              /* 0 unknown */
     char label[640]; /* for reports: "measured by lpo ceilings 2026-11-22T10:00Z (commit abc123), cache
-                        <path>" | "spec sheet: NVIDIA H100 SXM5 80GB (dense) - run `lpo ceilings`" | "none" */
+                        <path>" | "spec sheet: NVIDIA H100 SXM5 80GB (dense) - run `lpo ceilings`" | "spec
+                        sheet (dense, ...): hardware=h100-sxm ..." | "none: ..." (says how to get peaks) */
     const lpo_gpu_spec *spec; /* spec of this device, NULL if unknown (reports show both) */
     lpo_ceilings measured;    /* valid when source == MEASURED */
 } lpo_peaks;
 
-/* Peaks for the device (name as CUDA reports it, uuid as the cache key; either may be NULL): the cached
- * measurement when one exists for uuid, else the spec of name, else none (source NONE, label says to run
- * `lpo ceilings`). A cached file that cannot be read is reported with a warning and skipped. Always LPO_OK
- * except out of memory. */
+/* THE peaks of a run, for every command (analyze, profile, bench, kbench, deep): device >= 0 a CUDA ordinal,
+ * LPO_PEAKS_CPU the CPU (its cached `lpo ceilings` measurement), LPO_PEAKS_NO_DEVICE none (a named GPU of
+ * the config, not this machine's). Order: the device's measured ceilings; else the config's hardware.spec
+ * (hardware=h100-sxm ..., lpo_peaks_from_config); else the spec sheet of the device's GPU, or of gpu_name
+ * (may be NULL: a GPU named by imported results) when the device gives none; else none (the label says how
+ * to get peaks). cfg may be NULL (no hardware.spec). LPO_E_CONFIG for a bad hardware.spec value. */
+#define LPO_PEAKS_CPU       (-1)
+#define LPO_PEAKS_NO_DEVICE (-2)
+lpo_status lpo_peaks_resolve(const lpo_node *cfg, int device, const char *gpu_name, lpo_peaks *out);
+/* The steps of the resolver (tests). Peaks for the device (name as CUDA reports it, uuid as the cache key;
+ * either may be NULL): the cached measurement when one exists for uuid, else the spec of name, else none. A
+ * cached file that cannot be read is reported with a warning and skipped. */
 lpo_status lpo_peaks_lookup(const char *name, const char *uuid, lpo_peaks *out);
-/* Same for CUDA device ordinal dev (name and UUID from the CUDA runtime); dev < 0: the CPU (its cached
- * measurement only). Without CUDA in the build, any dev >= 0 gives source NONE. */
-lpo_status lpo_peaks_for_device(int dev, lpo_peaks *out);
+/* Peaks from a composed config's `hardware.spec` map (bf16_tflops, fp16_tflops, tf32_tflops, fp32_tflops,
+ * fp8_tflops, int8_tops, vector_tflops, dram_tbs; conf/hardware/<gpu>.yaml). The vector roof defaults to
+ * fp32_tflops. A null or missing spec gives source NONE (label says how to get peaks). LPO_E_CONFIG for a
+ * non-numeric or negative value. */
+lpo_status lpo_peaks_from_config(const lpo_node *cfg, lpo_peaks *out);
+/* The roof r in FLOP/s (0 when unknown or p is NULL). */
+double lpo_peaks_flops(const lpo_peaks *p, lpo_roof r);
+/* p's label, followed by " (bandwidth: <dram_name>)" when the bandwidth has a name: the line analysis and
+ * profile reports show. Returns buf. */
+const char *lpo_peaks_describe(const lpo_peaks *p, char *buf, size_t n);
 /* UUID of CUDA device dev formatted as NVML does ("GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx") and its name;
  * LPO_E_NO_DEVICE without CUDA or device. */
 lpo_status lpo_cuda_device_identity(int dev, char *name, size_t name_len, char *uuid, size_t uuid_len);

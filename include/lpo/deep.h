@@ -131,18 +131,18 @@ void lpo_deep_plan_free(lpo_deep_plan *p);
 
 /* ---- per-kernel analysis --------------------------------------------------------------------------------
  */
-/* Precision classes of counted work: name, the ceilings dtype of their compute roof (-1: none), the factor
- * on that roof. Tensor-core classes count FLOPs directly (sm__ops_path_tensor_*); the others count SASS
- * thread instructions, an FMA being 2 FLOPs (docs/deep.md). */
+/* Precision classes of counted work (ncu's counters, not dtypes): name, the roof their compute ceiling is
+ * (an lpo_roof, -1: none) and the factor on that roof. Tensor-core classes count FLOPs directly
+ * (sm__ops_path_tensor_*); the others count SASS thread instructions, an FMA being 2 FLOPs (docs/deep.md). */
 #define LPO_DEEP_PREC_MAP(X)                                                                                 \
-    X(TENSOR_BF16, "tensor bf16", LPO_CEIL_BF16, 1.0)                                                        \
-    X(TENSOR_FP16, "tensor fp16", LPO_CEIL_FP16, 1.0)                                                        \
-    X(TENSOR_TF32, "tensor tf32", LPO_CEIL_TF32, 1.0)                                                        \
-    X(TENSOR_FP8, "tensor fp8", LPO_CEIL_FP8, 1.0)                                                           \
-    X(TENSOR_INT8, "tensor int8", LPO_CEIL_INT8, 1.0)                                                        \
+    X(TENSOR_BF16, "tensor bf16", LPO_ROOF_BF16, 1.0)                                                        \
+    X(TENSOR_FP16, "tensor fp16", LPO_ROOF_FP16, 1.0)                                                        \
+    X(TENSOR_TF32, "tensor tf32", LPO_ROOF_TF32, 1.0)                                                        \
+    X(TENSOR_FP8, "tensor fp8", LPO_ROOF_FP8, 1.0)                                                           \
+    X(TENSOR_INT8, "tensor int8", LPO_ROOF_INT8, 1.0)                                                        \
     X(TENSOR_FP64, "tensor fp64", -1, 1.0)                                                                   \
-    X(FP32, "fp32", LPO_CEIL_FP32, 1.0)                                                                      \
-    X(FP16, "fp16/bf16 (CUDA cores)", LPO_CEIL_FP32, 2.0)                                                    \
+    X(FP32, "fp32", LPO_ROOF_FP32, 1.0)                                                                      \
+    X(FP16, "fp16/bf16 (CUDA cores)", LPO_ROOF_FP32, 2.0)                                                    \
     X(FP64, "fp64", -1, 1.0)
 
 typedef enum {
@@ -152,8 +152,8 @@ typedef enum {
         LPO_DEEP_N_PREC
 } lpo_deep_prec;
 const char *lpo_deep_prec_name(lpo_deep_prec p);
-/* The ceilings dtype of a class's compute roof (-1: none) and the factor on it (*factor). */
-int lpo_deep_prec_dtype(lpo_deep_prec p, double *factor);
+/* The roof of a class's compute ceiling (an lpo_roof, -1: none) and the factor on it (*factor). */
+int lpo_deep_prec_roof(lpo_deep_prec p, double *factor);
 
 typedef enum { LPO_DEEP_UNKNOWN, LPO_DEEP_MEMORY, LPO_DEEP_COMPUTE, LPO_DEEP_LATENCY } lpo_deep_bound;
 const char *lpo_deep_bound_name(lpo_deep_bound b); /* "unknown", "memory", "compute", "latency" */

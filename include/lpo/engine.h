@@ -38,7 +38,8 @@ typedef struct {
     int64_t max_step_tokens; /* prefill chunk (tokens per forward); 0 = LPO_ENGINE_DEFAULT_STEP_TOKENS; capped
                                 at max_context * max_seqs */
     int n_threads;           /* 0 = automatic; at most LPO_ENGINE_MAX_THREADS */
-    const char *dtype;       /* "auto" / NULL (bf16 on a GPU, f32 on the CPU), "bf16", "fp16", "f32" */
+    const char *dtype;       /* "auto" / NULL (bf16 on a GPU, f32 on the CPU) or f32 / f16 / bf16
+                                (lpo_engine_dtype_parse) */
     lpo_exec_mode exec;      /* engine.exec: graph (default) | eager | debug */
     int fusion;              /* engine.fusion: fused plans (default on; exec=debug is always unfused) */
     int gemv;        /* engine.gemv: linears of <= 8 tokens by lpo's GEMV kernels (CUDA; default on) */
@@ -55,6 +56,10 @@ int64_t lpo_engine_context_for(const lpo_model_spec *spec, int64_t asked);
 /* Positions of the model: spec->max_positions, or LPO_ENGINE_DEFAULT_MAX_CONTEXT when the spec has none. */
 int64_t lpo_engine_model_positions(const lpo_model_spec *spec);
 
+/* engine.dtype, the one check of it: "auto" or NULL (*out = LPO_DT_COUNT: bf16 on a device backend, f32 on
+ * the CPU) or a dtype the engine computes in, f32, f16 or bf16, by any spelling of the dtype table (fp32,
+ * float16, half, bfloat16 ...). LPO_E_CONFIG naming the accepted ones otherwise. */
+lpo_status lpo_engine_dtype_parse(const char *name, lpo_dtype *out);
 /* Opens an engine over a loaded model (weights as typed views; stored dtypes in the op lists). */
 lpo_status lpo_engine_open(const lpo_model *m, const lpo_engine_opts *opts, lpo_engine **out);
 /* Opens an engine over any weight source (tests, synthetic data). The spec is copied. dtypes may be NULL

@@ -1,7 +1,8 @@
 /* lpo random device data (hw) for benchmarks and kernel checks: a counter-based hash of (seed, index) mapped
  * to uniform values in [lo, hi), rounded to the element type. Never zeros or constants (they run faster and
  * hide unwritten outputs). The launchers live in src/hw/gpu_fill.cu (they take a stream, never synchronise);
- * the host functions that CPU-only builds need too (element sizes, the hash) in src/hw/gpu_fill_host.c. */
+ * the host function that CPU-only builds need too (the hash) in src/hw/gpu_fill_host.c. Element types are
+ * lpo_dtype rows (their sizes: lpo_dtype_bytes). */
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -9,6 +10,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#include "lpo/dtype.h"
 #include "lpo/status.h"
 #ifdef __cplusplus
 }
@@ -26,22 +28,19 @@ LPO_HD float lpo__fill_hash(uint64_t seed, size_t i, float lo, float hi) {
 #endif
 }
 
-typedef enum { LPO__EL_F32, LPO__EL_F16, LPO__EL_BF16, LPO__EL_FP8E4M3, LPO__EL_I8, LPO__EL_I32 } lpo__elem;
-
 #ifdef __cplusplus
 extern "C" {
 #endif
-/* Bytes of one element. */
-size_t lpo__elem_size(lpo__elem t);
-/* p[0..n) = round_t(lo + (hi - lo) * u(seed, i)); integer types truncate toward zero. LPO_E_CUDA on a
- * launch error. stream is a cudaStream_t (void * so C callers need no CUDA header). */
-lpo_status lpo__gpu_fill_random(void *p, size_t n, lpo__elem t, uint64_t seed, float lo, float hi,
+/* p[0..n) = round_t(lo + (hi - lo) * u(seed, i)) for t one of f32, f16, bf16, fp8, int8, i32 (LPO_E_INVALID
+ * otherwise); integer types truncate toward zero. LPO_E_CUDA on a launch error. stream is a cudaStream_t
+ * (void * so C callers need no CUDA header). */
+lpo_status lpo__gpu_fill_random(void *p, size_t n, lpo_dtype t, uint64_t seed, float lo, float hi,
                                 void *stream);
 /* Host copy of the same hash: the float value before rounding, for CPU references that must not copy the
  * data back. */
 float lpo__fill_value(uint64_t seed, size_t i, float lo, float hi);
-/* Host decode of one stored element to double. */
-double lpo__elem_to_double(const void *p, size_t i, lpo__elem t);
+/* Host decode of one stored element (of the types the fill writes) to double; NaN for another type. */
+double lpo__elem_to_double(const void *p, size_t i, lpo_dtype t);
 #ifdef __cplusplus
 }
 #endif

@@ -39,9 +39,9 @@ typedef struct {
 
 typedef struct {
     char title[160];
-    char subtitle[400];                    /* which ceilings: measured or spec */
-    double roof_tflops[LPO_CEIL_N_DTYPES]; /* compute roofs to draw (0: not drawn) */
-    double dram_gbs;                       /* 0: no DRAM slope */
+    char subtitle[400];                  /* which ceilings: measured or spec */
+    double roof_tflops[LPO_ROOF_N_GEMM]; /* GEMM roofs to draw, by lpo_roof (0: not drawn) */
+    double dram_gbs;                     /* 0: no DRAM slope */
     char dram_name[48];
     double l2_gbs; /* 0: no L2 slope */
     const lpo_roof_point *points;

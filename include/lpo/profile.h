@@ -92,9 +92,9 @@ typedef struct {
     int64_t max_new_tokens;
     size_t n_samples; /* distinct samples run */
     lpo_pf_opts opts;
-    lpo_an_peaks peaks;
+    lpo_peaks peaks;
     lpo_an_dtypes dt; /* the engine's compute dtypes (costs for MFU / MBU) */
-    lpo_an_roof roof; /* the compute roof MFU of a phase uses (the engine dtype's GEMM roof) */
+    lpo_roof roof;    /* the compute roof MFU of a phase uses (the engine dtype's GEMM roof) */
     /* timing pass */
     lpo_pf_record *records;
     size_t n_records;
@@ -132,7 +132,7 @@ typedef struct {
     const lpo_gen_params *gen;
     const lpo_tokenizer *tok; /* for stop strings; may be NULL */
     const lpo_pf_opts *opts;
-    const lpo_an_peaks *peaks;
+    const lpo_peaks *peaks;
     int attn_tile; /* executed-attention tile of the backend (CPU: 1) */
 } lpo_pf_request;
 
@@ -144,13 +144,13 @@ void lpo_pf_result_free(lpo_pf_result *r);
 /* Costs of a step of prefill or decode as the engine runs it: sequences with n_past / n_new, at dt.
  * Builds the op list of the step (lpo_oplist_build) and sums lpo_an_op_cost over its ops. */
 lpo_status lpo_pf_step_cost(const lpo_model_spec *spec, int n_seqs, const int64_t *n_past,
-                            const int64_t *n_new, int sample, const lpo_an_dtypes *dt, const lpo_an_peaks *p,
+                            const int64_t *n_new, int sample, const lpo_an_dtypes *dt, const lpo_peaks *p,
                             lpo_an_cost *out);
 /* Costs of a whole batch as lpo_generate runs it: a prefill packed into steps of at most max_step_tokens
  * (as lpo_engine_run packs them), then decode steps while sequences are active (decode_steps[i] each). */
 lpo_status lpo_pf_batch_cost(const lpo_model_spec *spec, int n, const int64_t *prompt,
                              const int64_t *decode_steps, int64_t max_step_tokens, const lpo_an_dtypes *dt,
-                             const lpo_an_peaks *p, lpo_an_cost *prefill, int64_t *prefill_steps,
+                             const lpo_peaks *p, lpo_an_cost *prefill, int64_t *prefill_steps,
                              lpo_an_cost *decode);
 
 /* ---- writers (profile_report.c)

@@ -75,7 +75,7 @@ int lpo_pf_cat_shown(lpo_pf_cat c) {
 /* ---- costs of what ran ----------------------------------------------------------------------------------
  */
 lpo_status lpo_pf_step_cost(const lpo_model_spec *spec, int n_seqs, const int64_t *n_past,
-                            const int64_t *n_new, int sample, const lpo_an_dtypes *dt, const lpo_an_peaks *p,
+                            const int64_t *n_new, int sample, const lpo_an_dtypes *dt, const lpo_peaks *p,
                             lpo_an_cost *out) {
     lpo_oplist l = {0};
     const lpo_step step = {n_seqs, n_past, n_new, 0, sample};
@@ -94,7 +94,7 @@ lpo_status lpo_pf_step_cost(const lpo_model_spec *spec, int n_seqs, const int64_
 
 lpo_status lpo_pf_batch_cost(const lpo_model_spec *spec, int n, const int64_t *prompt,
                              const int64_t *decode_steps, int64_t max_step_tokens, const lpo_an_dtypes *dt,
-                             const lpo_an_peaks *p, lpo_an_cost *prefill, int64_t *prefill_steps,
+                             const lpo_peaks *p, lpo_an_cost *prefill, int64_t *prefill_steps,
                              lpo_an_cost *decode) {
     memset(prefill, 0, sizeof *prefill);
     memset(decode, 0, sizeof *decode);
@@ -160,8 +160,8 @@ static void stats_of(const double *x, size_t n, lpo_stats *out) {
     }
 }
 
-static void finish_phase(lpo_pf_phase *ph, const lpo_an_peaks *p, lpo_an_roof roof) {
-    const double pf = lpo_an_roof_flops(p, roof), bw = p->dram_gbs * 1e9;
+static void finish_phase(lpo_pf_phase *ph, const lpo_peaks *p, lpo_roof roof) {
+    const double pf = lpo_peaks_flops(p, roof), bw = p->dram_gbs * 1e9;
     if (ph->time_s > 0) {
         ph->achieved_tflops = ph->cost.flops / ph->time_s / 1e12;
         ph->achieved_gbs = ph->cost.bytes / ph->time_s / 1e9;
@@ -339,9 +339,9 @@ static lpo_status timing_pass(lpo_engine *e, const lpo_pf_request *rq, lpo_pf_re
 
 /* ---- the whole profile ------------------------------------------------------------------------------------
  */
-static const lpo_an_dtype *engine_dtype(lpo_dtype d) {
-    const lpo_an_dtype *t = lpo_an_dtype_find(lpo_dtype_name(d));
-    return t ? t : lpo_an_dtype_find("f32");
+static const lpo_dtype_info *engine_dtype(lpo_dtype d) {
+    const lpo_dtype_info *t = lpo_dtype_info_of(d);
+    return t && t->roof != LPO_ROOF_VECTOR ? t : lpo_dtype_info_of(LPO_DT_F32);
 }
 
 lpo_status lpo_pf_run(const lpo_pf_request *rq, lpo_pf_result *r) {
@@ -362,7 +362,7 @@ lpo_status lpo_pf_run(const lpo_pf_request *rq, lpo_pf_result *r) {
     r->batch = lpo_engine_max_seqs(e);
     r->threads = rq->eng_opts->n_threads;
     r->max_new_tokens = rq->gen->max_new_tokens;
-    const lpo_an_dtype *ed = engine_dtype(lpo_engine_dtype(e));
+    const lpo_dtype_info *ed = engine_dtype(lpo_engine_dtype(e));
     r->dt = (lpo_an_dtypes){ed, ed, ed, rq->attn_tile};
     r->roof = ed->roof;
     unsigned char *seen = calloc(rq->dataset->n ? rq->dataset->n : 1, 1);

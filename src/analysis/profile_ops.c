@@ -23,7 +23,7 @@ typedef struct {
 typedef struct {
     lpo_pf_result *r;
     const lpo_model_spec *spec;
-    const lpo_an_peaks *peaks;
+    const lpo_peaks *peaks;
     int phase; /* of the run in progress (every group is read back before the next run) */
     double groups_s[2];
     int64_t steps[2];
@@ -44,7 +44,7 @@ static void on_time(void *ud, int row, double ms) {
 static void group_cost(const bd_state *s, const lpo_oplist *l, const lpo_plan_group *g, lpo_an_cost *c) {
     memset(c, 0, sizeof *c);
     double unfused = 0, best = -1;
-    lpo_an_roof roof = LPO_AN_ROOF_VECTOR;
+    lpo_roof roof = LPO_ROOF_VECTOR;
     for (uint32_t i = g->first; i < g->first + g->count; i++) {
         lpo_an_cost oc;
         lpo_an_op_cost(s->spec, &l->ops[i], l->n_seqs, &s->r->dt, s->peaks, &oc);
@@ -231,7 +231,7 @@ lpo_status lpo_pf__breakdown(lpo_engine **ep, const lpo_pf_request *rq, lpo_pf_r
         lpo_pf_group *x = &r->groups[i];
         r->bd[x->phase].by_cat_s[x->cat] += x->time_s;
         if (x->time_s <= 0) continue;
-        const double roof = lpo_an_roof_flops(rq->peaks, x->cost.roof);
+        const double roof = lpo_peaks_flops(rq->peaks, x->cost.roof);
         x->mfu = roof > 0 ? x->cost.flops / x->time_s / roof : 0;
         x->mbu = bw > 0 ? x->cost.bytes / x->time_s / bw : 0;
     }

@@ -32,7 +32,7 @@ static void json_stats(lpo_json *j, const char *key, const lpo_stats *s) {
 }
 
 static int peaks_known(const lpo_pf_result *r) {
-    return lpo_an_roof_flops(&r->peaks, r->roof) > 0;
+    return lpo_peaks_flops(&r->peaks, r->roof) > 0;
 }
 static int bw_known(const lpo_pf_result *r) {
     return r->peaks.dram_gbs > 0;
@@ -118,12 +118,10 @@ lpo_status lpo_pf_write_metrics(const lpo_pf_result *r, const lpo_an_static *st,
     lpo_json_object_end(j);
     lpo_json_key(j, "peaks");
     lpo_json_object_begin(j);
-    lpo_json_kv_str(j, "source",
-                    r->peaks.source == LPO_AN_PEAKS_MEASURED ? "measured"
-                    : r->peaks.source == LPO_AN_PEAKS_SPEC   ? "spec"
-                                                             : "none");
-    lpo_json_kv_str(j, "label", r->peaks.label);
-    lpo_json_kv_str(j, "compute_roof", lpo_an_roof_name(r->roof));
+    char label[768];
+    lpo_json_kv_str(j, "source", lpo_peaks_source_name(r->peaks.source));
+    lpo_json_kv_str(j, "label", lpo_peaks_describe(&r->peaks, label, sizeof label));
+    lpo_json_kv_str(j, "compute_roof", lpo_roof_name(r->roof));
     lpo_json_kv_double_or_null(j, "compute_tflops", r->peaks.tflops[r->roof], peaks_known(r));
     lpo_json_kv_double_or_null(j, "dram_gbs", r->peaks.dram_gbs, bw_known(r));
     lpo_json_object_end(j);
@@ -243,7 +241,7 @@ static void op_row(lpo_table *t, const lpo_pf_result *r, const lpo_pf_group *g) 
     if (g->time_s > 0) {
         lpo_table_set_double(t, "tflops", g->cost.flops / g->time_s / 1e12);
         lpo_table_set_double(t, "gbs", g->cost.bytes / g->time_s / 1e9);
-        if (lpo_an_roof_flops(&r->peaks, g->cost.roof) > 0) lpo_table_set_double(t, "mfu_pct", 100 * g->mfu);
+        if (lpo_peaks_flops(&r->peaks, g->cost.roof) > 0) lpo_table_set_double(t, "mfu_pct", 100 * g->mfu);
         if (bw_known(r)) lpo_table_set_double(t, "mbu_pct", 100 * g->mbu);
     }
     if (g->cost.bound != LPO_AN_BOUND_UNKNOWN && g->calls) {
@@ -368,7 +366,8 @@ void lpo_pf_write_report(const lpo_pf_result *r, const lpo_an_static *st, const 
         o,
         "| workload | %zu samples, batch %d, %d repeat(s) after %d warm-up run(s), up to %lld new tokens |\n",
         r->n_samples, r->batch, r->opts.repeats, r->opts.warmup_runs, (long long)r->max_new_tokens);
-    lpo_sb_printf(o, "| peaks | %s |\n", r->peaks.label);
+    char label[768];
+    lpo_sb_printf(o, "| peaks | %s |\n", lpo_peaks_describe(&r->peaks, label, sizeof label));
     lpo_sb_printf(o, "| lpo | %s, commit %s, %s build%s |\n", b->version, b->git_commit, b->build_type,
                   lpo_build_is_debug() ? " (DEBUG: timings not representative)" : "");
     lpo_sb_printf(o, "| time | timed runs %.3g s, whole profile %.3g s |\n\n", r->wall_s, r->total_s);
@@ -526,7 +525,7 @@ void lpo_pf_write_summary(const lpo_pf_result *r, const lpo_an_static *st, lpo_s
                               1 / x);
         }
         lpo_sb_printf(o, " (Peaks: %s.)\n",
-                      r->peaks.source == LPO_AN_PEAKS_MEASURED
+                      r->peaks.source == LPO_PEAKS_MEASURED
                           ? "measured on this machine"
                           : "spec sheet, dense; `lpo ceilings` measures this machine's, which every later "
                             "report uses");
@@ -551,16 +550,18 @@ void lpo_pf_write_summary(const lpo_pf_result *r, const lpo_an_static *st, lpo_s
 
 void lpo_pf_write_assumptions(const lpo_pf_result *r, const lpo_an_static *st, lpo_strbuf *o) {
     lpo_sb_puts(o, "# Assumptions\n\n## Peaks\n\n");
-    lpo_sb_printf(o, "- Source: %s.\n", r->peaks.label);
+    char label[768];
+    lpo_sb_printf(o, "- Source: %s.\n", lpo_peaks_describe(&r->peaks, label, sizeof label));
     lpo_sb_puts(o, "- Compute peaks are DENSE (no 2:4 sparsity); measured ceilings (`lpo ceilings`) are "
                    "preferred over the spec "
                    "sheet.\n");
-    for (int k = 0; k < LPO_AN_N_ROOFS; k++)
+    for (int k = 0; k < LPO_ROOF_COUNT; k++)
         if (r->peaks.tflops[k] > 0)
-            lpo_sb_printf(o, "- %s roof: %g TFLOP/s\n", lpo_an_roof_name((lpo_an_roof)k), r->peaks.tflops[k]);
+            lpo_sb_printf(o, "- %s roof: %g %s\n", lpo_roof_name((lpo_roof)k), r->peaks.tflops[k],
+                          k == LPO_ROOF_INT8 ? "TOP/s" : "TFLOP/s");
     if (r->peaks.dram_gbs > 0) lpo_sb_printf(o, "- memory bandwidth: %g GB/s\n", r->peaks.dram_gbs);
     lpo_sb_printf(o, "- MFU of a phase uses the %s roof (the engine computes in %s).\n\n",
-                  lpo_an_roof_name(r->roof), r->dtype);
+                  lpo_roof_name(r->roof), r->dtype);
     lpo_sb_puts(o,
                 "## Formulas\n\n"
                 "- TTFT = wall time of the batch's prefill run, which also samples the first token. TPOT = a "
@@ -644,19 +645,12 @@ void lpo_pf_write_plots(const lpo_pf_result *r, lpo_strbuf *rsvg, lpo_strbuf *rc
     memset(&rl, 0, sizeof rl);
     snprintf(rl.title, sizeof rl.title, "lpo profile: %.80s on %.24s (%.16s)", r->model, r->backend,
              r->dtype);
-    snprintf(rl.subtitle, sizeof rl.subtitle, "%.390s", r->peaks.label);
-    /* the roof of the engine's dtype and the vector roof elementwise ops run on */
-    static const struct {
-        lpo_an_roof an;
-        lpo_ceil_dtype ceil;
-    } roofs[] = {{LPO_AN_ROOF_FP32, LPO_CEIL_FP32},
-                 {LPO_AN_ROOF_TF32, LPO_CEIL_TF32},
-                 {LPO_AN_ROOF_FP16, LPO_CEIL_FP16},
-                 {LPO_AN_ROOF_BF16, LPO_CEIL_BF16},
-                 {LPO_AN_ROOF_FP8, LPO_CEIL_FP8}};
-    for (size_t i = 0; i < sizeof roofs / sizeof roofs[0]; i++)
-        if (roofs[i].an == r->roof || roofs[i].an == LPO_AN_ROOF_FP32)
-            rl.roof_tflops[roofs[i].ceil] = r->peaks.tflops[roofs[i].an];
+    char peaks_label[768];
+    snprintf(rl.subtitle, sizeof rl.subtitle, "%.390s",
+             lpo_peaks_describe(&r->peaks, peaks_label, sizeof peaks_label));
+    /* the roof of the engine's dtype and the fp32 roof elementwise ops run on (CUDA cores) */
+    for (int k = 0; k < LPO_ROOF_N_GEMM; k++)
+        if (k == (int)r->roof || k == LPO_ROOF_FP32) rl.roof_tflops[k] = r->peaks.tflops[k];
     rl.dram_gbs = r->peaks.dram_gbs;
     snprintf(rl.dram_name, sizeof rl.dram_name, "memory");
     /* points: each role of each phase, its groups summed over the layers; then the two phases */

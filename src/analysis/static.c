@@ -1,6 +1,7 @@
 /* The static analysis of a workload: phases (prefill, decode steps) costed op by op from the engine's op
  * list, sums by kind and layer, the whole generation (prefill + G - 1 decode steps), the memory footprint,
  * and what-if rows under other dtypes and batch sizes. Settings come from the `analysis` config group. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,7 +16,7 @@ void lpo_an_phase_free(lpo_an_phase *ph) {
 }
 
 lpo_status lpo_an_phase_build(const lpo_model_spec *spec, int decode, int batch, int64_t tokens_or_ctx,
-                              const lpo_an_dtypes *dt, const lpo_an_peaks *p, lpo_an_phase *out) {
+                              const lpo_an_dtypes *dt, const lpo_peaks *p, lpo_an_phase *out) {
     memset(out, 0, sizeof *out);
     lpo_oplist l = {0};
     lpo_an_list_dtypes ld; /* the list built at the what-if dtypes: its own bytes are the analysis' */
@@ -58,7 +59,7 @@ lpo_status lpo_an_phase_build(const lpo_model_spec *spec, int decode, int batch,
 
 /* Totals of a phase without keeping its ops. */
 static lpo_status phase_total(const lpo_model_spec *spec, int decode, int batch, int64_t x,
-                              const lpo_an_dtypes *dt, const lpo_an_peaks *p, lpo_an_cost *out) {
+                              const lpo_an_dtypes *dt, const lpo_peaks *p, lpo_an_cost *out) {
     lpo_an_phase ph;
     lpo_status st = lpo_an_phase_build(spec, decode, batch, x, dt, p, &ph);
     if (st == LPO_OK) *out = ph.total;
@@ -105,19 +106,30 @@ lpo_status lpo_an_opts_from_config(const lpo_node *cfg, const lpo_model_spec *sp
     return LPO_OK;
 }
 
-static lpo_status find_dtype(const char *key, const char *name, const lpo_an_dtype **out) {
-    *out = lpo_an_dtype_find(name);
-    if (!*out)
-        return lpo_errorf(LPO_E_CONFIG, "%s = '%s': unknown dtype (known: %s)", key, name,
-                          lpo_an_dtype_names());
-    return LPO_OK;
+/* A what-if dtype: a row of the dtype table with a GEMM compute class (not the integer index types). */
+static const lpo_dtype_info *whatif_dtype(const char *name) {
+    const lpo_dtype_info *d = lpo_dtype_find(name);
+    return d && d->roof != LPO_ROOF_VECTOR ? d : NULL;
+}
+
+static lpo_status find_dtype(const char *key, const char *name, const lpo_dtype_info **out) {
+    *out = whatif_dtype(name);
+    if (*out) return LPO_OK;
+    char known[256] = "";
+    size_t len = 0;
+    for (int i = 0; i < LPO_DT_COUNT; i++) {
+        const lpo_dtype_info *d = lpo_dtype_info_of((lpo_dtype)i);
+        if (d->roof != LPO_ROOF_VECTOR && len < sizeof known)
+            len += (size_t)snprintf(known + len, sizeof known - len, "%s%s", len ? ", " : "", d->name);
+    }
+    return lpo_errorf(LPO_E_CONFIG, "%s = '%s': unknown dtype (known: %s)", key, name, known);
 }
 
 lpo_status lpo_an_dtypes_resolve(const lpo_model_spec *spec, const lpo_an_opts *o, lpo_an_dtypes *out) {
     memset(out, 0, sizeof *out);
     lpo_status st;
     const char *wname = o->weight_dtype ? o->weight_dtype : lpo_dtype_name(spec->dtype);
-    if (!o->weight_dtype && !lpo_an_dtype_find(wname)) wname = "bf16";
+    if (!o->weight_dtype && !whatif_dtype(wname)) wname = "bf16";
     if ((st = find_dtype("analysis.weight_dtype", wname, &out->weights)) != LPO_OK) return st;
     if ((st = find_dtype("analysis.act_dtype", o->act_dtype ? o->act_dtype : "bf16", &out->act)) != LPO_OK)
         return st;
@@ -168,7 +180,7 @@ void lpo_an_static_free(lpo_an_static *s) {
 
 /* Prefill and decode-step floors of a workload under dt at batch b (one what-if row). */
 static lpo_status whatif_row(const lpo_model_spec *spec, const lpo_an_opts *o, const lpo_an_dtypes *dt, int b,
-                             const lpo_an_peaks *p, int64_t mid, lpo_an_whatif *w) {
+                             const lpo_peaks *p, int64_t mid, lpo_an_whatif *w) {
     memset(w, 0, sizeof *w);
     snprintf(w->weight_dtype, sizeof w->weight_dtype, "%s", dt->weights->name);
     snprintf(w->kv_dtype, sizeof w->kv_dtype, "%s", dt->kv->name);
@@ -191,16 +203,15 @@ static lpo_status whatif_row(const lpo_model_spec *spec, const lpo_an_opts *o, c
     return LPO_OK;
 }
 
-static lpo_status add_whatifs(const lpo_model_spec *spec, lpo_an_static *s, const lpo_an_peaks *p,
-                              int64_t mid) {
+static lpo_status add_whatifs(const lpo_model_spec *spec, lpo_an_static *s, const lpo_peaks *p, int64_t mid) {
     static const char *const combos[][2] = {
         {"bf16", "bf16"}, {"fp8", "bf16"}, {"fp8", "fp8"}, {"int4", "bf16"}, {"int4", "fp8"}};
     static const int batches[] = {1, 8, 32, 128};
     lpo_status st = LPO_OK;
     for (size_t i = 0; i < sizeof combos / sizeof combos[0] && st == LPO_OK; i++) {
         lpo_an_dtypes dt = s->dt;
-        dt.weights = lpo_an_dtype_find(combos[i][0]);
-        dt.kv = lpo_an_dtype_find(combos[i][1]);
+        dt.weights = whatif_dtype(combos[i][0]);
+        dt.kv = whatif_dtype(combos[i][1]);
         st = whatif_row(spec, &s->opts, &dt, s->opts.batch, p, mid, &s->whatif[s->n_whatif++]);
     }
     for (size_t i = 0; i < sizeof batches / sizeof batches[0] && st == LPO_OK; i++) {
@@ -210,7 +221,7 @@ static lpo_status add_whatifs(const lpo_model_spec *spec, lpo_an_static *s, cons
     return st;
 }
 
-lpo_status lpo_an_static_run(const lpo_model_spec *spec, const lpo_an_opts *o, const lpo_an_peaks *p,
+lpo_status lpo_an_static_run(const lpo_model_spec *spec, const lpo_an_opts *o, const lpo_peaks *p,
                              lpo_an_static *s) {
     memset(s, 0, sizeof *s);
     if (o->batch < 1 || o->prompt_len < 1 || o->gen_len < 1)

@@ -38,10 +38,6 @@ const char *lpo_an_fmt_time(char *buf, size_t n, double s) {
     return buf;
 }
 
-static const char *peaks_source_name(lpo_an_peaks_source s) {
-    return s == LPO_AN_PEAKS_SPEC ? "spec" : s == LPO_AN_PEAKS_MEASURED ? "measured" : "none";
-}
-
 /* ---- JSON ------------------------------------------------------------------------------------------------
  */
 static void json_cost(lpo_json *j, const lpo_an_cost *c) {
@@ -108,7 +104,7 @@ static void op_row(lpo_table *t, const lpo_an_op *o, const char *phase) {
     lpo_table_set_double(t, "kv_write_bytes", c->kv_write_bytes);
     lpo_table_set_double(t, "bytes", c->bytes);
     lpo_table_set_double(t, "intensity", c->intensity);
-    lpo_table_set_str(t, "roof", lpo_an_roof_name(c->roof));
+    lpo_table_set_str(t, "roof", lpo_roof_name(c->roof));
     if (c->bound != LPO_AN_BOUND_UNKNOWN) {
         lpo_table_set_double(t, "t_compute_us", c->t_compute_s * 1e6);
         lpo_table_set_double(t, "t_memory_us", c->t_memory_s * 1e6);
@@ -156,14 +152,15 @@ static void json_phase(lpo_json *j, const lpo_an_phase *ph) {
     lpo_json_object_end(j);
 }
 
-static void json_peaks(lpo_json *j, const lpo_an_peaks *p) {
+static void json_peaks(lpo_json *j, const lpo_peaks *p) {
+    char label[768];
     lpo_json_object_begin(j);
-    lpo_json_kv_str(j, "source", peaks_source_name(p->source));
-    lpo_json_kv_str(j, "label", p->label);
+    lpo_json_kv_str(j, "source", lpo_peaks_source_name(p->source));
+    lpo_json_kv_str(j, "label", lpo_peaks_describe(p, label, sizeof label));
     lpo_json_key(j, "tflops");
     lpo_json_object_begin(j);
-    for (int r = 0; r < LPO_AN_N_ROOFS; r++) {
-        lpo_json_key(j, lpo_an_roof_name((lpo_an_roof)r));
+    for (int r = 0; r < LPO_ROOF_COUNT; r++) {
+        lpo_json_key(j, lpo_roof_name((lpo_roof)r));
         if (p->tflops[r] > 0)
             lpo_json_double(j, p->tflops[r]);
         else
@@ -406,7 +403,8 @@ lpo_status lpo_an_static_write_md(const lpo_an_static *s, const lpo_model_spec *
                   s->opts.attn_tile == 0   ? " (0: no masked tile skipped)"
                   : s->opts.attn_tile == 1 ? " (1: exactly the unmasked pairs)"
                                            : "");
-    lpo_sb_printf(out, "Peaks: %s.\n\n", s->peaks.label);
+    char label[768];
+    lpo_sb_printf(out, "Peaks: %s.\n\n", lpo_peaks_describe(&s->peaks, label, sizeof label));
     lpo_sb_puts(out, "## Memory footprint\n\n| what | bytes |\n|---|---:|\n");
     lpo_sb_printf(out, "| weights (%.4g parameters, %s) | %s |\n", s->mem.weight_params, s->dt.weights->name,
                   lpo_an_fmt_bytes(a, sizeof a, s->mem.weight_bytes));
@@ -469,7 +467,8 @@ void lpo_an_static_print(const lpo_an_static *s, const lpo_model_spec *spec, FIL
             "attention tile %d\n",
             s->dt.weights->name, s->dt.act->name, s->dt.kv->name, s->opts.batch,
             (long long)s->opts.prompt_len, (long long)s->opts.gen_len, s->opts.attn_tile);
-    fprintf(f, "peaks: %s\n\n", s->peaks.label);
+    char label[768];
+    fprintf(f, "peaks: %s\n\n", lpo_peaks_describe(&s->peaks, label, sizeof label));
     fprintf(f, "%-30s %12s %12s %12s %9s %10s  %s\n", "phase", "FLOPs", "FLOPs exec", "bytes", "FLOP/B",
             "floor", "bound");
     char what[64];

@@ -9,10 +9,6 @@
 
 #include "lpo/core.h"
 
-lpo_ceil_dtype lpo_bench_roof(lpo_dtype dt) {
-    return dt == LPO_DT_BF16 ? LPO_CEIL_BF16 : dt == LPO_DT_F16 ? LPO_CEIL_FP16 : LPO_CEIL_FP32;
-}
-
 /* FLOPs and bytes of one op list: decode (batch B at context ctx) or prefill (B sequences of T tokens). */
 static lpo_status list_costs(const lpo_engine *e, int decode, int B, int64_t t_or_ctx, double *flops,
                              double *bytes) {
@@ -147,7 +143,7 @@ lpo_status lpo_bench_run(lpo_engine *e, const lpo_bench_point *pt, const lpo_mea
         const int64_t mean_ctx = pt->prompt + (pt->gen - 2) / 2;
         if (st == LPO_OK && steps > 0)
             st = list_costs(e, 1, B, mean_ctx, &out->decode_flops_per_step, &out->decode_bytes_per_step);
-        const double peak = peaks ? peaks->tflops[lpo_bench_roof(lpo_engine_dtype(e))] * 1e12 : 0;
+        const double peak = peaks ? peaks->tflops[lpo_dtype_roof(lpo_engine_dtype(e))] * 1e12 : 0;
         const double bw = peaks ? peaks->dram_gbs * 1e9 : 0;
         if (peak > 0) {
             out->mfu_prefill = out->prefill_flops / (out->ttft_ms.median / 1e3) / peak;

@@ -20,8 +20,8 @@
 
 #define T_(c, i) ((c)->t[(i)].h)
 
-static double esz(lpo__elem el) {
-    return (double)lpo__elem_size(el);
+static double esz(lpo_dtype el) {
+    return lpo_dtype_info_of(el)->bytes;
 }
 
 static lpo_status need_pos(const char *key, int64_t v) {
@@ -31,30 +31,19 @@ static lpo_status need_pos(const char *key, int64_t v) {
 
 /* f32 / f16 / bf16 only (the row and element-wise kernels) */
 static lpo_status float_dtype(const kb_case *c) {
-    if (c->el == LPO__EL_F32 || c->el == LPO__EL_F16 || c->el == LPO__EL_BF16) return LPO_OK;
+    if (c->el == LPO_DT_F32 || c->el == LPO_DT_F16 || c->el == LPO_DT_BF16) return LPO_OK;
     return lpo_errorf(LPO_E_UNSUPPORTED, "kbench.case=%s runs in f32, f16 or bf16 (kbench.dtype=%s)",
                       c->p.case_name, c->p.dtype);
 }
 
 /* ---- gemm: y (m, n) = x (m, k) @ W^T, W (n, k) ------------------------------------------------------------
  */
-static lpo_ceil_dtype gemm_dtype(const kb_case *c) {
-    if (!strcmp(c->p.dtype, "tf32")) return LPO_CEIL_TF32;
-    switch (c->el) {
-    case LPO__EL_F16: return LPO_CEIL_FP16;
-    case LPO__EL_BF16: return LPO_CEIL_BF16;
-    case LPO__EL_FP8E4M3: return LPO_CEIL_FP8;
-    case LPO__EL_I8: return LPO_CEIL_INT8;
-    default: return LPO_CEIL_FP32;
-    }
-}
-
 static lpo_status gemm_plan(kb_case *c) {
     lpo_status st;
     if ((st = need_pos("m", c->p.m)) || (st = need_pos("n", c->p.n)) || (st = need_pos("k", c->p.k)))
         return st;
     int64_t m = c->p.m, n = c->p.n, k = c->p.k;
-    lpo__elem out = c->el == LPO__EL_FP8E4M3 ? LPO__EL_BF16 : c->el == LPO__EL_I8 ? LPO__EL_I32 : c->el;
+    lpo_dtype out = c->el == LPO_DT_FP8 ? LPO_DT_BF16 : c->el == LPO_DT_INT8 ? LPO_DT_I32 : c->el;
     c->flops = 2.0 * (double)m * (double)n * (double)k;
     c->bytes = ((double)m * k + (double)n * k) * esz(c->el) + (double)m * n * esz(out);
     snprintf(c->shape, sizeof c->shape, "m=%lld n=%lld k=%lld", (long long)m, (long long)n, (long long)k);
@@ -62,12 +51,12 @@ static lpo_status gemm_plan(kb_case *c) {
         snprintf(c->variant, sizeof c->variant, "cuBLASLt");
         return LPO_OK; /* the cuBLASLt bench owns and validates its data */
     }
-    if (c->el != LPO__EL_F32)
+    if (c->el != LPO_DT_F32)
         return lpo_errorf(LPO_E_UNSUPPORTED, "gemm on backend=cpu runs in f32 (kbench.dtype=%s)", c->p.dtype);
     snprintf(c->variant, sizeof c->variant, "C reference (lpo_cpu_matmul)");
-    kb_add_tensor(c, "x", LPO__EL_F32, m * k, 0, -1, 1);
-    kb_add_tensor(c, "W", LPO__EL_F32, n * k, 0, -1, 1);
-    kb_add_tensor(c, "y", LPO__EL_F32, m * n, 1, 0, 0);
+    kb_add_tensor(c, "x", LPO_DT_F32, m * k, 0, -1, 1);
+    kb_add_tensor(c, "W", LPO_DT_F32, n * k, 0, -1, 1);
+    kb_add_tensor(c, "y", LPO_DT_F32, m * n, 1, 0, 0);
     c->atol = 1e-4 * sqrt((double)k); /* sums of k products of magnitude <= 1 */
     return LPO_OK;
 }
@@ -81,7 +70,7 @@ static lpo_status gemm_gpu_init(kb_case *c) {
     /* y (m, n) row-major = D (n x m) column-major of the TN bench with its m = our n, its n = our m */
     lpo__gemm_bench *b;
     lpo_status st =
-        lpo__gemm_bench_open(c->device, gemm_dtype(c), (int)c->p.n, (int)c->p.m, (int)c->p.k, 0, &b);
+        lpo__gemm_bench_open(c->device, kb_case_roof(c), (int)c->p.n, (int)c->p.m, (int)c->p.k, 0, &b);
     if (st) return st;
     c->priv = b;
     c->self_validated = 1;
@@ -238,9 +227,9 @@ static lpo_status rope_plan(kb_case *c) {
     int64_t m = c->p.m, nh = c->p.heads, nkv = c->p.kv_heads, hd = c->p.head_dim, half = hd / 2;
     int q = kb_add_tensor(c, "qkv", c->el, m * (nh + 2 * nkv) * hd, 1, -1, 1);
     c->t[q].in_place = 1;
-    kb_add_tensor(c, "cos", LPO__EL_F32, m * half, 0, -1, 1);
-    kb_add_tensor(c, "sin", LPO__EL_F32, m * half, 0, -1, 1);
-    kb_add_tensor(c, "pos", LPO__EL_I32, m, 0, 0, (float)m); /* positions < m: rows of the tables */
+    kb_add_tensor(c, "cos", LPO_DT_F32, m * half, 0, -1, 1);
+    kb_add_tensor(c, "sin", LPO_DT_F32, m * half, 0, -1, 1);
+    kb_add_tensor(c, "pos", LPO_DT_I32, m, 0, 0, (float)m); /* positions < m: rows of the tables */
     double pairs = (double)m * (double)(nh + nkv) * (double)half;
     c->flops = 6.0 * pairs;
     c->bytes = 2.0 * 2.0 * pairs * esz(c->el) + 2.0 * pairs / (double)(nh + nkv) * 4.0 + 4.0 * (double)m;
@@ -267,7 +256,7 @@ static lpo_status embed_plan(kb_case *c) {
     if ((st = need_pos("m", c->p.m)) || (st = need_pos("n", c->p.n)) ||
         (st = need_pos("vocab", c->p.vocab)) || (st = float_dtype(c)))
         return st;
-    kb_add_tensor(c, "tokens", LPO__EL_I32, c->p.m, 0, 0, (float)c->p.vocab);
+    kb_add_tensor(c, "tokens", LPO_DT_I32, c->p.m, 0, 0, (float)c->p.vocab);
     kb_add_tensor(c, "E", c->el, c->p.vocab * c->p.n, 0, -1, 1);
     kb_add_tensor(c, "x", c->el, c->p.m * c->p.n, 1, 0, 0);
     c->flops = 0;
@@ -354,7 +343,7 @@ const kb_ops *kb_find_case(const char *name) {
     return NULL;
 }
 
-int kb_add_tensor(kb_case *c, const char *name, lpo__elem el, int64_t n, int output, float lo, float hi) {
+int kb_add_tensor(kb_case *c, const char *name, lpo_dtype el, int64_t n, int output, float lo, float hi) {
     if (c->n_t >= KB_MAX_T) return -1;
     kb_tensor *t = &c->t[c->n_t];
     memset(t, 0, sizeof *t);

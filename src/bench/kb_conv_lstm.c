@@ -17,7 +17,7 @@ static lpo_status pos_key(const char *key, int64_t v) {
 }
 
 static lpo_status cudnn_dtype(const kb_case *c) {
-    if (c->el == LPO__EL_F32 || c->el == LPO__EL_F16 || c->el == LPO__EL_BF16) return LPO_OK;
+    if (c->el == LPO_DT_F32 || c->el == LPO_DT_F16 || c->el == LPO_DT_BF16) return LPO_OK;
     return lpo_errorf(LPO_E_UNSUPPORTED, "kbench.case=%s runs in f32, f16 or bf16 (kbench.dtype=%s)",
                       c->p.case_name, c->p.dtype);
 }
@@ -45,7 +45,7 @@ static lpo_status conv_plan(kb_case *c) {
     kb_add_tensor(c, "y", c->el, p->batch * p->c_out * P * Q, 1, 0, 0);
     double crs = (double)p->c_in * p->kernel * p->kernel;
     c->flops = 2.0 * (double)p->batch * p->c_out * P * Q * crs;
-    c->bytes = (double)(c->t[0].n + c->t[1].n + c->t[2].n) * lpo__elem_size(c->el);
+    c->bytes = (double)(c->t[0].n + c->t[1].n + c->t[2].n) * lpo_dtype_info_of(c->el)->bytes;
     c->atol =
         2e-3 * sqrt(crs); /* sums of C*R*S products of magnitude <= 1 (TF32 or 16-bit inputs on the GPU) */
     snprintf(c->shape, sizeof c->shape, "N=%lld C=%lld H=%lld W=%lld K=%lld R=S=%lld stride=%lld pad=%lld",
@@ -102,7 +102,8 @@ static lpo_status lstm_plan(kb_case *c) {
     kb_add_tensor(c, "bR", c->el, 4 * Hd, 0, -r, r);
     kb_add_tensor(c, "y", c->el, S * B * Hd, 1, 0, 0);
     c->flops = (double)S * B * (8.0 * Hd * (double)(I + Hd) + 10.0 * Hd);
-    c->bytes = (double)(S * B * I + 4 * Hd * (I + Hd) + 8 * Hd + S * B * Hd) * lpo__elem_size(c->el);
+    c->bytes =
+        (double)(S * B * I + 4 * Hd * (I + Hd) + 8 * Hd + S * B * Hd) * lpo_dtype_info_of(c->el)->bytes;
     c->atol = 5e-3; /* recurrent: errors of 16-bit h feed back each step */
     snprintf(c->shape, sizeof c->shape, "seq=%lld batch=%lld input=%lld hidden=%lld layers=1", (long long)S,
              (long long)B, (long long)I, (long long)Hd);

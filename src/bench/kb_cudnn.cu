@@ -123,8 +123,8 @@ typedef struct {
     size_t ws_size;
 } dnn_state;
 
-static cudnnDataType_t dnn_type(lpo__elem el) {
-    return el == LPO__EL_F16 ? CUDNN_DATA_HALF : el == LPO__EL_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+static cudnnDataType_t dnn_type(lpo_dtype el) {
+    return el == LPO_DT_F16 ? CUDNN_DATA_HALF : el == LPO_DT_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
 }
 
 static lpo_status state_new(kb_case *c, dnn_state **out) {
@@ -182,7 +182,7 @@ extern "C" lpo_status lpo__kb_conv2d_init(kb_case *c) {
                                                   (int)p->stride, 1, 1, CUDNN_CROSS_CORRELATION,
                                                   CUDNN_DATA_FLOAT));
     DNN_CHECK(dnn.cudnnSetConvolutionMathType(s->conv,
-                                              c->el == LPO__EL_F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
+                                              c->el == LPO_DT_F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH));
     DNN_CHECK(dnn.cudnnGetConvolution2dForwardOutputDim(s->conv, s->x, s->w, &n, &k, &P, &Q));
     if ((int64_t)n * k * P * Q != c->t[2].n) {
         st = lpo_errorf(LPO_E_INTERNAL, "conv2d: cuDNN output %dx%dx%dx%d differs from the plan", n, k, P, Q);
@@ -200,7 +200,7 @@ extern "C" lpo_status lpo__kb_conv2d_init(kb_case *c) {
         s->algo = perf[i].algo;
         s->ws_size = ws;
         snprintf(c->variant, sizeof c->variant, "cuDNN (algo %d, %s)", (int)perf[i].algo,
-                 c->el == LPO__EL_F32 ? "FMA math" : "tensor-op math");
+                 c->el == LPO_DT_F32 ? "FMA math" : "tensor-op math");
         if (ws) LPO_CUDA_CHECK(cudaMalloc(&s->ws, ws));
         return LPO_OK;
     }
@@ -223,11 +223,11 @@ fail:
 /* ---- lstm
  * ---------------------------------------------------------------------------------------------------- */
 /* host bytes of value v in el */
-static void put(unsigned char *dst, lpo__elem el, float v) {
-    if (el == LPO__EL_F32) {
+static void put(unsigned char *dst, lpo_dtype el, float v) {
+    if (el == LPO_DT_F32) {
         memcpy(dst, &v, 4);
     } else {
-        uint16_t h = el == LPO__EL_F16 ? lpo_f32_to_f16(v) : lpo_f32_to_bf16(v);
+        uint16_t h = el == LPO_DT_F16 ? lpo_f32_to_f16(v) : lpo_f32_to_bf16(v);
         memcpy(dst, &h, 2);
     }
 }
@@ -241,7 +241,7 @@ extern "C" lpo_status lpo__kb_lstm_init(kb_case *c) {
     int *seq = (int *)malloc((size_t)B * sizeof(int));
     unsigned char *img = NULL;
     cudnnTensorDescriptor_t md = NULL, bd = NULL;
-    size_t es = lpo__elem_size(c->el);
+    size_t es = (size_t)lpo_dtype_block_bytes(c->el);
     int dims[3] = {1, B, H}, strides[3] = {B * H, H, 1};
     if (!seq) {
         st = lpo_errorf(LPO_E_NOMEM, "out of memory");
@@ -253,7 +253,7 @@ extern "C" lpo_status lpo__kb_lstm_init(kb_case *c) {
     DNN_CHECK(dnn.cudnnCreateRNNDescriptor(&s->rnn));
     DNN_CHECK(dnn.cudnnSetRNNDescriptor_v8(s->rnn, CUDNN_RNN_ALGO_STANDARD, CUDNN_LSTM, CUDNN_RNN_DOUBLE_BIAS,
                                            CUDNN_UNIDIRECTIONAL, CUDNN_LINEAR_INPUT, s->dt, CUDNN_DATA_FLOAT,
-                                           c->el == LPO__EL_F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH, I, H,
+                                           c->el == LPO_DT_F32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH, I, H,
                                            H, 1, s->drop, 0));
     DNN_CHECK(dnn.cudnnCreateRNNDataDescriptor(&s->xd));
     DNN_CHECK(dnn.cudnnCreateRNNDataDescriptor(&s->yd));
@@ -304,7 +304,7 @@ extern "C" lpo_status lpo__kb_lstm_init(kb_case *c) {
     }
     LPO_CUDA_CHECK(cudaMemcpy(s->wspace, img, s->wspace_size, cudaMemcpyHostToDevice));
     snprintf(c->variant, sizeof c->variant, "cuDNN RNN v8 (%s)",
-             c->el == LPO__EL_F32 ? "FMA math" : "tensor-op math");
+             c->el == LPO_DT_F32 ? "FMA math" : "tensor-op math");
     dnn.cudnnDestroyTensorDescriptor(md);
     dnn.cudnnDestroyTensorDescriptor(bd);
     free(img);

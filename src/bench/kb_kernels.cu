@@ -143,17 +143,17 @@ static unsigned grid_for(int64_t n) {
 /* dispatch a templated launch over the three storage types */
 #define KB_DISPATCH(el, LAUNCH)                                                                              \
     switch (el) {                                                                                            \
-    case LPO__EL_F32: {                                                                                      \
+    case LPO_DT_F32: {                                                                                       \
         typedef float T;                                                                                     \
         LAUNCH;                                                                                              \
         break;                                                                                               \
     }                                                                                                        \
-    case LPO__EL_F16: {                                                                                      \
+    case LPO_DT_F16: {                                                                                       \
         typedef __half T;                                                                                    \
         LAUNCH;                                                                                              \
         break;                                                                                               \
     }                                                                                                        \
-    case LPO__EL_BF16: {                                                                                     \
+    case LPO_DT_BF16: {                                                                                      \
         typedef __nv_bfloat16 T;                                                                             \
         LAUNCH;                                                                                              \
         break;                                                                                               \
@@ -166,7 +166,7 @@ static unsigned grid_for(int64_t n) {
     fail:                                                                                                    \
     return st
 
-extern "C" lpo_status lpo__kb_rmsnorm(lpo__elem el, void *y, const void *x, const void *w, int64_t m,
+extern "C" lpo_status lpo__kb_rmsnorm(lpo_dtype el, void *y, const void *x, const void *w, int64_t m,
                                       int64_t n, float eps, void *stream) {
     lpo_status st = LPO_OK;
     cudaStream_t s = (cudaStream_t)stream;
@@ -175,7 +175,7 @@ extern "C" lpo_status lpo__kb_rmsnorm(lpo__elem el, void *y, const void *x, cons
     KB_LAUNCH_END;
 }
 
-extern "C" lpo_status lpo__kb_layernorm_gelu(lpo__elem el, void *y, const void *x, const void *w,
+extern "C" lpo_status lpo__kb_layernorm_gelu(lpo_dtype el, void *y, const void *x, const void *w,
                                              const void *b, int64_t m, int64_t n, float eps, void *stream) {
     lpo_status st = LPO_OK;
     cudaStream_t s = (cudaStream_t)stream;
@@ -184,7 +184,7 @@ extern "C" lpo_status lpo__kb_layernorm_gelu(lpo__elem el, void *y, const void *
     KB_LAUNCH_END;
 }
 
-extern "C" lpo_status lpo__kb_silu_mul(lpo__elem el, void *act, const void *gu, int64_t m, int64_t I,
+extern "C" lpo_status lpo__kb_silu_mul(lpo_dtype el, void *act, const void *gu, int64_t m, int64_t I,
                                        void *stream) {
     lpo_status st = LPO_OK;
     cudaStream_t s = (cudaStream_t)stream;
@@ -192,7 +192,7 @@ extern "C" lpo_status lpo__kb_silu_mul(lpo__elem el, void *act, const void *gu, 
     KB_LAUNCH_END;
 }
 
-extern "C" lpo_status lpo__kb_softmax(lpo__elem el, void *y, const void *x, int64_t m, int64_t n,
+extern "C" lpo_status lpo__kb_softmax(lpo_dtype el, void *y, const void *x, int64_t m, int64_t n,
                                       void *stream) {
     lpo_status st = LPO_OK;
     cudaStream_t s = (cudaStream_t)stream;
@@ -200,7 +200,7 @@ extern "C" lpo_status lpo__kb_softmax(lpo__elem el, void *y, const void *x, int6
     KB_LAUNCH_END;
 }
 
-extern "C" lpo_status lpo__kb_rope(lpo__elem el, void *qkv, const float *cos_t, const float *sin_t,
+extern "C" lpo_status lpo__kb_rope(lpo_dtype el, void *qkv, const float *cos_t, const float *sin_t,
                                    const int32_t *pos, int64_t m, int64_t nh, int64_t nkv, int64_t hd,
                                    void *stream) {
     lpo_status st = LPO_OK;
@@ -210,7 +210,7 @@ extern "C" lpo_status lpo__kb_rope(lpo__elem el, void *qkv, const float *cos_t, 
     KB_LAUNCH_END;
 }
 
-extern "C" lpo_status lpo__kb_embed(lpo__elem el, void *x, const void *E, const int32_t *tokens, int64_t m,
+extern "C" lpo_status lpo__kb_embed(lpo_dtype el, void *x, const void *E, const int32_t *tokens, int64_t m,
                                     int64_t h, void *stream) {
     lpo_status st = LPO_OK;
     cudaStream_t s = (cudaStream_t)stream;

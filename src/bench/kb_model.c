@@ -87,7 +87,7 @@ typedef struct {
     int64_t count;       /* per step: ops (ROW_OP), launches (ROW_GROUP) */
     int64_t launches;    /* ROW_OP: of its ops, those the plan runs as a launch of their own */
     double flops, bytes; /* per op or launch */
-    lpo_ceil_dtype roof;
+    lpo_roof roof;
     /* alone (run_op) */
     lpo_measure *m;
     int reps;
@@ -156,10 +156,9 @@ static void op_key(const lpo_op *op, char *b, size_t n) {
                 (long long)(op->w[j].ndim > 1 ? op->w[j].shape[1] : 1));
 }
 
-/* GEMMs are compared with the tensor-core roof of the compute dtype, everything else with the fp32 one. */
-static lpo_ceil_dtype op_roof(lpo_op_kind k, lpo_dtype dt) {
-    if (lpo_op_kind_cat(k) != LPO_CAT_GEMM) return LPO_CEIL_FP32;
-    return dt == LPO_DT_BF16 ? LPO_CEIL_BF16 : dt == LPO_DT_F16 ? LPO_CEIL_FP16 : LPO_CEIL_FP32;
+/* GEMMs are compared with the compute dtype's roof, everything else with the vector one. */
+static lpo_roof op_roof(lpo_op_kind k, lpo_dtype dt) {
+    return lpo_op_kind_cat(k) == LPO_CAT_GEMM ? lpo_dtype_roof(dt) : LPO_ROOF_VECTOR;
 }
 
 static mrow *find_row(model_run *mc, int type, const char *key) {
@@ -258,9 +257,9 @@ static lpo_status build_rows(model_run *mc, const lpo_oplist *l, const lpo_plan 
                 lpo_op_shape(first, r->shape, sizeof r->shape);
                 r->flops = fl;
                 r->bytes = by;
-                r->roof = LPO_CEIL_FP32;
+                r->roof = LPO_ROOF_VECTOR;
                 for (uint32_t k = grp->first; k < grp->first + grp->count; k++) // a GEMM inside: its roof
-                    if (op_roof(l->ops[k].kind, mc->dt) != LPO_CEIL_FP32)
+                    if (op_roof(l->ops[k].kind, mc->dt) != LPO_ROOF_VECTOR)
                         r->roof = op_roof(l->ops[k].kind, mc->dt);
             }
             r->count++;
@@ -615,8 +614,8 @@ static double row_stats(model_run *mc, const lpo_measure *m, const char *name) {
     return s.median;
 }
 
-static void row_end(model_run *mc, double flops, double bytes, lpo_ceil_dtype roof, double seconds,
-                    double total_s, double step_s, const char *label) {
+static void row_end(model_run *mc, double flops, double bytes, lpo_roof roof, double seconds, double total_s,
+                    double step_s, const char *label) {
     lpo_table *t = mc->kb->tm;
     if (seconds > 0) {
         const char *cls = lpo__kb_perf_cols(mc->kb, t, flops, bytes, roof, seconds);
@@ -675,13 +674,13 @@ static void emit(model_run *mc) {
     row_begin(mc, "sum", "ops alone (count x median)", NULL, "sum");
     lpo_table_set_double(t, "median_us", sum_ops * 1e6);
     lpo_table_set_str(t, "variant", "sum of the op rows");
-    row_end(mc, sum_ops_fl, sum_ops_by, LPO_CEIL_FP32, sum_ops, sum_ops, step_s, NULL);
+    row_end(mc, sum_ops_fl, sum_ops_by, LPO_ROOF_FP32, sum_ops, sum_ops, step_s, NULL);
     row_begin(mc, "sum", "launches in eager steps", NULL, "sum");
     lpo_table_set_str(t, "variant", "per timed eager step, its launches summed (group timer)");
     const double launched = row_stats(mc, mc->timed_m[0], "launches in eager steps");
     if (!(launched > 0)) lpo_table_set_double(t, "median_us", sum_launch * 1e6);
     const double sum_l = launched > 0 ? launched : sum_launch;
-    row_end(mc, mc->step_flops, mc->step_bytes, LPO_CEIL_FP32, sum_l, sum_l, step_s, NULL);
+    row_end(mc, mc->step_flops, mc->step_bytes, LPO_ROOF_FP32, sum_l, sum_l, step_s, NULL);
     /* the step itself: eager, the timed eager steps whole, graph */
     static const char *const names[3] = {"eager", "eager, group timer", "graph"};
     static const char *const variants[3] = {"lpo_engine_run, exec=eager, marks",
@@ -694,7 +693,7 @@ static void emit(model_run *mc) {
         lpo_table_set_int(t, "launches", (int64_t)mc->n_groups);
         lpo_table_set_str(t, "variant", variants[k]);
         const double med = row_stats(mc, ms[k], names[k]);
-        row_end(mc, mc->step_flops, mc->step_bytes, LPO_CEIL_FP32, med, med, step_s, NULL);
+        row_end(mc, mc->step_flops, mc->step_bytes, LPO_ROOF_FP32, med, med, step_s, NULL);
     }
 }
 

@@ -96,45 +96,34 @@ void lpo_kbench_case_names(const char **names, const char **summaries, size_t ma
 
 /* ---- dtypes and host values -------------------------------------------------------------------------------
  */
-static int parse_elem(const char *s, lpo__elem *el) {
-    static const struct {
-        const char *name;
-        lpo__elem el;
-    } names[] = {{"f32", LPO__EL_F32},     {"fp32", LPO__EL_F32},     {"float32", LPO__EL_F32},
-                 {"tf32", LPO__EL_F32},    {"f16", LPO__EL_F16},      {"fp16", LPO__EL_F16},
-                 {"float16", LPO__EL_F16}, {"bf16", LPO__EL_BF16},    {"bfloat16", LPO__EL_BF16},
-                 {"fp8", LPO__EL_FP8E4M3}, {"e4m3", LPO__EL_FP8E4M3}, {"int8", LPO__EL_I8}};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (!strcmp(s, names[i].name)) return *el = names[i].el, 1;
-    return 0;
+/* kbench.dtype: a row of the dtype table the cases run in, or "tf32" (f32 data on the tensor cores) */
+static int parse_elem(const char *s, lpo_dtype *el) {
+    lpo_dtype d = LPO_DT_F32;
+    if (strcmp(s, "tf32") && !lpo_dtype_parse(s, &d)) return 0;
+    if (d != LPO_DT_F32 && d != LPO_DT_F16 && d != LPO_DT_BF16 && d != LPO_DT_FP8 && d != LPO_DT_INT8)
+        return 0;
+    *el = d;
+    return 1;
 }
 
-static const char *elem_name(lpo__elem el, const char *given) {
-    if (!strcmp(given, "tf32")) return "tf32";
-    static const char *const n[] = {"f32", "f16", "bf16", "fp8", "int8", "i32"};
-    return n[el];
+static const char *elem_name(lpo_dtype el, const char *given) {
+    return !strcmp(given, "tf32") ? "tf32" : lpo_dtype_name(el);
 }
 
 /* v rounded to what el stores (as the device will hold it) */
-static float round_to(lpo__elem el, float v) {
+static float round_to(lpo_dtype el, float v) {
     switch (el) {
-    case LPO__EL_F16: return lpo_f16_to_f32(lpo_f32_to_f16(v));
-    case LPO__EL_BF16: return lpo_bf16_to_f32(lpo_f32_to_bf16(v));
-    case LPO__EL_I32: return floorf(v);
+    case LPO_DT_F16: return lpo_f16_to_f32(lpo_f32_to_f16(v));
+    case LPO_DT_BF16: return lpo_bf16_to_f32(lpo_f32_to_bf16(v));
+    case LPO_DT_I32: return floorf(v);
     default: return v;
     }
 }
 
-static lpo_ceil_dtype roof_dtype(const kb_case *c) {
-    if (!c->ops->tensor_roof) return LPO_CEIL_FP32;
-    if (!strcmp(c->p.dtype, "tf32")) return LPO_CEIL_TF32;
-    switch (c->el) {
-    case LPO__EL_F16: return LPO_CEIL_FP16;
-    case LPO__EL_BF16: return LPO_CEIL_BF16;
-    case LPO__EL_FP8E4M3: return LPO_CEIL_FP8;
-    case LPO__EL_I8: return LPO_CEIL_INT8;
-    default: return LPO_CEIL_FP32;
-    }
+lpo_roof kb_case_roof(const kb_case *c) {
+    if (!c->ops->tensor_roof) return LPO_ROOF_VECTOR;
+    const lpo_dtype_info *d = lpo_dtype_info_of(c->el);
+    return !strcmp(c->p.dtype, "tf32") ? d->tc : d->roof;
 }
 
 /* ---- tensors
@@ -251,18 +240,18 @@ static lpo_status cpu_sample(void *p, double *sec, int *reps, double *clk) {
     } while (0)
 
 static lpo_status upload(kb_tensor *t, const float *src) {
-    size_t es = lpo__elem_size(t->el), n = (size_t)t->n;
+    size_t es = (size_t)lpo_dtype_block_bytes(t->el), n = (size_t)t->n;
     unsigned char *b = malloc(n * es);
     if (!b) return lpo_errorf(LPO_E_NOMEM, "out of memory");
     // host floats -> storage bytes
     for (size_t i = 0; i < n; i++) {
-        if (t->el == LPO__EL_F32) {
+        if (t->el == LPO_DT_F32) {
             memcpy(b + 4 * i, &src[i], 4);
-        } else if (t->el == LPO__EL_I32) {
+        } else if (t->el == LPO_DT_I32) {
             int32_t v = (int32_t)src[i];
             memcpy(b + 4 * i, &v, 4);
         } else {
-            uint16_t h = t->el == LPO__EL_F16 ? lpo_f32_to_f16(src[i]) : lpo_f32_to_bf16(src[i]);
+            uint16_t h = t->el == LPO_DT_F16 ? lpo_f32_to_f16(src[i]) : lpo_f32_to_bf16(src[i]);
             memcpy(b + 2 * i, &h, 2);
         }
     }
@@ -281,7 +270,7 @@ static lpo_status validate_gpu(kb_case *c, double *max_abs) {
             lpo_status st = upload(t, t->init);
             if (st) return st;
         } else if (t->output) {
-            CU(cudaMemsetAsync(t->d, 0xff, (size_t)t->n * lpo__elem_size(t->el), s));
+            CU(cudaMemsetAsync(t->d, 0xff, lpo_dtype_bytes(t->el, (uint64_t)t->n), s));
         }
     }
     lpo_status st = c->ops->gpu_run(c);
@@ -290,7 +279,7 @@ static lpo_status validate_gpu(kb_case *c, double *max_abs) {
     for (int i = 0; i < c->n_t && !st; i++) {
         kb_tensor *t = &c->t[i];
         if (!t->output) continue;
-        size_t es = lpo__elem_size(t->el), n = (size_t)t->n;
+        size_t es = (size_t)lpo_dtype_block_bytes(t->el), n = (size_t)t->n;
         unsigned char *b = malloc(n * es);
         float *got = malloc(n * sizeof(float));
         if (!b || !got) {
@@ -314,7 +303,7 @@ static lpo_status gpu_setup(kb_case *c) {
     // each tensor: device buffer, inputs uploaded
     for (int i = 0; i < c->n_t; i++) {
         kb_tensor *t = &c->t[i];
-        CU(cudaMalloc(&t->d, (size_t)t->n * lpo__elem_size(t->el)));
+        CU(cudaMalloc(&t->d, lpo_dtype_bytes(t->el, (uint64_t)t->n)));
         if (!t->output || t->in_place) {
             lpo_status st = upload(t, t->in_place ? t->init : t->h);
             if (st) return st;
@@ -400,8 +389,8 @@ static void gpu_timer_free(timer *tm) {
  * ------------------------------------------------------------------------------------------------ */
 static void set_tolerance(kb_case *c) {
     double rtol = 1e-4, atol = 1e-5;
-    if (c->el == LPO__EL_F16) rtol = 4e-3, atol = 1e-3;
-    if (c->el == LPO__EL_BF16) rtol = 1.6e-2, atol = 8e-3;
+    if (c->el == LPO_DT_F16) rtol = 4e-3, atol = 1e-3;
+    if (c->el == LPO_DT_BF16) rtol = 1.6e-2, atol = 8e-3;
     c->rtol = rtol;
     c->atol = fmax(atol, c->atol);
 }
@@ -418,8 +407,8 @@ void lpo__kb_stats_cols(lpo_table *t, const lpo_stats *s) {
     lpo_table_set_double(t, "max_us", s->max * 1e6);
 }
 
-const char *lpo__kb_perf_cols(lpo_kbench *kb, lpo_table *t, double flops, double bytes,
-                              lpo_ceil_dtype roof_dt, double seconds) {
+const char *lpo__kb_perf_cols(lpo_kbench *kb, lpo_table *t, double flops, double bytes, lpo_roof roof_dt,
+                              double seconds) {
     double tf = flops / seconds * 1e-12, gbs = bytes / seconds * 1e-9;
     lpo_table_set_double(t, "tflops", tf);
     lpo_table_set_double(t, "gbs", gbs);
@@ -467,7 +456,7 @@ static void add_row(lpo_kbench *kb, const kb_case *c, const run_opts *ro, const 
     lpo_table_set_str(t, "shape", c->shape);
     lpo_table_set_str(t, "mode", ro->mo.cold ? "cold" : ro->graph && c->cuda ? "graph" : "hot");
     lpo__kb_stats_cols(t, s);
-    const char *cls = lpo__kb_perf_cols(kb, t, c->flops, c->bytes, roof_dtype(c), s->median);
+    const char *cls = lpo__kb_perf_cols(kb, t, c->flops, c->bytes, kb_case_roof(c), s->median);
     const double bw = kb->have_peaks ? kb->peaks.dram_gbs : 0, gbs = c->bytes / s->median * 1e-9;
     if (!ro->mo.cold && bw > 0 && gbs > bw) /* past the DRAM ceiling: the caches served it */
         LPO_WARN("kbench %s %s %s: %.0f%% of the DRAM ceiling: in hot mode its %.3g MB stay in the caches "
@@ -719,7 +708,7 @@ lpo_status lpo_kbench_run(lpo_kbench *kb, const lpo_node *cfg) {
                                         "cannot share one run: run them separately");
     if ((st = lpo__kb_run_opts(cfg, &ro))) return st;
     if (!kb->have_peaks) {
-        lpo_peaks_for_device(ro.cuda ? ro.device : -1, &kb->peaks);
+        if ((st = lpo_peaks_resolve(cfg, ro.cuda ? ro.device : LPO_PEAKS_CPU, NULL, &kb->peaks))) return st;
         kb->have_peaks = 1;
     }
     if (mode == KB_MODE_MODEL) {

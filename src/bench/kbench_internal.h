@@ -51,8 +51,8 @@ lpo_status lpo__kb_run_opts(const lpo_node *cfg, run_opts *ro);
  * gbs, % of the ceilings (roof of roof_dt, DRAM), intensity, bound class, flops, bytes for work done in
  * `seconds`. Returns the bound class ("memory", "compute", "latency", "unknown"). */
 void lpo__kb_stats_cols(lpo_table *t, const lpo_stats *s);
-const char *lpo__kb_perf_cols(lpo_kbench *kb, lpo_table *t, double flops, double bytes,
-                              lpo_ceil_dtype roof_dt, double seconds);
+const char *lpo__kb_perf_cols(lpo_kbench *kb, lpo_table *t, double flops, double bytes, lpo_roof roof_dt,
+                              double seconds);
 /* Appends a roofline point. */
 void lpo__kb_point(lpo_kbench *kb, const char *label, double flops, double bytes, double seconds,
                    const char *cls);
@@ -78,7 +78,7 @@ typedef struct {
 
 typedef struct {
     const char *name;
-    lpo__elem el; /* element type in device memory (the host keeps f32 values exactly representable in it) */
+    lpo_dtype el; /* element type in device memory (the host keeps f32 values exactly representable in it) */
     int64_t n;    /* elements */
     int output;   /* written by the op (poisoned before the validation run) */
     int in_place; /* an output that is also an input: restored before each checked run */
@@ -94,7 +94,7 @@ typedef struct kb_case kb_case;
 typedef struct {
     const char *name;
     const char *summary;
-    int tensor_roof; /* 1: compared with the tensor-core roof of its dtype (GEMMs); 0: the fp32 roof */
+    int tensor_roof; /* 1: compared with the GEMM roof of its dtype (GEMMs); 0: the vector roof */
     /* Shapes from c->p and c->el: declares the tensors (kb_add_tensor), sets flops, bytes, shape. Checks
      * the parameters (LPO_E_CONFIG naming the key). */
     lpo_status (*plan)(kb_case *c);
@@ -113,7 +113,7 @@ struct kb_case {
     const kb_ops *ops;
     kb_params p;
     int cuda;     /* backend: 0 cpu, 1 cuda */
-    lpo__elem el; /* the case's dtype */
+    lpo_dtype el; /* the case's dtype */
     kb_tensor t[KB_MAX_T];
     int n_t;
     double flops, bytes; /* per execution: FLOPs and the fewest DRAM bytes (each input read once, each output
@@ -130,8 +130,11 @@ struct kb_case {
     double rtol, atol; /* validation tolerance (set by the harness from el; a plan may widen it) */
 };
 
+/* The roof a case is compared with (and the cuBLASLt GEMM the gemm case runs): its dtype's compute class
+ * (kbench.dtype=tf32: f32's tensor-core class) for cases with tensor_roof, VECTOR for the others. */
+lpo_roof kb_case_roof(const kb_case *c);
 /* Declares a tensor; returns its index (or -1 past KB_MAX_T). */
-int kb_add_tensor(kb_case *c, const char *name, lpo__elem el, int64_t n, int output, float lo, float hi);
+int kb_add_tensor(kb_case *c, const char *name, lpo_dtype el, int64_t n, int output, float lo, float hi);
 /* The registry of cases. */
 const kb_ops *kb_find_case(const char *name);
 const kb_ops *const *kb_cases(size_t *n);
@@ -141,21 +144,21 @@ const kb_ops *const *kb_cases(size_t *n);
 extern "C" {
 #endif
 /* y (m, n) = x * rsqrt(mean(x^2) + eps) * w (n,) */
-lpo_status lpo__kb_rmsnorm(lpo__elem el, void *y, const void *x, const void *w, int64_t m, int64_t n,
+lpo_status lpo__kb_rmsnorm(lpo_dtype el, void *y, const void *x, const void *w, int64_t m, int64_t n,
                            float eps, void *stream);
 /* y (m, n) = gelu_tanh((x - mean) * rsqrt(var + eps) * w + b) */
-lpo_status lpo__kb_layernorm_gelu(lpo__elem el, void *y, const void *x, const void *w, const void *b,
+lpo_status lpo__kb_layernorm_gelu(lpo_dtype el, void *y, const void *x, const void *w, const void *b,
                                   int64_t m, int64_t n, float eps, void *stream);
 /* act (m, I) = silu(gu[:, :I]) * gu[:, I:], gu (m, 2I) */
-lpo_status lpo__kb_silu_mul(lpo__elem el, void *act, const void *gu, int64_t m, int64_t I, void *stream);
+lpo_status lpo__kb_silu_mul(lpo_dtype el, void *act, const void *gu, int64_t m, int64_t I, void *stream);
 /* y (m, n) = softmax(x) per row */
-lpo_status lpo__kb_softmax(lpo__elem el, void *y, const void *x, int64_t m, int64_t n, void *stream);
+lpo_status lpo__kb_softmax(lpo_dtype el, void *y, const void *x, int64_t m, int64_t n, void *stream);
 /* q and k heads of qkv rows (m, (nh + 2 nkv) hd) rotated in place by pos[t] (NeoX pairs (i, i + hd/2));
  * cos/sin f32 [n_pos][hd/2] */
-lpo_status lpo__kb_rope(lpo__elem el, void *qkv, const float *cos_t, const float *sin_t, const int32_t *pos,
+lpo_status lpo__kb_rope(lpo_dtype el, void *qkv, const float *cos_t, const float *sin_t, const int32_t *pos,
                         int64_t m, int64_t nh, int64_t nkv, int64_t hd, void *stream);
 /* x (m, h) = rows tokens[0..m) of E (vocab, h) */
-lpo_status lpo__kb_embed(lpo__elem el, void *x, const void *E, const int32_t *tokens, int64_t m, int64_t h,
+lpo_status lpo__kb_embed(lpo_dtype el, void *x, const void *E, const int32_t *tokens, int64_t m, int64_t h,
                          void *stream);
 
 /* ---- cuDNN (kb_cudnn.cu: libcudnn.so.9 loaded with dlopen; LPO_E_NOT_AVAILABLE when absent) ------------ */

@@ -206,7 +206,7 @@ static lpo_status run_static(const lpo_node *cfg, const lpo_model *m, const char
                              lpo_strbuf *js, int *have) {
     const lpo_model_spec *s = lpo_model_get_spec(m);
     lpo_an_opts o;
-    lpo_an_peaks pk;
+    lpo_peaks pk;
     lpo_status st = lpo_an_opts_from_config(cfg, s, &o);
     /* hardware=auto: this machine's GPU (measured ceilings, else its spec sheet); a named GPU: its spec */
     const char *hw = "auto";
@@ -214,7 +214,8 @@ static lpo_status run_static(const lpo_node *cfg, const lpo_model *m, const char
     if (st == LPO_OK) st = lpo_cfg_str_or(cfg, "hardware.name", "auto", &hw);
     if (st == LPO_OK) st = lpo_cfg_int_or(cfg, "hardware.device", 0, &dev);
     if (st == LPO_OK)
-        st = lpo_an_peaks_resolve(cfg, !strcmp(hw, "auto") && dev >= 0 ? (int)dev : LPO_AN_NO_DEVICE, &pk);
+        st = lpo_peaks_resolve(cfg, !strcmp(hw, "auto") && dev >= 0 ? (int)dev : LPO_PEAKS_NO_DEVICE, NULL,
+                               &pk);
     if (st != LPO_OK) return st;
     if (kvd && !o.kv_dtype) o.kv_dtype = kvd;
     if ((st = lpo_an_static_run(s, &o, &pk, an)) != LPO_OK) return st;

@@ -273,7 +273,7 @@ int lpo_cmd_bench(int argc, char **argv) {
                     lpo_build()->build_type);
         /* peaks and device: the GPU for device backends, else the CPU's cached ceilings */
         lpo_peaks peaks;
-        lpo_peaks_for_device(lpo_session_peaks_device(s), &peaks);
+        if ((st = lpo_peaks_resolve(s->cfg, lpo_session_peaks_device(s), NULL, &peaks))) goto done;
         context_info ci = {s->spec->name,
                            lpo_engine_backend_name(e),
                            lpo_dtype_name(lpo_engine_dtype(e)),
@@ -283,7 +283,7 @@ int lpo_cmd_bench(int argc, char **argv) {
                            peaks.label,
                            0,
                            0,
-                           peaks.tflops[lpo_bench_roof(lpo_engine_dtype(e))],
+                           peaks.tflops[lpo_dtype_roof(lpo_engine_dtype(e))],
                            peaks.dram_gbs};
         ci.device = on_gpu && env->n_gpus > dev ? env->gpus[dev].name : env->cpu_model;
         ci.driver = on_gpu ? env->nvml_driver_version : env->kernel;

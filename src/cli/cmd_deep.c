@@ -518,10 +518,9 @@ static lpo_status run_deep(deep_run *r) {
     lpo_peaks pk;
     int64_t dev = 0;
     lpo_cfg_int_or(r->cfg, "hardware.device", 0, &dev);
-    st = lpo_peaks_for_device((int)dev, &pk);
     const char *gpu = r->gpu[0] ? r->gpu : r->res.n && r->res.r[0].device ? r->res.r[0].device : NULL;
-    if (!st && pk.source == LPO_PEAKS_NONE && gpu) st = lpo_peaks_lookup(gpu, NULL, &pk);
-    if (st) return st;
+    /* this machine's GPU; results imported from another machine: the spec sheet of the GPU they name */
+    if ((st = lpo_peaks_resolve(r->cfg, (int)dev, gpu, &pk))) return st;
     lpo_model *m = NULL;
     lpo_oplist dec = {0}, pre = {0};
     int engine = !r->args.n_passthrough && (!import || names_model(&r->args)), have_pre = 0;

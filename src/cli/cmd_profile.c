@@ -138,7 +138,7 @@ static lpo_status write_artifacts(const lpo_rundir *rd, const artifacts *x, cons
 
 /* The static analysis of the workload as profiled: the engine's dtypes, the mean prompt, the batch. */
 static lpo_status static_for(const lpo_node *cfg, const lpo_model_spec *s, const lpo_pf_result *r,
-                             double mean_prompt, const lpo_an_peaks *pk, lpo_an_static *st) {
+                             double mean_prompt, const lpo_peaks *pk, lpo_an_static *st) {
     lpo_an_opts o;
     lpo_status rc = lpo_an_opts_from_config(cfg, s, &o);
     if (rc != LPO_OK) return rc;
@@ -197,7 +197,7 @@ int lpo_cmd_profile(int argc, char **argv) {
     lpo_session *s = NULL;
     profile_run w = {0};
     lpo_pf_opts po;
-    lpo_an_peaks pk;
+    lpo_peaks pk;
     lpo_pf_result r = {0};
     lpo_an_static an = {0};
     int have_static = 0;
@@ -214,7 +214,7 @@ int lpo_cmd_profile(int argc, char **argv) {
         cfg = NULL; /* the session's */
     }
     if (st != LPO_OK) goto done;
-    if ((st = lpo_an_peaks_resolve(s->cfg, lpo_session_peaks_device(s), &pk)) != LPO_OK) goto done;
+    if ((st = lpo_peaks_resolve(s->cfg, lpo_session_peaks_device(s), NULL, &pk)) != LPO_OK) goto done;
     int64_t tile = 128;
     if ((st = lpo_cfg_int_or(s->cfg, "analysis.attn_tile", 128, &tile)) != LPO_OK) goto done;
     /* the CPU computes exactly the unmasked pairs; a device backend its tiles (analysis.attn_tile) */

@@ -18,7 +18,7 @@ const char *lpo_deep_prec_name(lpo_deep_prec p) {
     return (unsigned)p < LPO_DEEP_N_PREC ? names[p] : "?";
 }
 
-int lpo_deep_prec_dtype(lpo_deep_prec p, double *factor) {
+int lpo_deep_prec_roof(lpo_deep_prec p, double *factor) {
     static const struct {
         int dt;
         double f;
@@ -429,8 +429,8 @@ static void fill_kernel(lpo_deep_kernel *k, const lpo_ncu_results *res, const si
     k->ai_dram = k->dram_bytes > 0 ? k->flops_all / k->dram_bytes : 0;
     k->ai_l2 = k->l2_bytes > 0 ? k->flops_all / k->l2_bytes : 0;
     double factor = 1;
-    int dt = k->prec >= 0 ? lpo_deep_prec_dtype((lpo_deep_prec)k->prec, &factor) : -1;
-    k->roof_flops = dt >= 0 ? a->peaks.tflops[dt] * factor * 1e12 : 0;
+    int roof = k->prec >= 0 ? lpo_deep_prec_roof((lpo_deep_prec)k->prec, &factor) : -1;
+    k->roof_flops = roof >= 0 ? a->peaks.tflops[roof] * factor * 1e12 : 0;
     k->dram_peak = a->peaks.dram_gbs * 1e9;
     k->l2_peak = a->peaks.l2_gbs * 1e9;
     if (k->dram_peak <= 0)

@@ -426,8 +426,8 @@ static lpo_status write_json(const char *path, const lpo_deep_analysis *a, const
     lpo_json_kv_str(&j, "l2_source", a->l2_peak_src);
     lpo_json_key(&j, "tflops");
     lpo_json_object_begin(&j);
-    for (int d = 0; d < LPO_CEIL_N_DTYPES; d++)
-        lpo_json_kv_double_or_null(&j, lpo_ceil_dtype_name((lpo_ceil_dtype)d), a->peaks.tflops[d],
+    for (int d = 0; d < LPO_ROOF_N_GEMM; d++)
+        lpo_json_kv_double_or_null(&j, lpo_roof_name((lpo_roof)d), a->peaks.tflops[d],
                                    a->peaks.tflops[d] > 0);
     lpo_json_object_end(&j);
     lpo_json_kv_double_or_null(&j, "dram_gbs", a->n ? a->k[0].dram_peak / 1e9 : 0,
@@ -532,8 +532,8 @@ static void roofline(const lpo_deep_analysis *a, const char *title, lpo_strbuf *
         const lpo_deep_kernel *k = &a->k[i];
         if (!k->n_results) continue;
         double factor = 1;
-        int dt = k->prec >= 0 ? lpo_deep_prec_dtype((lpo_deep_prec)k->prec, &factor) : -1;
-        if (dt >= 0 && factor == 1.0) r.roof_tflops[dt] = k->roof_flops / 1e12;
+        int roof = k->prec >= 0 ? lpo_deep_prec_roof((lpo_deep_prec)k->prec, &factor) : -1;
+        if (roof >= 0 && factor == 1.0) r.roof_tflops[roof] = k->roof_flops / 1e12;
         if (k->dram_peak / 1e9 > r.dram_gbs) r.dram_gbs = k->dram_peak / 1e9;
         if (k->l2_peak / 1e9 > r.l2_gbs) r.l2_gbs = k->l2_peak / 1e9;
         lpo_roof_point *p = &pts[r.n_points++];

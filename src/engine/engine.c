@@ -75,20 +75,24 @@ static void install_callbacks(lpo_engine *e);
 
 /* ---- open / close ----------------------------------------------------------------------------------------
  */
+lpo_status lpo_engine_dtype_parse(const char *name, lpo_dtype *out) {
+    *out = LPO_DT_COUNT;
+    if (!name || !strcmp(name, "auto")) return LPO_OK;
+    lpo_dtype d;
+    if (lpo_dtype_parse(name, &d) && (d == LPO_DT_F32 || d == LPO_DT_F16 || d == LPO_DT_BF16)) {
+        *out = d;
+        return LPO_OK;
+    }
+    return lpo_errorf(LPO_E_CONFIG, "engine.dtype: '%s' is not one of auto, bf16, fp16, f32", name);
+}
+
 static lpo_status pick_dtype(const char *name, const lpo_backend_iface *be, lpo_dtype *out) {
-    *out = LPO_DT_F32;
-    if (!name || !strcmp(name, "auto")) {
+    lpo_status st = lpo_engine_dtype_parse(name, out);
+    if (st != LPO_OK) return st;
+    if (*out == LPO_DT_COUNT) { /* auto */
         *out = be->features & LPO_BACKEND_F_DEVICE ? LPO_DT_BF16 : LPO_DT_F32;
         return LPO_OK;
     }
-    if (!strcmp(name, "f32") || !strcmp(name, "fp32"))
-        *out = LPO_DT_F32;
-    else if (!strcmp(name, "bf16"))
-        *out = LPO_DT_BF16;
-    else if (!strcmp(name, "fp16") || !strcmp(name, "f16"))
-        *out = LPO_DT_F16;
-    else
-        return lpo_errorf(LPO_E_CONFIG, "engine.dtype: '%s' is not one of auto, bf16, fp16, f32", name);
     if (*out != LPO_DT_F32 && !(be->features & LPO_BACKEND_F_DEVICE))
         return lpo_errorf(LPO_E_UNSUPPORTED, "engine.dtype=%s: the %s backend computes in f32 only", name,
                           be->name);

@@ -66,11 +66,8 @@ lpo_status lpo_infer_config_read(const lpo_node *cfg, lpo_infer_config *c) {
         st = lpo_errorf(LPO_E_CONFIG, "engine.exec: '%s' is not one of graph, eager, debug", exec);
         goto fail;
     }
-    const char *dt = c->engine.dtype;
-    if (strcmp(dt, "auto") && strcmp(dt, "bf16") && strcmp(dt, "fp16") && strcmp(dt, "f32")) {
-        st = lpo_errorf(LPO_E_CONFIG, "engine.dtype: '%s' is not one of auto, bf16, fp16, f32", dt);
-        goto fail;
-    }
+    lpo_dtype dt;
+    if ((st = lpo_engine_dtype_parse(c->engine.dtype, &dt)) != LPO_OK) goto fail;
 #undef TRY
     c->gen.sampling = (lpo_sampling){temp, top_k, top_p, rp, (uint64_t)seed};
     st = lpo_sampling_validate(&c->gen.sampling, "infer."); /* the sampler's own rules (docs/sampling.md) */

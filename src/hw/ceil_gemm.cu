@@ -32,9 +32,9 @@ extern "C" {
 #define GEMM_PICK_ROUNDS 10
 
 struct lpo__gemm_bench {
-    lpo_ceil_dtype dt;
+    lpo_roof dt;
     int m, n, k;
-    lpo__elem ab, cd;
+    lpo_dtype ab, cd;
     void *A, *B, *D, *ws;
     cublasLtHandle_t lt;
     cublasLtMatmulDesc_t op;
@@ -50,31 +50,29 @@ struct lpo__gemm_bench {
     int fast_accum;
 };
 
-static void types_of(lpo_ceil_dtype dt, cudaDataType_t *ab, cudaDataType_t *cd, cublasComputeType_t *ct,
-                     cudaDataType_t *scale, lpo__elem *eab, lpo__elem *ecd) {
+static void types_of(lpo_roof dt, cudaDataType_t *ab, cudaDataType_t *cd, cublasComputeType_t *ct,
+                     cudaDataType_t *scale, lpo_dtype *eab, lpo_dtype *ecd) {
     *scale = CUDA_R_32F;
     *ct = CUBLAS_COMPUTE_32F;
     switch (dt) {
-    case LPO_CEIL_FP32:
-    case LPO_CEIL_TF32:
-        *ab = *cd = CUDA_R_32F, *eab = *ecd = LPO__EL_F32;
-        if (dt == LPO_CEIL_TF32) *ct = CUBLAS_COMPUTE_32F_FAST_TF32;
+    case LPO_ROOF_FP32:
+    case LPO_ROOF_TF32:
+        *ab = *cd = CUDA_R_32F, *eab = *ecd = LPO_DT_F32;
+        if (dt == LPO_ROOF_TF32) *ct = CUBLAS_COMPUTE_32F_FAST_TF32;
         break;
-    case LPO_CEIL_FP16: *ab = *cd = CUDA_R_16F, *eab = *ecd = LPO__EL_F16; break;
-    case LPO_CEIL_BF16: *ab = *cd = CUDA_R_16BF, *eab = *ecd = LPO__EL_BF16; break;
-    case LPO_CEIL_FP8:
-        *ab = CUDA_R_8F_E4M3, *cd = CUDA_R_16BF, *eab = LPO__EL_FP8E4M3, *ecd = LPO__EL_BF16;
-        break;
-    default:
+    case LPO_ROOF_FP16: *ab = *cd = CUDA_R_16F, *eab = *ecd = LPO_DT_F16; break;
+    case LPO_ROOF_BF16: *ab = *cd = CUDA_R_16BF, *eab = *ecd = LPO_DT_BF16; break;
+    case LPO_ROOF_FP8: *ab = CUDA_R_8F_E4M3, *cd = CUDA_R_16BF, *eab = LPO_DT_FP8, *ecd = LPO_DT_BF16; break;
+    default: /* INT8 (the open refuses VECTOR) */
         *ab = CUDA_R_8I, *cd = CUDA_R_32I, *ct = CUBLAS_COMPUTE_32I, *scale = CUDA_R_32I;
-        *eab = LPO__EL_I8, *ecd = LPO__EL_I32;
+        *eab = LPO_DT_INT8, *ecd = LPO_DT_I32;
         break;
     }
 }
 
 static cublasStatus_t matmul(lpo__gemm_bench *b, const cublasLtMatmulAlgo_t *algo) {
-    const void *alpha = b->dt == LPO_CEIL_INT8 ? (const void *)&b->alpha_i : (const void *)&b->alpha_f;
-    const void *beta = b->dt == LPO_CEIL_INT8 ? (const void *)&b->beta_i : (const void *)&b->beta_f;
+    const void *alpha = b->dt == LPO_ROOF_INT8 ? (const void *)&b->alpha_i : (const void *)&b->alpha_f;
+    const void *beta = b->dt == LPO_ROOF_INT8 ? (const void *)&b->beta_i : (const void *)&b->beta_f;
     return cublasLtMatmul(b->lt, b->op, alpha, b->A, b->la, b->B, b->lb, beta, b->D, b->ld, b->D, b->ld, algo,
                           b->ws, GEMM_WORKSPACE, b->s);
 }
@@ -84,15 +82,15 @@ static cublasStatus_t matmul(lpo__gemm_bench *b, const cublasLtMatmulAlgo_t *alg
  * output rounding of D's type, exact for int8. */
 static lpo_status validate(lpo__gemm_bench *b) {
     lpo_status st = LPO_OK;
-    size_t ea = lpo__elem_size(b->ab), ed = lpo__elem_size(b->cd);
+    size_t ea = (size_t)lpo_dtype_block_bytes(b->ab), ed = (size_t)lpo_dtype_block_bytes(b->cd);
     unsigned char *ha = (unsigned char *)malloc((size_t)b->k * ea),
                   *hb = (unsigned char *)malloc((size_t)b->k * ea);
-    double out_eps = b->cd == LPO__EL_BF16  ? 1.0 / 256
-                     : b->cd == LPO__EL_F16 ? 1.0 / 2048
-                     : b->cd == LPO__EL_F32 ? 1e-7
-                                            : 0;
+    double out_eps = b->cd == LPO_DT_BF16  ? 1.0 / 256
+                     : b->cd == LPO_DT_F16 ? 1.0 / 2048
+                     : b->cd == LPO_DT_F32 ? 1e-7
+                                           : 0;
     double acc_eps =
-        b->dt == LPO_CEIL_INT8 ? 0 : (b->dt == LPO_CEIL_TF32 ? 1.0 / 1024 : 0) + (double)b->k * 1.2e-7;
+        b->dt == LPO_ROOF_INT8 ? 0 : (b->dt == LPO_ROOF_TF32 ? 1.0 / 1024 : 0) + (double)b->k * 1.2e-7;
     uint64_t r = 0x243f6a8885a308d3ull;
     if (!ha || !hb) {
         st = lpo_errorf(LPO_E_NOMEM, "GEMM validation: out of host memory");
@@ -122,7 +120,7 @@ static lpo_status validate(lpo__gemm_bench *b) {
             st = lpo_errorf(
                 LPO_E_RANGE,
                 "%s GEMM %dx%dx%d: D[%zu,%zu] = %.9g but the float64 reference is %.9g (tolerance %.3g)",
-                lpo_ceil_dtype_name(b->dt), b->m, b->n, b->k, i, j, got, ref, tol);
+                lpo_roof_name(b->dt), b->m, b->n, b->k, i, j, got, ref, tol);
             goto fail;
         }
     }
@@ -144,7 +142,7 @@ static lpo_status pick_candidate(lpo__gemm_bench *b, const cublasLtMatmulHeurist
     int ok[GEMM_MAX_ALGOS] = {0}, reps = 1, rounds = 3, n_ok = 0;
     // each candidate once (candidate 0 validated); t0 = the fastest single run
     for (int a = 0; a < n_heur; a++) {
-        LPO_CUDA_CHECK(cudaMemsetAsync(b->D, 0xff, (size_t)b->m * b->n * lpo__elem_size(b->cd), b->s));
+        LPO_CUDA_CHECK(cudaMemsetAsync(b->D, 0xff, lpo_dtype_bytes(b->cd, (uint64_t)b->m * b->n), b->s));
         LPO_CUDA_CHECK(cudaEventRecord(b->e0, b->s));
         if (matmul(b, &heur[a].algo) != CUBLAS_STATUS_SUCCESS) continue;
         LPO_CUDA_CHECK(cudaEventRecord(b->e1, b->s));
@@ -177,10 +175,12 @@ fail:
     return st;
 }
 
-extern "C" lpo_status lpo__gemm_bench_open(int dev, lpo_ceil_dtype dt, int m, int n, int k, int flags,
+extern "C" lpo_status lpo__gemm_bench_open(int dev, lpo_roof dt, int m, int n, int k, int flags,
                                            lpo__gemm_bench **out) {
     lpo_status st = LPO_OK;
     *out = NULL;
+    if ((unsigned)dt >= (unsigned)LPO_ROOF_N_GEMM)
+        return lpo_errorf(LPO_E_INVALID, "GEMM bench: roof %s is not a GEMM roof", lpo_roof_name(dt));
     cudaDataType_t tab, tcd, tscale;
     cublasComputeType_t ct;
     cublasOperation_t opT = CUBLAS_OP_T, opN = CUBLAS_OP_N;
@@ -196,7 +196,7 @@ extern "C" lpo_status lpo__gemm_bench_open(int dev, lpo_ceil_dtype dt, int m, in
     types_of(dt, &tab, &tcd, &ct, &tscale, &b->ab, &b->cd);
     LPO_CUDA_CHECK(cudaSetDevice(dev));
     LPO_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-    if (dt == LPO_CEIL_FP8 && prop.major * 10 + prop.minor < 89) {
+    if (dt == LPO_ROOF_FP8 && prop.major * 10 + prop.minor < 89) {
         st = lpo_errorf(LPO_E_UNSUPPORTED, "fp8 GEMM needs compute capability 8.9 or newer (this GPU: %d.%d)",
                         prop.major, prop.minor);
         goto fail;
@@ -204,12 +204,12 @@ extern "C" lpo_status lpo__gemm_bench_open(int dev, lpo_ceil_dtype dt, int m, in
     LPO_CUDA_CHECK(cudaStreamCreateWithFlags(&b->s, cudaStreamNonBlocking));
     LPO_CUDA_CHECK(cudaEventCreate(&b->e0));
     LPO_CUDA_CHECK(cudaEventCreate(&b->e1));
-    LPO_CUDA_CHECK(cudaMalloc(&b->A, (size_t)k * m * lpo__elem_size(b->ab)));
-    LPO_CUDA_CHECK(cudaMalloc(&b->B, (size_t)k * n * lpo__elem_size(b->ab)));
-    LPO_CUDA_CHECK(cudaMalloc(&b->D, (size_t)m * n * lpo__elem_size(b->cd)));
+    LPO_CUDA_CHECK(cudaMalloc(&b->A, lpo_dtype_bytes(b->ab, (uint64_t)k * m)));
+    LPO_CUDA_CHECK(cudaMalloc(&b->B, lpo_dtype_bytes(b->ab, (uint64_t)k * n)));
+    LPO_CUDA_CHECK(cudaMalloc(&b->D, lpo_dtype_bytes(b->cd, (uint64_t)m * n)));
     LPO_CUDA_CHECK(cudaMalloc(&b->ws, GEMM_WORKSPACE));
     {
-        float lim = dt == LPO_CEIL_INT8 ? 127.99f : 1.0f;
+        float lim = dt == LPO_ROOF_INT8 ? 127.99f : 1.0f;
         if ((st = lpo__gpu_fill_random(b->A, (size_t)k * m, b->ab, 1000 + dt, -lim, lim, b->s)) ||
             (st = lpo__gpu_fill_random(b->B, (size_t)k * n, b->ab, 2000 + dt, -lim, lim, b->s)))
             goto fail;
@@ -218,7 +218,7 @@ extern "C" lpo_status lpo__gemm_bench_open(int dev, lpo_ceil_dtype dt, int m, in
     LPO_CUBLAS_CHECK(cublasLtMatmulDescCreate(&b->op, ct, tscale));
     LPO_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(b->op, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof opT));
     LPO_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(b->op, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof opN));
-    if (dt == LPO_CEIL_FP8 && (flags & LPO__GEMM_FAST_ACCUM)) {
+    if (dt == LPO_ROOF_FP8 && (flags & LPO__GEMM_FAST_ACCUM)) {
         int8_t fast = 1;
         LPO_CUBLAS_CHECK(
             cublasLtMatmulDescSetAttribute(b->op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast));
@@ -234,13 +234,13 @@ extern "C" lpo_status lpo__gemm_bench_open(int dev, lpo_ceil_dtype dt, int m, in
                                                     GEMM_MAX_ALGOS, heur, &n_heur));
     if (n_heur == 0) {
         st = lpo_errorf(LPO_E_UNSUPPORTED, "cuBLASLt has no algorithm for a %s GEMM %dx%dx%d on this GPU",
-                        lpo_ceil_dtype_name(dt), m, n, k);
+                        lpo_roof_name(dt), m, n, k);
         goto fail;
     }
     if ((st = pick_candidate(b, heur, n_heur, &best, &second))) goto fail;
     if (best < 0) {
-        st = lpo_errorf(LPO_E_CUDA, "no cuBLASLt candidate ran for a %s GEMM %dx%dx%d",
-                        lpo_ceil_dtype_name(dt), m, n, k);
+        st = lpo_errorf(LPO_E_CUDA, "no cuBLASLt candidate ran for a %s GEMM %dx%dx%d", lpo_roof_name(dt), m,
+                        n, k);
         goto fail;
     }
     // the kept candidate and the runner-up, each validated (candidate 0 was, in pick_candidate)
@@ -249,7 +249,7 @@ extern "C" lpo_status lpo__gemm_bench_open(int dev, lpo_ceil_dtype dt, int m, in
         if (c < 0) break;
         b->algos[i] = b->algo = heur[c].algo;
         if (c != 0) {
-            LPO_CUDA_CHECK(cudaMemsetAsync(b->D, 0xff, (size_t)m * n * lpo__elem_size(b->cd), b->s));
+            LPO_CUDA_CHECK(cudaMemsetAsync(b->D, 0xff, lpo_dtype_bytes(b->cd, (uint64_t)m * n), b->s));
             LPO_CUBLAS_CHECK(matmul(b, &b->algo));
             LPO_CUDA_CHECK(cudaStreamSynchronize(b->s));
             if ((st = validate(b))) goto fail;

@@ -430,8 +430,8 @@ extern "C" lpo_status lpo__membw_bench_open(int dev, size_t bytes, size_t host_b
     LPO_CUDA_CHECK(cudaMalloc((void **)&b->ctr, 2 * sizeof(unsigned)));
     LPO_CUDA_CHECK(cudaMemsetAsync(b->ctr, 0, 2 * sizeof(unsigned), b->s)); /* on b->s: before any kernel */
     LPO_CUDA_CHECK(cudaMallocHost((void **)&b->host, b->host_bytes));
-    if ((st = lpo__gpu_fill_random(b->a, b->bytes / 4, LPO__EL_I32, 11, -2e9f, 2e9f, b->s)) ||
-        (st = lpo__gpu_fill_random(b->l2buf, b->l2_bytes / 4, LPO__EL_I32, 12, -2e9f, 2e9f, b->s)) ||
+    if ((st = lpo__gpu_fill_random(b->a, b->bytes / 4, LPO_DT_I32, 11, -2e9f, 2e9f, b->s)) ||
+        (st = lpo__gpu_fill_random(b->l2buf, b->l2_bytes / 4, LPO_DT_I32, 12, -2e9f, 2e9f, b->s)) ||
         (st = validate(b)) || (st = pick_variants(b)))
         goto fail;
     *out = b;

@@ -1,6 +1,6 @@
 /* The ceilings record: metric names, the MBU bandwidth rule, JSON save/load, the per-device cache
- * ($XDG_CACHE_HOME or ~/.cache)/lpo/ceilings/<uuid>.json, and the "which peaks for MFU/MBU" lookup
- * (measured when cached, else spec sheet, else none). Measuring is in ceilings_run.c and the .cu files. */
+ * ($XDG_CACHE_HOME or ~/.cache)/lpo/ceilings/<uuid>.json and the CUDA device identity (its key). Which
+ * peaks a run uses is peaks.c; measuring is in ceilings_run.c and the .cu files. */
 #include <cjson/cJSON.h>
 #include <pwd.h>
 #include <stdlib.h>
@@ -17,12 +17,6 @@
 
 /* ---- names ----------------------------------------------------------------------------------------------
  */
-static const char *const dtype_names[] = {
-#define LPO__CD_NAME(name, str) str,
-    LPO_CEIL_DTYPE_MAP(LPO__CD_NAME)
-#undef LPO__CD_NAME
-};
-
 static const struct {
     const char *key, *unit, *what;
 } metric_info[] = {
@@ -30,28 +24,6 @@ static const struct {
     LPO_CEIL_METRIC_MAP(LPO__CM_INFO)
 #undef LPO__CM_INFO
 };
-
-const char *lpo_ceil_dtype_name(lpo_ceil_dtype d) {
-    return (unsigned)d < LPO_CEIL_N_DTYPES ? dtype_names[d] : "?";
-}
-
-int lpo_ceil_dtype_parse(const char *s) {
-    static const struct {
-        const char *alias;
-        lpo_ceil_dtype d;
-    } aliases[] = {
-        {"fp32", LPO_CEIL_FP32},  {"f32", LPO_CEIL_FP32},      {"float32", LPO_CEIL_FP32},
-        {"float", LPO_CEIL_FP32}, {"tf32", LPO_CEIL_TF32},     {"fp16", LPO_CEIL_FP16},
-        {"f16", LPO_CEIL_FP16},   {"float16", LPO_CEIL_FP16},  {"half", LPO_CEIL_FP16},
-        {"bf16", LPO_CEIL_BF16},  {"bfloat16", LPO_CEIL_BF16}, {"fp8", LPO_CEIL_FP8},
-        {"e4m3", LPO_CEIL_FP8},   {"fp8_e4m3", LPO_CEIL_FP8},  {"int8", LPO_CEIL_INT8},
-        {"i8", LPO_CEIL_INT8},
-    };
-    if (!s) return -1;
-    for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
-        if (!strcasecmp(s, aliases[i].alias)) return (int)aliases[i].d;
-    return -1;
-}
 
 const char *lpo_ceil_metric_key(lpo_ceil_metric m) {
     return (unsigned)m < LPO_CEIL_N_METRICS ? metric_info[m].key : "?";
@@ -62,8 +34,14 @@ const char *lpo_ceil_metric_unit(lpo_ceil_metric m) {
 const char *lpo_ceil_metric_what(lpo_ceil_metric m) {
     return (unsigned)m < LPO_CEIL_N_METRICS ? metric_info[m].what : "?";
 }
-lpo_ceil_metric lpo_ceil_gemm_metric(lpo_ceil_dtype d) {
-    return (lpo_ceil_metric)(LPO_CEIL_M_GEMM_FP32 + (int)d);
+/* the GEMM metrics follow the roofs' order */
+_Static_assert(LPO_CEIL_M_GEMM_TF32 - LPO_CEIL_M_GEMM_FP32 == LPO_ROOF_TF32 &&
+                   LPO_CEIL_M_GEMM_INT8 - LPO_CEIL_M_GEMM_FP32 == LPO_ROOF_INT8 && LPO_ROOF_N_GEMM == 6,
+               "one GEMM metric per GEMM roof, in the same order");
+
+lpo_ceil_metric lpo_ceil_gemm_metric(lpo_roof r) {
+    if ((unsigned)r >= (unsigned)LPO_ROOF_N_GEMM) return LPO_CEIL_M_GEMM_FP32; /* VECTOR: the CUDA cores */
+    return (lpo_ceil_metric)(LPO_CEIL_M_GEMM_FP32 + (int)r);
 }
 
 void lpo_ceilings_init(lpo_ceilings *c) {
@@ -279,53 +257,6 @@ const char *lpo_ceilings_cpu_key(char *buf, size_t n) {
     return buf;
 }
 
-/* ---- peaks for MFU/MBU ----------------------------------------------------------------------------------
- */
-static void peaks_from_spec(lpo_peaks *p, const lpo_gpu_spec *s) {
-    p->source = LPO_PEAKS_SPEC;
-    for (int d = 0; d < LPO_CEIL_N_DTYPES; d++) p->tflops[d] = s->tflops[d];
-    p->dram_gbs = s->dram_gbs;
-    snprintf(p->dram_name, sizeof p->dram_name, "spec sheet");
-    snprintf(p->label, sizeof p->label, "spec sheet: %s (dense); run `lpo ceilings` to measure this GPU",
-             s->label);
-}
-
-lpo_status lpo_peaks_lookup(const char *name, const char *uuid, lpo_peaks *out) {
-    memset(out, 0, sizeof *out);
-    lpo_ceilings_init(&out->measured);
-    out->spec = lpo_gpu_spec_find(name);
-    if (uuid && *uuid) {
-        char path[4096];
-        lpo_ceilings_cache_path(uuid, path, sizeof path);
-        lpo_status st = lpo_ceilings_load(path, &out->measured);
-        if (st == LPO_OK) {
-            lpo_ceilings *c = &out->measured;
-            out->source = LPO_PEAKS_MEASURED;
-            for (int d = 0; d < LPO_CEIL_N_DTYPES; d++)
-                out->tflops[d] = c->m[lpo_ceil_gemm_metric((lpo_ceil_dtype)d)].value;
-            const char *mn;
-            out->dram_gbs = lpo_ceilings_mbu_gbs(c, &mn);
-            snprintf(out->dram_name, sizeof out->dram_name, "%s", mn);
-            out->l2_gbs = c->m[LPO_CEIL_M_L2_READ].value;
-            out->launch_us = c->m[LPO_CEIL_M_LAUNCH].value;
-            snprintf(out->label, sizeof out->label, "measured by lpo ceilings %s (commit %s), %.400s",
-                     c->when, c->commit, path);
-            return LPO_OK;
-        }
-        if (st != LPO_E_NOT_FOUND) LPO_WARN("ignoring cached ceilings: %s", lpo_last_error());
-        lpo_ceilings_init(&out->measured);
-    }
-    if (out->spec) {
-        peaks_from_spec(out, out->spec);
-        return LPO_OK;
-    }
-    out->source = LPO_PEAKS_NONE;
-    snprintf(out->label, sizeof out->label,
-             "none: unknown device%s%s and no cached ceilings; run `lpo ceilings`", name ? " " : "",
-             name ? name : "");
-    return LPO_OK;
-}
-
 lpo_status lpo_cuda_device_identity(int dev, char *name, size_t name_len, char *uuid, size_t uuid_len) {
 #ifdef LPO_HAVE_CUDA
     struct cudaDeviceProp p;
@@ -343,17 +274,4 @@ lpo_status lpo_cuda_device_identity(int dev, char *name, size_t name_len, char *
     (void)dev, (void)name, (void)name_len, (void)uuid, (void)uuid_len;
     return lpo_errorf(LPO_E_NO_DEVICE, "lpo was built without CUDA");
 #endif
-}
-
-lpo_status lpo_peaks_for_device(int dev, lpo_peaks *out) {
-    char name[256] = "", uuid[96] = "";
-    if (dev < 0) {
-        lpo_ceilings_cpu_key(uuid, sizeof uuid);
-        return lpo_peaks_lookup(NULL, uuid, out);
-    }
-    if (lpo_cuda_device_identity(dev, name, sizeof name, uuid, sizeof uuid) != LPO_OK) {
-        lpo_error_clear();
-        return lpo_peaks_lookup(NULL, NULL, out);
-    }
-    return lpo_peaks_lookup(name, uuid, out);
 }

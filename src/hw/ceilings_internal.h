@@ -12,13 +12,14 @@
 
 /* ---- GPU: dense GEMM through cuBLASLt ------------------------------------------------------------------ */
 typedef struct lpo__gemm_bench lpo__gemm_bench;
-/* D (m,n) = op(A) (m,k) @ B (k,n), TN layout, random data in [-1, 1) (int8: [-127, 127]); fp8 e4m3 in, bf16
+/* The GEMM of a GEMM roof (tf32: f32 data on the tensor cores; VECTOR is refused, LPO_E_INVALID).
+ * D (m,n) = op(A) (m,k) @ B (k,n), TN layout, random data in [-1, 1) (int8: [-127, 127]); fp8 e4m3 in, bf16
  * out; int8 in, int32 out; others out in their own type. Picks the fastest of cuBLASLt's first heuristic
  * candidates, validates 16 random output elements against a float64 dot product of the stored inputs.
  * LPO_E_UNSUPPORTED when the GPU or cuBLASLt lacks the dtype (fp8 before sm_89); LPO_E_RANGE when the
  * result is wrong; LPO_E_CUDA on CUDA/cuBLASLt errors; LPO_E_NO_DEVICE without CUDA. */
 enum { LPO__GEMM_FAST_ACCUM = 1 }; /* fp8: CUBLASLT_MATMUL_DESC_FAST_ACCUM (less precise accumulation) */
-lpo_status lpo__gemm_bench_open(int dev, lpo_ceil_dtype dt, int m, int n, int k, int flags,
+lpo_status lpo__gemm_bench_open(int dev, lpo_roof roof, int m, int n, int k, int flags,
                                 lpo__gemm_bench **out);
 /* One sample: reps back-to-back GEMMs between two events -> seconds per GEMM. */
 lpo_status lpo__gemm_bench_sample(lpo__gemm_bench *b, int reps, double *seconds);

@@ -242,11 +242,11 @@ static lpo_status measure_gemms(runner *R, int dev, lpo_ceilings *c) {
     else
         warm_s = 0;
     // each dtype: open its benches (shape x fp8 fast accumulation), measure their candidates together
-    for (int d = 0; d < LPO_CEIL_N_DTYPES; d++) {
-        lpo_ceil_metric met = lpo_ceil_gemm_metric((lpo_ceil_dtype)d);
+    for (int d = 0; d < LPO_ROOF_N_GEMM; d++) {
+        lpo_ceil_metric met = lpo_ceil_gemm_metric((lpo_roof)d);
         lpo_ceil_entry *e = &c->m[met];
-        int n_shapes = (d == LPO_CEIL_FP32 || d == LPO_CEIL_TF32) ? 1 : 2;
-        int n_flags = d == LPO_CEIL_FP8 ? 2 : 1, n = 0, nb = 0, pick = 0, algo[GEMM_MAX_CFG];
+        int n_shapes = (d == LPO_ROOF_FP32 || d == LPO_ROOF_TF32) ? 1 : 2;
+        int n_flags = d == LPO_ROOF_FP8 ? 2 : 1, n = 0, nb = 0, pick = 0, algo[GEMM_MAX_CFG];
         lpo__gemm_bench *bench[GEMM_MAX_BENCH] = {0}, *b[GEMM_MAX_CFG];
         double flops[GEMM_MAX_CFG];
         uint64_t t0 = lpo_now_ns();
@@ -254,7 +254,7 @@ static lpo_status measure_gemms(runner *R, int dev, lpo_ceilings *c) {
         for (int sh = 0; sh < n_shapes && !st; sh++) {
             for (int fl = 0; fl < n_flags && !st; fl++) {
                 const int *S = gemm_shapes[sh];
-                st = lpo__gemm_bench_open(dev, (lpo_ceil_dtype)d, S[0], S[1], S[2], fl, &bench[nb]);
+                st = lpo__gemm_bench_open(dev, (lpo_roof)d, S[0], S[1], S[2], fl, &bench[nb]);
                 // one configuration per kept candidate
                 for (int a = 0; !st && a < lpo__gemm_bench_algos(bench[nb]); a++)
                     b[n] = bench[nb], algo[n] = a, flops[n++] = 2.0 * S[0] * (double)S[1] * S[2];
@@ -262,8 +262,7 @@ static lpo_status measure_gemms(runner *R, int dev, lpo_ceilings *c) {
             }
         }
         if (st == LPO_E_UNSUPPORTED) {
-            LPO_WARN("ceilings: %s GEMM skipped: %s", lpo_ceil_dtype_name((lpo_ceil_dtype)d),
-                     lpo_last_error());
+            LPO_WARN("ceilings: %s GEMM skipped: %s", lpo_roof_name((lpo_roof)d), lpo_last_error());
             lpo_error_clear();
             st = LPO_OK;
         }

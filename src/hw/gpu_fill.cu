@@ -44,17 +44,18 @@ static cudaError_t launch_fill(void *p, size_t n, uint64_t seed, float lo, float
     return cudaGetLastError();
 }
 
-extern "C" lpo_status lpo__gpu_fill_random(void *p, size_t n, lpo__elem t, uint64_t seed, float lo, float hi,
+extern "C" lpo_status lpo__gpu_fill_random(void *p, size_t n, lpo_dtype t, uint64_t seed, float lo, float hi,
                                            void *stream) {
     lpo_status st = LPO_OK;
     cudaStream_t s = (cudaStream_t)stream;
     switch (t) {
-    case LPO__EL_F32: LPO_CUDA_CHECK(launch_fill<float>(p, n, seed, lo, hi, s)); break;
-    case LPO__EL_F16: LPO_CUDA_CHECK(launch_fill<__half>(p, n, seed, lo, hi, s)); break;
-    case LPO__EL_BF16: LPO_CUDA_CHECK(launch_fill<__nv_bfloat16>(p, n, seed, lo, hi, s)); break;
-    case LPO__EL_FP8E4M3: LPO_CUDA_CHECK(launch_fill<__nv_fp8_e4m3>(p, n, seed, lo, hi, s)); break;
-    case LPO__EL_I8: LPO_CUDA_CHECK(launch_fill<int8_t>(p, n, seed, lo, hi, s)); break;
-    case LPO__EL_I32: LPO_CUDA_CHECK(launch_fill<int32_t>(p, n, seed, lo, hi, s)); break;
+    case LPO_DT_F32: LPO_CUDA_CHECK(launch_fill<float>(p, n, seed, lo, hi, s)); break;
+    case LPO_DT_F16: LPO_CUDA_CHECK(launch_fill<__half>(p, n, seed, lo, hi, s)); break;
+    case LPO_DT_BF16: LPO_CUDA_CHECK(launch_fill<__nv_bfloat16>(p, n, seed, lo, hi, s)); break;
+    case LPO_DT_FP8: LPO_CUDA_CHECK(launch_fill<__nv_fp8_e4m3>(p, n, seed, lo, hi, s)); break;
+    case LPO_DT_INT8: LPO_CUDA_CHECK(launch_fill<int8_t>(p, n, seed, lo, hi, s)); break;
+    case LPO_DT_I32: LPO_CUDA_CHECK(launch_fill<int32_t>(p, n, seed, lo, hi, s)); break;
+    default: return lpo_errorf(LPO_E_INVALID, "random fill: no fill for dtype %s", lpo_dtype_name(t));
     }
 fail:
     return st;
@@ -74,20 +75,20 @@ static double half_bits_to_double(uint16_t h) {
     return (double)__half2float(__half(r));
 }
 
-extern "C" double lpo__elem_to_double(const void *p, size_t i, lpo__elem t) {
+extern "C" double lpo__elem_to_double(const void *p, size_t i, lpo_dtype t) {
     const unsigned char *b = (const unsigned char *)p;
     switch (t) {
-    case LPO__EL_F32: {
+    case LPO_DT_F32: {
         float f;
         memcpy(&f, b + 4 * i, 4);
         return f;
     }
-    case LPO__EL_F16: {
+    case LPO_DT_F16: {
         uint16_t h;
         memcpy(&h, b + 2 * i, 2);
         return half_bits_to_double(h);
     }
-    case LPO__EL_BF16: {
+    case LPO_DT_BF16: {
         uint16_t h;
         memcpy(&h, b + 2 * i, 2);
         uint32_t u = (uint32_t)h << 16;
@@ -95,13 +96,13 @@ extern "C" double lpo__elem_to_double(const void *p, size_t i, lpo__elem t) {
         memcpy(&f, &u, 4);
         return f;
     }
-    case LPO__EL_FP8E4M3: return e4m3_to_double(b[i]);
-    case LPO__EL_I8: return (double)(int8_t)b[i];
-    case LPO__EL_I32: {
+    case LPO_DT_FP8: return e4m3_to_double(b[i]);
+    case LPO_DT_INT8: return (double)(int8_t)b[i];
+    case LPO_DT_I32: {
         int32_t v;
         memcpy(&v, b + 4 * i, 4);
         return v;
     }
+    default: return NAN;
     }
-    return NAN;
 }

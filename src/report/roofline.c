@@ -41,7 +41,7 @@ static void grow(double v, double *lo, double *hi) {
 /* decade-aligned ranges covering every roof, ridge and point */
 static axes compute_axes(const lpo_roofline *r) {
     double xlo = 1e30, xhi = 0, ylo = 1e30, yhi = 0;
-    for (int d = 0; d < LPO_CEIL_N_DTYPES; d++) {
+    for (int d = 0; d < LPO_ROOF_N_GEMM; d++) {
         double roof = r->roof_tflops[d];
         if (!(roof > 0)) continue;
         grow(roof, &ylo, &yhi);
@@ -125,7 +125,7 @@ void lpo_roofline_svg(const lpo_roofline *r, lpo_strbuf *o) {
     if (r->subtitle[0]) lpo_svg_text(o, PX0, 50, r->subtitle, 11, "start", "#555", 0);
     draw_axes(o, &a);
     double top = 0;
-    for (int d = 0; d < LPO_CEIL_N_DTYPES; d++) top = fmax(top, r->roof_tflops[d]);
+    for (int d = 0; d < LPO_ROOF_N_GEMM; d++) top = fmax(top, r->roof_tflops[d]);
     char buf[160];
     if (top > 0 && r->dram_gbs > 0) {
         snprintf(buf, sizeof buf, "DRAM %.0f GB/s%s%s%s", r->dram_gbs, r->dram_name[0] ? " (" : "",
@@ -139,10 +139,10 @@ void lpo_roofline_svg(const lpo_roofline *r, lpo_strbuf *o) {
     // each distinct compute roof (dtypes of equal peak share one line and label): from its ridge on the
     // DRAM slope to the right edge, labelled at the right
     double last_label_y = -1e9, last_ridge_x = -1e9, last_ridge_y = -1e9;
-    for (int d = LPO_CEIL_N_DTYPES - 1; d >= 0; d--) {
+    for (int d = LPO_ROOF_N_GEMM - 1; d >= 0; d--) {
         double roof = r->roof_tflops[d];
         int dup = 0;
-        for (int e = d + 1; e < LPO_CEIL_N_DTYPES; e++) dup |= r->roof_tflops[e] == roof;
+        for (int e = d + 1; e < LPO_ROOF_N_GEMM; e++) dup |= r->roof_tflops[e] == roof;
         if (!(roof > 0) || dup) continue;
         double ridge = r->dram_gbs > 0 ? roof / r->dram_gbs * 1e3 : pow(10, a.lx0);
         double y = sy(&a, roof), xr = sx(&a, fmax(ridge, pow(10, a.lx0)));
@@ -165,11 +165,11 @@ void lpo_roofline_svg(const lpo_roofline *r, lpo_strbuf *o) {
         for (int e = 0; e <= d; e++)
             if (r->roof_tflops[e] == roof)
                 len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s", len ? "/" : "",
-                                        lpo_ceil_dtype_name((lpo_ceil_dtype)e));
-        int only_int = d == LPO_CEIL_INT8 && len == strlen("int8");
+                                        lpo_roof_name((lpo_roof)e));
+        int only_int = d == LPO_ROOF_INT8 && len == strlen("int8");
         snprintf(buf + len, sizeof buf - len, " %.4g %s", roof,
                  only_int             ? "TOP/s"
-                 : d == LPO_CEIL_INT8 ? "T(FL)OP/s"
+                 : d == LPO_ROOF_INT8 ? "T(FL)OP/s"
                                       : "TFLOP/s");
         lpo_svg_text(o, PX1 + 6, ly, buf, 12, "start", "#222", 0);
     }
@@ -209,13 +209,13 @@ void lpo_roofline_csv(const lpo_roofline *r, lpo_strbuf *o) {
     if (r->dram_gbs > 0) lpo_sb_printf(o, "slope,DRAM %s,,%.6g,\n", r->dram_name, r->dram_gbs);
     if (r->l2_gbs > 0) lpo_sb_printf(o, "slope,L2,,%.6g,\n", r->l2_gbs);
     // roofs and their ridges
-    for (int d = 0; d < LPO_CEIL_N_DTYPES; d++) {
+    for (int d = 0; d < LPO_ROOF_N_GEMM; d++) {
         double roof = r->roof_tflops[d];
         if (!(roof > 0)) continue;
-        lpo_sb_printf(o, "roof,%s,,%.6g,\n", lpo_ceil_dtype_name((lpo_ceil_dtype)d), roof);
+        lpo_sb_printf(o, "roof,%s,,%.6g,\n", lpo_roof_name((lpo_roof)d), roof);
         if (r->dram_gbs > 0)
-            lpo_sb_printf(o, "ridge,%s,%.6g,%.6g,\n", lpo_ceil_dtype_name((lpo_ceil_dtype)d),
-                          roof / r->dram_gbs * 1e3, roof);
+            lpo_sb_printf(o, "ridge,%s,%.6g,%.6g,\n", lpo_roof_name((lpo_roof)d), roof / r->dram_gbs * 1e3,
+                          roof);
     }
     for (size_t i = 0; i < r->n_points; i++) {
         const lpo_roof_point *p = &r->points[i];
@@ -226,7 +226,7 @@ void lpo_roofline_csv(const lpo_roofline *r, lpo_strbuf *o) {
 }
 
 void lpo_roofline_from_peaks(lpo_roofline *r, const lpo_peaks *p) {
-    for (int d = 0; d < LPO_CEIL_N_DTYPES; d++) r->roof_tflops[d] = p->tflops[d];
+    for (int d = 0; d < LPO_ROOF_N_GEMM; d++) r->roof_tflops[d] = p->tflops[d];
     r->dram_gbs = p->dram_gbs;
     snprintf(r->dram_name, sizeof r->dram_name, "%s", p->dram_name);
     r->l2_gbs = p->l2_gbs;

@@ -19,20 +19,19 @@
 static void test_gemm_dtypes(void **state) {
     (void)state;
     // each dtype at 1024 x 512 x 768 (validated inside open)
-    for (int d = 0; d < LPO_CEIL_N_DTYPES; d++) {
-        for (int fl = 0; fl < (d == LPO_CEIL_FP8 ? 2 : 1); fl++) {
+    for (int d = 0; d < LPO_ROOF_N_GEMM; d++) {
+        for (int fl = 0; fl < (d == LPO_ROOF_FP8 ? 2 : 1); fl++) {
             lpo__gemm_bench *b;
-            lpo_status st = lpo__gemm_bench_open(0, (lpo_ceil_dtype)d, 1024, 512, 768, fl, &b);
+            lpo_status st = lpo__gemm_bench_open(0, (lpo_roof)d, 1024, 512, 768, fl, &b);
             if (st == LPO_E_UNSUPPORTED) {
-                printf("%s: unsupported here (%s)\n", lpo_ceil_dtype_name((lpo_ceil_dtype)d),
-                       lpo_last_error());
+                printf("%s: unsupported here (%s)\n", lpo_roof_name((lpo_roof)d), lpo_last_error());
                 continue;
             }
-            if (st) fail_msg("%s GEMM: %s", lpo_ceil_dtype_name((lpo_ceil_dtype)d), lpo_last_error());
+            if (st) fail_msg("%s GEMM: %s", lpo_roof_name((lpo_roof)d), lpo_last_error());
             double t;
             assert_int_equal(lpo__gemm_bench_sample(b, 5, &t), LPO_OK);
-            printf("%s%s: %.1f us, %.1f TFLOP/s (%s)\n", lpo_ceil_dtype_name((lpo_ceil_dtype)d),
-                   fl ? " fast" : "", t * 1e6, 2.0 * 1024 * 512 * 768 / t * 1e-12, lpo__gemm_bench_detail(b));
+            printf("%s%s: %.1f us, %.1f TFLOP/s (%s)\n", lpo_roof_name((lpo_roof)d), fl ? " fast" : "",
+                   t * 1e6, 2.0 * 1024 * 512 * 768 / t * 1e-12, lpo__gemm_bench_detail(b));
             assert_true(t > 0 && t < 0.1);
             lpo__gemm_bench_close(b);
         }
@@ -76,7 +75,7 @@ static void test_identity_and_nvml(void **state) {
     assert_int_equal(strncmp(uuid, "GPU-", 4), 0);
     assert_int_equal(strlen(uuid), 40);
     lpo_peaks p;
-    assert_int_equal(lpo_peaks_for_device(0, &p), LPO_OK);
+    assert_int_equal(lpo_peaks_resolve(NULL, 0, NULL, &p), LPO_OK);
     printf("peaks: %s\n", p.label);
     lpo_nvml_sampler *s;
     if (lpo_nvml_sampler_open(0, &s) != LPO_OK) {

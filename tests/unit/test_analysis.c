@@ -19,21 +19,21 @@
 #include "test_support.h"
 
 static lpo_an_dtypes dtypes_of(const char *w, const char *a, const char *kv, int tile) {
-    lpo_an_dtypes d = {lpo_an_dtype_find(w), lpo_an_dtype_find(a), lpo_an_dtype_find(kv), tile};
+    lpo_an_dtypes d = {lpo_dtype_find(w), lpo_dtype_find(a), lpo_dtype_find(kv), tile};
     assert_non_null(d.weights);
     assert_non_null(d.act);
     assert_non_null(d.kv);
     return d;
 }
 
-static lpo_an_peaks h100(void) {
-    lpo_an_peaks p;
+static lpo_peaks h100(void) {
+    lpo_peaks p;
     memset(&p, 0, sizeof p);
-    p.source = LPO_AN_PEAKS_SPEC;
-    p.tflops[LPO_AN_ROOF_BF16] = 989;
-    p.tflops[LPO_AN_ROOF_FP8] = 1979;
-    p.tflops[LPO_AN_ROOF_FP32] = 67;
-    p.tflops[LPO_AN_ROOF_VECTOR] = 67;
+    p.source = LPO_PEAKS_SPEC;
+    p.tflops[LPO_ROOF_BF16] = 989;
+    p.tflops[LPO_ROOF_FP8] = 1979;
+    p.tflops[LPO_ROOF_FP32] = 67;
+    p.tflops[LPO_ROOF_VECTOR] = 67;
     p.dram_gbs = 3350;
     return p;
 }
@@ -47,7 +47,7 @@ static void test_llama8b_decode(void **state) {
     (void)state;
     lpo_model_spec s = test_spec_llama8b();
     lpo_an_dtypes dt = dtypes_of("bf16", "bf16", "bf16", 128);
-    lpo_an_peaks p = h100();
+    lpo_peaks p = h100();
     lpo_an_phase ph;
     /* first decode step after a 1-token prompt: context 0 -> one (q, k) pair per head */
     assert_int_equal(lpo_an_phase_build(&s, 1, 1, 0, &dt, &p, &ph), LPO_OK);
@@ -213,7 +213,7 @@ static void test_byte_split_matches_oplist(void **state) {
 static void test_decode_total(void **state) {
     (void)state;
     lpo_model_spec s = test_spec();
-    lpo_an_peaks p = h100();
+    lpo_peaks p = h100();
     lpo_an_opts o = {"bf16", "bf16", "bf16", 2, 10, 6, 0, 128};
     lpo_an_static an;
     assert_int_equal(lpo_an_static_run(&s, &o, &p, &an), LPO_OK);
@@ -256,7 +256,7 @@ static void test_decode_total(void **state) {
 static void test_roofline(void **state) {
     (void)state;
     lpo_model_spec s = test_spec_llama8b();
-    lpo_an_peaks p = h100();
+    lpo_peaks p = h100();
     lpo_an_dtypes dt = dtypes_of("bf16", "bf16", "bf16", 128);
     lpo_an_phase ph;
     assert_int_equal(lpo_an_phase_build(&s, 0, 1, 4096, &dt, &p, &ph), LPO_OK);
@@ -264,12 +264,12 @@ static void test_roofline(void **state) {
         const lpo_an_op *o = &ph.ops[i];
         if (!strcmp(o->name, "layers.0.mlp.gate_up")) { /* 4096 x 4096 x 28672 GEMM: compute bound */
             assert_int_equal(o->c.bound, LPO_AN_BOUND_COMPUTE);
-            assert_int_equal(o->c.roof, LPO_AN_ROOF_BF16);
+            assert_int_equal(o->c.roof, LPO_ROOF_BF16);
             assert_close(o->c.t_lower_s, 2.0 * 4096 * 4096 * 28672 / 989e12, 1e-12);
         }
         if (!strcmp(o->name, "layers.0.attn_norm")) { /* elementwise: memory bound, vector roof */
             assert_int_equal(o->c.bound, LPO_AN_BOUND_MEMORY);
-            assert_int_equal(o->c.roof, LPO_AN_ROOF_VECTOR);
+            assert_int_equal(o->c.roof, LPO_ROOF_VECTOR);
         }
     }
     lpo_an_phase_free(&ph);
@@ -277,11 +277,11 @@ static void test_roofline(void **state) {
     dt = dtypes_of("fp8", "bf16", "bf16", 128);
     assert_int_equal(lpo_an_phase_build(&s, 0, 1, 4096, &dt, &p, &ph), LPO_OK);
     for (size_t i = 0; i < ph.n_ops; i++)
-        if (ph.ops[i].kind == LPO_OP_LINEAR) assert_int_equal(ph.ops[i].c.roof, LPO_AN_ROOF_FP8);
+        if (ph.ops[i].kind == LPO_OP_LINEAR) assert_int_equal(ph.ops[i].c.roof, LPO_ROOF_FP8);
     lpo_an_phase_free(&ph);
-    assert_null(lpo_an_dtype_find("int3"));
-    assert_string_equal(lpo_an_dtype_find("E4M3")->name, "fp8");
-    assert_string_equal(lpo_an_dtype_find("float16")->name, "f16");
+    assert_null(lpo_dtype_find("int3"));
+    assert_string_equal(lpo_dtype_find("E4M3")->name, "fp8");
+    assert_string_equal(lpo_dtype_find("float16")->name, "f16");
 }
 
 /* ---- settings and peaks from config ----------------------------------------------------------------------
@@ -308,11 +308,11 @@ static void test_config(void **state) {
     assert_int_equal(o.context, 4096); /* the engine's default: the model's positions capped at 4096 */
     assert_int_equal(o.attn_tile, 128);
     assert_null(o.weight_dtype);
-    lpo_an_peaks p;
-    assert_int_equal(lpo_an_peaks_from_config(cfg, &p), LPO_OK);
-    assert_int_equal(p.source, LPO_AN_PEAKS_SPEC);
-    assert_true(p.tflops[LPO_AN_ROOF_BF16] == 989);
-    assert_true(p.tflops[LPO_AN_ROOF_VECTOR] == 67);
+    lpo_peaks p;
+    assert_int_equal(lpo_peaks_from_config(cfg, &p), LPO_OK);
+    assert_int_equal(p.source, LPO_PEAKS_SPEC);
+    assert_true(p.tflops[LPO_ROOF_BF16] == 989);
+    assert_true(p.tflops[LPO_ROOF_VECTOR] == 67);
     assert_true(p.dram_gbs == 3350);
     assert_non_null(strstr(p.label, "dense"));
     lpo_node_free(cfg);
@@ -322,8 +322,8 @@ static void test_config(void **state) {
     assert_int_equal(o.batch, 2);
     assert_int_equal(o.gen_len, 5);
     assert_string_equal(o.weight_dtype, "fp8");
-    assert_int_equal(lpo_an_peaks_from_config(cfg, &p), LPO_OK); /* hardware=auto: no spec */
-    assert_int_equal(p.source, LPO_AN_PEAKS_NONE);
+    assert_int_equal(lpo_peaks_from_config(cfg, &p), LPO_OK); /* hardware=auto: no spec */
+    assert_int_equal(p.source, LPO_PEAKS_NONE);
     assert_non_null(strstr(p.label, "lpo ceilings"));
     lpo_node_free(cfg);
     const char *ov3[] = {"analysis.batch=0"};
@@ -337,7 +337,7 @@ static void test_config(void **state) {
 static void test_writers(void **state) {
     (void)state;
     lpo_model_spec s = test_spec();
-    lpo_an_peaks p = h100();
+    lpo_peaks p = h100();
     lpo_an_opts o = {NULL, NULL, NULL, 1, 16, 8, 0, 128};
     lpo_an_static an;
     assert_int_equal(lpo_an_static_run(&s, &o, &p, &an), LPO_OK);

@@ -36,32 +36,36 @@ static void test_spec_match(void **state) {
     assert_null(lpo_gpu_spec_find(NULL));
     /* dense, never sparse: H100 SXM bf16 989.4, fp8 1978.9; A100 has no fp8 */
     const lpo_gpu_spec *h = lpo_gpu_spec_by_key("h100-sxm");
-    assert_float_equal(h->tflops[LPO_CEIL_BF16], 989.4, 1e-9);
-    assert_float_equal(h->tflops[LPO_CEIL_FP8], 1978.9, 1e-9);
+    assert_float_equal(h->tflops[LPO_ROOF_BF16], 989.4, 1e-9);
+    assert_float_equal(h->tflops[LPO_ROOF_FP8], 1978.9, 1e-9);
     assert_float_equal(h->dram_gbs, 3350, 0);
-    assert_float_equal(lpo_gpu_spec_by_key("a100-40gb")->tflops[LPO_CEIL_FP8], 0, 0);
+    assert_float_equal(lpo_gpu_spec_by_key("a100-40gb")->tflops[LPO_ROOF_FP8], 0, 0);
     size_t n;
     const lpo_gpu_spec *t = lpo_gpu_spec_table(&n);
     assert_true(n >= 8);
     // every row: bf16 <= fp8 where fp8 exists, tf32 <= bf16, a source
     for (size_t i = 0; i < n; i++) {
-        assert_true(t[i].tflops[LPO_CEIL_TF32] <= t[i].tflops[LPO_CEIL_BF16]);
-        assert_true(t[i].tflops[LPO_CEIL_FP8] == 0 ||
-                    t[i].tflops[LPO_CEIL_FP8] >= t[i].tflops[LPO_CEIL_BF16]);
+        assert_true(t[i].tflops[LPO_ROOF_TF32] <= t[i].tflops[LPO_ROOF_BF16]);
+        assert_true(t[i].tflops[LPO_ROOF_FP8] == 0 ||
+                    t[i].tflops[LPO_ROOF_FP8] >= t[i].tflops[LPO_ROOF_BF16]);
         assert_non_null(t[i].source);
     }
 }
 
 static void test_names(void **state) {
     (void)state;
-    assert_int_equal(lpo_ceil_dtype_parse("bf16"), LPO_CEIL_BF16);
-    assert_int_equal(lpo_ceil_dtype_parse("F32"), LPO_CEIL_FP32);
-    assert_int_equal(lpo_ceil_dtype_parse("e4m3"), LPO_CEIL_FP8);
-    assert_int_equal(lpo_ceil_dtype_parse("q4_0"), -1);
-    assert_string_equal(lpo_ceil_dtype_name(LPO_CEIL_INT8), "int8");
+    assert_string_equal(lpo_roof_name(LPO_ROOF_INT8), "int8");
     assert_string_equal(lpo_ceil_metric_key(LPO_CEIL_M_DRAM_COPY), "dram_copy");
     assert_string_equal(lpo_ceil_metric_unit(LPO_CEIL_M_GEMM_INT8), "TOP/s");
-    assert_int_equal(lpo_ceil_gemm_metric(LPO_CEIL_BF16), LPO_CEIL_M_GEMM_BF16);
+    assert_int_equal(lpo_ceil_gemm_metric(LPO_ROOF_BF16), LPO_CEIL_M_GEMM_BF16);
+    assert_int_equal(lpo_ceil_gemm_metric(LPO_ROOF_INT8), LPO_CEIL_M_GEMM_INT8);
+    assert_int_equal(lpo_ceil_gemm_metric(LPO_ROOF_VECTOR), LPO_CEIL_M_GEMM_FP32); /* the CUDA cores */
+    /* the JSON keys of the GEMM figures name their roofs */
+    for (int r = 0; r < LPO_ROOF_N_GEMM; r++) {
+        char key[32];
+        snprintf(key, sizeof key, "gemm_%s", lpo_roof_name((lpo_roof)r));
+        assert_string_equal(lpo_ceil_metric_key(lpo_ceil_gemm_metric((lpo_roof)r)), key);
+    }
 }
 
 static void fill(lpo_ceilings *c) {
@@ -128,7 +132,7 @@ static void test_cache_roundtrip(void **state) {
     lpo_peaks p;
     assert_int_equal(lpo_peaks_lookup(c.name, c.uuid, &p), LPO_OK);
     assert_int_equal(p.source, LPO_PEAKS_MEASURED);
-    assert_float_equal(p.tflops[LPO_CEIL_BF16], 771.5, 0);
+    assert_float_equal(p.tflops[LPO_ROOF_BF16], 771.5, 0);
     assert_float_equal(p.dram_gbs, 3050, 0);
     assert_string_equal(p.dram_name, "read-only");
     assert_float_equal(p.l2_gbs, 9000, 0);
@@ -137,7 +141,7 @@ static void test_cache_roundtrip(void **state) {
     /* another UUID on the same model: spec sheet */
     assert_int_equal(lpo_peaks_lookup(c.name, "GPU-other", &p), LPO_OK);
     assert_int_equal(p.source, LPO_PEAKS_SPEC);
-    assert_float_equal(p.tflops[LPO_CEIL_BF16], 989.4, 1e-9);
+    assert_float_equal(p.tflops[LPO_ROOF_BF16], 989.4, 1e-9);
     assert_non_null(strstr(p.label, "spec sheet"));
     /* unknown GPU, nothing cached */
     assert_int_equal(lpo_peaks_lookup("Mystery GPU", "GPU-none", &p), LPO_OK);

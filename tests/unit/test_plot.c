@@ -35,7 +35,7 @@ static void h100(lpo_roofline *r, lpo_roof_point *pts) {
     lpo_peaks p;
     memset(&p, 0, sizeof p);
     const lpo_gpu_spec *s = lpo_gpu_spec_by_key("h100-sxm");
-    for (int d = 0; d < LPO_CEIL_N_DTYPES; d++) p.tflops[d] = s->tflops[d];
+    for (int d = 0; d < LPO_ROOF_N_GEMM; d++) p.tflops[d] = s->tflops[d];
     p.dram_gbs = 3350;
     p.l2_gbs = 9000;
     snprintf(p.dram_name, sizeof p.dram_name, "spec sheet");

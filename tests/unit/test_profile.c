@@ -315,7 +315,7 @@ static void test_batch_cost_matches_engine(void **state) {
     gp.sampling.repetition_penalty = 1;
     lpo_pf_opts po = {
         .warmup_runs = 0, .repeats = 1, .op_breakdown = 1, .breakdown_decode_steps = 3, .top_k = 5};
-    lpo_an_peaks pk;
+    lpo_peaks pk;
     memset(&pk, 0, sizeof pk);
     const lpo_pf_request rq = {mdl, &eo, d, order, 2, NULL, NULL, &gp, NULL, &po, &pk, 1};
     lpo_pf_result r;

@@ -1,0 +1,163 @@
+/* Which peaks a run counts MFU, MBU and the roofline against: the one resolver every command uses
+ * (measured ceilings of the device, else the config's hardware.spec, else the spec sheet of the device's
+ * GPU, else none), the per-device lookup it starts from, and the hardware.spec reader. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "lpo/ceilings.h"
+#include "lpo/core.h"
+
+const char *lpo_peaks_source_name(lpo_peaks_source s) {
+    return s == LPO_PEAKS_SPEC ? "spec" : s == LPO_PEAKS_MEASURED ? "measured" : "none";
+}
+
+double lpo_peaks_flops(const lpo_peaks *p, lpo_roof r) {
+    if (!p || (unsigned)r >= LPO_ROOF_COUNT) return 0;
+    return p->tflops[r] * 1e12;
+}
+
+const char *lpo_peaks_describe(const lpo_peaks *p, char *buf, size_t n) {
+    snprintf(buf, n, "%s%s%s%s", p->label, p->dram_name[0] ? " (bandwidth: " : "", p->dram_name,
+             p->dram_name[0] ? ")" : "");
+    return buf;
+}
+
+/* ---- one device: measured when cached, else its spec sheet ------------------------------------------------
+ */
+static void peaks_from_spec(lpo_peaks *p, const lpo_gpu_spec *s) {
+    p->source = LPO_PEAKS_SPEC;
+    for (int r = 0; r < LPO_ROOF_N_GEMM; r++) p->tflops[r] = s->tflops[r];
+    p->tflops[LPO_ROOF_VECTOR] = s->tflops[LPO_ROOF_FP32]; /* CUDA cores */
+    p->dram_gbs = s->dram_gbs;
+    snprintf(p->dram_name, sizeof p->dram_name, "spec sheet");
+    snprintf(p->label, sizeof p->label, "spec sheet: %s (dense); run `lpo ceilings` to measure this GPU",
+             s->label);
+}
+
+lpo_status lpo_peaks_lookup(const char *name, const char *uuid, lpo_peaks *out) {
+    memset(out, 0, sizeof *out);
+    lpo_ceilings_init(&out->measured);
+    out->spec = lpo_gpu_spec_find(name);
+    if (uuid && *uuid) {
+        char path[4096];
+        lpo_ceilings_cache_path(uuid, path, sizeof path);
+        lpo_status st = lpo_ceilings_load(path, &out->measured);
+        if (st == LPO_OK) {
+            lpo_ceilings *c = &out->measured;
+            out->source = LPO_PEAKS_MEASURED;
+            for (int r = 0; r < LPO_ROOF_COUNT; r++)
+                out->tflops[r] = c->m[lpo_ceil_gemm_metric((lpo_roof)r)].value;
+            const char *mn;
+            out->dram_gbs = lpo_ceilings_mbu_gbs(c, &mn);
+            snprintf(out->dram_name, sizeof out->dram_name, "%s", mn);
+            out->l2_gbs = c->m[LPO_CEIL_M_L2_READ].value;
+            out->launch_us = c->m[LPO_CEIL_M_LAUNCH].value;
+            snprintf(out->label, sizeof out->label, "measured by lpo ceilings %s (commit %s), %.400s",
+                     c->when, c->commit, path);
+            return LPO_OK;
+        }
+        if (st != LPO_E_NOT_FOUND) LPO_WARN("ignoring cached ceilings: %s", lpo_last_error());
+        lpo_ceilings_init(&out->measured);
+    }
+    if (out->spec) {
+        peaks_from_spec(out, out->spec);
+        return LPO_OK;
+    }
+    out->source = LPO_PEAKS_NONE;
+    snprintf(out->label, sizeof out->label,
+             "none: unknown device%s%s and no cached ceilings; run `lpo ceilings`", name ? " " : "",
+             name ? name : "");
+    return LPO_OK;
+}
+
+/* CUDA device ordinal dev (name and UUID from the CUDA runtime); dev < 0: the CPU (its cached measurement
+ * only). Without CUDA in the build, any dev >= 0 gives source NONE. */
+static lpo_status peaks_for_device(int dev, lpo_peaks *out) {
+    char name[256] = "", uuid[96] = "";
+    if (dev < 0) {
+        lpo_ceilings_cpu_key(uuid, sizeof uuid);
+        return lpo_peaks_lookup(NULL, uuid, out);
+    }
+    if (lpo_cuda_device_identity(dev, name, sizeof name, uuid, sizeof uuid) != LPO_OK) {
+        lpo_error_clear();
+        return lpo_peaks_lookup(NULL, NULL, out);
+    }
+    return lpo_peaks_lookup(name, uuid, out);
+}
+
+/* ---- hardware.spec ----------------------------------------------------------------------------------------
+ */
+lpo_status lpo_peaks_from_config(const lpo_node *cfg, lpo_peaks *out) {
+    memset(out, 0, sizeof *out);
+    lpo_ceilings_init(&out->measured);
+    const lpo_node *spec = cfg ? lpo_node_at(cfg, "hardware.spec") : NULL;
+    const char *hw = "auto";
+    lpo_status st = cfg ? lpo_cfg_str_or(cfg, "hardware.name", "auto", &hw) : LPO_OK;
+    if (st != LPO_OK) return st;
+    if (!spec || lpo_scalar_is_null(spec)) {
+        snprintf(out->label, sizeof out->label,
+                 "none: no measured ceilings and no spec-sheet peaks for hardware '%s' (choose "
+                 "hardware=h100-sxm or set hardware.spec.*; `lpo ceilings` measures this machine)",
+                 hw);
+        return LPO_OK;
+    }
+    static const struct {
+        const char *key;
+        lpo_roof roof;
+    } keys[] = {{"fp32_tflops", LPO_ROOF_FP32},    {"tf32_tflops", LPO_ROOF_TF32},
+                {"fp16_tflops", LPO_ROOF_FP16},    {"bf16_tflops", LPO_ROOF_BF16},
+                {"fp8_tflops", LPO_ROOF_FP8},      {"int8_tops", LPO_ROOF_INT8},
+                {"vector_tflops", LPO_ROOF_VECTOR}};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        double v = 0;
+        if ((st = lpo_cfg_double_or(spec, keys[i].key, 0, &v)) != LPO_OK) return st;
+        if (!(v >= 0) || !isfinite(v))
+            return lpo_errorf(LPO_E_CONFIG, "hardware.spec.%s = %g: a peak must be a finite number >= 0",
+                              keys[i].key, v);
+        out->tflops[keys[i].roof] = v;
+    }
+    if (out->tflops[LPO_ROOF_VECTOR] == 0) out->tflops[LPO_ROOF_VECTOR] = out->tflops[LPO_ROOF_FP32];
+    double tbs = 0;
+    if ((st = lpo_cfg_double_or(spec, "dram_tbs", 0, &tbs)) != LPO_OK) return st;
+    if (!(tbs >= 0) || !isfinite(tbs))
+        return lpo_errorf(LPO_E_CONFIG, "hardware.spec.dram_tbs = %g: must be a finite number >= 0", tbs);
+    out->dram_gbs = tbs * 1000.0;
+    const char *kind = NULL;
+    if ((st = lpo_cfg_str_or(spec, "kind", "spec-sheet-dense", &kind)) != LPO_OK) return st;
+    out->source = LPO_PEAKS_SPEC;
+    snprintf(out->label, sizeof out->label,
+             "spec sheet (dense, %s): hardware=%s, bf16 %g / fp8 %g / fp32 %g TFLOP/s, %g TB/s (measured "
+             "ceilings from `lpo ceilings` are preferred when available)",
+             kind, hw, out->tflops[LPO_ROOF_BF16], out->tflops[LPO_ROOF_FP8], out->tflops[LPO_ROOF_FP32],
+             tbs);
+    return LPO_OK;
+}
+
+/* ---- the resolver -----------------------------------------------------------------------------------------
+ */
+lpo_status lpo_peaks_resolve(const lpo_node *cfg, int device, const char *gpu_name, lpo_peaks *out) {
+    lpo_peaks dev;
+    memset(&dev, 0, sizeof dev);
+    lpo_status st = LPO_OK;
+    if (device != LPO_PEAKS_NO_DEVICE && (st = peaks_for_device(device, &dev)) != LPO_OK) return st;
+    if (dev.source == LPO_PEAKS_NONE && gpu_name && *gpu_name &&
+        (st = lpo_peaks_lookup(gpu_name, NULL, &dev)))
+        return st;
+    if (dev.source == LPO_PEAKS_MEASURED) {
+        *out = dev;
+        return LPO_OK;
+    }
+    if ((st = lpo_peaks_from_config(cfg, out)) != LPO_OK) return st;
+    out->spec = dev.spec;
+    if (out->source != LPO_PEAKS_NONE) return LPO_OK;
+    if (dev.source == LPO_PEAKS_SPEC) {
+        *out = dev;
+        return LPO_OK;
+    }
+    if (device == LPO_PEAKS_CPU) /* the CPU has no spec sheet: only its own measurement */
+        snprintf(out->label, sizeof out->label,
+                 "none: no measured ceilings for this CPU (run `lpo ceilings` once, or give "
+                 "'hardware.spec={fp32_tflops: T, dram_tbs: B}')");
+    return LPO_OK;
+}
