@@ -60,7 +60,7 @@ lpo_status lpo_trace_counters_load(const char *path, uint64_t t0_ns, lpo_trace_c
 void lpo_trace_counters_free(lpo_trace_counters *c);
 
 /* Peaks for the PyTorch operator table's MFU, MBU and bound class (0: unknown); dense, measured ceilings
- * preferred (the caller resolves them: lpo_an_peaks_resolve). */
+ * preferred (the caller resolves them: lpo_peaks_resolve). */
 typedef struct {
     double bf16_tflops, fp16_tflops, fp32_tflops, fp8_tflops; /* matrix roofs per data type */
     double vector_tflops;                                     /* elementwise, norms, reductions */

@@ -65,7 +65,7 @@ static int64_t seconds_flag(const lpo_cli_args *a, const char *name) {
 /* What trace_info.json records about the traced run. */
 typedef struct {
     int exit_code;       /* as a shell reports it (128 + signal) */
-    lpo_an_peaks peaks;  /* of GPU 0, for the operator table (source NONE: unknown) */
+    lpo_peaks peaks;     /* of GPU 0, for the operator table (source NONE: unknown) */
     uint64_t nvml_t0_ns; /* CLOCK_MONOTONIC at the sampler's start; 0: no samples */
     char nvml_note[256];
 } run_info;
@@ -189,16 +189,17 @@ static lpo_status write_info(const char *dir, const lpo_cli_args *a, uint32_t ac
     lpo_json_kv_str(&j, "duration_s", lpo_cli_flag_value(a, "duration"));
     lpo_json_kv_str(&j, "nvml", ri->nvml_note);
     lpo_json_kv_bool(&j, "torch_ops", lpo_cli_flag_value(a, "torch-ops") != NULL);
-    if (ri->peaks.source != LPO_AN_PEAKS_NONE) { /* what operators.csv's MFU/MBU are against */
+    if (ri->peaks.source != LPO_PEAKS_NONE) { /* what operators.csv's MFU/MBU are against */
+        char label[768];
         lpo_json_key(&j, "peaks");
         lpo_json_object_begin(&j);
-        lpo_json_kv_double(&j, "bf16_tflops", ri->peaks.tflops[LPO_AN_ROOF_BF16]);
-        lpo_json_kv_double(&j, "fp16_tflops", ri->peaks.tflops[LPO_AN_ROOF_FP16]);
-        lpo_json_kv_double(&j, "fp32_tflops", ri->peaks.tflops[LPO_AN_ROOF_FP32]);
-        lpo_json_kv_double(&j, "fp8_tflops", ri->peaks.tflops[LPO_AN_ROOF_FP8]);
-        lpo_json_kv_double(&j, "vector_tflops", ri->peaks.tflops[LPO_AN_ROOF_VECTOR]);
+        lpo_json_kv_double(&j, "bf16_tflops", ri->peaks.tflops[LPO_ROOF_BF16]);
+        lpo_json_kv_double(&j, "fp16_tflops", ri->peaks.tflops[LPO_ROOF_FP16]);
+        lpo_json_kv_double(&j, "fp32_tflops", ri->peaks.tflops[LPO_ROOF_FP32]);
+        lpo_json_kv_double(&j, "fp8_tflops", ri->peaks.tflops[LPO_ROOF_FP8]);
+        lpo_json_kv_double(&j, "vector_tflops", ri->peaks.tflops[LPO_ROOF_VECTOR]);
         lpo_json_kv_double(&j, "dram_gbs", ri->peaks.dram_gbs);
-        lpo_json_kv_str(&j, "label", ri->peaks.label);
+        lpo_json_kv_str(&j, "label", lpo_peaks_describe(&ri->peaks, label, sizeof label));
         lpo_json_object_end(&j);
     }
     lpo_json_key(&j, "nvml_t0_monotonic_ns");
@@ -284,7 +285,8 @@ int lpo_cmd_trace(int argc, char **argv) {
         fprintf(stderr, "lpo trace: synthetic trace of %lld kernels written in %.0f ms\n", n_synth,
                 (double)(lpo_now_ns() - t0) / 1e6);
     } else if (!st) {
-        if (lpo_an_peaks_resolve(cfg, 0, &ri.peaks) != LPO_OK) { /* no GPU peaks: MFU unknown, not an error */
+        if (lpo_peaks_resolve(cfg, 0, NULL, &ri.peaks) !=
+            LPO_OK) { /* no GPU peaks: MFU unknown, not an error */
             memset(&ri.peaks, 0, sizeof ri.peaks);
             lpo_error_clear();
         }
