@@ -83,7 +83,10 @@ typedef struct {
 
 /* Writes kernels.{md,csv}, ranges.{md,csv}, steps.{md,csv} (when a step range is given and found), the
  * analyses (timeline, idle, gaps, launch, memops, cuda_api), operators.{md,csv} and modules.{md,csv} (when
- * the trace holds PyTorch operators), trace.json (opts->json) and summary.md into dir. timing may be NULL. */
+ * the trace holds PyTorch operators), trace.json (opts->json) and summary.md into dir, and lists them in
+ * dir/trace_outputs.json. A file of these names already in dir is replaced only when that list has it
+ * unchanged: otherwise (a file lpo did not write, a symlink, a FIFO) LPO_E_IO naming it, before anything is
+ * written. timing may be NULL. */
 lpo_status lpo_trace_write_reports(lpo_trace *t, const char *dir, const lpo_trace_report_opts *opts,
                                    lpo_trace_timing *timing);
 

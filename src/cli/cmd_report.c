@@ -2,6 +2,8 @@
  * the raw trace files (trace-*.lpot) that `lpo trace` left in DIR: kernels, ranges, steps, trace.json and
  * summary.md are written again (e.g. with another --step-range, or by a newer lpo). */
 #include <cjson/cJSON.h>
+#include <dirent.h>
+#include <fnmatch.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,6 +140,21 @@ static int report_diff(int argc, char **argv) {
     return LPO_EXIT_OK;
 }
 
+/* A directory `lpo trace` made holds raw trace files: without any, it is some other folder (re-rendering
+ * would only write empty reports over whatever it holds). */
+static lpo_status require_raw_traces(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return lpo_errorf(LPO_E_NOT_FOUND, "%s: no such directory", dir);
+    int found = 0;
+    for (struct dirent *e; !found && (e = readdir(d));) found = fnmatch("trace-*.lpot", e->d_name, 0) == 0;
+    closedir(d);
+    return found ? LPO_OK
+                 : lpo_errorf(LPO_E_NOT_FOUND,
+                              "%s holds no raw trace files (trace-*.lpot): not a directory `lpo trace` made; "
+                              "nothing was written",
+                              dir);
+}
+
 int lpo_cmd_report(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[0], "trace") && !strcmp(argv[1], "--diff")) {
         if (argc < 4 || argv[2][0] == '-' || argv[3][0] == '-') {
@@ -169,7 +186,7 @@ int lpo_cmd_report(int argc, char **argv) {
         return lpo_cli_fail("report", lpo_errorf(LPO_E_USAGE, "what to report: lpo report trace DIR"));
     }
     const char *dir = argv[1];
-    lpo_status st = lpo_is_dir(dir) ? LPO_OK : lpo_errorf(LPO_E_NOT_FOUND, "%s: no such directory", dir);
+    lpo_status st = require_raw_traces(dir);
     const char *step = lpo_cli_flag_value(&args, "step-range");
     if (!st)
         st = lpo_trace_cli_summarize(dir, dir, step ? step : "decode_step",

@@ -1,10 +1,13 @@
 /* Writing a trace's reports into a directory (kernels, ranges, steps, trace.json, summary.md), and
  * reading counter samples (the NVML sampler's CSV) for the trace's counter tracks. */
+#include <cjson/cJSON.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "probe/trace_internal.h"
 
@@ -201,6 +204,117 @@ static lpo_status save_kernels_md(const lpo_trace *t, const lpo_table *kt, const
     return st;
 }
 
+/* ---- the manifest: which report files lpo wrote
+ * ------------------------------------------------------------------------------- */
+/* trace_outputs.json lists each report file written into the directory, with its size and a hash of its
+ * bytes. Reports are written again (lpo report trace) only in place of files listed there, unchanged: a
+ * file lpo did not write (a user's notes, torch.profiler's own trace.json, a report edited since) and
+ * anything that is not a regular file (a link planted in a received folder, a FIFO) stop the command
+ * before anything is written. A fresh run directory has none of these names, so `lpo trace` passes. */
+#define MANIFEST "trace_outputs.json"
+static const char *const report_files[] = {
+    "kernels.md",   "kernels.csv",  "ranges.md",     "ranges.csv",   "steps.md",   "steps.csv",
+    "summary.md",   "trace.json",   "timeline.md",   "timeline.csv", "idle.md",    "idle.csv",
+    "gaps.csv",     "launch.md",    "launch.csv",    "memops.md",    "memops.csv", "cuda_api.md",
+    "cuda_api.csv", "operators.md", "operators.csv", "modules.md",   "modules.csv"};
+enum { N_REPORT_FILES = sizeof report_files / sizeof *report_files };
+
+/* FNV-1a (64 bit) of a whole regular file; linear in its size. */
+static lpo_status file_hash(const char *path, uint64_t *size, uint64_t *hash) {
+    lpo_mapped_file f;
+    lpo_status st = lpo_file_map(path, &f);
+    if (st) return st;
+    uint64_t h = 14695981039346656037ull;
+    for (size_t i = 0; i < f.size; i++) h = (h ^ f.data[i]) * 1099511628211ull;
+    *size = f.size;
+    *hash = h;
+    lpo_file_unmap(&f);
+    return LPO_OK;
+}
+
+/* lstat of dir/name: 0 absent, 1 a regular file, else an error naming what it is. */
+static lpo_status output_kind(const char *path, int *exists) {
+    struct stat st;
+    *exists = 0;
+    if (lstat(path, &st) != 0) {
+        if (errno == ENOENT) return LPO_OK;
+        return lpo_errorf(LPO_E_IO, "cannot check '%s': %s", path, strerror(errno));
+    }
+    if (!S_ISREG(st.st_mode))
+        return lpo_errorf(
+            LPO_E_IO,
+            "'%s' is a %s, not a report file lpo wrote: nothing is written through it (remove it "
+            "to write the reports here)",
+            path,
+            S_ISLNK(st.st_mode)    ? "symbolic link"
+            : S_ISDIR(st.st_mode)  ? "directory"
+            : S_ISFIFO(st.st_mode) ? "FIFO"
+                                   : "special file");
+    *exists = 1;
+    return LPO_OK;
+}
+
+/* Every report file present in dir is a regular file listed, unchanged, in dir's manifest. */
+static lpo_status check_outputs(const char *dir) {
+    char path[4096];
+    int exists;
+    snprintf(path, sizeof path, "%s/" MANIFEST, dir);
+    lpo_status st = output_kind(path, &exists);
+    cJSON *files = NULL, *root = NULL;
+    if (!st && exists) {
+        char *text = NULL;
+        st = lpo_read_file(path, &text, NULL);
+        if (!st) {
+            root = cJSON_Parse(text);
+            files = cJSON_GetObjectItem(root, "files");
+            if (!cJSON_IsObject(files))
+                st = lpo_errorf(LPO_E_FORMAT, "%s: not a manifest lpo wrote (no \"files\" object)", path);
+        }
+        free(text);
+    }
+    for (int i = 0; i < N_REPORT_FILES && !st; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, report_files[i]);
+        if ((st = output_kind(path, &exists)) != LPO_OK || !exists) continue;
+        uint64_t size, hash;
+        if ((st = file_hash(path, &size, &hash)) != LPO_OK) break;
+        const cJSON *e = cJSON_GetObjectItem(files, report_files[i]);
+        const cJSON *js = cJSON_GetObjectItem(e, "bytes"), *jh = cJSON_GetObjectItem(e, "fnv1a64");
+        char want[24];
+        snprintf(want, sizeof want, "%016" PRIx64, hash);
+        if (!cJSON_IsNumber(js) || js->valuedouble != (double)size || !cJSON_IsString(jh) ||
+            strcmp(jh->valuestring, want))
+            st = lpo_errorf(LPO_E_IO,
+                            "'%s' was not written by lpo%s: it is left as it is and nothing is written (move "
+                            "it away, or copy the trace-*.lpot files into a folder of their own)",
+                            path, e ? " (it changed since)" : " (not in " MANIFEST ")");
+    }
+    cJSON_Delete(root);
+    return st;
+}
+
+/* Lists the report files now in dir (each checked or written by this run) in dir's manifest. */
+static lpo_status save_manifest(const char *dir) {
+    char path[4096];
+    lpo_strbuf sb = {0};
+    lpo_sb_puts(&sb, "{\n  \"version\": 1,\n  \"files\": {");
+    lpo_status st = LPO_OK;
+    int n = 0;
+    for (int i = 0; i < N_REPORT_FILES && !st; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, report_files[i]);
+        int exists;
+        uint64_t size, hash;
+        if ((st = output_kind(path, &exists)) != LPO_OK || !exists) continue;
+        if ((st = file_hash(path, &size, &hash)) != LPO_OK) break;
+        lpo_sb_printf(&sb, "%s\n    \"%s\": {\"bytes\": %" PRIu64 ", \"fnv1a64\": \"%016" PRIx64 "\"}",
+                      n++ ? "," : "", report_files[i], size, hash);
+    }
+    lpo_sb_puts(&sb, "\n  }\n}\n");
+    snprintf(path, sizeof path, "%s/" MANIFEST, dir);
+    if (!st) st = lpo_write_file(path, sb.buf, sb.len);
+    lpo_sb_free(&sb);
+    return st;
+}
+
 lpo_status lpo_trace_write_reports(lpo_trace *t, const char *dir, const lpo_trace_report_opts *opts,
                                    lpo_trace_timing *timing) {
     lpo_trace_report_opts def = {.json = 1};
@@ -208,7 +322,8 @@ lpo_status lpo_trace_write_reports(lpo_trace *t, const char *dir, const lpo_trac
     lpo_trace_timing tm = {0};
     char path[4096];
     uint64_t t0 = lpo_now_ns();
-    lpo_status st = tr_analyze(t);
+    lpo_status st = check_outputs(dir);
+    if (!st) st = tr_analyze(t);
     uint64_t t1 = lpo_now_ns();
     tm.analyze_ms = (double)(t1 - t0) / 1e6;
     lpo_table *kt = NULL, *rt = NULL, *stt = NULL;
@@ -247,6 +362,7 @@ lpo_status lpo_trace_write_reports(lpo_trace *t, const char *dir, const lpo_trac
         snprintf(path, sizeof path, "%s/trace.json", dir);
         st = lpo_trace_write_chrome(t, opts->counters, path);
     }
+    if (!st) st = save_manifest(dir);
     tm.json_ms = (double)(lpo_now_ns() - t2) / 1e6;
     lpo_table_free(kt);
     lpo_table_free(rt);
