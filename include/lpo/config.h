@@ -52,6 +52,12 @@ lpo_status lpo_cfg_str_or(const lpo_node *root, const char *path, const char *de
 lpo_status lpo_cfg_int_or(const lpo_node *root, const char *path, int64_t def, int64_t *out);
 lpo_status lpo_cfg_double_or(const lpo_node *root, const char *path, double def, double *out);
 lpo_status lpo_cfg_bool_or(const lpo_node *root, const char *path, int def, int *out);
+/* The getter of every integer key: lpo_cfg_int_or, then the value must lie in [lo, hi] (a missing or
+ * null key gives def unchecked), else LPO_E_CONFIG "config key 'kbench.threads' (<origin>) must be an
+ * integer in [0, 1024], got '100000'". Every integer a command reads from its configuration states its
+ * range here, so no value is truncated, wrapped or negated on its way to a size, count or index. */
+lpo_status lpo_cfg_int_range(const lpo_node *root, const char *path, int64_t def, int64_t lo, int64_t hi,
+                             int64_t *out);
 /* Scalar typing rules shared with overrides: null/~ , true/false, ints (decimal, 0x), floats. */
 int lpo_scalar_is_null(const lpo_node *n);
 int lpo_scalar_parse_int(const char *s, int64_t *out);

@@ -5,6 +5,7 @@
  *   lstm:   one layer, unidirectional, h0 = c0 = 0, x (seq, batch, input) -> y (seq, batch, hidden);
  *           gates i, f, g, o = W x + bW + R h + bR; c = f c + i g; h = o tanh(c) (as torch.nn.LSTM) */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +15,26 @@
 static lpo_status pos_key(const char *key, int64_t v) {
     if (v > 0 && v <= 1 << 20) return LPO_OK;
     return lpo_errorf(LPO_E_CONFIG, "kbench.%s must be in 1..2^20 (got %lld)", key, (long long)v);
+}
+
+/* The element count of one tensor, dims[0..n) each in 1..2^20 (pos_key): cuDNN's descriptors take int
+ * dimensions and strides, so a tensor holds at most 2^31 - 1 elements. Checked when the case is planned,
+ * before any allocation, on any machine (the product of four sizes of 2^20 would wrap to 0). */
+#define MAX_TENSOR_ELEMS INT32_MAX
+static lpo_status tensor_elems(const char *kase, const char *name, const char *dims_txt, const int64_t *d,
+                               int n, int64_t *out) {
+    int64_t e = 1;
+    for (int i = 0; i < n; i++) {
+        if (d[i] > MAX_TENSOR_ELEMS / e)
+            return lpo_errorf(LPO_E_CONFIG,
+                              "kbench %s: tensor %s (%s) has more than 2^31 - 1 elements, the most cuDNN takes "
+                              "(%.3g); make the sizes smaller",
+                              kase, name, dims_txt, (double)d[0] * (n > 1 ? (double)d[1] : 1.0) *
+                                                        (n > 2 ? (double)d[2] : 1.0) * (n > 3 ? (double)d[3] : 1.0));
+        e *= d[i];
+    }
+    *out = e;
+    return LPO_OK;
 }
 
 static lpo_status cudnn_dtype(const kb_case *c) {
@@ -35,14 +56,22 @@ static lpo_status conv_plan(kb_case *c) {
         (st = pos_key("c_out", p->c_out)) || (st = pos_key("h", p->h)) || (st = pos_key("w", p->w)) ||
         (st = pos_key("kernel", p->kernel)) || (st = pos_key("stride", p->stride)) || (st = cudnn_dtype(c)))
         return st;
-    if (p->pad < 0 || conv_out(p, p->h) < 1 || conv_out(p, p->w) < 1)
+    if (p->pad < 0 || p->pad > 1 << 20)
+        return lpo_errorf(LPO_E_CONFIG, "kbench.pad must be in 0..2^20 (got %lld)", (long long)p->pad);
+    if (conv_out(p, p->h) < 1 || conv_out(p, p->w) < 1)
         return lpo_errorf(LPO_E_CONFIG,
                           "kbench conv2d: kernel %lld with pad %lld does not fit a %lldx%lld input",
                           (long long)p->kernel, (long long)p->pad, (long long)p->h, (long long)p->w);
-    int64_t P = conv_out(p, p->h), Q = conv_out(p, p->w);
-    kb_add_tensor(c, "x", c->el, p->batch * p->c_in * p->h * p->w, 0, -1, 1);
-    kb_add_tensor(c, "w", c->el, p->c_out * p->c_in * p->kernel * p->kernel, 0, -1, 1);
-    kb_add_tensor(c, "y", c->el, p->batch * p->c_out * P * Q, 1, 0, 0);
+    int64_t P = conv_out(p, p->h), Q = conv_out(p, p->w), nx = 0, nw = 0, ny = 0;
+    const int64_t dx[] = {p->batch, p->c_in, p->h, p->w}, dw[] = {p->c_out, p->c_in, p->kernel, p->kernel},
+                  dy[] = {p->batch, p->c_out, P, Q};
+    if ((st = tensor_elems("conv2d", "x", "N*C*H*W", dx, 4, &nx)) ||
+        (st = tensor_elems("conv2d", "w", "K*C*R*S", dw, 4, &nw)) ||
+        (st = tensor_elems("conv2d", "y", "N*K*P*Q", dy, 4, &ny)))
+        return st;
+    kb_add_tensor(c, "x", c->el, nx, 0, -1, 1);
+    kb_add_tensor(c, "w", c->el, nw, 0, -1, 1);
+    kb_add_tensor(c, "y", c->el, ny, 1, 0, 0);
     double crs = (double)p->c_in * p->kernel * p->kernel;
     c->flops = 2.0 * (double)p->batch * p->c_out * P * Q * crs;
     c->bytes = (double)(c->t[0].n + c->t[1].n + c->t[2].n) * lpo_dtype_info_of(c->el)->bytes;
@@ -93,14 +122,20 @@ static lpo_status lstm_plan(kb_case *c) {
     if ((st = pos_key("seq", p->seq)) || (st = pos_key("batch", p->batch)) ||
         (st = pos_key("input", p->input)) || (st = pos_key("hidden", p->hidden)) || (st = cudnn_dtype(c)))
         return st;
-    int64_t S = p->seq, B = p->batch, I = p->input, Hd = p->hidden;
+    int64_t S = p->seq, B = p->batch, I = p->input, Hd = p->hidden, nx = 0, nW = 0, nR = 0, ny = 0;
+    const int64_t dx[] = {S, B, I}, dW[] = {4, Hd, I}, dR[] = {4, Hd, Hd}, dy[] = {S, B, Hd};
+    if ((st = tensor_elems("lstm", "x", "seq*batch*input", dx, 3, &nx)) ||
+        (st = tensor_elems("lstm", "W", "4*hidden*input", dW, 3, &nW)) ||
+        (st = tensor_elems("lstm", "R", "4*hidden*hidden", dR, 3, &nR)) ||
+        (st = tensor_elems("lstm", "y", "seq*batch*hidden", dy, 3, &ny)))
+        return st;
     float r = (float)(1.0 / sqrt((double)Hd)); /* torch's init range: keeps the gates out of saturation */
-    kb_add_tensor(c, "x", c->el, S * B * I, 0, -1, 1);
-    kb_add_tensor(c, "W", c->el, 4 * Hd * I, 0, -r, r);
-    kb_add_tensor(c, "R", c->el, 4 * Hd * Hd, 0, -r, r);
+    kb_add_tensor(c, "x", c->el, nx, 0, -1, 1);
+    kb_add_tensor(c, "W", c->el, nW, 0, -r, r);
+    kb_add_tensor(c, "R", c->el, nR, 0, -r, r);
     kb_add_tensor(c, "bW", c->el, 4 * Hd, 0, -r, r);
     kb_add_tensor(c, "bR", c->el, 4 * Hd, 0, -r, r);
-    kb_add_tensor(c, "y", c->el, S * B * Hd, 1, 0, 0);
+    kb_add_tensor(c, "y", c->el, ny, 1, 0, 0);
     c->flops = (double)S * B * (8.0 * Hd * (double)(I + Hd) + 10.0 * Hd);
     c->bytes =
         (double)(S * B * I + 4 * Hd * (I + Hd) + 8 * Hd + S * B * Hd) * lpo_dtype_info_of(c->el)->bytes;
@@ -108,8 +143,14 @@ static lpo_status lstm_plan(kb_case *c) {
     snprintf(c->shape, sizeof c->shape, "seq=%lld batch=%lld input=%lld hidden=%lld layers=1", (long long)S,
              (long long)B, (long long)I, (long long)Hd);
     snprintf(c->variant, sizeof c->variant, "%s", c->cuda ? "cuDNN" : "C reference (kbench)");
-    c->scratch = malloc((size_t)(B * Hd * 6) * sizeof(double));
-    return c->scratch ? LPO_OK : lpo_errorf(LPO_E_NOMEM, "out of memory");
+    /* h, c and the gates of the C reference: B * Hd * 6 doubles (B * Hd <= y's 2^31 elements) */
+    const double scratch = (double)B * (double)Hd * 6.0 * sizeof(double);
+    if ((st = lpo_mem_check(scratch, "kbench lstm: the C reference's state (batch*hidden*6 doubles)")) != LPO_OK)
+        return st;
+    c->scratch = malloc((size_t)scratch);
+    return c->scratch ? LPO_OK
+                      : lpo_errorf(LPO_E_NOMEM, "kbench lstm: out of memory allocating %.0f bytes for the C "
+                                                "reference's state", scratch);
 }
 
 static double sigm(double v) {

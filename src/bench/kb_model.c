@@ -705,21 +705,17 @@ static lpo_status read_model_params(model_run *mc, const lpo_node *cfg, int64_t 
     const char *phase;
     int64_t batch, steps, seed;
     lpo_status st;
+    /* context and prompt: any length a model can have (check_lengths compares them with this one's) */
     if ((st = lpo_cfg_str(cfg, "kbench.phase", &phase)) ||
-        (st = lpo_cfg_int_or(cfg, "kbench.batch", 1, &batch)) ||
-        (st = lpo_cfg_int_or(cfg, "kbench.steps", 64, &steps)) ||
-        (st = lpo_cfg_int_or(cfg, "kbench.context", 0, ctx)) ||
-        (st = lpo_cfg_int_or(cfg, "kbench.prompt", 512, prompt)) ||
+        (st = lpo_cfg_int_range(cfg, "kbench.batch", 1, 1, LPO_ENGINE_MAX_SEQS, &batch)) ||
+        (st = lpo_cfg_int_range(cfg, "kbench.steps", 64, 1, 100000, &steps)) ||
+        (st = lpo_cfg_int_range(cfg, "kbench.context", 0, 0, INT32_MAX, ctx)) ||
+        (st = lpo_cfg_int_range(cfg, "kbench.prompt", 512, 1, INT32_MAX, prompt)) ||
         (st = lpo_cfg_int_or(cfg, "kbench.seed", 1234, &seed)))
         return st;
     if (strcmp(phase, "decode") && strcmp(phase, "prefill"))
         return lpo_errorf(LPO_E_CONFIG, "kbench.phase=%s: expected decode or prefill (null: operator cases)",
                           phase);
-    if (batch < 1 || batch > LPO_ENGINE_MAX_SEQS)
-        return lpo_errorf(LPO_E_CONFIG, "kbench.batch=%lld: model mode runs 1 to %d sequences",
-                          (long long)batch, LPO_ENGINE_MAX_SEQS);
-    if (steps < 1 || steps > 100000)
-        return lpo_errorf(LPO_E_CONFIG, "kbench.steps=%lld: expected 1 to 100000", (long long)steps);
     mc->decode = !strcmp(phase, "decode");
     mc->batch = (int)batch;
     mc->steps = steps;

@@ -11,6 +11,7 @@
 
 #include "bench/kbench_internal.h"
 #include "lpo/core.h"
+#include "lpo/engine.h"
 #include "lpo/measure.h"
 #include "lpo/model.h"
 #include "lpo/nvml_sampler.h"
@@ -637,8 +638,8 @@ lpo_status lpo__kb_run_opts(const lpo_node *cfg, run_opts *ro) {
     const char *backend;
     int64_t dev, threads;
     if ((st = lpo_cfg_str_or(cfg, "backend", "cpu", &backend)) ||
-        (st = lpo_cfg_int_or(cfg, "hardware.device", 0, &dev)) ||
-        (st = lpo_cfg_int_or(cfg, "kbench.threads", 0, &threads)) ||
+        (st = lpo_cfg_int_range(cfg, "hardware.device", 0, 0, INT16_MAX, &dev)) ||
+        (st = lpo_cfg_int_range(cfg, "kbench.threads", 0, 0, LPO_ENGINE_MAX_THREADS, &threads)) ||
         (st = lpo_cfg_bool_or(cfg, "kbench.graph", 0, &ro->graph)))
         return st;
     ro->device = (int)dev;

@@ -212,6 +212,22 @@ lpo_status lpo_cfg_str_or(const lpo_node *root, const char *path, const char *de
 lpo_status lpo_cfg_int_or(const lpo_node *root, const char *path, int64_t def, int64_t *out) {
     return get_int(root, path, 1, def, out);
 }
+lpo_status lpo_cfg_int_range(const lpo_node *root, const char *path, int64_t def, int64_t lo, int64_t hi,
+                             int64_t *out) {
+    const lpo_node *n;
+    lpo_status st = lookup(root, path, 1, &n);
+    if (st) return st;
+    int64_t v = def;
+    if (n && (n->kind != LPO_NODE_SCALAR || n->quoted || !lpo_scalar_parse_int(n->value, &v)))
+        return wrong_type(n, path, "an integer");
+    if (n && (v < lo || v > hi)) {
+        char want[96];
+        snprintf(want, sizeof want, "an integer in [%lld, %lld]", (long long)lo, (long long)hi);
+        return wrong_type(n, path, want);
+    }
+    *out = v;
+    return LPO_OK;
+}
 lpo_status lpo_cfg_double_or(const lpo_node *root, const char *path, double def, double *out) {
     return get_double(root, path, 1, def, out);
 }

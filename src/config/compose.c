@@ -291,9 +291,16 @@ static size_t bad_dotted_char(const char *p, size_t n) {
     return n;
 }
 
+/* Components of a dotted path (p, n bytes): its dots + 1. */
+static size_t dotted_depth(const char *p, size_t n) {
+    size_t d = 1;
+    for (size_t i = 0; i < n; i++) d += p[i] == '.';
+    return d;
+}
+
 static int valid_package(const char *p) {
     size_t n = strlen(p);
-    return n && bad_dotted_char(p, n) == n;
+    return n && bad_dotted_char(p, n) == n && dotted_depth(p, n) <= LPO_CFG_MAX_DEPTH;
 }
 
 /* Wraps content under a dotted package path ("a.b" -> {a: {b: content}}). */
@@ -369,8 +376,8 @@ static lpo_status load_option(const search_path *sp, const char *group, const ch
     if (pkg && !valid_package(pkg)) { /* "../../etc" made keys with empty names */
         st = lpo_errorf(LPO_E_CONFIG,
                         "%s: '# @package %s' is not a package: give _global_, _group_ or dot-separated names "
-                        "of letters, digits, '_' and '-' (e.g. model.extra)",
-                        path, pkg);
+                        "of letters, digits, '_' and '-' (e.g. model.extra), at most %d of them",
+                        path, pkg, LPO_CFG_MAX_DEPTH);
         free(pkg);
         lpo_node_free(cfg);
         return st;
@@ -442,9 +449,14 @@ static lpo_status parse_override(const char *text, override *o) {
                           text);
     if (kl == 0) return lpo_errorf(LPO_E_USAGE, "override '%s' has an empty key", text);
     size_t bad = bad_dotted_char(p, kl); /* letters, digits, '_', '-', '.', with no empty component */
-    if (bad < kl)
-        return lpo_errorf(LPO_E_USAGE, "override '%s': bad character '%c' in key '%.*s'", text, p[bad],
-                          (int)kl, p);
+    if (bad < kl) { /* the whole character, however many bytes (the text is valid UTF-8) */
+        size_t cl = lpo_utf8_decode(p + bad, kl - bad, NULL);
+        return lpo_errorf(LPO_E_USAGE, "override '%s': bad character '%.*s' in key '%.*s'", text,
+                          (int)(cl ? cl : 1), p + bad, (int)kl, p);
+    }
+    if (dotted_depth(p, kl) > LPO_CFG_MAX_DEPTH) /* the tree's walks recurse once per level */
+        return lpo_errorf(LPO_E_USAGE, "override '%.60s...': its key has %zu levels, more than the %d a "
+                          "configuration may nest", text, dotted_depth(p, kl), LPO_CFG_MAX_DEPTH);
     if (eq && !strncmp(eq + 1, "sweep(", 6) && eq[strlen(eq) - 1] != ')') /* not silently a string */
         return lpo_errorf(LPO_E_USAGE, "override '%s': unterminated sweep(...): write sweep(a,b,c)", text);
     o->key = lpo_strndup(p, kl);

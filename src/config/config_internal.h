@@ -2,6 +2,10 @@
 #pragma once
 #include "lpo/config.h"
 
+/* The deepest a configuration nests: YAML files (nesting levels), override keys and package paths (dotted
+ * components). Every recursive walk of a tree (merge, resolve, dump, free) stays this deep. */
+#define LPO_CFG_MAX_DEPTH 128
+
 void lpo__node_set_origin(lpo_node *n, const char *origin);
 void lpo__node_set_value(lpo_node *n, const char *value);
 void lpo__node_set_key(lpo_node *n, const char *key);

@@ -148,7 +148,7 @@ static int is_plain_null(const char *s, size_t len) {
 }
 
 typedef struct {
-    lpo_node *stack[128];
+    lpo_node *stack[LPO_CFG_MAX_DEPTH];
     int depth;
     const char *origin;
     lpo_node *root;

@@ -62,6 +62,17 @@ static char *slurp(const char *dir, const char *name) {
     return s;
 }
 
+/* MemAvailable of this machine in GiB (a large number when unknown). */
+static double mem_available_gib(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    double kib = 1e18;
+    char line[256];
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lf kB", &kib) == 1) break;
+    if (f) fclose(f);
+    return kib / (1024.0 * 1024.0);
+}
+
 static void remove_tree(char *dir) {
     char rm[4400];
     snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
@@ -133,10 +144,94 @@ static void test_report_planted_link(void **state) {
     remove_tree(dir);
 }
 
+/* Finding 3: conv2d sizes whose element counts wrap (to 0: the memory check passed, the kernel wrote out of
+ * bounds) and a pad with no upper bound; the same class in the LSTM. Refused before any allocation. */
+static void test_kbench_conv_lstm_sizes(void **state) {
+    (void)state;
+    const char *conv = "\"$LPO\" kbench backend=cpu kbench.threads=1 kbench.case=conv2d kbench.dtype=f32 ";
+    const char *lstm = "\"$LPO\" kbench backend=cpu kbench.threads=1 kbench.case=lstm kbench.dtype=f32 ";
+    const struct {
+        const char *pre, *args, *err;
+    } bad[] = {
+        {conv,
+         "kbench.batch=1048576 kbench.c_in=16 kbench.c_out=16 kbench.h=1048576 kbench.w=1048576 "
+         "kbench.kernel=1 kbench.pad=0",
+         "kbench conv2d: tensor x (N*C*H*W) has more than 2^31 - 1 elements"},
+        {conv, "kbench.batch=1 kbench.c_in=1 kbench.c_out=1 kbench.h=4 kbench.w=4 kbench.kernel=1 "
+               "kbench.pad=4611686018427387904",
+         "kbench.pad must be in 0..2^20 (got 4611686018427387904)"},
+        {conv, "kbench.batch=1 kbench.c_in=1 kbench.c_out=65536 kbench.h=4 kbench.w=4 kbench.kernel=256 "
+               "kbench.pad=200",
+         "tensor w (K*C*R*S) has more than 2^31 - 1"},
+        {lstm, "kbench.seq=1048576 kbench.batch=1048576 kbench.input=4 kbench.hidden=4",
+         "kbench lstm: tensor x (seq*batch*input) has more than 2^31 - 1 elements"},
+        {lstm, "kbench.seq=1 kbench.batch=1 kbench.input=4 kbench.hidden=65536",
+         "tensor R (4*hidden*hidden) has more than"},
+    };
+    char script[1024];
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(script, sizeof script, "%s%s", bad[i].pre, bad[i].args);
+        expect(script, 2, bad[i].err);
+    }
+    /* finding 18: a huge LSTM within cuDNN's limits says what it needs (it aborted under ASan; "out of
+     * memory" with no size in Release): its C reference's state is 103 GB */
+    if (mem_available_gib() < 100)
+        expect("\"$LPO\" kbench backend=cpu kbench.threads=1 kbench.case=lstm kbench.dtype=f32 kbench.seq=1 "
+               "kbench.batch=1048576 kbench.input=1 kbench.hidden=2047",
+               1, "kbench lstm: the C reference's state (batch*hidden*6 doubles): needs 95.95 GiB");
+}
+
+/* Findings 4 and 15, and the class: integer keys without a range (threads=100000 overflowed libgomp's
+ * stack, -3 was accepted, 4294967297 became 1; a context of 2^63 - 1 overflowed context + steps). */
+static void test_ranged_integer_keys(void **state) {
+    (void)state;
+    const struct {
+        const char *args, *err;
+    } bad[] = {
+        {"kbench backend=cpu kbench.case=rmsnorm kbench.dtype=f32 kbench.m=4 kbench.n=8 kbench.threads=100000",
+         "config key 'kbench.threads' (override 'kbench.threads=100000') must be an integer in [0, 1024], got '100000'"},
+        {"kbench backend=cpu kbench.case=rmsnorm kbench.dtype=f32 kbench.m=4 kbench.n=8 kbench.threads=-3",
+         "must be an integer in [0, 1024], got '-3'"},
+        {"kbench backend=cpu kbench.case=rmsnorm kbench.dtype=f32 kbench.m=4 kbench.n=8 "
+         "kbench.threads=4294967297",
+         "got '4294967297'"},
+        {"kbench model=tiny backend=cpu kbench.phase=decode kbench.threads=1 kbench.context=9223372036854775807",
+         "config key 'kbench.context' (override 'kbench.context=9223372036854775807') must be an integer in [0, 2147483647]"},
+        {"kbench model=tiny backend=cpu kbench.phase=decode kbench.threads=1 kbench.steps=0",
+         "'kbench.steps' (override 'kbench.steps=0') must be an integer in [1, 100000], got '0'"},
+    };
+    char script[1024];
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(script, sizeof script, "\"$LPO\" %s", bad[i].args);
+        expect(script, 2, bad[i].err);
+    }
+}
+
+/* Finding 5: an override key 60000 levels deep overflowed the stack in the resolver (YAML files stop at
+ * 128 levels, override keys did not); finding 18: a non-ASCII key's error printed half a character. */
+static void test_override_key_depth(void **state) {
+    (void)state;
+    lpo_strbuf k = {0};
+    lpo_sb_puts(&k, "\"$LPO\" config show +k");
+    for (int i = 0; i < 60000; i++) lpo_sb_puts(&k, ".k");
+    lpo_sb_puts(&k, "=1");
+    expect(k.buf, 2, "its key has 60001 levels, more than the 128 a configuration may nest");
+    lpo_sb_free(&k);
+    lpo_sb_puts(&k, "\"$LPO\" config show +k");
+    for (int i = 1; i < 128; i++) lpo_sb_puts(&k, ".k");
+    lpo_sb_puts(&k, "=1");
+    expect(k.buf, 0, NULL);
+    lpo_sb_free(&k);
+    expect("\"$LPO\" config show +caf\303\251=1", 2, "bad character '\303\251' in key 'caf\303\251'");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_report_foreign_folder),
         cmocka_unit_test(test_report_planted_link),
+        cmocka_unit_test(test_kbench_conv_lstm_sizes),
+        cmocka_unit_test(test_ranged_integer_keys),
+        cmocka_unit_test(test_override_key_depth),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
