@@ -302,6 +302,49 @@ static lpo_status load_records(lpo_trace *t, file_ctx *c, uint32_t proc, const u
     return LPO_OK;
 }
 
+/* ---- the capture gate's instances as a sorted union of intervals
+ * ---------------------------------------------------------------------------- */
+/* The gate's instances [start, end] (closed), sorted by start and merged where they overlap: disjoint and
+ * increasing. Built in O(G log G); each query is a binary search, O(log G), so the filter over R ranges,
+ * A API calls and M memory operations is O((G + R + A + M) log G) (it was O(G * (R + A + M))). */
+typedef struct {
+    uint64_t s, e;
+} gate_iv;
+
+static int cmp_gate(const void *a, const void *b) {
+    const gate_iv *x = a, *y = b;
+    return x->s < y->s ? -1 : x->s > y->s;
+}
+
+/* Sorts iv[0..n) and merges overlapping intervals in place; returns the count left. */
+static size_t gate_union(gate_iv *iv, size_t n) {
+    if (!n) return 0;
+    qsort(iv, n, sizeof *iv, cmp_gate);
+    size_t k = 0;
+    for (size_t i = 1; i < n; i++) { /* extend the last kept interval, or start a new one */
+        if (iv[i].s <= iv[k].e) {
+            if (iv[i].e > iv[k].e) iv[k].e = iv[i].e;
+        } else {
+            iv[++k] = iv[i];
+        }
+    }
+    return k + 1;
+}
+
+/* 1 when [s, e] meets an interval of the union: the last interval starting at or before e is the only
+ * candidate (every earlier one ends before it starts). */
+static int gate_hit(const gate_iv *iv, size_t n, uint64_t s, uint64_t e) {
+    size_t lo = 0, hi = n; /* first interval with start > e */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (iv[mid].s <= e)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo > 0 && iv[lo - 1].e >= s;
+}
+
 /* Pairs ranges, applies the gate and the window, attributes the file's operations. */
 static lpo_status finish_file(lpo_trace *t, file_ctx *c, uint32_t proc, size_t r0, size_t o0, size_t a0) {
     tr_proc *pr = &t->procs.v[proc];
@@ -328,22 +371,20 @@ static lpo_status finish_file(lpo_trace *t, file_ctx *c, uint32_t proc, size_t r
     size_t gate_r1 = t->ranges.n;
     size_t keep = r0;
     if (pr->gated || wb || we != UINT64_MAX) {
-        tr_range *gates = NULL; /* the gate instances survive compaction: copy them first */
+        gate_iv *gates = NULL; /* the gate instances survive compaction: copy them first */
         size_t n_gates = 0;
         if (pr->gated) {
             gates = malloc((t->ranges.n - r0 + 1) * sizeof *gates);
             if (!gates) return NOMEM();
             for (size_t i = r0; i < gate_r1; i++)
-                if (t->ranges.v[i].name == pr->gate_name) gates[n_gates++] = t->ranges.v[i];
+                if (t->ranges.v[i].name == pr->gate_name)
+                    gates[n_gates++] = (gate_iv){t->ranges.v[i].start, t->ranges.v[i].end};
+            n_gates = gate_union(gates, n_gates);
         }
         for (size_t i = r0; i < t->ranges.n; i++) { /* each range of the file */
             const tr_range *r = &t->ranges.v[i];
             int ok = r->end >= wb && r->start < we;
-            if (ok && pr->gated) {
-                ok = 0;
-                for (size_t g = 0; g < n_gates && !ok; g++)
-                    ok = r->start <= gates[g].end && r->end >= gates[g].start;
-            }
+            if (ok && pr->gated) ok = gate_hit(gates, n_gates, r->start, r->end);
             if (ok) {
                 t->ranges.v[keep] = *r;
                 c->parent_id[keep - r0] = c->parent_id[i - r0];
@@ -356,11 +397,7 @@ static lpo_status finish_file(lpo_trace *t, file_ctx *c, uint32_t proc, size_t r
         for (size_t i = a0; i < t->apis.n; i++) {
             const tr_api *a = &t->apis.v[i];
             int ok = a->start >= wb && a->start < we;
-            if (ok && pr->gated) {
-                ok = 0;
-                for (size_t g = 0; g < n_gates && !ok; g++)
-                    ok = a->start <= gates[g].end && a->end >= gates[g].start;
-            }
+            if (ok && pr->gated) ok = gate_hit(gates, n_gates, a->start, a->end);
             if (ok) t->apis.v[ka++] = *a;
         }
         t->apis.n = ka;
@@ -373,9 +410,7 @@ static lpo_status finish_file(lpo_trace *t, file_ctx *c, uint32_t proc, size_t r
                     uint64_t l;
                     ok = tr_idx_get(&c->launch, o->corr, &l) && (l >> 63);
                 } else {
-                    ok = 0;
-                    for (size_t g = 0; g < n_gates && !ok; g++)
-                        ok = o->start <= gates[g].end && o->end >= gates[g].start;
+                    ok = gate_hit(gates, n_gates, o->start, o->end);
                 }
             }
             if (ok)

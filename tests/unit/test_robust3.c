@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include "lpo/core.h"
+#include "lpo/trace.h"
+#include "probe/trace_format.h"
 #include "test_support.h"
 
 /* Runs `sh -c script` in a fresh directory (LPO is the binary's path, HOME and XDG_CACHE_HOME point
@@ -225,6 +227,67 @@ static void test_override_key_depth(void **state) {
     expect("\"$LPO\" config show +caf\303\251=1", 2, "bad character '\303\251' in key 'caf\303\251'");
 }
 
+/* ---- complexity bounds ------------------------------------------------------------------------------------ */
+/* fn(n, ud) builds an input of size n and returns the seconds its code under test took. A loop stated
+ * O(n) or O(n log n) takes about 4x (4.7x) as long on an input 4x larger, a quadratic one 16x: the best of 3
+ * runs at 4n must stay under 8x the best at n (+ 0.25 s of slack for a loaded machine). */
+static void expect_subquadratic(const char *what, double (*fn)(size_t n, void *ud), size_t n, void *ud) {
+    double t1 = 1e30, t4 = 1e30;
+    for (int rep = 0; rep < 3; rep++) {
+        double a = fn(n, ud), b = fn(4 * n, ud);
+        if (a < t1) t1 = a;
+        if (b < t4) t4 = b;
+    }
+    printf("%s: n=%zu %.4f s, 4n=%zu %.4f s (x%.1f)\n", what, n, t1, 4 * n, t4, t4 / (t1 > 0 ? t1 : 1e-9));
+    if (t4 > 8 * t1 + 0.25) fail_msg("%s: %.3f s at n=%zu, %.3f s at 4n: worse than n log n", what, t1, n, t4);
+}
+
+static double secs_since(uint64_t t0) {
+    return (double)(lpo_now_ns() - t0) / 1e9;
+}
+
+/* A raw trace of n capture-gate instances and n memcpys between them (each outside every gate). */
+static double load_gated(size_t n, void *ud) {
+    const char *dir = ud;
+    char p[4300];
+    snprintf(p, sizeof p, "%s/trace-9.lpot", dir);
+    lpo_raw_header h;
+    lpo_raw_header_init(&h, 9);
+    h.flags = LPO_TRACE_F_GATED;
+    lpo_raw_writer w;
+    assert_int_equal(lpo_raw_open(&w, p, &h, 1 << 20), 0);
+    lpo_raw_put(&w, LPO_REC_STRING, 1, "capture", 8);
+    lpo_raw_put(&w, LPO_REC_GATE, 1, NULL, 0);
+    for (size_t i = 0; i < n; i++) { /* gate i spans [100 i, 100 i + 40]; memcpy i [100 i + 50, + 60] */
+        lpo_raw_range_begin b = {100 * i + 10, i + 1, 0, 5, 1, 0, 0};
+        lpo_raw_range_end e = {100 * i + 50, i + 1, 5, 0};
+        lpo_raw_memcpy m = {.start = 100 * i + 60, .end = 100 * i + 70, .bytes = 8, .corr = (uint32_t)i + 1};
+        lpo_raw_put(&w, LPO_REC_RANGE_BEGIN, 0, &b, sizeof b);
+        lpo_raw_put(&w, LPO_REC_RANGE_END, 0, &e, sizeof e);
+        lpo_raw_put(&w, LPO_REC_MEMCPY, 0, &m, sizeof m);
+    }
+    assert_int_equal(lpo_raw_close(&w), 0);
+    lpo_trace *t = NULL;
+    const uint64_t t0 = lpo_now_ns();
+    assert_int_equal(lpo_trace_load_dir(dir, &t), LPO_OK);
+    const double sec = secs_since(t0);
+    lpo_trace_stats s;
+    lpo_trace_get_stats(t, &s);
+    assert_int_equal(s.ranges, n);
+    assert_int_equal(s.memcpys, 0);
+    lpo_trace_free(t);
+    unlink(p);
+    return sec;
+}
+
+/* Finding 6: the capture-gate filter compared every operation with every gate instance (160k gates: 29 s). */
+static void test_trace_gate_filter(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir();
+    expect_subquadratic("capture gate filter", load_gated, 20000, dir);
+    remove_tree(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_report_foreign_folder),
@@ -232,6 +295,7 @@ int main(void) {
         cmocka_unit_test(test_kbench_conv_lstm_sizes),
         cmocka_unit_test(test_ranged_integer_keys),
         cmocka_unit_test(test_override_key_depth),
+        cmocka_unit_test(test_trace_gate_filter),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
