@@ -11,6 +11,7 @@
  * Everything here runs without a GPU (the command drives ncu; tests import recorded exports). */
 #pragma once
 #include <stddef.h>
+#include <stdint.h>
 
 #include "lpo/ceilings.h"
 #include "lpo/config.h"
@@ -36,7 +37,11 @@ typedef struct {
     int set;          /* the kernel set (ncu run) it came from; -1 unknown */
     char block[48];   /* "Block Size" as printed: "(256, 1, 1)" */
     char grid[48];    /* "Grid Size" */
-    double *v;        /* [n_metrics] in base units; NaN when n/a or not in this row's table */
+    /* the row's metric cells, sparse: its table's metrics only (a file with many tables of different
+     * metrics holds as many values as cells, never results x metrics); read them with lpo_ncu_value */
+    size_t n_v;
+    const uint32_t *col; /* [n_v] indices into lpo_ncu_results.metric, increasing (shared by the table) */
+    double *v;           /* [n_v] in base units; NaN when n/a */
 } lpo_ncu_result;
 
 typedef struct {
@@ -48,20 +53,29 @@ typedef struct {
     size_t n_na;   /* metric cells that were n/a or empty */
     size_t n_text; /* metric cells holding text (attributes like "PolicySpread"): NaN */
     size_t cap_r, cap_m;
+    struct deep_names *index; /* metric name -> index (internal) */
+    uint32_t **tables;        /* each table's metric indices (internal) */
+    size_t n_tables, cap_tables;
 } lpo_ncu_results;
 
 /* Appends the results of one CSV text (origin names it in messages) to res (zeroed before the first
  * call); set is stored in each result. A unit lpo does not know is kept as printed, its values unscaled.
  * A metric cell holding text is NaN (counted in n_text). LPO_E_FORMAT: a header row ("ID" first) without
- * "Kernel Name", a row with another number of cells than its header, no header at all. */
+ * "Kernel Name", a row with another number of cells than its header, no header at all, a number that is
+ * not finite once scaled ("1e400") or longer than 127 characters, an ID that is not an integer >= 0.
+ * Time and memory are linear in the text's size (metric names are looked up in a hash map). */
 lpo_status lpo_ncu_parse_csv(lpo_ncu_results *res, const char *text, size_t len, const char *origin, int set);
 lpo_status lpo_ncu_load_csv(lpo_ncu_results *res, const char *path, int set);
 void lpo_ncu_results_free(lpo_ncu_results *res);
-/* Column of a metric, or -1. */
+/* Column of a metric, or -1 (O(1): a hash map). */
 long lpo_ncu_metric_index(const lpo_ncu_results *res, const char *metric);
+/* Value of metric column m (lpo_ncu_metric_index) for result i, base units; NaN when absent (m < 0, not in
+ * the row's table, n/a). O(log of the row's metrics). */
+double lpo_ncu_value(const lpo_ncu_results *res, size_t i, long m);
 /* Value of a metric for result i (base units), NaN when absent. */
 double lpo_ncu_get(const lpo_ncu_results *res, size_t i, const char *metric);
-/* A number as ncu prints it: "1,234,567.5", "12.5", "-3", "1e+06"; 0 when it is not one ("n/a", ""). */
+/* A number as ncu prints it: "1,234,567.5", "12.5", "-3", "1e+06"; 0 when it is not one ("n/a", ""),
+ * is not finite ("1e400") or has more than 127 characters. */
 int lpo_ncu_number(const char *s, double *out);
 /* Scale of a unit to its base unit ("Mbyte" -> 1e6, "usecond" -> 1e-6, "cycle/nsecond" -> 1e9, "%" -> 1)
  * and the base unit's name into base (size n); 0 when the unit is not understood. */
@@ -89,7 +103,7 @@ typedef struct {
     long instances;
     char *range;   /* innermost NVTX range / graph node label that carries it (ranges.csv), "" when none */
     char **labels; /* every range label whose top kernels include it (ranges.csv), n_labels of them */
-    size_t n_labels;
+    size_t n_labels, cap_labels;
     int set; /* index of its kernel set */
 } lpo_deep_top;
 
@@ -227,11 +241,17 @@ typedef struct {
     lpo_deep_xcheck *x;      /* the GEMM FLOP cross-check, n_x rows (kernel order) */
     size_t n_x;
     size_t unmatched_results; /* ncu results of kernels outside the plan */
+    double ncu_dram_peak, ncu_l2_peak; /* ncu's own peaks (B/s): median of rate / % of peak, 0 unknown */
+    long *owner;              /* [n_owner = the results' count] the kernel row of each result, -1 none */
+    size_t n_owner;
 } lpo_deep_analysis;
 
 /* Groups res by kernel name (plan order first; kernels not in the plan follow), computes every figure
  * above against peaks (ceilings missing from peaks are taken from ncu's own peaks: rate / % of peak) and
- * classifies. ops (may be NULL) holds the op lists of lpo's engine for the GEMM FLOP cross-check. */
+ * classifies. ops (may be NULL) holds the op lists of lpo's engine for the GEMM FLOP cross-check.
+ * Time O(R log R + P + the names' lengths) for R results and P plan kernels (names are matched through
+ * hash maps), plus, for the cross-check, O(L x the op list) per GEMM row with L trace labels and
+ * O(log L) per instance. */
 lpo_status lpo_deep_analyze(const lpo_deep_plan *plan, const lpo_ncu_results *res, const lpo_peaks *peaks,
                             const lpo_deep_rules *rules, const lpo_deep_ops *ops, lpo_deep_analysis *out);
 void lpo_deep_analysis_free(lpo_deep_analysis *a);

@@ -133,8 +133,11 @@ lpo_status lpo_cli_parse(const lpo_cli_spec *spec, int argc, char **argv, lpo_cl
             } else if (!strcmp(name, "config-dir")) {
                 out->config_dirs = grow(out->config_dirs, out->n_config_dirs, sizeof *out->config_dirs);
                 out->config_dirs[out->n_config_dirs++] = val;
+            } else if (f->takes_value == 2 && !*val) { /* --import= would import nothing, silently */
+                lpo_cli_args_free(out);
+                return lpo_errorf(LPO_E_USAGE, "flag '--%s' needs a value (an empty one names nothing)", name);
             } else {
-                const char *prev = f->takes_value ? lpo_cli_flag_value(out, f->name) : NULL;
+                const char *prev = f->takes_value == 1 ? lpo_cli_flag_value(out, f->name) : NULL;
                 if (prev) { /* --out=a --out=b: which one was meant? */
                     lpo_status st =
                         lpo_errorf(LPO_E_USAGE, "flag '--%s' is given twice ('%s' and '%s'): give it once",

@@ -4,7 +4,7 @@
  * instances of each kernel, never the whole run; the tracer off, since a program using CUPTI cannot run
  * under ncu); (3) each export is imported as CSV; (4) the analysis and report go into the run directory.
  * The workload is `-- <command>` or, without one, lpo's own engine (`lpo generate` with the same overrides).
- * --import=CSV[,CSV] skips the runs and reports on existing ncu CSV exports. */
+ * --import=CSV (repeated for more) skips the runs and reports on existing ncu CSV exports. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -26,7 +26,7 @@
 #include "lpo/session.h"
 
 static const lpo_cli_flag flags[] = {
-    {"import", 1, "report on existing ncu raw-page CSV exports (comma-separated) instead of running ncu"},
+    {"import", 2, "report on an existing ncu raw-page CSV export instead of running ncu (repeat for more)"},
 };
 static const lpo_cli_param params[] = {
     {"prompt", "lpo's engine: the prompt of the generate workload"},
@@ -455,21 +455,23 @@ static lpo_status profile_sets(deep_run *r, const char *metrics) {
     return LPO_OK;
 }
 
-static lpo_status import_files(deep_run *r, const char *list) {
-    char *copy = lpo_strdup(list), *save = NULL;
+/* Each --import=FILE in turn, one file each (a name may hold a comma). */
+static lpo_status import_files(deep_run *r) {
     lpo_status st = LPO_OK;
     int set = 0;
-    for (char *p = strtok_r(copy, ",", &save); p && !st;
-         p = strtok_r(NULL, ",", &save)) { /* each file, kept */
+    for (size_t i = 0; i < r->args.n_flags && !st; i++) { /* each file, kept */
+        if (strcmp(r->args.flags[i].name, "import")) continue;
+        const char *p = r->args.flags[i].value;
         char *data = NULL, dst[PATH_MAX + 64];
         size_t len = 0;
         snprintf(dst, sizeof dst, "%s/ncu/imported%d.csv", r->dir, set);
         st = lpo_read_file(p, &data, &len);
+        if (st && strchr(p, ',') && !lpo_path_exists(p))
+            st = lpo_error_context(st, "--import takes one file (give --import once per file)");
         if (!st) st = lpo_write_file(dst, data, len);
         free(data);
         if (!st) st = lpo_ncu_load_csv(&r->res, p, set++);
     }
-    free(copy);
     lpo_sb_printf(&r->notes, "- imported %d ncu CSV export%s (--import): no ncu run.\n", set,
                   set == 1 ? "" : "s");
     return st;
@@ -500,7 +502,7 @@ static lpo_status run_deep(deep_run *r) {
     if (st) return st;
     /* (2, 3) ncu */
     if (import) {
-        st = import_files(r, import);
+        st = import_files(r);
     } else {
         lpo_strbuf metrics = {0};
         st = metric_list(&r->args, &r->d, r->ncu, p, &metrics, &r->notes, r->gpu, sizeof r->gpu);
@@ -541,9 +543,11 @@ static lpo_status run_deep(deep_run *r) {
     if (r->args.n_passthrough)
         for (int i = 0; i < r->args.n_passthrough; i++)
             lpo_sb_printf(&title, "%s%s", i ? " " : "", r->args.passthrough[i]);
-    else if (import)
-        lpo_sb_printf(&title, "%s", import);
-    else {
+    else if (import) {
+        for (size_t i = 0, n = 0; i < r->args.n_flags; i++) /* every imported file */
+            if (!strcmp(r->args.flags[i].name, "import"))
+                lpo_sb_printf(&title, "%s%s", n++ ? ", " : "", r->args.flags[i].value);
+    } else {
         const char *mn = NULL;
         lpo_cfg_str_or(r->cfg, "model.name", "?", &mn);
         lpo_sb_printf(&title, "lpo's engine, model %s", mn);

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "deep/deep_internal.h"
+#include "lpo/core.h"
 #include "lpo/deep.h"
 
 const char *lpo_deep_prec_name(lpo_deep_prec p) {
@@ -243,27 +245,103 @@ static void diff_reason(char *out, size_t n, const lpo_deep_kernel *k, const lpo
     }
 }
 
+/* A trace label of a kernel as a cross-check candidate in one phase's op list: its matmul work e (> 0). */
+typedef struct {
+    double e;
+    const lpo_op *one;
+    size_t c; /* the label's place among the kernel's labels (ties go to the first) */
+    const char *label;
+} xcand;
+
+static int cmp_xcand(const void *a, const void *b) {
+    const xcand *x = a, *y = b;
+    if (x->e != y->e) return x->e < y->e ? -1 : 1;
+    return (x->c > y->c) - (x->c < y->c);
+}
+
+/* The candidates of list (sorted by e, then label order) among labels[0..n); *nc their count. */
+static xcand *label_cands(const lpo_oplist *list, char *const *labels, size_t n, size_t *nc) {
+    xcand *v = lpo_xcalloc(n + 1, sizeof *v, "deep cross-check");
+    *nc = 0;
+    for (size_t c = 0; list && c < n; c++) { /* each label: its ops' matmul work in this list */
+        const lpo_op *one = NULL;
+        const double e = label_mac(list, labels[c], &one);
+        if (e > 0) v[(*nc)++] = (xcand){e, one, c, labels[c]};
+    }
+    qsort(v, *nc, sizeof *v, cmp_xcand);
+    return v;
+}
+
+/* The candidate nearest mac in relative terms, |mac - e| / e: it falls as e rises to mac and rises after,
+ * so it is one of the two neighbours of mac in e order (binary search: O(log n)). NULL when none. */
+static const xcand *nearest_cand(const xcand *v, size_t n, double mac, double *rel) {
+    size_t lo = 0, hi = n; /* first candidate with e > mac */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (v[mid].e <= mac)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    const xcand *best = NULL;
+    if (lo > 0) { /* the largest e <= mac: the first (in label order) of those equal to it */
+        size_t a = 0, b = lo - 1;
+        while (a < b) {
+            size_t mid = a + (b - a) / 2;
+            if (v[mid].e < v[lo - 1].e)
+                a = mid + 1;
+            else
+                b = mid;
+        }
+        best = &v[a];
+        *rel = fabs(mac - best->e) / best->e;
+    }
+    if (lo < n) {
+        const double r = fabs(mac - v[lo].e) / v[lo].e;
+        if (!best || r < *rel || (r == *rel && v[lo].c < best->c)) {
+            best = &v[lo];
+            *rel = r;
+        }
+    }
+    return best;
+}
+
 /* Cross-checks kernel k (index ki)'s results (idx, n) against the op lists: per result, the phase its
  * outermost NVTX range names, the candidate labels (its innermost NVTX range, else the trace's labels of
- * the kernel), the nearest candidate's matmul work; one row per (phase, op) into a->x. */
+ * the kernel), the nearest candidate's matmul work; one row per (phase, op) into a->x. The trace's labels
+ * are matched with the op lists once per kernel; each instance then costs O(ops + log labels). */
 static void cross_check(lpo_deep_analysis *a, size_t ki, const lpo_ncu_results *res, const size_t *idx,
                         size_t n) {
     lpo_deep_kernel *k = &a->k[ki];
     k->flop_diff_pct = NAN;
     if (!a->ops || !k->gemm) return;
+    const size_t x0 = a->n_x; /* this kernel's rows start here */
+    const size_t n_lab = k->top ? k->top->n_labels : 0;
+    size_t n_cd = 0, n_cp = 0;
+    xcand *cd = label_cands(a->ops->decode, n_lab ? k->top->labels : NULL, n_lab, &n_cd),
+          *cp = label_cands(a->ops->prefill, n_lab ? k->top->labels : NULL, n_lab, &n_cp);
     double worst = -1, expect_sum = 0;
     size_t checked = 0, no_prefill = 0;
+    deep_names rows = {0}; /* "phase/op" -> row of a->x */
+    char **keys = NULL;
+    size_t n_keys = 0, cap_keys = 0;
     for (size_t j = 0; j < n; j++) { /* each profiled instance */
         const size_t i = idx[j];
         const char *outer = res->r[i].nvtx_outer, *inner = res->r[i].nvtx;
         const lpo_oplist *lists[2] = {a->ops->decode, a->ops->prefill};
+        const xcand *cands[2] = {cd, cp};
+        size_t n_cands[2] = {n_cd, n_cp};
         const char *phase = "";
         if (outer && !strcmp(outer, "prefill")) {
             lists[0] = a->ops->prefill;
             lists[1] = NULL;
+            cands[0] = cp;
+            n_cands[0] = n_cp;
+            n_cands[1] = 0;
             phase = "prefill";
         } else if (outer && (!strcmp(outer, "decode_step") || !strcmp(outer, "decode"))) {
             lists[1] = NULL;
+            n_cands[1] = 0;
             phase = "decode";
         }
         double fma = 0;
@@ -272,24 +350,33 @@ static void cross_check(lpo_deep_analysis *a, size_t ki, const lpo_ncu_results *
         const lpo_op *best_op = NULL;
         const lpo_oplist *best_list = NULL;
         char best_label[128] = "";
-        const size_t n_cand = (k->top ? k->top->n_labels : 0) + 1;
-        for (size_t c = 0; c < n_cand; c++) { /* candidates: ncu's innermost range, then the trace's labels */
-            const char *label = c == 0 ? inner : k->top->labels[c - 1];
-            if (!label) continue;
-            for (int l = 0; l < 2; l++) { /* the phase's list (both when the phase is unknown) */
-                const lpo_op *one = NULL;
-                const double e = label_mac(lists[l], label, &one);
-                if (e <= 0) continue;
-                const double rel = fabs(mac - e) / e;
-                if (rel < best_rel) {
-                    best_rel = rel;
-                    best = e;
-                    best_op = one;
-                    generic_label(label, best_label, sizeof best_label);
-                    best_list = lists[l];
-                }
+        for (int l = 0; inner && l < 2; l++) { /* ncu's innermost range names the op itself */
+            const lpo_op *one = NULL;
+            const double e = label_mac(lists[l], inner, &one);
+            if (e <= 0) continue;
+            const double rel = fabs(mac - e) / e;
+            if (rel < best_rel) {
+                best_rel = rel;
+                best = e;
+                best_op = one;
+                generic_label(inner, best_label, sizeof best_label);
+                best_list = lists[l];
             }
-            if (c == 0 && best > 0) break; /* ncu names the op itself: the trace's labels are not needed */
+        }
+        const xcand *pick = NULL;
+        for (int l = 0; best <= 0 && l < 2; l++) { /* else the trace's labels: the nearest, first on ties */
+            double rel = INFINITY;
+            const xcand *c = nearest_cand(cands[l], n_cands[l], mac, &rel);
+            if (c && (!pick || rel < best_rel || (rel == best_rel && c->c < pick->c))) {
+                pick = c;
+                best_rel = rel;
+                best_list = lists[l];
+            }
+        }
+        if (pick) {
+            best = pick->e;
+            best_op = pick->one;
+            generic_label(pick->label, best_label, sizeof best_label);
         }
         if (best <= 0) {
             no_prefill += !strcmp(phase, "prefill") && !a->ops->prefill;
@@ -305,10 +392,15 @@ static void cross_check(lpo_deep_analysis *a, size_t ki, const lpo_ncu_results *
             snprintf(k->op, sizeof k->op, "%s", best_label);
         }
         lpo_deep_xcheck *x = NULL;
-        for (size_t r = 0; r < a->n_x && !x; r++) /* its row: same kernel, phase and op */
-            if (a->x[r].kernel == ki && !strcmp(a->x[r].phase, phase) && !strcmp(a->x[r].op, best_label))
-                x = &a->x[r];
+        char key[160]; /* its row: same phase and op, through the kernel's row index */
+        const size_t kl = (size_t)snprintf(key, sizeof key, "%s/%s", phase, best_label);
+        const long row = deep_names_get(&rows, key, kl < sizeof key ? kl : sizeof key - 1);
+        if (row >= 0) x = &a->x[row];
         if (!x) {
+            keys = lpo_xgrow(keys, &cap_keys, n_keys + 1, sizeof *keys, "deep cross-check");
+            keys[n_keys] = lpo_strdup(key);
+            deep_names_put(&rows, keys[n_keys], strlen(keys[n_keys]), a->n_x);
+            n_keys++;
             a->x = lpo_xrealloc_array(a->x, a->n_x + 1, sizeof *a->x, "deep cross-check");
             x = &a->x[a->n_x++];
             memset(x, 0, sizeof *x);
@@ -329,6 +421,11 @@ static void cross_check(lpo_deep_analysis *a, size_t ki, const lpo_ncu_results *
                 x->reason[0] = 0;
         }
     }
+    free(cd);
+    free(cp);
+    deep_names_free(&rows);
+    for (size_t i = 0; i < n_keys; i++) free(keys[i]);
+    free(keys);
     if (checked) k->op_flops = expect_sum / (double)checked;
     if (!checked)
         snprintf(k->xcheck_note, sizeof k->xcheck_note, "%s",
@@ -336,8 +433,8 @@ static void cross_check(lpo_deep_analysis *a, size_t ki, const lpo_ncu_results *
                      ? "it ran in the prefill, whose length is not known (prompt=TEXT, or prompt lengths "
                        "that vary: dataset.prompt_len_dist)"
                      : "no NVTX range or trace label of it names a matmul op of the list");
-    for (size_t r = 0; r < a->n_x; r++) /* sums -> means per instance */
-        if (a->x[r].kernel == ki && a->x[r].n) {
+    for (size_t r = x0; r < a->n_x; r++) /* sums -> means per instance */
+        if (a->x[r].n) {
             a->x[r].mac /= (double)a->x[r].n;
             a->x[r].op_mac /= (double)a->x[r].n;
             a->x[r].other /= (double)a->x[r].n;
@@ -433,12 +530,8 @@ static void fill_kernel(lpo_deep_kernel *k, const lpo_ncu_results *res, const si
     k->roof_flops = roof >= 0 ? a->peaks.tflops[roof] * factor * 1e12 : 0;
     k->dram_peak = a->peaks.dram_gbs * 1e9;
     k->l2_peak = a->peaks.l2_gbs * 1e9;
-    if (k->dram_peak <= 0)
-        k->dram_peak =
-            ncu_peak(res, "dram__bytes.sum.per_second", "dram__bytes.sum.pct_of_peak_sustained_elapsed");
-    if (k->l2_peak <= 0)
-        k->l2_peak =
-            ncu_peak(res, "lts__t_bytes.sum.per_second", "lts__t_bytes.sum.pct_of_peak_sustained_elapsed");
+    if (k->dram_peak <= 0) k->dram_peak = a->ncu_dram_peak;
+    if (k->l2_peak <= 0) k->l2_peak = a->ncu_l2_peak;
     k->pct_compute = timed && k->flops_all > 0 ? pct_or_nan(k->flops_per_s, k->roof_flops)
                      : timed                   ? 0.0
                                                : NAN;
@@ -459,36 +552,80 @@ static void fill_kernel(lpo_deep_kernel *k, const lpo_ncu_results *res, const si
     classify(k, &a->rules);
 }
 
+/* ---- results -> plan kernels
+ * ---------------------------------------------------------------------------------------- */
 /* The plan kernel a result belongs to: same name; else the same name without spaces (another C++ runtime's
- * demangler); else a plan name cut short that begins ncu's name; -1 when none. */
-static long plan_index(const lpo_deep_plan *plan, const char *name) {
-    if (!plan) return -1;
-    for (size_t i = 0; i < plan->n; i++)
-        if (!strcmp(plan->k[i].name, name)) return (long)i;
-    for (size_t i = 0; i < plan->n; i++) { /* spacing differences only */
-        const char *a = plan->k[i].name, *b = name;
-        while (*a || *b) {
-            while (*a == ' ') a++;
-            while (*b == ' ') b++;
-            if (*a != *b) break;
-            if (*a) {
-                a++;
-                b++;
-            }
+ * demangler); else a plan name cut short that begins ncu's name; the first such plan kernel. Hash maps of
+ * the plan's names make each lookup linear in the result name's length, whatever the plan's size. */
+typedef struct {
+    deep_names exact, spaced, cut; /* name -> first plan index: as is, without spaces, the cut ones */
+    char **stripped;               /* [n] the plan's names without spaces (keys of spaced) */
+    size_t n;
+    unsigned char *cut_len; /* [max_cut + 1]: 1 where a cut name has that length */
+    size_t max_cut;
+} plan_match;
+
+static char *strip_spaces(const char *s) {
+    char *o = lpo_xmalloc(strlen(s) + 1, "deep kernel names"), *w = o;
+    for (; *s; s++)
+        if (*s != ' ') *w++ = *s;
+    *w = 0;
+    return o;
+}
+
+static void plan_match_init(plan_match *pm, const lpo_deep_plan *plan) {
+    memset(pm, 0, sizeof *pm);
+    pm->n = plan ? plan->n : 0;
+    pm->stripped = lpo_xcalloc(pm->n + 1, sizeof *pm->stripped, "deep kernel names");
+    for (size_t i = 0; i < pm->n; i++) { /* each plan name, in order: the first one keeps a key */
+        const char *nm = plan->k[i].name;
+        const size_t len = strlen(nm);
+        deep_names_put(&pm->exact, nm, len, i);
+        pm->stripped[i] = strip_spaces(nm);
+        deep_names_put(&pm->spaced, pm->stripped[i], strlen(pm->stripped[i]), i);
+        if (lpo_deep_name_is_cut(nm)) {
+            deep_names_put(&pm->cut, nm, len, i);
+            if (len > pm->max_cut) pm->max_cut = len;
         }
-        if (!*a && !*b) return (long)i;
     }
-    for (size_t i = 0; i < plan->n; i++) { /* a name the trace cut short: a prefix of ncu's full name */
-        const char *a = plan->k[i].name;
-        if (lpo_deep_name_is_cut(a) && !strncmp(a, name, strlen(a))) return (long)i;
+    pm->cut_len = lpo_xcalloc(pm->max_cut + 1, 1, "deep kernel names");
+    for (size_t i = 0; i < pm->n; i++)
+        if (lpo_deep_name_is_cut(plan->k[i].name)) pm->cut_len[strlen(plan->k[i].name)] = 1;
+}
+
+static void plan_match_free(plan_match *pm) {
+    deep_names_free(&pm->exact);
+    deep_names_free(&pm->spaced);
+    deep_names_free(&pm->cut);
+    for (size_t i = 0; i < pm->n; i++) free(pm->stripped[i]);
+    free(pm->stripped);
+    free(pm->cut_len);
+}
+
+static long plan_index(const plan_match *pm, const char *name) {
+    if (!pm->n) return -1;
+    const size_t len = strlen(name);
+    long i = deep_names_get(&pm->exact, name, len);
+    if (i >= 0) return i;
+    char *st = strip_spaces(name); /* spacing differences only */
+    i = deep_names_get(&pm->spaced, st, strlen(st));
+    free(st);
+    if (i >= 0) return i;
+    uint64_t h = DEEP_HASH0;
+    for (size_t l = 1; l <= len && l <= pm->max_cut; l++) { /* each prefix as long as a cut plan name */
+        h = deep_hash_step(h, (unsigned char)name[l - 1]);
+        if (!pm->cut_len[l]) continue;
+        long c = deep_names_find(&pm->cut, name, l, h);
+        if (c >= 0 && (i < 0 || c < i)) i = c;
     }
-    return -1;
+    return i;
 }
 
 void lpo_deep_analysis_free(lpo_deep_analysis *a) {
     if (!a) return;
     free(a->k);
     free(a->x);
+    free(a->owner);
     memset(a, 0, sizeof *a);
 }
 
@@ -506,57 +643,81 @@ lpo_status lpo_deep_analyze(const lpo_deep_plan *plan, const lpo_ncu_results *re
         out->k[out->n].top = &plan->k[i];
         out->k[out->n++].name = plan->k[i].name;
     }
+    plan_match pm;
+    plan_match_init(&pm, plan);
+    deep_names rows = {0}; /* no plan: kernel name -> its row */
     for (size_t i = 0; i < res->n; i++) { /* each result: its kernel row */
-        long o = plan_index(plan, res->r[i].name);
+        long o = plan_index(&pm, res->r[i].name);
         if (o < 0 && plan && plan->n) {
             out->unmatched_results++;
             owner[i] = -1;
             continue;
         }
         if (o < 0) { /* no plan: one row per distinct name */
-            for (size_t k = 0; k < out->n && o < 0; k++)
-                if (!strcmp(out->k[k].name, res->r[i].name)) o = (long)k;
-            if (o < 0) {
-                o = (long)out->n;
-                out->k[out->n++].name = res->r[i].name;
-            }
+            const char *nm = res->r[i].name;
+            o = (long)deep_names_put(&rows, nm, strlen(nm), out->n);
+            if ((size_t)o == out->n) out->k[out->n++].name = nm;
         }
         owner[i] = o;
     }
-    for (size_t k = 0; k < out->n; k++) { /* short names: the base name, numbered when several share it */
-        lpo_deep_kernel *x = &out->k[k];
-        char *base = lpo_deep_base_name(x->name);
-        size_t same = 0, nth = 0;
-        for (size_t j = 0; j < out->n; j++) {
-            char *b2 = lpo_deep_base_name(out->k[j].name);
-            if (!strcmp(b2, base)) {
-                same++;
-                if (j <= k) nth = same;
-            }
-            free(b2);
-        }
-        if (same > 1)
-            snprintf(x->short_name, sizeof x->short_name, "%.140s (%zu)", base, nth);
-        else
-            snprintf(x->short_name, sizeof x->short_name, "%.150s", base);
-        free(base);
+    deep_names_free(&rows);
+    plan_match_free(&pm);
+    /* short names: the base name, numbered "(i)" in row order when several rows share it */
+    char **base = lpo_xcalloc(out->n + 1, sizeof *base, "deep kernels");
+    size_t *same = lpo_xcalloc(out->n + 1, sizeof *same, "deep kernels"); /* per first row of a base */
+    size_t *first_of = lpo_xcalloc(out->n + 1, sizeof *first_of, "deep kernels");
+    deep_names bases = {0};
+    for (size_t k = 0; k < out->n; k++) {
+        base[k] = lpo_deep_base_name(out->k[k].name);
+        first_of[k] = deep_names_put(&bases, base[k], strlen(base[k]), k);
+        same[first_of[k]]++;
     }
+    size_t *nth = lpo_xcalloc(out->n + 1, sizeof *nth, "deep kernels");
+    for (size_t k = 0; k < out->n; k++) {
+        lpo_deep_kernel *x = &out->k[k];
+        const size_t f = first_of[k];
+        if (same[f] > 1)
+            snprintf(x->short_name, sizeof x->short_name, "%.140s (%zu)", base[k], ++nth[f]);
+        else
+            snprintf(x->short_name, sizeof x->short_name, "%.150s", base[k]);
+    }
+    deep_names_free(&bases);
+    for (size_t k = 0; k < out->n; k++) free(base[k]);
+    free(base);
+    free(same);
+    free(first_of);
+    free(nth);
+    /* ncu's own peaks, once (the same for every kernel): the fallback when peaks lack a bandwidth */
+    if (out->peaks.dram_gbs <= 0)
+        out->ncu_dram_peak =
+            ncu_peak(res, "dram__bytes.sum.per_second", "dram__bytes.sum.pct_of_peak_sustained_elapsed");
+    if (out->peaks.l2_gbs <= 0)
+        out->ncu_l2_peak =
+            ncu_peak(res, "lts__t_bytes.sum.per_second", "lts__t_bytes.sum.pct_of_peak_sustained_elapsed");
+    /* each kernel row's results, in result order: a counting sort by row */
+    size_t *start = lpo_xcalloc(out->n + 2, sizeof *start, "deep kernels");
     size_t *idx = lpo_xcalloc(res->n + 1, sizeof *idx, "deep kernels");
+    for (size_t i = 0; i < res->n; i++)
+        if (owner[i] >= 0) start[owner[i] + 1]++;
+    for (size_t k = 0; k < out->n; k++) start[k + 1] += start[k];
+    size_t *fill = lpo_xcalloc(out->n + 1, sizeof *fill, "deep kernels");
+    for (size_t i = 0; i < res->n; i++)
+        if (owner[i] >= 0) idx[start[owner[i]] + fill[owner[i]]++] = i;
+    free(fill);
     for (size_t k = 0; k < out->n; k++) { /* each kernel row: its results */
-        size_t n = 0;
-        for (size_t i = 0; i < res->n; i++)
-            if (owner[i] == (long)k) idx[n++] = i;
+        const size_t n = start[k + 1] - start[k];
         out->k[k].pct_compute = out->k[k].pct_dram = out->k[k].pct_l2 = NAN;
         out->k[k].sm_pct = out->k[k].mem_pct = out->k[k].occupancy_pct = NAN;
         out->k[k].theoretical_occupancy_pct = out->k[k].tensor_pipe_pct = out->k[k].sm_clock_hz = NAN;
         out->k[k].flop_diff_pct = NAN;
         out->k[k].dur_s = NAN;
         if (n) {
-            fill_kernel(&out->k[k], res, idx, n, out);
-            cross_check(out, k, res, idx, n);
+            fill_kernel(&out->k[k], res, idx + start[k], n, out);
+            cross_check(out, k, res, idx + start[k], n);
         } else
             snprintf(out->k[k].rule, sizeof out->k[k].rule, "not profiled (no ncu result)");
     }
+    free(start);
     /* where the bandwidth ceilings came from */
     snprintf(out->dram_peak_src, sizeof out->dram_peak_src, "%s",
              out->peaks.dram_gbs > 0
@@ -565,6 +726,7 @@ lpo_status lpo_deep_analyze(const lpo_deep_plan *plan, const lpo_ncu_results *re
     snprintf(out->l2_peak_src, sizeof out->l2_peak_src, "%s",
              out->peaks.l2_gbs > 0 ? "measured (lpo ceilings)" : "ncu's L2 peak (rate / % of peak)");
     free(idx);
-    free(owner);
+    out->owner = owner;
+    out->n_owner = res->n;
     return LPO_OK;
 }

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "deep/deep_internal.h"
+#include "lpo/core.h"
 #include "lpo/deep.h"
 
 /* ---- base names -----------------------------------------------------------------------------------------
@@ -88,34 +90,80 @@ void lpo_deep_plan_free(lpo_deep_plan *p) {
     memset(p, 0, sizeof *p);
 }
 
-static double num(const lpo_csv *c, size_t r, long col) {
-    double v = 0;
+/* The number in cell (r, col) of the table read from path: 0 when the column is absent or the cell holds
+ * no number; LPO_E_FORMAT naming the file, line and column when it is not finite or outside [lo, hi]
+ * (instances of 1e300 were cast to long, sums of 9e18 overflowed, a share gave a window of 2^62). */
+static lpo_status cell_num(const lpo_csv *c, size_t r, long col, const char *path, const char *what, double lo,
+                           double hi, double *out) {
+    *out = 0;
     const char *s = col >= 0 ? lpo_csv_cell(c, r, (size_t)col) : NULL;
-    return s && lpo_ncu_number(s, &v) ? v : 0.0;
+    if (!s || !*s) return LPO_OK;
+    double v = 0;
+    if (!lpo_ncu_number(s, &v)) {
+        while (*s == ' ') s++;
+        /* text where a number belongs is left at 0, as before; a number that would not fit is refused */
+        if (!(isdigit((unsigned char)*s) || *s == '-' || *s == '+' || *s == '.')) return LPO_OK;
+        v = NAN;
+    }
+    if (!(v >= lo && v <= hi))
+        return lpo_errorf(LPO_E_FORMAT, "%s:%zu: %s '%.40s' is not a number in [%g, %g]", path, c->line[r], what,
+                          s, lo, hi);
+    *out = v;
+    return LPO_OK;
 }
 
+/* A tracer's table never holds more launches than this (2^48: petabytes of raw trace); a sum past it is a
+ * corrupt or hand-made file, not a window to hand ncu. */
+#define MAX_LAUNCHES 281474976710656.0
+
 /* The tracer's top_kernels cell lists at most three kernels as "name (42.1%); name2 (3.0%)", each name cut
- * to 200 characters: 1 when kernel `name` is among them; *share gets its percentage. */
-static int in_top_kernels(const char *cell, const char *name, double *share) {
-    const size_t cut = 200;
-    size_t nl = strlen(name), pl = nl < cut ? nl : cut;
+ * to 200 characters: calls fn(i, share, ud) for every plan kernel i it names (once each), looking the names
+ * up in by_name (each name's first 200 characters -> first plan index; next[i]: the next plan kernel with
+ * the same key, or -1). Linear in the cell's length. */
+#define TOP_NAME_CUT 200
+static void top_kernels_of(const char *cell, const deep_names *by_name, const long *next, long *seen,
+                           long row, void (*fn)(size_t i, double share, void *ud), void *ud) {
     for (const char *p = cell; p && *p;) { /* each entry */
         const char *end = strstr(p, "; ");
         size_t len = end ? (size_t)(end - p) : strlen(p);
+        double share = 0;
         /* the entry minus its " (x%)" suffix */
         size_t el = len;
         if (el && p[el - 1] == ')') {
             size_t o = el;
             while (o > 0 && p[o - 1] != '(') o--;
             if (o >= 2 && p[o - 2] == ' ') {
-                *share = atof(p + o);
+                share = atof(p + o);
                 el = o - 2;
             }
         }
-        if (el == pl && !strncmp(p, name, pl)) return 1;
+        for (long i = el <= TOP_NAME_CUT ? deep_names_get(by_name, p, el) : -1; i >= 0; i = next[i]) {
+            if (seen[i] == row) continue; /* the first entry naming a kernel gives its share */
+            seen[i] = row;
+            fn((size_t)i, isfinite(share) ? share : 0, ud);
+        }
         p = end ? end + 2 : NULL;
     }
-    return 0;
+}
+
+typedef struct {
+    lpo_deep_plan *p;
+    double *best, depth, time;
+    const char *label;
+} label_ctx;
+
+static void add_label(size_t i, double share, void *ud) {
+    label_ctx *x = ud;
+    lpo_deep_top *k = &x->p->k[i];
+    k->labels = lpo_xgrow(k->labels, &k->cap_labels, k->n_labels + 1, sizeof *k->labels, "deep labels");
+    k->labels[k->n_labels++] = lpo_strdup(x->label);
+    /* innermost first, then the most time of the kernel inside it */
+    const double score = x->depth * 1e9 + share / 100.0 * x->time;
+    if (!k->range || !*k->range || score > x->best[i]) {
+        free(k->range);
+        k->range = lpo_strdup(x->label);
+        x->best[i] = score;
+    }
 }
 
 /* Fills each top kernel's labels (every range whose top kernels include it) and its innermost one. */
@@ -134,31 +182,38 @@ static lpo_status read_ranges(const char *dir, lpo_deep_plan *p) {
         return lpo_errorf(LPO_E_FORMAT, "%s: no 'range' or 'top_kernels' column (not written by lpo trace?)",
                           path);
     }
-    double *best = lpo_xcalloc(p->n + 1, sizeof *best, "deep labels");
-    for (size_t r = 1; r < c.n_rows; r++) { /* each range row */
+    /* the plan's names, cut as the tracer cuts them, -> plan index (kernels sharing a cut name chained) */
+    deep_names by_name = {0};
+    long *next = lpo_xcalloc(p->n + 1, sizeof *next, "deep labels"), *last = lpo_xcalloc(p->n + 1, sizeof *last, "deep labels");
+    long *seen = lpo_xcalloc(p->n + 1, sizeof *seen, "deep labels");
+    for (size_t i = 0; i < p->n; i++) {
+        const size_t len = strlen(p->k[i].name);
+        const size_t f = deep_names_put(&by_name, p->k[i].name, len < TOP_NAME_CUT ? len : TOP_NAME_CUT, i);
+        next[i] = -1;
+        seen[i] = -1;
+        if (f != i) next[last[f]] = (long)i; /* appended to the chain of the first kernel with this key */
+        last[f] = (long)i;
+    }
+    label_ctx x = {.p = p, .best = lpo_xcalloc(p->n + 1, sizeof *x.best, "deep labels")};
+    for (size_t r = 1; r < c.n_rows && !st; r++) { /* each range row */
         const char *label = lpo_csv_cell(&c, r, (size_t)c_range), *top = lpo_csv_cell(&c, r, (size_t)c_top);
         if (!label || !top || !*label) continue;
         const char *kind = c_kind >= 0 ? lpo_csv_cell(&c, r, (size_t)c_kind) : NULL;
         /* graph node labels are innermost by construction; NVTX ranges by their depth */
-        const double depth = kind && !strcmp(kind, "graph node") ? 1e6 : num(&c, r, c_depth);
-        for (size_t i = 0; i < p->n; i++) { /* top kernels this range carries */
-            double share = 0;
-            if (!in_top_kernels(top, p->k[i].name, &share)) continue;
-            lpo_deep_top *k = &p->k[i];
-            k->labels = lpo_xrealloc_array(k->labels, k->n_labels + 1, sizeof *k->labels, "deep labels");
-            k->labels[k->n_labels++] = lpo_strdup(label);
-            /* innermost first, then the most time of the kernel inside it */
-            const double score = depth * 1e9 + share / 100.0 * num(&c, r, c_time);
-            if (!k->range || !*k->range || score > best[i]) {
-                free(k->range);
-                k->range = lpo_strdup(label);
-                best[i] = score;
-            }
-        }
+        st = cell_num(&c, r, c_depth, path, "depth", 0, 1e6, &x.depth);
+        if (!st) st = cell_num(&c, r, c_time, path, "gpu_time_ms", 0, 1e15, &x.time);
+        if (st) break;
+        if (kind && !strcmp(kind, "graph node")) x.depth = 1e6;
+        x.label = label;
+        top_kernels_of(top, &by_name, next, seen, (long)r, add_label, &x);
     }
-    free(best);
+    deep_names_free(&by_name);
+    free(next);
+    free(last);
+    free(seen);
+    free(x.best);
     lpo_csv_free(&c);
-    return LPO_OK;
+    return st;
 }
 
 /* Descending by busy time (-1 when the table has none: every row then ties) and then total time. */
@@ -196,7 +251,7 @@ lpo_status lpo_deep_plan_load(const char *dir, const lpo_deep_select *o, lpo_dee
     /* every kernel row (memcpy/memset rows are not kernels) */
     lpo_deep_top *all = lpo_xcalloc(c.n_rows + 1, sizeof *all, "deep kernels");
     size_t n_all = 0;
-    for (size_t r = 1; r < c.n_rows; r++) {
+    for (size_t r = 1; r < c.n_rows && !st; r++) {
         const char *kind = c_kind >= 0 ? lpo_csv_cell(&c, r, (size_t)c_kind) : "kernel";
         const char *name = lpo_csv_cell(&c, r, (size_t)c_name);
         if (!name || !*name || (kind && *kind && strcmp(kind, "kernel"))) continue;
@@ -205,16 +260,28 @@ lpo_status lpo_deep_plan_load(const char *dir, const lpo_deep_select *o, lpo_dee
         k->base = lpo_deep_base_name(name);
         const char *cat = c_cat >= 0 ? lpo_csv_cell(&c, r, (size_t)c_cat) : NULL;
         k->category = lpo_strdup(cat ? cat : "");
-        k->total_ns = num(&c, r, c_total);
-        k->instances = (long)num(&c, r, c_inst);
-        k->avg_ns = c_avg >= 0 ? num(&c, r, c_avg) : k->instances ? k->total_ns / (double)k->instances : 0;
-        k->time_pct = num(&c, r, c_pct);
-        k->busy_ns = c_busy >= 0 ? num(&c, r, c_busy) : -1;
-        k->busy_pct = c_busy >= 0 ? num(&c, r, c_bpct) : -1;
+        double inst = 0;
+        k->busy_ns = k->busy_pct = -1;
+        /* every number checked where it is read: times in ns up to 10^18 (31 years), shares in % */
+        if ((st = cell_num(&c, r, c_total, path, "total_ns", 0, 1e18, &k->total_ns)) ||
+            (st = cell_num(&c, r, c_inst, path, "instances", 0, MAX_LAUNCHES, &inst)) ||
+            (st = cell_num(&c, r, c_avg, path, "avg_ns", 0, 1e18, &k->avg_ns)) ||
+            (st = cell_num(&c, r, c_pct, path, "time_pct", 0, 100.5, &k->time_pct)) ||
+            (c_busy >= 0 && (st = cell_num(&c, r, c_busy, path, "busy_ns", 0, 1e18, &k->busy_ns))) ||
+            (c_busy >= 0 && (st = cell_num(&c, r, c_bpct, path, "busy_pct", 0, 100.5, &k->busy_pct))))
+            break;
+        k->instances = (long)floor(inst);
+        if (c_avg < 0) k->avg_ns = k->instances ? k->total_ns / (double)k->instances : 0;
         k->set = -1;
         p->kernel_ns_all += k->total_ns;
     }
     lpo_csv_free(&c);
+    if (st) {
+        for (size_t j = 0; j < n_all; j++) free(all[j].name), free(all[j].base), free(all[j].category);
+        free(all);
+        memset(p, 0, sizeof *p);
+        return st;
+    }
     p->by_busy = c_busy >= 0;
     qsort(all, n_all, sizeof *all, cmp_time_desc);
     p->kernels_all = n_all;
@@ -222,43 +289,55 @@ lpo_status lpo_deep_plan_load(const char *dir, const lpo_deep_select *o, lpo_dee
     p->k = lpo_xcalloc(p->n + 1, sizeof *p->k, "deep kernels");
     memcpy(p->k, all, p->n * sizeof *p->k);
     for (size_t i = 0; i < p->n; i++) p->k[i].range = lpo_strdup("");
-    /* sets: one per base name among the top kernels, sized from every kernel of that base */
+    /* sets: one per base name among the top kernels (a hash map of bases: linear in the table) */
     p->s = lpo_xcalloc(p->n + 1, sizeof *p->s, "deep sets");
+    deep_names bases = {0};
     for (size_t i = 0; i < p->n; i++) { /* each top kernel joins (or opens) its base's set */
-        size_t s = 0;
-        while (s < p->n_sets && strcmp(p->s[s].base, p->k[i].base)) s++;
-        if (s == p->n_sets) {
-            p->s[s].base = lpo_strdup(p->k[i].base);
-            p->n_sets++;
-        }
+        const size_t s = deep_names_put(&bases, p->k[i].base, strlen(p->k[i].base), p->n_sets);
+        if (s == p->n_sets) p->s[p->n_sets++].base = lpo_strdup(p->k[i].base);
         p->k[i].set = (int)s;
     }
-    for (size_t s = 0; s < p->n_sets; s++) { /* window of each set */
+    double *launches = lpo_xcalloc(p->n_sets + 1, sizeof *launches, "deep sets");
+    double *rarest = lpo_xcalloc(p->n_sets + 1, sizeof *rarest, "deep sets");
+    for (size_t j = 0; j < n_all; j++) { /* launches of each set's base, over every kernel of the table */
+        const long s = deep_names_get(&bases, all[j].base, strlen(all[j].base));
+        if (s >= 0) launches[s] += (double)all[j].instances; /* exact: each <= 2^48, n_all < 2^32 */
+    }
+    deep_names_free(&bases);
+    for (size_t s = 0; s < p->n_sets && !st; s++) {
+        rarest[s] = 1.0;
+        if (launches[s] > MAX_LAUNCHES)
+            st = lpo_errorf(LPO_E_FORMAT,
+                            "%s: %.4g launches of kernels named %s: more than any trace holds (2^48); the "
+                            "table is corrupt",
+                            path, launches[s], p->s[s].base);
+    }
+    for (size_t i = 0; i < p->n && !st; i++) { /* the smallest share of its base's launches among a set */
+        const int s = p->k[i].set;
+        if (launches[s] > 0) rarest[s] = fmin(rarest[s], (double)p->k[i].instances / launches[s]);
+    }
+    for (size_t s = 0; s < p->n_sets && !st; s++) { /* window of each set, sized in doubles, then clamped */
         lpo_deep_set *set = &p->s[s];
-        long launches = 0;
-        for (size_t j = 0; j < n_all; j++)
-            if (!strcmp(all[j].base, set->base)) launches += all[j].instances;
-        double rarest = 1.0; /* the smallest share of the base's launches among the set's kernels */
-        for (size_t i = 0; i < p->n; i++)
-            if (p->k[i].set == (int)s && launches > 0)
-                rarest = fmin(rarest, (double)p->k[i].instances / (double)launches);
-        long want = (long)ceil((double)(o->count > 0 ? o->count : 1) / (rarest > 0 ? rarest : 1.0));
-        if (o->max_window > 0 && want > o->max_window) want = o->max_window;
-        if (want > launches) want = launches;
+        double want = ceil((double)(o->count > 0 ? o->count : 1) / (rarest[s] > 0 ? rarest[s] : 1.0));
+        if (o->max_window > 0 && want > (double)o->max_window) want = (double)o->max_window;
+        if (want > launches[s]) want = launches[s];
         if (want < 1) want = 1;
         double f = o->skip_fraction < 0 ? 0 : o->skip_fraction > 1 ? 1 : o->skip_fraction;
-        set->launches = launches;
-        set->count = want;
-        set->skip = (long)floor(f * (double)(launches - want));
+        if (!isfinite(f)) f = 0;
+        set->launches = (long)launches[s];
+        set->count = (long)want;
+        set->skip = (long)floor(f * (launches[s] - want));
         if (set->skip < 0) set->skip = 0;
     }
+    free(launches);
+    free(rarest);
     for (size_t j = p->n; j < n_all; j++) { /* the rows that are not top kernels */
         free(all[j].name);
         free(all[j].base);
         free(all[j].category);
     }
     free(all);
-    st = read_ranges(dir, p);
+    if (!st) st = read_ranges(dir, p);
     if (st) lpo_deep_plan_free(p);
     return st;
 }

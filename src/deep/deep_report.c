@@ -118,11 +118,12 @@ static void top_stalls(const lpo_ncu_results *res, const lpo_deep_kernel *k, cha
                                                                              "_per_issue_active.ratio";
     double best[2] = {0, 0};
     char name[2][48] = {"", ""};
-    for (size_t m = 0; m < res->n_metrics; m++) { /* each stall metric of the kernel's first result */
-        const char *s = res->metric[m];
+    const lpo_ncu_result *first = &res->r[k->first];
+    for (size_t j = 0; j < first->n_v; j++) { /* each stall metric of the kernel's first result */
+        const char *s = res->metric[first->col[j]];
         size_t lp = strlen(pre), ls = strlen(s), lq = strlen(post);
         if (strncmp(s, pre, lp) || ls <= lp + lq || strcmp(s + ls - lq, post)) continue;
-        double v = res->r[k->first].v[m];
+        double v = first->v[j];
         if (!(v > best[1])) continue;
         int slot = v > best[0] ? 0 : 1;
         if (slot == 0) {
@@ -503,16 +504,18 @@ static void metric_values(const lpo_deep_analysis *a, const lpo_ncu_results *res
     }
     long col = lpo_ncu_metric_index(res, m);
     *unit = col >= 0 ? res->unit[col] : "";
-    for (size_t i = 0; i < a->n; i++) { /* an ncu metric: mean over the kernel's results */
-        double s = 0;
-        size_t n = 0;
-        for (size_t r = 0; col >= 0 && r < res->n; r++) {
-            if (strcmp(res->r[r].name, a->k[i].name) || isnan(res->r[r].v[col])) continue;
-            s += res->r[r].v[col];
-            n++;
-        }
-        v[i] = n ? s / (double)n : NAN;
+    /* an ncu metric: mean over each kernel's results (one pass over the results) */
+    double *sum = lpo_xcalloc(a->n + 1, sizeof *sum, "deep histogram");
+    size_t *cnt = lpo_xcalloc(a->n + 1, sizeof *cnt, "deep histogram");
+    for (size_t r = 0; col >= 0 && r < res->n && r < a->n_owner; r++) {
+        const double x = lpo_ncu_value(res, r, col);
+        if (a->owner[r] < 0 || isnan(x)) continue;
+        sum[a->owner[r]] += x;
+        cnt[a->owner[r]]++;
     }
+    for (size_t i = 0; i < a->n; i++) v[i] = cnt[i] ? sum[i] / (double)cnt[i] : NAN;
+    free(sum);
+    free(cnt);
 }
 
 /* ---- pictures ---------------------------------------------------------------------------------------------

@@ -9,18 +9,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "deep/deep_internal.h"
+#include "lpo/core.h"
 #include "lpo/deep.h"
 
 /* ---- numbers and units ------------------------------------------------------------------------------------
  */
-int lpo_ncu_number(const char *s, double *out) {
+/* 1: a finite number in *out; 0: not a number (n/a, text); -1: a number lpo cannot hold (not finite,
+ * "1e400", or longer than 127 characters: it was cut there and read as another number). */
+static int parse_number(const char *s, double *out) {
     if (!s) return 0;
     while (*s == ' ') s++;
     char buf[128];
     size_t n = 0;
     int digits_since_sep = -1; /* -1: no separator seen yet */
     // each character: digits, sign, point, exponent; a ',' only between groups of exactly three digits
-    for (const char *p = s; *p && n < sizeof buf - 1; p++) {
+    const char *p = s;
+    for (; *p; p++) {
         if (*p == ',') {
             if (n == 0 || digits_since_sep == 0 || (digits_since_sep > 0 && digits_since_sep != 3)) return 0;
             digits_since_sep = 0;
@@ -36,6 +41,7 @@ int lpo_ncu_number(const char *s, double *out) {
         } else if (!(*p == '-' || *p == '+')) {
             return 0;
         }
+        if (n == sizeof buf - 1) return -1;
         buf[n++] = *p;
     }
     if (digits_since_sep > 0 && digits_since_sep != 3) return 0;
@@ -44,8 +50,13 @@ int lpo_ncu_number(const char *s, double *out) {
     char *end = NULL;
     double v = strtod(buf, &end);
     if (end == buf || *end) return 0;
+    if (!isfinite(v)) return -1;
     *out = v;
     return 1;
+}
+
+int lpo_ncu_number(const char *s, double *out) {
+    return parse_number(s, out) > 0;
 }
 
 /* Base units ncu prints (lowercase, SI prefixes allowed in front; "s" is how --print-units base writes
@@ -162,6 +173,10 @@ void lpo_ncu_results_free(lpo_ncu_results *res) {
         free(res->r[i].nvtx_outer);
         free(res->r[i].v);
     }
+    for (size_t t = 0; t < res->n_tables; t++) free(res->tables[t]);
+    free(res->tables);
+    if (res->index) deep_names_free(res->index);
+    free(res->index);
     for (size_t m = 0; m < res->n_metrics; m++) {
         free(res->metric[m]);
         free(res->unit[m]);
@@ -173,17 +188,28 @@ void lpo_ncu_results_free(lpo_ncu_results *res) {
 }
 
 long lpo_ncu_metric_index(const lpo_ncu_results *res, const char *metric) {
-    for (size_t m = 0; m < res->n_metrics; m++)
-        if (!strcmp(res->metric[m], metric)) return (long)m;
-    return -1;
+    return res->index ? deep_names_get(res->index, metric, strlen(metric)) : -1;
+}
+
+double lpo_ncu_value(const lpo_ncu_results *res, size_t i, long m) {
+    if (m < 0 || i >= res->n) return NAN;
+    const lpo_ncu_result *x = &res->r[i];
+    size_t lo = 0, hi = x->n_v; /* binary search of the row's increasing metric indices */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (x->col[mid] < (uint32_t)m)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < x->n_v && x->col[lo] == (uint32_t)m ? x->v[lo] : NAN;
 }
 
 double lpo_ncu_get(const lpo_ncu_results *res, size_t i, const char *metric) {
-    long m = lpo_ncu_metric_index(res, metric);
-    return m < 0 || i >= res->n ? NAN : res->r[i].v[m];
+    return lpo_ncu_value(res, i, lpo_ncu_metric_index(res, metric));
 }
 
-/* Index of metric name in res, added (NaN for every earlier result) when new. */
+/* Index of metric name in res, added when new (O(1): the name index). */
 static size_t metric_slot(lpo_ncu_results *res, const char *name, const char *unit) {
     long m = lpo_ncu_metric_index(res, name);
     if (m >= 0) return (size_t)m;
@@ -193,11 +219,20 @@ static size_t metric_slot(lpo_ncu_results *res, const char *name, const char *un
     res->cap_m = cap;
     res->metric[res->n_metrics] = lpo_strdup(name);
     res->unit[res->n_metrics] = lpo_strdup(unit);
-    for (size_t i = 0; i < res->n; i++) { /* earlier results: the new column is NaN */
-        res->r[i].v = lpo_xrealloc_array(res->r[i].v, res->n_metrics + 1, sizeof *res->r[i].v, "ncu values");
-        res->r[i].v[res->n_metrics] = NAN;
-    }
+    if (!res->index) res->index = lpo_xcalloc(1, sizeof *res->index, "ncu metric index");
+    const char *key = res->metric[res->n_metrics]; /* each name its own allocation: stable */
+    deep_names_put(res->index, key, strlen(key), res->n_metrics);
     return res->n_metrics++;
+}
+
+/* (metric index, column) of a table's metric columns, sorted by metric index then column */
+typedef struct {
+    uint32_t m, k;
+} slot_col;
+
+static int cmp_slot_col(const void *a, const void *b) {
+    const slot_col *x = a, *y = b;
+    return x->m != y->m ? (x->m < y->m ? -1 : 1) : (x->k > y->k) - (x->k < y->k);
 }
 
 /* The columns ncu writes before its metrics (and a few it may add); anything else is a metric. */
@@ -271,11 +306,13 @@ static lpo_status parse_table(lpo_ncu_results *res, const lpo_csv *c, size_t h, 
     size_t first = h + 1;
     const int has_units =
         first < end && c->n_cols[first] == nc && lpo_csv_cell(c, first, (size_t)c_id)[0] == 0;
-    size_t *slot = lpo_xcalloc(nc, sizeof *slot, "ncu columns");
+    size_t *pos = lpo_xcalloc(nc, sizeof *pos, "ncu columns"); /* column -> position in the table's list */
     double *scale = lpo_xcalloc(nc, sizeof *scale, "ncu columns");
     char *is_metric = lpo_xcalloc(nc, 1, "ncu columns");
+    slot_col *sc = lpo_xcalloc(nc + 1, sizeof *sc, "ncu columns");
+    size_t n_sc = 0;
     lpo_status st = LPO_OK;
-    for (size_t k = 0; k < nc && !st; k++) { /* metric columns: their unit and slot */
+    for (size_t k = 0; k < nc; k++) { /* metric columns: their unit and metric index */
         const char *name = c->cells[h][k];
         if (is_fixed_column(name)) continue;
         const char *unit = has_units ? c->cells[first][k] : "";
@@ -285,8 +322,20 @@ static lpo_status parse_table(lpo_ncu_results *res, const lpo_csv *c, size_t h, 
             snprintf(base, sizeof base, "%s", unit);
         }
         is_metric[k] = 1;
-        slot[k] = metric_slot(res, name, base);
+        sc[n_sc++] = (slot_col){(uint32_t)metric_slot(res, name, base), (uint32_t)k};
     }
+    /* the table's metric indices, increasing and distinct (a metric named twice: one value, the last
+     * number in the row wins as its cells are read left to right) */
+    qsort(sc, n_sc, sizeof *sc, cmp_slot_col);
+    uint32_t *cols = lpo_xcalloc(n_sc + 1, sizeof *cols, "ncu columns");
+    size_t n_cols = 0;
+    for (size_t i = 0; i < n_sc; i++) {
+        if (!n_cols || cols[n_cols - 1] != sc[i].m) cols[n_cols++] = sc[i].m;
+        pos[sc[i].k] = n_cols - 1;
+    }
+    free(sc);
+    res->tables = lpo_xgrow(res->tables, &res->cap_tables, res->n_tables + 1, sizeof *res->tables, "ncu tables");
+    res->tables[res->n_tables++] = cols; /* owned by res from here */
     for (size_t r = first + (size_t)has_units; r < end && !st; r++) { /* data rows */
         if (c->n_cols[r] != nc) {
             st = lpo_errorf(LPO_E_FORMAT, "%s:%zu: %zu cells where the header has %zu", origin, c->line[r],
@@ -297,36 +346,51 @@ static lpo_status parse_table(lpo_ncu_results *res, const lpo_csv *c, size_t h, 
         lpo_ncu_result *x = &res->r[res->n];
         memset(x, 0, sizeof *x);
         x->set = set;
-        x->v = lpo_xmalloc((res->n_metrics ? res->n_metrics : 1) * sizeof *x->v, "ncu values");
-        for (size_t m = 0; m < res->n_metrics; m++) x->v[m] = NAN;
+        x->n_v = n_cols;
+        x->col = cols;
+        x->v = lpo_xmalloc((n_cols ? n_cols : 1) * sizeof *x->v, "ncu values");
+        for (size_t m = 0; m < n_cols; m++) x->v[m] = NAN;
         x->printed = lpo_strdup(c->cells[r][c_name]);
         x->name = lpo_demangle(x->printed);
-        double id = -1;
-        x->id = c_id >= 0 && lpo_ncu_number(c->cells[r][c_id], &id) ? (long)id : -1;
+        x->id = -1;
+        res->n++;
+        if (c_id >= 0) { /* an integer >= 0 (a cast of 1e300 to long is undefined) */
+            double id = -1;
+            int64_t v;
+            const char *cell = c->cells[r][c_id];
+            if (parse_number(cell, &id) > 0 && lpo_double_to_i64(id, 0, INT32_MAX, &v))
+                x->id = (long)v;
+            else if (!is_na(cell))
+                st = lpo_errorf(LPO_E_FORMAT, "%s:%zu: ID '%.40s' is not a result ID (an integer 0 to 2^31 - 1)",
+                                origin, c->line[r], cell);
+        }
         if (c_nvtx >= 0) {
             x->nvtx = nvtx_range(c->cells[r][c_nvtx], 1);
             x->nvtx_outer = nvtx_range(c->cells[r][c_nvtx], 0);
         }
         if (c_block >= 0) snprintf(x->block, sizeof x->block, "%s", c->cells[r][c_block]);
         if (c_grid >= 0) snprintf(x->grid, sizeof x->grid, "%s", c->cells[r][c_grid]);
-        res->n++;
         for (size_t k = 0; k < nc && !st; k++) { /* each metric cell */
             if (!is_metric[k]) continue;
             const char *s = c->cells[r][k];
-            double v;
+            double v = 0;
+            int got;
             if (!strcmp(c->cells[h][k], "device__attribute_display_name")) {
                 free(x->device);
                 x->device = lpo_strdup(s);
             } else if (is_na(s)) {
                 res->n_na++;
-            } else if (lpo_ncu_number(s, &v)) {
-                x->v[slot[k]] = v * scale[k];
+            } else if ((got = parse_number(s, &v)) > 0 && isfinite(v * scale[k])) {
+                x->v[pos[k]] = v * scale[k];
+            } else if (got) { /* inf flipped bound classes; a cut number was read as another one */
+                st = lpo_errorf(LPO_E_FORMAT, "%s:%zu: %s = '%.40s%s' is not a finite number lpo can hold", origin,
+                                c->line[r], c->cells[h][k], s, strlen(s) > 40 ? "..." : "");
             } else { /* a text attribute ("PolicySpread", "No-CC"): no number */
                 res->n_text++;
             }
         }
     }
-    free(slot);
+    free(pos);
     free(scale);
     free(is_metric);
     return st;

@@ -184,7 +184,7 @@ static void test_import_auto_units(void **state) {
         long ma = lpo_ncu_metric_index(&a, b.metric[mb]);
         if (ma < 0) continue;
         for (size_t i = 0; i < b.n; i++) {
-            double x = b.r[i].v[mb], y = a.r[i].v[ma];
+            double x = lpo_ncu_value(&b, i, (long)mb), y = lpo_ncu_value(&a, i, ma);
             if (isnan(x) || isnan(y)) {
                 assert_true(isnan(x) == isnan(y));
                 continue;

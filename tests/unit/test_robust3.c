@@ -288,6 +288,136 @@ static void test_trace_gate_filter(void **state) {
     remove_tree(dir);
 }
 
+/* ---- lpo deep's imports ----------------------------------------------------------------------------------- */
+static void put_file(const char *dir, const char *name, const char *text) {
+    char p[4400];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    assert_int_equal(lpo_write_file(p, text, strlen(text)), LPO_OK);
+}
+
+/* Seconds `lpo deep --import=DIR/n.csv` took, after writing the CSV make(n) into dir. */
+typedef struct {
+    const char *dir;
+    void (*make)(size_t n, lpo_strbuf *csv);
+} deep_timing;
+
+static double time_deep_import(size_t n, void *ud) {
+    const deep_timing *d = ud;
+    lpo_strbuf csv = {0};
+    d->make(n, &csv);
+    put_file(d->dir, "n.csv", csv.buf);
+    lpo_sb_free(&csv);
+    char script[512];
+    snprintf(script, sizeof script, "rm -rf run && \"$LPO\" deep --import=n.csv output.dir=run >/dev/null");
+    char *err = NULL;
+    const uint64_t t0 = lpo_now_ns();
+    int rc = sh_in(d->dir, script, NULL, &err);
+    const double sec = secs_since(t0);
+    if (rc != 0) fail_msg("lpo deep --import: exit %d: %s", rc, err);
+    free(err);
+    return sec;
+}
+
+/* n results of n distinct kernel names (finding 7: 20k names took 23 s). */
+static void many_names(size_t n, lpo_strbuf *csv) {
+    lpo_sb_puts(csv, "\"ID\",\"Kernel Name\",\"gpu__time_duration.sum\"\n\"\",\"\",\"nsecond\"\n");
+    for (size_t i = 0; i < n; i++) lpo_sb_printf(csv, "\"%zu\",\"kernel_%zu(float*)\",\"%zu\"\n", i, i, 1000 + i);
+}
+
+/* n tables of one result each, every table with its own metric (finding 8: results x metrics, dense). */
+static void many_tables(size_t n, lpo_strbuf *csv) {
+    for (size_t i = 0; i < n; i++)
+        lpo_sb_printf(csv, "\"ID\",\"Kernel Name\",\"m%zu.sum\"\n\"\",\"\",\"byte\"\n\"%zu\",\"k%zu\",\"%zu\"\n", i,
+                      i, i % 7, i);
+}
+
+/* Findings 7 and 8: the import and analysis without a plan were quadratic in distinct kernel names and
+ * built a dense results x metrics table (a 182 KB CSV: 94 s, 676 MB). */
+static void test_deep_import_complexity(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir();
+    deep_timing d = {dir, many_names};
+    expect_subquadratic("deep --import, distinct kernel names", time_deep_import, 3000, &d);
+    d.make = many_tables;
+    expect_subquadratic("deep --import, tables of distinct metrics", time_deep_import, 3000, &d);
+    remove_tree(dir);
+}
+
+/* Findings 12, 13 and 17: numbers from ncu's CSV and kernels.csv checked finite and in range where read;
+ * --import takes one file and may repeat. */
+static void test_deep_import_numbers(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir(), *err = NULL;
+    const char *head = "\"ID\",\"Kernel Name\",\"dram__bytes.sum.per_second\",\"gpu__time_duration.sum\"\n"
+                       "\"\",\"\",\"byte/second\",\"nsecond\"\n";
+    lpo_strbuf b = {0};
+    lpo_sb_printf(&b, "%s\"0\",\"k\",\"1e400\",\"5\"\n", head);
+    put_file(dir, "inf.csv", b.buf);
+    b.len = 0;
+    lpo_sb_printf(&b, "%s\"0\",\"k\",\"5\",\"4", head);
+    for (int i = 0; i < 200; i++) lpo_sb_puts(&b, "9");
+    lpo_sb_puts(&b, "\"\n");
+    put_file(dir, "long.csv", b.buf);
+    b.len = 0;
+    lpo_sb_printf(&b, "%s\"1e300\",\"k\",\"5\",\"5\"\n", head);
+    put_file(dir, "id.csv", b.buf);
+    b.len = 0;
+    lpo_sb_printf(&b, "%s\"1e999\",\"k\",\"5\",\"5\"\n", head);
+    put_file(dir, "id2.csv", b.buf);
+    b.len = 0;
+    lpo_sb_printf(&b, "%s\"0\",\"k\",\"5\",\"5\"\n", head);
+    put_file(dir, "ok.csv", b.buf);
+    put_file(dir, "a,b.csv", b.buf);
+    lpo_sb_free(&b);
+    const struct {
+        const char *args;
+        int rc;
+        const char *err;
+    } cases[] = {
+        {"--import=inf.csv", 1, "inf.csv:3: dram__bytes.sum.per_second = '1e400' is not a finite number"},
+        {"--import=long.csv", 1, "long.csv:3: gpu__time_duration.sum = '49999999999"},
+        {"--import=id.csv", 1, "id.csv:3: ID '1e300' is not a result ID"},
+        {"--import=id2.csv", 1, "id2.csv:3: ID '1e999' is not a result ID"},
+        {"--import=", 2, "flag '--import' needs a value"},
+        {"--import=,", 1, "--import takes one file (give --import once per file)"},
+        {"--import=ok.csv,ok.csv", 1, "give --import once per file"},
+        {"--import=ok.csv --import=a,b.csv", 0, NULL},
+        {"--import=ok.csv deep.kernels_from=k1", 1, "kernels.csv:2: instances '1e300' is not a number in"},
+        {"--import=ok.csv deep.kernels_from=k2", 1, "launches of kernels named k: more than any trace holds"},
+        {"--import=ok.csv deep.kernels_from=k3", 1, "kernels.csv:2: total_ns '1e400' is not a number"},
+        {"--import=ok.csv deep.kernels_from=k4", 0, NULL},
+    };
+    char script[1024], p[4400];
+    snprintf(p, sizeof p, "%s/k1", dir);
+    mkdir(p, 0755);
+    put_file(dir, "k1/kernels.csv", "time_pct,total_ns,instances,kind,name\n50,100,1e300,kernel,k\n");
+    snprintf(p, sizeof p, "%s/k2", dir);
+    mkdir(p, 0755);
+    put_file(dir, "k2/kernels.csv", "time_pct,total_ns,instances,kind,name\n50,100,200000000000000,kernel,k\n"
+                                    "50,100,200000000000000,kernel,k\n");
+    snprintf(p, sizeof p, "%s/k3", dir);
+    mkdir(p, 0755);
+    put_file(dir, "k3/kernels.csv", "time_pct,total_ns,instances,kind,name\n50,1e400,1,kernel,k\n");
+    /* a share of 2^-62 of the base's launches: the window is clamped to the launches, never 2^62 */
+    snprintf(p, sizeof p, "%s/k4", dir);
+    mkdir(p, 0755);
+    put_file(dir, "k4/kernels.csv", "time_pct,total_ns,instances,kind,name\n50,100,1,kernel,k\n"
+                                    "50,100,281474976710000,kernel,k<int>\n");
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        snprintf(script, sizeof script, "rm -rf run; \"$LPO\" deep %s output.dir=run >/dev/null", cases[i].args);
+        int rc = sh_in(dir, script, NULL, &err);
+        if (rc != cases[i].rc || (cases[i].err && !strstr(err, cases[i].err)))
+            fail_msg("deep %s: exit %d (want %d): %s (want '%s')", cases[i].args, rc, cases[i].rc, err,
+                     cases[i].err ? cases[i].err : "");
+        free(err);
+    }
+    char *json = slurp(dir, "run/metrics.json");
+    assert_non_null(json);
+    assert_null(strstr(json, "4611686018427387904"));
+    free(json);
+    remove_tree(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_report_foreign_folder),
@@ -296,6 +426,8 @@ int main(void) {
         cmocka_unit_test(test_ranged_integer_keys),
         cmocka_unit_test(test_override_key_depth),
         cmocka_unit_test(test_trace_gate_filter),
+        cmocka_unit_test(test_deep_import_complexity),
+        cmocka_unit_test(test_deep_import_numbers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
