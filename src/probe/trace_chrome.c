@@ -63,19 +63,21 @@ static inline void jw_i64(jw *w, int64_t v) {
     }
 }
 
-/* ns -> microseconds with 3 decimals */
-static inline void jw_us(jw *w, int64_t ns) {
-    if (ns < 0) {
-        JW_LIT(w, "-");
-        ns = -ns;
-    }
-    jw_u64(w, (uint64_t)ns / 1000);
+/* ns (a magnitude, its sign written before) -> microseconds with 3 decimals */
+static inline void jw_us(jw *w, uint64_t ns) {
+    jw_u64(w, ns / 1000);
     char d[4] = {'.', (char)('0' + (ns / 100) % 10), (char)('0' + (ns / 10) % 10), (char)('0' + ns % 10)};
     jw_put(w, d, 4);
 }
 
+/* t - t0 in microseconds, in unsigned arithmetic (no negation of INT64_MIN, whatever the times) */
 static inline void jw_ts(jw *w, uint64_t t) {
-    jw_us(w, (int64_t)(t - w->t0));
+    if (t < w->t0) {
+        JW_LIT(w, "-");
+        jw_us(w, w->t0 - t);
+    } else {
+        jw_us(w, t - w->t0);
+    }
 }
 
 static void jw_double(jw *w, double v) {
@@ -160,7 +162,7 @@ static void x_event(jw *w, const char *cat, tr_strtab *st, uint32_t name, uint32
     jw_str(w, st, name);
     jw_where(w, pid, tid, s);
     JW_LIT(w, ",\"dur\":");
-    jw_us(w, (int64_t)(e >= s ? e - s : 0));
+    jw_us(w, e >= s ? e - s : 0);
 }
 
 static void dims(jw *w, const int32_t d[3]) {

@@ -7,6 +7,12 @@
 #include "lpo/core.h"
 #include "lpo/trace.h"
 
+/* Every time of a loaded trace (ns of CLOCK_MONOTONIC, after the file's clock offset) is below TR_MAX_NS
+ * (146 years), and all durations together below TR_MAX_SUM_NS (208 days): the loader refuses files past
+ * them, so no difference, sum or conversion to int64 in the reports can wrap. */
+#define TR_MAX_NS     (1ull << 62)
+#define TR_MAX_SUM_NS 0x1p54
+
 /* ---- u64 -> u64 open-addressing hash map (key UINT64_MAX is reserved) ---------------------------------- */
 typedef struct {
     uint64_t *keys, *vals;

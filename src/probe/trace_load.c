@@ -512,14 +512,30 @@ static lpo_status load_one(lpo_trace *t, const char *path, file_ctx *c) {
         return st;
     if (truncated) t->stats.truncated_files++;
     if ((st = finish_file(t, c, proc, r0, o0, a0))) return st;
-    const int64_t off = h->clock_offset_ns; /* CUPTI's own clock: shift to CLOCK_MONOTONIC */
-    if (off) {
-        for (size_t i = o0; i < t->ops.n; i++) t->ops.v[i].start += off, t->ops.v[i].end += off;
-        for (size_t i = a0; i < t->apis.n; i++) t->apis.v[i].start += off, t->apis.v[i].end += off;
-        for (size_t i = r0; i < t->ranges.n; i++) t->ranges.v[i].start += off, t->ranges.v[i].end += off;
-        for (size_t i = s0; i < t->syncs.n; i++) t->syncs.v[i].start += off, t->syncs.v[i].end += off;
-        for (size_t i = m0; i < t->marks.n; i++) t->marks.v[i].ts += off;
-    }
+    /* CUPTI's own clock: shifted to CLOCK_MONOTONIC; every time then checked (see TR_MAX_NS) */
+    const int64_t off = h->clock_offset_ns;
+    const uint64_t uoff = (uint64_t)off;
+    if (off <= -(int64_t)TR_MAX_NS || off >= (int64_t)TR_MAX_NS)
+        return lpo_errorf(LPO_E_FORMAT, "%s: clock offset %lld ns: not a trace the tracer wrote", path,
+                          (long long)off);
+    int bad = 0;
+#define SHIFT(x) (bad |= (x) >= (1ull << 63), (x) += uoff, bad |= (x) >= TR_MAX_NS)
+    for (size_t i = o0; i < t->ops.n; i++) SHIFT(t->ops.v[i].start), SHIFT(t->ops.v[i].end);
+    for (size_t i = a0; i < t->apis.n; i++) SHIFT(t->apis.v[i].start), SHIFT(t->apis.v[i].end);
+    for (size_t i = r0; i < t->ranges.n; i++) SHIFT(t->ranges.v[i].start), SHIFT(t->ranges.v[i].end);
+    for (size_t i = s0; i < t->syncs.n; i++) SHIFT(t->syncs.v[i].start), SHIFT(t->syncs.v[i].end);
+    for (size_t i = m0; i < t->marks.n; i++) SHIFT(t->marks.v[i].ts);
+#undef SHIFT
+    if (bad)
+        return lpo_errorf(LPO_E_FORMAT,
+                          "%s: a timestamp at or past 2^62 ns (146 years of CLOCK_MONOTONIC): corrupt, not a "
+                          "trace the tracer wrote",
+                          path);
+    /* never a negative duration (operations are fixed when pushed) */
+    for (size_t i = a0; i < t->apis.n; i++)
+        if (t->apis.v[i].end < t->apis.v[i].start) t->apis.v[i].end = t->apis.v[i].start;
+    for (size_t i = s0; i < t->syncs.n; i++)
+        if (t->syncs.v[i].end < t->syncs.v[i].start) t->syncs.v[i].end = t->syncs.v[i].start;
     return LPO_OK;
 }
 
@@ -577,6 +593,20 @@ lpo_status lpo_trace_load_files(const char *const *paths, size_t n, lpo_trace **
     }
     t->stats.t_begin = lo == UINT64_MAX ? 0 : lo;
     t->stats.t_end = hi;
+    /* every sum a report makes (per name, per range, over at most 256 nested ranges) is a sum of these
+     * durations: below 2^54 ns in all, none reaches 2^62 (a kernels.csv total_ns of -1 or 0) */
+    double sum = 0, bytes = 0;
+    for (size_t i = 0; i < t->ops.n; i++)
+        sum += (double)(t->ops.v[i].end - t->ops.v[i].start), bytes += (double)t->ops.v[i].bytes;
+    for (size_t i = 0; i < t->apis.n; i++) sum += (double)(t->apis.v[i].end - t->apis.v[i].start);
+    for (size_t i = 0; i < t->ranges.n; i++) sum += (double)(t->ranges.v[i].end - t->ranges.v[i].start);
+    if (sum >= TR_MAX_SUM_NS || bytes >= 0x1p62) {
+        lpo_trace_free(t);
+        return lpo_errorf(LPO_E_FORMAT,
+                          "trace: the records' durations sum to %.3g ns and their bytes to %.3g (at most 2^54 ns, "
+                          "208 days, and 2^62 bytes): corrupt raw files",
+                          sum, bytes);
+    }
     for (size_t i = 0; i < t->procs.n; i++) {
         if (!t->procs.v[i].ended) t->stats.processes_without_end++;
         if (t->procs.v[i].end_signal && !t->stats.end_signal)

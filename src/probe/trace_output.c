@@ -112,12 +112,12 @@ lpo_status lpo_trace_counters_load(const char *path, uint64_t t0_ns, lpo_trace_c
         const int t_ok =
             col_t == col_ts ? tend != f[col_t] && !*tend && lpo_double_to_i64(floor(ts), 0, INT64_MAX / 2, &t)
                             : int_cell(f[col_t], 0, INT64_MAX, &t);
-        if (!t_ok || (col_gpu >= 0 && (size_t)col_gpu < nf && !int_cell(f[col_gpu], 0, INT32_MAX, &gpu))) {
+        if (!t_ok || (col_gpu >= 0 && (size_t)col_gpu < nf && !int_cell(f[col_gpu], 0, 63, &gpu))) {
             st = lpo_errorf(LPO_E_FORMAT, "%s: sample %zu: %s '%s' is not %s", path, i + 1,
                             t_ok              ? "gpu"
                             : col_t == col_ts ? "t_s"
                                               : "t_ns",
-                            t_ok ? f[col_gpu] : f[col_t], t_ok ? "a GPU index" : "a time >= 0");
+                            t_ok ? f[col_gpu] : f[col_t], t_ok ? "a GPU index (0 to 63)" : "a time >= 0");
             break;
         }
         c->t_ns[i] = (col_t == col_ts ? t0_ns : 0) + (uint64_t)t;
@@ -126,7 +126,7 @@ lpo_status lpo_trace_counters_load(const char *path, uint64_t t0_ns, lpo_trace_c
             if (series_col[k] < 0) continue;
             char *end = NULL;
             double v = k < nf ? strtod(f[k], &end) : NAN;
-            if (k < nf && end == f[k]) v = NAN; /* empty or not a number */
+            if ((k < nf && end == f[k]) || !isfinite(v)) v = NAN; /* empty, not a number, or 1e400 */
             c->values[i * c->n_series + (size_t)series_col[k]] = v;
         }
     }

@@ -288,6 +288,79 @@ static void test_trace_gate_filter(void **state) {
     remove_tree(dir);
 }
 
+/* Finding 14: times from raw traces and nvml.csv: kernels 2^63 ns apart negated INT64_MIN in trace.json
+ * (Release wrote "ts":-9223372036854775.808, kernels.csv total_ns 0 and min_ns < 0), a kernel ending at
+ * 2^64 - 1 gave total_ns -1, nvml.csv gpu=2147483647 overflowed. */
+static void test_trace_times(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir(), p[4300];
+    snprintf(p, sizeof p, "%s/trace-5.lpot", dir);
+    const uint64_t bad[][4] = {
+        {1000, 2000, 1000 + (1ull << 63), 2000 + (1ull << 63)}, /* two kernels 2^63 ns apart */
+        {1000, 2000, 3000, UINT64_MAX},                         /* a kernel ending at 2^64 - 1 */
+        {1000, 2000, 3000, 1ull << 62},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        lpo_raw_header h;
+        lpo_raw_header_init(&h, 5);
+        lpo_raw_writer w;
+        assert_int_equal(lpo_raw_open(&w, p, &h, 1 << 16), 0);
+        lpo_raw_put(&w, LPO_REC_STRING, 1, "k", 2);
+        lpo_raw_kernel k1 = {.start = bad[i][0], .end = bad[i][1], .corr = 1, .name = 1};
+        lpo_raw_kernel k2 = {.start = bad[i][2], .end = bad[i][3], .corr = 2, .name = 1};
+        lpo_raw_put(&w, LPO_REC_KERNEL, 0, &k1, sizeof k1);
+        lpo_raw_put(&w, LPO_REC_KERNEL, 0, &k2, sizeof k2);
+        assert_int_equal(lpo_raw_close(&w), 0);
+        lpo_trace *t = NULL;
+        assert_int_equal(lpo_trace_load_dir(dir, &t), LPO_E_FORMAT);
+        if (!strstr(lpo_last_error(), "a timestamp at or past 2^62 ns"))
+            fail_msg("case %zu: %s", i, lpo_last_error());
+        assert_null(t);
+    }
+    /* durations that sum past 2^54 ns, each in range: refused as a whole (sums would wrap in the tables) */
+    lpo_raw_header h;
+    lpo_raw_header_init(&h, 5);
+    lpo_raw_writer w;
+    assert_int_equal(lpo_raw_open(&w, p, &h, 1 << 16), 0);
+    lpo_raw_put(&w, LPO_REC_STRING, 1, "k", 2);
+    for (uint32_t i = 0; i < 8; i++) {
+        lpo_raw_kernel k = {.start = 1, .end = (1ull << 62) - 1, .corr = i + 1, .name = 1};
+        lpo_raw_put(&w, LPO_REC_KERNEL, 0, &k, sizeof k);
+    }
+    assert_int_equal(lpo_raw_close(&w), 0);
+    lpo_trace *t = NULL;
+    assert_int_equal(lpo_trace_load_dir(dir, &t), LPO_E_FORMAT);
+    assert_non_null(strstr(lpo_last_error(), "durations sum to"));
+    /* nvml.csv: a GPU index past 63, a time 2^63 - 1 ns after the trace: written as a positive time */
+    snprintf(p, sizeof p, "%s/nvml.csv", dir);
+    lpo_trace_counters c;
+    const char *gpu = "t_ns,gpu,power_w\n5,2147483647,1\n";
+    assert_int_equal(lpo_write_file(p, gpu, strlen(gpu)), LPO_OK);
+    assert_int_equal(lpo_trace_counters_load(p, 0, &c), LPO_E_FORMAT);
+    assert_non_null(strstr(lpo_last_error(), "gpu '2147483647' is not a GPU index (0 to 63)"));
+    const char *far = "t_ns,gpu,power_w\n9223372036854775807,63,1e400\n9223372036854775807,63,5\n";
+    assert_int_equal(lpo_write_file(p, far, strlen(far)), LPO_OK);
+    assert_int_equal(lpo_trace_counters_load(p, 0, &c), LPO_OK);
+    snprintf(p, sizeof p, "%s/trace-5.lpot", dir);
+    assert_int_equal(lpo_raw_open(&w, p, &h, 1 << 16), 0);
+    lpo_raw_put(&w, LPO_REC_STRING, 1, "k", 2);
+    lpo_raw_kernel k = {.start = 1000, .end = 2000, .corr = 1, .name = 1};
+    lpo_raw_put(&w, LPO_REC_KERNEL, 0, &k, sizeof k);
+    assert_int_equal(lpo_raw_close(&w), 0);
+    assert_int_equal(lpo_trace_load_dir(dir, &t), LPO_OK);
+    snprintf(p, sizeof p, "%s/trace.json", dir);
+    assert_int_equal(lpo_trace_write_chrome(t, &c, p), LPO_OK);
+    lpo_trace_free(t);
+    lpo_trace_counters_free(&c);
+    char *json = slurp(dir, "trace.json");
+    assert_non_null(json);
+    assert_null(strstr(json, "\"ts\":-"));
+    assert_non_null(strstr(json, "\"ts\":9223372036854774.807")); /* 2^63 - 1 - 1000 ns in us */
+    assert_null(strstr(json, "inf"));
+    free(json);
+    remove_tree(dir);
+}
+
 /* ---- lpo deep's imports ----------------------------------------------------------------------------------- */
 static void put_file(const char *dir, const char *name, const char *text) {
     char p[4400];
@@ -426,6 +499,7 @@ int main(void) {
         cmocka_unit_test(test_ranged_integer_keys),
         cmocka_unit_test(test_override_key_depth),
         cmocka_unit_test(test_trace_gate_filter),
+        cmocka_unit_test(test_trace_times),
         cmocka_unit_test(test_deep_import_complexity),
         cmocka_unit_test(test_deep_import_numbers),
     };
