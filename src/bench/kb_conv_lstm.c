@@ -26,11 +26,13 @@ static lpo_status tensor_elems(const char *kase, const char *name, const char *d
     int64_t e = 1;
     for (int i = 0; i < n; i++) {
         if (d[i] > MAX_TENSOR_ELEMS / e)
-            return lpo_errorf(LPO_E_CONFIG,
-                              "kbench %s: tensor %s (%s) has more than 2^31 - 1 elements, the most cuDNN takes "
-                              "(%.3g); make the sizes smaller",
-                              kase, name, dims_txt, (double)d[0] * (n > 1 ? (double)d[1] : 1.0) *
-                                                        (n > 2 ? (double)d[2] : 1.0) * (n > 3 ? (double)d[3] : 1.0));
+            return lpo_errorf(
+                LPO_E_CONFIG,
+                "kbench %s: tensor %s (%s) has more than 2^31 - 1 elements, the most cuDNN takes "
+                "(%.3g); make the sizes smaller",
+                kase, name, dims_txt,
+                (double)d[0] * (n > 1 ? (double)d[1] : 1.0) * (n > 2 ? (double)d[2] : 1.0) *
+                    (n > 3 ? (double)d[3] : 1.0));
         e *= d[i];
     }
     *out = e;
@@ -145,12 +147,15 @@ static lpo_status lstm_plan(kb_case *c) {
     snprintf(c->variant, sizeof c->variant, "%s", c->cuda ? "cuDNN" : "C reference (kbench)");
     /* h, c and the gates of the C reference: B * Hd * 6 doubles (B * Hd <= y's 2^31 elements) */
     const double scratch = (double)B * (double)Hd * 6.0 * sizeof(double);
-    if ((st = lpo_mem_check(scratch, "kbench lstm: the C reference's state (batch*hidden*6 doubles)")) != LPO_OK)
+    if ((st = lpo_mem_check(scratch, "kbench lstm: the C reference's state (batch*hidden*6 doubles)")) !=
+        LPO_OK)
         return st;
     c->scratch = malloc((size_t)scratch);
     return c->scratch ? LPO_OK
-                      : lpo_errorf(LPO_E_NOMEM, "kbench lstm: out of memory allocating %.0f bytes for the C "
-                                                "reference's state", scratch);
+                      : lpo_errorf(LPO_E_NOMEM,
+                                   "kbench lstm: out of memory allocating %.0f bytes for the C "
+                                   "reference's state",
+                                   scratch);
 }
 
 static double sigm(double v) {

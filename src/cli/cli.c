@@ -135,7 +135,8 @@ lpo_status lpo_cli_parse(const lpo_cli_spec *spec, int argc, char **argv, lpo_cl
                 out->config_dirs[out->n_config_dirs++] = val;
             } else if (f->takes_value == 2 && !*val) { /* --import= would import nothing, silently */
                 lpo_cli_args_free(out);
-                return lpo_errorf(LPO_E_USAGE, "flag '--%s' needs a value (an empty one names nothing)", name);
+                return lpo_errorf(LPO_E_USAGE, "flag '--%s' needs a value (an empty one names nothing)",
+                                  name);
             } else {
                 const char *prev = f->takes_value == 1 ? lpo_cli_flag_value(out, f->name) : NULL;
                 if (prev) { /* --out=a --out=b: which one was meant? */

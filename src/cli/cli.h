@@ -15,8 +15,8 @@
 
 typedef struct {
     const char *name; /* without the leading "--" */
-    int takes_value;  /* --name=value or --name value; 2: a value, and the flag may repeat (each one kept, none
-                         empty: --import=A --import=B) */
+    int takes_value; /* --name=value or --name value; 2: a value, and the flag may repeat (each one kept, none
+                        empty: --import=A --import=B) */
     const char *help;
 } lpo_cli_flag;
 

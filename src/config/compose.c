@@ -455,8 +455,10 @@ static lpo_status parse_override(const char *text, override *o) {
                           (int)(cl ? cl : 1), p + bad, (int)kl, p);
     }
     if (dotted_depth(p, kl) > LPO_CFG_MAX_DEPTH) /* the tree's walks recurse once per level */
-        return lpo_errorf(LPO_E_USAGE, "override '%.60s...': its key has %zu levels, more than the %d a "
-                          "configuration may nest", text, dotted_depth(p, kl), LPO_CFG_MAX_DEPTH);
+        return lpo_errorf(LPO_E_USAGE,
+                          "override '%.60s...': its key has %zu levels, more than the %d a "
+                          "configuration may nest",
+                          text, dotted_depth(p, kl), LPO_CFG_MAX_DEPTH);
     if (eq && !strncmp(eq + 1, "sweep(", 6) && eq[strlen(eq) - 1] != ')') /* not silently a string */
         return lpo_errorf(LPO_E_USAGE, "override '%s': unterminated sweep(...): write sweep(a,b,c)", text);
     o->key = lpo_strndup(p, kl);

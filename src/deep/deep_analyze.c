@@ -645,7 +645,7 @@ lpo_status lpo_deep_analyze(const lpo_deep_plan *plan, const lpo_ncu_results *re
     }
     plan_match pm;
     plan_match_init(&pm, plan);
-    deep_names rows = {0}; /* no plan: kernel name -> its row */
+    deep_names rows = {0};                /* no plan: kernel name -> its row */
     for (size_t i = 0; i < res->n; i++) { /* each result: its kernel row */
         long o = plan_index(&pm, res->r[i].name);
         if (o < 0 && plan && plan->n) {

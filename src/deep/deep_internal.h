@@ -20,7 +20,7 @@ typedef struct deep_names {
         size_t len;
         uint64_t hash;
         size_t val;
-    } *slot;
+    } * slot;
     size_t cap, n;
 } deep_names;
 

@@ -93,8 +93,8 @@ void lpo_deep_plan_free(lpo_deep_plan *p) {
 /* The number in cell (r, col) of the table read from path: 0 when the column is absent or the cell holds
  * no number; LPO_E_FORMAT naming the file, line and column when it is not finite or outside [lo, hi]
  * (instances of 1e300 were cast to long, sums of 9e18 overflowed, a share gave a window of 2^62). */
-static lpo_status cell_num(const lpo_csv *c, size_t r, long col, const char *path, const char *what, double lo,
-                           double hi, double *out) {
+static lpo_status cell_num(const lpo_csv *c, size_t r, long col, const char *path, const char *what,
+                           double lo, double hi, double *out) {
     *out = 0;
     const char *s = col >= 0 ? lpo_csv_cell(c, r, (size_t)col) : NULL;
     if (!s || !*s) return LPO_OK;
@@ -106,8 +106,8 @@ static lpo_status cell_num(const lpo_csv *c, size_t r, long col, const char *pat
         v = NAN;
     }
     if (!(v >= lo && v <= hi))
-        return lpo_errorf(LPO_E_FORMAT, "%s:%zu: %s '%.40s' is not a number in [%g, %g]", path, c->line[r], what,
-                          s, lo, hi);
+        return lpo_errorf(LPO_E_FORMAT, "%s:%zu: %s '%.40s' is not a number in [%g, %g]", path, c->line[r],
+                          what, s, lo, hi);
     *out = v;
     return LPO_OK;
 }
@@ -184,7 +184,8 @@ static lpo_status read_ranges(const char *dir, lpo_deep_plan *p) {
     }
     /* the plan's names, cut as the tracer cuts them, -> plan index (kernels sharing a cut name chained) */
     deep_names by_name = {0};
-    long *next = lpo_xcalloc(p->n + 1, sizeof *next, "deep labels"), *last = lpo_xcalloc(p->n + 1, sizeof *last, "deep labels");
+    long *next = lpo_xcalloc(p->n + 1, sizeof *next, "deep labels"),
+         *last = lpo_xcalloc(p->n + 1, sizeof *last, "deep labels");
     long *seen = lpo_xcalloc(p->n + 1, sizeof *seen, "deep labels");
     for (size_t i = 0; i < p->n; i++) {
         const size_t len = strlen(p->k[i].name);

@@ -334,8 +334,9 @@ static lpo_status parse_table(lpo_ncu_results *res, const lpo_csv *c, size_t h, 
         pos[sc[i].k] = n_cols - 1;
     }
     free(sc);
-    res->tables = lpo_xgrow(res->tables, &res->cap_tables, res->n_tables + 1, sizeof *res->tables, "ncu tables");
-    res->tables[res->n_tables++] = cols; /* owned by res from here */
+    res->tables =
+        lpo_xgrow(res->tables, &res->cap_tables, res->n_tables + 1, sizeof *res->tables, "ncu tables");
+    res->tables[res->n_tables++] = cols;                              /* owned by res from here */
     for (size_t r = first + (size_t)has_units; r < end && !st; r++) { /* data rows */
         if (c->n_cols[r] != nc) {
             st = lpo_errorf(LPO_E_FORMAT, "%s:%zu: %zu cells where the header has %zu", origin, c->line[r],
@@ -361,8 +362,9 @@ static lpo_status parse_table(lpo_ncu_results *res, const lpo_csv *c, size_t h, 
             if (parse_number(cell, &id) > 0 && lpo_double_to_i64(id, 0, INT32_MAX, &v))
                 x->id = (long)v;
             else if (!is_na(cell))
-                st = lpo_errorf(LPO_E_FORMAT, "%s:%zu: ID '%.40s' is not a result ID (an integer 0 to 2^31 - 1)",
-                                origin, c->line[r], cell);
+                st = lpo_errorf(LPO_E_FORMAT,
+                                "%s:%zu: ID '%.40s' is not a result ID (an integer 0 to 2^31 - 1)", origin,
+                                c->line[r], cell);
         }
         if (c_nvtx >= 0) {
             x->nvtx = nvtx_range(c->cells[r][c_nvtx], 1);
@@ -383,8 +385,8 @@ static lpo_status parse_table(lpo_ncu_results *res, const lpo_csv *c, size_t h, 
             } else if ((got = parse_number(s, &v)) > 0 && isfinite(v * scale[k])) {
                 x->v[pos[k]] = v * scale[k];
             } else if (got) { /* inf flipped bound classes; a cut number was read as another one */
-                st = lpo_errorf(LPO_E_FORMAT, "%s:%zu: %s = '%.40s%s' is not a finite number lpo can hold", origin,
-                                c->line[r], c->cells[h][k], s, strlen(s) > 40 ? "..." : "");
+                st = lpo_errorf(LPO_E_FORMAT, "%s:%zu: %s = '%.40s%s' is not a finite number lpo can hold",
+                                origin, c->line[r], c->cells[h][k], s, strlen(s) > 40 ? "..." : "");
             } else { /* a text attribute ("PolicySpread", "No-CC"): no number */
                 res->n_text++;
             }

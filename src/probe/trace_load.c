@@ -602,10 +602,11 @@ lpo_status lpo_trace_load_files(const char *const *paths, size_t n, lpo_trace **
     for (size_t i = 0; i < t->ranges.n; i++) sum += (double)(t->ranges.v[i].end - t->ranges.v[i].start);
     if (sum >= TR_MAX_SUM_NS || bytes >= 0x1p62) {
         lpo_trace_free(t);
-        return lpo_errorf(LPO_E_FORMAT,
-                          "trace: the records' durations sum to %.3g ns and their bytes to %.3g (at most 2^54 ns, "
-                          "208 days, and 2^62 bytes): corrupt raw files",
-                          sum, bytes);
+        return lpo_errorf(
+            LPO_E_FORMAT,
+            "trace: the records' durations sum to %.3g ns and their bytes to %.3g (at most 2^54 ns, "
+            "208 days, and 2^62 bytes): corrupt raw files",
+            sum, bytes);
     }
     for (size_t i = 0; i < t->procs.n; i++) {
         if (!t->procs.v[i].ended) t->stats.processes_without_end++;

@@ -68,7 +68,7 @@ static uint64_t boundary(uint64_t *s, uint64_t near) {
     const uint64_t r = rng_next(s);
     switch (r % 4) {
     case 0: return near + (r & 16 ? 1 : 0) - (r & 32 ? 1 : 0); /* a neighbour's value */
-    case 1: return near + (1ull << 63);                         /* 2^63 apart */
+    case 1: return near + (1ull << 63);                        /* 2^63 apart */
     default: return v[(r >> 8) % (sizeof v / sizeof *v)];
     }
 }
@@ -86,8 +86,9 @@ size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size, unsi
     case 0:
     case 1: { /* a body word (or the header's clock offset) to a boundary value */
         uint64_t near = 0, v;
-        size_t at = rs > 8 ? p + 8 + 8 * (size_t)(rng_next(&s) % ((rs - 8) / 8)) : 32;
-        if (r & (1u << 20)) at = 32; /* lpo_raw_header.clock_offset_ns */
+        const size_t words = rs >= 8 ? (rs - 8u) / 8u : 0;
+        size_t at = words ? p + 8 + 8 * (size_t)(rng_next(&s) % words) : 32;
+        if (r & (1u << 20)) at = 32;                 /* lpo_raw_header.clock_offset_ns */
         const size_t j = (size_t)(rng_next(&s) % n); /* a value from another record nearby */
         if (off[j] + 16 <= size) memcpy(&near, data + off[j] + 8, 8);
         v = boundary(&s, near);
@@ -103,9 +104,7 @@ size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size, unsi
         if (size + rs > max_size) return size;
         memmove(data + size, data + p, rs);
         return size + rs;
-    case 3: /* drop record i */
-        memmove(data + p, data + p + rs, size - p - rs);
-        return size - rs;
+    case 3: /* drop record i */ memmove(data + p, data + p + rs, size - p - rs); return size - rs;
     case 4: { /* a fresh record of any type (1..17, or unknown), its body boundary words */
         const size_t words = 1 + (size_t)(rng_next(&s) % 12), len = 8 + 8 * words;
         if (size + len > max_size) return size;

@@ -36,10 +36,14 @@ static int sh_in(const char *dir, const char *script, char **out, char **err) {
     if (lpo_read_file(e, &se, NULL)) se = lpo_strdup("");
     remove(o);
     remove(e);
-    if (out) *out = so;
-    else free(so);
-    if (err) *err = se;
-    else free(se);
+    if (out)
+        *out = so;
+    else
+        free(so);
+    if (err)
+        *err = se;
+    else
+        free(se);
     return rc == -1 || !WIFEXITED(rc) ? -1 : WEXITSTATUS(rc);
 }
 
@@ -159,11 +163,13 @@ static void test_kbench_conv_lstm_sizes(void **state) {
          "kbench.batch=1048576 kbench.c_in=16 kbench.c_out=16 kbench.h=1048576 kbench.w=1048576 "
          "kbench.kernel=1 kbench.pad=0",
          "kbench conv2d: tensor x (N*C*H*W) has more than 2^31 - 1 elements"},
-        {conv, "kbench.batch=1 kbench.c_in=1 kbench.c_out=1 kbench.h=4 kbench.w=4 kbench.kernel=1 "
-               "kbench.pad=4611686018427387904",
+        {conv,
+         "kbench.batch=1 kbench.c_in=1 kbench.c_out=1 kbench.h=4 kbench.w=4 kbench.kernel=1 "
+         "kbench.pad=4611686018427387904",
          "kbench.pad must be in 0..2^20 (got 4611686018427387904)"},
-        {conv, "kbench.batch=1 kbench.c_in=1 kbench.c_out=65536 kbench.h=4 kbench.w=4 kbench.kernel=256 "
-               "kbench.pad=200",
+        {conv,
+         "kbench.batch=1 kbench.c_in=1 kbench.c_out=65536 kbench.h=4 kbench.w=4 kbench.kernel=256 "
+         "kbench.pad=200",
          "tensor w (K*C*R*S) has more than 2^31 - 1"},
         {lstm, "kbench.seq=1048576 kbench.batch=1048576 kbench.input=4 kbench.hidden=4",
          "kbench lstm: tensor x (seq*batch*input) has more than 2^31 - 1 elements"},
@@ -190,15 +196,19 @@ static void test_ranged_integer_keys(void **state) {
     const struct {
         const char *args, *err;
     } bad[] = {
-        {"kbench backend=cpu kbench.case=rmsnorm kbench.dtype=f32 kbench.m=4 kbench.n=8 kbench.threads=100000",
-         "config key 'kbench.threads' (override 'kbench.threads=100000') must be an integer in [0, 1024], got '100000'"},
+        {"kbench backend=cpu kbench.case=rmsnorm kbench.dtype=f32 kbench.m=4 kbench.n=8 "
+         "kbench.threads=100000",
+         "config key 'kbench.threads' (override 'kbench.threads=100000') must be an integer in [0, 1024], "
+         "got '100000'"},
         {"kbench backend=cpu kbench.case=rmsnorm kbench.dtype=f32 kbench.m=4 kbench.n=8 kbench.threads=-3",
          "must be an integer in [0, 1024], got '-3'"},
         {"kbench backend=cpu kbench.case=rmsnorm kbench.dtype=f32 kbench.m=4 kbench.n=8 "
          "kbench.threads=4294967297",
          "got '4294967297'"},
-        {"kbench model=tiny backend=cpu kbench.phase=decode kbench.threads=1 kbench.context=9223372036854775807",
-         "config key 'kbench.context' (override 'kbench.context=9223372036854775807') must be an integer in [0, 2147483647]"},
+        {"kbench model=tiny backend=cpu kbench.phase=decode kbench.threads=1 "
+         "kbench.context=9223372036854775807",
+         "config key 'kbench.context' (override 'kbench.context=9223372036854775807') must be an integer in "
+         "[0, 2147483647]"},
         {"kbench model=tiny backend=cpu kbench.phase=decode kbench.threads=1 kbench.steps=0",
          "'kbench.steps' (override 'kbench.steps=0') must be an integer in [1, 100000], got '0'"},
     };
@@ -227,7 +237,8 @@ static void test_override_key_depth(void **state) {
     expect("\"$LPO\" config show +caf\303\251=1", 2, "bad character '\303\251' in key 'caf\303\251'");
 }
 
-/* ---- complexity bounds ------------------------------------------------------------------------------------ */
+/* ---- complexity bounds ------------------------------------------------------------------------------------
+ */
 /* fn(n, ud) builds an input of size n and returns the seconds its code under test took. A loop stated
  * O(n) or O(n log n) takes about 4x (4.7x) as long on an input 4x larger, a quadratic one 16x: the best of 3
  * runs at 4n must stay under 8x the best at n (+ 0.25 s of slack for a loaded machine). */
@@ -239,7 +250,8 @@ static void expect_subquadratic(const char *what, double (*fn)(size_t n, void *u
         if (b < t4) t4 = b;
     }
     printf("%s: n=%zu %.4f s, 4n=%zu %.4f s (x%.1f)\n", what, n, t1, 4 * n, t4, t4 / (t1 > 0 ? t1 : 1e-9));
-    if (t4 > 8 * t1 + 0.25) fail_msg("%s: %.3f s at n=%zu, %.3f s at 4n: worse than n log n", what, t1, n, t4);
+    if (t4 > 8 * t1 + 0.25)
+        fail_msg("%s: %.3f s at n=%zu, %.3f s at 4n: worse than n log n", what, t1, n, t4);
 }
 
 static double secs_since(uint64_t t0) {
@@ -361,7 +373,8 @@ static void test_trace_times(void **state) {
     remove_tree(dir);
 }
 
-/* ---- lpo deep's imports ----------------------------------------------------------------------------------- */
+/* ---- lpo deep's imports -----------------------------------------------------------------------------------
+ */
 static void put_file(const char *dir, const char *name, const char *text) {
     char p[4400];
     snprintf(p, sizeof p, "%s/%s", dir, name);
@@ -394,14 +407,16 @@ static double time_deep_import(size_t n, void *ud) {
 /* n results of n distinct kernel names (finding 7: 20k names took 23 s). */
 static void many_names(size_t n, lpo_strbuf *csv) {
     lpo_sb_puts(csv, "\"ID\",\"Kernel Name\",\"gpu__time_duration.sum\"\n\"\",\"\",\"nsecond\"\n");
-    for (size_t i = 0; i < n; i++) lpo_sb_printf(csv, "\"%zu\",\"kernel_%zu(float*)\",\"%zu\"\n", i, i, 1000 + i);
+    for (size_t i = 0; i < n; i++)
+        lpo_sb_printf(csv, "\"%zu\",\"kernel_%zu(float*)\",\"%zu\"\n", i, i, 1000 + i);
 }
 
 /* n tables of one result each, every table with its own metric (finding 8: results x metrics, dense). */
 static void many_tables(size_t n, lpo_strbuf *csv) {
     for (size_t i = 0; i < n; i++)
-        lpo_sb_printf(csv, "\"ID\",\"Kernel Name\",\"m%zu.sum\"\n\"\",\"\",\"byte\"\n\"%zu\",\"k%zu\",\"%zu\"\n", i,
-                      i, i % 7, i);
+        lpo_sb_printf(csv,
+                      "\"ID\",\"Kernel Name\",\"m%zu.sum\"\n\"\",\"\",\"byte\"\n\"%zu\",\"k%zu\",\"%zu\"\n",
+                      i, i, i % 7, i);
 }
 
 /* Findings 7 and 8: the import and analysis without a plan were quadratic in distinct kernel names and
@@ -466,18 +481,21 @@ static void test_deep_import_numbers(void **state) {
     put_file(dir, "k1/kernels.csv", "time_pct,total_ns,instances,kind,name\n50,100,1e300,kernel,k\n");
     snprintf(p, sizeof p, "%s/k2", dir);
     mkdir(p, 0755);
-    put_file(dir, "k2/kernels.csv", "time_pct,total_ns,instances,kind,name\n50,100,200000000000000,kernel,k\n"
-                                    "50,100,200000000000000,kernel,k\n");
+    put_file(dir, "k2/kernels.csv",
+             "time_pct,total_ns,instances,kind,name\n50,100,200000000000000,kernel,k\n"
+             "50,100,200000000000000,kernel,k\n");
     snprintf(p, sizeof p, "%s/k3", dir);
     mkdir(p, 0755);
     put_file(dir, "k3/kernels.csv", "time_pct,total_ns,instances,kind,name\n50,1e400,1,kernel,k\n");
     /* a share of 2^-62 of the base's launches: the window is clamped to the launches, never 2^62 */
     snprintf(p, sizeof p, "%s/k4", dir);
     mkdir(p, 0755);
-    put_file(dir, "k4/kernels.csv", "time_pct,total_ns,instances,kind,name\n50,100,1,kernel,k\n"
-                                    "50,100,281474976710000,kernel,k<int>\n");
+    put_file(dir, "k4/kernels.csv",
+             "time_pct,total_ns,instances,kind,name\n50,100,1,kernel,k\n"
+             "50,100,281474976710000,kernel,k<int>\n");
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        snprintf(script, sizeof script, "rm -rf run; \"$LPO\" deep %s output.dir=run >/dev/null", cases[i].args);
+        snprintf(script, sizeof script, "rm -rf run; \"$LPO\" deep %s output.dir=run >/dev/null",
+                 cases[i].args);
         int rc = sh_in(dir, script, NULL, &err);
         if (rc != cases[i].rc || (cases[i].err && !strstr(err, cases[i].err)))
             fail_msg("deep %s: exit %d (want %d): %s (want '%s')", cases[i].args, rc, cases[i].rc, err,
