@@ -96,6 +96,9 @@ lpo_status lpo_cfg_list_groups(const lpo_cfg_opts *opts,
                                void (*cb)(const char *group, const char *option, const char *path, void *ud),
                                void *ud);
 
+/* The most points a command that measures each one (lpo bench, lpo kbench) runs in one sweep: each point
+ * takes seconds, so 10,000 would run for hours; a larger sweep is refused before anything runs. */
+#define LPO_SWEEP_MAX_MEASURED 1024
 /* Expands sweep overrides into the Cartesian product of plain override lists. *out_sets is an array of
  * *n_sets override arrays, each of n_overrides strings; free with lpo_cfg_sweep_free. With sweep_lists,
  * a plain list value `a.b=[1,2]` also sweeps (the --sweep flag). */

@@ -212,7 +212,7 @@ static lpo_status run_static(const lpo_node *cfg, const lpo_model *m, const char
     const char *hw = "auto";
     int64_t dev = 0;
     if (st == LPO_OK) st = lpo_cfg_str_or(cfg, "hardware.name", "auto", &hw);
-    if (st == LPO_OK) st = lpo_cfg_int_or(cfg, "hardware.device", 0, &dev);
+    if (st == LPO_OK) st = lpo_cfg_int_range(cfg, "hardware.device", 0, 0, INT16_MAX, &dev);
     if (st == LPO_OK)
         st = lpo_peaks_resolve(cfg, !strcmp(hw, "auto") && dev >= 0 ? (int)dev : LPO_PEAKS_NO_DEVICE, NULL,
                                &pk);

@@ -250,6 +250,12 @@ int lpo_cmd_bench(int argc, char **argv) {
     if (!st) st = int_list(cfg, "prompt", 1, 1 << 24, w.prompts, &w.np);
     if (!st) st = int_list(cfg, "gen", 1, 1 << 24, w.gens, &w.ng);
     if (!st) st = lpo_cfg_int_or(cfg, "bench.seed", 0, &seed);
+    if (!st && (int64_t)w.nb * w.np * w.ng > LPO_SWEEP_MAX_MEASURED)
+        st = lpo_errorf(
+            LPO_E_CONFIG,
+            "bench: bench.batch x bench.prompt x bench.gen = %d x %d x %d = %lld points, more than %d "
+            "(each is measured for seconds): split the sweep into smaller runs",
+            w.nb, w.np, w.ng, (long long)w.nb * w.np * w.ng, LPO_SWEEP_MAX_MEASURED);
     if (!st) {
         const lpo_session_opts so = {.parts = LPO_SESSION_ENGINE | LPO_SESSION_ENV | LPO_SESSION_NVML,
                                      .size_engine = size_engine,
@@ -258,6 +264,11 @@ int lpo_cmd_bench(int argc, char **argv) {
                                      .command_line = lpo_cli_command_line()};
         st = lpo_session_open(cfg, &so, &s);
         cfg = NULL; /* the session's */
+    }
+    /* the run directory before the sweep: an output.dir that cannot be one fails now, not after it */
+    if (!st && !lpo_cli_flag_value(&args, "no-save")) {
+        lpo_rundir *rd0 = NULL;
+        st = lpo_session_rundir(s, &rd0);
     }
     if (st) goto done;
     {

@@ -3,6 +3,7 @@
  * and read bandwidth), beside the dense spec sheet. Cached per device in ~/.cache/lpo/ceilings/<uuid>.json
  * and reused by kbench/profile/bench for MFU, MBU and the roofline; --refresh re-measures. */
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,7 +62,7 @@ int lpo_cmd_ceilings(int argc, char **argv) {
     lpo_ceilings *c = malloc(sizeof *c);
     lpo_status st = c ? lpo_cli_compose(&args, "ceilings", &cfg) : lpo_errorf(LPO_E_NOMEM, "out of memory");
     int64_t device = 0;
-    if (!st) st = lpo_cfg_int_or(cfg, "hardware.device", 0, &device);
+    if (!st) st = lpo_cfg_int_range(cfg, "hardware.device", 0, 0, INT16_MAX, &device);
     if (!st && (device < 0 || device > 1024))
         st = lpo_errorf(LPO_E_CONFIG, "hardware.device must be a CUDA device ordinal >= 0 (got %lld)",
                         (long long)device);
@@ -79,6 +80,14 @@ int lpo_cmd_ceilings(int argc, char **argv) {
         }
         lpo_ceilings_cache_path(key, path, sizeof path);
         int cached = 0;
+        struct stat cst; /* a FIFO or device in the cache's place fails now, not after measuring */
+        if (stat(path, &cst) == 0 && !S_ISREG(cst.st_mode)) {
+            st = lpo_errorf(LPO_E_IO,
+                            "the ceilings cache '%s' is not a regular file (a FIFO, device or folder): "
+                            "remove it; nothing was measured",
+                            path);
+            goto done;
+        }
         if (!lpo_cli_flag_value(&args, "refresh")) {
             lpo_status ls = lpo_ceilings_load(path, c);
             if (ls == LPO_OK)
@@ -87,10 +96,8 @@ int lpo_cmd_ceilings(int argc, char **argv) {
                 fprintf(stderr, "lpo ceilings: %s: measuring again\n", lpo_last_error());
             lpo_error_clear();
         }
-        if (!cached) {
-            if ((st = lpo_ceilings_measure(&o, c))) goto done;
-            if ((st = lpo_ceilings_save(c, path))) goto done;
-        }
+        if (!cached && (st = lpo_ceilings_measure(&o, c))) goto done;
+        /* what was measured is printed first: a cache that cannot be written loses nothing shown */
         if (lpo_cli_flag_value(&args, "json")) {
             lpo_json j;
             lpo_json_init_file(&j, stdout, 1);
@@ -99,6 +106,11 @@ int lpo_cmd_ceilings(int argc, char **argv) {
         } else {
             print_record(c, path, cached);
         }
+        fflush(stdout);
+        if (!st && !cached && lpo_ceilings_save(c, path) != LPO_OK)
+            st = lpo_error_context(LPO_E_IO,
+                                   "the ceilings above were measured but not cached (set XDG_CACHE_HOME to a "
+                                   "writable folder, or fix the path)");
     }
 done:
     rc = st ? lpo_cli_fail("ceilings", st) : LPO_EXIT_OK;

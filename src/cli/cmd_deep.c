@@ -185,9 +185,9 @@ static lpo_status read_cfg(const lpo_node *cfg, deep_cfg *d) {
     int64_t top_k = 10, count = 3, max_window = 60;
     lpo_status st = lpo_cfg_str_or(cfg, "deep.ncu", "auto", &d->ncu);
     if (!st) st = lpo_cfg_str_or(cfg, "deep.kernels_from", NULL, &d->kernels_from);
-    if (!st) st = lpo_cfg_int_or(cfg, "deep.top_k", 10, &top_k);
-    if (!st) st = lpo_cfg_int_or(cfg, "deep.count", 3, &count);
-    if (!st) st = lpo_cfg_int_or(cfg, "deep.max_window", 60, &max_window);
+    if (!st) st = lpo_cfg_int_range(cfg, "deep.top_k", 10, 1, 1000, &top_k);
+    if (!st) st = lpo_cfg_int_range(cfg, "deep.count", 3, 1, 1000, &count);
+    if (!st) st = lpo_cfg_int_range(cfg, "deep.max_window", 60, 1, 100000, &max_window);
     if (!st) st = lpo_cfg_double_or(cfg, "deep.skip_fraction", 0.5, &d->sel.skip_fraction);
     if (!st) st = lpo_cfg_str_or(cfg, "deep.clock_control", "none", &d->clock_control);
     if (!st) st = lpo_cfg_str_or(cfg, "deep.cache_control", "all", &d->cache_control);
@@ -519,7 +519,7 @@ static lpo_status run_deep(deep_run *r) {
     /* (4) analysis and report */
     lpo_peaks pk;
     int64_t dev = 0;
-    lpo_cfg_int_or(r->cfg, "hardware.device", 0, &dev);
+    lpo_cfg_int_range(r->cfg, "hardware.device", 0, 0, INT16_MAX, &dev);
     const char *gpu = r->gpu[0] ? r->gpu : r->res.n && r->res.r[0].device ? r->res.r[0].device : NULL;
     /* this machine's GPU; results imported from another machine: the spec sheet of the GPU they name */
     if ((st = lpo_peaks_resolve(r->cfg, (int)dev, gpu, &pk))) return st;

@@ -58,6 +58,11 @@ int lpo_cmd_kbench(int argc, char **argv) {
     lpo_node *first = NULL;
     lpo_rundir *rd = NULL;
     lpo_status st = lpo_cfg_sweep_expand(args.n_overrides, args.overrides, 1, &sets, &n_sets);
+    if (!st && n_sets > LPO_SWEEP_MAX_MEASURED)
+        st = lpo_errorf(LPO_E_USAGE,
+                        "kbench: the sweep has %zu points, more than %d (each is validated and measured for "
+                        "seconds): split it into smaller runs",
+                        n_sets, LPO_SWEEP_MAX_MEASURED);
     if (!st) st = lpo_kbench_new(&kb);
     // each point of the sweep: compose, run
     for (size_t i = 0; i < n_sets && !st; i++) {

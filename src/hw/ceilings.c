@@ -2,10 +2,12 @@
  * ($XDG_CACHE_HOME or ~/.cache)/lpo/ceilings/<uuid>.json and the CUDA device identity (its key). Which
  * peaks a run uses is peaks.c; measuring is in ceilings_run.c and the .cu files. */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "lpo/ceilings.h"
@@ -119,6 +121,13 @@ void lpo_ceilings_write_json(const lpo_ceilings *c, lpo_json *j) {
 }
 
 lpo_status lpo_ceilings_save(const lpo_ceilings *c, const char *path) {
+    struct stat fst; /* the cache is lpo's own file: never written into a FIFO (it blocked) or a device */
+    if (stat(path, &fst) == 0 && !S_ISREG(fst.st_mode))
+        return lpo_errorf(LPO_E_IO, "cannot save the ceilings: '%s' is %s, not a cache file (remove it)",
+                          path,
+                          S_ISFIFO(fst.st_mode)  ? "a FIFO"
+                          : S_ISDIR(fst.st_mode) ? "a directory"
+                                                 : "a special file");
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
@@ -141,9 +150,34 @@ static void get_str(const cJSON *o, const char *key, char *out, size_t n) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (cJSON_IsString(v)) snprintf(out, n, "%s", v->valuestring);
 }
+/* A number field; def when absent or not finite (1e400 parses as inf). */
 static double get_num(const cJSON *o, const char *key, double def) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsNumber(v) ? v->valuedouble : def;
+    return cJSON_IsNumber(v) && isfinite(v->valuedouble) ? v->valuedouble : def;
+}
+
+/* The physically plausible range of metric i for the record's device: by unit and device kind, and for a
+ * GPU whose spec sheet lpo knows, at most 1.5x the sheet's GEMM or DRAM figure. A cached value outside it
+ * (a hand edit, a corrupt file: gemm_fp32 = 1e-300 gave MFU 2e26 with exit 0) is refused. */
+static void plausible(const lpo_ceilings *c, int i, double *lo, double *hi) {
+    const int cpu = !strcmp(c->device_kind, "cpu");
+    const char *unit = lpo_ceil_metric_unit((lpo_ceil_metric)i);
+    if (!strcmp(unit, "us")) { /* launch latencies: 10 ns to 1 s */
+        *lo = 0.01, *hi = 1e6;
+    } else if (!strcmp(unit, "GB/s")) { /* 10 MB/s to 10 TB/s (CPU), 100 MB/s to 200 TB/s (GPU, L2) */
+        *lo = cpu ? 0.01 : 0.1, *hi = cpu ? 1e4 : 2e5;
+    } else { /* TFLOP/s, TOP/s: 0.1 GFLOP/s to 1000 TFLOP/s (CPU), 10 GFLOP/s to 50 PFLOP/s (GPU) */
+        *lo = cpu ? 1e-4 : 1e-2, *hi = cpu ? 1e3 : 5e4;
+    }
+    const lpo_gpu_spec *gs = cpu ? NULL : lpo_gpu_spec_find(c->name);
+    if (!gs) return;
+    for (int d = 0; d < LPO_CEIL_N_DTYPES; d++)
+        if (lpo_ceil_gemm_metric((lpo_ceil_dtype)d) == (lpo_ceil_metric)i && gs->tflops[d] > 0)
+            *hi = 1.5 * gs->tflops[d];
+    if ((i == LPO_CEIL_M_DRAM_READ || i == LPO_CEIL_M_DRAM_WRITE || i == LPO_CEIL_M_DRAM_COPY ||
+         i == LPO_CEIL_M_MEMCPY_D2D || i == LPO_CEIL_M_DRAM_TRIAD) &&
+        gs->dram_gbs > 0)
+        *hi = 1.5 * gs->dram_gbs;
 }
 /* An integer field in [0, hi]: def when absent or not such an integer (a cast of 1e300 would be undefined
  * behaviour). */
@@ -190,11 +224,20 @@ lpo_status lpo_ceilings_load(const char *path, lpo_ceilings *c) {
     for (int i = 0; i < LPO_CEIL_N_METRICS; i++) {
         const cJSON *e = cJSON_GetObjectItemCaseSensitive(metrics, lpo_ceil_metric_key((lpo_ceil_metric)i));
         if (!cJSON_IsObject(e)) continue;
-        double v = get_num(e, "value", 0);
-        if (!(v > 0) || v > 1e12) {
+        const cJSON *jv = cJSON_GetObjectItemCaseSensitive(e, "value");
+        const double v = cJSON_IsNumber(jv) ? jv->valuedouble : 0;
+        double lo, hi;
+        plausible(c, i, &lo, &hi);
+        if (!(v >= lo && v <= hi)) {
+            lpo_status est = lpo_errorf(
+                LPO_E_FORMAT,
+                "%s: metric %s = %g %s is not plausible for %s %s (%g to %g); run `lpo "
+                "ceilings --refresh`",
+                path, lpo_ceil_metric_key((lpo_ceil_metric)i), v, lpo_ceil_metric_unit((lpo_ceil_metric)i),
+                !strcmp(c->device_kind, "cpu") ? "the CPU" : "the GPU", c->name[0] ? c->name : "(unnamed)",
+                lo, hi);
             cJSON_Delete(root);
-            return lpo_errorf(LPO_E_FORMAT, "%s: metric %s has value %g; run `lpo ceilings --refresh`", path,
-                              lpo_ceil_metric_key((lpo_ceil_metric)i), v);
+            return est;
         }
         c->m[i].value = v;
         c->m[i].seconds = get_num(e, "seconds", 0);

@@ -98,11 +98,16 @@ static lpo_status parse_entry(const cJSON *e, const char *file, uint64_t data_si
                           file, tn, (unsigned long long)t->begin, (unsigned long long)t->end,
                           (unsigned long long)data_size);
     uint64_t need;
-    if (__builtin_mul_overflow(numel, (uint64_t)esize, &need) || need != t->end - t->begin)
+    if (__builtin_mul_overflow(numel, (uint64_t)esize, &need)) /* "needs 0" when the product wrapped */
+        return lpo_errorf(
+            LPO_E_FORMAT,
+            "%s: tensor '%s': %llu bytes in data_offsets but shape x dtype (%s) needs more than "
+            "2^64 bytes",
+            file, tn, (unsigned long long)(t->end - t->begin), t->dtype_str);
+    if (need != t->end - t->begin)
         return lpo_errorf(
             LPO_E_FORMAT, "%s: tensor '%s': %llu bytes in data_offsets but shape x dtype (%s) needs %llu",
-            file, tn, (unsigned long long)(t->end - t->begin), t->dtype_str,
-            (unsigned long long)(numel <= UINT64_MAX / (uint64_t)esize ? numel * (uint64_t)esize : 0));
+            file, tn, (unsigned long long)(t->end - t->begin), t->dtype_str, (unsigned long long)need);
     return LPO_OK;
 }
 

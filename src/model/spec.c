@@ -267,12 +267,43 @@ lpo_status lpo__spec_ids_from_json(const char *json, size_t len, const char *ori
     return c.st;
 }
 
+static int cmp_key(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The first key that an object of the tree (depth-first) holds twice, or NULL: cJSON's lookups take the
+ * first one silently, which may not be the one the author meant. O(k log k) per object of k keys. */
+static const char *duplicate_key(const cJSON *o, const char **where) {
+    size_t n = 0, k = 0;
+    for (const cJSON *c = o ? o->child : NULL; c; c = c->next) n++;
+    const char **keys = cJSON_IsObject(o) && n > 1 ? lpo_xcalloc(n, sizeof *keys, "config.json keys") : NULL;
+    for (const cJSON *c = keys ? o->child : NULL; c; c = c->next) keys[k++] = c->string ? c->string : "";
+    const char *dup = NULL;
+    if (keys) {
+        qsort(keys, k, sizeof *keys, cmp_key);
+        for (size_t i = 1; i < k && !dup; i++)
+            if (!strcmp(keys[i], keys[i - 1])) dup = keys[i];
+        free(keys);
+        if (dup) *where = o->string;
+    }
+    for (const cJSON *c = o ? o->child : NULL; c && !dup; c = c->next) dup = duplicate_key(c, where);
+    return dup;
+}
+
 lpo_status lpo_spec_from_hf_config(const char *json, size_t len, const char *origin, lpo_model_spec *out) {
     memset(out, 0, sizeof *out);
     cJSON *root = cJSON_ParseWithLength(json, len);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return lpo_errorf(LPO_E_PARSE, "%s: not a valid JSON object", origin);
+    }
+    const char *where = NULL, *dup = duplicate_key(root, &where);
+    if (dup) {
+        lpo_status st = lpo_errorf(
+            LPO_E_FORMAT, "%s: key '%.80s' appears twice%s%.80s%s: lpo does not guess which one was meant",
+            origin, dup, where ? " (in '" : " (at the top level", where ? where : "", where ? "')" : ")");
+        cJSON_Delete(root);
+        return st;
     }
     json_ctx c = {origin, LPO_OK};
     lpo_model_spec *s = out;

@@ -13,8 +13,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "lpo/ceilings.h"
+#include "lpo/config.h"
 #include "lpo/core.h"
+#include "lpo/model.h"
 #include "lpo/trace.h"
+#include "model/safetensors.h"
 #include "probe/trace_format.h"
 #include "test_support.h"
 
@@ -509,6 +513,157 @@ static void test_deep_import_numbers(void **state) {
     remove_tree(dir);
 }
 
+/* ---- ceilings, bench, kbench ------------------------------------------------------------------------------
+ */
+/* Findings 9 and 11: a FIFO as the ceilings cache measured, then blocked forever on the save; a cached peak
+ * of 1e-300 TFLOP/s was accepted (only > 0 and <= 1e12 were checked) and bench printed MFU 2.05e26. */
+static void test_ceilings_cache(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir(), key[200], path[4300], *err = NULL;
+    char cache[4300];
+    snprintf(cache, sizeof cache, "%s/home/.cache", dir);
+    setenv("XDG_CACHE_HOME", cache, 1);
+    lpo_ceilings_cache_path(lpo_ceilings_cpu_key(key, sizeof key), path, sizeof path);
+    /* the cache file a FIFO: refused at once, nothing measured, never blocked */
+    char script[4600];
+    snprintf(script, sizeof script,
+             "mkdir -p home/.cache/lpo/ceilings && mkfifo '%s' && timeout 60 \"$LPO\" ceilings --cpu", path);
+    int rc = sh_in(dir, script, NULL, &err);
+    if (rc != 1 ||
+        !strstr(err, "is not a regular file (a FIFO, device or folder): remove it; nothing was measured"))
+        fail_msg("exit %d: %s", rc, err);
+    free(err);
+    lpo_ceilings c;
+    lpo_ceilings_init(&c);
+    snprintf(c.device_kind, sizeof c.device_kind, "cpu");
+    c.m[LPO_CEIL_M_GEMM_FP32].value = 0.2;
+    assert_int_equal(lpo_ceilings_save(&c, path), LPO_E_IO); /* a FIFO: refused, not opened */
+    assert_non_null(strstr(lpo_last_error(), "is a FIFO, not a cache file"));
+    unlink(path);
+    /* implausible cached values are refused where the cache is read: the peaks fall back */
+    const struct {
+        const char *kind, *name;
+        int metric;
+        double v;
+        const char *err;
+    } bad[] = {
+        {"cpu", "x86", LPO_CEIL_M_GEMM_FP32, 1e-300,
+         "gemm_fp32 = 1e-300 TFLOP/s is not plausible for the CPU"},
+        {"cpu", "x86", LPO_CEIL_M_DRAM_READ, 1e9, "dram_read = 1e+09 GB/s is not plausible"},
+        {"gpu", "NVIDIA H100 80GB HBM3", LPO_CEIL_M_GEMM_BF16, 5000,
+         "gemm_bf16 = 5000 TFLOP/s is not plausible"},
+        {"gpu", "NVIDIA H100 80GB HBM3", LPO_CEIL_M_LAUNCH, 1e7, "launch_us = 1e+07 us is not plausible"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        lpo_ceilings_init(&c);
+        snprintf(c.device_kind, sizeof c.device_kind, "%s", bad[i].kind);
+        snprintf(c.name, sizeof c.name, "%s", bad[i].name);
+        c.m[LPO_CEIL_M_GEMM_FP32].value = 0.5;
+        c.m[bad[i].metric].value = bad[i].v;
+        assert_int_equal(lpo_ceilings_save(&c, path), LPO_OK);
+        lpo_ceilings back;
+        assert_int_equal(lpo_ceilings_load(path, &back), LPO_E_FORMAT);
+        if (!strstr(lpo_last_error(), bad[i].err)) fail_msg("case %zu: %s", i, lpo_last_error());
+    }
+    lpo_peaks pk;
+    assert_int_equal(lpo_peaks_for_device(-1, &pk), LPO_OK);
+    assert_int_not_equal(pk.source, LPO_PEAKS_MEASURED);
+    /* a plausible record loads */
+    lpo_ceilings_init(&c);
+    snprintf(c.device_kind, sizeof c.device_kind, "cpu");
+    c.m[LPO_CEIL_M_GEMM_FP32].value = 0.5;
+    c.m[LPO_CEIL_M_DRAM_TRIAD].value = 20;
+    assert_int_equal(lpo_ceilings_save(&c, path), LPO_OK);
+    assert_int_equal(lpo_peaks_for_device(-1, &pk), LPO_OK);
+    assert_int_equal(pk.source, LPO_PEAKS_MEASURED);
+    unsetenv("XDG_CACHE_HOME");
+    remove_tree(dir);
+}
+
+/* Finding 16: `lpo ceilings` measured, then failed to create the cache folder and never printed what it had
+ * measured: the table comes first, then the failed save, exit 1. */
+static void test_ceilings_print_first(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir(), *out = NULL, *err = NULL;
+    int rc = sh_in(dir, "echo file > blocker && XDG_CACHE_HOME=$PWD/blocker/cache \"$LPO\" ceilings --cpu",
+                   &out, &err);
+    if (rc != 1 || !strstr(out, "MBU bandwidth") ||
+        !strstr(err, "the ceilings above were measured but not cached"))
+        fail_msg("exit %d\nstdout: %s\nstderr: %s", rc, out, err);
+    free(out);
+    free(err);
+    remove_tree(dir);
+}
+
+/* Findings 10 and 16: sweeps without a cap (kbench accepted 10,000 points, bench 64x64x64); bench ran its
+ * whole sweep before finding that output.dir is a file. */
+static void test_sweeps(void **state) {
+    (void)state;
+    lpo_strbuf a = {0};
+    lpo_sb_puts(
+        &a, "\"$LPO\" kbench backend=cpu kbench.case=rmsnorm kbench.dtype=f32 kbench.threads=1 kbench.m=[");
+    for (int i = 1; i <= 40; i++) lpo_sb_printf(&a, "%s%d", i > 1 ? "," : "", i);
+    lpo_sb_puts(&a, "] kbench.n=[");
+    for (int i = 1; i <= 30; i++) lpo_sb_printf(&a, "%s%d", i > 1 ? "," : "", 8 * i);
+    lpo_sb_puts(&a, "]");
+    expect(a.buf, 2, "kbench: the sweep has 1200 points, more than 1024");
+    lpo_sb_free(&a);
+    lpo_sb_puts(&a, "\"$LPO\" bench model=tiny bench.batch=[1,2,3,4,5,6,7,8] bench.prompt=[");
+    for (int i = 1; i <= 16; i++) lpo_sb_printf(&a, "%s%d", i > 1 ? "," : "", i);
+    lpo_sb_puts(&a, "] bench.gen=[");
+    for (int i = 1; i <= 16; i++) lpo_sb_printf(&a, "%s%d", i > 1 ? "," : "", i);
+    lpo_sb_puts(&a, "]");
+    expect(a.buf, 2, "= 8 x 16 x 16 = 2048 points, more than 1024");
+    lpo_sb_free(&a);
+    char *dir = lpo_test_tmpdir(), *out = NULL, *err = NULL;
+    int rc = sh_in(
+        dir,
+        "echo keep > f && \"$LPO\" bench model=tiny bench.batch=1 bench.prompt=8 bench.gen=4 output.dir=f",
+        &out, &err);
+    if (rc == 0 || strstr(err, "engine ready") || strstr(out, "tok/s")) /* refused before the engine opens */
+        fail_msg("exit %d\nstdout: %s\nstderr: %s", rc, out, err);
+    free(out);
+    free(err);
+    char *f = slurp(dir, "f");
+    assert_string_equal(f, "keep\n");
+    free(f);
+    remove_tree(dir);
+}
+
+/* Finding 18: a safetensors shape whose byte count wraps said "needs 0"; config.json's duplicate keys: the
+ * first silently won. */
+static void test_model_files(void **state) {
+    (void)state;
+    const char *hdr = "{\"w\":{\"dtype\":\"F32\",\"shape\":[4294967296,1073741824],\"data_offsets\":[0,8]}}";
+    const size_t hl = strlen(hdr);
+    uint8_t buf[256] = {0};
+    const uint64_t n = hl;
+    memcpy(buf, &n, 8);
+    memcpy(buf + 8, hdr, hl);
+    lpo_st_header h;
+    assert_int_equal(lpo_safetensors_parse(buf, 8 + hl + 8, "m.safetensors", &h), LPO_E_FORMAT);
+    if (!strstr(lpo_last_error(), "needs more than 2^64 bytes")) fail_msg("%s", lpo_last_error());
+    lpo_st_header_free(&h);
+    char *cfg = NULL;
+    size_t len = 0;
+    assert_int_equal(lpo_read_file(LPO_SOURCE_DIR "/tests/golden/models/tiny-llama/config.json", &cfg, &len),
+                     LPO_OK);
+    lpo_model_spec spec;
+    assert_int_equal(lpo_spec_from_hf_config(cfg, len, "config.json", &spec), LPO_OK);
+    lpo_strbuf d = {0}; /* the same with hidden_size given twice, first at the top, then in a nested object */
+    lpo_sb_printf(&d, "{\"hidden_size\": 1,%s", strchr(cfg, '{') + 1);
+    assert_int_equal(lpo_spec_from_hf_config(d.buf, d.len, "config.json", &spec), LPO_E_FORMAT);
+    if (!strstr(lpo_last_error(), "config.json: key 'hidden_size' appears twice (at the top level)"))
+        fail_msg("%s", lpo_last_error());
+    d.len = 0;
+    lpo_sb_printf(&d, "{\"rope_scaling\": {\"factor\": 2, \"factor\": 3},%s", strchr(cfg, '{') + 1);
+    assert_int_equal(lpo_spec_from_hf_config(d.buf, d.len, "config.json", &spec), LPO_E_FORMAT);
+    if (!strstr(lpo_last_error(), "key 'factor' appears twice (in 'rope_scaling')"))
+        fail_msg("%s", lpo_last_error());
+    lpo_sb_free(&d);
+    free(cfg);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_report_foreign_folder),
@@ -520,6 +675,10 @@ int main(void) {
         cmocka_unit_test(test_trace_times),
         cmocka_unit_test(test_deep_import_complexity),
         cmocka_unit_test(test_deep_import_numbers),
+        cmocka_unit_test(test_ceilings_cache),
+        cmocka_unit_test(test_ceilings_print_first),
+        cmocka_unit_test(test_sweeps),
+        cmocka_unit_test(test_model_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
