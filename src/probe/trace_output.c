@@ -137,7 +137,8 @@ lpo_status lpo_trace_counters_load(const char *path, uint64_t t0_ns, lpo_trace_c
 
 /* ---- summary.md
  * ----------------------------------------------------------------------------------------------- */
-static void summary(lpo_trace *t, const lpo_trace_report_opts *o, const lpo_table *kt, lpo_strbuf *sb) {
+static void summary(lpo_trace *t, const lpo_trace_report_opts *o, const lpo_table *kt, const char *analyses,
+                    lpo_strbuf *sb) {
     const lpo_trace_stats *s = &t->stats;
     lpo_sb_printf(sb, "# lpo trace%s%s\n\n", o->title ? ": " : "", o->title ? o->title : "");
     if (!s->files) {
@@ -177,6 +178,7 @@ static void summary(lpo_trace *t, const lpo_trace_report_opts *o, const lpo_tabl
             "%zu range(s) were still open and are closed at the last event of their process.\n\n",
             s->truncated_files, s->processes_without_end, s->end_signal ? ", ended by signal " : "",
             s->end_signal ? strsignal(s->end_signal) : "", s->unterminated_ranges);
+    if (analyses) lpo_sb_puts(sb, analyses);
     lpo_sb_puts(sb, "## Top kernels\n\nSee kernels.md for all of them, ranges.md for NVTX ranges.\n\n");
     tr_overlap_note(t, sb);
     lpo_strbuf md = {0};
@@ -210,8 +212,11 @@ static lpo_status save_kernels_md(const lpo_trace *t, const lpo_table *kt, const
  * anything that is not a regular file (a link planted in a received folder, a FIFO) stop the command
  * before anything is written. A fresh run directory has none of these names, so `lpo trace` passes. */
 #define MANIFEST "trace_outputs.json"
-static const char *const report_files[] = {"kernels.md", "kernels.csv", "ranges.md",  "ranges.csv",
-                                           "steps.md",   "steps.csv",   "summary.md", "trace.json"};
+static const char *const report_files[] = {
+    "kernels.md",   "kernels.csv",  "ranges.md",     "ranges.csv",   "steps.md",   "steps.csv",
+    "summary.md",   "trace.json",   "timeline.md",   "timeline.csv", "idle.md",    "idle.csv",
+    "gaps.csv",     "launch.md",    "launch.csv",    "memops.md",    "memops.csv", "cuda_api.md",
+    "cuda_api.csv", "operators.md", "operators.csv", "modules.md",   "modules.csv"};
 enum { N_REPORT_FILES = sizeof report_files / sizeof *report_files };
 
 /* FNV-1a (64 bit) of a whole regular file; linear in its size. */
@@ -339,13 +344,16 @@ lpo_status lpo_trace_write_reports(lpo_trace *t, const char *dir, const lpo_trac
         }
     }
     if (!st) {
-        lpo_strbuf sb = {0};
-        summary(t, opts, kt, &sb);
+        lpo_strbuf sb = {0}, an = {0};
+        if (lpo_trace_has_torch_ops(t)) st = tr_write_torch(t, dir, opts->peaks, &an);
+        if (!st) st = tr_write_analyses(t, dir, &an);
+        summary(t, opts, kt, an.buf, &sb);
+        lpo_sb_free(&an);
         if (stt && !lpo_table_rows(stt))
             lpo_sb_printf(&sb, "\nNo instance of the step range '%s' was found (steps.csv not written).\n",
                           opts->step_range);
         snprintf(path, sizeof path, "%s/summary.md", dir);
-        st = lpo_write_file(path, sb.buf ? sb.buf : "", sb.len);
+        if (!st) st = lpo_write_file(path, sb.buf ? sb.buf : "", sb.len);
         lpo_sb_free(&sb);
     }
     uint64_t t2 = lpo_now_ns();
