@@ -164,8 +164,8 @@ static void plausible(const lpo_ceilings *c, int i, double *lo, double *hi) {
     const char *unit = lpo_ceil_metric_unit((lpo_ceil_metric)i);
     if (!strcmp(unit, "us")) { /* launch latencies: 10 ns to 1 s */
         *lo = 0.01, *hi = 1e6;
-    } else if (!strcmp(unit, "GB/s")) { /* 10 MB/s to 10 TB/s (CPU), 100 MB/s to 200 TB/s (GPU, L2) */
-        *lo = cpu ? 0.01 : 0.1, *hi = cpu ? 1e4 : 2e5;
+    } else if (!strcmp(unit, "GB/s")) { /* 0.1 MB/s to 10 TB/s (CPU), 100 MB/s to 200 TB/s (GPU, L2) */
+        *lo = cpu ? 1e-4 : 0.1, *hi = cpu ? 1e4 : 2e5;
     } else { /* TFLOP/s, TOP/s: 0.1 GFLOP/s to 1000 TFLOP/s (CPU), 10 GFLOP/s to 50 PFLOP/s (GPU) */
         *lo = cpu ? 1e-4 : 1e-2, *hi = cpu ? 1e3 : 5e4;
     }
