@@ -241,7 +241,7 @@ int lpo_cmd_bench(int argc, char **argv) {
     lpo_table *full = lpo_table_new(full_fields, sizeof full_fields / sizeof *full_fields);
     lpo_table *brief = lpo_table_new(short_fields, sizeof short_fields / sizeof *short_fields);
     lpo_measure_opts mo;
-    sweep w;
+    sweep w = {0};
     int64_t seed = 0;
     lpo_status st = full && brief ? LPO_OK : lpo_errorf(LPO_E_NOMEM, "bench: out of memory");
     if (!st) st = lpo_cli_compose(&args, "bench", &cfg);
