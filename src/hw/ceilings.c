@@ -171,8 +171,8 @@ static void plausible(const lpo_ceilings *c, int i, double *lo, double *hi) {
     }
     const lpo_gpu_spec *gs = cpu ? NULL : lpo_gpu_spec_find(c->name);
     if (!gs) return;
-    for (int d = 0; d < LPO_CEIL_N_DTYPES; d++)
-        if (lpo_ceil_gemm_metric((lpo_ceil_dtype)d) == (lpo_ceil_metric)i && gs->tflops[d] > 0)
+    for (int d = 0; d < LPO_ROOF_N_GEMM; d++)
+        if (lpo_ceil_gemm_metric((lpo_roof)d) == (lpo_ceil_metric)i && gs->tflops[d] > 0)
             *hi = 1.5 * gs->tflops[d];
     if ((i == LPO_CEIL_M_DRAM_READ || i == LPO_CEIL_M_DRAM_WRITE || i == LPO_CEIL_M_DRAM_COPY ||
          i == LPO_CEIL_M_MEMCPY_D2D || i == LPO_CEIL_M_DRAM_TRIAD) &&

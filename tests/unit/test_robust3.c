@@ -566,7 +566,7 @@ static void test_ceilings_cache(void **state) {
         if (!strstr(lpo_last_error(), bad[i].err)) fail_msg("case %zu: %s", i, lpo_last_error());
     }
     lpo_peaks pk;
-    assert_int_equal(lpo_peaks_for_device(-1, &pk), LPO_OK);
+    assert_int_equal(lpo_peaks_resolve(NULL, LPO_PEAKS_CPU, NULL, &pk), LPO_OK);
     assert_int_not_equal(pk.source, LPO_PEAKS_MEASURED);
     /* a plausible record loads */
     lpo_ceilings_init(&c);
@@ -574,7 +574,7 @@ static void test_ceilings_cache(void **state) {
     c.m[LPO_CEIL_M_GEMM_FP32].value = 0.5;
     c.m[LPO_CEIL_M_DRAM_TRIAD].value = 20;
     assert_int_equal(lpo_ceilings_save(&c, path), LPO_OK);
-    assert_int_equal(lpo_peaks_for_device(-1, &pk), LPO_OK);
+    assert_int_equal(lpo_peaks_resolve(NULL, LPO_PEAKS_CPU, NULL, &pk), LPO_OK);
     assert_int_equal(pk.source, LPO_PEAKS_MEASURED);
     unsetenv("XDG_CACHE_HOME");
     remove_tree(dir);
