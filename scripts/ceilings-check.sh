@@ -65,13 +65,13 @@ kb() { # name, args...: one kbench run, its table into the log
   say "kbench $name: exit $?"
   { echo "==== kbench $name: $*"; cat "$work/$name.md"; } >>"$log"
 }
-kb gemm kbench.case=gemm kbench.dtype=bf16 kbench.m=8192 kbench.n=8192 kbench.k=8192
+kb gemm kbench.case=linear kbench.dtype=bf16 kbench.m=8192 kbench.n=8192 kbench.k=8192
 kb rms1 kbench.case=rmsnorm kbench.dtype=bf16 kbench.m=8192 kbench.n=8192
 kb rms2 kbench.case=rmsnorm kbench.dtype=bf16 kbench.m=8192 kbench.n=8192
 kb linears model=llama3.1-8b kbench.case=linears kbench.m=1 profiling.cold=true
-kb sweep "kbench.case=[rmsnorm,silu_mul,softmax,layernorm_gelu,rope,embedding]" kbench.dtype=bf16 \
+kb sweep "kbench.case=[rmsnorm,swiglu,rope,embed,add,attention]" kbench.dtype=bf16 \
   "kbench.m=[1,4096]" kbench.n=4096
-kb graph kbench.case=rmsnorm kbench.dtype=bf16 kbench.m=1 kbench.n=4096 kbench.graph=true
+kb graph kbench.case=conv2d kbench.dtype=f16 kbench.graph=true
 kb dnn "kbench.case=[conv2d,lstm]" kbench.dtype=f16
 cp "$work/sweep/roofline.svg" "$out/roofline-sweep.svg" 2>/dev/null
 cp "$work/linears/roofline.svg" "$out/roofline-linears.svg" 2>/dev/null

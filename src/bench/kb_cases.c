@@ -1,352 +1,294 @@
-/* kbench cases: for each operator, its shapes and tensors from the kbench parameters, its FLOPs and
- * fewest DRAM bytes, its CPU version (the engine's reference kernels where they exist, else a plain C one
- * here) and its CUDA version (cuBLASLt for GEMMs, cuDNN for Conv2d/LSTM, kbench's own kernels for the
- * row and element-wise ops until the engine's can be run alone). Counting conventions (docs/metrics.md):
- * one FMA = 2 FLOPs; exp, tanh, rsqrt = 1 FLOP each; bytes = each input read once + each output written
- * once, in the storage dtype. */
-#include <math.h>
+/* kbench operator cases: one case per engine op kind, named after the kind. A case is built as the engine
+ * builds that op: a one-layer model spec from the kbench keys, its op list for a step of kbench.m tokens
+ * (lpo_oplist_build, the compute dtype everywhere), the op of the case's role taken from it. The op checker
+ * validates it against the CPU reference on random data, then the backend's run_op times it (kb_op.c):
+ * the engine's own kernels (CUDA: its .cu files, cuBLASLt or its GEMV kernels as the engine picks; CPU:
+ * the reference C). FLOPs and bytes are the op list's (lpo_op_flops / lpo_op_bytes). `linears` times the
+ * linear layers of model=<preset> the same way. docs/kbench.md, "Cases". */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench/kbench_internal.h"
-#include "engine/cpu/cpu_kernels.h"
-#include "hw/ceilings_internal.h"
+#include "bench/kb_op.h"
 #include "lpo/core.h"
+#include "lpo/infer.h"
+#include "lpo/model.h"
 
-#ifndef LPO_HAVE_CUDA
-/* a CPU-only build registers no GPU runner (GPU() below): their definitions stay compiled, unused */
-#pragma GCC diagnostic ignored "-Wunused-function"
-#endif
+/* ---- the cases: which op of the one-layer list each kind is, and what it computes -----------------------
+ */
+typedef struct {
+    lpo_op_kind kind;
+    lpo_op_role role;
+    const char *summary;
+} op_case;
 
-#define T_(c, i) ((c)->t[(i)].h)
+static const op_case op_cases[] = {
+    {LPO_OP_EMBED, LPO_ROLE_EMBED, "x (m, n) = rows tokens of E (vocab, n)"},
+    {LPO_OP_RMSNORM, LPO_ROLE_ATTN_NORM, "y (m, n) = x * rsqrt(mean(x^2) + eps) * w"},
+    {LPO_OP_LINEAR, LPO_ROLE_DOWN,
+     "y (m, n) = x (m, k) @ W^T, W (n, k); CUDA: GEMV kernel (m <= 8, engine.gemv) or cuBLASLt"},
+    {LPO_OP_QK_NORM, LPO_ROLE_QK_NORM, "per-head RMSNorm of the q and k heads of qkv rows (m tokens)"},
+    {LPO_OP_ROPE, LPO_ROLE_ROPE, "q and k heads of qkv rows (m tokens) rotated (NeoX pairs)"},
+    {LPO_OP_ATTENTION, LPO_ROLE_ATTN,
+     "causal GQA attention of m tokens in kbench.batch sequences after kbench.context cached positions"},
+    {LPO_OP_SWIGLU, LPO_ROLE_MLP_ACT, "act (m, n) = silu(gate) * up over gu (m, 2n)"},
+    {LPO_OP_GEGLU, LPO_ROLE_MLP_ACT, "act (m, n) = gelu_tanh(gate) * up over gu (m, 2n)"},
+    {LPO_OP_ADD, LPO_ROLE_ATTN_RESIDUAL, "x (m, n) += y (the residual add)"},
+    {LPO_OP_LM_HEAD, LPO_ROLE_LM_HEAD, "logits (m, n) f32 = x (m, k) @ E^T, E (n, k)"},
+    {LPO_OP_SAMPLE, LPO_ROLE_SAMPLE, "next token of each of m rows of n logits (infer.* sampling: greedy)"},
+};
+_Static_assert(sizeof op_cases / sizeof op_cases[0] == LPO_OP_KIND_COUNT,
+               "every engine op kind is a kbench case: add its row");
 
-static double esz(lpo_dtype el) {
-    return lpo_dtype_info_of(el)->bytes;
+static const op_case *case_of(lpo_op_kind kind) {
+    for (size_t i = 0; i < sizeof op_cases / sizeof op_cases[0]; i++)
+        if (op_cases[i].kind == kind) return &op_cases[i];
+    return NULL;
 }
 
+int lpo__kb_op_case_find(const char *name, lpo_op_kind *kind) {
+    for (int k = 0; k < LPO_OP_KIND_COUNT; k++)
+        if (!strcmp(name, lpo_op_kind_name((lpo_op_kind)k))) return *kind = (lpo_op_kind)k, 1;
+    return 0;
+}
+
+const char *lpo__kb_op_case_summary(lpo_op_kind kind) {
+    const op_case *c = case_of(kind);
+    return c ? c->summary : "";
+}
+
+/* ---- parameters -> spec and step -------------------------------------------------------------------------
+ */
 static lpo_status need_pos(const char *key, int64_t v) {
     if (v > 0 && v <= ((int64_t)1 << 31)) return LPO_OK;
     return lpo_errorf(LPO_E_CONFIG, "kbench.%s must be in 1..2^31 (got %lld)", key, (long long)v);
 }
 
-/* f32 / f16 / bf16 only (the row and element-wise kernels) */
-static lpo_status float_dtype(const kb_case *c) {
-    if (c->el == LPO_DT_F32 || c->el == LPO_DT_F16 || c->el == LPO_DT_BF16) return LPO_OK;
-    return lpo_errorf(LPO_E_UNSUPPORTED, "kbench.case=%s runs in f32, f16 or bf16 (kbench.dtype=%s)",
-                      c->p.case_name, c->p.dtype);
+/* kbench.dtype as the engine's compute dtype: f32, f16 or bf16 (the CPU backend: f32) */
+static lpo_status op_dtype(const kb_params *p, int cuda, lpo_dtype *dt) {
+    if (!lpo_dtype_parse(p->dtype, dt) || (*dt != LPO_DT_F32 && *dt != LPO_DT_F16 && *dt != LPO_DT_BF16))
+        return lpo_errorf(!strcmp(p->dtype, "tf32") || !strcmp(p->dtype, "fp8") || !strcmp(p->dtype, "int8")
+                              ? LPO_E_UNSUPPORTED
+                              : LPO_E_CONFIG,
+                          "kbench.dtype=%s: the engine's ops run in f32, f16 or bf16 (cuBLASLt's peaks in "
+                          "tf32, fp8 and int8: lpo ceilings)",
+                          p->dtype);
+    if (!cuda && *dt != LPO_DT_F32)
+        return lpo_errorf(LPO_E_UNSUPPORTED, "kbench.case=%s on backend=cpu runs in f32 (kbench.dtype=%s)",
+                          p->case_name, p->dtype);
+    return LPO_OK;
 }
 
-/* ---- gemm: y (m, n) = x (m, k) @ W^T, W (n, k) ------------------------------------------------------------
+/* The one-layer spec whose list holds the case's op at the keys' sizes (sizes the op does not use: 1, or 2
+ * for head_dim), and the step: kbench.batch sequences of m / batch tokens after kbench.context cached
+ * positions for ROPE and ATTENTION, else one sequence of m tokens; every row's logits. */
+static lpo_status case_spec(lpo_op_kind kind, const kb_params *p, lpo_dtype dt, lpo_model_spec *s,
+                            int *seqs) {
+    lpo_status st = need_pos("m", p->m);
+    memset(s, 0, sizeof *s);
+    snprintf(s->name, sizeof s->name, "kbench %s", lpo_op_kind_name(kind));
+    s->n_layers = 1;
+    s->hidden_size = s->intermediate_size = s->vocab_size = s->n_heads = s->n_kv_heads = 1;
+    s->head_dim = 2;
+    s->norm = LPO_NORM_RMS;
+    s->norm_eps = (float)p->eps;
+    s->act = kind == LPO_OP_GEGLU ? LPO_ACT_GELU_TANH : LPO_ACT_SILU;
+    s->qk_norm = kind == LPO_OP_QK_NORM;
+    s->rope.theta = 10000;
+    s->dtype = dt;
+    s->bos_id = -1;
+    *seqs = 1;
+    switch (kind) {
+    case LPO_OP_EMBED:
+        if (!st && !(st = need_pos("n", p->n)) && !(st = need_pos("vocab", p->vocab)))
+            s->hidden_size = p->n, s->vocab_size = p->vocab;
+        break;
+    case LPO_OP_RMSNORM:
+    case LPO_OP_ADD:
+        if (!st && !(st = need_pos("n", p->n))) s->hidden_size = p->n;
+        break;
+    case LPO_OP_SWIGLU:
+    case LPO_OP_GEGLU:
+        if (!st && !(st = need_pos("n", p->n))) s->intermediate_size = p->n;
+        break;
+    case LPO_OP_LINEAR: /* the down projection: x (m, intermediate) -> (m, hidden) */
+        if (!st && !(st = need_pos("n", p->n)) && !(st = need_pos("k", p->k)))
+            s->hidden_size = p->n, s->intermediate_size = p->k;
+        break;
+    case LPO_OP_LM_HEAD:
+        if (!st && !(st = need_pos("n", p->n)) && !(st = need_pos("k", p->k)))
+            s->vocab_size = p->n, s->hidden_size = p->k;
+        break;
+    case LPO_OP_SAMPLE:
+        if (!st && !(st = need_pos("n", p->n))) s->vocab_size = p->n;
+        break;
+    case LPO_OP_QK_NORM:
+    case LPO_OP_ROPE:
+    case LPO_OP_ATTENTION:
+        if (st || (st = need_pos("heads", p->heads)) || (st = need_pos("kv_heads", p->kv_heads)) ||
+            (st = need_pos("head_dim", p->head_dim)))
+            break;
+        if (p->heads % p->kv_heads)
+            return lpo_errorf(LPO_E_CONFIG, "kbench.heads=%lld must be a multiple of kbench.kv_heads=%lld",
+                              (long long)p->heads, (long long)p->kv_heads);
+        if (p->head_dim % 2)
+            return lpo_errorf(LPO_E_CONFIG, "kbench.head_dim must be even (RoPE pairs; got %lld)",
+                              (long long)p->head_dim);
+        s->n_heads = p->heads, s->n_kv_heads = p->kv_heads, s->head_dim = p->head_dim;
+        s->hidden_size = p->heads * p->head_dim;
+        if (kind == LPO_OP_QK_NORM) break;
+        *seqs = p->seqs > 0 ? (int)p->seqs : 1;
+        if (p->seqs < 0 || p->seqs > 4096 || p->m % *seqs)
+            return lpo_errorf(LPO_E_CONFIG,
+                              "kbench.batch=%lld: the %lld tokens (kbench.m) are split into that many "
+                              "sequences of equal length (1..4096, dividing m)",
+                              (long long)p->seqs, (long long)p->m);
+        if (p->context < 0 || p->context > ((int64_t)1 << 24))
+            return lpo_errorf(LPO_E_CONFIG, "kbench.context=%lld: cached positions must be in 0..2^24",
+                              (long long)p->context);
+        s->max_positions = p->context + p->m / *seqs;
+        break;
+    default: return lpo_errorf(LPO_E_INTERNAL, "kbench: no case for op kind %d", (int)kind);
+    }
+    return st;
+}
+
+/* ---- one op: checked, then timed by run_op ----------------------------------------------------------- */
+static void variant_of(const lpo_op *op, const run_opts *ro, int gemv, char *b, size_t n) {
+    if (!ro->cuda) {
+        snprintf(b, n, "run_op cpu (reference C)");
+    } else if (op->kind == LPO_OP_LINEAR || op->kind == LPO_OP_LM_HEAD) {
+        snprintf(b, n, "run_op cuda, engine.gemv=%s: %s", gemv ? "true" : "false",
+                 gemv && op->m <= KB_GEMV_MAX_M ? "GEMV kernel" : "cuBLASLt");
+    } else {
+        snprintf(b, n, "run_op cuda");
+    }
+}
+
+/* Checks and times op (name: its row's case; label: prefix of its shape, "" for none) on a fresh context
+ * of the run's backend, then appends its row. */
+static lpo_status run_op_case(lpo_kbench *kb, const lpo_node *cfg, const run_opts *ro, const kb_params *p,
+                              const lpo_op *op, lpo_dtype dt, const lpo_step *layout, const char *name,
+                              const char *label) {
+    if (ro->graph)
+        return lpo_errorf(LPO_E_UNSUPPORTED,
+                          "kbench.graph=true: kbench.case=%s is timed launch by launch by the backend's "
+                          "run_op; graph mode applies to the cuDNN cases",
+                          name);
+    lpo_infer_config ic;
+    lpo_status st = lpo_infer_config_read(cfg, &ic); /* engine.gemv, the sampling parameters */
+    const lpo_backend_iface *be = NULL;
+    if (st == LPO_OK) st = lpo_backend_find(ro->cuda ? "cuda" : "cpu", &be);
+    kb_op_env env = {.be = be,
+                     .dt = dt,
+                     .device = ro->cuda,
+                     .seed = p->seed,
+                     .layout = layout,
+                     .sampling = &ic.gen.sampling,
+                     .mo = ro->mo};
+    if (st == LPO_OK) {
+        const lpo_backend_init bi = {
+            .max_seqs = 1, .n_threads = ro->threads, .dtype = dt, .device = ro->device, .gemv = ic.gemv};
+        st = be->init(&bi, &env.ctx);
+    }
+    char variant[96], validated[48], shape[200], sh[160];
+    double max_abs = 0;
+    lpo_measure *m = NULL;
+    int reps = 0;
+    lpo_nvml_summary nvs;
+    lpo_nvml_summarize(NULL, 0, &nvs);
+    if (st == LPO_OK) {
+        variant_of(op, ro, ic.gemv, variant, sizeof variant);
+        st = lpo__kb_op_check(&env, op, variant, validated, sizeof validated, &max_abs);
+    }
+    if (st == LPO_OK) {
+        env.nv = ro->cuda ? lpo__kb_nvml_begin(ro->device, ro) : NULL;
+        st = lpo__kb_op_time(&env, op, &m, &reps);
+        lpo__kb_nvml_end(kb, env.nv, &nvs);
+    }
+    if (st == LPO_OK) {
+        lpo_op_shape(op, sh, sizeof sh);
+        snprintf(shape, sizeof shape, "%s%s%s", label, *label ? ": " : "", sh);
+        const kb_row row = {name,
+                            lpo_dtype_name(dt),
+                            shape,
+                            variant,
+                            ro->cuda,
+                            0,
+                            lpo_op_flops(op),
+                            lpo_op_bytes(op),
+                            lpo__kb_op_roof(op->kind, dt),
+                            reps,
+                            max_abs};
+        st = lpo__kb_case_row(kb, &row, ro, m, &nvs);
+    }
+    lpo_measure_free(m);
+    if (env.ctx) be->free(env.ctx);
+    lpo_infer_config_free(&ic);
+    return st;
+}
+
+lpo_status lpo__kb_op_case_run(lpo_kbench *kb, const lpo_node *cfg, const kb_params *p, const run_opts *ro,
+                               lpo_op_kind kind) {
+    const op_case *oc = case_of(kind);
+    lpo_model_spec spec;
+    lpo_dtype dt;
+    int seqs = 1;
+    lpo_status st = op_dtype(p, ro->cuda, &dt);
+    if (st == LPO_OK) st = case_spec(kind, p, dt, &spec, &seqs);
+    if (st != LPO_OK) return st;
+    int64_t *past = calloc(2 * (size_t)seqs, sizeof *past);
+    if (!past) return lpo_errorf(LPO_E_NOMEM, "kbench: out of memory");
+    int64_t *nn = past + seqs;
+    const int positioned = kind == LPO_OP_ROPE || kind == LPO_OP_ATTENTION;
+    for (int i = 0; i < seqs; i++) past[i] = positioned ? p->context : 0, nn[i] = p->m / seqs;
+    const lpo_step step = {seqs, past, nn, 1, kind == LPO_OP_SAMPLE};
+    const lpo_dtype_lookup held = {(void *)&dt, lpo_dtype_lookup_uniform};
+    const lpo_oplist_opts o = {dt, dt, &held};
+    lpo_oplist l = {0};
+    st = lpo_oplist_build(&spec, &step, &o, &l);
+    long at = -1;
+    for (size_t i = 0; st == LPO_OK && at < 0 && i < l.n_ops; i++)
+        if (l.ops[i].role == oc->role && l.ops[i].kind == kind) at = (long)i;
+    if (st == LPO_OK && at < 0)
+        st = lpo_errorf(LPO_E_INTERNAL, "kbench: the op list has no %s op", lpo_op_kind_name(kind));
+    if (st == LPO_OK) {
+        l.ops[at].name = lpo_op_kind_name(kind); /* errors name the case, not "layers.0.mlp.down" */
+        st = run_op_case(kb, cfg, ro, p, &l.ops[at], dt, &step, lpo_op_kind_name(kind), "");
+    }
+    lpo_oplist_free(&l);
+    free(past);
+    return st;
+}
+
+/* ---- linears: the linear layers of a model -------------------------------------------------------------
  */
-static lpo_status gemm_plan(kb_case *c) {
-    lpo_status st;
-    if ((st = need_pos("m", c->p.m)) || (st = need_pos("n", c->p.n)) || (st = need_pos("k", c->p.k)))
-        return st;
-    int64_t m = c->p.m, n = c->p.n, k = c->p.k;
-    lpo_dtype out = c->el == LPO_DT_FP8 ? LPO_DT_BF16 : c->el == LPO_DT_INT8 ? LPO_DT_I32 : c->el;
-    c->flops = 2.0 * (double)m * (double)n * (double)k;
-    c->bytes = ((double)m * k + (double)n * k) * esz(c->el) + (double)m * n * esz(out);
-    snprintf(c->shape, sizeof c->shape, "m=%lld n=%lld k=%lld", (long long)m, (long long)n, (long long)k);
-    if (c->cuda) {
-        snprintf(c->variant, sizeof c->variant, "cuBLASLt");
-        return LPO_OK; /* the cuBLASLt bench owns and validates its data */
+lpo_status lpo__kb_linears_run(lpo_kbench *kb, const lpo_node *cfg, const kb_params *p, const run_opts *ro) {
+    const lpo_node *mcfg = lpo_node_at(cfg, "model");
+    if (!mcfg) return lpo_errorf(LPO_E_CONFIG, "kbench.case=linears needs a model (e.g. model=llama3.1-8b)");
+    lpo_dtype dt;
+    lpo_status st = op_dtype(p, ro->cuda, &dt);
+    if (st == LPO_OK) st = need_pos("m", p->m);
+    if (st != LPO_OK) return st;
+    lpo_model *model = NULL;
+    if ((st = lpo_model_open(mcfg, &model)) != LPO_OK)
+        return lpo_error_context(st, "kbench.case=linears needs a model preset (e.g. model=llama3.1-8b)");
+    const lpo_model_spec spec = *lpo_model_get_spec(model);
+    lpo_model_close(model);
+    int64_t past = 0, nn = p->m;
+    const lpo_step step = {1, &past, &nn, 1, 0};
+    const lpo_dtype_lookup held = {(void *)&dt, lpo_dtype_lookup_uniform};
+    const lpo_oplist_opts o = {dt, dt, &held};
+    lpo_oplist l = {0};
+    st = lpo_oplist_build(&spec, &step, &o, &l);
+    // each linear of layer 0, then lm_head: a row named "linear" / "lm_head", its role before its shape
+    for (size_t i = 0; st == LPO_OK && i < l.n_ops; i++) {
+        const lpo_op *op = &l.ops[i];
+        if (!((op->kind == LPO_OP_LINEAR && op->layer == 0) || op->kind == LPO_OP_LM_HEAD)) continue;
+        st = run_op_case(kb, cfg, ro, p, op, dt, &step, lpo_op_kind_name(op->kind),
+                         lpo_op_role_name(op->role));
+        if (st != LPO_OK) st = lpo_error_context(st, "linear %s", lpo_op_role_name(op->role));
     }
-    if (c->el != LPO_DT_F32)
-        return lpo_errorf(LPO_E_UNSUPPORTED, "gemm on backend=cpu runs in f32 (kbench.dtype=%s)", c->p.dtype);
-    snprintf(c->variant, sizeof c->variant, "C reference (lpo_cpu_matmul)");
-    kb_add_tensor(c, "x", LPO_DT_F32, m * k, 0, -1, 1);
-    kb_add_tensor(c, "W", LPO_DT_F32, n * k, 0, -1, 1);
-    kb_add_tensor(c, "y", LPO_DT_F32, m * n, 1, 0, 0);
-    c->atol = 1e-4 * sqrt((double)k); /* sums of k products of magnitude <= 1 */
-    return LPO_OK;
-}
-
-static void gemm_cpu(kb_case *c) {
-    lpo_cpu_matmul(T_(c, 2), T_(c, 0), T_(c, 1), NULL, c->p.m, c->p.n, c->p.k, c->nt);
-}
-
-static lpo_status gemm_gpu_init(kb_case *c) {
-#ifdef LPO_HAVE_CUDA
-    /* y (m, n) row-major = D (n x m) column-major of the TN bench with its m = our n, its n = our m */
-    lpo__gemm_bench *b;
-    lpo_status st =
-        lpo__gemm_bench_open(c->device, kb_case_roof(c), (int)c->p.n, (int)c->p.m, (int)c->p.k, 0, &b);
-    if (st) return st;
-    c->priv = b;
-    c->self_validated = 1;
-    snprintf(c->variant, sizeof c->variant, "cuBLASLt (%s)", lpo__gemm_bench_detail(b));
-    return LPO_OK;
-#else
-    (void)c;
-    return lpo_errorf(LPO_E_NO_DEVICE, "built without CUDA");
-#endif
-}
-
-static lpo_status gemm_gpu_run(kb_case *c) {
-#ifdef LPO_HAVE_CUDA
-    return lpo__gemm_bench_run(c->priv, c->stream);
-#else
-    (void)c;
-    return LPO_E_NO_DEVICE;
-#endif
-}
-
-static void gemm_gpu_fini(kb_case *c) {
-#ifdef LPO_HAVE_CUDA
-    lpo__gemm_bench_close(c->priv);
-#endif
-    c->priv = NULL;
-}
-
-/* ---- rmsnorm: y (m, n) = x / rms(x) * w
- * -------------------------------------------------------------------- */
-static lpo_status rows_plan(kb_case *c, const char *what) {
-    lpo_status st;
-    if ((st = need_pos("m", c->p.m)) || (st = need_pos("n", c->p.n)) || (st = float_dtype(c))) return st;
-    snprintf(c->shape, sizeof c->shape, "m=%lld n=%lld", (long long)c->p.m, (long long)c->p.n);
-    snprintf(c->variant, sizeof c->variant, "%s", c->cuda ? "lpo kbench kernel" : what);
-    return LPO_OK;
-}
-
-static lpo_status rmsnorm_plan(kb_case *c) {
-    lpo_status st = rows_plan(c, "C reference (lpo_cpu_rmsnorm)");
-    if (st) return st;
-    double mn = (double)c->p.m * (double)c->p.n;
-    kb_add_tensor(c, "x", c->el, c->p.m * c->p.n, 0, -1, 1);
-    kb_add_tensor(c, "w", c->el, c->p.n, 0, 0.5f, 1.5f);
-    kb_add_tensor(c, "y", c->el, c->p.m * c->p.n, 1, 0, 0);
-    c->flops = 4.0 * mn; /* x^2 + sum, x * r, * w */
-    c->bytes = (2.0 * mn + (double)c->p.n) * esz(c->el);
-    return LPO_OK;
-}
-static void rmsnorm_cpu(kb_case *c) {
-    lpo_cpu_rmsnorm(T_(c, 2), T_(c, 0), T_(c, 1), c->p.m, c->p.n, (float)c->p.eps, c->nt);
-}
-static lpo_status rmsnorm_gpu(kb_case *c) {
-    return lpo__kb_rmsnorm(c->el, c->t[2].d, c->t[0].d, c->t[1].d, c->p.m, c->p.n, (float)c->p.eps,
-                           c->stream);
-}
-
-/* ---- layernorm + gelu: y = gelu_tanh(layernorm(x) * w + b) -----------------------------------------------
- */
-static lpo_status lngelu_plan(kb_case *c) {
-    lpo_status st = rows_plan(c, "C reference (kbench)");
-    if (st) return st;
-    double mn = (double)c->p.m * (double)c->p.n;
-    kb_add_tensor(c, "x", c->el, c->p.m * c->p.n, 0, -1, 1);
-    kb_add_tensor(c, "w", c->el, c->p.n, 0, 0.5f, 1.5f);
-    kb_add_tensor(c, "b", c->el, c->p.n, 0, -0.5f, 0.5f);
-    kb_add_tensor(c, "y", c->el, c->p.m * c->p.n, 1, 0, 0);
-    c->flops = 16.0 * mn; /* mean 1, variance 3, normalise + affine 4, gelu_tanh 8 */
-    c->bytes = (2.0 * mn + 2.0 * (double)c->p.n) * esz(c->el);
-    return LPO_OK;
-}
-static void lngelu_cpu(kb_case *c) {
-    const float *x = T_(c, 0), *w = T_(c, 1), *b = T_(c, 2);
-    float *y = T_(c, 3);
-    int64_t n = c->p.n;
-#pragma omp parallel for schedule(static) num_threads(c->nt)
-    for (int64_t t = 0; t < c->p.m; t++) { // row t (n,): mean, variance (double), normalise, gelu
-        const float *xr = x + t * n;
-        double s = 0, ss = 0;
-        for (int64_t i = 0; i < n; i++) s += xr[i];
-        double mean = s / (double)n;
-        for (int64_t i = 0; i < n; i++) ss += (xr[i] - mean) * (xr[i] - mean);
-        double r = 1.0 / sqrt(ss / (double)n + c->p.eps);
-        for (int64_t i = 0; i < n; i++) {
-            double g = (xr[i] - mean) * r * w[i] + b[i];
-            y[t * n + i] = (float)(0.5 * g * (1.0 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))));
-        }
-    }
-}
-static lpo_status lngelu_gpu(kb_case *c) {
-    return lpo__kb_layernorm_gelu(c->el, c->t[3].d, c->t[0].d, c->t[1].d, c->t[2].d, c->p.m, c->p.n,
-                                  (float)c->p.eps, c->stream);
-}
-
-/* ---- silu_mul: act (m, I) = silu(gate) * up over gu (m, 2I)
- * -------------------------------------------------- */
-static lpo_status silu_plan(kb_case *c) {
-    lpo_status st = rows_plan(c, "C reference (lpo_cpu_swiglu)");
-    if (st) return st;
-    double mn = (double)c->p.m * (double)c->p.n;
-    kb_add_tensor(c, "gu", c->el, c->p.m * 2 * c->p.n, 0, -4, 4);
-    kb_add_tensor(c, "act", c->el, c->p.m * c->p.n, 1, 0, 0);
-    c->flops = 5.0 * mn; /* exp, add, divide, multiply (x2) */
-    c->bytes = 3.0 * mn * esz(c->el);
-    snprintf(c->shape, sizeof c->shape, "m=%lld I=%lld", (long long)c->p.m, (long long)c->p.n);
-    return LPO_OK;
-}
-static void silu_cpu(kb_case *c) {
-    lpo_cpu_swiglu(T_(c, 1), T_(c, 0), c->p.m, c->p.n, c->nt);
-}
-static lpo_status silu_gpu(kb_case *c) {
-    return lpo__kb_silu_mul(c->el, c->t[1].d, c->t[0].d, c->p.m, c->p.n, c->stream);
-}
-
-/* ---- softmax over rows
- * --------------------------------------------------------------------------------------- */
-static lpo_status softmax_plan(kb_case *c) {
-    lpo_status st = rows_plan(c, "C reference (kbench)");
-    if (st) return st;
-    double mn = (double)c->p.m * (double)c->p.n;
-    kb_add_tensor(c, "x", c->el, c->p.m * c->p.n, 0, -8, 8);
-    kb_add_tensor(c, "y", c->el, c->p.m * c->p.n, 1, 0, 0);
-    c->flops = 5.0 * mn; /* max, subtract, exp, sum, scale */
-    c->bytes = 2.0 * mn * esz(c->el);
-    return LPO_OK;
-}
-static void softmax_cpu(kb_case *c) {
-    const float *x = T_(c, 0);
-    float *y = T_(c, 1);
-    int64_t n = c->p.n;
-#pragma omp parallel for schedule(static) num_threads(c->nt)
-    for (int64_t t = 0; t < c->p.m; t++) { // row t (n,): max, sum of exp (double), scale
-        const float *xr = x + t * n;
-        float mx = -INFINITY;
-        for (int64_t i = 0; i < n; i++) mx = fmaxf(mx, xr[i]);
-        double s = 0;
-        for (int64_t i = 0; i < n; i++) s += exp((double)xr[i] - mx);
-        for (int64_t i = 0; i < n; i++) y[t * n + i] = (float)(exp((double)xr[i] - mx) / s);
-    }
-}
-static lpo_status softmax_gpu(kb_case *c) {
-    return lpo__kb_softmax(c->el, c->t[1].d, c->t[0].d, c->p.m, c->p.n, c->stream);
-}
-
-/* ---- rope: rotate the q and k heads of qkv rows (m tokens) in place
- * ---------------------------------------- */
-static lpo_status rope_plan(kb_case *c) {
-    lpo_status st;
-    if ((st = need_pos("m", c->p.m)) || (st = need_pos("heads", c->p.heads)) ||
-        (st = need_pos("kv_heads", c->p.kv_heads)) || (st = need_pos("head_dim", c->p.head_dim)) ||
-        (st = float_dtype(c)))
-        return st;
-    if (c->p.head_dim % 2)
-        return lpo_errorf(LPO_E_CONFIG, "kbench.head_dim must be even (got %lld)", (long long)c->p.head_dim);
-    int64_t m = c->p.m, nh = c->p.heads, nkv = c->p.kv_heads, hd = c->p.head_dim, half = hd / 2;
-    int q = kb_add_tensor(c, "qkv", c->el, m * (nh + 2 * nkv) * hd, 1, -1, 1);
-    c->t[q].in_place = 1;
-    kb_add_tensor(c, "cos", LPO_DT_F32, m * half, 0, -1, 1);
-    kb_add_tensor(c, "sin", LPO_DT_F32, m * half, 0, -1, 1);
-    kb_add_tensor(c, "pos", LPO_DT_I32, m, 0, 0, (float)m); /* positions < m: rows of the tables */
-    double pairs = (double)m * (double)(nh + nkv) * (double)half;
-    c->flops = 6.0 * pairs;
-    c->bytes = 2.0 * 2.0 * pairs * esz(c->el) + 2.0 * pairs / (double)(nh + nkv) * 4.0 + 4.0 * (double)m;
-    snprintf(c->shape, sizeof c->shape, "m=%lld heads=%lld kv_heads=%lld head_dim=%lld", (long long)m,
-             (long long)nh, (long long)nkv, (long long)hd);
-    snprintf(c->variant, sizeof c->variant, "%s",
-             c->cuda ? "lpo kbench kernel" : "C reference (lpo_cpu_rope)");
-    c->scratch = malloc((size_t)m * sizeof(int64_t));
-    return c->scratch ? LPO_OK : lpo_errorf(LPO_E_NOMEM, "out of memory");
-}
-static void rope_cpu(kb_case *c) {
-    int64_t *pos = c->scratch;
-    for (int64_t t = 0; t < c->p.m; t++) pos[t] = (int64_t)T_(c, 3)[t]; // positions as int64
-    lpo_cpu_rope(T_(c, 0), T_(c, 1), T_(c, 2), pos, c->p.m, c->p.heads, c->p.kv_heads, c->p.head_dim, c->nt);
-}
-static lpo_status rope_gpu(kb_case *c) {
-    return lpo__kb_rope(c->el, c->t[0].d, c->t[1].d, c->t[2].d, c->t[3].d, c->p.m, c->p.heads, c->p.kv_heads,
-                        c->p.head_dim, c->stream);
-}
-/* ---- embedding: x (m, n) = E[tokens]
- * ------------------------------------------------------------------------ */
-static lpo_status embed_plan(kb_case *c) {
-    lpo_status st;
-    if ((st = need_pos("m", c->p.m)) || (st = need_pos("n", c->p.n)) ||
-        (st = need_pos("vocab", c->p.vocab)) || (st = float_dtype(c)))
-        return st;
-    kb_add_tensor(c, "tokens", LPO_DT_I32, c->p.m, 0, 0, (float)c->p.vocab);
-    kb_add_tensor(c, "E", c->el, c->p.vocab * c->p.n, 0, -1, 1);
-    kb_add_tensor(c, "x", c->el, c->p.m * c->p.n, 1, 0, 0);
-    c->flops = 0;
-    c->bytes = 2.0 * (double)c->p.m * (double)c->p.n * esz(c->el) + 4.0 * (double)c->p.m;
-    snprintf(c->shape, sizeof c->shape, "m=%lld n=%lld vocab=%lld", (long long)c->p.m, (long long)c->p.n,
-             (long long)c->p.vocab);
-    snprintf(c->variant, sizeof c->variant, "%s",
-             c->cuda ? "lpo kbench kernel" : "C reference (lpo_cpu_embed)");
-    c->scratch = malloc((size_t)c->p.m * sizeof(int32_t));
-    return c->scratch ? LPO_OK : lpo_errorf(LPO_E_NOMEM, "out of memory");
-}
-static void embed_cpu(kb_case *c) {
-    int32_t *tok = c->scratch;
-    for (int64_t t = 0; t < c->p.m; t++) tok[t] = (int32_t)T_(c, 0)[t]; // token ids as int32
-    lpo_cpu_embed(T_(c, 2), T_(c, 1), tok, c->p.m, c->p.n);
-}
-static lpo_status embed_gpu(kb_case *c) {
-    return lpo__kb_embed(c->el, c->t[2].d, c->t[1].d, c->t[0].d, c->p.m, c->p.n, c->stream);
-}
-
-/* ---- registry
- * ------------------------------------------------------------------------------------------------ */
-#ifdef LPO_HAVE_CUDA
-#define GPU(fn) fn
-#else
-#define GPU(fn) NULL
-#endif
-
-static const kb_ops case_gemm = {"gemm",
-                                 "y (m, n) = x (m, k) @ W^T, W (n, k); cuBLASLt on the GPU",
-                                 1,
-                                 gemm_plan,
-                                 gemm_cpu,
-                                 GPU(gemm_gpu_init),
-                                 GPU(gemm_gpu_run),
-                                 GPU(gemm_gpu_fini)};
-static const kb_ops case_rmsnorm = {"rmsnorm",
-                                    "y (m, n) = x * rsqrt(mean(x^2) + eps) * w",
-                                    0,
-                                    rmsnorm_plan,
-                                    rmsnorm_cpu,
-                                    NULL,
-                                    GPU(rmsnorm_gpu),
-                                    NULL};
-static const kb_ops case_lngelu = {"layernorm_gelu",
-                                   "y (m, n) = gelu_tanh(layernorm(x) * w + b)",
-                                   0,
-                                   lngelu_plan,
-                                   lngelu_cpu,
-                                   NULL,
-                                   GPU(lngelu_gpu),
-                                   NULL};
-static const kb_ops case_silu = {
-    "silu_mul", "act (m, I) = silu(gate) * up, gu (m, 2I)", 0, silu_plan, silu_cpu, NULL, GPU(silu_gpu),
-    NULL};
-static const kb_ops case_softmax = {
-    "softmax", "y (m, n) = softmax(x) per row", 0, softmax_plan, softmax_cpu, NULL, GPU(softmax_gpu), NULL};
-static const kb_ops case_rope = {"rope",
-                                 "q and k heads of qkv rows rotated in place (NeoX pairs)",
-                                 0,
-                                 rope_plan,
-                                 rope_cpu,
-                                 NULL,
-                                 GPU(rope_gpu),
-                                 NULL};
-static const kb_ops case_embed = {
-    "embedding", "x (m, n) = E[tokens] rows of E (vocab, n)", 0, embed_plan, embed_cpu, NULL, GPU(embed_gpu),
-    NULL};
-
-extern const kb_ops lpo__kb_case_conv2d, lpo__kb_case_lstm;
-
-static const kb_ops *const registry[] = {&case_gemm,  &case_rmsnorm,        &case_lngelu,
-                                         &case_silu,  &case_softmax,        &case_rope,
-                                         &case_embed, &lpo__kb_case_conv2d, &lpo__kb_case_lstm};
-
-const kb_ops *const *kb_cases(size_t *n) {
-    *n = sizeof registry / sizeof registry[0];
-    return registry;
-}
-
-const kb_ops *kb_find_case(const char *name) {
-    for (size_t i = 0; i < sizeof registry / sizeof registry[0]; i++)
-        if (!strcmp(registry[i]->name, name)) return registry[i];
-    return NULL;
-}
-
-int kb_add_tensor(kb_case *c, const char *name, lpo_dtype el, int64_t n, int output, float lo, float hi) {
-    if (c->n_t >= KB_MAX_T) return -1;
-    kb_tensor *t = &c->t[c->n_t];
-    memset(t, 0, sizeof *t);
-    t->name = name, t->el = el, t->n = n, t->output = output, t->lo = lo, t->hi = hi;
-    return c->n_t++;
+    lpo_oplist_free(&l);
+    return st;
 }

@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench/kbench_internal.h"
+#include "bench/kb_op.h"
 #include "lpo/backend.h"
 #include "lpo/engine.h"
 #include "lpo/infer.h"
@@ -32,20 +32,6 @@
 #include "lpo/nvml_sampler.h"
 #include "lpo/opcheck.h"
 #include "lpo/ops.h"
-
-/* the op checker's CPU reference (one thread) checks at most this much work per op; a larger op is checked
- * on its first rows (at least MIN_CHECK_ROWS: more than 8 tokens, the GEMM path of the full op) */
-#define CHECK_FLOPS    2e9
-#define MIN_CHECK_ROWS 16
-/* a sample of single launches (each bracketed by its own events) lasts about this long on a GPU */
-#define GPU_LAUNCH_SAMPLE_S 0.01
-/* one run_op call lasts about this long (each call stages the op's data): launches per call from the
- * launch time, at least LAUNCH_COST_S per launch (event synchronisation; cold: the cache flush too), at
- * most MAX_CALL_LAUNCHES */
-#define CALL_S            0.5
-#define LAUNCH_COST_S     20e-6
-#define COLD_COST_S       50e-6
-#define MAX_CALL_LAUNCHES 65536
 
 static const lpo_field fields[] = {
     {"step", LPO_FIELD_STR, NULL, 0},           {"kind", LPO_FIELD_STR, NULL, 0},
@@ -156,11 +142,6 @@ static void op_key(const lpo_op *op, char *b, size_t n) {
                 (long long)(op->w[j].ndim > 1 ? op->w[j].shape[1] : 1));
 }
 
-/* GEMMs are compared with the compute dtype's roof, everything else with the vector one. */
-static lpo_roof op_roof(lpo_op_kind k, lpo_dtype dt) {
-    return lpo_op_kind_cat(k) == LPO_CAT_GEMM ? lpo_dtype_roof(dt) : LPO_ROOF_VECTOR;
-}
-
 static mrow *find_row(model_run *mc, int type, const char *key) {
     for (size_t i = 0; i < mc->n_rows; i++)
         if (mc->rows[i].type == type && !strcmp(mc->rows[i].key, key)) return &mc->rows[i];
@@ -220,7 +201,7 @@ static lpo_status build_rows(model_run *mc, const lpo_oplist *l, const lpo_plan 
             lpo_op_shape(op, r->shape, sizeof r->shape);
             r->flops = lpo_op_flops(op);
             r->bytes = lpo_op_bytes(op);
-            r->roof = op_roof(op->kind, mc->dt);
+            r->roof = lpo__kb_op_roof(op->kind, mc->dt);
         } else {
             /* another role of the same shape: named too ("attn_norm, mlp_norm") */
             const size_t len = strlen(role);
@@ -259,8 +240,8 @@ static lpo_status build_rows(model_run *mc, const lpo_oplist *l, const lpo_plan 
                 r->bytes = by;
                 r->roof = LPO_ROOF_VECTOR;
                 for (uint32_t k = grp->first; k < grp->first + grp->count; k++) // a GEMM inside: its roof
-                    if (op_roof(l->ops[k].kind, mc->dt) != LPO_ROOF_VECTOR)
-                        r->roof = op_roof(l->ops[k].kind, mc->dt);
+                    if (lpo__kb_op_roof(l->ops[k].kind, mc->dt) != LPO_ROOF_VECTOR)
+                        r->roof = lpo__kb_op_roof(l->ops[k].kind, mc->dt);
             }
             r->count++;
         }
@@ -269,135 +250,7 @@ static lpo_status build_rows(model_run *mc, const lpo_oplist *l, const lpo_plan 
     return LPO_OK;
 }
 
-/* ---- ops alone: validated, then timed by run_op -------------------------------------------------------- */
-typedef struct {
-    const lpo_backend_iface *be;
-    void *ctx;
-    const lpo_op *op;
-    lpo_op_io *io;
-    double *ms; /* per launch, from the last run_op call */
-    int n, at;  /* launches in ms, the next unused */
-    int reps, per_call;
-    int median; /* a sample is the median of its launches (CPU), else their mean */
-    lpo_nvml_sampler *nv;
-} op_timer;
-
-static lpo_status op_refill(op_timer *t, int launches) {
-    t->io->repeat = launches;
-    t->io->ms = t->ms;
-    const lpo_status st = t->be->run_op(t->ctx, t->op, t->io);
-    t->n = st == LPO_OK ? launches : 0;
-    t->at = 0;
-    return st;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* One sample of reps single launches (run_op times each alone: device events, or the clock): on a GPU
- * their mean; on the CPU their median, since a launch the OS preempted lasts a scheduler time slice longer:
- * over a sample of many launches on a busy machine, the mean counted the time other processes ran (ops
- * alone 6-20x their in-step times on 2 vCPUs at load 20), while a step, a single short sample, mostly
- * escapes it. */
-static lpo_status op_sample(void *p, double *sec, int *reps, double *clk) {
-    op_timer *t = p;
-    if (t->n - t->at < t->reps) {
-        const lpo_status st = op_refill(t, t->reps * t->per_call);
-        if (st != LPO_OK) return st;
-    }
-    double *x = t->ms + t->at; // this sample's launches (ms)
-    double v = 0;
-    if (t->median) {
-        qsort(x, (size_t)t->reps, sizeof *x, cmp_double);
-        v = t->reps % 2 ? x[t->reps / 2] : 0.5 * (x[t->reps / 2 - 1] + x[t->reps / 2]);
-    } else {
-        for (int i = 0; i < t->reps; i++) v += x[i];
-        v /= t->reps;
-    }
-    t->at += t->reps;
-    *sec = v * 1e-3;
-    *reps = t->reps;
-    *clk = 0;
-    lpo_nvml_sample r;
-    if (t->nv && lpo_nvml_sampler_read(t->nv, &r) == LPO_OK && r.sm_mhz > 0) *clk = r.sm_mhz;
-    return LPO_OK;
-}
-
-/* Times op on a backend context under the protocol: a calibration call (8 launches) sets the launches per
- * sample (hot: about a sample's worth of time; cold: 1) and per run_op call. */
-static lpo_status time_op(model_run *mc, void *ctx, const lpo_op *op, lpo_measure **out, int *reps) {
-    lpo_op_data *d = NULL;
-    lpo_status st = lpo_op_data_new(op, mc->seed, &mc->layout, &d);
-    if (st != LPO_OK) return st;
-    double cal[8];
-    op_timer t = {mc->be, ctx, op, lpo_op_data_io(d), cal, 0, 0, 1, 1, !mc->ro->cuda, mc->nv};
-    t.io->cold = mc->mo.cold;
-    /* SAMPLE with the step's sampling parameters (the checker's data mixes greedy, top-k and top-p rows:
-     * 221 us against the step's 13 us for greedy on an H100) */
-    lpo_sampling *samp = NULL;
-    if (op->kind == LPO_OP_SAMPLE) {
-        samp = malloc((size_t)(op->m > 0 ? op->m : 1) * sizeof *samp);
-        if (!samp) st = lpo_errorf(LPO_E_NOMEM, "kbench: sampling parameters");
-        for (int64_t i = 0; samp && i < op->m; i++) { // row i: the run's parameters, the checker's seed
-            samp[i] = mc->sampling;
-            samp[i].seed = t.io->sampling[i].seed;
-        }
-        if (samp) t.io->sampling = samp;
-    }
-    if (st == LPO_OK && (st = op_refill(&t, 8)) == LPO_OK) {
-        qsort(cal, 8, sizeof *cal, cmp_double);
-        const double t1 = fmax(1e-7, 0.5 * (cal[3] + cal[4]) * 1e-3);
-        const double target = mc->ro->cuda ? GPU_LAUNCH_SAMPLE_S : KB_CPU_SAMPLE_S;
-        t.reps = mc->mo.cold ? 1 : (int)fmin(KB_MAX_REPS, fmax(1, ceil(target / t1)));
-        const double cost = fmax(t1, mc->mo.cold ? COLD_COST_S : LAUNCH_COST_S);
-        t.per_call =
-            (int)fmax(1, fmin(floor((double)MAX_CALL_LAUNCHES / t.reps), floor(CALL_S / (t.reps * cost))));
-        t.n = t.at = 0;
-        t.ms = malloc((size_t)t.reps * (size_t)t.per_call * sizeof *t.ms);
-        st = t.ms ? lpo_measure_run(&mc->mo, op_sample, &t, out) : lpo_errorf(LPO_E_NOMEM, "kbench: samples");
-        free(t.ms);
-    }
-    *reps = t.reps;
-    free(samp);
-    lpo_op_data_free(d);
-    return st;
-}
-
-/* The op checker on op (or, past CHECK_FLOPS, on its first rows): LPO_E_RANGE when it fails. */
-static lpo_status check_op(model_run *mc, void *ctx, const lpo_op *op, const char *variant, char *validated,
-                           size_t vn, double *max_abs) {
-    lpo_op small = *op;
-    const double fl = lpo_op_flops(op);
-    int64_t rows = op->m;
-    if (fl > CHECK_FLOPS && op->m > MIN_CHECK_ROWS) {
-        rows = (int64_t)((double)op->m * CHECK_FLOPS / fl);
-        if (rows < MIN_CHECK_ROWS) rows = MIN_CHECK_ROWS;
-        small.m = rows;
-        for (int j = 0; j < op->n_in; j++) // activations of m rows -> rows rows
-            if (op->in[j].buf != LPO_BUF_KV && op->in[j].buf != LPO_BUF_WEIGHT && op->in[j].shape[0] == op->m)
-                small.in[j].shape[0] = rows;
-        for (int j = 0; j < op->n_out; j++)
-            if (op->out[j].buf != LPO_BUF_KV && op->out[j].shape[0] == op->m) small.out[j].shape[0] = rows;
-    }
-    lpo_opcheck_result r;
-    lpo_status st = lpo_opcheck_run(mc->be, ctx, mc->dt, &small, mc->seed, &r);
-    if (st != LPO_OK) return lpo_error_context(st, "kbench model mode: checking op '%s'", op->name);
-    if (!r.passed)
-        return lpo_errorf(LPO_E_RANGE,
-                          "kbench model mode: op '%s' (%s, %s, %s) fails the op checker against the CPU "
-                          "reference: %s (max |err| %.3g, NMSE %.3g): not timed",
-                          op->name, lpo_op_kind_name(op->kind), r.shape, variant, r.msg, r.max_abs_err,
-                          r.nmse);
-    if (rows == op->m)
-        snprintf(validated, vn, "all %lld rows", (long long)op->m);
-    else
-        snprintf(validated, vn, "%lld of %lld rows", (long long)rows, (long long)op->m);
-    *max_abs = r.max_abs_err;
-    return LPO_OK;
-}
-
+/* ---- ops alone: validated, then timed by run_op (kb_op.c) ------------------------------------------- */
 static lpo_status op_pass(model_run *mc) {
     const run_opts *ro = mc->ro;
     void *ctx = NULL, *alt = NULL;
@@ -408,22 +261,33 @@ static lpo_status op_pass(model_run *mc) {
         bi.gemv = !mc->gemv;
         st = mc->be->init(&bi, &alt);
     }
+    kb_op_env env = {.be = mc->be,
+                     .ctx = ctx,
+                     .dt = mc->dt,
+                     .device = ro->cuda,
+                     .seed = mc->seed,
+                     .layout = &mc->layout,
+                     .sampling = &mc->sampling,
+                     .mo = mc->mo,
+                     .nv = mc->nv},
+              alt_env = env;
+    alt_env.ctx = alt;
     // each op row: check, time; linears of <= 8 tokens also with the other engine.gemv on the GPU
     for (size_t i = 0; i < mc->n_rows && st == LPO_OK; i++) {
         mrow *r = &mc->rows[i];
         if (r->type != ROW_OP) continue;
         char what[48];
         snprintf(what, sizeof what, "engine.gemv=%s", mc->gemv ? "true" : "false");
-        st = check_op(mc, ctx, r->op, what, r->validated, sizeof r->validated, &r->max_abs);
-        if (st == LPO_OK) st = time_op(mc, ctx, r->op, &r->m, &r->reps);
+        st = lpo__kb_op_check(&env, r->op, what, r->validated, sizeof r->validated, &r->max_abs);
+        if (st == LPO_OK) st = lpo__kb_op_time(&env, r->op, &r->m, &r->reps);
         const int linear = r->op->kind == LPO_OP_LINEAR || r->op->kind == LPO_OP_LM_HEAD;
-        if (st == LPO_OK && alt && linear && r->op->m <= 8) {
+        if (st == LPO_OK && alt && linear && r->op->m <= KB_GEMV_MAX_M) {
             char v[48];
             double e;
             int reps;
             snprintf(what, sizeof what, "engine.gemv=%s", mc->gemv ? "false" : "true");
-            st = check_op(mc, alt, r->op, what, v, sizeof v, &e);
-            if (st == LPO_OK) st = time_op(mc, alt, r->op, &r->alt, &reps);
+            st = lpo__kb_op_check(&alt_env, r->op, what, v, sizeof v, &e);
+            if (st == LPO_OK) st = lpo__kb_op_time(&alt_env, r->op, &r->alt, &reps);
         }
         if (st != LPO_OK) st = lpo_error_context(st, "kbench model mode: op '%s'", r->op->name);
     }

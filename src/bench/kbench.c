@@ -1,15 +1,16 @@
-/* kbench harness: parameters from the config, tensors allocated and filled with random data, the CPU
- * reference, upload, validation (outputs poisoned first; per element atol * max(1, max|ref|) + rtol * |ref|,
- * NaN never passes), then timing under the measurement protocol (hot, cold or graph), statistics, ceilings
- * and bound class, one table row per case, raw samples, roofline. Cases live in kb_cases.c and
- * kb_conv_lstm.c. */
+/* kbench harness: parameters from the config, the dispatch of a run (the engine's op cases, kb_cases.c;
+ * the cuDNN library cases, kb_conv_lstm.c; model mode, kb_model.c), the case table's rows (statistics,
+ * ceilings and bound class, raw samples, NVML readings, roofline) and the outputs. For the library cases:
+ * tensors allocated and filled with random data, the CPU reference, upload, validation (outputs poisoned
+ * first; per element atol * max(1, max|ref|) + rtol * |ref|, NaN never passes), then timing under the
+ * measurement protocol (hot, cold or graph). */
 #include "lpo/kbench.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench/kbench_internal.h"
+#include "bench/kb_op.h"
 #include "lpo/core.h"
 #include "lpo/engine.h"
 #include "lpo/measure.h"
@@ -91,24 +92,20 @@ void lpo_kbench_case_names(const char **names, const char **summaries, size_t ma
     size_t nc;
     const kb_ops *const *cs = kb_cases(&nc);
     *n = 0;
+    for (int k = 0; k < LPO_OP_KIND_COUNT && *n < max; k++, (*n)++) // the engine's op kinds, then cuDNN's
+        names[*n] = lpo_op_kind_name((lpo_op_kind)k), summaries[*n] = lpo__kb_op_case_summary((lpo_op_kind)k);
     for (size_t i = 0; i < nc && *n < max; i++, (*n)++)
         names[*n] = cs[i]->name, summaries[*n] = cs[i]->summary;
 }
 
 /* ---- dtypes and host values -------------------------------------------------------------------------------
  */
-/* kbench.dtype: a row of the dtype table the cases run in, or "tf32" (f32 data on the tensor cores) */
+/* kbench.dtype of a library case: a row of the dtype table the cuDNN cases run in (f32, f16, bf16) */
 static int parse_elem(const char *s, lpo_dtype *el) {
-    lpo_dtype d = LPO_DT_F32;
-    if (strcmp(s, "tf32") && !lpo_dtype_parse(s, &d)) return 0;
-    if (d != LPO_DT_F32 && d != LPO_DT_F16 && d != LPO_DT_BF16 && d != LPO_DT_FP8 && d != LPO_DT_INT8)
-        return 0;
+    lpo_dtype d;
+    if (!lpo_dtype_parse(s, &d) || (d != LPO_DT_F32 && d != LPO_DT_F16 && d != LPO_DT_BF16)) return 0;
     *el = d;
     return 1;
-}
-
-static const char *elem_name(lpo_dtype el, const char *given) {
-    return !strcmp(given, "tf32") ? "tf32" : lpo_dtype_name(el);
 }
 
 /* v rounded to what el stores (as the device will hold it) */
@@ -116,15 +113,35 @@ static float round_to(lpo_dtype el, float v) {
     switch (el) {
     case LPO_DT_F16: return lpo_f16_to_f32(lpo_f32_to_f16(v));
     case LPO_DT_BF16: return lpo_bf16_to_f32(lpo_f32_to_bf16(v));
-    case LPO_DT_I32: return floorf(v);
     default: return v;
     }
 }
 
 lpo_roof kb_case_roof(const kb_case *c) {
-    if (!c->ops->tensor_roof) return LPO_ROOF_VECTOR;
-    const lpo_dtype_info *d = lpo_dtype_info_of(c->el);
-    return !strcmp(c->p.dtype, "tf32") ? d->tc : d->roof;
+    return c->ops->tensor_roof ? lpo_dtype_roof(c->el) : LPO_ROOF_VECTOR;
+}
+
+/* ---- the library cases (cuDNN, kb_conv_lstm.c) ------------------------------------------------------- */
+extern const kb_ops lpo__kb_case_conv2d, lpo__kb_case_lstm;
+static const kb_ops *const registry[] = {&lpo__kb_case_conv2d, &lpo__kb_case_lstm};
+
+const kb_ops *const *kb_cases(size_t *n) {
+    *n = sizeof registry / sizeof registry[0];
+    return registry;
+}
+
+const kb_ops *kb_find_case(const char *name) {
+    for (size_t i = 0; i < sizeof registry / sizeof registry[0]; i++)
+        if (!strcmp(registry[i]->name, name)) return registry[i];
+    return NULL;
+}
+
+int kb_add_tensor(kb_case *c, const char *name, lpo_dtype el, int64_t n, int output, float lo, float hi) {
+    if (c->n_t >= KB_MAX_T) return -1;
+    kb_tensor *t = &c->t[c->n_t];
+    memset(t, 0, sizeof *t);
+    t->name = name, t->el = el, t->n = n, t->output = output, t->lo = lo, t->hi = hi;
+    return c->n_t++;
 }
 
 /* ---- tensors
@@ -248,9 +265,6 @@ static lpo_status upload(kb_tensor *t, const float *src) {
     for (size_t i = 0; i < n; i++) {
         if (t->el == LPO_DT_F32) {
             memcpy(b + 4 * i, &src[i], 4);
-        } else if (t->el == LPO_DT_I32) {
-            int32_t v = (int32_t)src[i];
-            memcpy(b + 4 * i, &v, 4);
         } else {
             uint16_t h = t->el == LPO_DT_F16 ? lpo_f32_to_f16(src[i]) : lpo_f32_to_bf16(src[i]);
             memcpy(b + 2 * i, &h, 2);
@@ -447,31 +461,74 @@ void lpo__kb_point(lpo_kbench *kb, const char *label, double flops, double bytes
     snprintf(p->cls, sizeof p->cls, "%s", cls);
 }
 
-static void add_row(lpo_kbench *kb, const kb_case *c, const run_opts *ro, const lpo_stats *s, int reps,
-                    double max_abs, const lpo_nvml_summary *nv) {
+lpo_status lpo__kb_case_row(lpo_kbench *kb, const kb_row *r, const run_opts *ro, const lpo_measure *m,
+                            const lpo_nvml_summary *nv) {
+    lpo_stats s;
+    lpo_status st = lpo_measure_stats(m, &s);
+    if (st) return st;
     lpo_table *t = kb->t;
     lpo_table_add_row(t);
-    lpo_table_set_str(t, "case", c->ops->name);
-    lpo_table_set_str(t, "backend", c->cuda ? "cuda" : "cpu");
-    lpo_table_set_str(t, "dtype", elem_name(c->el, c->p.dtype));
-    lpo_table_set_str(t, "shape", c->shape);
-    lpo_table_set_str(t, "mode", ro->mo.cold ? "cold" : ro->graph && c->cuda ? "graph" : "hot");
-    lpo__kb_stats_cols(t, s);
-    const char *cls = lpo__kb_perf_cols(kb, t, c->flops, c->bytes, kb_case_roof(c), s->median);
-    const double bw = kb->have_peaks ? kb->peaks.dram_gbs : 0, gbs = c->bytes / s->median * 1e-9;
+    lpo_table_set_str(t, "case", r->name);
+    lpo_table_set_str(t, "backend", r->cuda ? "cuda" : "cpu");
+    lpo_table_set_str(t, "dtype", r->dtype);
+    lpo_table_set_str(t, "shape", r->shape);
+    lpo_table_set_str(t, "mode", ro->mo.cold ? "cold" : r->graph ? "graph" : "hot");
+    lpo__kb_stats_cols(t, &s);
+    const char *cls = lpo__kb_perf_cols(kb, t, r->flops, r->bytes, r->roof, s.median);
+    const double bw = kb->have_peaks ? kb->peaks.dram_gbs : 0, gbs = r->bytes / s.median * 1e-9;
     if (!ro->mo.cold && bw > 0 && gbs > bw) /* past the DRAM ceiling: the caches served it */
         LPO_WARN("kbench %s %s %s: %.0f%% of the DRAM ceiling: in hot mode its %.3g MB stay in the caches "
                  "between repetitions; profiling.cold=true times it from memory",
-                 c->ops->name, c->shape, elem_name(c->el, c->p.dtype), 100 * gbs / bw, c->bytes * 1e-6);
-    lpo_table_set_int(t, "reps", reps);
-    lpo_table_set_double(t, "max_abs_err", max_abs);
+                 r->name, r->shape, r->dtype, 100 * gbs / bw, r->bytes * 1e-6);
+    lpo_table_set_int(t, "reps", r->reps);
+    lpo_table_set_double(t, "max_abs_err", r->max_abs_err);
     if (nv->n && nv->sm_mhz_avg >= 0) lpo_table_set_double(t, "sm_mhz", nv->sm_mhz_avg);
     if (nv->n && nv->power_w_avg >= 0) lpo_table_set_double(t, "power_w", nv->power_w_avg);
-    lpo_table_set_str(t, "variant", c->variant);
+    lpo_table_set_str(t, "variant", r->variant);
     char label[128];
-    snprintf(label, sizeof label, "%s %.80s %s (%s)", c->ops->name, c->shape, elem_name(c->el, c->p.dtype),
-             c->cuda ? "cuda" : "cpu");
-    lpo__kb_point(kb, label, c->flops, c->bytes, s->median, cls);
+    snprintf(label, sizeof label, "%s %.80s %s (%s)", r->name, r->shape, r->dtype, r->cuda ? "cuda" : "cpu");
+    lpo__kb_point(kb, label, r->flops, r->bytes, s.median, cls);
+    size_t n;
+    const double *x = lpo_measure_samples(m, &n);
+    for (size_t i = 0; i < n; i++)
+        lpo_sb_printf(&kb->samples, "%zu,%s,%zu,%.9g\n", kb->rows, r->name, i, x[i]);
+    kb->rows++;
+    if (!s.converged)
+        LPO_WARN("kbench %s %s: not converged (rel stdev %.2f%% after %zu samples)", r->name, r->shape,
+                 100 * s.rel_stdev, s.n);
+    return LPO_OK;
+}
+
+lpo_nvml_sampler *lpo__kb_nvml_begin(int device, const run_opts *ro) {
+    lpo_nvml_sampler *nv = NULL;
+    if (lpo_nvml_sampler_open(device, &nv) == LPO_OK) {
+        lpo_nvml_sampler_start(nv, ro->mo.nvml_sample_ms > 0 ? ro->mo.nvml_sample_ms : 100);
+        return nv;
+    }
+    lpo_error_clear();
+    return NULL;
+}
+
+void lpo__kb_nvml_end(lpo_kbench *kb, lpo_nvml_sampler *nv, lpo_nvml_summary *s) {
+    lpo_nvml_summarize(NULL, 0, s);
+    if (!nv) return;
+    lpo_nvml_sampler_stop(nv);
+    lpo_nvml_sampler_summary(nv, s);
+    size_t nn;
+    const lpo_nvml_sample *xs = lpo_nvml_sampler_samples(nv, &nn);
+    lpo_strbuf one = {0};
+    lpo_nvml_samples_write_csv(xs, nn, &one);
+    const char *hdr_end = one.buf ? strchr(one.buf, '\n') : NULL;
+    if (hdr_end && !kb->nvml.len) lpo_sb_printf(&kb->nvml, "row,%.*s", (int)(hdr_end - one.buf + 1), one.buf);
+    // each data line of this case, prefixed with the row index
+    for (const char *l = hdr_end ? hdr_end + 1 : ""; *l;) {
+        const char *e = strchr(l, '\n');
+        if (!e) break;
+        lpo_sb_printf(&kb->nvml, "%zu,%.*s\n", kb->rows, (int)(e - l), l);
+        l = e + 1;
+    }
+    lpo_sb_free(&one);
+    lpo_nvml_sampler_close(nv);
 }
 
 static lpo_status run_case(lpo_kbench *kb, const kb_ops *ops, const kb_params *prm, const run_opts *ro) {
@@ -483,8 +540,8 @@ static lpo_status run_case(lpo_kbench *kb, const kb_ops *ops, const kb_params *p
     c.device = ro->device;
     c.nt = ro->threads;
     if (!parse_elem(c.p.dtype, &c.el))
-        return lpo_errorf(LPO_E_CONFIG, "kbench.dtype=%s: expected f32, tf32, f16, bf16, fp8 or int8",
-                          c.p.dtype);
+        return lpo_errorf(LPO_E_CONFIG, "kbench.dtype=%s: kbench.case=%s runs in f32, f16 or bf16", c.p.dtype,
+                          ops->name);
     lpo_status st = ops->plan(&c);
     if (!st && c.cuda && !ops->gpu_run)
         st = lpo_errorf(LPO_E_UNSUPPORTED, "kbench.case=%s has no CUDA version", ops->name);
@@ -518,28 +575,10 @@ static lpo_status run_case(lpo_kbench *kb, const kb_ops *ops, const kb_params *p
             tm.reps = tm.reps < 2000 ? tm.reps : 2000; /* nodes per graph: instantiation stays cheap */
             if ((st = gpu_timer_graph(&tm))) goto done;
         }
-        if (lpo_nvml_sampler_open(c.device, &tm.nv) == LPO_OK)
-            lpo_nvml_sampler_start(tm.nv, ro->mo.nvml_sample_ms > 0 ? ro->mo.nvml_sample_ms : 100);
-        else
-            lpo_error_clear();
+        tm.nv = lpo__kb_nvml_begin(c.device, ro);
         st = lpo_measure_run(&ro->mo, gpu_sample, &tm, &m);
-        if (tm.nv) {
-            lpo_nvml_sampler_stop(tm.nv);
-            lpo_nvml_sampler_summary(tm.nv, &nvs);
-            size_t nn;
-            const lpo_nvml_sample *xs = lpo_nvml_sampler_samples(tm.nv, &nn);
-            lpo_strbuf one = {0};
-            lpo_nvml_samples_write_csv(xs, nn, &one);
-            if (!kb->nvml.len)
-                lpo_sb_printf(&kb->nvml, "row,%.*s", (int)(strchr(one.buf, '\n') - one.buf + 1), one.buf);
-            // each data line of this case, prefixed with the row index
-            for (const char *l = strchr(one.buf, '\n') + 1; *l;) {
-                const char *e = strchr(l, '\n');
-                lpo_sb_printf(&kb->nvml, "%zu,%.*s\n", kb->rows, (int)(e - l), l);
-                l = e + 1;
-            }
-            lpo_sb_free(&one);
-        }
+        lpo__kb_nvml_end(kb, tm.nv, &nvs);
+        tm.nv = NULL;
 #endif
     } else {
         if ((st = validate_cpu(&c, &max_abs))) goto done;
@@ -557,23 +596,15 @@ static lpo_status run_case(lpo_kbench *kb, const kb_ops *ops, const kb_params *p
         st = lpo_measure_run(&ro->mo, cpu_sample, &tm, &m);
     }
     if (st) goto done;
-    lpo_stats s;
-    if ((st = lpo_measure_stats(m, &s))) goto done;
-    add_row(kb, &c, ro, &s, tm.reps, max_abs, &nvs);
     {
-        size_t n;
-        const double *x = lpo_measure_samples(m, &n);
-        for (size_t i = 0; i < n; i++)
-            lpo_sb_printf(&kb->samples, "%zu,%s,%zu,%.9g\n", kb->rows, ops->name, i, x[i]);
+        const kb_row row = {
+            ops->name, lpo_dtype_name(c.el), c.shape, c.variant, c.cuda, ro->graph && c.cuda, c.flops,
+            c.bytes,   kb_case_roof(&c),     tm.reps, max_abs};
+        st = lpo__kb_case_row(kb, &row, ro, m, &nvs);
     }
-    kb->rows++;
-    if (!s.converged)
-        LPO_WARN("kbench %s %s: not converged (rel stdev %.2f%% after %zu samples)", ops->name, c.shape,
-                 100 * s.rel_stdev, s.n);
 done:
     lpo_measure_free(m);
     free(tm.flush);
-    lpo_nvml_sampler_close(tm.nv);
 #ifdef LPO_HAVE_CUDA
     if (c.cuda) gpu_timer_free(&tm);
 #endif
@@ -600,7 +631,8 @@ static lpo_status read_params(const lpo_node *cfg, kb_params *p) {
         {"kbench.kv_heads", offsetof(kb_params, kv_heads)},
         {"kbench.head_dim", offsetof(kb_params, head_dim)},
         {"kbench.vocab", offsetof(kb_params, vocab)},
-        {"kbench.batch", offsetof(kb_params, batch)},
+        {"kbench.batch", offsetof(kb_params, seqs)},
+        {"kbench.context", offsetof(kb_params, context)},
         {"kbench.c_in", offsetof(kb_params, c_in)},
         {"kbench.c_out", offsetof(kb_params, c_out)},
         {"kbench.h", offsetof(kb_params, h)},
@@ -615,15 +647,14 @@ static lpo_status read_params(const lpo_node *cfg, kb_params *p) {
     memset(p, 0, sizeof *p);
     lpo_status st;
     const char *s;
-    if ((st = lpo_cfg_str_or(cfg, "kbench.case", "gemm", &s))) return st;
+    if ((st = lpo_cfg_str_or(cfg, "kbench.case", "linear", &s))) return st;
     snprintf(p->case_name, sizeof p->case_name, "%s", s);
     if ((st = lpo_cfg_str_or(cfg, "kbench.dtype", "bf16", &s))) return st;
     snprintf(p->dtype, sizeof p->dtype, "%s", s);
-    // each integer parameter (missing: 0, which the case's plan refuses if it needs it; batch: 8)
+    // each integer parameter (missing or null: 0, which a case refuses if it needs it)
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
-        if ((st = lpo_cfg_int_or(cfg, ints[i].key, ints[i].off == offsetof(kb_params, batch) ? 8 : 0,
-                                 (int64_t *)((char *)p + ints[i].off))))
-            return st;
+        if ((st = lpo_cfg_int_or(cfg, ints[i].key, 0, (int64_t *)((char *)p + ints[i].off)))) return st;
+    p->batch = p->seqs ? p->seqs : 8; /* conv2d N, lstm batch */
     if ((st = lpo_cfg_double_or(cfg, "kbench.eps", 1e-5, &p->eps))) return st;
     int64_t seed;
     if ((st = lpo_cfg_int_or(cfg, "kbench.seed", 1234, &seed))) return st;
@@ -660,43 +691,6 @@ lpo_status lpo__kb_run_opts(const lpo_node *cfg, run_opts *ro) {
     return LPO_OK;
 }
 
-/* linears: the linear layers of the config's model (conf/model/<preset>.yaml, model.arch.*) at m tokens */
-static lpo_status run_linears(lpo_kbench *kb, const lpo_node *cfg, kb_params *p, const run_opts *ro) {
-    int64_t h, nh, nkv, hd, inter, vocab;
-    lpo_status st;
-    if ((st = lpo_cfg_int(cfg, "model.arch.hidden_size", &h)) ||
-        (st = lpo_cfg_int(cfg, "model.arch.n_heads", &nh)) ||
-        (st = lpo_cfg_int(cfg, "model.arch.n_kv_heads", &nkv)) ||
-        (st = lpo_cfg_int_or(cfg, "model.arch.head_dim", h / (nh ? nh : 1), &hd)) ||
-        (st = lpo_cfg_int(cfg, "model.arch.intermediate_size", &inter)) ||
-        (st = lpo_cfg_int(cfg, "model.arch.vocab_size", &vocab)))
-        return lpo_error_context(
-            st, "kbench.case=linears needs a model preset with model.arch (e.g. model=llama3.1-8b)");
-    const struct {
-        const char *name;
-        int64_t n, k;
-    } lin[] = {{"qkv", (nh + 2 * nkv) * hd, h},
-               {"o", h, nh * hd},
-               {"gate_up", 2 * inter, h},
-               {"down", h, inter},
-               {"lm_head", vocab, h}};
-    const kb_ops *gemm = kb_find_case("gemm");
-    // each linear layer as a gemm case
-    for (size_t i = 0; i < sizeof lin / sizeof lin[0]; i++) {
-        kb_params q = *p;
-        q.n = lin[i].n, q.k = lin[i].k;
-        size_t before = kb->rows;
-        if ((st = run_case(kb, gemm, &q, ro))) return lpo_error_context(st, "linear %s", lin[i].name);
-        if (kb->rows > before) {
-            char shape[160];
-            snprintf(shape, sizeof shape, "%s: m=%lld n=%lld k=%lld", lin[i].name, (long long)q.m,
-                     (long long)q.n, (long long)q.k);
-            lpo_table_set_str(kb->t, "shape", shape);
-        }
-    }
-    return LPO_OK;
-}
-
 lpo_status lpo_kbench_run(lpo_kbench *kb, const lpo_node *cfg) {
     kb_params p;
     run_opts ro;
@@ -718,18 +712,33 @@ lpo_status lpo_kbench_run(lpo_kbench *kb, const lpo_node *cfg) {
     }
     if ((st = read_params(cfg, &p))) return st;
     kb->mode = mode;
-    if (!strcmp(p.case_name, "linears")) return run_linears(kb, cfg, &p, &ro);
+    if (!strcmp(p.case_name, "linears")) return lpo__kb_linears_run(kb, cfg, &p, &ro);
+    lpo_op_kind kind;
+    if (lpo__kb_op_case_find(p.case_name, &kind)) return lpo__kb_op_case_run(kb, cfg, &p, &ro, kind);
     const kb_ops *ops = kb_find_case(p.case_name);
-    if (!ops) {
-        size_t n;
-        const kb_ops *const *cs = kb_cases(&n);
-        const char *names[32];
-        for (size_t i = 0; i < n && i < 32; i++) names[i] = cs[i]->name;
-        const char *sug = lpo_suggest(p.case_name, names, n);
-        return lpo_errorf(LPO_E_CONFIG, "kbench.case=%s: unknown case%s%s%s (see lpo kbench --list)",
-                          p.case_name, sug ? " (did you mean " : "", sug ? sug : "", sug ? "?)" : "");
-    }
-    return run_case(kb, ops, &p, &ro);
+    if (ops) return run_case(kb, ops, &p, &ro);
+    /* the names of the cases kbench ran with its own kernels, now the engine's op kinds */
+    static const char *const renamed[][2] = {
+        {"gemm", "linear"}, {"silu_mul", "swiglu"}, {"embedding", "embed"}};
+    for (size_t i = 0; i < sizeof renamed / sizeof renamed[0]; i++)
+        if (!strcmp(p.case_name, renamed[i][0]))
+            return lpo_errorf(LPO_E_CONFIG,
+                              "kbench.case=%s: the cases are the engine's op kinds now: kbench.case=%s "
+                              "(see lpo kbench --list)",
+                              p.case_name, renamed[i][1]);
+    if (!strcmp(p.case_name, "softmax") || !strcmp(p.case_name, "layernorm_gelu"))
+        return lpo_errorf(
+            LPO_E_CONFIG,
+            "kbench.case=%s: no engine op kind computes it (attention holds its softmax; layer norm "
+            "and GELU come as op kinds with the vision encoder), so kbench has no case for it",
+            p.case_name);
+    const char *names[64], *sums[64];
+    size_t n;
+    lpo_kbench_case_names(names, sums, 63, &n);
+    names[n++] = "linears";
+    const char *sug = lpo_suggest(p.case_name, names, n);
+    return lpo_errorf(LPO_E_CONFIG, "kbench.case=%s: unknown case%s%s%s (see lpo kbench --list)", p.case_name,
+                      sug ? " (did you mean " : "", sug ? sug : "", sug ? "?)" : "");
 }
 
 /* ---- outputs

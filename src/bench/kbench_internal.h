@@ -1,8 +1,9 @@
-/* kbench internals: a case is a struct of functions (plan the shapes and declare the tensors, the CPU
- * reference, the CUDA execution) over a set of declared tensors that the harness (kbench.c) allocates,
- * fills with random data, uploads, validates and times. flops() and bytes() of a case are the fields the
- * plan sets; when the engine's op list (lpo_op_flops / lpo_op_bytes) is on main, the op-shaped cases take
- * them from there. */
+/* kbench internals: the run (rows of operator cases or of model mode), its backend and protocol options,
+ * the columns shared by both tables, and the library cases (cuDNN's Conv2d and LSTM, kb_conv_lstm.c +
+ * kb_cudnn.cu): a case is a struct of functions (plan the shapes and declare the tensors, the CPU
+ * reference, the CUDA execution) over declared tensors that the harness (kbench.c) allocates, fills with
+ * random data, uploads, validates and times. The operator cases of the engine's op kinds are engine ops
+ * checked and timed through the backend's run_op (kb_op.h; C only, this header is also C++'s). */
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -67,10 +68,11 @@ lpo_status lpo__kb_model_run(lpo_kbench *kb, const lpo_node *cfg, const run_opts
 typedef struct {
     char case_name[32];
     char dtype[16];
-    int64_t m, n, k;                   /* gemm m x n x k; rows m x width n for row ops; silu_mul: n = I */
-    int64_t heads, kv_heads, head_dim; /* rope */
-    int64_t vocab;                     /* embedding */
-    int64_t batch, c_in, c_out, h, w, kernel, stride, pad; /* conv2d (NCHW) */
+    int64_t m, n, k;                   /* the op's m, n, k (rows, width, inner size: docs/kbench.md) */
+    int64_t heads, kv_heads, head_dim; /* qk_norm, rope, attention */
+    int64_t vocab;                     /* embed: rows of the table */
+    int64_t seqs, context; /* rope, attention: kbench.batch sequences (0: null), cached positions */
+    int64_t batch, c_in, c_out, h, w, kernel, stride, pad; /* conv2d (NCHW); batch: null = 8 */
     int64_t seq, input, hidden;                            /* lstm (one layer, unidirectional) */
     double eps;
     uint64_t seed;
@@ -82,7 +84,7 @@ typedef struct {
     int64_t n;    /* elements */
     int output;   /* written by the op (poisoned before the validation run) */
     int in_place; /* an output that is also an input: restored before each checked run */
-    float lo, hi; /* random inputs in [lo, hi); I32: integers in [lo, hi) */
+    float lo, hi; /* random inputs in [lo, hi) */
     float *h;     /* host values: inputs as stored; outputs: written by the CPU run */
     float *init;  /* in_place: the initial values */
     float *ref;   /* outputs: the CPU reference */
@@ -99,10 +101,10 @@ typedef struct {
      * the parameters (LPO_E_CONFIG naming the key). */
     lpo_status (*plan)(kb_case *c);
     /* The CPU reference in f32 over the tensors' h (inputs) into the outputs' h; also the CPU backend's
-     * timed run. NULL: no CPU version (GEMMs in fp8/int8). */
+     * timed run. */
     void (*cpu)(kb_case *c);
     /* Optional GPU setup after upload (library handles, descriptors). Returning with c->self_validated
-     * set means it validated the result itself (cuBLASLt GEMM at sizes the CPU cannot check quickly). */
+     * set means it validated the result itself. */
     lpo_status (*gpu_init)(kb_case *c);
     /* One execution on the GPU, asynchronous on c->stream. NULL: no CUDA version. */
     lpo_status (*gpu_run)(kb_case *c);
@@ -119,7 +121,7 @@ struct kb_case {
     double flops, bytes; /* per execution: FLOPs and the fewest DRAM bytes (each input read once, each output
                             written once) */
     char shape[160];
-    char variant[64]; /* implementation: "lpo cuda kernel", "cuBLASLt", "cuDNN", "C reference" */
+    char variant[64]; /* implementation: "cuDNN", "C reference (kbench)" */
     int nt;           /* CPU threads */
     int device;
     void *stream;  /* cudaStream_t */
@@ -135,32 +137,13 @@ struct kb_case {
 lpo_roof kb_case_roof(const kb_case *c);
 /* Declares a tensor; returns its index (or -1 past KB_MAX_T). */
 int kb_add_tensor(kb_case *c, const char *name, lpo_dtype el, int64_t n, int output, float lo, float hi);
-/* The registry of cases. */
+/* The registry of the library cases (conv2d, lstm). */
 const kb_ops *kb_find_case(const char *name);
 const kb_ops *const *kb_cases(size_t *n);
 
-/* ---- CUDA launchers (kb_kernels.cu): element type el of x/y/w; asynchronous on stream ---------------- */
 #ifdef __cplusplus
 extern "C" {
 #endif
-/* y (m, n) = x * rsqrt(mean(x^2) + eps) * w (n,) */
-lpo_status lpo__kb_rmsnorm(lpo_dtype el, void *y, const void *x, const void *w, int64_t m, int64_t n,
-                           float eps, void *stream);
-/* y (m, n) = gelu_tanh((x - mean) * rsqrt(var + eps) * w + b) */
-lpo_status lpo__kb_layernorm_gelu(lpo_dtype el, void *y, const void *x, const void *w, const void *b,
-                                  int64_t m, int64_t n, float eps, void *stream);
-/* act (m, I) = silu(gu[:, :I]) * gu[:, I:], gu (m, 2I) */
-lpo_status lpo__kb_silu_mul(lpo_dtype el, void *act, const void *gu, int64_t m, int64_t I, void *stream);
-/* y (m, n) = softmax(x) per row */
-lpo_status lpo__kb_softmax(lpo_dtype el, void *y, const void *x, int64_t m, int64_t n, void *stream);
-/* q and k heads of qkv rows (m, (nh + 2 nkv) hd) rotated in place by pos[t] (NeoX pairs (i, i + hd/2));
- * cos/sin f32 [n_pos][hd/2] */
-lpo_status lpo__kb_rope(lpo_dtype el, void *qkv, const float *cos_t, const float *sin_t, const int32_t *pos,
-                        int64_t m, int64_t nh, int64_t nkv, int64_t hd, void *stream);
-/* x (m, h) = rows tokens[0..m) of E (vocab, h) */
-lpo_status lpo__kb_embed(lpo_dtype el, void *x, const void *E, const int32_t *tokens, int64_t m, int64_t h,
-                         void *stream);
-
 /* ---- cuDNN (kb_cudnn.cu: libcudnn.so.9 loaded with dlopen; LPO_E_NOT_AVAILABLE when absent) ------------ */
 /* Conv2d: tensors x (N, C, H, W), w (K, C, R, S), y (N, K, P, Q) of case c (indices 0, 1, 2) */
 lpo_status lpo__kb_conv2d_init(kb_case *c);

@@ -20,8 +20,10 @@ static const lpo_cli_spec spec = {
     .command = "kbench",
     .summary =
         "lpo kbench [backend=cpu|cuda|auto] kbench.case=NAME [kbench.KEY=VALUE|[list]...]: time one "
-        "operator\n"
-        "(or a sweep: list values form a Cartesian product) after validating it against its CPU reference;\n"
+        "engine op\n"
+        "(or a sweep: list values form a Cartesian product) through the backend's run_op after the op "
+        "checker\n"
+        "validated it against the CPU reference (conv2d, lstm: cuDNN);\n"
         "median, p10/p90, stdev, TFLOP/s, GB/s, % of the ceilings, bound class; roofline.svg. Keys:\n"
         "conf/kbench/default.yaml; protocol: profiling.*; docs/kbench.md.\n"
         "Model mode: lpo kbench model=PRESET kbench.phase=decode|prefill [kbench.batch=B] "
@@ -38,7 +40,8 @@ static int list_cases(void) {
     size_t n;
     lpo_kbench_case_names(names, sums, 32, &n);
     for (size_t i = 0; i < n; i++) printf("%-16s %s\n", names[i], sums[i]);
-    printf("%-16s %s\n", "linears", "the linear layers of model=<preset> as gemm cases at kbench.m tokens");
+    printf("%-16s %s\n", "linears",
+           "the linear layers of model=<preset> (layer 0, lm_head) at kbench.m tokens");
     printf("%-16s %s\n", "(model mode)",
            "kbench.phase=decode|prefill: every op of one engine step of model=<preset> (docs/kbench.md)");
     return LPO_EXIT_OK;

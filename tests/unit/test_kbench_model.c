@@ -310,7 +310,7 @@ static void test_errors(void **state) {
     assert_non_null(strstr(lpo_last_error(), "tinyy"));
     assert_int_equal(lpo_table_rows(lpo_kbench_table(kb)), 0);
     /* one run holds one mode */
-    assert_int_equal(run3(kb, "kbench.case=softmax", "kbench.dtype=f32", "kbench.m=2"), LPO_OK);
+    assert_int_equal(run3(kb, "kbench.case=rmsnorm", "kbench.dtype=f32", "kbench.m=2"), LPO_OK);
     assert_int_equal(run3(kb, "kbench.phase=decode", NULL, NULL), LPO_E_CONFIG);
     assert_non_null(strstr(lpo_last_error(), "cannot share one run"));
     lpo_kbench_free(kb);
