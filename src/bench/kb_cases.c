@@ -66,13 +66,16 @@ static lpo_status need_pos(const char *key, int64_t v) {
 
 /* kbench.dtype as the engine's compute dtype: f32, f16 or bf16 (the CPU backend: f32) */
 static lpo_status op_dtype(const kb_params *p, int cuda, lpo_dtype *dt) {
-    if (!lpo_dtype_parse(p->dtype, dt) || (*dt != LPO_DT_F32 && *dt != LPO_DT_F16 && *dt != LPO_DT_BF16))
-        return lpo_errorf(!strcmp(p->dtype, "tf32") || !strcmp(p->dtype, "fp8") || !strcmp(p->dtype, "int8")
-                              ? LPO_E_UNSUPPORTED
-                              : LPO_E_CONFIG,
-                          "kbench.dtype=%s: the engine's ops run in f32, f16 or bf16 (cuBLASLt's peaks in "
-                          "tf32, fp8 and int8: lpo ceilings)",
+    if (!lpo_dtype_parse(p->dtype, dt))
+        return lpo_errorf(LPO_E_CONFIG,
+                          "kbench.dtype=%s: unknown dtype (the engine computes in f32, f16 or bf16)",
                           p->dtype);
+    if (*dt != LPO_DT_F32 && *dt != LPO_DT_F16 && *dt != LPO_DT_BF16)
+        return lpo_errorf(
+            LPO_E_UNSUPPORTED,
+            "kbench.dtype=%s: the engine's ops compute in f32, f16 or bf16 (cuBLASLt's fp8 and int8 "
+            "peaks: lpo ceilings)",
+            p->dtype);
     if (!cuda && *dt != LPO_DT_F32)
         return lpo_errorf(LPO_E_UNSUPPORTED, "kbench.case=%s on backend=cpu runs in f32 (kbench.dtype=%s)",
                           p->case_name, p->dtype);

@@ -565,7 +565,7 @@ static lpo_status run_case(lpo_kbench *kb, const kb_ops *ops, const kb_params *p
     if (c.cuda) {
 #ifdef LPO_HAVE_CUDA
         if ((st = gpu_setup(&c))) goto done;
-        if (!c.self_validated && (st = validate_gpu(&c, &max_abs))) goto done;
+        if ((st = validate_gpu(&c, &max_abs))) goto done;
         /* calibration run: repetitions per sample (hot), then the timer (graph of reps runs) */
         double t1 = 0, clk;
         int r1;

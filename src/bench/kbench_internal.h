@@ -103,8 +103,7 @@ typedef struct {
     /* The CPU reference in f32 over the tensors' h (inputs) into the outputs' h; also the CPU backend's
      * timed run. */
     void (*cpu)(kb_case *c);
-    /* Optional GPU setup after upload (library handles, descriptors). Returning with c->self_validated
-     * set means it validated the result itself. */
+    /* Optional GPU setup after upload (library handles, descriptors). */
     lpo_status (*gpu_init)(kb_case *c);
     /* One execution on the GPU, asynchronous on c->stream. NULL: no CUDA version. */
     lpo_status (*gpu_run)(kb_case *c);
@@ -124,11 +123,10 @@ struct kb_case {
     char variant[64]; /* implementation: "cuDNN", "C reference (kbench)" */
     int nt;           /* CPU threads */
     int device;
-    void *stream;  /* cudaStream_t */
-    void *priv;    /* case-specific state of the backend (released by ops->fini) */
-    void *scratch; /* the CPU version's work memory (malloc'd by the plan, freed by the harness): the CPU
-                      reference runs on either backend */
-    int self_validated;
+    void *stream;      /* cudaStream_t */
+    void *priv;        /* case-specific state of the backend (released by ops->fini) */
+    void *scratch;     /* the CPU version's work memory (malloc'd by the plan, freed by the harness): the CPU
+                          reference runs on either backend */
     double rtol, atol; /* validation tolerance (set by the harness from el; a plan may widen it) */
 };
 

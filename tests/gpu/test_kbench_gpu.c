@@ -4,8 +4,8 @@
  * validated against their C references, hot and in graph mode (a visible SKIP when libcudnn.so.9 is not
  * loadable). Then, under lpo's in-process CUPTI tracer, the kernel each op case launched most (the timed
  * one) is the engine's own: rmsnorm.cu's for rmsnorm, the GEMV kernel or cuBLASLt for a linear as the
- * variant column says, the decode attention for one token and the prefill one for 2 x 32 (SKIP without
- * liblpo_probe.so). SKIP without a GPU. */
+ * variant column says, the decode attention for one token per sequence (batch 1 and 4) and the prefill
+ * one for 2 x 32, the one-launch sampler (SKIP without liblpo_probe.so). SKIP without a GPU. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -201,6 +201,8 @@ static void test_engine_kernel_timed(void **state) {
         {{"kbench.case=qk_norm", "kbench.m=64", NULL}, "qkv_post_kernel", NULL},
         {{"kbench.case=attention", "kbench.m=64", "kbench.batch=2"}, "prefill_kernel", "decode_kernel"},
         {{"kbench.case=attention", "kbench.m=1", "kbench.context=100"}, "decode_kernel", "prefill_kernel"},
+        {{"kbench.case=attention", "kbench.m=4", "kbench.batch=4"}, "decode_kernel", "prefill_kernel"},
+        {{"kbench.case=sample", "kbench.m=4", NULL}, "sample_rows_kernel", NULL},
         {{"kbench.case=linear", "kbench.m=1", NULL}, "gemv", NULL},
         {{"kbench.case=lm_head", "kbench.m=1", NULL}, "gemv", NULL},
         {{"kbench.case=linear", "kbench.m=64", NULL}, NULL, "gemv"},
