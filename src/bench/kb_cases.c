@@ -247,7 +247,7 @@ lpo_status lpo__kb_op_case_run(lpo_kbench *kb, const lpo_node *cfg, const kb_par
     for (int i = 0; i < seqs; i++) past[i] = positioned ? p->context : 0, nn[i] = p->m / seqs;
     const lpo_step step = {seqs, past, nn, 1, kind == LPO_OP_SAMPLE};
     const lpo_dtype_lookup held = {(void *)&dt, lpo_dtype_lookup_uniform};
-    const lpo_oplist_opts o = {dt, dt, &held};
+    const lpo_oplist_opts o = {dt, dt, &held, NULL};
     lpo_oplist l = {0};
     st = lpo_oplist_build(&spec, &step, &o, &l);
     long at = -1;
@@ -281,7 +281,7 @@ lpo_status lpo__kb_linears_run(lpo_kbench *kb, const lpo_node *cfg, const kb_par
     int64_t past = 0, nn = p->m;
     const lpo_step step = {1, &past, &nn, 1, 0};
     const lpo_dtype_lookup held = {(void *)&dt, lpo_dtype_lookup_uniform};
-    const lpo_oplist_opts o = {dt, dt, &held};
+    const lpo_oplist_opts o = {dt, dt, &held, NULL};
     lpo_oplist l = {0};
     st = lpo_oplist_build(&spec, &step, &o, &l);
     // each linear of layer 0, then lm_head: a row named "linear" / "lm_head", its role before its shape
