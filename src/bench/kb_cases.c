@@ -190,8 +190,11 @@ static lpo_status run_op_case(lpo_kbench *kb, const lpo_node *cfg, const run_opt
                      .sampling = &ic.gen.sampling,
                      .mo = ro->mo};
     if (st == LPO_OK) {
-        const lpo_backend_init bi = {
-            .max_seqs = 1, .n_threads = ro->threads, .dtype = dt, .device = ro->device, .gemv = ic.gemv};
+        const lpo_backend_init bi = {.max_seqs = 1,
+                                     .n_threads = ro->threads,
+                                     .dtype = dt,
+                                     .device = ro->device,
+                                     .gemv = ic.engine.gemv};
         st = be->init(&bi, &env.ctx);
     }
     char variant[96], validated[48], shape[200], sh[160];
@@ -201,7 +204,7 @@ static lpo_status run_op_case(lpo_kbench *kb, const lpo_node *cfg, const run_opt
     lpo_nvml_summary nvs;
     lpo_nvml_summarize(NULL, 0, &nvs);
     if (st == LPO_OK) {
-        variant_of(op, ro, ic.gemv, variant, sizeof variant);
+        variant_of(op, ro, ic.engine.gemv, variant, sizeof variant);
         st = lpo__kb_op_check(&env, op, variant, validated, sizeof validated, &max_abs);
     }
     if (st == LPO_OK) {
