@@ -150,6 +150,23 @@ const char *lpo_suggest(const char *word, const char *const *candidates, size_t 
  */
 /* Monotonic host clock in nanoseconds (CPU timing only; GPU work is timed with events or CUPTI). */
 uint64_t lpo_now_ns(void);
+/* Threads a parallel section should use now, when the user left the count to lpo (threads=0): at most max
+ * and at most the cores other work leaves free = cores - (1-minute load average - the caller's own share of
+ * it, tracked in *a as the same 60 s moving average of the threads it ran; zero-initialise *a). Why: every
+ * OpenMP region ends in a barrier, and a barrier one of whose threads the OS preempted waits a scheduler
+ * time slice (milliseconds): 2 threads on 2 busy vCPUs timed a 95 us GEMM at 8 ms. Call lpo_threads_ran
+ * after the section with the count it used. */
+typedef struct {
+    double own;    /* this caller's share of the load average */
+    uint64_t t_ns; /* when own was last updated (0: never) */
+    int last;      /* threads of the last section */
+} lpo_threads_auto;
+int lpo_threads_pick(lpo_threads_auto *a, int max, int ncpus);
+void lpo_threads_ran(lpo_threads_auto *a, int n);
+/* The fewest and most threads lpo_threads_ran saw in this process since lpo_threads_used_reset (0, 0: none),
+ * so a report can say what ran rather than the setting. */
+void lpo_threads_used(int *lo, int *hi);
+void lpo_threads_used_reset(void);
 /* strdup through the checked allocation above (never NULL, except lpo_strdup(NULL) == NULL). */
 char *lpo_strdup(const char *s);
 char *lpo_strndup(const char *s, size_t n);

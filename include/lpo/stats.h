@@ -5,7 +5,8 @@
  * The protocol: warm-up iterations (untimed), then timed samples until
  *   - at least min_samples samples were KEPT, and their summed duration (the timed work of each sample:
  *     repetitions x seconds per repetition) is >= min_time_s, and the relative
- *     standard deviation (stdev / mean of the kept samples) is <= max_rel_stdev  -> converged; or
+ *     standard deviation (stdev / mean of the kept samples) is <= max_rel_stdev, and the largest kept
+ *     sample is at most LPO_MEASURE_MAX_SPREAD x the smallest  -> converged; or
  *   - timeout_s of wall time passed since the first sample, or max_samples samples were taken
  *     -> stopped, converged only if the stdev rule holds (reported as "not converged" otherwise).
  * A sample taken while the SM clock was throttled (clock < throttle_threshold x the reference clock, the
@@ -52,6 +53,14 @@ typedef struct {
 lpo_status lpo_stats_compute(const double *x, size_t n, lpo_stats *out);
 /* q-quantile (0..1) of an ascending array, linear interpolation (type 7, as numpy's default). */
 double lpo_quantile_sorted(const double *sorted, size_t n, double q);
+
+/* Samples whose largest is more than this many times the smallest span an order of magnitude: something
+ * else (preemption of a thread, a busy machine) shaped them, and no median of them is converged (the
+ * stopping rule requires it too). */
+#define LPO_MEASURE_MAX_SPREAD 10.0
+/* "" when s spans less than LPO_MEASURE_MAX_SPREAD; else a sentence that says so (samples in seconds),
+ * ending with "try <hint>" when hint is given ("kbench.threads=1"). Returns buf. */
+const char *lpo_stats_spread_note(const lpo_stats *s, const char *hint, char *buf, size_t n);
 
 /* ---- the stopping rule, one sample at a time --------------------------------------------------------- */
 typedef struct lpo_measure lpo_measure;

@@ -62,9 +62,10 @@ static int stable(const double *a, const double *b, size_t n, double total_s, co
     if (n < (size_t)o->min_samples || total_s < o->min_time_s) return 0;
     lpo_stats sa, sb;
     if (lpo_stats_compute(a, n, &sa) != LPO_OK) return 0;
-    if (sa.rel_stdev > o->max_rel_stdev) return 0;
+    if (sa.rel_stdev > o->max_rel_stdev || sa.max > LPO_MEASURE_MAX_SPREAD * sa.min) return 0;
     if (!has_decode) return 1;
-    return lpo_stats_compute(b, n, &sb) == LPO_OK && sb.rel_stdev <= o->max_rel_stdev;
+    return lpo_stats_compute(b, n, &sb) == LPO_OK && sb.rel_stdev <= o->max_rel_stdev &&
+           !(sb.max > LPO_MEASURE_MAX_SPREAD * sb.min);
 }
 
 lpo_status lpo_bench_run(lpo_engine *e, const lpo_bench_point *pt, const lpo_measure_opts *mo,

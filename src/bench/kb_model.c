@@ -20,6 +20,7 @@
  * lpo_op_bytes; groups: lpo_plan_group_flops / lpo_plan_group_bytes). docs/kbench.md, "Model mode". */
 #include <math.h>
 #include <stdarg.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,7 +119,21 @@ typedef struct {
     /* eager steps run with the group timer: per step, the sum of its launches and the step's own time (host
      * clock from before the run to after its last mark was read back: the device's work lies inside) */
     lpo_measure *timed_m[2];
+    /* the run's time: kbench.max_time_s shared by its measurements; a progress line on a terminal */
+    int n_meas, done_meas, tty;
+    uint64_t t0_ns;
 } model_run;
+
+/* Before measurement `what` (progress line on a terminal: measurement, row, time left). */
+static void progress(model_run *mc, const char *what) {
+    if (!mc->tty) return;
+    const double el = (double)(lpo_now_ns() - mc->t0_ns) * 1e-9;
+    const int left = mc->n_meas - mc->done_meas;
+    fprintf(stderr, "\r\033[Kkbench %s: %d/%d %.60s", mc->step_label, mc->done_meas + 1, mc->n_meas, what);
+    if (mc->done_meas > 0) fprintf(stderr, " (about %.0f s left)", el / mc->done_meas * left);
+    fflush(stderr);
+    mc->done_meas++;
+}
 
 static void appendf(char *b, size_t n, const char *fmt, ...) {
     size_t at = strlen(b);
@@ -278,6 +293,7 @@ static lpo_status op_pass(model_run *mc) {
         if (r->type != ROW_OP) continue;
         char what[48];
         snprintf(what, sizeof what, "engine.gemv=%s", mc->gemv ? "true" : "false");
+        progress(mc, r->name);
         st = lpo__kb_op_check(&env, r->op, what, r->validated, sizeof r->validated, &r->max_abs);
         if (st == LPO_OK) st = lpo__kb_op_time(&env, r->op, &r->m, &r->reps);
         const int linear = r->op->kind == LPO_OP_LINEAR || r->op->kind == LPO_OP_LM_HEAD;
@@ -286,6 +302,7 @@ static lpo_status op_pass(model_run *mc) {
             double e;
             int reps;
             snprintf(what, sizeof what, "engine.gemv=%s", mc->gemv ? "false" : "true");
+            progress(mc, r->name);
             st = lpo__kb_op_check(&alt_env, r->op, what, v, sizeof v, &e);
             if (st == LPO_OK) st = lpo__kb_op_time(&alt_env, r->op, &r->alt, &reps);
         }
@@ -698,7 +715,23 @@ lpo_status lpo__kb_model_run(lpo_kbench *kb, const lpo_node *cfg, const run_opts
         if (st == LPO_OK) st = build_rows(&mc, l, p);
     }
     if (st == LPO_OK) st = make_layout(&mc);
+    if (st == LPO_OK) { /* measurements: the op rows (CUDA: small linears twice), eager pass, graph pass */
+        double budget = 0;
+        st = lpo_cfg_double_or(cfg, "kbench.max_time_s", 120, &budget);
+        mc.n_meas = 2;
+        for (size_t i = 0; i < mc.n_rows; i++)
+            if (mc.rows[i].type == ROW_OP)
+                mc.n_meas += 1 + (ro->cuda && mc.rows[i].op->m <= KB_GEMV_MAX_M &&
+                                  (mc.rows[i].op->kind == LPO_OP_LINEAR || mc.rows[i].op->kind == LPO_OP_LM_HEAD));
+        if (st == LPO_OK && !(budget > 0))
+            st = lpo_errorf(LPO_E_CONFIG, "kbench.max_time_s=%g: expected a time > 0 s", budget);
+        const double each = budget / mc.n_meas;
+        if (st == LPO_OK && each < mc.mo.timeout_s) mc.mo.timeout_s = each < 0.05 ? 0.05 : each;
+        mc.tty = isatty(2);
+        mc.t0_ns = lpo_now_ns();
+    }
     if (st == LPO_OK) st = op_pass(&mc); /* no engine step runs meanwhile: the rows' op pointers stay valid */
+    progress(&mc, "eager steps");
     if (st == LPO_OK) st = eager_pass(&mc, &s);
     lpo_engine_close(e);
     e = NULL;
@@ -706,7 +739,9 @@ lpo_status lpo__kb_model_run(lpo_kbench *kb, const lpo_node *cfg, const run_opts
     if (st == LPO_OK) st = open_engine(&mc, m, &ic, LPO_EXEC_GRAPH, &e);
     s.e = e;
     if (st == LPO_OK) st = prepare(&s);
+    progress(&mc, "graph steps");
     if (st == LPO_OK) st = step_pass(&mc, &s, &mc.steps_m[1]);
+    if (mc.tty) fprintf(stderr, "\r\033[K");
     lpo_engine_close(e);
     if (st == LPO_OK) emit(&mc);
     model_run_free(&mc);

@@ -493,9 +493,12 @@ lpo_status lpo__kb_case_row(lpo_kbench *kb, const kb_row *r, const run_opts *ro,
     for (size_t i = 0; i < n; i++)
         lpo_sb_printf(&kb->samples, "%zu,%s,%zu,%.9g\n", kb->rows, r->name, i, x[i]);
     kb->rows++;
-    if (!s.converged)
-        LPO_WARN("kbench %s %s: not converged (rel stdev %.2f%% after %zu samples)", r->name, r->shape,
-                 100 * s.rel_stdev, s.n);
+    if (!s.converged) {
+        char note[400];
+        lpo_stats_spread_note(&s, r->cuda ? NULL : "kbench.threads=1 or a quiet machine", note, sizeof note);
+        LPO_WARN("kbench %s %s: not converged (rel stdev %.2f%% after %zu samples)%s%s", r->name, r->shape,
+                 100 * s.rel_stdev, s.n, *note ? ": " : "", note);
+    }
     return LPO_OK;
 }
 
@@ -538,7 +541,11 @@ static lpo_status run_case(lpo_kbench *kb, const kb_ops *ops, const kb_params *p
     c.p = *prm;
     c.cuda = ro->cuda;
     c.device = ro->device;
-    c.nt = ro->threads;
+#ifdef _OPENMP
+    c.nt = ro->threads > 0 ? ro->threads : lpo_threads_pick(&kb->load, omp_get_max_threads(), omp_get_num_procs());
+#else
+    c.nt = 1;
+#endif
     if (!parse_elem(c.p.dtype, &c.el))
         return lpo_errorf(LPO_E_CONFIG, "kbench.dtype=%s: kbench.case=%s runs in f32, f16 or bf16", c.p.dtype,
                           ops->name);
@@ -602,6 +609,7 @@ static lpo_status run_case(lpo_kbench *kb, const kb_ops *ops, const kb_params *p
             c.bytes,   kb_case_roof(&c),     tm.reps, max_abs};
         st = lpo__kb_case_row(kb, &row, ro, m, &nvs);
     }
+    if (!c.cuda) lpo_threads_ran(&kb->load, c.nt);
 done:
     lpo_measure_free(m);
     free(tm.flush);
@@ -675,7 +683,7 @@ lpo_status lpo__kb_run_opts(const lpo_node *cfg, run_opts *ro) {
         return st;
     ro->device = (int)dev;
 #ifdef _OPENMP
-    ro->threads = threads > 0 ? (int)threads : omp_get_max_threads();
+    ro->threads = threads > 0 ? (int)threads : 0;
 #else
     ro->threads = 1;
 #endif
@@ -711,6 +719,8 @@ lpo_status lpo_kbench_run(lpo_kbench *kb, const lpo_node *cfg) {
         return st;
     }
     if ((st = read_params(cfg, &p))) return st;
+    if (!strcmp(p.dtype, "auto")) /* the backend's own, as engine.dtype=auto */
+        snprintf(p.dtype, sizeof p.dtype, "%s", ro.cuda ? "bf16" : "f32");
     kb->mode = mode;
     if (!strcmp(p.case_name, "linears")) return lpo__kb_linears_run(kb, cfg, &p, &ro);
     lpo_op_kind kind;

@@ -38,12 +38,14 @@ struct lpo_kbench {
     lpo_strbuf nvml;    /* nvml.csv of every timed case, the row index first */
     lpo_peaks peaks;    /* of the last device used */
     int have_peaks;
-    size_t rows; /* rows written (index of the next row in samples and nvml) */
+    size_t rows;           /* rows written (index of the next row in samples and nvml) */
+    lpo_threads_auto load; /* kbench.threads=0 on the CPU: threads the machine leaves free */
 };
 
 /* Backend and protocol of a run: `backend`, hardware.device, kbench.threads, kbench.graph, profiling.* */
 typedef struct {
-    int cuda, device, threads, graph;
+    int cuda, device, graph;
+    int threads; /* CPU: kbench.threads; 0: as many as the machine leaves free (lpo_threads_pick), per case */
     lpo_measure_opts mo;
 } run_opts;
 lpo_status lpo__kb_run_opts(const lpo_node *cfg, run_opts *ro);

@@ -129,7 +129,7 @@ static const lpo_field short_fields[] = {
     {"backend", LPO_FIELD_STR, NULL, 0},    {"batch", LPO_FIELD_INT, NULL, 0},
     {"test", LPO_FIELD_STR, NULL, 0},       {"t/s", LPO_FIELD_DOUBLE, "%.2f", 0},
     {"+/- %", LPO_FIELD_DOUBLE, "%.2f", 0}, {"ms", LPO_FIELD_DOUBLE, "%.3f", 0},
-    {"MFU/MBU %", LPO_FIELD_STR, NULL, 0},
+    {"MFU/MBU %", LPO_FIELD_STR, NULL, 0},  {"converged", LPO_FIELD_BOOL, NULL, 0},
 };
 
 typedef struct {
@@ -199,6 +199,7 @@ static void add_short_rows(lpo_table *t, const context_info *ci, const lpo_bench
         lpo_table_set_double(t, "t/s", tg ? r->decode_tok_s : r->prefill_tok_s);
         lpo_table_set_double(t, "+/- %", 100 * s->rel_stdev);
         lpo_table_set_double(t, "ms", tg ? r->tpot_ms : r->ttft_ms.median);
+        lpo_table_set_bool(t, "converged", r->converged);
         const double v = tg ? r->mbu_decode : r->mfu_prefill;
         if (v > 0) {
             snprintf(pct, sizeof pct, "%s %.1f", tg ? "MBU" : "MFU", 100 * v);

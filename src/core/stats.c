@@ -4,6 +4,7 @@
 #include "lpo/stats.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -105,6 +106,7 @@ struct lpo_measure {
     double ref_clock;
     double sum, mean, m2; /* Welford running mean / sum of squared deviations of kept samples */
     double duration;      /* summed duration of the kept samples (seconds x repetitions) */
+    double lo, hi;        /* smallest and largest kept sample */
     uint64_t t0_ns;       /* host time of the first sample */
     int done, converged;
 };
@@ -127,11 +129,22 @@ void lpo_measure_free(lpo_measure *m) {
     free(m);
 }
 
+const char *lpo_stats_spread_note(const lpo_stats *s, const char *hint, char *buf, size_t n) {
+    buf[0] = 0;
+    if (s->n > 1 && s->max > LPO_MEASURE_MAX_SPREAD * s->min)
+        snprintf(buf, n,
+                 "samples span %.0fx (min %.3g us, median %.3g us, max %.3g us): other work preempted it now and "
+                 "then (a busy machine, or more threads than free cores%s%s); not converged",
+                 s->min > 0 ? s->max / s->min : INFINITY, s->min * 1e6, s->median * 1e6, s->max * 1e6,
+                 hint && *hint ? ": try " : "", hint ? hint : "");
+    return buf;
+}
+
 static int rule_holds(const lpo_measure *m) {
     if (m->n < (size_t)m->o.min_samples || m->duration < m->o.min_time_s) return 0;
     double sd = m->n > 1 ? sqrt(m->m2 / (double)(m->n - 1)) : 0;
     double rel = m->mean > 0 ? sd / m->mean : 0;
-    return rel <= m->o.max_rel_stdev;
+    return rel <= m->o.max_rel_stdev && !(m->hi > LPO_MEASURE_MAX_SPREAD * m->lo);
 }
 
 int lpo_measure_add(lpo_measure *m, double seconds, double sm_clock_mhz) {
@@ -159,6 +172,8 @@ int lpo_measure_add_reps(lpo_measure *m, double seconds, int reps, double sm_clo
             m->x = p;
             m->cap = cap;
         }
+        if (m->n == 0 || seconds < m->lo) m->lo = seconds;
+        if (m->n == 0 || seconds > m->hi) m->hi = seconds;
         m->x[m->n++] = seconds;
         m->sum += seconds;
         m->duration += seconds * (reps > 0 ? reps : 1);

@@ -525,6 +525,38 @@ uint64_t lpo_now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+int lpo_threads_pick(lpo_threads_auto *a, int max, int ncpus) {
+    if (max <= 1) return 1;
+    double load[1];
+    if (getloadavg(load, 1) != 1) return max;
+    const uint64_t now = lpo_now_ns();
+    if (a->t_ns) { // own: the threads run since, averaged as the kernel averages the load (60 s)
+        const double w = exp(-(double)(now - a->t_ns) / 60e9);
+        a->own = a->own * w + (double)a->last * (1 - w);
+    }
+    a->t_ns = now;
+    const double others = load[0] - a->own;
+    const int free_cores = (int)((double)ncpus - (others > 0 ? others : 0) + 0.5);
+    return free_cores < 1 ? 1 : free_cores < max ? free_cores : max;
+}
+
+static int threads_lo, threads_hi; /* what lpo_threads_ran saw (the steps run on one host thread) */
+
+void lpo_threads_ran(lpo_threads_auto *a, int n) {
+    a->last = n;
+    if (!threads_lo || n < threads_lo) threads_lo = n;
+    if (n > threads_hi) threads_hi = n;
+}
+
+void lpo_threads_used(int *lo, int *hi) {
+    *lo = threads_lo;
+    *hi = threads_hi;
+}
+
+void lpo_threads_used_reset(void) {
+    threads_lo = threads_hi = 0;
+}
+
 char *lpo_strdup(const char *s) {
     return s ? lpo_strndup(s, strlen(s)) : NULL;
 }

@@ -383,9 +383,30 @@ static void test_utf8(void **state) {
     assert_int_equal(lpo_utf8_valid("a\0b", 3), 1);                   /* NUL is a character */
 }
 
+/* Threads left to lpo (threads=0): between 1 and the most asked, and what ran is remembered. */
+static void test_threads_pick(void **state) {
+    (void)state;
+    lpo_threads_auto a = {0};
+    lpo_threads_used_reset();
+    for (int k = 0; k < 3; k++) {
+        const int n = lpo_threads_pick(&a, 4, 4);
+        assert_true(n >= 1 && n <= 4);
+        lpo_threads_ran(&a, n);
+    }
+    assert_int_equal(lpo_threads_pick(&a, 1, 4), 1);
+    lpo_threads_ran(&a, 1);
+    int lo, hi;
+    lpo_threads_used(&lo, &hi);
+    assert_true(lo == 1 && hi >= 1 && hi <= 4);
+    lpo_threads_used_reset();
+    lpo_threads_used(&lo, &hi);
+    assert_true(lo == 0 && hi == 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_status_table),
+        cmocka_unit_test(test_threads_pick),
         cmocka_unit_test(test_error_messages),
         cmocka_unit_test(test_mem_check),
         cmocka_unit_test(test_suggest),

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "lpo/backend.h"
 #include "lpo/config.h"
@@ -329,6 +330,27 @@ static void test_cli(void **state) {
     assert_non_null(strstr(out, "| decode b=1 ctx=8"));
     assert_non_null(strstr(out, "| launches in eager steps"));
     assert_non_null(strstr(out, "run directory:"));
+    free(out);
+    free(err);
+    out = err = NULL;
+    /* the whole run is bounded by kbench.max_time_s (its measurements share it), whatever the protocol */
+    snprintf(args, sizeof args,
+             "kbench model=tiny backend=cpu kbench.phase=decode kbench.threads=1 kbench.context=8 "
+             "profiling.timeout_s=30 profiling.max_rel_stdev=1e-9 kbench.max_time_s=2 output.dir=%s/run2",
+             dir);
+    /* CPU time, not wall time: a loaded machine stretches the wall time of the checks and engines around the
+     * measurements (22 s wall for 2 s of CPU at load 18), not the CPU they use */
+    struct rusage r0, r1;
+    getrusage(RUSAGE_CHILDREN, &r0);
+    rc = lpo_test_run_lpo(args, &out, &err);
+    getrusage(RUSAGE_CHILDREN, &r1);
+    const double cpu = (double)(r1.ru_utime.tv_sec - r0.ru_utime.tv_sec + r1.ru_stime.tv_sec - r0.ru_stime.tv_sec) +
+                       1e-6 * (double)(r1.ru_utime.tv_usec - r0.ru_utime.tv_usec + r1.ru_stime.tv_usec -
+                                       r0.ru_stime.tv_usec);
+    if (rc != 0) fail_msg("lpo kbench: exit %d: %s", rc, err ? err : "");
+    printf("kbench.max_time_s=2: %.1f s of CPU\n", cpu);
+    assert_true(cpu < 15); /* 2 s of measurements + checks and engines; without the budget 17 x 30 s */
+    assert_null(strstr(err, "\033[K")); /* no progress line when stderr is not a terminal */
     free(out);
     free(err);
     out = err = NULL;

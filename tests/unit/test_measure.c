@@ -103,6 +103,36 @@ static void test_not_converged(void **state) {
     lpo_measure_free(m);
 }
 
+/* Samples spanning orders of magnitude (a GEMM at 95 us, and at 8 ms whenever a thread was preempted) are
+ * never converged, however loose the stdev rule; the note says so, with the hint. */
+static void test_spread(void **state) {
+    (void)state;
+    lpo_measure_opts o;
+    lpo_measure_opts_default(&o);
+    o.min_samples = 10, o.max_samples = 40, o.min_time_s = 0, o.max_rel_stdev = 100;
+    lpo_measure *m;
+    assert_int_equal(lpo_measure_new(&o, &m), LPO_OK);
+    int done = 0;
+    for (int i = 0; i < 40 && !done; i++) done = lpo_measure_add(m, i % 4 ? 8e-3 : 95e-6, 0);
+    lpo_stats s;
+    assert_int_equal(lpo_measure_stats(m, &s), LPO_OK);
+    assert_int_equal(s.n, 40); /* ran to max_samples: the rule never held */
+    assert_false(s.converged);
+    char note[400];
+    lpo_stats_spread_note(&s, "kbench.threads=1", note, sizeof note);
+    assert_non_null(strstr(note, "samples span 84x"));
+    assert_non_null(strstr(note, "try kbench.threads=1"));
+    lpo_measure_free(m);
+    /* within an order of magnitude the stdev rule alone decides */
+    assert_int_equal(lpo_measure_new(&o, &m), LPO_OK);
+    done = 0;
+    for (int i = 0; i < 40 && !done; i++) done = lpo_measure_add(m, i % 2 ? 2e-3 : 1e-3, 0);
+    assert_int_equal(lpo_measure_stats(m, &s), LPO_OK);
+    assert_true(s.converged && s.n == 10);
+    assert_string_equal(lpo_stats_spread_note(&s, NULL, note, sizeof note), "");
+    lpo_measure_free(m);
+}
+
 static void test_throttled(void **state) {
     (void)state;
     lpo_measure_opts o;
@@ -208,7 +238,7 @@ int main(void) {
         cmocka_unit_test(test_quantiles), cmocka_unit_test(test_stats),
         cmocka_unit_test(test_converges), cmocka_unit_test(test_not_converged),
         cmocka_unit_test(test_throttled), cmocka_unit_test(test_run),
-        cmocka_unit_test(test_options),
+        cmocka_unit_test(test_options),   cmocka_unit_test(test_spread),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -37,9 +37,8 @@ typedef struct {
     int n_threads;    /* the most threads a step may use (sizes the per-thread scratch) */
     int nt;           /* threads of the current step (<= n_threads) */
     int auto_threads; /* infer.threads = 0: fewer threads while other work keeps the cores busy */
-    double own_load;  /* estimate of this engine's own share of the 1-minute load average */
-    uint64_t own_t_ns;
-    int last_nt, n_cpus;
+    lpo_threads_auto load; /* this engine's share of the load average (lpo_threads_pick) */
+    int n_cpus;
     /* per op of the reference list (the op list of any step shape has the same ops in the same order, plus
      * SAMPLE at the end when it samples): role and layer to check, weights */
     size_t n_ops;
@@ -69,25 +68,11 @@ typedef struct {
     void *cb_ud;
 } cpu_ctx;
 
-/* Threads for the next step. With infer.threads = 0 the step uses the cores that other work leaves free:
- * every op ends in a barrier, and a barrier whose thread was preempted costs a scheduler time slice
- * (decode ran 20x slower with 2 threads on 2 vCPUs when one was busy). Free cores = cores - (1-minute load
- * average - this engine's own share of it, tracked as the same 60 s moving average of the threads it ran).
- * Results never depend on the thread count. */
+/* Threads for the next step. With infer.threads = 0 the step uses the cores that other work leaves free
+ * (lpo_threads_pick: a barrier whose thread was preempted costs a scheduler time slice; decode ran 20x
+ * slower with 2 threads on 2 vCPUs when one was busy). Results never depend on the thread count. */
 static void pick_threads(cpu_ctx *c) {
-    c->nt = c->n_threads;
-    if (!c->auto_threads || c->n_threads <= 1) return;
-    double load[1];
-    if (getloadavg(load, 1) != 1) return;
-    const uint64_t now = lpo_now_ns();
-    if (c->own_t_ns) {
-        const double a = exp(-(double)(now - c->own_t_ns) / 60e9);
-        c->own_load = c->own_load * a + (double)c->last_nt * (1 - a);
-    }
-    c->own_t_ns = now;
-    const double others = load[0] - c->own_load;
-    int free_cores = (int)((double)c->n_cpus - (others > 0 ? others : 0) + 0.5);
-    c->nt = free_cores < 1 ? 1 : free_cores < c->n_threads ? free_cores : c->n_threads;
+    c->nt = c->auto_threads ? lpo_threads_pick(&c->load, c->n_threads, c->n_cpus) : c->n_threads;
 }
 
 /* ---- op execution: one launch per op kind, two binders --------------------------------------------------
@@ -363,7 +348,7 @@ static lpo_status cpu_forward(void *vctx, const lpo_oplist *l, const lpo_plan *p
         return lpo_errorf(LPO_E_INVALID, "cpu backend: an op-only context (no model) cannot run steps");
     pick_threads(c);
     lpo_status r = run_step(c, l, p, d, out);
-    c->last_nt = c->nt;
+    lpo_threads_ran(&c->load, c->nt);
     return r;
 }
 
@@ -431,7 +416,7 @@ static lpo_status bind_single(cpu_ctx *c, const lpo_op *op, lpo_op_io *io, const
     a->out = io->out;
     a->W = W;
     a->B = B;
-    a->nt = c->n_threads;
+    a->nt = c->nt; /* pick_threads: at most n_threads, fewer on a busy machine when infer.threads = 0 */
     a->kc = io->k_cache;
     a->vc = io->v_cache;
     a->max_context = io->max_context;
@@ -492,6 +477,7 @@ static lpo_status cpu_run_op(void *vctx, const lpo_op *op, lpo_op_io *io) {
     lpo_status st = op->n_w ? stack_weights(op, io->w, &W, &B) : LPO_OK;
     if (st == LPO_OK && io->repeat > 0 && io->cold && !(flush = malloc(flush_bytes)))
         st = lpo_errorf(LPO_E_NOMEM, "cpu backend: cache flush buffer");
+    pick_threads(c);
     if (st == LPO_OK) st = bind_single(c, op, io, W, B, &a);
     if (st == LPO_OK) {
         single_prologue(op, io, &a);
@@ -505,6 +491,7 @@ static lpo_status cpu_run_op(void *vctx, const lpo_op *op, lpo_op_io *io) {
         if (io->ms) io->ms[r] = (double)(lpo_now_ns() - t0) / 1e6;
     }
     unbind_single(&a);
+    lpo_threads_ran(&c->load, c->nt);
     free(flush);
     free(W);
     free(B);
