@@ -372,7 +372,9 @@ lpo_status lpo_pf_run(const lpo_pf_request *rq, lpo_pf_result *r) {
         seen[rq->order[i]] = 1;
     }
     free(seen);
+    lpo_threads_used_reset();
     if (st == LPO_OK) st = timing_pass(e, rq, r);
+    lpo_threads_used(&r->threads_lo, &r->threads_hi); /* the timed runs' (CPU steps; 0 elsewhere) */
     if (st == LPO_OK) {
         r->throughput_tok_s = r->wall_s > 0 ? (double)r->gen_tokens / r->wall_s : 0;
         for (int p = 0; p < 2; p++) finish_phase(&r->phase[p], rq->peaks, r->roof);

@@ -261,6 +261,69 @@ static lpo_table *top_table(const lpo_pf_result *r, int phase) {
     return t;
 }
 
+/* The group's name without its layer ("layers.7.mlp.gate_up" -> "mlp.gate_up"); NULL outside the layers. */
+static const char *layerless(const char *name) {
+    if (strncmp(name, "layers.", 7)) return NULL;
+    const char *dot = strchr(name + 7, '.');
+    return dot ? dot + 1 : NULL;
+}
+
+/* The top_k operators of a phase summed across layers (every layers.N.x as one row "layers.*.x (N
+ * layers)"; groups outside the layers as they are), by time. */
+static lpo_table *grouped_table(const lpo_pf_result *r, int phase) {
+    const size_t cap = r->n_groups ? r->n_groups : 1;
+    lpo_pf_group *agg = calloc(cap, sizeof *agg);
+    int *layers = calloc(cap, sizeof *layers);
+    lpo_table *t = lpo_table_new(op_fields, sizeof op_fields / sizeof op_fields[0]);
+    size_t n = 0;
+    for (size_t i = 0; agg && layers && i < r->n_groups; i++) { // group i into the row of its layerless name
+        const lpo_pf_group *g = &r->groups[i];
+        if (g->phase != phase) continue;
+        const char *base = layerless(g->name);
+        size_t k = 0;
+        for (; base && k < n; k++)
+            if (agg[k].layer == -2 && !strcmp(agg[k].name + 9, base)) break; /* after "layers.*." */
+        if (!base || k == n) {
+            agg[n] = *g;
+            if (base) {
+                snprintf(agg[n].name, sizeof agg[n].name, "layers.*.%.80s", base);
+                agg[n].layer = -2; /* a row across layers */
+            }
+            layers[n++] = 1;
+            continue;
+        }
+        agg[k].calls += g->calls;
+        agg[k].time_s += g->time_s;
+        lpo_an_cost_add(&agg[k].cost, &g->cost);
+        layers[k]++;
+    }
+    const double bw = r->peaks.dram_gbs * 1e9;
+    for (size_t k = 0; k < n; k++) { // the rows' utilisation from their sums; the layer count in the name
+        lpo_pf_group *a = &agg[k];
+        const double roof = lpo_peaks_flops(&r->peaks, a->cost.roof);
+        a->mfu = roof > 0 && a->time_s > 0 ? a->cost.flops / a->time_s / roof : 0;
+        a->mbu = bw > 0 && a->time_s > 0 ? a->cost.bytes / a->time_s / bw : 0;
+        if (a->layer == -2) {
+            char nm[sizeof a->name];
+            snprintf(nm, sizeof nm, "%.80s (%d layers)", a->name, layers[k]);
+            memcpy(a->name, nm, sizeof nm);
+            a->layer = -1;
+        }
+    }
+    for (size_t done = 0; done < n && done < (size_t)r->opts.top_k; done++) { // the slowest left, in order
+        size_t best = done;
+        for (size_t k = done + 1; k < n; k++)
+            if (agg[k].time_s > agg[best].time_s) best = k;
+        const lpo_pf_group tmp = agg[done];
+        agg[done] = agg[best];
+        agg[best] = tmp;
+        op_row(t, r, &agg[done]);
+    }
+    free(agg);
+    free(layers);
+    return t;
+}
+
 lpo_table *lpo_pf_operators_table(const lpo_pf_result *r) {
     lpo_table *t = lpo_table_new(op_fields, sizeof op_fields / sizeof op_fields[0]);
     for (int p = 0; p < 2; p++) {
@@ -360,8 +423,18 @@ void lpo_pf_write_report(const lpo_pf_result *r, const lpo_an_static *st, const 
     char a[32], c[32], d[32], e[32], f[32], g[32];
     lpo_sb_printf(o, "# lpo profile: %s on %s\n\n", r->model, r->backend);
     lpo_sb_puts(o, "## Setup\n\n| | |\n|---|---|\n");
-    lpo_sb_printf(o, "| model | %s |\n| backend | %s (exec %s, fusion %s, compute dtype %s, threads %d) |\n",
-                  r->model, r->backend, r->exec, r->fusion ? "on" : "off", r->dtype, r->threads);
+    char thr[128];
+    if (strcmp(r->backend, "cpu"))
+        snprintf(thr, sizeof thr, "one host thread");
+    else if (r->threads_lo > 0 && r->threads_lo == r->threads_hi)
+        snprintf(thr, sizeof thr, "threads %d%s", r->threads_lo, r->threads ? "" : " (infer.threads=0: auto)");
+    else if (r->threads_lo > 0)
+        snprintf(thr, sizeof thr, "threads %d to %d by step (infer.threads=0: the cores other work left free)",
+                 r->threads_lo, r->threads_hi);
+    else
+        snprintf(thr, sizeof thr, "threads %d", r->threads);
+    lpo_sb_printf(o, "| model | %s |\n| backend | %s (exec %s, fusion %s, compute dtype %s, %s) |\n", r->model,
+                  r->backend, r->exec, r->fusion ? "on" : "off", r->dtype, thr);
     lpo_sb_printf(
         o,
         "| workload | %zu samples, batch %d, %d repeat(s) after %d warm-up run(s), up to %lld new tokens |\n",
@@ -379,7 +452,10 @@ void lpo_pf_write_report(const lpo_pf_result *r, const lpo_an_static *st, const 
     md_stats_row(o, "end-to-end ms", &r->e2e_ms);
     md_stats_row(o, "prefill tok/s (per batch run)", &r->prefill_tok_s);
     md_stats_row(o, "decode tok/s (per sequence)", &r->decode_tok_s);
-    lpo_sb_printf(o, "\nThroughput: %lld generated tokens in %.3g s = %.4g tok/s (batch %d).\n\n",
+    lpo_sb_printf(o,
+                  "\nThroughput: %lld generated tokens in %.3g s = %.4g tok/s (batch %d): every generated token "
+                  "over the wall time of the timed runs, prompts (prefill) included. Decode tok/s above is "
+                  "per sequence and excludes the prefill: one sequence's decode steps / its decode time.\n\n",
                   (long long)r->gen_tokens, r->wall_s, r->throughput_tok_s, r->batch);
     lpo_sb_puts(
         o, "## Phases (timing pass)\n\nFLOPs are useful FLOPs of the steps that ran; bytes the minimum "
@@ -414,7 +490,19 @@ void lpo_pf_write_report(const lpo_pf_result *r, const lpo_an_static *st, const 
         lpo_sb_puts(o, "### Bound classes\n\n");
         md_bounds(o, r);
         for (int p = 0; p < 2; p++) {
-            lpo_sb_printf(o, "### Top %d operators: %s\n\n", r->opts.top_k, phase_names[p]);
+            lpo_sb_printf(o,
+                          "### Top %d operators: %s (summed across layers)\n\nA `layers.*.x` row adds up "
+                          "operator x of every layer (calls, time, FLOPs, bytes); shares are of the phase's "
+                          "time.\n\n",
+                          r->opts.top_k, phase_names[p]);
+            lpo_table *t = grouped_table(r, p);
+            lpo_table_write_md(t, o);
+            lpo_table_free(t);
+            lpo_sb_puts(o, "\n");
+        }
+        for (int p = 0; p < 2; p++) {
+            lpo_sb_printf(o, "### Per layer: the %d slowest operators of %s\n\n", r->opts.top_k,
+                          phase_names[p]);
             md_top_ops(o, r, p);
         }
         lpo_sb_puts(o, "Every operator: operators.md / operators.csv.\n\n");
@@ -469,6 +557,9 @@ static lpo_pf_cat biggest_cat(const lpo_pf_breakdown *bd) {
 }
 
 static const char *advice(lpo_pf_cat c, lpo_an_bound b) {
+    if (c == LPO_PF_CAT_GEMM && b == LPO_AN_BOUND_UNKNOWN)
+        return "matrix multiplies whose bound (compute or memory) is unknown without this machine's peaks: "
+               "`lpo ceilings` measures them (then profile again)";
     switch (c) {
     case LPO_CAT_GEMM:
         return b == LPO_AN_BOUND_MEMORY
@@ -499,9 +590,10 @@ void lpo_pf_write_summary(const lpo_pf_result *r, const lpo_an_static *st, lpo_s
     lpo_sb_printf(o, "# Summary: %s on %s\n\n", r->model, r->backend);
     lpo_sb_printf(
         o,
-        "- **Speed.** Generating at %.4g tokens per second per sequence (median; batch %d, %.4g tokens/s "
-        "in all). The first token arrives after %s (median time to first token); each further token takes "
-        "%s.\n",
+        "- **Speed.** Generating at %.4g tokens per second per sequence (median; one sequence's decode "
+        "steps / its decode time; batch %d), %.4g tokens/s in all (every generated token / the wall time "
+        "of the timed runs, prefill included). The first token arrives after %s (median time to first "
+        "token); each further token takes %s.\n",
         r->decode_tok_s.median, r->batch, r->throughput_tok_s,
         lpo_an_fmt_time(a, sizeof a, r->ttft_ms.median / 1e3),
         lpo_an_fmt_time(b, sizeof b, r->tpot_ms.median / 1e3));
@@ -542,7 +634,23 @@ void lpo_pf_write_summary(const lpo_pf_result *r, const lpo_an_static *st, lpo_s
                       lpo_pf_cat_name(c), run > 0 ? 100 * r->bd[phase].by_cat_s[c] / run : 0);
         if (g)
             lpo_sb_printf(o, "; the single slowest operator is %s (%.1f%%)", g->name, 100 * share_of(r, g));
-        lpo_sb_printf(o, ". It is %s.\n", advice(c, g ? g->cost.bound : LPO_AN_BOUND_UNKNOWN));
+        if (strcmp(r->backend, "cpu"))
+            lpo_sb_printf(o, ". It is %s.\n", advice(c, g ? g->cost.bound : LPO_AN_BOUND_UNKNOWN));
+        else
+            lpo_sb_puts(o, ". The CPU backend is lpo's plain-C reference engine (correct, not tuned): its "
+                           "profile shows where a straightforward implementation spends time, not what a "
+                           "GPU run would; profile with backend=cuda for performance work.\n");
+        int over = 0;
+        double worst = 0;
+        for (size_t i = 0; i < r->n_groups; i++)
+            if (r->groups[i].mbu > 1) over++, worst = r->groups[i].mbu > worst ? r->groups[i].mbu : worst;
+        if (over)
+            lpo_sb_printf(o,
+                          "- **Check the peaks.** %d operator(s) moved data faster than the memory bandwidth "
+                          "of the peaks (MBU up to %.1f%%): either they were served from caches (small "
+                          "tensors, hot data), or the bandwidth ceiling is too low (measured under load or "
+                          "not converged: `lpo ceilings --refresh` on an idle machine).\n",
+                          over, 100 * worst);
     }
     lpo_sb_puts(o, "\nDetails: report.md (timings with spread, phases, operators), static_compute.md (what "
                    "the model costs).\n");

@@ -383,11 +383,54 @@ static void test_settings(void **state) {
     free(err);
 }
 
+static void must_have(const char *text, const char *what, const char *file) {
+    if (!strstr(text, what)) fail_msg("%s lacks '%s'", file, what);
+}
+
+/* A first run on a fresh machine (no cached ceilings: this test's own empty cache) tells the truth: no
+ * advice from unknown bounds, no GPU advice on the CPU, the threads that ran, what each tok/s counts, the
+ * operators summed across layers above the per-layer rows; with ceilings too low for what ran, it says so. */
+static void test_first_run(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir(), cmd[1024], *out = NULL, *err = NULL, run[600];
+    for (int low = 0; low < 2; low++) {
+        if (low) assert_int_equal(lpo_test_cpu_ceilings(1.0, 0.001), LPO_OK); /* 1 MB/s of DRAM */
+        snprintf(run, sizeof run, "%s/run%d", dir, low);
+        snprintf(cmd, sizeof cmd,
+                 "profile model=tiny dataset.n_samples=2 dataset.prompt_len=16 infer.max_new_tokens=4 "
+                 "infer.threads=1 output.dir=%s",
+                 run);
+        const int rc = lpo_test_run_lpo(cmd, &out, &err);
+        if (rc != 0) fail_msg("rc %d: %s", rc, err ? err : "");
+        free(out), free(err);
+        char *sum = read_text(run, "summary.md"), *rep = read_text(run, "report.md");
+        must_have(sum, "plain-C reference engine", "summary.md");
+        must_have(sum, "prefill included", "summary.md");
+        if (strstr(sum, "tensor-core") || strstr(sum, "fp8") || strstr(sum, "CUDA graphs"))
+            fail_msg("GPU advice on a CPU run:\n%s", sum);
+        if (!low) {
+            must_have(sum, "Unknown: no peaks for this machine (run `lpo ceilings` once)", "summary.md");
+            assert_null(strstr(sum, "Check the peaks"));
+        } else {
+            must_have(sum, "- **Check the peaks.**", "summary.md");
+            must_have(sum, "`lpo ceilings --refresh`", "summary.md");
+        }
+        must_have(rep, "compute dtype f32, threads 1)", "report.md");
+        must_have(rep, "excludes the prefill", "report.md");
+        must_have(rep, "### Top 15 operators: decode (summed across layers)", "report.md");
+        must_have(rep, "| decode | layers.*.mlp.gate_up (2 layers)", "report.md");
+        must_have(rep, "### Per layer: the 15 slowest operators of decode", "report.md");
+        must_have(rep, "| decode | layers.1.mlp.gate_up ", "report.md");
+        free(sum), free(rep);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_artifacts),
         cmocka_unit_test(test_batch_cost_matches_engine),
         cmocka_unit_test(test_settings),
+        cmocka_unit_test(test_first_run),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
