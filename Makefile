@@ -4,6 +4,7 @@
 #   make demo       build and run the main job on its built-in default
 #   make debug | asan     other build types (build-debug/, build-asan/: GCC ASan + UBSan)
 #   make asan-clang       clang ASan + UBSan (float->int overflow checked too) into build-asan-clang/
+#   make install    install lpo, its conf/ and tracer library under $(PREFIX) (default /usr/local; DESTDIR too)
 #   make lint       clang-format check + cppcheck
 #   make fuzz       libFuzzer targets (clang) into build-fuzz/
 # Variables: CUDA_ARCHS="80;90;120"  BUILD_TYPE=Release  WERROR=ON  CUDA=OFF  BUILD_DIR=build
@@ -14,11 +15,12 @@ WERROR ?= $(if $(filter-out 0 false,$(CI)),ON,OFF)
 CUDA ?= ON
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+PREFIX ?= /usr/local
 CMAKE_ARGS = -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DLPO_CUDA_ARCHS="$(CUDA_ARCHS)" -DLPO_WERROR=$(WERROR) \
              -DLPO_WITH_CUDA=$(CUDA) $(CMAKE_EXTRA)
 SOURCES = $(shell git ls-files --cached --others --exclude-standard '*.c' '*.h' '*.cu' '*.cuh' 2>/dev/null)
 
-.PHONY: all build deps models test demo debug asan asan-clang lint format fuzz clean
+.PHONY: all build deps models test demo install debug asan asan-clang lint format fuzz clean
 
 all: build
 
@@ -41,6 +43,10 @@ test: build models
 
 demo: build
 	@scripts/demo.sh $(BUILD_DIR)/lpo
+
+# DESTDIR (staged installs) is read by cmake --install from the environment
+install: build
+	@cmake --install $(BUILD_DIR) --prefix $(PREFIX)
 
 debug:
 	@$(MAKE) build BUILD_TYPE=Debug BUILD_DIR=build-debug

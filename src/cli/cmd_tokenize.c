@@ -21,14 +21,15 @@ static const lpo_cli_param params[] = {
     {"tokenizer", "tokenizer.json, .gguf file, or model folder holding tokenizer.json (required)"},
     {"text", "the text to encode"},
     {"file", "encode the contents of this file instead"},
-    {"ids", "decode these comma-separated token ids instead (e.g. ids=9906,1917)"},
+    {"tokens", "decode these comma-separated token ids instead (e.g. tokens=9906,1917), as generate takes them"},
+    {"ids", "refused: the ids to decode are tokens= (the name generate and logits use)"},
     {"bos", "true: add the tokenizer's special tokens (BOS) like HF add_special_tokens; default false"},
 };
 
 static const lpo_cli_spec spec = {
     .command = "tokenize",
     .summary =
-        "lpo tokenize tokenizer=<tokenizer.json|file.gguf|folder> text=\"...\" | file=PATH | ids=1,2,3\n"
+        "lpo tokenize tokenizer=<tokenizer.json|file.gguf|folder> text=\"...\" | file=PATH | tokens=1,2,3\n"
         "Encodes text to token ids printed as a JSON array, or decodes ids to text.",
     .flags = flags,
     .n_flags = sizeof flags / sizeof flags[0],
@@ -85,7 +86,7 @@ int lpo_cmd_tokenize(int argc, char **argv) {
     if (rc >= 0) return rc;
     lpo_status st = LPO_OK;
     const char *path = lpo_cli_param_value(&args, "tokenizer"), *text = lpo_cli_param_value(&args, "text"),
-               *file = lpo_cli_param_value(&args, "file"), *ids_s = lpo_cli_param_value(&args, "ids"),
+               *file = lpo_cli_param_value(&args, "file"), *ids_s = lpo_cli_param_value(&args, "tokens"),
                *bos_s = lpo_cli_param_value(&args, "bos");
     int bos = 0;
     rc = LPO_EXIT_OK;
@@ -93,10 +94,13 @@ int lpo_cmd_tokenize(int argc, char **argv) {
     char *data = NULL;
     int32_t *ids = NULL;
     size_t n_ids = 0, len = 0;
-    if (!path)
+    if (lpo_cli_param_value(&args, "ids"))
+        st = lpo_errorf(LPO_E_USAGE, "ids= is tokens= (the name generate and logits use): tokens=%s",
+                        lpo_cli_param_value(&args, "ids"));
+    else if (!path)
         st = lpo_errorf(LPO_E_USAGE, "missing tokenizer=<tokenizer.json | file.gguf | model folder>");
     else if (!!text + !!file + !!ids_s != 1)
-        st = lpo_errorf(LPO_E_USAGE, "give exactly one of text=\"...\", file=PATH or ids=1,2,3");
+        st = lpo_errorf(LPO_E_USAGE, "give exactly one of text=\"...\", file=PATH or tokens=1,2,3");
     else if (bos_s)
         st = parse_bool(bos_s, &bos);
     if (!st && ids_s) st = lpo_parse_token_list(ids_s, &ids, &n_ids); /* one grammar for every id list */

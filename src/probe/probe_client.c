@@ -54,6 +54,8 @@ int lpo_probe_library_path(char *buf, size_t n) {
     }
     exe[len] = 0;
     *strrchr(exe, '/') = 0;
+    snprintf(buf, n, "%s/../lib/lpo/liblpo_probe.so", exe); /* installed: <prefix>/bin, <prefix>/lib/lpo */
+    if (lpo_path_exists(buf)) return 1;
     snprintf(buf, n, "%s/liblpo_probe.so", exe);
     return 0;
 }

@@ -1,6 +1,7 @@
 /* Run directories: output.dir of the composed config, created fresh (a non-empty directory is never
  * reused: "-2", "-3"... are appended), holding config.yaml, cmd.txt and env.json, then the command's own
  * artifacts. */
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -55,6 +56,33 @@ static lpo_status make_fresh_dir(const char *dir, char *out, size_t n) {
     return lpo_errorf(LPO_E_IO, "cannot create run directory '%s': 1000 directories of that name exist", dir);
 }
 
+/* A run directory named "...-null" (output.dir's ${model.name} of a model=hf without model.name): the
+ * model's file or folder stem instead ("hf:Org/SmolLM2-135M" -> "SmolLM2-135M", "x/m.Q4.gguf" -> "m.Q4"),
+ * file-name safe; dir unchanged when it does not end so or there is no model.path. */
+static void name_null_model(const lpo_node *cfg, char *dir, size_t n) {
+    const size_t dl = strlen(dir);
+    const char *path = NULL;
+    if (dl < 5 || strcmp(dir + dl - 5, "-null") || lpo_cfg_str(cfg, "model.path", &path) || !path || !*path) {
+        lpo_error_clear();
+        return;
+    }
+    char stem[128];
+    size_t pl = strlen(path);
+    while (pl > 1 && path[pl - 1] == '/') pl--;
+    const char *b = path + pl;
+    while (b > path && b[-1] != '/' && b[-1] != ':') b--;
+    size_t k = 0;
+    for (; b + k < path + pl && k < sizeof stem - 1; k++)
+        stem[k] = (isalnum((unsigned char)b[k]) || b[k] == '.' || b[k] == '-' || b[k] == '_') ? b[k] : '_';
+    stem[k] = 0;
+    static const char *const exts[] = {".gguf", ".safetensors"};
+    for (size_t i = 0; i < 2; i++) {
+        const size_t el = strlen(exts[i]);
+        if (k > el && !strcmp(stem + k - el, exts[i])) stem[k - el] = 0;
+    }
+    if (*stem && dl - 4 + strlen(stem) < n) snprintf(dir + dl - 4, n - (dl - 4), "%s", stem);
+}
+
 lpo_status lpo_rundir_create(const lpo_node *cfg, const char *command_line, lpo_rundir **out) {
     *out = NULL;
     if (!command_line) command_line = "";
@@ -77,6 +105,7 @@ lpo_status lpo_rundir_create(const lpo_node *cfg, const char *command_line, lpo_
     if (dl >= PATH_MAX - 16) return lpo_errorf(LPO_E_CONFIG, "run directory: output.dir is too long");
     char clean[PATH_MAX];
     snprintf(clean, sizeof clean, "%.*s", (int)dl, dir);
+    name_null_model(cfg, clean, sizeof clean);
     lpo_rundir *rd = lpo_xcalloc(1, sizeof *rd, "a run directory");
     st = make_fresh_dir(clean, rd->path, sizeof rd->path);
     if (st) {

@@ -107,7 +107,7 @@ static void test_stdout_write_errors(void **state) {
         "env --no-check",
         "analyze model=tiny",
         "tokenize tokenizer=" TOK " text=hello",
-        "tokenize tokenizer=" TOK " ids=1,2",
+        "tokenize tokenizer=" TOK " tokens=1,2",
         "generate model=tiny tokens=1,2 infer.max_new_tokens=2 --print-ids",
         "generate model=tiny prompt=hi infer.max_new_tokens=2",
         "--help",
@@ -337,7 +337,7 @@ static void test_leniency_refused(void **state) {
          "'tokens=' is given twice ('tokens=1' and 'tokens=2')"},
         {"generate model=tiny tokens=1 infer.stop=5",
          "infer.stop = '5' (override 'infer.stop=5') is a single value"},
-        {"tokenize tokenizer=" TOK " ids=1,,2", "token list: item 1 at ',2': an empty item"},
+        {"tokenize tokenizer=" TOK " tokens=1,,2", "token list: item 1 at ',2': an empty item"},
         {"tokenize tokenizer=" TOK " text=a text=b", "'text=' is given twice"},
     };
     char script[1024];

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -303,6 +304,28 @@ static void test_errors(void **state) {
     free(tmp);
 }
 
+/* model=hf without model.name: the run directory takes the model's file or folder stem, not "null" (the
+ * default output.dir lands in this test's own working directory: test_support.c). */
+static void test_model_stem(void **state) {
+    (void)state;
+    char *out = NULL, *err = NULL;
+    unsetenv("LPO_CONF_DIR"); /* the built-in conf/ (an earlier test points it at a fixture) */
+    const int rc = lpo_test_run_lpo("analyze model=hf model.path=" LPO_SOURCE_DIR "/tests/golden/models/tiny-qwen3/",
+                                    &out, &err);
+    if (rc) fail_msg("analyze: %d: %s", rc, err);
+    DIR *d = opendir("runs");
+    assert_non_null(d);
+    int found = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        const size_t n = strlen(e->d_name), k = strlen("-analyze-tiny-qwen3");
+        found |= n > k && !strcmp(e->d_name + n - k, "-analyze-tiny-qwen3");
+        assert_null(strstr(e->d_name, "null"));
+    }
+    closedir(d);
+    assert_true(found);
+    free(out), free(err);
+}
+
 int main(void) {
     setenv("LPO_CONF_DIR", CONF1, 1);
     const struct CMUnitTest tests[] = {
@@ -311,6 +334,7 @@ int main(void) {
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_config_yaml_recomposes),
         cmocka_unit_test(test_output_dir_refused),
+        cmocka_unit_test(test_model_stem),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -338,7 +338,7 @@ static void test_cli(void **state) {
     assert_int_equal(lpo_test_run_lpo(cmd, &out, NULL), 0);
     assert_string_equal(out, "[19556, 905, 28, 216, 33, 34, 35, 17]\n");
     free(out);
-    snprintf(cmd, sizeof cmd, "tokenize %s ids=19556,905,28", tj);
+    snprintf(cmd, sizeof cmd, "tokenize %s tokens=19556,905,28", tj);
     assert_int_equal(lpo_test_run_lpo(cmd, &out, NULL), 0);
     assert_string_equal(out, "Hello world,\n");
     free(out);
@@ -346,15 +346,19 @@ static void test_cli(void **state) {
     assert_int_equal(lpo_test_run_lpo(cmd, &out, NULL), 0);
     assert_string_equal(out, "[1, 1826, 1753]\n");
     free(out);
-    snprintf(cmd, sizeof cmd, "tokenize tokenizer=" GOLDEN "spm_llama2.gguf ids=1,1826,1753 --skip-special");
+    snprintf(cmd, sizeof cmd, "tokenize tokenizer=" GOLDEN "spm_llama2.gguf tokens=1,1826,1753 --skip-special");
     assert_int_equal(lpo_test_run_lpo(cmd, &out, NULL), 0);
     assert_string_equal(out, "Hello\n");
     free(out);
-    snprintf(cmd, sizeof cmd, "tokenize %s ids=1,99999", tj);
+    snprintf(cmd, sizeof cmd, "tokenize %s tokens=1,99999", tj);
     assert_int_equal(lpo_test_run_lpo(cmd, NULL, &err), 1);
     assert_non_null(strstr(err, "99999"));
     free(err);
-    snprintf(cmd, sizeof cmd, "tokenize %s ids=1,x", tj);
+    snprintf(cmd, sizeof cmd, "tokenize %s ids=1,2", tj); /* one name everywhere: tokens= */
+    assert_int_equal(lpo_test_run_lpo(cmd, NULL, &err), 2);
+    assert_non_null(strstr(err, "ids= is tokens= (the name generate and logits use): tokens=1,2"));
+    free(err);
+    snprintf(cmd, sizeof cmd, "tokenize %s tokens=1,x", tj);
     assert_int_equal(lpo_test_run_lpo(cmd, NULL, &err), 2);
     assert_non_null(strstr(err, "token list: item 1 at 'x': not a non-negative integer token id"));
     free(err);
