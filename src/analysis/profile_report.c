@@ -557,7 +557,7 @@ static lpo_pf_cat biggest_cat(const lpo_pf_breakdown *bd) {
 }
 
 static const char *advice(lpo_pf_cat c, lpo_an_bound b) {
-    if (c == LPO_PF_CAT_GEMM && b == LPO_AN_BOUND_UNKNOWN)
+    if (c == LPO_CAT_GEMM && b == LPO_AN_BOUND_UNKNOWN)
         return "matrix multiplies whose bound (compute or memory) is unknown without this machine's peaks: "
                "`lpo ceilings` measures them (then profile again)";
     switch (c) {
