@@ -88,8 +88,8 @@ typedef struct {
 typedef struct {
     /* setup */
     char model[128], backend[32], exec[16], dtype[16];
-    int fusion, batch, threads;   /* threads: infer.threads as set (0: auto) */
-    int threads_lo, threads_hi;   /* CPU: the fewest and most threads a step used (0: not known) */
+    int fusion, batch, threads; /* threads: infer.threads as set (0: auto) */
+    int threads_lo, threads_hi; /* CPU: the fewest and most threads a step used (0: not known) */
     int64_t max_new_tokens;
     size_t n_samples; /* distinct samples run */
     lpo_pf_opts opts;

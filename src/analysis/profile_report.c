@@ -427,14 +427,16 @@ void lpo_pf_write_report(const lpo_pf_result *r, const lpo_an_static *st, const 
     if (strcmp(r->backend, "cpu"))
         snprintf(thr, sizeof thr, "one host thread");
     else if (r->threads_lo > 0 && r->threads_lo == r->threads_hi)
-        snprintf(thr, sizeof thr, "threads %d%s", r->threads_lo, r->threads ? "" : " (infer.threads=0: auto)");
+        snprintf(thr, sizeof thr, "threads %d%s", r->threads_lo,
+                 r->threads ? "" : " (infer.threads=0: auto)");
     else if (r->threads_lo > 0)
-        snprintf(thr, sizeof thr, "threads %d to %d by step (infer.threads=0: the cores other work left free)",
-                 r->threads_lo, r->threads_hi);
+        snprintf(thr, sizeof thr,
+                 "threads %d to %d by step (infer.threads=0: the cores other work left free)", r->threads_lo,
+                 r->threads_hi);
     else
         snprintf(thr, sizeof thr, "threads %d", r->threads);
-    lpo_sb_printf(o, "| model | %s |\n| backend | %s (exec %s, fusion %s, compute dtype %s, %s) |\n", r->model,
-                  r->backend, r->exec, r->fusion ? "on" : "off", r->dtype, thr);
+    lpo_sb_printf(o, "| model | %s |\n| backend | %s (exec %s, fusion %s, compute dtype %s, %s) |\n",
+                  r->model, r->backend, r->exec, r->fusion ? "on" : "off", r->dtype, thr);
     lpo_sb_printf(
         o,
         "| workload | %zu samples, batch %d, %d repeat(s) after %d warm-up run(s), up to %lld new tokens |\n",
@@ -452,11 +454,12 @@ void lpo_pf_write_report(const lpo_pf_result *r, const lpo_an_static *st, const 
     md_stats_row(o, "end-to-end ms", &r->e2e_ms);
     md_stats_row(o, "prefill tok/s (per batch run)", &r->prefill_tok_s);
     md_stats_row(o, "decode tok/s (per sequence)", &r->decode_tok_s);
-    lpo_sb_printf(o,
-                  "\nThroughput: %lld generated tokens in %.3g s = %.4g tok/s (batch %d): every generated token "
-                  "over the wall time of the timed runs, prompts (prefill) included. Decode tok/s above is "
-                  "per sequence and excludes the prefill: one sequence's decode steps / its decode time.\n\n",
-                  (long long)r->gen_tokens, r->wall_s, r->throughput_tok_s, r->batch);
+    lpo_sb_printf(
+        o,
+        "\nThroughput: %lld generated tokens in %.3g s = %.4g tok/s (batch %d): every generated token "
+        "over the wall time of the timed runs, prompts (prefill) included. Decode tok/s above is "
+        "per sequence and excludes the prefill: one sequence's decode steps / its decode time.\n\n",
+        (long long)r->gen_tokens, r->wall_s, r->throughput_tok_s, r->batch);
     lpo_sb_puts(
         o, "## Phases (timing pass)\n\nFLOPs are useful FLOPs of the steps that ran; bytes the minimum "
            "traffic at the "

@@ -721,8 +721,9 @@ lpo_status lpo__kb_model_run(lpo_kbench *kb, const lpo_node *cfg, const run_opts
         mc.n_meas = 2;
         for (size_t i = 0; i < mc.n_rows; i++)
             if (mc.rows[i].type == ROW_OP)
-                mc.n_meas += 1 + (ro->cuda && mc.rows[i].op->m <= KB_GEMV_MAX_M &&
-                                  (mc.rows[i].op->kind == LPO_OP_LINEAR || mc.rows[i].op->kind == LPO_OP_LM_HEAD));
+                mc.n_meas +=
+                    1 + (ro->cuda && mc.rows[i].op->m <= KB_GEMV_MAX_M &&
+                         (mc.rows[i].op->kind == LPO_OP_LINEAR || mc.rows[i].op->kind == LPO_OP_LM_HEAD));
         if (st == LPO_OK && !(budget > 0))
             st = lpo_errorf(LPO_E_CONFIG, "kbench.max_time_s=%g: expected a time > 0 s", budget);
         const double each = budget / mc.n_meas;

@@ -542,7 +542,8 @@ static lpo_status run_case(lpo_kbench *kb, const kb_ops *ops, const kb_params *p
     c.cuda = ro->cuda;
     c.device = ro->device;
 #ifdef _OPENMP
-    c.nt = ro->threads > 0 ? ro->threads : lpo_threads_pick(&kb->load, omp_get_max_threads(), omp_get_num_procs());
+    c.nt = ro->threads > 0 ? ro->threads
+                           : lpo_threads_pick(&kb->load, omp_get_max_threads(), omp_get_num_procs());
 #else
     c.nt = 1;
 #endif

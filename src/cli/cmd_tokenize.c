@@ -21,7 +21,8 @@ static const lpo_cli_param params[] = {
     {"tokenizer", "tokenizer.json, .gguf file, or model folder holding tokenizer.json (required)"},
     {"text", "the text to encode"},
     {"file", "encode the contents of this file instead"},
-    {"tokens", "decode these comma-separated token ids instead (e.g. tokens=9906,1917), as generate takes them"},
+    {"tokens",
+     "decode these comma-separated token ids instead (e.g. tokens=9906,1917), as generate takes them"},
     {"ids", "refused: the ids to decode are tokens= (the name generate and logits use)"},
     {"bos", "true: add the tokenizer's special tokens (BOS) like HF add_special_tokens; default false"},
 };

@@ -132,11 +132,12 @@ void lpo_measure_free(lpo_measure *m) {
 const char *lpo_stats_spread_note(const lpo_stats *s, const char *hint, char *buf, size_t n) {
     buf[0] = 0;
     if (s->n > 1 && s->max > LPO_MEASURE_MAX_SPREAD * s->min)
-        snprintf(buf, n,
-                 "samples span %.0fx (min %.3g us, median %.3g us, max %.3g us): other work preempted it now and "
-                 "then (a busy machine, or more threads than free cores%s%s); not converged",
-                 s->min > 0 ? s->max / s->min : INFINITY, s->min * 1e6, s->median * 1e6, s->max * 1e6,
-                 hint && *hint ? ": try " : "", hint ? hint : "");
+        snprintf(
+            buf, n,
+            "samples span %.0fx (min %.3g us, median %.3g us, max %.3g us): other work preempted it now and "
+            "then (a busy machine, or more threads than free cores%s%s); not converged",
+            s->min > 0 ? s->max / s->min : INFINITY, s->min * 1e6, s->median * 1e6, s->max * 1e6,
+            hint && *hint ? ": try " : "", hint ? hint : "");
     return buf;
 }
 

@@ -405,20 +405,13 @@ static void test_threads_pick(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_status_table),
-        cmocka_unit_test(test_threads_pick),
-        cmocka_unit_test(test_error_messages),
-        cmocka_unit_test(test_mem_check),
-        cmocka_unit_test(test_suggest),
-        cmocka_unit_test(test_strbuf),
-        cmocka_unit_test(test_arena),
-        cmocka_unit_test(test_files),
-        cmocka_unit_test(test_utf8),
-        cmocka_unit_test(test_output_file_links),
-        cmocka_unit_test(test_fifo_files),
-        cmocka_unit_test(test_write_record),
-        cmocka_unit_test(test_checked_alloc),
-        cmocka_unit_test(test_double_to_int),
+        cmocka_unit_test(test_status_table),   cmocka_unit_test(test_threads_pick),
+        cmocka_unit_test(test_error_messages), cmocka_unit_test(test_mem_check),
+        cmocka_unit_test(test_suggest),        cmocka_unit_test(test_strbuf),
+        cmocka_unit_test(test_arena),          cmocka_unit_test(test_files),
+        cmocka_unit_test(test_utf8),           cmocka_unit_test(test_output_file_links),
+        cmocka_unit_test(test_fifo_files),     cmocka_unit_test(test_write_record),
+        cmocka_unit_test(test_checked_alloc),  cmocka_unit_test(test_double_to_int),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -199,10 +199,11 @@ static void test_errors(void **state) {
 static void test_default_dtype(void **state) {
     (void)state;
     char *dir = lpo_test_tmpdir(), args[1024], *out = NULL, *err = NULL;
-    snprintf(args, sizeof args,
-             "kbench backend=cpu kbench.m=4 kbench.n=32 kbench.k=32 kbench.threads=1 profiling.min_time_s=0.002 "
-             "profiling.timeout_s=0.1 output.dir=%s/run",
-             dir);
+    snprintf(
+        args, sizeof args,
+        "kbench backend=cpu kbench.m=4 kbench.n=32 kbench.k=32 kbench.threads=1 profiling.min_time_s=0.002 "
+        "profiling.timeout_s=0.1 output.dir=%s/run",
+        dir);
     const int rc = lpo_test_run_lpo(args, &out, &err);
     if (rc != 0) fail_msg("lpo kbench: exit %d: %s", rc, err ? err : "");
     assert_non_null(strstr(out, "| linear | cpu     | f32   |"));
@@ -309,9 +310,9 @@ static void test_cache_warning(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_default_dtype),  cmocka_unit_test(test_every_case_cpu),
+        cmocka_unit_test(test_default_dtype),     cmocka_unit_test(test_every_case_cpu),
         cmocka_unit_test(test_case_is_engine_op), cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_linears),        cmocka_unit_test(test_cli_sweep),
+        cmocka_unit_test(test_linears),           cmocka_unit_test(test_cli_sweep),
         cmocka_unit_test(test_cache_warning),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -344,9 +344,10 @@ static void test_cli(void **state) {
     getrusage(RUSAGE_CHILDREN, &r0);
     rc = lpo_test_run_lpo(args, &out, &err);
     getrusage(RUSAGE_CHILDREN, &r1);
-    const double cpu = (double)(r1.ru_utime.tv_sec - r0.ru_utime.tv_sec + r1.ru_stime.tv_sec - r0.ru_stime.tv_sec) +
-                       1e-6 * (double)(r1.ru_utime.tv_usec - r0.ru_utime.tv_usec + r1.ru_stime.tv_usec -
-                                       r0.ru_stime.tv_usec);
+    const double cpu =
+        (double)(r1.ru_utime.tv_sec - r0.ru_utime.tv_sec + r1.ru_stime.tv_sec - r0.ru_stime.tv_sec) +
+        1e-6 *
+            (double)(r1.ru_utime.tv_usec - r0.ru_utime.tv_usec + r1.ru_stime.tv_usec - r0.ru_stime.tv_usec);
     if (rc != 0) fail_msg("lpo kbench: exit %d: %s", rc, err ? err : "");
     printf("kbench.max_time_s=2: %.1f s of CPU\n", cpu);
     assert_true(cpu < 15); /* 2 s of measurements + checks and engines; without the budget 17 x 30 s */

@@ -310,8 +310,8 @@ static void test_model_stem(void **state) {
     (void)state;
     char *out = NULL, *err = NULL;
     unsetenv("LPO_CONF_DIR"); /* the built-in conf/ (an earlier test points it at a fixture) */
-    const int rc = lpo_test_run_lpo("analyze model=hf model.path=" LPO_SOURCE_DIR "/tests/golden/models/tiny-qwen3/",
-                                    &out, &err);
+    const int rc = lpo_test_run_lpo(
+        "analyze model=hf model.path=" LPO_SOURCE_DIR "/tests/golden/models/tiny-qwen3/", &out, &err);
     if (rc) fail_msg("analyze: %d: %s", rc, err);
     DIR *d = opendir("runs");
     assert_non_null(d);

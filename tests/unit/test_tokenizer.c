@@ -346,7 +346,8 @@ static void test_cli(void **state) {
     assert_int_equal(lpo_test_run_lpo(cmd, &out, NULL), 0);
     assert_string_equal(out, "[1, 1826, 1753]\n");
     free(out);
-    snprintf(cmd, sizeof cmd, "tokenize tokenizer=" GOLDEN "spm_llama2.gguf tokens=1,1826,1753 --skip-special");
+    snprintf(cmd, sizeof cmd,
+             "tokenize tokenizer=" GOLDEN "spm_llama2.gguf tokens=1,1826,1753 --skip-special");
     assert_int_equal(lpo_test_run_lpo(cmd, &out, NULL), 0);
     assert_string_equal(out, "Hello\n");
     free(out);

@@ -34,9 +34,9 @@ typedef struct {
     lpo_backend_init cfg;
     lpo_model_spec spec;
     lpo_arena arena;
-    int n_threads;    /* the most threads a step may use (sizes the per-thread scratch) */
-    int nt;           /* threads of the current step (<= n_threads) */
-    int auto_threads; /* infer.threads = 0: fewer threads while other work keeps the cores busy */
+    int n_threads;         /* the most threads a step may use (sizes the per-thread scratch) */
+    int nt;                /* threads of the current step (<= n_threads) */
+    int auto_threads;      /* infer.threads = 0: fewer threads while other work keeps the cores busy */
     lpo_threads_auto load; /* this engine's share of the load average (lpo_threads_pick) */
     int n_cpus;
     /* per op of the reference list (the op list of any step shape has the same ops in the same order, plus
