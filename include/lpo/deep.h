@@ -239,7 +239,7 @@ typedef struct {
     lpo_deep_rules rules;
     const lpo_deep_ops *ops; /* NULL: not lpo's engine */
     lpo_deep_xcheck *x;      /* the GEMM FLOP cross-check, n_x rows (kernel order) */
-    size_t n_x;
+    size_t n_x, cap_x;
     size_t unmatched_results;          /* ncu results of kernels outside the plan */
     double ncu_dram_peak, ncu_l2_peak; /* ncu's own peaks (B/s): median of rate / % of peak, 0 unknown */
     long *owner; /* [n_owner = the results' count] the kernel row of each result, -1 none */

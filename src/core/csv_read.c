@@ -86,8 +86,10 @@ lpo_status lpo_csv_parse(const char *text, size_t len, const char *origin, lpo_c
             }
         }
         if (st) break;
+        const size_t had = cap_rows;
         row_first = lpo_xgrow(row_first, &cap_rows, out->n_rows + 2, sizeof *row_first, "CSV rows");
-        out->line = lpo_xrealloc_array(out->line, cap_rows, sizeof *out->line, "CSV rows");
+        if (cap_rows != had || !out->line) /* only when it grew: a realloc per row copies under ASan */
+            out->line = lpo_xrealloc_array(out->line, cap_rows, sizeof *out->line, "CSV rows");
         row_first[out->n_rows] = first;
         out->line[out->n_rows] = row_line;
         out->n_rows++;

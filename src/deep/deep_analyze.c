@@ -401,7 +401,7 @@ static void cross_check(lpo_deep_analysis *a, size_t ki, const lpo_ncu_results *
             keys[n_keys] = lpo_strdup(key);
             deep_names_put(&rows, keys[n_keys], strlen(keys[n_keys]), a->n_x);
             n_keys++;
-            a->x = lpo_xrealloc_array(a->x, a->n_x + 1, sizeof *a->x, "deep cross-check");
+            a->x = lpo_xgrow(a->x, &a->cap_x, a->n_x + 1, sizeof *a->x, "deep cross-check");
             x = &a->x[a->n_x++];
             memset(x, 0, sizeof *x);
             x->kernel = ki;

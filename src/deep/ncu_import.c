@@ -215,7 +215,8 @@ static size_t metric_slot(lpo_ncu_results *res, const char *name, const char *un
     if (m >= 0) return (size_t)m;
     size_t cap = res->cap_m;
     res->metric = lpo_xgrow(res->metric, &cap, res->n_metrics + 1, sizeof *res->metric, "ncu metrics");
-    res->unit = lpo_xrealloc_array(res->unit, cap, sizeof *res->unit, "ncu metrics");
+    if (cap != res->cap_m) /* only when it grew: a realloc per metric copies every time under ASan */
+        res->unit = lpo_xrealloc_array(res->unit, cap, sizeof *res->unit, "ncu metrics");
     res->cap_m = cap;
     res->metric[res->n_metrics] = lpo_strdup(name);
     res->unit[res->n_metrics] = lpo_strdup(unit);
