@@ -274,6 +274,11 @@ typedef struct {
     double kv_write; /* KV cache rows written (the new tokens' k and v) */
 } lpo_op_traffic;
 void lpo_op_traffic_of(const lpo_op *op, lpo_op_traffic *t);
+/* The bytes lpo_op_traffic_of counts for one activation tensor of op, in[j] (is_out 0) or out[j] (is_out 1),
+ * by the byte rule of its kind's row: under QK only the q and k parts of the qkv rows, 0 for the KV cache
+ * (kv_read / kv_write count it), else the tensor at its dtype. Traffic's in and out are their sums; a fused
+ * group (lpo_plan_group_bytes) takes them off for the tensors that never leave the chip. */
+double lpo_op_act_bytes(const lpo_op *op, int is_out, int j);
 /* The sum of lpo_op_traffic_of. */
 double lpo_op_bytes(const lpo_op *op);
 /* Bytes of the weights alone (the part that does not depend on the batch). */

@@ -594,33 +594,36 @@ double lpo_op_matmul_flops(const lpo_op *op) {
     return 2.0 * (double)op->m * (double)op->n * (double)op->k;
 }
 
-void lpo_op_traffic_of(const lpo_op *op, lpo_op_traffic *t) {
+static int byte_rule(lpo_op_kind k) {
     static const int rule[] = {
 #define LPO__OPK_BYTES(name, str, cat, flops, bytes, ...) BYTES_##bytes,
         LPO_OP_KIND_MAP(LPO__OPK_BYTES)
 #undef LPO__OPK_BYTES
     };
+    return (unsigned)k < LPO_OP_KIND_COUNT ? rule[k] : BYTES_TENSORS;
+}
+
+double lpo_op_act_bytes(const lpo_op *op, int is_out, int j) {
+    if (j < 0 || j >= (is_out ? op->n_out : op->n_in)) return 0;
+    const lpo_op_tensor *t = is_out ? &op->out[j] : &op->in[j];
+    if (t->buf == LPO_BUF_KV) return 0;
+    if (byte_rule(op->kind) == BYTES_QK && t->buf == LPO_BUF_QKV) /* the q and k parts of the qkv rows */
+        return dsize(t->dtype, (double)op->m * (double)(op->n_heads + op->n_kv_heads) * (double)op->head_dim);
+    return lpo_op_tensor_bytes(t);
+}
+
+void lpo_op_traffic_of(const lpo_op *op, lpo_op_traffic *t) {
     memset(t, 0, sizeof *t);
     t->weights = lpo_op_weight_bytes(op);
-    switch ((unsigned)op->kind < LPO_OP_KIND_COUNT ? rule[op->kind] : BYTES_TENSORS) {
-    case BYTES_ATTENTION: {
-        /* q, k, v of the new tokens read, their k/v written, every cached k/v row read, output written */
-        const lpo_dtype a = op->in[0].dtype, kv = op->in[1].dtype;
-        const double m = (double)op->m, hd = (double)op->head_dim;
-        t->in = dsize(a, m * (double)(op->n_heads + 2 * op->n_kv_heads) * hd);
-        t->kv_write = dsize(kv, m * 2 * (double)op->n_kv_heads * hd);
+    /* TENSORS: every activation read and written; QK: the q and k parts; ATTENTION: q, k, v of the new
+     * tokens read and the output written, and the cache (below) */
+    for (int i = 0; i < op->n_in; i++) t->in += lpo_op_act_bytes(op, 0, i);
+    for (int i = 0; i < op->n_out; i++) t->out += lpo_op_act_bytes(op, 1, i);
+    if (byte_rule(op->kind) == BYTES_ATTENTION) { /* the new k/v rows written, every cached k/v row read */
+        const lpo_dtype kv = op->in[1].dtype;
+        const double hd = (double)op->head_dim;
+        t->kv_write = dsize(kv, (double)op->m * 2 * (double)op->n_kv_heads * hd);
         t->kv_read = dsize(kv, (double)op->kv_rows * 2 * (double)op->n_kv_heads * hd);
-        t->out = lpo_op_tensor_bytes(&op->out[0]);
-        break;
-    }
-    case BYTES_QK: /* only the q and k parts of the qkv rows are read and written */
-        t->in = t->out = dsize(op->in[0].dtype,
-                               (double)op->m * (double)(op->n_heads + op->n_kv_heads) * (double)op->head_dim);
-        break;
-    default:
-        for (int i = 0; i < op->n_in; i++) t->in += lpo_op_tensor_bytes(&op->in[i]);
-        for (int i = 0; i < op->n_out; i++) t->out += lpo_op_tensor_bytes(&op->out[i]);
-        break;
     }
 }
 

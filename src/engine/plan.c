@@ -115,18 +115,6 @@ void lpo_plan_free(lpo_plan *p) {
 
 /* ---- per-group costs ------------------------------------------------------------------------------------
  */
-/* The bytes lpo_op_bytes counts for the op's activation tensor in[j] (is_out 0) or out[j] (is_out 1). */
-static double counted_bytes(const lpo_op *op, int is_out, int j) {
-    const lpo_op_tensor *t = is_out ? &op->out[j] : &op->in[j];
-    if (t->buf == LPO_BUF_KV) return 0; /* the cache traffic is the op's own business */
-    if ((op->kind == LPO_OP_ROPE || op->kind == LPO_OP_QK_NORM) && j == 0) {
-        lpo_op_tensor qk = *t; /* only the q and k parts are touched */
-        qk.shape[1] = (op->n_heads + op->n_kv_heads) * op->head_dim;
-        return lpo_op_tensor_bytes(&qk);
-    }
-    return lpo_op_tensor_bytes(t);
-}
-
 static int reads(const lpo_op *op, lpo_buf b) {
     for (int j = 0; j < op->n_in; j++)
         if (op->in[j].buf == b) return 1;
@@ -160,13 +148,13 @@ double lpo_plan_group_bytes(const lpo_oplist *l, const lpo_plan_group *g) {
         for (int j = 0; j < op->n_in; j++) { /* produced earlier inside the group: never left the chip */
             int inside = 0;
             for (size_t k = g->first; k < i && !inside; k++) inside = writes(&l->ops[k], op->in[j].buf);
-            if (inside) bytes -= counted_bytes(op, 0, j);
+            if (inside) bytes -= lpo_op_act_bytes(op, 0, j);
         }
         for (int j = 0; j < op->n_out; j++) { /* overwritten inside the group or dead after it */
             const lpo_buf b = op->out[j].buf;
             int rewritten = 0;
             for (size_t k = i + 1; k < end && !rewritten; k++) rewritten = writes(&l->ops[k], b);
-            if (rewritten || !live_after(l, end - 1, b)) bytes -= counted_bytes(op, 1, j);
+            if (rewritten || !live_after(l, end - 1, b)) bytes -= lpo_op_act_bytes(op, 1, j);
         }
     }
     return bytes;

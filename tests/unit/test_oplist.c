@@ -218,6 +218,50 @@ static void test_plans(void **state) {
     lpo_oplist_free(&l);
 }
 
+/* The bytes of each activation tensor (lpo_op_act_bytes, by the kind's byte rule) add up to the op's traffic
+ * in and out for every op of several architectures and dtypes; a fused RoPE + attention group (as the CUDA
+ * plan fuses them) counts the q and k parts RoPE reads once and nothing of the qkv rows it hands on. */
+static void test_act_bytes(void **state) {
+    (void)state;
+    lpo_model_spec a[3] = {test_spec(), test_spec(), test_spec()};
+    a[1].qk_norm = a[1].qkv_bias = 1;
+    a[2].act = LPO_ACT_GELU_TANH;
+    a[2].sliding_window = 3;
+    const lpo_dtype bf = LPO_DT_BF16;
+    const lpo_dtype_lookup held = {(void *)&bf, lpo_dtype_lookup_uniform};
+    const lpo_oplist_opts bf16 = {LPO_DT_BF16, LPO_DT_F16, &held, NULL};
+    for (int i = 0; i < 3; i++)
+        for (int decode = 0; decode < 2; decode++)
+            for (int o = 0; o < 2; o++) {
+                lpo_oplist l = {0};
+                assert_int_equal(lpo_oplist_build_phase(&a[i], decode, 2, 7, o ? &bf16 : NULL, &l), LPO_OK);
+                for (size_t k = 0; k < l.n_ops; k++) {
+                    const lpo_op *op = &l.ops[k];
+                    lpo_op_traffic t;
+                    lpo_op_traffic_of(op, &t);
+                    double in = 0, out = 0;
+                    for (int j = 0; j < op->n_in; j++) in += lpo_op_act_bytes(op, 0, j);
+                    for (int j = 0; j < op->n_out; j++) out += lpo_op_act_bytes(op, 1, j);
+                    if (in != t.in || out != t.out || (op->kind != LPO_OP_EMBED && in <= 0))
+                        fail_msg("%s: tensors %g in / %g out, traffic %g / %g", op->name, in, out, t.in,
+                                 t.out);
+                }
+                lpo_oplist_free(&l);
+            }
+    lpo_oplist l = {0};
+    assert_int_equal(lpo_oplist_build_phase(&a[0], 0, 1, 5, NULL, &l), LPO_OK);
+    const long rope = lpo_oplist_find(&l, LPO_ROLE_ROPE, 0);
+    assert_int_equal(l.ops[rope + 1].kind, LPO_OP_ATTENTION);
+    const lpo_plan_group g = {.first = (uint32_t)rope, .count = 2};
+    /* f32, 5 tokens, 4 + 2 heads of 12: q and k read 5*6*12*4, att written 5*48*4, 5 cached rows read and 5
+     * appended (k and v of 2 heads) 5*2*24*4 each */
+    assert_true(lpo_plan_group_bytes(&l, &g) == 1440 + 960 + 960 + 960);
+    assert_true(lpo_op_act_bytes(&l.ops[rope], 0, 0) == 1440 &&
+                lpo_op_act_bytes(&l.ops[rope + 1], 0, 0) == 1920);
+    assert_true(lpo_op_act_bytes(&l.ops[rope + 1], 0, 1) == 0 && lpo_op_act_bytes(&l.ops[rope], 0, 1) == 0);
+    lpo_oplist_free(&l);
+}
+
 static void test_rope_inv_freq(void **state) {
     (void)state;
     lpo_model_spec s = test_spec();
@@ -311,10 +355,15 @@ static void test_attention_variant(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_structure),     cmocka_unit_test(test_attention_pairs),
-        cmocka_unit_test(test_costs),         cmocka_unit_test(test_bad_steps),
-        cmocka_unit_test(test_rope_inv_freq), cmocka_unit_test(test_shapes_and_activations),
-        cmocka_unit_test(test_plans),         cmocka_unit_test(test_attention_variant),
+        cmocka_unit_test(test_structure),
+        cmocka_unit_test(test_attention_pairs),
+        cmocka_unit_test(test_costs),
+        cmocka_unit_test(test_bad_steps),
+        cmocka_unit_test(test_rope_inv_freq),
+        cmocka_unit_test(test_shapes_and_activations),
+        cmocka_unit_test(test_plans),
+        cmocka_unit_test(test_act_bytes),
+        cmocka_unit_test(test_attention_variant),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
