@@ -48,10 +48,11 @@ void lpo_probe_pop(void);
 void lpo_probe_graph_node_label(uint64_t graph_node_id, const char *label);
 /* CUPTI's id of a CUgraphNode; 0 when not tracing. */
 uint64_t lpo_probe_graph_node_id(void *cu_graph_node);
-/* Path of liblpo_probe.so that lpo would use (LPO_PROBE_LIB, else next to the lpo executable), into
- * buf; 1 when the file exists. */
+/* Path of liblpo_probe.so that lpo would use (LPO_PROBE_LIB, else next to the lpo executable or one level
+ * up, else <prefix>/lib/lpo of an installed lpo), into buf; 1 when the file exists, else 0 (buf: the path
+ * next to the executable, or LPO_PROBE_LIB's value). */
 int lpo_probe_library_path(char *buf, size_t n);
 /* The directory holding the PyTorch shim of `lpo trace --torch-ops` (sitecustomize.py): LPO_TORCH_SHIM
- * when set, else lpo_torch/ next to the executable (or one level up). 1 when it exists, else 0 (buf holds
- * the path looked at). */
+ * when set, else lpo_torch/ next to the executable (or one level up). 1 when it exists, else 0 (buf: the
+ * path next to the executable, or LPO_TORCH_SHIM's value). */
 int lpo_probe_torch_shim_dir(char *buf, size_t n);

@@ -32,55 +32,52 @@ static int sym(void *lib, const char *name, void *fp, size_t size) {
     return 1;
 }
 
-int lpo_probe_library_path(char *buf, size_t n) {
-    const char *env = getenv("LPO_PROBE_LIB");
-    if (env && *env) {
-        snprintf(buf, n, "%s", env);
-        return lpo_path_exists(buf);
+static int found(const char *path, int want_dir) {
+    return want_dir ? lpo_is_dir(path) : lpo_path_exists(path);
+}
+
+/* Finds `name` for lpo: the value of the environment variable env when set, else next to the running
+ * executable, one level up (a build's tests/ folder) and, when installed is given, at <exe dir>/<installed>/
+ * (a `make install` layout). A directory when want_dir, else any file. 1 when found; else 0 with buf
+ * holding the path next to the executable (or env's value), for messages. */
+static int find_beside_exe(const char *env, const char *name, const char *installed, int want_dir, char *buf,
+                           size_t n) {
+    const char *v = getenv(env);
+    if (v && *v) {
+        snprintf(buf, n, "%s", v);
+        return found(buf, want_dir);
     }
-    char exe[PATH_MAX];
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (len <= 0) {
-        snprintf(buf, n, "liblpo_probe.so");
+    char dir[PATH_MAX], up[PATH_MAX];
+    const ssize_t len = readlink("/proc/self/exe", dir, sizeof dir - 1);
+    if (len > 0) dir[len] = 0;
+    char *slash = len > 0 ? strrchr(dir, '/') : NULL;
+    if (!slash) {
+        snprintf(buf, n, "%s", name);
         return 0;
     }
-    exe[len] = 0;
-    for (int up = 0; up < 2; up++) { /* next to the executable, then one level up (tests/ in the build) */
-        char *slash = strrchr(exe, '/');
-        if (!slash) break;
-        *slash = 0;
-        snprintf(buf, n, "%s/liblpo_probe.so", exe);
-        if (lpo_path_exists(buf)) return 1;
+    *slash = 0; /* the executable's folder */
+    snprintf(up, sizeof up, "%s", dir);
+    slash = strrchr(up, '/');
+    if (slash) *slash = 0; /* its parent */
+    snprintf(buf, n, "%s/%s", dir, name);
+    if (found(buf, want_dir)) return 1;
+    snprintf(buf, n, "%s/%s", up, name);
+    if (slash && found(buf, want_dir)) return 1;
+    if (installed) {
+        snprintf(buf, n, "%s/%s/%s", dir, installed, name);
+        if (found(buf, want_dir)) return 1;
     }
-    exe[len] = 0;
-    *strrchr(exe, '/') = 0;
-    snprintf(buf, n, "%s/../lib/lpo/liblpo_probe.so", exe); /* installed: <prefix>/bin, <prefix>/lib/lpo */
-    if (lpo_path_exists(buf)) return 1;
-    snprintf(buf, n, "%s/liblpo_probe.so", exe);
+    snprintf(buf, n, "%s/%s", dir, name);
     return 0;
 }
 
+int lpo_probe_library_path(char *buf, size_t n) {
+    /* installed: <prefix>/bin/lpo, <prefix>/lib/lpo/liblpo_probe.so */
+    return find_beside_exe("LPO_PROBE_LIB", "liblpo_probe.so", "../lib/lpo", 0, buf, n);
+}
+
 int lpo_probe_torch_shim_dir(char *buf, size_t n) {
-    const char *env = getenv("LPO_TORCH_SHIM");
-    if (env && *env) {
-        snprintf(buf, n, "%s", env);
-        return lpo_is_dir(buf);
-    }
-    char exe[PATH_MAX];
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (len <= 0) {
-        snprintf(buf, n, "lpo_torch");
-        return 0;
-    }
-    exe[len] = 0;
-    for (int up = 0; up < 2; up++) { /* next to the executable, then one level up (tests/ in the build) */
-        char *slash = strrchr(exe, '/');
-        if (!slash) break;
-        *slash = 0;
-        snprintf(buf, n, "%s/lpo_torch", exe);
-        if (lpo_is_dir(buf)) return 1;
-    }
-    return 0;
+    return find_beside_exe("LPO_TORCH_SHIM", "lpo_torch", NULL, 1, buf, n);
 }
 
 /* Loads path and binds every entry point; LPO_OK or LPO_E_UNSUPPORTED. Called with mu held. */

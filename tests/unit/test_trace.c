@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@
 #include <unistd.h>
 
 #include "lpo/core.h"
+#include "lpo/probe.h"
 #include "lpo/report.h"
 #include "lpo/trace.h"
 #include "probe/trace_clock.h"
@@ -666,6 +668,50 @@ static void test_clock(void **state) {
     }
 }
 
+/* Where lpo finds its tracer library and the PyTorch shim: the environment variable's value when set
+ * (found or not), else next to the executable or one level up (the build folder of a test); not found,
+ * the path next to the executable (what an error message names). */
+static void test_beside_exe(void **state) {
+    (void)state;
+    char buf[PATH_MAX], exe[PATH_MAX], dir[PATH_MAX];
+    const ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    assert_true(len > 0);
+    exe[len] = 0;
+    *strrchr(exe, '/') = 0;
+    snprintf(dir, sizeof dir, "%s", exe); /* this test's folder */
+    char *keep_shim = getenv("LPO_TORCH_SHIM"), *keep_lib = getenv("LPO_PROBE_LIB");
+    keep_shim = keep_shim ? strdup(keep_shim) : NULL;
+    keep_lib = keep_lib ? strdup(keep_lib) : NULL;
+    setenv("LPO_TORCH_SHIM", "/nonexistent/lpo-shim", 1);
+    assert_int_equal(lpo_probe_torch_shim_dir(buf, sizeof buf), 0);
+    assert_string_equal(buf, "/nonexistent/lpo-shim");
+    setenv("LPO_TORCH_SHIM", dir, 1);
+    assert_int_equal(lpo_probe_torch_shim_dir(buf, sizeof buf), 1);
+    unsetenv("LPO_TORCH_SHIM");
+    /* the build puts lpo_torch/ next to lpo, one level above the tests */
+    assert_int_equal(lpo_probe_torch_shim_dir(buf, sizeof buf), 1);
+    char want[PATH_MAX + 32];
+    snprintf(want, sizeof want, "%s", dir);
+    *strrchr(want, '/') = 0;
+    strcat(want, "/lpo_torch");
+    assert_string_equal(buf, want);
+    setenv("LPO_PROBE_LIB", "/nonexistent/liblpo_probe.so", 1);
+    assert_int_equal(lpo_probe_library_path(buf, sizeof buf), 0);
+    assert_string_equal(buf, "/nonexistent/liblpo_probe.so");
+    unsetenv("LPO_PROBE_LIB");
+    /* a CUPTI build has it one level up; a CPU build has none: then the path next to this executable */
+    const int have = lpo_probe_library_path(buf, sizeof buf);
+    assert_int_equal(have, lpo_path_exists(buf));
+    if (!have) {
+        snprintf(want, sizeof want, "%s/liblpo_probe.so", dir);
+        assert_string_equal(buf, want);
+    }
+    if (keep_shim) setenv("LPO_TORCH_SHIM", keep_shim, 1);
+    if (keep_lib) setenv("LPO_PROBE_LIB", keep_lib, 1);
+    free(keep_shim);
+    free(keep_lib);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_synthetic_load), cmocka_unit_test(test_truncated),
@@ -673,6 +719,7 @@ int main(void) {
         cmocka_unit_test(test_counters),       cmocka_unit_test(test_long_names),
         cmocka_unit_test(test_categories),     cmocka_unit_test(test_speed),
         cmocka_unit_test(test_clock),          cmocka_unit_test(test_stream_busy),
+        cmocka_unit_test(test_beside_exe),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
