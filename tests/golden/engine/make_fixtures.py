@@ -2,7 +2,8 @@
 """Golden fixtures for lpo's engine, made with HF transformers + torch (CPU, float32).
 
 Writes, under tests/golden/engine/:
-  <name>/model.safetensors, config.json, generation_config.json   tiny random-weight models
+  <name>/model.safetensors, config.json, generation_config.json   tiny random-weight models (dense, and
+                        mixture-of-experts in the hub layout: per-expert tensors)
   <name>/fixture.json   input ids, greedy continuation ids (EOS ignored), logits file name, max |logit|
   <name>/logits.bin     float32 little-endian logits [T, vocab] of one forward pass over the input ids
   chat.json             chat prompts rendered by transformers' apply_chat_template (one user turn, for the
@@ -19,7 +20,7 @@ requires accelerate to load GGUF files). The greedy references are plain argmax 
 (what lpo does with infer.ignore_eos=true); generate()'s min_new_tokens would mask EOS instead.
 
 Usage: python3 tests/golden/engine/make_fixtures.py [--gguf path/to/SmolLM2-135M-Instruct.Q4_1.gguf]
-                                                    [--only name,name]   (names: the tiny models,
+                                                    [--only name,name]   (names: the tiny and MoE models,
                                                     smollm2, chat = chat.json alone)
 """
 import argparse
@@ -87,6 +88,36 @@ TINY = {
                                         tie_word_embeddings=False, max_position_embeddings=256,
                                         rms_norm_eps=1e-5, rope_theta=10000.0, bos_token_id=1, eos_token_id=2,
                                         hidden_act="gelu_pytorch_tanh"), torch.bfloat16),
+}
+
+# Mixture-of-experts models: name -> (config class, kwargs, stored dtype). Routers and experts get the same
+# spread as the other matrices; the script checks that no token's k-th and (k+1)-th router logits are near a
+# tie (in the forward pass and along the greedy continuation) and that no greedy step is a near tie, trying
+# further seeds otherwise, so that a last-bit difference cannot change the experts or tokens chosen.
+MOE = {
+    # Mixtral: every layer sparse, the top-k weights always renormalised; sliding window 8 < the 27 positions
+    "mixtral_moe": ("MixtralConfig", dict(hidden_size=64, intermediate_size=48, num_hidden_layers=2,
+                                          num_attention_heads=4, num_key_value_heads=2, vocab_size=128,
+                                          num_local_experts=4, num_experts_per_tok=2, tie_word_embeddings=False,
+                                          max_position_embeddings=256, rms_norm_eps=1e-5, rope_theta=10000.0,
+                                          sliding_window=8, bos_token_id=1, eos_token_id=2), torch.float32),
+    # Qwen3-MoE: q/k norm, head_dim 32 != 64 / 4, layer 1 dense (mlp_only_layers), norm_topk_prob true, tied
+    "qwen3_moe_norm": ("Qwen3MoeConfig", dict(hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+                                              num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                                              head_dim=32, vocab_size=160, num_experts=8, num_experts_per_tok=2,
+                                              norm_topk_prob=True, mlp_only_layers=[1], decoder_sparse_step=1,
+                                              tie_word_embeddings=True, max_position_embeddings=256,
+                                              rms_norm_eps=1e-6, rope_theta=1000000.0, bos_token_id=1,
+                                              eos_token_id=2, use_sliding_window=False), torch.bfloat16),
+    # Qwen3-MoE: decoder_sparse_step 2 (layers 1 and 3 sparse, 0 and 2 dense), norm_topk_prob false, k = 3 of 6
+    # experts, q/k/v/o biases (attention_bias), untied head
+    "qwen3_moe_step": ("Qwen3MoeConfig", dict(hidden_size=64, intermediate_size=80, moe_intermediate_size=40,
+                                              num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                                              head_dim=16, vocab_size=128, num_experts=6, num_experts_per_tok=3,
+                                              norm_topk_prob=False, decoder_sparse_step=2, attention_bias=True,
+                                              tie_word_embeddings=False, max_position_embeddings=256,
+                                              rms_norm_eps=1e-6, rope_theta=1000000.0, bos_token_id=1,
+                                              eos_token_id=2, use_sliding_window=False), torch.bfloat16),
 }
 
 # Published chat templates (as in each model's tokenizer_config.json), rendered by transformers below.
@@ -294,6 +325,91 @@ def make_tiny(name, cls_name, kw, dtype, seed):
     print(f"{name}: {size / 1024:.0f} KiB, max|logit| {fx['max_abs_logit']:.3f}, greedy {cont}")
 
 
+class RouterMargins:
+    """Smallest gap between the k-th and (k+1)-th router logits of any token, over the forward passes run while
+    installed (forward hooks on every router: the module that returns router_logits first)."""
+
+    def __init__(self, model, k):
+        self.k, self.min_gap, self.hooks = k, float("inf"), []
+        for name, mod in model.named_modules():
+            if name.endswith(".gate") and hasattr(mod, "top_k"):
+                self.hooks.append(mod.register_forward_hook(self.hook))
+        assert self.hooks, "no router found"
+
+    def hook(self, mod, args, out):
+        top = torch.sort(out[0].float(), dim=-1, descending=True).values
+        self.min_gap = min(self.min_gap, float((top[:, self.k - 1] - top[:, self.k]).min()))
+
+    def remove(self):
+        for h in self.hooks:
+            h.remove()
+
+
+def greedy_margin(model, ids, n):
+    """greedy() and the smallest gap between the best and second-best logit of its steps."""
+    seq, gap = list(ids), float("inf")
+    with torch.no_grad():
+        for _ in range(n):
+            logits = model(torch.tensor([seq])).logits[0, -1]
+            top = torch.topk(logits, 2).values
+            gap = min(gap, float(top[0] - top[1]))
+            seq.append(int(torch.argmax(logits)))
+    return seq[len(ids):], gap
+
+
+def make_moe(name, cls_name, kw, dtype, seed):
+    """A tiny MoE fixture (files as make_tiny's), saved in the hub layout (per-expert tensors: save_pretrained
+    reverts transformers 5's fused experts) and checked to be so; the reference runs HF's eager experts loop.
+    Seeds seed, seed + 100, ... until the router and greedy margins are clear."""
+    out = os.path.join(HERE, name)
+    os.makedirs(out, exist_ok=True)
+    cfg = getattr(transformers, cls_name)(**kw)
+    k = kw["num_experts_per_tok"]
+    for attempt in range(20):
+        s = seed + 100 * attempt
+        torch.manual_seed(s)
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
+        randomize(model, s)
+        if dtype != torch.float32:
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.copy_(p.to(dtype).to(torch.float32))
+        for f in os.listdir(out):
+            os.remove(os.path.join(out, f))
+        model.to(dtype).save_pretrained(out, safe_serialization=True)
+        model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32,
+                                                     experts_implementation="eager").eval()
+        g = torch.Generator().manual_seed(s + 1)
+        ids = torch.randint(3, kw["vocab_size"], (11,), generator=g).tolist()
+        margins = RouterMargins(model, k)
+        with torch.no_grad():
+            logits = model(torch.tensor([ids])).logits[0].to(torch.float32).contiguous()
+        cont, token_gap = greedy_margin(model, ids, N_NEW)
+        margins.remove()
+        max_abs = float(logits.abs().max())
+        if margins.min_gap > 1e-3 and token_gap > 1e-3 * max_abs:
+            break
+        print(f"{name}: seed {s}: router margin {margins.min_gap:.2g}, greedy margin {token_gap:.2g}: next seed")
+    else:
+        raise SystemExit(f"{name}: no seed with clear router and greedy margins")
+    from safetensors import safe_open
+    with safe_open(os.path.join(out, "model.safetensors"), "pt") as f:
+        names = list(f.keys())
+    assert any(".experts.0." in n for n in names) and not any("gate_up_proj" in n for n in names), \
+        f"{name}: not saved in the hub layout: {names[:8]}"
+    with open(os.path.join(out, "logits.bin"), "wb") as f:
+        f.write(struct.pack("<%df" % logits.numel(), *logits.flatten().tolist()))
+    fx = {"input_ids": ids, "greedy": cont, "n_new": N_NEW, "logits_file": "logits.bin",
+          "shape": list(logits.shape), "max_abs_logit": max_abs,
+          "dtype": str(dtype).replace("torch.", ""), "transformers": transformers.__version__, "seed": s,
+          "min_router_logit_gap": margins.min_gap, "min_greedy_logit_gap": token_gap}
+    with open(os.path.join(out, "fixture.json"), "w") as f:
+        json.dump(fx, f, indent=1)
+    size = sum(os.path.getsize(os.path.join(out, x)) for x in os.listdir(out))
+    print(f"{name}: {size / 1024:.0f} KiB, max|logit| {max_abs:.3f}, router margin {margins.min_gap:.3g}, "
+          f"greedy {cont}")
+
+
 def find_gguf(arg):
     for p in (arg, os.environ.get("LPO_SMOLLM2_GGUF"),
               os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"),
@@ -373,6 +489,9 @@ def main():
     for i, (name, (cls_name, kw, dtype)) in enumerate(TINY.items()):
         if only is None or name in only:
             make_tiny(name, cls_name, kw, dtype, 1000 + i)
+    for i, (name, (cls_name, kw, dtype)) in enumerate(MOE.items()):
+        if only is None or name in only:
+            make_moe(name, cls_name, kw, dtype, 2000 + i)
     gguf = find_gguf(a.gguf)
     if gguf and (only is None or "smollm2" in only):
         tok = make_smollm2(gguf)
