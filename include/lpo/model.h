@@ -14,10 +14,19 @@
 #include "lpo/status.h"
 
 /* ---- architecture spec --------------------------------------------------------------------------------- */
-/* Dense decoder-only families. Room to grow: a MoE family (Mixtral, Qwen3-MoE, DeepSeek) adds an arch here
- * plus the expert fields of lpo_model_spec (reserved below); a vision encoder becomes a second spec hung off
- * the model, not a new arch of this enum. */
-typedef enum { LPO_ARCH_LLAMA, LPO_ARCH_MISTRAL, LPO_ARCH_QWEN2, LPO_ARCH_QWEN3, LPO_ARCH_COUNT } lpo_arch;
+/* Decoder-only families: dense (llama, mistral, qwen2, qwen3) and mixture-of-experts (mixtral, qwen3_moe:
+ * the expert fields of lpo_model_spec.moe). A vision encoder becomes a second spec hung off the model, not
+ * a new arch of this enum. */
+typedef enum {
+    LPO_ARCH_LLAMA,
+    LPO_ARCH_MISTRAL,
+    LPO_ARCH_QWEN2,
+    LPO_ARCH_QWEN3,
+    LPO_ARCH_MIXTRAL,   /* mistral attention; every layer's MLP is routed experts (block_sparse_moe) */
+    LPO_ARCH_QWEN3_MOE, /* qwen3 attention (q/k norm); routed experts, dense layers by mlp_only_layers and
+                           decoder_sparse_step */
+    LPO_ARCH_COUNT
+} lpo_arch;
 typedef enum { LPO_ROPE_NONE, LPO_ROPE_LINEAR, LPO_ROPE_LLAMA3, LPO_ROPE_YARN } lpo_rope_scaling;
 typedef enum { LPO_ACT_SILU, LPO_ACT_GELU_TANH } lpo_activation;
 typedef enum { LPO_NORM_RMS } lpo_norm_kind;
@@ -27,7 +36,8 @@ const char *lpo_arch_name(lpo_arch a);
  * `general.architecture` to an arch; LPO_E_UNSUPPORTED lists the supported ones. */
 lpo_status lpo_arch_from_name(const char *name, lpo_arch *out);
 
-#define LPO_MAX_EOS 8
+#define LPO_MAX_EOS    8
+#define LPO_MAX_LAYERS 4096
 typedef struct {
     lpo_arch arch;
     char name[128]; /* display name: preset name, folder name or GGUF general.name */
@@ -56,10 +66,35 @@ typedef struct {
     int32_t bos_id;         /* -1 when none */
     int32_t eos_ids[LPO_MAX_EOS];
     int n_eos;
-    /* Reserved for mixture-of-experts families (0 = dense). No MoE architecture is loaded yet;
-     * lpo_spec_validate rejects non-zero values until one is. */
-    int64_t n_experts, n_experts_used, expert_intermediate_size;
+    /* Mixture of experts (mixtral, qwen3_moe; n_experts 0 = a dense model). The MLP of a sparse layer
+     * (lpo_spec_layer_is_moe) is a router, a linear hidden -> n_experts whose softmax picks n_experts_used
+     * experts per token, and n_experts SwiGLU MLPs of intermediate_size each; the chosen experts' outputs
+     * are summed, weighted by their router probabilities (renormalised over the chosen when
+     * norm_topk_prob). Dense layers use the model's intermediate_size. No shared experts. */
+    struct {
+        int64_t n_experts;         /* routed experts per sparse layer (HF num_local_experts / num_experts) */
+        int64_t n_experts_used;    /* k, experts per token (num_experts_per_tok), 1..n_experts */
+        int64_t intermediate_size; /* of each expert (moe_intermediate_size; mixtral: intermediate_size) */
+        int norm_topk_prob;        /* the k probabilities renormalised to sum 1 (mixtral: always) */
+        int64_t sparse_step;       /* decoder_sparse_step: layer l is sparse when (l + 1) % step == 0 */
+        uint64_t dense[LPO_MAX_LAYERS / 64]; /* bit l: layer l keeps a dense MLP (mlp_only_layers) */
+    } moe;
 } lpo_model_spec;
+
+/* Whether layer l's MLP is routed experts: n_experts > 0, (l + 1) % sparse_step == 0 and l not marked
+ * dense (HF Qwen3-MoE's rule; mixtral: every layer). */
+int lpo_spec_layer_is_moe(const lpo_model_spec *s, int64_t layer);
+/* Whether any layer of the spec is sparse. */
+int lpo_spec_has_moe(const lpo_model_spec *s);
+/* The HF names of a sparse layer's tensors (router and per-expert weights) for the spec's architecture:
+ *   "model.layers.<l>.<block>.gate.weight"                      router [n_experts, hidden]
+ *   "model.layers.<l>.<block>.experts.<e>.<gate|up|down>.weight"  [I, hidden], [I, hidden], [hidden, I]
+ * mixtral: block "block_sparse_moe", gate/up/down "w1"/"w3"/"w2"; qwen3_moe: "mlp", "gate_proj"/"up_proj"/
+ * "down_proj". */
+typedef struct {
+    const char *block, *gate, *up, *down;
+} lpo_moe_names;
+const lpo_moe_names *lpo_spec_moe_names(const lpo_model_spec *s);
 
 /* Checks internal consistency (positive sizes, heads divide, head_dim * heads sane, ...). */
 lpo_status lpo_spec_validate(const lpo_model_spec *s);
@@ -73,7 +108,7 @@ lpo_status lpo_spec_from_hf_config(const char *json, size_t len, const char *ori
 typedef enum {
     LPO_PART_EMBED,
     LPO_PART_ATTN, /* q/k/v/o projections, their biases, q/k norms */
-    LPO_PART_MLP,
+    LPO_PART_MLP,  /* dense MLPs; routers and experts of sparse layers */
     LPO_PART_NORM, /* input / post-attention / final RMSNorm weights */
     LPO_PART_LM_HEAD,
     LPO_PART_OTHER,

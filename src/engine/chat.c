@@ -76,7 +76,8 @@ const char *lpo_chat_default_system(lpo_chat_family f, const lpo_model_spec *spe
         if (contains_ci(spec->name, "qwen2.5"))
             return "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
         return "You are a helpful assistant.";
-    case LPO_ARCH_QWEN3: return NULL;
+    case LPO_ARCH_QWEN3:
+    case LPO_ARCH_QWEN3_MOE: return NULL;
     default: /* llama-architecture models with ChatML tokens: the SmolLM2 family */
         return "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
     }

@@ -283,6 +283,11 @@ static lpo_status check_spec(const lpo_model_spec *s) {
                           "op list: model '%s' uses an activation the engine does not "
                           "implement (only silu -> swiglu and gelu_tanh -> geglu)",
                           s->name);
+    if (lpo_spec_has_moe(s))
+        return lpo_errorf(LPO_E_UNSUPPORTED,
+                          "op list: model '%s' has mixture-of-experts layers, which the op list cannot "
+                          "express yet",
+                          s->name);
     if (s->norm != LPO_NORM_RMS)
         return lpo_errorf(LPO_E_UNSUPPORTED, "op list: model '%s' uses a norm other than RMSNorm", s->name);
     return LPO_OK;

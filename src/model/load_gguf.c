@@ -97,6 +97,18 @@ static lpo_status spec_from_gguf(const lpo_gguf *g, const char *path, lpo_model_
         free(arch);
         return lpo_error_context(st, "%s: general.architecture", path);
     }
+    /* llama.cpp stores Mixtral as "llama" with <arch>.expert_count and stacked ffn_*_exps tensors: not read
+     * yet, refused rather than loaded as a dense model */
+    const int64_t experts = get_int(g, arch, "expert_count", 0, &st);
+    if (st == LPO_OK && (experts > 0 || s->arch == LPO_ARCH_MIXTRAL || s->arch == LPO_ARCH_QWEN3_MOE)) {
+        st = lpo_errorf(
+            LPO_E_UNSUPPORTED,
+            "%s: a mixture-of-experts GGUF file (%s, %s.expert_count = %lld): lpo reads MoE models "
+            "from HF safetensors folders only so far",
+            path, arch, arch, (long long)experts);
+        free(arch);
+        return st;
+    }
     s->hidden_size = get_int(g, arch, "embedding_length", 0, &st);
     s->n_layers = get_int(g, arch, "block_count", 0, &st);
     s->n_heads = get_int(g, arch, "attention.head_count", 0, &st);

@@ -159,7 +159,8 @@ static void synth_params(const lpo_model *m, const lpo_tensor *t, double *center
     }
     const double fan_in = part == LPO_PART_EMBED ? (double)m->spec.hidden_size : (double)t->shape[1];
     *amp = sqrt(3.0 / fan_in); /* std 1/sqrt(fan_in) */
-    if (strstr(t->name, "o_proj.weight") || strstr(t->name, "down_proj.weight"))
+    if (strstr(t->name, "o_proj.weight") || strstr(t->name, "down_proj.weight") ||
+        (strstr(t->name, ".block_sparse_moe.experts.") && strstr(t->name, ".w2.weight")))
         *amp /= sqrt(2.0 * (double)m->spec.n_layers); /* residual branches: keep the stream's RMS bounded */
 }
 

@@ -16,16 +16,19 @@
 
 /* ---- arch names ------------------------------------------------------------------------------------------
  */
-static const char *const arch_names[LPO_ARCH_COUNT] = {"llama", "mistral", "qwen2", "qwen3"};
+static const char *const arch_names[LPO_ARCH_COUNT] = {"llama", "mistral", "qwen2",
+                                                       "qwen3", "mixtral", "qwen3_moe"};
 
 static const struct {
     const char *name;
     lpo_arch arch;
 } arch_aliases[] = {
-    {"LlamaForCausalLM", LPO_ARCH_LLAMA},     {"llama", LPO_ARCH_LLAMA},
-    {"MistralForCausalLM", LPO_ARCH_MISTRAL}, {"mistral", LPO_ARCH_MISTRAL},
-    {"Qwen2ForCausalLM", LPO_ARCH_QWEN2},     {"qwen2", LPO_ARCH_QWEN2},
-    {"Qwen3ForCausalLM", LPO_ARCH_QWEN3},     {"qwen3", LPO_ARCH_QWEN3},
+    {"LlamaForCausalLM", LPO_ARCH_LLAMA},        {"llama", LPO_ARCH_LLAMA},
+    {"MistralForCausalLM", LPO_ARCH_MISTRAL},    {"mistral", LPO_ARCH_MISTRAL},
+    {"Qwen2ForCausalLM", LPO_ARCH_QWEN2},        {"qwen2", LPO_ARCH_QWEN2},
+    {"Qwen3ForCausalLM", LPO_ARCH_QWEN3},        {"qwen3", LPO_ARCH_QWEN3},
+    {"MixtralForCausalLM", LPO_ARCH_MIXTRAL},    {"mixtral", LPO_ARCH_MIXTRAL},
+    {"Qwen3MoeForCausalLM", LPO_ARCH_QWEN3_MOE}, {"qwen3_moe", LPO_ARCH_QWEN3_MOE},
 };
 
 const char *lpo_arch_name(lpo_arch a) {
@@ -46,8 +49,32 @@ lpo_status lpo_arch_from_name(const char *name, lpo_arch *out) {
         LPO_E_UNSUPPORTED,
         "unsupported architecture '%s'%s%s%s; supported: LlamaForCausalLM (llama: Llama 2/3/3.1/3.2, "
         "SmolLM2), MistralForCausalLM (mistral), Qwen2ForCausalLM (qwen2, Qwen2.5), "
-        "Qwen3ForCausalLM (qwen3)",
+        "Qwen3ForCausalLM (qwen3), MixtralForCausalLM (mixtral), Qwen3MoeForCausalLM (qwen3_moe)",
         name ? name : "(none)", near ? " (did you mean '" : "", near ? near : "", near ? "'?)" : "");
+}
+
+/* ---- mixture of experts ----------------------------------------------------------------------------------
+ */
+static int is_moe_arch(lpo_arch a) {
+    return a == LPO_ARCH_MIXTRAL || a == LPO_ARCH_QWEN3_MOE;
+}
+
+int lpo_spec_layer_is_moe(const lpo_model_spec *s, int64_t l) {
+    if (s->moe.n_experts <= 0 || l < 0 || l >= LPO_MAX_LAYERS) return 0;
+    if (s->moe.dense[l / 64] >> (l % 64) & 1) return 0;
+    return s->moe.sparse_step > 0 && (l + 1) % s->moe.sparse_step == 0;
+}
+
+int lpo_spec_has_moe(const lpo_model_spec *s) {
+    for (int64_t l = 0; l < s->n_layers; l++)
+        if (lpo_spec_layer_is_moe(s, l)) return 1;
+    return 0;
+}
+
+const lpo_moe_names *lpo_spec_moe_names(const lpo_model_spec *s) {
+    static const lpo_moe_names mixtral = {"block_sparse_moe", "w1", "w3", "w2"};
+    static const lpo_moe_names qwen = {"mlp", "gate_proj", "up_proj", "down_proj"};
+    return s->arch == LPO_ARCH_MIXTRAL ? &mixtral : &qwen;
 }
 
 /* ---- validation ------------------------------------------------------------------------------------------
@@ -66,8 +93,8 @@ lpo_status lpo_spec_validate(const lpo_model_spec *s) {
         (long long)s->vocab_size, LIM_VOCAB);
     REQ(s->hidden_size > 0 && s->hidden_size <= LIM_DIM, "%s: hidden_size %lld out of range (1..%lld)", n,
         (long long)s->hidden_size, LIM_DIM);
-    REQ(s->n_layers > 0 && s->n_layers <= 4096, "%s: n_layers %lld out of range (1..4096)", n,
-        (long long)s->n_layers);
+    REQ(s->n_layers > 0 && s->n_layers <= LPO_MAX_LAYERS, "%s: n_layers %lld out of range (1..%d)", n,
+        (long long)s->n_layers, LPO_MAX_LAYERS);
     REQ(s->n_heads > 0 && s->n_heads <= 4096, "%s: n_heads %lld out of range (1..4096)", n,
         (long long)s->n_heads);
     REQ(s->n_kv_heads > 0 && s->n_kv_heads <= s->n_heads, "%s: n_kv_heads %lld must be in 1..n_heads (%lld)",
@@ -117,8 +144,28 @@ lpo_status lpo_spec_validate(const lpo_model_spec *s) {
     for (int i = 0; i < s->n_eos; i++)
         REQ(s->eos_ids[i] >= 0 && s->eos_ids[i] < s->vocab_size,
             "%s: eos id %d outside the vocabulary (%lld)", n, s->eos_ids[i], (long long)s->vocab_size);
-    REQ(s->n_experts == 0 && s->n_experts_used == 0,
-        "%s: mixture-of-experts models are not supported yet (n_experts = %lld)", n, (long long)s->n_experts);
+    if (!is_moe_arch(s->arch)) {
+        REQ(s->moe.n_experts == 0,
+            "%s: %lld experts on a %s model: mixture-of-experts layers are read for the mixtral and "
+            "qwen3_moe "
+            "architectures only",
+            n, (long long)s->moe.n_experts, lpo_arch_name(s->arch));
+    } else {
+        /* qwen3_moe with num_experts 0 is dense throughout, as in HF; mixtral always has experts */
+        REQ(s->moe.n_experts > 0 || s->arch == LPO_ARCH_QWEN3_MOE, "%s: mixtral needs num_local_experts >= 1",
+            n);
+    }
+    if (s->moe.n_experts > 0) {
+        REQ(s->moe.n_experts <= 4096, "%s: %lld experts (at most 4096)", n, (long long)s->moe.n_experts);
+        REQ(s->moe.n_experts_used >= 1 && s->moe.n_experts_used <= s->moe.n_experts,
+            "%s: experts per token %lld must be in 1..%lld (the experts)", n,
+            (long long)s->moe.n_experts_used, (long long)s->moe.n_experts);
+        REQ(s->moe.intermediate_size > 0 && s->moe.intermediate_size <= LIM_DIM,
+            "%s: expert intermediate size %lld out of range (1..%lld)", n,
+            (long long)s->moe.intermediate_size, LIM_DIM);
+        REQ(s->moe.sparse_step >= 1 && s->moe.sparse_step <= 4096,
+            "%s: decoder_sparse_step %lld must be in 1..4096", n, (long long)s->moe.sparse_step);
+    }
 #undef REQ
     return LPO_OK;
 }
@@ -255,6 +302,90 @@ static void parse_ids(json_ctx *c, const cJSON *root, lpo_model_spec *s) {
     }
 }
 
+/* The expert keys of a mixtral or qwen3_moe config.json (transformers 5 names and defaults). Keys of other
+ * MoE families that would change the routing (shared experts, other scoring, group-limited or scaled
+ * top-k, leading dense layers) are refused by name, never approximated; training-only keys
+ * (router_aux_loss_coef, output_router_logits, router_jitter_noise: HF adds the jitter in training mode
+ * only) are ignored. A dense architecture keeps any expert count it states, which validation refuses. */
+static void parse_moe(json_ctx *c, const cJSON *root, lpo_model_spec *s) {
+    const int mixtral = s->arch == LPO_ARCH_MIXTRAL;
+    if (!mixtral && s->arch != LPO_ARCH_QWEN3_MOE) {
+        s->moe.n_experts = j_int(c, root, "num_local_experts", j_int(c, root, "num_experts", 0));
+        return;
+    }
+    static const struct {
+        const char *key, *what;
+        double none; /* the value that means "not used" in the families that have the key */
+    } refused[] = {
+        {"n_shared_experts", "shared experts", 0},
+        {"shared_expert_intermediate_size", "shared experts", 0},
+        {"first_k_dense_replace", "leading dense layers", 0},
+        {"moe_layer_freq", "a sparse-layer frequency", 1},
+        {"n_group", "group-limited top-k", 1},
+        {"topk_group", "group-limited top-k", 1},
+        {"routed_scaling_factor", "scaled routing weights", 1},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof *refused && c->st == LPO_OK; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, refused[i].key);
+        if (v && !cJSON_IsNull(v) && !(cJSON_IsNumber(v) && v->valuedouble == refused[i].none))
+            c->st = lpo_errorf(
+                LPO_E_UNSUPPORTED,
+                "%s: '%s' asks for %s, which lpo's %s architecture does not implement (it must be "
+                "absent, null or %g)",
+                c->origin, refused[i].key, refused[i].what, lpo_arch_name(s->arch), refused[i].none);
+    }
+    const char *scoring = j_str(root, "scoring_func"), *topk = j_str(root, "topk_method");
+    if (scoring && strcmp(scoring, "softmax") && c->st == LPO_OK)
+        c->st = lpo_errorf(LPO_E_UNSUPPORTED, "%s: 'scoring_func' '%s' is not supported (softmax only)",
+                           c->origin, scoring);
+    if (topk && strcmp(topk, "greedy") && c->st == LPO_OK)
+        c->st = lpo_errorf(LPO_E_UNSUPPORTED, "%s: 'topk_method' '%s' is not supported (greedy only)",
+                           c->origin, topk);
+    if (mixtral) { /* HF's MixtralSparseMoeBlock: every layer, weights always renormalised over the k */
+        s->moe.n_experts = j_int(c, root, "num_local_experts", 8);
+        s->moe.n_experts_used = j_int(c, root, "num_experts_per_tok", 2);
+        s->moe.intermediate_size = s->intermediate_size;
+        s->moe.norm_topk_prob = 1;
+        s->moe.sparse_step = 1;
+        if (!j_bool(c, root, "norm_topk_prob", 1) && c->st == LPO_OK)
+            c->st =
+                lpo_errorf(LPO_E_UNSUPPORTED,
+                           "%s: 'norm_topk_prob' is false, but HF's mixtral always renormalises the top-k "
+                           "weights: lpo does not guess which was meant",
+                           c->origin);
+        return;
+    }
+    /* transformers 5 writes num_experts as num_local_experts (an attribute alias); both spellings agree */
+    s->moe.n_experts = j_int(c, root, "num_experts", j_int(c, root, "num_local_experts", 128));
+    if (cJSON_GetObjectItemCaseSensitive(root, "num_experts") &&
+        s->moe.n_experts != j_int(c, root, "num_local_experts", s->moe.n_experts) && c->st == LPO_OK)
+        c->st = lpo_errorf(LPO_E_FORMAT, "%s: 'num_experts' and 'num_local_experts' disagree", c->origin);
+    s->moe.n_experts_used = j_int(c, root, "num_experts_per_tok", 8);
+    s->moe.intermediate_size = j_int(c, root, "moe_intermediate_size", 768);
+    s->moe.norm_topk_prob = j_bool(c, root, "norm_topk_prob", 0);
+    s->moe.sparse_step = j_int(c, root, "decoder_sparse_step", 1);
+    const cJSON *dense = cJSON_GetObjectItemCaseSensitive(root, "mlp_only_layers");
+    if (!dense || cJSON_IsNull(dense)) return;
+    const cJSON *it;
+    if (!cJSON_IsArray(dense)) {
+        if (c->st == LPO_OK)
+            c->st =
+                lpo_errorf(LPO_E_FORMAT, "%s: 'mlp_only_layers' must be a list of layer indices", c->origin);
+        return;
+    }
+    cJSON_ArrayForEach(it, dense) {
+        int64_t l;
+        if (!cJSON_IsNumber(it) || !lpo_double_to_i64(it->valuedouble, 0, s->n_layers - 1, &l)) {
+            if (c->st == LPO_OK)
+                c->st = lpo_errorf(LPO_E_FORMAT,
+                                   "%s: 'mlp_only_layers' holds %g, not a layer index (0..%lld)", c->origin,
+                                   cJSON_IsNumber(it) ? it->valuedouble : NAN, (long long)s->n_layers - 1);
+            return;
+        }
+        s->moe.dense[l / 64] |= (uint64_t)1 << (l % 64);
+    }
+}
+
 lpo_status lpo__spec_ids_from_json(const char *json, size_t len, const char *origin, lpo_model_spec *s) {
     cJSON *root = cJSON_ParseWithLength(json, len);
     if (!root || !cJSON_IsObject(root)) {
@@ -334,7 +465,8 @@ lpo_status lpo_spec_from_hf_config(const char *json, size_t len, const char *ori
     s->qkv_bias = s->arch == LPO_ARCH_QWEN2 ? 1 : attn_bias;
     s->o_bias = s->arch == LPO_ARCH_QWEN2 ? 0 : attn_bias;
     s->mlp_bias = j_bool(&c, root, "mlp_bias", 0);
-    s->qk_norm = s->arch == LPO_ARCH_QWEN3;
+    if (s->arch == LPO_ARCH_MIXTRAL || s->arch == LPO_ARCH_QWEN3_MOE) s->mlp_bias = 0; /* HF: no MLP biases */
+    s->qk_norm = s->arch == LPO_ARCH_QWEN3 || s->arch == LPO_ARCH_QWEN3_MOE;
     s->tied_embeddings = j_bool(&c, root, "tie_word_embeddings", 0);
     const char *act = j_str(root, "hidden_act");
     if (!act || !strcmp(act, "silu") || !strcmp(act, "swish"))
@@ -347,7 +479,7 @@ lpo_status lpo_spec_from_hf_config(const char *json, size_t len, const char *ori
                           act);
     /* sliding window: mistral uses it whenever set; qwen2/3 only with use_sliding_window */
     int64_t sw = j_int(&c, root, "sliding_window", 0);
-    if ((s->arch == LPO_ARCH_QWEN2 || s->arch == LPO_ARCH_QWEN3) &&
+    if ((s->arch == LPO_ARCH_QWEN2 || s->arch == LPO_ARCH_QWEN3 || s->arch == LPO_ARCH_QWEN3_MOE) &&
         !j_bool(&c, root, "use_sliding_window", 0))
         sw = 0;
     s->sliding_window = sw > 0 && sw < s->max_positions ? sw : 0;
@@ -361,9 +493,10 @@ lpo_status lpo_spec_from_hf_config(const char *json, size_t len, const char *ori
                           "%s: torch_dtype '%s' is not supported (float32, float16, bfloat16)", origin, dt);
     s->bos_id = -1;
     parse_ids(&c, root, s);
-    if (cJSON_GetObjectItemCaseSensitive(root, "num_local_experts") ||
-        cJSON_GetObjectItemCaseSensitive(root, "num_experts"))
-        s->n_experts = j_int(&c, root, "num_local_experts", j_int(&c, root, "num_experts", 0));
+    if (s->n_layers > LPO_MAX_LAYERS && c.st == LPO_OK) /* before mlp_only_layers is read into the bitmap */
+        c.st = lpo_errorf(LPO_E_FORMAT, "%s: num_hidden_layers %lld out of range (1..%d)", origin,
+                          (long long)s->n_layers, LPO_MAX_LAYERS);
+    if (c.st == LPO_OK) parse_moe(&c, root, s);
     cJSON_Delete(root);
     if (c.st != LPO_OK) return c.st;
     /* display name: the folder holding config.json */
@@ -396,7 +529,7 @@ lpo_part lpo_tensor_part(const char *n) {
     if (!strcmp(n, "model.norm.weight")) return LPO_PART_NORM;
     if (strncmp(n, "model.layers.", 13) != 0) return LPO_PART_OTHER;
     if (strstr(n, ".self_attn.")) return LPO_PART_ATTN;
-    if (strstr(n, ".mlp.")) return LPO_PART_MLP;
+    if (strstr(n, ".mlp.") || strstr(n, ".block_sparse_moe.")) return LPO_PART_MLP;
     if (strstr(n, "layernorm.weight")) return LPO_PART_NORM;
     return LPO_PART_OTHER;
 }
@@ -422,7 +555,9 @@ lpo_status lpo_spec_tensors(const lpo_model_spec *s, lpo_tensor_desc **out, size
     *n_out = 0;
     lpo_status st = lpo_spec_validate(s);
     if (st != LPO_OK) return st;
-    size_t cap = 3 + (size_t)s->n_layers * 20;
+    const lpo_moe_names *mn = lpo_spec_moe_names(s);
+    const int64_t E = s->moe.n_experts, EI = s->moe.intermediate_size;
+    size_t cap = 3 + (size_t)s->n_layers * (20 + 1 + 3 * (size_t)(E > 0 ? E : 0));
     lpo_tensor_desc *d = calloc(cap, sizeof *d);
     if (!d) return lpo_errorf(LPO_E_NOMEM, "out of memory listing %zu tensors", cap);
     size_t n = 0;
@@ -447,6 +582,18 @@ lpo_status lpo_spec_tensors(const lpo_model_spec *s, lpo_tensor_desc **out, size
         add_desc(d, &n, LPO_PART_ATTN, l, h, q, "%s.%d.self_attn.o_proj.weight", p, l);
         if (s->o_bias) add_desc(d, &n, LPO_PART_ATTN, l, h, 0, "%s.%d.self_attn.o_proj.bias", p, l);
         add_desc(d, &n, LPO_PART_NORM, l, h, 0, "%s.%d.post_attention_layernorm.weight", p, l);
+        if (lpo_spec_layer_is_moe(s, l)) { /* router, then each expert's gate, up, down (hub layout) */
+            add_desc(d, &n, LPO_PART_MLP, l, E, h, "%s.%d.%s.gate.weight", p, l, mn->block);
+            for (int64_t e = 0; e < E; e++) {
+                add_desc(d, &n, LPO_PART_MLP, l, EI, h, "%s.%d.%s.experts.%lld.%s.weight", p, l, mn->block,
+                         (long long)e, mn->gate);
+                add_desc(d, &n, LPO_PART_MLP, l, EI, h, "%s.%d.%s.experts.%lld.%s.weight", p, l, mn->block,
+                         (long long)e, mn->up);
+                add_desc(d, &n, LPO_PART_MLP, l, h, EI, "%s.%d.%s.experts.%lld.%s.weight", p, l, mn->block,
+                         (long long)e, mn->down);
+            }
+            continue;
+        }
         add_desc(d, &n, LPO_PART_MLP, l, ff, h, "%s.%d.mlp.gate_proj.weight", p, l);
         add_desc(d, &n, LPO_PART_MLP, l, ff, h, "%s.%d.mlp.up_proj.weight", p, l);
         add_desc(d, &n, LPO_PART_MLP, l, h, ff, "%s.%d.mlp.down_proj.weight", p, l);

@@ -446,6 +446,16 @@ static void test_optional_keys_and_ids(void **state) {
     assert_null(strstr(lpo_last_error(), "not found"));
     free(b.p);
     memset(&b, 0, sizeof b);
+    /* a mixture-of-experts file (llama.cpp's Mixtral: arch llama with an expert count) is refused by name,
+     * not loaded as a dense model */
+    header(&b, 3, 0, 2);
+    kv_str(&b, "general.architecture", "llama");
+    kv_u32(&b, "llama.expert_count", 8);
+    assert_int_equal(lpo_write_file(path, b.p, b.n), LPO_OK);
+    assert_int_equal(lpo_model_open_path(path, &m), LPO_E_UNSUPPORTED);
+    assert_non_null(strstr(lpo_last_error(), "llama.expert_count = 8"));
+    free(b.p);
+    memset(&b, 0, sizeof b);
     /* a SentencePiece tokenizer whose bos id is past the vocabulary: an error (bos=true added nothing) */
     const char *toks[] = {"<unk>", "<s>", "</s>", "a", "b"};
     for (int variant = 0; variant < 3; variant++) {

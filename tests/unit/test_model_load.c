@@ -134,6 +134,62 @@ static void test_tiny_mistral(void **state) {
     lpo_model_close(m);
 }
 
+/* The MoE golden folders of tests/golden/engine (hub layout: one tensor per expert): spec, which layers are
+ * sparse, every tensor lpo_spec_tensors lists present, parameters as the safetensors files hold them. */
+static lpo_model *open_moe(const char *name, int64_t n_params, size_t n_tensors) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/tests/golden/engine/%s", LPO_SOURCE_DIR, name);
+    lpo_model *m = NULL;
+    if (lpo_model_open_path(dir, &m) != LPO_OK) fail_msg("%s: %s", name, lpo_last_error());
+    lpo_tensor_desc *d;
+    size_t n;
+    assert_int_equal(lpo_spec_tensors(lpo_model_get_spec(m), &d, &n), LPO_OK);
+    assert_int_equal(n, n_tensors);
+    for (size_t i = 0; i < n; i++) {
+        const lpo_tensor *t = lpo_model_tensor(m, d[i].name);
+        if (!t) fail_msg("%s: %s missing", name, d[i].name);
+        assert_int_equal(t->shape[0], d[i].shape[0]);
+        assert_int_equal(lpo_tensor_part(d[i].name), d[i].part);
+    }
+    free(d);
+    assert_int_equal(lpo_model_n_tensors(m), n_tensors);
+    lpo_param_summary p;
+    assert_int_equal(lpo_model_param_summary(m, &p), LPO_OK);
+    assert_int_equal(p.total, n_params);
+    return m;
+}
+
+static void test_moe_folders(void **state) {
+    (void)state;
+    lpo_model *m = open_moe("mixtral_moe", 115520, 41);
+    const lpo_model_spec *s = lpo_model_get_spec(m);
+    assert_int_equal(s->arch, LPO_ARCH_MIXTRAL);
+    assert_true(s->moe.n_experts == 4 && s->moe.n_experts_used == 2 && s->moe.intermediate_size == 48);
+    assert_true(s->moe.norm_topk_prob && lpo_spec_layer_is_moe(s, 0) && lpo_spec_layer_is_moe(s, 1));
+    assert_int_equal(s->sliding_window, 8);
+    const lpo_tensor *t = lpo_model_tensor(m, "model.layers.1.block_sparse_moe.experts.3.w2.weight");
+    assert_true(t && t->shape[0] == 64 && t->shape[1] == 48);
+    assert_non_null(lpo_model_tensor(m, "model.layers.0.block_sparse_moe.gate.weight"));
+    lpo_model_close(m);
+
+    m = open_moe("qwen3_moe_norm", 202368, 79);
+    s = lpo_model_get_spec(m);
+    assert_int_equal(s->arch, LPO_ARCH_QWEN3_MOE);
+    assert_true(s->moe.n_experts == 8 && s->moe.n_experts_used == 2 && s->moe.intermediate_size == 32);
+    assert_true(s->moe.norm_topk_prob && s->qk_norm && s->tied_embeddings && s->intermediate_size == 96);
+    assert_true(lpo_spec_layer_is_moe(s, 0) && !lpo_spec_layer_is_moe(s, 1) && lpo_spec_layer_is_moe(s, 2));
+    assert_non_null(lpo_model_tensor(m, "model.layers.1.mlp.gate_proj.weight")); /* the dense layer */
+    assert_non_null(lpo_model_tensor(m, "model.layers.2.mlp.experts.7.up_proj.weight"));
+    lpo_model_close(m);
+
+    m = open_moe("qwen3_moe_step", 190656, 95);
+    s = lpo_model_get_spec(m);
+    assert_true(s->moe.n_experts == 6 && s->moe.n_experts_used == 3 && !s->moe.norm_topk_prob);
+    assert_true(s->moe.sparse_step == 2 && s->qkv_bias && s->o_bias);
+    for (int l = 0; l < 4; l++) assert_int_equal(lpo_spec_layer_is_moe(s, l), l % 2 == 1);
+    lpo_model_close(m);
+}
+
 /* ---- HF hub cache
  * ------------------------------------------------------------------------------------------- */
 static void mk(const char *root, const char *rel) {
@@ -249,7 +305,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiny_llama),         cmocka_unit_test(test_tiny_qwen2),
         cmocka_unit_test(test_tiny_qwen3_sharded), cmocka_unit_test(test_tiny_mistral),
-        cmocka_unit_test(test_hf_cache),           cmocka_unit_test(test_analyze_cli),
+        cmocka_unit_test(test_moe_folders),        cmocka_unit_test(test_hf_cache),
+        cmocka_unit_test(test_analyze_cli),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

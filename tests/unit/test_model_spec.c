@@ -17,10 +17,12 @@
 
 static void test_arch_names(void **state) {
     (void)state;
-    const char *ok[][2] = {{"LlamaForCausalLM", "llama"},     {"llama", "llama"},
-                           {"MistralForCausalLM", "mistral"}, {"mistral", "mistral"},
-                           {"Qwen2ForCausalLM", "qwen2"},     {"qwen2", "qwen2"},
-                           {"Qwen3ForCausalLM", "qwen3"},     {"qwen3", "qwen3"}};
+    const char *ok[][2] = {{"LlamaForCausalLM", "llama"},        {"llama", "llama"},
+                           {"MistralForCausalLM", "mistral"},    {"mistral", "mistral"},
+                           {"Qwen2ForCausalLM", "qwen2"},        {"qwen2", "qwen2"},
+                           {"Qwen3ForCausalLM", "qwen3"},        {"qwen3", "qwen3"},
+                           {"MixtralForCausalLM", "mixtral"},    {"mixtral", "mixtral"},
+                           {"Qwen3MoeForCausalLM", "qwen3_moe"}, {"qwen3_moe", "qwen3_moe"}};
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
         lpo_arch a;
         assert_int_equal(lpo_arch_from_name(ok[i][0], &a), LPO_OK);
@@ -106,6 +108,94 @@ static void test_hf_config_variants(void **state) {
     assert_int_equal(parse(ya, &s), LPO_OK);
     assert_int_equal(s.rope.scaling, LPO_ROPE_YARN);
     assert_true(s.rope.beta_fast == 16 && s.rope.beta_slow == 1 && s.rope.attn_factor == 1.2);
+}
+
+/* Mixture-of-experts configs: transformers 5 keys and defaults, the sparse-layer rule, and the routing
+ * options lpo does not implement refused by name. */
+static void test_hf_config_moe(void **state) {
+    (void)state;
+    lpo_model_spec s;
+    /* Mixtral-8x7B's published config: 8 experts of 14336, 2 per token, renormalised, every layer sparse */
+    const char *mx =
+        "{\"architectures\":[\"MixtralForCausalLM\"],\"model_type\":\"mixtral\",\"vocab_size\":32000,"
+        "\"hidden_size\":4096,\"num_hidden_layers\":32,\"num_attention_heads\":32,\"num_key_value_heads\":8,"
+        "\"intermediate_size\":14336,\"num_local_experts\":8,\"num_experts_per_tok\":2,"
+        "\"router_aux_loss_coef\":0.02,\"router_jitter_noise\":0.0,\"output_router_logits\":false,"
+        "\"rope_theta\":1e6,\"sliding_window\":null,\"max_position_embeddings\":32768}";
+    assert_int_equal(parse(mx, &s), LPO_OK);
+    assert_int_equal(s.arch, LPO_ARCH_MIXTRAL);
+    assert_true(s.moe.n_experts == 8 && s.moe.n_experts_used == 2 && s.moe.intermediate_size == 14336);
+    assert_true(s.moe.norm_topk_prob && s.moe.sparse_step == 1 && !s.qk_norm && s.sliding_window == 0);
+    for (int l = 0; l < 32; l++) assert_true(lpo_spec_layer_is_moe(&s, l));
+    assert_string_equal(lpo_spec_moe_names(&s)->block, "block_sparse_moe");
+    assert_string_equal(lpo_spec_moe_names(&s)->down, "w2");
+    /* Qwen3-30B-A3B's: 128 experts of 768, 8 per token, q/k norm; HF's default norm_topk_prob is false */
+    const char *q =
+        "{\"architectures\":[\"Qwen3MoeForCausalLM\"],\"vocab_size\":151936,\"hidden_size\":2048,"
+        "\"num_hidden_layers\":48,\"num_attention_heads\":32,\"num_key_value_heads\":4,\"head_dim\":128,"
+        "\"intermediate_size\":6144,\"moe_intermediate_size\":768,\"num_experts\":128,"
+        "\"num_experts_per_tok\":8,\"norm_topk_prob\":true,\"decoder_sparse_step\":1,\"mlp_only_layers\":[],"
+        "\"sliding_window\":null,\"use_sliding_window\":false,\"rope_theta\":1000000.0}";
+    assert_int_equal(parse(q, &s), LPO_OK);
+    assert_int_equal(s.arch, LPO_ARCH_QWEN3_MOE);
+    assert_true(s.moe.n_experts == 128 && s.moe.n_experts_used == 8 && s.moe.intermediate_size == 768);
+    assert_true(s.moe.norm_topk_prob && s.qk_norm && lpo_spec_has_moe(&s));
+    assert_string_equal(lpo_spec_moe_names(&s)->gate, "gate_proj");
+    /* defaults, dense layers by mlp_only_layers and decoder_sparse_step; num_local_experts (what
+     * transformers 5 writes) for num_experts */
+    const char *base = "{\"model_type\":\"qwen3_moe\",\"vocab_size\":100,\"hidden_size\":64,"
+                       "\"num_hidden_layers\":6,\"num_attention_heads\":4,\"intermediate_size\":128,";
+    char j[1024];
+    snprintf(j, sizeof j,
+             "%s\"num_local_experts\":4,\"num_experts_per_tok\":2,\"decoder_sparse_step\":2,"
+             "\"mlp_only_layers\":[3,1,5]}",
+             base);
+    assert_int_equal(parse(j, &s), LPO_OK);
+    assert_true(s.moe.n_experts == 4 && s.moe.intermediate_size == 768 && !s.moe.norm_topk_prob);
+    for (int l = 0; l < 6; l++) assert_false(lpo_spec_layer_is_moe(&s, l)); /* 1, 3, 5 sparse but listed */
+    snprintf(j, sizeof j,
+             "%s\"num_experts\":4,\"num_experts_per_tok\":2,\"decoder_sparse_step\":2,"
+             "\"mlp_only_layers\":[3]}",
+             base);
+    assert_int_equal(parse(j, &s), LPO_OK);
+    for (int l = 0; l < 6; l++) assert_int_equal(lpo_spec_layer_is_moe(&s, l), l == 1 || l == 5);
+    snprintf(j, sizeof j, "%s\"num_experts\":0}", base); /* HF: dense throughout */
+    assert_int_equal(parse(j, &s), LPO_OK);
+    assert_false(lpo_spec_has_moe(&s));
+    /* refused by name: options of other MoE families, values out of range, contradictions */
+    static const struct {
+        const char *keys, *needle;
+        lpo_status st;
+    } bad[] = {
+        {"\"n_shared_experts\":2", "'n_shared_experts' asks for shared experts", LPO_E_UNSUPPORTED},
+        {"\"shared_expert_intermediate_size\":512", "shared experts", LPO_E_UNSUPPORTED},
+        {"\"routed_scaling_factor\":2.5", "'routed_scaling_factor'", LPO_E_UNSUPPORTED},
+        {"\"n_group\":8,\"topk_group\":3", "group-limited top-k", LPO_E_UNSUPPORTED},
+        {"\"first_k_dense_replace\":1", "'first_k_dense_replace'", LPO_E_UNSUPPORTED},
+        {"\"scoring_func\":\"sigmoid\"", "'scoring_func' 'sigmoid'", LPO_E_UNSUPPORTED},
+        {"\"topk_method\":\"noaux_tc\"", "'topk_method' 'noaux_tc'", LPO_E_UNSUPPORTED},
+        {"\"mlp_only_layers\":[6]", "'mlp_only_layers' holds 6", LPO_E_FORMAT},
+        {"\"mlp_only_layers\":3", "list of layer indices", LPO_E_FORMAT},
+        {"\"num_experts\":4,\"num_local_experts\":8", "disagree", LPO_E_FORMAT},
+        {"\"num_experts\":4,\"num_experts_per_tok\":5", "experts per token 5 must be in 1..4", LPO_E_FORMAT},
+        {"\"decoder_sparse_step\":0", "decoder_sparse_step 0", LPO_E_FORMAT},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(j, sizeof j, "%s%s}", base, bad[i].keys);
+        assert_int_equal(parse(j, &s), bad[i].st);
+        if (!strstr(lpo_last_error(), bad[i].needle)) fail_msg("%s: '%s'", bad[i].keys, lpo_last_error());
+    }
+    /* the values that mean "none" pass */
+    snprintf(j, sizeof j, "%s\"n_shared_experts\":0,\"routed_scaling_factor\":1.0,\"n_group\":null}", base);
+    assert_int_equal(parse(j, &s), LPO_OK);
+    /* mixtral always renormalises: a config saying otherwise is not guessed at */
+    const char *mb = "{\"model_type\":\"mixtral\",\"vocab_size\":100,\"hidden_size\":64,"
+                     "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"intermediate_size\":128,";
+    snprintf(j, sizeof j, "%s\"norm_topk_prob\":false}", mb);
+    assert_int_equal(parse(j, &s), LPO_E_UNSUPPORTED);
+    assert_non_null(strstr(lpo_last_error(), "'norm_topk_prob'"));
+    snprintf(j, sizeof j, "%s\"num_local_experts\":0}", mb);
+    assert_int_equal(parse(j, &s), LPO_E_FORMAT);
 }
 
 static void test_hf_config_errors(void **state) {
@@ -416,11 +506,11 @@ static void test_config_errors(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_arch_names),         cmocka_unit_test(test_hf_config_llama31),
-        cmocka_unit_test(test_hf_config_variants), cmocka_unit_test(test_hf_config_errors),
-        cmocka_unit_test(test_tensor_list),        cmocka_unit_test(test_preset_param_counts),
-        cmocka_unit_test(test_preset_details),     cmocka_unit_test(test_synthetic_values),
-        cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_arch_names),          cmocka_unit_test(test_hf_config_llama31),
+        cmocka_unit_test(test_hf_config_variants),  cmocka_unit_test(test_hf_config_errors),
+        cmocka_unit_test(test_hf_config_moe),       cmocka_unit_test(test_tensor_list),
+        cmocka_unit_test(test_preset_param_counts), cmocka_unit_test(test_preset_details),
+        cmocka_unit_test(test_synthetic_values),    cmocka_unit_test(test_config_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
