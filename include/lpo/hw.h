@@ -66,6 +66,21 @@ void lpo_env_write_json(const lpo_env_info *e, lpo_json *j);
  * cuda, cuda_archs, cuda_build_version}: env.json's "lpo", and every result file's. */
 void lpo_build_write_json(lpo_json *j);
 
+/* Why no GPU can be used, in words, from what the CUDA runtime answered: err_name and err_text are
+ * cudaGetDeviceCount's error (cudaGetErrorName, cudaGetErrorString; NULL when it succeeded with 0 devices),
+ * driver_version and runtime_version cudaDriverGetVersion's and cudaRuntimeGetVersion's (0: none, 13000 =
+ * 13.0), driver_installed lpo_hw_driver_installed's bits. The runtime says "driver version is insufficient"
+ * also when there is no driver at all: the driver's presence tells the two apart. Writes out (n > 0). */
+void lpo_hw_no_gpu_reason(const char *err_name, const char *err_text, int driver_version, int runtime_version,
+                          unsigned driver_installed, char *out, size_t n);
+#define LPO_HW_DRIVER_MODULE  1u /* /proc/driver/nvidia exists: the kernel module is loaded */
+#define LPO_HW_DRIVER_LIBCUDA 2u /* libcuda.so.1 (the user-space driver) loads */
+/* Which parts of an NVIDIA driver this machine has (LPO_HW_DRIVER_* bits; 0: none). */
+unsigned lpo_hw_driver_installed(void);
+/* How many CUDA GPUs this process can use; when none, why in why[0..n) (lpo_hw_no_gpu_reason's words, or
+ * "lpo was built without CUDA"). */
+int lpo_hw_gpu_count(char *why, size_t n);
+
 /* Runs the device check kernel on CUDA device `dev`: y = a*x + b over n random floats, compared with the
  * C reference. LPO_E_NO_DEVICE without CUDA; LPO_E_CUDA with the CUDA error; LPO_E_RANGE on a mismatch
  * (message names the first bad element). Implemented in src/hw/device_check.cu. */

@@ -1,5 +1,6 @@
 /* Machine description for `lpo env` and env.json: host (CPU, memory, OS, kernel, glibc), the CUDA runtime
  * and its GPUs (when built with CUDA), NVML (dlopen) for driver version, clocks, temperature, power. */
+#include <dlfcn.h>
 #include <gnu/libc-version.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,57 @@ static void collect_host(lpo_env_info *e) {
 
 /* ---- CUDA ------------------------------------------------------------------------------------------------
  */
+unsigned lpo_hw_driver_installed(void) {
+    unsigned bits = access("/proc/driver/nvidia", F_OK) == 0 ? LPO_HW_DRIVER_MODULE : 0;
+    void *lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (lib) {
+        bits |= LPO_HW_DRIVER_LIBCUDA;
+        dlclose(lib);
+    }
+    return bits;
+}
+
+void lpo_hw_no_gpu_reason(const char *err_name, const char *err_text, int driver_version, int runtime_version,
+                          unsigned driver_installed, char *out, size_t n) {
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+    if (!driver_version && !driver_installed)
+        snprintf(out, n, "no NVIDIA driver on this machine (no /proc/driver/nvidia, libcuda.so.1 not found)");
+    else if (!driver_version && !(driver_installed & LPO_HW_DRIVER_LIBCUDA))
+        snprintf(out, n,
+                 "the NVIDIA kernel module is loaded but its CUDA library libcuda.so.1 is not found (install "
+                 "the driver's user-space part, or add its folder to LD_LIBRARY_PATH)");
+    else if (!(driver_installed & LPO_HW_DRIVER_MODULE) && (driver_installed & LPO_HW_DRIVER_LIBCUDA))
+        snprintf(out, n,
+                 "no NVIDIA kernel driver is loaded (no /proc/driver/nvidia; libcuda.so.1 is installed): no "
+                 "GPU is reachable from here (a container started without GPUs?)");
+    else if (err_name && !strcmp(err_name, "cudaErrorInsufficientDriver") && driver_version &&
+             runtime_version > driver_version)
+        snprintf(out, n, "the NVIDIA driver supports CUDA %d.%d, this lpo needs %d.%d (update the driver)",
+                 driver_version / 1000, driver_version % 1000 / 10, runtime_version / 1000,
+                 runtime_version % 1000 / 10);
+    else if (!err_name || !strcmp(err_name, "cudaErrorNoDevice"))
+        snprintf(out, n, "the NVIDIA driver sees no CUDA device%s%s%s", vis ? " (CUDA_VISIBLE_DEVICES=" : "",
+                 vis ? vis : "", vis ? ")" : "");
+    else
+        snprintf(out, n, "%s (%s)", err_text ? err_text : "unknown CUDA error", err_name);
+}
+
+int lpo_hw_gpu_count(char *why, size_t n) {
+#ifdef LPO_HAVE_CUDA
+    int count = 0, drv = 0, rt = 0;
+    const cudaError_t err = cudaGetDeviceCount(&count);
+    if (err == cudaSuccess && count > 0) return count;
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rt);
+    (void)cudaGetLastError(); /* nothing of this is left for a later launch check */
+    lpo_hw_no_gpu_reason(err == cudaSuccess ? NULL : cudaGetErrorName(err), cudaGetErrorString(err), drv, rt,
+                         lpo_hw_driver_installed(), why, n);
+#else
+    snprintf(why, n, "lpo was built without CUDA (CPU-only build)");
+#endif
+    return 0;
+}
+
 static void collect_cuda(lpo_env_info *e, int check_kernels) {
 #ifdef LPO_HAVE_CUDA
     e->cuda_built = 1;
@@ -70,12 +122,13 @@ static void collect_cuda(lpo_env_info *e, int check_kernels) {
     if (cudaDriverGetVersion(&v) == cudaSuccess) e->cuda_driver_version = v;
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess) {
-        snprintf(e->cuda_error, sizeof e->cuda_error, "%s (%s)%s", cudaGetErrorString(err),
-                 cudaGetErrorName(err), e->cuda_driver_version ? "" : "; no NVIDIA driver on this machine");
+    if (err != cudaSuccess || count == 0) {
+        (void)cudaGetLastError();
+        lpo_hw_no_gpu_reason(err == cudaSuccess ? NULL : cudaGetErrorName(err), cudaGetErrorString(err),
+                             e->cuda_driver_version, e->cuda_runtime_version, lpo_hw_driver_installed(),
+                             e->cuda_error, sizeof e->cuda_error);
         return;
     }
-    if (count == 0) snprintf(e->cuda_error, sizeof e->cuda_error, "the CUDA runtime sees no device");
     // each CUDA device
     for (int d = 0; d < count && e->n_gpus < LPO_MAX_GPUS; d++) {
         lpo_gpu_info *g = &e->gpus[e->n_gpus++];

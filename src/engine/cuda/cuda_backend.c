@@ -49,6 +49,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lpo/hw.h"
+
 /* ---- marks, callbacks, activations, sizes ------------------------------------------------------------- */
 static lpo_status cuda_mark(void *vctx, int id) {
     cuda_ctx *c = vctx;
@@ -118,27 +120,9 @@ static void cuda_free(void *vctx) {
 
 /* A GPU and a driver answer (backend=auto asks before choosing this backend). */
 static lpo_status cuda_usable(void) {
-    int n_dev = 0, drv = 0, rt = 0;
-    const cudaError_t e = cudaGetDeviceCount(&n_dev);
-    if (e == cudaSuccess && n_dev > 0) return LPO_OK;
-    cudaDriverGetVersion(&drv);
-    cudaRuntimeGetVersion(&rt);
-    (void)cudaGetLastError(); /* nothing of this is left for a later launch check */
-    if (drv == 0)
-        return lpo_errorf(
-            LPO_E_NO_DEVICE,
-            "cuda backend: no usable GPU: no NVIDIA driver is loaded on this machine (libcuda not "
-            "found); use backend=cpu");
-    if (e == cudaErrorInsufficientDriver)
-        return lpo_errorf(
-            LPO_E_NO_DEVICE,
-            "cuda backend: no usable GPU: the NVIDIA driver supports CUDA %d.%d, this build of lpo "
-            "needs %d.%d (update the driver)",
-            drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
-    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-    return lpo_errorf(LPO_E_NO_DEVICE, "cuda backend: no usable GPU: %s%s%s%s",
-                      e != cudaSuccess ? cudaGetErrorString(e) : "the driver sees no CUDA device",
-                      vis ? " (CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "", vis ? ")" : "");
+    char why[256];
+    if (lpo_hw_gpu_count(why, sizeof why) > 0) return LPO_OK;
+    return lpo_errorf(LPO_E_NO_DEVICE, "cuda backend: no usable GPU: %s; use backend=cpu", why);
 }
 
 static lpo_status cuda_init(const lpo_backend_init *in, void **out) {
