@@ -74,6 +74,8 @@ typedef struct {
     const lpo_trace_counters *counters; /* NULL: no counter tracks */
     const char *title;                  /* summary.md heading (e.g. the traced command) */
     const lpo_trace_peaks *peaks;       /* for operators.csv (traces with PyTorch operators); NULL: none */
+    const char
+        *no_gpu; /* why the traced machine had no usable GPU (summary.md says so first); NULL: it had */
 } lpo_trace_report_opts;
 
 /* Timings of lpo_trace_write_reports (ms), for the post-processing budget. */

@@ -46,6 +46,7 @@ lpo_status lpo_trace_cli_summarize(const char *dir, const char *title, const cha
     char *info = NULL;
     lpo_trace_peaks peaks = {0};
     int have_peaks = 0, want_torch = 0;
+    char no_gpu[256] = "";
     snprintf(p, sizeof p, "%s/trace_info.json", dir);
     if (lpo_path_exists(p) && lpo_read_file(p, &info, NULL) == LPO_OK) {
         cJSON *root = cJSON_Parse(info);
@@ -53,7 +54,7 @@ lpo_status lpo_trace_cli_summarize(const char *dir, const char *title, const cha
         int64_t v = 0; /* checked: a cast of 1e300 or -1 is undefined behaviour */
         if (cJSON_IsNumber(jt) && lpo_double_to_i64(jt->valuedouble, 1, INT64_MAX, &v))
             nvml_t0 = (uint64_t)v;
-        else if (jt)
+        else if (jt && !cJSON_IsNull(jt)) /* null: the sampler did not run (no NVML: trace_info's "nvml") */
             LPO_WARN("%s: nvml_t0_monotonic_ns is not a time in ns; the NVML counters are left out", p);
         const cJSON *pk = cJSON_GetObjectItem(root, "peaks"); /* the operator table's peaks */
         if (cJSON_IsObject(pk)) {
@@ -72,6 +73,9 @@ lpo_status lpo_trace_cli_summarize(const char *dir, const char *title, const cha
             have_peaks = 1;
         }
         want_torch = cJSON_IsTrue(cJSON_GetObjectItem(root, "torch_ops"));
+        const cJSON *ng = cJSON_GetObjectItem(root, "no_gpu");
+        if (cJSON_IsString(ng) && ng->valuestring[0])
+            snprintf(no_gpu, sizeof no_gpu, "%.250s", ng->valuestring);
         cJSON_Delete(root);
         free(info);
     }
@@ -82,7 +86,8 @@ lpo_status lpo_trace_cli_summarize(const char *dir, const char *title, const cha
                                .json = json,
                                .title = title,
                                .counters = have_counters ? &c : NULL,
-                               .peaks = have_peaks ? &peaks : NULL};
+                               .peaks = have_peaks ? &peaks : NULL,
+                               .no_gpu = no_gpu[0] ? no_gpu : NULL};
     lpo_trace_timing tm;
     st = lpo_trace_write_reports(t, dir, &o, &tm);
     if (!st) {
@@ -100,6 +105,11 @@ lpo_status lpo_trace_cli_summarize(const char *dir, const char *title, const cha
                     "lpo trace: WARNING: records dropped (CUPTI %llu, buffer pool %llu, staging %llu)\n",
                     (unsigned long long)s.dropped_cupti, (unsigned long long)s.dropped_probe,
                     (unsigned long long)s.dropped_staged);
+        if (no_gpu[0])
+            fprintf(stderr,
+                    "lpo trace: no GPU: %s; no kernel, copy or CUDA call could be recorded. What was "
+                    "recorded: the exit status and command (trace_info.json)%s; see summary.md\n",
+                    no_gpu, s.ranges ? ", the NVTX ranges" : "");
         if (want_torch && !lpo_trace_has_torch_ops(t))
             fprintf(stderr,
                     "lpo trace: warning: --torch-ops, but no PyTorch operator was recorded (did the program "

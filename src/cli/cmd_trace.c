@@ -18,6 +18,7 @@
 #include "cli/trace_cli.h"
 #include "lpo/analysis.h"
 #include "lpo/core.h"
+#include "lpo/hw.h"
 #include "lpo/measure.h"
 #include "lpo/nvml_sampler.h"
 #include "lpo/probe.h"
@@ -68,6 +69,7 @@ typedef struct {
     lpo_peaks peaks;     /* of GPU 0, for the operator table (source NONE: unknown) */
     uint64_t nvml_t0_ns; /* CLOCK_MONOTONIC at the sampler's start; 0: no samples */
     char nvml_note[256];
+    char no_gpu[256]; /* why this machine has no usable GPU ("": it has one) */
 } run_info;
 
 /* Starts the NVML sampler of GPU 0 (nvml.csv, counter tracks); NULL when off or unavailable. */
@@ -188,6 +190,7 @@ static lpo_status write_info(const char *dir, const lpo_cli_args *a, uint32_t ac
     lpo_json_kv_str(&j, "delay_s", lpo_cli_flag_value(a, "delay"));
     lpo_json_kv_str(&j, "duration_s", lpo_cli_flag_value(a, "duration"));
     lpo_json_kv_str(&j, "nvml", ri->nvml_note);
+    lpo_json_kv_str(&j, "no_gpu", ri->no_gpu[0] ? ri->no_gpu : NULL);
     lpo_json_kv_bool(&j, "torch_ops", lpo_cli_flag_value(a, "torch-ops") != NULL);
     if (ri->peaks.source != LPO_PEAKS_NONE) { /* what operators.csv's MFU/MBU are against */
         char label[768];
@@ -290,6 +293,9 @@ int lpo_cmd_trace(int argc, char **argv) {
             memset(&ri.peaks, 0, sizeof ri.peaks);
             lpo_error_clear();
         }
+        /* without a GPU the program still runs (its NVTX ranges are host events), and lpo says plainly
+         * what could not be recorded */
+        if (lpo_hw_gpu_count(ri.no_gpu, sizeof ri.no_gpu) > 0) ri.no_gpu[0] = 0;
         st = run_traced(args.passthrough, dir, lib, &args, acts, delay, duration, mo.nvml_sample_ms, &ri);
         if (!st) st = write_info(dir, &args, acts, &ri);
     }

@@ -141,9 +141,18 @@ static void summary(lpo_trace *t, const lpo_trace_report_opts *o, const lpo_tabl
                     lpo_strbuf *sb) {
     const lpo_trace_stats *s = &t->stats;
     lpo_sb_printf(sb, "# lpo trace%s%s\n\n", o->title ? ": " : "", o->title ? o->title : "");
+    if (o->no_gpu) /* nothing can run on a GPU: say so before any (empty) table */
+        lpo_sb_printf(sb,
+                      "**No GPU: %s.** CUPTI records GPU work only, so no kernel, copy or CUDA call could be "
+                      "recorded. What was recorded: the program's exit status and command (trace_info.json), "
+                      "the machine (env.json)%s.\n%s",
+                      o->no_gpu,
+                      s->ranges || s->marks ? " and its NVTX ranges (below)" : "; no NVTX range either",
+                      s->files ? "\n" : "");
     if (!s->files) {
-        lpo_sb_puts(sb,
-                    "No CUDA activity was recorded: the program did not initialise CUDA (or NVTX), so the "
+        if (!o->no_gpu)
+            lpo_sb_puts(
+                sb, "No CUDA activity was recorded: the program did not initialise CUDA (or NVTX), so the "
                     "tracer was never loaded. The outputs are empty but valid.\n");
         return;
     }

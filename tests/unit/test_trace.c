@@ -4,7 +4,8 @@
  * flows), truncated files (a crash), an empty trace (a program that never touched CUDA), the capture
  * gate and window, counters CSV, categories, the post-processing speed, the tracer's clock (the TSC
  * mapped onto CLOCK_MONOTONIC: monotonic, and within a millisecond of it) and the exclusive (busy) time of
- * operations that overlap on their stream (programmatic dependent launch). */
+ * operations that overlap on their stream (programmatic dependent launch); `lpo trace` where no GPU can be
+ * used says so. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,6 +22,7 @@
 
 #include "lpo/core.h"
 #include "lpo/probe.h"
+#include "lpo/hw.h"
 #include "lpo/report.h"
 #include "lpo/trace.h"
 #include "probe/trace_clock.h"
@@ -409,9 +411,56 @@ static void test_empty(void **state) {
     char *sum = slurp(path_in(dir, "summary.md"));
     assert_non_null(strstr(sum, "No CUDA activity"));
     free(sum);
+    /* issue 22: traced on a machine without a GPU, the summary says so and what was recorded */
+    o.no_gpu = "no NVIDIA driver on this machine (no /proc/driver/nvidia, libcuda.so.1 not found)";
+    if (lpo_trace_write_reports(t, dir, &o, NULL)) fail_msg("%s", lpo_last_error());
+    sum = slurp(path_in(dir, "summary.md"));
+    assert_non_null(strstr(sum, "**No GPU: no NVIDIA driver on this machine (no /proc/driver/nvidia, "));
+    assert_non_null(
+        strstr(sum, "What was recorded: the program's exit status and command (trace_info.json)"));
+    assert_non_null(strstr(sum, "no NVTX range either"));
+    assert_null(strstr(sum, "did not initialise CUDA"));
+    free(sum);
     lpo_trace_free(t);
     remove_tree(dir);
     free(dir);
+}
+
+/* issue 22: `lpo trace -- /bin/true` where no GPU can be used (this CI machine) exits with the program's
+ * status and says plainly that there is no GPU and what was recorded; with a GPU, the program's status and
+ * no warning about the NVML sampler's start time. A CPU-only build has no tracer and says so. */
+static void test_trace_no_gpu(void **state) {
+    (void)state;
+    char *out = NULL, *err = NULL;
+    const int rc = lpo_test_run_lpo("trace output.dir=tr -- /bin/true", &out, &err);
+    printf("lpo trace -- /bin/true: exit %d\n%s", rc, err);
+    if (strstr(err, "the tracer library")) { /* CPU-only build */
+        assert_int_not_equal(rc, 0);
+        free(out);
+        free(err);
+        return;
+    }
+    assert_int_equal(rc, 0);
+    assert_null(strstr(err, "nvml_t0_monotonic_ns"));
+    char why[256];
+    char *info = slurp("tr/trace_info.json"), *sum = slurp("tr/summary.md");
+    cJSON *j = cJSON_Parse(info);
+    assert_non_null(j);
+    const cJSON *ng = cJSON_GetObjectItem(j, "no_gpu");
+    if (lpo_hw_gpu_count(why, sizeof why) == 0) {
+        assert_true(cJSON_IsString(ng));
+        assert_string_equal(ng->valuestring, why);
+        assert_non_null(strstr(err, "lpo trace: no GPU: "));
+        assert_non_null(strstr(sum, "**No GPU: "));
+    } else {
+        assert_true(cJSON_IsNull(ng));
+        assert_null(strstr(sum, "No GPU"));
+    }
+    cJSON_Delete(j);
+    free(info);
+    free(sum);
+    free(out);
+    free(err);
 }
 
 /* Hand-written file: gate "capture" open around the second kernel only, a start/end range, a marker. */
@@ -719,7 +768,7 @@ int main(void) {
         cmocka_unit_test(test_counters),       cmocka_unit_test(test_long_names),
         cmocka_unit_test(test_categories),     cmocka_unit_test(test_speed),
         cmocka_unit_test(test_clock),          cmocka_unit_test(test_stream_busy),
-        cmocka_unit_test(test_beside_exe),
+        cmocka_unit_test(test_beside_exe),     cmocka_unit_test(test_trace_no_gpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
