@@ -56,6 +56,29 @@ static double tok_per_s(double n, double ms) {
     return ms > 0 ? n * 1000.0 / ms : 0;
 }
 
+/* A sequence whose first generated token was an EOS: nothing was said. An instruct model does this to a
+ * bare prompt (it expects its chat template's turn markers), so the hint names infer.chat=true. */
+static int eos_at_once(const lpo_gen_seq *q) {
+    return q->reason == LPO_STOP_EOS && q->n_ids <= 1;
+}
+
+static void explain_eos_at_once(size_t n_seqs, size_t n_all, int chat) {
+    if (!n_seqs) return;
+    if (n_all == 1)
+        fprintf(stderr, "lpo generate: the completion is empty: the model's first token was its end of text "
+                        "(EOS), so no decode step ran.");
+    else
+        fprintf(stderr,
+                "lpo generate: %zu of %zu completions are empty: the model's first token was its end of "
+                "text (EOS).",
+                n_seqs, n_all);
+    if (!chat)
+        fprintf(stderr, " An instruct (chat) model often answers a bare prompt so: try infer.chat=true, "
+                        "which wraps the prompt in the model's chat template.\n");
+    else
+        fprintf(stderr, " infer.chat=true is on: check infer.chat_template, or the prompt.\n");
+}
+
 /* ---- one prompt, streamed
  * ----------------------------------------------------------------------------------- */
 static lpo_status run_single(lpo_engine *e, const lpo_cli_prompts *g, const int32_t *ids, size_t n,
@@ -84,10 +107,14 @@ static lpo_status run_single(lpo_engine *e, const lpo_cli_prompts *g, const int3
         }
         const double dec = tok_per_s((double)q.decode_steps, q.decode_ms);
         fprintf(stderr,
-                "lpo generate: %zu prompt tokens, %zu generated (stop: %s); prefill %.1f ms (%.1f tok/s), "
-                "decode %.1f tok/s (%.2f GB/s of %s weights as the %s backend holds them)\n",
-                n, q.n_ids, lpo_stop_reason_name(q.reason), q.prefill_ms, tok_per_s((double)n, q.prefill_ms),
-                dec, dec * wbytes / 1e9, lpo_dtype_name(held), lpo_engine_backend_name(e));
+                "lpo generate: %zu prompt tokens, %zu generated (stop: %s); prefill %.1f ms (%.1f tok/s), ",
+                n, q.n_ids, lpo_stop_reason_name(q.reason), q.prefill_ms, tok_per_s((double)n, q.prefill_ms));
+        if (q.decode_steps > 0)
+            fprintf(stderr, "decode %.1f tok/s (%.2f GB/s of %s weights as the %s backend holds them)\n", dec,
+                    dec * wbytes / 1e9, lpo_dtype_name(held), lpo_engine_backend_name(e));
+        else /* the prefill's token was the only one: no rate to give, rather than 0.0 tok/s */
+            fprintf(stderr, "no decode step (the prefill's token was the last)\n");
+        explain_eos_at_once(eos_at_once(&q), 1, g->ic->chat);
     }
     lpo_gen_seq_free(&q);
     return st;
@@ -111,7 +138,7 @@ static lpo_status run_dataset(lpo_session *ses, const lpo_cli_prompts *g, const 
     lpo_gen_seq *q = calloc(B, sizeof *q);
     int32_t **enc = calloc(B, sizeof *enc);
     if (st == LPO_OK && (!q || !enc)) st = lpo_errorf(LPO_E_NOMEM, "generate: out of memory");
-    size_t total_gen = 0;
+    size_t total_gen = 0, n_empty = 0;
     for (size_t b0 = 0; st == LPO_OK && b0 < n_run; b0 += B) {
         size_t nb = n_run - b0 < B ? n_run - b0 : B;
         for (size_t k = 0; k < nb && st == LPO_OK; k++) {
@@ -161,6 +188,7 @@ static lpo_status run_dataset(lpo_session *ses, const lpo_cli_prompts *g, const 
             if (st == LPO_OK) st = lpo_write_record(f, line.buf, line.len, "predictions.jsonl");
             lpo_sb_free(&line);
             total_gen += q[k].n_ids;
+            n_empty += (size_t)eos_at_once(&q[k]);
             fprintf(stderr, "lpo generate: sample %s: %zu prompt + %zu generated tokens (%s)\n", s->id,
                     q[k].n_prompt, q[k].n_ids, lpo_stop_reason_name(q[k].reason));
         }
@@ -175,6 +203,7 @@ static lpo_status run_dataset(lpo_session *ses, const lpo_cli_prompts *g, const 
     if (st == LPO_OK) {
         fprintf(stderr, "lpo generate: %zu samples, %zu tokens generated -> predictions.jsonl\n", n_run,
                 total_gen);
+        explain_eos_at_once(n_empty, n_run, g->ic->chat);
         lpo_rundir_announce(rd, stdout);
     }
     free(q);

@@ -261,6 +261,46 @@ static void test_dataset_predictions(void **state) {
     free(dir);
 }
 
+/* issue 22: an instruct model answering a bare prompt with EOS at once printed an empty completion and
+ * "decode 0.0 tok/s". The tiny model's greedy first token after "hello" made its EOS stands for that. */
+static void test_eos_at_once(void **state) {
+    (void)state;
+    char *out = NULL, *err = NULL, cmd[256];
+    assert_int_equal(
+        lpo_test_run_lpo("generate model=tiny prompt=hello infer.max_new_tokens=1 --print-ids", &out, &err),
+        0);
+    int first = -1;
+    assert_int_equal(sscanf(out, "[%d]", &first), 1);
+    /* one token: no decode step ran, and that is said rather than a rate of 0.0 tok/s */
+    assert_non_null(strstr(err, "no decode step"));
+    assert_null(strstr(err, "0.0 tok/s"));
+    free(out);
+    free(err);
+    snprintf(cmd, sizeof cmd, "generate model=tiny prompt=hello 'model.arch.eos_ids=[%d]'", first);
+    assert_int_equal(lpo_test_run_lpo(cmd, &out, &err), 0);
+    printf("%s", err);
+    assert_string_equal(out, "\n");
+    assert_non_null(strstr(err, "1 generated (stop: eos)"));
+    assert_non_null(
+        strstr(err, "the completion is empty: the model's first token was its end of text (EOS)"));
+    assert_non_null(strstr(err, "try infer.chat=true"));
+    assert_null(strstr(err, "0.0 tok/s"));
+    free(out);
+    free(err);
+    /* a dataset: how many completions are empty, once at the end */
+    snprintf(
+        cmd, sizeof cmd,
+        "generate model=tiny 'model.arch.eos_ids=[%d]' dataset=prompts dataset.path=p.jsonl output.dir=r",
+        first);
+    const char *data = "{\"prompt\": \"hello\"}\n{\"prompt\": \"hello\"}\n";
+    assert_int_equal(lpo_write_file("p.jsonl", data, strlen(data)), LPO_OK);
+    assert_int_equal(lpo_test_run_lpo(cmd, &out, &err), 0);
+    assert_non_null(strstr(err, "2 of 2 completions are empty"));
+    assert_non_null(strstr(err, "try infer.chat=true"));
+    free(out);
+    free(err);
+}
+
 /* ---- library level with the tiny preset and its byte-level tokenizer -------------------------------------
  */
 typedef struct {
@@ -357,6 +397,7 @@ int main(void) {
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_robustness),
         cmocka_unit_test(test_dataset_predictions),
+        cmocka_unit_test(test_eos_at_once),
         cmocka_unit_test(test_stop_strings_and_streaming),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
