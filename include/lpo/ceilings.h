@@ -58,6 +58,9 @@ typedef struct {
     double seconds;        /* wall time the measurement took */
     double p10, p90;       /* spread over the samples, in the value's unit (0: not recorded) */
     int samples;           /* samples the value is the median of (0: not recorded) */
+    int not_converged;     /* 1: the stopping rule never held (stopped at the timeout); 0: it held, or a
+                              file from before this was recorded */
+    double rel_stdev;      /* stdev / mean of the samples (0: not recorded) */
     lpo_nvml_summary nvml; /* clocks/power while it ran (n == 0: no NVML) */
 } lpo_ceil_entry;
 
@@ -79,9 +82,13 @@ typedef struct {
 } lpo_ceilings;
 
 void lpo_ceilings_init(lpo_ceilings *c);
-/* The MBU bandwidth (GB/s) and its name ("copy (read+write)", "read-only", "triad"); 0 and "" when none
- * of the candidates was measured. */
+/* The MBU bandwidth (GB/s) and its name ("copy (read+write)", "read-only", "triad"): the best converged
+ * candidate, else (none converged) the best one; 0 and "" when none of the candidates was measured. */
 double lpo_ceilings_mbu_gbs(const lpo_ceilings *c, const char **name);
+/* The figures of c that did not converge, "dram_read (rel stdev 31%), gemm_fp32 (...)" into buf (""
+ * when all did); returns how many. A figure that did not converge is used, never silently: `lpo ceilings`
+ * marks it in its table and every report's peaks label names it (lpo_peaks). */
+int lpo_ceilings_not_converged(const lpo_ceilings *c, char *buf, size_t n);
 
 /* JSON: {"version", "device_kind", "name", "uuid", ..., "metrics": {"gemm_bf16": {"value", "unit",
  * "detail", "seconds", "p10", "p90", "samples", "nvml": {...}}, ...}, "mbu": {"gbs", "source"}} (p10, p90,
@@ -130,7 +137,9 @@ typedef struct {
     double launch_us;              /* 0 unknown */
     char label[640]; /* for reports: "measured by lpo ceilings 2026-11-22T10:00Z (commit abc123), cache
                         <path>" | "spec sheet: NVIDIA H100 SXM5 80GB (dense) - run `lpo ceilings`" | "spec
-                        sheet (dense, ...): hardware=h100-sxm ..." | "none: ..." (says how to get peaks) */
+                        sheet (dense, ...): hardware=h100-sxm ..." | "none: ..." (says how to get peaks);
+                        measured figures that did not converge are named in it ("NOT CONVERGED: ...") */
+    char not_converged[192];  /* those figures (lpo_ceilings_not_converged; "" when all converged) */
     const lpo_gpu_spec *spec; /* spec of this device, NULL if unknown (reports show both) */
     lpo_ceilings measured;    /* valid when source == MEASURED */
 } lpo_peaks;

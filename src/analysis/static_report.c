@@ -157,6 +157,7 @@ static void json_peaks(lpo_json *j, const lpo_peaks *p) {
     lpo_json_object_begin(j);
     lpo_json_kv_str(j, "source", lpo_peaks_source_name(p->source));
     lpo_json_kv_str(j, "label", lpo_peaks_describe(p, label, sizeof label));
+    lpo_json_kv_str(j, "not_converged", p->not_converged[0] ? p->not_converged : NULL);
     lpo_json_key(j, "tflops");
     lpo_json_object_begin(j);
     for (int r = 0; r < LPO_ROOF_COUNT; r++) {

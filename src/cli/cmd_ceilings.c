@@ -50,6 +50,12 @@ static void print_record(const lpo_ceilings *c, const char *path, int cached) {
     const char *mn;
     double mbu = lpo_ceilings_mbu_gbs(c, &mn);
     printf("\nMBU bandwidth: %.0f GB/s (%s), the DRAM figure every MBU uses\n", mbu, mn);
+    char nc[512];
+    if (lpo_ceilings_not_converged(c, nc, sizeof nc))
+        printf("NOT CONVERGED: %s: the samples spread more than the stopping rule allows (a busy machine?). "
+               "These figures are cached but named in every report that uses them; the MBU bandwidth "
+               "prefers a converged one. `lpo ceilings --refresh` on an idle machine measures again.\n",
+               nc);
     if (gs) printf("spec sheet: %s\n", gs->source);
     printf("cache: %s\n", path);
 }

@@ -64,10 +64,32 @@ double lpo_ceilings_mbu_gbs(const lpo_ceilings *c, const char **name) {
     };
     double best = 0;
     const char *bn = "";
-    for (size_t i = 0; i < sizeof cands / sizeof cands[0]; i++)
-        if (c->m[cands[i].m].value > best) best = c->m[cands[i].m].value, bn = cands[i].name;
+    // converged candidates first; a figure that did not converge only when no other was measured
+    for (int pass = 0; pass < 2 && !(best > 0); pass++)
+        for (size_t i = 0; i < sizeof cands / sizeof cands[0]; i++) {
+            const lpo_ceil_entry *e = &c->m[cands[i].m];
+            if ((pass == 0 && e->not_converged) || !(e->value > best)) continue;
+            best = e->value, bn = cands[i].name;
+        }
     if (name) *name = bn;
     return best;
+}
+
+int lpo_ceilings_not_converged(const lpo_ceilings *c, char *buf, size_t n) {
+    int k = 0;
+    size_t off = 0;
+    if (n) buf[0] = 0;
+    for (int i = 0; i < LPO_CEIL_N_METRICS; i++) {
+        const lpo_ceil_entry *e = &c->m[i];
+        if (!(e->value > 0) || !e->not_converged) continue;
+        if (off < n) {
+            int w = snprintf(buf + off, n - off, "%s%s (rel stdev %.1f%%)", k ? ", " : "",
+                             lpo_ceil_metric_key((lpo_ceil_metric)i), 100 * e->rel_stdev);
+            off += w > 0 ? (size_t)w : 0;
+        }
+        k++;
+    }
+    return k;
 }
 
 /* ---- JSON -----------------------------------------------------------------------------------------------
@@ -104,6 +126,8 @@ void lpo_ceilings_write_json(const lpo_ceilings *c, lpo_json *j) {
             lpo_json_kv_double(j, "p10", e->p10);
             lpo_json_kv_double(j, "p90", e->p90);
             lpo_json_kv_int(j, "samples", e->samples);
+            lpo_json_kv_bool(j, "converged", !e->not_converged);
+            lpo_json_kv_double(j, "rel_stdev", e->rel_stdev);
         }
         lpo_json_key(j, "nvml");
         lpo_nvml_summary_write_json(&e->nvml, j);
@@ -244,6 +268,9 @@ lpo_status lpo_ceilings_load(const char *path, lpo_ceilings *c) {
         c->m[i].p10 = get_num(e, "p10", 0);
         c->m[i].p90 = get_num(e, "p90", 0);
         c->m[i].samples = (int)get_int(e, "samples", INT32_MAX, 0);
+        c->m[i].not_converged = cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(e, "converged"));
+        c->m[i].rel_stdev = get_num(e, "rel_stdev", 0);
+        if (!(c->m[i].rel_stdev >= 0 && c->m[i].rel_stdev < 1e6)) c->m[i].rel_stdev = 0;
         get_str(e, "detail", c->m[i].detail, sizeof c->m[i].detail);
         const cJSON *nv = cJSON_GetObjectItemCaseSensitive(e, "nvml");
         lpo_nvml_summary *s = &c->m[i].nvml;

@@ -76,6 +76,8 @@ int lpo__ceil_pick_rounds(const double *t, int rounds, int n, const double *work
 
 void lpo__ceil_entry_from_stats(lpo_ceil_entry *e, const lpo_stats *s, double work, int per_second) {
     e->samples = (int)s->n;
+    e->not_converged = !s->converged;
+    e->rel_stdev = s->rel_stdev;
     if (per_second) {
         e->value = s->median > 0 ? work / s->median : 0;
         e->p10 = s->p90 > 0 ? work / s->p90 : 0;
@@ -493,7 +495,8 @@ static const lpo_field table_fields[] = {
     {"spec", LPO_FIELD_DOUBLE, "%.4g", 0},   {"pct_of_spec", LPO_FIELD_DOUBLE, "%.1f", 0},
     {"sm_mhz", LPO_FIELD_DOUBLE, "%.0f", 0}, {"power_w", LPO_FIELD_DOUBLE, "%.0f", 0},
     {"throttle", LPO_FIELD_STR, NULL, 0},    {"seconds", LPO_FIELD_DOUBLE, "%.2f", 0},
-    {"what", LPO_FIELD_STR, NULL, 1},        {"detail", LPO_FIELD_STR, NULL, 0},
+    {"converged", LPO_FIELD_STR, NULL, 0},   {"what", LPO_FIELD_STR, NULL, 1},
+    {"detail", LPO_FIELD_STR, NULL, 0},
 };
 
 static double spec_of(const lpo_gpu_spec *spec, lpo_ceil_metric m) {
@@ -531,6 +534,8 @@ lpo_table *lpo_ceilings_table(const lpo_ceilings *c, const lpo_gpu_spec *spec) {
             lpo_table_set_str(t, "throttle", lpo_throttle_names(e->nvml.throttle_any, names, sizeof names));
         }
         lpo_table_set_double(t, "seconds", e->seconds);
+        if (e->samples > 0) /* recorded: yes, or NO with the spread that kept it from converging */
+            lpo_table_set_str(t, "converged", e->not_converged ? "NO" : "yes");
         lpo_table_set_str(t, "what", lpo_ceil_metric_what(m));
         lpo_table_set_str(t, "detail", e->detail);
     }

@@ -53,8 +53,14 @@ lpo_status lpo_peaks_lookup(const char *name, const char *uuid, lpo_peaks *out) 
             snprintf(out->dram_name, sizeof out->dram_name, "%s", mn);
             out->l2_gbs = c->m[LPO_CEIL_M_L2_READ].value;
             out->launch_us = c->m[LPO_CEIL_M_LAUNCH].value;
-            snprintf(out->label, sizeof out->label, "measured by lpo ceilings %s (commit %s), %.400s",
-                     c->when, c->commit, path);
+            if (lpo_ceilings_not_converged(c, out->not_converged, sizeof out->not_converged))
+                snprintf(out->label, sizeof out->label,
+                         "measured by lpo ceilings %s (commit %s; NOT CONVERGED: %s: the samples spread "
+                         "too much, `lpo ceilings --refresh` on an idle machine), %.200s",
+                         c->when, c->commit, out->not_converged, path);
+            else
+                snprintf(out->label, sizeof out->label, "measured by lpo ceilings %s (commit %s), %.400s",
+                         c->when, c->commit, path);
             return LPO_OK;
         }
         if (st != LPO_E_NOT_FOUND) LPO_WARN("ignoring cached ceilings: %s", lpo_last_error());
@@ -146,6 +152,10 @@ lpo_status lpo_peaks_resolve(const lpo_node *cfg, int device, const char *gpu_na
         return st;
     if (dev.source == LPO_PEAKS_MEASURED) {
         *out = dev;
+        if (dev.not_converged[0]) /* used, never silently: the label names them in every report too */
+            LPO_WARN("the cached ceilings' %s did not converge: the MFU/MBU against them are uncertain "
+                     "(`lpo ceilings --refresh` on an idle machine)",
+                     dev.not_converged);
         return LPO_OK;
     }
     if ((st = lpo_peaks_from_config(cfg, out)) != LPO_OK) return st;

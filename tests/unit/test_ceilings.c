@@ -3,7 +3,8 @@
  * JSON save/load round trip through the cache path (spread included), refusal of malformed or
  * other-version files, the peaks lookup (measured > spec > none, with its label), and the measuring code's
  * host-side rules: the stable choice among interleaved timings (lpo__ceil_pick_rounds) and the figure with
- * its p10/p90 spread from sample statistics (lpo__ceil_entry_from_stats). */
+ * its p10/p90 spread and convergence from sample statistics (lpo__ceil_entry_from_stats); a figure that did
+ * not converge marked in the cache, the table and the peaks label. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -99,9 +100,85 @@ static void test_mbu(void **state) {
     c.m[LPO_CEIL_M_DRAM_COPY].value = 3100;
     assert_float_equal(lpo_ceilings_mbu_gbs(&c, &name), 3100, 0);
     assert_string_equal(name, "copy (read+write)");
+    /* issue 22: a figure that did not converge is passed over for a converged one, used only when alone */
+    c.m[LPO_CEIL_M_DRAM_COPY].not_converged = 1;
+    assert_float_equal(lpo_ceilings_mbu_gbs(&c, &name), 3050, 0);
+    assert_string_equal(name, "read-only");
+    c.m[LPO_CEIL_M_DRAM_READ].not_converged = 1;
+    assert_float_equal(lpo_ceilings_mbu_gbs(&c, &name), 3100, 0);
     lpo_ceilings_init(&c);
     assert_float_equal(lpo_ceilings_mbu_gbs(&c, &name), 0, 0);
     assert_string_equal(name, "");
+}
+
+/* issue 22: a ceiling that did not converge is never used silently: recorded in the cache, marked in
+ * `lpo ceilings`' table, named in the peaks label every report shows and warned about when resolved */
+static void test_not_converged(void **state) {
+    (void)state;
+    lpo_ceilings c, d;
+    fill(&c);
+    snprintf(c.device_kind, sizeof c.device_kind, "cpu");
+    lpo_ceilings_cpu_key(c.uuid, sizeof c.uuid);
+    char buf[256], path[4096];
+    assert_int_equal(lpo_ceilings_not_converged(&c, buf, sizeof buf), 0);
+    assert_string_equal(buf, "");
+    /* from the stopping rule's verdict */
+    double x[] = {1e-3, 2e-3, 1e-3, 2e-3};
+    lpo_stats s;
+    assert_int_equal(lpo_stats_compute(x, 4, &s), LPO_OK);
+    s.converged = 0;
+    lpo__ceil_entry_from_stats(&c.m[LPO_CEIL_M_DRAM_READ], &s, 1.0, 1);
+    assert_int_equal(c.m[LPO_CEIL_M_DRAM_READ].not_converged, 1);
+    assert_float_equal(c.m[LPO_CEIL_M_DRAM_READ].rel_stdev, s.rel_stdev, 0);
+    assert_int_equal(lpo_ceilings_not_converged(&c, buf, sizeof buf), 1);
+    snprintf(path, sizeof path, "dram_read (rel stdev %.1f%%)", 100 * s.rel_stdev);
+    assert_string_equal(buf, path);
+    /* the cache keeps the verdict */
+    assert_int_equal(lpo_ceilings_save(&c, lpo_ceilings_cache_path(c.uuid, path, sizeof path)), LPO_OK);
+    assert_int_equal(lpo_ceilings_load(path, &d), LPO_OK);
+    assert_int_equal(d.m[LPO_CEIL_M_DRAM_READ].not_converged, 1);
+    assert_int_equal(d.m[LPO_CEIL_M_GEMM_BF16].not_converged, 0);
+    assert_float_equal(d.m[LPO_CEIL_M_DRAM_READ].rel_stdev, s.rel_stdev, 1e-12);
+    /* the table */
+    lpo_table *t = lpo_ceilings_table(&d, NULL);
+    lpo_strbuf sb = {0};
+    lpo_table_write_csv(t, &sb);
+    assert_non_null(strstr(sb.buf, ",converged,"));
+    assert_non_null(strstr(sb.buf, ",NO,"));
+    assert_non_null(strstr(sb.buf, ",yes,")); /* gemm_bf16: recorded and converged */
+    lpo_sb_free(&sb);
+    lpo_table_free(t);
+    /* the peaks every report uses: dram_read (the MBU figure it would have been) is passed over for the
+     * converged copy figure, and the label names it */
+    lpo_peaks p;
+    lpo_log_set_level(LPO_LOG_ERROR);
+    assert_int_equal(lpo_peaks_resolve(NULL, LPO_PEAKS_CPU, NULL, &p), LPO_OK);
+    lpo_log_set_level(LPO_LOG_INFO);
+    assert_int_equal(p.source, LPO_PEAKS_MEASURED);
+    assert_float_equal(p.dram_gbs, 2980, 0);
+    assert_non_null(strstr(p.label, "NOT CONVERGED: dram_read (rel stdev "));
+    assert_non_null(strstr(p.label, "lpo ceilings --refresh"));
+    assert_non_null(strstr(p.not_converged, "dram_read"));
+    /* lpo ceilings prints it */
+    char *out = NULL, *err = NULL;
+    assert_int_equal(lpo_test_run_lpo("ceilings --cpu", &out, &err), 0);
+    assert_non_null(strstr(out, "NOT CONVERGED: dram_read"));
+    assert_non_null(strstr(out, "MBU bandwidth: 2980 GB/s (copy (read+write))"));
+    free(out);
+    free(err);
+    /* and a command that resolves peaks on the CPU warns */
+    assert_int_equal(lpo_test_run_lpo("kbench backend=cpu kbench.case=rmsnorm kbench.dtype=f32 kbench.m=4 "
+                                      "kbench.n=32 kbench.threads=1 profiling.min_time_s=0.002 "
+                                      "profiling.timeout_s=0.1 profiling.warmup=1 output.dir=kb",
+                                      &out, &err),
+                     0);
+    assert_non_null(strstr(err, "the cached ceilings' dram_read (rel stdev "));
+    assert_non_null(strstr(out,
+                           "ceilings: measured by lpo ceilings 2026-11-22T10:00:00Z (commit abc1234; NOT "
+                           "CONVERGED: dram_read"));
+    free(out);
+    free(err);
+    remove(path);
 }
 
 static void test_cache_roundtrip(void **state) {
@@ -271,10 +348,11 @@ static void test_cli_cached(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_spec_match),  cmocka_unit_test(test_names),
-        cmocka_unit_test(test_mbu),         cmocka_unit_test(test_cache_roundtrip),
-        cmocka_unit_test(test_pick_rounds), cmocka_unit_test(test_entry_from_stats),
-        cmocka_unit_test(test_measure_cpu), cmocka_unit_test(test_cli_cached),
+        cmocka_unit_test(test_spec_match),    cmocka_unit_test(test_names),
+        cmocka_unit_test(test_mbu),           cmocka_unit_test(test_cache_roundtrip),
+        cmocka_unit_test(test_pick_rounds),   cmocka_unit_test(test_entry_from_stats),
+        cmocka_unit_test(test_measure_cpu),   cmocka_unit_test(test_cli_cached),
+        cmocka_unit_test(test_not_converged),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
