@@ -31,6 +31,11 @@ typedef struct lpo_rundir lpo_rundir;
  * LPO_E_NOT_FOUND/LPO_E_CONFIG when output.dir is missing or not a string, LPO_E_IO when the directory or
  * a file cannot be written. */
 lpo_status lpo_rundir_create(const lpo_node *cfg, const char *command_line, lpo_rundir **out);
+/* An existing run directory, for re-rendering its reports (`lpo report DIR`): *cfg gets its config.yaml
+ * (the resolved configuration the run used; runtime.command names the command that made it). Nothing is
+ * written. LPO_E_NOT_FOUND when dir is not a directory or holds no config.yaml ("not a run directory"),
+ * LPO_E_FORMAT when config.yaml does not parse. */
+lpo_status lpo_rundir_reopen(const char *dir, lpo_rundir **out, lpo_node **cfg);
 /* The directory actually created (may carry a "-2" suffix). */
 const char *lpo_rundir_path(const lpo_rundir *rd);
 /* "<dir>/<name>" into buf (size n); returns buf. */

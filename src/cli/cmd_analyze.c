@@ -10,6 +10,7 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/rerender.h"
 #include "lpo/analysis.h"
 #include "lpo/config.h"
 #include "lpo/core.h"
@@ -201,9 +202,9 @@ static void print_json(const lpo_model *m, const lpo_param_summary *p, const kv_
 }
 
 /* The static analysis of the configured workload; its JSON into js. --kv-dtype also sets the analysis's
- * KV dtype (unless analysis.kv_dtype is given). */
-static lpo_status run_static(const lpo_node *cfg, const lpo_model *m, const char *kvd, lpo_an_static *an,
-                             lpo_strbuf *js, int *have) {
+ * KV dtype (unless analysis.kv_dtype is given). given: the peaks to use (lpo report), NULL: resolved. */
+static lpo_status run_static(const lpo_node *cfg, const lpo_model *m, const char *kvd, const lpo_peaks *given,
+                             lpo_an_static *an, lpo_strbuf *js, int *have) {
     const lpo_model_spec *s = lpo_model_get_spec(m);
     lpo_an_opts o;
     lpo_peaks pk;
@@ -213,7 +214,9 @@ static lpo_status run_static(const lpo_node *cfg, const lpo_model *m, const char
     int64_t dev = 0;
     if (st == LPO_OK) st = lpo_cfg_str_or(cfg, "hardware.name", "auto", &hw);
     if (st == LPO_OK) st = lpo_cfg_int_range(cfg, "hardware.device", 0, 0, INT16_MAX, &dev);
-    if (st == LPO_OK)
+    if (st == LPO_OK && given)
+        pk = *given;
+    else if (st == LPO_OK)
         st = lpo_peaks_resolve(cfg, !strcmp(hw, "auto") && dev >= 0 ? (int)dev : LPO_PEAKS_NO_DEVICE, NULL,
                                &pk);
     if (st != LPO_OK) return st;
@@ -237,6 +240,46 @@ static lpo_status save_static(const lpo_node *cfg, const lpo_an_static *an, cons
     if (st == LPO_OK) lpo_rundir_announce(rd, quiet ? stderr : stdout);
     lpo_sb_free(&md);
     if (rd) lpo_rundir_close(rd);
+    return st;
+}
+
+/* --kv-dtype of the command line in cmd.txt (it is a flag, not in config.yaml); NULL when not given. */
+static const char *saved_kv_dtype(const char *dir, char *buf, size_t n) {
+    char p[4200], *cmd = NULL;
+    snprintf(p, sizeof p, "%s/cmd.txt", dir);
+    if (lpo_read_file(p, &cmd, NULL) != LPO_OK) {
+        lpo_error_clear();
+        return NULL;
+    }
+    const char *k = strstr(cmd, "--kv-dtype");
+    const char *v = k ? k + strlen("--kv-dtype") : NULL;
+    if (v && (*v == '=' || *v == ' ')) v++;
+    while (v && (*v == '\'' || *v == '"')) v++;
+    size_t len = v ? strspn(v, "abcdefghijklmnopqrstuvwxyz0123456789") : 0;
+    if (len && len < n) snprintf(buf, n, "%.*s", (int)len, v);
+    free(cmd);
+    return len && len < n ? buf : NULL;
+}
+
+lpo_status lpo_rerender_analyze(const lpo_rerender *r) {
+    char p[4200], kvbuf[16];
+    snprintf(p, sizeof p, "%s/static_compute.json", r->dir);
+    lpo_peaks pk;
+    lpo_status st = lpo_rerender_peaks(p, "peaks", &pk);
+    lpo_model *m = NULL;
+    if (!st) st = lpo_model_open(lpo_node_child(r->cfg, "model"), &m);
+    if (st) return lpo_error_context(st, "%s: re-rendering the analysis", r->dir);
+    lpo_an_static an = {0};
+    lpo_strbuf js = {0}, md = {0};
+    int have = 0;
+    st = run_static(r->cfg, m, saved_kv_dtype(r->dir, kvbuf, sizeof kvbuf), &pk, &an, &js, &have);
+    if (!st) st = lpo_rundir_write(r->rd, "static_compute.json", js.buf, js.len);
+    if (!st) st = lpo_an_static_write_md(&an, lpo_model_get_spec(m), &md);
+    if (!st) st = lpo_rundir_write(r->rd, "static_compute.md", md.buf, md.len);
+    if (have) lpo_an_static_free(&an);
+    lpo_sb_free(&js);
+    lpo_sb_free(&md);
+    lpo_model_close(m);
     return st;
 }
 
@@ -265,7 +308,7 @@ int lpo_cmd_analyze(int argc, char **argv) {
     lpo_an_static an = {0};
     lpo_strbuf js = {0};
     int have_static = 0;
-    if (st == LPO_OK) st = run_static(cfg, m, kvd, &an, &js, &have_static);
+    if (st == LPO_OK) st = run_static(cfg, m, kvd, NULL, &an, &js, &have_static);
     if (st == LPO_OK) {
         lpo_param_summary p;
         st = lpo_model_param_summary(m, &p);

@@ -5,6 +5,7 @@
  * under ncu); (3) each export is imported as CSV; (4) the analysis and report go into the run directory.
  * The workload is `-- <command>` or, without one, lpo's own engine (`lpo generate` with the same overrides).
  * --import=CSV (repeated for more) skips the runs and reports on existing ncu CSV exports. */
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -19,6 +20,7 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/rerender.h"
 #include "lpo/deep.h"
 #include "lpo/infer.h"
 #include "lpo/model.h"
@@ -288,14 +290,14 @@ static int64_t prefill_tokens(const lpo_node *cfg, const lpo_cli_args *args) {
 
 /* The op lists of lpo's engine: one decode step and the prefill (batch infer.batch_size); no prefill list
  * (said in notes) when its length is not known. */
-static lpo_status engine_oplists(const lpo_node *cfg, const lpo_cli_args *args, lpo_model **m,
-                                 lpo_oplist *dec, lpo_oplist *pre, int *have_pre, lpo_strbuf *notes) {
+static lpo_status engine_oplists(const lpo_node *cfg, int64_t t, lpo_model **m, lpo_oplist *dec,
+                                 lpo_oplist *pre, int *have_pre, lpo_strbuf *notes) {
     lpo_status st = lpo_model_open(lpo_node_child(cfg, "model"), m);
     int64_t batch = 1;
     if (!st) st = lpo_cfg_int_or(cfg, "infer.batch_size", 1, &batch);
     const int b = batch > 0 ? (int)batch : 1;
     if (!st) st = lpo_oplist_build_phase(lpo_model_get_spec(*m), 1, b, 1, NULL, dec);
-    const int64_t t = st ? 0 : prefill_tokens(cfg, args);
+    if (st) t = 0;
     *have_pre = 0;
     if (t > 0) {
         st = lpo_oplist_build_phase(lpo_model_get_spec(*m), 0, b, t, NULL, pre);
@@ -335,7 +337,13 @@ typedef struct {
     lpo_ncu_results res;
     lpo_strbuf notes;
     char gpu[256];
+    lpo_strbuf exports; /* the exports loaded, one "<set> <file under the run directory>" per line */
+    char plan_dir[PATH_MAX + 16]; /* the trace the top kernels came from ("": none) */
 } deep_run;
+
+static void note_export(deep_run *r, const char *file, int set) {
+    lpo_sb_printf(&r->exports, "%d %s\n", set, file);
+}
 
 /* (1) the trace run that picks the top kernels */
 static lpo_status trace_workload(deep_run *r) {
@@ -445,6 +453,9 @@ static lpo_status profile_sets(deep_run *r, const char *metrics) {
         }
         lpo_status st = lpo_ncu_load_csv(&r->res, csv, (int)s);
         if (st) return st;
+        char rel[64];
+        snprintf(rel, sizeof rel, "ncu/set%zu.csv", s);
+        note_export(r, rel, (int)s);
         ok++;
     }
     if (!ok)
@@ -470,10 +481,191 @@ static lpo_status import_files(deep_run *r) {
             st = lpo_error_context(st, "--import takes one file (give --import once per file)");
         if (!st) st = lpo_write_file(dst, data, len);
         free(data);
+        snprintf(dst, sizeof dst, "ncu/imported%d.csv", set);
+        if (!st) note_export(r, dst, set);
         if (!st) st = lpo_ncu_load_csv(&r->res, p, set++);
     }
     lpo_sb_printf(&r->notes, "- imported %d ncu CSV export%s (--import): no ncu run.\n", set,
                   set == 1 ? "" : "s");
+    return st;
+}
+
+/* ---- (4) analysis and report, also of `lpo report DIR` ------------------------------------------------
+ */
+typedef struct {
+    const char *title;
+    const lpo_peaks *peaks;
+    int engine;             /* lpo's engine: its op lists cross-check the GEMM FLOPs */
+    int64_t prefill_tokens; /* of its prefill op list (0: not known, no prefill list) */
+    const lpo_deep_plan *plan;
+    const char *plan_dir; /* the trace the plan was read from (NULL: no plan) */
+    const lpo_ncu_results *res;
+    const char *exports; /* "<set> <file>" lines (note_export) */
+    lpo_strbuf *notes;   /* the run's notes (deep.md); the cross-check's are added when run_s >= 0 */
+} deep_inputs;
+
+/* Analyses in->res and writes the report into dir; run_s >= 0: the run's time, noted (a re-render: < 0,
+ * the notes are the run's as saved). */
+static lpo_status render(const lpo_node *cfg, const deep_cfg *d, const deep_inputs *in, const char *dir,
+                         double run_s) {
+    lpo_model *m = NULL;
+    lpo_oplist dec = {0}, pre = {0};
+    lpo_strbuf scratch = {0}, *notes = run_s >= 0 ? in->notes : &scratch;
+    int engine = in->engine, have_pre = 0;
+    if (engine && engine_oplists(cfg, in->prefill_tokens, &m, &dec, &pre, &have_pre, notes) != LPO_OK) {
+        lpo_sb_printf(notes, "- no op list for the FLOP cross-check: %s\n", lpo_last_error());
+        lpo_error_clear();
+        engine = 0;
+    }
+    lpo_deep_ops ops = {&dec, have_pre ? &pre : NULL};
+    lpo_deep_rules rules = {d->latency_below};
+    lpo_deep_analysis an;
+    lpo_status st = lpo_deep_analyze(in->plan, in->res, in->peaks, &rules, engine ? &ops : NULL, &an);
+    const char *hist[32];
+    size_t nh = 0;
+    for (size_t i = 0; d->histograms && i < d->histograms->n_items && nh < 32; i++)
+        if (d->histograms->items[i]->value) hist[nh++] = d->histograms->items[i]->value;
+    if (run_s >= 0) lpo_sb_printf(notes, "- lpo deep took %.1f s in all.\n", run_s);
+    lpo_deep_report_opts ro = {in->title, hist, nh, in->notes->buf};
+    if (!st) st = lpo_deep_write_report(&an, in->plan, in->res, &ro, dir);
+    if (!st) {
+        fprintf(stderr, "lpo deep: %zu kernels, %zu ncu results", an.n, in->res->n);
+        for (size_t i = 0; i < an.n && i < 5; i++)
+            fprintf(stderr, "%s#%zu %s-bound", i ? ", " : ": ", i + 1, lpo_deep_bound_name(an.k[i].bound));
+        fprintf(stderr, "\n");
+    }
+    lpo_deep_analysis_free(&an);
+    lpo_oplist_free(&dec);
+    lpo_oplist_free(&pre);
+    lpo_sb_free(&scratch);
+    if (m) lpo_model_close(m);
+    return st;
+}
+
+/* ncu/inputs.json: what the report was made from, for `lpo report DIR` (the exports and their sets, the
+ * plan's trace, the peaks, the notes, the engine cross-check's prefill length). */
+static lpo_status save_inputs(const deep_inputs *in, const char *dir) {
+    lpo_strbuf sb = {0};
+    lpo_json j;
+    char p[PATH_MAX + 32];
+    lpo_json_init_buf(&j, &sb, 1);
+    lpo_json_object_begin(&j);
+    lpo_json_kv_str(&j, "schema", "lpo.deep.inputs");
+    lpo_json_kv_int(&j, "version", 1);
+    lpo_json_kv_str(&j, "title", in->title);
+    lpo_json_kv_str(&j, "plan", in->plan ? in->plan_dir : NULL);
+    lpo_json_kv_bool(&j, "engine", in->engine);
+    lpo_json_kv_int(&j, "prefill_tokens", in->prefill_tokens);
+    lpo_json_kv_str(&j, "notes", in->notes->buf ? in->notes->buf : "");
+    lpo_json_key(&j, "peaks");
+    lpo_json_object_begin(&j);
+    lpo_json_kv_str(&j, "source", lpo_peaks_source_name(in->peaks->source));
+    lpo_json_kv_str(&j, "label", in->peaks->label);
+    lpo_json_kv_str(&j, "dram_name", in->peaks->dram_name);
+    lpo_json_key(&j, "tflops");
+    lpo_json_object_begin(&j);
+    for (int r = 0; r < LPO_ROOF_COUNT; r++)
+        lpo_json_kv_double_or_null(&j, lpo_roof_name((lpo_roof)r), in->peaks->tflops[r],
+                                   in->peaks->tflops[r] > 0);
+    lpo_json_object_end(&j);
+    lpo_json_kv_double_or_null(&j, "dram_gbs", in->peaks->dram_gbs, in->peaks->dram_gbs > 0);
+    lpo_json_kv_double_or_null(&j, "l2_gbs", in->peaks->l2_gbs, in->peaks->l2_gbs > 0);
+    lpo_json_object_end(&j);
+    lpo_json_key(&j, "exports");
+    lpo_json_array_begin(&j);
+    for (const char *l = in->exports; l && *l;) { /* each "<set> <file>" line */
+        const char *nl = strchr(l, '\n'), *sp = strchr(l, ' ');
+        if (!nl || !sp || sp > nl) break;
+        lpo_json_object_begin(&j);
+        lpo_json_key(&j, "file");
+        lpo_json_strn(&j, sp + 1, (size_t)(nl - sp - 1));
+        lpo_json_kv_int(&j, "set", atoi(l));
+        lpo_json_object_end(&j);
+        l = nl + 1;
+    }
+    lpo_json_array_end(&j);
+    lpo_json_object_end(&j);
+    lpo_status st = lpo_json_finish(&j);
+    snprintf(p, sizeof p, "%s/ncu/inputs.json", dir);
+    if (!st) st = lpo_write_file(p, sb.buf, sb.len);
+    lpo_sb_free(&sb);
+    return st;
+}
+
+lpo_status lpo_rerender_deep(const lpo_rerender *rr) {
+    char p[PATH_MAX + 32], *text = NULL;
+    snprintf(p, sizeof p, "%s/ncu/inputs.json", rr->dir);
+    if (!lpo_path_exists(p))
+        return lpo_errorf(LPO_E_NOT_FOUND,
+                          "%s: made by an lpo from before ncu/inputs.json was kept: run `lpo deep "
+                          "--import=%s/ncu/<export>.csv ...` to report on its exports again",
+                          rr->dir, rr->dir);
+    deep_cfg d;
+    memset(&d, 0, sizeof d);
+    lpo_status st = read_cfg(rr->cfg, &d);
+    lpo_peaks pk;
+    if (!st) st = lpo_rerender_peaks(p, "peaks", &pk);
+    if (!st) st = lpo_read_file(p, &text, NULL);
+    if (st) return st;
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    const cJSON *title = cJSON_GetObjectItemCaseSensitive(root, "title"),
+                *plan = cJSON_GetObjectItemCaseSensitive(root, "plan"),
+                *notes = cJSON_GetObjectItemCaseSensitive(root, "notes"),
+                *pt = cJSON_GetObjectItemCaseSensitive(root, "prefill_tokens"),
+                *ex = cJSON_GetObjectItemCaseSensitive(root, "exports");
+    lpo_ncu_results res = {0};
+    lpo_deep_plan pl;
+    memset(&pl, 0, sizeof pl);
+    int have_plan = 0;
+    if (!cJSON_IsArray(ex) || !cJSON_IsString(notes))
+        st = lpo_errorf(LPO_E_FORMAT, "%s: no exports or notes (not written by lpo, or damaged)", p);
+    const cJSON *e;
+    lpo_strbuf exports = {0};
+    cJSON_ArrayForEach(e, ex) { /* each export, in its set, from the run directory's ncu/ */
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(e, "file"),
+                    *set = cJSON_GetObjectItemCaseSensitive(e, "set");
+        if (st) break;
+        if (!cJSON_IsString(f) || strncmp(f->valuestring, "ncu/", 4) || strstr(f->valuestring, "..") ||
+            !cJSON_IsNumber(set) || set->valueint < 0 || set->valueint > 4096) {
+            st = lpo_errorf(LPO_E_FORMAT, "%s: an export that is not a file of ncu/ with its set", p);
+            break;
+        }
+        char csv[PATH_MAX + 64];
+        snprintf(csv, sizeof csv, "%s/%s", rr->dir, f->valuestring);
+        st = lpo_ncu_load_csv(&res, csv, set->valueint);
+        lpo_sb_printf(&exports, "%d %s\n", set->valueint, f->valuestring);
+    }
+    if (!st && cJSON_IsString(plan)) { /* the plan's trace: the run's own trace/ or deep.kernels_from */
+        char pd[PATH_MAX + 32];
+        if (plan->valuestring[0] == '/')
+            snprintf(pd, sizeof pd, "%s", plan->valuestring);
+        else
+            snprintf(pd, sizeof pd, "%s/%s", rr->dir, plan->valuestring);
+        st = lpo_deep_plan_load(pd, &d.sel, &pl);
+        if (st) st = lpo_error_context(st, "%s: the top kernels' trace %s", rr->dir, pd);
+        have_plan = !st;
+    }
+    lpo_strbuf nb = {0};
+    if (!st) {
+        lpo_sb_puts(&nb, notes->valuestring);
+        const deep_inputs in = {
+            cJSON_IsString(title) ? title->valuestring : rr->dir,
+            &pk,
+            cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "engine")),
+            cJSON_IsNumber(pt) && pt->valuedouble > 0 && pt->valuedouble < 1e9 ? (int64_t)pt->valuedouble : 0,
+            have_plan ? &pl : NULL,
+            have_plan ? plan->valuestring : NULL,
+            &res,
+            exports.buf,
+            &nb};
+        st = render(rr->cfg, &d, &in, rr->dir, -1);
+    }
+    lpo_sb_free(&nb);
+    lpo_sb_free(&exports);
+    if (have_plan) lpo_deep_plan_free(&pl);
+    lpo_ncu_results_free(&res);
+    cJSON_Delete(root);
     return st;
 }
 
@@ -489,15 +681,18 @@ static lpo_status run_deep(deep_run *r) {
     snprintf(p, sizeof p, "%s/ncu", r->dir);
     if ((st = lpo_mkdirs(p))) return st;
     const double t0 = now_s();
-    /* (1) top kernels */
+    /* (1) top kernels (plan_dir: where from, for lpo report) */
     if (r->d.kernels_from) {
         st = lpo_deep_plan_load(r->d.kernels_from, &r->d.sel, &r->plan);
         r->have_plan = !st;
+        if (!realpath(r->d.kernels_from, r->plan_dir))
+            snprintf(r->plan_dir, sizeof r->plan_dir, "%s", r->d.kernels_from);
         lpo_sb_printf(&r->notes, "- top kernels from deep.kernels_from=%s (no trace run).\n",
                       r->d.kernels_from);
     } else if (!import) {
         st = trace_workload(r);
         r->have_plan = !st;
+        snprintf(r->plan_dir, sizeof r->plan_dir, "trace"); /* inside the run directory: moves with it */
     }
     if (st) return st;
     /* (2, 3) ncu */
@@ -523,22 +718,7 @@ static lpo_status run_deep(deep_run *r) {
     const char *gpu = r->gpu[0] ? r->gpu : r->res.n && r->res.r[0].device ? r->res.r[0].device : NULL;
     /* this machine's GPU; results imported from another machine: the spec sheet of the GPU they name */
     if ((st = lpo_peaks_resolve(r->cfg, (int)dev, gpu, &pk))) return st;
-    lpo_model *m = NULL;
-    lpo_oplist dec = {0}, pre = {0};
-    int engine = !r->args.n_passthrough && (!import || names_model(&r->args)), have_pre = 0;
-    if (engine && engine_oplists(r->cfg, &r->args, &m, &dec, &pre, &have_pre, &r->notes) != LPO_OK) {
-        lpo_sb_printf(&r->notes, "- no op list for the FLOP cross-check: %s\n", lpo_last_error());
-        lpo_error_clear();
-        engine = 0;
-    }
-    lpo_deep_ops ops = {&dec, have_pre ? &pre : NULL};
-    lpo_deep_rules rules = {r->d.latency_below};
-    lpo_deep_analysis an;
-    st = lpo_deep_analyze(r->have_plan ? &r->plan : NULL, &r->res, &pk, &rules, engine ? &ops : NULL, &an);
-    const char *hist[32];
-    size_t nh = 0;
-    for (size_t i = 0; r->d.histograms && i < r->d.histograms->n_items && nh < 32; i++)
-        if (r->d.histograms->items[i]->value) hist[nh++] = r->d.histograms->items[i]->value;
+    const int engine = !r->args.n_passthrough && (!import || names_model(&r->args));
     lpo_strbuf title = {0};
     if (r->args.n_passthrough)
         for (int i = 0; i < r->args.n_passthrough; i++)
@@ -552,20 +732,18 @@ static lpo_status run_deep(deep_run *r) {
         lpo_cfg_str_or(r->cfg, "model.name", "?", &mn);
         lpo_sb_printf(&title, "lpo's engine, model %s", mn);
     }
-    lpo_sb_printf(&r->notes, "- lpo deep took %.1f s in all.\n", now_s() - t0);
-    lpo_deep_report_opts ro = {title.buf, hist, nh, r->notes.buf};
-    if (!st) st = lpo_deep_write_report(&an, r->have_plan ? &r->plan : NULL, &r->res, &ro, r->dir);
-    if (!st) {
-        fprintf(stderr, "lpo deep: %zu kernels, %zu ncu results", an.n, r->res.n);
-        for (size_t i = 0; i < an.n && i < 5; i++)
-            fprintf(stderr, "%s#%zu %s-bound", i ? ", " : ": ", i + 1, lpo_deep_bound_name(an.k[i].bound));
-        fprintf(stderr, "\n");
-    }
-    lpo_deep_analysis_free(&an);
+    const deep_inputs in = {title.buf,
+                            &pk,
+                            engine,
+                            engine ? prefill_tokens(r->cfg, &r->args) : 0,
+                            r->have_plan ? &r->plan : NULL,
+                            r->plan_dir,
+                            &r->res,
+                            r->exports.buf,
+                            &r->notes};
+    st = render(r->cfg, &r->d, &in, r->dir, now_s() - t0);
+    if (!st) st = save_inputs(&in, r->dir);
     lpo_sb_free(&title);
-    lpo_oplist_free(&dec);
-    lpo_oplist_free(&pre);
-    if (m) lpo_model_close(m);
     return st;
 }
 
@@ -595,6 +773,7 @@ int lpo_cmd_deep(int argc, char **argv) {
     lpo_deep_plan_free(&r.plan);
     lpo_ncu_results_free(&r.res);
     lpo_sb_free(&r.notes);
+    lpo_sb_free(&r.exports);
     free(ov);
     lpo_cli_args_free(&r.args);
     return st ? lpo_cli_fail("deep", st) : LPO_EXIT_OK;

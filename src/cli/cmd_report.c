@@ -1,6 +1,8 @@
-/* lpo report: re-renders the reports of an existing run directory. `lpo report trace DIR` re-summarises
- * the raw trace files (trace-*.lpot) that `lpo trace` left in DIR: kernels, ranges, steps, trace.json and
- * summary.md are written again (e.g. with another --step-range, or by a newer lpo). */
+/* lpo report: re-renders the reports of an existing run directory. `lpo report DIR` finds which command
+ * made DIR (its config.yaml's runtime.command) and renders that command's reports again from the results
+ * the run saved (cli/rerender.h: analyze, bench, kbench, profile, deep, trace), e.g. with a newer lpo.
+ * `lpo report trace DIR` re-summarises the raw trace files (trace-*.lpot) that `lpo trace` left in DIR:
+ * kernels, ranges, steps, trace.json and summary.md are written again (e.g. with another --step-range). */
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <fnmatch.h>
@@ -10,8 +12,10 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/rerender.h"
 #include "cli/trace_cli.h"
 #include "lpo/core.h"
+#include "lpo/report.h"
 #include "lpo/trace.h"
 
 static const lpo_cli_flag flags[] = {
@@ -23,6 +27,8 @@ static const lpo_cli_flag flags[] = {
 static const lpo_cli_spec spec = {
     .command = "report",
     .summary =
+        "lpo report DIR: re-render the reports of a run directory made by lpo analyze, bench, kbench,\n"
+        "profile, deep or trace, from the results it saved (e.g. with a newer lpo; docs/commands.md).\n"
         "lpo report trace DIR [--step-range=NAME] [--no-json]: re-summarise the raw trace files of a run\n"
         "directory made by `lpo trace` (kernels, ranges, steps, trace.json, summary.md).\n"
         "lpo report trace --diff A B [--step-range=NAME] [--output=DIR]: compare two traced run directories\n"
@@ -32,6 +38,64 @@ static const lpo_cli_spec spec = {
 };
 
 static const char *const kinds[] = {"trace"};
+
+/* ---- peaks as a report saved them ------------------------------------------------------------------------
+ */
+lpo_status lpo_rerender_peaks(const char *path, const char *key_path, lpo_peaks *out) {
+    memset(out, 0, sizeof *out);
+    lpo_ceilings_init(&out->measured);
+    char *text = NULL;
+    lpo_status st = lpo_read_file(path, &text, NULL);
+    if (st) return st;
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    const cJSON *o = root;
+    char key[64];
+    // each component of key_path ("deep.peaks")
+    for (const char *k = key_path; o && *k;) {
+        size_t n = strcspn(k, ".");
+        snprintf(key, sizeof key, "%.*s", (int)n, k);
+        o = cJSON_GetObjectItemCaseSensitive(o, key);
+        k += n + (k[n] == '.');
+    }
+    if (!cJSON_IsObject(o)) {
+        cJSON_Delete(root);
+        return lpo_errorf(LPO_E_FORMAT, "%s: no '%s' object (not written by lpo, or damaged)", path,
+                          key_path);
+    }
+    const cJSON *src = cJSON_GetObjectItemCaseSensitive(o, "source"),
+                *lb = cJSON_GetObjectItemCaseSensitive(o, "label"),
+                *nc = cJSON_GetObjectItemCaseSensitive(o, "not_converged"),
+                *dn = cJSON_GetObjectItemCaseSensitive(o, "dram_name"),
+                *tf = cJSON_GetObjectItemCaseSensitive(o, "tflops");
+    snprintf(out->label, sizeof out->label, "%s", cJSON_IsString(lb) ? lb->valuestring : "?");
+    if (cJSON_IsString(nc)) snprintf(out->not_converged, sizeof out->not_converged, "%s", nc->valuestring);
+    if (cJSON_IsString(dn)) snprintf(out->dram_name, sizeof out->dram_name, "%s", dn->valuestring);
+    out->source = !cJSON_IsString(src)                    ? LPO_PEAKS_SPEC
+                  : !strcmp(src->valuestring, "measured") ? LPO_PEAKS_MEASURED
+                  : !strcmp(src->valuestring, "spec")     ? LPO_PEAKS_SPEC
+                                                          : LPO_PEAKS_NONE;
+    double *dst[LPO_ROOF_COUNT + 2];
+    const char *name[LPO_ROOF_COUNT + 2];
+    const cJSON *from[LPO_ROOF_COUNT + 2];
+    for (int r = 0; r < LPO_ROOF_COUNT; r++)
+        dst[r] = &out->tflops[r], name[r] = lpo_roof_name((lpo_roof)r), from[r] = tf;
+    dst[LPO_ROOF_COUNT] = &out->dram_gbs, name[LPO_ROOF_COUNT] = "dram_gbs", from[LPO_ROOF_COUNT] = o;
+    dst[LPO_ROOF_COUNT + 1] = &out->l2_gbs, name[LPO_ROOF_COUNT + 1] = "l2_gbs", from[LPO_ROOF_COUNT + 1] = o;
+    // every figure: a finite number >= 0, or null / absent (unknown)
+    for (int i = 0; i < LPO_ROOF_COUNT + 2 && !st; i++) {
+        const cJSON *v = from[i] ? cJSON_GetObjectItemCaseSensitive(from[i], name[i]) : NULL;
+        if (!v || cJSON_IsNull(v)) continue;
+        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble < 1e9))
+            st = lpo_errorf(LPO_E_FORMAT, "%s: %s.%s is not a peak (a finite number >= 0)", path, key_path,
+                            name[i]);
+        else
+            *dst[i] = v->valuedouble;
+    }
+    if (!out->tflops[LPO_ROOF_VECTOR]) out->tflops[LPO_ROOF_VECTOR] = out->tflops[LPO_ROOF_FP32];
+    cJSON_Delete(root);
+    return st;
+}
 
 lpo_status lpo_trace_cli_summarize(const char *dir, const char *title, const char *step_range, int json) {
     const uint64_t t0 = lpo_now_ns();
@@ -152,17 +216,82 @@ static int report_diff(int argc, char **argv) {
 
 /* A directory `lpo trace` made holds raw trace files: without any, it is some other folder (re-rendering
  * would only write empty reports over whatever it holds). */
-static lpo_status require_raw_traces(const char *dir) {
+static int has_raw_traces(const char *dir) {
     DIR *d = opendir(dir);
-    if (!d) return lpo_errorf(LPO_E_NOT_FOUND, "%s: no such directory", dir);
+    if (!d) return 0;
     int found = 0;
     for (struct dirent *e; !found && (e = readdir(d));) found = fnmatch("trace-*.lpot", e->d_name, 0) == 0;
     closedir(d);
-    return found ? LPO_OK
-                 : lpo_errorf(LPO_E_NOT_FOUND,
-                              "%s holds no raw trace files (trace-*.lpot): not a directory `lpo trace` made; "
-                              "nothing was written",
-                              dir);
+    return found;
+}
+
+static lpo_status require_raw_traces(const char *dir) {
+    if (!lpo_is_dir(dir)) return lpo_errorf(LPO_E_NOT_FOUND, "%s: no such directory", dir);
+    return has_raw_traces(dir)
+               ? LPO_OK
+               : lpo_errorf(LPO_E_NOT_FOUND,
+                            "%s holds no raw trace files (trace-*.lpot): not a directory `lpo trace` made; "
+                            "nothing was written",
+                            dir);
+}
+
+/* ---- lpo report DIR --------------------------------------------------------------------------------------
+ */
+typedef struct {
+    const char *command;
+    lpo_status (*render)(const lpo_rerender *r);
+    const char *what; /* what it renders again, for the message */
+} rerender_kind;
+
+static const rerender_kind rerender_kinds[] = {
+    {"analyze", lpo_rerender_analyze, "static_compute.json/md"},
+    {"deep", lpo_rerender_deep, "deep.md, kernels_deep.*, metrics.json and plots"},
+};
+
+/* lpo report DIR: the kind from config.yaml's runtime.command; trace directories also without one */
+static int report_dir(const char *dir, const lpo_cli_args *args) {
+    lpo_rundir *rd = NULL;
+    lpo_node *cfg = NULL;
+    lpo_status st = lpo_rundir_reopen(dir, &rd, &cfg);
+    const char *cmd = NULL;
+    if (st == LPO_E_NOT_FOUND && lpo_is_dir(dir) && has_raw_traces(dir)) {
+        lpo_error_clear();
+        st = LPO_OK, cmd = "trace"; /* raw traces without config.yaml: injected by hand */
+    } else if (!st && lpo_cfg_str(cfg, "runtime.command", &cmd) != LPO_OK) {
+        st = lpo_errorf(LPO_E_FORMAT, "%s/config.yaml names no runtime.command: not a run directory lpo made",
+                        dir);
+    }
+    const char *step = lpo_cli_flag_value(args, "step-range");
+    if (!st && !strcmp(cmd, "trace")) {
+        st = require_raw_traces(dir);
+        if (!st)
+            st = lpo_trace_cli_summarize(dir, dir, step ? step : "decode_step",
+                                         lpo_cli_flag_value(args, "no-json") == NULL);
+    } else if (!st) {
+        const rerender_kind *k = NULL;
+        for (size_t i = 0; i < sizeof rerender_kinds / sizeof rerender_kinds[0]; i++)
+            if (!strcmp(cmd, rerender_kinds[i].command)) k = &rerender_kinds[i];
+        if (step || lpo_cli_flag_value(args, "no-json"))
+            st =
+                lpo_errorf(LPO_E_USAGE,
+                           "--step-range and --no-json are for trace directories (%s is lpo %s's)", dir, cmd);
+        else if (!k)
+            st = lpo_errorf(LPO_E_UNSUPPORTED,
+                            "%s was made by `lpo %s`, which keeps results only (no report to re-render); lpo "
+                            "report re-renders the run directories of analyze, bench, kbench, profile, deep "
+                            "and trace",
+                            dir, cmd);
+        else {
+            const lpo_rerender r = {dir, cfg, rd};
+            st = k->render(&r);
+            if (!st) fprintf(stderr, "lpo report: %s: lpo %s's %s rendered again\n", dir, cmd, k->what);
+        }
+    }
+    if (rd) lpo_rundir_close(rd);
+    lpo_node_free(cfg);
+    if (st) return lpo_cli_fail("report", st);
+    printf("reports written in %s\n", dir);
+    return LPO_EXIT_OK;
 }
 
 int lpo_cmd_report(int argc, char **argv) {
@@ -174,18 +303,25 @@ int lpo_cmd_report(int argc, char **argv) {
         }
         return report_diff(argc, argv);
     }
-    /* lpo report <kind> <dir> [flags] */
-    if (argc >= 1 && argv[0][0] != '-') {
-        if (strcmp(argv[0], kinds[0])) {
+    /* lpo report DIR [flags]: whatever command made DIR */
+    if (argc >= 1 && argv[0][0] != '-' && strcmp(argv[0], kinds[0])) {
+        if (!lpo_is_dir(argv[0])) {
             const char *s = lpo_suggest(argv[0], kinds, 1);
-            fprintf(stderr, "lpo report: error: unknown report '%s'%s%s%s (lpo report trace DIR)\n", argv[0],
-                    s ? " (did you mean '" : "", s ? s : "", s ? "'?)" : "");
+            fprintf(stderr, "lpo report: error: '%s' is not a run directory%s%s%s (lpo report DIR)\n",
+                    argv[0], s ? " (did you mean '" : "", s ? s : "", s ? "'?)" : "");
             return LPO_EXIT_USAGE;
         }
-        if (argc < 2 || argv[1][0] == '-') {
-            fprintf(stderr, "lpo report: error: give the run directory (lpo report trace DIR)\n");
-            return LPO_EXIT_USAGE;
-        }
+        lpo_cli_args args;
+        int rc = lpo_cli_begin(&spec, argc - 1, argv + 1, &args);
+        if (rc >= 0) return rc;
+        rc = report_dir(argv[0], &args);
+        lpo_cli_args_free(&args);
+        return rc;
+    }
+    /* lpo report trace <dir> [flags] */
+    if (argc >= 1 && argv[0][0] != '-' && (argc < 2 || argv[1][0] == '-')) {
+        fprintf(stderr, "lpo report: error: give the run directory (lpo report trace DIR)\n");
+        return LPO_EXIT_USAGE;
     }
     const int skip = argc >= 2 && argv[0][0] != '-' ? 2 : 0;
     lpo_cli_args args;
@@ -193,7 +329,7 @@ int lpo_cmd_report(int argc, char **argv) {
     if (rc >= 0) return rc;
     if (!skip) {
         lpo_cli_args_free(&args);
-        return lpo_cli_fail("report", lpo_errorf(LPO_E_USAGE, "what to report: lpo report trace DIR"));
+        return lpo_cli_fail("report", lpo_errorf(LPO_E_USAGE, "which run directory: lpo report DIR"));
     }
     const char *dir = argv[1];
     lpo_status st = require_raw_traces(dir);

@@ -147,6 +147,24 @@ lpo_status lpo_rundir_create(const lpo_node *cfg, const char *command_line, lpo_
     return LPO_OK;
 }
 
+lpo_status lpo_rundir_reopen(const char *dir, lpo_rundir **out, lpo_node **cfg) {
+    *out = NULL;
+    *cfg = NULL;
+    char p[PATH_MAX + 32];
+    if (!lpo_is_dir(dir)) return lpo_errorf(LPO_E_NOT_FOUND, "%s: no such directory", dir);
+    if (strlen(dir) >= PATH_MAX - 16) return lpo_errorf(LPO_E_INVALID, "%s: the path is too long", dir);
+    snprintf(p, sizeof p, "%s/config.yaml", dir);
+    if (!lpo_path_exists(p))
+        return lpo_errorf(LPO_E_NOT_FOUND,
+                          "%s holds no config.yaml: not a run directory lpo made (nothing was written)", dir);
+    lpo_status st = lpo_yaml_load_file(p, cfg);
+    if (st) return lpo_error_context(st, "%s: not a run directory lpo can re-render", dir);
+    lpo_rundir *rd = lpo_xcalloc(1, sizeof *rd, "a run directory");
+    snprintf(rd->path, sizeof rd->path, "%s", dir);
+    *out = rd;
+    return LPO_OK;
+}
+
 const char *lpo_rundir_path(const lpo_rundir *rd) {
     return rd->path;
 }
