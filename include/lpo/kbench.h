@@ -13,6 +13,7 @@
 #include "lpo/ceilings.h"
 #include "lpo/config.h"
 #include "lpo/report.h"
+#include "lpo/stats.h" /* lpo_progress */
 #include "lpo/status.h"
 
 typedef struct lpo_kbench lpo_kbench;
@@ -25,6 +26,9 @@ void lpo_kbench_free(lpo_kbench *kb);
  * (unknown case, bad parameter; the message names the key), LPO_E_UNSUPPORTED (dtype/backend the case
  * lacks), LPO_E_RANGE (validation failed: the case is not timed), LPO_E_CUDA, LPO_E_NO_DEVICE. */
 lpo_status lpo_kbench_run(lpo_kbench *kb, const lpo_node *cfg);
+/* Operator cases show their progress through p (the sweep's point, the case, warm-up or sample, the time
+ * left; lpo_progress: on a terminal only); NULL: none. Model mode keeps its own line. */
+void lpo_kbench_set_progress(lpo_kbench *kb, lpo_progress *p);
 /* The results so far (one field list for md, csv and json). */
 const lpo_table *lpo_kbench_table(const lpo_kbench *kb);
 /* Which ceilings the percentages and bound classes used (lpo_peaks label of the last device). */

@@ -29,6 +29,10 @@ typedef struct {
     double throttle_threshold; /* fraction of the reference clock under which a sample is throttled */
     double ref_clock_mhz;      /* reference SM clock; 0: the first sample's clock */
     int nvml_sample_ms;        /* NVML sampler period for the measurement (0: off) */
+    /* optional (progress lines): called by lpo_measure_run before each warm-up call (warmup 1) and each
+     * sample (warmup 0), i counting from 0 */
+    void (*on_sample)(void *ud, int warmup, size_t i);
+    void *on_sample_ud;
 } lpo_measure_opts;
 
 /* nvbench's defaults: warmup 3, min_samples 10, max_samples 100000, min_time 0.5 s, rel stdev 0.5%,
@@ -61,6 +65,31 @@ double lpo_quantile_sorted(const double *sorted, size_t n, double q);
 /* "" when s spans less than LPO_MEASURE_MAX_SPREAD; else a sentence that says so (samples in seconds),
  * ending with "try <hint>" when hint is given ("kbench.threads=1"). Returns buf. */
 const char *lpo_stats_spread_note(const lpo_stats *s, const char *hint, char *buf, size_t n);
+
+/* ---- progress of a measured sweep on a terminal --------------------------------------------------------
+ * One line on stderr, rewritten in place ("\r" and erase), only when stderr is a terminal (a log or a pipe
+ * gets none): "lpo bench: point 3/12 (batch 4, pp128, tg32): sample 5; 0:42 elapsed, about 1:24 left".
+ * The time left is the elapsed time per finished point times the points left ("estimating" before the
+ * first point is done). */
+typedef struct {
+    const char *tool; /* "lpo bench" */
+    int tty;          /* stderr is a terminal: lines are shown */
+    int index, total; /* the point measured now (from 0) of total */
+    unsigned long long t0_ns, last_ns;
+    int shown;       /* a line is on the terminal (lpo_progress_end erases it) */
+    char label[160]; /* the point's swept values ("kbench.m=64"), shown before `point`; "" none */
+} lpo_progress;
+
+/* The line itself (no "\r"): tool, point index+1 of total, what the point is (may be NULL), the phase
+ * ("sample", "warm-up") and its repeat+1 (repeat < 0: none), the elapsed and the estimated time left. */
+void lpo_progress_format(char *buf, size_t n, const char *tool, int index, int total, const char *point,
+                         const char *phase, int repeat, double elapsed_s);
+/* Starts a sweep of total points (tty: isatty(2)). */
+void lpo_progress_init(lpo_progress *p, const char *tool, int total);
+/* Shows the line for the point now measured (p->index), at most every 0.1 s; nothing off a terminal. */
+void lpo_progress_show(lpo_progress *p, const char *point, const char *phase, int repeat);
+/* Erases the line (before the results are printed). */
+void lpo_progress_end(lpo_progress *p);
 
 /* ---- the stopping rule, one sample at a time --------------------------------------------------------- */
 typedef struct lpo_measure lpo_measure;

@@ -700,6 +700,15 @@ lpo_status lpo__kb_run_opts(const lpo_node *cfg, run_opts *ro) {
     return LPO_OK;
 }
 
+void lpo_kbench_set_progress(lpo_kbench *kb, lpo_progress *p) {
+    kb->progress = p;
+}
+
+static void case_progress(void *ud, int warmup, size_t i) {
+    lpo_kbench *kb = ud;
+    lpo_progress_show(kb->progress, kb->progress_what, warmup ? "warm-up" : "sample", (int)i);
+}
+
 lpo_status lpo_kbench_run(lpo_kbench *kb, const lpo_node *cfg) {
     kb_params p;
     run_opts ro;
@@ -723,6 +732,12 @@ lpo_status lpo_kbench_run(lpo_kbench *kb, const lpo_node *cfg) {
     if (!strcmp(p.dtype, "auto")) /* the backend's own, as engine.dtype=auto */
         snprintf(p.dtype, sizeof p.dtype, "%s", ro.cuda ? "bf16" : "f32");
     kb->mode = mode;
+    if (kb->progress) { /* every measurement of the point's case(s) shows the line */
+        snprintf(kb->progress_what, sizeof kb->progress_what, "(%s %s %s)", p.case_name, p.dtype,
+                 ro.cuda ? "cuda" : "cpu");
+        ro.mo.on_sample = case_progress;
+        ro.mo.on_sample_ud = kb;
+    }
     if (!strcmp(p.case_name, "linears")) return lpo__kb_linears_run(kb, cfg, &p, &ro);
     lpo_op_kind kind;
     if (lpo__kb_op_case_find(p.case_name, &kind)) return lpo__kb_op_case_run(kb, cfg, &p, &ro, kind);

@@ -38,8 +38,10 @@ struct lpo_kbench {
     lpo_strbuf nvml;    /* nvml.csv of every timed case, the row index first */
     lpo_peaks peaks;    /* of the last device used */
     int have_peaks;
-    size_t rows;           /* rows written (index of the next row in samples and nvml) */
-    lpo_threads_auto load; /* kbench.threads=0 on the CPU: threads the machine leaves free */
+    size_t rows;            /* rows written (index of the next row in samples and nvml) */
+    lpo_threads_auto load;  /* kbench.threads=0 on the CPU: threads the machine leaves free */
+    lpo_progress *progress; /* operator cases' progress line (NULL: none) */
+    char progress_what[96]; /* "(rmsnorm f32)": the case of the point measured now */
 };
 
 /* Backend and protocol of a run: `backend`, hardware.device, kbench.threads, kbench.graph, profiling.* */

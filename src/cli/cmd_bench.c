@@ -66,17 +66,12 @@ static lpo_status int_list(const lpo_node *cfg, const char *key, int64_t lo, int
 
 /* ---- progress
  * ----------------------------------------------------------------------------------------------- */
-typedef struct {
-    int tty, index, total;
-} progress_state;
-
+/* point i/N, the repeat and the time left, on a terminal (lpo_progress) */
 static void progress(void *ud, const lpo_bench_point *pt, int repeat, int warmup) {
-    const progress_state *p = ud;
-    if (!p->tty) return;
-    fprintf(stderr, "\r\033[Klpo bench: point %d/%d (batch %d, pp%lld, tg%lld): %s %d", p->index + 1,
-            p->total, pt->batch, (long long)pt->prompt, (long long)pt->gen, warmup ? "warm-up" : "sample",
-            repeat + 1);
-    fflush(stderr);
+    char what[96];
+    snprintf(what, sizeof what, "(batch %d, pp%lld, tg%lld)", pt->batch, (long long)pt->prompt,
+             (long long)pt->gen);
+    lpo_progress_show(ud, what, warmup ? "warm-up" : "sample", repeat);
 }
 
 /* ---- tables
@@ -300,7 +295,8 @@ int lpo_cmd_bench(int argc, char **argv) {
         ci.device = on_gpu && env->n_gpus > dev ? env->gpus[dev].name : env->cpu_model;
         ci.driver = on_gpu ? env->nvml_driver_version : env->kernel;
         lpo_error_clear();
-        progress_state ps = {isatty(2), 0, w.nb * w.np * w.ng};
+        lpo_progress ps;
+        lpo_progress_init(&ps, "lpo bench", w.nb * w.np * w.ng);
         lpo_bench_result *res = calloc((size_t)ps.total, sizeof *res);
         if (!res) {
             st = lpo_errorf(LPO_E_NOMEM, "bench: out of memory");
@@ -312,7 +308,7 @@ int lpo_cmd_bench(int argc, char **argv) {
                     const lpo_bench_point pt = {(int)w.batches[i], w.prompts[j], w.gens[k]};
                     st = lpo_bench_run(e, &pt, &mo, &peaks, (uint64_t)seed, progress, &ps, &res[ps.index]);
                 }
-        if (ps.tty) fprintf(stderr, "\r\033[K");
+        lpo_progress_end(&ps);
         if (s->nvml) {
             lpo_nvml_sampler_stop(s->nvml);
             lpo_nvml_summary sum;

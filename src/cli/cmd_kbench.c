@@ -67,19 +67,29 @@ int lpo_cmd_kbench(int argc, char **argv) {
                         "seconds): split it into smaller runs",
                         n_sets, LPO_SWEEP_MAX_MEASURED);
     if (!st) st = lpo_kbench_new(&kb);
+    lpo_progress prog; /* on a terminal: point i/N, the case, warm-up or sample, the time left */
+    lpo_progress_init(&prog, "lpo kbench", (int)n_sets);
+    if (!st) lpo_kbench_set_progress(kb, &prog);
     // each point of the sweep: compose, run
     for (size_t i = 0; i < n_sets && !st; i++) {
         lpo_cli_args a = args;
         a.overrides = (const char **)sets[i];
         lpo_node *cfg = NULL;
         if ((st = lpo_cli_compose(&a, "kbench", &cfg))) break;
-        if (n_sets > 1) fprintf(stderr, "kbench: point %zu of %zu\n", i + 1, n_sets);
+        if (n_sets > 1 && !prog.tty) fprintf(stderr, "kbench: point %zu of %zu\n", i + 1, n_sets);
+        prog.index = (int)i;
+        prog.label[0] = 0;
+        for (size_t k = 0; k < args.n_overrides; k++) /* the swept values: overrides a list expanded */
+            if (strcmp(args.overrides[k], sets[i][k]))
+                snprintf(prog.label + strlen(prog.label), sizeof prog.label - strlen(prog.label), "%s%s",
+                         prog.label[0] ? " " : "", sets[i][k]);
         st = lpo_kbench_run(kb, cfg);
         if (!first)
             first = cfg;
         else
             lpo_node_free(cfg);
     }
+    lpo_progress_end(&prog);
     if (!st && first) st = lpo_rundir_create(first, lpo_cli_command_line(), &rd);
     if (!st) st = lpo_kbench_write(kb, rd);
     if (!st) {

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "lpo/core.h"
 
@@ -222,10 +223,14 @@ lpo_status lpo_measure_run(const lpo_measure_opts *o, lpo_sample_fn fn, void *ct
     double t, clk;
     int reps = 1;
     // warm-up iterations, untimed
-    for (int i = 0; i < o->warmup; i++)
+    for (int i = 0; i < o->warmup; i++) {
+        if (o->on_sample) o->on_sample(o->on_sample_ud, 1, (size_t)i);
         if ((st = fn(ctx, &t, &reps, &clk))) goto fail;
+    }
     // timed samples until the stopping rule says stop
+    size_t i = 0;
     do {
+        if (o->on_sample) o->on_sample(o->on_sample_ud, 0, i++);
         reps = 1;
         if ((st = fn(ctx, &t, &reps, &clk))) goto fail;
     } while (!lpo_measure_add_reps(m, t, reps, clk));
@@ -235,4 +240,68 @@ fail:
     lpo_measure_free(m);
     *out = NULL;
     return st;
+}
+
+/* ---- progress on a terminal ------------------------------------------------------------------------------
+ */
+/* "42 s", "3:05", "1:02:09" */
+static void clock_text(char *b, size_t n, double s) {
+    const long t = s > 0 && s < 1e9 ? (long)(s + 0.5) : 0;
+    if (t < 60)
+        snprintf(b, n, "%ld s", t);
+    else if (t < 3600)
+        snprintf(b, n, "%ld:%02ld", t / 60, t % 60);
+    else
+        snprintf(b, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+}
+
+void lpo_progress_format(char *buf, size_t n, const char *tool, int index, int total, const char *point,
+                         const char *phase, int repeat, double elapsed_s) {
+    char el[32], left[48];
+    clock_text(el, sizeof el, elapsed_s);
+    if (index > 0 && total > index) {
+        char t[32];
+        clock_text(t, sizeof t, elapsed_s / index * (total - index));
+        snprintf(left, sizeof left, "about %s left", t);
+    } else {
+        snprintf(left, sizeof left, "%s", total > 1 ? "estimating the time left" : "");
+    }
+    int w =
+        snprintf(buf, n, "%s: point %d/%d%s%s", tool, index + 1, total, point ? " " : "", point ? point : "");
+    size_t at = w > 0 ? (size_t)w : 0;
+    if (phase && at < n) {
+        w = repeat >= 0 ? snprintf(buf + at, n - at, ": %s %d", phase, repeat + 1)
+                        : snprintf(buf + at, n - at, ": %s", phase);
+        at += w > 0 ? (size_t)w : 0;
+    }
+    if (at < n) snprintf(buf + at, n - at, "; %s elapsed%s%s", el, left[0] ? ", " : "", left);
+}
+
+void lpo_progress_init(lpo_progress *p, const char *tool, int total) {
+    memset(p, 0, sizeof *p);
+    p->tool = tool;
+    p->total = total;
+    p->tty = isatty(2);
+    p->t0_ns = lpo_now_ns();
+}
+
+void lpo_progress_show(lpo_progress *p, const char *point, const char *phase, int repeat) {
+    if (!p || !p->tty) return;
+    const unsigned long long now = lpo_now_ns();
+    if (p->shown && now - p->last_ns < 100000000ull) return; /* a line every 0.1 s at most */
+    char line[512], what[320];
+    snprintf(what, sizeof what, "%s%s%s", p->label, p->label[0] && point ? " " : "", point ? point : "");
+    lpo_progress_format(line, sizeof line, p->tool, p->index, p->total, what[0] ? what : NULL, phase, repeat,
+                        (double)(now - p->t0_ns) * 1e-9);
+    fprintf(stderr, "\r\033[K%s", line);
+    fflush(stderr);
+    p->last_ns = now;
+    p->shown = 1;
+}
+
+void lpo_progress_end(lpo_progress *p) {
+    if (!p || !p->tty || !p->shown) return;
+    fprintf(stderr, "\r\033[K");
+    fflush(stderr);
+    p->shown = 0;
 }

@@ -1,7 +1,7 @@
 /* Unit tests for the measurement protocol (src/bench/measure.c): quantiles and statistics against values
  * computed by hand (numpy's default quantile rule), the stopping rule (converged after min samples and
  * min time; not converged at max_samples or timeout), throttled-sample dropping, the driver loop with its
- * warm-up, and option checking / reading from a config. */
+ * warm-up, option checking / reading from a config, and the progress line of sweeps (lpo_progress). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -233,12 +233,64 @@ static void test_options(void **state) {
     lpo_node_free(cfg);
 }
 
+/* issue 22: the progress line of kbench and bench sweeps (point i/N, repeat, time left); the terminal
+ * itself is not tested, the formatter and that a run off a terminal writes none are */
+static void count_samples(void *ud, int warmup, size_t i) {
+    int *n = ud;
+    n[warmup] = (int)i + 1;
+}
+
+static lpo_status const_sample(void *ctx, double *sec, int *reps, double *clk) {
+    (void)ctx;
+    *sec = 1e-3, *reps = 1, *clk = 0;
+    return LPO_OK;
+}
+
+static void test_progress(void **state) {
+    (void)state;
+    char b[256];
+    lpo_progress_format(b, sizeof b, "lpo bench", 0, 12, "(batch 4, pp128, tg32)", "warm-up", 0, 3.2);
+    assert_string_equal(
+        b, "lpo bench: point 1/12 (batch 4, pp128, tg32): warm-up 1; 3 s elapsed, estimating the "
+           "time left");
+    /* 2 points done in 42 s: 21 s each, 10 left */
+    lpo_progress_format(b, sizeof b, "lpo bench", 2, 12, "(batch 4, pp128, tg32)", "sample", 4, 42);
+    assert_string_equal(
+        b, "lpo bench: point 3/12 (batch 4, pp128, tg32): sample 5; 42 s elapsed, about 3:30 left");
+    lpo_progress_format(b, sizeof b, "lpo kbench", 1, 2, NULL, "sample", -1, 3725);
+    assert_string_equal(b, "lpo kbench: point 2/2: sample; 1:02:05 elapsed, about 1:02:05 left");
+    lpo_progress_format(b, sizeof b, "lpo kbench", 0, 1, "(rmsnorm f32 cpu)", NULL, 0, 0);
+    assert_string_equal(b, "lpo kbench: point 1/1 (rmsnorm f32 cpu); 0 s elapsed");
+    lpo_progress_format(b, 16, "lpo kbench", 0, 1, "(a long point that does not fit)", "sample", 0, 0);
+    assert_int_equal(strlen(b), 15); /* cut, terminated */
+    /* off a terminal nothing is shown (ctest's stderr is a file or a pipe) */
+    lpo_progress p;
+    lpo_progress_init(&p, "lpo kbench", 3);
+    if (!p.tty) {
+        lpo_progress_show(&p, "(x)", "sample", 0);
+        assert_int_equal(p.shown, 0);
+    }
+    lpo_progress_end(&p);
+    /* the measurement loop calls on_sample before each warm-up call and each sample */
+    lpo_measure_opts o;
+    lpo_measure_opts_default(&o);
+    o.warmup = 2, o.min_samples = 5, o.max_samples = 5, o.min_time_s = 0;
+    int n[2] = {0, 0};
+    o.on_sample = count_samples, o.on_sample_ud = n;
+    lpo_measure *m = NULL;
+    assert_int_equal(lpo_measure_run(&o, const_sample, NULL, &m), LPO_OK);
+    assert_int_equal(n[1], 2);
+    assert_int_equal(n[0], 5);
+    lpo_measure_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_quantiles), cmocka_unit_test(test_stats),
         cmocka_unit_test(test_converges), cmocka_unit_test(test_not_converged),
         cmocka_unit_test(test_throttled), cmocka_unit_test(test_run),
         cmocka_unit_test(test_options),   cmocka_unit_test(test_spread),
+        cmocka_unit_test(test_progress),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
