@@ -1,7 +1,7 @@
 # Thin wrapper over CMake so the README's commands stay short.
 #   make            build (Release) into build/
 #   make test       build and run every test (ctest)
-#   make demo       build and run the main job on its built-in default
+#   make demo       build lpo alone and run the main job on its built-in default
 #   make debug | asan     other build types (build-debug/, build-asan/: GCC ASan + UBSan)
 #   make asan-clang       clang ASan + UBSan (float->int overflow checked too) into build-asan-clang/
 #   make install    install lpo, its conf/ and tracer library under $(PREFIX) (default /usr/local; DESTDIR too)
@@ -41,7 +41,10 @@ test: build models
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 	@echo "make test: sanitizers: 'make asan' (GCC) and 'make asan-clang' (clang) run every test under ASan + UBSan"
 
-demo: build
+# only what the demo runs: the lpo binary (not the tests, the tracer or the fuzzers)
+demo: deps
+	@cmake -S . -B $(BUILD_DIR) $(CMAKE_ARGS) >/dev/null
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target lpo -- --no-print-directory
 	@scripts/demo.sh $(BUILD_DIR)/lpo
 
 # DESTDIR (staged installs) is read by cmake --install from the environment
