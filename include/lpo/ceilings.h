@@ -167,6 +167,14 @@ double lpo_peaks_flops(const lpo_peaks *p, lpo_roof r);
 /* p's label, followed by " (bandwidth: <dram_name>)" when the bandwidth has a name: the line analysis and
  * profile reports show. Returns buf. */
 const char *lpo_peaks_describe(const lpo_peaks *p, char *buf, size_t n);
+/* The peaks as one JSON object, for a run directory to keep what its reports used: {"source", "label",
+ * "dram_name", "not_converged", "tflops": {<roof name>: TFLOP/s or null}, "dram_gbs", "l2_gbs",
+ * "launch_us"} (null: unknown). */
+void lpo_peaks_write_json(const lpo_peaks *p, lpo_json *j);
+/* Reads them back (lpo report) from the JSON file path at key_path ("peaks", "deep.peaks"; absent keys:
+ * unknown); a missing vector roof is the fp32 one. LPO_E_FORMAT naming the file when the object is missing
+ * or a figure is not a finite number >= 0. */
+lpo_status lpo_peaks_read_json(const char *path, const char *key_path, lpo_peaks *out);
 /* UUID of CUDA device dev formatted as NVML does ("GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx") and its name;
  * LPO_E_NO_DEVICE without CUDA or device. */
 lpo_status lpo_cuda_device_identity(int dev, char *name, size_t name_len, char *uuid, size_t uuid_len);

@@ -36,5 +36,9 @@ const char *lpo_kbench_peaks_label(const lpo_kbench *kb);
 /* Writes kbench.md/.csv/.json, kbench_samples.csv (raw samples), roofline.svg/.csv and, when NVML was
  * sampled, nvml.csv into the run directory. */
 lpo_status lpo_kbench_write(const lpo_kbench *kb, const lpo_rundir *rd);
+/* lpo report: kbench.md and .csv again from the run directory's kbench.json, roofline.svg and .csv from its
+ * kbench_info.json (mode, peaks and points, written by lpo_kbench_write). LPO_E_NOT_FOUND for a directory
+ * from before kbench_info.json; LPO_E_FORMAT for files lpo did not write. */
+lpo_status lpo_kbench_rerender(const lpo_rundir *rd);
 /* Names and one-line summaries of the cases (for --list), n of them. */
 void lpo_kbench_case_names(const char **names, const char **summaries, size_t max, size_t *n);

@@ -171,5 +171,11 @@ void lpo_pf_write_assumptions(const lpo_pf_result *r, const lpo_an_static *st, l
  * breakdown.svg: time by op category, one bar per phase. */
 void lpo_pf_write_plots(const lpo_pf_result *r, lpo_strbuf *roofline_svg, lpo_strbuf *roofline_csv,
                         lpo_strbuf *breakdown_svg);
+/* profile_data.json (profile_data.c): every field of r the reports are written from, at full precision, and
+ * the mean prompt length the static analysis used; `lpo report DIR` loads it back (lpo_pf_result_free
+ * frees it) and writes the same reports. LPO_E_FORMAT naming the file and key for a file lpo did not
+ * write. */
+lpo_status lpo_pf_data_write(const lpo_pf_result *r, double mean_prompt, lpo_json *j);
+lpo_status lpo_pf_data_load(const char *path, lpo_pf_result *r, double *mean_prompt);
 /* inputs.jsonl: one line per record (sample id, lengths, timings). */
 void lpo_pf_write_inputs(const lpo_pf_result *r, const lpo_dataset *d, lpo_strbuf *out);

@@ -41,6 +41,12 @@ void lpo_table_write_csv(const lpo_table *t, lpo_strbuf *out);
 void lpo_table_write_json(const lpo_table *t, lpo_json *j);
 /* Writes the table to path in the format of its extension: .md, .csv or .json. */
 lpo_status lpo_table_save(const lpo_table *t, const char *path);
+/* Reads rows back from what lpo_table_write_json wrote (an array of objects), into t made with the same
+ * field list (lpo report re-renders md and csv from it): each object adds a row; a field's key missing or
+ * null is a null cell; keys no field has are skipped (a newer lpo's columns). LPO_E_FORMAT naming origin,
+ * the row and the key for text that is not such an array or a value of another type than its field's (an
+ * INT must be an integer within int64). */
+lpo_status lpo_table_read_json(lpo_table *t, const char *text, size_t len, const char *origin);
 
 /* ---- CSV reading ------------------------------------------------------------------------------------------
  * RFC 4180 (quoted fields with commas, doubled quotes and line breaks; LF or CRLF; a UTF-8 BOM skipped;

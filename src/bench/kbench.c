@@ -6,6 +6,7 @@
  * measurement protocol (hot, cold or graph). */
 #include "lpo/kbench.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -769,23 +770,123 @@ lpo_status lpo_kbench_run(lpo_kbench *kb, const lpo_node *cfg) {
 
 /* ---- outputs
  * ---------------------------------------------------------------------------------------------------- */
+/* roofline.svg and .csv of these peaks (NULL: none) and points */
+static lpo_status write_roofline(const lpo_rundir *rd, const lpo_peaks *peaks, const lpo_roof_point *pts,
+                                 size_t n) {
+    lpo_roofline r;
+    memset(&r, 0, sizeof r);
+    if (peaks) lpo_roofline_from_peaks(&r, peaks);
+    snprintf(r.title, sizeof r.title, "lpo kbench roofline");
+    r.points = pts;
+    r.n_points = n;
+    lpo_strbuf svg = {0}, csv = {0};
+    lpo_roofline_svg(&r, &svg);
+    lpo_roofline_csv(&r, &csv);
+    lpo_status st = lpo_rundir_write(rd, "roofline.svg", svg.buf, svg.len);
+    if (!st) st = lpo_rundir_write(rd, "roofline.csv", csv.buf, csv.len);
+    lpo_sb_free(&svg);
+    lpo_sb_free(&csv);
+    return st;
+}
+
+/* kbench_info.json: what the reports were made from beyond kbench.json (the mode, the peaks, the roofline's
+ * points at full precision), for lpo report */
+static lpo_status write_info(const lpo_kbench *kb, const lpo_rundir *rd) {
+    lpo_strbuf sb = {0};
+    lpo_json j;
+    lpo_json_init_buf(&j, &sb, 1);
+    lpo_json_object_begin(&j);
+    lpo_json_kv_str(&j, "schema", "lpo.kbench.info");
+    lpo_json_kv_int(&j, "version", 1);
+    lpo_json_kv_str(&j, "mode", kb->mode == KB_MODE_MODEL ? "model" : "cases");
+    lpo_json_key(&j, "peaks");
+    if (kb->have_peaks)
+        lpo_peaks_write_json(&kb->peaks, &j);
+    else
+        lpo_json_null(&j);
+    lpo_json_key(&j, "points");
+    lpo_json_array_begin(&j);
+    for (size_t i = 0; i < kb->n_pts; i++) { // each roofline point
+        lpo_json_object_begin(&j);
+        lpo_json_kv_str(&j, "label", kb->pts[i].label);
+        lpo_json_kv_double(&j, "intensity", kb->pts[i].intensity);
+        lpo_json_kv_double(&j, "tflops", kb->pts[i].tflops);
+        lpo_json_kv_str(&j, "class", kb->pts[i].cls);
+        lpo_json_object_end(&j);
+    }
+    lpo_json_array_end(&j);
+    lpo_json_object_end(&j);
+    lpo_status st = lpo_json_finish(&j);
+    if (!st) st = lpo_rundir_write(rd, "kbench_info.json", sb.buf, sb.len);
+    lpo_sb_free(&sb);
+    return st;
+}
+
 lpo_status lpo_kbench_write(const lpo_kbench *kb, const lpo_rundir *rd) {
     lpo_status st = lpo_rundir_write_table(rd, "kbench", lpo_kbench_table(kb));
     if (!st) st = lpo_rundir_write(rd, "kbench_samples.csv", kb->samples.buf, kb->samples.len);
     if (!st && kb->nvml.len) st = lpo_rundir_write(rd, "nvml.csv", kb->nvml.buf, kb->nvml.len);
+    if (!st) st = write_info(kb, rd);
+    if (!st) st = write_roofline(rd, kb->have_peaks ? &kb->peaks : NULL, kb->pts, kb->n_pts);
+    return st;
+}
+
+lpo_status lpo_kbench_rerender(const lpo_rundir *rd) {
+    char p[4200], *text = NULL;
+    size_t len = 0;
+    lpo_rundir_file(rd, "kbench_info.json", p, sizeof p);
+    if (!lpo_path_exists(p))
+        return lpo_errorf(LPO_E_NOT_FOUND,
+                          "%s: made by an lpo from before kbench_info.json was kept: run the kbench again",
+                          lpo_rundir_path(rd));
+    lpo_status st = lpo_read_file(p, &text, &len);
     if (st) return st;
-    lpo_roofline r;
-    memset(&r, 0, sizeof r);
-    if (kb->have_peaks) lpo_roofline_from_peaks(&r, &kb->peaks);
-    snprintf(r.title, sizeof r.title, "lpo kbench roofline");
-    r.points = kb->pts;
-    r.n_points = kb->n_pts;
-    lpo_strbuf svg = {0}, csv = {0};
-    lpo_roofline_svg(&r, &svg);
-    lpo_roofline_csv(&r, &csv);
-    st = lpo_rundir_write(rd, "roofline.svg", svg.buf, svg.len);
-    if (!st) st = lpo_rundir_write(rd, "roofline.csv", csv.buf, csv.len);
-    lpo_sb_free(&svg);
-    lpo_sb_free(&csv);
+    cJSON *info = cJSON_ParseWithLength(text, len);
+    free(text);
+    const cJSON *mode = cJSON_GetObjectItemCaseSensitive(info, "mode"),
+                *pts = cJSON_GetObjectItemCaseSensitive(info, "points");
+    const int model = cJSON_IsString(mode) && !strcmp(mode->valuestring, "model");
+    lpo_peaks peaks;
+    const int have_peaks = cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(info, "peaks"));
+    if (!cJSON_IsString(mode) || !cJSON_IsArray(pts))
+        st = lpo_errorf(LPO_E_FORMAT, "%s: no mode or points (not written by lpo, or damaged)", p);
+    if (!st && have_peaks) st = lpo_peaks_read_json(p, "peaks", &peaks);
+    /* the roofline's points */
+    const size_t n = pts ? (size_t)cJSON_GetArraySize(pts) : 0;
+    lpo_roof_point *rp = n ? calloc(n, sizeof *rp) : NULL;
+    if (!st && n && !rp) st = lpo_errorf(LPO_E_NOMEM, "kbench: roofline points");
+    size_t k = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, pts) { // each point: label, intensity, tflops, class
+        if (st) break;
+        const cJSON *lb = cJSON_GetObjectItemCaseSensitive(e, "label"),
+                    *in = cJSON_GetObjectItemCaseSensitive(e, "intensity"),
+                    *tf = cJSON_GetObjectItemCaseSensitive(e, "tflops"),
+                    *cl = cJSON_GetObjectItemCaseSensitive(e, "class");
+        if (!cJSON_IsString(lb) || !cJSON_IsNumber(in) || !cJSON_IsNumber(tf) || !cJSON_IsString(cl)) {
+            st = lpo_errorf(LPO_E_FORMAT, "%s: point %zu is not a roofline point", p, k + 1);
+            break;
+        }
+        snprintf(rp[k].label, sizeof rp[k].label, "%s", lb->valuestring);
+        rp[k].intensity = in->valuedouble;
+        rp[k].tflops = tf->valuedouble;
+        snprintf(rp[k].cls, sizeof rp[k].cls, "%s", cl->valuestring);
+        k++;
+    }
+    cJSON_Delete(info);
+    /* the table, from kbench.json with the field list of its mode */
+    lpo_table *t =
+        model ? lpo__kb_model_table_new() : lpo_table_new(fields, sizeof fields / sizeof fields[0]);
+    lpo_rundir_file(rd, "kbench.json", p, sizeof p);
+    if (!st) st = lpo_read_file(p, &text, &len);
+    if (!st) {
+        st = lpo_table_read_json(t, text, len, p);
+        free(text);
+    }
+    if (!st) st = lpo_table_save(t, lpo_rundir_file(rd, "kbench.md", p, sizeof p));
+    if (!st) st = lpo_table_save(t, lpo_rundir_file(rd, "kbench.csv", p, sizeof p));
+    if (!st) st = write_roofline(rd, have_peaks ? &peaks : NULL, rp, k);
+    lpo_table_free(t);
+    free(rp);
     return st;
 }

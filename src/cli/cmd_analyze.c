@@ -265,7 +265,7 @@ lpo_status lpo_rerender_analyze(const lpo_rerender *r) {
     char p[4200], kvbuf[16];
     snprintf(p, sizeof p, "%s/static_compute.json", r->dir);
     lpo_peaks pk;
-    lpo_status st = lpo_rerender_peaks(p, "peaks", &pk);
+    lpo_status st = lpo_peaks_read_json(p, "peaks", &pk);
     lpo_model *m = NULL;
     if (!st) st = lpo_model_open(lpo_node_child(r->cfg, "model"), &m);
     if (st) return lpo_error_context(st, "%s: re-rendering the analysis", r->dir);

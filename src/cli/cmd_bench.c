@@ -9,6 +9,7 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/rerender.h"
 #include "lpo/bench.h"
 #include "lpo/ceilings.h"
 #include "lpo/config.h"
@@ -226,6 +227,33 @@ static lpo_status size_engine(void *ud, lpo_session *s, lpo_engine_opts *eo) {
     eo->max_context = max_ctx;
     if (eo->max_step_tokens < max_p * max_b) eo->max_step_tokens = max_p * max_b; /* one prefill step */
     return LPO_OK;
+}
+
+lpo_status lpo_rerender_bench(const lpo_rerender *r) {
+    static const struct {
+        const char *base;
+        const lpo_field *fields;
+        size_t n;
+    } tables[] = {{"bench", full_fields, sizeof full_fields / sizeof *full_fields},
+                  {"bench_summary", short_fields, sizeof short_fields / sizeof *short_fields}};
+    lpo_status st = LPO_OK;
+    // each table: its .json (kept) into .md and .csv
+    for (size_t i = 0; i < sizeof tables / sizeof tables[0] && !st; i++) {
+        char p[4200], name[64];
+        char *text = NULL;
+        size_t len = 0;
+        snprintf(name, sizeof name, "%s.json", tables[i].base);
+        lpo_table *t = lpo_table_new(tables[i].fields, tables[i].n);
+        st = lpo_read_file(lpo_rundir_file(r->rd, name, p, sizeof p), &text, &len);
+        if (!st) st = lpo_table_read_json(t, text, len, p);
+        free(text);
+        snprintf(name, sizeof name, "%s.md", tables[i].base);
+        if (!st) st = lpo_table_save(t, lpo_rundir_file(r->rd, name, p, sizeof p));
+        snprintf(name, sizeof name, "%s.csv", tables[i].base);
+        if (!st) st = lpo_table_save(t, lpo_rundir_file(r->rd, name, p, sizeof p));
+        lpo_table_free(t);
+    }
+    return st;
 }
 
 int lpo_cmd_bench(int argc, char **argv) {

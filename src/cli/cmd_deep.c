@@ -558,19 +558,7 @@ static lpo_status save_inputs(const deep_inputs *in, const char *dir) {
     lpo_json_kv_int(&j, "prefill_tokens", in->prefill_tokens);
     lpo_json_kv_str(&j, "notes", in->notes->buf ? in->notes->buf : "");
     lpo_json_key(&j, "peaks");
-    lpo_json_object_begin(&j);
-    lpo_json_kv_str(&j, "source", lpo_peaks_source_name(in->peaks->source));
-    lpo_json_kv_str(&j, "label", in->peaks->label);
-    lpo_json_kv_str(&j, "dram_name", in->peaks->dram_name);
-    lpo_json_key(&j, "tflops");
-    lpo_json_object_begin(&j);
-    for (int r = 0; r < LPO_ROOF_COUNT; r++)
-        lpo_json_kv_double_or_null(&j, lpo_roof_name((lpo_roof)r), in->peaks->tflops[r],
-                                   in->peaks->tflops[r] > 0);
-    lpo_json_object_end(&j);
-    lpo_json_kv_double_or_null(&j, "dram_gbs", in->peaks->dram_gbs, in->peaks->dram_gbs > 0);
-    lpo_json_kv_double_or_null(&j, "l2_gbs", in->peaks->l2_gbs, in->peaks->l2_gbs > 0);
-    lpo_json_object_end(&j);
+    lpo_peaks_write_json(in->peaks, &j);
     lpo_json_key(&j, "exports");
     lpo_json_array_begin(&j);
     for (const char *l = in->exports; l && *l;) { /* each "<set> <file>" line */
@@ -604,7 +592,7 @@ lpo_status lpo_rerender_deep(const lpo_rerender *rr) {
     memset(&d, 0, sizeof d);
     lpo_status st = read_cfg(rr->cfg, &d);
     lpo_peaks pk;
-    if (!st) st = lpo_rerender_peaks(p, "peaks", &pk);
+    if (!st) st = lpo_peaks_read_json(p, "peaks", &pk);
     if (!st) st = lpo_read_file(p, &text, NULL);
     if (st) return st;
     cJSON *root = cJSON_Parse(text);

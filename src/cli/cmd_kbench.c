@@ -8,6 +8,7 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/rerender.h"
 #include "lpo/config.h"
 #include "lpo/kbench.h"
 #include "lpo/report.h"
@@ -45,6 +46,10 @@ static int list_cases(void) {
     printf("%-16s %s\n", "(model mode)",
            "kbench.phase=decode|prefill: every op of one engine step of model=<preset> (docs/kbench.md)");
     return LPO_EXIT_OK;
+}
+
+lpo_status lpo_rerender_kbench(const lpo_rerender *r) {
+    return lpo_kbench_rerender(r->rd);
 }
 
 int lpo_cmd_kbench(int argc, char **argv) {

@@ -8,6 +8,7 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/rerender.h"
 #include "lpo/analysis.h"
 #include "lpo/data.h"
 #include "lpo/engine.h"
@@ -78,7 +79,14 @@ typedef struct {
     const lpo_pf_result *r;
     const lpo_an_static *st;
     const lpo_model_spec *spec;
+    const char *cmdline; /* the run's command line (report.md) */
+    double mean_prompt;  /* of the static analysis (profile_data.json) */
 } artifacts;
+
+static lpo_status data_fn(lpo_json *j, const void *a) {
+    const artifacts *x = a;
+    return lpo_pf_data_write(x->r, x->mean_prompt, j);
+}
 
 static lpo_status metrics_fn(lpo_json *j, const void *a) {
     const artifacts *x = a;
@@ -95,22 +103,24 @@ static lpo_status write_md(const lpo_rundir *rd, const char *name, lpo_strbuf *s
     return st;
 }
 
+/* Every report of the run; d NULL (lpo report): inputs.jsonl and profile_data.json are kept as they are. */
 static lpo_status write_artifacts(const lpo_rundir *rd, const artifacts *x, const lpo_dataset *d,
                                   lpo_strbuf *summary) {
     lpo_strbuf sb = {0};
-    lpo_status st = write_json(rd, "metrics.json", metrics_fn, x);
+    lpo_status st = d ? write_json(rd, "profile_data.json", data_fn, x) : LPO_OK;
+    if (st == LPO_OK) st = write_json(rd, "metrics.json", metrics_fn, x);
     if (st == LPO_OK) st = write_json(rd, "static_compute.json", static_fn, x);
     if (st == LPO_OK && (st = lpo_an_static_write_md(x->st, x->spec, &sb)) == LPO_OK)
         st = write_md(rd, "static_compute.md", &sb);
     if (st == LPO_OK) {
-        lpo_pf_write_report(x->r, x->st, lpo_cli_command_line(), &sb);
+        lpo_pf_write_report(x->r, x->st, x->cmdline, &sb);
         st = write_md(rd, "report.md", &sb);
     }
     if (st == LPO_OK) {
         lpo_pf_write_assumptions(x->r, x->st, &sb);
         st = write_md(rd, "assumptions.md", &sb);
     }
-    if (st == LPO_OK) {
+    if (st == LPO_OK && d) {
         lpo_pf_write_inputs(x->r, d, &sb);
         st = write_md(rd, "inputs.jsonl", &sb);
     }
@@ -189,6 +199,37 @@ static lpo_status size_engine(void *ud, lpo_session *s, lpo_engine_opts *eo) {
                          &r->mean_prompt);
 }
 
+lpo_status lpo_rerender_profile(const lpo_rerender *rr) {
+    char p[4200], *cmd = NULL;
+    double mean_prompt = 0;
+    lpo_pf_result r = {0};
+    lpo_an_static an = {0};
+    lpo_model *m = NULL;
+    lpo_strbuf summary = {0};
+    lpo_rundir_file(rr->rd, "profile_data.json", p, sizeof p);
+    if (!lpo_path_exists(p))
+        return lpo_errorf(LPO_E_NOT_FOUND,
+                          "%s: made by an lpo from before profile_data.json was kept: profile again to get "
+                          "reports from this lpo",
+                          rr->dir);
+    lpo_status st = lpo_pf_data_load(p, &r, &mean_prompt);
+    if (st == LPO_OK) st = lpo_model_open(lpo_node_child(rr->cfg, "model"), &m);
+    if (st == LPO_OK) st = static_for(rr->cfg, lpo_model_get_spec(m), &r, mean_prompt, &r.peaks, &an);
+    if (st == LPO_OK) {
+        if (lpo_read_file(lpo_rundir_file(rr->rd, "cmd.txt", p, sizeof p), &cmd, NULL) != LPO_OK)
+            lpo_error_clear();
+        for (size_t n = cmd ? strlen(cmd) : 0; n && (cmd[n - 1] == '\n' || cmd[n - 1] == '\r');) cmd[--n] = 0;
+        const artifacts x = {&r, &an, lpo_model_get_spec(m), cmd ? cmd : "", mean_prompt};
+        st = write_artifacts(rr->rd, &x, NULL, &summary);
+        lpo_an_static_free(&an);
+    }
+    free(cmd);
+    lpo_sb_free(&summary);
+    lpo_pf_result_free(&r);
+    lpo_model_close(m);
+    return st;
+}
+
 int lpo_cmd_profile(int argc, char **argv) {
     lpo_cli_args args;
     int rc = lpo_cli_begin(&spec, argc, argv, &args);
@@ -225,7 +266,7 @@ int lpo_cmd_profile(int argc, char **argv) {
     if ((st = static_for(s->cfg, s->spec, &r, w.mean_prompt, &pk, &an)) != LPO_OK) goto done;
     have_static = 1;
     if ((st = lpo_session_rundir(s, &rd)) != LPO_OK) goto done;
-    const artifacts x = {&r, &an, s->spec};
+    const artifacts x = {&r, &an, s->spec, lpo_cli_command_line(), w.mean_prompt};
     if ((st = write_artifacts(rd, &x, w.d, &summary)) != LPO_OK) goto done;
     fwrite(summary.buf, 1, summary.len, stdout);
     printf("\n");

@@ -39,64 +39,6 @@ static const lpo_cli_spec spec = {
 
 static const char *const kinds[] = {"trace"};
 
-/* ---- peaks as a report saved them ------------------------------------------------------------------------
- */
-lpo_status lpo_rerender_peaks(const char *path, const char *key_path, lpo_peaks *out) {
-    memset(out, 0, sizeof *out);
-    lpo_ceilings_init(&out->measured);
-    char *text = NULL;
-    lpo_status st = lpo_read_file(path, &text, NULL);
-    if (st) return st;
-    cJSON *root = cJSON_Parse(text);
-    free(text);
-    const cJSON *o = root;
-    char key[64];
-    // each component of key_path ("deep.peaks")
-    for (const char *k = key_path; o && *k;) {
-        size_t n = strcspn(k, ".");
-        snprintf(key, sizeof key, "%.*s", (int)n, k);
-        o = cJSON_GetObjectItemCaseSensitive(o, key);
-        k += n + (k[n] == '.');
-    }
-    if (!cJSON_IsObject(o)) {
-        cJSON_Delete(root);
-        return lpo_errorf(LPO_E_FORMAT, "%s: no '%s' object (not written by lpo, or damaged)", path,
-                          key_path);
-    }
-    const cJSON *src = cJSON_GetObjectItemCaseSensitive(o, "source"),
-                *lb = cJSON_GetObjectItemCaseSensitive(o, "label"),
-                *nc = cJSON_GetObjectItemCaseSensitive(o, "not_converged"),
-                *dn = cJSON_GetObjectItemCaseSensitive(o, "dram_name"),
-                *tf = cJSON_GetObjectItemCaseSensitive(o, "tflops");
-    snprintf(out->label, sizeof out->label, "%s", cJSON_IsString(lb) ? lb->valuestring : "?");
-    if (cJSON_IsString(nc)) snprintf(out->not_converged, sizeof out->not_converged, "%s", nc->valuestring);
-    if (cJSON_IsString(dn)) snprintf(out->dram_name, sizeof out->dram_name, "%s", dn->valuestring);
-    out->source = !cJSON_IsString(src)                    ? LPO_PEAKS_SPEC
-                  : !strcmp(src->valuestring, "measured") ? LPO_PEAKS_MEASURED
-                  : !strcmp(src->valuestring, "spec")     ? LPO_PEAKS_SPEC
-                                                          : LPO_PEAKS_NONE;
-    double *dst[LPO_ROOF_COUNT + 2];
-    const char *name[LPO_ROOF_COUNT + 2];
-    const cJSON *from[LPO_ROOF_COUNT + 2];
-    for (int r = 0; r < LPO_ROOF_COUNT; r++)
-        dst[r] = &out->tflops[r], name[r] = lpo_roof_name((lpo_roof)r), from[r] = tf;
-    dst[LPO_ROOF_COUNT] = &out->dram_gbs, name[LPO_ROOF_COUNT] = "dram_gbs", from[LPO_ROOF_COUNT] = o;
-    dst[LPO_ROOF_COUNT + 1] = &out->l2_gbs, name[LPO_ROOF_COUNT + 1] = "l2_gbs", from[LPO_ROOF_COUNT + 1] = o;
-    // every figure: a finite number >= 0, or null / absent (unknown)
-    for (int i = 0; i < LPO_ROOF_COUNT + 2 && !st; i++) {
-        const cJSON *v = from[i] ? cJSON_GetObjectItemCaseSensitive(from[i], name[i]) : NULL;
-        if (!v || cJSON_IsNull(v)) continue;
-        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble < 1e9))
-            st = lpo_errorf(LPO_E_FORMAT, "%s: %s.%s is not a peak (a finite number >= 0)", path, key_path,
-                            name[i]);
-        else
-            *dst[i] = v->valuedouble;
-    }
-    if (!out->tflops[LPO_ROOF_VECTOR]) out->tflops[LPO_ROOF_VECTOR] = out->tflops[LPO_ROOF_FP32];
-    cJSON_Delete(root);
-    return st;
-}
-
 lpo_status lpo_trace_cli_summarize(const char *dir, const char *title, const char *step_range, int json) {
     const uint64_t t0 = lpo_now_ns();
     lpo_trace *t = NULL;
@@ -246,6 +188,9 @@ typedef struct {
 static const rerender_kind rerender_kinds[] = {
     {"analyze", lpo_rerender_analyze, "static_compute.json/md"},
     {"deep", lpo_rerender_deep, "deep.md, kernels_deep.*, metrics.json and plots"},
+    {"bench", lpo_rerender_bench, "bench.md/.csv and bench_summary.md/.csv"},
+    {"profile", lpo_rerender_profile, "report.md, summary.md, operators.*, metrics.json and plots"},
+    {"kbench", lpo_rerender_kbench, "kbench.md/.csv and roofline.svg/.csv"},
 };
 
 /* lpo report DIR: the kind from config.yaml's runtime.command; trace directories also without one */

@@ -20,9 +20,11 @@ lpo_status lpo_rerender_analyze(const lpo_rerender *r);
 /* deep: the ncu exports kept in ncu/ analysed again with the saved plan (trace/ or deep.kernels_from), the
  * peaks metrics.json recorded and the notes of the run (ncu/notes.md). */
 lpo_status lpo_rerender_deep(const lpo_rerender *r);
-
-/* The peaks a report saved, at key_path ("peaks", "deep.peaks") of the JSON file path: {"source", "label",
- * "dram_name", "not_converged", "tflops": {<roof name>: TFLOP/s or null}, "dram_gbs", "l2_gbs"} (absent
- * keys: unknown). The label is kept as written; a missing vector roof is the fp32 one. LPO_E_FORMAT naming the file when the object is
- * missing or a number is not a finite value >= 0. */
-lpo_status lpo_rerender_peaks(const char *path, const char *key_path, lpo_peaks *out);
+/* profile: report.md, summary.md, assumptions.md, metrics.json, operators.*, static_compute.*, the plots
+ * from profile_data.json (the result whole, written by every lpo profile run) and config.yaml (the static
+ * analysis, with the peaks the run used). */
+lpo_status lpo_rerender_profile(const lpo_rerender *r);
+/* bench: bench.md/.csv and bench_summary.md/.csv from their .json (one field list for every format). */
+lpo_status lpo_rerender_bench(const lpo_rerender *r);
+/* kbench: kbench.md/.csv from kbench.json, roofline.svg/.csv from kbench_info.json (lpo_kbench_rerender). */
+lpo_status lpo_rerender_kbench(const lpo_rerender *r);

@@ -1,5 +1,6 @@
 /* Tables: one field list, rows of typed cells, and the three writers (Markdown, CSV, JSON) that share it.
  * Markdown escapes pipes and newlines and aligns columns; CSV quotes per RFC 4180. */
+#include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -101,6 +102,50 @@ lpo_status lpo_table_set_bool(lpo_table *t, const char *field, int v) {
     if (st) return st;
     c->b = v != 0;
     return LPO_OK;
+}
+
+lpo_status lpo_table_read_json(lpo_table *t, const char *text, size_t len, const char *origin) {
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    if (!cJSON_IsArray(root)) {
+        cJSON_Delete(root);
+        return lpo_errorf(LPO_E_FORMAT, "%s: not a table lpo wrote (a JSON array of rows)", origin);
+    }
+    lpo_status st = LPO_OK;
+    size_t r = 0;
+    const cJSON *row;
+    cJSON_ArrayForEach(row, root) { /* each row, each field of it */
+        if (st) break;
+        r++;
+        if (!cJSON_IsObject(row)) {
+            st = lpo_errorf(LPO_E_FORMAT, "%s: row %zu is not an object", origin, r);
+            break;
+        }
+        lpo_table_add_row(t);
+        for (size_t k = 0; k < t->n_fields && !st; k++) {
+            const lpo_field *f = &t->fields[k];
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(row, f->name);
+            if (!v || cJSON_IsNull(v)) continue;
+            int64_t iv = 0;
+            if (f->type == LPO_FIELD_STR && cJSON_IsString(v))
+                st = lpo_table_set_str(t, f->name, v->valuestring);
+            else if (f->type == LPO_FIELD_DOUBLE && cJSON_IsNumber(v))
+                st = lpo_table_set_double(t, f->name, v->valuedouble);
+            else if (f->type == LPO_FIELD_INT && cJSON_IsNumber(v) &&
+                     lpo_double_to_i64(v->valuedouble, INT64_MIN, INT64_MAX, &iv) &&
+                     (double)iv == v->valuedouble)
+                st = lpo_table_set_int(t, f->name, iv);
+            else if (f->type == LPO_FIELD_BOOL && cJSON_IsBool(v))
+                st = lpo_table_set_bool(t, f->name, cJSON_IsTrue(v));
+            else
+                st = lpo_errorf(LPO_E_FORMAT, "%s: row %zu: '%s' is not %s", origin, r, f->name,
+                                f->type == LPO_FIELD_STR      ? "a string"
+                                : f->type == LPO_FIELD_INT    ? "an integer"
+                                : f->type == LPO_FIELD_DOUBLE ? "a number"
+                                                              : "true or false");
+        }
+    }
+    cJSON_Delete(root);
+    return st;
 }
 
 static const cell *at(const lpo_table *t, size_t r, size_t k) {

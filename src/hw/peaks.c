@@ -1,8 +1,10 @@
 /* Which peaks a run counts MFU, MBU and the roofline against: the one resolver every command uses
  * (measured ceilings of the device, else the config's hardware.spec, else the spec sheet of the device's
  * GPU, else none), the per-device lookup it starts from, and the hardware.spec reader. */
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "lpo/ceilings.h"
@@ -170,4 +172,81 @@ lpo_status lpo_peaks_resolve(const lpo_node *cfg, int device, const char *gpu_na
                  "none: no measured ceilings for this CPU (run `lpo ceilings` once, or give "
                  "'hardware.spec={fp32_tflops: T, dram_tbs: B}')");
     return LPO_OK;
+}
+
+/* ---- peaks saved with a report (lpo report re-renders with them) ------------------------------------------
+ */
+void lpo_peaks_write_json(const lpo_peaks *p, lpo_json *j) {
+    lpo_json_object_begin(j);
+    lpo_json_kv_str(j, "source", lpo_peaks_source_name(p->source));
+    lpo_json_kv_str(j, "label", p->label);
+    lpo_json_kv_str(j, "dram_name", p->dram_name);
+    lpo_json_kv_str(j, "not_converged", p->not_converged[0] ? p->not_converged : NULL);
+    lpo_json_key(j, "tflops");
+    lpo_json_object_begin(j);
+    for (int r = 0; r < LPO_ROOF_COUNT; r++)
+        lpo_json_kv_double_or_null(j, lpo_roof_name((lpo_roof)r), p->tflops[r], p->tflops[r] > 0);
+    lpo_json_object_end(j);
+    lpo_json_kv_double_or_null(j, "dram_gbs", p->dram_gbs, p->dram_gbs > 0);
+    lpo_json_kv_double_or_null(j, "l2_gbs", p->l2_gbs, p->l2_gbs > 0);
+    lpo_json_kv_double_or_null(j, "launch_us", p->launch_us, p->launch_us > 0);
+    lpo_json_object_end(j);
+}
+
+lpo_status lpo_peaks_read_json(const char *path, const char *key_path, lpo_peaks *out) {
+    memset(out, 0, sizeof *out);
+    lpo_ceilings_init(&out->measured);
+    char *text = NULL;
+    lpo_status st = lpo_read_file(path, &text, NULL);
+    if (st) return st;
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    const cJSON *o = root;
+    char key[64];
+    // each component of key_path ("deep.peaks")
+    for (const char *k = key_path; o && *k;) {
+        size_t n = strcspn(k, ".");
+        snprintf(key, sizeof key, "%.*s", (int)n, k);
+        o = cJSON_GetObjectItemCaseSensitive(o, key);
+        k += n + (k[n] == '.');
+    }
+    if (!cJSON_IsObject(o)) {
+        cJSON_Delete(root);
+        return lpo_errorf(LPO_E_FORMAT, "%s: no '%s' object (not written by lpo, or damaged)", path,
+                          key_path);
+    }
+    const cJSON *src = cJSON_GetObjectItemCaseSensitive(o, "source"),
+                *lb = cJSON_GetObjectItemCaseSensitive(o, "label"),
+                *nc = cJSON_GetObjectItemCaseSensitive(o, "not_converged"),
+                *dn = cJSON_GetObjectItemCaseSensitive(o, "dram_name"),
+                *tf = cJSON_GetObjectItemCaseSensitive(o, "tflops");
+    snprintf(out->label, sizeof out->label, "%s", cJSON_IsString(lb) ? lb->valuestring : "?");
+    if (cJSON_IsString(nc)) snprintf(out->not_converged, sizeof out->not_converged, "%s", nc->valuestring);
+    if (cJSON_IsString(dn)) snprintf(out->dram_name, sizeof out->dram_name, "%s", dn->valuestring);
+    out->source = !cJSON_IsString(src)                    ? LPO_PEAKS_SPEC
+                  : !strcmp(src->valuestring, "measured") ? LPO_PEAKS_MEASURED
+                  : !strcmp(src->valuestring, "spec")     ? LPO_PEAKS_SPEC
+                                                          : LPO_PEAKS_NONE;
+    double *dst[LPO_ROOF_COUNT + 3];
+    const char *name[LPO_ROOF_COUNT + 3];
+    const cJSON *from[LPO_ROOF_COUNT + 3];
+    for (int r = 0; r < LPO_ROOF_COUNT; r++)
+        dst[r] = &out->tflops[r], name[r] = lpo_roof_name((lpo_roof)r), from[r] = tf;
+    dst[LPO_ROOF_COUNT] = &out->dram_gbs, name[LPO_ROOF_COUNT] = "dram_gbs", from[LPO_ROOF_COUNT] = o;
+    dst[LPO_ROOF_COUNT + 1] = &out->l2_gbs, name[LPO_ROOF_COUNT + 1] = "l2_gbs", from[LPO_ROOF_COUNT + 1] = o;
+    dst[LPO_ROOF_COUNT + 2] = &out->launch_us, name[LPO_ROOF_COUNT + 2] = "launch_us",
+                         from[LPO_ROOF_COUNT + 2] = o;
+    // every figure: a finite number >= 0, or null / absent (unknown)
+    for (int i = 0; i < LPO_ROOF_COUNT + 3 && !st; i++) {
+        const cJSON *v = from[i] ? cJSON_GetObjectItemCaseSensitive(from[i], name[i]) : NULL;
+        if (!v || cJSON_IsNull(v)) continue;
+        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble < 1e9))
+            st = lpo_errorf(LPO_E_FORMAT, "%s: %s.%s is not a peak (a finite number >= 0)", path, key_path,
+                            name[i]);
+        else
+            *dst[i] = v->valuedouble;
+    }
+    if (!out->tflops[LPO_ROOF_VECTOR]) out->tflops[LPO_ROOF_VECTOR] = out->tflops[LPO_ROOF_FP32];
+    cJSON_Delete(root);
+    return st;
 }

@@ -1,7 +1,8 @@
-/* `lpo report DIR` (issue 22): every kind of run directory is recognised from its config.yaml and its
- * reports are rendered again from what the run saved. Each kind's directory is made here by the built lpo
- * on the CPU (model=tiny, the ncu fixture for deep, a synthetic trace), its report files are removed, and
- * `lpo report DIR` must write them again byte for byte (trace: its summary again). Also: a directory that is
+/* `lpo report DIR` (issue 22): every kind of run directory (analyze, deep, profile, bench, kbench cases and
+ * model mode, trace) is recognised from its config.yaml and its reports are rendered again from what the
+ * run saved. Each kind's directory is made here by the built lpo on the CPU (model=tiny, the ncu fixture
+ * for deep, a synthetic trace), its report files are removed, and `lpo report DIR` must write them again
+ * byte for byte (trace: its summary again). Also: a directory that is
  * not lpo's, a command that keeps results only, and the trace-only flags elsewhere. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -71,6 +72,47 @@ static void test_deep(void **state) {
     rerendered_same("dp-moved", files, 1, 0);
 }
 
+static void test_profile(void **state) {
+    (void)state;
+    static const char *const files[] = {"report.md",      "summary.md",          "assumptions.md",
+                                        "metrics.json",   "operators.md",        "operators.csv",
+                                        "operators.json", "static_compute.json", "static_compute.md",
+                                        "roofline.svg",   "roofline.csv",        "breakdown.svg"};
+    const size_t n = sizeof files / sizeof files[0];
+    /* without ceilings (bounds unknown), then with this CPU's (cached here: MFU, MBU, bounds and advice) */
+    run_ok("profile model=tiny backend=cpu dataset.n_samples=2 dataset.prompt_len=8 infer.max_new_tokens=3 "
+           "profiling.warmup_runs=0 output.dir=pf");
+    rerendered_same("pf", files, n, 0);
+    assert_int_equal(lpo_test_cpu_ceilings(0.05, 10), LPO_OK);
+    run_ok("profile model=tiny backend=cpu dataset.n_samples=2 dataset.prompt_len=8 infer.max_new_tokens=3 "
+           "profiling.warmup_runs=0 output.dir=pf2");
+    char *m = slurp("pf2", "metrics.json");
+    assert_non_null(strstr(m, "\"source\": \"measured\""));
+    free(m);
+    rerendered_same("pf2", files, n, 0);
+}
+
+static void test_bench(void **state) {
+    (void)state;
+    run_ok("bench model=tiny backend=cpu bench.batch=[1,2] bench.prompt=[4] bench.gen=[2] profiling.warmup=0 "
+           "profiling.min_samples=1 profiling.min_time_s=0 profiling.max_rel_stdev=10 output.dir=be");
+    static const char *const files[] = {"bench.md", "bench.csv", "bench_summary.md", "bench_summary.csv"};
+    rerendered_same("be", files, 4, 0);
+}
+
+static void test_kbench(void **state) {
+    (void)state;
+    assert_int_equal(lpo_test_cpu_ceilings(0.05, 10), LPO_OK); /* roofs on the roofline */
+    run_ok(
+        "kbench backend=cpu kbench.case=rmsnorm kbench.dtype=f32 kbench.m=[4,8] kbench.n=32 kbench.threads=1 "
+        "profiling.min_time_s=0.002 profiling.timeout_s=0.1 profiling.warmup=1 output.dir=kb");
+    static const char *const files[] = {"kbench.md", "kbench.csv", "roofline.svg", "roofline.csv"};
+    rerendered_same("kb", files, 4, 0);
+    /* model mode: its own table */
+    run_ok("kbench model=tiny kbench.phase=decode kbench.max_time_s=2 kbench.threads=1 output.dir=km");
+    rerendered_same("km", files, 4, 0);
+}
+
 static void test_trace(void **state) {
     (void)state;
     run_ok("trace --synthetic=200 output.dir=tr");
@@ -112,9 +154,8 @@ static void test_refusals(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_analyze),
-        cmocka_unit_test(test_deep),
-        cmocka_unit_test(test_trace),
+        cmocka_unit_test(test_analyze),  cmocka_unit_test(test_deep),   cmocka_unit_test(test_profile),
+        cmocka_unit_test(test_bench),    cmocka_unit_test(test_kbench), cmocka_unit_test(test_trace),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
