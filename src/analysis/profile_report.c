@@ -466,6 +466,11 @@ void lpo_pf_write_report(const lpo_pf_result *r, const lpo_an_static *st, const 
            "engine's dtypes (docs/analysis.md); MFU against the compute roof of that dtype, MBU against the "
            "memory bandwidth; floor = the roofline lower bound summed op by op.\n\n");
     md_phases(o, r);
+    if (r->peaks.not_converged[0])
+        lpo_sb_printf(o,
+                      "**Warning:** the measured ceilings' %s did not converge: MFU, MBU, floors and bounds "
+                      "rest on uncertain peaks (`lpo ceilings --refresh` on an idle machine).\n\n",
+                      r->peaks.not_converged);
     for (int p = 0; p < 2; p++)
         if (r->phase[p].time_s > 0 && r->phase[p].cost.t_lower_s > r->phase[p].time_s) {
             lpo_sb_printf(
@@ -655,6 +660,12 @@ void lpo_pf_write_summary(const lpo_pf_result *r, const lpo_an_static *st, lpo_s
                           "not converged: `lpo ceilings --refresh` on an idle machine).\n",
                           over, 100 * worst);
     }
+    if (r->peaks.not_converged[0]) /* a ceiling used that did not converge: never silently */
+        lpo_sb_printf(o,
+                      "- **Uncertain peaks.** The measured ceilings' %s did not converge (the samples spread "
+                      "too much, a busy machine?): MFU, MBU and bounds above rest on them. `lpo ceilings "
+                      "--refresh` on an idle machine, then profile again (or `lpo report` this directory).\n",
+                      r->peaks.not_converged);
     lpo_sb_puts(o, "\nDetails: report.md (timings with spread, phases, operators), static_compute.md (what "
                    "the model costs).\n");
 }

@@ -178,6 +178,21 @@ static void test_not_converged(void **state) {
                            "CONVERGED: dram_read"));
     free(out);
     free(err);
+    /* a profile's summary.md and report.md say so in words */
+    assert_int_equal(
+        lpo_test_run_lpo("profile model=tiny backend=cpu dataset.n_samples=1 dataset.prompt_len=8 "
+                         "infer.max_new_tokens=2 profiling.warmup_runs=0 output.dir=pf",
+                         &out, &err),
+        0);
+    char *sum = NULL, *rep = NULL;
+    assert_int_equal(lpo_read_file("pf/summary.md", &sum, NULL), LPO_OK);
+    assert_int_equal(lpo_read_file("pf/report.md", &rep, NULL), LPO_OK);
+    assert_non_null(strstr(sum, "**Uncertain peaks.** The measured ceilings' dram_read (rel stdev"));
+    assert_non_null(strstr(rep, "**Warning:** the measured ceilings' dram_read (rel stdev"));
+    free(sum);
+    free(rep);
+    free(out);
+    free(err);
     remove(path);
 }
 
