@@ -109,9 +109,10 @@ typedef void (*lpo_group_callback)(void *ud, const lpo_oplist *l, const lpo_plan
  * Host float32 data of one op (shapes as the op's tensors describe them; int32 where noted). The backend
  * uploads, converts to its compute dtype, runs, and writes the outputs back as float32. */
 typedef struct {
-    const float *in[LPO_OP_MAX_IN]; /* activations read (EMBED: NULL, the ids are in tokens) */
-    float *out;                     /* out[0] (SAMPLE: NULL, the ids go to ids) */
-    const float *const *w;          /* [op->n_w] weights in HF layout */
+    const float *in[LPO_OP_MAX_IN]; /* activations read (EMBED: NULL, the ids are in tokens; EXPERTS: in[1]
+                                       the f32 weights, in[2] unused: expert_ids) */
+    float *out;            /* out[0] (SAMPLE: NULL, the ids go to ids; ROUTER: the weights [m][top_k]) */
+    const float *const *w; /* [op->n_w] weights in HF layout */
     /* ATTENTION: one layer's cache [n_slots][max_context][n_kv_heads head_dim] each, read and appended */
     float *k_cache, *v_cache;
     int n_slots;
@@ -120,6 +121,9 @@ typedef struct {
     const int64_t *tok_pos;           /* [m] */
     const float *rope_cos, *rope_sin; /* ROPE: [max_context][head_dim / 2] (lpo_cpu_rope_tables) */
     const int32_t *tokens;            /* EMBED: [m] */
+    /* ROUTER: the chosen experts [m][top_k] it writes (its out[1]); EXPERTS: those it reads (its in[2],
+     * whose in[] entry is unused) */
+    int32_t *expert_ids;
     /* SAMPLE: per row i, params, stream, step and seen-token bitmap (ceil(n/32) words per row) */
     const lpo_sampling *sampling;
     const uint64_t *stream, *step;

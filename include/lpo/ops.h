@@ -16,45 +16,56 @@
 #include "lpo/status.h"
 
 /* ---- op kinds: ONE table ---------------------------------------------------------------------------------
- * Each kind is one row: X(ENUM, name, category, flops, bytes, shape)
+ * Each kind is one row: X(ENUM, name, category, flops, matmul, bytes, shape)
  *   name      the kind's short name (labels, reports)
  *   category  its work category (lpo_cat of core.h, the scheme profile, the tracer and deep share)
  *   flops     floating-point operations, multiply and add counting two, as an expression of the op's sizes:
  *             m, n, k, heads (n_heads), qk_heads (n_heads + n_kv_heads), hd (head_dim), pairs (attn_pairs),
- *             bias (m n when the op has biases, else 0)
+ *             bias (m n when the op has biases, else 0), topk (experts chosen per token)
+ *   matmul    the part of flops done by matrix products (2 per multiply-add, biases not included; 0 for
+ *             kinds without one): deep's GEMM cross-check
  *   bytes     which tensors it moves, each once at its own dtype (lpo_op_traffic): TENSORS = its weights
  *             (EMBED: the looked-up rows), every activation read and written; QK = its weights and only the q
  *             and k parts of the qkv rows, read and written in place; ATTENTION = q, k, v of the new tokens
- *             read, their k, v appended, every cached row read once per sequence, the output written
+ *             read, their k, v appended, every cached row read once per sequence, the output written;
+ *             EXPERTS = TENSORS with the weights of the distinct experts the tokens chose only
+ *             (lpo_op_experts_read)
  *   shape     the shape string's form (lpo_op_shape): ROWS "m= n=", MATMUL "m= n= k=", HEADS "m= heads=h/kv
- *             hd=", ATTENTION HEADS + " kv_rows=" (+ " window="), EMBED "m= n= vocab="
+ *             hd=", ATTENTION HEADS + " kv_rows=" (+ " window="), EMBED "m= n= vocab=", MOE MATMUL +
+ *             " experts= top_k="
  * Everything that describes an op reads its row: the op list's costs, static analysis, profile, kbench, the
  * op checker, deep. A new kind is a row here, its kernel and CPU reference, and one row in each backend's
  * launch table (docs/engine.md "Adding an op kind"). What each kind computes: docs/engine.md. */
 #define LPO_OP_KIND_MAP(X)                                                                                   \
     /* token ids -> rows of the embedding table */                                                           \
-    X(EMBED, "embed", EMBED, 0, TENSORS, EMBED)                                                              \
+    X(EMBED, "embed", EMBED, 0, 0, TENSORS, EMBED)                                                           \
     /* y = x / rms(x) * w, per row: square + sum, scale, weight */                                           \
-    X(RMSNORM, "rmsnorm", NORM, 4 * m * n, TENSORS, ROWS)                                                    \
+    X(RMSNORM, "rmsnorm", NORM, 4 * m * n, 0, TENSORS, ROWS)                                                 \
     /* y = x @ W^T (+ b); W is one or several HF weights stacked by rows */                                  \
-    X(LINEAR, "linear", GEMM, 2 * m * n * k + bias, TENSORS, MATMUL)                                         \
+    X(LINEAR, "linear", GEMM, 2 * m * n * k + bias, 2 * m * n * k, TENSORS, MATMUL)                          \
     /* per-head RMSNorm of q and k (qwen3) */                                                                \
-    X(QK_NORM, "qk_norm", NORM, 4 * m * qk_heads * hd, QK, HEADS)                                            \
+    X(QK_NORM, "qk_norm", NORM, 4 * m * qk_heads * hd, 0, QK, HEADS)                                         \
     /* rotary position embedding of q and k (NeoX half-rotation): two products and one add per element */    \
-    X(ROPE, "rope", ELEMENTWISE, 3 * m * qk_heads * hd, QK, HEADS)                                           \
+    X(ROPE, "rope", ELEMENTWISE, 3 * m * qk_heads * hd, 0, QK, HEADS)                                        \
     /* append k, v to the KV cache; causal softmax(q k^T / sqrt(d)) v with GQA: q k^T and p v 2 d each per   \
      * (query, key) pair, softmax ~5 */                                                                      \
-    X(ATTENTION, "attention", ATTENTION, heads *pairs *(4 * hd + 5), ATTENTION, ATTENTION)                   \
+    X(ATTENTION, "attention", ATTENTION, heads *pairs *(4 * hd + 5), 0, ATTENTION, ATTENTION)                \
     /* y = silu(gate) * up: silu = x / (1 + exp(-x)) ~4, times up 1 */                                       \
-    X(SWIGLU, "swiglu", ELEMENTWISE, 5 * m * n, TENSORS, ROWS)                                               \
+    X(SWIGLU, "swiglu", ELEMENTWISE, 5 * m * n, 0, TENSORS, ROWS)                                            \
     /* y = gelu_tanh(gate) * up (HF gelu_pytorch_tanh): cube, 2 mul-add, tanh ~4, 0.5 (1 + t) x: ~8; up 1 */ \
-    X(GEGLU, "geglu", ELEMENTWISE, 9 * m * n, TENSORS, ROWS)                                                 \
+    X(GEGLU, "geglu", ELEMENTWISE, 9 * m * n, 0, TENSORS, ROWS)                                              \
     /* residual: x += y */                                                                                   \
-    X(ADD, "add", ELEMENTWISE, m *n, TENSORS, ROWS)                                                          \
+    X(ADD, "add", ELEMENTWISE, m *n, 0, TENSORS, ROWS)                                                       \
     /* logits = x @ E^T for the rows whose logits are wanted */                                              \
-    X(LM_HEAD, "lm_head", GEMM, 2 * m * n * k + bias, TENSORS, MATMUL)                                       \
+    X(LM_HEAD, "lm_head", GEMM, 2 * m * n * k + bias, 2 * m * n * k, TENSORS, MATMUL)                        \
     /* logits -> next token per row (docs/sampling.md), run by the backend: one pass over the logits */      \
-    X(SAMPLE, "sample", SAMPLING, m *n, TENSORS, ROWS)
+    X(SAMPLE, "sample", SAMPLING, m *n, 0, TENSORS, ROWS)                                                    \
+    /* MoE router: f32 logits x @ G^T over the n experts (2 n k per token), softmax (~5 per logit), the      \
+     * top_k experts and their weights (docs/engine.md "Routing") */                                         \
+    X(ROUTER, "router", GEMM, 2 * m * n * k + 5 * m * n, 2 * m * n * k, TENSORS, MOE)                        \
+    /* MoE routed experts: per token, each of its top_k experts' SwiGLU MLP (gate_up 4 n k, down 2 n k,      \
+     * silu * up 5 k) and the weighted sum (2 n): active experts only */                                     \
+    X(EXPERTS, "experts", GEMM, m *topk *(6 * n * k + 5 * k + 2 * n), m *topk * 6 * n * k, EXPERTS, MOE)
 
 typedef enum {
 #define LPO__OPK_ENUM(name, ...) LPO_OP_##name,
@@ -82,6 +93,8 @@ lpo_cat lpo_op_kind_cat(lpo_op_kind k);
     X(MLP_ACT, "mlp.act")                                                                                    \
     X(DOWN, "mlp.down")                                                                                      \
     X(MLP_RESIDUAL, "mlp.residual")                                                                          \
+    X(ROUTER, "mlp.router")                                                                                  \
+    X(EXPERTS, "mlp.experts")                                                                                \
     X(FINAL_NORM, "final_norm")                                                                              \
     X(LM_HEAD, "lm_head")                                                                                    \
     X(SAMPLE, "sample")
@@ -110,17 +123,19 @@ const char *lpo_attn_variant_name(lpo_attn_variant v); /* "prefill", "decode" */
 #define LPO_BUF_MAP(M)                                                                                       \
     M(NONE, "-")                                                                                             \
     M(WEIGHT, "weight")                                                                                      \
-    M(TOKENS, "tokens") /* int32 [T] */                                                                      \
-    M(X, "x")           /* residual stream [T, hidden] */                                                    \
-    M(XN, "xn")         /* normalized residual [T, hidden] */                                                \
-    M(QKV, "qkv")       /* [T, (n_heads + 2 n_kv_heads) head_dim]: q | k | v per row */                      \
-    M(ATT, "att")       /* attention output [T, n_heads head_dim] */                                         \
-    M(TMP, "tmp")       /* projection output before the residual add [T, hidden] */                          \
-    M(GU, "gu")         /* [T, 2 intermediate]: gate | up per row */                                         \
-    M(ACT, "act")       /* [T, intermediate] */                                                              \
-    M(KV, "kv")         /* the layer's K and V cache [slots, max_context, n_kv_heads head_dim] each */       \
-    M(LOGITS, "logits") /* [R, vocab], R = T (all positions) or one row per sequence */                      \
-    M(IDS, "ids")       /* sampled ids int32 [R] */
+    M(TOKENS, "tokens")       /* int32 [T] */                                                                \
+    M(X, "x")                 /* residual stream [T, hidden] */                                              \
+    M(XN, "xn")               /* normalized residual [T, hidden] */                                          \
+    M(QKV, "qkv")             /* [T, (n_heads + 2 n_kv_heads) head_dim]: q | k | v per row */                \
+    M(ATT, "att")             /* attention output [T, n_heads head_dim] */                                   \
+    M(TMP, "tmp")             /* projection output before the residual add [T, hidden] */                    \
+    M(GU, "gu")               /* [T, 2 intermediate]: gate | up per row */                                   \
+    M(ACT, "act")             /* [T, intermediate] */                                                        \
+    M(KV, "kv")               /* the layer's K and V cache [slots, max_context, n_kv_heads head_dim] each */ \
+    M(LOGITS, "logits")       /* [R, vocab], R = T (all positions) or one row per sequence */                \
+    M(IDS, "ids")             /* sampled ids int32 [R] */                                                    \
+    M(ROUTE_W, "route_w")     /* MoE: the chosen experts' weights f32 [T, top_k] */                          \
+    M(ROUTE_IDS, "route_ids") /* MoE: the chosen experts int32 [T, top_k], in the router's order */
 
 typedef enum {
 #define LPO__BUF_ENUM(name, str) LPO_BUF_##name,
@@ -131,7 +146,8 @@ typedef enum {
 
 const char *lpo_buf_name(lpo_buf b);
 /* Row width of an activation buffer for a spec (x: hidden, qkv: (heads + 2 kv heads) head_dim, gu:
- * 2 intermediate, logits: vocab, ...); 0 for WEIGHT, KV, TOKENS, IDS and NONE. The one definition. */
+ * 2 intermediate, logits: vocab, route_w / route_ids: experts per token (0 without MoE layers), ...); 0 for
+ * WEIGHT, KV, TOKENS, IDS and NONE. The one definition. */
 int64_t lpo_buf_width(const lpo_model_spec *s, lpo_buf b);
 
 /* ---- ops ------------------------------------------------------------------------------------------- */
@@ -145,7 +161,7 @@ typedef struct {
     lpo_dtype dtype; /* weights: the STORED dtype of that tensor (GGUF files mix Q4_K, Q6_K, F32) */
 } lpo_op_tensor;
 
-#define LPO_OP_MAX_IN  2
+#define LPO_OP_MAX_IN  3
 #define LPO_OP_MAX_OUT 2
 typedef struct {
     const char *name; /* "layers.7.attn.qkv", "embed", "final_norm", "lm_head", "sample" (interned) */
@@ -162,7 +178,9 @@ typedef struct {
     const lpo_op_tensor *w;
     int n_bias; /* LINEAR: how many of w[] are biases (0 or n_w / 2) */
     /* Sizes. LINEAR / LM_HEAD: m rows x k inputs -> n outputs. EMBED, RMSNORM, ADD, SWIGLU, GEGLU: m rows
-     * of n. QK_NORM, ROPE, ATTENTION: m rows (tokens), heads below. SAMPLE: m rows of n (= vocab). */
+     * of n. QK_NORM, ROPE, ATTENTION: m rows (tokens), heads below. SAMPLE: m rows of n (= vocab). ROUTER:
+     * m tokens x k (hidden) -> n (experts) logits. EXPERTS: m tokens of n (hidden), experts of k
+     * (intermediate). */
     int64_t m, n, k;
     int64_t n_heads, n_kv_heads, head_dim;
     int64_t window;     /* ATTENTION: sliding window (0 = full) */
@@ -171,6 +189,11 @@ typedef struct {
     int64_t kv_rows;    /* ATTENTION: cached positions read, summed over sequences (each read once) */
     lpo_attn_variant attn_variant; /* ATTENTION: prefill or decode form (set by the builder) */
     float eps;                     /* RMSNORM, QK_NORM */
+    int64_t n_experts, top_k;      /* ROUTER, EXPERTS: experts of the layer, chosen per token */
+    int norm_topk;                 /* ROUTER: the top_k probabilities renormalised to sum 1 */
+    /* EXPERTS: distinct experts the step's routing chose, when the caller knows it (> 0: from a real
+     * routing); 0: the expectation under uniform routing (lpo_op_experts_read) */
+    double experts_hit;
 } lpo_op;
 
 /* The SHAPE of a step, which is what an op list depends on: T tokens (packed sequences), n_seqs sequences,
@@ -263,7 +286,8 @@ long lpo_oplist_find(const lpo_oplist *l, lpo_op_role role, int layer);
 /* ---- costs (the kind's row of LPO_OP_KIND_MAP) ----------------------------------------------------------
  * Floating-point operations of one op (multiply and add count as two). */
 double lpo_op_flops(const lpo_op *op);
-/* The multiply-adds of a matrix product (GEMM category: 2 m n k, biases not included), 0 for other kinds. */
+/* The FLOPs of the op's matrix products (the row's matmul column: LINEAR 2 m n k, biases not included;
+ * EXPERTS the active experts' gate_up and down), 0 for kinds without one. */
 double lpo_op_matmul_flops(const lpo_op *op);
 /* Bytes an op must move to and from memory at least once, by kind of tensor, each at its own dtype. */
 typedef struct {
@@ -281,8 +305,12 @@ void lpo_op_traffic_of(const lpo_op *op, lpo_op_traffic *t);
 double lpo_op_act_bytes(const lpo_op *op, int is_out, int j);
 /* The sum of lpo_op_traffic_of. */
 double lpo_op_bytes(const lpo_op *op);
-/* Bytes of the weights alone (the part that does not depend on the batch). */
+/* Bytes of the weights alone (the part that does not depend on the batch; EXPERTS: the experts read). */
 double lpo_op_weight_bytes(const lpo_op *op);
+/* EXPERTS: how many distinct experts the step reads: op->experts_hit when set, else the expectation when each
+ * of the m tokens picks top_k of the E experts uniformly at random, E (1 - (1 - top_k / E)^m). 0 for other
+ * kinds. */
+double lpo_op_experts_read(const lpo_op *op);
 /* Bytes of one tensor at its dtype (quantized types: block bytes / block size per element). */
 double lpo_op_tensor_bytes(const lpo_op_tensor *t);
 /* The op's shape string ("m=7 n=48 k=80", "m=5 heads=4/2 hd=12 kv_rows=31 window=8") into buf; returns buf.

@@ -36,6 +36,12 @@ static const op_case op_cases[] = {
     {LPO_OP_ADD, LPO_ROLE_ATTN_RESIDUAL, "x (m, n) += y (the residual add)"},
     {LPO_OP_LM_HEAD, LPO_ROLE_LM_HEAD, "logits (m, n) f32 = x (m, k) @ E^T, E (n, k)"},
     {LPO_OP_SAMPLE, LPO_ROLE_SAMPLE, "next token of each of m rows of n logits (infer.* sampling: greedy)"},
+    {LPO_OP_ROUTER, LPO_ROLE_ROUTER,
+     "MoE router: f32 logits x (m, k) @ G^T (kbench.experts, k), softmax, the kbench.top_k experts per "
+     "token"},
+    {LPO_OP_EXPERTS, LPO_ROLE_EXPERTS,
+     "MoE routed experts: per token, kbench.top_k SwiGLU experts (n -> k -> n) of kbench.experts, weighted "
+     "sum"},
 };
 _Static_assert(sizeof op_cases / sizeof op_cases[0] == LPO_OP_KIND_COUNT,
                "every engine op kind is a kbench case: add its row");
@@ -124,6 +130,24 @@ static lpo_status case_spec(lpo_op_kind kind, const kb_params *p, lpo_dtype dt, 
         break;
     case LPO_OP_SAMPLE:
         if (!st && !(st = need_pos("n", p->n))) s->vocab_size = p->n;
+        break;
+    case LPO_OP_ROUTER:
+    case LPO_OP_EXPERTS: /* a one-layer qwen3_moe: router (m, k = hidden) -> experts; experts n = hidden, k =
+                            I */
+        if (st || (st = need_pos("k", p->k)) || (st = need_pos("experts", p->experts)) ||
+            (st = need_pos("top_k", p->top_k)) || (kind == LPO_OP_EXPERTS && (st = need_pos("n", p->n))))
+            break;
+        if (p->experts > 4096 || p->top_k > p->experts)
+            return lpo_errorf(LPO_E_CONFIG,
+                              "kbench.top_k=%lld must be in 1..kbench.experts=%lld (at most 4096)",
+                              (long long)p->top_k, (long long)p->experts);
+        s->arch = LPO_ARCH_QWEN3_MOE;
+        s->hidden_size = kind == LPO_OP_ROUTER ? p->k : p->n;
+        s->moe.intermediate_size = kind == LPO_OP_ROUTER ? 1 : p->k;
+        s->moe.n_experts = p->experts;
+        s->moe.n_experts_used = p->top_k;
+        s->moe.norm_topk_prob = 1;
+        s->moe.sparse_step = 1;
         break;
     case LPO_OP_QK_NORM:
     case LPO_OP_ROPE:

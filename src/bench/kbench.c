@@ -641,6 +641,8 @@ static lpo_status read_params(const lpo_node *cfg, kb_params *p) {
         {"kbench.kv_heads", offsetof(kb_params, kv_heads)},
         {"kbench.head_dim", offsetof(kb_params, head_dim)},
         {"kbench.vocab", offsetof(kb_params, vocab)},
+        {"kbench.experts", offsetof(kb_params, experts)},
+        {"kbench.top_k", offsetof(kb_params, top_k)},
         {"kbench.batch", offsetof(kb_params, seqs)},
         {"kbench.context", offsetof(kb_params, context)},
         {"kbench.c_in", offsetof(kb_params, c_in)},

@@ -75,6 +75,7 @@ typedef struct {
     int64_t m, n, k;                   /* the op's m, n, k (rows, width, inner size: docs/kbench.md) */
     int64_t heads, kv_heads, head_dim; /* qk_norm, rope, attention */
     int64_t vocab;                     /* embed: rows of the table */
+    int64_t experts, top_k;            /* router, experts: experts of the layer, chosen per token */
     int64_t seqs, context; /* rope, attention: kbench.batch sequences (0: null), cached positions */
     int64_t batch, c_in, c_out, h, w, kernel, stride, pad; /* conv2d (NCHW); batch: null = 8 */
     int64_t seq, input, hidden;                            /* lstm (one layer, unidirectional) */

@@ -309,7 +309,9 @@ static void check_group(lpo_engine *e, const lpo_oplist *l, const lpo_plan_group
         for (int j = 0; j < op->n_out && !e->nonfinite_op; j++) {
             const lpo_buf b = op->out[j].buf;
             const int64_t w = lpo_buf_width(&e->spec, b), rows = op->out[j].shape[0];
-            if (w == 0 || b == LPO_BUF_LOGITS || rows > l->n_tokens) continue;
+            if (w == 0 || b == LPO_BUF_LOGITS || rows > l->n_tokens ||
+                lpo_buf_dtype(b, &l->opts) == LPO_DT_I32)
+                continue;
             /* a fused group leaves only its last writes defined: read the buffers after the group */
             if (e->be->read_activation(e->ctx, b, 0, rows, e->check_buf) != LPO_OK) continue;
             for (int64_t i = 0; i < rows * w; i++)

@@ -47,6 +47,7 @@ typedef struct {
     float *kc, *vc, *kc_ref, *vc_ref;
     int64_t n_cache;
     int32_t *tok_slot, *tokens, *ids, *ids_ref;
+    int32_t *eids, *eids_ref; /* ROUTER: the chosen experts (backend, reference); EXPERTS: its input */
     int64_t *tok_pos;
     float *cos_t, *sin_t;
     lpo_sampling *samp;
@@ -69,6 +70,8 @@ static void case_free(case_data *d, const lpo_op *op) {
     free(d->tokens);
     free(d->ids);
     free(d->ids_ref);
+    free(d->eids);
+    free(d->eids_ref);
     free(d->tok_pos);
     free(d->cos_t);
     free(d->sin_t);
@@ -127,13 +130,17 @@ static lpo_status case_make(const lpo_op *op, uint64_t seed, const lpo_step *ste
     int ok = 1;
     /* activations read */
     for (int j = 0; j < op->n_in; j++) {
-        if (op->in[j].buf == LPO_BUF_TOKENS || op->in[j].buf == LPO_BUF_KV) continue;
+        if (op->in[j].buf == LPO_BUF_TOKENS || op->in[j].buf == LPO_BUF_KV ||
+            op->in[j].buf == LPO_BUF_ROUTE_IDS)
+            continue;
         const int64_t n = numel(&op->in[j]);
         ok &= NEW(d->in[j], n);
         if (!ok) break;
         if (op->kind == LPO_OP_SAMPLE) /* logits: spread like a model's, a few strong peaks */
             for (int64_t i = 0; i < n; i++)
                 d->in[j][i] = (float)(3.0 * uniform(&r) + (next_u64(&r) % 97 == 0 ? 6 : 0));
+        else if (op->in[j].buf == LPO_BUF_ROUTE_W) /* routing weights: positive, as a softmax gives */
+            fill(&r, d->in[j], n, 0.5, 0.45);
         else
             fill(&r, d->in[j], n, 0, 1);
         d->io.in[j] = d->ref.in[j] = d->in[j];
@@ -200,6 +207,27 @@ static lpo_status case_make(const lpo_op *op, uint64_t seed, const lpo_step *ste
         }
         char sh[64];
         snprintf(d->shape, sizeof d->shape, "%s ctx=%lld", lpo_op_shape(op, sh, sizeof sh), (long long)ctx);
+    } else if (op->kind == LPO_OP_ROUTER || op->kind == LPO_OP_EXPERTS) {
+        const int64_t k = op->top_k, E = op->n_experts;
+        ok = ok && k >= 1 && k <= E && NEW(d->eids, m * k) && (!with_ref || NEW(d->eids_ref, m * k));
+        for (int64_t t = 0; ok && t < m && op->kind == LPO_OP_EXPERTS; t++)
+            for (int64_t j = 0; j < k; j++) { // token t: k distinct experts, drawn at random
+                int32_t e;
+                int dup;
+                do {
+                    e = (int32_t)(next_u64(&r) % (uint64_t)E);
+                    dup = 0;
+                    for (int64_t i = 0; i < j; i++) dup |= d->eids[t * k + i] == e;
+                } while (dup);
+                d->eids[t * k + j] = e;
+            }
+        if (ok && op->kind == LPO_OP_EXPERTS) {
+            if (with_ref) memcpy(d->eids_ref, d->eids, (size_t)(m * k) * sizeof(int32_t));
+        } else if (ok) {
+            for (int64_t i = 0; i < m * k; i++) d->eids[i] = -1; /* poisoned: unwritten ids show */
+        }
+        d->io.expert_ids = d->eids;
+        d->ref.expert_ids = d->eids_ref;
     } else if (op->kind == LPO_OP_EMBED) {
         ok = ok && NEW(d->tokens, m);
         for (int64_t t = 0; ok && t < m; t++)
@@ -351,6 +379,14 @@ lpo_status lpo_opcheck_run(const lpo_backend_iface *be, void *ctx, lpo_dtype dt,
         } else {
             compare(d.out, d.out_ref, d.n_out, dt, r, "output");
         }
+        if (op->kind == LPO_OP_ROUTER) /* the same experts, in the same order */
+            for (int64_t i = 0; i < op->m * op->top_k; i++) {
+                r->n_checked++;
+                if (d.eids[i] != d.eids_ref[i] && !r->ids_mismatch++ && !r->msg[0])
+                    snprintf(r->msg, sizeof r->msg, "token %lld rank %lld: expert %d vs reference %d",
+                             (long long)(i / op->top_k), (long long)(i % op->top_k), (int)d.eids[i],
+                             (int)d.eids_ref[i]);
+            }
         if (op->kind == LPO_OP_ATTENTION) { /* the appended rows (and nothing else) changed alike */
             compare(d.kc, d.kc_ref, d.n_cache, dt, r, "K cache");
             compare(d.vc, d.vc_ref, d.n_cache, dt, r, "V cache");

@@ -1,6 +1,7 @@
 /* The op list: the one description of a decoder-only transformer's forward pass, built from a model spec
  * for one step shape and reused for every step of that shape; and the evaluation of each op kind's row of
  * LPO_OP_KIND_MAP (ops.h): category, FLOPs, bytes, shape string (documented in docs/engine.md). */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +60,8 @@ int64_t lpo_buf_width(const lpo_model_spec *s, lpo_buf b) {
     case LPO_BUF_GU: return 2 * s->intermediate_size;
     case LPO_BUF_ACT: return s->intermediate_size;
     case LPO_BUF_LOGITS: return s->vocab_size;
+    case LPO_BUF_ROUTE_W:
+    case LPO_BUF_ROUTE_IDS: return lpo_spec_has_moe(s) ? s->moe.n_experts_used : 0;
     default: return 0;
     }
 }
@@ -66,8 +69,10 @@ int64_t lpo_buf_width(const lpo_model_spec *s, lpo_buf b) {
 lpo_dtype lpo_buf_dtype(lpo_buf b, const lpo_oplist_opts *o) {
     switch (b) {
     case LPO_BUF_TOKENS:
-    case LPO_BUF_IDS: return LPO_DT_I32;
-    case LPO_BUF_LOGITS: return LPO_DT_F32;
+    case LPO_BUF_IDS:
+    case LPO_BUF_ROUTE_IDS: return LPO_DT_I32;
+    case LPO_BUF_LOGITS:
+    case LPO_BUF_ROUTE_W: return LPO_DT_F32; /* routing stays f32 whatever the activations' dtype */
     case LPO_BUF_KV: return o->kv_dtype;
     default: return o->act_dtype;
     }
@@ -266,6 +271,49 @@ static void residual(builder *b, lpo_op_role role, int layer, int64_t T) {
     op->n = n;
 }
 
+/* The MLP of a sparse layer: the router (xn -> route_w, route_ids) and the routed experts (xn and the routing
+ * -> tmp), whose weights are every expert's gate, up and down in expert order (HF hub names). */
+static void moe_mlp(builder *b, int layer, int64_t T) {
+    const lpo_model_spec *s = b->s;
+    const lpo_moe_names *mn = lpo_spec_moe_names(s);
+    const int64_t h = s->hidden_size, E = s->moe.n_experts, K = s->moe.n_experts_used;
+    const int64_t I = s->moe.intermediate_size;
+    char w[160];
+    lpo_op *op = push(b, LPO_OP_ROUTER, LPO_ROLE_ROUTER, layer);
+    if (op) {
+        add_in(op, act2(b, LPO_BUF_XN, T, h));
+        set_out(op, act2(b, LPO_BUF_ROUTE_W, T, K));
+        set_out(op, act2(b, LPO_BUF_ROUTE_IDS, T, K));
+        op->m = T;
+        op->n = E;
+        op->k = h;
+        op->n_experts = E;
+        op->top_k = K;
+        op->norm_topk = s->moe.norm_topk_prob != 0;
+        snprintf(w, sizeof w, "%s.gate.weight", mn->block);
+        add_w(b, op, layer, w, 2, E, h);
+    }
+    op = push(b, LPO_OP_EXPERTS, LPO_ROLE_EXPERTS, layer);
+    if (!op) return;
+    add_in(op, act2(b, LPO_BUF_XN, T, h));
+    add_in(op, act2(b, LPO_BUF_ROUTE_W, T, K));
+    add_in(op, act2(b, LPO_BUF_ROUTE_IDS, T, K));
+    set_out(op, act2(b, LPO_BUF_TMP, T, h));
+    op->m = T;
+    op->n = h;
+    op->k = I;
+    op->n_experts = E;
+    op->top_k = K;
+    for (int64_t e = 0; e < E; e++) {
+        snprintf(w, sizeof w, "%s.experts.%lld.%s.weight", mn->block, (long long)e, mn->gate);
+        add_w(b, op, layer, w, 2, I, h);
+        snprintf(w, sizeof w, "%s.experts.%lld.%s.weight", mn->block, (long long)e, mn->up);
+        add_w(b, op, layer, w, 2, I, h);
+        snprintf(w, sizeof w, "%s.experts.%lld.%s.weight", mn->block, (long long)e, mn->down);
+        add_w(b, op, layer, w, 2, h, I);
+    }
+}
+
 /* ---- the list ----------------------------------------------------------------------------------------- */
 static lpo_status check_spec(const lpo_model_spec *s) {
     if (s->hidden_size <= 0 || s->n_layers <= 0 || s->n_heads <= 0 || s->n_kv_heads <= 0 ||
@@ -282,11 +330,6 @@ static lpo_status check_spec(const lpo_model_spec *s) {
         return lpo_errorf(LPO_E_UNSUPPORTED,
                           "op list: model '%s' uses an activation the engine does not "
                           "implement (only silu -> swiglu and gelu_tanh -> geglu)",
-                          s->name);
-    if (lpo_spec_has_moe(s))
-        return lpo_errorf(LPO_E_UNSUPPORTED,
-                          "op list: model '%s' has mixture-of-experts layers, which the op list cannot "
-                          "express yet",
                           s->name);
     if (s->norm != LPO_NORM_RMS)
         return lpo_errorf(LPO_E_UNSUPPORTED, "op list: model '%s' uses a norm other than RMSNorm", s->name);
@@ -410,6 +453,11 @@ lpo_status lpo_oplist_build_shape(const lpo_model_spec *s, const lpo_step_shape 
         if (s->o_bias) add_bias(b, op, l, "self_attn.o_proj.bias", h);
         residual(b, LPO_ROLE_ATTN_RESIDUAL, l, T);
         rmsnorm(b, LPO_ROLE_MLP_NORM, l, "post_attention_layernorm.weight", T);
+        if (lpo_spec_layer_is_moe(s, l)) {
+            moe_mlp(b, l, T);
+            residual(b, LPO_ROLE_MLP_RESIDUAL, l, T);
+            continue;
+        }
         op = linear(b, LPO_ROLE_GATE_UP, l, LPO_BUF_XN, LPO_BUF_GU, T, h, 2 * I);
         add_w(b, op, l, "mlp.gate_proj.weight", 2, I, h);
         add_w(b, op, l, "mlp.up_proj.weight", 2, I, h);
@@ -573,18 +621,27 @@ double lpo_op_weight_bytes(const lpo_op *op) {
     for (int i = 0; i < op->n_w; i++) b += lpo_op_tensor_bytes(&op->w[i]);
     if (op->kind == LPO_OP_EMBED && op->n_w == 1) /* only the looked-up rows are read */
         b = dsize(op->w[0].dtype, (double)op->m * (double)op->n);
+    if (op->kind == LPO_OP_EXPERTS && op->n_experts > 0) /* only the chosen experts (all of one size) */
+        b *= lpo_op_experts_read(op) / (double)op->n_experts;
     return b;
 }
 
+double lpo_op_experts_read(const lpo_op *op) {
+    if (op->kind != LPO_OP_EXPERTS || op->n_experts <= 0) return 0;
+    if (op->experts_hit > 0) return op->experts_hit;
+    const double E = (double)op->n_experts, k = (double)op->top_k;
+    return E * (1.0 - pow(1.0 - k / E, (double)op->m));
+}
+
 /* The byte rules and shape forms the table's rows name. */
-enum { BYTES_TENSORS, BYTES_QK, BYTES_ATTENTION };
-enum { SHAPE_ROWS, SHAPE_MATMUL, SHAPE_HEADS, SHAPE_ATTENTION, SHAPE_EMBED };
+enum { BYTES_TENSORS, BYTES_QK, BYTES_ATTENTION, BYTES_EXPERTS };
+enum { SHAPE_ROWS, SHAPE_MATMUL, SHAPE_HEADS, SHAPE_ATTENTION, SHAPE_EMBED, SHAPE_MOE };
 
 double lpo_op_flops(const lpo_op *op) {
     const double m = (double)op->m, n = (double)op->n, k = (double)op->k, hd = (double)op->head_dim;
     const double heads = (double)op->n_heads, qk_heads = (double)(op->n_heads + op->n_kv_heads);
-    const double pairs = (double)op->attn_pairs, bias = op->n_bias ? m * n : 0;
-    (void)m, (void)n, (void)k, (void)hd, (void)heads, (void)qk_heads, (void)pairs, (void)bias;
+    const double pairs = (double)op->attn_pairs, bias = op->n_bias ? m * n : 0, topk = (double)op->top_k;
+    (void)m, (void)n, (void)k, (void)hd, (void)heads, (void)qk_heads, (void)pairs, (void)bias, (void)topk;
     switch (op->kind) {
 #define LPO__OPK_FLOPS(name, str, cat, flops, ...)                                                           \
     case LPO_OP_##name: return (double)(flops);
@@ -595,13 +652,20 @@ double lpo_op_flops(const lpo_op *op) {
 }
 
 double lpo_op_matmul_flops(const lpo_op *op) {
-    if (lpo_op_kind_cat(op->kind) != LPO_CAT_GEMM) return 0;
-    return 2.0 * (double)op->m * (double)op->n * (double)op->k;
+    const double m = (double)op->m, n = (double)op->n, k = (double)op->k, topk = (double)op->top_k;
+    (void)m, (void)n, (void)k, (void)topk;
+    switch (op->kind) {
+#define LPO__OPK_MATMUL(name, str, cat, flops, matmul, ...)                                                  \
+    case LPO_OP_##name: return (double)(matmul);
+        LPO_OP_KIND_MAP(LPO__OPK_MATMUL)
+#undef LPO__OPK_MATMUL
+    default: return 0;
+    }
 }
 
 static int byte_rule(lpo_op_kind k) {
     static const int rule[] = {
-#define LPO__OPK_BYTES(name, str, cat, flops, bytes, ...) BYTES_##bytes,
+#define LPO__OPK_BYTES(name, str, cat, flops, matmul, bytes, ...) BYTES_##bytes,
         LPO_OP_KIND_MAP(LPO__OPK_BYTES)
 #undef LPO__OPK_BYTES
     };
@@ -640,7 +704,7 @@ double lpo_op_bytes(const lpo_op *op) {
 
 char *lpo_op_shape(const lpo_op *op, char *b, size_t n) {
     static const int form[] = {
-#define LPO__OPK_SHAPE(name, str, cat, flops, bytes, shape) SHAPE_##shape,
+#define LPO__OPK_SHAPE(name, str, cat, flops, matmul, bytes, shape) SHAPE_##shape,
         LPO_OP_KIND_MAP(LPO__OPK_SHAPE)
 #undef LPO__OPK_SHAPE
     };
@@ -648,6 +712,10 @@ char *lpo_op_shape(const lpo_op *op, char *b, size_t n) {
     const long long m = op->m;
     switch ((unsigned)op->kind < LPO_OP_KIND_COUNT ? form[op->kind] : SHAPE_ROWS) {
     case SHAPE_MATMUL: snprintf(b, n, "m=%lld n=%lld k=%lld", m, (long long)op->n, (long long)op->k); break;
+    case SHAPE_MOE:
+        snprintf(b, n, "m=%lld n=%lld k=%lld experts=%lld top_k=%lld", m, (long long)op->n, (long long)op->k,
+                 (long long)op->n_experts, (long long)op->top_k);
+        break;
     case SHAPE_HEADS:
     case SHAPE_ATTENTION: {
         int w = snprintf(b, n, "m=%lld heads=%lld/%lld hd=%lld", m, (long long)op->n_heads,

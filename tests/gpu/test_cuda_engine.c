@@ -217,6 +217,45 @@ static void test_does_not_fit(void **state) {
     lpo_node_free(cfg);
 }
 
+/* ---- mixture of experts: no GPU kernels yet
+ * ----------------------------------------------------------------- A model with router / routed-experts ops
+ * is refused at open with LPO_E_UNSUPPORTED naming the first such op, before anything is allocated; run_op
+ * and supports_op refuse the kinds; the CPU backend runs the model. */
+static void test_moe_refused(void **state) {
+    (void)state;
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tests/golden/engine/qwen3_moe_norm", LPO_SOURCE_DIR);
+    lpo_model *m = NULL;
+    assert_int_equal(lpo_model_open_path(dir, &m), LPO_OK);
+    lpo_engine_opts o = {LPO_ENGINE_DEFAULTS, .backend = "cuda", .max_seqs = 1, .max_context = 64,
+                         .dtype = "bf16"};
+    lpo_engine *e = NULL;
+    assert_int_equal(lpo_engine_open(m, &o, &e), LPO_E_UNSUPPORTED);
+    printf("refused: %s\n", lpo_last_error());
+    assert_non_null(strstr(lpo_last_error(), "'layers.0.mlp.router' (router)"));
+    assert_null(e);
+    lpo_oplist l = {0};
+    assert_int_equal(lpo_oplist_build_phase(lpo_model_get_spec(m), 1, 1, 5, NULL, &l), LPO_OK);
+    const lpo_backend_iface *be = lpo_backend_cuda();
+    void *ctx = NULL;
+    const lpo_backend_init bi = {.max_seqs = 1, .dtype = LPO_DT_BF16};
+    assert_int_equal(be->init(&bi, &ctx), LPO_OK);
+    for (int role = LPO_ROLE_ROUTER; role <= LPO_ROLE_EXPERTS; role++) {
+        const lpo_op *op = &l.ops[lpo_oplist_find(&l, (lpo_op_role)role, 0)];
+        assert_false(be->supports_op(ctx, op));
+        lpo_op_io io = {0};
+        assert_int_equal(be->run_op(ctx, op, &io), LPO_E_UNSUPPORTED);
+        assert_non_null(strstr(lpo_last_error(), op->name));
+    }
+    be->free(ctx);
+    lpo_oplist_free(&l);
+    o.backend = "cpu";
+    o.dtype = "f32";
+    assert_int_equal(lpo_engine_open(m, &o, &e), LPO_OK);
+    lpo_engine_close(e);
+    lpo_model_close(m);
+}
+
 /* ---- non-finite values
  * ----------------------------------------------------------------------------------------------
  * q_proj weights of 3e38 behind attn_norm scales of 100: the q/k/v projection overflows to Inf/NaN. In f32
@@ -264,6 +303,7 @@ int main(void) {
         cmocka_unit_test(test_golden_f32),         cmocka_unit_test(test_golden_bf16),
         cmocka_unit_test(test_modes_and_sampling), cmocka_unit_test(test_smollm2),
         cmocka_unit_test(test_does_not_fit),       cmocka_unit_test(test_nonfinite),
+        cmocka_unit_test(test_moe_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

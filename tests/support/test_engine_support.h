@@ -50,6 +50,22 @@ static inline lpo_model_spec test_spec_llama8b(void) {
     return s;
 }
 
+/* test_spec as a qwen3_moe model: 5 experts of 24 (3 per token, renormalised) in layer 0, layer 1 dense
+ * (mlp_only_layers), q/k norm */
+static inline lpo_model_spec test_spec_moe(void) {
+    lpo_model_spec s = test_spec();
+    strcpy(s.name, "test-moe");
+    s.arch = LPO_ARCH_QWEN3_MOE;
+    s.qk_norm = 1;
+    s.moe.n_experts = 5;
+    s.moe.n_experts_used = 3;
+    s.moe.intermediate_size = 24;
+    s.moe.norm_topk_prob = 1;
+    s.moe.sparse_step = 1;
+    s.moe.dense[0] = 1u << 1;
+    return s;
+}
+
 static inline uint64_t test_hash(const char *s, uint64_t i) {
     uint64_t h = 1469598103934665603ull;
     for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;

@@ -408,10 +408,10 @@ static void test_analyze_command(void **state) {
 
 /* ---- every op kind: analysis FLOPs and bytes are the op list's ------------------------------------------
  * For several architectures (llama, qwen2 with biases, qwen3 with q/k norm, a gelu_tanh MLP, a sliding
- * window, an untied head) and several what-if dtype sets, prefill and decode phases: the analysis cost of
- * each op equals its kind's row evaluated on a list built at those dtypes (lpo_an_list_dtypes_init), part by
- * part; pricing a list built at other dtypes (f32, the spec's) gives the same numbers; every op kind is
- * seen. */
+ * window, an untied head, a qwen3_moe layer) and several what-if dtype sets, prefill and decode phases: the
+ * analysis cost of each op equals its kind's row evaluated on a list built at those dtypes
+ * (lpo_an_list_dtypes_init), part by part; pricing a list built at other dtypes (f32, the spec's) gives the
+ * same numbers; every op kind is seen. */
 static void check_costs(const lpo_model_spec *s, const char *w, const char *a, const char *kv, int *seen) {
     lpo_an_dtypes dt = dtypes_of(w, a, kv, 1);
     lpo_an_list_dtypes ld;
@@ -447,9 +447,10 @@ static void check_costs(const lpo_model_spec *s, const char *w, const char *a, c
 static void test_costs_match_oplist(void **state) {
     (void)state;
     int seen[LPO_OP_KIND_COUNT] = {0};
-    lpo_model_spec arch[6];
+    lpo_model_spec arch[7];
     for (int i = 0; i < 6; i++) arch[i] = test_spec();
-    arch[1].qkv_bias = 1; /* qwen2 */
+    arch[6] = test_spec_moe(); /* router and routed experts in layer 0, a dense MLP in layer 1 */
+    arch[1].qkv_bias = 1;      /* qwen2 */
     arch[1].tied_embeddings = 0;
     arch[2].qk_norm = 1; /* qwen3 */
     arch[2].o_bias = arch[2].mlp_bias = 1;
@@ -462,7 +463,7 @@ static void test_costs_match_oplist(void **state) {
                              {"fp8", "bf16", "fp8"},
                              {"int4", "f16", "bf16"},
                              {"q4_k", "bf16", "f16"}};
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < 7; i++)
         for (size_t d = 0; d < sizeof sets / sizeof sets[0]; d++)
             check_costs(&arch[i], sets[d][0], sets[d][1], sets[d][2], seen);
     for (int k = 0; k < LPO_OP_KIND_COUNT; k++)

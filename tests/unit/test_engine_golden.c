@@ -1,8 +1,9 @@
 /* Golden tests of the CPU engine against HF transformers (fixtures from
  * tests/golden/engine/make_fixtures.py): logits of one forward pass within 1e-4 x max|logit| of HF's, and the
  * greedy continuation token for token, for tiny llama (GQA, tied), llama3 rope scaling, qwen2 (biases), qwen3
- * (q/k norm) and mistral (sliding window) models. Also checks the prefill chunking (max_step_tokens smaller
- * than the prompt). */
+ * (q/k norm) and mistral (sliding window) models, and mixture-of-experts models (Mixtral; Qwen3-MoE with
+ * dense layers among sparse ones, norm_topk_prob true and false). Also checks the prefill chunking
+ * (max_step_tokens smaller than the prompt). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -140,12 +141,27 @@ static void test_qwen2_yarn_rope(void **state) {
     check_model("qwen2_yarn_rope");
 }
 
+static void test_mixtral_moe(void **state) { /* every layer routed, weights renormalised, sliding window */
+    (void)state;
+    check_model("mixtral_moe");
+}
+static void test_qwen3_moe_norm(void **state) { /* mlp_only_layers: layer 1 dense; norm_topk_prob true */
+    (void)state;
+    check_model("qwen3_moe_norm");
+}
+static void test_qwen3_moe_step(void **state) { /* decoder_sparse_step 2; norm_topk_prob false; biases */
+    (void)state;
+    check_model("qwen3_moe_step");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_llama_gqa_tied),    cmocka_unit_test(test_llama3_rope),
         cmocka_unit_test(test_qwen2_bias),        cmocka_unit_test(test_qwen3_qknorm),
         cmocka_unit_test(test_mistral_swa),       cmocka_unit_test(test_llama_geglu),
         cmocka_unit_test(test_llama_linear_rope), cmocka_unit_test(test_qwen2_yarn_rope),
+        cmocka_unit_test(test_mixtral_moe),       cmocka_unit_test(test_qwen3_moe_norm),
+        cmocka_unit_test(test_qwen3_moe_step),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

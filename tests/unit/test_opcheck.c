@@ -71,6 +71,18 @@ static void test_every_kind(void **state) {
     o.vocab_size = 101;
     check_spec(&o, 1, 0, 1, seen);
     check_spec(&o, 13, 70, 5, seen);
+    /* mixture of experts: router and routed experts, at a model shape and at odd widths with k = 1 and with
+     * every expert chosen (k = E) */
+    lpo_model_spec e = test_spec_moe();
+    check_spec(&e, 9, 20, 3, seen);
+    e.hidden_size = 37;
+    e.moe.intermediate_size = 13;
+    e.moe.n_experts = 7;
+    e.moe.n_experts_used = 1;
+    e.moe.norm_topk_prob = 0;
+    check_spec(&e, 13, 5, 4, seen);
+    e.moe.n_experts_used = 7;
+    check_spec(&e, 1, 3, 1, seen);
     for (int k = 0; k < LPO_OP_KIND_COUNT; k++)
         if (!seen[k]) fail_msg("op kind '%s' was not checked", lpo_op_kind_name((lpo_op_kind)k));
 }
@@ -209,6 +221,65 @@ static void test_kernels_vs_double(void **state) {
                 assert_true(fabs(att[t * nh * hd + h * hd + i] - o) <= 1e-5);
             }
         }
+    /* router: logits, softmax, top-k (equal logits: the lower index first), renormalised or not, against
+     * double; then the routed experts against a naive double loop over each token's chosen experts */
+    {
+        enum { T = 3, H = 20, E = 6, K = 3, I = 7 };
+        float x[T * H], G[E * H], w[T * K], logits[T * E], y[T * H], Wx[E * 3 * I * H];
+        int32_t ids[T * K], rows[T];
+        for (int i = 0; i < T * H; i++) x[i] = frand(&seed);
+        for (int i = 0; i < E * H; i++) G[i] = frand(&seed);
+        for (int i = 0; i < H; i++) G[4 * H + i] = G[1 * H + i]; /* experts 1 and 4 tie for every token */
+        for (int norm = 0; norm < 2; norm++) {
+            lpo_cpu_router(w, ids, x, G, logits, T, E, H, K, norm, 1);
+            for (int t = 0; t < T; t++) {
+                double l[E], mx = -1e300, sum = 0, chosen = 0;
+                for (int e = 0; e < E; e++) {
+                    l[e] = 0;
+                    for (int i = 0; i < H; i++) l[e] += (double)x[t * H + i] * G[e * H + i];
+                    mx = l[e] > mx ? l[e] : mx;
+                }
+                for (int e = 0; e < E; e++) sum += exp(l[e] - mx);
+                int64_t prev = -1;
+                for (int j = 0; j < K; j++) { // descending logits; the tie 1 == 4 kept in index order
+                    const int32_t e = ids[t * K + j];
+                    assert_true(e >= 0 && e < E);
+                    if (j) assert_true(logits[t * E + prev] > logits[t * E + e] || (prev == 1 && e == 4));
+                    if (e == 4) { /* 4 is chosen only right after 1 (its twin) */
+                        assert_int_equal(j > 0 ? ids[t * K + j - 1] : -1, 1);
+                    }
+                    prev = e;
+                    chosen += exp(l[e] - mx) / sum;
+                }
+                for (int j = 0; j < K; j++) {
+                    const double p = exp(l[ids[t * K + j]] - mx) / sum, want = norm ? p / chosen : p;
+                    assert_true(fabs(w[t * K + j] - want) <= 1e-6);
+                }
+            }
+        }
+        for (int i = 0; i < E * 3 * I * H; i++) Wx[i] = frand(&seed);
+        float scratch[T * (2 * H + 3 * I)];
+        assert_true(lpo_cpu_experts_scratch_floats(T, H, I) <= (int64_t)(sizeof scratch / sizeof *scratch));
+        lpo_cpu_experts(y, x, w, ids, Wx, T, H, I, E, K, scratch, rows, 1);
+        for (int t = 0; t < T; t++)
+            for (int c = 0; c < H; c++) { // y[t, c] = sum_j w_j down_e(silu(gate_e x) * up_e x)[c]
+                double acc = 0;
+                for (int j = 0; j < K; j++) {
+                    const float *We = Wx + ids[t * K + j] * 3 * I * H;
+                    double o = 0;
+                    for (int r = 0; r < I; r++) {
+                        double g = 0, u = 0;
+                        for (int i = 0; i < H; i++) {
+                            g += (double)x[t * H + i] * We[r * H + i];
+                            u += (double)x[t * H + i] * We[(I + r) * H + i];
+                        }
+                        o += g / (1 + exp(-g)) * u * We[2 * I * H + c * I + r];
+                    }
+                    acc += w[t * K + j] * o;
+                }
+                assert_true(fabs(y[t * H + c] - acc) <= 1e-5 * (1 + fabs(acc)));
+            }
+    }
     /* geglu against the formula in double */
     float gu[2 * 8], act[8];
     for (int i = 0; i < 16; i++) gu[i] = 3 * frand(&seed);

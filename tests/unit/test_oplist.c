@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -223,14 +224,14 @@ static void test_plans(void **state) {
  * plan fuses them) counts the q and k parts RoPE reads once and nothing of the qkv rows it hands on. */
 static void test_act_bytes(void **state) {
     (void)state;
-    lpo_model_spec a[3] = {test_spec(), test_spec(), test_spec()};
+    lpo_model_spec a[4] = {test_spec(), test_spec(), test_spec(), test_spec_moe()};
     a[1].qk_norm = a[1].qkv_bias = 1;
     a[2].act = LPO_ACT_GELU_TANH;
     a[2].sliding_window = 3;
     const lpo_dtype bf = LPO_DT_BF16;
     const lpo_dtype_lookup held = {(void *)&bf, lpo_dtype_lookup_uniform};
     const lpo_oplist_opts bf16 = {LPO_DT_BF16, LPO_DT_F16, &held, NULL};
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         for (int decode = 0; decode < 2; decode++)
             for (int o = 0; o < 2; o++) {
                 lpo_oplist l = {0};
@@ -353,6 +354,66 @@ static void test_attention_variant(void **state) {
     lpo_opcheck_cases_free(&oc);
 }
 
+/* A qwen3_moe layer: router and routed experts replace gate_up / act / down in sparse layers only; their
+ * weights by hub name; costs of active experts (FLOPs) and of the experts read (bytes: the expectation under
+ * uniform routing, or the distinct experts a caller counted); Mixtral's names. */
+static void test_moe(void **state) {
+    (void)state;
+    lpo_model_spec s = test_spec_moe(); /* layer 0 sparse (5 experts of 24, 3 per token), layer 1 dense */
+    lpo_oplist l = {0};
+    assert_int_equal(lpo_oplist_build_phase(&s, 1, 1, 20, NULL, &l), LPO_OK);
+    assert_null(find(&l, "layers.0.mlp.gate_up"));
+    assert_non_null(find(&l, "layers.1.mlp.gate_up"));
+    assert_null(find(&l, "layers.1.mlp.router"));
+    const lpo_op *r = find(&l, "layers.0.mlp.router"), *x = find(&l, "layers.0.mlp.experts");
+    assert_true(r && x && x == r + 1 && (x + 1)->role == LPO_ROLE_MLP_RESIDUAL);
+    assert_int_equal(r->kind, LPO_OP_ROUTER);
+    assert_int_equal(lpo_oplist_find(&l, LPO_ROLE_ROUTER, 0), r - l.ops);
+    assert_true(r->m == 1 && r->n == 5 && r->k == 48 && r->top_k == 3 && r->norm_topk);
+    assert_true(r->n_w == 1 && r->n_out == 2 && r->out[1].buf == LPO_BUF_ROUTE_IDS);
+    assert_string_equal(r->w[0].name, "model.layers.0.mlp.gate.weight");
+    assert_int_equal(r->out[1].dtype, LPO_DT_I32);
+    assert_int_equal(r->out[0].dtype, LPO_DT_F32);
+    assert_int_equal(x->kind, LPO_OP_EXPERTS);
+    assert_true(x->m == 1 && x->n == 48 && x->k == 24 && x->n_experts == 5 && x->top_k == 3);
+    assert_true(x->n_in == 3 && x->in[2].buf == LPO_BUF_ROUTE_IDS && x->out[0].buf == LPO_BUF_TMP);
+    assert_int_equal(x->n_w, 15);
+    assert_string_equal(x->w[0].name, "model.layers.0.mlp.experts.0.gate_proj.weight");
+    assert_string_equal(x->w[14].name, "model.layers.0.mlp.experts.4.down_proj.weight");
+    assert_true(x->w[14].shape[0] == 48 && x->w[14].shape[1] == 24);
+    assert_int_equal(lpo_buf_width(&s, LPO_BUF_ROUTE_W), 3);
+    char sh[128];
+    assert_string_equal(lpo_op_shape(x, sh, sizeof sh), "m=1 n=48 k=24 experts=5 top_k=3");
+    /* FLOPs: the 3 active experts; bytes: 3 of 5 experts read by one token, (1 - (2/5)^4) of them by 4 */
+    assert_true(lpo_op_flops(x) == 3.0 * (6 * 48 * 24 + 5 * 24 + 2 * 48));
+    assert_true(lpo_op_matmul_flops(x) == 3.0 * 6 * 48 * 24);
+    assert_true(lpo_op_flops(r) == 2.0 * 5 * 48 + 5 * 5 && lpo_op_matmul_flops(r) == 2.0 * 5 * 48);
+    const double expert = 3.0 * 48 * 24 * 4; /* one expert's f32 bytes */
+    assert_true(fabs(lpo_op_experts_read(x) - 3) < 1e-12);
+    assert_true(fabs(lpo_op_weight_bytes(x) - 3 * expert) < 1e-6);
+    lpo_op y = *x;
+    y.experts_hit = 2; /* the distinct experts a real routing chose */
+    assert_true(fabs(lpo_op_weight_bytes(&y) - 2 * expert) < 1e-6);
+    y.experts_hit = 0;
+    y.m = 4;
+    assert_true(fabs(lpo_op_experts_read(&y) - 5 * (1 - pow(0.4, 4))) < 1e-12);
+    lpo_op_traffic t;
+    lpo_op_traffic_of(x, &t);
+    assert_true(t.in == 48 * 4 + 3 * 4 + 3 * 4 && t.out == 48 * 4); /* xn, weights f32, ids i32 */
+    lpo_oplist_free(&l);
+    /* Mixtral: block_sparse_moe, w1 / w3 / w2 */
+    s.arch = LPO_ARCH_MIXTRAL;
+    memset(s.moe.dense, 0, sizeof s.moe.dense);
+    assert_int_equal(lpo_oplist_build_phase(&s, 0, 1, 7, NULL, &l), LPO_OK);
+    x = find(&l, "layers.1.mlp.experts");
+    assert_non_null(x);
+    assert_string_equal(find(&l, "layers.1.mlp.router")->w[0].name,
+                        "model.layers.1.block_sparse_moe.gate.weight");
+    assert_string_equal(x->w[1].name, "model.layers.1.block_sparse_moe.experts.0.w3.weight");
+    assert_string_equal(x->w[2].name, "model.layers.1.block_sparse_moe.experts.0.w2.weight");
+    lpo_oplist_free(&l);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_structure),
@@ -364,6 +425,7 @@ int main(void) {
         cmocka_unit_test(test_plans),
         cmocka_unit_test(test_act_bytes),
         cmocka_unit_test(test_attention_variant),
+        cmocka_unit_test(test_moe),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -53,6 +53,9 @@ typedef struct {
     float *kcache, *vcache;     /* [n_layers][max_seqs][max_context][kvd] */
     float *rope_cos, *rope_sin; /* [max_context][head_dim / 2], attention scaling folded in */
     float *scores;              /* [n_threads][max_context] */
+    float *moe_scratch;         /* MoE: router logits [T][E], or the experts' scratch for T tokens */
+    int32_t *moe_rows;          /* MoE: [T] the tokens of one expert */
+    int32_t *route_ids;         /* MoE: the route_ids buffer [T][top_k] (int32; buf[] holds the f32 ones) */
     int32_t *tokens;            /* [max_step_tokens] the step's tokens (chained decode: gathered here) */
     /* sampling */
     slot_sampling *sampling; /* [max_seqs] */
@@ -90,6 +93,9 @@ typedef struct {
     const int64_t *tok_pos;
     const float *cos_t, *sin_t; /* ROPE: [max_context][head_dim / 2] */
     const int32_t *tokens;      /* EMBED: [m] */
+    int32_t *expert_ids;        /* ROUTER: written [m][top_k]; EXPERTS: read */
+    float *moe_scratch;         /* ROUTER: logits [m][E]; EXPERTS: lpo_cpu_experts_scratch_floats */
+    int32_t *moe_rows;          /* EXPERTS: [m] */
     int nt;                     /* threads */
     /* SAMPLE: row r (mask[r] set, mask NULL = every row) draws with samp[r], stream[r], step[r], seen[r]
      * (NULL: no seen set) from a copy of its logits in row; rows holding NaN/Inf are refused */
@@ -146,6 +152,29 @@ static lpo_status launch_add(const lpo_op *op, const cpu_args *a) { /* out (= in
     lpo_cpu_add(a->out, a->in[1], op->m * op->n);
     return LPO_OK;
 }
+static lpo_status launch_router(const lpo_op *op, const cpu_args *a) {
+    lpo_cpu_router(a->out, a->expert_ids, a->in[0], a->W, a->moe_scratch, op->m, op->n_experts, op->k,
+                   op->top_k, op->norm_topk, a->nt);
+    return LPO_OK;
+}
+/* The chosen experts are checked (in range, distinct per token) before any weight is read by them. */
+static lpo_status launch_experts(const lpo_op *op, const cpu_args *a) {
+    const int64_t k = op->top_k;
+    for (int64_t t = 0; t < op->m; t++) // token t's k experts
+        for (int64_t j = 0; j < k; j++) {
+            const int32_t e = a->expert_ids[t * k + j];
+            int dup = 0;
+            for (int64_t i = 0; i < j; i++) dup |= a->expert_ids[t * k + i] == e;
+            if (e < 0 || e >= op->n_experts || dup)
+                return lpo_errorf(LPO_E_INVALID,
+                                  "cpu backend: op '%s': token %lld is routed to expert %d %s (%lld experts)",
+                                  op->name, (long long)t, (int)e, dup ? "twice" : "out of range",
+                                  (long long)op->n_experts);
+        }
+    lpo_cpu_experts(a->out, a->in[0], a->in[1], a->expert_ids, a->W, op->m, op->n, op->k, op->n_experts, k,
+                    a->moe_scratch, a->moe_rows, a->nt);
+    return LPO_OK;
+}
 /* The sampled id of each row whose mask is set (docs/sampling.md), from a copy of its logits; rows holding
  * NaN/Inf are refused (LPO_E_NUMERIC) rather than sampled. */
 static lpo_status launch_sample(const lpo_op *op, const cpu_args *a) {
@@ -166,12 +195,13 @@ static lpo_status launch_sample(const lpo_op *op, const cpu_args *a) {
 
 /* One row per op kind: the launch both paths call. */
 static const cpu_launch_fn launches[LPO_OP_KIND_COUNT] = {
-    [LPO_OP_EMBED] = launch_embed,   [LPO_OP_RMSNORM] = launch_rmsnorm,
-    [LPO_OP_LINEAR] = launch_linear, [LPO_OP_QK_NORM] = launch_qk_norm,
-    [LPO_OP_ROPE] = launch_rope,     [LPO_OP_ATTENTION] = launch_attention,
-    [LPO_OP_SWIGLU] = launch_swiglu, [LPO_OP_GEGLU] = launch_geglu,
-    [LPO_OP_ADD] = launch_add,       [LPO_OP_LM_HEAD] = launch_linear,
-    [LPO_OP_SAMPLE] = launch_sample,
+    [LPO_OP_EMBED] = launch_embed,     [LPO_OP_RMSNORM] = launch_rmsnorm,
+    [LPO_OP_LINEAR] = launch_linear,   [LPO_OP_QK_NORM] = launch_qk_norm,
+    [LPO_OP_ROPE] = launch_rope,       [LPO_OP_ATTENTION] = launch_attention,
+    [LPO_OP_SWIGLU] = launch_swiglu,   [LPO_OP_GEGLU] = launch_geglu,
+    [LPO_OP_ADD] = launch_add,         [LPO_OP_LM_HEAD] = launch_linear,
+    [LPO_OP_SAMPLE] = launch_sample,   [LPO_OP_ROUTER] = launch_router,
+    [LPO_OP_EXPERTS] = launch_experts,
 };
 
 static lpo_status launch(const lpo_op *op, const cpu_args *a) {
@@ -211,6 +241,9 @@ static void bind_step(cpu_ctx *c, const lpo_oplist *l, size_t i, const lpo_step_
     a->sin_t = c->rope_sin;
     a->scores = c->scores;
     a->max_context = c->cfg.max_context;
+    a->expert_ids = c->route_ids;
+    a->moe_scratch = c->moe_scratch;
+    a->moe_rows = c->moe_rows;
     if (op->kind == LPO_OP_ATTENTION) {
         const size_t layer = (size_t)op->layer * (size_t)c->cfg.max_seqs * (size_t)c->cfg.max_context *
                              (size_t)(op->n_kv_heads * op->head_dim);
@@ -370,6 +403,8 @@ static int cpu_supports_op(void *vctx, const lpo_op *op) {
     (void)vctx;
     if ((unsigned)op->kind >= LPO_OP_KIND_COUNT || !launches[op->kind] || op->m <= 0) return 0;
     if (op->kind == LPO_OP_SAMPLE) return op->n > 0 && op->n <= LPO_SAMPLE_MAX_VOCAB;
+    if (op->kind == LPO_OP_ROUTER || op->kind == LPO_OP_EXPERTS)
+        return op->n_experts >= 1 && op->top_k >= 1 && op->top_k <= op->n_experts && op->n > 0 && op->k > 0;
     return 1;
 }
 
@@ -425,6 +460,17 @@ static lpo_status bind_single(cpu_ctx *c, const lpo_op *op, lpo_op_io *io, const
     a->cos_t = io->rope_cos;
     a->sin_t = io->rope_sin;
     a->tokens = io->tokens;
+    a->expert_ids = io->expert_ids;
+    if (op->kind == LPO_OP_ROUTER || op->kind == LPO_OP_EXPERTS) {
+        const int64_t f = op->kind == LPO_OP_ROUTER ? op->m * op->n_experts
+                                                    : lpo_cpu_experts_scratch_floats(op->m, op->n, op->k);
+        a->moe_scratch = malloc((size_t)f * sizeof(float));
+        a->moe_rows = malloc((size_t)op->m * sizeof(int32_t));
+        if (!a->moe_scratch || !a->moe_rows || !a->expert_ids)
+            return a->expert_ids
+                       ? lpo_errorf(LPO_E_NOMEM, "cpu backend: MoE scratch")
+                       : lpo_errorf(LPO_E_INVALID, "cpu backend: op '%s' needs expert_ids", op->name);
+    }
     if (op->kind == LPO_OP_ATTENTION &&
         !(a->scores =
               malloc((size_t)a->nt * (size_t)(io->max_context > 0 ? io->max_context : 1) * sizeof(float))))
@@ -452,6 +498,8 @@ static lpo_status bind_single(cpu_ctx *c, const lpo_op *op, lpo_op_io *io, const
 
 static void unbind_single(cpu_args *a) {
     free(a->scores);
+    free(a->moe_scratch);
+    free(a->moe_rows);
     free((void *)a->seen);
     free(a->row);
     lpo_sample_scratch_free(a->scratch);
@@ -633,6 +681,13 @@ static lpo_status cpu_init_model(cpu_ctx *c) {
     c->seen_words = (V + 31) / 32;
     floats += 2.0 * (double)L * (double)S * (double)ctx * (double)kvd + (double)ctx * (double)hd +
               (double)c->n_threads * (double)ctx + (double)V + (double)S * (double)c->seen_words;
+    /* MoE scratch: the router's logits or the experts' gathered rows, whichever is larger */
+    const int moe = lpo_spec_has_moe(s);
+    const int64_t moe_floats =
+        moe ? (int64_t)fmax((double)(T * s->moe.n_experts), (double)lpo_cpu_experts_scratch_floats(
+                                                                T, s->hidden_size, s->moe.intermediate_size))
+            : 0;
+    floats += (double)moe_floats + (moe ? (double)T : 0);
     const double dbytes = floats * sizeof(float) + (double)T * 2 * sizeof(int32_t) +
                           (double)S * sizeof(slot_sampling) + (double)(slack + 16) * 64;
     char what[256];
@@ -650,13 +705,23 @@ static lpo_status cpu_init_model(cpu_ctx *c) {
     for (size_t i = 0; i < ref.n_ops && st == LPO_OK; i++) st = load_op_weights(c, &ref, i);
     lpo_oplist_free(&ref);
     if (st != LPO_OK) return st;
+    const lpo_oplist_opts f32 = {LPO_DT_F32, LPO_DT_F32, NULL, NULL};
     for (int b = 0; b < LPO_BUF_COUNT; b++)
-        if (lpo_buf_width(s, b)) c->buf[b] = ALLOC_F(c, T * lpo_buf_width(s, b));
+        if (lpo_buf_width(s, b) && lpo_buf_dtype(b, &f32) == LPO_DT_F32)
+            c->buf[b] = ALLOC_F(c, T * lpo_buf_width(s, b));
     c->kcache = ALLOC_F(c, L * S * ctx * kvd);
     c->vcache = ALLOC_F(c, L * S * ctx * kvd);
     c->rope_cos = ALLOC_F(c, ctx * (hd / 2));
     c->rope_sin = ALLOC_F(c, ctx * (hd / 2));
     c->scores = ALLOC_F(c, (int64_t)c->n_threads * ctx);
+    if (moe) {
+        c->moe_scratch = ALLOC_F(c, moe_floats);
+        c->moe_rows = lpo_arena_alloc(&c->arena, (size_t)T * sizeof(int32_t), 64);
+        c->route_ids = lpo_arena_alloc(&c->arena, (size_t)(T * s->moe.n_experts_used) * sizeof(int32_t), 64);
+        if (!c->moe_scratch || !c->moe_rows || !c->route_ids)
+            return lpo_errorf(LPO_E_INTERNAL, "cpu backend: arena sized too small (%zu bytes)",
+                              c->arena.size);
+    }
     c->sample_row = ALLOC_F(c, V);
     c->seen = lpo_arena_alloc(&c->arena, (size_t)(S * c->seen_words) * sizeof *c->seen, 64);
     c->ids = lpo_arena_alloc(&c->arena, (size_t)T * sizeof(int32_t), 64);

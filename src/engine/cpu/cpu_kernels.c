@@ -254,3 +254,60 @@ void lpo_cpu_add_rmsnorm(float *x, const float *y, float *xn, const float *w, in
         rms_row(xn + t * n, xr, w, n, eps);
     }
 }
+
+void lpo_cpu_router(float *w, int32_t *ids, const float *x, const float *G, float *logits, int64_t m,
+                    int64_t E, int64_t h, int64_t k, int norm_topk, int nt) {
+    lpo_cpu_matmul(logits, x, G, NULL, m, E, h, nt);
+    for (int64_t t = 0; t < m; t++) { // token t: logits (E,) -> ids (k,), w (k,)
+        const float *l = logits + t * E;
+        int32_t *id = ids + t * k;
+        float mx = l[0];
+        for (int64_t e = 1; e < E; e++) mx = l[e] > mx ? l[e] : mx;
+        double sum = 0;
+        for (int64_t e = 0; e < E; e++) sum += (double)expf(l[e] - mx);
+        for (int64_t j = 0; j < k;
+             j++) { // rank j: the best expert not chosen yet (strict >: lower index wins)
+            int64_t best = -1;
+            for (int64_t e = 0; e < E; e++) {
+                int taken = 0;
+                for (int64_t i = 0; i < j; i++) taken |= id[i] == (int32_t)e;
+                if (!taken && (best < 0 || l[e] > l[best])) best = e;
+            }
+            id[j] = (int32_t)best;
+        }
+        double chosen = 0;
+        for (int64_t j = 0; j < k; j++) { // probability of the rank-j expert
+            w[t * k + j] = (float)((double)expf(l[id[j]] - mx) / sum);
+            chosen += (double)w[t * k + j];
+        }
+        if (norm_topk)
+            for (int64_t j = 0; j < k; j++) w[t * k + j] = (float)((double)w[t * k + j] / chosen);
+    }
+}
+
+int64_t lpo_cpu_experts_scratch_floats(int64_t m, int64_t h, int64_t I) {
+    return m * (2 * h + 3 * I); /* gathered x, gate|up, act, expert output */
+}
+
+void lpo_cpu_experts(float *y, const float *x, const float *w, const int32_t *ids, const float *W, int64_t m,
+                     int64_t h, int64_t I, int64_t E, int64_t k, float *scratch, int32_t *rows, int nt) {
+    float *xg = scratch, *gu = xg + m * h, *act = gu + m * 2 * I, *o = act + m * I;
+    memset(y, 0, (size_t)(m * h) * sizeof(float));
+    for (int64_t e = 0; e < E; e++) {
+        int64_t n = 0;
+        for (int64_t r = 0; r < m * k; r++) // (token, rank) pairs that chose e -> rows[0..n)
+            if (ids[r] == (int32_t)e) rows[n++] = (int32_t)r;
+        if (!n) continue;
+        for (int64_t i = 0; i < n; i++) // token of pair i (h,) -> xg[i]
+            memcpy(xg + i * h, x + (rows[i] / k) * h, (size_t)h * sizeof(float));
+        const float *We = W + e * 3 * I * h;
+        lpo_cpu_matmul(gu, xg, We, NULL, n, 2 * I, h, nt);         // xg (n, h) @ gate_up^T (2I, h) -> (n, 2I)
+        lpo_cpu_swiglu(act, gu, n, I, nt);                         // (n, 2I) -> (n, I)
+        lpo_cpu_matmul(o, act, We + 2 * I * h, NULL, n, h, I, nt); // act (n, I) @ down^T (h, I) -> (n, h)
+        for (int64_t i = 0; i < n; i++) {                          // y[token] (h,) += w[pair] * o[i]
+            float *yt = y + (rows[i] / k) * h;
+            const float wt = w[rows[i]];
+            for (int64_t c = 0; c < h; c++) yt[c] += wt * o[i * h + c];
+        }
+    }
+}

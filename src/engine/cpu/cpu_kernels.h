@@ -8,6 +8,8 @@
  *   gu row       gate (I) | up (I)
  *   KV cache     one layer's K (and V): [slots][max_context][n_kv_heads * head_dim]
  *   rope tables  cos, sin: [positions][head_dim / 2], the attention scaling folded in
+ *   experts      [E][gate (I, h) | up (I, h) | down (h, I)]: expert e's gate and up rows are its gate_up
+ *                (2I, h) as a dense MLP's
  * Every reduction runs in a fixed order that does not depend on m, the thread count or the ISA version
  * chosen at load time, so batched and chunked runs give bit-identical results. `nt` = OpenMP threads. */
 #pragma once
@@ -51,3 +53,21 @@ void lpo_cpu_add(float *x, const float *y, int64_t n);
  * the same arithmetic as lpo_cpu_add then lpo_cpu_rmsnorm, so the results are bit-identical. */
 void lpo_cpu_add_rmsnorm(float *x, const float *y, float *xn, const float *w, int64_t m, int64_t n, float eps,
                          int nt);
+/* The router of a mixture-of-experts layer (docs/engine.md "Routing"), per token t of x (m, h):
+ *   logits (E,) = x_t @ G^T, G (E, h), in f32 (lpo_cpu_matmul's sums) into logits (m, E)
+ *   the top k experts by logit, descending; equal logits: the lower expert index first
+ *   p_e = exp(l_e - max l) / sum_j exp(l_j - max l), the sum in double
+ *   w_j = p_j, or p_j / (sum of the k chosen p, in double) when norm_topk
+ * -> ids (m, k) int32 and w (m, k) f32, in rank order. */
+void lpo_cpu_router(float *w, int32_t *ids, const float *x, const float *G, float *logits, int64_t m,
+                    int64_t E, int64_t h, int64_t k, int norm_topk, int nt);
+/* Scratch of lpo_cpu_experts for m tokens: floats and int32 entries. */
+int64_t lpo_cpu_experts_scratch_floats(int64_t m, int64_t h, int64_t I);
+/* Routed experts: y (m, h) = for each token t, sum over its k chosen experts e = ids[t, j] of
+ * w[t, j] * down_e(silu(gate_e x_t) * up_e x_t), added in increasing expert index (as HF's loop over the
+ * experts hit). Expert by expert, the tokens that chose it are gathered and multiplied as one matrix, so
+ * each weight row is read once per step; a token's result does not depend on the others. ids must be in
+ * 0..E-1 and distinct per token. W: experts stacked as in the layout above. scratch: floats
+ * (lpo_cpu_experts_scratch_floats), rows: m int32. */
+void lpo_cpu_experts(float *y, const float *x, const float *w, const int32_t *ids, const float *W, int64_t m,
+                     int64_t h, int64_t I, int64_t E, int64_t k, float *scratch, int32_t *rows, int nt);

@@ -129,6 +129,9 @@ size_t lpo__cuda_dt_size(lpo_dtype dt);
 lpo_status lpo__cuda_init_model(cuda_ctx *c);
 
 /* ---- cuda_launch.c ---- */
+/* Whether the backend has a kernel for an op kind (a row of launches[]): the router and routed experts of
+ * MoE layers have none yet, and a model using them is refused at init, naming the op. */
+int lpo__cuda_has_launch(lpo_op_kind kind);
 /* Runs op's kernel(s) on its operands: the one launch of each op kind. */
 lpo_status lpo__cuda_launch(cuda_ctx *c, const lpo_op *op, const cuda_args *a);
 /* ATTENTION with q/k norm (qkn: the QK_NORM op, qkn_w its weights) and RoPE (rope != 0) fused into the KV

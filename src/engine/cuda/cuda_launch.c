@@ -98,6 +98,10 @@ static const cuda_launch_fn launches[LPO_OP_KIND_COUNT] = {
     [LPO_OP_SAMPLE] = launch_sample,
 };
 
+int lpo__cuda_has_launch(lpo_op_kind kind) {
+    return (unsigned)kind < LPO_OP_KIND_COUNT && launches[kind] != NULL;
+}
+
 lpo_status lpo__cuda_launch(cuda_ctx *c, const lpo_op *op, const cuda_args *a) {
     if ((unsigned)op->kind >= LPO_OP_KIND_COUNT || !launches[op->kind])
         return lpo_errorf(LPO_E_UNSUPPORTED, "cuda backend: op '%s' has kind '%s' it cannot run", op->name,

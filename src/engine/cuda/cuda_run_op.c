@@ -238,6 +238,9 @@ static lpo_status run_single(cuda_ctx *c, const lpo_op *op, lpo_op_io *io, scrat
 
 lpo_status lpo__cuda_run_op(void *vctx, const lpo_op *op, lpo_op_io *io) {
     cuda_ctx *c = vctx;
+    if (!lpo__cuda_has_launch(op->kind))
+        return lpo_errorf(LPO_E_UNSUPPORTED, "cuda backend: op '%s' (%s) is not supported on the GPU yet",
+                          op->name, lpo_op_kind_name(op->kind));
     if (!lpo__cuda_supports_op(c, op))
         return lpo_errorf(LPO_E_UNSUPPORTED,
                           "cuda backend: cannot run op '%s' (%s, m=%lld, n=%lld, head_dim %lld)", op->name,

@@ -142,6 +142,16 @@ lpo_status lpo__cuda_init_model(cuda_ctx *c) {
     lpo_oplist ref = {0};
     const lpo_step_shape one = {1, 1, 0, 0};
     TRY(lpo_oplist_build_shape(s, &one, NULL, &ref));
+    for (size_t i = 0; i < ref.n_ops; i++) /* an op kind without a kernel: refused before any allocation */
+        if (!lpo__cuda_has_launch(ref.ops[i].kind)) {
+            lpo_status st =
+                lpo_errorf(LPO_E_UNSUPPORTED,
+                           "cuda backend: op '%s' (%s) is not supported on the GPU yet; model '%s' "
+                           "runs on backend=cpu",
+                           ref.ops[i].name, lpo_op_kind_name(ref.ops[i].kind), s->name);
+            lpo_oplist_free(&ref);
+            return st;
+        }
     c->n_ops = ref.n_ops;
     c->op_role = calloc(ref.n_ops, sizeof *c->op_role);
     c->op_layer = calloc(ref.n_ops, sizeof *c->op_layer);
