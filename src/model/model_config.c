@@ -10,11 +10,29 @@
 #include "lpo/model.h"
 
 static const char *const model_keys[] = {"name", "source", "path", "seed", "dtype", "tokenizer", "arch"};
-static const char *const arch_keys[] = {"type",          "vocab_size",     "hidden_size", "n_layers",
-                                        "n_heads",       "n_kv_heads",     "head_dim",    "intermediate_size",
-                                        "max_positions", "norm_eps",       "rope",        "qkv_bias",
-                                        "o_bias",        "mlp_bias",       "qk_norm",     "tied_embeddings",
-                                        "act",           "sliding_window", "bos_id",      "eos_ids"};
+static const char *const arch_keys[] = {"type",
+                                        "vocab_size",
+                                        "hidden_size",
+                                        "n_layers",
+                                        "n_heads",
+                                        "n_kv_heads",
+                                        "head_dim",
+                                        "intermediate_size",
+                                        "max_positions",
+                                        "norm_eps",
+                                        "rope",
+                                        "qkv_bias",
+                                        "o_bias",
+                                        "mlp_bias",
+                                        "qk_norm",
+                                        "tied_embeddings",
+                                        "act",
+                                        "sliding_window",
+                                        "bos_id",
+                                        "eos_ids",
+                                        "moe"};
+static const char *const moe_keys[] = {"experts",        "experts_per_tok", "intermediate_size",
+                                       "norm_topk_prob", "sparse_step",     "dense_layers"};
 static const char *const rope_keys[] = {"theta",           "scaling",          "factor",
                                         "low_freq_factor", "high_freq_factor", "original_max_positions",
                                         "beta_fast",       "beta_slow",        "attn_factor"};
@@ -44,6 +62,35 @@ static lpo_status check_keys(const lpo_node *map, const char *prefix, const char
         if (st__ != LPO_OK) return st__;                                                                     \
     } while (0)
 
+/* model.arch.moe (mixtral, qwen3_moe): experts, experts_per_tok, intermediate_size (each expert's),
+ * norm_topk_prob (mixtral: always), sparse_step (1) and dense_layers (a list of layer indices); ranges are
+ * lpo_spec_validate's. Absent: a dense model. */
+static lpo_status moe_from_cfg(const lpo_node *cfg, lpo_model_spec *s) {
+    int b;
+    TRY(lpo_cfg_int_or(cfg, "arch.moe.experts", 0, &s->moe.n_experts));
+    TRY(lpo_cfg_int_or(cfg, "arch.moe.experts_per_tok", 0, &s->moe.n_experts_used));
+    TRY(lpo_cfg_int_or(cfg, "arch.moe.intermediate_size",
+                       s->arch == LPO_ARCH_MIXTRAL ? s->intermediate_size : 0, &s->moe.intermediate_size));
+    TRY(lpo_cfg_bool_or(cfg, "arch.moe.norm_topk_prob", s->arch == LPO_ARCH_MIXTRAL, &b));
+    if (s->arch == LPO_ARCH_MIXTRAL && !b)
+        return lpo_errorf(LPO_E_CONFIG, "model.arch.moe.norm_topk_prob: mixtral always renormalises (true)");
+    s->moe.norm_topk_prob = b;
+    TRY(lpo_cfg_int_or(cfg, "arch.moe.sparse_step", 1, &s->moe.sparse_step));
+    const lpo_node *dense = lpo_node_at(cfg, "arch.moe.dense_layers");
+    if (!dense || lpo_scalar_is_null(dense)) return LPO_OK;
+    for (size_t i = 0; i < (dense->kind == LPO_NODE_LIST ? dense->n_items : 1); i++) {
+        int64_t l;
+        if (dense->kind != LPO_NODE_LIST || dense->items[i]->kind != LPO_NODE_SCALAR ||
+            !lpo_scalar_parse_int(dense->items[i]->value, &l) || l < 0 || l >= s->n_layers ||
+            l >= LPO_MAX_LAYERS)
+            return lpo_errorf(
+                LPO_E_CONFIG,
+                "model.arch.moe.dense_layers: a list of layer indices in 0..n_layers-1 (item %zu)", i);
+        s->moe.dense[l / 64] |= (uint64_t)1 << (l % 64);
+    }
+    return LPO_OK;
+}
+
 /* The spec of a synthetic preset from model.arch (see docs/models.md for the keys). */
 static lpo_status spec_from_cfg(const lpo_node *cfg, lpo_model_spec *s) {
     memset(s, 0, sizeof *s);
@@ -54,15 +101,21 @@ static lpo_status spec_from_cfg(const lpo_node *cfg, lpo_model_spec *s) {
                           "model.path to load real weights; see docs/models.md)");
     /* a list or scalar where a map belongs would otherwise read as "missing" or be ignored */
     const lpo_node *rope = arch->kind == LPO_NODE_MAP ? lpo_node_child(arch, "rope") : NULL;
+    const lpo_node *moe = arch->kind == LPO_NODE_MAP ? lpo_node_child(arch, "moe") : NULL;
     const lpo_node *bad = arch->kind != LPO_NODE_MAP                                        ? arch
                           : rope && !lpo_scalar_is_null(rope) && rope->kind != LPO_NODE_MAP ? rope
+                          : moe && !lpo_scalar_is_null(moe) && moe->kind != LPO_NODE_MAP    ? moe
                                                                                             : NULL;
     if (bad)
         return lpo_errorf(LPO_E_CONFIG, "model.%s must be a mapping of keys (see docs/models.md), at %s",
-                          bad == arch ? "arch" : "arch.rope", bad->origin ? bad->origin : "config");
+                          bad == arch   ? "arch"
+                          : bad == rope ? "arch.rope"
+                                        : "arch.moe",
+                          bad->origin ? bad->origin : "config");
     TRY(check_keys(arch, "model.arch", arch_keys, sizeof arch_keys / sizeof *arch_keys));
     TRY(check_keys(lpo_node_child(arch, "rope"), "model.arch.rope", rope_keys,
                    sizeof rope_keys / sizeof *rope_keys));
+    TRY(check_keys(moe, "model.arch.moe", moe_keys, sizeof moe_keys / sizeof *moe_keys));
     const char *type, *str;
     TRY(lpo_cfg_str(cfg, "arch.type", &type));
     if (lpo_arch_from_name(type, &s->arch) != LPO_OK) /* a config value: exit 2, with the choices */
@@ -104,7 +157,8 @@ static lpo_status spec_from_cfg(const lpo_node *cfg, lpo_model_spec *s) {
     TRY(lpo_cfg_bool_or(cfg, "arch.qkv_bias", s->arch == LPO_ARCH_QWEN2, &s->qkv_bias));
     TRY(lpo_cfg_bool_or(cfg, "arch.o_bias", 0, &s->o_bias));
     TRY(lpo_cfg_bool_or(cfg, "arch.mlp_bias", 0, &s->mlp_bias));
-    TRY(lpo_cfg_bool_or(cfg, "arch.qk_norm", s->arch == LPO_ARCH_QWEN3, &s->qk_norm));
+    TRY(lpo_cfg_bool_or(cfg, "arch.qk_norm", s->arch == LPO_ARCH_QWEN3 || s->arch == LPO_ARCH_QWEN3_MOE,
+                        &s->qk_norm));
     TRY(lpo_cfg_bool_or(cfg, "arch.tied_embeddings", 0, &b));
     s->tied_embeddings = b;
     TRY(lpo_cfg_str_or(cfg, "arch.act", "silu", &str));
@@ -120,6 +174,7 @@ static lpo_status spec_from_cfg(const lpo_node *cfg, lpo_model_spec *s) {
         return lpo_errorf(LPO_E_CONFIG, "model.arch.bos_id: %lld is not a token id (-1 = none)",
                           (long long)v);
     s->bos_id = (int32_t)v;
+    TRY(moe_from_cfg(cfg, s));
     const lpo_node *eos = lpo_node_at(cfg, "arch.eos_ids");
     if (eos && eos->kind == LPO_NODE_LIST) {
         for (size_t i = 0; i < eos->n_items; i++) {

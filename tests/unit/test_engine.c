@@ -387,6 +387,7 @@ static void test_synthetic_presets(void **state) {
     (void)state;
     check_preset("tiny", 16);
     check_preset("smollm2-135m", 8);
+    check_preset("tiny-moe", 16); /* synthetic experts and router weights keep the stream bounded too */
 }
 
 int main(void) {

@@ -302,6 +302,9 @@ static const preset presets[] = {
     {"mistral-7b", 7248023552LL, 134217728LL, 0},
     {"qwen2.5-7b", 7615616512LL, 544997376LL, 0},
     {"qwen3-8b", 8190735360LL, 622329856LL, 0},
+    {"qwen3-30b-a3b", 30532122624LL, 311164928LL, 0}, /* transformers' count of the config (every expert) */
+    {"mixtral-8x7b", 46702792704LL, 131072000LL, 0},
+    {"tiny-moe", 208160LL, 17408LL, 0},
     {"smollm2-135m", 134515008LL, 0, 1},
     {"tiny", 108864LL, 17408LL, 0},
 };
@@ -432,6 +435,30 @@ static void test_config_errors(void **state) {
          "intermediate_size: 8, rope: 5}\n",
          "model.arch.rope must be a mapping of keys", LPO_E_CONFIG}, /* was silently ignored */
         {"source: auto\npath: /nonexistent/model\n", "does not exist", LPO_E_NOT_FOUND},
+        {"source: synthetic\narch: {type: qwen3_moe, vocab_size: 10, hidden_size: 8, n_layers: 2, n_heads: "
+         "2, "
+         "intermediate_size: 8, moe: {experts: 4, experts_per_tok: 2, intermediate_size: 4, dense_layer: "
+         "[1]}}\n",
+         "did you mean 'model.arch.moe.dense_layers'", LPO_E_CONFIG},
+        {"source: synthetic\narch: {type: qwen3_moe, vocab_size: 10, hidden_size: 8, n_layers: 2, n_heads: "
+         "2, "
+         "intermediate_size: 8, moe: {experts: 4, experts_per_tok: 2, intermediate_size: 4, dense_layers: "
+         "[2]}}\n",
+         "model.arch.moe.dense_layers: a list of layer indices", LPO_E_CONFIG},
+        {"source: synthetic\narch: {type: qwen3_moe, vocab_size: 10, hidden_size: 8, n_layers: 2, n_heads: "
+         "2, "
+         "intermediate_size: 8, moe: {experts: 4, experts_per_tok: 5, intermediate_size: 4}}\n",
+         "experts per token 5 must be in 1..4", LPO_E_CONFIG},
+        {"source: synthetic\narch: {type: mixtral, vocab_size: 10, hidden_size: 8, n_layers: 2, n_heads: 2, "
+         "intermediate_size: 8}\n",
+         "mixtral needs num_local_experts", LPO_E_CONFIG},
+        {"source: synthetic\narch: {type: llama, vocab_size: 10, hidden_size: 8, n_layers: 2, n_heads: 2, "
+         "intermediate_size: 8, moe: {experts: 4, experts_per_tok: 2, intermediate_size: 4}}\n",
+         "mixture-of-experts layers are read for the mixtral and qwen3_moe", LPO_E_CONFIG},
+        {"source: synthetic\narch: {type: qwen3_moe, vocab_size: 10, hidden_size: 8, n_layers: 2, n_heads: "
+         "2, "
+         "intermediate_size: 8, moe: 3}\n",
+         "model.arch.moe must be a mapping of keys", LPO_E_CONFIG},
         {"source: synthetic\narch: {type: gpt2, vocab_size: 10, hidden_size: 8, n_layers: 1, n_heads: 2, "
          "intermediate_size: 8}\n",
          "model.arch.type: unsupported architecture 'gpt2'", LPO_E_CONFIG},
