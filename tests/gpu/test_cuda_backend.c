@@ -9,7 +9,10 @@
  *      greedy and sampled ids) and in bf16 (within 3e-2; ids reported);
  *   3. engine.pdl (programmatic dependent launch in decode steps) on vs off: bitwise equal logits, same ids;
  *   4. the attention variant: a prefill step and a batched decode step launch the same attention kernel as
- *      run_op of their attention op (traced with lpo's tracer).
+ *      run_op of their attention op (traced with lpo's tracer);
+ *   5. run_op's staging is ordered before its launch: the lm_head of a 64 MB head (f32), m = 1 and 3, eight
+ *      seeds each (staged by a plain cudaMemcpy, the last rows of W could still be in flight when the kernel
+ *      read them: outputs of 0 in the last rows, seen on an H100 and an H200).
  * Prints SKIP and exits 77 without a GPU. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -101,6 +104,39 @@ static void test_opcheck(void **state) {
         lpo_opcheck_cases_free(&c);
     }
     printf("op checker: %d checks, %d failed, %d unsupported\n", checked, failures, skipped);
+    assert_int_equal(failures, 0);
+}
+
+/* ---- 5. staging order -------------------------------------------------------------------------------- */
+static void test_run_op_staging(void **state) {
+    (void)state;
+    const lpo_backend_iface *be = cuda_iface();
+    lpo_model_spec s = small_spec(1);
+    s.vocab_size = 16411; /* 16411 x 1024 f32: a 64 MB weight, uploaded in many staging chunks */
+    s.hidden_size = 1024;
+    s.n_layers = 1;
+    lpo_opcheck_cases c;
+    assert_int_equal(lpo_opcheck_cases_build(&s, 5, 20, 3, &c), LPO_OK);
+    void *ctx = NULL;
+    const lpo_backend_init in = {.max_seqs = 1, .dtype = LPO_DT_F32, .gemv = 1};
+    if (be->init(&in, &ctx) != LPO_OK) fail_msg("cuda init: %s", lpo_last_error());
+    int checked = 0, failures = 0;
+    for (size_t i = 0; i < c.n; i++) {
+        if (c.ops[i]->kind != LPO_OP_LM_HEAD) continue;
+        for (int seed = 0; seed < 8; seed++) {
+            lpo_opcheck_result r;
+            const lpo_status st = lpo_opcheck_run(be, ctx, LPO_DT_F32, c.ops[i], 101 + seed, &r);
+            checked++;
+            if (st != LPO_OK || !r.passed) {
+                failures++;
+                printf("  lm_head %s seed %d: %s\n", r.shape, seed, st ? lpo_last_error() : r.msg);
+            }
+        }
+    }
+    printf("run_op staging: %d lm_head checks of a 64 MB head, %d failed\n", checked, failures);
+    be->free(ctx);
+    lpo_opcheck_cases_free(&c);
+    assert_true(checked >= 16);
     assert_int_equal(failures, 0);
 }
 
@@ -471,6 +507,7 @@ int main(void) {
         cmocka_unit_test(test_steps),
         cmocka_unit_test(test_steps_pdl),
         cmocka_unit_test(test_attention_variant),
+        cmocka_unit_test(test_run_op_staging),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -42,16 +42,23 @@ static void scratch_free(scratch *s) {
     for (int i = 0; i < s->n; i++) cudaFree(s->p[i]);
     s->n = 0;
 }
+/* Host -> device copies go on the backend's stream (non-blocking: a plain cudaMemcpy from pageable memory
+ * may return before its DMA lands, and the legacy stream it runs on does not order the op's launch after it)
+ * and are waited for before the host buffer is released. */
+static lpo_status copy_h2d(cudaStream_t st, void *d, const void *h, size_t bytes) {
+    CU(cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, st), "run_op upload");
+    CU(cudaStreamSynchronize(st), "run_op upload");
+    return LPO_OK;
+}
 /* host f32 (n) -> device dt */
-static lpo_status upload(scratch *s, const float *h, int64_t n, lpo_dtype dt, void **out) {
+static lpo_status upload(cudaStream_t st, scratch *s, const float *h, int64_t n, lpo_dtype dt, void **out) {
     TRY(scratch_alloc(s, (size_t)n * lpo__cuda_dt_size(dt), out));
     void *tmp = malloc((size_t)(n ? n : 1) * lpo__cuda_dt_size(dt));
     if (!tmp) return lpo_errorf(LPO_E_NOMEM, "cuda backend: run_op staging");
     f32_to_dt(tmp, h, n, dt);
-    const cudaError_t e = cudaMemcpy(*out, tmp, (size_t)n * lpo__cuda_dt_size(dt), cudaMemcpyHostToDevice);
+    const lpo_status r = copy_h2d(st, *out, tmp, (size_t)n * lpo__cuda_dt_size(dt));
     free(tmp);
-    CU(e, "run_op upload");
-    return LPO_OK;
+    return r;
 }
 lpo_status lpo__cuda_download(float *h, const void *d, int64_t n, lpo_dtype dt) {
     void *tmp = malloc((size_t)(n ? n : 1) * lpo__cuda_dt_size(dt));
@@ -62,10 +69,9 @@ lpo_status lpo__cuda_download(float *h, const void *d, int64_t n, lpo_dtype dt) 
     CU(e, "run_op download");
     return LPO_OK;
 }
-static lpo_status copy_in(scratch *s, const void *h, size_t bytes, void **out) {
+static lpo_status copy_in(cudaStream_t st, scratch *s, const void *h, size_t bytes, void **out) {
     TRY(scratch_alloc(s, bytes, out));
-    CU(cudaMemcpy(*out, h, bytes, cudaMemcpyHostToDevice), "run_op upload");
-    return LPO_OK;
+    return copy_h2d(st, *out, h, bytes);
 }
 
 /* Uploads an op's host inputs, weights (stacked as the op list stacks them: rows, biases after) and state,
@@ -77,8 +83,8 @@ static lpo_status stage_op(cuda_ctx *c, scratch *s, const lpo_op *op, const lpo_
     for (int j = 0; j < op->n_in && j < LPO_OP_MAX_IN; j++) {
         if (op->in[j].buf == LPO_BUF_TOKENS || op->in[j].buf == LPO_BUF_KV || !io->in[j]) continue;
         void *p = NULL;
-        TRY(upload(s, io->in[j], lpo__cuda_elems(&op->in[j]), op->kind == LPO_OP_SAMPLE ? LPO_DT_F32 : dt,
-                   &p));
+        TRY(upload(c->stream, s, io->in[j], lpo__cuda_elems(&op->in[j]),
+                   op->kind == LPO_OP_SAMPLE ? LPO_DT_F32 : dt, &p));
         a->in[j] = p;
     }
     if (op->n_w) {
@@ -93,8 +99,8 @@ static lpo_status stage_op(cuda_ctx *c, scratch *s, const lpo_op *op, const lpo_
             at += lpo__cuda_elems(&op->w[j]);
         }
         void *W = NULL, *B = NULL;
-        lpo_status st = upload(s, hw, nw, dt, &W);
-        if (st == LPO_OK && nb) st = upload(s, hw + nw, nb, dt, &B);
+        lpo_status st = upload(c->stream, s, hw, nw, dt, &W);
+        if (st == LPO_OK && nb) st = upload(c->stream, s, hw + nw, nb, dt, &B);
         free(hw);
         TRY(st);
         a->W = W;
@@ -104,18 +110,18 @@ static lpo_status stage_op(cuda_ctx *c, scratch *s, const lpo_op *op, const lpo_
         TRY(scratch_alloc(s, (size_t)lpo__cuda_elems(&op->out[0]) * (op->kind == LPO_OP_LM_HEAD ? 4 : c->es),
                           &a->out));
     if (op->kind == LPO_OP_ROPE || op->kind == LPO_OP_ATTENTION) {
-        TRY(copy_in(s, io->tok_slot, (size_t)m * sizeof(int32_t), (void **)&a->tok_slot));
-        TRY(copy_in(s, io->tok_pos, (size_t)m * sizeof(int64_t), (void **)&a->tok_pos));
+        TRY(copy_in(c->stream, s, io->tok_slot, (size_t)m * sizeof(int32_t), (void **)&a->tok_slot));
+        TRY(copy_in(c->stream, s, io->tok_pos, (size_t)m * sizeof(int64_t), (void **)&a->tok_pos));
     }
     if (op->kind == LPO_OP_ROPE) {
         const size_t tb = (size_t)(io->max_context * (op->head_dim / 2)) * sizeof(float);
-        TRY(copy_in(s, io->rope_cos, tb, (void **)&a->cos_t));
-        TRY(copy_in(s, io->rope_sin, tb, (void **)&a->sin_t));
+        TRY(copy_in(c->stream, s, io->rope_cos, tb, (void **)&a->cos_t));
+        TRY(copy_in(c->stream, s, io->rope_sin, tb, (void **)&a->sin_t));
     }
     if (op->kind == LPO_OP_ATTENTION) {
         const int64_t nc = (int64_t)io->n_slots * io->max_context * op->n_kv_heads * op->head_dim;
-        TRY(upload(s, io->k_cache, nc, dt, &a->kc));
-        TRY(upload(s, io->v_cache, nc, dt, &a->vc));
+        TRY(upload(c->stream, s, io->k_cache, nc, dt, &a->kc));
+        TRY(upload(c->stream, s, io->v_cache, nc, dt, &a->vc));
         a->max_context = a->len_hint = io->max_context;
         const int ns =
             lpo_cuda_attention_decode_splits(m, op->n_heads, op->n_kv_heads, io->max_context, c->n_sm);
@@ -123,7 +129,7 @@ static lpo_status stage_op(cuda_ctx *c, scratch *s, const lpo_op *op, const lpo_
         if (a->att_ws_bytes) TRY(scratch_alloc(s, a->att_ws_bytes, &a->att_ws));
     }
     if (op->kind == LPO_OP_EMBED)
-        TRY(copy_in(s, io->tokens, (size_t)m * sizeof(int32_t), (void **)&a->tokens));
+        TRY(copy_in(c->stream, s, io->tokens, (size_t)m * sizeof(int32_t), (void **)&a->tokens));
     if (op->kind == LPO_OP_SAMPLE) { /* row r draws as slot r: its parameters, stream, counter, seen set */
         const int64_t words = (op->n + 31) / 32;
         lpo_cuda_sample_slot *hs = calloc((size_t)m, sizeof *hs);
@@ -131,26 +137,26 @@ static lpo_status stage_op(cuda_ctx *c, scratch *s, const lpo_op *op, const lpo_
         lpo_status st = LPO_OK;
         for (int64_t r = 0; r < m && st == LPO_OK; r++)
             st = lpo_cuda_sample_slot_make(&hs[r], &io->sampling[r]);
-        if (st == LPO_OK) st = copy_in(s, hs, (size_t)m * sizeof *hs, (void **)&a->slots);
+        if (st == LPO_OK) st = copy_in(c->stream, s, hs, (size_t)m * sizeof *hs, (void **)&a->slots);
         free(hs);
         TRY(st);
         TRY(scratch_alloc(s, (size_t)(m * op->n) * sizeof(float), (void **)&a->logits));
         TRY(scratch_alloc(s, (size_t)m * sizeof(int32_t), (void **)&a->ids));
         TRY(scratch_alloc(s, (size_t)m * sizeof(int32_t), (void **)&a->last));
-        TRY(copy_in(s, io->stream, (size_t)m * sizeof(uint64_t), (void **)&a->stream));
-        TRY(copy_in(s, io->step, (size_t)m * sizeof(uint64_t), (void **)&a->step));
+        TRY(copy_in(c->stream, s, io->stream, (size_t)m * sizeof(uint64_t), (void **)&a->stream));
+        TRY(copy_in(c->stream, s, io->step, (size_t)m * sizeof(uint64_t), (void **)&a->step));
         const size_t seen_bytes = (size_t)(m * words) * sizeof(uint32_t);
         if (io->seen_bits) {
-            TRY(copy_in(s, io->seen_bits, seen_bytes, (void **)&a->seen));
+            TRY(copy_in(c->stream, s, io->seen_bits, seen_bytes, (void **)&a->seen));
         } else {
             TRY(scratch_alloc(s, seen_bytes, (void **)&a->seen));
-            CU(cudaMemset(a->seen, 0, seen_bytes), "run_op seen tokens");
+            CU(cudaMemsetAsync(a->seen, 0, seen_bytes, c->stream), "run_op seen tokens");
         }
         a->seen_words = words;
         a->sample_ws_bytes = lpo_cuda_sample_rows_workspace(m);
         if (a->sample_ws_bytes) {
             TRY(scratch_alloc(s, a->sample_ws_bytes, &a->sample_ws));
-            CU(cudaMemset(a->sample_ws, 0, a->sample_ws_bytes), "run_op sampler workspace");
+            CU(cudaMemsetAsync(a->sample_ws, 0, a->sample_ws_bytes, c->stream), "run_op sampler workspace");
         }
     }
     return LPO_OK;

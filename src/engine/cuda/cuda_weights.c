@@ -207,26 +207,33 @@ lpo_status lpo__cuda_init_model(cuda_ctx *c) {
                     : lpo_errorf(LPO_E_NOMEM, "cuda backend: out of memory");
     if (st == LPO_OK) {
         lpo_cpu_rope_tables(tab, tab + ctx * (hd / 2), inv, scale, ctx, hd / 2);
-        if (cudaMemcpy(c->rope_cos, tab, (size_t)(ctx * (hd / 2)) * sizeof(float), cudaMemcpyHostToDevice) ||
-            cudaMemcpy(c->rope_sin, tab + ctx * (hd / 2), (size_t)(ctx * (hd / 2)) * sizeof(float),
-                       cudaMemcpyHostToDevice))
+        /* on the backend's stream (non-blocking: the legacy stream of a plain cudaMemcpy or cudaMemset does
+         * not order its launches), waited for before the table is freed */
+        if (cudaMemcpyAsync(c->rope_cos, tab, (size_t)(ctx * (hd / 2)) * sizeof(float),
+                            cudaMemcpyHostToDevice, c->stream) ||
+            cudaMemcpyAsync(c->rope_sin, tab + ctx * (hd / 2), (size_t)(ctx * (hd / 2)) * sizeof(float),
+                            cudaMemcpyHostToDevice, c->stream) ||
+            cudaStreamSynchronize(c->stream))
             st = lpo_errorf(LPO_E_CUDA, "cuda backend: uploading the RoPE tables");
     }
     free(inv);
     free(tab);
     TRY(st);
     /* sampling state: counters 0, nothing seen, no last id; the decode attention workspace needs no init */
-    CU(cudaMemset(c->d_stream, 0, (size_t)c->cfg.max_seqs * 8), "sampling state");
-    CU(cudaMemset(c->d_step, 0, (size_t)c->cfg.max_seqs * 8), "sampling state");
-    CU(cudaMemset(c->d_seen, 0, (size_t)c->cfg.max_seqs * (size_t)c->seen_words * 4), "sampling state");
-    CU(cudaMemset(c->d_last, 0, (size_t)c->cfg.max_seqs * 4), "sampling state");
-    if (c->sample_ws_bytes) CU(cudaMemset(c->sample_ws, 0, c->sample_ws_bytes), "sampler workspace");
+    CU(cudaMemsetAsync(c->d_stream, 0, (size_t)c->cfg.max_seqs * 8, c->stream), "sampling state");
+    CU(cudaMemsetAsync(c->d_step, 0, (size_t)c->cfg.max_seqs * 8, c->stream), "sampling state");
+    CU(cudaMemsetAsync(c->d_seen, 0, (size_t)c->cfg.max_seqs * (size_t)c->seen_words * 4, c->stream),
+       "sampling state");
+    CU(cudaMemsetAsync(c->d_last, 0, (size_t)c->cfg.max_seqs * 4, c->stream), "sampling state");
+    if (c->sample_ws_bytes)
+        CU(cudaMemsetAsync(c->sample_ws, 0, c->sample_ws_bytes, c->stream), "sampler workspace");
     /* every slot greedy until set_sampling says otherwise */
     const lpo_sampling greedy = {0, 0, 1, 1, 0};
     lpo_cuda_sample_slot gp;
     TRY(lpo_cuda_sample_slot_make(&gp, &greedy));
     for (int i = 0; i < c->cfg.max_seqs; i++)
-        CU(cudaMemcpy(c->d_slot_params + i, &gp, sizeof gp, cudaMemcpyHostToDevice), "sampling parameters");
+        CU(cudaMemcpyAsync(c->d_slot_params + i, &gp, sizeof gp, cudaMemcpyHostToDevice, c->stream),
+           "sampling parameters");
     CU(cudaStreamSynchronize(c->stream), "weights");
     /* pinned staging of the step data: positions (8 B), slots and tokens (4 B each) per token */
     CU(cudaMallocHost((void **)&c->h_stage, lpo__cuda_stage_bytes(c)), "pinned step staging");
