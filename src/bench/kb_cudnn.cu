@@ -264,7 +264,8 @@ extern "C" lpo_status lpo__kb_lstm_init(kb_case *c) {
     DNN_CHECK(dnn.cudnnCreateTensorDescriptor(&s->hd));
     DNN_CHECK(dnn.cudnnSetTensorNdDescriptor(s->hd, s->dt, 3, dims, strides));
     LPO_CUDA_CHECK(cudaMalloc((void **)&s->dev_seq, (size_t)B * sizeof(int32_t)));
-    LPO_CUDA_CHECK(cudaMemcpy(s->dev_seq, seq, (size_t)B * sizeof(int32_t), cudaMemcpyHostToDevice));
+    LPO_CUDA_CHECK(cudaMemcpyAsync(s->dev_seq, seq, (size_t)B * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                   (cudaStream_t)c->stream));
     DNN_CHECK(dnn.cudnnGetRNNWeightSpaceSize(s->h, s->rnn, &s->wspace_size));
     DNN_CHECK(
         dnn.cudnnGetRNNTempSpaceSizes(s->h, s->rnn, CUDNN_FWD_MODE_INFERENCE, s->xd, &s->ws_size, NULL));
@@ -302,7 +303,10 @@ extern "C" lpo_status lpo__kb_lstm_init(kb_case *c) {
             put(img + bo + (size_t)r * bd_str[1] * es, c->el, bsrc[r]);
         }
     }
-    LPO_CUDA_CHECK(cudaMemcpy(s->wspace, img, s->wspace_size, cudaMemcpyHostToDevice));
+    /* on the case's stream, waited for (a plain cudaMemcpy is not ordered before the non-blocking stream) */
+    LPO_CUDA_CHECK(
+        cudaMemcpyAsync(s->wspace, img, s->wspace_size, cudaMemcpyHostToDevice, (cudaStream_t)c->stream));
+    LPO_CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)c->stream));
     snprintf(c->variant, sizeof c->variant, "cuDNN RNN v8 (%s)",
              c->el == LPO_DT_F32 ? "FMA math" : "tensor-op math");
     dnn.cudnnDestroyTensorDescriptor(md);

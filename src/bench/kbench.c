@@ -258,7 +258,9 @@ static lpo_status cpu_sample(void *p, double *sec, int *reps, double *clk) {
                               __LINE__);                                                                     \
     } while (0)
 
-static lpo_status upload(kb_tensor *t, const float *src) {
+/* on the case's stream (non-blocking: a plain cudaMemcpy from pageable memory may return before its DMA
+ * lands, and the legacy stream it runs on does not order the case's launches after it), waited for */
+static lpo_status upload(kb_tensor *t, const float *src, cudaStream_t s) {
     size_t es = (size_t)lpo_dtype_block_bytes(t->el), n = (size_t)t->n;
     unsigned char *b = malloc(n * es);
     if (!b) return lpo_errorf(LPO_E_NOMEM, "out of memory");
@@ -271,7 +273,8 @@ static lpo_status upload(kb_tensor *t, const float *src) {
             memcpy(b + 2 * i, &h, 2);
         }
     }
-    cudaError_t e = cudaMemcpy(t->d, b, n * es, cudaMemcpyHostToDevice);
+    cudaError_t e = cudaMemcpyAsync(t->d, b, n * es, cudaMemcpyHostToDevice, s);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s);
     free(b);
     CU(e);
     return LPO_OK;
@@ -283,7 +286,7 @@ static lpo_status validate_gpu(kb_case *c, double *max_abs) {
     for (int i = 0; i < c->n_t; i++) {
         kb_tensor *t = &c->t[i];
         if (t->in_place) {
-            lpo_status st = upload(t, t->init);
+            lpo_status st = upload(t, t->init, s);
             if (st) return st;
         } else if (t->output) {
             CU(cudaMemsetAsync(t->d, 0xff, lpo_dtype_bytes(t->el, (uint64_t)t->n), s));
@@ -321,7 +324,7 @@ static lpo_status gpu_setup(kb_case *c) {
         kb_tensor *t = &c->t[i];
         CU(cudaMalloc(&t->d, lpo_dtype_bytes(t->el, (uint64_t)t->n)));
         if (!t->output || t->in_place) {
-            lpo_status st = upload(t, t->in_place ? t->init : t->h);
+            lpo_status st = upload(t, t->in_place ? t->init : t->h, s);
             if (st) return st;
         }
     }
