@@ -3,6 +3,8 @@
  * op (lpo_op_data) also feeds kbench's model mode, laid out like a real step. */
 #include "lpo/opcheck.h"
 
+#include "lpo/dtype.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -348,6 +350,14 @@ static void compare(const float *out, const float *ref, int64_t n, lpo_dtype dt,
         snprintf(r->msg, sizeof r->msg, "%s: NMSE %.3g > %.3g", what, nmse, max_nmse);
 }
 
+/* x (n) rounded to dt and back (f16, bf16; f32 unchanged): the values a backend computing in dt holds. */
+static void round_to(float *x, int64_t n, lpo_dtype dt) {
+    for (int64_t i = 0; x && i < n; i++) {
+        if (dt == LPO_DT_BF16) x[i] = lpo_bf16_to_f32(lpo_f32_to_bf16(x[i]));
+        if (dt == LPO_DT_F16) x[i] = lpo_f16_to_f32(lpo_f32_to_f16(x[i]));
+    }
+}
+
 lpo_status lpo_opcheck_run(const lpo_backend_iface *be, void *ctx, lpo_dtype dt, const lpo_op *op,
                            uint64_t seed, lpo_opcheck_result *r) {
     memset(r, 0, sizeof *r);
@@ -363,6 +373,12 @@ lpo_status lpo_opcheck_run(const lpo_backend_iface *be, void *ctx, lpo_dtype dt,
     case_data d;
     st = case_make(op, seed, NULL, 1, &d);
     snprintf(r->shape, sizeof r->shape, "%s", d.shape);
+    /* ROUTER: the experts must be the same, so both sides route from the same values: the activations and
+     * gate weights as the backend holds them in dt (the f32 logits then differ only by summation order) */
+    if (st == LPO_OK && op->kind == LPO_OP_ROUTER) {
+        round_to(d.in[0], numel(&op->in[0]), dt);
+        for (int j = 0; j < op->n_w; j++) round_to(d.w[j], numel(&op->w[j]), dt);
+    }
     if (st == LPO_OK) st = cpu->run_op(cctx, op, &d.ref);
     if (st == LPO_OK) {
         st = be->run_op(ctx, op, &d.io);

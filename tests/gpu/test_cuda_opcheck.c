@@ -1,7 +1,8 @@
 /* The op checker on the CUDA backend (label gpu; SKIP without a GPU or without the backend): every op kind
  * against the CPU reference in f32, bf16 and f16, at Llama-3.2-1B shapes (prefill 37 tokens, decode batch 4
  * at context 300), at a qwen-like spec (biases, q/k norm, GeGLU, sliding window) and at odd shapes; a table
- * of max error and NMSE per case. */
+ * of max error and NMSE per case; the MoE router and routed experts at model and odd shapes, every batch
+ * size class (test_moe). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -83,12 +84,76 @@ static void test_every_kind_every_dtype(void **state) {
     assert_int_equal(failures, 0);
 }
 
+/* Mixture of experts: the router and the routed experts in f32 and bf16 (f16 too at the odd shapes) at the
+ * Qwen3-30B-A3B layer shapes (the router with its 128 experts; the experts' matrices as the model's, 32 of
+ * them: the host reference of 128 would take minutes), Mixtral's routing (8 experts, 2 per token, hidden
+ * 4096) and odd shapes (experts of 36: element loads; 7 experts, 3 per token; hidden 200), decode batches 1,
+ * 3, 8 (the GEMV path) and 64, prefill 37 and 300 tokens (the grouped path); with engine.gemv off every size
+ * takes the grouped path. kinds: 1 router, 2 experts. */
+static void check_moe(const lpo_model_spec *s, int64_t T, int B, lpo_dtype dt, int gemv, int kinds) {
+    const lpo_backend_iface *be = lpo_backend_cuda();
+    void *ctx = NULL;
+    const lpo_backend_init in = {.max_seqs = 1, .dtype = dt, .gemv = gemv};
+    if (be->init(&in, &ctx) != LPO_OK)
+        fail_msg("cuda op-only context (%s): %s", lpo_dtype_name(dt), lpo_last_error());
+    lpo_opcheck_cases c;
+    assert_int_equal(lpo_opcheck_cases_build(s, T, 20, B, &c), LPO_OK);
+    for (size_t i = 0; i < c.n; i++) {
+        if (!((kinds & 1) && c.ops[i]->kind == LPO_OP_ROUTER) &&
+            !((kinds & 2) && c.ops[i]->kind == LPO_OP_EXPERTS))
+            continue;
+        lpo_opcheck_result r;
+        const lpo_status st = lpo_opcheck_run(be, ctx, dt, c.ops[i], 23 + i, &r);
+        printf("%-14s %-5s gemv=%d %-8s %-52s max|err| %-9.3g nmse %-9.3g %s%s\n", s->name,
+               lpo_dtype_name(dt), gemv, r.kind, r.shape, r.max_abs_err, r.nmse,
+               st         ? "ERROR "
+               : r.passed ? "ok"
+                          : "FAIL ",
+               st ? lpo_last_error() : r.msg);
+        if (st || !r.passed) failures++;
+    }
+    lpo_opcheck_cases_free(&c);
+    be->free(ctx);
+}
+
+static void test_moe(void **state) {
+    (void)state;
+    lpo_model_spec qwen = preset("qwen3-30b-a3b"), mix = preset("mixtral-8x7b");
+    qwen.n_layers = mix.n_layers = 1; /* the op lists of one layer: the shapes are the model's */
+    lpo_model_spec q32 = qwen;
+    q32.moe.n_experts = 32;
+    lpo_model_spec odd = test_spec_moe();
+    strcpy(odd.name, "odd-moe");
+    odd.hidden_size = 200;
+    odd.n_heads = 4;
+    odd.n_kv_heads = 2;
+    odd.head_dim = 50;
+    odd.moe.intermediate_size = 36;
+    odd.moe.n_experts = 7;
+    odd.moe.n_experts_used = 3;
+    odd.moe.norm_topk_prob = 0;
+    const lpo_dtype dts[] = {LPO_DT_F32, LPO_DT_BF16, LPO_DT_F16};
+    const int batches[] = {1, 3, 8, 64};
+    for (int d = 0; d < 2; d++) {
+        for (int b = 0; b < 4; b++) {
+            check_moe(&qwen, 300, batches[b], dts[d], 1, 1);
+            check_moe(&q32, 37, batches[b], dts[d], 1, 2);
+        }
+        check_moe(&mix, 300, 2, dts[d], 1, 1);
+    }
+    for (int d = 0; d < 3; d++)
+        for (int gemv = 1; gemv >= 0; gemv--)
+            for (int b = 0; b < 4; b++) check_moe(&odd, b == 3 ? 300 : 37, batches[b], dts[d], gemv, 3);
+    assert_int_equal(failures, 0);
+}
+
 int main(void) {
     lpo_test_require_gpu();
     if (!lpo_backend_cuda()) {
         printf("SKIP: this build has no CUDA backend\n");
         return 77;
     }
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_every_kind_every_dtype)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_every_kind_every_dtype),
+                                       cmocka_unit_test(test_moe)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

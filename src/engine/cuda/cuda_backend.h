@@ -57,7 +57,10 @@ typedef struct {
     int *op_layer;
     void **op_w, **op_bias; /* stacked weights / biases on the device, in dt */
     size_t weight_bytes;
-    void *buf[LPO_BUF_COUNT]; /* activations [max_step_tokens, width] in dt; LOGITS in f32 */
+    void *buf[LPO_BUF_COUNT]; /* activations [max_step_tokens, width] in dt; LOGITS, ROUTE_W f32, ROUTE_IDS
+                                 i32 */
+    float *moe_logits;        /* MoE: the router's logits [max_step_tokens][n_experts] f32 */
+    lpo_cuda_moe_ws moe_ws;   /* MoE: the routed experts' workspace for max_step_tokens */
     int32_t *d_ids, *d_tokens, *d_tok_slot;
     int64_t *d_tok_pos;
     void *kcache, *vcache;      /* [n_layers][max_seqs][max_context][kvd] in dt */
@@ -120,6 +123,11 @@ typedef struct {
     int32_t *last;
     void *sample_ws;
     size_t sample_ws_bytes;
+    /* ROUTER: the f32 logits scratch [m][n_experts] and the chosen experts it writes (its out[1]); EXPERTS:
+     * those it reads (its in[2]) and its workspace */
+    float *route_logits;
+    int32_t *eids;
+    lpo_cuda_moe_ws moe;
 } cuda_args;
 
 /* ---- cuda_weights.c ---- */
@@ -129,9 +137,13 @@ size_t lpo__cuda_dt_size(lpo_dtype dt);
 lpo_status lpo__cuda_init_model(cuda_ctx *c);
 
 /* ---- cuda_launch.c ---- */
-/* Whether the backend has a kernel for an op kind (a row of launches[]): the router and routed experts of
- * MoE layers have none yet, and a model using them is refused at init, naming the op. */
+/* Whether the backend has a kernel for an op kind (a row of launches[]): a model using a kind without one is
+ * refused at init, naming the op. */
 int lpo__cuda_has_launch(lpo_op_kind kind);
+/* The routing options of a ROUTER op as the router kernel takes them (lpo_cuda_route_opts). Every routing
+ * option an op can carry is mapped here or refused by name (LPO_E_UNSUPPORTED naming the op and the option):
+ * a model using one is refused at init, run_op and supports_op refuse the op. */
+lpo_status lpo__cuda_route_opts(const lpo_op *op, lpo_cuda_route_opts *out);
 /* Runs op's kernel(s) on its operands: the one launch of each op kind. */
 lpo_status lpo__cuda_launch(cuda_ctx *c, const lpo_op *op, const cuda_args *a);
 /* ATTENTION with q/k norm (qkn: the QK_NORM op, qkn_w its weights) and RoPE (rope != 0) fused into the KV

@@ -38,6 +38,11 @@ static lpo_status bind_step(cuda_ctx *c, const lpo_oplist *l, size_t i, const lp
         a->kc = (char *)c->kcache + layer;
         a->vc = (char *)c->vcache + layer;
     }
+    if (op->kind == LPO_OP_ROUTER || op->kind == LPO_OP_EXPERTS) { /* route_ids: int32 */
+        a->eids = c->buf[LPO_BUF_ROUTE_IDS];
+        a->route_logits = c->moe_logits;
+        a->moe = c->moe_ws;
+    }
     if (op->kind == LPO_OP_LM_HEAD && op->m != l->n_tokens) {
         const int64_t h = op->k;
         char *rows = c->buf[LPO_BUF_TMP];

@@ -256,6 +256,65 @@ lpo_status lpo_cuda_gemv_cfg_run(const lpo_cuda_gemv_cfg *cfg, void *y, lpo_dtyp
                                  const void *W, const void *bias, int64_t m, int64_t n, int64_t k, float beta,
                                  int swiglu, lpo_dtype dt, cudaStream_t stream);
 
+/* ---- mixture of experts: router (router.cu)
+ * ---------------------------------------------------------------- The routing of one MoE layer after its
+ * logits (m tokens x E experts, f32: x @ G^T, computed by the linear path of the backend), per token, as
+ * lpo_cpu_router (docs/engine.md "Routing"). Every option the kernel implements is a field of
+ * lpo_cuda_route_opts; the backend maps an op's routing options into it (lpo__cuda_route_opts, cuda_launch.c)
+ * and refuses by name any it does not implement. */
+#define LPO_CUDA_MOE_MAX_EXPERTS 4096
+typedef enum {
+    LPO_CUDA_SCORE_SOFTMAX, /* p = softmax over the E logits (the sum in double) */
+} lpo_cuda_score;
+typedef struct {
+    int64_t n_experts, top_k; /* E (1..LPO_CUDA_MOE_MAX_EXPERTS), k (1..E) */
+    lpo_cuda_score score;
+    int norm_topk; /* the k chosen probabilities renormalised to sum 1 (the sum in double) */
+} lpo_cuda_route_opts;
+/* ids (m, k) int32 = the k experts of largest logit, descending, the lower index first among equal logits
+ * (a NaN logit ranks below every number); w (m, k) f32 = their probabilities p as lpo_cpu_router rounds them
+ * (float of the double quotient), divided by the double sum of the k floats when norm_topk. One warp per
+ * token. A decode-step kernel (PDL). */
+lpo_status lpo_cuda_router_topk(float *w, int32_t *ids, const float *logits, int64_t m,
+                                const lpo_cuda_route_opts *o, cudaStream_t stream);
+
+/* ---- mixture of experts: routed experts (experts.cu) ------------------------------------------------------
+ * y (m, h) [dt] = for each token t, sum over its k chosen experts e = ids[t, j] of
+ *   w[t, j] * down_e(silu(gate_e x_t) * up_e x_t)
+ * with x (m, h) [dt], w, ids (m, k) (f32, int32: the router's outputs), W the E experts stacked
+ * [E][gate (I, h) | up (I, h) | down (h, I)] [dt] (the op list's order). gate and up are rounded to dt before
+ * the activation and the activation is stored in dt, as the dense MLP stores them; f32 accumulation. An id
+ * outside 0..E-1 contributes nothing (the op checker and the CPU refuse such ids; the router never makes
+ * one). Two paths, chosen by lpo_cuda_experts_plan: GEMV (m * k <= LPO_CUDA_MOE_GEMV_MAX_PAIRS and m <=
+ * LPO_CUDA_GEMV_MAX_M, f32/f16/bf16): each distinct chosen expert's weights are streamed once: gate_up +
+ * SwiGLU per (expert, rows) block into act, then down, where each block of output rows loops over every
+ * chosen expert and sums their weighted outputs per token (no atomics: deterministic); grouped: the m k
+ * (token, expert) pairs are counted, scanned and scattered by expert on the device (one block), then a
+ * grouped GEMM over tiles of 64 rows of one expert (tensor cores for f16/bf16, FMAs for f32; no per-expert
+ * host loop, sizes read on the device) writes act, a second one the experts' outputs per pair, and a combine
+ * kernel sums each token's k weighted outputs. Every kernel is capturable (no host work, no synchronisation)
+ * and starts with lpo_pdl_start. */
+#define LPO_CUDA_MOE_GEMV_MAX_PAIRS 256
+/* The device workspace of one experts launch for up to m tokens (pointers carved from one region). */
+typedef struct {
+    void *act;      /* [m k][I] dt: the activation of each (token, expert) pair */
+    void *out;      /* [m k][h] dt: each pair's expert output (grouped path) */
+    int32_t *rows;  /* [m k] pair index of each row of the expert-sorted order */
+    int32_t *pos;   /* [m k] row of each pair in that order */
+    int32_t *offs;  /* [E + 1] first row of each expert; [E] = m k */
+    int32_t *tiles; /* [1 + 2 max_tiles]: the tile count, then (expert, first row) per tile */
+    int64_t max_tiles;
+} lpo_cuda_moe_ws;
+/* Bytes of the workspace for m tokens; lpo_cuda_moe_ws_carve lays it out from base (256-byte aligned). */
+size_t lpo_cuda_moe_ws_bytes(int64_t m, int64_t h, int64_t I, int64_t E, int64_t k, lpo_dtype dt);
+lpo_cuda_moe_ws lpo_cuda_moe_ws_carve(void *base, int64_t m, int64_t h, int64_t I, int64_t E, int64_t k,
+                                      lpo_dtype dt);
+/* 1 when the GEMV path runs m tokens with k experts each (gemv: engine.gemv). */
+int lpo_cuda_experts_gemv_path(int64_t m, int64_t k, lpo_dtype dt, int gemv);
+lpo_status lpo_cuda_experts(void *y, const void *x, const float *w, const int32_t *ids, const void *W,
+                            int64_t m, int64_t h, int64_t I, int64_t E, int64_t k, int gemv,
+                            const lpo_cuda_moe_ws *ws, lpo_dtype dt, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

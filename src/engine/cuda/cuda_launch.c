@@ -89,14 +89,43 @@ static lpo_status launch_sample(cuda_ctx *c, const lpo_op *op, const cuda_args *
                                 a->sample_ws_bytes, c->stream);
 }
 
+/* The router: f32 logits (the linear path: GEMV at <= 8 tokens with engine.gemv, else cuBLASLt), then the
+ * top-k and weights on the device (router.cu). */
+static lpo_status launch_router(cuda_ctx *c, const lpo_op *op, const cuda_args *a) {
+    lpo_cuda_route_opts o;
+    TRY(lpo__cuda_route_opts(op, &o));
+    TRY(lpo__cuda_linear(c, a->route_logits, LPO_DT_F32, a->in[0], a->W, NULL, op->m, op->n_experts, op->k,
+                         c->stream));
+    return lpo_cuda_router_topk(a->out, a->eids, a->route_logits, op->m, &o, c->stream);
+}
+/* The routed experts: in[0] x, in[1] the f32 routing weights, eids the chosen experts (experts.cu). */
+static lpo_status launch_experts(cuda_ctx *c, const lpo_op *op, const cuda_args *a) {
+    return lpo_cuda_experts(a->out, a->in[0], (const float *)a->in[1], a->eids, a->W, op->m, op->n, op->k,
+                            op->n_experts, op->top_k, c->cfg.gemv, &a->moe, c->dt, c->stream);
+}
+
 static const cuda_launch_fn launches[LPO_OP_KIND_COUNT] = {
-    [LPO_OP_EMBED] = launch_embed,   [LPO_OP_RMSNORM] = launch_rmsnorm,
-    [LPO_OP_LINEAR] = launch_linear, [LPO_OP_QK_NORM] = launch_qk_norm,
-    [LPO_OP_ROPE] = launch_rope,     [LPO_OP_ATTENTION] = launch_attention,
-    [LPO_OP_SWIGLU] = launch_swiglu, [LPO_OP_GEGLU] = launch_geglu,
-    [LPO_OP_ADD] = launch_add,       [LPO_OP_LM_HEAD] = launch_lm_head,
-    [LPO_OP_SAMPLE] = launch_sample,
+    [LPO_OP_EMBED] = launch_embed,     [LPO_OP_RMSNORM] = launch_rmsnorm,
+    [LPO_OP_LINEAR] = launch_linear,   [LPO_OP_QK_NORM] = launch_qk_norm,
+    [LPO_OP_ROPE] = launch_rope,       [LPO_OP_ATTENTION] = launch_attention,
+    [LPO_OP_SWIGLU] = launch_swiglu,   [LPO_OP_GEGLU] = launch_geglu,
+    [LPO_OP_ADD] = launch_add,         [LPO_OP_LM_HEAD] = launch_lm_head,
+    [LPO_OP_SAMPLE] = launch_sample,   [LPO_OP_ROUTER] = launch_router,
+    [LPO_OP_EXPERTS] = launch_experts,
 };
+
+lpo_status lpo__cuda_route_opts(const lpo_op *op, lpo_cuda_route_opts *out) {
+    /* softmax scoring and greedy top-k over all experts, renormalised or not: what lpo_op expresses today;
+     * a routing option added to lpo_op (scoring function, grouped top-k, score bias, scaling factor, ...) is
+     * mapped here to a field of lpo_cuda_route_opts that the kernel implements, or refused by name */
+    if (op->kind != LPO_OP_ROUTER)
+        return lpo_errorf(LPO_E_INTERNAL, "cuda backend: op '%s' is not a router", op->name);
+    out->n_experts = op->n_experts;
+    out->top_k = op->top_k;
+    out->score = LPO_CUDA_SCORE_SOFTMAX;
+    out->norm_topk = op->norm_topk != 0;
+    return LPO_OK;
+}
 
 int lpo__cuda_has_launch(lpo_op_kind kind) {
     return (unsigned)kind < LPO_OP_KIND_COUNT && launches[kind] != NULL;
@@ -121,11 +150,18 @@ static int sample_supported(const lpo_op *op) {
     return op->n > 0 && op->n <= LPO_SAMPLE_MAX_VOCAB;
 }
 
+/* ROUTER, EXPERTS: 1 <= top_k <= n_experts <= LPO_CUDA_MOE_MAX_EXPERTS, sizes >= 1; ROUTER: its options */
+static int moe_supported(const lpo_op *op) {
+    lpo_cuda_route_opts o;
+    return op->n_experts >= 1 && op->n_experts <= LPO_CUDA_MOE_MAX_EXPERTS && op->top_k >= 1 &&
+           op->top_k <= op->n_experts && op->n > 0 && op->k > 0 &&
+           (op->kind != LPO_OP_ROUTER || lpo__cuda_route_opts(op, &o) == LPO_OK);
+}
+
 static int (*const supports[LPO_OP_KIND_COUNT])(const lpo_op *op) = {
-    [LPO_OP_QK_NORM] = heads_supported,
-    [LPO_OP_ROPE] = heads_supported,
-    [LPO_OP_ATTENTION] = attention_supported,
-    [LPO_OP_SAMPLE] = sample_supported,
+    [LPO_OP_QK_NORM] = heads_supported,       [LPO_OP_ROPE] = heads_supported,
+    [LPO_OP_ATTENTION] = attention_supported, [LPO_OP_SAMPLE] = sample_supported,
+    [LPO_OP_ROUTER] = moe_supported,          [LPO_OP_EXPERTS] = moe_supported,
 };
 
 int lpo__cuda_supports_op(void *vctx, const lpo_op *op) {

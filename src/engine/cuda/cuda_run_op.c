@@ -74,6 +74,29 @@ static lpo_status copy_in(cudaStream_t st, scratch *s, const void *h, size_t byt
     return copy_h2d(st, *out, h, bytes);
 }
 
+/* Ops whose out[0] is f32 whatever the compute dtype: the LM head's logits, the router's weights. */
+static int out_f32(const lpo_op *op) {
+    return op->kind == LPO_OP_LM_HEAD || op->kind == LPO_OP_ROUTER;
+}
+
+/* EXPERTS: every chosen expert in range and distinct per token, as the CPU backend demands (the kernels skip
+ * an id out of range; run_op refuses it with the CPU's words). */
+static lpo_status check_expert_ids(const lpo_op *op, const int32_t *ids) {
+    const int64_t k = op->top_k;
+    for (int64_t t = 0; t < op->m; t++) // token t's k experts
+        for (int64_t j = 0; j < k; j++) {
+            const int32_t e = ids[t * k + j];
+            int dup = 0;
+            for (int64_t i = 0; i < j; i++) dup |= ids[t * k + i] == e;
+            if (e < 0 || e >= op->n_experts || dup)
+                return lpo_errorf(
+                    LPO_E_INVALID,
+                    "cuda backend: op '%s': token %lld is routed to expert %d %s (%lld experts)", op->name,
+                    (long long)t, (int)e, dup ? "twice" : "out of range", (long long)op->n_experts);
+        }
+    return LPO_OK;
+}
+
 /* Uploads an op's host inputs, weights (stacked as the op list stacks them: rows, biases after) and state,
  * and binds them as its operands (the decode attention's workspace and the sampler's, zeroed, included). */
 static lpo_status stage_op(cuda_ctx *c, scratch *s, const lpo_op *op, const lpo_op_io *io, cuda_args *a) {
@@ -81,10 +104,11 @@ static lpo_status stage_op(cuda_ctx *c, scratch *s, const lpo_op *op, const lpo_
     const int64_t m = op->m;
     memset(a, 0, sizeof *a);
     for (int j = 0; j < op->n_in && j < LPO_OP_MAX_IN; j++) {
-        if (op->in[j].buf == LPO_BUF_TOKENS || op->in[j].buf == LPO_BUF_KV || !io->in[j]) continue;
-        void *p = NULL;
+        const lpo_buf b = op->in[j].buf;
+        if (b == LPO_BUF_TOKENS || b == LPO_BUF_KV || b == LPO_BUF_ROUTE_IDS || !io->in[j]) continue;
+        void *p = NULL; /* SAMPLE's logits and the routing weights stay f32 */
         TRY(upload(c->stream, s, io->in[j], lpo__cuda_elems(&op->in[j]),
-                   op->kind == LPO_OP_SAMPLE ? LPO_DT_F32 : dt, &p));
+                   op->kind == LPO_OP_SAMPLE || b == LPO_BUF_ROUTE_W ? LPO_DT_F32 : dt, &p));
         a->in[j] = p;
     }
     if (op->n_w) {
@@ -107,8 +131,22 @@ static lpo_status stage_op(cuda_ctx *c, scratch *s, const lpo_op *op, const lpo_
         a->B = B;
     }
     if (op->kind != LPO_OP_SAMPLE)
-        TRY(scratch_alloc(s, (size_t)lpo__cuda_elems(&op->out[0]) * (op->kind == LPO_OP_LM_HEAD ? 4 : c->es),
-                          &a->out));
+        TRY(scratch_alloc(s, (size_t)lpo__cuda_elems(&op->out[0]) * (out_f32(op) ? 4 : c->es), &a->out));
+    if (op->kind == LPO_OP_ROUTER || op->kind == LPO_OP_EXPERTS) { /* the chosen experts, the scratch */
+        const size_t nid = (size_t)(m * op->top_k) * sizeof(int32_t);
+        if (!io->expert_ids)
+            return lpo_errorf(LPO_E_INVALID, "cuda backend: op '%s' needs expert_ids", op->name);
+        if (op->kind == LPO_OP_ROUTER) {
+            TRY(scratch_alloc(s, nid, (void **)&a->eids));
+            TRY(scratch_alloc(s, (size_t)(m * op->n_experts) * sizeof(float), (void **)&a->route_logits));
+        } else {
+            TRY(check_expert_ids(op, io->expert_ids));
+            TRY(copy_in(c->stream, s, io->expert_ids, nid, (void **)&a->eids));
+            void *ws = NULL;
+            TRY(scratch_alloc(s, lpo_cuda_moe_ws_bytes(m, op->n, op->k, op->n_experts, op->top_k, dt), &ws));
+            a->moe = lpo_cuda_moe_ws_carve(ws, m, op->n, op->k, op->n_experts, op->top_k, dt);
+        }
+    }
     if (op->kind == LPO_OP_ROPE || op->kind == LPO_OP_ATTENTION) {
         TRY(copy_in(c->stream, s, io->tok_slot, (size_t)m * sizeof(int32_t), (void **)&a->tok_slot));
         TRY(copy_in(c->stream, s, io->tok_pos, (size_t)m * sizeof(int64_t), (void **)&a->tok_pos));
@@ -183,8 +221,11 @@ static lpo_status unstage_op(cuda_ctx *c, const lpo_op *op, lpo_op_io *io, const
            "run_op ids");
         return LPO_OK;
     }
-    TRY(lpo__cuda_download(io->out, a->out, lpo__cuda_elems(&op->out[0]),
-                           op->kind == LPO_OP_LM_HEAD ? LPO_DT_F32 : c->dt));
+    TRY(lpo__cuda_download(io->out, a->out, lpo__cuda_elems(&op->out[0]), out_f32(op) ? LPO_DT_F32 : c->dt));
+    if (op->kind == LPO_OP_ROUTER)
+        CU(cudaMemcpy(io->expert_ids, a->eids, (size_t)(op->m * op->top_k) * sizeof(int32_t),
+                      cudaMemcpyDeviceToHost),
+           "run_op expert ids");
     if (op->kind == LPO_OP_ATTENTION) {
         const int64_t nc = (int64_t)io->n_slots * io->max_context * op->n_kv_heads * op->head_dim;
         TRY(lpo__cuda_download(io->k_cache, a->kc, nc, c->dt));
@@ -244,9 +285,11 @@ static lpo_status run_single(cuda_ctx *c, const lpo_op *op, lpo_op_io *io, scrat
 
 lpo_status lpo__cuda_run_op(void *vctx, const lpo_op *op, lpo_op_io *io) {
     cuda_ctx *c = vctx;
+    lpo_cuda_route_opts ro;
     if (!lpo__cuda_has_launch(op->kind))
         return lpo_errorf(LPO_E_UNSUPPORTED, "cuda backend: op '%s' (%s) is not supported on the GPU yet",
                           op->name, lpo_op_kind_name(op->kind));
+    if (op->kind == LPO_OP_ROUTER) TRY(lpo__cuda_route_opts(op, &ro)); /* an option refused by name */
     if (!lpo__cuda_supports_op(c, op))
         return lpo_errorf(LPO_E_UNSUPPORTED,
                           "cuda backend: cannot run op '%s' (%s, m=%lld, n=%lld, head_dim %lld)", op->name,

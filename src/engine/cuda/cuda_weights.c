@@ -107,10 +107,20 @@ static lpo_status layout(cuda_ctx *c, const lpo_oplist *ref, void *staging) {
             dst += (size_t)lpo__cuda_elems(&op->w[j]) * c->es;
         }
     }
-    for (int b = 0; b < LPO_BUF_COUNT; b++) /* activations (logits in f32) */
-        c->buf[b] = lpo_buf_width(s, b) ? carve(c, (double)T * (double)lpo_buf_width(s, b) *
-                                                       (b == LPO_BUF_LOGITS ? 4.0 : (double)c->es))
-                                        : NULL;
+    const lpo_oplist_opts bopts = {c->dt, c->dt, NULL, NULL};
+    for (int b = 0; b < LPO_BUF_COUNT; b++) { /* activations in dt; logits and routing weights f32, ids i32 */
+        const lpo_dtype bd = lpo_buf_dtype(b, &bopts);
+        c->buf[b] =
+            lpo_buf_width(s, b)
+                ? carve(c, (double)T * (double)lpo_buf_width(s, b) * (bd == c->dt ? (double)c->es : 4.0))
+                : NULL;
+    }
+    if (lpo_spec_has_moe(s)) { /* the router's logits, the experts' workspace */
+        const int64_t E = s->moe.n_experts, I = s->moe.intermediate_size, K = s->moe.n_experts_used;
+        c->moe_logits = carve(c, (double)T * (double)E * 4.0);
+        void *ws = carve(c, (double)lpo_cuda_moe_ws_bytes(T, s->hidden_size, I, E, K, c->dt));
+        if (ws) c->moe_ws = lpo_cuda_moe_ws_carve(ws, T, s->hidden_size, I, E, K, c->dt);
+    }
     c->kcache = carve(c, (double)L * S * ctx * kvd * (double)c->es);
     c->vcache = carve(c, (double)L * S * ctx * kvd * (double)c->es);
     c->rope_cos = carve(c, (double)ctx * (hd / 2) * 4.0);
@@ -142,16 +152,30 @@ lpo_status lpo__cuda_init_model(cuda_ctx *c) {
     lpo_oplist ref = {0};
     const lpo_step_shape one = {1, 1, 0, 0};
     TRY(lpo_oplist_build_shape(s, &one, NULL, &ref));
-    for (size_t i = 0; i < ref.n_ops; i++) /* an op kind without a kernel: refused before any allocation */
-        if (!lpo__cuda_has_launch(ref.ops[i].kind)) {
-            lpo_status st =
-                lpo_errorf(LPO_E_UNSUPPORTED,
-                           "cuda backend: op '%s' (%s) is not supported on the GPU yet; model '%s' "
-                           "runs on backend=cpu",
-                           ref.ops[i].name, lpo_op_kind_name(ref.ops[i].kind), s->name);
+    for (size_t i = 0; i < ref.n_ops; i++) { /* an op kind or option without a kernel: refused before any
+                                                 allocation */
+        lpo_cuda_route_opts ro;
+        lpo_status st = LPO_OK;
+        if (!lpo__cuda_has_launch(ref.ops[i].kind))
+            st = lpo_errorf(LPO_E_UNSUPPORTED,
+                            "cuda backend: op '%s' (%s) is not supported on the GPU yet; model '%s' "
+                            "runs on backend=cpu",
+                            ref.ops[i].name, lpo_op_kind_name(ref.ops[i].kind), s->name);
+        else if (ref.ops[i].kind == LPO_OP_ROUTER && (st = lpo__cuda_route_opts(&ref.ops[i], &ro)) != LPO_OK)
+            st = lpo_error_context(st, "cuda backend: model '%s' runs on backend=cpu", s->name);
+        else if ((ref.ops[i].kind == LPO_OP_ROUTER || ref.ops[i].kind == LPO_OP_EXPERTS) &&
+                 !lpo__cuda_supports_op(c, &ref.ops[i]))
+            st = lpo_errorf(LPO_E_UNSUPPORTED,
+                            "cuda backend: op '%s' (%s): %lld experts, %lld per token (the GPU kernels take "
+                            "1 <= per token <= experts <= %d)",
+                            ref.ops[i].name, lpo_op_kind_name(ref.ops[i].kind),
+                            (long long)ref.ops[i].n_experts, (long long)ref.ops[i].top_k,
+                            LPO_CUDA_MOE_MAX_EXPERTS);
+        if (st != LPO_OK) {
             lpo_oplist_free(&ref);
             return st;
         }
+    }
     c->n_ops = ref.n_ops;
     c->op_role = calloc(ref.n_ops, sizeof *c->op_role);
     c->op_layer = calloc(ref.n_ops, sizeof *c->op_layer);

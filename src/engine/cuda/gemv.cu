@@ -26,48 +26,10 @@
  * 87-106% of the 2.98 TB/s copy bandwidth on the 8B matrices (o 12.9 us vs cuBLASLt 16.2; a read-only stream
  * beats the copy figure), 57-66% on the 1B o / qkv (launch ramp); one 8B step's linears 5080 us vs
  * cuBLASLt 5607 at m = 1 (4917 with PDL between GEMVs), 5655 vs 5768 at m = 8. */
-#include "engine/cuda/cuda_common.cuh"
+#include "engine/cuda/gemv_common.cuh"
 
 #define GEMV_MAX_WARPS 8
 #define GEMV_INFLIGHT  16 /* weight vectors in flight per thread */
-
-/* ---- loads ----------------------------------------------------------------------------------------------
- */
-/* Weights: read once per step, evict-first in L1 and L2 (ld.global.cs). */
-template <typename RAW> __device__ __forceinline__ RAW ld_stream(const void *p) {
-    return __ldcs(reinterpret_cast<const RAW *>(p));
-}
-/* x: small and read by every block, through the read-only path (L1). Not with PDL: ld.global.nc promises
- * data read-only for the whole kernel, and ptxas hoists it above griddepcontrol.wait (seen in the SASS). */
-template <typename RAW> __device__ __forceinline__ RAW ld_shared_input(const void *p) {
-    return __ldg(reinterpret_cast<const RAW *>(p));
-}
-/* x with PDL: an ordinary (coherent) load that stays after griddepcontrol.wait (volatile asm: not moved
- * across the wait's volatile asm; ptxas does not move an ordinary load across ACQBULK). */
-__device__ __forceinline__ uint4 ld_after_wait(const void *p) {
-    uint4 v;
-    asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-/* x vector: PDL kernels use the ordered load (vectors of 16 bytes only: PDL runs only on aligned rows) */
-template <typename RAW, bool PDL> __device__ __forceinline__ RAW ld_input(const void *p) {
-    if constexpr (PDL && sizeof(RAW) == 16) {
-        const uint4 v = ld_after_wait(p);
-        return *reinterpret_cast<const RAW *>(&v);
-    } else
-        return ld_shared_input<RAW>(p);
-}
-template <typename T, typename RAW, int V> __device__ __forceinline__ void unpack(RAW r, float (&f)[V]) {
-    union {
-        RAW raw;
-        T e[V];
-    } u;
-    u.raw = r;
-#pragma unroll
-    for (int i = 0; i < V; i++) f[i] = lpo_to_f(u.e[i]);
-}
 
 /* ---- programmatic dependent launch (PDL, cuda_common.cuh) -------------------------------------------------
  * Launched with programmatic stream serialization, a kernel may start while the previous kernel of the stream
@@ -76,46 +38,7 @@ template <typename T, typename RAW, int V> __device__ __forceinline__ void unpac
  * next PDL-launched kernel start once every block of this grid has begun (lpo_pdl_trigger). The kernels take
  * PDL as a template parameter, so the plain instances carry none of it (their schedule stays run 1's). */
 
-/* ---- reduction and epilogue --------------------------------------------------------------------------- */
-/* Sums each of v[0..N) (N a power of two) over the 32 lanes: 5 butterfly steps (lane offsets O = 16 .. 1).
- * While a lane holds more than one value (H = values kept after the step >= 1) it keeps half and trades the
- * other half with its partner, so N sums cost N - 1 shuffles (N <= 32) instead of 5 N; after that the
- * remaining steps sum the one value. The lane ends with the sums of indices base + j, j < max(N / 32, 1);
- * writer is false on lanes holding a copy of another lane's sums (N < 32). */
-template <int N, int H, int O>
-__device__ __forceinline__ void butterfly(float (&v)[N], int lane, int &base, bool &writer) {
-    const bool hi = (lane & O) != 0;
-    if constexpr (H >= 1) {
-#pragma unroll
-        for (int j = 0; j < H; j++) { // keep [j] or [j + H], send the other
-            const float send = hi ? v[j] : v[j + H], keep = hi ? v[j + H] : v[j];
-            v[j] = keep + __shfl_xor_sync(0xffffffffu, send, O);
-        }
-        if (hi) base += H;
-    } else {
-        v[0] += __shfl_xor_sync(0xffffffffu, v[0], O);
-        if (hi) writer = false;
-    }
-}
-template <int N> __device__ __forceinline__ int warp_sum_scatter(float (&v)[N], int lane, bool *writer) {
-    int base = 0;
-    bool w = true;
-    butterfly<N, N / 2, 16>(v, lane, base, w);
-    butterfly<N, N / 4, 8>(v, lane, base, w);
-    butterfly<N, N / 8, 4>(v, lane, base, w);
-    butterfly<N, N / 16, 2>(v, lane, base, w);
-    butterfly<N, N / 32, 1>(v, lane, base, w);
-    *writer = w;
-    return base;
-}
-
-/* sum over the nw warps' partials red[q * stride + i] */
-__device__ __forceinline__ float sum_warps(const float *red, int stride, int nw, int i) {
-    float s = 0.f;
-    for (int q = 0; q < nw; q++) s += red[q * stride + i];
-    return s;
-}
-
+/* ---- epilogue ---------------------------------------------------------------------------------------- */
 /* Output (row o, token t) from its sum s (swiglu: gate s, up u). */
 template <typename T, typename YT, bool GLU>
 __device__ __forceinline__ void store_out(YT *y, const T *bias, float beta, int64_t n, int64_t o, int t,
