@@ -137,7 +137,30 @@ typedef struct {
     double act_bytes_prefill;  /* activation buffers of the prefill step (B * P rows) + its logits */
     double act_bytes_decode;   /* ... of a decode step (B rows) */
     double total_bytes;        /* weights + kv + the larger activation figure */
+    /* what one token uses: every tensor, the routed experts' at top_k / n_experts of theirs (= the weights
+     * without MoE layers): the "active" parameters of a MoE model */
+    double active_params;
+    double active_weight_bytes;
 } lpo_an_footprint;
+
+/* Mixture of experts: what a decode step reads as a function of the batch B, under uniform routing (each
+ * token picks top_k of the E experts of a sparse layer at random): E (1 - (1 - top_k / E)^B) distinct
+ * experts per sparse layer (lpo_op_experts_read), their weights, the step's bytes and its floor. */
+#define LPO_AN_MOE_ROWS 10
+typedef struct {
+    int batch;
+    double experts_per_layer; /* expected distinct experts a step reads per sparse layer */
+    double expert_bytes;      /* their weights, summed over the sparse layers */
+    double step_bytes;        /* every byte of the decode step at the middle context */
+    double step_lower_s;      /* its roofline floor (0 without peaks) */
+} lpo_an_moe_row;
+typedef struct {
+    int sparse_layers; /* 0: a dense model (nothing else set) */
+    int64_t experts, top_k;
+    double expert_params;                 /* one expert's gate, up and down */
+    lpo_an_moe_row rows[LPO_AN_MOE_ROWS]; /* B = 1, 2, 4, ... 256 and the workload's batch, ascending */
+    int n_rows;
+} lpo_an_moe;
 
 /* One what-if row: the same workload under other dtypes or another batch. */
 #define LPO_AN_MAX_WHATIF 12
@@ -165,6 +188,7 @@ typedef struct {
     lpo_an_cost generation;   /* prefill + decode_total */
     lpo_an_whatif whatif[LPO_AN_MAX_WHATIF];
     int n_whatif;
+    lpo_an_moe moe; /* MoE models: expected decode-step reads vs batch */
 } lpo_an_static;
 
 /* Reads the what-if settings from a composed config: analysis.* (conf/analysis/default.yaml), falling back

@@ -1,6 +1,7 @@
 /* The static analysis of a workload: phases (prefill, decode steps) costed op by op from the engine's op
  * list, sums by kind and layer, the whole generation (prefill + G - 1 decode steps), the memory footprint,
  * and what-if rows under other dtypes and batch sizes. Settings come from the `analysis` config group. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,10 +152,17 @@ void lpo_an_footprint_compute(const lpo_model_spec *s, const lpo_an_opts *o, con
     size_t n = 0;
     const double vec = dt->weights->quantized ? dt->act->bytes : dt->weights->bytes;
     if (lpo_spec_tensors(s, &t, &n) == LPO_OK) {
+        /* a routed expert's tensor is used by top_k / n_experts of the tokens' work: that share is active */
+        const double share =
+            lpo_spec_has_moe(s) ? (double)s->moe.n_experts_used / (double)s->moe.n_experts : 1;
         for (size_t i = 0; i < n; i++) { // matrices at the weight dtype, vectors (norms, biases) at vec
             double e = (double)t[i].shape[0] * (t[i].n_dims > 1 ? (double)t[i].shape[1] : 1.0);
+            const double by = e * (t[i].n_dims > 1 ? dt->weights->bytes : vec),
+                         a = strstr(t[i].name, ".experts.") ? share : 1.0;
             f->weight_params += e;
-            f->weight_bytes += e * (t[i].n_dims > 1 ? dt->weights->bytes : vec);
+            f->weight_bytes += by;
+            f->active_params += a * e;
+            f->active_weight_bytes += a * by;
         }
     }
     free(t);
@@ -221,6 +229,41 @@ static lpo_status add_whatifs(const lpo_model_spec *spec, lpo_an_static *s, cons
     return st;
 }
 
+/* MoE: the expected reads of a decode step at the middle context vs batch (1, 2, 4, ... 256 and the
+ * workload's), from the op lists of those batches (the experts op's bytes under uniform routing). */
+static lpo_status add_moe(const lpo_model_spec *spec, lpo_an_static *s, const lpo_peaks *p, int64_t mid) {
+    lpo_an_moe *m = &s->moe;
+    for (int64_t l = 0; l < spec->n_layers; l++) m->sparse_layers += lpo_spec_layer_is_moe(spec, l) != 0;
+    if (!m->sparse_layers) return LPO_OK;
+    m->experts = spec->moe.n_experts;
+    m->top_k = spec->moe.n_experts_used;
+    m->expert_params = 3.0 * (double)spec->moe.intermediate_size * (double)spec->hidden_size;
+    int batches[LPO_AN_MOE_ROWS], nb = 0, own = 0;
+    for (int b = 1; b <= 256 && nb < LPO_AN_MOE_ROWS - !own;
+         b *= 2) { // powers of two, the workload's in order
+        if (!own && s->opts.batch <= b) {
+            own = 1;
+            if (s->opts.batch < b) batches[nb++] = s->opts.batch;
+        }
+        batches[nb++] = b;
+    }
+    if (!own) batches[nb++] = s->opts.batch;
+    for (int i = 0; i < nb; i++) {
+        lpo_an_phase ph;
+        lpo_status st = lpo_an_phase_build(spec, 1, batches[i], mid, &s->dt, p, &ph);
+        if (st != LPO_OK) return st;
+        lpo_an_moe_row *r = &m->rows[m->n_rows++];
+        const double E = (double)m->experts, k = (double)m->top_k;
+        r->batch = batches[i];
+        r->experts_per_layer = E * (1.0 - pow(1.0 - k / E, (double)batches[i]));
+        r->expert_bytes = ph.by_kind[LPO_OP_EXPERTS].weight_bytes;
+        r->step_bytes = ph.total.bytes;
+        r->step_lower_s = ph.total.t_lower_s;
+        lpo_an_phase_free(&ph);
+    }
+    return LPO_OK;
+}
+
 lpo_status lpo_an_static_run(const lpo_model_spec *spec, const lpo_an_opts *o, const lpo_peaks *p,
                              lpo_an_static *s) {
     memset(s, 0, sizeof *s);
@@ -252,6 +295,7 @@ lpo_status lpo_an_static_run(const lpo_model_spec *spec, const lpo_an_opts *o, c
         lpo_an_cost_add(&s->generation, &s->decode_total);
         st = add_whatifs(spec, s, &s->peaks, mid);
     }
+    if (st == LPO_OK) st = add_moe(spec, s, &s->peaks, mid);
     if (st != LPO_OK) lpo_an_static_free(s);
     return st;
 }

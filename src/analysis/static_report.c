@@ -183,6 +183,33 @@ static double tpot_floor(const lpo_an_static *s) {
     return s->decode.total.t_lower_s;
 }
 
+/* "moe": null for a dense model, else the experts and the expected decode-step reads per batch */
+static void json_moe(lpo_json *j, const lpo_an_moe *m) {
+    if (!m->sparse_layers) {
+        lpo_json_null(j);
+        return;
+    }
+    lpo_json_object_begin(j);
+    lpo_json_kv_int(j, "sparse_layers", m->sparse_layers);
+    lpo_json_kv_int(j, "experts", m->experts);
+    lpo_json_kv_int(j, "top_k", m->top_k);
+    lpo_json_kv_double(j, "expert_params", m->expert_params);
+    lpo_json_key(j, "decode_by_batch");
+    lpo_json_array_begin(j);
+    for (int i = 0; i < m->n_rows; i++) {
+        const lpo_an_moe_row *r = &m->rows[i];
+        lpo_json_object_begin(j);
+        lpo_json_kv_int(j, "batch", r->batch);
+        lpo_json_kv_double(j, "experts_per_layer", r->experts_per_layer);
+        lpo_json_kv_double(j, "expert_bytes", r->expert_bytes);
+        lpo_json_kv_double(j, "step_bytes", r->step_bytes);
+        lpo_json_kv_double_or_null(j, "step_lower_s", r->step_lower_s, r->step_lower_s > 0);
+        lpo_json_object_end(j);
+    }
+    lpo_json_array_end(j);
+    lpo_json_object_end(j);
+}
+
 lpo_status lpo_an_static_write_json(const lpo_an_static *s, const lpo_model_spec *spec, lpo_json *j) {
     lpo_json_object_begin(j);
     lpo_json_kv_str(j, "schema", "lpo.static_compute");
@@ -224,7 +251,11 @@ lpo_status lpo_an_static_write_json(const lpo_an_static *s, const lpo_model_spec
     lpo_json_kv_double(j, "act_bytes_prefill", s->mem.act_bytes_prefill);
     lpo_json_kv_double(j, "act_bytes_decode", s->mem.act_bytes_decode);
     lpo_json_kv_double(j, "total_bytes", s->mem.total_bytes);
+    lpo_json_kv_double(j, "active_params", s->mem.active_params);
+    lpo_json_kv_double(j, "active_weight_bytes", s->mem.active_weight_bytes);
     lpo_json_object_end(j);
+    lpo_json_key(j, "moe");
+    json_moe(j, &s->moe);
     lpo_json_key(j, "generation");
     lpo_json_object_begin(j);
     lpo_json_key(j, "prefill");
@@ -409,6 +440,10 @@ lpo_status lpo_an_static_write_md(const lpo_an_static *s, const lpo_model_spec *
     lpo_sb_puts(out, "## Memory footprint\n\n| what | bytes |\n|---|---:|\n");
     lpo_sb_printf(out, "| weights (%.4g parameters, %s) | %s |\n", s->mem.weight_params, s->dt.weights->name,
                   lpo_an_fmt_bytes(a, sizeof a, s->mem.weight_bytes));
+    if (s->moe.sparse_layers)
+        lpo_sb_printf(out, "| active per token (%.4g parameters: %lld of %lld experts) | %s |\n",
+                      s->mem.active_params, (long long)s->moe.top_k, (long long)s->moe.experts,
+                      lpo_an_fmt_bytes(a, sizeof a, s->mem.active_weight_bytes));
     lpo_sb_printf(out, "| KV cache per token (one sequence) | %s |\n",
                   lpo_an_fmt_bytes(a, sizeof a, s->mem.kv_bytes_per_token));
     lpo_sb_printf(out, "| KV cache at %lld tokens x batch %d | %s |\n", (long long)s->mem.kv_context,
@@ -444,6 +479,27 @@ lpo_status lpo_an_static_write_md(const lpo_an_static *s, const lpo_model_spec *
         md_layers(out, ph);
         lpo_sb_printf(out, "## %s: top ops\n\n", ph->decode ? "Decode step" : "Prefill");
         md_top_ops(out, ph, 12);
+    }
+    if (s->moe.sparse_layers) {
+        const lpo_an_moe *m = &s->moe;
+        lpo_sb_printf(
+            out,
+            "## Mixture of experts\n\n%d sparse layers of %lld experts (%.4g parameters each), %lld "
+            "per token. A decode step of B tokens reads the weights of E (1 - (1 - k / E)^B) distinct "
+            "experts per sparse layer when the tokens route uniformly (more tokens share "
+            "experts as B grows; a real routing is rarely uniform).\n\n"
+            "| batch | experts per layer | expert weights read | decode step bytes | floor |\n"
+            "|---:|---:|---:|---:|---:|\n",
+            m->sparse_layers, (long long)m->experts, m->expert_params, (long long)m->top_k);
+        for (int i = 0; i < m->n_rows; i++) {
+            const lpo_an_moe_row *r = &m->rows[i];
+            char c[32];
+            lpo_sb_printf(out, "| %d | %.2f | %s | %s | %s |\n", r->batch, r->experts_per_layer,
+                          lpo_an_fmt_bytes(a, sizeof a, r->expert_bytes),
+                          lpo_an_fmt_bytes(b, sizeof b, r->step_bytes),
+                          r->step_lower_s > 0 ? lpo_an_fmt_time(c, sizeof c, r->step_lower_s) : "-");
+        }
+        lpo_sb_puts(out, "\n");
     }
     lpo_sb_puts(out, "## What-if\n\nThe same workload under other dtypes (same batch), then at other batch "
                      "sizes. Floors are roofline lower bounds summed op by op.\n\n");
@@ -485,6 +541,24 @@ void lpo_an_static_print(const lpo_an_static *s, const lpo_model_spec *spec, FIL
             lpo_an_fmt_bytes(b, sizeof b, s->mem.kv_bytes_per_token),
             lpo_an_fmt_bytes(c, sizeof c, s->mem.kv_bytes), (long long)s->mem.kv_context, s->opts.batch,
             lpo_an_fmt_bytes(d, sizeof d, s->mem.act_bytes_prefill));
+    if (s->moe.sparse_layers) {
+        const lpo_an_moe *m = &s->moe;
+        fprintf(
+            f,
+            "experts: %d sparse layers x %lld experts, %lld per token; parameters %.4g total, %.4g active "
+            "(%s per token)\n",
+            m->sparse_layers, (long long)m->experts, (long long)m->top_k, s->mem.weight_params,
+            s->mem.active_params, lpo_an_fmt_bytes(a, sizeof a, s->mem.active_weight_bytes));
+        fprintf(f, "%-6s %14s %14s %14s %12s   (a decode step vs batch, uniform routing)\n", "batch",
+                "experts/layer", "expert bytes", "step bytes", "step floor");
+        for (int i = 0; i < m->n_rows; i++) {
+            const lpo_an_moe_row *r = &m->rows[i];
+            fprintf(f, "%-6d %14.1f %14s %14s %12s\n", r->batch, r->experts_per_layer,
+                    lpo_an_fmt_bytes(b, sizeof b, r->expert_bytes),
+                    lpo_an_fmt_bytes(c, sizeof c, r->step_bytes),
+                    r->step_lower_s > 0 ? lpo_an_fmt_time(d, sizeof d, r->step_lower_s) : "-");
+        }
+    }
     if (s->decode.total.bound == LPO_AN_BOUND_UNKNOWN) return;
     fprintf(f, "\n%-8s %-6s %6s %12s %14s %14s %14s\n", "what-if", "KV", "batch", "weights", "TTFT floor",
             "TPOT floor", "tok/s ceiling");

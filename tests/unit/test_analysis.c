@@ -367,6 +367,68 @@ static void test_writers(void **state) {
     lpo_an_static_free(&an);
 }
 
+/* Mixture of experts: total and active parameters (a routed expert counted top_k / E), the expected decode
+ * reads vs batch (E (1 - (1 - k / E)^B) experts per sparse layer, their bytes = the op list's), the writers'
+ * moe sections; a dense model has none. */
+static void test_moe_reads(void **state) {
+    (void)state;
+    lpo_model_spec s = test_spec_moe(); /* 5 experts, 3 per token; layer 0 sparse, layer 1 dense */
+    lpo_peaks p = h100();
+    lpo_an_opts o = {"bf16", NULL, NULL, 3, 16, 8, 0, 128};
+    lpo_an_static an;
+    assert_int_equal(lpo_an_static_run(&s, &o, &p, &an), LPO_OK);
+    const double E = 5, k = 3, expert = 3.0 * 24 * (double)s.hidden_size;
+    assert_int_equal(an.moe.sparse_layers, 1);
+    assert_int_equal(an.moe.experts, 5);
+    assert_int_equal(an.moe.top_k, 3);
+    assert_close(an.moe.expert_params, expert, 1e-12);
+    assert_close(an.mem.weight_params - an.mem.active_params, (E - k) * expert, 1e-12);
+    assert_close(an.mem.weight_bytes - an.mem.active_weight_bytes, 2 * (E - k) * expert, 1e-12);
+    /* B = 1, 2, 3 (the workload's), 4, 8, ..., 256 */
+    assert_int_equal(an.moe.n_rows, 10);
+    assert_int_equal(an.moe.rows[0].batch, 1);
+    assert_int_equal(an.moe.rows[2].batch, 3);
+    assert_int_equal(an.moe.rows[3].batch, 4);
+    for (int i = 0; i < an.moe.n_rows; i++) {
+        const lpo_an_moe_row *r = &an.moe.rows[i];
+        const double hit = E * (1 - pow(1 - k / E, r->batch));
+        assert_close(r->experts_per_layer, hit, 1e-12);
+        assert_close(r->expert_bytes, 2 * hit * expert, 1e-9);
+        assert_true(r->step_lower_s > 0 && r->step_bytes > r->expert_bytes);
+        if (i) assert_true(r->step_bytes > an.moe.rows[i - 1].step_bytes);
+    }
+    assert_close(an.moe.rows[0].experts_per_layer, k, 1e-12);
+    lpo_strbuf sb = {0};
+    lpo_json j;
+    lpo_json_init_buf(&j, &sb, 1);
+    assert_int_equal(lpo_an_static_write_json(&an, &s, &j), LPO_OK);
+    assert_int_equal(lpo_json_finish(&j), LPO_OK);
+    cJSON *root = cJSON_Parse(sb.buf);
+    const cJSON *moe = cJSON_GetObjectItem(root, "moe");
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(moe, "decode_by_batch")), 10);
+    assert_close(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "footprint"), "active_params")->valuedouble,
+                 an.mem.active_params, 1e-12);
+    cJSON_Delete(root);
+    lpo_sb_free(&sb);
+    assert_int_equal(lpo_an_static_write_md(&an, &s, &sb), LPO_OK);
+    assert_non_null(strstr(sb.buf, "## Mixture of experts"));
+    assert_non_null(strstr(sb.buf, "| active per token"));
+    lpo_sb_free(&sb);
+    lpo_an_static_free(&an);
+    s = test_spec(); /* dense: no moe section, active = all */
+    assert_int_equal(lpo_an_static_run(&s, &o, &p, &an), LPO_OK);
+    assert_int_equal(an.moe.sparse_layers, 0);
+    assert_close(an.mem.active_params, an.mem.weight_params, 0);
+    lpo_json_init_buf(&j, &sb, 1);
+    assert_int_equal(lpo_an_static_write_json(&an, &s, &j), LPO_OK);
+    assert_int_equal(lpo_json_finish(&j), LPO_OK);
+    root = cJSON_Parse(sb.buf);
+    assert_true(cJSON_IsNull(cJSON_GetObjectItem(root, "moe")));
+    cJSON_Delete(root);
+    lpo_sb_free(&sb);
+    lpo_an_static_free(&an);
+}
+
 static void test_analyze_command(void **state) {
     (void)state;
     char *dir = lpo_test_tmpdir(), cmd[512], *out = NULL, *err = NULL;
@@ -532,6 +594,7 @@ int main(void) {
         cmocka_unit_test(test_analyze_command),
         cmocka_unit_test(test_costs_match_oplist),
         cmocka_unit_test(test_geglu_bytes),
+        cmocka_unit_test(test_moe_reads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
