@@ -3,7 +3,7 @@
 # As root it runs apt-get; otherwise it prints the command to run. Safe to call repeatedly (fast no-op).
 set -euo pipefail
 pkgs=(cmake make gcc pkg-config libyaml-dev libcjson-dev libpcre2-dev libutf8proc-dev libcmocka-dev
-      libsqlite3-dev python3)
+      libsqlite3-dev libpng-dev libjpeg62-turbo-dev python3)
 [ "${LPO_LINT_DEPS:-0}" = 1 ] && pkgs+=(clang-format cppcheck clang clang-tidy)
 missing=()
 for p in "${pkgs[@]}"; do
