@@ -27,8 +27,7 @@
  * element (block scales included), the roof a GEMM with weights in it runs on, quantized or not. Peaks are
  * lpo_peaks (include/lpo/ceilings.h), from the one resolver lpo_peaks_resolve. */
 
-/* ---- per-op costs ----------------------------------------------------------------------------------------
- */
+/* ---- per-op costs ---- */
 typedef struct {
     const lpo_dtype_info
         *weights;              /* matrices (linear, lm_head, embed); vectors follow `act` when quantized */
@@ -85,8 +84,7 @@ void lpo_an_cost_add(lpo_an_cost *a, const lpo_an_cost *b);
 /* a * f for every summed field (intensity and bound unchanged). */
 void lpo_an_cost_scale(lpo_an_cost *a, double f);
 
-/* ---- phases
- * ------------------------------------------------------------------------------------------------ */
+/* ---- phases ---- */
 typedef struct {
     int index; /* in the op list */
     char name[64];
@@ -204,8 +202,7 @@ void lpo_an_static_free(lpo_an_static *s);
 void lpo_an_footprint_compute(const lpo_model_spec *spec, const lpo_an_opts *o, const lpo_an_dtypes *dt,
                               lpo_an_footprint *out);
 
-/* ---- writers
- * ------------------------------------------------------------------------------------------------ */
+/* ---- writers ---- */
 #define LPO_AN_STATIC_SCHEMA_VERSION 1
 /* static_compute.json: {"schema": "lpo.static_compute", "version", "model", "settings", "peaks",
  * "footprint", "generation", "phases": [...], "what_if": [...]} (docs/analysis.md). what_if: the workload

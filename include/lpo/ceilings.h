@@ -103,8 +103,7 @@ const char *lpo_ceilings_cache_path(const char *key, char *buf, size_t n);
 /* The CPU cache key: "cpu-<hostname>". */
 const char *lpo_ceilings_cpu_key(char *buf, size_t n);
 
-/* ---- dense spec-sheet peaks ------------------------------------------------------------------------------
- */
+/* ---- dense spec-sheet peaks ---- */
 typedef struct {
     const char *key;                /* "h100-sxm" */
     const char *label;              /* "NVIDIA H100 SXM5 80GB" */
@@ -122,8 +121,7 @@ const lpo_gpu_spec *lpo_gpu_spec_by_key(const char *key);
 /* The whole table (n entries). */
 const lpo_gpu_spec *lpo_gpu_spec_table(size_t *n);
 
-/* ---- peaks for MFU / MBU / roofline ----------------------------------------------------------------------
- */
+/* ---- peaks for MFU / MBU / roofline ---- */
 typedef enum { LPO_PEAKS_NONE = 0, LPO_PEAKS_SPEC = 1, LPO_PEAKS_MEASURED = 2 } lpo_peaks_source;
 const char *lpo_peaks_source_name(lpo_peaks_source s); /* "none", "spec", "measured" */
 
@@ -179,8 +177,7 @@ lpo_status lpo_peaks_read_json(const char *path, const char *key_path, lpo_peaks
  * LPO_E_NO_DEVICE without CUDA or device. */
 lpo_status lpo_cuda_device_identity(int dev, char *name, size_t name_len, char *uuid, size_t uuid_len);
 
-/* ---- measuring (`lpo ceilings`) -------------------------------------------------------------------------
- */
+/* ---- measuring (`lpo ceilings`) ---- */
 typedef struct {
     int device;         /* CUDA device ordinal; -1: measure the CPU */
     int quiet;          /* no progress lines on stderr */

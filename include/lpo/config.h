@@ -39,8 +39,7 @@ lpo_node *lpo_node_child(const lpo_node *map, const char *key);
 /* Node at a dotted path ("model.rope.theta"; list items by index "a.b.0"), or NULL. */
 lpo_node *lpo_node_at(const lpo_node *root, const char *path);
 
-/* ---- typed accessors ------------------------------------------------------------------------------------
- */
+/* ---- typed accessors ---- */
 /* Each fails with LPO_E_NOT_FOUND when the path is missing and LPO_E_CONFIG when the value has the
  * wrong type; the message names the key, its origin and the offending text. */
 lpo_status lpo_cfg_str(const lpo_node *root, const char *path, const char **out);

@@ -128,8 +128,7 @@ void lpo_sb_puts(lpo_strbuf *sb, const char *s);
 void lpo_sb_printf(lpo_strbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void lpo_sb_free(lpo_strbuf *sb);
 
-/* ---- UTF-8 ------------------------------------------------------------------------------------------------
- */
+/* ---- UTF-8 ---- */
 /* Byte length of the character at s (n bytes left) when it is valid UTF-8: shortest form, not a
  * surrogate, at most U+10FFFF, not cut off by n; 0 when invalid (or n == 0). *cp (may be NULL) gets the
  * code point on success. */
@@ -139,15 +138,13 @@ size_t lpo_utf8_valid_prefix(const char *s, size_t n);
 /* 1 when the n bytes at s are valid UTF-8 (as lpo_utf8_decode defines it), else 0. */
 int lpo_utf8_valid(const char *s, size_t n);
 
-/* ---- suggestions ----------------------------------------------------------------------------------------
- */
+/* ---- suggestions ---- */
 /* Levenshtein distance between a and b. */
 size_t lpo_edit_distance(const char *a, const char *b);
 /* The candidate closest to word when close enough to be a plausible typo (else NULL). */
 const char *lpo_suggest(const char *word, const char *const *candidates, size_t n);
 
-/* ---- misc ------------------------------------------------------------------------------------------------
- */
+/* ---- misc ---- */
 /* Monotonic host clock in nanoseconds (CPU timing only; GPU work is timed with events or CUPTI). */
 uint64_t lpo_now_ns(void);
 /* Threads a parallel section should use now, when the user left the count to lpo (threads=0): at most max
@@ -195,8 +192,7 @@ typedef enum {
 } lpo_cat;
 const char *lpo_cat_name(lpo_cat c); /* "gemm", ...; "other" out of range */
 
-/* ---- build provenance -------------------------------------------------------------------------------------
- */
+/* ---- build provenance ---- */
 typedef struct {
     const char *version;    /* "0.1.0" */
     const char *git_commit; /* short hash, "-dirty" suffix when built from a modified tree */

@@ -47,8 +47,7 @@ typedef struct {
 lpo_status lpo_dataset_synthetic_lengths(size_t n, const lpo_len_dist *dist, int64_t vocab_size,
                                          uint64_t seed, lpo_dataset **out);
 
-/* ---- subsets and sampling (what a workload runs, in which order) ----------------------------------------
- */
+/* ---- subsets and sampling (what a workload runs, in which order) ---- */
 /* Keeps only the samples whose id is listed in the text file at path (one id per line; blank lines and
  * lines starting with '#' skipped), in the file's order. An id the dataset lacks is LPO_E_FORMAT naming
  * it and the line; an empty list is LPO_E_FORMAT. */

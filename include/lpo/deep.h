@@ -84,8 +84,7 @@ int lpo_ncu_unit_scale(const char *unit, double *scale, char *base, size_t n);
  * a copy of name when it is not a mangled name or no demangler is available. */
 char *lpo_demangle(const char *name);
 
-/* ---- top kernels and kernel sets ------------------------------------------------------------------------
- */
+/* ---- top kernels and kernel sets ---- */
 typedef struct {
     int top_k;            /* kernels to profile (by busy time, or total time when the trace has none) */
     int count;            /* instances to profile per kernel */
@@ -143,8 +142,7 @@ int lpo_deep_name_is_cut(const char *name);
 lpo_status lpo_deep_plan_load(const char *dir, const lpo_deep_select *o, lpo_deep_plan *p);
 void lpo_deep_plan_free(lpo_deep_plan *p);
 
-/* ---- per-kernel analysis --------------------------------------------------------------------------------
- */
+/* ---- per-kernel analysis ---- */
 /* Precision classes of counted work (ncu's counters, not dtypes): name, the roof their compute ceiling is
  * (an lpo_roof, -1: none) and the factor on that roof. Tensor-core classes count FLOPs directly
  * (sm__ops_path_tensor_*); the others count SASS thread instructions, an FMA being 2 FLOPs (docs/deep.md). */
@@ -256,8 +254,7 @@ lpo_status lpo_deep_analyze(const lpo_deep_plan *plan, const lpo_ncu_results *re
                             const lpo_deep_rules *rules, const lpo_deep_ops *ops, lpo_deep_analysis *out);
 void lpo_deep_analysis_free(lpo_deep_analysis *a);
 
-/* ---- report ---------------------------------------------------------------------------------------------
- */
+/* ---- report ---- */
 typedef struct {
     const char *title; /* the workload, for deep.md's heading */
     const char *const
@@ -273,8 +270,7 @@ lpo_status lpo_deep_write_report(const lpo_deep_analysis *a, const lpo_deep_plan
 /* The per-kernel table (kernels_deep.csv's columns). */
 lpo_table *lpo_deep_kernel_table(const lpo_deep_analysis *a);
 
-/* ---- driving ncu
- * -------------------------------------------------------------------------------------------- */
+/* ---- driving ncu ---- */
 /* Finds the ncu executable: explicit (deep.ncu; NULL, "" or "auto": search), else $PATH, else
  * /usr/local/cuda/bin/ncu, else the newest /opt/nvidia/nsight-compute/<version>/ncu. LPO_E_NOT_AVAILABLE
  * naming every place looked at and what to install or set; LPO_E_NOT_FOUND when an explicit path is not an

@@ -13,8 +13,7 @@
 extern "C" {
 #endif
 
-/* ---- compute roofs ---------------------------------------------------------------------------------------
- */
+/* ---- compute roofs ---- */
 /* The roofs a peak set holds: the six GEMM (matmul) roofs `lpo ceilings` measures (tf32: fp32 data on the
  * tensor cores; fp32: CUDA cores, no tensor cores; int8 in TOP/s), then VECTOR, the non-tensor fp32 path
  * that elementwise ops, norms and softmax run on. X(ENUM, name). */
@@ -104,8 +103,7 @@ uint64_t lpo_dtype_bytes(lpo_dtype dt, uint64_t n);
 /* The compute class of dt (VECTOR out of range). */
 lpo_roof lpo_dtype_roof(lpo_dtype dt);
 
-/* ---- conversions -----------------------------------------------------------------------------------------
- */
+/* ---- conversions ---- */
 float lpo_f16_to_f32(uint16_t h);
 uint16_t lpo_f32_to_f16(float f); /* round to nearest even */
 float lpo_bf16_to_f32(uint16_t h);

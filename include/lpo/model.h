@@ -129,8 +129,7 @@ typedef struct {
 } lpo_tensor_desc;
 lpo_status lpo_spec_tensors(const lpo_model_spec *s, lpo_tensor_desc **out, size_t *n);
 
-/* ---- tensors --------------------------------------------------------------------------------------------
- */
+/* ---- tensors ---- */
 typedef struct {
     char *name;      /* HF name, e.g. "model.layers.0.mlp.down_proj.weight" */
     lpo_dtype dtype; /* stored dtype */
@@ -142,8 +141,7 @@ typedef struct {
 
 uint64_t lpo_tensor_numel(const lpo_tensor *t);
 
-/* ---- models ----------------------------------------------------------------------------------------------
- */
+/* ---- models ---- */
 typedef struct lpo_model lpo_model;
 
 /* Where a model comes from (model.source). */
@@ -221,8 +219,7 @@ const char *lpo_model_tokenizer_path(const lpo_model *m);
 const char *lpo_model_source(const lpo_model *m);
 const char *lpo_model_path(const lpo_model *m);
 
-/* ---- parameter and byte accounting (shared by `lpo analyze` and the static analysis) --------------------
- */
+/* ---- parameter and byte accounting (shared by `lpo analyze` and the static analysis) ---- */
 typedef struct {
     int64_t params[LPO_PART_COUNT]; /* by part; LPO_PART_LM_HEAD is 0 when tied */
     int64_t total;                  /* unique parameters (a tied lm_head is not counted twice) */
@@ -235,8 +232,7 @@ lpo_status lpo_model_param_summary(const lpo_model *m, lpo_param_summary *out);
  * kv_dtype must be a plain (non-block) type; returns 0 otherwise. */
 uint64_t lpo_spec_kv_bytes_per_token(const lpo_model_spec *s, lpo_dtype kv_dtype);
 
-/* ---- HF hub cache -----------------------------------------------------------------------------------------
- */
+/* ---- HF hub cache ---- */
 /* Resolves "Org/Name" to a snapshot folder in $HF_HUB_CACHE, $HF_HOME/hub or ~/.cache/huggingface/hub
  * (refs/main first, else the newest snapshot). Never downloads; LPO_E_NOT_FOUND says where it looked. */
 lpo_status lpo_hf_cache_resolve(const char *repo_id, char *out, size_t out_size);

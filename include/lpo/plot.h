@@ -12,8 +12,7 @@
 #include "lpo/ceilings.h"
 #include "lpo/core.h"
 
-/* ---- SVG primitives -------------------------------------------------------------------------------------
- */
+/* ---- SVG primitives ---- */
 /* Appends to out; text is XML-escaped. Colours are CSS colours ("#1f77b4"). */
 void lpo_svg_begin(lpo_strbuf *out, int width, int height);
 void lpo_svg_end(lpo_strbuf *out);
@@ -28,8 +27,7 @@ void lpo_svg_text(lpo_strbuf *out, double x, double y, const char *text, double 
 /* XML-escaped s appended to out */
 void lpo_svg_escape(lpo_strbuf *out, const char *s);
 
-/* ---- roofline --------------------------------------------------------------------------------------------
- */
+/* ---- roofline ---- */
 typedef struct {
     char label[128];  /* "rmsnorm m=4096 n=4096 bf16" (hover title) */
     double intensity; /* FLOP per DRAM byte; <= 0: not drawn (no FLOPs) */

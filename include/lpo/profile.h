@@ -15,8 +15,7 @@
 #include "lpo/nvml_sampler.h"
 #include "lpo/stats.h"
 
-/* ---- settings (the `profiling` group's profile keys) -----------------------------------------------------
- */
+/* ---- settings (the `profiling` group's profile keys) ---- */
 typedef struct {
     int warmup_runs;                /* untimed runs of the first batch */
     int repeats;                    /* timed runs of every batch */
@@ -41,8 +40,7 @@ lpo_pf_cat lpo_pf_cat_of(lpo_op_kind k);   /* lpo_op_kind_cat */
 /* 1 when reports show category c: OTHER, or the category of some op kind. */
 int lpo_pf_cat_shown(lpo_pf_cat c);
 
-/* ---- results
- * ------------------------------------------------------------------------------------------------ */
+/* ---- results ---- */
 /* One sequence of one timed run. */
 typedef struct {
     size_t sample; /* index into the dataset */
@@ -140,8 +138,7 @@ typedef struct {
 lpo_status lpo_pf_run(const lpo_pf_request *rq, lpo_pf_result *out);
 void lpo_pf_result_free(lpo_pf_result *r);
 
-/* ---- pieces the runner is made of (tests use them) -------------------------------------------------------
- */
+/* ---- pieces the runner is made of (tests use them) ---- */
 /* Costs of a step of prefill or decode as the engine runs it: sequences with n_past / n_new, at dt.
  * Builds the op list of the step (lpo_oplist_build) and sums lpo_an_op_cost over its ops. */
 lpo_status lpo_pf_step_cost(const lpo_model_spec *spec, int n_seqs, const int64_t *n_past,
@@ -154,8 +151,7 @@ lpo_status lpo_pf_batch_cost(const lpo_model_spec *spec, int n, const int64_t *p
                              const lpo_peaks *p, lpo_an_cost *prefill, int64_t *prefill_steps,
                              lpo_an_cost *decode);
 
-/* ---- writers (profile_report.c)
- * ------------------------------------------------------------------------------ */
+/* ---- writers (profile_report.c) ---- */
 #define LPO_PF_METRICS_SCHEMA_VERSION 1
 /* metrics.json: schema "lpo.profile.metrics" (docs/metrics.md). */
 lpo_status lpo_pf_write_metrics(const lpo_pf_result *r, const lpo_an_static *st, lpo_json *j);

@@ -21,8 +21,7 @@
 /* A config tree as JSON: maps -> objects, lists -> arrays, unquoted scalars typed (int, float, bool). */
 void lpo_json_node(lpo_json *j, const lpo_node *n);
 
-/* ---- run directory ----------------------------------------------------------------------------------------
- */
+/* ---- run directory ---- */
 typedef struct lpo_rundir lpo_rundir;
 
 /* Creates the run directory named by cfg's output.dir (relative paths are relative to the working

@@ -10,8 +10,7 @@
 #include "lpo/json.h"
 #include "lpo/status.h"
 
-/* ---- tables: one field list drives every writer ----------------------------------------------------------
- */
+/* ---- tables: one field list drives every writer ---- */
 typedef enum { LPO_FIELD_STR, LPO_FIELD_INT, LPO_FIELD_DOUBLE, LPO_FIELD_BOOL } lpo_field_type;
 
 typedef struct {

@@ -7,8 +7,7 @@
 
 #include "lpo/analysis.h"
 
-/* ---- names ----------------------------------------------------------------------------------------------
- */
+/* ---- names ---- */
 const char *lpo_an_bound_name(lpo_an_bound b) {
     switch (b) {
     case LPO_AN_BOUND_COMPUTE: return "compute";
@@ -17,8 +16,7 @@ const char *lpo_an_bound_name(lpo_an_bound b) {
     }
 }
 
-/* ---- executed attention ----------------------------------------------------------------------------------
- */
+/* ---- executed attention ---- */
 static int64_t ceil_to(int64_t x, int64_t t) {
     return (x + t - 1) / t * t;
 }
@@ -44,8 +42,7 @@ double lpo_an_attn_pairs_exec(int64_t n_past, int64_t n_new, int batch, int64_t 
     return pairs * (double)batch;
 }
 
-/* ---- per-op cost -----------------------------------------------------------------------------------------
- */
+/* ---- per-op cost ---- */
 static lpo_status an_dtype(const lpo_dtype_info *d, lpo_dtype *out) {
     if (!d) return lpo_errorf(LPO_E_INVALID, "analysis: no dtype given");
     *out = d->dt;

@@ -11,8 +11,7 @@
 #include "lpo/profile.h"
 #include "profile_internal.h"
 
-/* ---- settings -------------------------------------------------------------------------------------------
- */
+/* ---- settings ---- */
 lpo_status lpo_pf_opts_read(const lpo_node *cfg, lpo_pf_opts *o) {
     memset(o, 0, sizeof *o);
     int64_t warm, rep, steps, top, nvml;
@@ -55,8 +54,7 @@ lpo_status lpo_pf_opts_read(const lpo_node *cfg, lpo_pf_opts *o) {
     return LPO_OK;
 }
 
-/* ---- categories -----------------------------------------------------------------------------------------
- */
+/* ---- categories ---- */
 const char *lpo_pf_cat_name(lpo_pf_cat c) {
     return c == LPO_CAT_OTHER ? "other/gaps" : lpo_cat_name(c);
 }
@@ -72,8 +70,7 @@ int lpo_pf_cat_shown(lpo_pf_cat c) {
     return 0;
 }
 
-/* ---- costs of what ran ----------------------------------------------------------------------------------
- */
+/* ---- costs of what ran ---- */
 lpo_status lpo_pf_step_cost(const lpo_model_spec *spec, int n_seqs, const int64_t *n_past,
                             const int64_t *n_new, int sample, const lpo_an_dtypes *dt, const lpo_peaks *p,
                             lpo_an_cost *out) {
@@ -150,8 +147,7 @@ void lpo_pf__progress(const lpo_pf_opts *o, size_t done, size_t total, const cha
     fflush(stderr);
 }
 
-/* ---- statistics ------------------------------------------------------------------------------------------
- */
+/* ---- statistics ---- */
 static void stats_of(const double *x, size_t n, lpo_stats *out) {
     memset(out, 0, sizeof *out);
     if (n && lpo_stats_compute(x, n, out) != LPO_OK) {
@@ -203,8 +199,7 @@ static void compute_stats(lpo_pf_result *r) {
     free(v);
 }
 
-/* ---- the timing pass -------------------------------------------------------------------------------------
- */
+/* ---- the timing pass ---- */
 typedef struct {
     int64_t prompt[LPO_ENGINE_MAX_SEQS], steps[LPO_ENGINE_MAX_SEQS];
     lpo_an_cost prefill, decode;
@@ -337,8 +332,7 @@ static lpo_status timing_pass(lpo_engine *e, const lpo_pf_request *rq, lpo_pf_re
     return st;
 }
 
-/* ---- the whole profile ------------------------------------------------------------------------------------
- */
+/* ---- the whole profile ---- */
 static const lpo_dtype_info *engine_dtype(lpo_dtype d) {
     const lpo_dtype_info *t = lpo_dtype_info_of(d);
     return t && t->roof != LPO_ROOF_VECTOR ? t : lpo_dtype_info_of(LPO_DT_F32);

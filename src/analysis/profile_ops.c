@@ -139,8 +139,7 @@ static int on_tag(void *ud, const lpo_oplist *l, const lpo_plan *p, size_t g) {
     return row;
 }
 
-/* ---- the pass -------------------------------------------------------------------------------------------
- */
+/* ---- the pass ---- */
 /* An engine that reports groups: the timing pass's own, unless it replays graphs (then one in eager mode). */
 static lpo_status eager_engine(lpo_engine **e, const lpo_pf_request *rq) {
     const lpo_backend_iface *be = lpo_engine_backend(*e);

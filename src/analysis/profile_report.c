@@ -11,8 +11,7 @@
 
 static const char *phase_names[2] = {"prefill", "decode"};
 
-/* ---- JSON pieces -----------------------------------------------------------------------------------------
- */
+/* ---- JSON pieces ---- */
 static void json_stats(lpo_json *j, const char *key, const lpo_stats *s) {
     lpo_json_key(j, key);
     if (!s->n) {
@@ -209,8 +208,7 @@ lpo_status lpo_pf_write_metrics(const lpo_pf_result *r, const lpo_an_static *st,
     return LPO_OK;
 }
 
-/* ---- the operator table ----------------------------------------------------------------------------------
- */
+/* ---- the operator table ---- */
 static const lpo_field op_fields[] = {
     {"phase", LPO_FIELD_STR, NULL, 0},         {"name", LPO_FIELD_STR, NULL, 0},
     {"kind", LPO_FIELD_STR, NULL, 0},          {"category", LPO_FIELD_STR, NULL, 1},
@@ -335,8 +333,7 @@ lpo_table *lpo_pf_operators_table(const lpo_pf_result *r) {
     return t;
 }
 
-/* ---- Markdown
- * ---------------------------------------------------------------------------------------------- */
+/* ---- Markdown ---- */
 static void md_stats_row(lpo_strbuf *o, const char *what, const lpo_stats *s) {
     if (!s->n) {
         lpo_sb_printf(o, "| %s | 0 | - | - | - | - | - | - | - |\n", what);

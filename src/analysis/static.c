@@ -8,8 +8,7 @@
 
 #include "lpo/analysis.h"
 
-/* ---- phases ----------------------------------------------------------------------------------------------
- */
+/* ---- phases ---- */
 void lpo_an_phase_free(lpo_an_phase *ph) {
     free(ph->ops);
     free(ph->by_layer);
@@ -68,8 +67,7 @@ static lpo_status phase_total(const lpo_model_spec *spec, int decode, int batch,
     return st;
 }
 
-/* ---- settings --------------------------------------------------------------------------------------------
- */
+/* ---- settings ---- */
 static lpo_status int_setting(const lpo_node *cfg, const char *key, const char *fallback, int64_t def,
                               int64_t min, int64_t *out) {
     const lpo_node *n = lpo_node_at(cfg, key);
@@ -143,8 +141,7 @@ lpo_status lpo_an_dtypes_resolve(const lpo_model_spec *spec, const lpo_an_opts *
     return LPO_OK;
 }
 
-/* ---- footprint -------------------------------------------------------------------------------------------
- */
+/* ---- footprint ---- */
 void lpo_an_footprint_compute(const lpo_model_spec *s, const lpo_an_opts *o, const lpo_an_dtypes *dt,
                               lpo_an_footprint *f) {
     memset(f, 0, sizeof *f);
@@ -179,8 +176,7 @@ void lpo_an_footprint_compute(const lpo_model_spec *s, const lpo_an_opts *o, con
     f->total_bytes = f->weight_bytes + f->kv_bytes + f->act_bytes_prefill;
 }
 
-/* ---- the whole analysis ----------------------------------------------------------------------------------
- */
+/* ---- the whole analysis ---- */
 void lpo_an_static_free(lpo_an_static *s) {
     lpo_an_phase_free(&s->prefill);
     lpo_an_phase_free(&s->decode);

@@ -7,8 +7,7 @@
 
 #include "lpo/analysis.h"
 
-/* ---- units -----------------------------------------------------------------------------------------------
- */
+/* ---- units ---- */
 static const char *fmt_scaled(char *buf, size_t n, double v, const char *unit, double base) {
     static const char *const pre[] = {"", "K", "M", "G", "T", "P", "E"};
     int i = 0;
@@ -38,8 +37,7 @@ const char *lpo_an_fmt_time(char *buf, size_t n, double s) {
     return buf;
 }
 
-/* ---- JSON ------------------------------------------------------------------------------------------------
- */
+/* ---- JSON ---- */
 static void json_cost(lpo_json *j, const lpo_an_cost *c) {
     const int known = c->bound != LPO_AN_BOUND_UNKNOWN;
     lpo_json_object_begin(j);
@@ -299,8 +297,7 @@ lpo_status lpo_an_static_write_json(const lpo_an_static *s, const lpo_model_spec
     return LPO_OK;
 }
 
-/* ---- Markdown --------------------------------------------------------------------------------------------
- */
+/* ---- Markdown ---- */
 static const lpo_field kind_fields[] = {
     {"kind", LPO_FIELD_STR, NULL, 0},           {"ops", LPO_FIELD_INT, NULL, 0},
     {"flops", LPO_FIELD_DOUBLE, "%.4g", 0},     {"flops_pct", LPO_FIELD_DOUBLE, "%.1f", 0},

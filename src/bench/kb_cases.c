@@ -14,8 +14,7 @@
 #include "lpo/infer.h"
 #include "lpo/model.h"
 
-/* ---- the cases: which op of the one-layer list each kind is, and what it computes -----------------------
- */
+/* ---- the cases: which op of the one-layer list each kind is, and what it computes ---- */
 typedef struct {
     lpo_op_kind kind;
     lpo_op_role role;
@@ -63,8 +62,7 @@ const char *lpo__kb_op_case_summary(lpo_op_kind kind) {
     return c ? c->summary : "";
 }
 
-/* ---- parameters -> spec and step -------------------------------------------------------------------------
- */
+/* ---- parameters -> spec and step ---- */
 static lpo_status need_pos(const char *key, int64_t v) {
     if (v > 0 && v <= ((int64_t)1 << 31)) return LPO_OK;
     return lpo_errorf(LPO_E_CONFIG, "kbench.%s must be in 1..2^31 (got %lld)", key, (long long)v);
@@ -291,8 +289,7 @@ lpo_status lpo__kb_op_case_run(lpo_kbench *kb, const lpo_node *cfg, const kb_par
     return st;
 }
 
-/* ---- linears: the linear layers of a model -------------------------------------------------------------
- */
+/* ---- linears: the linear layers of a model ---- */
 lpo_status lpo__kb_linears_run(lpo_kbench *kb, const lpo_node *cfg, const kb_params *p, const run_opts *ro) {
     const lpo_node *mcfg = lpo_node_at(cfg, "model");
     if (!mcfg) return lpo_errorf(LPO_E_CONFIG, "kbench.case=linears needs a model (e.g. model=llama3.1-8b)");

@@ -45,8 +45,7 @@ static lpo_status cudnn_dtype(const kb_case *c) {
                       c->p.case_name, c->p.dtype);
 }
 
-/* ---- conv2d
- * ------------------------------------------------------------------------------------------------- */
+/* ---- conv2d ---- */
 static int64_t conv_out(const kb_params *p, int64_t size) {
     return (size + 2 * p->pad - p->kernel) / p->stride + 1;
 }
@@ -116,8 +115,7 @@ static void conv_cpu(kb_case *c) {
     }
 }
 
-/* ---- lstm
- * ---------------------------------------------------------------------------------------------------- */
+/* ---- lstm ---- */
 static lpo_status lstm_plan(kb_case *c) {
     const kb_params *p = &c->p;
     lpo_status st;

@@ -161,8 +161,7 @@ extern "C" void lpo__kb_cudnn_fini(kb_case *c) {
     c->priv = NULL;
 }
 
-/* ---- conv2d
- * ------------------------------------------------------------------------------------------------- */
+/* ---- conv2d ---- */
 extern "C" lpo_status lpo__kb_conv2d_init(kb_case *c) {
     dnn_state *s;
     lpo_status st = state_new(c, &s);
@@ -220,8 +219,7 @@ fail:
     return st;
 }
 
-/* ---- lstm
- * ---------------------------------------------------------------------------------------------------- */
+/* ---- lstm ---- */
 /* host bytes of value v in el */
 static void put(unsigned char *dst, lpo_dtype el, float v) {
     if (el == LPO_DT_F32) {

@@ -60,8 +60,7 @@ lpo_table *lpo__kb_model_table_new(void) {
     return lpo_table_new(fields, sizeof fields / sizeof fields[0]);
 }
 
-/* ---- rows ------------------------------------------------------------------------------------------------
- */
+/* ---- rows ---- */
 enum { ROW_OP, ROW_GROUP };
 
 typedef struct {
@@ -313,8 +312,7 @@ static lpo_status op_pass(model_run *mc) {
     return st;
 }
 
-/* ---- the engine's steps ---------------------------------------------------------------------------------
- */
+/* ---- the engine's steps ---- */
 typedef struct {
     model_run *mc;
     lpo_engine *e;
@@ -460,8 +458,7 @@ static lpo_status step_pass(model_run *mc, stepper *s, lpo_measure **out) {
     return lpo_measure_run(&mo, step_sample, s, out);
 }
 
-/* ---- the table ------------------------------------------------------------------------------------------
- */
+/* ---- the table ---- */
 static double median_of(const lpo_measure *m) {
     lpo_stats s;
     return m && lpo_measure_stats(m, &s) == LPO_OK ? s.median : 0;
@@ -578,8 +575,7 @@ static void emit(model_run *mc) {
     }
 }
 
-/* ---- configuration and the run ----------------------------------------------------------------------------
- */
+/* ---- configuration and the run ---- */
 /* kbench.phase, .batch, .steps, .seed, and the lengths as given (checked against the model by
  * check_lengths) */
 static lpo_status read_model_params(model_run *mc, const lpo_node *cfg, int64_t *ctx, int64_t *prompt) {

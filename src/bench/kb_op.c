@@ -62,8 +62,7 @@ lpo_status lpo__kb_op_check(const kb_op_env *env, const lpo_op *op, const char *
     return LPO_OK;
 }
 
-/* ---- timing ---------------------------------------------------------------------------------------------
- */
+/* ---- timing ---- */
 typedef struct {
     const kb_op_env *env;
     const lpo_op *op;

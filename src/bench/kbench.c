@@ -99,8 +99,7 @@ void lpo_kbench_case_names(const char **names, const char **summaries, size_t ma
         names[*n] = cs[i]->name, summaries[*n] = cs[i]->summary;
 }
 
-/* ---- dtypes and host values -------------------------------------------------------------------------------
- */
+/* ---- dtypes and host values ---- */
 /* kbench.dtype of a library case: a row of the dtype table the cuDNN cases run in (f32, f16, bf16) */
 static int parse_elem(const char *s, lpo_dtype *el) {
     lpo_dtype d;
@@ -145,8 +144,7 @@ int kb_add_tensor(kb_case *c, const char *name, lpo_dtype el, int64_t n, int out
     return c->n_t++;
 }
 
-/* ---- tensors
- * ------------------------------------------------------------------------------------------------ */
+/* ---- tensors ---- */
 static lpo_status alloc_host(kb_case *c) {
     double total = 0;
     for (int i = 0; i < c->n_t; i++) total += (double)c->t[i].n * 4.0 * (c->t[i].output ? 2 : 1);
@@ -206,8 +204,7 @@ static lpo_status compare(const kb_case *c, const kb_tensor *t, const float *got
     return LPO_OK;
 }
 
-/* ---- CPU backend: validation and timing -------------------------------------------------------------------
- */
+/* ---- CPU backend: validation and timing ---- */
 static lpo_status validate_cpu(kb_case *c, double *max_abs) {
     // poison the outputs, run, compare
     for (int i = 0; i < c->n_t; i++)
@@ -247,8 +244,7 @@ static lpo_status cpu_sample(void *p, double *sec, int *reps, double *clk) {
     return LPO_OK;
 }
 
-/* ---- CUDA backend
- * --------------------------------------------------------------------------------------------- */
+/* ---- CUDA backend ---- */
 #ifdef LPO_HAVE_CUDA
 #define CU(call)                                                                                             \
     do {                                                                                                     \
@@ -404,8 +400,7 @@ static void gpu_timer_free(timer *tm) {
 }
 #endif
 
-/* ---- one case
- * ------------------------------------------------------------------------------------------------ */
+/* ---- one case ---- */
 static void set_tolerance(kb_case *c) {
     double rtol = 1e-4, atol = 1e-5;
     if (c->el == LPO_DT_F16) rtol = 4e-3, atol = 1e-3;
@@ -630,8 +625,7 @@ done:
     return st;
 }
 
-/* ---- configuration
- * -------------------------------------------------------------------------------------------- */
+/* ---- configuration ---- */
 static lpo_status read_params(const lpo_node *cfg, kb_params *p) {
     static const struct {
         const char *key;
@@ -773,8 +767,7 @@ lpo_status lpo_kbench_run(lpo_kbench *kb, const lpo_node *cfg) {
                       sug ? " (did you mean " : "", sug ? sug : "", sug ? "?)" : "");
 }
 
-/* ---- outputs
- * ---------------------------------------------------------------------------------------------------- */
+/* ---- outputs ---- */
 /* roofline.svg and .csv of these peaks (NULL: none) and points */
 static lpo_status write_roofline(const lpo_rundir *rd, const lpo_peaks *peaks, const lpo_roof_point *pts,
                                  size_t n) {

@@ -39,8 +39,7 @@ static const lpo_cli_spec spec = {
     .config = 1,
 };
 
-/* ---- the sweep's lists ------------------------------------------------------------------------------------
- */
+/* ---- the sweep's lists ---- */
 #define MAX_LIST 64
 
 /* bench.<key>: a list of integers >= lo (a single integer is a list of one). */
@@ -65,8 +64,7 @@ static lpo_status int_list(const lpo_node *cfg, const char *key, int64_t lo, int
     return LPO_OK;
 }
 
-/* ---- progress
- * ----------------------------------------------------------------------------------------------- */
+/* ---- progress ---- */
 /* point i/N, the repeat and the time left, on a terminal (lpo_progress) */
 static void progress(void *ud, const lpo_bench_point *pt, int repeat, int warmup) {
     char what[96];
@@ -75,8 +73,7 @@ static void progress(void *ud, const lpo_bench_point *pt, int repeat, int warmup
     lpo_progress_show(ud, what, warmup ? "warm-up" : "sample", repeat);
 }
 
-/* ---- tables
- * ------------------------------------------------------------------------------------------------- */
+/* ---- tables ---- */
 static const lpo_field full_fields[] = {
     {"model", LPO_FIELD_STR, NULL, 0},
     {"backend", LPO_FIELD_STR, NULL, 0},
@@ -204,8 +201,7 @@ static void add_short_rows(lpo_table *t, const context_info *ci, const lpo_bench
     }
 }
 
-/* ---- the command ----------------------------------------------------------------------------------------
- */
+/* ---- the command ---- */
 typedef struct {
     int64_t batches[MAX_LIST], prompts[MAX_LIST], gens[MAX_LIST];
     int nb, np, ng;

@@ -51,8 +51,7 @@ static const lpo_cli_spec spec = {
     .passthrough = 1,
 };
 
-/* ---- child processes
- * ---------------------------------------------------------------------------------------- */
+/* ---- child processes ---- */
 static double now_s(void) {
     return (double)lpo_now_ns() / 1e9;
 }
@@ -127,8 +126,7 @@ static int run_to_file(char *const *argv, const char *out, const char *errlog) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
-/* ---- argument vectors
- * ---------------------------------------------------------------------------------------- */
+/* ---- argument vectors ---- */
 static void av_free(lpo_argv *a) {
     lpo_argv_free(a->v);
     memset(a, 0, sizeof *a);
@@ -174,8 +172,7 @@ static const char *program_name(const lpo_cli_args *a) {
     return prog;
 }
 
-/* ---- settings
- * ---------------------------------------------------------------------------------------------- */
+/* ---- settings ---- */
 typedef struct {
     const char *ncu, *kernels_from, *clock_control, *cache_control, *replay_mode;
     lpo_deep_select sel;
@@ -264,8 +261,7 @@ static lpo_status metric_list(const lpo_cli_args *a, const deep_cfg *d, const ch
     return LPO_OK;
 }
 
-/* ---- the op list of lpo's engine (GEMM FLOP cross-check)
- * ----------------------------------------------------- */
+/* ---- the op list of lpo's engine (GEMM FLOP cross-check) ---- */
 /* Prompt tokens per sequence of the engine workload's prefill: the ids of tokens=, else dataset.prompt_len
  * of the synthetic dataset when its lengths are fixed; 0 when not known here (prompt=TEXT: the tokenizer
  * decides; lengths that vary). */
@@ -322,8 +318,7 @@ static int names_model(const lpo_cli_args *a) {
     return 0;
 }
 
-/* ---- the command ------------------------------------------------------------------------------------------
- */
+/* ---- the command ---- */
 typedef struct {
     lpo_cli_args args;
     lpo_session *ses; /* the config and the run directory */
@@ -490,8 +485,7 @@ static lpo_status import_files(deep_run *r) {
     return st;
 }
 
-/* ---- (4) analysis and report, also of `lpo report DIR` ------------------------------------------------
- */
+/* ---- (4) analysis and report, also of `lpo report DIR` ---- */
 typedef struct {
     const char *title;
     const lpo_peaks *peaks;

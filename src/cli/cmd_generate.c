@@ -79,8 +79,7 @@ static void explain_eos_at_once(size_t n_seqs, size_t n_all, int chat) {
         fprintf(stderr, " infer.chat=true is on: check infer.chat_template, or the prompt.\n");
 }
 
-/* ---- one prompt, streamed
- * ----------------------------------------------------------------------------------- */
+/* ---- one prompt, streamed ---- */
 static lpo_status run_single(lpo_engine *e, const lpo_cli_prompts *g, const int32_t *ids, size_t n,
                              int print_id) {
     lpo_gen_seq q = {.prompt = ids, .n_prompt = n};
@@ -120,8 +119,7 @@ static lpo_status run_single(lpo_engine *e, const lpo_cli_prompts *g, const int3
     return st;
 }
 
-/* ---- a dataset -> predictions.jsonl
- * --------------------------------------------------------------------------- */
+/* ---- a dataset -> predictions.jsonl ---- */
 static lpo_status run_dataset(lpo_session *ses, const lpo_cli_prompts *g, const lpo_dataset *d) {
     lpo_engine *e = ses->engine;
     const lpo_node *cfg = ses->cfg;

@@ -177,8 +177,7 @@ static lpo_status require_raw_traces(const char *dir) {
                             dir);
 }
 
-/* ---- lpo report DIR --------------------------------------------------------------------------------------
- */
+/* ---- lpo report DIR ---- */
 typedef struct {
     const char *command;
     lpo_status (*render)(const lpo_rerender *r);

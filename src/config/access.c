@@ -9,8 +9,7 @@
 #include "config/config_internal.h"
 #include "lpo/config.h"
 
-/* ---- scalar typing --------------------------------------------------------------------------------------
- */
+/* ---- scalar typing ---- */
 int lpo_scalar_is_null(const lpo_node *n) {
     return n && n->kind == LPO_NODE_NULL;
 }
@@ -98,8 +97,7 @@ int lpo_scalar_parse_bool(const char *s, int *out) {
     return 0;
 }
 
-/* ---- typed accessors --------------------------------------------------------------------------------------
- */
+/* ---- typed accessors ---- */
 static const char *kind_name(const lpo_node *n) {
     switch (n->kind) {
     case LPO_NODE_NULL: return "null";
@@ -235,8 +233,7 @@ lpo_status lpo_cfg_bool_or(const lpo_node *root, const char *path, int def, int 
     return get_bool(root, path, 1, def, out);
 }
 
-/* ---- dotted paths (suggestions)
- * ---------------------------------------------------------------------------- */
+/* ---- dotted paths (suggestions) ---- */
 static void collect_paths(const lpo_node *n, lpo_strbuf *prefix, char ***paths, size_t *np, size_t *cap) {
     // every child of a MAP (by key) or LIST (by index): record its path, recurse
     for (size_t i = 0; i < n->n_items; i++) {
@@ -272,8 +269,7 @@ void lpo__paths_free(char **paths, size_t n) {
     free(paths);
 }
 
-/* ---- YAML dump
- * ---------------------------------------------------------------------------------------------- */
+/* ---- YAML dump ---- */
 /* Code point at p (valid UTF-8, as all tree text is) and its length. */
 static unsigned decode_cp(const unsigned char *p, size_t *len) {
     unsigned c = p[0];

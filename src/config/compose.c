@@ -11,8 +11,7 @@
 #include "config/config_internal.h"
 #include "lpo/config.h"
 
-/* ---- search path ----------------------------------------------------------------------------------------
- */
+/* ---- search path ---- */
 static int has_primary(const char *dir) {
     char p[PATH_MAX + 32];
     snprintf(p, sizeof p, "%s/config.yaml", dir);
@@ -148,8 +147,7 @@ static lpo_status unknown_option(const search_path *sp, const char *group, const
     return st;
 }
 
-/* ---- merge ------------------------------------------------------------------------------------------------
- */
+/* ---- merge ---- */
 void lpo__merge(lpo_node *dst, lpo_node *src) {
     if (dst->kind != LPO_NODE_MAP || src->kind != LPO_NODE_MAP) {
         lpo__node_replace(dst, src);
@@ -169,8 +167,7 @@ void lpo__merge(lpo_node *dst, lpo_node *src) {
     lpo_node_free(src);
 }
 
-/* ---- defaults list
- * ----------------------------------------------------------------------------------------- */
+/* ---- defaults list ---- */
 typedef struct {
     char *group;  /* NULL for _self_ */
     char *option; /* NULL: group disabled (group: null) */
@@ -418,8 +415,7 @@ static lpo_status load_option(const search_path *sp, const char *group, const ch
     return LPO_OK;
 }
 
-/* ---- overrides --------------------------------------------------------------------------------------------
- */
+/* ---- overrides ---- */
 typedef enum { OV_SET, OV_ADD, OV_FORCE, OV_DEL } ov_kind;
 
 typedef struct {
@@ -659,8 +655,7 @@ static lpo_status apply_group_override(const search_path *sp, dflt_list *dl, con
     return LPO_OK;
 }
 
-/* ---- compose
- * ------------------------------------------------------------------------------------------------ */
+/* ---- compose ---- */
 static void set_runtime(lpo_node *cfg, const lpo_cfg_opts *opts, const dflt_list *dl) {
     lpo_node *rt = lpo_node_new(LPO_NODE_MAP, "runtime", NULL);
     lpo__node_set_origin(rt, "lpo (runtime)");

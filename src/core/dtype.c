@@ -8,8 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
-/* ---- roofs -----------------------------------------------------------------------------------------------
- */
+/* ---- roofs ---- */
 const char *lpo_roof_name(lpo_roof r) {
     static const char *const names[] = {
 #define LPO__ROOF_NAME(name, str) str,
@@ -19,8 +18,7 @@ const char *lpo_roof_name(lpo_roof r) {
     return (unsigned)r < LPO_ROOF_COUNT ? names[r] : "unknown";
 }
 
-/* ---- table -----------------------------------------------------------------------------------------------
- */
+/* ---- table ---- */
 static const lpo_dtype_info dtype_table[] = {
 #define LPO__DT_ROW(name, str, blk, bb, q, roof, tc, loads, aliases, about)                                  \
     {LPO_DT_##name,   str,           aliases, blk,  bb, (double)(bb) / (double)(blk), q,                     \

@@ -242,8 +242,7 @@ fail:
     return st;
 }
 
-/* ---- progress on a terminal ------------------------------------------------------------------------------
- */
+/* ---- progress on a terminal ---- */
 /* "42 s", "3:05", "1:02:09" */
 static void clock_text(char *b, size_t n, double s) {
     const long t = s > 0 && s < 1e9 ? (long)(s + 0.5) : 0;

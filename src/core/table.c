@@ -165,8 +165,7 @@ static void cell_text(const lpo_field *f, const cell *c, char *buf, size_t n, co
     }
 }
 
-/* ---- CSV ------------------------------------------------------------------------------------------------
- */
+/* ---- CSV ---- */
 static void csv_field(lpo_strbuf *out, const char *s) {
     size_t n = strlen(s);
     int quote = n && (s[0] == ' ' || s[n - 1] == ' ');
@@ -204,8 +203,7 @@ void lpo_table_write_csv(const lpo_table *t, lpo_strbuf *out) {
     }
 }
 
-/* ---- Markdown
- * ------------------------------------------------------------------------------------------------ */
+/* ---- Markdown ---- */
 #define LPO_MD_CELL_MAX  120 /* code points of a Markdown cell at most ... */
 #define LPO_MD_CELL_HEAD 80  /* ... of which the start keeps this many */
 
@@ -315,8 +313,7 @@ void lpo_table_write_md(const lpo_table *t, lpo_strbuf *out) {
     free(w);
 }
 
-/* ---- JSON
- * ------------------------------------------------------------------------------------------------------ */
+/* ---- JSON ---- */
 void lpo_table_write_json(const lpo_table *t, lpo_json *j) {
     lpo_json_array_begin(j);
     // one object per row, keys in field order

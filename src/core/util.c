@@ -310,8 +310,7 @@ char *lpo_path_join(char *out, size_t n, const char *a, const char *b) {
     return out;
 }
 
-/* ---- memory ---------------------------------------------------------------------------------------------
- */
+/* ---- memory ---- */
 /* MemAvailable from /proc/meminfo, else the physical memory; 0 when neither is known. */
 static double host_mem_available(void) {
     FILE *f = fopen("/proc/meminfo", "r");
@@ -397,8 +396,7 @@ void *lpo_xgrow(void *arr, size_t *cap, size_t need, size_t elem, const char *wh
     return arr;
 }
 
-/* ---- numbers
- * ------------------------------------------------------------------------------------------------ */
+/* ---- numbers ---- */
 int lpo_double_to_i64(double v, int64_t lo, int64_t hi, int64_t *out) {
     /* [-2^63, 2^63): every double there converts; 2^63 itself (== (double)INT64_MAX) does not */
     if (!(v >= -9223372036854775808.0 && v < 9223372036854775808.0) || v != floor(v)) return 0;
@@ -432,8 +430,7 @@ void lpo_arena_free(lpo_arena *a) {
     memset(a, 0, sizeof *a);
 }
 
-/* ---- string buffer --------------------------------------------------------------------------------------
- */
+/* ---- string buffer ---- */
 static void sb_reserve(lpo_strbuf *sb, size_t extra) {
     if (sb->len + extra + 1 <= sb->cap) return;
     if (extra > SIZE_MAX / 2 - sb->len) lpo_out_of_memory("a string buffer", SIZE_MAX);
@@ -473,8 +470,7 @@ void lpo_sb_free(lpo_strbuf *sb) {
     memset(sb, 0, sizeof *sb);
 }
 
-/* ---- suggestions ------------------------------------------------------------------------------------------
- */
+/* ---- suggestions ---- */
 size_t lpo_edit_distance(const char *a, const char *b) {
     size_t la = strlen(a), lb = strlen(b);
     size_t *row = malloc((lb + 1) * sizeof *row);
@@ -517,8 +513,7 @@ const char *lpo_suggest(const char *word, const char *const *candidates, size_t 
     return best && best_d <= limit ? best : NULL;
 }
 
-/* ---- misc
- * ---------------------------------------------------------------------------------------------------- */
+/* ---- misc ---- */
 uint64_t lpo_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -568,8 +563,7 @@ char *lpo_strndup(const char *s, size_t n) {
     return p;
 }
 
-/* ---- work categories --------------------------------------------------------------------------------------
- */
+/* ---- work categories ---- */
 const char *lpo_cat_name(lpo_cat c) {
     static const char *const names[] = {
 #define LPO__CAT_NAME(name, str) str,

@@ -33,8 +33,7 @@ static lpo_dataset *dataset_new(const char *name, size_t cap) {
     return d;
 }
 
-/* ---- synthetic -------------------------------------------------------------------------------------------
- */
+/* ---- synthetic ---- */
 /* splitmix64: the synthetic datasets' random stream */
 static uint64_t mix_next(uint64_t *x) {
     uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
@@ -159,8 +158,7 @@ static lpo_status read_len_dist(const lpo_node *cfg, lpo_len_dist *d) {
     return lpo_cfg_double_or(cfg, "prompt_len_std", (double)d->len / 4, &d->std);
 }
 
-/* ---- JSONL
- * ------------------------------------------------------------------------------------------------- */
+/* ---- JSONL ---- */
 static const char *str_field(const cJSON *o, const char *key) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     return cJSON_IsString(v) ? v->valuestring : NULL;
@@ -321,8 +319,7 @@ lpo_status lpo_dataset_load_jsonl(const char *path, size_t limit, lpo_dataset **
     return LPO_OK;
 }
 
-/* ---- from config
- * --------------------------------------------------------------------------------------------- */
+/* ---- from config ---- */
 lpo_status lpo_dataset_open(const lpo_node *cfg, int64_t vocab_size, lpo_dataset **out) {
     *out = NULL;
     const char *kind, *name;

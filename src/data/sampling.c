@@ -7,8 +7,7 @@
 #include "lpo/core.h"
 #include "lpo/data.h"
 
-/* ---- subset ---------------------------------------------------------------------------------------------
- */
+/* ---- subset ---- */
 lpo_status lpo_dataset_subset(lpo_dataset *d, const char *path) {
     char *text;
     size_t len;
@@ -61,8 +60,7 @@ lpo_status lpo_dataset_subset(lpo_dataset *d, const char *path) {
     return LPO_OK;
 }
 
-/* ---- sampling -------------------------------------------------------------------------------------------
- */
+/* ---- sampling ---- */
 lpo_status lpo_dataset_sampling_read(const lpo_node *cfg, lpo_dataset_sampling *o) {
     memset(o, 0, sizeof *o);
     int64_t seed = 0;

@@ -46,8 +46,7 @@ const char *lpo_deep_bound_name(lpo_deep_bound b) {
     }
 }
 
-/* ---- counted work of one result -------------------------------------------------------------------------
- */
+/* ---- counted work of one result ---- */
 /* NaN-safe value: 0 when the metric was not collected. */
 static double v0(const lpo_ncu_results *res, size_t i, const char *m) {
     double v = lpo_ncu_get(res, i, m);
@@ -81,8 +80,7 @@ static double result_flops_all(const lpo_ncu_results *res, size_t i) {
     return s;
 }
 
-/* ---- ncu's own peaks --------------------------------------------------------------------------------------
- */
+/* ---- ncu's own peaks ---- */
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -102,8 +100,7 @@ static double ncu_peak(const lpo_ncu_results *res, const char *rate, const char 
     return m;
 }
 
-/* ---- lpo's engine: labels -> ops ------------------------------------------------------------------------
- */
+/* ---- lpo's engine: labels -> ops ---- */
 /* The matmul work of the ops a label names ("layers.7.mlp.gate_up", fused "layers.7.mlp.gate_up+mlp.act",
  * "final_norm+lm_head"): the sum of lpo_op_matmul_flops (2 m n k) over its GEMM-category ops; *one gets the
  * matmul when there is exactly one (else NULL). 0 when any part is not an op of the list or none is a matmul.
@@ -441,8 +438,7 @@ static void cross_check(lpo_deep_analysis *a, size_t ki, const lpo_ncu_results *
         }
 }
 
-/* ---- per kernel
- * -------------------------------------------------------------------------------------------- */
+/* ---- per kernel ---- */
 static double pct_or_nan(double num, double den) {
     return den > 0 ? 100.0 * num / den : NAN;
 }
@@ -552,8 +548,7 @@ static void fill_kernel(lpo_deep_kernel *k, const lpo_ncu_results *res, const si
     classify(k, &a->rules);
 }
 
-/* ---- results -> plan kernels
- * ---------------------------------------------------------------------------------------- */
+/* ---- results -> plan kernels ---- */
 /* The plan kernel a result belongs to: same name; else the same name without spaces (another C++ runtime's
  * demangler); else a plan name cut short that begins ncu's name; the first such plan kernel. Hash maps of
  * the plan's names make each lookup linear in the result name's length, whatever the plan's size. */

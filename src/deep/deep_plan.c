@@ -12,8 +12,7 @@
 #include "lpo/core.h"
 #include "lpo/deep.h"
 
-/* ---- base names -----------------------------------------------------------------------------------------
- */
+/* ---- base names ---- */
 /* Past the bracket pair opening at p (*p == open), or NULL when it does not close (a cut name). Only this
  * pair is counted: the other kinds of bracket inside it do not matter. */
 static const char *skip_pair(const char *p, char open, char close) {
@@ -71,8 +70,7 @@ int lpo_deep_name_is_cut(const char *name) {
     return angle > 0 || paren > 0;
 }
 
-/* ---- reading the trace's tables --------------------------------------------------------------------------
- */
+/* ---- reading the trace's tables ---- */
 void lpo_deep_plan_free(lpo_deep_plan *p) {
     if (!p) return;
     for (size_t i = 0; i < p->n; i++) {

@@ -10,8 +10,7 @@
 #include "lpo/hw.h"
 #include "lpo/plot.h"
 
-/* ---- the per-kernel table -------------------------------------------------------------------------------
- */
+/* ---- the per-kernel table ---- */
 static const lpo_field kernel_fields[] = {
     {"rank", LPO_FIELD_INT, NULL, 0},
     {"kernel", LPO_FIELD_STR, NULL, 0},
@@ -110,8 +109,7 @@ lpo_table *lpo_deep_kernel_table(const lpo_deep_analysis *a) {
     return t;
 }
 
-/* ---- deep.md
- * ------------------------------------------------------------------------------------------------ */
+/* ---- deep.md ---- */
 /* The two largest stall reasons of kernel k (ncu "stalls" set), as text; "" when not collected. */
 static void top_stalls(const lpo_ncu_results *res, const lpo_deep_kernel *k, char *out, size_t n) {
     static const char *const pre = "smsp__average_warps_issue_stalled_", *const post =
@@ -404,8 +402,7 @@ static void write_md(lpo_strbuf *o, const lpo_deep_analysis *a, const lpo_deep_p
            "that chose the kernels).\n");
 }
 
-/* ---- metrics.json
- * --------------------------------------------------------------------------------------------- */
+/* ---- metrics.json ---- */
 static lpo_status write_json(const char *path, const lpo_deep_analysis *a, const lpo_deep_plan *plan,
                              const lpo_ncu_results *res, const lpo_deep_report_opts *opt,
                              const lpo_table *t) {
@@ -470,8 +467,7 @@ static lpo_status write_json(const char *path, const lpo_deep_analysis *a, const
     return st;
 }
 
-/* ---- histograms
- * ------------------------------------------------------------------------------------------------ */
+/* ---- histograms ---- */
 /* Values of a kernels_deep column or an ncu metric (mean over each kernel's results), one per kernel. */
 static void metric_values(const lpo_deep_analysis *a, const lpo_ncu_results *res, const char *m, double *v,
                           const char **unit) {
@@ -518,8 +514,7 @@ static void metric_values(const lpo_deep_analysis *a, const lpo_ncu_results *res
     free(cnt);
 }
 
-/* ---- pictures ---------------------------------------------------------------------------------------------
- */
+/* ---- pictures ---- */
 /* The kernels on the roofline: the roofs of the precisions they use, the DRAM and L2 ceilings they were
  * measured against, each kernel a point coloured by its bound class. */
 static void roofline(const lpo_deep_analysis *a, const char *title, lpo_strbuf *o) {

@@ -13,8 +13,7 @@
 #include "lpo/core.h"
 #include "lpo/deep.h"
 
-/* ---- numbers and units ------------------------------------------------------------------------------------
- */
+/* ---- numbers and units ---- */
 /* 1: a finite number in *out; 0: not a number (n/a, text); -1: a number lpo cannot hold (not finite,
  * "1e400", or longer than 127 characters: it was cut there and read as another number). */
 static int parse_number(const char *s, double *out) {
@@ -161,8 +160,7 @@ char *lpo_demangle(const char *name) {
     return lpo_strdup(name);
 }
 
-/* ---- the raw page ---------------------------------------------------------------------------------------
- */
+/* ---- the raw page ---- */
 void lpo_ncu_results_free(lpo_ncu_results *res) {
     if (!res) return;
     for (size_t i = 0; i < res->n; i++) {

@@ -10,8 +10,7 @@
 
 #include "lpo/deep.h"
 
-/* ---- finding ncu ------------------------------------------------------------------------------------------
- */
+/* ---- finding ncu ---- */
 static int executable(const char *p) {
     return p && *p && access(p, X_OK) == 0 && !lpo_is_dir(p);
 }
@@ -83,8 +82,7 @@ lpo_status lpo_ncu_find(const char *explicit_path, char *out, size_t n) {
         "deep.ncu=/path/to/ncu");
 }
 
-/* ---- metric sets ------------------------------------------------------------------------------------------
- */
+/* ---- metric sets ---- */
 static int has_name(char **names, size_t n, const char *s) {
     for (size_t i = 0; i < n; i++)
         if (!strcmp(names[i], s)) return 1;
@@ -162,8 +160,7 @@ size_t lpo_ncu_filter_metrics(char **names, size_t n, const char *query, size_t 
     return kept;
 }
 
-/* ---- command lines ----------------------------------------------------------------------------------------
- */
+/* ---- command lines ---- */
 void lpo_argv_free(char **argv) {
     for (size_t i = 0; argv && argv[i]; i++) free(argv[i]);
     free(argv);

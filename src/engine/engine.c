@@ -51,8 +51,7 @@ struct lpo_engine {
     int64_t nonfinite_row;
 };
 
-/* ---- weights from a loaded model ------------------------------------------------------------------------
- */
+/* ---- weights from a loaded model ---- */
 static lpo_status model_view(void *ud, const char *name, lpo_weight_view *out) {
     return lpo_model_weight_view(ud, name, out);
 }
@@ -73,8 +72,7 @@ lpo_status lpo_engine_open(const lpo_model *m, const lpo_engine_opts *opts, lpo_
 static int ensure_check_buf(lpo_engine *e);
 static void install_callbacks(lpo_engine *e);
 
-/* ---- open / close ----------------------------------------------------------------------------------------
- */
+/* ---- open / close ---- */
 lpo_status lpo_engine_dtype_parse(const char *name, lpo_dtype *out) {
     *out = LPO_DT_COUNT;
     if (!name || !strcmp(name, "auto")) return LPO_OK;
@@ -224,8 +222,7 @@ void lpo_engine_close(lpo_engine *e) {
     free(e);
 }
 
-/* ---- accessors -------------------------------------------------------------------------------------------
- */
+/* ---- accessors ---- */
 const lpo_model_spec *lpo_engine_spec(const lpo_engine *e) {
     return &e->spec;
 }
@@ -376,8 +373,7 @@ lpo_status lpo_engine_read_activation(lpo_engine *e, lpo_buf buf, int64_t row0, 
     return e->be->read_activation(e->ctx, buf, row0, n_rows, dst);
 }
 
-/* ---- op lists per step shape ----------------------------------------------------------------------------
- */
+/* ---- op lists per step shape ---- */
 static int same_shape(const lpo_step_shape *a, const lpo_step_shape *b) {
     return a->n_tokens == b->n_tokens && a->n_seqs == b->n_seqs && !a->all_logits == !b->all_logits &&
            !a->sample == !b->sample;
@@ -413,8 +409,7 @@ static lpo_status list_for(lpo_engine *e, const lpo_step_shape *shape, cached_li
     return LPO_OK;
 }
 
-/* ---- steps ----------------------------------------------------------------------------------------------
- */
+/* ---- steps ---- */
 /* One backend step over n sequences: seq i brings n_new[i] tokens (packed in tok; NULL = chained decode).
  * Decode steps (every n_new 1) are padded to the bucket when the engine pads. sample_mask[i]: sample
  * sequence i's last token (NULL = none). Logits / ids of the real rows go to logits / ids (may be NULL). */

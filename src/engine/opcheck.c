@@ -10,8 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- random data ----------------------------------------------------------------------------------------
- */
+/* ---- random data ---- */
 typedef struct {
     uint64_t s;
 } rng;
@@ -37,8 +36,7 @@ static int64_t numel(const lpo_op_tensor *t) {
     return n;
 }
 
-/* ---- one case's data ------------------------------------------------------------------------------------
- */
+/* ---- one case's data ---- */
 typedef struct {
     lpo_op_io io;  /* for the backend under test */
     lpo_op_io ref; /* for the reference (own outputs and caches) */
@@ -304,8 +302,7 @@ void lpo_op_data_free(lpo_op_data *x) {
     free(x);
 }
 
-/* ---- comparison ------------------------------------------------------------------------------------------
- */
+/* ---- comparison ---- */
 void lpo_opcheck_tolerance(lpo_dtype dt, double *rtol, double *atol, double *max_nmse) {
     switch (dt) {
     case LPO_DT_BF16: *rtol = 5e-2, *atol = 5e-2, *max_nmse = 1e-4; break;
@@ -414,8 +411,7 @@ lpo_status lpo_opcheck_run(const lpo_backend_iface *be, void *ctx, lpo_dtype dt,
     return st;
 }
 
-/* ---- cases -----------------------------------------------------------------------------------------------
- */
+/* ---- cases ---- */
 lpo_status lpo_opcheck_cases_build(const lpo_model_spec *spec, int64_t T, int64_t L, int B,
                                    lpo_opcheck_cases *c) {
     memset(c, 0, sizeof *c);

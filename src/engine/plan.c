@@ -7,8 +7,7 @@
 
 #include "lpo/backend.h"
 
-/* ---- exec modes ------------------------------------------------------------------------------------------
- */
+/* ---- exec modes ---- */
 const char *lpo_exec_mode_name(lpo_exec_mode m) {
     return m == LPO_EXEC_EAGER ? "eager" : m == LPO_EXEC_DEBUG ? "debug" : "graph";
 }
@@ -23,8 +22,7 @@ int lpo_exec_mode_parse(const char *s, lpo_exec_mode *out) {
     return 0;
 }
 
-/* ---- plans ----------------------------------------------------------------------------------------------
- */
+/* ---- plans ---- */
 static lpo_status plan_grow(lpo_plan *p, size_t groups, size_t names) {
     if (groups > p->cap_groups) {
         size_t c = p->cap_groups ? p->cap_groups * 2 : 64;
@@ -113,8 +111,7 @@ void lpo_plan_free(lpo_plan *p) {
     memset(p, 0, sizeof *p);
 }
 
-/* ---- per-group costs ------------------------------------------------------------------------------------
- */
+/* ---- per-group costs ---- */
 static int reads(const lpo_op *op, lpo_buf b) {
     for (int j = 0; j < op->n_in; j++)
         if (op->in[j].buf == b) return 1;

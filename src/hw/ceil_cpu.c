@@ -74,8 +74,7 @@ lpo_status lpo__cpu_fma_sample(long iters, double *seconds, double *flops, const
     return LPO_OK;
 }
 
-/* ---- STREAM-style bandwidth -----------------------------------------------------------------------------
- */
+/* ---- STREAM-style bandwidth ---- */
 struct lpo__cpu_stream {
     size_t n;
     double *a, *b, *c;

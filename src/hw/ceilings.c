@@ -17,8 +17,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
-/* ---- names ----------------------------------------------------------------------------------------------
- */
+/* ---- names ---- */
 static const struct {
     const char *key, *unit, *what;
 } metric_info[] = {
@@ -92,8 +91,7 @@ int lpo_ceilings_not_converged(const lpo_ceilings *c, char *buf, size_t n) {
     return k;
 }
 
-/* ---- JSON -----------------------------------------------------------------------------------------------
- */
+/* ---- JSON ---- */
 void lpo_ceilings_write_json(const lpo_ceilings *c, lpo_json *j) {
     lpo_json_object_begin(j);
     lpo_json_kv_int(j, "version", c->version);
@@ -292,8 +290,7 @@ lpo_status lpo_ceilings_load(const char *path, lpo_ceilings *c) {
     return LPO_OK;
 }
 
-/* ---- cache ----------------------------------------------------------------------------------------------
- */
+/* ---- cache ---- */
 const char *lpo_ceilings_cache_path(const char *key, char *buf, size_t n) {
     char safe[128];
     size_t k = 0;

@@ -33,8 +33,7 @@ int lpo__gemm_bench_algos(const lpo__gemm_bench *b);
 void lpo__gemm_bench_use(lpo__gemm_bench *b, int i);
 void lpo__gemm_bench_close(lpo__gemm_bench *b);
 
-/* ---- GPU: memory bandwidth ------------------------------------------------------------------------------
- */
+/* ---- GPU: memory bandwidth ---- */
 typedef enum {
     LPO__BW_READ,       /* read kernel over `bytes` (16-byte loads): bytes per rep */
     LPO__BW_WRITE,      /* write kernel: bytes */
@@ -59,8 +58,7 @@ lpo_status lpo__membw_bench_sample(lpo__membw_bench *b, lpo__bw_kind kind, int r
 void lpo__membw_detail(const lpo__membw_bench *b, lpo__bw_kind kind, char *buf, size_t n);
 void lpo__membw_bench_close(lpo__membw_bench *b);
 
-/* ---- GPU: launch latency ----------------------------------------------------------------------------------
- */
+/* ---- GPU: launch latency ---- */
 typedef struct lpo__launch_bench lpo__launch_bench;
 /* Prepares a stream, a counter kernel (1 thread, counter += 1) and a CUDA graph of `nodes` such kernels in
  * sequence; validates that every launch and every node ran (the counter). */
@@ -86,8 +84,7 @@ int lpo__ceil_pick_rounds(const double *t, int rounds, int n, const double *work
  * value = work x median (work = 1e6: microseconds), p10/p90 likewise; samples = s->n. */
 void lpo__ceil_entry_from_stats(lpo_ceil_entry *e, const lpo_stats *s, double work, int per_second);
 
-/* ---- CPU
- * ---------------------------------------------------------------------------------------------------- */
+/* ---- CPU ---- */
 /* f32 FMA peak over all OpenMP threads: `iters` rounds of independent FMA chains in the widest vector
  * code this CPU runs (AVX-512, AVX2+FMA or the compiler's generic vectors). Returns seconds and the flops
  * done; isa gets "avx512f" / "avx2+fma" / "generic". */

@@ -13,8 +13,7 @@
 #include "lpo/hw.h"
 #include "lpo/stats.h"
 
-/* ---- one measurement -------------------------------------------------------------------------------------
- */
+/* ---- one measurement ---- */
 typedef lpo_status (*bench_fn)(void *ctx, int reps, double *seconds);
 
 typedef struct {
@@ -40,8 +39,7 @@ typedef struct {
     lpo_measure_opts mo;
 } runner;
 
-/* ---- choices and statistics ------------------------------------------------------------------------------
- */
+/* ---- choices and statistics ---- */
 static int by_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -87,8 +85,7 @@ void lpo__ceil_entry_from_stats(lpo_ceil_entry *e, const lpo_stats *s, double wo
     }
 }
 
-/* ---- one measurement -------------------------------------------------------------------------------------
- */
+/* ---- one measurement ---- */
 /* Times fn: one calibration call (also a warm-up) sets reps so that a sample lasts about target_s; then
  * the runner's protocol. *s gets the statistics of seconds per repetition; e the wall seconds, the NVML
  * summary. (GEMMs have their own loop: measure_gemm_configs.) */
@@ -124,8 +121,7 @@ static void progress(const runner *R, lpo_ceil_metric m, const lpo_ceil_entry *e
             lpo_ceil_metric_unit(m), e->detail, e->seconds);
 }
 
-/* ---- GPU -------------------------------------------------------------------------------------------------
- */
+/* ---- GPU ---- */
 #ifdef LPO_HAVE_CUDA
 typedef struct {
     lpo__membw_bench *b;
@@ -373,8 +369,7 @@ static lpo_status measure_gpu(runner *R, lpo_ceilings *c) {
 }
 #endif
 
-/* ---- CPU -------------------------------------------------------------------------------------------------
- */
+/* ---- CPU ---- */
 typedef struct {
     long iters;
     double flops;
@@ -447,8 +442,7 @@ static lpo_status measure_cpu(runner *R, lpo_ceilings *c) {
     return st;
 }
 
-/* ---- entry point ------------------------------------------------------------------------------------------
- */
+/* ---- entry point ---- */
 lpo_status lpo_ceilings_measure(const lpo_ceilings_opts *o, lpo_ceilings *c) {
     lpo_ceilings_init(c);
     uint64_t t0 = lpo_now_ns();
@@ -487,8 +481,7 @@ lpo_status lpo_ceilings_measure(const lpo_ceilings_opts *o, lpo_ceilings *c) {
     return st;
 }
 
-/* ---- table -----------------------------------------------------------------------------------------------
- */
+/* ---- table ---- */
 static const lpo_field table_fields[] = {
     {"metric", LPO_FIELD_STR, NULL, 0},      {"measured", LPO_FIELD_DOUBLE, "%.4g", 0},
     {"unit", LPO_FIELD_STR, NULL, 0},        {"spread_pct", LPO_FIELD_DOUBLE, "%.1f", 0},

@@ -15,8 +15,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
-/* ---- host -----------------------------------------------------------------------------------------------
- */
+/* ---- host ---- */
 /* Value after "key" and ':' or '=' on the first line of file that starts with key (quotes stripped). */
 static int file_value(const char *path, const char *key, char *out, size_t n) {
     FILE *f = fopen(path, "r");
@@ -61,8 +60,7 @@ static void collect_host(lpo_env_info *e) {
     snprintf(e->glibc, sizeof e->glibc, "%s", gnu_get_libc_version());
 }
 
-/* ---- CUDA ------------------------------------------------------------------------------------------------
- */
+/* ---- CUDA ---- */
 unsigned lpo_hw_driver_installed(void) {
     unsigned bits = access("/proc/driver/nvidia", F_OK) == 0 ? LPO_HW_DRIVER_MODULE : 0;
     void *lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
@@ -164,8 +162,7 @@ static void collect_cuda(lpo_env_info *e, int check_kernels) {
 #endif
 }
 
-/* ---- NVML
- * --------------------------------------------------------------------------------------------------- */
+/* ---- NVML ---- */
 static void fill_from_nvml(lpo_nvml *nv, lpo_nvml_device dev, lpo_gpu_info *g) {
     unsigned u;
     g->nvml = 1;
@@ -219,8 +216,7 @@ lpo_status lpo_env_collect(lpo_env_info *e, int check_kernels) {
     return LPO_OK;
 }
 
-/* ---- output
- * ---------------------------------------------------------------------------------------------------- */
+/* ---- output ---- */
 static void version_text(int v, char *buf, size_t n) {
     if (v)
         snprintf(buf, n, "%d.%d", v / 1000, v % 1000 / 10);

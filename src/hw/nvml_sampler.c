@@ -33,8 +33,7 @@ struct lpo_nvml_sampler {
     size_t n, cap;
 };
 
-/* ---- throttle reasons ------------------------------------------------------------------------------------
- */
+/* ---- throttle reasons ---- */
 static const struct {
     int64_t bit;
     const char *name;
@@ -81,8 +80,7 @@ int lpo_throttle_is_slowdown(int64_t mask) {
                     LPO_THROTTLE_HW_THERMAL | LPO_THROTTLE_HW_POWER_BRAKE)) != 0;
 }
 
-/* ---- NVML source ----------------------------------------------------------------------------------------
- */
+/* ---- NVML source ---- */
 static lpo_status nvml_read(void *ctx, lpo_nvml_sample *o) {
     lpo_nvml_sampler *s = ctx;
     lpo_nvml *nv = &s->nv;
@@ -173,8 +171,7 @@ const char *lpo_nvml_sampler_uuid(const lpo_nvml_sampler *s) {
     return s->uuid;
 }
 
-/* ---- sampling -------------------------------------------------------------------------------------------
- */
+/* ---- sampling ---- */
 /* One reading with t_s and energy relative to the start. */
 static lpo_status take(lpo_nvml_sampler *s, lpo_nvml_sample *o) {
     memset(o, 0, sizeof *o);
@@ -258,8 +255,7 @@ const lpo_nvml_sample *lpo_nvml_sampler_samples(const lpo_nvml_sampler *s, size_
     return s->x;
 }
 
-/* ---- summaries and writers ------------------------------------------------------------------------------
- */
+/* ---- summaries and writers ---- */
 void lpo_nvml_summarize(const lpo_nvml_sample *x, size_t n, lpo_nvml_summary *o) {
     memset(o, 0, sizeof *o);
     o->sm_mhz_min = o->sm_mhz_avg = o->sm_mhz_max = o->mem_mhz_avg = -1;

@@ -25,8 +25,7 @@ const char *lpo_peaks_describe(const lpo_peaks *p, char *buf, size_t n) {
     return buf;
 }
 
-/* ---- one device: measured when cached, else its spec sheet ------------------------------------------------
- */
+/* ---- one device: measured when cached, else its spec sheet ---- */
 static void peaks_from_spec(lpo_peaks *p, const lpo_gpu_spec *s) {
     p->source = LPO_PEAKS_SPEC;
     for (int r = 0; r < LPO_ROOF_N_GEMM; r++) p->tflops[r] = s->tflops[r];
@@ -94,8 +93,7 @@ static lpo_status peaks_for_device(int dev, lpo_peaks *out) {
     return lpo_peaks_lookup(name, uuid, out);
 }
 
-/* ---- hardware.spec ----------------------------------------------------------------------------------------
- */
+/* ---- hardware.spec ---- */
 lpo_status lpo_peaks_from_config(const lpo_node *cfg, lpo_peaks *out) {
     memset(out, 0, sizeof *out);
     lpo_ceilings_init(&out->measured);
@@ -142,8 +140,7 @@ lpo_status lpo_peaks_from_config(const lpo_node *cfg, lpo_peaks *out) {
     return LPO_OK;
 }
 
-/* ---- the resolver -----------------------------------------------------------------------------------------
- */
+/* ---- the resolver ---- */
 lpo_status lpo_peaks_resolve(const lpo_node *cfg, int device, const char *gpu_name, lpo_peaks *out) {
     lpo_peaks dev;
     memset(&dev, 0, sizeof dev);
@@ -174,8 +171,7 @@ lpo_status lpo_peaks_resolve(const lpo_node *cfg, int device, const char *gpu_na
     return LPO_OK;
 }
 
-/* ---- peaks saved with a report (lpo report re-renders with them) ------------------------------------------
- */
+/* ---- peaks saved with a report (lpo report re-renders with them) ---- */
 void lpo_peaks_write_json(const lpo_peaks *p, lpo_json *j) {
     lpo_json_object_begin(j);
     lpo_json_kv_str(j, "source", lpo_peaks_source_name(p->source));

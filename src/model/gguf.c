@@ -22,8 +22,7 @@ struct lpo_gguf {
     uint64_t alignment, data_offset;
 };
 
-/* ---- GGML type table ------------------------------------------------------------------------------------
- */
+/* ---- GGML type table ---- */
 static const lpo_ggml_type_info ggml_types[] = {
     {0, "F32", 1, 4, LPO_DT_F32},           {1, "F16", 1, 2, LPO_DT_F16},
     {2, "Q4_0", 32, 18, LPO_DT_Q4_0},       {3, "Q4_1", 32, 20, LPO_DT_Q4_1},
@@ -49,8 +48,7 @@ const lpo_ggml_type_info *lpo_ggml_type(uint32_t id) {
     return NULL;
 }
 
-/* ---- bounds-checked cursor --------------------------------------------------------------------------------
- */
+/* ---- bounds-checked cursor ---- */
 typedef struct {
     const uint8_t *p;
     size_t size, pos;
@@ -199,8 +197,7 @@ static lpo_status rd_value(cursor *c, lpo_gguf_kv *kv) {
     return skip_array(c, et, kv->v.arr.n, 1, kv->key);
 }
 
-/* ---- open / parse
- * ------------------------------------------------------------------------------------------ */
+/* ---- open / parse ---- */
 void lpo_gguf_close(lpo_gguf *g) {
     if (!g) return;
     for (size_t i = 0; i < g->n_kv; i++) {
@@ -445,8 +442,7 @@ lpo_status lpo_gguf_open(const char *path, lpo_gguf **out) {
     return LPO_OK;
 }
 
-/* ---- accessors
- * ---------------------------------------------------------------------------------------------- */
+/* ---- accessors ---- */
 uint32_t lpo_gguf_version(const lpo_gguf *g) {
     return g->version;
 }

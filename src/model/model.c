@@ -11,8 +11,7 @@
 #include "model/model_internal.h"
 #include "lpo/synth.h"
 
-/* ---- object
- * ------------------------------------------------------------------------------------------------ */
+/* ---- object ---- */
 lpo_status lpo__model_new(const char *source, lpo_model **out) {
     *out = calloc(1, sizeof **out);
     if (!*out) return lpo_errorf(LPO_E_NOMEM, "out of memory");
@@ -133,8 +132,7 @@ lpo_status lpo__model_check_tensors(lpo_model *m, const char *origin) {
     return LPO_OK;
 }
 
-/* ---- synthetic values
- * ---------------------------------------------------------------------------------------- */
+/* ---- synthetic values ---- */
 static uint64_t fnv1a64(const char *s) {
     uint64_t h = 0xcbf29ce484222325ull;
     for (; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
@@ -177,8 +175,7 @@ static void synth_fill(const lpo_weight_view *v, float *dst) {
     }
 }
 
-/* ---- weight views and THE conversion
- * ------------------------------------------------------------------------------------ */
+/* ---- weight views and THE conversion ---- */
 /* Undoes llama.cpp's Q/K row permutation. Within each head of hd rows, GGUF row 2i+j holds HF row
  * j*(hd/2)+i (i < hd/2, j in {0,1}). rows x cols floats, heads * hd == rows. */
 static lpo_status unpermute_rows(float *x, int64_t rows, int64_t cols, int heads, const char *name) {
@@ -291,8 +288,7 @@ lpo_status lpo_model_tensor_f32(const lpo_model *m, const lpo_tensor *t, float *
     return convert_f32(&v, dst);
 }
 
-/* ---- synthetic models
- * ------------------------------------------------------------------------------------------- */
+/* ---- synthetic models ---- */
 lpo_status lpo_model_open_synthetic(const lpo_model_spec *s, uint64_t seed, lpo_model **out) {
     *out = NULL;
     lpo_tensor_desc *d;
@@ -329,8 +325,7 @@ lpo_status lpo_model_open_synthetic(const lpo_model_spec *s, uint64_t seed, lpo_
     return LPO_OK;
 }
 
-/* ---- opening by path
- * ------------------------------------------------------------------------------------------------ */
+/* ---- opening by path ---- */
 static int ends_with(const char *s, const char *suffix) {
     size_t a = strlen(s), b = strlen(suffix);
     return a >= b && !strcmp(s + a - b, suffix);
@@ -371,8 +366,7 @@ lpo_status lpo_model_open_path(const char *path, lpo_model **out) {
                       "'%s' is neither a model folder (config.json + safetensors) nor a GGUF file", path);
 }
 
-/* ---- opening from typed options
- * ------------------------------------------------------------------------------------- */
+/* ---- opening from typed options ---- */
 static const char *const source_names[] = {"auto", "synthetic", "hf", "gguf"};
 
 const char *lpo_model_source_name(lpo_model_source_kind src) {

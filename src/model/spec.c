@@ -14,8 +14,7 @@
 #include "lpo/model.h"
 #include "model/model_internal.h"
 
-/* ---- arch names ------------------------------------------------------------------------------------------
- */
+/* ---- arch names ---- */
 static const char *const arch_names[LPO_ARCH_COUNT] = {"llama", "mistral", "qwen2",
                                                        "qwen3", "mixtral", "qwen3_moe"};
 
@@ -53,8 +52,7 @@ lpo_status lpo_arch_from_name(const char *name, lpo_arch *out) {
         name ? name : "(none)", near ? " (did you mean '" : "", near ? near : "", near ? "'?)" : "");
 }
 
-/* ---- mixture of experts ----------------------------------------------------------------------------------
- */
+/* ---- mixture of experts ---- */
 static int is_moe_arch(lpo_arch a) {
     return a == LPO_ARCH_MIXTRAL || a == LPO_ARCH_QWEN3_MOE;
 }
@@ -77,8 +75,7 @@ const lpo_moe_names *lpo_spec_moe_names(const lpo_model_spec *s) {
     return s->arch == LPO_ARCH_MIXTRAL ? &mixtral : &qwen;
 }
 
-/* ---- validation ------------------------------------------------------------------------------------------
- */
+/* ---- validation ---- */
 #define LIM_DIM   (1LL << 20) /* hidden, intermediate, heads*head_dim */
 #define LIM_VOCAB (1LL << 24) /* vocabulary */
 
@@ -170,8 +167,7 @@ lpo_status lpo_spec_validate(const lpo_model_spec *s) {
     return LPO_OK;
 }
 
-/* ---- HF config.json
- * ---------------------------------------------------------------------------------------- */
+/* ---- HF config.json ---- */
 typedef struct {
     const char *origin;
     lpo_status st;
@@ -514,8 +510,7 @@ lpo_status lpo_spec_from_hf_config(const char *json, size_t len, const char *ori
     return LPO_OK;
 }
 
-/* ---- tensor list ------------------------------------------------------------------------------------------
- */
+/* ---- tensor list ---- */
 static const char *const part_names[LPO_PART_COUNT] = {"embedding", "attention", "mlp",
                                                        "norms",     "lm_head",   "other"};
 

@@ -17,8 +17,7 @@ static inline double ms(uint64_t ns) {
 
 #define NOMEM(what) lpo_errorf(LPO_E_NOMEM, "trace: out of memory for %s", what)
 
-/* ---- classes of GPU time ----------------------------------------------------------------------------------
- */
+/* ---- classes of GPU time ---- */
 enum { CL_COMPUTE, CL_COMM, CL_MEM, CL_N };
 
 static int ieq_prefix(const char *s, const char *p) {
@@ -49,8 +48,7 @@ static int op_class(lpo_trace *t, const tr_op *o, uint8_t *cls) {
     return c;
 }
 
-/* ---- the sweep: every op's start and end in time order --------------------------------------------------
- */
+/* ---- the sweep: every op's start and end in time order ---- */
 enum { GAP_HOST, GAP_SYNC, GAP_DEP, GAP_UNKNOWN, GAP_N };
 static const char *const gap_names[GAP_N] = {"host-bound", "synchronisation", "dependency", "unknown"};
 
@@ -284,8 +282,7 @@ static lpo_status sweep(lpo_trace *t, sweep_result *r) {
     return LPO_OK;
 }
 
-/* ---- timeline.csv: the temporal breakdown ----------------------------------------------------------------
- */
+/* ---- timeline.csv: the temporal breakdown ---- */
 static const lpo_field timeline_fields[] = {
     {"pid", LPO_FIELD_INT, NULL, 1},
     {"device", LPO_FIELD_INT, NULL, 0},
@@ -344,8 +341,7 @@ static lpo_table *timeline_table(const lpo_trace *t, sweep_result *r) {
     return tb;
 }
 
-/* ---- idle.csv and gaps.csv -------------------------------------------------------------------------------
- */
+/* ---- idle.csv and gaps.csv ---- */
 static const lpo_field idle_fields[] = {
     {"pid", LPO_FIELD_INT, NULL, 1},          {"device", LPO_FIELD_INT, NULL, 0},
     {"cause", LPO_FIELD_STR, NULL, 0},        {"gaps", LPO_FIELD_INT, NULL, 0},
@@ -424,8 +420,7 @@ static lpo_table *gap_table(const lpo_trace *t, const sweep_result *r) {
     return tb;
 }
 
-/* ---- launch.csv: launch-to-start delay -------------------------------------------------------------------
- */
+/* ---- launch.csv: launch-to-start delay ---- */
 static const lpo_field launch_dist_fields[] = {
     {"kernels", LPO_FIELD_INT, NULL, 0},
     {"min_us", LPO_FIELD_DOUBLE, "%.2f", 0},
@@ -686,8 +681,7 @@ lpo_status lpo_trace_memop_table(lpo_trace *t, lpo_table **out) {
     return LPO_OK;
 }
 
-/* ---- cuda_api.csv: time per API call name (nsys cuda_api_sum) -------------------------------------------
- */
+/* ---- cuda_api.csv: time per API call name (nsys cuda_api_sum) ---- */
 static const lpo_field api_fields[] = {
     {"time_pct", LPO_FIELD_DOUBLE, "%.1f", 0}, {"total_ns", LPO_FIELD_INT, NULL, 0},
     {"calls", LPO_FIELD_INT, NULL, 0},         {"avg_ns", LPO_FIELD_DOUBLE, "%.1f", 0},
@@ -792,8 +786,7 @@ lpo_status lpo_trace_api_table(lpo_trace *t, lpo_table **out) {
     return LPO_OK;
 }
 
-/* ---- the public tables and the files --------------------------------------------------------------------
- */
+/* ---- the public tables and the files ---- */
 lpo_status lpo_trace_timeline_tables(lpo_trace *t, lpo_table **timeline, lpo_table **idle, lpo_table **gaps) {
     sweep_result r;
     lpo_status st = sweep(t, &r);

@@ -51,8 +51,7 @@ static inline int tr_idx_get(const tr_idx *m, uint64_t key, uint64_t *val) {
 void tr_idx_clear(tr_idx *m);
 void tr_idx_free(tr_idx *m);
 
-/* ---- strings: interned by content, id 0 = none ------------------------------------------------------------
- */
+/* ---- strings: interned by content, id 0 = none ---- */
 typedef struct {
     const char *s; /* NUL-terminated; points into a mapped file or into owned memory */
     uint32_t len, hash;

@@ -10,8 +10,7 @@
 #include "probe/trace_format.h"
 #include "probe/trace_internal.h"
 
-/* ---- per-file state --------------------------------------------------------------------------------------
- */
+/* ---- per-file state ---- */
 typedef struct {
     uint32_t *gid; /* local string id -> global id */
     size_t n_gid;
@@ -302,8 +301,7 @@ static lpo_status load_records(lpo_trace *t, file_ctx *c, uint32_t proc, const u
     return LPO_OK;
 }
 
-/* ---- the capture gate's instances as a sorted union of intervals
- * ---------------------------------------------------------------------------- */
+/* ---- the capture gate's instances as a sorted union of intervals ---- */
 /* The gate's instances [start, end] (closed), sorted by start and merged where they overlap: disjoint and
  * increasing. Built in O(G log G); each query is a binary search, O(log G), so the filter over R ranges,
  * A API calls and M memory operations is O((G + R + A + M) log G) (it was O(G * (R + A + M))). */

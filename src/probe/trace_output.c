@@ -11,8 +11,7 @@
 
 #include "probe/trace_internal.h"
 
-/* ---- counters CSV
- * ------------------------------------------------------------------------------------------ */
+/* ---- counters CSV ---- */
 /* Splits line (modified in place) at commas into at most max fields; returns the count. Quoted fields
  * lose their quotes (the sampler writes none). */
 static size_t split_csv(char *line, char **f, size_t max) {
@@ -135,8 +134,7 @@ lpo_status lpo_trace_counters_load(const char *path, uint64_t t0_ns, lpo_trace_c
     return st;
 }
 
-/* ---- summary.md
- * ----------------------------------------------------------------------------------------------- */
+/* ---- summary.md ---- */
 static void summary(lpo_trace *t, const lpo_trace_report_opts *o, const lpo_table *kt, const char *analyses,
                     lpo_strbuf *sb) {
     const lpo_trace_stats *s = &t->stats;
@@ -213,8 +211,7 @@ static lpo_status save_kernels_md(const lpo_trace *t, const lpo_table *kt, const
     return st;
 }
 
-/* ---- the manifest: which report files lpo wrote
- * ------------------------------------------------------------------------------- */
+/* ---- the manifest: which report files lpo wrote ---- */
 /* trace_outputs.json lists each report file written into the directory, with its size and a hash of its
  * bytes. Reports are written again (lpo report trace) only in place of files listed there, unchanged: a
  * file lpo did not write (a user's notes, torch.profiler's own trace.json, a report edited since) and

@@ -283,8 +283,7 @@ lpo_status tr_analyze(lpo_trace *t) {
     return LPO_OK;
 }
 
-/* ---- kernels table
- * -------------------------------------------------------------------------------------------- */
+/* ---- kernels table ---- */
 static const lpo_field kernel_fields[] = {
     {"time_pct", LPO_FIELD_DOUBLE, "%.1f", 0}, {"total_ns", LPO_FIELD_INT, NULL, 0},
     {"instances", LPO_FIELD_INT, NULL, 0},     {"avg_ns", LPO_FIELD_DOUBLE, "%.1f", 0},
@@ -409,8 +408,7 @@ lpo_status lpo_trace_kernel_table(lpo_trace *t, lpo_table **out) {
     return LPO_OK;
 }
 
-/* ---- ranges table
- * ------------------------------------------------------------------------------------------ */
+/* ---- ranges table ---- */
 static const lpo_field range_fields[] = {
     {"range", LPO_FIELD_STR, NULL, 0},
     {"kind", LPO_FIELD_STR, NULL, 0},
@@ -623,8 +621,7 @@ lpo_status lpo_trace_range_table(lpo_trace *t, lpo_table **out) {
     return LPO_OK;
 }
 
-/* ---- steps table
- * ------------------------------------------------------------------------------------------- */
+/* ---- steps table ---- */
 static const lpo_field step_fields[] = {
     {"step", LPO_FIELD_INT, NULL, 0},
     {"start_ms", LPO_FIELD_DOUBLE, "%.3f", 0},

@@ -17,8 +17,7 @@
 
 #define NOMEM() lpo_errorf(LPO_E_NOMEM, "trace: out of memory for the operator table")
 
-/* ---- range names ------------------------------------------------------------------------------------------
- */
+/* ---- range names ---- */
 enum { RK_UNSEEN = 0, RK_OP, RK_MODULE, RK_OTHER };
 
 /* Length of the operator name at the start of s ("ns::name" up to ',' or the end), 0 when s is not one. */
@@ -112,8 +111,7 @@ static double numel_all(const shapes *sh) {
     return n;
 }
 
-/* ---- operator families and their costs -------------------------------------------------------------------
- */
+/* ---- operator families and their costs ---- */
 enum { FAM_NONE, FAM_MATMUL, FAM_ATTN, FAM_CONV, FAM_NORM, FAM_SOFTMAX, FAM_ELEM, FAM_REDUCE, FAM_COPY };
 static const char *const fam_names[] = {"other",   "matmul",      "attention", "conv", "norm",
                                         "softmax", "elementwise", "reduction", "copy"};
@@ -342,8 +340,7 @@ static double kernel_dtype(const char *k, const char **name) {
     return 0;
 }
 
-/* ---- the tables -------------------------------------------------------------------------------------------
- */
+/* ---- the tables ---- */
 typedef struct {
     uint32_t phase, name; /* string ids: the phase ("" none), the operator ("aten::mm") or module range */
     int fam;

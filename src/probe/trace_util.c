@@ -6,8 +6,7 @@
 
 #include "probe/trace_internal.h"
 
-/* ---- vectors ----------------------------------------------------------------------------------------------
- */
+/* ---- vectors ---- */
 int tr_vec_grow(void **v, size_t *cap, size_t n, size_t elem) {
     if (n < *cap) return 0;
     size_t nc = *cap ? *cap * 2 : 64;
@@ -18,8 +17,7 @@ int tr_vec_grow(void **v, size_t *cap, size_t n, size_t elem) {
     return 0;
 }
 
-/* ---- hash map -------------------------------------------------------------------------------------------
- */
+/* ---- hash map ---- */
 #define TR_EMPTY UINT64_MAX
 
 static inline uint64_t mix64(uint64_t x) { /* splitmix64 finaliser */
@@ -97,8 +95,7 @@ uint64_t *tr_map_get(const tr_map *m, uint64_t key) {
     return NULL;
 }
 
-/* ---- dense index ------------------------------------------------------------------------------------------
- */
+/* ---- dense index ---- */
 #define TR_DENSE_MAX (1ull << 26)
 
 int tr_idx_put(tr_idx *m, uint64_t key, uint64_t val) {
@@ -129,8 +126,7 @@ void tr_idx_free(tr_idx *m) {
     memset(m, 0, sizeof *m);
 }
 
-/* ---- string table -----------------------------------------------------------------------------------------
- */
+/* ---- string table ---- */
 static uint32_t fnv1a(const char *s, size_t n) {
     uint32_t h = 2166136261u;
     for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 16777619u;
@@ -194,8 +190,7 @@ void tr_strtab_free(tr_strtab *t) {
     memset(t, 0, sizeof *t);
 }
 
-/* ---- radix sort
- * --------------------------------------------------------------------------------------------- */
+/* ---- radix sort ---- */
 void tr_radix_sort_u64(uint64_t *keys, uint32_t *vals, uint64_t *tk, uint32_t *tv, size_t n) {
     uint64_t lo = UINT64_MAX, hi = 0;
     int sorted = 1;

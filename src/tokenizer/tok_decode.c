@@ -211,8 +211,7 @@ lpo_status lpo_tokenizer_decode(const lpo_tokenizer *t, const int32_t *ids, size
     return ok ? LPO_OK : lpo_errorf(LPO_E_NOMEM, "out of memory while decoding");
 }
 
-/* ---- streaming ------------------------------------------------------------------------------------------
- */
+/* ---- streaming ---- */
 void lpo_detok_stream_init(lpo_detok_stream *s) {
     memset(s, 0, sizeof *s);
     s->prev_id = -1;

@@ -126,8 +126,7 @@ static void cache_put(word_cache *wc, const char *s, size_t n, uint64_t h, const
     wc->slots[i] = (uint32_t)++wc->n_ents;
 }
 
-/* ---- BPE --------------------------------------------------------------------------------------------------
- */
+/* ---- BPE ---- */
 static void heap_push(enc_ctx *c, uint64_t key, int32_t new_id) {
     if (!grow((void **)&c->heap, &c->heap_cap, c->heap_n + 1, sizeof *c->heap)) {
         c->err = lpo_errorf(LPO_E_NOMEM, "out of memory while encoding");
@@ -542,8 +541,7 @@ static void raw_section(enc_ctx *c, const char *s, size_t n, int at_start) {
     lpo_sb_free(&nb);
 }
 
-/* ---- entry point -----------------------------------------------------------------------------------------
- */
+/* ---- entry point ---- */
 static void ctx_free(enc_ctx *c) {
     free(c->sym);
     free(c->prev);

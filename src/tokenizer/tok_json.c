@@ -138,8 +138,7 @@ static lpo_status load_normalizer(jctx *c, const cJSON *n, int depth) {
     return st;
 }
 
-/* ---- pre-tokenizer --------------------------------------------------------------------------------------
- */
+/* ---- pre-tokenizer ---- */
 static lpo_status push_pre(jctx *c, tok_pre p) {
     tok_push_pre(c->t, &p);
     return LPO_OK;
@@ -230,8 +229,7 @@ static lpo_status load_pre(jctx *c, const cJSON *p, int depth) {
         c->origin, type);
 }
 
-/* ---- decoder
- * ------------------------------------------------------------------------------------------------ */
+/* ---- decoder ---- */
 static lpo_status load_decoder(jctx *c, const cJSON *d, int depth) {
     if (!d || cJSON_IsNull(d)) return LPO_OK;
     const char *type = jstr(d, "type");
@@ -294,8 +292,7 @@ static lpo_status load_decoder(jctx *c, const cJSON *d, int depth) {
     return LPO_OK;
 }
 
-/* ---- post-processor
- * -------------------------------------------------------------------------------------------- */
+/* ---- post-processor ---- */
 static lpo_status load_template(jctx *c, const cJSON *pp) {
     lpo_tokenizer *t = c->t;
     const cJSON *single = jget(pp, "single"), *specials = jget(pp, "special_tokens"), *it;

@@ -40,8 +40,7 @@ static size_t pow2_at_least(size_t n) {
     return c;
 }
 
-/* ---- pool and per-id tables -----------------------------------------------------------------------------
- */
+/* ---- pool and per-id tables ---- */
 lpo_tokenizer *tok_new(tok_kind kind, const char *origin) {
     lpo_tokenizer *t = calloc(1, sizeof *t);
     if (!t) return NULL;
@@ -210,8 +209,7 @@ int tok_bytelevel_to_raw(const char *s, size_t n, lpo_strbuf *out) {
     return 1;
 }
 
-/* ---- string map ------------------------------------------------------------------------------------------
- */
+/* ---- string map ---- */
 static const tok_str *map_key(const lpo_tokenizer *t, const tok_strmap *m, uint32_t id) {
     return m->use_raw ? &t->raw[id] : &t->stored[id];
 }
@@ -270,8 +268,7 @@ lpo_status tok_build_maps(lpo_tokenizer *t) {
     return st;
 }
 
-/* ---- pair map
- * ---------------------------------------------------------------------------------------------- */
+/* ---- pair map ---- */
 static uint64_t pair_hash(uint64_t k) {
     k ^= k >> 33;
     k *= 0xFF51AFD7ED558CCDull;
@@ -339,8 +336,7 @@ int tok_pair_get(const tok_pairmap *m, int32_t a, int32_t b, uint32_t *rank, int
     }
 }
 
-/* ---- finishing
- * ------------------------------------------------------------------------------------------------ */
+/* ---- finishing ---- */
 lpo_status tok_finish(lpo_tokenizer *t) {
     lpo_status st = tok_build_maps(t);
     if (st) return st;
@@ -395,8 +391,7 @@ lpo_status tok_finish(lpo_tokenizer *t) {
     return LPO_OK;
 }
 
-/* ---- UTF-8
- * ------------------------------------------------------------------------------------------------------ */
+/* ---- UTF-8 ---- */
 size_t tok_utf8_prefix(const unsigned char *s, size_t n, int *complete) {
     *complete = 0;
     if (!n) return 0;
@@ -509,8 +504,7 @@ lpo_status tok_regex_compile(const char *pattern, const char *origin, pcre2_code
     return LPO_OK;
 }
 
-/* ---- normalizers
- * ---------------------------------------------------------------------------------------------------- */
+/* ---- normalizers ---- */
 int tok_is_white_space(uint32_t c) {
     return (c >= 9 && c <= 13) || c == 32 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
            (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
@@ -687,8 +681,7 @@ lpo_status tok_normalize(const lpo_tokenizer *t, const char *s, size_t n, lpo_st
     return LPO_OK;
 }
 
-/* ---- pipeline steps
- * ---------------------------------------------------------------------------------------------------- */
+/* ---- pipeline steps ---- */
 void tok_push_norm(lpo_tokenizer *t, const tok_norm *nm) {
     t->norms = lpo_xgrow(t->norms, &t->cap_norms, t->n_norms + 1, sizeof *t->norms, "tokenizer normalizers");
     t->norms[t->n_norms++] = *nm;

@@ -65,8 +65,7 @@ static lpo_model_spec small_spec(int variant) {
     return s;
 }
 
-/* ---- 1. the op checker ----------------------------------------------------------------------------------
- */
+/* ---- 1. the op checker ---- */
 static void test_opcheck(void **state) {
     (void)state;
     const lpo_backend_iface *be = cuda_iface();
@@ -140,8 +139,7 @@ static void test_run_op_staging(void **state) {
     assert_int_equal(failures, 0);
 }
 
-/* ---- 2. whole steps --------------------------------------------------------------------------------------
- */
+/* ---- 2. whole steps ---- */
 static lpo_status model_view(void *ud, const char *name, lpo_weight_view *out) {
     return lpo_model_weight_view(ud, name, out);
 }
@@ -224,8 +222,7 @@ static double rel_diff(const float *a, const float *b, int64_t n) {
     return mb > 0 ? md / mb : md;
 }
 
-/* ---- 2a. op by op: both backends unfused, every op's output buffer compared ------------------------------
- */
+/* ---- 2a. op by op: both backends unfused, every op's output buffer compared ---- */
 typedef struct {
     const lpo_backend_iface *be;
     void *ctx;

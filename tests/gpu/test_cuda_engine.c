@@ -43,8 +43,7 @@ static lpo_engine *open_dir(const char *dir, const char *backend, const char *dt
     return e;
 }
 
-/* ---- golden fixtures vs HF -------------------------------------------------------------------------------
- */
+/* ---- golden fixtures vs HF ---- */
 static void check_golden(const char *name, const char *dtype, double rel_bound, int check_tokens) {
     char path[1024];
     snprintf(path, sizeof path, "%s/tests/golden/engine/%s/fixture.json", LPO_SOURCE_DIR, name);
@@ -107,8 +106,7 @@ static void test_golden_bf16(void **state) {
     for (size_t i = 0; i < sizeof GOLDEN / sizeof *GOLDEN; i++) check_golden(GOLDEN[i], "bf16", 2e-2, 0);
 }
 
-/* ---- generation: CUDA vs CPU, modes -----------------------------------------------------------------------
- */
+/* ---- generation: CUDA vs CPU, modes ---- */
 static void gen(lpo_engine *e, const int32_t *prompt, size_t n, int64_t max_new, const lpo_sampling *sp,
                 int32_t *out) {
     lpo_gen_params p = {.max_new_tokens = max_new, .ignore_eos = 1, .sampling = *sp};
@@ -197,8 +195,7 @@ static void test_smollm2(void **state) {
     cJSON_Delete(j);
 }
 
-/* ---- memory
- * ------------------------------------------------------------------------------------------------ */
+/* ---- memory ---- */
 static void test_does_not_fit(void **state) {
     (void)state;
     char path[1024];

@@ -172,8 +172,7 @@ static void test_attn_pairs(void **state) {
     }
 }
 
-/* ---- the byte split agrees with the op list's lpo_op_bytes at its own (f32) dtypes ------------------------
- */
+/* ---- the byte split agrees with the op list's lpo_op_bytes at its own (f32) dtypes ---- */
 static void check_split(const lpo_model_spec *spec, int decode, int batch, int64_t x) {
     lpo_model_spec f32 = *spec, *s = &f32;
     f32.dtype = LPO_DT_F32; /* weights at f32 in the op list, as the split below prices them */
@@ -284,8 +283,7 @@ static void test_roofline(void **state) {
     assert_string_equal(lpo_dtype_find("float16")->name, "f16");
 }
 
-/* ---- settings and peaks from config ----------------------------------------------------------------------
- */
+/* ---- settings and peaks from config ---- */
 static lpo_node *compose(const char *const *ov, size_t n) {
     lpo_cfg_opts o = {.command = "test"};
     lpo_node *cfg = NULL;

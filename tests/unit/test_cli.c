@@ -132,8 +132,7 @@ static void test_cli_compose(void **state) {
     lpo_cli_args_free(&a);
 }
 
-/* ---- the binary
- * --------------------------------------------------------------------------------------------- */
+/* ---- the binary ---- */
 static int run(const char *args, char **out, char **err) {
     int rc = lpo_test_run_lpo(args, out, err);
     if (rc < 0) fail_msg("could not run lpo %s", args);

@@ -265,8 +265,7 @@ static void test_dump_roundtrip(void **state) {
     lpo_node_free(n);
 }
 
-/* ---- composition ----------------------------------------------------------------------------------------
- */
+/* ---- composition ---- */
 static void test_compose_defaults(void **state) {
     (void)state;
     lpo_node *cfg = compose_ok(CONF1, NULL, 0);
@@ -441,8 +440,7 @@ static void test_bad_yaml_in_tree(void **state) {
     free(dir);
 }
 
-/* ---- interpolation ----------------------------------------------------------------------------------------
- */
+/* ---- interpolation ---- */
 static lpo_node *resolve_text(const char *yaml, const char *const *ov, size_t n, lpo_status *st) {
     char *dir = lpo_test_tmpdir();
     char p[4200];
@@ -609,8 +607,7 @@ static void test_interpolation_errors(void **state) {
     assert_non_null(strstr(lpo_last_error(), "formats to nothing or to more than 255 bytes"));
 }
 
-/* ---- sweeps and groups
- * --------------------------------------------------------------------------------------- */
+/* ---- sweeps and groups ---- */
 static void test_sweep_expand(void **state) {
     (void)state;
     const char *ov[] = {"a=sweep(1,2,4)", "b=x", "+c=sweep('p,q', [1,2])", "d=[5,6]"};

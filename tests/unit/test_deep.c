@@ -40,8 +40,7 @@ static int file_has(const char *path, const char *needle) {
     return ok;
 }
 
-/* ---- CSV reader
- * ---------------------------------------------------------------------------------------------- */
+/* ---- CSV reader ---- */
 static void test_csv_reader(void **state) {
     (void)state;
     const char *t = "\xEF\xBB\xBF"
@@ -71,8 +70,7 @@ static void test_csv_reader(void **state) {
     lpo_csv_free(&c);
 }
 
-/* ---- numbers and units
- * ----------------------------------------------------------------------------------------- */
+/* ---- numbers and units ---- */
 static void test_numbers_units(void **state) {
     (void)state;
     double v = 0;
@@ -123,8 +121,7 @@ static void test_numbers_units(void **state) {
     assert_false(lpo_ncu_unit_scale("cluster", &s, base, sizeof base));
 }
 
-/* ---- the recorded export
- * ------------------------------------------------------------------------------------------ */
+/* ---- the recorded export ---- */
 static long find_result(const lpo_ncu_results *r, const char *prefix, int nth) {
     for (size_t i = 0; i < r->n; i++)
         if (!strncmp(r->r[i].name, prefix, strlen(prefix)) && nth-- == 0) return (long)i;
@@ -236,8 +233,7 @@ static void test_import_shapes(void **state) {
     lpo_ncu_results_free(&r);
 }
 
-/* ---- base names and the plan
- * ---------------------------------------------------------------------------------- */
+/* ---- base names and the plan ---- */
 static void test_base_names(void **state) {
     (void)state;
     static const char *const cases[][2] = {
@@ -434,8 +430,7 @@ static void test_plan(void **state) {
     assert_int_equal(lpo_deep_plan_load(FIX, &o, &p), LPO_E_NOT_FOUND);
 }
 
-/* ---- analysis and report
- * ----------------------------------------------------------------------------------------- */
+/* ---- analysis and report ---- */
 typedef struct {
     lpo_deep_plan plan;
     lpo_ncu_results res;
@@ -581,8 +576,7 @@ static void test_report(void **state) {
     free_fixture(&f);
 }
 
-/* ---- the GEMM FLOP cross-check on lpo's engine
- * ---------------------------------------------------------------- */
+/* ---- the GEMM FLOP cross-check on lpo's engine ---- */
 static void test_cross_check(void **state) {
     (void)state;
     lpo_model_spec s = test_spec();
@@ -662,8 +656,7 @@ static void test_cross_check(void **state) {
     free(dir);
 }
 
-/* ---- driving ncu
- * -------------------------------------------------------------------------------------------------- */
+/* ---- driving ncu ---- */
 static int argv_has(char **v, const char *a, const char *b) {
     for (size_t i = 0; v[i]; i++)
         if (!strcmp(v[i], a) && (!b || (v[i + 1] && !strcmp(v[i + 1], b)))) return 1;
@@ -824,8 +817,7 @@ static void test_ncu_find(void **state) {
     free(dir);
 }
 
-/* ---- the command on the recorded export
- * ------------------------------------------------------------------------- */
+/* ---- the command on the recorded export ---- */
 static void test_cli_import(void **state) {
     (void)state;
     char *dir = lpo_test_tmpdir(), args[4600], p[4200];

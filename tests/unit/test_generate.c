@@ -301,8 +301,7 @@ static void test_eos_at_once(void **state) {
     free(err);
 }
 
-/* ---- library level with the tiny preset and its byte-level tokenizer -------------------------------------
- */
+/* ---- library level with the tiny preset and its byte-level tokenizer ---- */
 typedef struct {
     lpo_strbuf sb;
     int calls;

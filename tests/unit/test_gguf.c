@@ -16,8 +16,7 @@
 #include "lpo/tokenizer.h"
 #include "test_support.h"
 
-/* ---- a tiny GGUF writer
- * ------------------------------------------------------------------------------------ */
+/* ---- a tiny GGUF writer ---- */
 typedef struct {
     uint8_t *p;
     size_t n, cap;

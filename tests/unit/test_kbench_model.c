@@ -42,8 +42,7 @@ static lpo_status run3(lpo_kbench *kb, const char *a, const char *b, const char 
     return lpo_test_kbench_run(kb, base, N_BASE, extra, 3);
 }
 
-/* ---- the table as written (CSV), by column name ----------------------------------------------------------
- */
+/* ---- the table as written (CSV), by column name ---- */
 typedef struct {
     lpo_csv csv;
 } tab;

@@ -190,8 +190,7 @@ static void test_moe_folders(void **state) {
     lpo_model_close(m);
 }
 
-/* ---- HF hub cache
- * ------------------------------------------------------------------------------------------- */
+/* ---- HF hub cache ---- */
 static void mk(const char *root, const char *rel) {
     char p[4200];
     snprintf(p, sizeof p, "%s/%s", root, rel);
@@ -246,8 +245,7 @@ static void test_hf_cache(void **state) {
     free(root);
 }
 
-/* ---- lpo analyze
- * ------------------------------------------------------------------------------------------------ */
+/* ---- lpo analyze ---- */
 static void test_analyze_cli(void **state) {
     (void)state;
     char *out = NULL, *err = NULL;

@@ -285,8 +285,7 @@ static void test_tensor_list(void **state) {
     assert_int_equal(lpo_spec_kv_bytes_per_token(&s, LPO_DT_Q8_0), 0);
 }
 
-/* ---- presets
- * -------------------------------------------------------------------------------------------------- */
+/* ---- presets ---- */
 typedef struct {
     const char *name;
     int64_t params; /* published totals (HF model cards / config arithmetic) */

@@ -165,8 +165,7 @@ static void test_checker_catches(void **state) {
     lpo_oplist_free(&l);
 }
 
-/* ---- the CPU kernels against naive double loops -----------------------------------------------------------
- */
+/* ---- the CPU kernels against naive double loops ---- */
 static float frand(uint64_t *s) {
     *s = *s * 6364136223846793005ull + 1442695040888963407ull;
     return (float)((double)(*s >> 11) / 9007199254740992.0 * 2 - 1);

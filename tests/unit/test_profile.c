@@ -292,8 +292,7 @@ static void test_artifacts(void **state) {
     cJSON_Delete(m);
 }
 
-/* ---- the cost model of the timing pass equals what the engine ran ----------------------------------------
- */
+/* ---- the cost model of the timing pass equals what the engine ran ---- */
 static void test_batch_cost_matches_engine(void **state) {
     (void)state;
     const char *ov[] = {"model=tiny"};
@@ -344,8 +343,7 @@ static void test_batch_cost_matches_engine(void **state) {
     lpo_node_free(cfg);
 }
 
-/* ---- settings and the command line ------------------------------------------------------------------------
- */
+/* ---- settings and the command line ---- */
 static void test_settings(void **state) {
     (void)state;
     char *out = NULL, *err = NULL;

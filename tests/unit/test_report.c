@@ -163,8 +163,7 @@ static void test_json_node(void **state) {
     lpo_node_free(n);
 }
 
-/* ---- tables
- * ------------------------------------------------------------------------------------------------ */
+/* ---- tables ---- */
 static const lpo_field fields[] = {
     {.name = "name", .type = LPO_FIELD_STR},
     {.name = "n", .type = LPO_FIELD_INT},

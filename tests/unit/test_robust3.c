@@ -241,8 +241,7 @@ static void test_override_key_depth(void **state) {
     expect("\"$LPO\" config show +caf\303\251=1", 2, "bad character '\303\251' in key 'caf\303\251'");
 }
 
-/* ---- complexity bounds ------------------------------------------------------------------------------------
- */
+/* ---- complexity bounds ---- */
 /* fn(n, ud) builds an input of size n and returns the seconds its code under test took. A loop stated
  * O(n) or O(n log n) takes about 4x (4.7x) as long on an input 4x larger, a quadratic one 16x: the best of 3
  * runs at 4n must stay under 8x the best at n (+ 0.25 s of slack for a loaded machine). */
@@ -377,8 +376,7 @@ static void test_trace_times(void **state) {
     remove_tree(dir);
 }
 
-/* ---- lpo deep's imports -----------------------------------------------------------------------------------
- */
+/* ---- lpo deep's imports ---- */
 static void put_file(const char *dir, const char *name, const char *text) {
     char p[4400];
     snprintf(p, sizeof p, "%s/%s", dir, name);
@@ -513,8 +511,7 @@ static void test_deep_import_numbers(void **state) {
     remove_tree(dir);
 }
 
-/* ---- ceilings, bench, kbench ------------------------------------------------------------------------------
- */
+/* ---- ceilings, bench, kbench ---- */
 /* Findings 9 and 11: a FIFO as the ceilings cache measured, then blocked forever on the save; a cached peak
  * of 1e-300 TFLOP/s was accepted (only > 0 and <= 1e12 were checked) and bench printed MFU 2.05e26. */
 static void test_ceilings_cache(void **state) {

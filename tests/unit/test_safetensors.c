@@ -134,8 +134,7 @@ static void test_entry_lies(void **state) {
            8, 0, LPO_E_FORMAT, "'a' appears twice");
 }
 
-/* ---- folders
- * ------------------------------------------------------------------------------------------------ */
+/* ---- folders ---- */
 static char *copy_dir(const char *src) {
     char *dir = lpo_test_tmpdir();
     char cmd[8192];

@@ -358,8 +358,7 @@ static void test_determinism(void **state) {
     lpo_sample_scratch_free(s);
 }
 
-/* ---- the fast path equals the full-sort reference --------------------------------------------------------
- */
+/* ---- the fast path equals the full-sort reference ---- */
 static void fill_row(float *l, int64_t V, int kind) {
     for (int64_t i = 0; i < V; i++) {
         switch (kind) {

@@ -72,8 +72,7 @@ static const char *str(const cJSON *row, const char *k) {
     return cJSON_IsString(v) ? v->valuestring : "";
 }
 
-/* ---- a small writer of ranges and kernels ----------------------------------------------------------------
- */
+/* ---- a small writer of ranges and kernels ---- */
 typedef struct {
     lpo_raw_writer w;
     uint32_t next_str, corr;

@@ -546,8 +546,7 @@ static lpo_status cpu_run_op(void *vctx, const lpo_op *op, lpo_op_io *io) {
     return st;
 }
 
-/* ---- init -----------------------------------------------------------------------------------------------
- */
+/* ---- init ---- */
 /* The op that already loaded the same single weight (tied embeddings), or -1. */
 static long shared_with(const lpo_oplist *l, size_t i) {
     const lpo_op *op = &l->ops[i];

@@ -44,8 +44,7 @@ lpo_status lpo__cuda_attention(cuda_ctx *c, const lpo_op *op, const cuda_args *a
                                      a->att_ws_bytes, c->dt, c->stream);
 }
 
-/* ---- one launch per op kind ------------------------------------------------------------------------------
- */
+/* ---- one launch per op kind ---- */
 typedef lpo_status (*cuda_launch_fn)(cuda_ctx *c, const lpo_op *op, const cuda_args *a);
 
 static lpo_status launch_embed(cuda_ctx *c, const lpo_op *op, const cuda_args *a) {
@@ -138,8 +137,7 @@ lpo_status lpo__cuda_launch(cuda_ctx *c, const lpo_op *op, const cuda_args *a) {
     return launches[op->kind](c, op, a);
 }
 
-/* ---- what run_op supports, per kind (kinds without a row: any op with m >= 1) -----------------------------
- */
+/* ---- what run_op supports, per kind (kinds without a row: any op with m >= 1) ---- */
 static int heads_supported(const lpo_op *op) {
     return op->head_dim > 0 && op->head_dim % 2 == 0 && op->head_dim <= 256;
 }

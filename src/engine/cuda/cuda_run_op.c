@@ -8,8 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- host <-> device f32 helpers --------------------------------------------------------------------------
- */
+/* ---- host <-> device f32 helpers ---- */
 /* src (n f32) -> dst (n elements of dt), host */
 static void f32_to_dt(void *dst, const float *src, int64_t n, lpo_dtype dt) {
     for (int64_t i = 0; i < n; i++) {

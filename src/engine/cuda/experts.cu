@@ -46,8 +46,7 @@ template <typename RAW> __device__ __forceinline__ RAW ld_plain(const void *p) {
     return *reinterpret_cast<const RAW *>(p);
 }
 
-/* ---- GEMV path: gate_up + SwiGLU per chosen expert ------------------------------------------------------
- */
+/* ---- GEMV path: gate_up + SwiGLU per chosen expert ---- */
 /* block (x, p): act rows o0 .. o0 + 4 of expert ids[p] for the tokens that chose it (p its first pair) */
 template <typename T, int M, int V>
 __global__ void __launch_bounds__(MOE_THREADS)
@@ -140,8 +139,7 @@ __global__ void __launch_bounds__(MOE_THREADS)
     }
 }
 
-/* ---- GEMV path: down and the weighted sum over the chosen experts ---------------------------------------
- */
+/* ---- GEMV path: down and the weighted sum over the chosen experts ---- */
 /* block x: y rows o0 .. o0 + 4 (of h) of every token, over every chosen expert */
 template <typename T, int M, int V>
 __global__ void __launch_bounds__(MOE_THREADS)
@@ -313,8 +311,7 @@ __global__ void __launch_bounds__(MOE_PREP)
     }
 }
 
-/* ---- grouped path: the GEMM over tiles of one expert -----------------------------------------------------
- */
+/* ---- grouped path: the GEMM over tiles of one expert ---- */
 __device__ __forceinline__ void cp_async16(void *smem, const void *g, bool valid) {
     const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(g), "r"(valid ? 16 : 0));

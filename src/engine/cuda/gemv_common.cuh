@@ -5,8 +5,7 @@
 #pragma once
 #include "engine/cuda/cuda_common.cuh"
 
-/* ---- loads ----------------------------------------------------------------------------------------------
- */
+/* ---- loads ---- */
 /* Weights: read once per step, evict-first in L1 and L2 (ld.global.cs). */
 template <typename RAW> __device__ __forceinline__ RAW ld_stream(const void *p) {
     return __ldcs(reinterpret_cast<const RAW *>(p));

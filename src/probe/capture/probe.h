@@ -115,8 +115,7 @@ void probe_cupti_ext_pop(void);
 uint64_t probe_cupti_node_id(void *node); /* cuptiGetGraphNodeId; 0 on failure */
 void probe_gate_sync(void); /* a gate opened or closed: tracing on while one is open (in the window) */
 
-/* ---- exported entry points -------------------------------------------------------------------------------
- */
+/* ---- exported entry points ---- */
 PROBE_EXPORT int InitializeInjection(void); /* CUDA_INJECTION64_PATH */
 /* InitializeInjectionNvtx2 (NVTX_INJECTION64_PATH) is declared in probe_nvtx.c with NVTX's types. */
 /* In-process API (include/lpo/probe.h binds these with dlsym): 0 on success. attribution: LPO_ATTR_*. */

@@ -19,8 +19,7 @@ uint64_t probe_now(void) {
     return lpo_clock_now();
 }
 
-/* ---- per-thread state -----------------------------------------------------------------------------------
- */
+/* ---- per-thread state ---- */
 static __thread probe_tls *tls_self;
 
 static void stage_flush(probe_tls *t) {
@@ -67,8 +66,7 @@ void probe_stage(probe_tls *t, uint16_t type, uint32_t aux, const void *body, si
     __atomic_store_n(&t->stage_len, t->stage_len + size, __ATOMIC_RELEASE);
 }
 
-/* ---- strings ----------------------------------------------------------------------------------------------
- */
+/* ---- strings ---- */
 static uint32_t hash_str(const char *s, size_t n) {
     uint32_t h = 2166136261u;
     for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 16777619u;
@@ -144,8 +142,7 @@ uint32_t probe_intern(const char *s, size_t len) {
     return id;
 }
 
-/* ---- NVTX-level operations --------------------------------------------------------------------------------
- */
+/* ---- NVTX-level operations ---- */
 static int is_gate(uint32_t name) {
     return G.gate_id && name == G.gate_id;
 }
@@ -289,8 +286,7 @@ __attribute__((destructor)) static void on_unload(void) {
     pthread_mutex_unlock(&G.mu);
 }
 
-/* ---- fatal signals
- * --------------------------------------------------------------------------------------------- */
+/* ---- fatal signals ---- */
 static const int fatal_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTERM};
 static struct sigaction old_actions[sizeof fatal_signals / sizeof fatal_signals[0]];
 static atomic_int in_signal;
@@ -437,8 +433,7 @@ int probe_init_from_env(void) {
     return rc;
 }
 
-/* ---- the in-process API (include/lpo/probe.h resolves these with dlsym) ----------------------------------
- */
+/* ---- the in-process API (include/lpo/probe.h resolves these with dlsym) ---- */
 PROBE_EXPORT int lpo_probe_impl_start(const char *dir, uint32_t activities, int attribution,
                                       const char *capture_range) {
     pthread_once(&once, init_common);

@@ -45,8 +45,7 @@ static struct {
     int demangle_looked;
 } C = {.pool_mu = PTHREAD_MUTEX_INITIALIZER, .en_mu = PTHREAD_MUTEX_INITIALIZER};
 
-/* ---- buffers
- * ------------------------------------------------------------------------------------------------ */
+/* ---- buffers ---- */
 static void CUPTIAPI buf_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
     uint8_t *b = NULL;
     pthread_mutex_lock(&C.pool_mu);
@@ -243,8 +242,7 @@ static void CUPTIAPI buf_completed(CUcontext ctx, uint32_t stream, uint8_t *buff
     pthread_mutex_unlock(&C.pool_mu);
 }
 
-/* ---- callbacks
- * ------------------------------------------------------------------------------------------------- */
+/* ---- callbacks ---- */
 /* LPO_ACT_LAUNCH: the launch call itself as an API record (enter/exit times from our clock), unless CUPTI
  * records that domain's calls already (runtime/driver activities); a driver launch made by a runtime
  * launch is the same call and is left out. */
@@ -393,8 +391,7 @@ static void enable_launch_records(int on, uint32_t acts) {
         CUPTI_CHECK(cuptiActivityEnableDriverApi(driver_launch_cbids[i], (uint8_t)on));
 }
 
-/* ---- activities -------------------------------------------------------------------------------------------
- */
+/* ---- activities ---- */
 static const struct {
     uint32_t bit;
     CUpti_ActivityKind kind;
@@ -571,8 +568,7 @@ int probe_cupti_start(void) {
     return 0;
 }
 
-/* ---- the CUDA injection entry point (CUDA_INJECTION64_PATH)
- * ------------------------------------------------- */
+/* ---- the CUDA injection entry point (CUDA_INJECTION64_PATH) ---- */
 PROBE_EXPORT int InitializeInjection(void) {
     if (probe_init_from_env() != 0) return 1; /* not configured: stay out of the way */
     probe_cupti_start();

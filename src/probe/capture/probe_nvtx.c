@@ -62,8 +62,7 @@ static uint32_t domain_id(nvtxDomainHandle_t d) {
     return (uint32_t)(uintptr_t)d;
 }
 
-/* ---- CORE ------------------------------------------------------------------------------------------------
- */
+/* ---- CORE ---- */
 static void mark_ex(const nvtxEventAttributes_t *a) {
     probe_mark(attr_id(a), 0);
 }
@@ -104,8 +103,7 @@ static void name_thread_w(uint32_t tid, const wchar_t *name) {
     probe_thread_name(tid, wide_id(name));
 }
 
-/* ---- CORE2 (domains) --------------------------------------------------------------------------------------
- */
+/* ---- CORE2 (domains) ---- */
 static void d_mark_ex(nvtxDomainHandle_t d, const nvtxEventAttributes_t *a) {
     probe_mark(attr_id(a), domain_id(d));
 }
