@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One GPU-machine call for issue 10: builds lpo for sm_90, runs `lpo ceilings --refresh` twice (the bar:
+# One GPU-machine call for the ceilings' bars: builds lpo for sm_90, runs `lpo ceilings --refresh` twice (the bar:
 # bf16 >= 740 TFLOP/s, copy >= 2900 GB/s, fp8 >= 1300, two runs within 2%, < 60 s each), the GPU tests
 # (ceilings benches, every kbench case validated on CUDA), and kbench timings (bf16 GEMM 8192^3 against the
 # ceiling, a >= 50 us kernel twice, Llama-3.1-8B decode linears, a sweep, cuDNN cases). The device tool

@@ -6,8 +6,8 @@
 #   scripts/gpu-check.sh            (CUDA_ARCHS=90 by default; e.g. CUDA_ARCHS="80;90" scripts/gpu-check.sh)
 #   GPU_CHECK_TESTS=<ctest regex>, GPU_CHECK_RACE=0, GPU_CHECK_BENCH=0: a shorter run when device time is short
 #   GPU_CHECK_AB=1: also the A/B bench points (engine.gemv=false, engine.pdl=false; ~70 s more).
-#   The whole default run takes ~10 minutes on an H100 (2026-11-23, tree 2b0bf8b: build 62 s, GPU tests
-#   313 s, sanitizers and ceilings past 530 s, then the bench ~65 s): on a machine that allows 600 s per
+#   The whole default run takes ~10 minutes on an H100 (docs/perf-notes.md has the split: build ~1 min,
+#   GPU tests ~5, sanitizers and ceilings ~4, the bench ~1): on a machine that allows 600 s per
 #   command, split it over two: GPU_CHECK_BENCH=0 (build, tests, sanitizers), then GPU_CHECK_TESTS=none
 #   (build, ceilings, bench).
 #   scripts/gpu-check.sh --bundle-deps [DIR]   (on a machine that has them: copies the -dev libraries lpo
@@ -127,7 +127,7 @@ if [ -s "$build/ctest-gpu.log" ]; then
 fi
 if [ -s "$build/bench-tables.txt" ]; then
   echo
-  echo "lpo bench (H100 bars: issue 9; qwen3-30b-a3b: issue 25)"
+  echo "lpo bench"
   grep -E '^(\||# )' "$build/bench-tables.txt"
 fi
 echo

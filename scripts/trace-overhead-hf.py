@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Measurement fixture for the `lpo trace` overhead bar (issue 11): an eager greedy decode of a
+"""Measurement fixture for the `lpo trace` overhead bar (docs/trace.md): an eager greedy decode of a
 Llama-3.1-8B-shaped model with random bf16 weights on the GPU, printing tokens per second. Run it untraced
 and under `lpo trace -- python3 scripts/trace-overhead-hf.py` in alternation (tests/gpu/trace_device_check.sh
 does) and compare the medians; the bar is <= 10% slower traced.

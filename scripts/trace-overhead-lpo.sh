@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The lpo-engine overhead bar of `lpo trace` (issue 11: <= 3% fewer decode tok/s, 8B, graph mode) and its
+# The lpo-engine overhead bar of `lpo trace` (<= 3% fewer decode tok/s, 8B, graph mode) and its
 # graph-node attribution, on a GPU machine with the CUDA backend:
 #   scripts/trace-overhead-lpo.sh OUTDIR [PAIRS] [bench overrides...]
 # runs `lpo bench` (Llama-3.1-8B synthetic bf16 weights, batch 1, prompt 128, 128 generated tokens,

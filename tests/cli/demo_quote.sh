@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make demo prints each command as a user can paste it (issue 22): scripts/demo.sh --quote gives the
+# make demo prints each command as a user can paste it: scripts/demo.sh --quote gives the
 # README's form for a prompt with spaces, and every printed line, pasted into a shell, gives back the
 # exact words that ran (spaces, quotes, $, backslash, backquote, globs, empty words).
 set -u

@@ -33,7 +33,7 @@ static void resolved_text(const lpo_node *cfg, lpo_strbuf *out) {
     lpo_node_free(copy);
 }
 
-/* config.yaml of a run directory composes again to the same values (issue 14, finding 3). */
+/* config.yaml of a run directory composes again to the same values. */
 static void check_recompose(const lpo_node *cfg) {
     lpo_strbuf a = {0}, b = {0};
     lpo_cfg_dump_yaml_resolved(cfg, &a);

@@ -1,4 +1,4 @@
-/* GPU test (label "gpu"), the Stage 1 checks of issue 12 on an H100: `lpo profile` of the synthetic
+/* GPU test (label "gpu"), the Stage 1 checks on an H100: `lpo profile` of the synthetic
  * llama3.1-8b (prompt 2048, 128 new tokens, 3 samples, backend=cuda) completes in under 60 s end to end,
  * every artifact is written, MFU / MBU are known, operator times add up within 5%, and its median decode
  * tok/s agrees with `lpo bench` at the same shape within 3%. Prints summary.md (for the issue note).

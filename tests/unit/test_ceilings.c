@@ -100,7 +100,7 @@ static void test_mbu(void **state) {
     c.m[LPO_CEIL_M_DRAM_COPY].value = 3100;
     assert_float_equal(lpo_ceilings_mbu_gbs(&c, &name), 3100, 0);
     assert_string_equal(name, "copy (read+write)");
-    /* issue 22: a figure that did not converge is passed over for a converged one, used only when alone */
+    /* A figure that did not converge is passed over for a converged one, used only when alone */
     c.m[LPO_CEIL_M_DRAM_COPY].not_converged = 1;
     assert_float_equal(lpo_ceilings_mbu_gbs(&c, &name), 3050, 0);
     assert_string_equal(name, "read-only");
@@ -111,7 +111,7 @@ static void test_mbu(void **state) {
     assert_string_equal(name, "");
 }
 
-/* issue 22: a ceiling that did not converge is never used silently: recorded in the cache, marked in
+/* A ceiling that did not converge is never used silently: recorded in the cache, marked in
  * `lpo ceilings`' table, named in the peaks label every report shows and warned about when resolved */
 static void test_not_converged(void **state) {
     (void)state;
@@ -256,7 +256,7 @@ static void test_cache_roundtrip(void **state) {
     lpo_ceilings_cache_path("../../etc/x", path, sizeof path);
     assert_null(strstr(path, "/../"));
     unsetenv("XDG_CACHE_HOME");
-    /* without $HOME: the account's home folder, never a shared /tmp (issue 14, finding 2's class) */
+    /* without $HOME: the account's home folder, never a shared /tmp */
     char *home = getenv("HOME") ? lpo_strdup(getenv("HOME")) : NULL;
     unsetenv("HOME");
     lpo_ceilings_cache_path("k", path, sizeof path);

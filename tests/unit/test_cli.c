@@ -69,7 +69,7 @@ static void test_parse_ok(void **state) {
     assert_int_equal(a.help, 1);
     assert_string_equal(lpo_cli_flag_value(&a, "out"), "x");
     lpo_cli_args_free(&a);
-    /* issue 14, finding 15: a value given twice is refused (the last one silently won); switches may repeat
+    /* A value given twice is refused (the last one silently won); switches may repeat
      */
     assert_int_equal(parse(&spec, &a, 2, "--out=x", "--out=y"), LPO_E_USAGE);
     assert_non_null(strstr(lpo_last_error(), "flag '--out' is given twice ('x' and 'y')"));
@@ -226,7 +226,7 @@ static void test_binary_groups_env_version(void **state) {
     assert_non_null(j);
     assert_true(cJSON_IsString(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "host"), "glibc")));
     assert_true(cJSON_IsBool(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "nvml"), "available")));
-    /* issue 22: a CUDA build on a machine without a driver (this CI machine) says so, not "insufficient" */
+    /* A CUDA build on a machine without a driver (this CI machine) says so, not "insufficient" */
     const cJSON *cu = cJSON_GetObjectItem(j, "cuda");
     const cJSON *cerr = cJSON_GetObjectItem(cu, "error");
     if (cJSON_IsTrue(cJSON_GetObjectItem(cu, "built")) && cJSON_IsString(cerr) &&
@@ -252,7 +252,7 @@ static void test_binary_groups_env_version(void **state) {
     free(err);
 }
 
-/* issue 22: the CUDA runtime's "driver version is insufficient" means no driver at all when there is none */
+/* The CUDA runtime's "driver version is insufficient" means no driver at all when there is none */
 static void test_no_gpu_reason(void **state) {
     (void)state;
     char why[256];

@@ -243,7 +243,7 @@ static void test_dump_roundtrip(void **state) {
     lpo_sb_free(&sb2);
     lpo_node_free(n);
     lpo_node_free(back);
-    /* issue 14, finding 17: document markers as values (the fuzzer's ` ---` aborted: "---" was written
+    /* Document markers as values (the fuzzer's ` ---` aborted: "---" was written
      * plain at the start of a line and read back as a new document) */
     const char *const docs[] = {"' ---'", "'---'", "'...'", "'--- x'", "'...\t'", "[---, '...']", "k: '---'"};
     for (size_t i = 0; i < sizeof docs / sizeof *docs; i++) {
@@ -454,7 +454,7 @@ static lpo_node *resolve_text(const char *yaml, const char *const *ov, size_t n,
     return cfg;
 }
 
-/* Issue 14, findings 12 and 15: expansion bombs stop with a clear error (they grew to 9 GB), a package
+/* Expansion bombs stop with a clear error (they grew to 9 GB), a package
  * header that is not a package path is refused (it made keys with empty names). */
 static void test_expansion_bombs_and_packages(void **state) {
     (void)state;

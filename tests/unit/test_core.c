@@ -148,7 +148,7 @@ static char *slurp(const char *path) {
     return data;
 }
 
-/* Issue 14, findings 1 and 2: a symlink is written through (never replaced), a link planted at a
+/* A symlink is written through (never replaced), a link planted at a
  * predictable temp name is never followed, permissions of a replaced file are kept, no temp file stays. */
 static void test_output_file_links(void **state) {
     (void)state;
@@ -220,7 +220,7 @@ static void test_output_file_links(void **state) {
     free(dir);
 }
 
-/* Issue 14, finding 11: a FIFO as an input never blocks (refused before any read), as an output it is
+/* A FIFO as an input never blocks (refused before any read), as an output it is
  * written in place. */
 static void test_fifo_files(void **state) {
     (void)state;
@@ -256,7 +256,7 @@ static void test_fifo_files(void **state) {
     free(dir);
 }
 
-/* Issue 14, finding 6: records are whole lines, after what the FILE buffered; errors are reported. */
+/* Records are whole lines, after what the FILE buffered; errors are reported. */
 static void test_write_record(void **state) {
     (void)state;
     char *dir = lpo_test_tmpdir();
@@ -282,7 +282,7 @@ static void test_write_record(void **state) {
     free(dir);
 }
 
-/* Issue 14, finding 12: an allocation that fails runs the handler with what was being allocated. */
+/* An allocation that fails runs the handler with what was being allocated. */
 static jmp_buf oom_jump;
 static char oom_what[64];
 static size_t oom_bytes;
@@ -311,7 +311,7 @@ static void test_checked_alloc(void **state) {
     assert_null(lpo_strdup(NULL));
 }
 
-/* The one checked double -> integer conversion (issue 14: float->int overflow is undefined behaviour). */
+/* The one checked double -> integer conversion (float->int overflow is undefined behaviour). */
 static void test_double_to_int(void **state) {
     (void)state;
     int64_t v = 7;

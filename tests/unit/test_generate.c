@@ -261,7 +261,7 @@ static void test_dataset_predictions(void **state) {
     free(dir);
 }
 
-/* issue 22: an instruct model answering a bare prompt with EOS at once printed an empty completion and
+/* An instruct model answering a bare prompt with EOS at once printed an empty completion and
  * "decode 0.0 tok/s". The tiny model's greedy first token after "hello" made its EOS stands for that. */
 static void test_eos_at_once(void **state) {
     (void)state;

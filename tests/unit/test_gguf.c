@@ -396,7 +396,7 @@ static void test_mutations(void **state) {
     free(data);
 }
 
-/* Issue 14, finding 14: optional lookups never overwrite the first error's message; finding 9: token id
+/* Optional lookups never overwrite the first error's message; a token id
  * keys of the wrong type or outside the vocabulary are errors naming the key (they were ignored). */
 static void test_optional_keys_and_ids(void **state) {
     (void)state;

@@ -233,7 +233,7 @@ static void test_options(void **state) {
     lpo_node_free(cfg);
 }
 
-/* issue 22: the progress line of kbench and bench sweeps (point i/N, repeat, time left); the terminal
+/* The progress line of kbench and bench sweeps (point i/N, repeat, time left); the terminal
  * itself is not tested, the formatter and that a run off a terminal writes none are */
 static void count_samples(void *ud, int warmup, size_t i) {
     int *n = ud;

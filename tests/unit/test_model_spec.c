@@ -234,7 +234,7 @@ static void test_hf_config_errors(void **state) {
     snprintf(j, sizeof j, "%s\"eos_token_id\":[2,\"x\"]}", base);
     assert_int_equal(parse(j, &s), LPO_E_FORMAT);
     assert_non_null(strstr(lpo_last_error(), "'eos_token_id' holds \"x\", not a token id"));
-    /* issue 14, finding 9: a string or a fraction is refused, not dropped or truncated */
+    /* A string or a fraction is refused, not dropped or truncated */
     snprintf(j, sizeof j, "%s\"eos_token_id\":\"2\"}", base);
     assert_int_equal(parse(j, &s), LPO_E_FORMAT);
     assert_non_null(strstr(lpo_last_error(), "'eos_token_id' must be a token id or a list of token ids"));

@@ -1,4 +1,4 @@
-/* `lpo report DIR` (issue 22): every kind of run directory (analyze, deep, profile, bench, kbench cases and
+/* `lpo report DIR`: every kind of run directory (analyze, deep, profile, bench, kbench cases and
  * model mode, trace) is recognised from its config.yaml and its reports are rendered again from what the
  * run saved. Each kind's directory is made here by the built lpo on the CPU (model=tiny, the ncu fixture
  * for deep, a synthetic trace), its report files are removed, and `lpo report DIR` must write them again

@@ -1,4 +1,4 @@
-/* Regression tests of issue 14 ("Robustness, round 2") as users meet them, with the built lpo binary:
+/* Regression tests of the second robustness review as users meet them, with the built lpo binary:
  * output written through links and devices (never replacing them), lost stdout reported with exit 1,
  * FIFOs in place of input files refused at once, expansion bombs stopped with a clear error, out of
  * memory reported with what was being allocated. The library-level tests of the same mechanisms are in
@@ -352,7 +352,7 @@ static void test_leniency_refused(void **state) {
            NULL);
 }
 
-/* The fresh look for finding 9's class (float -> int casts of untrusted numbers): a ceilings cache file with
+/* The fresh look for the class of float -> int casts of untrusted numbers): a ceilings cache file with
  * huge numbers loads without undefined behaviour (clang's UBSan checks it in make asan-clang). */
 static void test_ceilings_cache_numbers(void **state) {
     (void)state;
@@ -376,7 +376,7 @@ static void test_ceilings_cache_numbers(void **state) {
     free(dir);
 }
 
-/* The fresh look for finding 9's class, in the trace files: nvml.csv times and GPU indices and
+/* The same class in the trace files: nvml.csv times and GPU indices and
  * trace_info.json's start time were cast from doubles unchecked (1e300 s: undefined behaviour). */
 static void test_trace_numbers(void **state) {
     (void)state;
@@ -420,7 +420,7 @@ static long max_rss_mib(void) {
     return u.ru_maxrss / 1024;
 }
 
-/* The fresh look for finding 12's class (unbounded growth), in the raw trace loader: ids from the file
+/* The fresh look for the class of unbounded growth, in the raw trace loader: ids from the file
  * indexed arrays sized by the id (an 80-byte file with string id 2^32 - 16 asked for 16 GiB, a launch
  * record with correlation id 6e7 for 512 MiB). */
 static void test_trace_ids(void **state) {

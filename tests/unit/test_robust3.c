@@ -1,4 +1,4 @@
-/* Regression tests of issue 23 ("Robustness, round 3") as users meet them, mostly with the built lpo
+/* Regression tests of the third robustness review as users meet them, mostly with the built lpo
  * binary: report never overwrites what it did not write, no crash on any argument, no quadratic input, no
  * absurd number with exit 0. Each test names its finding. */
 #include <setjmp.h>
@@ -185,7 +185,7 @@ static void test_kbench_conv_lstm_sizes(void **state) {
         snprintf(script, sizeof script, "%s%s", bad[i].pre, bad[i].args);
         expect(script, 2, bad[i].err);
     }
-    /* finding 18: a huge LSTM within cuDNN's limits says what it needs (it aborted under ASan; "out of
+    /* A huge LSTM within cuDNN's limits says what it needs (it aborted under ASan; "out of
      * memory" with no size in Release): its C reference's state is 103 GB */
     if (mem_available_gib() < 100)
         expect("\"$LPO\" kbench backend=cpu kbench.threads=1 kbench.case=lstm kbench.dtype=f32 kbench.seq=1 "
@@ -224,7 +224,7 @@ static void test_ranged_integer_keys(void **state) {
 }
 
 /* Finding 5: an override key 60000 levels deep overflowed the stack in the resolver (YAML files stop at
- * 128 levels, override keys did not); finding 18: a non-ASCII key's error printed half a character. */
+ * 128 levels, override keys did not); a non-ASCII key's error printed half a character. */
 static void test_override_key_depth(void **state) {
     (void)state;
     lpo_strbuf k = {0};
@@ -406,14 +406,14 @@ static double time_deep_import(size_t n, void *ud) {
     return sec;
 }
 
-/* n results of n distinct kernel names (finding 7: 20k names took 23 s). */
+/* n results of n distinct kernel names (20k names took 23 s when it was quadratic). */
 static void many_names(size_t n, lpo_strbuf *csv) {
     lpo_sb_puts(csv, "\"ID\",\"Kernel Name\",\"gpu__time_duration.sum\"\n\"\",\"\",\"nsecond\"\n");
     for (size_t i = 0; i < n; i++)
         lpo_sb_printf(csv, "\"%zu\",\"kernel_%zu(float*)\",\"%zu\"\n", i, i, 1000 + i);
 }
 
-/* n tables of one result each, every table with its own metric (finding 8: results x metrics, dense). */
+/* n tables of one result each, every table with its own metric (a dense results x metrics table blew up). */
 static void many_tables(size_t n, lpo_strbuf *csv) {
     for (size_t i = 0; i < n; i++)
         lpo_sb_printf(csv,

@@ -101,7 +101,7 @@ static void test_create_and_files(void **state) {
     fclose(f);
     assert_int_equal(lpo_rundir_open(rd, "no/such/dir/x", "w", &f), LPO_E_IO);
     assert_int_equal(lpo_rundir_open(rd, "b.jsonl", "r", &f), LPO_E_INVALID); /* written, never read */
-    /* a link planted in the run directory is not followed (issue 14, finding 2's class) */
+    /* a link planted in the run directory is not followed */
     char victim[4300], planted[4400];
     snprintf(victim, sizeof victim, "%s/victim", tmp);
     assert_int_equal(lpo_write_file(victim, "keep", 4), LPO_OK);
@@ -185,7 +185,7 @@ static char *dump_without_runtime(lpo_node *cfg) {
     return sb.buf;
 }
 
-/* Issue 14, findings 3 and 17: whatever the values (newlines, "${" given escaped, document markers, YAML
+/* Whatever the values (newlines, "${" given escaped, document markers, YAML
  * line breaks U+2028/U+0085, controls), the saved config.yaml parses, its header stays a comment, and
  * composing it again gives the same resolved tree. */
 static void test_config_yaml_recomposes(void **state) {
@@ -259,7 +259,7 @@ static void test_config_yaml_recomposes(void **state) {
     free(tmp);
 }
 
-/* Issue 14, finding 4: output.dir naming the root, the current or the parent folder is refused (it made
+/* output.dir naming the root, the current or the parent folder is refused (it made
  * "/-2", ".-2", "..-2"). */
 static void test_output_dir_refused(void **state) {
     (void)state;

@@ -138,7 +138,7 @@ static void test_greedy(void **state) {
     lpo_sample_scratch_free(s);
 }
 
-/* issue 14 finding 8: T = 1e-39 once sampled the last id (1/T overflowed to inf in float) */
+/* T = 1e-39 once sampled the last id (1/T overflowed to inf in float) */
 static void test_temperature_edges(void **state) {
     (void)state;
     const int64_t V = 1000;

@@ -246,7 +246,7 @@ static void test_errors(void **state) {
     lpo_tokenizer_free(t);
 }
 
-/* Issue 14, findings 12-14: an expanding Replace chain stops with an error (it grew to 9 GB), a
+/* An expanding Replace chain stops with an error (it grew to 9 GB), a
  * TemplateProcessing of 1000 x 1000 ids loads quickly (its array grew one element at a time), and two
  * vocabulary entries with one id are reported as such (not as a merge using a missing token). */
 static void test_hostile_tokenizer_json(void **state) {

@@ -411,7 +411,7 @@ static void test_empty(void **state) {
     char *sum = slurp(path_in(dir, "summary.md"));
     assert_non_null(strstr(sum, "No CUDA activity"));
     free(sum);
-    /* issue 22: traced on a machine without a GPU, the summary says so and what was recorded */
+    /* Traced on a machine without a GPU, the summary says so and what was recorded */
     o.no_gpu = "no NVIDIA driver on this machine (no /proc/driver/nvidia, libcuda.so.1 not found)";
     if (lpo_trace_write_reports(t, dir, &o, NULL)) fail_msg("%s", lpo_last_error());
     sum = slurp(path_in(dir, "summary.md"));
@@ -426,7 +426,7 @@ static void test_empty(void **state) {
     free(dir);
 }
 
-/* issue 22: `lpo trace -- /bin/true` where no GPU can be used (this CI machine) exits with the program's
+/* `lpo trace -- /bin/true` where no GPU can be used (this CI machine) exits with the program's
  * status and says plainly that there is no GPU and what was recorded; with a GPU, the program's status and
  * no warning about the NVML sampler's start time. A CPU-only build has no tracer and says so. */
 static void test_trace_no_gpu(void **state) {

@@ -7,8 +7,7 @@
  * rounded once when stored. Grid (rows, vector blocks).
  * Floor: swiglu 3 m I elements (Llama-3.1-8B bf16, I = 14336: decode 86 KB, launch-bound ~2 us; prefill
  * 2048 tokens 176 MB -> 59 us at 2.97 TB/s); add 3 n.
- * Measured (H100, 2026-11-23, docs/perf-notes.md): swiglu M=2048 63 us = 93-94% of the floor; M=1 ~5 us
- * (launch-bound). */
+ * Measurements: docs/perf-notes.md. */
 #include "engine/cuda/cuda_common.cuh"
 
 enum { ACT_SILU, ACT_GELU_TANH };

@@ -17,9 +17,7 @@
  * (nkv 8, hd 128): 4 KB per cached position per layer; batch 1 at context 2048: 8.4 MB/layer -> 2.8 us at
  * 2.97 TB/s (latency-bound below ~1k positions: ~3-5 us for two launches); batch 64 x 2048: 537 MB ->
  * 181 us. Llama-3.2-1B (hd 64): 2 KB per position per layer.
- * Measured (H100, 2026-11-23, docs/perf-notes.md), the version before this one (a lane group per key,
- * online softmax per key): B=64 ctx 2048 327 us = 55% of the floor; B=1 ctx 2048 26 us, ctx 128 16 us.
- * This version: prediction in docs/perf-notes.md (decode attention v2). */
+ * Measurements: docs/perf-notes.md. */
 #include <math.h>
 
 #include "engine/cuda/cuda_common.cuh"

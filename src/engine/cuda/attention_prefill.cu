@@ -13,8 +13,7 @@
  * online in f32 with exp2 (FlashAttention-2 scheme), masks per element (causal, window, slot). Floor: FLOPs 4
  * hd per (query, key) pair kept by the mask: Llama-3.1-8B prefill of 2048 tokens, one layer: 32 heads x 2.1 M
  * pairs x 512 = 34.4 GFLOP -> 46 us at 742 TFLOP/s (dense bf16 cuBLAS-measured rate; mma.sync, not wgmma, so
- * ~60% of that is the realistic aim). Measured (H100, 2026-11-23, docs/perf-notes.md): 239 us = 144
- * TFLOP/s = 19% of the floor, the same with tiles of 64 and 128. */
+ * ~60% of that is the realistic aim). Measurements: docs/perf-notes.md. */
 #include <limits.h>
 #include <math.h>
 

@@ -9,9 +9,7 @@
  * arithmetic without contraction (__dmul_rn/__dadd_rn), so the values are bit-identical to the CPU's.
  *
  * Floor (H100, 2.97 TB/s measured copy): bytes = src + dst. Llama-3.1-8B bf16 synthetic: 16.1 GB written
- * -> 5.4 ms; q4_k -> bf16: 4.5 + 16.1 GB -> 6.9 ms. Measured (H100, 2026-11-23, docs/perf-notes.md): synth
- * 735 GB/s (25% of the floor: ~80 instructions of 64-bit hashing and double math per element), q4_k -> bf16
- * 761 GB/s (26%), f32 -> bf16 1924 GB/s (65%); one-time costs at load. */
+ * -> 5.4 ms; q4_k -> bf16: 4.5 + 16.1 GB -> 6.9 ms. Measurements: docs/perf-notes.md. */
 #include "engine/cuda/cuda_common.cuh"
 
 /* ---- block formats (byte layouts as src/model/dequant.c) ---------------------------------------------- */

@@ -2,8 +2,7 @@
  * gather of a chained decode step's ids). One thread per 16-byte vector when the rows allow it (else per
  * element); an id outside [0, vocab) writes NaN.
  * Floor: 2 m h bytes (one row read, one written): decode (m = 1, h = 4096, bf16) 16 KB, launch-bound
- * (~2 us); prefill 2048 tokens 33.5 MB -> 11 us at 2.97 TB/s. Measured (H100, 2026-11-23,
- * docs/perf-notes.md): M=2048 10-11 us (at the floor; rows partly from the L2). */
+ * (~2 us); prefill 2048 tokens 33.5 MB -> 11 us at 2.97 TB/s. Measurements: docs/perf-notes.md. */
 #include "engine/cuda/cuda_common.cuh"
 
 // x row t (h,) <- E row tokens[t] (h,); blockIdx.x = token, V elements per thread

@@ -9,8 +9,7 @@
  * Floor: max(2 m n k / peak, (n k + m k + m n) bytes / bandwidth). Llama-3.1-8B bf16 decode (m = 1): pure
  * weight streaming, 15 GB per token (all linears + LM head) -> 5.1 ms at 2.97 TB/s; REFERENCE.md's cuBLAS
  * figures (torch, H100): 6.32 ms. Prefill 2048: 2 * 2048 * 7.5e9 = 31 TFLOP -> 42 ms at 742 TFLOP/s.
- * Measured (H100, 2026-11-23, docs/perf-notes.md): M=1 65-95% of the weight-streaming floor (o 65%, qkv 77%,
- * gate_up / lm_head 94%); M=2048 668-780 TFLOP/s (90-105% of the 742 reference). */
+ * Measurements: docs/perf-notes.md. */
 #include <cublasLt.h>
 #include <stdlib.h>
 #include <string.h>

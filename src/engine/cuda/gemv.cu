@@ -22,10 +22,7 @@
  * o 4096x4096 11.3 us, gate_up 28672x4096 79 us, down 4096x14336 39.5 us, lm_head 128256x4096 354 us;
  * Llama-3.2-1B: qkv 3072x2048 4.2 us, o 2048x2048 2.8 us, gate_up 16384x2048 22.6 us, down 2048x8192
  * 11.3 us, lm_head 128256x2048 177 us.
- * Measured (H100, 2026-11-23, per launch in a CUDA graph, docs/perf-notes.md "Decode GEMV" run 3): m = 1
- * 87-106% of the 2.98 TB/s copy bandwidth on the 8B matrices (o 12.9 us vs cuBLASLt 16.2; a read-only stream
- * beats the copy figure), 57-66% on the 1B o / qkv (launch ramp); one 8B step's linears 5080 us vs
- * cuBLASLt 5607 at m = 1 (4917 with PDL between GEMVs), 5655 vs 5768 at m = 8. */
+ * Measurements: docs/perf-notes.md. */
 #include "engine/cuda/gemv_common.cuh"
 
 #define GEMV_MAX_WARPS 8

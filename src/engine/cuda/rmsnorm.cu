@@ -5,8 +5,7 @@
  * second pass over the row (L1/L2-resident) scales it. Output y = w * (x * inv_rms), the CPU's order.
  * Floor: rmsnorm 2 m n bytes (+ w), add_rmsnorm 4 m n. Llama-3.1-8B (n = 4096, bf16): decode m = 1 moves
  * 16-32 KB (launch-bound, ~2-3 us); prefill m = 2048: 33.5 / 67 MB -> 11 / 23 us at 2.97 TB/s.
- * Measured (H100, 2026-11-23, docs/perf-notes.md): M=2048 rmsnorm 12.4-13.3 us (85-91%), add_rmsnorm
- * 25.6-27.6 us (82-88%); M=1 ~5 us (launch-bound). */
+ * Measurements: docs/perf-notes.md. */
 #include "engine/cuda/cuda_common.cuh"
 
 // row blockIdx.x: [x += r], ss = sum x^2, y = w * (x * rsqrt(ss / n + eps)); V elements per thread-step

@@ -8,8 +8,7 @@
  * f32 between fused stages and are rounded once when stored.
  * Floor (Llama-3.1-8B, bf16, rope + append): reads q,k,v (6144 x 2 B per token), writes q,k back and k,v to
  * the cache (4096 + 2048) x 2 B: 24.6 KB per token: decode launch-bound (~2 us), prefill 2048 tokens
- * 50 MB -> 17 us at 2.97 TB/s. Measured (H100, 2026-11-23, docs/perf-notes.md): rope + append M=2048
- * 34-35 us = 48-50% of the floor (2-byte accesses); M=1 ~5 us (launch-bound). */
+ * 50 MB -> 17 us at 2.97 TB/s. Measurements: docs/perf-notes.md. */
 #include "engine/cuda/cuda_common.cuh"
 
 #define HEADS_PER_BLOCK 4

@@ -7,10 +7,8 @@
  *           A row is split over up to 128 blocks that meet at row barriers in a workspace (design below).
  *   sample: the same kernel, one block per row, parameters from the host (op checker, tests).
  * Floor: 4 vocab bytes per row (Llama-3: 513 KB -> 0.17 us at 2.97 TB/s); launch-bound (~2-3 us) at m = 1.
- * Measured (H100, 2026-11-23, docs/perf-notes.md), vocab 128,256, us per launch: sample_rows greedy 6.9 (m=1,
- * 5.8 in a graph) and 19 (m=64); top-k 50 26-31, top-p .9 44-52, both 46-58 (m=1); both at m=64 191. Before
- * (one launch per row): 715-870 per sampled row, argmax 14.8. Bound by the row barriers (~3 us each: 126
- * arrivals on one L2 address) and the per-level histogram reads, not by bandwidth. */
+ * Measurements: docs/perf-notes.md. Bound by the row barriers (~3 us each: 126 arrivals on one L2 address)
+ * and the per-level histogram reads, not by bandwidth. */
 #include <atomic>
 #include <string.h>
 
