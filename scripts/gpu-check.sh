@@ -100,7 +100,7 @@ if [ -x "$build/lpo" ]; then
     : >"$build/bench-tables.txt"
     # (the last four: cuBLASLt for the decode linears instead of the GEMV kernels, the A/B of engine.gemv;
     # plain launches instead of PDL, the A/B of engine.pdl)
-    # (qwen3-30b-a3b: the MoE points of issue 25: bs1 pp128 tg128 and the pp2048 TTFT, bs64 tg128)
+    # (qwen3-30b-a3b: the MoE points: bs1 pp128 tg128 and the pp2048 TTFT, bs64 tg128)
     points=("llama3.1-8b 1 [128,512,2048] 128" "llama3.2-1b 1 128 128" "llama3.1-8b 64 128 128"
       "qwen3-30b-a3b 1 [128,2048] 128" "qwen3-30b-a3b 64 128 128")
     [ "${GPU_CHECK_AB:-0}" != 0 ] && points+=("llama3.1-8b 1 128 128 engine.gemv=false" \

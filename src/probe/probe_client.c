@@ -126,8 +126,13 @@ lpo_status lpo_probe_start(const lpo_probe_options *o) {
     lpo_status st = bind(path);
     pthread_mutex_unlock(&mu);
     if (st) return st;
-    if (P.start(o->dir, acts, attr, o->capture_range) != 0)
-        return lpo_errorf(LPO_E_IO, "probe: cannot start tracing into %s", o->dir);
+    const int rc = P.start(o->dir, acts, attr, o->capture_range);
+    if (rc == LPO_PROBE_START_NO_CUPTI)
+        return lpo_errorf(
+            LPO_E_UNSUPPORTED,
+            "probe: another CUPTI tool in this process (compute-sanitizer, Nsight Systems or Nsight "
+            "Compute?) holds CUPTI's activity API: no GPU activity can be traced");
+    if (rc != 0) return lpo_errorf(LPO_E_IO, "probe: cannot start tracing into %s", o->dir);
     return LPO_OK;
 }
 

@@ -41,6 +41,10 @@ enum {
     LPO_TRACE_F_TSC = 4u, /* timestamps read through the TSC, mapped onto CLOCK_MONOTONIC (trace_clock.h) */
 };
 
+/* lpo_probe_impl_start's result when another CUPTI tool (compute-sanitizer, Nsight Systems or Compute) holds
+ * CUPTI's activity API in the process: nothing but NVTX could be recorded, so no session is started. */
+#define LPO_PROBE_START_NO_CUPTI (-2)
+
 /* How kernels are linked to the NVTX range open at their launch. */
 enum {
     LPO_ATTR_NONE = 0,

@@ -106,7 +106,9 @@ void probe_thread_name(uint32_t tid, uint32_t name);
 void probe_flush_all(uint32_t reason, uint32_t sig);
 
 /* ---- probe_cupti.c ------------------------------------------------------------------------------------ */
-/* Subscribes to CUPTI and enables the activities (unless a gate or a delay defers them); 0 or -1. */
+/* Subscribes to CUPTI and enables the activities (unless a gate or a delay defers them); 0, or
+ * PROBE_CUPTI_UNUSABLE when another CUPTI tool holds the activity API in this process. */
+#define PROBE_CUPTI_UNUSABLE LPO_PROBE_START_NO_CUPTI
 int probe_cupti_start(void);
 void probe_cupti_enable(int on);        /* activities and launch callbacks on/off */
 void probe_cupti_flush(int forced);     /* cuptiActivityFlushAll */

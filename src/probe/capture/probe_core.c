@@ -364,13 +364,11 @@ int probe_open(const char *dir) {
         return -1;
     }
     snprintf(G.dir, sizeof G.dir, "%s", dir);
-    /* strings were written to the previous file: start a new table */
-    for (size_t i = 0; i < G.cap_strs; i++) free(G.strs[i].s);
-    free(G.strs);
-    G.strs = NULL;
-    G.n_strs = G.cap_strs = 0;
-    G.next_str = 0;
-    for (probe_tls *t = G.threads; t; t = t->next) memset(t->cache, 0, sizeof t->cache);
+    /* A string keeps its id for the life of the process: ids are held by the kernel-name and API-name
+     * caches (probe_cupti.c), the threads' caches, and the program itself (registered NVTX strings and
+     * domain handles). So a new file (another in-process session) starts with every string known so far. */
+    for (size_t i = 0; i < G.cap_strs; i++)
+        if (G.strs[i].id) lpo_raw_put(&G.w, LPO_REC_STRING, G.strs[i].id, G.strs[i].s, G.strs[i].len + 1);
     G.gate_id = G.gate_name[0] ? probe_intern_locked(G.gate_name, strlen(G.gate_name)) : 0;
     if (G.gate_id) lpo_raw_put(&G.w, LPO_REC_GATE, G.gate_id, NULL, 0);
     if (G.win_begin || G.win_end != UINT64_MAX) {
@@ -449,7 +447,12 @@ PROBE_EXPORT int lpo_probe_impl_start(const char *dir, uint32_t activities, int 
         rc = probe_open(dir);
     }
     pthread_mutex_unlock(&G.mu);
-    if (rc == 0) rc = probe_cupti_start();
+    if (rc == 0 && (rc = probe_cupti_start()) != 0) { /* the session records nothing: end it */
+        pthread_mutex_lock(&G.mu);
+        atomic_store(&G.active, 0);
+        lpo_raw_close(&G.w);
+        pthread_mutex_unlock(&G.mu);
+    }
     return rc;
 }
 

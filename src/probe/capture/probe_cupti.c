@@ -29,8 +29,8 @@ static struct {
     pthread_mutex_t pool_mu, en_mu;
     uint8_t **free_bufs; /* zeroed (CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER) */
     size_t n_free, n_alloc, max_bufs, buf_size;
-    int started, enabled, subscribed;
-    int want_cb, cb_rt, cb_drv, cb_on; /* launch callbacks: wanted, runtime/driver domains, now on */
+    int started, enabled, subscribed, unusable; /* unusable: CUPTI refused the activity callbacks */
+    int want_cb, cb_rt, cb_drv, cb_on;          /* launch callbacks: wanted, runtime/driver domains, now on */
     int launch_by_cupti; /* LPO_TRACE_LAUNCH_SRC=cupti: launch calls recorded by CUPTI, not our callbacks */
     CUpti_SubscriberHandle sub;
     /* kernel names: CUPTI's name pointer -> (name, mangled) ids, under G.mu */
@@ -506,6 +506,10 @@ static size_t env_size(const char *name, size_t def, size_t lo, size_t hi) {
 
 int probe_cupti_start(void) {
     pthread_mutex_lock(&C.en_mu);
+    if (C.unusable) {
+        pthread_mutex_unlock(&C.en_mu);
+        return PROBE_CUPTI_UNUSABLE;
+    }
     const int first = !C.started;
     if (first) {
         C.buf_size = env_size("LPO_TRACE_BUFFER_MB", 8, 1, 256) << 20;
@@ -535,8 +539,18 @@ int probe_cupti_start(void) {
         size_t attr_size = sizeof zeroed;
         CUPTI_CHECK(
             cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER, &attr_size, &zeroed));
-        CUPTI_CHECK(cuptiActivityRegisterCallbacks(buf_requested, buf_completed));
-        CUptiResult r = cuptiSubscribe(&C.sub, on_callback, NULL);
+        CUptiResult r = cuptiActivityRegisterCallbacks(buf_requested, buf_completed);
+        if (r != CUPTI_SUCCESS) { /* no activity record can reach us: nothing to trace but NVTX */
+            cupti_warn(
+                "cuptiActivityRegisterCallbacks (another CUPTI tool in this process, such as "
+                "compute-sanitizer, Nsight Systems or Nsight Compute?): no GPU activity can be recorded",
+                r, __FILE__, __LINE__);
+            C.unusable = 1;
+            C.started = 1;
+            pthread_mutex_unlock(&C.en_mu);
+            return PROBE_CUPTI_UNUSABLE;
+        }
+        r = cuptiSubscribe(&C.sub, on_callback, NULL);
         if (r == CUPTI_SUCCESS) {
             C.subscribed = 1;
             const char *v = getenv("LPO_TRACE_LAUNCH_CB");
