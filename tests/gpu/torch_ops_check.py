@@ -113,7 +113,11 @@ def run(a):
         t = getattr(e, "self_device_time_total", None)
         if t is None:
             t = e.self_cuda_time_total
-        rows.append({"op": e.key, "count": e.count, "self_device_us": t, "shapes": e.input_shapes})
+        # torch >= 2.x also lists the kernels themselves (device_type CUDA) and user annotations among the
+        # averages: they are not operators, and counting them would double the device time
+        rows.append({"op": e.key, "count": e.count, "self_device_us": t, "shapes": e.input_shapes,
+                     "device": str(getattr(e, "device_type", "DeviceType.CPU")),
+                     "annotation": bool(getattr(e, "is_user_annotation", False))})
     with open(a.profiler, "w") as f:
         json.dump(rows, f)
 
@@ -146,14 +150,19 @@ def compare(a):
                 lpo_f[op] = lpo_f.get(op, 0.0) + float(r["flops"])
     prof = json.load(open(a.prof))
     pt, pf, pc = {}, {}, {}
+    skipped = 0
     for r in prof:
         op = r["op"]
+        if "CUDA" in r.get("device", "CPU") or r.get("annotation"):
+            skipped += 1
+            continue
         pt[op] = pt.get(op, 0.0) + r["self_device_us"]
         pc[op] = pc.get(op, 0) + r["count"]
         f = mnk(op, r["shapes"])
         if f is not None:
             pf[op] = pf.get(op, 0) + f * r["count"]
     total = sum(pt.values())
+    print("torch.profiler rows: %d operators, %d kernel or annotation rows left out" % (len(pt), skipped))
     ok = True
     print("%-45s %12s %12s %8s" % ("operator (>= 2% of the profiler's device time)", "profiler_us", "lpo_us", "diff"))
     for op, t in sorted(pt.items(), key=lambda kv: -kv[1]):
