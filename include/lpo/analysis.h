@@ -34,10 +34,16 @@ typedef struct {
     const lpo_dtype_info *act; /* activations */
     const lpo_dtype_info *kv;  /* KV cache entries */
     int attn_tile;             /* executed attention: query/key tile edge; 1 = exact mask, 0 = no skipping */
+    int tp; /* tensor-parallel ranks (0 or 1: one GPU): the op lists are one rank's, with its collectives */
 } lpo_an_dtypes;
 
-typedef enum { LPO_AN_BOUND_UNKNOWN, LPO_AN_BOUND_COMPUTE, LPO_AN_BOUND_MEMORY } lpo_an_bound;
-const char *lpo_an_bound_name(lpo_an_bound b); /* "compute", "memory", "unknown" */
+typedef enum {
+    LPO_AN_BOUND_UNKNOWN,
+    LPO_AN_BOUND_COMPUTE,
+    LPO_AN_BOUND_MEMORY,
+    LPO_AN_BOUND_COMM /* a collective: its latency model (alpha + bus bytes / bandwidth) */
+} lpo_an_bound;
+const char *lpo_an_bound_name(lpo_an_bound b); /* "compute", "memory", "communication", "unknown" */
 
 typedef struct {
     double flops;          /* useful: what the model needs (attention: only the unmasked (q, k) pairs) */
@@ -48,11 +54,15 @@ typedef struct {
     double kv_read_bytes;  /* KV cache rows read (each once per sequence and KV head group) */
     double kv_write_bytes; /* KV cache rows written (the new tokens' k and v) */
     double bytes;          /* sum of the five */
+    double comm_bytes;     /* collectives: the message (lpo_op_comm_bytes) */
+    double comm_bus_bytes; /* ... what each rank sends over its links (lpo_op_comm_bus_bytes) */
     double intensity;      /* flops / bytes (FLOP per byte) */
     lpo_roof roof;         /* matmul roof of the compute dtype, or VECTOR */
     double t_compute_s;    /* flops_exec / roof; 0 when the roof is unknown */
     double t_memory_s;     /* bytes / bandwidth; 0 when unknown */
-    double t_lower_s;      /* max of the two (roofline lower bound); 0 when either is unknown */
+    double t_comm_s;       /* collectives: alpha + bus bytes / bandwidth of the peaks' comm figures */
+    double t_lower_s;      /* max of the two (roofline lower bound); 0 when either is unknown; a collective:
+                              t_comm_s */
     lpo_an_bound bound;
 } lpo_an_cost;
 
@@ -124,7 +134,15 @@ typedef struct {
     int64_t gen_len;          /* G >= 1 tokens generated (the first from the prefill, G - 1 decode steps) */
     int64_t context;          /* context for the KV footprint; 0 = P + G */
     int attn_tile;            /* see lpo_an_dtypes; default (from config) 128 */
+    int tp;                   /* engine.tp: tensor-parallel ranks (1: one GPU) */
+    double comm_alpha_us; /* analysis.comm_alpha_us: collective latency what-if (0: measured, else assumed) */
+    double comm_busbw_gbs; /* analysis.comm_busbw_gbs: bus bandwidth what-if, GB/s (0: likewise) */
 } lpo_an_opts;
+
+/* The collective latency model's figures when neither lpo ceilings (several GPUs) nor analysis.comm_* give
+ * them: an NCCL all-reduce inside one NVLink node as commonly reported, an ASSUMPTION every report names. */
+#define LPO_AN_COMM_ALPHA_US_ASSUMED  10.0
+#define LPO_AN_COMM_BUSBW_GBS_ASSUMED 300.0
 
 typedef struct {
     double weight_params;      /* parameters (a tied lm_head once) */
@@ -139,6 +157,10 @@ typedef struct {
      * without MoE layers): the "active" parameters of a MoE model */
     double active_params;
     double active_weight_bytes;
+    /* one GPU of a tensor-parallel engine (tp 1: the same as above): its weights (the split ones' parts, the
+     * replicated ones whole) and its KV heads' cache */
+    int tp;
+    double weight_bytes_gpu, kv_bytes_gpu;
 } lpo_an_footprint;
 
 /* Mixture of experts: what a decode step reads as a function of the batch B, under uniform routing (each
@@ -187,6 +209,10 @@ typedef struct {
     lpo_an_whatif whatif[LPO_AN_MAX_WHATIF];
     int n_whatif;
     lpo_an_moe moe; /* MoE models: expected decode-step reads vs batch */
+    /* tensor parallel (opts.tp > 1): the latency model's figures and where they come from */
+    double comm_alpha_us, comm_busbw_gbs;
+    char comm_source[160];
+    double comm_measured_alpha_us, comm_measured_busbw_gbs; /* the peaks' own (0: none measured) */
 } lpo_an_static;
 
 /* Reads the what-if settings from a composed config: analysis.* (conf/analysis/default.yaml), falling back

@@ -145,6 +145,7 @@ enum {
     LPO_BACKEND_F_DEVICE = 1u << 2,       /* runs on an accelerator (timing needs device events) */
     LPO_BACKEND_F_ALL_LOGITS = 1u << 3,   /* can return logits of every position */
     LPO_BACKEND_F_GRAPHS = 1u << 4,       /* exec=graph replays captured graphs */
+    LPO_BACKEND_F_TP = 1u << 5,           /* runs tensor-parallel op lists over several devices (engine.tp) */
 };
 
 typedef struct lpo_backend_iface {

@@ -37,7 +37,9 @@
     X(H2D, "h2d", "GB/s", "host to device, pinned memory")                                                   \
     X(D2H, "d2h", "GB/s", "device to host, pinned memory")                                                   \
     X(LAUNCH, "launch_us", "us", "empty kernel, launch to launch (stream of launches)")                      \
-    X(GRAPH_NODE, "graph_node_us", "us", "empty kernel per node of a replayed CUDA graph")
+    X(GRAPH_NODE, "graph_node_us", "us", "empty kernel per node of a replayed CUDA graph")                   \
+    X(ALLREDUCE_ALPHA, "allreduce_alpha_us", "us", "NCCL all-reduce of 8 B across the GPUs (its latency)")   \
+    X(ALLREDUCE_BUSBW, "allreduce_busbw", "GB/s", "NCCL all-reduce bus bandwidth at 256 MiB (nccl-tests)")
 
 typedef enum {
 #define LPO__CM_ENUM(name, key, unit, what) LPO_CEIL_M_##name,
@@ -133,6 +135,9 @@ typedef struct {
     char dram_name[48];            /* "copy (read+write)", "read-only", "spec sheet" ... ("" hardware.spec) */
     double l2_gbs;                 /* 0 unknown */
     double launch_us;              /* 0 unknown */
+    /* collectives between the GPUs (the latency model alpha + bus bytes / bandwidth of tensor parallelism):
+     * measured by `lpo ceilings` on several GPUs, 0 unknown (analysis then states its assumption) */
+    double comm_alpha_us, comm_busbw_gbs;
     char label[640]; /* for reports: "measured by lpo ceilings 2026-11-22T10:00Z (commit abc123), cache
                         <path>" | "spec sheet: NVIDIA H100 SXM5 80GB (dense) - run `lpo ceilings`" | "spec
                         sheet (dense, ...): hardware=h100-sxm ..." | "none: ..." (says how to get peaks);

@@ -46,8 +46,22 @@ typedef struct {
     int pdl;         /* engine.pdl: decode-step kernels with programmatic dependent launch (CUDA sm_90+;
                         default on) */
     int pad_batches; /* pad decode batches to powers of two (always on for backends with graphs) */
-    int device;      /* GPU ordinal */
+    int device;      /* GPU ordinal (tensor parallel: the first of tp consecutive ones) */
+    int tp;          /* engine.tp: tensor-parallel ranks, one GPU each (0 = 1; lpo_tp_check_spec) */
 } lpo_engine_opts;
+
+/* ---- tensor parallelism: the devices --------------------------------------------------------------------
+ * What the check of engine.tp needs to know of each GPU (a backend fills it from its runtime). */
+typedef struct {
+    char name[256];
+    int cc_major, cc_minor, sm_count;
+    uint64_t mem_total; /* bytes */
+} lpo_tp_device;
+/* Whether tp ranks can run on devices [first, first + tp) of the n_present the runtime lists (devs[i] is
+ * device i): LPO_E_NO_DEVICE when fewer are present ("engine.tp=4 needs GPUs 0..3; this machine has 2"),
+ * LPO_E_UNSUPPORTED when they are not alike (name, compute capability, SMs, memory within 1%): the ranks
+ * run in lockstep and the slowest sets the pace. tp 1 always passes. */
+lpo_status lpo_tp_check_devices(int tp, int first, int n_present, const lpo_tp_device *devs);
 
 /* The max_context rule, written once: `asked` when > 0, else the model's positions
  * (LPO_ENGINE_DEFAULT_MAX_CONTEXT when the spec does not say) capped at LPO_ENGINE_DEFAULT_MAX_CONTEXT.

@@ -26,6 +26,9 @@ typedef struct {
  * key. */
 lpo_status lpo_infer_config_read(const lpo_node *cfg, lpo_infer_config *out);
 void lpo_infer_config_free(lpo_infer_config *c);
+/* engine.tp from a composed config: 1 when absent or null, else an integer in 1..LPO_TP_MAX (LPO_E_CONFIG
+ * naming the key otherwise). The one reader: the engine's settings and `lpo analyze` use it. */
+lpo_status lpo_infer_tp_read(const lpo_node *cfg, int64_t *tp);
 /* The settings' engine options (c->engine) with max_seqs slots. */
 void lpo_infer_engine_opts(const lpo_infer_config *c, int max_seqs, lpo_engine_opts *o);
 /* Parses "1,2,3" into malloc'd ids: ids separated by one comma or by whitespace, optionally inside one

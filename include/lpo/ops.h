@@ -21,7 +21,8 @@
  *   category  its work category (lpo_cat of core.h, the scheme profile, the tracer and deep share)
  *   flops     floating-point operations, multiply and add counting two, as an expression of the op's sizes:
  *             m, n, k, heads (n_heads), qk_heads (n_heads + n_kv_heads), hd (head_dim), pairs (attn_pairs),
- *             bias (m n when the op has biases, else 0), topk (experts chosen per token)
+ *             bias (m n when the op has biases, else 0), topk (experts chosen per token), ranks (participants
+ *             of a collective)
  *   matmul    the part of flops done by matrix products (2 per multiply-add, biases not included; 0 for
  *             kinds without one): deep's GEMM cross-check
  *   bytes     which tensors it moves, each once at its own dtype (lpo_op_traffic): TENSORS = its weights
@@ -29,10 +30,11 @@
  *             and k parts of the qkv rows, read and written in place; ATTENTION = q, k, v of the new tokens
  *             read, their k, v appended, every cached row read once per sequence, the output written;
  *             EXPERTS = TENSORS with the weights of the distinct experts the tokens chose only
- *             (lpo_op_experts_read)
+ *             (lpo_op_experts_read); COMM = TENSORS (the rank's buffer read and written where it stands; what
+ *             crosses the links is lpo_op_comm_bytes, not memory traffic)
  *   shape     the shape string's form (lpo_op_shape): ROWS "m= n=", MATMUL "m= n= k=", HEADS "m= heads=h/kv
  *             hd=", ATTENTION HEADS + " kv_rows=" (+ " window="), EMBED "m= n= vocab=", MOE MATMUL +
- *             " experts= top_k="
+ *             " experts= top_k=", COMM ROWS + " ranks="
  * Everything that describes an op reads its row: the op list's costs, static analysis, profile, kbench, the
  * op checker, deep. A new kind is a row here, its kernel and CPU reference, and one row in each backend's
  * launch table (docs/engine.md "Adding an op kind"). What each kind computes: docs/engine.md. */
@@ -65,7 +67,13 @@
     X(ROUTER, "router", GEMM, 2 * m * n * k + 5 * m * n, 2 * m * n * k, TENSORS, MOE)                        \
     /* MoE routed experts: per token, each of its top_k experts' SwiGLU MLP (gate_up 4 n k, down 2 n k,      \
      * silu * up 5 k) and the weighted sum (2 n): active experts only */                                     \
-    X(EXPERTS, "experts", GEMM, m *topk *(6 * n * k + 5 * k + 2 * n), m *topk * 6 * n * k, EXPERTS, MOE)
+    X(EXPERTS, "experts", GEMM, m *topk *(6 * n * k + 5 * k + 2 * n), m *topk * 6 * n * k, EXPERTS, MOE)     \
+    /* tensor parallel: the sum over the ranks of m rows of n, in place on every rank (after the             \
+     * row-parallel o and down projections): ranks - 1 adds per element */                                   \
+    X(ALL_REDUCE, "all_reduce", COMM, (ranks - 1) * m * n, 0, TENSORS, COMM)                                 \
+    /* tensor parallel: every rank's m rows of n / ranks columns (its vocabulary part of the logits)         \
+     * concatenated by columns into m rows of n on every rank */                                             \
+    X(ALL_GATHER, "all_gather", COMM, 0, 0, TENSORS, COMM)
 
 typedef enum {
 #define LPO__OPK_ENUM(name, ...) LPO_OP_##name,
@@ -97,7 +105,10 @@ lpo_cat lpo_op_kind_cat(lpo_op_kind k);
     X(EXPERTS, "mlp.experts")                                                                                \
     X(FINAL_NORM, "final_norm")                                                                              \
     X(LM_HEAD, "lm_head")                                                                                    \
-    X(SAMPLE, "sample")
+    X(SAMPLE, "sample")                                                                                      \
+    X(ATTN_ALL_REDUCE, "attn.all_reduce")                                                                    \
+    X(MLP_ALL_REDUCE, "mlp.all_reduce")                                                                      \
+    X(LOGITS_GATHER, "lm_head.gather")
 
 typedef enum {
 #define LPO__ROLE_ENUM(name, str) LPO_ROLE_##name,
@@ -135,7 +146,8 @@ const char *lpo_attn_variant_name(lpo_attn_variant v); /* "prefill", "decode" */
     M(LOGITS, "logits")       /* [R, vocab], R = T (all positions) or one row per sequence */                \
     M(IDS, "ids")             /* sampled ids int32 [R] */                                                    \
     M(ROUTE_W, "route_w")     /* MoE: the chosen experts' weights f32 [T, top_k] */                          \
-    M(ROUTE_IDS, "route_ids") /* MoE: the chosen experts int32 [T, top_k], in the router's order */
+    M(ROUTE_IDS, "route_ids") /* MoE: the chosen experts int32 [T, top_k], in the router's order */          \
+    M(LOGITS_PART, "logits_part") /* tensor parallel: this rank's vocabulary part f32 [R, vocab / tp] */
 
 typedef enum {
 #define LPO__BUF_ENUM(name, str) LPO_BUF_##name,
@@ -147,8 +159,29 @@ typedef enum {
 const char *lpo_buf_name(lpo_buf b);
 /* Row width of an activation buffer for a spec (x: hidden, qkv: (heads + 2 kv heads) head_dim, gu:
  * 2 intermediate, logits: vocab, route_w / route_ids: experts per token (0 without MoE layers), ...); 0 for
- * WEIGHT, KV, TOKENS, IDS and NONE. The one definition. */
+ * WEIGHT, KV, TOKENS, IDS, NONE and LOGITS_PART (a tensor-parallel rank's: lpo_buf_width_tp). The one
+ * definition. */
 int64_t lpo_buf_width(const lpo_model_spec *s, lpo_buf b);
+/* The same on one rank of a tensor-parallel engine of tp ranks (tp <= 1: lpo_buf_width): qkv, att, gu, act
+ * and logits_part hold the rank's heads / intermediate part / vocabulary part; x, xn, tmp and logits the
+ * whole rows. */
+int64_t lpo_buf_width_tp(const lpo_model_spec *s, lpo_buf b, int tp);
+
+/* ---- tensor parallelism ----------------------------------------------------------------------------------
+ * Megatron-style: q|k|v and gate|up split by output rows (column-parallel: each rank its heads, its part of
+ * the intermediate), o and down split by input columns (row-parallel, then an ALL_REDUCE of the partial
+ * sums), the LM head split by vocabulary rows (then an ALL_GATHER of the logits parts); embedding, norms and
+ * the MoE router replicated; MoE experts each split like a dense MLP (gate|up rows, down columns). An op list
+ * built with opts.tp = N describes ONE rank's step (every rank runs the same shapes on its part). */
+#define LPO_TP_MAX 8
+/* How a weight is split across the ranks: whole on every rank, by rows (dim 0), by columns (dim 1). */
+typedef enum { LPO_SHARD_NONE, LPO_SHARD_ROWS, LPO_SHARD_COLS } lpo_shard;
+const char *lpo_shard_name(lpo_shard s); /* "none", "rows", "cols" */
+/* Whether spec can run tensor parallel over tp ranks: 1 <= tp <= LPO_TP_MAX, dividing the heads, the KV
+ * heads, the intermediate size (and the experts' one), the vocabulary; no bias on the row-parallel o and
+ * down projections (they would be added tp times). LPO_E_CONFIG naming what does not divide (`key` is
+ * the config key the message names, e.g. "engine.tp"). */
+lpo_status lpo_tp_check_spec(const lpo_model_spec *s, int tp, const char *key);
 
 /* ---- ops ------------------------------------------------------------------------------------------- */
 /* One tensor an op touches: an activation buffer or a weight (by HF name). */
@@ -159,6 +192,8 @@ typedef struct {
     int ndim;
     int64_t shape[4];
     lpo_dtype dtype; /* weights: the STORED dtype of that tensor (GGUF files mix Q4_K, Q6_K, F32) */
+    lpo_shard shard; /* weights of a tensor-parallel list: which part a rank holds (shape[] is that part's;
+                        rank r holds rows / columns [r part, (r + 1) part) of the stored tensor) */
 } lpo_op_tensor;
 
 #define LPO_OP_MAX_IN  3
@@ -194,6 +229,7 @@ typedef struct {
     /* EXPERTS: distinct experts the step's routing chose, when the caller knows it (> 0: from a real
      * routing); 0: the expectation under uniform routing (lpo_op_experts_read) */
     double experts_hit;
+    int participants; /* ALL_REDUCE, ALL_GATHER: ranks taking part (the list's tp); 0 elsewhere */
 } lpo_op;
 
 /* The SHAPE of a step, which is what an op list depends on: T tokens (packed sequences), n_seqs sequences,
@@ -234,6 +270,7 @@ typedef struct {
     /* optional: the dtype of 1-D weights (norm scales, biases), NULL = as `dtypes` says. What-if analysis
      * prices quantized matrices with 16-bit vectors this way (an op list built with other dtypes). */
     const lpo_dtype_lookup *vectors;
+    int tp; /* tensor-parallel ranks (0 or 1: none): the list of one rank, with its collectives */
 } lpo_oplist_opts;
 
 typedef struct {
@@ -247,6 +284,7 @@ typedef struct {
     int64_t n_logit_rows; /* R */
     int n_seqs;
     int sample;
+    int tp; /* ranks the list is one of (1: not tensor parallel) */
     lpo_oplist_opts opts;
     lpo_dtype_lookup dtypes;  /* a copy of *opts.dtypes (opts.dtypes points here) */
     lpo_dtype_lookup vectors; /* a copy of *opts.vectors (opts.vectors points here) */
@@ -311,6 +349,21 @@ double lpo_op_weight_bytes(const lpo_op *op);
  * of the m tokens picks top_k of the E experts uniformly at random, E (1 - (1 - top_k / E)^m). 0 for other
  * kinds. */
 double lpo_op_experts_read(const lpo_op *op);
+/* ---- collectives -----------------------------------------------------------------------------------------
+ * What crosses the links: the message of a collective (ALL_REDUCE: the m n elements each rank contributes
+ * and receives; ALL_GATHER: the m n elements of the gathered result), 0 for other kinds. */
+double lpo_op_comm_bytes(const lpo_op *op);
+/* The bytes each rank sends over its links for that message, as nccl-tests defines bus bandwidth: an
+ * all-reduce 2 (p - 1) / p of it (reduce-scatter then all-gather), an all-gather (p - 1) / p; 0 with one
+ * participant. */
+double lpo_op_comm_bus_bytes(const lpo_op *op);
+/* A collective as one rank alone runs it (kbench's case, the op checker): participants 1, an all-gather's
+ * part as wide as its result. Other kinds are left as they are. */
+void lpo_op_single_rank(lpo_op *op);
+/* The latency model of a collective: alpha_us + bus bytes / busbw_gbs (GB/s = 1e9 B/s), in seconds; 0 with
+ * one participant or for other kinds. */
+double lpo_op_comm_time_s(const lpo_op *op, double alpha_us, double busbw_gbs);
+
 /* Bytes of one tensor at its dtype (quantized types: block bytes / block size per element). */
 double lpo_op_tensor_bytes(const lpo_op_tensor *t);
 /* The op's shape string ("m=7 n=48 k=80", "m=5 heads=4/2 hd=12 kv_rows=31 window=8") into buf; returns buf.

@@ -12,6 +12,7 @@ const char *lpo_an_bound_name(lpo_an_bound b) {
     switch (b) {
     case LPO_AN_BOUND_COMPUTE: return "compute";
     case LPO_AN_BOUND_MEMORY: return "memory";
+    case LPO_AN_BOUND_COMM: return "communication";
     default: return "unknown";
     }
 }
@@ -60,6 +61,7 @@ lpo_status lpo_an_list_dtypes_init(lpo_an_list_dtypes *o, const lpo_an_dtypes *d
     o->vector_lookup = (lpo_dtype_lookup){&o->vectors, lpo_dtype_lookup_uniform};
     o->opts.dtypes = &o->weight_lookup;
     o->opts.vectors = &o->vector_lookup;
+    o->opts.tp = dt->tp > 1 ? dt->tp : 1;
     return LPO_OK;
 }
 
@@ -106,6 +108,17 @@ void lpo_an_op_cost(const lpo_model_spec *spec, const lpo_op *op, int batch, con
         c->t_lower_s = c->t_compute_s > c->t_memory_s ? c->t_compute_s : c->t_memory_s;
         c->bound = c->t_compute_s > c->t_memory_s ? LPO_AN_BOUND_COMPUTE : LPO_AN_BOUND_MEMORY;
     }
+    if (cat == LPO_CAT_COMM && op->participants > 1) { /* the links, not the memory, set its time */
+        c->comm_bytes = lpo_op_comm_bytes(op);
+        c->comm_bus_bytes = lpo_op_comm_bus_bytes(op);
+        if (p && p->comm_alpha_us > 0 && p->comm_busbw_gbs > 0) {
+            c->t_comm_s = lpo_op_comm_time_s(op, p->comm_alpha_us, p->comm_busbw_gbs);
+            if (known_c && known_m) { /* a floor only where the other ops have theirs */
+                c->t_lower_s = c->t_comm_s > c->t_lower_s ? c->t_comm_s : c->t_lower_s;
+                c->bound = LPO_AN_BOUND_COMM;
+            }
+        }
+    }
 }
 
 void lpo_an_cost_add(lpo_an_cost *a, const lpo_an_cost *b) {
@@ -120,14 +133,19 @@ void lpo_an_cost_add(lpo_an_cost *a, const lpo_an_cost *b) {
     a->t_compute_s += b->t_compute_s;
     a->t_memory_s += b->t_memory_s;
     a->t_lower_s += b->t_lower_s;
+    a->comm_bytes += b->comm_bytes;
+    a->comm_bus_bytes += b->comm_bus_bytes;
+    a->t_comm_s += b->t_comm_s;
     a->intensity = a->bytes > 0 ? a->flops / a->bytes : 0;
     if (a->t_lower_s > 0)
-        a->bound = a->t_compute_s > a->t_memory_s ? LPO_AN_BOUND_COMPUTE : LPO_AN_BOUND_MEMORY;
+        a->bound = a->t_comm_s > a->t_compute_s && a->t_comm_s > a->t_memory_s ? LPO_AN_BOUND_COMM
+                   : a->t_compute_s > a->t_memory_s                            ? LPO_AN_BOUND_COMPUTE
+                                                                               : LPO_AN_BOUND_MEMORY;
 }
 
 void lpo_an_cost_scale(lpo_an_cost *a, double f) {
-    double *v[] = {&a->flops,       &a->flops_exec,    &a->weight_bytes,   &a->in_bytes,
-                   &a->out_bytes,   &a->kv_read_bytes, &a->kv_write_bytes, &a->bytes,
-                   &a->t_compute_s, &a->t_memory_s,    &a->t_lower_s};
+    double *v[] = {&a->flops,         &a->flops_exec,     &a->weight_bytes,   &a->in_bytes,    &a->out_bytes,
+                   &a->kv_read_bytes, &a->kv_write_bytes, &a->bytes,          &a->t_compute_s, &a->t_memory_s,
+                   &a->t_lower_s,     &a->comm_bytes,     &a->comm_bus_bytes, &a->t_comm_s};
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) *v[i] *= f;
 }

@@ -357,7 +357,7 @@ lpo_status lpo_pf_run(const lpo_pf_request *rq, lpo_pf_result *r) {
     r->threads = rq->eng_opts->n_threads;
     r->max_new_tokens = rq->gen->max_new_tokens;
     const lpo_dtype_info *ed = engine_dtype(lpo_engine_dtype(e));
-    r->dt = (lpo_an_dtypes){ed, ed, ed, rq->attn_tile};
+    r->dt = (lpo_an_dtypes){ed, ed, ed, rq->attn_tile, 1};
     r->roof = ed->roof;
     unsigned char *seen = calloc(rq->dataset->n ? rq->dataset->n : 1, 1);
     if (!seen) st = lpo_errorf(LPO_E_NOMEM, "profile: out of memory");

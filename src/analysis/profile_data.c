@@ -259,7 +259,7 @@ static void r_cost(rd_ctx *c, const cJSON *o, lpo_an_cost *x) {
     x->t_compute_s = num(c, o, "t_compute_s");
     x->t_memory_s = num(c, o, "t_memory_s");
     x->t_lower_s = num(c, o, "t_lower_s");
-    x->bound = (lpo_an_bound)by_name(c, "bound", str(o, "bound"), 3, bound_of);
+    x->bound = (lpo_an_bound)by_name(c, "bound", str(o, "bound"), LPO_AN_BOUND_COMM + 1, bound_of);
 }
 
 static void r_stats(rd_ctx *c, const cJSON *root, const char *key, lpo_stats *s) {

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "lpo/analysis.h"
+#include "lpo/infer.h"
 
 /* ---- phases ---- */
 void lpo_an_phase_free(lpo_an_phase *ph) {
@@ -94,6 +95,18 @@ lpo_status lpo_an_opts_from_config(const lpo_node *cfg, const lpo_model_spec *sp
     if ((st = int_setting(cfg, "analysis.context", "infer.max_context", engine_ctx, 1, &ctx)) != LPO_OK)
         return st;
     if ((st = int_setting(cfg, "analysis.attn_tile", NULL, 128, 0, &tile)) != LPO_OK) return st;
+    int64_t tp;
+    if ((st = lpo_infer_tp_read(cfg, &tp)) != LPO_OK) return st;
+    if ((st = lpo_tp_check_spec(spec, (int)tp, "engine.tp")) != LPO_OK) return st;
+    o->tp = (int)tp;
+    const char *ck[2] = {"analysis.comm_alpha_us", "analysis.comm_busbw_gbs"};
+    double *cv[2] = {&o->comm_alpha_us, &o->comm_busbw_gbs};
+    for (int i = 0; i < 2; i++) {
+        if ((st = lpo_cfg_double_or(cfg, ck[i], 0, cv[i])) != LPO_OK) return st;
+        if (!(*cv[i] >= 0 && *cv[i] < 1e9))
+            return lpo_errorf(LPO_E_CONFIG, "%s = %g: must be a number >= 0 (null: measured or assumed)",
+                              ck[i], *cv[i]);
+    }
     if (b > 1 << 20 || tile > 1 << 20)
         return lpo_errorf(LPO_E_CONFIG, "analysis: batch %lld / attn_tile %lld out of range", (long long)b,
                           (long long)tile);
@@ -138,7 +151,8 @@ lpo_status lpo_an_dtypes_resolve(const lpo_model_spec *spec, const lpo_an_opts *
     if (o->kv_dtype && (st = find_dtype("analysis.kv_dtype", o->kv_dtype, &out->kv)) != LPO_OK) return st;
     if (!out->kv) out->kv = out->act;
     out->attn_tile = o->attn_tile;
-    return LPO_OK;
+    out->tp = o->tp > 1 ? o->tp : 1;
+    return lpo_tp_check_spec(spec, out->tp, "engine.tp");
 }
 
 /* ---- footprint ---- */
@@ -174,6 +188,24 @@ void lpo_an_footprint_compute(const lpo_model_spec *s, const lpo_an_opts *o, con
     f->act_bytes_prefill = (double)o->batch * (double)o->prompt_len * row + logits;
     f->act_bytes_decode = (double)o->batch * row + logits;
     f->total_bytes = f->weight_bytes + f->kv_bytes + f->act_bytes_prefill;
+    /* one GPU: the weights of one rank's decode list at the what-if dtypes (a tied head is a part of the
+     * embedding table the rank holds whole), its KV heads' share of the cache */
+    f->tp = dt->tp > 1 ? dt->tp : 1;
+    f->weight_bytes_gpu = f->weight_bytes;
+    f->kv_bytes_gpu = f->kv_bytes / f->tp;
+    lpo_an_list_dtypes ld;
+    lpo_oplist l = {0};
+    if (f->tp > 1 && lpo_an_list_dtypes_init(&ld, dt) == LPO_OK &&
+        lpo_oplist_build_phase(s, 1, 1, 0, &ld.opts, &l) == LPO_OK) {
+        f->weight_bytes_gpu = 0;
+        for (size_t i = 0; i < l.n_ops; i++) // every weight tensor of the rank once (embed: the whole table)
+            for (int j = 0; j < l.ops[i].n_w; j++) {
+                const lpo_op_tensor *w = &l.ops[i].w[j];
+                if (l.ops[i].kind == LPO_OP_LM_HEAD && s->tied_embeddings) continue;
+                f->weight_bytes_gpu += lpo_op_tensor_bytes(w);
+            }
+    }
+    lpo_oplist_free(&l);
 }
 
 /* ---- the whole analysis ---- */
@@ -271,6 +303,23 @@ lpo_status lpo_an_static_run(const lpo_model_spec *spec, const lpo_an_opts *o, c
     snprintf(s->model, sizeof s->model, "%s", spec->name);
     s->opts = *o;
     if (p) s->peaks = *p;
+    /* the collectives' latency model: a what-if of the config, else measured, else the assumption */
+    const int measured = s->peaks.comm_alpha_us > 0 && s->peaks.comm_busbw_gbs > 0;
+    s->comm_alpha_us = o->comm_alpha_us > 0 ? o->comm_alpha_us
+                       : measured           ? s->peaks.comm_alpha_us
+                                            : LPO_AN_COMM_ALPHA_US_ASSUMED;
+    s->comm_busbw_gbs = o->comm_busbw_gbs > 0 ? o->comm_busbw_gbs
+                        : measured            ? s->peaks.comm_busbw_gbs
+                                              : LPO_AN_COMM_BUSBW_GBS_ASSUMED;
+    snprintf(s->comm_source, sizeof s->comm_source, "%s",
+             o->comm_alpha_us > 0 || o->comm_busbw_gbs > 0
+                 ? "analysis.comm_alpha_us / analysis.comm_busbw_gbs (what-if)"
+             : measured ? "measured by lpo ceilings (all-reduce sweep on this machine's GPUs)"
+                        : "ASSUMED (an NVLink node; no measurement: run `lpo ceilings` on the GPUs)");
+    s->comm_measured_alpha_us = measured ? s->peaks.comm_alpha_us : 0;
+    s->comm_measured_busbw_gbs = measured ? s->peaks.comm_busbw_gbs : 0;
+    s->peaks.comm_alpha_us = s->comm_alpha_us; /* the figures every collective below is priced with */
+    s->peaks.comm_busbw_gbs = s->comm_busbw_gbs;
     lpo_status st = lpo_an_dtypes_resolve(spec, o, &s->dt);
     if (st != LPO_OK) return st;
     lpo_an_footprint_compute(spec, o, &s->dt, &s->mem);

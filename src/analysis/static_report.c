@@ -150,7 +150,8 @@ static void json_phase(lpo_json *j, const lpo_an_phase *ph) {
     lpo_json_object_end(j);
 }
 
-static void json_peaks(lpo_json *j, const lpo_peaks *p) {
+static void json_peaks(lpo_json *j, const lpo_an_static *s) {
+    const lpo_peaks *p = &s->peaks;
     char label[768];
     lpo_json_object_begin(j);
     lpo_json_kv_str(j, "source", lpo_peaks_source_name(p->source));
@@ -171,6 +172,46 @@ static void json_peaks(lpo_json *j, const lpo_peaks *p) {
         lpo_json_double(j, p->dram_gbs);
     else
         lpo_json_null(j);
+    /* the measured collective figures as the peaks had them (lpo report re-prices with them) */
+    lpo_json_kv_double_or_null(j, "comm_alpha_us", s->comm_measured_alpha_us, s->comm_measured_alpha_us > 0);
+    lpo_json_kv_double_or_null(j, "comm_busbw_gbs", s->comm_measured_busbw_gbs,
+                               s->comm_measured_busbw_gbs > 0);
+    lpo_json_object_end(j);
+}
+
+/* Collectives of a phase (ops of the communication category). */
+static int n_collectives(const lpo_an_phase *ph) {
+    int n = 0;
+    for (size_t i = 0; i < ph->n_ops; i++) n += lpo_op_kind_cat(ph->ops[i].kind) == LPO_CAT_COMM;
+    return n;
+}
+
+static void json_tp_phase(lpo_json *j, const char *key, const lpo_an_phase *ph) {
+    lpo_json_key(j, key);
+    lpo_json_object_begin(j);
+    lpo_json_kv_int(j, "collectives", n_collectives(ph));
+    lpo_json_kv_double(j, "comm_bytes", ph->total.comm_bytes);
+    lpo_json_kv_double(j, "comm_bus_bytes", ph->total.comm_bus_bytes);
+    lpo_json_kv_double(j, "t_comm_s", ph->total.t_comm_s);
+    lpo_json_kv_double_or_null(j, "comm_share_of_floor",
+                               ph->total.t_lower_s > 0 ? ph->total.t_comm_s / ph->total.t_lower_s : 0,
+                               ph->total.t_lower_s > 0);
+    lpo_json_object_end(j);
+}
+
+/* "tensor_parallel": what one GPU of tp holds and what its steps send (tp > 1 only). */
+static void json_tp(lpo_json *j, const lpo_an_static *s) {
+    if (s->opts.tp <= 1) return;
+    lpo_json_key(j, "tensor_parallel");
+    lpo_json_object_begin(j);
+    lpo_json_kv_int(j, "ranks", s->opts.tp);
+    lpo_json_kv_double(j, "weight_bytes_per_gpu", s->mem.weight_bytes_gpu);
+    lpo_json_kv_double(j, "kv_bytes_per_gpu", s->mem.kv_bytes_gpu);
+    lpo_json_kv_double(j, "comm_alpha_us", s->comm_alpha_us);
+    lpo_json_kv_double(j, "comm_busbw_gbs", s->comm_busbw_gbs);
+    lpo_json_kv_str(j, "comm_source", s->comm_source);
+    json_tp_phase(j, "prefill", &s->prefill);
+    json_tp_phase(j, "decode_step", &s->decode);
     lpo_json_object_end(j);
 }
 
@@ -236,9 +277,11 @@ lpo_status lpo_an_static_write_json(const lpo_an_static *s, const lpo_model_spec
     lpo_json_kv_int(j, "gen_len", s->opts.gen_len);
     lpo_json_kv_int(j, "context", s->mem.kv_context);
     lpo_json_kv_int(j, "attn_tile", s->opts.attn_tile);
+    lpo_json_kv_int(j, "tp", s->opts.tp > 1 ? s->opts.tp : 1);
     lpo_json_object_end(j);
     lpo_json_key(j, "peaks");
-    json_peaks(j, &s->peaks);
+    json_peaks(j, s);
+    json_tp(j, s);
     lpo_json_key(j, "footprint");
     lpo_json_object_begin(j);
     lpo_json_kv_double(j, "weight_params", s->mem.weight_params);
@@ -449,6 +492,31 @@ lpo_status lpo_an_static_write_md(const lpo_an_static *s, const lpo_model_spec *
                   lpo_an_fmt_bytes(a, sizeof a, s->mem.act_bytes_prefill),
                   lpo_an_fmt_bytes(b, sizeof b, s->mem.act_bytes_decode));
     lpo_sb_printf(out, "| total | %s |\n\n", lpo_an_fmt_bytes(a, sizeof a, s->mem.total_bytes));
+    if (s->opts.tp > 1) {
+        lpo_sb_printf(out,
+                      "## Tensor parallel: %d GPUs\n\nEvery figure below this section is ONE GPU's (its op "
+                      "list: its heads, its part of the MLP and of the vocabulary, and its collectives).\n\n"
+                      "| what | per GPU |\n|---|---:|\n",
+                      s->opts.tp);
+        lpo_sb_printf(out, "| weights | %s |\n", lpo_an_fmt_bytes(a, sizeof a, s->mem.weight_bytes_gpu));
+        lpo_sb_printf(out, "| KV cache at %lld tokens x batch %d | %s |\n", (long long)s->mem.kv_context,
+                      s->opts.batch, lpo_an_fmt_bytes(a, sizeof a, s->mem.kv_bytes_gpu));
+        const lpo_an_phase *tph[] = {&s->prefill, &s->decode};
+        for (int i = 0; i < 2; i++) {
+            const lpo_an_phase *ph = tph[i];
+            char t[32];
+            lpo_sb_printf(out, "| %s: %d collectives, %s sent (bus %s), %s | %.1f%% of the floor |\n",
+                          ph->decode ? "decode step" : "prefill", n_collectives(ph),
+                          lpo_an_fmt_bytes(a, sizeof a, ph->total.comm_bytes),
+                          lpo_an_fmt_bytes(b, sizeof b, ph->total.comm_bus_bytes),
+                          lpo_an_fmt_time(t, sizeof t, ph->total.t_comm_s),
+                          ph->total.t_lower_s > 0 ? 100.0 * ph->total.t_comm_s / ph->total.t_lower_s : 0.0);
+        }
+        lpo_sb_printf(out,
+                      "\nCollective latency model: alpha %.3g us + bus bytes / %.4g GB/s (nccl-tests bus "
+                      "bytes: all-reduce 2 (p-1)/p, all-gather (p-1)/p of the message); figures: %s.\n\n",
+                      s->comm_alpha_us, s->comm_busbw_gbs, s->comm_source);
+    }
     lpo_sb_puts(
         out, "## Phases\n\n| phase | FLOPs (useful) | FLOPs (executed) | bytes | weights | KV read+write | "
              "FLOP/byte | roofline floor | bound |\n|---|---:|---:|---:|---:|---:|---:|---:|---|\n");
@@ -555,6 +623,19 @@ void lpo_an_static_print(const lpo_an_static *s, const lpo_model_spec *spec, FIL
                     lpo_an_fmt_bytes(c, sizeof c, r->step_bytes),
                     r->step_lower_s > 0 ? lpo_an_fmt_time(d, sizeof d, r->step_lower_s) : "-");
         }
+    }
+    if (s->opts.tp > 1) {
+        fprintf(f, "tensor parallel: %d GPUs, per GPU: weights %s, KV %s (the rows above are one GPU's)\n",
+                s->opts.tp, lpo_an_fmt_bytes(a, sizeof a, s->mem.weight_bytes_gpu),
+                lpo_an_fmt_bytes(b, sizeof b, s->mem.kv_bytes_gpu));
+        fprintf(f,
+                "  decode step: %d collectives, %s sent, %s by alpha %.3g us + bus bytes / %.4g GB/s "
+                "(%.1f%% of the floor)\n",
+                n_collectives(&s->decode), lpo_an_fmt_bytes(c, sizeof c, s->decode.total.comm_bytes),
+                lpo_an_fmt_time(d, sizeof d, s->decode.total.t_comm_s), s->comm_alpha_us, s->comm_busbw_gbs,
+                s->decode.total.t_lower_s > 0 ? 100.0 * s->decode.total.t_comm_s / s->decode.total.t_lower_s
+                                              : 0.0);
+        fprintf(f, "  collective figures: %s\n", s->comm_source);
     }
     if (s->decode.total.bound == LPO_AN_BOUND_UNKNOWN) return;
     fprintf(f, "\n%-8s %-6s %6s %12s %14s %14s %14s\n", "what-if", "KV", "batch", "weights", "TTFT floor",

@@ -14,7 +14,7 @@ static lpo_status list_costs(const lpo_engine *e, int decode, int B, int64_t t_o
                              double *bytes) {
     const lpo_dtype dt = lpo_engine_dtype(e);
     const lpo_dtype_lookup held = {(void *)&dt, lpo_dtype_lookup_uniform};
-    const lpo_oplist_opts o = {dt, dt, &held, NULL};
+    const lpo_oplist_opts o = {dt, dt, &held, NULL, 0};
     lpo_oplist l = {0};
     lpo_status st = lpo_oplist_build_phase(lpo_engine_spec(e), decode, B, t_or_ctx, &o, &l);
     *flops = *bytes = 0;

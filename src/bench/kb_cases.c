@@ -41,6 +41,12 @@ static const op_case op_cases[] = {
     {LPO_OP_EXPERTS, LPO_ROLE_EXPERTS,
      "MoE routed experts: per token, kbench.top_k SwiGLU experts (n -> k -> n) of kbench.experts, weighted "
      "sum"},
+    {LPO_OP_ALL_REDUCE, LPO_ROLE_MLP_ALL_REDUCE,
+     "tensor parallel: sum of (m, n) over the ranks, in place; one rank here (the multi-GPU sweep: lpo "
+     "ceilings)"},
+    {LPO_OP_ALL_GATHER, LPO_ROLE_LOGITS_GATHER,
+     "tensor parallel: (m, n / ranks) logits parts -> (m, n); one rank here (the multi-GPU sweep: lpo "
+     "ceilings)"},
 };
 _Static_assert(sizeof op_cases / sizeof op_cases[0] == LPO_OP_KIND_COUNT,
                "every engine op kind is a kbench case: add its row");
@@ -146,6 +152,16 @@ static lpo_status case_spec(lpo_op_kind kind, const kb_params *p, lpo_dtype dt, 
         s->moe.n_experts_used = p->top_k;
         s->moe.norm_topk_prob = 1;
         s->moe.sparse_step = 1;
+        break;
+    case LPO_OP_ALL_REDUCE: /* a two-rank list's collective (taken as one rank's below): n = hidden */
+    case LPO_OP_ALL_GATHER: /* n = vocab, even */
+        if (st || (st = need_pos("n", p->n))) break;
+        if (kind == LPO_OP_ALL_GATHER && p->n % 2)
+            return lpo_errorf(LPO_E_CONFIG, "kbench.n=%lld: the gathered logits split in two parts (even n)",
+                              (long long)p->n);
+        s->n_heads = s->n_kv_heads = s->intermediate_size = s->vocab_size = 2;
+        if (kind == LPO_OP_ALL_REDUCE) s->hidden_size = p->n;
+        if (kind == LPO_OP_ALL_GATHER) s->vocab_size = p->n;
         break;
     case LPO_OP_QK_NORM:
     case LPO_OP_ROPE:
@@ -272,7 +288,8 @@ lpo_status lpo__kb_op_case_run(lpo_kbench *kb, const lpo_node *cfg, const kb_par
     for (int i = 0; i < seqs; i++) past[i] = positioned ? p->context : 0, nn[i] = p->m / seqs;
     const lpo_step step = {seqs, past, nn, 1, kind == LPO_OP_SAMPLE};
     const lpo_dtype_lookup held = {(void *)&dt, lpo_dtype_lookup_uniform};
-    const lpo_oplist_opts o = {dt, dt, &held, NULL};
+    const int comm = lpo_op_kind_cat(kind) == LPO_CAT_COMM;
+    const lpo_oplist_opts o = {dt, dt, &held, NULL, comm ? 2 : 1};
     lpo_oplist l = {0};
     st = lpo_oplist_build(&spec, &step, &o, &l);
     long at = -1;
@@ -282,6 +299,7 @@ lpo_status lpo__kb_op_case_run(lpo_kbench *kb, const lpo_node *cfg, const kb_par
         st = lpo_errorf(LPO_E_INTERNAL, "kbench: the op list has no %s op", lpo_op_kind_name(kind));
     if (st == LPO_OK) {
         l.ops[at].name = lpo_op_kind_name(kind); /* errors name the case, not "layers.0.mlp.down" */
+        if (comm) lpo_op_single_rank(&l.ops[at]);
         st = run_op_case(kb, cfg, ro, p, &l.ops[at], dt, &step, lpo_op_kind_name(kind), "");
     }
     lpo_oplist_free(&l);
@@ -305,7 +323,7 @@ lpo_status lpo__kb_linears_run(lpo_kbench *kb, const lpo_node *cfg, const kb_par
     int64_t past = 0, nn = p->m;
     const lpo_step step = {1, &past, &nn, 1, 0};
     const lpo_dtype_lookup held = {(void *)&dt, lpo_dtype_lookup_uniform};
-    const lpo_oplist_opts o = {dt, dt, &held, NULL};
+    const lpo_oplist_opts o = {dt, dt, &held, NULL, 0};
     lpo_oplist l = {0};
     st = lpo_oplist_build(&spec, &step, &o, &l);
     // each linear of layer 0, then lm_head: a row named "linear" / "lm_head", its role before its shape

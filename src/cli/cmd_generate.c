@@ -94,7 +94,7 @@ static lpo_status run_single(lpo_engine *e, const lpo_cli_prompts *g, const int3
          * every weight to f32): the rate they stream at says how close decode is to the memory bandwidth */
         const lpo_dtype held = lpo_engine_dtype(e);
         const lpo_dtype_lookup as_held = {(void *)&held, lpo_dtype_lookup_uniform};
-        const lpo_oplist_opts o = {held, held, &as_held, NULL};
+        const lpo_oplist_opts o = {held, held, &as_held, NULL, 0};
         lpo_oplist l = {0};
         double wbytes = 0;
         st = lpo_oplist_build_phase(g->spec, 1, 1, (int64_t)n, &o, &l); /* fails only out of memory */

@@ -73,6 +73,30 @@ static int ensure_check_buf(lpo_engine *e);
 static void install_callbacks(lpo_engine *e);
 
 /* ---- open / close ---- */
+lpo_status lpo_tp_check_devices(int tp, int first, int n_present, const lpo_tp_device *devs) {
+    if (tp <= 1) return LPO_OK;
+    if (first < 0 || first + tp > n_present)
+        return lpo_errorf(LPO_E_NO_DEVICE,
+                          "engine.tp=%d needs GPUs %d..%d (one per rank); this machine has %d GPU%s "
+                          "(CUDA_VISIBLE_DEVICES may hide some)",
+                          tp, first, first + tp - 1, n_present, n_present == 1 ? "" : "s");
+    const lpo_tp_device *a = &devs[first];
+    for (int r = 1; r < tp; r++) {
+        const lpo_tp_device *d = &devs[first + r];
+        const double ma = (double)a->mem_total, md = (double)d->mem_total;
+        if (strcmp(a->name, d->name) || a->cc_major != d->cc_major || a->cc_minor != d->cc_minor ||
+            a->sm_count != d->sm_count || fabs(ma - md) > 0.01 * (ma > md ? ma : md))
+            return lpo_errorf(
+                LPO_E_UNSUPPORTED,
+                "engine.tp=%d: GPU %d (%s, sm_%d%d, %d SMs, %.1f GiB) is not like GPU %d (%s, "
+                "sm_%d%d, %d SMs, %.1f GiB); tensor-parallel ranks run in lockstep on equal GPUs "
+                "(pick them with hardware.device and CUDA_VISIBLE_DEVICES)",
+                tp, first + r, d->name, d->cc_major, d->cc_minor, d->sm_count, md / 1073741824.0, first,
+                a->name, a->cc_major, a->cc_minor, a->sm_count, ma / 1073741824.0);
+    }
+    return LPO_OK;
+}
+
 lpo_status lpo_engine_dtype_parse(const char *name, lpo_dtype *out) {
     *out = LPO_DT_COUNT;
     if (!name || !strcmp(name, "auto")) return LPO_OK;
@@ -126,6 +150,13 @@ lpo_status lpo_engine_open_weights(const lpo_model_spec *spec, const lpo_weight_
                           be->api_version, LPO_BACKEND_API_VERSION);
     lpo_dtype dt;
     if ((st = pick_dtype(o.dtype, be, &dt)) != LPO_OK) return st;
+    if (o.tp == 0) o.tp = 1;
+    if ((st = lpo_tp_check_spec(spec, o.tp, "engine.tp")) != LPO_OK) return st;
+    if (o.tp > 1 && !(be->features & LPO_BACKEND_F_TP))
+        return lpo_errorf(LPO_E_UNSUPPORTED,
+                          "engine.tp=%d: backend '%s' runs one device; tensor parallelism over %d GPUs is "
+                          "not in this build's engine yet (lpo analyze engine.tp=%d prices it)",
+                          o.tp, be->name, o.tp, o.tp);
     if (o.max_seqs <= 0) o.max_seqs = 1;
     if (o.max_seqs > LPO_ENGINE_MAX_SEQS)
         return lpo_errorf(LPO_E_RANGE, "batch of %d sequences exceeds the engine's limit of %d", o.max_seqs,
@@ -166,7 +197,7 @@ lpo_status lpo_engine_open_weights(const lpo_model_spec *spec, const lpo_weight_
     e->exec = o.exec;
     e->fusion = o.fusion && o.exec != LPO_EXEC_DEBUG;
     if (dtypes) e->dtypes = *dtypes;
-    e->lopts = (lpo_oplist_opts){dt, dt, e->dtypes.stored_dtype ? &e->dtypes : NULL, NULL};
+    e->lopts = (lpo_oplist_opts){dt, dt, e->dtypes.stored_dtype ? &e->dtypes : NULL, NULL, 0};
     const size_t slots = (size_t)o.max_seqs + (pad ? 1 : 0);
     e->n_past = calloc(slots, sizeof *e->n_past);
     e->packed = malloc((size_t)rows * sizeof *e->packed);

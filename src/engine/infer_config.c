@@ -62,6 +62,9 @@ lpo_status lpo_infer_config_read(const lpo_node *cfg, lpo_infer_config *c) {
     TRY(lpo_cfg_bool_or(cfg, "engine.gemv", eng.gemv, &c->engine.gemv));
     TRY(lpo_cfg_bool_or(cfg, "engine.pdl", eng.pdl, &c->engine.pdl));
     TRY(lpo_cfg_str_or(cfg, "engine.dtype", "auto", &c->engine.dtype));
+    int64_t tp;
+    TRY(lpo_infer_tp_read(cfg, &tp));
+    c->engine.tp = (int)tp;
     if (!lpo_exec_mode_parse(exec, &c->engine.exec)) {
         st = lpo_errorf(LPO_E_CONFIG, "engine.exec: '%s' is not one of graph, eager, debug", exec);
         goto fail;
@@ -127,6 +130,19 @@ lpo_status lpo_infer_config_read(const lpo_node *cfg, lpo_infer_config *c) {
 fail:
     lpo_infer_config_free(c);
     return st;
+}
+
+lpo_status lpo_infer_tp_read(const lpo_node *cfg, int64_t *tp) {
+    const lpo_node *n = lpo_node_at(cfg, "engine.tp");
+    if (!n || lpo_scalar_is_null(n)) return *tp = 1, LPO_OK;
+    if (n->kind != LPO_NODE_SCALAR || !lpo_scalar_parse_int(n->value, tp) || *tp < 1 || *tp > LPO_TP_MAX)
+        return lpo_errorf(LPO_E_CONFIG,
+                          "engine.tp = '%s' (%s): tensor-parallel ranks must be an integer in 1..%d (one GPU "
+                          "per rank; it must divide the model's heads, KV heads, intermediate size and "
+                          "vocabulary)",
+                          n->kind == LPO_NODE_SCALAR ? n->value : "(not a scalar)",
+                          n->origin ? n->origin : "config", LPO_TP_MAX);
+    return LPO_OK;
 }
 
 void lpo_infer_engine_opts(const lpo_infer_config *c, int max_seqs, lpo_engine_opts *o) {

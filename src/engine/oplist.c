@@ -62,8 +62,52 @@ int64_t lpo_buf_width(const lpo_model_spec *s, lpo_buf b) {
     case LPO_BUF_LOGITS: return s->vocab_size;
     case LPO_BUF_ROUTE_W:
     case LPO_BUF_ROUTE_IDS: return lpo_spec_has_moe(s) ? s->moe.n_experts_used : 0;
-    default: return 0;
+    default: return 0; /* LOGITS_PART: only a tensor-parallel rank has one (lpo_buf_width_tp) */
     }
+}
+
+int64_t lpo_buf_width_tp(const lpo_model_spec *s, lpo_buf b, int tp) {
+    if (tp <= 1) return lpo_buf_width(s, b);
+    switch (b) {
+    case LPO_BUF_QKV: return (s->n_heads + 2 * s->n_kv_heads) / tp * s->head_dim;
+    case LPO_BUF_ATT: return s->n_heads / tp * s->head_dim;
+    case LPO_BUF_GU: return 2 * s->intermediate_size / tp;
+    case LPO_BUF_ACT: return s->intermediate_size / tp;
+    case LPO_BUF_LOGITS_PART: return s->vocab_size / tp;
+    default: return lpo_buf_width(s, b);
+    }
+}
+
+const char *lpo_shard_name(lpo_shard s) {
+    return s == LPO_SHARD_ROWS ? "rows" : s == LPO_SHARD_COLS ? "cols" : "none";
+}
+
+lpo_status lpo_tp_check_spec(const lpo_model_spec *s, int tp, const char *key) {
+    if (tp < 1 || tp > LPO_TP_MAX)
+        return lpo_errorf(LPO_E_CONFIG, "%s=%d: tensor-parallel ranks must be in 1..%d", key, tp, LPO_TP_MAX);
+    if (tp == 1) return LPO_OK;
+    const struct {
+        const char *what;
+        int64_t n;
+    } parts[] = {
+        {"attention heads", s->n_heads},
+        {"KV heads", s->n_kv_heads},
+        {"intermediate size", s->intermediate_size},
+        {"experts' intermediate size", lpo_spec_has_moe(s) ? s->moe.intermediate_size : tp},
+        {"vocabulary", s->vocab_size},
+    };
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+        if (parts[i].n <= 0 || parts[i].n % tp)
+            return lpo_errorf(LPO_E_CONFIG,
+                              "%s=%d: model '%s' has %lld %s, which %d ranks cannot share equally (tp must "
+                              "divide the heads, the KV heads, the intermediate size and the vocabulary)",
+                              key, tp, s->name, (long long)parts[i].n, parts[i].what, tp);
+    if (s->o_bias || s->mlp_bias)
+        return lpo_errorf(LPO_E_UNSUPPORTED,
+                          "%s=%d: model '%s' has a bias on the %s projection, which is row-parallel under "
+                          "tensor parallelism; such models run with tp=1",
+                          key, tp, s->name, s->o_bias ? "o" : "down");
+    return LPO_OK;
 }
 
 lpo_dtype lpo_buf_dtype(lpo_buf b, const lpo_oplist_opts *o) {
@@ -72,6 +116,7 @@ lpo_dtype lpo_buf_dtype(lpo_buf b, const lpo_oplist_opts *o) {
     case LPO_BUF_IDS:
     case LPO_BUF_ROUTE_IDS: return LPO_DT_I32;
     case LPO_BUF_LOGITS:
+    case LPO_BUF_LOGITS_PART:
     case LPO_BUF_ROUTE_W: return LPO_DT_F32; /* routing stays f32 whatever the activations' dtype */
     case LPO_BUF_KV: return o->kv_dtype;
     default: return o->act_dtype;
@@ -193,7 +238,8 @@ static void set_out(lpo_op *op, lpo_op_tensor t) {
 
 /* Adds a weight reference "model.layers.<layer>.<suffix>" (layer < 0: "<suffix>" verbatim) with its
  * stored dtype. Weights of an op are consecutive in the list's weight array. */
-static void add_w(builder *b, lpo_op *op, int layer, const char *suffix, int ndim, int64_t d0, int64_t d1) {
+static void add_w_shard(builder *b, lpo_op *op, int layer, const char *suffix, int ndim, int64_t d0,
+                        int64_t d1, lpo_shard shard) {
     if (!op || b->st != LPO_OK) return;
     lpo_oplist *l = b->l;
     const size_t opi = (size_t)(op - l->ops);
@@ -210,14 +256,22 @@ static void add_w(builder *b, lpo_op *op, int layer, const char *suffix, int ndi
     t->shape[0] = d0;
     t->shape[1] = ndim > 1 ? d1 : 0;
     t->dtype = weight_dtype(&l->opts, l->names + name, ndim, b->s->dtype);
+    t->shard = l->tp > 1 ? shard : LPO_SHARD_NONE;
+    if (t->shard == LPO_SHARD_ROWS) t->shape[0] = d0 / l->tp;
+    if (t->shard == LPO_SHARD_COLS) t->shape[1] = d1 / l->tp;
     op->n_w++;
 }
 
+/* A weight every rank holds whole. */
+static void add_w(builder *b, lpo_op *op, int layer, const char *suffix, int ndim, int64_t d0, int64_t d1) {
+    add_w_shard(b, op, layer, suffix, ndim, d0, d1, LPO_SHARD_NONE);
+}
+
 /* Adds a bias vector of n elements after the weights; counts it in n_bias. */
-static void add_bias(builder *b, lpo_op *op, int layer, const char *suffix, int64_t n) {
+static void add_bias(builder *b, lpo_op *op, int layer, const char *suffix, int64_t n, lpo_shard shard) {
     if (!op) return;
     const size_t opi = (size_t)(op - b->l->ops);
-    add_w(b, op, layer, suffix, 1, n, 0);
+    add_w_shard(b, op, layer, suffix, 1, n, 0, shard);
     if (b->st == LPO_OK) b->l->ops[opi].n_bias++;
 }
 
@@ -252,10 +306,11 @@ static lpo_op *heads_op(builder *b, lpo_op_kind kind, lpo_op_role role, int laye
     lpo_op *op = push(b, kind, role, layer);
     if (!op) return NULL;
     const lpo_model_spec *s = b->s;
-    add_in(op, act2(b, LPO_BUF_QKV, T, (s->n_heads + 2 * s->n_kv_heads) * s->head_dim));
+    const int64_t tp = b->l->tp; /* tensor parallel: the rank's heads */
+    add_in(op, act2(b, LPO_BUF_QKV, T, (s->n_heads + 2 * s->n_kv_heads) / tp * s->head_dim));
     op->m = T;
-    op->n_heads = s->n_heads;
-    op->n_kv_heads = s->n_kv_heads;
+    op->n_heads = s->n_heads / tp;
+    op->n_kv_heads = s->n_kv_heads / tp;
     op->head_dim = s->head_dim;
     return op;
 }
@@ -271,13 +326,26 @@ static void residual(builder *b, lpo_op_role role, int layer, int64_t T) {
     op->n = n;
 }
 
+/* Tensor parallel: the all-reduce of the rank's partial sums in tmp [T, hidden] (after o and down). */
+static void all_reduce(builder *b, lpo_op_role role, int layer, int64_t T) {
+    if (b->l->tp <= 1) return;
+    lpo_op *op = push(b, LPO_OP_ALL_REDUCE, role, layer);
+    if (!op) return;
+    const int64_t n = b->s->hidden_size;
+    add_in(op, act2(b, LPO_BUF_TMP, T, n));
+    set_out(op, act2(b, LPO_BUF_TMP, T, n));
+    op->m = T;
+    op->n = n;
+    op->participants = b->l->tp;
+}
+
 /* The MLP of a sparse layer: the router (xn -> route_w, route_ids) and the routed experts (xn and the routing
  * -> tmp), whose weights are every expert's gate, up and down in expert order (HF hub names). */
 static void moe_mlp(builder *b, int layer, int64_t T) {
     const lpo_model_spec *s = b->s;
     const lpo_moe_names *mn = lpo_spec_moe_names(s);
     const int64_t h = s->hidden_size, E = s->moe.n_experts, K = s->moe.n_experts_used;
-    const int64_t I = s->moe.intermediate_size;
+    const int64_t I = s->moe.intermediate_size, tp = b->l->tp;
     char w[160];
     lpo_op *op = push(b, LPO_OP_ROUTER, LPO_ROLE_ROUTER, layer);
     if (op) {
@@ -301,16 +369,16 @@ static void moe_mlp(builder *b, int layer, int64_t T) {
     set_out(op, act2(b, LPO_BUF_TMP, T, h));
     op->m = T;
     op->n = h;
-    op->k = I;
+    op->k = I / tp; /* tensor parallel: each expert's intermediate split like a dense MLP's */
     op->n_experts = E;
     op->top_k = K;
     for (int64_t e = 0; e < E; e++) {
         snprintf(w, sizeof w, "%s.experts.%lld.%s.weight", mn->block, (long long)e, mn->gate);
-        add_w(b, op, layer, w, 2, I, h);
+        add_w_shard(b, op, layer, w, 2, I, h, LPO_SHARD_ROWS);
         snprintf(w, sizeof w, "%s.experts.%lld.%s.weight", mn->block, (long long)e, mn->up);
-        add_w(b, op, layer, w, 2, I, h);
+        add_w_shard(b, op, layer, w, 2, I, h, LPO_SHARD_ROWS);
         snprintf(w, sizeof w, "%s.experts.%lld.%s.weight", mn->block, (long long)e, mn->down);
-        add_w(b, op, layer, w, 2, h, I);
+        add_w_shard(b, op, layer, w, 2, h, I, LPO_SHARD_COLS);
     }
 }
 
@@ -391,10 +459,13 @@ lpo_status lpo_oplist_build_shape(const lpo_model_spec *s, const lpo_step_shape 
         if (opts->dtypes) out->dtypes = *opts->dtypes;
         if (opts->vectors) out->vectors = *opts->vectors;
     } else {
-        out->opts = (lpo_oplist_opts){LPO_DT_F32, LPO_DT_F32, NULL, NULL};
+        out->opts = (lpo_oplist_opts){LPO_DT_F32, LPO_DT_F32, NULL, NULL, 0};
     }
     out->opts.dtypes = out->dtypes.stored_dtype ? &out->dtypes : NULL;
     out->opts.vectors = out->vectors.stored_dtype ? &out->vectors : NULL;
+    const int tp = out->opts.tp > 1 ? out->opts.tp : 1;
+    if (tp > 1 && (st = lpo_tp_check_spec(s, tp, "op list: tp")) != LPO_OK) return st;
+    out->tp = tp;
     const int64_t T = shape->n_tokens;
     out->n_tokens = T;
     out->n_seqs = shape->n_seqs;
@@ -406,6 +477,9 @@ lpo_status lpo_oplist_build_shape(const lpo_model_spec *s, const lpo_step_shape 
     const int64_t h = s->hidden_size, hd = s->head_dim, nh = s->n_heads, nkv = s->n_kv_heads;
     const int64_t I = s->intermediate_size, V = s->vocab_size;
     const int64_t qd = nh * hd, kvd = nkv * hd;
+    /* sizes on one rank (tp 1: the whole model) */
+    const int64_t qdr = qd / tp, kvdr = kvd / tp, Ir = I / tp, Vr = V / tp;
+    const lpo_shard ROWS = LPO_SHARD_ROWS, COLS = LPO_SHARD_COLS;
 
     lpo_op *op = push(b, LPO_OP_EMBED, LPO_ROLE_EMBED, -1);
     if (op) {
@@ -418,14 +492,14 @@ lpo_status lpo_oplist_build_shape(const lpo_model_spec *s, const lpo_step_shape 
     }
     for (int l = 0; l < (int)s->n_layers; l++) {
         rmsnorm(b, LPO_ROLE_ATTN_NORM, l, "input_layernorm.weight", T);
-        op = linear(b, LPO_ROLE_QKV, l, LPO_BUF_XN, LPO_BUF_QKV, T, h, qd + 2 * kvd);
-        add_w(b, op, l, "self_attn.q_proj.weight", 2, qd, h);
-        add_w(b, op, l, "self_attn.k_proj.weight", 2, kvd, h);
-        add_w(b, op, l, "self_attn.v_proj.weight", 2, kvd, h);
+        op = linear(b, LPO_ROLE_QKV, l, LPO_BUF_XN, LPO_BUF_QKV, T, h, qdr + 2 * kvdr);
+        add_w_shard(b, op, l, "self_attn.q_proj.weight", 2, qd, h, ROWS);
+        add_w_shard(b, op, l, "self_attn.k_proj.weight", 2, kvd, h, ROWS);
+        add_w_shard(b, op, l, "self_attn.v_proj.weight", 2, kvd, h, ROWS);
         if (s->qkv_bias) {
-            add_bias(b, op, l, "self_attn.q_proj.bias", qd);
-            add_bias(b, op, l, "self_attn.k_proj.bias", kvd);
-            add_bias(b, op, l, "self_attn.v_proj.bias", kvd);
+            add_bias(b, op, l, "self_attn.q_proj.bias", qd, ROWS);
+            add_bias(b, op, l, "self_attn.k_proj.bias", kvd, ROWS);
+            add_bias(b, op, l, "self_attn.v_proj.bias", kvd, ROWS);
         }
         if (s->qk_norm) {
             op = heads_op(b, LPO_OP_QK_NORM, LPO_ROLE_QK_NORM, l, T);
@@ -441,52 +515,66 @@ lpo_status lpo_oplist_build_shape(const lpo_model_spec *s, const lpo_step_shape 
         op = heads_op(b, LPO_OP_ATTENTION, LPO_ROLE_ATTN, l, T);
         if (op) {
             /* the cache is read and appended: an input and an output; rows = positions read (set below) */
-            lpo_op_tensor kv = act2(b, LPO_BUF_KV, 0, 2 * kvd);
+            lpo_op_tensor kv = act2(b, LPO_BUF_KV, 0, 2 * kvdr);
             add_in(op, kv);
-            set_out(op, act2(b, LPO_BUF_ATT, T, qd));
+            set_out(op, act2(b, LPO_BUF_ATT, T, qdr));
             set_out(op, kv);
             op->window = s->sliding_window > 0 ? s->sliding_window : 0;
             op->attn_variant = T == shape->n_seqs ? LPO_ATTN_DECODE : LPO_ATTN_PREFILL;
         }
-        op = linear(b, LPO_ROLE_ATTN_OUT, l, LPO_BUF_ATT, LPO_BUF_TMP, T, qd, h);
-        add_w(b, op, l, "self_attn.o_proj.weight", 2, h, qd);
-        if (s->o_bias) add_bias(b, op, l, "self_attn.o_proj.bias", h);
+        op = linear(b, LPO_ROLE_ATTN_OUT, l, LPO_BUF_ATT, LPO_BUF_TMP, T, qdr, h);
+        add_w_shard(b, op, l, "self_attn.o_proj.weight", 2, h, qd, COLS);
+        if (s->o_bias) add_bias(b, op, l, "self_attn.o_proj.bias", h, LPO_SHARD_NONE);
+        all_reduce(b, LPO_ROLE_ATTN_ALL_REDUCE, l, T);
         residual(b, LPO_ROLE_ATTN_RESIDUAL, l, T);
         rmsnorm(b, LPO_ROLE_MLP_NORM, l, "post_attention_layernorm.weight", T);
         if (lpo_spec_layer_is_moe(s, l)) {
             moe_mlp(b, l, T);
+            all_reduce(b, LPO_ROLE_MLP_ALL_REDUCE, l, T);
             residual(b, LPO_ROLE_MLP_RESIDUAL, l, T);
             continue;
         }
-        op = linear(b, LPO_ROLE_GATE_UP, l, LPO_BUF_XN, LPO_BUF_GU, T, h, 2 * I);
-        add_w(b, op, l, "mlp.gate_proj.weight", 2, I, h);
-        add_w(b, op, l, "mlp.up_proj.weight", 2, I, h);
+        op = linear(b, LPO_ROLE_GATE_UP, l, LPO_BUF_XN, LPO_BUF_GU, T, h, 2 * Ir);
+        add_w_shard(b, op, l, "mlp.gate_proj.weight", 2, I, h, ROWS);
+        add_w_shard(b, op, l, "mlp.up_proj.weight", 2, I, h, ROWS);
         if (s->mlp_bias) {
-            add_bias(b, op, l, "mlp.gate_proj.bias", I);
-            add_bias(b, op, l, "mlp.up_proj.bias", I);
+            add_bias(b, op, l, "mlp.gate_proj.bias", I, ROWS);
+            add_bias(b, op, l, "mlp.up_proj.bias", I, ROWS);
         }
         op = push(b, s->act == LPO_ACT_GELU_TANH ? LPO_OP_GEGLU : LPO_OP_SWIGLU, LPO_ROLE_MLP_ACT, l);
         if (op) {
-            add_in(op, act2(b, LPO_BUF_GU, T, 2 * I));
-            set_out(op, act2(b, LPO_BUF_ACT, T, I));
+            add_in(op, act2(b, LPO_BUF_GU, T, 2 * Ir));
+            set_out(op, act2(b, LPO_BUF_ACT, T, Ir));
             op->m = T;
-            op->n = I;
+            op->n = Ir;
         }
-        op = linear(b, LPO_ROLE_DOWN, l, LPO_BUF_ACT, LPO_BUF_TMP, T, I, h);
-        add_w(b, op, l, "mlp.down_proj.weight", 2, h, I);
-        if (s->mlp_bias) add_bias(b, op, l, "mlp.down_proj.bias", h);
+        op = linear(b, LPO_ROLE_DOWN, l, LPO_BUF_ACT, LPO_BUF_TMP, T, Ir, h);
+        add_w_shard(b, op, l, "mlp.down_proj.weight", 2, h, I, COLS);
+        if (s->mlp_bias) add_bias(b, op, l, "mlp.down_proj.bias", h, LPO_SHARD_NONE);
+        all_reduce(b, LPO_ROLE_MLP_ALL_REDUCE, l, T);
         residual(b, LPO_ROLE_MLP_RESIDUAL, l, T);
     }
     rmsnorm(b, LPO_ROLE_FINAL_NORM, -1, "model.norm.weight", T);
+    const int64_t R = out->n_logit_rows;
     op = push(b, LPO_OP_LM_HEAD, LPO_ROLE_LM_HEAD, -1);
     if (op) {
-        const int64_t R = out->n_logit_rows;
         add_in(op, act2(b, LPO_BUF_XN, R, h));
-        set_out(op, act2(b, LPO_BUF_LOGITS, R, V));
+        set_out(op, act2(b, tp > 1 ? LPO_BUF_LOGITS_PART : LPO_BUF_LOGITS, R, Vr));
         op->m = R;
         op->k = h;
-        op->n = V;
-        add_w(b, op, -1, s->tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", 2, V, h);
+        op->n = Vr;
+        add_w_shard(b, op, -1, s->tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", 2, V, h,
+                    ROWS);
+    }
+    if (tp > 1) { /* every rank's vocabulary part -> the whole logits on every rank */
+        op = push(b, LPO_OP_ALL_GATHER, LPO_ROLE_LOGITS_GATHER, -1);
+        if (op) {
+            add_in(op, act2(b, LPO_BUF_LOGITS_PART, R, Vr));
+            set_out(op, act2(b, LPO_BUF_LOGITS, R, V));
+            op->m = R;
+            op->n = V;
+            op->participants = tp;
+        }
     }
     if (shape->sample) {
         op = push(b, LPO_OP_SAMPLE, LPO_ROLE_SAMPLE, -1);
@@ -635,13 +723,15 @@ double lpo_op_experts_read(const lpo_op *op) {
 
 /* The byte rules and shape forms the table's rows name. */
 enum { BYTES_TENSORS, BYTES_QK, BYTES_ATTENTION, BYTES_EXPERTS };
-enum { SHAPE_ROWS, SHAPE_MATMUL, SHAPE_HEADS, SHAPE_ATTENTION, SHAPE_EMBED, SHAPE_MOE };
+enum { SHAPE_ROWS, SHAPE_MATMUL, SHAPE_HEADS, SHAPE_ATTENTION, SHAPE_EMBED, SHAPE_MOE, SHAPE_COMM };
 
 double lpo_op_flops(const lpo_op *op) {
     const double m = (double)op->m, n = (double)op->n, k = (double)op->k, hd = (double)op->head_dim;
     const double heads = (double)op->n_heads, qk_heads = (double)(op->n_heads + op->n_kv_heads);
     const double pairs = (double)op->attn_pairs, bias = op->n_bias ? m * n : 0, topk = (double)op->top_k;
+    const double ranks = (double)op->participants;
     (void)m, (void)n, (void)k, (void)hd, (void)heads, (void)qk_heads, (void)pairs, (void)bias, (void)topk;
+    (void)ranks;
     switch (op->kind) {
 #define LPO__OPK_FLOPS(name, str, cat, flops, ...)                                                           \
     case LPO_OP_##name: return (double)(flops);
@@ -696,6 +786,31 @@ void lpo_op_traffic_of(const lpo_op *op, lpo_op_traffic *t) {
     }
 }
 
+double lpo_op_comm_bytes(const lpo_op *op) {
+    if (op->kind == LPO_OP_ALL_REDUCE) return op->n_out ? lpo_op_tensor_bytes(&op->out[0]) : 0;
+    if (op->kind == LPO_OP_ALL_GATHER) return op->n_out ? lpo_op_tensor_bytes(&op->out[0]) : 0;
+    return 0;
+}
+
+double lpo_op_comm_bus_bytes(const lpo_op *op) {
+    const double p = (double)op->participants;
+    if (p <= 1) return 0;
+    if (op->kind == LPO_OP_ALL_REDUCE) return lpo_op_comm_bytes(op) * 2.0 * (p - 1) / p;
+    if (op->kind == LPO_OP_ALL_GATHER) return lpo_op_comm_bytes(op) * (p - 1) / p;
+    return 0;
+}
+
+void lpo_op_single_rank(lpo_op *op) {
+    if (op->kind != LPO_OP_ALL_REDUCE && op->kind != LPO_OP_ALL_GATHER) return;
+    op->participants = 1;
+    if (op->kind == LPO_OP_ALL_GATHER && op->n_in > 0) op->in[0].shape[1] = op->n;
+}
+
+double lpo_op_comm_time_s(const lpo_op *op, double alpha_us, double busbw_gbs) {
+    if (op->participants <= 1 || (op->kind != LPO_OP_ALL_REDUCE && op->kind != LPO_OP_ALL_GATHER)) return 0;
+    return alpha_us * 1e-6 + (busbw_gbs > 0 ? lpo_op_comm_bus_bytes(op) / (busbw_gbs * 1e9) : 0);
+}
+
 double lpo_op_bytes(const lpo_op *op) {
     lpo_op_traffic t;
     lpo_op_traffic_of(op, &t);
@@ -727,6 +842,7 @@ char *lpo_op_shape(const lpo_op *op, char *b, size_t n) {
         }
         break;
     }
+    case SHAPE_COMM: snprintf(b, n, "m=%lld n=%lld ranks=%d", m, (long long)op->n, op->participants); break;
     case SHAPE_EMBED:
         snprintf(b, n, "m=%lld n=%lld vocab=%lld", m, (long long)op->n,
                  (long long)(op->n_w ? op->w[0].shape[0] : 0));

@@ -54,6 +54,8 @@ lpo_status lpo_peaks_lookup(const char *name, const char *uuid, lpo_peaks *out) 
             snprintf(out->dram_name, sizeof out->dram_name, "%s", mn);
             out->l2_gbs = c->m[LPO_CEIL_M_L2_READ].value;
             out->launch_us = c->m[LPO_CEIL_M_LAUNCH].value;
+            out->comm_alpha_us = c->m[LPO_CEIL_M_ALLREDUCE_ALPHA].value;
+            out->comm_busbw_gbs = c->m[LPO_CEIL_M_ALLREDUCE_BUSBW].value;
             if (lpo_ceilings_not_converged(c, out->not_converged, sizeof out->not_converged))
                 snprintf(out->label, sizeof out->label,
                          "measured by lpo ceilings %s (commit %s; NOT CONVERGED: %s: the samples spread "
@@ -186,6 +188,8 @@ void lpo_peaks_write_json(const lpo_peaks *p, lpo_json *j) {
     lpo_json_kv_double_or_null(j, "dram_gbs", p->dram_gbs, p->dram_gbs > 0);
     lpo_json_kv_double_or_null(j, "l2_gbs", p->l2_gbs, p->l2_gbs > 0);
     lpo_json_kv_double_or_null(j, "launch_us", p->launch_us, p->launch_us > 0);
+    lpo_json_kv_double_or_null(j, "comm_alpha_us", p->comm_alpha_us, p->comm_alpha_us > 0);
+    lpo_json_kv_double_or_null(j, "comm_busbw_gbs", p->comm_busbw_gbs, p->comm_busbw_gbs > 0);
     lpo_json_object_end(j);
 }
 
@@ -223,17 +227,22 @@ lpo_status lpo_peaks_read_json(const char *path, const char *key_path, lpo_peaks
                   : !strcmp(src->valuestring, "measured") ? LPO_PEAKS_MEASURED
                   : !strcmp(src->valuestring, "spec")     ? LPO_PEAKS_SPEC
                                                           : LPO_PEAKS_NONE;
-    double *dst[LPO_ROOF_COUNT + 3];
-    const char *name[LPO_ROOF_COUNT + 3];
-    const cJSON *from[LPO_ROOF_COUNT + 3];
+    enum { N_FIG = LPO_ROOF_COUNT + 5 };
+    double *dst[N_FIG];
+    const char *name[N_FIG];
+    const cJSON *from[N_FIG];
     for (int r = 0; r < LPO_ROOF_COUNT; r++)
         dst[r] = &out->tflops[r], name[r] = lpo_roof_name((lpo_roof)r), from[r] = tf;
     dst[LPO_ROOF_COUNT] = &out->dram_gbs, name[LPO_ROOF_COUNT] = "dram_gbs", from[LPO_ROOF_COUNT] = o;
     dst[LPO_ROOF_COUNT + 1] = &out->l2_gbs, name[LPO_ROOF_COUNT + 1] = "l2_gbs", from[LPO_ROOF_COUNT + 1] = o;
     dst[LPO_ROOF_COUNT + 2] = &out->launch_us, name[LPO_ROOF_COUNT + 2] = "launch_us",
                          from[LPO_ROOF_COUNT + 2] = o;
+    dst[LPO_ROOF_COUNT + 3] = &out->comm_alpha_us, name[LPO_ROOF_COUNT + 3] = "comm_alpha_us",
+                         from[LPO_ROOF_COUNT + 3] = o;
+    dst[LPO_ROOF_COUNT + 4] = &out->comm_busbw_gbs, name[LPO_ROOF_COUNT + 4] = "comm_busbw_gbs",
+                         from[LPO_ROOF_COUNT + 4] = o;
     // every figure: a finite number >= 0, or null / absent (unknown)
-    for (int i = 0; i < LPO_ROOF_COUNT + 3 && !st; i++) {
+    for (int i = 0; i < N_FIG && !st; i++) {
         const cJSON *v = from[i] ? cJSON_GetObjectItemCaseSensitive(from[i], name[i]) : NULL;
         if (!v || cJSON_IsNull(v)) continue;
         if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble < 1e9))

@@ -184,7 +184,7 @@ static void runner_open(runner *r, const lpo_backend_iface *be, const lpo_model 
 static void runner_step(runner *r, const lpo_model_spec *s, int n, const int64_t *past, const int64_t *nnew,
                         const int32_t *tokens, float *logits, int32_t *ids) {
     const lpo_step step = {n, past, nnew, 0, 1};
-    lpo_oplist_opts o = {LPO_DT_F32, LPO_DT_F32, NULL, NULL};
+    lpo_oplist_opts o = {LPO_DT_F32, LPO_DT_F32, NULL, NULL, 0};
     if (lpo_oplist_build(s, &step, &o, &r->list) != LPO_OK) fail_msg("oplist: %s", lpo_last_error());
     if (r->be->plan) {
         if (r->be->plan(r->ctx, &r->list, &r->plan) != LPO_OK) fail_msg("plan: %s", lpo_last_error());

@@ -19,7 +19,7 @@
 #include "test_support.h"
 
 static lpo_an_dtypes dtypes_of(const char *w, const char *a, const char *kv, int tile) {
-    lpo_an_dtypes d = {lpo_dtype_find(w), lpo_dtype_find(a), lpo_dtype_find(kv), tile};
+    lpo_an_dtypes d = {lpo_dtype_find(w), lpo_dtype_find(a), lpo_dtype_find(kv), tile, 1};
     assert_non_null(d.weights);
     assert_non_null(d.act);
     assert_non_null(d.kv);
@@ -99,7 +99,7 @@ static void test_llama8b_prefill_and_footprint(void **state) {
     assert_true(ph.total.t_lower_s == 0);
     lpo_an_phase_free(&ph);
 
-    lpo_an_opts o = {NULL, NULL, NULL, 1, 2048, 128, 4096, 128};
+    lpo_an_opts o = {NULL, NULL, NULL, 1, 2048, 128, 4096, 128, 1, 0, 0};
     lpo_an_footprint f;
     lpo_an_footprint_compute(&s, &o, &dt, &f);
     assert_true(f.weight_params == 8030261248.0);
@@ -134,7 +134,7 @@ static void test_gqa_vs_mha(void **state) {
     /* the qkv projection grows from (32 + 2*8)*128 to 3*4096 outputs */
     assert_true(m.by_kind[LPO_OP_LINEAR].flops - g.by_kind[LPO_OP_LINEAR].flops ==
                 32.0 * 2 * 4 * 4096 * (3 * 4096 - 48 * 128));
-    lpo_an_opts o = {NULL, NULL, NULL, 1, 16, 16, 1, 128};
+    lpo_an_opts o = {NULL, NULL, NULL, 1, 16, 16, 1, 128, 1, 0, 0};
     lpo_an_footprint fg, fm;
     lpo_an_footprint_compute(&gqa, &o, &dt, &fg);
     lpo_an_footprint_compute(&mha, &o, &dt, &fm);
@@ -213,7 +213,7 @@ static void test_decode_total(void **state) {
     (void)state;
     lpo_model_spec s = test_spec();
     lpo_peaks p = h100();
-    lpo_an_opts o = {"bf16", "bf16", "bf16", 2, 10, 6, 0, 128};
+    lpo_an_opts o = {"bf16", "bf16", "bf16", 2, 10, 6, 0, 128, 1, 0, 0};
     lpo_an_static an;
     assert_int_equal(lpo_an_static_run(&s, &o, &p, &an), LPO_OK);
     assert_int_equal(an.decode_steps, 5);
@@ -336,7 +336,7 @@ static void test_writers(void **state) {
     (void)state;
     lpo_model_spec s = test_spec();
     lpo_peaks p = h100();
-    lpo_an_opts o = {NULL, NULL, NULL, 1, 16, 8, 0, 128};
+    lpo_an_opts o = {NULL, NULL, NULL, 1, 16, 8, 0, 128, 1, 0, 0};
     lpo_an_static an;
     assert_int_equal(lpo_an_static_run(&s, &o, &p, &an), LPO_OK);
     lpo_strbuf sb = {0};
@@ -372,7 +372,7 @@ static void test_moe_reads(void **state) {
     (void)state;
     lpo_model_spec s = test_spec_moe(); /* 5 experts, 3 per token; layer 0 sparse, layer 1 dense */
     lpo_peaks p = h100();
-    lpo_an_opts o = {"bf16", NULL, NULL, 3, 16, 8, 0, 128};
+    lpo_an_opts o = {"bf16", NULL, NULL, 3, 16, 8, 0, 128, 1, 0, 0};
     lpo_an_static an;
     assert_int_equal(lpo_an_static_run(&s, &o, &p, &an), LPO_OK);
     const double E = 5, k = 3, expert = 3.0 * 24 * (double)s.hidden_size;
@@ -472,8 +472,11 @@ static void test_analyze_command(void **state) {
  * analysis cost of each op equals its kind's row evaluated on a list built at those dtypes
  * (lpo_an_list_dtypes_init), part by part; pricing a list built at other dtypes (f32, the spec's) gives the
  * same numbers; every op kind is seen. */
-static void check_costs(const lpo_model_spec *s, const char *w, const char *a, const char *kv, int *seen) {
+static void check_costs_tp(const lpo_model_spec *s, const char *w, const char *a, const char *kv, int tp,
+                           int *seen) {
     lpo_an_dtypes dt = dtypes_of(w, a, kv, 1);
+    dt.tp = tp;
+    const lpo_oplist_opts plain_opts = {LPO_DT_F32, LPO_DT_F32, NULL, NULL, tp};
     lpo_an_list_dtypes ld;
     assert_int_equal(lpo_an_list_dtypes_init(&ld, &dt), LPO_OK);
     for (int decode = 0; decode < 2; decode++) {
@@ -481,7 +484,7 @@ static void check_costs(const lpo_model_spec *s, const char *w, const char *a, c
         const int64_t x = decode ? 21 : 11;
         lpo_oplist l = {0}, plain = {0};
         assert_int_equal(lpo_oplist_build_phase(s, decode, batch, x, &ld.opts, &l), LPO_OK);
-        assert_int_equal(lpo_oplist_build_phase(s, decode, batch, x, NULL, &plain), LPO_OK);
+        assert_int_equal(lpo_oplist_build_phase(s, decode, batch, x, &plain_opts, &plain), LPO_OK);
         assert_int_equal(l.n_ops, plain.n_ops);
         for (size_t i = 0; i < l.n_ops; i++) {
             const lpo_op *op = &l.ops[i];
@@ -502,6 +505,10 @@ static void check_costs(const lpo_model_spec *s, const char *w, const char *a, c
         lpo_oplist_free(&l);
         lpo_oplist_free(&plain);
     }
+}
+
+static void check_costs(const lpo_model_spec *s, const char *w, const char *a, const char *kv, int *seen) {
+    check_costs_tp(s, w, a, kv, 1, seen);
 }
 
 static void test_costs_match_oplist(void **state) {
@@ -526,6 +533,11 @@ static void test_costs_match_oplist(void **state) {
     for (int i = 0; i < 7; i++)
         for (size_t d = 0; d < sizeof sets / sizeof sets[0]; d++)
             check_costs(&arch[i], sets[d][0], sets[d][1], sets[d][2], seen);
+    /* tensor parallel: one rank's list of 2 and 4 (its collectives), a MoE layer split too */
+    lpo_model_spec moe = test_spec_moe();
+    moe.vocab_size = 96;
+    check_costs_tp(&moe, "bf16", "bf16", "bf16", 2, seen);
+    check_costs_tp(&arch[5], "fp8", "bf16", "fp8", 4, seen);
     for (int k = 0; k < LPO_OP_KIND_COUNT; k++)
         if (!seen[k]) fail_msg("op kind %s never checked", lpo_op_kind_name((lpo_op_kind)k));
 }

@@ -83,6 +83,25 @@ static void test_every_kind(void **state) {
     check_spec(&e, 13, 5, 4, seen);
     e.moe.n_experts_used = 7;
     check_spec(&e, 1, 3, 1, seen);
+    /* tensor parallel: the collectives of a two-rank list as one rank runs them (one participant) */
+    lpo_model_spec t = test_spec();
+    t.vocab_size = 96;
+    lpo_oplist l = {0};
+    const lpo_oplist_opts two = {LPO_DT_F32, LPO_DT_F32, NULL, NULL, 2};
+    assert_int_equal(lpo_oplist_build_phase(&t, 1, 3, 7, &two, &l), LPO_OK);
+    void *ctx = cpu_ctx();
+    for (size_t i = 0; i < l.n_ops; i++) {
+        if (lpo_op_kind_cat(l.ops[i].kind) != LPO_CAT_COMM) continue;
+        lpo_op op = l.ops[i];
+        assert_false(lpo_backend_cpu()->supports_op(ctx, &op)); /* two ranks: not on one CPU */
+        lpo_op_single_rank(&op);
+        lpo_opcheck_result r;
+        assert_int_equal(lpo_opcheck_run(lpo_backend_cpu(), ctx, LPO_DT_F32, &op, 5, &r), LPO_OK);
+        if (!r.passed || r.max_abs_err != 0) fail_msg("%s: %s", op.name, r.msg);
+        seen[op.kind]++;
+    }
+    lpo_backend_cpu()->free(ctx);
+    lpo_oplist_free(&l);
     for (int k = 0; k < LPO_OP_KIND_COUNT; k++)
         if (!seen[k]) fail_msg("op kind '%s' was not checked", lpo_op_kind_name((lpo_op_kind)k));
 }

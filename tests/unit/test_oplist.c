@@ -110,7 +110,7 @@ static void test_costs(void **state) {
     (void)state;
     lpo_model_spec s = test_spec();
     lpo_oplist l = {0};
-    lpo_oplist_opts o = {LPO_DT_BF16, LPO_DT_F16, NULL, NULL};
+    lpo_oplist_opts o = {LPO_DT_BF16, LPO_DT_F16, NULL, NULL, 0};
     s.dtype = LPO_DT_BF16; /* weights stored as bf16 */
     assert_int_equal(lpo_oplist_build_phase(&s, 1, 1, 30, &o, &l), LPO_OK);
     const lpo_op *down = find(&l, "layers.0.mlp.down");
@@ -230,7 +230,7 @@ static void test_act_bytes(void **state) {
     a[2].sliding_window = 3;
     const lpo_dtype bf = LPO_DT_BF16;
     const lpo_dtype_lookup held = {(void *)&bf, lpo_dtype_lookup_uniform};
-    const lpo_oplist_opts bf16 = {LPO_DT_BF16, LPO_DT_F16, &held, NULL};
+    const lpo_oplist_opts bf16 = {LPO_DT_BF16, LPO_DT_F16, &held, NULL, 0};
     for (int i = 0; i < 4; i++)
         for (int decode = 0; decode < 2; decode++)
             for (int o = 0; o < 2; o++) {

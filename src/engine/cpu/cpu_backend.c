@@ -193,15 +193,35 @@ static lpo_status launch_sample(const lpo_op *op, const cpu_args *a) {
     return LPO_OK;
 }
 
+/* Collectives: the CPU backend is one rank (engine.tp=1), where an all-reduce leaves its buffer as it is
+ * (in place) and an all-gather of one part is a copy. A list of several ranks is refused (supports_op). */
+static lpo_status launch_collective(const lpo_op *op, const cpu_args *a) {
+    if (op->participants > 1)
+        return lpo_errorf(LPO_E_UNSUPPORTED,
+                          "cpu backend: op '%s' (%s) joins %d ranks; the CPU backend runs one (engine.tp=1)",
+                          op->name, lpo_op_kind_name(op->kind), op->participants);
+    if (op->kind == LPO_OP_ALL_GATHER && a->out != a->in[0]) // [m, n] part -> [m, n] whole
+        memcpy(a->out, a->in[0], (size_t)op->m * (size_t)op->n * sizeof(float));
+    return LPO_OK;
+}
+
 /* One row per op kind: the launch both paths call. */
 static const cpu_launch_fn launches[LPO_OP_KIND_COUNT] = {
-    [LPO_OP_EMBED] = launch_embed,     [LPO_OP_RMSNORM] = launch_rmsnorm,
-    [LPO_OP_LINEAR] = launch_linear,   [LPO_OP_QK_NORM] = launch_qk_norm,
-    [LPO_OP_ROPE] = launch_rope,       [LPO_OP_ATTENTION] = launch_attention,
-    [LPO_OP_SWIGLU] = launch_swiglu,   [LPO_OP_GEGLU] = launch_geglu,
-    [LPO_OP_ADD] = launch_add,         [LPO_OP_LM_HEAD] = launch_linear,
-    [LPO_OP_SAMPLE] = launch_sample,   [LPO_OP_ROUTER] = launch_router,
+    [LPO_OP_EMBED] = launch_embed,
+    [LPO_OP_RMSNORM] = launch_rmsnorm,
+    [LPO_OP_LINEAR] = launch_linear,
+    [LPO_OP_QK_NORM] = launch_qk_norm,
+    [LPO_OP_ROPE] = launch_rope,
+    [LPO_OP_ATTENTION] = launch_attention,
+    [LPO_OP_SWIGLU] = launch_swiglu,
+    [LPO_OP_GEGLU] = launch_geglu,
+    [LPO_OP_ADD] = launch_add,
+    [LPO_OP_LM_HEAD] = launch_linear,
+    [LPO_OP_SAMPLE] = launch_sample,
+    [LPO_OP_ROUTER] = launch_router,
     [LPO_OP_EXPERTS] = launch_experts,
+    [LPO_OP_ALL_REDUCE] = launch_collective,
+    [LPO_OP_ALL_GATHER] = launch_collective,
 };
 
 static lpo_status launch(const lpo_op *op, const cpu_args *a) {
@@ -403,6 +423,7 @@ static int cpu_supports_op(void *vctx, const lpo_op *op) {
     (void)vctx;
     if ((unsigned)op->kind >= LPO_OP_KIND_COUNT || !launches[op->kind] || op->m <= 0) return 0;
     if (op->kind == LPO_OP_SAMPLE) return op->n > 0 && op->n <= LPO_SAMPLE_MAX_VOCAB;
+    if (op->kind == LPO_OP_ALL_REDUCE || op->kind == LPO_OP_ALL_GATHER) return op->participants <= 1;
     if (op->kind == LPO_OP_ROUTER || op->kind == LPO_OP_EXPERTS)
         return op->n_experts >= 1 && op->top_k >= 1 && op->top_k <= op->n_experts && op->n > 0 && op->k > 0;
     return 1;
@@ -704,7 +725,7 @@ static lpo_status cpu_init_model(cpu_ctx *c) {
     for (size_t i = 0; i < ref.n_ops && st == LPO_OK; i++) st = load_op_weights(c, &ref, i);
     lpo_oplist_free(&ref);
     if (st != LPO_OK) return st;
-    const lpo_oplist_opts f32 = {LPO_DT_F32, LPO_DT_F32, NULL, NULL};
+    const lpo_oplist_opts f32 = {LPO_DT_F32, LPO_DT_F32, NULL, NULL, 0};
     for (int b = 0; b < LPO_BUF_COUNT; b++)
         if (lpo_buf_width(s, b) && lpo_buf_dtype(b, &f32) == LPO_DT_F32)
             c->buf[b] = ALLOC_F(c, T * lpo_buf_width(s, b));

@@ -1,0 +1,302 @@
+/* Unit tests of tensor parallelism on the CPU: the sharding math of the op list (each rank's heads, MLP
+ * part and vocabulary part, the weights' parts adding up to the model), the collectives as ops (bytes,
+ * participants, bus bytes, the latency model), engine.tp's checks (what must divide, equal GPUs, more GPUs
+ * than present), the engine's refusal where no backend runs it, and `lpo analyze engine.tp=N`. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lpo/analysis.h"
+#include "lpo/engine.h"
+#include "lpo/infer.h"
+#include "test_engine_support.h"
+#include "test_support.h"
+
+static lpo_model_spec tp_spec(void) {
+    lpo_model_spec s = test_spec_llama8b();
+    s.n_layers = 2;
+    return s;
+}
+
+static double weight_bytes(const lpo_oplist *l, lpo_op_kind kind, lpo_op_role role) {
+    double b = 0;
+    for (size_t i = 0; i < l->n_ops; i++)
+        if (l->ops[i].kind == kind && (role == LPO_ROLE_COUNT || l->ops[i].role == role))
+            b += lpo_op_weight_bytes(&l->ops[i]);
+    return b;
+}
+
+static double flops_of(const lpo_oplist *l, lpo_op_kind kind) {
+    double f = 0;
+    for (size_t i = 0; i < l->n_ops; i++)
+        if (l->ops[i].kind == kind) f += lpo_op_flops(&l->ops[i]);
+    return f;
+}
+
+/* One rank's list: its heads, its parts, two all-reduces per layer and one all-gather of the logits, the
+ * split weights' parts adding up to the whole, the same FLOPs over the ranks. */
+static void test_rank_list(void **state) {
+    (void)state;
+    const lpo_model_spec s = tp_spec();
+    const lpo_dtype_lookup bf = {(void *)&(lpo_dtype){LPO_DT_BF16}, lpo_dtype_lookup_uniform};
+    for (int tp = 2; tp <= 8; tp *= 2) {
+        lpo_oplist one = {0}, r = {0};
+        lpo_oplist_opts o1 = {LPO_DT_BF16, LPO_DT_BF16, &bf, NULL, 1}, on = o1;
+        on.tp = tp;
+        assert_int_equal(lpo_oplist_build_phase(&s, 1, 3, 40, &o1, &one), LPO_OK);
+        assert_int_equal(lpo_oplist_build_phase(&s, 1, 3, 40, &on, &r), LPO_OK);
+        assert_int_equal(r.tp, tp);
+        assert_int_equal(r.n_ops, one.n_ops + 2 * (size_t)s.n_layers + 1);
+        const lpo_op *qkv = &r.ops[lpo_oplist_find(&r, LPO_ROLE_QKV, 1)];
+        assert_int_equal(qkv->n, (s.n_heads + 2 * s.n_kv_heads) / tp * s.head_dim);
+        assert_int_equal(qkv->w[0].shape[0], s.n_heads * s.head_dim / tp);
+        assert_int_equal(qkv->w[0].shard, LPO_SHARD_ROWS);
+        const lpo_op *att = &r.ops[lpo_oplist_find(&r, LPO_ROLE_ATTN, 0)];
+        assert_int_equal(att->n_heads, s.n_heads / tp);
+        assert_int_equal(att->n_kv_heads, s.n_kv_heads / tp);
+        const lpo_op *o = &r.ops[lpo_oplist_find(&r, LPO_ROLE_ATTN_OUT, 0)];
+        assert_int_equal(o->k, s.n_heads * s.head_dim / tp);
+        assert_int_equal(o->w[0].shard, LPO_SHARD_COLS);
+        assert_int_equal(o->w[0].shape[1], s.n_heads * s.head_dim / tp);
+        /* the all-reduce right after o and after down, over tmp [B, hidden] */
+        const long ia = lpo_oplist_find(&r, LPO_ROLE_ATTN_ALL_REDUCE, 0);
+        assert_int_equal(ia, lpo_oplist_find(&r, LPO_ROLE_ATTN_OUT, 0) + 1);
+        assert_int_equal(lpo_oplist_find(&r, LPO_ROLE_MLP_ALL_REDUCE, 1),
+                         lpo_oplist_find(&r, LPO_ROLE_DOWN, 1) + 1);
+        const lpo_op *ar = &r.ops[ia];
+        assert_int_equal(ar->kind, LPO_OP_ALL_REDUCE);
+        assert_int_equal(ar->participants, tp);
+        assert_int_equal(ar->in[0].buf, LPO_BUF_TMP);
+        assert_int_equal(ar->out[0].buf, LPO_BUF_TMP);
+        assert_true(lpo_op_comm_bytes(ar) == 3.0 * (double)s.hidden_size * 2);
+        assert_true(fabs(lpo_op_comm_bus_bytes(ar) - lpo_op_comm_bytes(ar) * 2.0 * (tp - 1) / tp) < 1e-6);
+        assert_true(lpo_op_flops(ar) == (double)(tp - 1) * 3 * (double)s.hidden_size);
+        assert_int_equal(lpo_op_kind_cat(ar->kind), LPO_CAT_COMM);
+        /* the LM head: its vocabulary rows into logits_part, then the gather into logits */
+        const long ih = lpo_oplist_find(&r, LPO_ROLE_LM_HEAD, -1);
+        const lpo_op *head = &r.ops[ih], *g = &r.ops[ih + 1], *smp = &r.ops[ih + 2];
+        assert_int_equal(head->n, s.vocab_size / tp);
+        assert_int_equal(head->out[0].buf, LPO_BUF_LOGITS_PART);
+        assert_int_equal(head->out[0].dtype, LPO_DT_F32);
+        assert_int_equal(g->kind, LPO_OP_ALL_GATHER);
+        assert_int_equal(g->in[0].shape[1], s.vocab_size / tp);
+        assert_int_equal(g->out[0].buf, LPO_BUF_LOGITS);
+        assert_int_equal(g->out[0].shape[1], s.vocab_size);
+        assert_true(lpo_op_comm_bytes(g) == 3.0 * (double)s.vocab_size * 4);
+        assert_true(fabs(lpo_op_comm_bus_bytes(g) - lpo_op_comm_bytes(g) * (tp - 1) / tp) < 1e-6);
+        assert_int_equal(smp->kind, LPO_OP_SAMPLE);
+        assert_int_equal(smp->n, s.vocab_size);
+        char sh[96];
+        lpo_op_shape(g, sh, sizeof sh);
+        char want[96];
+        snprintf(want, sizeof want, "m=3 n=%lld ranks=%d", (long long)s.vocab_size, tp);
+        assert_string_equal(sh, want);
+        /* split weights: the ranks' parts add up to the model; replicated ones are whole on each */
+        assert_true(weight_bytes(&r, LPO_OP_LINEAR, LPO_ROLE_COUNT) * tp ==
+                    weight_bytes(&one, LPO_OP_LINEAR, LPO_ROLE_COUNT));
+        assert_true(weight_bytes(&r, LPO_OP_LM_HEAD, LPO_ROLE_COUNT) * tp ==
+                    weight_bytes(&one, LPO_OP_LM_HEAD, LPO_ROLE_COUNT));
+        assert_true(weight_bytes(&r, LPO_OP_RMSNORM, LPO_ROLE_COUNT) ==
+                    weight_bytes(&one, LPO_OP_RMSNORM, LPO_ROLE_COUNT));
+        assert_true(weight_bytes(&r, LPO_OP_EMBED, LPO_ROLE_COUNT) ==
+                    weight_bytes(&one, LPO_OP_EMBED, LPO_ROLE_COUNT));
+        /* FLOPs: the ranks together do the model's matrix and attention work */
+        assert_true(flops_of(&r, LPO_OP_LINEAR) * tp == flops_of(&one, LPO_OP_LINEAR));
+        assert_true(flops_of(&r, LPO_OP_ATTENTION) * tp == flops_of(&one, LPO_OP_ATTENTION));
+        assert_true(flops_of(&r, LPO_OP_LM_HEAD) * tp == flops_of(&one, LPO_OP_LM_HEAD));
+        /* buffer widths of a rank */
+        assert_int_equal(lpo_buf_width_tp(&s, LPO_BUF_QKV, tp), qkv->n);
+        assert_int_equal(lpo_buf_width_tp(&s, LPO_BUF_GU, tp), 2 * s.intermediate_size / tp);
+        assert_int_equal(lpo_buf_width_tp(&s, LPO_BUF_LOGITS_PART, tp), s.vocab_size / tp);
+        assert_int_equal(lpo_buf_width_tp(&s, LPO_BUF_X, tp), s.hidden_size);
+        assert_int_equal(lpo_buf_width(&s, LPO_BUF_LOGITS_PART), 0);
+        lpo_oplist_free(&one);
+        lpo_oplist_free(&r);
+    }
+}
+
+/* MoE: the router whole on every rank, every expert split like a dense MLP, an all-reduce after the experts;
+ * a tied head is a part of the embedding table. */
+static void test_moe_and_tied(void **state) {
+    (void)state;
+    lpo_model_spec s = test_spec_moe();
+    s.vocab_size = 96;
+    s.tied_embeddings = 1;
+    lpo_oplist l = {0};
+    lpo_oplist_opts o = {LPO_DT_F32, LPO_DT_F32, NULL, NULL, 2};
+    assert_int_equal(lpo_oplist_build_phase(&s, 0, 1, 5, &o, &l), LPO_OK);
+    const lpo_op *rt = &l.ops[lpo_oplist_find(&l, LPO_ROLE_ROUTER, 0)];
+    assert_int_equal(rt->w[0].shard, LPO_SHARD_NONE);
+    const long ie = lpo_oplist_find(&l, LPO_ROLE_EXPERTS, 0);
+    const lpo_op *ex = &l.ops[ie];
+    assert_int_equal(ex->k, s.moe.intermediate_size / 2);
+    assert_int_equal(ex->w[0].shard, LPO_SHARD_ROWS);
+    assert_int_equal(ex->w[2].shard, LPO_SHARD_COLS);
+    assert_int_equal(l.ops[ie + 1].kind, LPO_OP_ALL_REDUCE);
+    const lpo_op *head = &l.ops[lpo_oplist_find(&l, LPO_ROLE_LM_HEAD, -1)];
+    assert_string_equal(head->w[0].name, "model.embed_tokens.weight");
+    assert_int_equal(head->w[0].shape[0], 48);
+    lpo_oplist_free(&l);
+}
+
+/* What must divide, and the message naming it; the row-parallel bias refused; the single-rank form. */
+static void test_spec_checks(void **state) {
+    (void)state;
+    lpo_model_spec s = tp_spec();
+    assert_int_equal(lpo_tp_check_spec(&s, 1, "engine.tp"), LPO_OK);
+    assert_int_equal(lpo_tp_check_spec(&s, 8, "engine.tp"), LPO_OK);
+    assert_int_equal(lpo_tp_check_spec(&s, 0, "engine.tp"), LPO_E_CONFIG);
+    assert_int_equal(lpo_tp_check_spec(&s, 9, "engine.tp"), LPO_E_CONFIG);
+    assert_int_equal(lpo_tp_check_spec(&s, 3, "engine.tp"), LPO_E_CONFIG);
+    assert_non_null(strstr(lpo_last_error(), "engine.tp=3"));
+    assert_non_null(strstr(lpo_last_error(), "attention heads"));
+    s.n_kv_heads = 2;
+    assert_int_equal(lpo_tp_check_spec(&s, 4, "engine.tp"), LPO_E_CONFIG);
+    assert_non_null(strstr(lpo_last_error(), "2 KV heads"));
+    s = tp_spec();
+    s.vocab_size = 128257;
+    assert_int_equal(lpo_tp_check_spec(&s, 2, "engine.tp"), LPO_E_CONFIG);
+    assert_non_null(strstr(lpo_last_error(), "vocabulary"));
+    s = tp_spec();
+    s.o_bias = 1;
+    assert_int_equal(lpo_tp_check_spec(&s, 2, "engine.tp"), LPO_E_UNSUPPORTED);
+    assert_non_null(strstr(lpo_last_error(), "bias on the o projection"));
+    /* the builder checks too */
+    lpo_oplist l = {0};
+    lpo_oplist_opts o = {LPO_DT_F32, LPO_DT_F32, NULL, NULL, 3};
+    s = tp_spec();
+    assert_int_equal(lpo_oplist_build_phase(&s, 1, 1, 4, &o, &l), LPO_E_CONFIG);
+    /* one rank alone: an all-gather as wide as its result, one participant, no link traffic */
+    o.tp = 2;
+    assert_int_equal(lpo_oplist_build_phase(&s, 1, 1, 4, &o, &l), LPO_OK);
+    lpo_op g = l.ops[lpo_oplist_find(&l, LPO_ROLE_LOGITS_GATHER, -1)];
+    lpo_op_single_rank(&g);
+    assert_int_equal(g.participants, 1);
+    assert_int_equal(g.in[0].shape[1], s.vocab_size);
+    assert_true(lpo_op_comm_bus_bytes(&g) == 0);
+    assert_true(lpo_op_comm_time_s(&g, 10, 100) == 0);
+    /* the latency model: alpha + bus bytes / bandwidth */
+    const lpo_op *ar = &l.ops[lpo_oplist_find(&l, LPO_ROLE_ATTN_ALL_REDUCE, 0)];
+    const double bus = lpo_op_comm_bus_bytes(ar);
+    assert_true(bus == 4096.0 * 4); /* f32: 16 KB message, 2 (p-1)/p = 1 of it */
+    assert_true(fabs(lpo_op_comm_time_s(ar, 8, 200) - (8e-6 + bus / 200e9)) < 1e-15);
+    lpo_oplist_free(&l);
+}
+
+/* More GPUs than present, unequal GPUs: refused with what to do. */
+static void test_devices(void **state) {
+    (void)state;
+    lpo_tp_device d[4];
+    memset(d, 0, sizeof d);
+    for (int i = 0; i < 4; i++) {
+        snprintf(d[i].name, sizeof d[i].name, "NVIDIA H100 80GB HBM3");
+        d[i].cc_major = 9;
+        d[i].sm_count = 132;
+        d[i].mem_total = 85ull << 30;
+    }
+    assert_int_equal(lpo_tp_check_devices(1, 0, 0, NULL), LPO_OK);
+    assert_int_equal(lpo_tp_check_devices(4, 0, 4, d), LPO_OK);
+    assert_int_equal(lpo_tp_check_devices(2, 2, 4, d), LPO_OK);
+    assert_int_equal(lpo_tp_check_devices(4, 0, 2, d), LPO_E_NO_DEVICE);
+    if (!strstr(lpo_last_error(), "engine.tp=4 needs GPUs 0..3 (one per rank); this machine has 2 GPUs"))
+        fail_msg("%s", lpo_last_error());
+    assert_int_equal(lpo_tp_check_devices(4, 1, 4, d), LPO_E_NO_DEVICE);
+    d[3].mem_total = 80ull << 30;
+    assert_int_equal(lpo_tp_check_devices(4, 0, 4, d), LPO_E_UNSUPPORTED);
+    assert_non_null(strstr(lpo_last_error(), "GPU 3"));
+    d[3].mem_total = 85ull << 30;
+    snprintf(d[2].name, sizeof d[2].name, "NVIDIA H200");
+    assert_int_equal(lpo_tp_check_devices(4, 0, 4, d), LPO_E_UNSUPPORTED);
+    assert_non_null(strstr(lpo_last_error(), "NVIDIA H200"));
+}
+
+/* engine.tp from the config: range and message; the CPU engine refuses tp > 1 and names what runs it. */
+static void test_config_and_engine(void **state) {
+    (void)state;
+    const char *good[] = {"engine.tp=4"}, *bad[] = {"engine.tp=9"}, *word[] = {"engine.tp=two"};
+    lpo_node *cfg = NULL;
+    lpo_infer_config ic;
+    assert_int_equal(lpo_test_compose("generate", good, 1, NULL, 0, &cfg), LPO_OK);
+    assert_int_equal(lpo_infer_config_read(cfg, &ic), LPO_OK);
+    assert_int_equal(ic.engine.tp, 4);
+    lpo_infer_config_free(&ic);
+    lpo_node_free(cfg);
+    assert_int_equal(lpo_test_compose("generate", bad, 1, NULL, 0, &cfg), LPO_OK);
+    assert_int_equal(lpo_infer_config_read(cfg, &ic), LPO_E_CONFIG);
+    assert_non_null(strstr(lpo_last_error(), "engine.tp = '9'"));
+    lpo_node_free(cfg);
+    assert_int_equal(lpo_test_compose("generate", word, 1, NULL, 0, &cfg), LPO_OK);
+    assert_int_equal(lpo_infer_config_read(cfg, &ic), LPO_E_CONFIG);
+    lpo_node_free(cfg);
+    /* the CPU backend runs one rank */
+    lpo_model_spec s = test_spec();
+    s.vocab_size = 96;
+    lpo_engine_opts o = {LPO_ENGINE_DEFAULTS, .backend = "cpu", .tp = 2};
+    lpo_engine *e = NULL;
+    test_weights tw;
+    assert_int_equal(test_weights_open(&s, &tw), LPO_OK);
+    const lpo_weight_source ws = {&tw, test_view};
+    assert_int_equal(lpo_engine_open_weights(&s, &ws, NULL, &o, &e), LPO_E_UNSUPPORTED);
+    assert_null(e);
+    assert_non_null(strstr(lpo_last_error(), "engine.tp=2: backend 'cpu' runs one device"));
+    o.tp = 3;
+    assert_int_equal(lpo_engine_open_weights(&s, &ws, NULL, &o, &e), LPO_E_CONFIG);
+    test_weights_free(&tw);
+}
+
+/* `lpo analyze engine.tp=N`: per-GPU weights and KV, the decode step's collectives and their time by the
+ * latency model (the what-if figures given here), JSON and text; a tp that does not divide: exit 2. */
+static void test_analyze(void **state) {
+    (void)state;
+    char *out = NULL, *err = NULL;
+    int rc = lpo_test_run_lpo("analyze model=llama3.1-8b hardware=h100-sxm engine.tp=4 --json --no-save "
+                              "analysis.comm_alpha_us=5 analysis.comm_busbw_gbs=100",
+                              &out, &err);
+    assert_int_equal(rc, 0);
+    cJSON *root = cJSON_Parse(out);
+    const cJSON *tpj = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "static"), "tensor_parallel");
+    assert_non_null(tpj);
+    assert_int_equal(cJSON_GetObjectItem(tpj, "ranks")->valueint, 4);
+    assert_non_null(strstr(cJSON_GetObjectItem(tpj, "comm_source")->valuestring, "what-if"));
+    /* per GPU: 32 layers of split matrices / 4 + the embedding table and norms whole (bf16) */
+    const double h = 4096, I = 14336, V = 128256, L = 32, kv = 1024;
+    const double split = L * (h * (h + 2 * kv) + h * h + 3 * h * I) + V * h;
+    const double whole = V * h + (2 * L + 1) * h;
+    assert_true(cJSON_GetObjectItem(tpj, "weight_bytes_per_gpu")->valuedouble == 2 * (split / 4 + whole));
+    /* decode step: 64 all-reduces of one bf16 row, one gather of f32 logits; 5 us + bus bytes / 100 GB/s */
+    const double t = 64 * (5e-6 + h * 2 * 1.5 / 100e9) + (5e-6 + V * 4 * 0.75 / 100e9);
+    const cJSON *dec = cJSON_GetObjectItem(tpj, "decode_step");
+    assert_int_equal(cJSON_GetObjectItem(dec, "collectives")->valueint, 65);
+    assert_true(fabs(cJSON_GetObjectItem(dec, "t_comm_s")->valuedouble - t) < 1e-9);
+    assert_true(cJSON_GetObjectItem(dec, "comm_share_of_floor")->valuedouble > 0.05);
+    cJSON_Delete(root);
+    free(out);
+    free(err);
+    rc = lpo_test_run_lpo("analyze model=tiny engine.tp=2 --no-save", &out, &err);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "tensor parallel: 2 GPUs"));
+    assert_non_null(strstr(out, "ASSUMED"));
+    free(out);
+    free(err);
+    rc = lpo_test_run_lpo("analyze model=tiny engine.tp=3 --no-save", &out, &err);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(err, "engine.tp=3"));
+    free(out);
+    free(err);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rank_list),         cmocka_unit_test(test_moe_and_tied),
+        cmocka_unit_test(test_spec_checks),       cmocka_unit_test(test_devices),
+        cmocka_unit_test(test_config_and_engine), cmocka_unit_test(test_analyze),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
