@@ -83,7 +83,7 @@ static lpo_status cuda_read_activation(void *vctx, lpo_buf buf, int64_t row0, in
         row0 + n_rows > c->cfg.max_step_tokens)
         return lpo_errorf(LPO_E_INVALID, "cuda backend: no rows %lld..%lld of buffer '%s'", (long long)row0,
                           (long long)(row0 + n_rows), lpo_buf_name(buf));
-    const lpo_oplist_opts bopts = {c->dt, c->dt, NULL, NULL};
+    const lpo_oplist_opts bopts = {c->dt, c->dt, NULL, NULL, 0};
     const lpo_dtype dt = (unsigned)buf < LPO_BUF_COUNT ? lpo_buf_dtype(buf, &bopts) : c->dt;
     if (dt == LPO_DT_I32)
         return lpo_errorf(LPO_E_INVALID, "cuda backend: buffer '%s' holds int32 ids, not activations",

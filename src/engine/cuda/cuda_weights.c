@@ -107,7 +107,7 @@ static lpo_status layout(cuda_ctx *c, const lpo_oplist *ref, void *staging) {
             dst += (size_t)lpo__cuda_elems(&op->w[j]) * c->es;
         }
     }
-    const lpo_oplist_opts bopts = {c->dt, c->dt, NULL, NULL};
+    const lpo_oplist_opts bopts = {c->dt, c->dt, NULL, NULL, 0};
     for (int b = 0; b < LPO_BUF_COUNT; b++) { /* activations in dt; logits and routing weights f32, ids i32 */
         const lpo_dtype bd = lpo_buf_dtype(b, &bopts);
         c->buf[b] =
