@@ -66,6 +66,20 @@ void lpo_plan_free(lpo_plan *p);
 double lpo_plan_group_bytes(const lpo_oplist *l, const lpo_plan_group *g);
 double lpo_plan_group_flops(const lpo_oplist *l, const lpo_plan_group *g);
 
+/* ---- tensor parallelism: the devices --------------------------------------------------------------------
+ * What the check of engine.tp needs to know of each GPU (a backend fills it from its runtime; its tp_open
+ * checks them). */
+typedef struct {
+    char name[256];
+    int cc_major, cc_minor, sm_count;
+    uint64_t mem_total; /* bytes */
+} lpo_tp_device;
+/* Whether tp ranks can run on devices [first, first + tp) of the n_present the runtime lists (devs[i] is
+ * device i): LPO_E_NO_DEVICE when fewer are present ("engine.tp=4 needs GPUs 0..3; this machine has 2"),
+ * LPO_E_UNSUPPORTED when they are not alike (name, compute capability, SMs, memory within 1%): the ranks
+ * run in lockstep and the slowest sets the pace. tp 1 always passes. */
+lpo_status lpo_tp_check_devices(int tp, int first, int n_present, const lpo_tp_device *devs);
+
 /* ---- init --------------------------------------------------------------------------------------------- */
 typedef struct {
     const lpo_model_spec *spec; /* NULL: an op-only context (supports_op / run_op at any shape) */
@@ -80,6 +94,13 @@ typedef struct {
     int device; /* GPU ordinal */
     int gemv;   /* linears of <= 8 tokens by the backend's GEMV kernels (CUDA; ignored elsewhere) */
     int pdl;    /* decode-step kernels with programmatic dependent launch (CUDA sm_90+; ignored elsewhere) */
+    /* tensor parallel (tp > 1, backends with LPO_BACKEND_F_TP): this context is rank `rank` of tp, on device
+     * device (the engine passes first device + rank), holding its part of every split weight; its
+     * collectives go through tp_shared (what the backend's tp_open made for all ranks). Before queueing a
+     * collective it stores the op's name in tp_progress[rank], which a timeout report names. */
+    int tp, rank;
+    void *tp_shared;
+    const char *volatile *tp_progress;
 } lpo_backend_init;
 
 /* ---- steps -------------------------------------------------------------------------------------------- */
@@ -181,6 +202,14 @@ typedef struct lpo_backend_iface {
     /* optional: LPO_OK when the backend can run on this machine (a GPU is present), else the reason as an
      * error; backend=auto picks a device backend only when it says so */
     lpo_status (*usable)(void);
+    /* Tensor parallelism (LPO_BACKEND_F_TP): tp_open makes what the tp ranks on devices first..first+tp-1
+     * share (communicators, peer buffers), once, before any rank's init (LPO_E_NO_DEVICE / UNSUPPORTED when
+     * the devices cannot: lpo_tp_check_devices); tp_abort makes every rank blocked in a collective return
+     * an error (the engine's timeout); tp_close frees it after every rank's context is freed. The engine
+     * calls each rank's init, forward, set_sampling and free on that rank's own thread. */
+    lpo_status (*tp_open)(int tp, int first_device, void **shared);
+    void (*tp_abort)(void *shared);
+    void (*tp_close)(void *shared);
 } lpo_backend_iface;
 
 #define LPO_BACKEND_MARKS 16

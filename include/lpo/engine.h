@@ -42,26 +42,15 @@ typedef struct {
                                 (lpo_engine_dtype_parse) */
     lpo_exec_mode exec;      /* engine.exec: graph (default) | eager | debug */
     int fusion;              /* engine.fusion: fused plans (default on; exec=debug is always unfused) */
-    int gemv;        /* engine.gemv: linears of <= 8 tokens by lpo's GEMV kernels (CUDA; default on) */
-    int pdl;         /* engine.pdl: decode-step kernels with programmatic dependent launch (CUDA sm_90+;
-                        default on) */
-    int pad_batches; /* pad decode batches to powers of two (always on for backends with graphs) */
-    int device;      /* GPU ordinal (tensor parallel: the first of tp consecutive ones) */
-    int tp;          /* engine.tp: tensor-parallel ranks, one GPU each (0 = 1; lpo_tp_check_spec) */
+    int gemv;            /* engine.gemv: linears of <= 8 tokens by lpo's GEMV kernels (CUDA; default on) */
+    int pdl;             /* engine.pdl: decode-step kernels with programmatic dependent launch (CUDA sm_90+;
+                            default on) */
+    int pad_batches;     /* pad decode batches to powers of two (always on for backends with graphs) */
+    int device;          /* GPU ordinal (tensor parallel: the first of tp consecutive ones) */
+    int tp;              /* engine.tp: tensor-parallel ranks, one GPU each (0 = 1; lpo_tp_check_spec) */
+    double tp_timeout_s; /* tensor parallel: a step that a rank does not finish in this long fails (0 = 120 s)
+                          */
 } lpo_engine_opts;
-
-/* ---- tensor parallelism: the devices --------------------------------------------------------------------
- * What the check of engine.tp needs to know of each GPU (a backend fills it from its runtime). */
-typedef struct {
-    char name[256];
-    int cc_major, cc_minor, sm_count;
-    uint64_t mem_total; /* bytes */
-} lpo_tp_device;
-/* Whether tp ranks can run on devices [first, first + tp) of the n_present the runtime lists (devs[i] is
- * device i): LPO_E_NO_DEVICE when fewer are present ("engine.tp=4 needs GPUs 0..3; this machine has 2"),
- * LPO_E_UNSUPPORTED when they are not alike (name, compute capability, SMs, memory within 1%): the ranks
- * run in lockstep and the slowest sets the pace. tp 1 always passes. */
-lpo_status lpo_tp_check_devices(int tp, int first, int n_present, const lpo_tp_device *devs);
 
 /* The max_context rule, written once: `asked` when > 0, else the model's positions
  * (LPO_ENGINE_DEFAULT_MAX_CONTEXT when the spec does not say) capped at LPO_ENGINE_DEFAULT_MAX_CONTEXT.
@@ -140,6 +129,10 @@ lpo_status lpo_engine_elapsed_ms(lpo_engine *e, int a, int b, double *ms);
 /* 1 when the marks are device events (the host queues work and runs ahead of the device), 0 when the
  * backend is synchronous and the marks read the host clock. */
 int lpo_engine_marks_on_device(const lpo_engine *e);
+
+/* Test hook of tensor parallelism: rank `rank` returns from every later step without running it, as a rank
+ * that stopped would (the others wait in their collectives until the timeout). LPO_E_INVALID without tp. */
+lpo_status lpo_engine_tp_fault(lpo_engine *e, int rank);
 
 /* What the engine has done: op lists and plans built (each shape once), steps run. */
 typedef struct {

@@ -24,7 +24,8 @@
     X(E_CUDA, "CUDA error")                                                                                  \
     X(E_NOT_AVAILABLE, "not yet available")                                                                  \
     X(E_NUMERIC, "non-finite result (NaN or Inf)")                                                           \
-    X(E_INTERNAL, "internal error")
+    X(E_INTERNAL, "internal error")                                                                          \
+    X(E_TIMEOUT, "timed out")
 
 typedef enum {
 #define LPO__STATUS_ENUM(name, msg) LPO_##name,

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/tp_group.h"
 #include "lpo/engine.h"
 
 #define LIST_CACHE 16 /* op lists (with plans) kept, least recently used evicted */
@@ -21,7 +22,9 @@ typedef struct {
 struct lpo_engine {
     lpo_model_spec spec;
     const lpo_backend_iface *be;
-    void *ctx;
+    void *ctx;          /* tensor parallel: rank 0's (queries, marks, activations, group events) */
+    lpo__tp_group *tpg; /* tensor parallel (tp > 1): the ranks, each with its thread and context */
+    int tp;
     int max_seqs;  /* user slots 0..max_seqs-1 */
     int pad_slot;  /* slot of padding rows (max_seqs) when batches are padded, else -1 */
     int pad_limit; /* largest padded batch */
@@ -153,10 +156,11 @@ lpo_status lpo_engine_open_weights(const lpo_model_spec *spec, const lpo_weight_
     if (o.tp == 0) o.tp = 1;
     if ((st = lpo_tp_check_spec(spec, o.tp, "engine.tp")) != LPO_OK) return st;
     if (o.tp > 1 && !(be->features & LPO_BACKEND_F_TP))
-        return lpo_errorf(LPO_E_UNSUPPORTED,
-                          "engine.tp=%d: backend '%s' runs one device; tensor parallelism over %d GPUs is "
-                          "not in this build's engine yet (lpo analyze engine.tp=%d prices it)",
-                          o.tp, be->name, o.tp, o.tp);
+        return lpo_errorf(
+            LPO_E_UNSUPPORTED,
+            "engine.tp=%d: backend '%s' runs one device; tensor parallelism runs on backend=cuda "
+            "(one GPU per rank) and backend=cpu (ranks as threads, for validation)",
+            o.tp, be->name);
     if (o.max_seqs <= 0) o.max_seqs = 1;
     if (o.max_seqs > LPO_ENGINE_MAX_SEQS)
         return lpo_errorf(LPO_E_RANGE, "batch of %d sequences exceeds the engine's limit of %d", o.max_seqs,
@@ -197,7 +201,8 @@ lpo_status lpo_engine_open_weights(const lpo_model_spec *spec, const lpo_weight_
     e->exec = o.exec;
     e->fusion = o.fusion && o.exec != LPO_EXEC_DEBUG;
     if (dtypes) e->dtypes = *dtypes;
-    e->lopts = (lpo_oplist_opts){dt, dt, e->dtypes.stored_dtype ? &e->dtypes : NULL, NULL, 0};
+    e->tp = o.tp;
+    e->lopts = (lpo_oplist_opts){dt, dt, e->dtypes.stored_dtype ? &e->dtypes : NULL, NULL, o.tp};
     const size_t slots = (size_t)o.max_seqs + (pad ? 1 : 0);
     e->n_past = calloc(slots, sizeof *e->n_past);
     e->packed = malloc((size_t)rows * sizeof *e->packed);
@@ -223,7 +228,12 @@ lpo_status lpo_engine_open_weights(const lpo_model_spec *spec, const lpo_weight_
         .gemv = o.gemv,
         .pdl = o.pdl,
     };
-    st = be->init(&bi, &e->ctx);
+    if (o.tp > 1) {
+        st = lpo__tp_group_open(be, &bi, o.tp, o.tp_timeout_s, &e->tpg);
+        if (st == LPO_OK) e->ctx = lpo__tp_group_ctx(e->tpg, 0);
+    } else {
+        st = be->init(&bi, &e->ctx);
+    }
     if (st != LPO_OK) {
         lpo_engine_close(e);
         return st;
@@ -238,7 +248,10 @@ lpo_status lpo_engine_open_weights(const lpo_model_spec *spec, const lpo_weight_
 
 void lpo_engine_close(lpo_engine *e) {
     if (!e) return;
-    if (e->ctx) e->be->free(e->ctx);
+    if (e->tpg)
+        lpo__tp_group_close(e->tpg);
+    else if (e->ctx)
+        e->be->free(e->ctx);
     for (int i = 0; i < LIST_CACHE; i++) {
         lpo_oplist_free(&e->cache[i].list);
         lpo_plan_free(&e->cache[i].plan);
@@ -279,9 +292,11 @@ int lpo_engine_fusion(const lpo_engine *e) {
     return e->fusion;
 }
 size_t lpo_engine_memory_bytes(const lpo_engine *e) {
+    if (e->tpg) return lpo__tp_group_bytes(e->tpg, 0);
     return e->be->memory_bytes ? e->be->memory_bytes(e->ctx) : 0;
 }
 size_t lpo_engine_weight_bytes(const lpo_engine *e) {
+    if (e->tpg) return lpo__tp_group_bytes(e->tpg, 1);
     return e->be->weight_bytes ? e->be->weight_bytes(e->ctx) : 0;
 }
 int64_t lpo_engine_n_past(const lpo_engine *e, int slot) {
@@ -325,6 +340,7 @@ lpo_status lpo_engine_set_sampling(lpo_engine *e, int slot, const lpo_sampling *
         return lpo_errorf(LPO_E_RANGE, "engine: slot %d out of range 0..%d", slot, e->max_seqs - 1);
     lpo_status st = lpo_sampling_validate(p, "sampling");
     if (st != LPO_OK) return st;
+    if (e->tpg) return lpo__tp_group_set_sampling(e->tpg, slot, p, stream);
     return e->be->set_sampling(e->ctx, slot, p, stream);
 }
 
@@ -444,6 +460,20 @@ static lpo_status list_for(lpo_engine *e, const lpo_step_shape *shape, cached_li
 /* One backend step over n sequences: seq i brings n_new[i] tokens (packed in tok; NULL = chained decode).
  * Decode steps (every n_new 1) are padded to the bucket when the engine pads. sample_mask[i]: sample
  * sequence i's last token (NULL = none). Logits / ids of the real rows go to logits / ids (may be NULL). */
+lpo_status lpo_engine_tp_fault(lpo_engine *e, int rank) {
+    if (!e->tpg || rank < 0 || rank >= e->tp)
+        return lpo_errorf(LPO_E_INVALID, "engine: rank %d of an engine of %d rank(s)", rank, e->tp);
+    lpo__tp_group_fault(e->tpg, rank);
+    return LPO_OK;
+}
+
+/* One step on the backend: the context, or every tensor-parallel rank (rank 0 returns the outputs). */
+static lpo_status engine_forward(lpo_engine *e, const lpo_oplist *l, const lpo_plan *p,
+                                 const lpo_step_data *d, lpo_step_out *out) {
+    if (e->tpg) return lpo__tp_group_forward(e->tpg, l, p, d, out);
+    return e->be->forward(e->ctx, l, p, d, out);
+}
+
 static lpo_status run_step(lpo_engine *e, int n, const int *slots, const int64_t *n_new, const int32_t *tok,
                            int all_logits, const uint8_t *sample_mask, float *logits, int32_t *ids) {
     int sl[2 * LPO_ENGINE_MAX_SEQS];
@@ -498,7 +528,7 @@ static lpo_status run_step(lpo_engine *e, int n, const int *slots, const int64_t
     if (logits) so.logits = np > n ? e->step_logits : logits;
     if (any_sample && ids) so.ids = np > n ? e->step_ids : ids;
     e->nonfinite_op = NULL;
-    st = e->be->forward(e->ctx, &c->list, &c->plan, &d, &so);
+    st = engine_forward(e, &c->list, &c->plan, &d, &so);
     int64_t bad = -1;
     if (st == LPO_OK && so.logits) bad = first_nonfinite(so.logits, (int64_t)n * e->spec.vocab_size);
     if (st == LPO_OK && bad < 0 && !e->nonfinite_op) {
@@ -515,7 +545,7 @@ static lpo_status run_step(lpo_engine *e, int n, const int *slots, const int64_t
             const int was = e->check_finite;
             e->check_finite = 1;
             install_callbacks(e);
-            (void)e->be->forward(e->ctx, &c->list, &c->plan, &again, &nothing);
+            (void)engine_forward(e, &c->list, &c->plan, &again, &nothing);
             e->check_finite = was;
             install_callbacks(e);
         }

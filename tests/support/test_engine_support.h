@@ -180,3 +180,73 @@ static inline lpo_status test_step_status(const lpo_model_spec *s, const lpo_wei
     lpo_engine_close(e);
     return st;
 }
+
+/* ---- tensor parallelism: an engine of tp ranks against one of a single rank -----------------------------
+ * Two sequences (prompts of 5 and 3 tokens, batched) then `steps` chained decode steps, on the backend in
+ * dtype, once with engine.tp=1 and once with engine.tp=tp, same weights: every step's logits must agree
+ * within rel x max|logit| of the single rank's, and the sampled ids must be the same, for greedy sampling
+ * (sampled != 0: temperature 0.8, top-k 20, top-p 0.9, seed 7). Returns 1 when they agree; otherwise 0
+ * with why[] saying where. -1 when an engine could not open (why[] has the error). */
+static inline int test_tp_agrees(const lpo_model_spec *s, const lpo_weight_source *ws, const char *backend,
+                                 const char *dtype, int tp, int steps, int sampled, double rel, char *why,
+                                 size_t why_n, double *max_rel) {
+    const int64_t V = s->vocab_size;
+    float *lg[2] = {malloc((size_t)(2 * V * (steps + 1)) * sizeof(float)),
+                    malloc((size_t)(2 * V * (steps + 1)) * sizeof(float))};
+    int32_t ids[2][64][2];
+    int ok = 1;
+    *max_rel = 0;
+    why[0] = 0;
+    for (int run = 0; run < 2 && ok == 1; run++) {
+        lpo_engine_opts o = {LPO_ENGINE_DEFAULTS, .backend = backend, .max_seqs = 2,     .max_context = 64,
+                             .dtype = dtype,      .n_threads = 1,     .tp = run ? tp : 1};
+        lpo_engine *e = NULL;
+        if (lpo_engine_open_weights(s, ws, NULL, &o, &e) != LPO_OK) {
+            snprintf(why, why_n, "tp=%d: %s", o.tp, lpo_last_error());
+            ok = -1;
+            break;
+        }
+        const lpo_sampling sp =
+            sampled ? (lpo_sampling){0.8, 20, 0.9, 1.0, 7} : (lpo_sampling){0, 0, 1, 1, 0};
+        for (int q = 0; q < 2; q++) (void)lpo_engine_set_sampling(e, q, &sp, (uint64_t)q);
+        const int slots[2] = {0, 1};
+        const int32_t p0[5] = {5, 6, 7, 8, 9}, p1[3] = {11, 3, 40}, *toks[2] = {p0, p1};
+        const int64_t n[2] = {5, 3};
+        lpo_engine_batch b = {2, slots, toks, n, 0, lg[run], 1, ids[run][0]};
+        lpo_status st = lpo_engine_run(e, &b);
+        for (int k = 1; st == LPO_OK && k <= steps && k < 64; k++) {
+            lpo_engine_batch d = {2, slots, NULL, NULL, 0, lg[run] + (size_t)k * 2 * V, 1, ids[run][k]};
+            st = lpo_engine_run(e, &d);
+        }
+        if (st != LPO_OK) {
+            snprintf(why, why_n, "tp=%d step: %s", o.tp, lpo_last_error());
+            ok = -1;
+        }
+        lpo_engine_close(e);
+    }
+    for (int k = 0; ok == 1 && k <= steps && k < 64; k++)
+        for (int q = 0; q < 2 && ok == 1; q++) {
+            const float *a = lg[0] + ((size_t)k * 2 + (size_t)q) * V,
+                        *c = lg[1] + ((size_t)k * 2 + (size_t)q) * V;
+            double mx = 0, err = 0;
+            for (int64_t v = 0; v < V; v++) {
+                mx = fmax(mx, fabs(a[v]));
+                err = fmax(err, fabs((double)a[v] - c[v]));
+            }
+            const double r = mx > 0 ? err / mx : err;
+            if (r > *max_rel) *max_rel = r;
+            if (!(r <= rel)) {
+                snprintf(why, why_n,
+                         "step %d sequence %d: logits differ by %.3g of max|logit| (allowed %.3g)", k, q, r,
+                         rel);
+                ok = 0;
+            } else if (ids[0][k][q] != ids[1][k][q]) {
+                snprintf(why, why_n, "step %d sequence %d: tp=1 sampled %d, tp=%d sampled %d", k, q,
+                         ids[0][k][q], tp, ids[1][k][q]);
+                ok = 0;
+            }
+        }
+    free(lg[0]);
+    free(lg[1]);
+    return ok;
+}

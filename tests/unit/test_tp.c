@@ -235,19 +235,89 @@ static void test_config_and_engine(void **state) {
     assert_int_equal(lpo_test_compose("generate", word, 1, NULL, 0, &cfg), LPO_OK);
     assert_int_equal(lpo_infer_config_read(cfg, &ic), LPO_E_CONFIG);
     lpo_node_free(cfg);
-    /* the CPU backend runs one rank */
+    /* a tp the model's heads do not divide: refused at open, naming it */
     lpo_model_spec s = test_spec();
     s.vocab_size = 96;
-    lpo_engine_opts o = {LPO_ENGINE_DEFAULTS, .backend = "cpu", .tp = 2};
+    lpo_engine_opts o = {LPO_ENGINE_DEFAULTS, .backend = "cpu", .tp = 3};
     lpo_engine *e = NULL;
     test_weights tw;
     assert_int_equal(test_weights_open(&s, &tw), LPO_OK);
     const lpo_weight_source ws = {&tw, test_view};
-    assert_int_equal(lpo_engine_open_weights(&s, &ws, NULL, &o, &e), LPO_E_UNSUPPORTED);
-    assert_null(e);
-    assert_non_null(strstr(lpo_last_error(), "engine.tp=2: backend 'cpu' runs one device"));
-    o.tp = 3;
     assert_int_equal(lpo_engine_open_weights(&s, &ws, NULL, &o, &e), LPO_E_CONFIG);
+    assert_null(e);
+    assert_non_null(strstr(lpo_last_error(), "engine.tp=3"));
+    test_weights_free(&tw);
+}
+
+/* A model whose heads, KV heads, MLP and vocabulary 2 and 4 ranks divide (q/k/v biases: split with their
+ * rows), every architecture feature the splits touch. */
+static lpo_model_spec tp_cpu_spec(void) {
+    lpo_model_spec s = test_spec();
+    s.vocab_size = 96;
+    s.n_heads = 8;
+    s.n_kv_heads = 4;
+    s.head_dim = 8;
+    s.intermediate_size = 72;
+    s.qkv_bias = 1;
+    s.tied_embeddings = 0;
+    return s;
+}
+
+/* The CPU engine with tp = 2 and 4 ranks (threads, the host communicator): every step's logits within 1e-5
+ * of the single rank's (f32; only the sums' order differs), greedy and sampled tokens identical; a tied head
+ * (the rank's rows of the embedding table) and a MoE layer (each expert split) too. */
+static void test_cpu_ranks_agree(void **state) {
+    (void)state;
+    lpo_model_spec specs[3] = {tp_cpu_spec(), tp_cpu_spec(), test_spec_moe()};
+    specs[1].tied_embeddings = 1;
+    specs[1].qk_norm = 1;
+    specs[2].vocab_size = 96;
+    for (int i = 0; i < 3; i++) {
+        test_weights tw;
+        assert_int_equal(test_weights_open(&specs[i], &tw), LPO_OK);
+        const lpo_weight_source ws = {&tw, test_view};
+        for (int tp = 2; tp <= 4; tp *= 2) {
+            if (lpo_tp_check_spec(&specs[i], tp, "tp") != LPO_OK) continue;
+            for (int sampled = 0; sampled < 2; sampled++) {
+                char why[512];
+                double worst;
+                const int ok = test_tp_agrees(&specs[i], &ws, "cpu", "f32", tp, 6, sampled, 1e-5, why,
+                                              sizeof why, &worst);
+                if (ok != 1) fail_msg("spec %d tp=%d sampled=%d: %s", i, tp, sampled, why);
+                print_message("spec %d tp=%d %s: max |logit diff| %.2e of max|logit|\n", i, tp,
+                              sampled ? "sampled" : "greedy", worst);
+            }
+        }
+        test_weights_free(&tw);
+    }
+}
+
+/* A rank that never reaches the collective: the step fails after the timeout naming the rank and the op,
+ * the engine refuses later steps, nothing hangs. (A communicator of 2 whose second rank is missing: the
+ * first rank's all-reduce waits.) */
+static void test_cpu_timeout(void **state) {
+    (void)state;
+    lpo_model_spec s = tp_cpu_spec();
+    test_weights tw;
+    assert_int_equal(test_weights_open(&s, &tw), LPO_OK);
+    const lpo_weight_source ws = {&tw, test_view};
+    lpo_engine_opts o = {LPO_ENGINE_DEFAULTS, .backend = "cpu", .max_seqs = 1,    .max_context = 16,
+                         .n_threads = 1,      .tp = 2,          .tp_timeout_s = 1};
+    lpo_engine *e = NULL;
+    assert_int_equal(lpo_engine_open_weights(&s, &ws, NULL, &o, &e), LPO_OK);
+    /* rank 1 stops: it returns from every step without running it */
+    assert_int_equal(lpo_engine_tp_fault(e, 1), LPO_OK);
+    int slot = 0;
+    const int32_t t[2] = {5, 6}, *tok = t;
+    int64_t n = 2;
+    lpo_engine_batch b = {1, &slot, &tok, &n, 0, NULL, 1, NULL};
+    int32_t id;
+    b.ids = &id;
+    assert_int_equal(lpo_engine_run(e, &b), LPO_E_TIMEOUT);
+    if (!strstr(lpo_last_error(), "rank 0 (last collective queued: layers.0.attn.all_reduce)"))
+        fail_msg("%s", lpo_last_error());
+    assert_int_equal(lpo_engine_run(e, &b), LPO_E_TIMEOUT);
+    lpo_engine_close(e);
     test_weights_free(&tw);
 }
 
@@ -297,6 +367,7 @@ int main(void) {
         cmocka_unit_test(test_rank_list),         cmocka_unit_test(test_moe_and_tied),
         cmocka_unit_test(test_spec_checks),       cmocka_unit_test(test_devices),
         cmocka_unit_test(test_config_and_engine), cmocka_unit_test(test_analyze),
+        cmocka_unit_test(test_cpu_ranks_agree),   cmocka_unit_test(test_cpu_timeout),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

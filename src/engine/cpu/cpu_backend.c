@@ -12,8 +12,13 @@
  * row, lpo_cpu_add_rmsnorm: the same arithmetic, bit-identical to the unfused plan).
  *
  * Every reduction (dot products, norms, softmax) runs in a fixed order that does not depend on how many
- * tokens or sequences share a step, so a batch gives bit-identical results to one sequence at a time. */
+ * tokens or sequences share a step, so a batch gives bit-identical results to one sequence at a time.
+ *
+ * Tensor parallel (engine.tp > 1, for validation on the CPU): each rank is a context on its own engine
+ * thread holding its parts of the split weights; the collectives meet in a host communicator (cpu_comm)
+ * where every rank sums the ranks' buffers in rank order, so every rank holds the same result. */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #ifdef _OPENMP
@@ -30,10 +35,23 @@ typedef struct {
     int set;
 } slot_sampling;
 
+/* The ranks' meeting place: a barrier that an abort opens, and each rank's buffer of the collective. */
+typedef struct {
+    int n;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int arrived, aborted;
+    uint64_t gen;
+    const float *part[LPO_TP_MAX];
+} cpu_comm;
+
 typedef struct {
     lpo_backend_init cfg;
     lpo_model_spec spec;
     lpo_arena arena;
+    int tp, rank;          /* tensor parallel: ranks and this one (tp 1: none) */
+    cpu_comm *comm;        /* tp > 1 */
+    float *tp_scratch;     /* [max_step_tokens * hidden] an all-reduce's sums */
     int n_threads;         /* the most threads a step may use (sizes the per-thread scratch) */
     int nt;                /* threads of the current step (<= n_threads) */
     int auto_threads;      /* infer.threads = 0: fewer threads while other work keeps the cores busy */
@@ -106,6 +124,11 @@ typedef struct {
     float *row;
     lpo_sample_scratch *scratch;
     int32_t *ids;
+    /* ALL_REDUCE, ALL_GATHER of a tensor-parallel step (NULL comm: one rank) */
+    cpu_comm *comm;
+    int rank;
+    float *tp_scratch;
+    const char *volatile *progress;
 } cpu_args;
 
 typedef lpo_status (*cpu_launch_fn)(const lpo_op *op, const cpu_args *a);
@@ -193,16 +216,88 @@ static lpo_status launch_sample(const lpo_op *op, const cpu_args *a) {
     return LPO_OK;
 }
 
-/* Collectives: the CPU backend is one rank (engine.tp=1), where an all-reduce leaves its buffer as it is
- * (in place) and an all-gather of one part is a copy. A list of several ranks is refused (supports_op). */
-static lpo_status launch_collective(const lpo_op *op, const cpu_args *a) {
-    if (op->participants > 1)
-        return lpo_errorf(LPO_E_UNSUPPORTED,
-                          "cpu backend: op '%s' (%s) joins %d ranks; the CPU backend runs one (engine.tp=1)",
-                          op->name, lpo_op_kind_name(op->kind), op->participants);
-    if (op->kind == LPO_OP_ALL_GATHER && a->out != a->in[0]) // [m, n] part -> [m, n] whole
-        memcpy(a->out, a->in[0], (size_t)op->m * (size_t)op->n * sizeof(float));
+/* The ranks' barrier: every rank arrives, then all go on; an abort (the engine's timeout) opens it with an
+ * error naming the op. */
+static lpo_status comm_barrier(cpu_comm *m, int rank, const lpo_op *op) {
+    pthread_mutex_lock(&m->mu);
+    const uint64_t gen = m->gen;
+    if (!m->aborted && ++m->arrived == m->n) {
+        m->arrived = 0;
+        m->gen++;
+        pthread_cond_broadcast(&m->cv);
+    } else {
+        while (gen == m->gen && !m->aborted) pthread_cond_wait(&m->cv, &m->mu);
+    }
+    const int aborted = m->aborted;
+    pthread_mutex_unlock(&m->mu);
+    if (aborted)
+        return lpo_errorf(LPO_E_TIMEOUT, "cpu backend rank %d: %s (%s): the communicator was aborted", rank,
+                          op->name, lpo_op_kind_name(op->kind));
     return LPO_OK;
+}
+
+/* Collectives. One rank (run_op, engine.tp=1): an all-reduce leaves its buffer as it is (in place), an
+ * all-gather of one part is a copy. Several ranks: through the communicator; every rank sums the ranks'
+ * buffers in rank order (so all hold the same bits), or copies every rank's vocabulary part into its
+ * columns of the logits. */
+static lpo_status launch_collective(const lpo_op *op, const cpu_args *a) {
+    if (op->participants > 1 && !a->comm)
+        return lpo_errorf(LPO_E_UNSUPPORTED,
+                          "cpu backend: op '%s' (%s) joins %d ranks; this context runs one (engine.tp=1)",
+                          op->name, lpo_op_kind_name(op->kind), op->participants);
+    if (op->participants <= 1) {
+        if (op->kind == LPO_OP_ALL_GATHER && a->out != a->in[0]) // [m, n] part -> [m, n] whole
+            memcpy(a->out, a->in[0], (size_t)op->m * (size_t)op->n * sizeof(float));
+        return LPO_OK;
+    }
+    cpu_comm *m = a->comm;
+    const int P = op->participants;
+    if (a->progress) a->progress[a->rank] = op->name;
+    m->part[a->rank] = op->kind == LPO_OP_ALL_REDUCE ? a->out : a->in[0];
+    lpo_status st = comm_barrier(m, a->rank, op);
+    if (st != LPO_OK) return st;
+    if (op->kind == LPO_OP_ALL_REDUCE) {
+        const int64_t n = op->m * op->n;
+        for (int64_t i = 0; i < n; i++) { // element i: sum over ranks 0..P-1, in that order
+            float sum = 0;
+            for (int q = 0; q < P; q++) sum += m->part[q][i];
+            a->tp_scratch[i] = sum;
+        }
+        st = comm_barrier(m, a->rank, op); /* every rank has read every buffer */
+        if (st == LPO_OK) memcpy(a->out, a->tp_scratch, (size_t)n * sizeof(float));
+        return st;
+    }
+    const int64_t V = op->n, Vr = op->in[0].shape[1];
+    for (int q = 0; q < P; q++)
+        for (int64_t r = 0; r < op->m; r++) // rank q's row r (Vr,) -> logits[r, q Vr .. (q+1) Vr)
+            memcpy(a->out + r * V + q * Vr, m->part[q] + r * Vr, (size_t)Vr * sizeof(float));
+    return comm_barrier(m, a->rank, op);
+}
+
+static lpo_status cpu_tp_open(int tp, int first_device, void **shared) {
+    (void)first_device;
+    cpu_comm *m = calloc(1, sizeof *m);
+    if (!m) return lpo_errorf(LPO_E_NOMEM, "cpu backend: out of memory");
+    m->n = tp;
+    pthread_mutex_init(&m->mu, NULL);
+    pthread_cond_init(&m->cv, NULL);
+    *shared = m;
+    return LPO_OK;
+}
+
+static void cpu_tp_abort(void *shared) {
+    cpu_comm *m = shared;
+    pthread_mutex_lock(&m->mu);
+    m->aborted = 1;
+    pthread_cond_broadcast(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+}
+
+static void cpu_tp_close(void *shared) {
+    cpu_comm *m = shared;
+    pthread_cond_destroy(&m->cv);
+    pthread_mutex_destroy(&m->mu);
+    free(m);
 }
 
 /* One row per op kind: the launch both paths call. */
@@ -264,6 +359,10 @@ static void bind_step(cpu_ctx *c, const lpo_oplist *l, size_t i, const lpo_step_
     a->expert_ids = c->route_ids;
     a->moe_scratch = c->moe_scratch;
     a->moe_rows = c->moe_rows;
+    a->comm = c->comm;
+    a->rank = c->rank;
+    a->tp_scratch = c->tp_scratch;
+    a->progress = c->cfg.tp_progress;
     if (op->kind == LPO_OP_ATTENTION) {
         const size_t layer = (size_t)op->layer * (size_t)c->cfg.max_seqs * (size_t)c->cfg.max_context *
                              (size_t)(op->n_kv_heads * op->head_dim);
@@ -638,13 +737,14 @@ static lpo_status load_op_weights(cpu_ctx *c, const lpo_oplist *ref, size_t i) {
     const lpo_op *op = &ref->ops[i];
     if (op->n_w == 0) return LPO_OK;
     const long sh = shared_with(ref, i);
-    if (sh >= 0) {
-        c->op_w[i] = c->op_w[sh];
+    if (sh >= 0) { /* a tied head: the embedding table, or this rank's rows of it */
+        c->op_w[i] = c->op_w[sh] + (op->w[0].shard == LPO_SHARD_ROWS ? c->rank * elems(&op->w[0]) : 0);
         return LPO_OK;
     }
     int64_t nw = 0, nb = 0;
     for (int j = 0; j < op->n_w; j++) *(j < op->n_w - op->n_bias ? &nw : &nb) += elems(&op->w[j]);
     float *w = ALLOC_F(c, nw), *bias = op->n_bias ? ALLOC_F(c, nb) : NULL;
+    float *whole = NULL; /* tensor parallel: a split tensor converted whole, then this rank's part kept */
     if (!w || (op->n_bias && !bias))
         return lpo_errorf(LPO_E_INTERNAL, "cpu backend: arena sized too small for the weights of '%s'",
                           op->name);
@@ -655,14 +755,34 @@ static lpo_status load_op_weights(cpu_ctx *c, const lpo_oplist *ref, size_t i) {
     for (int j = 0; j < op->n_w; j++) {
         if (j == op->n_w - op->n_bias) dst = bias;
         lpo_weight_view v;
-        lpo_status st = c->cfg.weights->view(c->cfg.weights->ud, op->w[j].name, &v);
-        if (st == LPO_OK && (int64_t)v.numel != elems(&op->w[j]))
+        const lpo_op_tensor *t = &op->w[j];
+        const int split = t->shard != LPO_SHARD_NONE && c->tp > 1;
+        const int64_t want = elems(t) * (split ? c->tp : 1);
+        lpo_status st = c->cfg.weights->view(c->cfg.weights->ud, t->name, &v);
+        if (st == LPO_OK && (int64_t)v.numel != want)
             st = lpo_errorf(LPO_E_FORMAT, "tensor '%s' has %llu elements where the spec implies %lld", v.name,
-                            (unsigned long long)v.numel, (long long)elems(&op->w[j]));
-        if (st == LPO_OK) st = lpo_weight_convert(&v, LPO_DT_F32, dst);
-        if (st != LPO_OK) return lpo_error_context(st, "cpu backend: loading weights of op '%s'", op->name);
-        dst += elems(&op->w[j]);
+                            (unsigned long long)v.numel, (long long)want);
+        if (st == LPO_OK && !split) st = lpo_weight_convert(&v, LPO_DT_F32, dst);
+        if (st == LPO_OK && split) {
+            free(whole);
+            whole = malloc((size_t)want * sizeof(float));
+            st = whole ? lpo_weight_convert(&v, LPO_DT_F32, whole)
+                       : lpo_errorf(LPO_E_NOMEM, "cpu backend: converting '%s' to split it", t->name);
+            const int64_t rows = t->shape[0], cols = t->ndim > 1 ? t->shape[1] : 1;
+            if (st == LPO_OK && t->shard == LPO_SHARD_ROWS) // rows [rank rows, (rank + 1) rows)
+                memcpy(dst, whole + c->rank * rows * cols, (size_t)(rows * cols) * sizeof(float));
+            for (int64_t r = 0; st == LPO_OK && t->shard == LPO_SHARD_COLS && r < rows; r++)
+                // row r's columns [rank cols, (rank + 1) cols) of the tp cols-wide row
+                memcpy(dst + r * cols, whole + r * cols * c->tp + c->rank * cols,
+                       (size_t)cols * sizeof(float));
+        }
+        if (st != LPO_OK) {
+            free(whole);
+            return lpo_error_context(st, "cpu backend: loading weights of op '%s'", op->name);
+        }
+        dst += elems(t);
     }
+    free(whole);
     return LPO_OK;
 }
 
@@ -670,12 +790,15 @@ static lpo_status cpu_init_model(cpu_ctx *c) {
     const lpo_backend_init *in = &c->cfg;
     const lpo_model_spec *s = &c->spec;
     const int64_t T = in->max_step_tokens, ctx = in->max_context, S = in->max_seqs;
-    const int64_t hd = s->head_dim, kvd = s->n_kv_heads * hd, L = s->n_layers, V = s->vocab_size;
+    const int tp = c->tp;
+    const int64_t hd = s->head_dim, kvd = s->n_kv_heads / tp * hd, L = s->n_layers, V = s->vocab_size;
 
-    /* the reference op list: the ops of every step shape, in order (the weights do not depend on it) */
+    /* the reference op list: the ops of every step shape, in order (the weights do not depend on it); a
+     * rank's list under tensor parallelism */
     lpo_oplist ref = {0};
     const lpo_step_shape one = {1, 1, 0, 0};
-    lpo_status st = lpo_oplist_build_shape(s, &one, NULL, &ref);
+    const lpo_oplist_opts ref_opts = {LPO_DT_F32, LPO_DT_F32, NULL, NULL, tp};
+    lpo_status st = lpo_oplist_build_shape(s, &one, &ref_opts, &ref);
     if (st != LPO_OK) return st;
     c->n_ops = ref.n_ops;
     c->op_role = calloc(ref.n_ops, sizeof *c->op_role);
@@ -697,7 +820,8 @@ static lpo_status cpu_init_model(cpu_ctx *c) {
         for (int j = 0; j < ref.ops[i].n_w; j++) floats += (double)elems(&ref.ops[i].w[j]);
         slack += 2;
     }
-    for (int b = 0; b < LPO_BUF_COUNT; b++) floats += (double)T * (double)lpo_buf_width(s, b), slack++;
+    for (int b = 0; b < LPO_BUF_COUNT; b++) floats += (double)T * (double)lpo_buf_width_tp(s, b, tp), slack++;
+    if (tp > 1) floats += (double)T * (double)s->hidden_size, slack++; /* the all-reduce's sums */
     c->seen_words = (V + 31) / 32;
     floats += 2.0 * (double)L * (double)S * (double)ctx * (double)kvd + (double)ctx * (double)hd +
               (double)c->n_threads * (double)ctx + (double)V + (double)S * (double)c->seen_words;
@@ -727,8 +851,10 @@ static lpo_status cpu_init_model(cpu_ctx *c) {
     if (st != LPO_OK) return st;
     const lpo_oplist_opts f32 = {LPO_DT_F32, LPO_DT_F32, NULL, NULL, 0};
     for (int b = 0; b < LPO_BUF_COUNT; b++)
-        if (lpo_buf_width(s, b) && lpo_buf_dtype(b, &f32) == LPO_DT_F32)
-            c->buf[b] = ALLOC_F(c, T * lpo_buf_width(s, b));
+        if (lpo_buf_width_tp(s, b, tp) && lpo_buf_dtype(b, &f32) == LPO_DT_F32)
+            c->buf[b] = ALLOC_F(c, T * lpo_buf_width_tp(s, b, tp));
+    if (tp > 1 && !(c->tp_scratch = ALLOC_F(c, T * s->hidden_size)))
+        return lpo_errorf(LPO_E_INTERNAL, "cpu backend: arena sized too small (%zu bytes)", c->arena.size);
     c->kcache = ALLOC_F(c, L * S * ctx * kvd);
     c->vcache = ALLOC_F(c, L * S * ctx * kvd);
     c->rope_cos = ALLOC_F(c, ctx * (hd / 2));
@@ -775,6 +901,14 @@ static lpo_status cpu_init(const lpo_backend_init *in, void **out) {
     cpu_ctx *c = calloc(1, sizeof *c);
     if (!c) return lpo_errorf(LPO_E_NOMEM, "cpu backend: out of memory");
     c->cfg = *in;
+    c->tp = in->tp > 1 ? in->tp : 1;
+    c->rank = c->tp > 1 ? in->rank : 0;
+    c->comm = c->tp > 1 ? in->tp_shared : NULL;
+    if (c->tp > 1 && (!c->comm || c->rank < 0 || c->rank >= c->tp)) {
+        free(c);
+        return lpo_errorf(LPO_E_INVALID, "cpu backend: rank %d of %d without a communicator", in->rank,
+                          in->tp);
+    }
     pick_thread_count(c, in->n_threads);
     lpo_status st = LPO_OK;
     if (in->spec) { /* else an op-only context */
@@ -794,7 +928,8 @@ const lpo_backend_iface *lpo_backend_cpu(void) {
     static const lpo_backend_iface cpu = {
         .api_version = LPO_BACKEND_API_VERSION,
         .name = "cpu",
-        .features = LPO_BACKEND_F_BATCH | LPO_BACKEND_F_GROUP_EVENTS | LPO_BACKEND_F_ALL_LOGITS,
+        .features =
+            LPO_BACKEND_F_BATCH | LPO_BACKEND_F_GROUP_EVENTS | LPO_BACKEND_F_ALL_LOGITS | LPO_BACKEND_F_TP,
         .init = cpu_init,
         .free = cpu_free,
         .plan = cpu_plan,
@@ -806,6 +941,9 @@ const lpo_backend_iface *lpo_backend_cpu(void) {
         .read_activation = cpu_read_activation,
         .supports_op = cpu_supports_op,
         .run_op = cpu_run_op,
+        .tp_open = cpu_tp_open,
+        .tp_abort = cpu_tp_abort,
+        .tp_close = cpu_tp_close,
     };
     return &cpu;
 }

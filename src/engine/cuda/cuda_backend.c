@@ -144,6 +144,16 @@ static lpo_status cuda_init(const lpo_backend_init *in, void **out) {
     if (!c) return lpo_errorf(LPO_E_NOMEM, "cuda backend: out of memory");
     c->cfg = *in;
     c->dt = in->dtype;
+    c->tp = in->tp > 1 ? in->tp : 1;
+    c->rank = c->tp > 1 ? in->rank : 0;
+#ifdef LPO_HAVE_NCCL
+    c->nccl = c->tp > 1 ? lpo__cuda_tp_comm(in->tp_shared, in->rank) : NULL;
+#endif
+    if (c->tp > 1 && !c->nccl) {
+        free(c);
+        return lpo_errorf(LPO_E_INVALID, "cuda backend: rank %d of %d without a communicator", in->rank,
+                          in->tp);
+    }
     int cc_major = 0;
     if (cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, in->device) != cudaSuccess)
         cc_major = 0;
@@ -179,7 +189,11 @@ const lpo_backend_iface *lpo_backend_cuda(void) {
         .api_version = LPO_BACKEND_API_VERSION,
         .name = "cuda",
         .features = LPO_BACKEND_F_BATCH | LPO_BACKEND_F_GROUP_EVENTS | LPO_BACKEND_F_DEVICE |
-                    LPO_BACKEND_F_ALL_LOGITS | LPO_BACKEND_F_GRAPHS,
+                    LPO_BACKEND_F_ALL_LOGITS | LPO_BACKEND_F_GRAPHS
+#ifdef LPO_HAVE_NCCL
+                    | LPO_BACKEND_F_TP
+#endif
+        ,
         .init = cuda_init,
         .free = cuda_free,
         .plan = lpo__cuda_plan,
@@ -194,6 +208,11 @@ const lpo_backend_iface *lpo_backend_cuda(void) {
         .mark = cuda_mark,
         .elapsed_ms = cuda_elapsed_ms,
         .usable = cuda_usable,
+#ifdef LPO_HAVE_NCCL
+        .tp_open = lpo__cuda_tp_open,
+        .tp_abort = lpo__cuda_tp_abort,
+        .tp_close = lpo__cuda_tp_close,
+#endif
     };
     return &cuda;
 }

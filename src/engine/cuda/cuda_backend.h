@@ -4,6 +4,7 @@
  *   cuda_launch.c   one launch function per op kind (the table both paths use) and what run_op supports
  *   cuda_forward.c  plans (fusions), steps (eager and CUDA graphs), the logits finite check, sampling state
  *   cuda_run_op.c   run_op: one op on host data, staged to the device, checked, timed
+ *   cuda_tp.c       tensor parallelism: the ranks' NCCL communicators and the collectives' launches
  * A step's forward and run_op bind an op's operands (cuda_args) differently, then call the same launch. */
 #pragma once
 #include "lpo/backend.h"
@@ -92,6 +93,11 @@ typedef struct {
     int n_marks_made;
     lpo_group_callback cb;
     void *cb_ud;
+    /* tensor parallel (tp > 1): this rank, its NCCL communicator (an ncclComm_t), the all-gather's staging
+     * [tp][rows][vocab / tp] f32 for steps of several logit rows */
+    int tp, rank;
+    void *nccl;
+    float *tp_stage;
 } cuda_ctx;
 
 /* The operands of one op launch, device pointers: bound from the step's buffers by the forward
@@ -164,6 +170,17 @@ lpo_status lpo__cuda_forward(void *ctx, const lpo_oplist *l, const lpo_plan *p, 
 lpo_status lpo__cuda_set_sampling(void *ctx, int slot, const lpo_sampling *s, uint64_t stream);
 /* Bytes of the pinned staging region of step data. */
 size_t lpo__cuda_stage_bytes(const cuda_ctx *c);
+
+/* ---- cuda_tp.c ---- */
+/* The backend's tp_open / tp_abort / tp_close (NULL in a build without NCCL) and rank r's communicator. */
+lpo_status lpo__cuda_tp_open(int tp, int first_device, void **shared);
+void lpo__cuda_tp_abort(void *shared);
+void lpo__cuda_tp_close(void *shared);
+void *lpo__cuda_tp_comm(void *shared, int rank);
+/* ALL_REDUCE (sum in place over the ranks) and ALL_GATHER (the vocabulary parts into the logits) of a step;
+ * with one participant the first leaves the buffer and the second copies. */
+lpo_status lpo__cuda_all_reduce(cuda_ctx *c, const lpo_op *op, void *buf);
+lpo_status lpo__cuda_all_gather(cuda_ctx *c, const lpo_op *op, const float *part, float *out);
 
 /* ---- cuda_run_op.c ---- */
 lpo_status lpo__cuda_run_op(void *ctx, const lpo_op *op, lpo_op_io *io);

@@ -103,14 +103,31 @@ static lpo_status launch_experts(cuda_ctx *c, const lpo_op *op, const cuda_args 
                             op->n_experts, op->top_k, c->cfg.gemv, &a->moe, c->dt, c->stream);
 }
 
+/* Collectives of a tensor-parallel step (cuda_tp.c): NCCL on the rank's stream; one participant (run_op):
+ * the all-reduce leaves its buffer, the all-gather copies. */
+static lpo_status launch_all_reduce(cuda_ctx *c, const lpo_op *op, const cuda_args *a) {
+    return lpo__cuda_all_reduce(c, op, a->out);
+}
+static lpo_status launch_all_gather(cuda_ctx *c, const lpo_op *op, const cuda_args *a) {
+    return lpo__cuda_all_gather(c, op, a->in[0], a->out);
+}
+
 static const cuda_launch_fn launches[LPO_OP_KIND_COUNT] = {
-    [LPO_OP_EMBED] = launch_embed,     [LPO_OP_RMSNORM] = launch_rmsnorm,
-    [LPO_OP_LINEAR] = launch_linear,   [LPO_OP_QK_NORM] = launch_qk_norm,
-    [LPO_OP_ROPE] = launch_rope,       [LPO_OP_ATTENTION] = launch_attention,
-    [LPO_OP_SWIGLU] = launch_swiglu,   [LPO_OP_GEGLU] = launch_geglu,
-    [LPO_OP_ADD] = launch_add,         [LPO_OP_LM_HEAD] = launch_lm_head,
-    [LPO_OP_SAMPLE] = launch_sample,   [LPO_OP_ROUTER] = launch_router,
+    [LPO_OP_EMBED] = launch_embed,
+    [LPO_OP_RMSNORM] = launch_rmsnorm,
+    [LPO_OP_LINEAR] = launch_linear,
+    [LPO_OP_QK_NORM] = launch_qk_norm,
+    [LPO_OP_ROPE] = launch_rope,
+    [LPO_OP_ATTENTION] = launch_attention,
+    [LPO_OP_SWIGLU] = launch_swiglu,
+    [LPO_OP_GEGLU] = launch_geglu,
+    [LPO_OP_ADD] = launch_add,
+    [LPO_OP_LM_HEAD] = launch_lm_head,
+    [LPO_OP_SAMPLE] = launch_sample,
+    [LPO_OP_ROUTER] = launch_router,
     [LPO_OP_EXPERTS] = launch_experts,
+    [LPO_OP_ALL_REDUCE] = launch_all_reduce,
+    [LPO_OP_ALL_GATHER] = launch_all_gather,
 };
 
 lpo_status lpo__cuda_route_opts(const lpo_op *op, lpo_cuda_route_opts *out) {
@@ -147,6 +164,9 @@ static int attention_supported(const lpo_op *op) {
 static int sample_supported(const lpo_op *op) {
     return op->n > 0 && op->n <= LPO_SAMPLE_MAX_VOCAB;
 }
+static int one_rank(const lpo_op *op) { /* run_op runs a collective as one rank alone */
+    return op->participants <= 1;
+}
 
 /* ROUTER, EXPERTS: 1 <= top_k <= n_experts <= LPO_CUDA_MOE_MAX_EXPERTS, sizes >= 1; ROUTER: its options */
 static int moe_supported(const lpo_op *op) {
@@ -160,6 +180,7 @@ static int (*const supports[LPO_OP_KIND_COUNT])(const lpo_op *op) = {
     [LPO_OP_QK_NORM] = heads_supported,       [LPO_OP_ROPE] = heads_supported,
     [LPO_OP_ATTENTION] = attention_supported, [LPO_OP_SAMPLE] = sample_supported,
     [LPO_OP_ROUTER] = moe_supported,          [LPO_OP_EXPERTS] = moe_supported,
+    [LPO_OP_ALL_REDUCE] = one_rank,           [LPO_OP_ALL_GATHER] = one_rank,
 };
 
 int lpo__cuda_supports_op(void *vctx, const lpo_op *op) {

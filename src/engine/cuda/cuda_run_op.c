@@ -73,9 +73,10 @@ static lpo_status copy_in(cudaStream_t st, scratch *s, const void *h, size_t byt
     return copy_h2d(st, *out, h, bytes);
 }
 
-/* Ops whose out[0] is f32 whatever the compute dtype: the LM head's logits, the router's weights. */
+/* Ops whose out[0] is f32 whatever the compute dtype: the LM head's logits, the router's weights, the
+ * gathered logits. */
 static int out_f32(const lpo_op *op) {
-    return op->kind == LPO_OP_LM_HEAD || op->kind == LPO_OP_ROUTER;
+    return op->kind == LPO_OP_LM_HEAD || op->kind == LPO_OP_ROUTER || op->kind == LPO_OP_ALL_GATHER;
 }
 
 /* EXPERTS: every chosen expert in range and distinct per token, as the CPU backend demands (the kernels skip
@@ -107,7 +108,10 @@ static lpo_status stage_op(cuda_ctx *c, scratch *s, const lpo_op *op, const lpo_
         if (b == LPO_BUF_TOKENS || b == LPO_BUF_KV || b == LPO_BUF_ROUTE_IDS || !io->in[j]) continue;
         void *p = NULL; /* SAMPLE's logits and the routing weights stay f32 */
         TRY(upload(c->stream, s, io->in[j], lpo__cuda_elems(&op->in[j]),
-                   op->kind == LPO_OP_SAMPLE || b == LPO_BUF_ROUTE_W ? LPO_DT_F32 : dt, &p));
+                   op->kind == LPO_OP_SAMPLE || op->kind == LPO_OP_ALL_GATHER || b == LPO_BUF_ROUTE_W
+                       ? LPO_DT_F32
+                       : dt,
+                   &p));
         a->in[j] = p;
     }
     if (op->n_w) {

@@ -7,6 +7,7 @@
 #include "engine/cuda/cuda_backend.h"
 
 #ifdef LPO_HAVE_CUDA
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,11 +71,33 @@ static lpo_status load_weight(cuda_ctx *c, const lpo_weight_view *v, void *dst, 
     return LPO_OK;
 }
 
-/* Sizes (dev == NULL) or carves and loads (dev set) everything; the same walk both times. */
-static lpo_status layout(cuda_ctx *c, const lpo_oplist *ref, void *staging) {
+/* Tensor parallel: this rank's part of a split weight, from the whole tensor converted into `whole` (rows
+ * are contiguous; columns by a 2-D copy). */
+static lpo_status load_part(cuda_ctx *c, const lpo_weight_view *v, const lpo_op_tensor *t, void *dst,
+                            void *staging, char *whole) {
+    TRY(load_weight(c, v, whole, staging));
+    const int64_t rows = t->shape[0], cols = t->ndim > 1 ? t->shape[1] : 1;
+    const size_t es = c->es;
+    if (t->shard == LPO_SHARD_ROWS)
+        CU(cudaMemcpyAsync(dst, whole + (size_t)(c->rank * rows * cols) * es, (size_t)(rows * cols) * es,
+                           cudaMemcpyDeviceToDevice, c->stream),
+           v->name);
+    else /* row r: columns [rank cols, (rank + 1) cols) of the tp cols-wide stored row */
+        CU(cudaMemcpy2DAsync(dst, (size_t)cols * es, whole + (size_t)(c->rank * cols) * es,
+                             (size_t)(cols * c->tp) * es, (size_t)cols * es, (size_t)rows,
+                             cudaMemcpyDeviceToDevice, c->stream),
+           v->name);
+    CU(cudaStreamSynchronize(c->stream), v->name); /* `whole` is reused by the next split tensor */
+    return LPO_OK;
+}
+
+/* Sizes (dev == NULL) or carves and loads (dev set) everything; the same walk both times. whole: room for
+ * the largest split tensor (tensor parallel). */
+static lpo_status layout(cuda_ctx *c, const lpo_oplist *ref, void *staging, char *whole) {
     const lpo_model_spec *s = &c->spec;
     const int64_t T = c->cfg.max_step_tokens, ctx = c->cfg.max_context, S = c->cfg.max_seqs;
-    const int64_t hd = s->head_dim, kvd = s->n_kv_heads * hd, L = s->n_layers, V = s->vocab_size;
+    const int tp = c->tp;
+    const int64_t hd = s->head_dim, kvd = s->n_kv_heads / tp * hd, L = s->n_layers, V = s->vocab_size;
     c->dev_used = 0;
     c->weight_bytes = 0;
     c->d_bad = carve(c, 64);                  /* first: the weight loads below use it */
@@ -82,8 +105,10 @@ static lpo_status layout(cuda_ctx *c, const lpo_oplist *ref, void *staging) {
         const lpo_op *op = &ref->ops[i];
         if (!op->n_w) continue;
         const long sh = shared_with(ref, i);
-        if (sh >= 0) {
-            c->op_w[i] = c->op_w[sh];
+        if (sh >= 0) { /* a tied head: the embedding table, or this rank's rows of it */
+            c->op_w[i] = (char *)c->op_w[sh] + (op->w[0].shard == LPO_SHARD_ROWS
+                                                    ? (size_t)(c->rank * lpo__cuda_elems(&op->w[0])) * c->es
+                                                    : 0);
             continue;
         }
         int64_t nw = 0, nb = 0;
@@ -97,24 +122,28 @@ static lpo_status layout(cuda_ctx *c, const lpo_oplist *ref, void *staging) {
         for (int j = 0; j < op->n_w; j++) {
             if (j == op->n_w - op->n_bias) dst = c->op_bias[i];
             lpo_weight_view v;
+            const int split = op->w[j].shard != LPO_SHARD_NONE && tp > 1;
+            const int64_t want = lpo__cuda_elems(&op->w[j]) * (split ? tp : 1);
             lpo_status st = c->cfg.weights->view(c->cfg.weights->ud, op->w[j].name, &v);
-            if (st == LPO_OK && (int64_t)v.numel != lpo__cuda_elems(&op->w[j]))
+            if (st == LPO_OK && (int64_t)v.numel != want)
                 st = lpo_errorf(LPO_E_FORMAT, "tensor '%s' has %llu elements where the spec implies %lld",
-                                v.name, (unsigned long long)v.numel, (long long)lpo__cuda_elems(&op->w[j]));
-            if (st == LPO_OK) st = load_weight(c, &v, dst, staging);
+                                v.name, (unsigned long long)v.numel, (long long)want);
+            if (st == LPO_OK)
+                st = split ? load_part(c, &v, &op->w[j], dst, staging, whole)
+                           : load_weight(c, &v, dst, staging);
             if (st != LPO_OK)
                 return lpo_error_context(st, "cuda backend: loading weights of op '%s'", op->name);
             dst += (size_t)lpo__cuda_elems(&op->w[j]) * c->es;
         }
     }
     const lpo_oplist_opts bopts = {c->dt, c->dt, NULL, NULL, 0};
-    for (int b = 0; b < LPO_BUF_COUNT; b++) { /* activations in dt; logits and routing weights f32, ids i32 */
+    for (int b = 0; b < LPO_BUF_COUNT; b++) { /* activations in dt; logits and routing weights f32, ids i32;
+                                                 a rank's widths */
         const lpo_dtype bd = lpo_buf_dtype(b, &bopts);
-        c->buf[b] =
-            lpo_buf_width(s, b)
-                ? carve(c, (double)T * (double)lpo_buf_width(s, b) * (bd == c->dt ? (double)c->es : 4.0))
-                : NULL;
+        const int64_t wd = lpo_buf_width_tp(s, b, tp);
+        c->buf[b] = wd ? carve(c, (double)T * (double)wd * (bd == c->dt ? (double)c->es : 4.0)) : NULL;
     }
+    c->tp_stage = tp > 1 ? carve(c, (double)T * (double)V * 4.0) : NULL;
     if (lpo_spec_has_moe(s)) { /* the router's logits, the experts' workspace */
         const int64_t E = s->moe.n_experts, I = s->moe.intermediate_size, K = s->moe.n_experts_used;
         c->moe_logits = carve(c, (double)T * (double)E * 4.0);
@@ -127,7 +156,7 @@ static lpo_status layout(cuda_ctx *c, const lpo_oplist *ref, void *staging) {
     c->rope_sin = carve(c, (double)ctx * (hd / 2) * 4.0);
     c->gemm_ws = carve(c, GEMM_WS);
     /* decode attention: m * splits stays below T + 4 SMs + 1 (the split heuristic), so this holds any step */
-    c->att_ws_bytes = lpo_cuda_attention_decode_workspace(1, s->n_heads, hd, (int)(T + 4 * c->n_sm + 1));
+    c->att_ws_bytes = lpo_cuda_attention_decode_workspace(1, s->n_heads / tp, hd, (int)(T + 4 * c->n_sm + 1));
     c->att_ws = carve(c, (double)c->att_ws_bytes);
     c->d_ids = carve(c, (double)T * 4);
     c->d_tokens = carve(c, (double)T * 4);
@@ -151,7 +180,8 @@ lpo_status lpo__cuda_init_model(cuda_ctx *c) {
     const int64_t ctx = c->cfg.max_context, hd = s->head_dim;
     lpo_oplist ref = {0};
     const lpo_step_shape one = {1, 1, 0, 0};
-    TRY(lpo_oplist_build_shape(s, &one, NULL, &ref));
+    const lpo_oplist_opts ref_opts = {LPO_DT_F32, LPO_DT_F32, NULL, NULL, c->tp}; /* a rank's list under tp */
+    TRY(lpo_oplist_build_shape(s, &one, &ref_opts, &ref));
     for (size_t i = 0; i < ref.n_ops; i++) { /* an op kind or option without a kernel: refused before any
                                                  allocation */
         lpo_cuda_route_opts ro;
@@ -190,8 +220,8 @@ lpo_status lpo__cuda_init_model(cuda_ctx *c) {
     for (size_t i = 0; st == LPO_OK && i < ref.n_ops; i++)
         c->op_role[i] = ref.ops[i].role, c->op_layer[i] = ref.ops[i].layer;
     /* the memory plan first: refuse what does not fit before allocating anything */
-    if (st == LPO_OK) st = layout(c, &ref, NULL);
-    size_t free_b = 0, total_b = 0, staging_b = 0;
+    if (st == LPO_OK) st = layout(c, &ref, NULL, NULL);
+    size_t free_b = 0, total_b = 0, staging_b = 0, whole_b = 0;
     if (st == LPO_OK && cudaMemGetInfo(&free_b, &total_b) != cudaSuccess)
         st = lpo_errorf(LPO_E_CUDA, "cuda backend: cudaMemGetInfo failed");
     for (size_t i = 0; st == LPO_OK && i < ref.n_weights; i++) { /* the largest stored tensor: staging */
@@ -199,7 +229,10 @@ lpo_status lpo__cuda_init_model(cuda_ctx *c) {
         if (c->cfg.weights->view(c->cfg.weights->ud, ref.weights[i].name, &v) == LPO_OK && v.data &&
             (v.dtype != c->dt || v.unpermute_heads) && v.nbytes > staging_b)
             staging_b = v.nbytes;
+        if (ref.weights[i].shard != LPO_SHARD_NONE && c->tp > 1) /* a split tensor, whole in dt */
+            whole_b = (size_t)fmax((double)whole_b, (double)lpo__cuda_elems(&ref.weights[i]) * c->tp * c->es);
     }
+    if (whole_b) staging_b = (staging_b + 255) / 256 * 256 + whole_b; /* the whole tensor after the staging */
     c->dev_bytes = c->dev_used;
     if (st == LPO_OK && (double)c->dev_bytes + (double)staging_b > (double)free_b)
         st = lpo_errorf(
@@ -216,7 +249,7 @@ lpo_status lpo__cuda_init_model(cuda_ctx *c) {
     if (st == LPO_OK && staging_b && cudaMalloc(&staging, staging_b) != cudaSuccess)
         st = lpo_errorf(LPO_E_NOMEM, "cuda backend: %.2f GiB of staging for the weights",
                         staging_b / 1073741824.0);
-    if (st == LPO_OK) st = layout(c, &ref, staging);
+    if (st == LPO_OK) st = layout(c, &ref, staging, whole_b ? (char *)staging + (staging_b - whole_b) : NULL);
     if (staging) {
         cudaStreamSynchronize(c->stream);
         cudaFree(staging);

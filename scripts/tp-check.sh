@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Tensor parallelism on a machine of 2 or 4 GPUs (issue 27): builds lpo for sm_90 in build-tp, prints the
+# GPUs and their links, runs the tensor-parallel tests (CPU ranks and GPU ranks: logits of 2 / 4 ranks vs 1,
+# tokens identical, a stopped rank's timeout), then the speed points with `lpo bench` (synthetic bf16
+# weights, graphs): Llama-3.1-8B bs1 tg128 at engine.tp=1 and engine.tp=2 in the same call, Llama-3.1-70B
+# at engine.tp=4, bs1 and bs64 (4 GPUs or more), the analysis's prediction of each point beside it, and a
+# summary table last.
+#   scripts/tp-check.sh                    (CUDA_ARCHS=90 by default)
+#   TP_CHECK_TESTS=0 / TP_CHECK_BENCH=0    skip a half (two calls when a command may run 600 s at most)
+# NVLink multicast (NVLS) stays off on shared machines: NCCL_NVLS_ENABLE=0 for everything below.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0
+deps=${LPO_DEPS_DIR:-build-deps}
+if [ -d "$deps/lib/pkgconfig" ]; then
+  deps=$(cd "$deps" && pwd)
+  export PKG_CONFIG_PATH="$deps/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+  export LD_LIBRARY_PATH="$deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+archs=${CUDA_ARCHS:-90}
+build=${BUILD_DIR:-build-tp}
+jobs=${JOBS:-$(nproc 2>/dev/null || echo 4)}
+rows=()
+fail=0
+
+step() { # step NAME CMD...: runs CMD, records its result and seconds
+  local name=$1; shift
+  echo "==== $name: $*"
+  local t0=$(date +%s.%N)
+  "$@"
+  local rc=$?
+  local secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
+  local res=ok
+  [ $rc -ne 0 ] && res="FAILED (exit $rc)" && fail=1
+  rows+=("$name|$res|$secs")
+  return $rc
+}
+
+# t/s of the tg row of a bench table (the column named t/s)
+tg_rate() {
+  awk -F'|' '/t\/s/ && !h { for (i = 1; i <= NF; i++) if ($i ~ /t\/s/) c = i; h = 1; next }
+             h && /tg[0-9]/ { gsub(/ /, "", $c); print $c; exit }' "$1"
+}
+
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+echo "tp-check: $ngpu GPU(s); NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE"
+nvidia-smi topo -m 2>/dev/null | head -12
+step configure cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DLPO_CUDA_ARCHS="$archs" -DLPO_WITH_CUDA=ON
+step build cmake --build "$build" -j "$jobs"
+lpo="$build/lpo"
+declare -A rate pred
+if [ -x "$lpo" ]; then
+  if [ "${TP_CHECK_TESTS:-1}" != 0 ]; then
+    step "tests tp" bash -c "cd '$build' && ctest -R 'test_tp' -V -O ctest-tp.log >/dev/null"
+    grep -E "max \|logit diff\||stopped rank|SKIP" "$build/ctest-tp.log" | head -40
+  fi
+  if [ "${TP_CHECK_BENCH:-1}" != 0 ]; then
+    step ceilings "$lpo" ceilings
+    bopts="backend=cuda profiling.warmup=2 profiling.min_samples=5 profiling.timeout_s=20 --no-save"
+    points=("8b-tp1|llama3.1-8b|1|1" "8b-tp2|llama3.1-8b|1|2")
+    [ "$ngpu" -ge 4 ] && points+=("70b-tp4-b1|llama3.1-70b|1|4" "70b-tp4-b64|llama3.1-70b|64|4")
+    for p in "${points[@]}"; do
+      IFS='|' read -r name model batch tp <<<"$p"
+      [ "$tp" -gt "$ngpu" ] && { rows+=("bench $name|not run ($ngpu GPUs)|0"); continue; }
+      out="$build/bench-$name.txt"
+      step "bench $name" bash -c "'$lpo' bench model=$model engine.tp=$tp bench.batch=[$batch] bench.prompt=[128] \
+        bench.gen=[128] $bopts >'$out' 2>&1; rc=\$?; cat '$out'; exit \$rc"
+      rate[$name]=$(tg_rate "$out")
+      pred[$name]=$("$lpo" analyze model=$model engine.tp=$tp analysis.batch=$batch analysis.prompt_len=128 \
+        analysis.gen_len=128 --no-save 2>/dev/null | awk '/^bf16 +bf16/ && $3 == '"$batch"' {print $NF; exit}')
+    done
+  fi
+else
+  rows+=("tests tp|not run (no binary)|0")
+  fail=1
+fi
+
+echo
+echo "tensor parallel speed points (decode tok/s; must / goal from issue 27; prediction: lpo analyze floor)"
+printf '| %-12s | %10s | %14s | %-22s |\n' point tok/s "analyze ceiling" "must / goal"
+printf '| %-12s | %10s | %14s | %-22s |\n' ------------ ---------: --------------: ----------------------
+bars=([8b-tp1]="-" [8b-tp2]=">= 1.6x / 1.8x tp1" [70b-tp4-b1]=">= 60 / 72" [70b-tp4-b64]=">= 2500 / 3200")
+for n in 8b-tp1 8b-tp2 70b-tp4-b1 70b-tp4-b64; do
+  printf '| %-12s | %10s | %14s | %-22s |\n' "$n" "${rate[$n]:--}" "${pred[$n]:--}" "${bars[$n]}"
+done
+if [ -n "${rate[8b-tp1]:-}" ] && [ -n "${rate[8b-tp2]:-}" ]; then
+  awk -v a="${rate[8b-tp1]}" -v b="${rate[8b-tp2]}" 'BEGIN{ if (a > 0) printf "8B speedup tp2 / tp1: %.2fx\n", b / a }'
+fi
+echo "16 KB all-reduce in a graph (4 GPUs): not measured by this tree (the one-shot kernel and the lpo ceilings"
+echo "all-reduce sweep are not built yet)"
+echo
+echo "tp-check summary (archs $archs, build dir $build)"
+printf '| %-18s | %-22s | %8s |\n' step result seconds
+printf '| %-18s | %-22s | %8s |\n' ------------------ ---------------------- -------:
+for r in "${rows[@]}"; do
+  IFS='|' read -r n res s <<<"$r"
+  printf '| %-18s | %-22s | %8s |\n' "$n" "$res" "$s"
+done
+exit $fail
