@@ -77,6 +77,8 @@ const char *lpo_engine_backend_name(const lpo_engine *e);
 const lpo_backend_iface *lpo_engine_backend(const lpo_engine *e);
 int64_t lpo_engine_max_context(const lpo_engine *e);
 int lpo_engine_max_seqs(const lpo_engine *e);
+/* Tensor-parallel ranks of the engine (1: one device). Its op lists are one rank's. */
+int lpo_engine_tp(const lpo_engine *e);
 
 /* The backend registry: "cpu", "cuda" or "auto" (the CUDA backend when it is built and a GPU is usable,
  * else the CPU). "cuda" without a CUDA backend: LPO_E_NOT_AVAILABLE. */

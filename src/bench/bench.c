@@ -9,12 +9,13 @@
 
 #include "lpo/core.h"
 
-/* FLOPs and bytes of one op list: decode (batch B at context ctx) or prefill (B sequences of T tokens). */
+/* FLOPs and bytes of one op list: decode (batch B at context ctx) or prefill (B sequences of T tokens).
+ * Tensor parallel: one rank's list (its parts, its collectives), so MFU and MBU are per GPU. */
 static lpo_status list_costs(const lpo_engine *e, int decode, int B, int64_t t_or_ctx, double *flops,
                              double *bytes) {
     const lpo_dtype dt = lpo_engine_dtype(e);
     const lpo_dtype_lookup held = {(void *)&dt, lpo_dtype_lookup_uniform};
-    const lpo_oplist_opts o = {dt, dt, &held, NULL, 0};
+    const lpo_oplist_opts o = {dt, dt, &held, NULL, lpo_engine_tp(e)};
     lpo_oplist l = {0};
     lpo_status st = lpo_oplist_build_phase(lpo_engine_spec(e), decode, B, t_or_ctx, &o, &l);
     *flops = *bytes = 0;

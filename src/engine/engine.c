@@ -460,6 +460,10 @@ static lpo_status list_for(lpo_engine *e, const lpo_step_shape *shape, cached_li
 /* One backend step over n sequences: seq i brings n_new[i] tokens (packed in tok; NULL = chained decode).
  * Decode steps (every n_new 1) are padded to the bucket when the engine pads. sample_mask[i]: sample
  * sequence i's last token (NULL = none). Logits / ids of the real rows go to logits / ids (may be NULL). */
+int lpo_engine_tp(const lpo_engine *e) {
+    return e->tp > 1 ? e->tp : 1;
+}
+
 lpo_status lpo_engine_tp_fault(lpo_engine *e, int rank) {
     if (!e->tpg || rank < 0 || rank >= e->tp)
         return lpo_errorf(LPO_E_INVALID, "engine: rank %d of an engine of %d rank(s)", rank, e->tp);
