@@ -120,6 +120,7 @@ static lpo_status run_all(lpo__tp_group *g, const job *j, double timeout_s) {
     clock_gettime(CLOCK_REALTIME, &dl);
     dl.tv_sec += (time_t)timeout_s;
     int timed_out = 0;
+    int late[LPO_TP_MAX] = {0}; /* the ranks still in the step when the deadline passed */
     for (;;) {
         int all = 1;
         for (int r = 0; r < g->tp; r++) all &= !g->r[r].started || g->r[r].done_gen == gen;
@@ -134,6 +135,8 @@ static lpo_status run_all(lpo__tp_group *g, const job *j, double timeout_s) {
         }
         if (pthread_cond_timedwait(&g->done_cv, &g->mu, &dl) == ETIMEDOUT) {
             timed_out = 1;
+            /* named now: after the abort, a rank whose collectives were only queued comes back "done" */
+            for (int r = 0; r < g->tp; r++) late[r] = g->r[r].started && g->r[r].done_gen != gen;
             g->broken = 1;
             pthread_mutex_unlock(&g->mu);
             if (g->be->tp_abort && g->shared) g->be->tp_abort(g->shared);
@@ -145,7 +148,7 @@ static lpo_status run_all(lpo__tp_group *g, const job *j, double timeout_s) {
         char who[512] = "";
         size_t n = 0;
         for (int r = 0; r < g->tp && n < sizeof who; r++) {
-            if (g->r[r].started && g->r[r].done_gen == gen && g->r[r].st == LPO_OK) continue;
+            if (!late[r] && g->r[r].started && g->r[r].done_gen == gen && g->r[r].st == LPO_OK) continue;
             const char *at = g->progress[r];
             n += (size_t)snprintf(who + n, sizeof who - n, "%srank %d (last collective queued: %s)",
                                   n ? ", " : "", r, at ? at : "none yet");
