@@ -79,7 +79,7 @@ echo
 echo "tensor parallel speed points (decode tok/s; must / goal from issue 27; prediction: lpo analyze floor)"
 printf '| %-12s | %10s | %14s | %-22s |\n' point tok/s "analyze ceiling" "must / goal"
 printf '| %-12s | %10s | %14s | %-22s |\n' ------------ ---------: --------------: ----------------------
-bars=([8b-tp1]="-" [8b-tp2]=">= 1.6x / 1.8x tp1" [70b-tp4-b1]=">= 60 / 72" [70b-tp4-b64]=">= 2500 / 3200")
+declare -A bars=([8b-tp1]="-" [8b-tp2]=">= 1.6x / 1.8x tp1" [70b-tp4-b1]=">= 60 / 72" [70b-tp4-b64]=">= 2500 / 3200")
 for n in 8b-tp1 8b-tp2 70b-tp4-b1 70b-tp4-b64; do
   printf '| %-12s | %10s | %14s | %-22s |\n' "$n" "${rate[$n]:--}" "${pred[$n]:--}" "${bars[$n]}"
 done
