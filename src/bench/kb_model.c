@@ -406,7 +406,8 @@ static void group_time(void *ud, int row, double ms) {
 /* Eager steps, two at a time: one with the group timer (per step, each row's mean launch time is one
  * sample, its launches in the step the repetitions), one without it, timed whole (a sample of the eager
  * step). Interleaved, so both see the same machine (clocks, other load); until every measurement stops or
- * profiling.timeout_s. */
+ * profiling.timeout_s has passed since the first kept pair: as in lpo_measure_run, the warm-up steps do not
+ * count, and every measurement keeps at least one sample however slow a step is. */
 static lpo_status eager_pass(model_run *mc, stepper *s) {
     lpo_measure_opts mo = mc->mo;
     mo.cold = 0;
@@ -415,12 +416,14 @@ static lpo_status eager_pass(model_run *mc, stepper *s) {
     for (size_t i = 0; i < mc->n_rows && st == LPO_OK; i++)
         if (mc->rows[i].type == ROW_GROUP || mc->rows[i].launches > 0)
             st = lpo_measure_new(&mo, &mc->rows[i].eng);
-    const uint64_t t0 = lpo_now_ns();
+    uint64_t t0 = 0; /* the first kept pair's start */
     for (int k = 0; st == LPO_OK; k++) {
         lpo_group_timer *gt = NULL;
         st = ready(s);
         if (st == LPO_OK) st = lpo_group_timer_start(s->e, group_tag, group_time, mc, &gt);
         const uint64_t t_run = lpo_now_ns();
+        const int keep = k >= mo.warmup;
+        if (keep && !t0) t0 = t_run;
         if (st == LPO_OK) st = run_step(s);
         const lpo_status fst = gt ? lpo_group_timer_flush(gt) : LPO_OK;
         const double wall = (double)(lpo_now_ns() - t_run) * 1e-9;
@@ -430,7 +433,6 @@ static lpo_status eager_pass(model_run *mc, stepper *s) {
         int reps = 1;
         if (st == LPO_OK) st = step_sample(s, &sec, &reps, &clk);
         if (st != LPO_OK) break;
-        const int keep = k >= mo.warmup;
         int all_done = lpo_measure_done(mc->steps_m[0]);
         if (keep && !all_done) all_done = lpo_measure_add(mc->steps_m[0], sec, clk);
         double launched = 0; /* this timed step's launches, summed */
@@ -447,7 +449,7 @@ static lpo_status eager_pass(model_run *mc, stepper *s) {
             r->step_ms = 0;
             r->step_n = 0;
         }
-        if (all_done || (double)(lpo_now_ns() - t0) * 1e-9 > mo.timeout_s) break;
+        if (all_done || (keep && (double)(lpo_now_ns() - t0) * 1e-9 > mo.timeout_s)) break;
     }
     return st;
 }

@@ -2,6 +2,18 @@
 #pragma once
 #include <stddef.h>
 
+/* 1 in a sanitizer build (make asan, make asan-clang: everything runs 5-50x slower), else 0 */
+#if defined(__SANITIZE_ADDRESS__)
+#define LPO_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define LPO_TEST_SANITIZED 1
+#endif
+#endif
+#ifndef LPO_TEST_SANITIZED
+#define LPO_TEST_SANITIZED 0
+#endif
+
 /* Creates a fresh temporary directory (mkdtemp under $TMPDIR or /tmp); returns its name, malloc'd: keep it
  * for the whole run or free it (either way ASan reports no leak). */
 char *lpo_test_tmpdir(void);
