@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "deep/deep_internal.h"
+#include "lpo/core.h"
 #include "lpo/deep.h"
 
 /* ---- finding ncu ---- */
@@ -83,15 +85,13 @@ lpo_status lpo_ncu_find(const char *explicit_path, char *out, size_t n) {
 }
 
 /* ---- metric sets ---- */
-static int has_name(char **names, size_t n, const char *s) {
-    for (size_t i = 0; i < n; i++)
-        if (!strcmp(names[i], s)) return 1;
-    return 0;
-}
-
 lpo_status lpo_deep_metric_sets(const char *const *dirs, size_t n_dirs, const char *const *sets,
                                 size_t n_sets, char ***names, size_t *n) {
     char path[4096];
+    /* the names so far, indexed: linear in the names of every set (a list of 100k names stays quick) */
+    deep_names seen = {0};
+    size_t cap = *n;
+    for (size_t i = 0; i < *n; i++) deep_names_put(&seen, (*names)[i], strlen((*names)[i]), i);
     for (size_t s = 0; s < n_sets; s++) { /* each set: its file, then its metrics list */
         const char *set = sets[s];
         size_t sl = strlen(set);
@@ -104,32 +104,43 @@ lpo_status lpo_deep_metric_sets(const char *const *dirs, size_t n_dirs, const ch
             snprintf(path, sizeof path, "%s/profiling/ncu/%s.yaml", dirs[d], set);
             found = lpo_path_exists(path);
         }
-        if (!found)
+        if (!found) {
+            deep_names_free(&seen);
             return lpo_errorf(
                 LPO_E_CONFIG,
                 "deep.metric_sets: no metric set '%s' (looked for profiling/ncu/%s.yaml in the config "
                 "directories; the built-in sets are roofline, memory, compute, occupancy, stalls)",
                 set, set);
+        }
         lpo_node *root = NULL;
         lpo_status st = lpo_yaml_load_file(path, &root);
-        if (st) return st;
+        if (st) {
+            deep_names_free(&seen);
+            return st;
+        }
         const lpo_node *m = lpo_node_at(root, "metrics");
         if (!m || m->kind != LPO_NODE_LIST) {
             lpo_node_free(root);
+            deep_names_free(&seen);
             return lpo_errorf(LPO_E_CONFIG, "%s: needs a 'metrics:' list of ncu metric names", path);
         }
         for (size_t i = 0; i < m->n_items; i++) { /* each metric name */
             const lpo_node *it = m->items[i];
             if (it->kind != LPO_NODE_SCALAR || !it->value || !*it->value) {
                 lpo_node_free(root);
+                deep_names_free(&seen);
                 return lpo_errorf(LPO_E_CONFIG, "%s: metrics item %zu is not a metric name", path, i + 1);
             }
-            if (has_name(*names, *n, it->value)) continue;
-            *names = lpo_xrealloc_array(*names, *n + 1, sizeof **names, "metric names");
-            (*names)[(*n)++] = lpo_strdup(it->value);
+            const size_t len = strlen(it->value);
+            if (deep_names_get(&seen, it->value, len) >= 0) continue; /* a duplicate */
+            *names = lpo_xgrow(*names, &cap, *n + 1, sizeof **names, "metric names");
+            (*names)[*n] = lpo_strdup(it->value);
+            deep_names_put(&seen, (*names)[*n], len, *n); /* the key: the kept copy, stable */
+            (*n)++;
         }
         lpo_node_free(root);
     }
+    deep_names_free(&seen);
     return LPO_OK;
 }
 

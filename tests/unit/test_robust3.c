@@ -16,6 +16,7 @@
 #include "lpo/ceilings.h"
 #include "lpo/config.h"
 #include "lpo/core.h"
+#include "lpo/deep.h"
 #include "lpo/model.h"
 #include "lpo/trace.h"
 #include "model/safetensors.h"
@@ -433,6 +434,40 @@ static void test_deep_import_complexity(void **state) {
     remove_tree(dir);
 }
 
+/* The metric sets of `lpo deep` (YAML lists of ncu metric names): linear in the names of a long set (an
+ * index finds duplicates; comparing each name with every earlier one is quadratic). */
+static double time_metric_set(size_t n, void *ud) {
+    const char *dir = ud;
+    lpo_strbuf y = {0};
+    lpo_sb_puts(&y, "metrics:\n");
+    for (size_t i = 0; i < n; i++)
+        lpo_sb_printf(&y, "  - sm__metric_%zu.sum\n  - sm__metric_%zu.sum\n", i, i);
+    put_file(dir, "big.yaml", y.buf);
+    lpo_sb_free(&y);
+    char path[4400];
+    snprintf(path, sizeof path, "%s/big.yaml", dir);
+    const char *sets[] = {path}, *dirs[] = {dir};
+    char **names = NULL;
+    size_t k = 0;
+    const uint64_t t0 = lpo_now_ns();
+    assert_int_equal(lpo_deep_metric_sets(dirs, 1, sets, 1, &names, &k), LPO_OK);
+    const double sec = secs_since(t0);
+    assert_int_equal(k, n); /* each name once */
+    char last[64];
+    snprintf(last, sizeof last, "sm__metric_%zu.sum", n - 1);
+    assert_string_equal(names[n - 1], last);
+    for (size_t i = 0; i < k; i++) free(names[i]);
+    free(names);
+    return sec;
+}
+
+static void test_metric_set_complexity(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir();
+    expect_subquadratic("deep metric sets, distinct names", time_metric_set, 5000, dir);
+    remove_tree(dir);
+}
+
 /* Findings 12, 13 and 17: numbers from ncu's CSV and kernels.csv checked finite and in range where read;
  * --import takes one file and may repeat. */
 static void test_deep_import_numbers(void **state) {
@@ -671,6 +706,7 @@ int main(void) {
         cmocka_unit_test(test_trace_gate_filter),
         cmocka_unit_test(test_trace_times),
         cmocka_unit_test(test_deep_import_complexity),
+        cmocka_unit_test(test_metric_set_complexity),
         cmocka_unit_test(test_deep_import_numbers),
         cmocka_unit_test(test_ceilings_cache),
         cmocka_unit_test(test_ceilings_print_first),
