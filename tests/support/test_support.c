@@ -5,8 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "lpo/ceilings.h"
@@ -98,6 +100,19 @@ int lpo_test_run_lpo(const char *args, char **out, char **err) {
     free(dir);
     if (rc == -1 || !WIFEXITED(rc)) return -1;
     return WEXITSTATUS(rc);
+}
+
+double lpo_test_cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double lpo_test_children_cpu_s(void) {
+    struct rusage r;
+    getrusage(RUSAGE_CHILDREN, &r);
+    return (double)(r.ru_utime.tv_sec + r.ru_stime.tv_sec) +
+           1e-6 * (double)(r.ru_utime.tv_usec + r.ru_stime.tv_usec);
 }
 
 #ifdef LPO_HAVE_CUDA

@@ -20,6 +20,11 @@ char *lpo_test_tmpdir(void);
 /* Runs the built lpo binary with a shell command tail ("config show model=tiny"); captures stdout and
  * stderr (malloc'd, may be NULL pointers to skip) and returns the exit code (-1 when it did not exit). */
 int lpo_test_run_lpo(const char *args, char **out, char **err);
+/* CPU seconds used so far by this process (all its threads) and by its children that were waited for: a
+ * test that bounds the time of some work bounds these, which a loaded machine does not stretch as it
+ * stretches wall time (several-fold for make asan on a shared 2-core machine). */
+double lpo_test_cpu_s(void);
+double lpo_test_children_cpu_s(void);
 /* Prints "SKIP: <why>" and exits 77 (ctest: skipped) when no CUDA device can be used. */
 void lpo_test_require_gpu(void);
 /* Composes the built-in config for `command` with base[0..n_base) then the non-NULL extra[0..n_extra)

@@ -243,9 +243,10 @@ static void test_override_key_depth(void **state) {
 }
 
 /* ---- complexity bounds ---- */
-/* fn(n, ud) builds an input of size n and returns the seconds its code under test took. A loop stated
- * O(n) or O(n log n) takes about 4x (4.7x) as long on an input 4x larger, a quadratic one 16x: the best of 3
- * runs at 4n must stay under 8x the best at n (+ 0.25 s of slack for a loaded machine). */
+/* fn(n, ud) builds an input of size n and returns the CPU seconds its code under test took (CPU, not wall
+ * time: a loaded machine stretches the wall time of one run and not of the other). A loop stated O(n) or
+ * O(n log n) takes about 4x (4.7x) as long on an input 4x larger, a quadratic one 16x: the best of 3 runs
+ * at 4n must stay under 8x the best at n (+ 0.25 s of slack). */
 static void expect_subquadratic(const char *what, double (*fn)(size_t n, void *ud), size_t n, void *ud) {
     double t1 = 1e30, t4 = 1e30;
     for (int rep = 0; rep < 3; rep++) {
@@ -256,10 +257,6 @@ static void expect_subquadratic(const char *what, double (*fn)(size_t n, void *u
     printf("%s: n=%zu %.4f s, 4n=%zu %.4f s (x%.1f)\n", what, n, t1, 4 * n, t4, t4 / (t1 > 0 ? t1 : 1e-9));
     if (t4 > 8 * t1 + 0.25)
         fail_msg("%s: %.3f s at n=%zu, %.3f s at 4n: worse than n log n", what, t1, n, t4);
-}
-
-static double secs_since(uint64_t t0) {
-    return (double)(lpo_now_ns() - t0) / 1e9;
 }
 
 /* A raw trace of n capture-gate instances and n memcpys between them (each outside every gate). */
@@ -284,9 +281,9 @@ static double load_gated(size_t n, void *ud) {
     }
     assert_int_equal(lpo_raw_close(&w), 0);
     lpo_trace *t = NULL;
-    const uint64_t t0 = lpo_now_ns();
+    const double c0 = lpo_test_cpu_s();
     assert_int_equal(lpo_trace_load_dir(dir, &t), LPO_OK);
-    const double sec = secs_since(t0);
+    const double sec = lpo_test_cpu_s() - c0;
     lpo_trace_stats s;
     lpo_trace_get_stats(t, &s);
     assert_int_equal(s.ranges, n);
@@ -399,9 +396,9 @@ static double time_deep_import(size_t n, void *ud) {
     char script[512];
     snprintf(script, sizeof script, "rm -rf run && \"$LPO\" deep --import=n.csv output.dir=run >/dev/null");
     char *err = NULL;
-    const uint64_t t0 = lpo_now_ns();
+    const double c0 = lpo_test_children_cpu_s();
     int rc = sh_in(d->dir, script, NULL, &err);
-    const double sec = secs_since(t0);
+    const double sec = lpo_test_children_cpu_s() - c0;
     if (rc != 0) fail_msg("lpo deep --import: exit %d: %s", rc, err);
     free(err);
     return sec;
@@ -449,9 +446,9 @@ static double time_metric_set(size_t n, void *ud) {
     const char *sets[] = {path}, *dirs[] = {dir};
     char **names = NULL;
     size_t k = 0;
-    const uint64_t t0 = lpo_now_ns();
+    const double c0 = lpo_test_cpu_s();
     assert_int_equal(lpo_deep_metric_sets(dirs, 1, sets, 1, &names, &k), LPO_OK);
-    const double sec = secs_since(t0);
+    const double sec = lpo_test_cpu_s() - c0;
     assert_int_equal(k, n); /* each name once */
     char last[64];
     snprintf(last, sizeof last, "sm__metric_%zu.sum", n - 1);

@@ -184,13 +184,14 @@ static void test_long_runs(void **state) {
         for (int kind = 0; kind < 3; kind++) {
             for (size_t i = 0; i < n; i++)
                 text[i] = kind == 0 ? ' ' : kind == 1 ? "\t \n"[i % 3] : "ab"[i % 2];
-            uint64_t t0 = lpo_now_ns();
+            const double c0 = lpo_test_cpu_s();
             int32_t *ids;
             size_t m;
             assert_int_equal(lpo_tokenizer_encode(t, text, n, 0, &ids, &m), LPO_OK);
-            double s = (double)(lpo_now_ns() - t0) * 1e-9;
+            double s = lpo_test_cpu_s() - c0;
             assert_true(m > 0 && m <= n + 2);
-            assert_true(s < 5.0); /* milliseconds in Release; generous for sanitizer builds */
+            if (!(s < 5.0)) /* CPU: milliseconds in Release; generous for sanitizers */
+                fail_msg("%s, text kind %d: %.1f s of CPU to encode 256 KiB", files[f], kind, s);
             lpo_strbuf sb = {0};
             assert_int_equal(lpo_tokenizer_decode(t, ids, m, 1, &sb), LPO_OK);
             if (f != 1) assert_memory_equal(sb.buf, text, n); /* byte-level round-trips exactly */
@@ -266,11 +267,11 @@ static void test_hostile_tokenizer_json(void **state) {
     assert_int_equal(lpo_tokenizer_from_json(j.buf, j.len, "bomb.json", &t), LPO_OK);
     int32_t *ids = NULL;
     size_t n;
-    uint64_t t0 = lpo_now_ns();
+    double c0 = lpo_test_cpu_s();
     assert_int_equal(lpo_tokenizer_encode(t, "a", 1, 0, &ids, &n), LPO_E_RANGE);
     assert_non_null(
         strstr(lpo_last_error(), "bomb.json: normalizer step 2 of 5 makes the text of 1 bytes longer"));
-    assert_true(lpo_now_ns() - t0 < 10000000000ull);
+    assert_true(lpo_test_cpu_s() - c0 < 10); /* CPU seconds */
     assert_null(ids);
     lpo_tokenizer_free(t);
     lpo_sb_free(&j);
@@ -282,9 +283,9 @@ static void test_hostile_tokenizer_json(void **state) {
     lpo_sb_puts(&j, ", {\"Sequence\": {\"id\": \"A\"}}], \"special_tokens\": {\"<s>\": {\"ids\": [");
     for (int i = 0; i < 1000; i++) lpo_sb_puts(&j, i ? ", 1" : "1");
     lpo_sb_puts(&j, "]}}}}");
-    t0 = lpo_now_ns();
+    c0 = lpo_test_cpu_s();
     assert_int_equal(lpo_tokenizer_from_json(j.buf, j.len, "big.json", &t), LPO_OK);
-    assert_true(lpo_now_ns() - t0 < 20000000000ull);
+    assert_true(lpo_test_cpu_s() - c0 < 20);
     assert_int_equal(lpo_tokenizer_encode(t, "a", 1, 1, &ids, &n), LPO_OK);
     assert_int_equal(n, 1000001);
     assert_int_equal(ids[0], 1);
