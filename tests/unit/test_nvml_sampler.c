@@ -43,11 +43,13 @@ static void test_thread(void **state) {
     assert_string_equal(lpo_nvml_sampler_name(s), "Fake GPU");
     assert_string_equal(lpo_nvml_sampler_uuid(s), "GPU-0000");
     assert_int_equal(lpo_nvml_sampler_start(s, 0), LPO_E_INVALID);
+    /* the readings' time starts before the sampler does (a test preempted after the start would not
+     * count the readings taken meanwhile) */
+    const uint64_t t0 = lpo_now_ns();
     assert_int_equal(lpo_nvml_sampler_start(s, 5), LPO_OK);
     assert_int_equal(lpo_nvml_sampler_start(s, 5), LPO_E_INVALID); /* already running */
     /* at least 60 ms and 5 readings: on a loaded machine the sampler thread may wait for a core far longer
      * than its 5 ms period, so the readings taken in a fixed sleep are not a count a test can hold */
-    const uint64_t t0 = lpo_now_ns();
     do usleep(10 * 1000);
     while ((lpo_now_ns() - t0 < 60000000ull || __atomic_load_n(&f.calls, __ATOMIC_RELAXED) < 5) &&
            lpo_now_ns() - t0 < 30000000000ull);
