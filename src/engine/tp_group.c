@@ -39,6 +39,7 @@ typedef struct rank_state {
     char msg[1024];    /* its message (the thread's lpo_last_error) */
     uint64_t done_gen; /* the last job generation it finished */
     int stopped;       /* test hook: skips its steps */
+    int exited;        /* left rank_main */
 } rank_state;
 
 struct lpo__tp_group {
@@ -83,7 +84,15 @@ static void *rank_main(void *arg) {
         seen = g->gen;
         const job j = g->cur;
         pthread_mutex_unlock(&g->mu);
-        if (j.kind == JOB_EXIT) return NULL;
+        if (j.kind == JOB_EXIT) { /* a broken group's contexts were never freed: each rank frees its own */
+            if (rs->ctx) g->be->free(rs->ctx);
+            rs->ctx = NULL;
+            pthread_mutex_lock(&g->mu);
+            rs->exited = 1;
+            pthread_cond_broadcast(&g->done_cv);
+            pthread_mutex_unlock(&g->mu);
+            return NULL;
+        }
         lpo_error_clear();
         const lpo_status st = run_job(rs, &j);
         pthread_mutex_lock(&g->mu);
@@ -222,15 +231,27 @@ void lpo__tp_group_close(lpo__tp_group *g) {
     g->cur.kind = JOB_EXIT;
     g->gen++;
     pthread_cond_broadcast(&g->job_cv);
+    int stuck = 0;
+    if (g->broken) { /* after an abort the ranks come back from their collectives: wait for them, bounded */
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_sec += 10;
+        for (;;) {
+            int all = 1;
+            for (int r = 0; r < g->tp; r++) all &= !g->r[r].started || g->r[r].exited;
+            if (all || pthread_cond_timedwait(&g->done_cv, &g->mu, &dl) == ETIMEDOUT) break;
+        }
+        for (int r = 0; r < g->tp; r++) stuck |= g->r[r].started && !g->r[r].exited;
+    }
     pthread_mutex_unlock(&g->mu);
     for (int r = 0; r < g->tp; r++)
         if (g->r[r].started) {
-            if (g->broken)
+            if (stuck)
                 pthread_detach(g->r[r].thread);
             else
                 pthread_join(g->r[r].thread, NULL);
         }
-    if (g->broken) return; /* a detached rank may still read the group: leave it */
+    if (stuck) return; /* a rank still in a collective may read the group: leave it to the process's exit */
     if (g->shared && g->be->tp_close) g->be->tp_close(g->shared);
     pthread_cond_destroy(&g->job_cv);
     pthread_cond_destroy(&g->done_cv);
