@@ -177,6 +177,10 @@ lpo_status lpo_model_open_opts(const lpo_model_opts *o, lpo_model **out);
 lpo_status lpo_model_opts_from_config(const lpo_node *model_cfg, lpo_model_opts *o, lpo_model_spec *arch);
 /* lpo_model_opts_from_config then lpo_model_open_opts. */
 lpo_status lpo_model_open(const lpo_node *model_cfg, lpo_model **out);
+/* The tensors of an HF folder's safetensors alone (model.safetensors or an index and its shards), without
+ * reading config.json: the spec is empty (name = dir). For the parts of a model whose architecture another
+ * spec describes (the vision encoder: lpo/vision.h); lpo_model_weight_view gives their views. */
+lpo_status lpo_model_open_tensors(const char *dir, lpo_model **out);
 /* Opens a folder, .gguf file or hf:Org/Name reference directly. */
 lpo_status lpo_model_open_path(const char *path, lpo_model **out);
 /* A synthetic model of the given spec: every tensor of lpo_spec_tensors, stored dtype s->dtype, values

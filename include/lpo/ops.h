@@ -14,6 +14,7 @@
 #include "lpo/core.h"
 #include "lpo/model.h"
 #include "lpo/status.h"
+#include "lpo/vision.h"
 
 /* ---- op kinds: ONE table ---------------------------------------------------------------------------------
  * Each kind is one row: X(ENUM, name, category, flops, matmul, bytes, shape)
@@ -22,7 +23,8 @@
  *   flops     floating-point operations, multiply and add counting two, as an expression of the op's sizes:
  *             m, n, k, heads (n_heads), qk_heads (n_heads + n_kv_heads), hd (head_dim), pairs (attn_pairs),
  *             bias (m n when the op has biases, else 0), topk (experts chosen per token), ranks (participants
- *             of a collective)
+ *             of a collective), span (ATTN_RELPOS:
+ *             the side of the square its queries attend over: the window, or the grid when global)
  *   matmul    the part of flops done by matrix products (2 per multiply-add, biases not included; 0 for
  *             kinds without one): deep's GEMM cross-check
  *   bytes     which tensors it moves, each once at its own dtype (lpo_op_traffic): TENSORS = its weights
@@ -34,7 +36,8 @@
  *             crosses the links is lpo_op_comm_bytes, not memory traffic)
  *   shape     the shape string's form (lpo_op_shape): ROWS "m= n=", MATMUL "m= n= k=", HEADS "m= heads=h/kv
  *             hd=", ATTENTION HEADS + " kv_rows=" (+ " window="), EMBED "m= n= vocab=", MOE MATMUL +
- *             " experts= top_k=", COMM ROWS + " ranks="
+ *             " experts= top_k=", COMM ROWS + " ranks=", CONV MATMUL + " grid=HxW ks=
+ *             stride= pad=", GRID HEADS + " grid=HxW window=", PREFIX HEADS + " prefix="
  * Everything that describes an op reads its row: the op list's costs, static analysis, profile, kbench, the
  * op checker, deep. A new kind is a row here, its kernel and CPU reference, and one row in each backend's
  * launch table (docs/engine.md "Adding an op kind"). What each kind computes: docs/engine.md. */
@@ -73,7 +76,28 @@
     X(ALL_REDUCE, "all_reduce", COMM, (ranks - 1) * m * n, 0, TENSORS, COMM)                                 \
     /* tensor parallel: every rank's m rows of n / ranks columns (its vocabulary part of the logits)         \
      * concatenated by columns into m rows of n on every rank */                                             \
-    X(ALL_GATHER, "all_gather", COMM, 0, 0, TENSORS, COMM)
+    X(ALL_GATHER, "all_gather", COMM, 0, 0, TENSORS, COMM)                                                   \
+    /* vision (DeepSeek-OCR-2's encoder; docs/vision.md). 2D convolution of channel-last rows: x (grid_h     \
+     * grid_w pixels, cin) -> y (m = output pixels, n = cout), W (n, cin, ks, ks) (HF Conv2d), k = cin ks^2  \
+     */                                                                                                      \
+    X(CONV2D, "conv", GEMM, 2 * m * n * k + bias, 2 * m * n * k, TENSORS, CONV)                              \
+    /* y = (x - mean) / sqrt(var + eps) * w + b per row: sum, subtract, square, sum, scale, weight, shift */ \
+    X(LAYERNORM, "layernorm", NORM, 7 * m * n, 0, TENSORS, ROWS)                                             \
+    /* y = gelu(x) = 0.5 x (1 + erf(x / sqrt 2)), in place: erf ~6, the rest 2 */                            \
+    X(GELU, "gelu", ELEMENTWISE, 8 * m * n, 0, TENSORS, ROWS)                                                \
+    /* SAM attention over a grid of m pixels, in windows (zero-padded to whole windows) or global, with      \
+     * decomposed relative-position terms: q k^T and p v 2 hd each per pair, softmax and the two terms ~7,   \
+     * the terms' tables q . R (4 hd per query and table row) */                                             \
+    X(ATTN_RELPOS, "attn_relpos", ATTENTION, heads *pairs *(4 * hd + 7) + heads * pairs * 4 * hd / span, 0,  \
+      TENSORS, GRID)                                                                                         \
+    /* the vision encoder's attention: rotary embedding of q and k at positions 0..m-1 (3 per element), then \
+     * GQA attention in which the first `prefix` rows see each other both ways and later rows attend         \
+     * causally (q k^T and p v 2 hd each per pair, softmax ~5) */                                            \
+    X(ATTN_PREFIX, "attn_prefix", ATTENTION, heads *pairs *(4 * hd + 5) + 3 * m * qk_heads * hd, 0, TENSORS, \
+      PREFIX)                                                                                                \
+    /* x (grid_h grid_w, n) += the absolute position table (1, G, G, n), bicubic-resized (antialiased) to    \
+     * the grid when G differs: one add per element */                                                       \
+    X(POS_EMBED, "pos_embed", ELEMENTWISE, m *n, 0, TENSORS, ROWS)
 
 typedef enum {
 #define LPO__OPK_ENUM(name, ...) LPO_OP_##name,
@@ -108,7 +132,20 @@ lpo_cat lpo_op_kind_cat(lpo_op_kind k);
     X(SAMPLE, "sample")                                                                                      \
     X(ATTN_ALL_REDUCE, "attn.all_reduce")                                                                    \
     X(MLP_ALL_REDUCE, "mlp.all_reduce")                                                                      \
-    X(LOGITS_GATHER, "lm_head.gather")
+    X(LOGITS_GATHER, "lm_head.gather")                                                                       \
+    /* vision: SAM's patch embedding and position table, its MLP's first linear, the neck and the two        \
+     * downsampling convolutions, the encoder's resolution queries, the projector into the text model */     \
+    X(PATCH_EMBED, "patch_embed")                                                                            \
+    X(POS_EMBED, "pos_embed")                                                                                \
+    X(MLP_IN, "mlp.in")                                                                                      \
+    X(NECK_CONV1, "neck.conv1")                                                                              \
+    X(NECK_NORM1, "neck.norm1")                                                                              \
+    X(NECK_CONV2, "neck.conv2")                                                                              \
+    X(NECK_NORM2, "neck.norm2")                                                                              \
+    X(DOWN1, "down.conv1")                                                                                   \
+    X(DOWN2, "down.conv2")                                                                                   \
+    X(QUERIES, "queries")                                                                                    \
+    X(PROJECTOR, "projector")
 
 typedef enum {
 #define LPO__ROLE_ENUM(name, str) LPO_ROLE_##name,
@@ -147,7 +184,9 @@ const char *lpo_attn_variant_name(lpo_attn_variant v); /* "prefill", "decode" */
     M(IDS, "ids")             /* sampled ids int32 [R] */                                                    \
     M(ROUTE_W, "route_w")     /* MoE: the chosen experts' weights f32 [T, top_k] */                          \
     M(ROUTE_IDS, "route_ids") /* MoE: the chosen experts int32 [T, top_k], in the router's order */          \
-    M(LOGITS_PART, "logits_part") /* tensor parallel: this rank's vocabulary part f32 [R, vocab / tp] */
+    M(LOGITS_PART, "logits_part") /* tensor parallel: this rank's vocabulary part f32 [R, vocab / tp] */     \
+    M(PIX, "pix")                 /* vision: a view's pixels, channel-last [size size, 3] */                 \
+    M(EMB, "emb")                 /* vision: a view's image embeddings [queries, text hidden] */
 
 typedef enum {
 #define LPO__BUF_ENUM(name, str) LPO_BUF_##name,
@@ -194,6 +233,8 @@ typedef struct {
     lpo_dtype dtype; /* weights: the STORED dtype of that tensor (GGUF files mix Q4_K, Q6_K, F32) */
     lpo_shard shard; /* weights of a tensor-parallel list: which part a rank holds (shape[] is that part's;
                         rank r holds rows / columns [r part, (r + 1) part) of the stored tensor) */
+    int64_t row0;    /* activations: the tensor is rows [row0, row0 + shape[0]) of its buffer (vision lists:
+                        the encoder's queries after its patches); 0 elsewhere */
 } lpo_op_tensor;
 
 #define LPO_OP_MAX_IN  3
@@ -230,6 +271,11 @@ typedef struct {
      * routing); 0: the expectation under uniform routing (lpo_op_experts_read) */
     double experts_hit;
     int participants; /* ALL_REDUCE, ALL_GATHER: ranks taking part (the list's tp); 0 elsewhere */
+    /* vision kinds (docs/vision.md) */
+    int64_t grid_h, grid_w;     /* CONV2D, ATTN_RELPOS, POS_EMBED: the input grid (its pixels are the rows) */
+    int64_t ksize, stride, pad; /* CONV2D */
+    int64_t prefix;             /* ATTN_PREFIX: rows 0..prefix-1 attend both ways among themselves */
+    double rope_theta;          /* ATTN_PREFIX: rotary base (positions 0..m-1, NeoX half rotation) */
 } lpo_op;
 
 /* The SHAPE of a step, which is what an op list depends on: T tokens (packed sequences), n_seqs sequences,
@@ -320,6 +366,16 @@ lpo_status lpo_oplist_set_step(lpo_oplist *l, int64_t sliding_window, const lpo_
 void lpo_oplist_free(lpo_oplist *l);
 /* Index of the first op with this role in this layer (-1 outside the blocks), or -1. */
 long lpo_oplist_find(const lpo_oplist *l, lpo_op_role role, int layer);
+
+/* The op list of DeepSeek-OCR-2's vision encoder for ONE view of `size` x `size` pixels (1024: the global
+ * view, 768: a tile), unfused, in HF's order: SAM (patch embedding, position table, blocks, neck, the two
+ * stride-2 convolutions), the resolution queries, the Qwen2-style encoder over [patches, queries], its final
+ * norm and the projector over the query rows (out: buffer emb). Buffers: pix (the view, channel-last), then
+ * x, xn, qkv, att, tmp, act, gu with the widths each op's tensors state; the encoder's queries and the
+ * projector's input are rows [patches, patches + queries) (tensor row0). Op names "sam.layers.3.attn.qkv",
+ * "encoder.layers.0.mlp.down", "projector". LPO_E_INVALID for a size the spec has no query table for. */
+lpo_status lpo_vision_oplist_build(const lpo_vision_spec *vs, int64_t size, const lpo_oplist_opts *opts,
+                                   lpo_oplist *out);
 
 /* ---- costs (the kind's row of LPO_OP_KIND_MAP) ----------------------------------------------------------
  * Floating-point operations of one op (multiply and add count as two). */

@@ -92,7 +92,7 @@ void lpo_an_op_cost(const lpo_model_spec *spec, const lpo_op *op, int batch, con
     c->roof = cat == LPO_CAT_GEMM        ? dt->weights->roof
               : cat == LPO_CAT_ATTENTION ? dt->act->roof
                                          : LPO_ROOF_VECTOR;
-    if (cat == LPO_CAT_ATTENTION && dt->attn_tile != 1 && op->attn_pairs > 0 && batch > 0) {
+    if (op->kind == LPO_OP_ATTENTION && dt->attn_tile != 1 && op->attn_pairs > 0 && batch > 0) {
         const int64_t nn = op->m / batch, past = op->kv_rows / batch - nn;
         const double ex =
             lpo_an_attn_pairs_exec(past, nn, batch, spec ? spec->sliding_window : 0, dt->attn_tile);

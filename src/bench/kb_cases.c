@@ -47,6 +47,21 @@ static const op_case op_cases[] = {
     {LPO_OP_ALL_GATHER, LPO_ROLE_LOGITS_GATHER,
      "tensor parallel: (m, n / ranks) logits parts -> (m, n); one rank here (the multi-GPU sweep: lpo "
      "ceilings)"},
+    {LPO_OP_CONV2D, LPO_ROLE_NECK_CONV2,
+     "vision: conv of a kbench.h x kbench.w grid of kbench.c_in channels (rows) -> kbench.c_out, "
+     "kbench.kernel, "
+     "kbench.stride, kbench.pad"},
+    {LPO_OP_LAYERNORM, LPO_ROLE_ATTN_NORM, "vision: y (m, n) = (x - mean) / sqrt(var + eps) * w + b"},
+    {LPO_OP_GELU, LPO_ROLE_MLP_ACT, "vision: x (m, n) = gelu(x), erf form"},
+    {LPO_OP_ATTN_RELPOS, LPO_ROLE_ATTN,
+     "vision: SAM attention over a kbench.h x kbench.h grid in windows of kbench.w (0: global), kbench.heads "
+     "of "
+     "kbench.head_dim, relative-position terms"},
+    {LPO_OP_ATTN_PREFIX, LPO_ROLE_ATTN,
+     "vision: encoder attention of m rows (rotary; the first m / 2 both ways, then causal), kbench.heads / "
+     "kbench.kv_heads of kbench.head_dim"},
+    {LPO_OP_POS_EMBED, LPO_ROLE_POS_EMBED,
+     "vision: x (kbench.h^2, n) += a kbench.w x kbench.w position table resized to kbench.h x kbench.h"},
 };
 _Static_assert(sizeof op_cases / sizeof op_cases[0] == LPO_OP_KIND_COUNT,
                "every engine op kind is a kbench case: add its row");
@@ -272,9 +287,132 @@ static lpo_status run_op_case(lpo_kbench *kb, const lpo_node *cfg, const run_opt
     return st;
 }
 
+/* ---- vision kinds: one op built from the keys (no text model's list holds them) -------------------------
+ */
+static int is_vision(lpo_op_kind k) {
+    return k == LPO_OP_CONV2D || k == LPO_OP_LAYERNORM || k == LPO_OP_GELU || k == LPO_OP_ATTN_RELPOS ||
+           k == LPO_OP_ATTN_PREFIX || k == LPO_OP_POS_EMBED;
+}
+
+static lpo_op_tensor kb_t(lpo_buf b, int64_t d0, int64_t d1, lpo_dtype dt) {
+    lpo_op_tensor t = {b, "", d1 ? 2 : 1, {d0, d1, 0, 0}, dt, LPO_SHARD_NONE, 0};
+    return t;
+}
+
+/* The vision op of the case at the keys' sizes, with its weights in w[0..2]. */
+static lpo_status vision_op(lpo_op_kind kind, const kb_params *p, lpo_dtype dt, lpo_op *op,
+                            lpo_op_tensor *w) {
+    memset(op, 0, sizeof *op);
+    op->kind = kind;
+    op->role = case_of(kind)->role;
+    op->layer = -1;
+    op->name = lpo_op_kind_name(kind);
+    op->n_in = op->n_out = 1;
+    op->w = w;
+    lpo_status st = LPO_OK;
+    switch (kind) {
+    case LPO_OP_CONV2D: {
+        if ((st = need_pos("h", p->h)) || (st = need_pos("w", p->w)) || (st = need_pos("c_in", p->c_in)) ||
+            (st = need_pos("c_out", p->c_out)) || (st = need_pos("kernel", p->kernel)) ||
+            (st = need_pos("stride", p->stride)))
+            return st;
+        if (p->pad < 0 || p->h + 2 * p->pad < p->kernel || p->w + 2 * p->pad < p->kernel)
+            return lpo_errorf(LPO_E_CONFIG,
+                              "kbench.case=conv: kbench.kernel=%lld does not fit the %lld x %lld grid "
+                              "padded by kbench.pad=%lld",
+                              (long long)p->kernel, (long long)p->h, (long long)p->w, (long long)p->pad);
+        const int64_t ho = (p->h + 2 * p->pad - p->kernel) / p->stride + 1,
+                      wo = (p->w + 2 * p->pad - p->kernel) / p->stride + 1;
+        op->m = ho * wo, op->n = p->c_out, op->k = p->c_in * p->kernel * p->kernel;
+        op->grid_h = p->h, op->grid_w = p->w, op->ksize = p->kernel, op->stride = p->stride, op->pad = p->pad;
+        op->in[0] = kb_t(LPO_BUF_XN, p->h * p->w, p->c_in, dt),
+        op->out[0] = kb_t(LPO_BUF_X, op->m, op->n, dt);
+        w[0] = (lpo_op_tensor){LPO_BUF_WEIGHT,
+                               "conv.weight",
+                               4,
+                               {p->c_out, p->c_in, p->kernel, p->kernel},
+                               dt,
+                               LPO_SHARD_NONE,
+                               0};
+        op->n_w = 1;
+        return LPO_OK;
+    }
+    case LPO_OP_LAYERNORM:
+    case LPO_OP_GELU:
+        if ((st = need_pos("m", p->m)) || (st = need_pos("n", p->n))) return st;
+        op->m = p->m, op->n = p->n, op->eps = (float)p->eps;
+        op->in[0] = kb_t(LPO_BUF_X, p->m, p->n, dt);
+        op->out[0] = kb_t(kind == LPO_OP_GELU ? LPO_BUF_X : LPO_BUF_XN, p->m, p->n, dt);
+        if (kind == LPO_OP_LAYERNORM) {
+            w[0] = (lpo_op_tensor){LPO_BUF_WEIGHT, "norm.weight", 1, {p->n}, dt, LPO_SHARD_NONE, 0};
+            w[1] = (lpo_op_tensor){LPO_BUF_WEIGHT, "norm.bias", 1, {p->n}, dt, LPO_SHARD_NONE, 0};
+            op->n_w = 2, op->n_bias = 1;
+        }
+        return LPO_OK;
+    case LPO_OP_ATTN_RELPOS: {
+        if ((st = need_pos("h", p->h)) || (st = need_pos("heads", p->heads)) ||
+            (st = need_pos("head_dim", p->head_dim)))
+            return st;
+        const int64_t g = p->h, win = p->w > 0 && p->w < g ? p->w : 0, span = win ? win : g,
+                      nwin = (g + span - 1) / span;
+        const int64_t C = p->heads * p->head_dim;
+        op->m = g * g, op->n = C, op->grid_h = op->grid_w = g, op->window = win;
+        op->n_heads = op->n_kv_heads = p->heads, op->head_dim = p->head_dim;
+        op->attn_pairs = nwin * nwin * span * span * span * span;
+        op->in[0] = kb_t(LPO_BUF_QKV, g * g, 3 * C, dt), op->out[0] = kb_t(LPO_BUF_ATT, g * g, C, dt);
+        w[0] = (lpo_op_tensor){
+            LPO_BUF_WEIGHT, "attn.rel_pos_h", 2, {2 * span - 1, p->head_dim}, dt, LPO_SHARD_NONE, 0};
+        w[1] = (lpo_op_tensor){
+            LPO_BUF_WEIGHT, "attn.rel_pos_w", 2, {2 * span - 1, p->head_dim}, dt, LPO_SHARD_NONE, 0};
+        w[2] = (lpo_op_tensor){LPO_BUF_WEIGHT, "attn.qkv.bias", 1, {3 * C}, dt, LPO_SHARD_NONE, 0};
+        op->n_w = 3;
+        return LPO_OK;
+    }
+    case LPO_OP_ATTN_PREFIX: {
+        if ((st = need_pos("m", p->m)) || (st = need_pos("heads", p->heads)) ||
+            (st = need_pos("kv_heads", p->kv_heads)) || (st = need_pos("head_dim", p->head_dim)))
+            return st;
+        if (p->heads % p->kv_heads || p->head_dim % 2)
+            return lpo_errorf(LPO_E_CONFIG,
+                              "kbench.case=attn_prefix: kbench.heads=%lld must be a multiple of "
+                              "kbench.kv_heads=%lld and kbench.head_dim=%lld even",
+                              (long long)p->heads, (long long)p->kv_heads, (long long)p->head_dim);
+        const int64_t P = p->m / 2, Q = p->m - P;
+        op->m = p->m, op->n_heads = p->heads, op->n_kv_heads = p->kv_heads, op->head_dim = p->head_dim;
+        op->prefix = P, op->rope_theta = 10000.0, op->attn_pairs = P * P + Q * P + Q * (Q + 1) / 2;
+        op->in[0] = kb_t(LPO_BUF_QKV, p->m, (p->heads + 2 * p->kv_heads) * p->head_dim, dt);
+        op->out[0] = kb_t(LPO_BUF_ATT, p->m, p->heads * p->head_dim, dt);
+        return LPO_OK;
+    }
+    default: /* POS_EMBED */
+        if ((st = need_pos("h", p->h)) || (st = need_pos("w", p->w)) || (st = need_pos("n", p->n))) return st;
+        if (p->w > 15 * p->h)
+            return lpo_errorf(LPO_E_CONFIG,
+                              "kbench.case=pos_embed: a %lld-wide table shrinks to %lld at most 15x",
+                              (long long)p->w, (long long)p->h);
+        op->m = p->h * p->h, op->n = p->n, op->grid_h = op->grid_w = p->h;
+        op->in[0] = op->out[0] = kb_t(LPO_BUF_X, op->m, p->n, dt);
+        w[0] = (lpo_op_tensor){LPO_BUF_WEIGHT, "pos_embed", 4, {1, p->w, p->w, p->n}, dt, LPO_SHARD_NONE, 0};
+        op->n_w = 1;
+        return LPO_OK;
+    }
+}
+
 lpo_status lpo__kb_op_case_run(lpo_kbench *kb, const lpo_node *cfg, const kb_params *p, const run_opts *ro,
                                lpo_op_kind kind) {
     const op_case *oc = case_of(kind);
+    if (is_vision(kind)) {
+        lpo_dtype dt;
+        lpo_op op;
+        lpo_op_tensor w[3];
+        memset(&op, 0, sizeof op);
+        lpo_status st = op_dtype(p, ro->cuda, &dt);
+        if (st == LPO_OK) st = vision_op(kind, p, dt, &op, w);
+        int64_t past = 0, nn = op.m > 0 ? op.m : 1;
+        const lpo_step step = {1, &past, &nn, 1, 0};
+        if (st == LPO_OK) st = run_op_case(kb, cfg, ro, p, &op, dt, &step, lpo_op_kind_name(kind), "");
+        return st;
+    }
     lpo_model_spec spec;
     lpo_dtype dt;
     int seqs = 1;

@@ -155,8 +155,10 @@ int lpo_dtype_lookup_uniform(void *ud, const char *name, lpo_dtype *out) {
  * weight pointers. */
 typedef struct {
     lpo_oplist *l;
-    const lpo_model_spec *s;
+    const lpo_model_spec *s; /* NULL for the vision list */
     lpo_status st;
+    const char *prefix; /* of op names: "" (text), "sam.", "encoder." */
+    lpo_dtype wdt;      /* a weight's dtype when no lookup answers */
 } builder;
 
 static int grow(builder *b, void **p, size_t *cap, size_t need, size_t elem, const char *what) {
@@ -205,8 +207,9 @@ static lpo_op *push(builder *b, lpo_op_kind kind, lpo_op_role role, int layer) {
     op->kind = kind;
     op->role = role;
     op->layer = layer;
-    const uintptr_t name = layer >= 0 ? intern(b, "layers.%d.%s", layer, lpo_op_role_name(role))
-                                      : intern(b, "%s", lpo_op_role_name(role));
+    const char *pre = b->prefix ? b->prefix : "";
+    const uintptr_t name = layer >= 0 ? intern(b, "%slayers.%d.%s", pre, layer, lpo_op_role_name(role))
+                                      : intern(b, "%s%s", pre, lpo_op_role_name(role));
     if (b->st != LPO_OK) return NULL;
     l->n_ops++;
     op = &l->ops[l->n_ops - 1];
@@ -255,7 +258,7 @@ static void add_w_shard(builder *b, lpo_op *op, int layer, const char *suffix, i
     t->ndim = ndim;
     t->shape[0] = d0;
     t->shape[1] = ndim > 1 ? d1 : 0;
-    t->dtype = weight_dtype(&l->opts, l->names + name, ndim, b->s->dtype);
+    t->dtype = weight_dtype(&l->opts, l->names + name, ndim, b->wdt);
     t->shard = l->tp > 1 ? shard : LPO_SHARD_NONE;
     if (t->shard == LPO_SHARD_ROWS) t->shape[0] = d0 / l->tp;
     if (t->shard == LPO_SHARD_COLS) t->shape[1] = d1 / l->tp;
@@ -472,7 +475,7 @@ lpo_status lpo_oplist_build_shape(const lpo_model_spec *s, const lpo_step_shape 
     out->n_logit_rows = shape->all_logits ? T : shape->n_seqs;
     out->sample = shape->sample != 0;
 
-    builder bb = {out, s, LPO_OK}, *b = &bb;
+    builder bb = {out, s, LPO_OK, "", s->dtype}, *b = &bb;
     (void)intern(b, "%s", ""); /* offset 0: the empty name of activation tensors */
     const int64_t h = s->hidden_size, hd = s->head_dim, nh = s->n_heads, nkv = s->n_kv_heads;
     const int64_t I = s->intermediate_size, V = s->vocab_size;
@@ -723,15 +726,27 @@ double lpo_op_experts_read(const lpo_op *op) {
 
 /* The byte rules and shape forms the table's rows name. */
 enum { BYTES_TENSORS, BYTES_QK, BYTES_ATTENTION, BYTES_EXPERTS };
-enum { SHAPE_ROWS, SHAPE_MATMUL, SHAPE_HEADS, SHAPE_ATTENTION, SHAPE_EMBED, SHAPE_MOE, SHAPE_COMM };
+enum {
+    SHAPE_ROWS,
+    SHAPE_MATMUL,
+    SHAPE_HEADS,
+    SHAPE_ATTENTION,
+    SHAPE_EMBED,
+    SHAPE_MOE,
+    SHAPE_COMM,
+    SHAPE_CONV,
+    SHAPE_GRID,
+    SHAPE_PREFIX
+};
 
 double lpo_op_flops(const lpo_op *op) {
     const double m = (double)op->m, n = (double)op->n, k = (double)op->k, hd = (double)op->head_dim;
     const double heads = (double)op->n_heads, qk_heads = (double)(op->n_heads + op->n_kv_heads);
     const double pairs = (double)op->attn_pairs, bias = op->n_bias ? m * n : 0, topk = (double)op->top_k;
     const double ranks = (double)op->participants;
+    const double span = (double)(op->window > 0 ? op->window : op->grid_h > 0 ? op->grid_h : 1);
     (void)m, (void)n, (void)k, (void)hd, (void)heads, (void)qk_heads, (void)pairs, (void)bias, (void)topk;
-    (void)ranks;
+    (void)ranks, (void)span;
     switch (op->kind) {
 #define LPO__OPK_FLOPS(name, str, cat, flops, ...)                                                           \
     case LPO_OP_##name: return (double)(flops);
@@ -847,7 +862,289 @@ char *lpo_op_shape(const lpo_op *op, char *b, size_t n) {
         snprintf(b, n, "m=%lld n=%lld vocab=%lld", m, (long long)op->n,
                  (long long)(op->n_w ? op->w[0].shape[0] : 0));
         break;
+    case SHAPE_CONV:
+        snprintf(b, n, "m=%lld n=%lld k=%lld grid=%lldx%lld ks=%lld stride=%lld pad=%lld", m,
+                 (long long)op->n, (long long)op->k, (long long)op->grid_h, (long long)op->grid_w,
+                 (long long)op->ksize, (long long)op->stride, (long long)op->pad);
+        break;
+    case SHAPE_GRID:
+    case SHAPE_PREFIX: {
+        const int w = snprintf(b, n, "m=%lld heads=%lld/%lld hd=%lld", m, (long long)op->n_heads,
+                               (long long)op->n_kv_heads, (long long)op->head_dim);
+        if (w < 0 || (size_t)w >= n) break;
+        if (form[op->kind] == SHAPE_GRID)
+            snprintf(b + w, n - (size_t)w, " grid=%lldx%lld window=%lld", (long long)op->grid_h,
+                     (long long)op->grid_w, (long long)op->window);
+        else
+            snprintf(b + w, n - (size_t)w, " prefix=%lld", (long long)op->prefix);
+        break;
+    }
     default: snprintf(b, n, "m=%lld n=%lld", m, (long long)op->n); break;
     }
     return b;
+}
+
+/* ---- the vision encoder's list (DeepSeek-OCR-2; docs/vision.md) -----------------------------------------
+ */
+
+/* A weight with an explicit shape (up to 4 dims) and a full name. */
+static void add_wn(builder *b, lpo_op *op, const char *name, int ndim, const int64_t *shape, int is_bias) {
+    if (!op || b->st != LPO_OK) return;
+    const size_t opi = (size_t)(op - b->l->ops);
+    add_w(b, op, -1, name, 1, shape[0], 0);
+    if (b->st != LPO_OK) return;
+    lpo_op_tensor *t = &b->l->weights[b->l->n_weights - 1];
+    t->ndim = ndim;
+    for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
+    t->dtype = weight_dtype(&b->l->opts, b->l->names + (uintptr_t)t->name, ndim, b->wdt);
+    if (is_bias) b->l->ops[opi].n_bias++;
+}
+
+static void wn(builder *b, lpo_op *op, int is_bias, int ndim, int64_t d0, int64_t d1, int64_t d2, int64_t d3,
+               const char *fmt, ...) __attribute__((format(printf, 9, 10)));
+static void wn(builder *b, lpo_op *op, int is_bias, int ndim, int64_t d0, int64_t d1, int64_t d2, int64_t d3,
+               const char *fmt, ...) {
+    char name[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    const int64_t shape[4] = {d0, d1, d2, d3};
+    add_wn(b, op, name, ndim, shape, is_bias);
+}
+
+static lpo_op *v_linear(builder *b, lpo_op_role role, int layer, lpo_buf in, lpo_buf out, int64_t T,
+                        int64_t k, int64_t n) {
+    return linear(b, role, layer, in, out, T, k, n);
+}
+
+static lpo_op *v_norm(builder *b, lpo_op_kind kind, lpo_op_role role, int layer, lpo_buf in, lpo_buf out,
+                      int64_t T, int64_t n, float eps) {
+    lpo_op *op = push(b, kind, role, layer);
+    if (!op) return NULL;
+    add_in(op, act2(b, in, T, n));
+    set_out(op, act2(b, out, T, n));
+    op->m = T;
+    op->n = n;
+    op->eps = eps;
+    return op;
+}
+
+static lpo_op *v_add(builder *b, lpo_op_role role, int layer, int64_t T, int64_t n) {
+    lpo_op *op = push(b, LPO_OP_ADD, role, layer);
+    if (!op) return NULL;
+    add_in(op, act2(b, LPO_BUF_X, T, n));
+    add_in(op, act2(b, LPO_BUF_TMP, T, n));
+    set_out(op, act2(b, LPO_BUF_X, T, n));
+    op->m = T;
+    op->n = n;
+    return op;
+}
+
+/* conv of a grid g x g (cin channels, buffer in) -> buffer out, returning the output side. */
+static int64_t v_conv(builder *b, lpo_op_role role, lpo_buf in, lpo_buf out, int64_t g, int64_t cin,
+                      int64_t cout, int64_t ks, int64_t stride, int64_t pad, const char *w,
+                      const char *bias) {
+    const int64_t go = (g + 2 * pad - ks) / stride + 1;
+    lpo_op *op = push(b, LPO_OP_CONV2D, role, -1);
+    if (!op) return go;
+    add_in(op, act2(b, in, g * g, cin));
+    set_out(op, act2(b, out, go * go, cout));
+    op->m = go * go;
+    op->n = cout;
+    op->k = cin * ks * ks;
+    op->grid_h = op->grid_w = g;
+    op->ksize = ks;
+    op->stride = stride;
+    op->pad = pad;
+    wn(b, op, 0, 4, cout, cin, ks, ks, "%s", w);
+    if (bias) wn(b, op, 1, 1, cout, 0, 0, 0, "%s", bias);
+    return go;
+}
+
+lpo_status lpo_vision_oplist_build(const lpo_vision_spec *vs, int64_t size, const lpo_oplist_opts *opts,
+                                   lpo_oplist *out) {
+    lpo_op *ops = out->ops;
+    lpo_op_tensor *ws = out->weights;
+    char *names = out->names;
+    const size_t co = out->cap_ops, cw = out->cap_weights, cn = out->cap_names;
+    memset(out, 0, sizeof *out);
+    out->ops = ops;
+    out->weights = ws;
+    out->names = names;
+    out->cap_ops = co;
+    out->cap_weights = cw;
+    out->cap_names = cn;
+    lpo_status st = lpo_vision_spec_validate(vs);
+    if (st != LPO_OK) return st;
+    const int64_t Q = lpo_vision_queries(vs, size);
+    if (size <= 0 || size % vs->patch_size || Q <= 0)
+        return lpo_errorf(LPO_E_INVALID,
+                          "vision op list: a view of %lld pixels has no resolution query table (%lld or %lld "
+                          "queries: views of %lld or %lld pixels)",
+                          (long long)size, (long long)vs->queries_768, (long long)vs->queries_1024,
+                          (long long)(vs->patch_size * 4 * 12), (long long)(vs->patch_size * 4 * 16));
+    if (opts) {
+        out->opts = *opts;
+        if (opts->dtypes) out->dtypes = *opts->dtypes;
+        if (opts->vectors) out->vectors = *opts->vectors;
+    } else {
+        out->opts = (lpo_oplist_opts){LPO_DT_F32, LPO_DT_F32, NULL, NULL, 0};
+    }
+    out->opts.dtypes = out->dtypes.stored_dtype ? &out->dtypes : NULL;
+    out->opts.vectors = out->vectors.stored_dtype ? &out->vectors : NULL;
+    const int64_t g = lpo_vision_grid(vs, size), C = vs->sam_hidden, hd = C / vs->sam_heads,
+                  G = vs->image_size / vs->patch_size;
+    const int64_t p = vs->patch_size;
+    out->n_tokens = g * g;
+    out->n_seqs = 1;
+    builder bb = {out, NULL, LPO_OK, "sam.", vs->dtype}, *b = &bb;
+    (void)intern(b, "%s", "");
+
+    /* SAM: patch embedding (conv of the pixels, channel-last) and the absolute position table */
+    v_conv(b, LPO_ROLE_PATCH_EMBED, LPO_BUF_PIX, LPO_BUF_X, size, 3, C, p, p, 0,
+           LPO_VISION_SAM "patch_embed.proj.weight", LPO_VISION_SAM "patch_embed.proj.bias");
+    lpo_op *op = push(b, LPO_OP_POS_EMBED, LPO_ROLE_POS_EMBED, -1);
+    if (op) {
+        add_in(op, act2(b, LPO_BUF_X, g * g, C));
+        set_out(op, act2(b, LPO_BUF_X, g * g, C));
+        op->m = g * g;
+        op->n = C;
+        op->grid_h = op->grid_w = g;
+        wn(b, op, 0, 4, 1, G, G, C, LPO_VISION_SAM "pos_embed");
+    }
+    for (int l = 0; l < (int)vs->sam_layers; l++) {
+        const int global = (vs->global_layers >> l & 1) || vs->window <= 0;
+        const int64_t span = global ? g : vs->window, tab = global ? G : vs->window,
+                      nwin = (g + span - 1) / span;
+        op = v_norm(b, LPO_OP_LAYERNORM, LPO_ROLE_ATTN_NORM, l, LPO_BUF_X, LPO_BUF_XN, g * g, C, vs->sam_eps);
+        wn(b, op, 0, 1, C, 0, 0, 0, LPO_VISION_SAM "blocks.%d.norm1.weight", l);
+        wn(b, op, 1, 1, C, 0, 0, 0, LPO_VISION_SAM "blocks.%d.norm1.bias", l);
+        op = v_linear(b, LPO_ROLE_QKV, l, LPO_BUF_XN, LPO_BUF_QKV, g * g, C, 3 * C);
+        wn(b, op, 0, 2, 3 * C, C, 0, 0, LPO_VISION_SAM "blocks.%d.attn.qkv.weight", l);
+        wn(b, op, 1, 1, 3 * C, 0, 0, 0, LPO_VISION_SAM "blocks.%d.attn.qkv.bias", l);
+        op = push(b, LPO_OP_ATTN_RELPOS, LPO_ROLE_ATTN, l);
+        if (op) {
+            add_in(op, act2(b, LPO_BUF_QKV, g * g, 3 * C));
+            set_out(op, act2(b, LPO_BUF_ATT, g * g, C));
+            op->m = g * g;
+            op->n = C;
+            op->n_heads = op->n_kv_heads = vs->sam_heads;
+            op->head_dim = hd;
+            op->grid_h = op->grid_w = g;
+            op->window = global ? 0 : vs->window;
+            op->attn_pairs = nwin * nwin * span * span * span * span;
+            wn(b, op, 0, 2, 2 * tab - 1, hd, 0, 0, LPO_VISION_SAM "blocks.%d.attn.rel_pos_h", l);
+            wn(b, op, 0, 2, 2 * tab - 1, hd, 0, 0, LPO_VISION_SAM "blocks.%d.attn.rel_pos_w", l);
+            wn(b, op, 0, 1, 3 * C, 0, 0, 0, LPO_VISION_SAM "blocks.%d.attn.qkv.bias", l);
+        }
+        op = v_linear(b, LPO_ROLE_ATTN_OUT, l, LPO_BUF_ATT, LPO_BUF_TMP, g * g, C, C);
+        wn(b, op, 0, 2, C, C, 0, 0, LPO_VISION_SAM "blocks.%d.attn.proj.weight", l);
+        wn(b, op, 1, 1, C, 0, 0, 0, LPO_VISION_SAM "blocks.%d.attn.proj.bias", l);
+        v_add(b, LPO_ROLE_ATTN_RESIDUAL, l, g * g, C);
+        op = v_norm(b, LPO_OP_LAYERNORM, LPO_ROLE_MLP_NORM, l, LPO_BUF_X, LPO_BUF_XN, g * g, C, vs->sam_eps);
+        wn(b, op, 0, 1, C, 0, 0, 0, LPO_VISION_SAM "blocks.%d.norm2.weight", l);
+        wn(b, op, 1, 1, C, 0, 0, 0, LPO_VISION_SAM "blocks.%d.norm2.bias", l);
+        op = v_linear(b, LPO_ROLE_MLP_IN, l, LPO_BUF_XN, LPO_BUF_ACT, g * g, C, vs->sam_mlp);
+        wn(b, op, 0, 2, vs->sam_mlp, C, 0, 0, LPO_VISION_SAM "blocks.%d.mlp.lin1.weight", l);
+        wn(b, op, 1, 1, vs->sam_mlp, 0, 0, 0, LPO_VISION_SAM "blocks.%d.mlp.lin1.bias", l);
+        op = push(b, LPO_OP_GELU, LPO_ROLE_MLP_ACT, l);
+        if (op) {
+            add_in(op, act2(b, LPO_BUF_ACT, g * g, vs->sam_mlp));
+            set_out(op, act2(b, LPO_BUF_ACT, g * g, vs->sam_mlp));
+            op->m = g * g;
+            op->n = vs->sam_mlp;
+        }
+        op = v_linear(b, LPO_ROLE_DOWN, l, LPO_BUF_ACT, LPO_BUF_TMP, g * g, vs->sam_mlp, C);
+        wn(b, op, 0, 2, C, vs->sam_mlp, 0, 0, LPO_VISION_SAM "blocks.%d.mlp.lin2.weight", l);
+        wn(b, op, 1, 1, C, 0, 0, 0, LPO_VISION_SAM "blocks.%d.mlp.lin2.bias", l);
+        v_add(b, LPO_ROLE_MLP_RESIDUAL, l, g * g, C);
+    }
+    /* the neck (1x1 conv, norm, 3x3 conv, norm; the norms' eps is fixed at 1e-6) and the two downsamplings */
+    const int64_t N = vs->neck_channels, D0 = vs->down_channels[0], D1 = vs->down_channels[1];
+    v_conv(b, LPO_ROLE_NECK_CONV1, LPO_BUF_X, LPO_BUF_XN, g, C, N, 1, 1, 0, LPO_VISION_SAM "neck.0.weight",
+           NULL);
+    op = v_norm(b, LPO_OP_LAYERNORM, LPO_ROLE_NECK_NORM1, -1, LPO_BUF_XN, LPO_BUF_TMP, g * g, N, 1e-6f);
+    wn(b, op, 0, 1, N, 0, 0, 0, LPO_VISION_SAM "neck.1.weight");
+    wn(b, op, 1, 1, N, 0, 0, 0, LPO_VISION_SAM "neck.1.bias");
+    v_conv(b, LPO_ROLE_NECK_CONV2, LPO_BUF_TMP, LPO_BUF_XN, g, N, N, 3, 1, 1, LPO_VISION_SAM "neck.2.weight",
+           NULL);
+    op = v_norm(b, LPO_OP_LAYERNORM, LPO_ROLE_NECK_NORM2, -1, LPO_BUF_XN, LPO_BUF_TMP, g * g, N, 1e-6f);
+    wn(b, op, 0, 1, N, 0, 0, 0, LPO_VISION_SAM "neck.3.weight");
+    wn(b, op, 1, 1, N, 0, 0, 0, LPO_VISION_SAM "neck.3.bias");
+    const int64_t g1 = v_conv(b, LPO_ROLE_DOWN1, LPO_BUF_TMP, LPO_BUF_XN, g, N, D0, 3, 2, 1,
+                              LPO_VISION_SAM "net_2.weight", NULL);
+    const int64_t g2 = v_conv(b, LPO_ROLE_DOWN2, LPO_BUF_XN, LPO_BUF_X, g1, D0, D1, 3, 2, 1,
+                              LPO_VISION_SAM "net_3.weight", NULL);
+    /* the encoder over [patches, queries]: the queries are rows P.. of x */
+    const int64_t P = g2 * g2, E = D1, T = P + Q, eh = vs->enc_heads, ekv = vs->enc_kv_heads,
+                  ehd = vs->enc_head_dim;
+    const int64_t I = vs->enc_intermediate;
+    b->prefix = "encoder.";
+    op = push(b, LPO_OP_EMBED, LPO_ROLE_QUERIES, -1);
+    if (op) {
+        add_in(op, act2(b, LPO_BUF_TOKENS, Q, 1));
+        op->in[0].ndim = 1;
+        set_out(op, act2(b, LPO_BUF_X, Q, E));
+        op->out[0].row0 = P;
+        op->m = Q;
+        op->n = E;
+        wn(b, op, 0, 2, Q, E, 0, 0, LPO_VISION_QUERIES "query_%lld.weight",
+           Q == vs->queries_768 ? 768LL : 1024LL);
+    }
+    for (int l = 0; l < (int)vs->enc_layers; l++) {
+        op = v_norm(b, LPO_OP_RMSNORM, LPO_ROLE_ATTN_NORM, l, LPO_BUF_X, LPO_BUF_XN, T, E, vs->enc_eps);
+        wn(b, op, 0, 1, E, 0, 0, 0, LPO_VISION_ENC "layers.%d.input_layernorm.weight", l);
+        op = v_linear(b, LPO_ROLE_QKV, l, LPO_BUF_XN, LPO_BUF_QKV, T, E, (eh + 2 * ekv) * ehd);
+        wn(b, op, 0, 2, eh * ehd, E, 0, 0, LPO_VISION_ENC "layers.%d.self_attn.q_proj.weight", l);
+        wn(b, op, 0, 2, ekv * ehd, E, 0, 0, LPO_VISION_ENC "layers.%d.self_attn.k_proj.weight", l);
+        wn(b, op, 0, 2, ekv * ehd, E, 0, 0, LPO_VISION_ENC "layers.%d.self_attn.v_proj.weight", l);
+        wn(b, op, 1, 1, eh * ehd, 0, 0, 0, LPO_VISION_ENC "layers.%d.self_attn.q_proj.bias", l);
+        wn(b, op, 1, 1, ekv * ehd, 0, 0, 0, LPO_VISION_ENC "layers.%d.self_attn.k_proj.bias", l);
+        wn(b, op, 1, 1, ekv * ehd, 0, 0, 0, LPO_VISION_ENC "layers.%d.self_attn.v_proj.bias", l);
+        op = push(b, LPO_OP_ATTN_PREFIX, LPO_ROLE_ATTN, l);
+        if (op) {
+            add_in(op, act2(b, LPO_BUF_QKV, T, (eh + 2 * ekv) * ehd));
+            set_out(op, act2(b, LPO_BUF_ATT, T, eh * ehd));
+            op->m = T;
+            op->n_heads = eh;
+            op->n_kv_heads = ekv;
+            op->head_dim = ehd;
+            op->prefix = P;
+            op->rope_theta = vs->enc_rope_theta;
+            op->attn_pairs = P * P + Q * P + Q * (Q + 1) / 2;
+        }
+        op = v_linear(b, LPO_ROLE_ATTN_OUT, l, LPO_BUF_ATT, LPO_BUF_TMP, T, eh * ehd, E);
+        wn(b, op, 0, 2, E, eh * ehd, 0, 0, LPO_VISION_ENC "layers.%d.self_attn.o_proj.weight", l);
+        v_add(b, LPO_ROLE_ATTN_RESIDUAL, l, T, E);
+        op = v_norm(b, LPO_OP_RMSNORM, LPO_ROLE_MLP_NORM, l, LPO_BUF_X, LPO_BUF_XN, T, E, vs->enc_eps);
+        wn(b, op, 0, 1, E, 0, 0, 0, LPO_VISION_ENC "layers.%d.post_attention_layernorm.weight", l);
+        op = v_linear(b, LPO_ROLE_GATE_UP, l, LPO_BUF_XN, LPO_BUF_GU, T, E, 2 * I);
+        wn(b, op, 0, 2, I, E, 0, 0, LPO_VISION_ENC "layers.%d.mlp.gate_proj.weight", l);
+        wn(b, op, 0, 2, I, E, 0, 0, LPO_VISION_ENC "layers.%d.mlp.up_proj.weight", l);
+        op = push(b, LPO_OP_SWIGLU, LPO_ROLE_MLP_ACT, l);
+        if (op) {
+            add_in(op, act2(b, LPO_BUF_GU, T, 2 * I));
+            set_out(op, act2(b, LPO_BUF_ACT, T, I));
+            op->m = T;
+            op->n = I;
+        }
+        op = v_linear(b, LPO_ROLE_DOWN, l, LPO_BUF_ACT, LPO_BUF_TMP, T, I, E);
+        wn(b, op, 0, 2, E, I, 0, 0, LPO_VISION_ENC "layers.%d.mlp.down_proj.weight", l);
+        v_add(b, LPO_ROLE_MLP_RESIDUAL, l, T, E);
+    }
+    op = v_norm(b, LPO_OP_RMSNORM, LPO_ROLE_FINAL_NORM, -1, LPO_BUF_X, LPO_BUF_XN, T, E, vs->enc_eps);
+    wn(b, op, 0, 1, E, 0, 0, 0, LPO_VISION_ENC "norm.weight");
+    /* the projector over the query rows */
+    b->prefix = "";
+    op = v_linear(b, LPO_ROLE_PROJECTOR, -1, LPO_BUF_XN, LPO_BUF_EMB, Q, E, vs->text_hidden);
+    if (op) op->in[0].row0 = P;
+    wn(b, op, 0, 2, vs->text_hidden, E, 0, 0, LPO_VISION_PROJ "weight");
+    wn(b, op, 1, 1, vs->text_hidden, 0, 0, 0, LPO_VISION_PROJ "bias");
+    if (b->st != LPO_OK) {
+        lpo_oplist_free(out);
+        return b->st;
+    }
+    fix_pointers(out);
+    return LPO_OK;
 }

@@ -118,6 +118,38 @@ static lpo_status load_index(lpo_model *m, const char *dir, const char *index_pa
     return st;
 }
 
+/* The folder's safetensors: model.safetensors.index.json and its shards, or model.safetensors. */
+static lpo_status load_weights(lpo_model *m, const char *dir) {
+    char idx[4096], p[4096];
+    snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", dir);
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    if (lpo_path_exists(idx)) return load_index(m, dir, idx);
+    if (lpo_path_exists(p)) {
+        m->files = calloc(1, sizeof *m->files);
+        return m->files ? add_shard(m, p) : lpo_errorf(LPO_E_NOMEM, "out of memory");
+    }
+    return lpo_errorf(LPO_E_NOT_FOUND,
+                      "'%s' has neither model.safetensors nor model.safetensors.index.json (lpo reads "
+                      "safetensors weights only, not pytorch_model.bin)",
+                      dir);
+}
+
+lpo_status lpo_model_open_tensors(const char *dir, lpo_model **out) {
+    *out = NULL;
+    lpo_model *m;
+    lpo_status st = lpo__model_new("hf", &m);
+    if (st != LPO_OK) return st;
+    m->path = lpo_strdup(dir);
+    snprintf(m->spec.name, sizeof m->spec.name, "%s", dir);
+    st = m->path ? load_weights(m, dir) : lpo_errorf(LPO_E_NOMEM, "out of memory");
+    if (st != LPO_OK) {
+        lpo_model_close(m);
+        return st;
+    }
+    *out = m;
+    return LPO_OK;
+}
+
 lpo_status lpo__open_hf_dir(const char *dir, lpo_model **out) {
     *out = NULL;
     char p[4096];
@@ -137,22 +169,7 @@ lpo_status lpo__open_hf_dir(const char *dir, lpo_model **out) {
     free(text);
     if (st == LPO_OK) st = apply_generation_config(dir, &m->spec);
     m->path = lpo_strdup(dir);
-    if (st == LPO_OK) {
-        char idx[4096];
-        snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", dir);
-        snprintf(p, sizeof p, "%s/model.safetensors", dir);
-        if (lpo_path_exists(idx)) {
-            st = load_index(m, dir, idx);
-        } else if (lpo_path_exists(p)) {
-            m->files = calloc(1, sizeof *m->files);
-            st = m->files ? add_shard(m, p) : lpo_errorf(LPO_E_NOMEM, "out of memory");
-        } else {
-            st = lpo_errorf(LPO_E_NOT_FOUND,
-                            "'%s' has neither model.safetensors nor model.safetensors.index.json (lpo reads "
-                            "safetensors weights only, not pytorch_model.bin)",
-                            dir);
-        }
-    }
+    if (st == LPO_OK) st = load_weights(m, dir);
     if (st == LPO_OK) st = lpo__model_check_tensors(m, dir);
     if (st == LPO_OK) {
         snprintf(p, sizeof p, "%s/tokenizer.json", dir);

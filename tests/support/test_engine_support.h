@@ -66,6 +66,22 @@ static inline lpo_model_spec test_spec_moe(void) {
     return s;
 }
 
+/* A tiny DeepSeek-OCR-2 vision spec with every feature: 2 SAM layers (windows of 5 that do not divide the
+ * 16 x 16 / 12 x 12 grids, so padded keys appear; layer 1 global, its table resized for the 768 view), the
+ * position table resized 16 -> 12 for 768-pixel views, GQA in the encoder, 16 / 9 queries. */
+static inline lpo_vision_spec test_vision_spec(void) {
+    lpo_vision_spec v;
+    lpo_vision_spec_default(&v);
+    v.sam_hidden = 16, v.sam_layers = 2, v.sam_heads = 2, v.sam_mlp = 24;
+    v.image_size = 1024, v.patch_size = 64, v.window = 5, v.global_layers = 1u << 1;
+    v.neck_channels = 8, v.down_channels[0] = 12, v.down_channels[1] = 16;
+    v.enc_hidden = 16, v.enc_layers = 2, v.enc_heads = 4, v.enc_kv_heads = 2, v.enc_head_dim = 4;
+    v.enc_intermediate = 20, v.enc_rope_theta = 10000.0;
+    v.queries_768 = 9, v.queries_1024 = 16, v.text_hidden = 24;
+    v.dtype = LPO_DT_F32;
+    return v;
+}
+
 static inline uint64_t test_hash(const char *s, uint64_t i) {
     uint64_t h = 1469598103934665603ull;
     for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;

@@ -511,6 +511,38 @@ static void check_costs(const lpo_model_spec *s, const char *w, const char *a, c
     check_costs_tp(s, w, a, kv, 1, seen);
 }
 
+/* check_costs for the vision lists (1024- and 768-pixel views) of a tiny vision spec */
+static void check_costs_vision(const char *w, const char *a, const char *kv, int *seen) {
+    const lpo_vision_spec vs = test_vision_spec();
+    lpo_an_dtypes dt = dtypes_of(w, a, kv, 1);
+    lpo_an_list_dtypes ld;
+    assert_int_equal(lpo_an_list_dtypes_init(&ld, &dt), LPO_OK);
+    for (int64_t size = 768; size <= 1024; size += 256) {
+        lpo_oplist l = {0}, plain = {0};
+        assert_int_equal(lpo_vision_oplist_build(&vs, size, &ld.opts, &l), LPO_OK);
+        assert_int_equal(lpo_vision_oplist_build(&vs, size, NULL, &plain), LPO_OK);
+        assert_int_equal(l.n_ops, plain.n_ops);
+        for (size_t i = 0; i < l.n_ops; i++) {
+            const lpo_op *op = &l.ops[i];
+            lpo_an_cost c, cp;
+            lpo_an_op_cost(NULL, op, 1, &dt, NULL, &c);
+            lpo_an_op_cost(NULL, &plain.ops[i], 1, &dt, NULL, &cp);
+            lpo_op_traffic t;
+            lpo_op_traffic_of(op, &t);
+            if (c.bytes != lpo_op_bytes(op) || c.weight_bytes != t.weights || c.in_bytes != t.in ||
+                c.out_bytes != t.out)
+                fail_msg("vision %s (%s/%s/%s): analysis bytes %.17g vs the op list's %.17g", op->name, w, a,
+                         kv, c.bytes, lpo_op_bytes(op));
+            assert_true(c.flops == lpo_op_flops(op));
+            assert_true(cp.bytes == c.bytes && cp.flops == c.flops && cp.weight_bytes == c.weight_bytes);
+            assert_true(c.bytes > 0);
+            seen[op->kind] = 1;
+        }
+        lpo_oplist_free(&l);
+        lpo_oplist_free(&plain);
+    }
+}
+
 static void test_costs_match_oplist(void **state) {
     (void)state;
     int seen[LPO_OP_KIND_COUNT] = {0};
@@ -538,6 +570,8 @@ static void test_costs_match_oplist(void **state) {
     moe.vocab_size = 96;
     check_costs_tp(&moe, "bf16", "bf16", "bf16", 2, seen);
     check_costs_tp(&arch[5], "fp8", "bf16", "fp8", 4, seen);
+    for (size_t d = 0; d < sizeof sets / sizeof sets[0]; d++)
+        check_costs_vision(sets[d][0], sets[d][1], sets[d][2], seen);
     for (int k = 0; k < LPO_OP_KIND_COUNT; k++)
         if (!seen[k]) fail_msg("op kind %s never checked", lpo_op_kind_name((lpo_op_kind)k));
 }

@@ -91,7 +91,7 @@ static void test_every_case_cpu(void **state) {
 
 /* ---- a case is the engine's op ---- */
 static lpo_op_tensor tensor(lpo_buf buf, int64_t d0, int64_t d1) {
-    lpo_op_tensor t = {buf, "", d1 ? 2 : 1, {d0, d1, 0, 0}, LPO_DT_F32, LPO_SHARD_NONE};
+    lpo_op_tensor t = {buf, "", d1 ? 2 : 1, {d0, d1, 0, 0}, LPO_DT_F32, LPO_SHARD_NONE, 0};
     return t;
 }
 

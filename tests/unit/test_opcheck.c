@@ -102,6 +102,27 @@ static void test_every_kind(void **state) {
     }
     lpo_backend_cpu()->free(ctx);
     lpo_oplist_free(&l);
+    /* the vision kinds: every op of the vision lists of both view sizes (the first of each kind and role) */
+    const lpo_vision_spec vs = test_vision_spec();
+    for (int64_t size = 768; size <= 1024; size += 256) {
+        lpo_oplist vl = {0};
+        assert_int_equal(lpo_vision_oplist_build(&vs, size, NULL, &vl), LPO_OK);
+        const lpo_backend_iface *cpu = lpo_backend_cpu();
+        void *vctx = cpu_ctx();
+        int done[LPO_OP_KIND_COUNT][LPO_ROLE_COUNT] = {{0}};
+        for (size_t i = 0; i < vl.n_ops; i++) {
+            const lpo_op *op = &vl.ops[i];
+            if (done[op->kind][op->role]++) continue;
+            lpo_opcheck_result r;
+            lpo_status st = lpo_opcheck_run(cpu, vctx, LPO_DT_F32, op, 7, &r);
+            if (st != LPO_OK || !r.passed || r.max_abs_err != 0)
+                fail_msg("vision %s (%s): %s %s", op->name, r.shape, st ? lpo_last_error() : "", r.msg);
+            assert_true(r.n_checked > 0);
+            seen[op->kind]++;
+        }
+        cpu->free(vctx);
+        lpo_oplist_free(&vl);
+    }
     for (int k = 0; k < LPO_OP_KIND_COUNT; k++)
         if (!seen[k]) fail_msg("op kind '%s' was not checked", lpo_op_kind_name((lpo_op_kind)k));
 }

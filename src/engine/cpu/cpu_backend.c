@@ -129,6 +129,7 @@ typedef struct {
     int rank;
     float *tp_scratch;
     const char *volatile *progress;
+    float *vscratch; /* vision kinds: lpo_cpu_*_scratch_floats of the op (vision_scratch_floats) */
 } cpu_args;
 
 typedef lpo_status (*cpu_launch_fn)(const lpo_op *op, const cpu_args *a);
@@ -300,6 +301,79 @@ static void cpu_tp_close(void *shared) {
     free(m);
 }
 
+/* ---- vision kinds (docs/vision.md) ---- */
+/* Scratch floats a vision op needs on nt threads (0 for the other kinds). */
+static int64_t vision_scratch_floats(const lpo_op *op, int nt) {
+    switch (op->kind) {
+    case LPO_OP_CONV2D:
+        return lpo_cpu_conv2d_scratch_floats(op->ksize ? op->k / (op->ksize * op->ksize) : 0, op->ksize);
+    case LPO_OP_ATTN_RELPOS:
+        return lpo_cpu_attn_relpos_scratch_floats(op->grid_h, op->window, op->head_dim, nt);
+    case LPO_OP_ATTN_PREFIX:
+        return op->m * op->head_dim +
+               lpo_cpu_attn_prefix_scratch_floats(op->m, op->n_heads, op->n_kv_heads, op->head_dim, nt);
+    case LPO_OP_POS_EMBED:
+        return op->n_w ? lpo_cpu_pos_embed_scratch_floats(op->w[0].shape[1], op->grid_h, op->n) : 0;
+    default: return 0;
+    }
+}
+static lpo_status need_scratch(const lpo_op *op, const cpu_args *a) {
+    if (a->vscratch || vision_scratch_floats(op, a->nt) == 0) return LPO_OK;
+    return lpo_errorf(LPO_E_UNSUPPORTED, "cpu backend: op '%s' (%s) runs through run_op only", op->name,
+                      lpo_op_kind_name(op->kind));
+}
+static lpo_status launch_conv2d(const lpo_op *op, const cpu_args *a) {
+    lpo_status st = need_scratch(op, a);
+    if (st != LPO_OK) return st;
+    lpo_cpu_conv2d(a->out, a->in[0], a->W, a->B, op->grid_h, op->grid_w, op->k / (op->ksize * op->ksize),
+                   op->n, op->ksize, op->stride, op->pad, a->vscratch, a->nt);
+    return LPO_OK;
+}
+static lpo_status launch_layernorm(const lpo_op *op, const cpu_args *a) {
+    lpo_cpu_layernorm(a->out, a->in[0], a->W, a->B, op->m, op->n, op->eps, a->nt);
+    return LPO_OK;
+}
+static lpo_status launch_gelu(const lpo_op *op, const cpu_args *a) { /* in place: out holds the input */
+    lpo_cpu_gelu(a->out, op->m * op->n, a->nt);
+    return LPO_OK;
+}
+/* weights stacked: rel_pos_h (L, hd) | rel_pos_w (L, hd) | the qkv bias (3 C) */
+static lpo_status launch_attn_relpos(const lpo_op *op, const cpu_args *a) {
+    lpo_status st = need_scratch(op, a);
+    if (st != LPO_OK) return st;
+    const int64_t L = op->w[0].shape[0], hd = op->head_dim;
+    lpo_cpu_attn_relpos(a->out, a->in[0], a->W, a->W + L * hd, L, a->W + 2 * L * hd, op->grid_h, op->n_heads,
+                        hd, op->window, a->vscratch, a->nt);
+    return LPO_OK;
+}
+/* cos / sin of positions 0..m-1 at the op's rotary base (lpo_rope_inv_freq's HF arithmetic), then attention
+ */
+static lpo_status launch_attn_prefix(const lpo_op *op, const cpu_args *a) {
+    lpo_status st = need_scratch(op, a);
+    if (st != LPO_OK) return st;
+    const int64_t half = op->head_dim / 2;
+    lpo_model_spec rs;
+    memset(&rs, 0, sizeof rs);
+    rs.head_dim = op->head_dim;
+    rs.rope.theta = op->rope_theta;
+    float inv[512], scale;
+    if (half > 512)
+        return lpo_errorf(LPO_E_UNSUPPORTED, "cpu backend: op '%s': head_dim %lld", op->name,
+                          (long long)op->head_dim);
+    if ((st = lpo_rope_inv_freq(&rs, inv, &scale)) != LPO_OK) return st;
+    float *cos_t = a->vscratch, *sin_t = cos_t + op->m * half;
+    lpo_cpu_rope_tables(cos_t, sin_t, inv, scale, op->m, half);
+    lpo_cpu_attn_prefix(a->out, a->in[0], cos_t, sin_t, op->m, op->n_heads, op->n_kv_heads, op->head_dim,
+                        op->prefix, sin_t + op->m * half, a->nt);
+    return LPO_OK;
+}
+static lpo_status launch_pos_embed(const lpo_op *op, const cpu_args *a) { /* in place */
+    lpo_status st = need_scratch(op, a);
+    if (st != LPO_OK) return st;
+    lpo_cpu_pos_embed(a->out, a->W, op->w[0].shape[1], op->grid_h, op->n, a->vscratch, a->nt);
+    return LPO_OK;
+}
+
 /* One row per op kind: the launch both paths call. */
 static const cpu_launch_fn launches[LPO_OP_KIND_COUNT] = {
     [LPO_OP_EMBED] = launch_embed,
@@ -317,6 +391,12 @@ static const cpu_launch_fn launches[LPO_OP_KIND_COUNT] = {
     [LPO_OP_EXPERTS] = launch_experts,
     [LPO_OP_ALL_REDUCE] = launch_collective,
     [LPO_OP_ALL_GATHER] = launch_collective,
+    [LPO_OP_CONV2D] = launch_conv2d,
+    [LPO_OP_LAYERNORM] = launch_layernorm,
+    [LPO_OP_GELU] = launch_gelu,
+    [LPO_OP_ATTN_RELPOS] = launch_attn_relpos,
+    [LPO_OP_ATTN_PREFIX] = launch_attn_prefix,
+    [LPO_OP_POS_EMBED] = launch_pos_embed,
 };
 
 static lpo_status launch(const lpo_op *op, const cpu_args *a) {
@@ -525,7 +605,28 @@ static int cpu_supports_op(void *vctx, const lpo_op *op) {
     if (op->kind == LPO_OP_ALL_REDUCE || op->kind == LPO_OP_ALL_GATHER) return op->participants <= 1;
     if (op->kind == LPO_OP_ROUTER || op->kind == LPO_OP_EXPERTS)
         return op->n_experts >= 1 && op->top_k >= 1 && op->top_k <= op->n_experts && op->n > 0 && op->k > 0;
-    return 1;
+    switch (op->kind) { /* vision: the geometry the kernels assume */
+    case LPO_OP_CONV2D:
+        return op->ksize > 0 && op->stride > 0 && op->pad >= 0 && op->k % (op->ksize * op->ksize) == 0 &&
+               op->grid_h + 2 * op->pad >= op->ksize && op->grid_w + 2 * op->pad >= op->ksize &&
+               op->m == ((op->grid_h + 2 * op->pad - op->ksize) / op->stride + 1) *
+                            ((op->grid_w + 2 * op->pad - op->ksize) / op->stride + 1) &&
+               op->n_w >= 1;
+    case LPO_OP_LAYERNORM: return op->n > 0 && op->n_w == 2;
+    case LPO_OP_ATTN_RELPOS:
+        return op->grid_h > 0 && op->grid_h == op->grid_w && op->m == op->grid_h * op->grid_w &&
+               op->n_w == 3 && op->n_heads > 0 && op->head_dim > 0 && op->window >= 0 &&
+               op->w[0].shape[0] > 0;
+    case LPO_OP_ATTN_PREFIX:
+        return op->n_heads > 0 && op->n_kv_heads > 0 && op->n_heads % op->n_kv_heads == 0 &&
+               op->head_dim > 0 && op->head_dim % 2 == 0 && op->head_dim <= 1024 && op->prefix >= 0 &&
+               op->prefix <= op->m && op->rope_theta > 0;
+    case LPO_OP_POS_EMBED: /* the antialiased resize shrinks at most 15x (its taps fit 64) */
+        return op->n_w == 1 && op->grid_h > 0 && op->grid_h == op->grid_w &&
+               op->m == op->grid_h * op->grid_w && op->w[0].shape[1] > 0 &&
+               op->w[0].shape[1] <= 15 * op->grid_h;
+    default: return 1;
+    }
 }
 
 static int64_t elems(const lpo_op_tensor *t) {
@@ -591,6 +692,9 @@ static lpo_status bind_single(cpu_ctx *c, const lpo_op *op, lpo_op_io *io, const
                        ? lpo_errorf(LPO_E_NOMEM, "cpu backend: MoE scratch")
                        : lpo_errorf(LPO_E_INVALID, "cpu backend: op '%s' needs expert_ids", op->name);
     }
+    const int64_t vs = vision_scratch_floats(op, a->nt);
+    if (vs > 0 && !(a->vscratch = malloc((size_t)vs * sizeof(float))))
+        return lpo_errorf(LPO_E_NOMEM, "cpu backend: scratch of '%s'", op->name);
     if (op->kind == LPO_OP_ATTENTION &&
         !(a->scores =
               malloc((size_t)a->nt * (size_t)(io->max_context > 0 ? io->max_context : 1) * sizeof(float))))
@@ -617,6 +721,7 @@ static lpo_status bind_single(cpu_ctx *c, const lpo_op *op, lpo_op_io *io, const
 }
 
 static void unbind_single(cpu_args *a) {
+    free(a->vscratch);
     free(a->scores);
     free(a->moe_scratch);
     free(a->moe_rows);

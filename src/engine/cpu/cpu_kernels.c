@@ -311,3 +311,248 @@ void lpo_cpu_experts(float *y, const float *x, const float *w, const int32_t *id
         }
     }
 }
+
+/* ---- vision -----------------------------------------------------------------------------------------------
+ */
+
+#define CONV_BLOCK 64 /* output pixels gathered per im2col block */
+
+int64_t lpo_cpu_conv2d_scratch_floats(int64_t cin, int64_t ks) {
+    return CONV_BLOCK * cin * ks * ks;
+}
+
+void lpo_cpu_conv2d(float *y, const float *x, const float *W, const float *bias, int64_t H, int64_t Wd,
+                    int64_t cin, int64_t cout, int64_t ks, int64_t stride, int64_t pad, float *scratch,
+                    int nt) {
+    const int64_t Ho = (H + 2 * pad - ks) / stride + 1, Wo = (Wd + 2 * pad - ks) / stride + 1;
+    const int64_t k = cin * ks * ks, n_out = Ho * Wo;
+    for (int64_t p0 = 0; p0 < n_out; p0 += CONV_BLOCK) { // block of output pixels p0..p1
+        const int64_t p1 = p0 + CONV_BLOCK < n_out ? p0 + CONV_BLOCK : n_out;
+#pragma omp parallel for schedule(static) num_threads(nt)
+        for (int64_t p = p0; p < p1; p++) { // output pixel p -> its patch (cin, ks, ks) as one row of k
+            const int64_t oy = p / Wo, ox = p % Wo;
+            float *row = scratch + (p - p0) * k;
+            for (int64_t c = 0; c < cin; c++)
+                for (int64_t ky = 0; ky < ks; ky++)
+                    for (int64_t kx = 0; kx < ks; kx++) { // tap (c, ky, kx)
+                        const int64_t iy = oy * stride - pad + ky, ix = ox * stride - pad + kx;
+                        row[(c * ks + ky) * ks + kx] =
+                            iy >= 0 && iy < H && ix >= 0 && ix < Wd ? x[(iy * Wd + ix) * cin + c] : 0.0f;
+                    }
+        }
+        lpo_cpu_matmul(y + p0 * cout, scratch, W, bias, p1 - p0, cout, k, nt);
+    }
+}
+
+void lpo_cpu_layernorm(float *y, const float *x, const float *w, const float *b, int64_t m, int64_t n,
+                       float eps, int nt) {
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int64_t t = 0; t < m; t++) { // row t (n,)
+        const float *xr = x + t * n;
+        double s = 0, ss = 0;
+        for (int64_t i = 0; i < n; i++) s += xr[i];
+        const double mean = s / (double)n;
+        for (int64_t i = 0; i < n; i++) ss += ((double)xr[i] - mean) * ((double)xr[i] - mean);
+        const double inv = 1.0 / sqrt(ss / (double)n + (double)eps);
+        for (int64_t i = 0; i < n; i++)
+            y[t * n + i] = (float)(((double)xr[i] - mean) * inv) * w[i] + (b ? b[i] : 0.0f);
+    }
+}
+
+void lpo_cpu_gelu(float *x, int64_t n, int nt) {
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int64_t i = 0; i < n; i++) // element i
+        x[i] = (float)(0.5 * (double)x[i] * (1.0 + erf((double)x[i] * 0.70710678118654752440)));
+}
+
+/* Rows [0, out) of a table T (L, hd) resized by torch's linear interpolation (align_corners false). */
+static void resize_table(float *dst, const float *T, int64_t L, int64_t out, int64_t hd) {
+    if (L == out) {
+        memcpy(dst, T, (size_t)(L * hd) * sizeof(float));
+        return;
+    }
+    const float scale = (float)L / (float)out;
+    for (int64_t i = 0; i < out; i++) { // output row i <- rows i0, i1 of T
+        float src = scale * ((float)i + 0.5f) - 0.5f;
+        if (src < 0) src = 0;
+        int64_t i0 = (int64_t)src;
+        if (i0 > L - 1) i0 = L - 1;
+        float l1 = src - (float)i0;
+        l1 = l1 < 0 ? 0 : l1 > 1 ? 1 : l1;
+        const int64_t i1 = i0 + (i0 < L - 1);
+        for (int64_t d = 0; d < hd; d++) dst[i * hd + d] = (1.0f - l1) * T[i0 * hd + d] + l1 * T[i1 * hd + d];
+    }
+}
+
+int64_t lpo_cpu_attn_relpos_scratch_floats(int64_t grid, int64_t window, int64_t hd, int nt) {
+    const int64_t span = window > 0 ? window : grid;
+    return 2 * (2 * span - 1) * hd + (int64_t)nt * (span * span + 2 * span);
+}
+
+void lpo_cpu_attn_relpos(float *att, const float *qkv, const float *Rh, const float *Rw, int64_t L,
+                         const float *bias, int64_t g, int64_t nh, int64_t hd, int64_t window, float *scratch,
+                         int nt) {
+    const int64_t C = nh * hd, span = window > 0 ? window : g, nwin = (g + span - 1) / span;
+    const int64_t R = 2 * span - 1, keys = span * span;
+    float *rh = scratch, *rw = scratch + R * hd;
+    resize_table(rh, Rh, L, R, hd);
+    resize_table(rw, Rw, L, R, hd);
+    const float scale = 1.0f / sqrtf((float)hd);
+#pragma omp parallel for schedule(dynamic) num_threads(nt)
+    for (int64_t job = 0; job < nwin * nwin * nh; job++) { // (window wy, wx; head h)
+#ifdef _OPENMP
+        const int tid = omp_get_thread_num();
+#else
+        const int tid = 0;
+#endif
+        float *sc = scratch + 2 * R * hd + (int64_t)tid * (keys + 2 * span), *th = sc + keys, *tw = th + span;
+        const int64_t h = job % nh, win = job / nh, wy = win / nwin, wx = win % nwin;
+        for (int64_t qi = 0; qi < keys; qi++) { // query qi of the window (qy, qx)
+            const int64_t qy = qi / span, qx = qi % span, gy = wy * span + qy, gx = wx * span + qx;
+            if (gy >= g || gx >= g) continue; /* a padded query: its output is dropped */
+            const float *q = qkv + (gy * g + gx) * 3 * C + h * hd;
+            for (int64_t j = 0; j < span; j++) { // rel terms of key row j / key column j
+                const float *a = rh + (qy - j + span - 1) * hd, *b2 = rw + (qx - j + span - 1) * hd;
+                float sh = 0, sw = 0;
+                for (int64_t d = 0; d < hd; d++) sh += q[d] * a[d], sw += q[d] * b2[d];
+                th[j] = sh;
+                tw[j] = sw;
+            }
+            float mx = -INFINITY;
+            for (int64_t ki = 0; ki < keys; ki++) { // key ki (ky, kx): padded keys are the k bias
+                const int64_t ky = ki / span, kx = ki % span, hy = wy * span + ky, hx = wx * span + kx;
+                const float *k =
+                    hy < g && hx < g ? qkv + (hy * g + hx) * 3 * C + C + h * hd : bias + C + h * hd;
+                float s = 0;
+                for (int64_t d = 0; d < hd; d++) s += q[d] * scale * k[d];
+                s += th[ky] + tw[kx];
+                sc[ki] = s;
+                if (s > mx) mx = s;
+            }
+            double sum = 0;
+            for (int64_t ki = 0; ki < keys; ki++) sum += sc[ki] = expf(sc[ki] - mx);
+            const float inv = (float)(1.0 / sum);
+            float *o = att + (gy * g + gx) * C + h * hd;
+            for (int64_t d = 0; d < hd; d++) o[d] = 0;
+            for (int64_t ki = 0; ki < keys; ki++) { // p v
+                const int64_t ky = ki / span, kx = ki % span, hy = wy * span + ky, hx = wx * span + kx;
+                const float *v =
+                    hy < g && hx < g ? qkv + (hy * g + hx) * 3 * C + 2 * C + h * hd : bias + 2 * C + h * hd;
+                const float p = sc[ki] * inv;
+                for (int64_t d = 0; d < hd; d++) o[d] += p * v[d];
+            }
+        }
+    }
+}
+
+int64_t lpo_cpu_attn_prefix_scratch_floats(int64_t m, int64_t nh, int64_t nkv, int64_t hd, int nt) {
+    return m * (nh + nkv) * hd + (int64_t)nt * m;
+}
+
+void lpo_cpu_attn_prefix(float *att, const float *qkv, const float *cos_t, const float *sin_t, int64_t m,
+                         int64_t nh, int64_t nkv, int64_t hd, int64_t prefix, float *scratch, int nt) {
+    const int64_t w = (nh + 2 * nkv) * hd, qk = (nh + nkv) * hd, half = hd / 2, grp = nh / nkv;
+    float *rot = scratch; /* rotated q | k rows (m, (nh + nkv) hd) */
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int64_t t = 0; t < m; t++) // row t: every q and k head rotated by position t
+        for (int64_t hh = 0; hh < nh + nkv; hh++) {
+            const float *x = qkv + t * w + hh * hd;
+            float *r = rot + t * qk + hh * hd;
+            for (int64_t i = 0; i < half; i++) {
+                const float c = cos_t[t * half + i], s = sin_t[t * half + i];
+                r[i] = x[i] * c - x[i + half] * s;
+                r[i + half] = x[i + half] * c + x[i] * s;
+            }
+        }
+    const float scale = 1.0f / sqrtf((float)hd);
+#pragma omp parallel for schedule(dynamic) num_threads(nt)
+    for (int64_t job = 0; job < m * nh; job++) { // (row t, head h)
+#ifdef _OPENMP
+        const int tid = omp_get_thread_num();
+#else
+        const int tid = 0;
+#endif
+        float *sc = scratch + m * qk + (int64_t)tid * m;
+        const int64_t t = job / nh, h = job % nh, kvh = h / grp, n_keys = t < prefix ? prefix : t + 1;
+        const float *q = rot + t * qk + h * hd;
+        float mx = -INFINITY;
+        for (int64_t j = 0; j < n_keys; j++) { // key j
+            const float *k = rot + j * qk + (nh + kvh) * hd;
+            float s = 0;
+            for (int64_t d = 0; d < hd; d++) s += q[d] * k[d];
+            sc[j] = s * scale;
+            if (sc[j] > mx) mx = sc[j];
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < n_keys; j++) sum += sc[j] = expf(sc[j] - mx);
+        const float inv = (float)(1.0 / sum);
+        float *o = att + t * nh * hd + h * hd;
+        for (int64_t d = 0; d < hd; d++) o[d] = 0;
+        for (int64_t j = 0; j < n_keys; j++) { // p v
+            const float *v = qkv + j * w + (nh + nkv + kvh) * hd, p = sc[j] * inv;
+            for (int64_t d = 0; d < hd; d++) o[d] += p * v[d];
+        }
+    }
+}
+
+int64_t lpo_cpu_pos_embed_scratch_floats(int64_t G, int64_t g, int64_t C) {
+    return G == g ? 0 : g * G * C + g * g * C;
+}
+
+/* torch's antialiased bicubic weights of output i over an axis of `in` samples resized to `out`: taps from
+ * *first, *n of them, into w (normalised). */
+static void aa_weights(int64_t in, int64_t out, int64_t i, int64_t *first, int64_t *n, float *w) {
+    const float scale = (float)in / (float)out;
+    const float support = scale >= 1.0f ? 2.0f * scale : 2.0f, inv = scale >= 1.0f ? 1.0f / scale : 1.0f;
+    const float center = scale * ((float)i + 0.5f);
+    int64_t x0 = (int64_t)(center - support + 0.5f);
+    if (x0 < 0) x0 = 0;
+    int64_t x1 = (int64_t)(center + support + 0.5f);
+    if (x1 > in) x1 = in;
+    float total = 0;
+    for (int64_t j = 0; j < x1 - x0; j++) { // tap j
+        float x = fabsf(((float)(j + x0) - center + 0.5f) * inv);
+        const float a = -0.5f;
+        w[j] = x < 1.0f   ? ((a + 2.0f) * x - (a + 3.0f)) * x * x + 1.0f
+               : x < 2.0f ? (((x - 5.0f) * x + 8.0f) * x - 4.0f) * a
+                          : 0.0f;
+        total += w[j];
+    }
+    for (int64_t j = 0; j < x1 - x0; j++) w[j] = total != 0.0f ? w[j] / total : w[j];
+    *first = x0;
+    *n = x1 - x0;
+}
+
+void lpo_cpu_pos_embed(float *x, const float *P, int64_t G, int64_t g, int64_t C, float *scratch, int nt) {
+    const float *tab = P;
+    if (G != g) {
+        float *tmp = scratch, *res = scratch + g * G * C; /* (G rows, g cols, C), then (g, g, C) */
+#pragma omp parallel for schedule(static) num_threads(nt)
+        for (int64_t ox = 0; ox < g; ox++) { // output column ox over every source row (width pass)
+            float w[64];
+            int64_t f, n;
+            aa_weights(G, g, ox, &f, &n, w);
+            for (int64_t r = 0; r < G; r++)
+                for (int64_t c = 0; c < C; c++) {
+                    float s = 0;
+                    for (int64_t j = 0; j < n; j++) s += w[j] * P[(r * G + f + j) * C + c];
+                    tmp[(r * g + ox) * C + c] = s;
+                }
+        }
+#pragma omp parallel for schedule(static) num_threads(nt)
+        for (int64_t oy = 0; oy < g; oy++) { // output row oy (height pass)
+            float w[64];
+            int64_t f, n;
+            aa_weights(G, g, oy, &f, &n, w);
+            for (int64_t ox = 0; ox < g; ox++)
+                for (int64_t c = 0; c < C; c++) {
+                    float s = 0;
+                    for (int64_t j = 0; j < n; j++) s += w[j] * tmp[((f + j) * g + ox) * C + c];
+                    res[(oy * g + ox) * C + c] = s;
+                }
+        }
+        tab = res;
+    }
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int64_t i = 0; i < g * g * C; i++) x[i] += tab[i]; // element i
+}

@@ -71,3 +71,42 @@ int64_t lpo_cpu_experts_scratch_floats(int64_t m, int64_t h, int64_t I);
  * (lpo_cpu_experts_scratch_floats), rows: m int32. */
 void lpo_cpu_experts(float *y, const float *x, const float *w, const int32_t *ids, const float *W, int64_t m,
                      int64_t h, int64_t I, int64_t E, int64_t k, float *scratch, int32_t *rows, int nt);
+
+/* ---- vision (DeepSeek-OCR-2's encoder; docs/vision.md) ---------------------------------------------------
+ * Images are channel-last rows: a grid of H x W pixels is [H W, channels], row y W + x. */
+/* Floats of lpo_cpu_conv2d's scratch (its im2col block). */
+int64_t lpo_cpu_conv2d_scratch_floats(int64_t cin, int64_t ks);
+/* y (Ho Wo, cout) = conv2d(x (H W, cin)) with W (cout, cin, ks, ks) (HF Conv2d layout), stride, zero padding
+ * pad, + bias (cout,) when given; Ho = (H + 2 pad - ks) / stride + 1 (Wo alike). Rows of output pixels are
+ * gathered into blocks (im2col, scratch) and multiplied with lpo_cpu_matmul. */
+void lpo_cpu_conv2d(float *y, const float *x, const float *W, const float *bias, int64_t H, int64_t Wd,
+                    int64_t cin, int64_t cout, int64_t ks, int64_t stride, int64_t pad, float *scratch,
+                    int nt);
+/* y (m, n) = (x - mean) / sqrt(var + eps) * w + b per row (biased variance; mean and variance in double). */
+void lpo_cpu_layernorm(float *y, const float *x, const float *w, const float *b, int64_t m, int64_t n,
+                       float eps, int nt);
+/* x (n,) = 0.5 x (1 + erf(x / sqrt 2)) in place (HF "gelu"). */
+void lpo_cpu_gelu(float *x, int64_t n, int nt);
+/* Floats of lpo_cpu_attn_relpos's scratch. */
+int64_t lpo_cpu_attn_relpos_scratch_floats(int64_t grid, int64_t window, int64_t hd, int nt);
+/* SAM attention over a grid of g x g pixels, qkv rows (g g, 3 C) (q | k | v, heads of hd within each),
+ * -> att (g g, C). window > 0: non-overlapping windows of window x window pixels from the top left, the grid
+ * zero-padded to whole windows (a padded pixel's k and v are the qkv bias: the projection of a zero row;
+ * bias (3 C,)); window 0: one global window. Per head: softmax(q k^T / sqrt(hd) + rel_h[qy - ky] +
+ * rel_w[qx - kx]) v, where rel_h = q . Rh and rel_w = q . Rw (q unscaled), Rh and Rw (L, hd) resized to
+ * 2 span - 1 rows by linear interpolation (align_corners false) when L differs (span = window, or g). */
+void lpo_cpu_attn_relpos(float *att, const float *qkv, const float *Rh, const float *Rw, int64_t L,
+                         const float *bias, int64_t g, int64_t nh, int64_t hd, int64_t window, float *scratch,
+                         int nt);
+/* Floats of lpo_cpu_attn_prefix's scratch. */
+int64_t lpo_cpu_attn_prefix_scratch_floats(int64_t m, int64_t nh, int64_t nkv, int64_t hd, int nt);
+/* The vision encoder's attention over qkv rows (m, (nh + 2 nkv) hd): q and k rotated by their row index
+ * (NeoX half rotation with cos_t / sin_t [m][hd / 2], lpo_cpu_rope_tables), then GQA attention where row
+ * t < prefix attends to rows 0..prefix-1 and row t >= prefix to rows 0..t -> att (m, nh hd). */
+void lpo_cpu_attn_prefix(float *att, const float *qkv, const float *cos_t, const float *sin_t, int64_t m,
+                         int64_t nh, int64_t nkv, int64_t hd, int64_t prefix, float *scratch, int nt);
+/* Floats of lpo_cpu_pos_embed's scratch (0 when the grid is the table's). */
+int64_t lpo_cpu_pos_embed_scratch_floats(int64_t G, int64_t g, int64_t C);
+/* x (g g, C) += the position table P (G, G, C), resized to g x g when G differs by torch's antialiased
+ * bicubic interpolation (a = -0.5, align_corners false; separable, width then height, in float). */
+void lpo_cpu_pos_embed(float *x, const float *P, int64_t G, int64_t g, int64_t C, float *scratch, int nt);
