@@ -158,6 +158,19 @@ typedef struct {
     int cold;
 } lpo_op_io;
 
+/* ---- MoE routing statistics ------------------------------------------------------------------------------
+ * What the routers of the steps a context ran chose, per sparse layer, for prefill-shaped steps (phase 0)
+ * and decode steps (phase 1: every sequence brings one token), summed since the last reset. Padding rows of
+ * a decode batch padded for a graph are routed and counted too (their experts are read as well). The caller
+ * owns the arrays, sized from the spec. */
+typedef struct {
+    int n_layers;       /* the spec's */
+    int64_t n_experts;  /* the spec's moe.n_experts */
+    uint64_t *steps;    /* [2][n_layers] steps that ran the layer's router (0: a dense layer) */
+    uint64_t *distinct; /* [2][n_layers] distinct experts chosen in a step, summed over those steps */
+    uint64_t *pairs;    /* [2][n_layers][n_experts] (token, expert) pairs routed to each expert */
+} lpo_moe_stats;
+
 /* ---- the interface ---------------------------------------------------------------------------------------
  * Members marked optional may be NULL. Features are queried, not assumed. */
 enum {
@@ -210,6 +223,9 @@ typedef struct lpo_backend_iface {
     lpo_status (*tp_open)(int tp, int first_device, void **shared);
     void (*tp_abort)(void *shared);
     void (*tp_close)(void *shared);
+    /* optional: the MoE routing statistics (waits for the queued work), then zeroes them when reset; out
+     * NULL: only the reset */
+    lpo_status (*moe_stats)(void *ctx, lpo_moe_stats *out, int reset);
 } lpo_backend_iface;
 
 #define LPO_BACKEND_MARKS 16

@@ -7,7 +7,8 @@
  * Metrics per point (docs/bench.md): TTFT = prefill + first sample; TPOT = decode time / (G - 1);
  * prefill tok/s = B P / TTFT; decode tok/s = B (G - 1) / decode time; e2e = TTFT + decode time;
  * MFU = FLOPs of the step (op list) / time / dense peak; MBU = bytes a decode step must move (op list:
- * weights as held, KV read at the step's context, activations) / TPOT / DRAM bandwidth. */
+ * weights as held, KV read at the step's context, activations; a MoE layer's experts as the timed steps'
+ * routing read them) / TPOT / DRAM bandwidth. */
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -32,6 +33,11 @@ typedef struct {
     double decode_bytes_per_step;                /* op-list bytes a decode step must move (mean context) */
     double mfu_prefill, mfu_decode, mbu_decode;  /* fractions (0 when the peak is unknown) */
     double weight_bytes, kv_bytes, memory_bytes; /* held by the engine */
+    /* MoE models (0 otherwise): the distinct experts a timed decode step read per sparse layer (its real
+     * routing, which decode_bytes_per_step and mbu_decode count), the uniform expectation E (1 - (1 - k /
+     * E)^B), and the load imbalance of the decode steps (pairs of the busiest expert over the mean, worst
+     * layer; 1 = even) */
+    double moe_experts_per_layer, moe_experts_uniform, moe_imbalance;
 } lpo_bench_result;
 
 /* Progress of a point (repeat = samples so far) for a progress line; may be NULL. */

@@ -141,6 +141,12 @@ typedef struct {
     uint64_t lists_built, plans_built, steps, padded_rows;
 } lpo_engine_stats;
 void lpo_engine_get_stats(const lpo_engine *e, lpo_engine_stats *out);
+/* MoE routing statistics of the steps run since the last reset (lpo_moe_stats, backend.h: per sparse layer
+ * and phase, the steps, the distinct experts per step summed, the pairs per expert), then zeroed when reset;
+ * out NULL: only the reset. The arrays of out must hold 2 n_layers (steps, distinct) and 2 n_layers
+ * n_experts (pairs) entries of the engine's spec. LPO_E_UNSUPPORTED when the model has no MoE layer or the
+ * backend keeps no statistics. */
+lpo_status lpo_engine_moe_stats(lpo_engine *e, lpo_moe_stats *out, int reset);
 /* The op list and plan of the last step (valid until the next step); NULL before any step. */
 const lpo_oplist *lpo_engine_last_oplist(const lpo_engine *e);
 const lpo_plan *lpo_engine_last_plan(const lpo_engine *e);

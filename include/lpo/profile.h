@@ -113,7 +113,23 @@ typedef struct {
     double joules_per_token;
     char nvml_note[160];
     double total_s; /* the whole profile, warm-up and breakdown included */
+    /* MoE models (moe_n_layers > 0): the routing of the timed runs (lpo_moe_stats, backend.h): per phase
+     * (0 prefill, 1 decode) and layer the steps and the distinct experts per step summed, [2][n_layers];
+     * the (token, expert) pairs per expert, [2][n_layers][experts]. The phases' bytes count the experts
+     * those steps read (their MBU is on the real routing). */
+    int moe_n_layers;
+    int64_t moe_experts, moe_top_k;
+    uint64_t *moe_steps, *moe_distinct, *moe_pairs;
 } lpo_pf_result;
+
+/* A phase's routing (r->moe_n_layers > 0): distinct experts a step read per sparse layer (mean over the
+ * layers' steps), the busiest expert's pairs over the mean of its layer (worst layer: *worst), and the
+ * sparse layers seen. 0 everywhere when the phase ran no router. */
+void lpo_pf_moe_phase(const lpo_pf_result *r, int phase, double *experts_per_step, double *imbalance,
+                      int *worst, int *layers);
+/* expert_load.csv (phase, layer, expert, pairs: the tokens routed to each expert) and expert_load.md (per
+ * layer and phase: steps, experts per step, pairs per expert min / median / max, idle experts, imbalance). */
+void lpo_pf_write_expert_load(const lpo_pf_result *r, lpo_strbuf *csv, lpo_strbuf *md);
 
 /* Runs the profile: d's samples in `order` (n_order indices; lpo_dataset_order), batched by the engine's
  * batch size; tokens[i] / n_tokens[i] the encoded prompt of sample i (NULL: the sample's own ids). gen:
@@ -140,16 +156,19 @@ void lpo_pf_result_free(lpo_pf_result *r);
 
 /* ---- pieces the runner is made of (tests use them) ---- */
 /* Costs of a step of prefill or decode as the engine runs it: sequences with n_past / n_new, at dt.
- * Builds the op list of the step (lpo_oplist_build) and sums lpo_an_op_cost over its ops. */
+ * Builds the op list of the step (lpo_oplist_build) and sums lpo_an_op_cost over its ops. hit: per layer,
+ * the distinct experts the step's routing read (experts_hit of its experts op; NULL or 0: the uniform
+ * expectation). */
 lpo_status lpo_pf_step_cost(const lpo_model_spec *spec, int n_seqs, const int64_t *n_past,
                             const int64_t *n_new, int sample, const lpo_an_dtypes *dt, const lpo_peaks *p,
-                            lpo_an_cost *out);
+                            const double *hit, lpo_an_cost *out);
 /* Costs of a whole batch as lpo_generate runs it: a prefill packed into steps of at most max_step_tokens
- * (as lpo_engine_run packs them), then decode steps while sequences are active (decode_steps[i] each). */
+ * (as lpo_engine_run packs them), then decode steps while sequences are active (decode_steps[i] each).
+ * hit: NULL, or hit[0] / hit[1] the per-layer experts read per prefill / decode step (lpo_pf_step_cost). */
 lpo_status lpo_pf_batch_cost(const lpo_model_spec *spec, int n, const int64_t *prompt,
                              const int64_t *decode_steps, int64_t max_step_tokens, const lpo_an_dtypes *dt,
-                             const lpo_peaks *p, lpo_an_cost *prefill, int64_t *prefill_steps,
-                             lpo_an_cost *decode);
+                             const lpo_peaks *p, const double *const *hit, lpo_an_cost *prefill,
+                             int64_t *prefill_steps, lpo_an_cost *decode);
 
 /* ---- writers (profile_report.c) ---- */
 #define LPO_PF_METRICS_SCHEMA_VERSION 1

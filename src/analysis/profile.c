@@ -73,7 +73,7 @@ int lpo_pf_cat_shown(lpo_pf_cat c) {
 /* ---- costs of what ran ---- */
 lpo_status lpo_pf_step_cost(const lpo_model_spec *spec, int n_seqs, const int64_t *n_past,
                             const int64_t *n_new, int sample, const lpo_an_dtypes *dt, const lpo_peaks *p,
-                            lpo_an_cost *out) {
+                            const double *hit, lpo_an_cost *out) {
     lpo_oplist l = {0};
     const lpo_step step = {n_seqs, n_past, n_new, 0, sample};
     lpo_an_list_dtypes ld; /* the list built at the dtypes it is priced at */
@@ -82,6 +82,8 @@ lpo_status lpo_pf_step_cost(const lpo_model_spec *spec, int n_seqs, const int64_
     if (st != LPO_OK) return st;
     for (size_t i = 0; i < l.n_ops; i++) {
         lpo_an_cost c;
+        if (hit && l.ops[i].kind == LPO_OP_EXPERTS && l.ops[i].layer >= 0 && hit[l.ops[i].layer] > 0)
+            l.ops[i].experts_hit = hit[l.ops[i].layer]; /* the experts the real routing read */
         lpo_an_op_cost(spec, &l.ops[i], n_seqs, dt, p, &c);
         lpo_an_cost_add(out, &c);
     }
@@ -91,8 +93,8 @@ lpo_status lpo_pf_step_cost(const lpo_model_spec *spec, int n_seqs, const int64_
 
 lpo_status lpo_pf_batch_cost(const lpo_model_spec *spec, int n, const int64_t *prompt,
                              const int64_t *decode_steps, int64_t max_step_tokens, const lpo_an_dtypes *dt,
-                             const lpo_peaks *p, lpo_an_cost *prefill, int64_t *prefill_steps,
-                             lpo_an_cost *decode) {
+                             const lpo_peaks *p, const double *const *hit, lpo_an_cost *prefill,
+                             int64_t *prefill_steps, lpo_an_cost *decode) {
     memset(prefill, 0, sizeof *prefill);
     memset(decode, 0, sizeof *decode);
     *prefill_steps = 0;
@@ -115,7 +117,8 @@ lpo_status lpo_pf_batch_cost(const lpo_model_spec *spec, int n, const int64_t *p
             done[i] += nn[k++];
         }
         if (k == 0) break;
-        if ((st = lpo_pf_step_cost(spec, k, past, nn, sample, dt, p, prefill)) != LPO_OK) return st;
+        if ((st = lpo_pf_step_cost(spec, k, past, nn, sample, dt, p, hit ? hit[0] : NULL, prefill)) != LPO_OK)
+            return st;
         ++*prefill_steps;
     }
     /* decode step j (1-based): the sequences with decode_steps >= j, each at context prompt + j - 1 */
@@ -128,7 +131,7 @@ lpo_status lpo_pf_batch_cost(const lpo_model_spec *spec, int n, const int64_t *p
             past[k] = prompt[i] + j - 1;
             nn[k++] = 1;
         }
-        st = lpo_pf_step_cost(spec, k, past, nn, 1, dt, p, decode);
+        st = lpo_pf_step_cost(spec, k, past, nn, 1, dt, p, hit ? hit[1] : NULL, decode);
     }
     return st;
 }
@@ -217,6 +220,52 @@ static void prompt_of(const lpo_pf_request *rq, size_t sample, const int32_t **i
     }
 }
 
+/* MoE: the routing of the run just made (the statistics since the reset before it) added to r's, and per
+ * phase and layer the distinct experts a step read on average (hit[0] prefill, hit[1] decode: one
+ * allocation, freed through hit[0]; 0 where the phase ran no router). */
+static lpo_status moe_run(lpo_engine *e, lpo_pf_result *r, double *hit[2]) {
+    const size_t L = (size_t)r->moe_n_layers, E = (size_t)r->moe_experts;
+    lpo_moe_stats ms = {0, 0, calloc(2 * L, 8), calloc(2 * L, 8), calloc(2 * L * E, 8)};
+    hit[0] = calloc(2 * L, sizeof(double));
+    lpo_status st = ms.steps && ms.distinct && ms.pairs && hit[0]
+                        ? lpo_engine_moe_stats(e, &ms, 0)
+                        : lpo_errorf(LPO_E_NOMEM, "profile: out of memory");
+    hit[1] = hit[0] ? hit[0] + L : NULL;
+    for (size_t i = 0; st == LPO_OK && i < 2 * L; i++) {
+        r->moe_steps[i] += ms.steps[i];
+        r->moe_distinct[i] += ms.distinct[i];
+        hit[0][i] = ms.steps[i] ? (double)ms.distinct[i] / (double)ms.steps[i] : 0;
+    }
+    for (size_t i = 0; st == LPO_OK && i < 2 * L * E; i++) r->moe_pairs[i] += ms.pairs[i];
+    free(ms.steps);
+    free(ms.distinct);
+    free(ms.pairs);
+    return st;
+}
+
+void lpo_pf_moe_phase(const lpo_pf_result *r, int phase, double *experts_per_step, double *imbalance,
+                      int *worst, int *layers) {
+    *experts_per_step = *imbalance = 0;
+    *worst = -1;
+    *layers = 0;
+    const size_t L = (size_t)r->moe_n_layers, E = (size_t)r->moe_experts;
+    for (size_t l = 0; l < L && r->moe_steps; l++) {
+        const size_t at = (size_t)phase * L + l;
+        if (!r->moe_steps[at]) continue;
+        *experts_per_step += (double)r->moe_distinct[at] / (double)r->moe_steps[at];
+        ++*layers;
+        uint64_t sum = 0, mx = 0;
+        for (size_t x = 0; x < E; x++) { // expert x's pairs
+            const uint64_t v = r->moe_pairs[at * E + x];
+            sum += v;
+            mx = v > mx ? v : mx;
+        }
+        const double imb = sum ? (double)mx * (double)E / (double)sum : 0;
+        if (imb > *imbalance) *imbalance = imb, *worst = (int)l;
+    }
+    if (*layers) *experts_per_step /= *layers;
+}
+
 /* One run of batch [b0, b0 + nb) of the order; records it when rec != 0. */
 static lpo_status run_batch(lpo_engine *e, const lpo_pf_request *rq, lpo_pf_result *r, size_t b0, size_t nb,
                             int batch_index, int repeat, int rec, batch_cost_cache *cc) {
@@ -227,9 +276,13 @@ static lpo_status run_batch(lpo_engine *e, const lpo_pf_request *rq, lpo_pf_resu
         q[k].stream = b0 + k;
     }
     const lpo_gen_params *gp = rq->gen;
+    /* MoE: this run's routing alone (the costs below count the experts it read) */
+    lpo_status st = rec && r->moe_n_layers ? lpo_engine_moe_stats(e, NULL, 1) : LPO_OK;
     uint64_t t0 = lpo_now_ns();
-    lpo_status st = lpo_generate(e, gp->n_stop ? rq->tok : NULL, gp, q, nb, NULL, NULL);
+    if (st == LPO_OK) st = lpo_generate(e, gp->n_stop ? rq->tok : NULL, gp, q, nb, NULL, NULL);
     const double wall = (double)(lpo_now_ns() - t0) / 1e9;
+    double *hit[2] = {NULL, NULL};
+    if (st == LPO_OK && rec && r->moe_n_layers) st = moe_run(e, r, hit);
     if (st == LPO_OK && rec) {
         double decode_ms = 0;
         int64_t prompt = 0, dsteps = 0;
@@ -256,12 +309,14 @@ static lpo_status run_batch(lpo_engine *e, const lpo_pf_request *rq, lpo_pf_resu
             cc->prompt[k] = x->prompt_tokens;
             cc->steps[k] = x->decode_steps;
         }
-        if (!same) { /* the costs of this batch's steps (the same for repeats that ran the same steps) */
+        if (!same || hit[0]) { /* the costs of this batch's steps (the same for repeats that ran the same
+                                  steps and, for MoE, not: each run's routing is its own) */
             cc->n = (int)nb;
             st = lpo_pf_batch_cost(lpo_engine_spec(e), (int)nb, cc->prompt, cc->steps,
                                    rq->eng_opts->max_step_tokens > 0 ? rq->eng_opts->max_step_tokens
                                                                      : LPO_ENGINE_DEFAULT_STEP_TOKENS,
-                                   &r->dt, rq->peaks, &cc->prefill, &cc->prefill_steps, &cc->decode);
+                                   &r->dt, rq->peaks, hit[0] ? (const double *const *)hit : NULL,
+                                   &cc->prefill, &cc->prefill_steps, &cc->decode);
             cc->valid = st == LPO_OK;
         }
         if (st == LPO_OK) {
@@ -280,6 +335,7 @@ static lpo_status run_batch(lpo_engine *e, const lpo_pf_request *rq, lpo_pf_resu
         }
     }
     for (size_t k = 0; k < nb; k++) lpo_gen_seq_free(&q[k]);
+    free(hit[0]);
     return st;
 }
 
@@ -367,6 +423,19 @@ lpo_status lpo_pf_run(const lpo_pf_request *rq, lpo_pf_result *r) {
     }
     free(seen);
     lpo_threads_used_reset();
+    const int moe = st == LPO_OK && lpo_spec_has_moe(spec) && lpo_engine_moe_stats(e, NULL, 1) == LPO_OK;
+    if (!moe && st == LPO_OK) lpo_error_clear(); /* no routing statistics: the uniform expectation */
+    if (moe) {
+        const size_t L = (size_t)spec->n_layers, E = (size_t)spec->moe.n_experts;
+        r->moe_n_layers = (int)L;
+        r->moe_experts = (int64_t)E;
+        r->moe_top_k = spec->moe.n_experts_used;
+        r->moe_steps = calloc(2 * L, sizeof(uint64_t));
+        r->moe_distinct = calloc(2 * L, sizeof(uint64_t));
+        r->moe_pairs = calloc(2 * L * E, sizeof(uint64_t));
+        if (!r->moe_steps || !r->moe_distinct || !r->moe_pairs)
+            st = lpo_errorf(LPO_E_NOMEM, "profile: out of memory");
+    }
     if (st == LPO_OK) st = timing_pass(e, rq, r);
     lpo_threads_used(&r->threads_lo, &r->threads_hi); /* the timed runs' (CPU steps; 0 elsewhere) */
     if (st == LPO_OK) {
@@ -385,6 +454,11 @@ lpo_status lpo_pf_run(const lpo_pf_request *rq, lpo_pf_result *r) {
 void lpo_pf_result_free(lpo_pf_result *r) {
     free(r->records);
     free(r->groups);
+    free(r->moe_steps);
+    free(r->moe_distinct);
+    free(r->moe_pairs);
+    r->moe_steps = r->moe_distinct = r->moe_pairs = NULL;
+    r->moe_n_layers = 0;
     r->records = NULL;
     r->groups = NULL;
     r->n_records = r->n_groups = 0;

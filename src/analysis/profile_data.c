@@ -187,6 +187,26 @@ lpo_status lpo_pf_data_write(const lpo_pf_result *r, double mean_prompt, lpo_jso
     for (size_t i = 0; i < sizeof nv / sizeof nv[0]; i++) lpo_json_kv_double(j, nvml_keys[i], nv[i]);
     lpo_json_kv_int(j, "throttle_any", s->throttle_any);
     lpo_json_object_end(j);
+    lpo_json_key(j, "moe"); /* the routing of the timed runs (null: a dense model or no statistics) */
+    if (!r->moe_n_layers) {
+        lpo_json_null(j);
+    } else {
+        const size_t L = (size_t)r->moe_n_layers, E = (size_t)r->moe_experts;
+        lpo_json_object_begin(j);
+        lpo_json_kv_int(j, "n_layers", r->moe_n_layers);
+        lpo_json_kv_int(j, "experts", r->moe_experts);
+        lpo_json_kv_int(j, "top_k", r->moe_top_k);
+        const uint64_t *arr[] = {r->moe_steps, r->moe_distinct, r->moe_pairs};
+        const size_t len[] = {2 * L, 2 * L, 2 * L * E};
+        static const char *const key[] = {"steps", "distinct", "pairs"};
+        for (int a = 0; a < 3; a++) {
+            lpo_json_key(j, key[a]);
+            lpo_json_array_begin(j);
+            for (size_t i = 0; i < len[a]; i++) lpo_json_int(j, (int64_t)arr[a][i]);
+            lpo_json_array_end(j);
+        }
+        lpo_json_object_end(j);
+    }
     lpo_json_object_end(j);
     return LPO_OK;
 }
@@ -389,6 +409,33 @@ lpo_status lpo_pf_data_load(const char *path, lpo_pf_result *r, double *mean_pro
                     &s->power_w_avg, &s->power_w_max, &s->energy_j,   &s->temp_c_max, &s->util_gpu_avg};
     for (size_t k = 0; k < sizeof nv / sizeof nv[0]; k++) *nv[k] = num(&c, o, nvml_keys[k]);
     s->throttle_any = inum(&c, o, "throttle_any");
+    o = cJSON_GetObjectItemCaseSensitive(root, "moe");
+    if (cJSON_IsObject(o) && !c.st) {
+        const int64_t L = inum(&c, o, "n_layers"), E = inum(&c, o, "experts");
+        if (L < 1 || L > LPO_MAX_LAYERS || E < 1 || E > 1 << 20)
+            c.st = lpo_errorf(LPO_E_FORMAT, "%s: moe: %lld layers of %lld experts", path, (long long)L,
+                              (long long)E);
+        uint64_t **arr[] = {&r->moe_steps, &r->moe_distinct, &r->moe_pairs};
+        const size_t want[] = {2 * (size_t)L, 2 * (size_t)L, 2 * (size_t)L * (size_t)E};
+        static const char *const key[] = {"steps", "distinct", "pairs"};
+        for (int k = 0; k < 3 && !c.st; k++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key[k]), *x;
+            if (!cJSON_IsArray(v) || (size_t)cJSON_GetArraySize(v) != want[k]) {
+                c.st = lpo_errorf(LPO_E_FORMAT, "%s: moe.%s is not an array of %zu counts", path, key[k],
+                                  want[k]);
+                break;
+            }
+            *arr[k] = lpo_xcalloc(want[k], sizeof(uint64_t), "profile routing");
+            size_t n = 0;
+            cJSON_ArrayForEach(x, v)(*arr[k])[n++] =
+                cJSON_IsNumber(x) && x->valuedouble > 0 ? (uint64_t)x->valuedouble : 0;
+        }
+        if (!c.st) {
+            r->moe_n_layers = (int)L;
+            r->moe_experts = E;
+            r->moe_top_k = inum(&c, o, "top_k");
+        }
+    }
     cJSON_Delete(root);
     if (c.st) lpo_pf_result_free(r);
     return c.st;

@@ -657,6 +657,27 @@ void lpo_pf_write_summary(const lpo_pf_result *r, const lpo_an_static *st, lpo_s
                           "not converged: `lpo ceilings --refresh` on an idle machine).\n",
                           over, 100 * worst);
     }
+    if (r->moe_n_layers) { /* MoE: the routing behind the bytes above */
+        double hit[2], imb[2];
+        int worst[2], layers[2];
+        for (int ph = 0; ph < 2; ph++) lpo_pf_moe_phase(r, ph, &hit[ph], &imb[ph], &worst[ph], &layers[ph]);
+        const double E = (double)r->moe_experts, k = (double)r->moe_top_k;
+        if (layers[0] || layers[1]) lpo_sb_puts(o, "- **Experts.** ");
+        if (layers[1])
+            lpo_sb_printf(o,
+                          "A decode step read %.1f of the %lld experts of each of its %d sparse layers "
+                          "(uniform routing at batch %d: %.1f); the bytes and MBU above count those. The "
+                          "busiest expert took %.2fx its even share of the decode tokens (layer %d). ",
+                          hit[1], (long long)r->moe_experts, layers[1], r->batch,
+                          E * (1.0 - pow(1.0 - k / E, (double)r->batch)), imb[1], worst[1]);
+        if (layers[0])
+            lpo_sb_printf(
+                o,
+                "Prefill steps read %.1f experts per layer; the busiest took %.2fx its share (layer "
+                "%d). ",
+                hit[0], imb[0], worst[0]);
+        if (layers[0] || layers[1]) lpo_sb_puts(o, "Per layer: expert_load.md.\n");
+    }
     if (r->peaks.not_converged[0]) /* a ceiling used that did not converge: never silently */
         lpo_sb_printf(o,
                       "- **Uncertain peaks.** The measured ceilings' %s did not converge (the samples spread "
@@ -824,4 +845,54 @@ void lpo_pf_write_plots(const lpo_pf_result *r, lpo_strbuf *rsvg, lpo_strbuf *rc
         b.part_names[b.n_parts++] = lpo_pf_cat_name((lpo_pf_cat)c);
     }
     lpo_stacked_bars_svg(&b, bsvg);
+}
+
+/* ---- expert load (MoE) ------------------------------------------------------------------------------- */
+static int cmp_u64(const void *a, const void *b) {
+    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+void lpo_pf_write_expert_load(const lpo_pf_result *r, lpo_strbuf *csv, lpo_strbuf *md) {
+    const size_t L = (size_t)r->moe_n_layers, E = (size_t)r->moe_experts;
+    static const char *const names[] = {"prefill", "decode"};
+    lpo_sb_puts(csv, "phase,layer,expert,pairs\n");
+    lpo_sb_printf(
+        md,
+        "# Expert load: %s\n\nThe (token, expert) pairs each expert of each sparse layer was routed "
+        "in the timed runs (expert_load.csv has every expert). Experts per step: the distinct "
+        "experts a step read (what its bytes count). Imbalance: the busiest expert's pairs over "
+        "the mean (1 = even). Idle: experts no token chose.\n",
+        r->model);
+    uint64_t *sorted = malloc((E ? E : 1) * sizeof *sorted);
+    for (int ph = 0; ph < 2 && sorted; ph++) {
+        int header = 0;
+        for (size_t l = 0; l < L; l++) {
+            const size_t at = (size_t)ph * L + l;
+            if (!r->moe_steps[at]) continue;
+            const uint64_t *pr = r->moe_pairs + at * E;
+            uint64_t sum = 0;
+            size_t idle = 0;
+            for (size_t x = 0; x < E; x++) { // expert x
+                lpo_sb_printf(csv, "%s,%zu,%zu,%llu\n", names[ph], l, x, (unsigned long long)pr[x]);
+                sorted[x] = pr[x];
+                sum += pr[x];
+                idle += pr[x] == 0;
+            }
+            qsort(sorted, E, sizeof *sorted, cmp_u64);
+            if (!header++)
+                lpo_sb_printf(
+                    md,
+                    "\n## %s\n\n| layer | steps | experts per step | pairs | per expert min / median / "
+                    "max | idle | imbalance |\n|---:|---:|---:|---:|---|---:|---:|\n",
+                    ph ? "Decode steps" : "Prefill steps");
+            lpo_sb_printf(md, "| %zu | %llu | %.2f | %llu | %llu / %llu / %llu | %zu | %.2f |\n", l,
+                          (unsigned long long)r->moe_steps[at],
+                          (double)r->moe_distinct[at] / (double)r->moe_steps[at], (unsigned long long)sum,
+                          (unsigned long long)sorted[0], (unsigned long long)sorted[E / 2],
+                          (unsigned long long)sorted[E - 1], idle,
+                          sum ? (double)sorted[E - 1] * (double)E / (double)sum : 0.0);
+        }
+    }
+    free(sorted);
 }

@@ -10,9 +10,10 @@
 #include "lpo/core.h"
 
 /* FLOPs and bytes of one op list: decode (batch B at context ctx) or prefill (B sequences of T tokens).
- * Tensor parallel: one rank's list (its parts, its collectives), so MFU and MBU are per GPU. */
-static lpo_status list_costs(const lpo_engine *e, int decode, int B, int64_t t_or_ctx, double *flops,
-                             double *bytes) {
+ * Tensor parallel: one rank's list (its parts, its collectives), so MFU and MBU are per GPU. hit: per layer,
+ * the distinct experts a step of a real routing read (NULL: the uniform expectation). */
+static lpo_status list_costs(const lpo_engine *e, int decode, int B, int64_t t_or_ctx, const double *hit,
+                             double *flops, double *bytes) {
     const lpo_dtype dt = lpo_engine_dtype(e);
     const lpo_dtype_lookup held = {(void *)&dt, lpo_dtype_lookup_uniform};
     const lpo_oplist_opts o = {dt, dt, &held, NULL, lpo_engine_tp(e)};
@@ -20,6 +21,8 @@ static lpo_status list_costs(const lpo_engine *e, int decode, int B, int64_t t_o
     lpo_status st = lpo_oplist_build_phase(lpo_engine_spec(e), decode, B, t_or_ctx, &o, &l);
     *flops = *bytes = 0;
     for (size_t i = 0; st == LPO_OK && i < l.n_ops; i++) {
+        if (hit && l.ops[i].kind == LPO_OP_EXPERTS && l.ops[i].layer >= 0 && hit[l.ops[i].layer] > 0)
+            l.ops[i].experts_hit = hit[l.ops[i].layer];
         *flops += lpo_op_flops(&l.ops[i]);
         *bytes += lpo_op_bytes(&l.ops[i]);
     }
@@ -54,6 +57,38 @@ static lpo_status one_repeat(point_ctx *c, double *ttft_ms, double *decode_ms) {
     if (st == LPO_OK) st = lpo_engine_mark(c->e, 2);
     if (st == LPO_OK) st = lpo_engine_elapsed_ms(c->e, 0, 1, ttft_ms);
     if (st == LPO_OK) st = lpo_engine_elapsed_ms(c->e, 1, 2, decode_ms);
+    return st;
+}
+
+/* MoE: the routing of the timed decode steps (statistics since the reset after the warm-up): per layer the
+ * distinct experts a step read on average (hit, 0 for dense layers), their mean over the sparse layers, the
+ * uniform expectation, and the load imbalance (the busiest expert's pairs over the mean, worst layer). */
+static lpo_status moe_routing(lpo_engine *e, int B, double *hit, lpo_bench_result *out) {
+    const lpo_model_spec *s = lpo_engine_spec(e);
+    const size_t L = (size_t)s->n_layers, E = (size_t)s->moe.n_experts;
+    lpo_moe_stats ms = {0, 0, calloc(2 * L, 8), calloc(2 * L, 8), calloc(2 * L * E, 8)};
+    lpo_status st = ms.steps && ms.distinct && ms.pairs ? lpo_engine_moe_stats(e, &ms, 0)
+                                                        : lpo_errorf(LPO_E_NOMEM, "bench: out of memory");
+    int n = 0;
+    for (size_t l = 0; st == LPO_OK && l < L; l++) {
+        const uint64_t steps = ms.steps[L + l], *pr = ms.pairs + (L + l) * E;
+        if (!steps) continue;
+        hit[l] = (double)ms.distinct[L + l] / (double)steps;
+        out->moe_experts_per_layer += hit[l];
+        uint64_t sum = 0, mx = 0;
+        for (size_t x = 0; x < E; x++) sum += pr[x], mx = pr[x] > mx ? pr[x] : mx;
+        const double imb = sum ? (double)mx * (double)E / (double)sum : 0;
+        if (imb > out->moe_imbalance) out->moe_imbalance = imb;
+        n++;
+    }
+    if (n) {
+        const double k = (double)s->moe.n_experts_used, En = (double)E;
+        out->moe_experts_per_layer /= n;
+        out->moe_experts_uniform = En * (1.0 - pow(1.0 - k / En, (double)B));
+    }
+    free(ms.steps);
+    free(ms.distinct);
+    free(ms.pairs);
     return st;
 }
 
@@ -116,6 +151,10 @@ lpo_status lpo_bench_run(lpo_engine *e, const lpo_bench_point *pt, const lpo_mea
         if (progress) progress(ud, pt, w, 1);
         st = one_repeat(&c, &a, &b);
     }
+    /* MoE: the routing statistics of the timed repeats only */
+    const int moe = st == LPO_OK && lpo_spec_has_moe(s) && lpo_engine_moe_stats(e, NULL, 1) == LPO_OK;
+    if (!moe && st == LPO_OK) lpo_error_clear();
+    double *hit = moe ? calloc((size_t)s->n_layers, sizeof *hit) : NULL;
     size_t n = 0;
     double total_s = 0;
     const uint64_t t0 = lpo_now_ns();
@@ -139,12 +178,14 @@ lpo_status lpo_bench_run(lpo_engine *e, const lpo_bench_point *pt, const lpo_mea
         out->prefill_tok_s = (double)B * (double)pt->prompt / (out->ttft_ms.median / 1e3);
         out->decode_tok_s = steps > 0 ? (double)B * steps / (out->decode_ms.median / 1e3) : 0;
         double pb;
-        st = list_costs(e, 0, B, pt->prompt, &out->prefill_flops, &pb);
+        if (hit && steps > 0) st = moe_routing(e, B, hit, out);
+        if (st == LPO_OK) st = list_costs(e, 0, B, pt->prompt, NULL, &out->prefill_flops, &pb);
         /* decode steps run at contexts P .. P + G - 2: costs are linear in the context, so the step at
          * the mean context has the mean cost (rounded to a whole position) */
         const int64_t mean_ctx = pt->prompt + (pt->gen - 2) / 2;
         if (st == LPO_OK && steps > 0)
-            st = list_costs(e, 1, B, mean_ctx, &out->decode_flops_per_step, &out->decode_bytes_per_step);
+            st = list_costs(e, 1, B, mean_ctx, hit && out->moe_experts_per_layer > 0 ? hit : NULL,
+                            &out->decode_flops_per_step, &out->decode_bytes_per_step);
         const double peak = peaks ? peaks->tflops[lpo_dtype_roof(lpo_engine_dtype(e))] * 1e12 : 0;
         const double bw = peaks ? peaks->dram_gbs * 1e9 : 0;
         if (peak > 0) {
@@ -167,5 +208,6 @@ lpo_status lpo_bench_run(lpo_engine *e, const lpo_bench_point *pt, const lpo_mea
     free(ttft);
     free(dec);
     free(e2e);
+    free(hit);
     return st;
 }

@@ -102,6 +102,9 @@ static const lpo_field full_fields[] = {
     {"mbu_decode_pct", LPO_FIELD_DOUBLE, "%.1f", 0},
     {"prefill_gflop", LPO_FIELD_DOUBLE, "%.1f", 1},
     {"decode_gb_per_step", LPO_FIELD_DOUBLE, "%.3f", 1},
+    {"experts_per_layer", LPO_FIELD_DOUBLE, "%.2f", 1},
+    {"experts_uniform", LPO_FIELD_DOUBLE, "%.2f", 1},
+    {"expert_imbalance", LPO_FIELD_DOUBLE, "%.2f", 1},
     {"peak_tflops", LPO_FIELD_DOUBLE, "%.1f", 1},
     {"dram_gbs", LPO_FIELD_DOUBLE, "%.0f", 1},
     {"peaks", LPO_FIELD_STR, NULL, 1},
@@ -155,6 +158,11 @@ static void add_full_row(lpo_table *t, const context_info *ci, const lpo_bench_r
         if (ci->dram_gbs > 0) lpo_table_set_double(t, "mbu_decode_pct", 100 * r->mbu_decode);
         if (ci->peak_tflops > 0) lpo_table_set_double(t, "mfu_decode_pct", 100 * r->mfu_decode);
         lpo_table_set_double(t, "decode_gb_per_step", r->decode_bytes_per_step / 1e9);
+        if (r->moe_experts_per_layer > 0) { /* MoE: the routing the decode steps read */
+            lpo_table_set_double(t, "experts_per_layer", r->moe_experts_per_layer);
+            lpo_table_set_double(t, "experts_uniform", r->moe_experts_uniform);
+            lpo_table_set_double(t, "expert_imbalance", r->moe_imbalance);
+        }
     }
     lpo_table_set_double(t, "e2e_ms", r->e2e_ms.median);
     lpo_table_set_double(t, "e2e_p10_ms", r->e2e_ms.p10);
@@ -178,7 +186,7 @@ static void add_full_row(lpo_table *t, const context_info *ci, const lpo_bench_r
 }
 
 static void add_short_rows(lpo_table *t, const context_info *ci, const lpo_bench_result *r) {
-    char test[32], pct[32];
+    char test[32], pct[64];
     for (int tg = 0; tg < 2; tg++) {
         if (tg && r->pt.gen <= 1) continue;
         const lpo_stats *s = tg ? &r->decode_ms : &r->ttft_ms;
@@ -194,10 +202,11 @@ static void add_short_rows(lpo_table *t, const context_info *ci, const lpo_bench
         lpo_table_set_double(t, "ms", tg ? r->tpot_ms : r->ttft_ms.median);
         lpo_table_set_bool(t, "converged", r->converged);
         const double v = tg ? r->mbu_decode : r->mfu_prefill;
-        if (v > 0) {
+        if (v > 0 && tg && r->moe_experts_per_layer > 0) /* MoE: MBU of the experts the steps read */
+            snprintf(pct, sizeof pct, "MBU %.1f (%.1f experts/layer)", 100 * v, r->moe_experts_per_layer);
+        else if (v > 0)
             snprintf(pct, sizeof pct, "%s %.1f", tg ? "MBU" : "MFU", 100 * v);
-            lpo_table_set_str(t, "MFU/MBU %", pct);
-        }
+        if (v > 0) lpo_table_set_str(t, "MFU/MBU %", pct);
     }
 }
 

@@ -128,6 +128,13 @@ static lpo_status write_artifacts(const lpo_rundir *rd, const artifacts *x, cons
         lpo_pf_write_summary(x->r, x->st, summary);
         st = lpo_rundir_write(rd, "summary.md", summary->buf, summary->len);
     }
+    if (st == LPO_OK && x->r->moe_n_layers) { /* MoE: tokens per expert, per layer and phase */
+        lpo_strbuf csv = {0};
+        lpo_pf_write_expert_load(x->r, &csv, &sb);
+        st = write_md(rd, "expert_load.csv", &csv);
+        if (st == LPO_OK) st = write_md(rd, "expert_load.md", &sb);
+        lpo_sb_free(&csv);
+    }
     if (st == LPO_OK && x->r->have_breakdown) {
         lpo_table *t = lpo_pf_operators_table(x->r);
         st = lpo_rundir_write_table(rd, "operators", t);

@@ -315,6 +315,17 @@ const lpo_plan *lpo_engine_last_plan(const lpo_engine *e) {
     return e->last ? &e->last->plan : NULL;
 }
 
+lpo_status lpo_engine_moe_stats(lpo_engine *e, lpo_moe_stats *out, int reset) {
+    if (!lpo_spec_has_moe(&e->spec) || !e->be->moe_stats)
+        return lpo_errorf(LPO_E_UNSUPPORTED, "engine: no MoE routing statistics (model '%s', backend '%s')",
+                          e->spec.name, e->be->name);
+    if (out) {
+        out->n_layers = (int)e->spec.n_layers;
+        out->n_experts = e->spec.moe.n_experts;
+    }
+    return e->be->moe_stats(e->ctx, out, reset);
+}
+
 lpo_status lpo_engine_mark(lpo_engine *e, int id) {
     if (id < 0 || id >= LPO_BACKEND_MARKS)
         return lpo_errorf(LPO_E_RANGE, "engine: mark %d outside 0..%d", id, LPO_BACKEND_MARKS - 1);

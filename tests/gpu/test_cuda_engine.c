@@ -8,7 +8,7 @@
  * - decode re-uses its op list; a model or cache that does not fit fails before allocating, in GiB;
  * - non-finite values: overflowing weights fail the step naming the first op; a stored Inf fails the open;
  * - mixture of experts: the MoE fixtures vs HF as above; 4 sequences decoded together equal the CPU backend's
- *   greedy tokens on the GEMV and the grouped path. */
+ *   greedy tokens on the GEMV and the grouped path, with the same routing statistics. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -249,15 +249,29 @@ static void gen4(lpo_engine *e, int32_t out[4][12]) {
     }
 }
 
+/* the routing statistics of an engine (lpo_engine_moe_stats) into st: steps, distinct, pairs */
+typedef struct {
+    uint64_t steps[2 * 8], distinct[2 * 8], pairs[2 * 8 * 16];
+} moe_st;
+static void read_stats(lpo_engine *e, moe_st *st) {
+    memset(st, 0, sizeof *st);
+    lpo_moe_stats ms = {0, 0, st->steps, st->distinct, st->pairs};
+    if (lpo_engine_moe_stats(e, &ms, 1) != LPO_OK) fail_msg("moe stats: %s", lpo_last_error());
+    assert_true(ms.n_layers <= 8 && ms.n_experts <= 16);
+}
+
 static void test_moe_batch(void **state) {
     (void)state;
     for (size_t f = 0; f < sizeof MOE_GOLDEN / sizeof *MOE_GOLDEN; f++) {
         char dir[1024];
         snprintf(dir, sizeof dir, "%s/tests/golden/engine/%s", LPO_SOURCE_DIR, MOE_GOLDEN[f]);
         int32_t ref[4][12], got[4][12];
+        moe_st sref, sgot;
         lpo_model *m = NULL;
         lpo_engine *cpu = open_dir(dir, "cpu", "f32", LPO_EXEC_GRAPH, 0, 4, &m);
+        read_stats(cpu, &sref);
         gen4(cpu, ref);
+        read_stats(cpu, &sref);
         lpo_engine_close(cpu);
         lpo_model_close(m);
         for (int gemv = 1; gemv >= 0; gemv--)
@@ -271,6 +285,8 @@ static void test_moe_batch(void **state) {
                 lpo_engine *e = NULL;
                 if (lpo_engine_open(mg, &o, &e) != LPO_OK) fail_msg("%s: %s", dir, lpo_last_error());
                 gen4(e, got);
+                read_stats(e, &sgot); /* the same routing, counted on the device (router + tally kernels) */
+                assert_memory_equal(&sgot, &sref, sizeof sref);
                 int same = 0;
                 for (int i = 0; i < 4; i++)
                     for (int j = 0; j < 12 && got[i][j] == ref[i][j]; j++) same++;

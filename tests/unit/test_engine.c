@@ -390,6 +390,71 @@ static void test_synthetic_presets(void **state) {
     check_preset("tiny-moe", 16); /* synthetic experts and router weights keep the stream bounded too */
 }
 
+/* MoE routing statistics (lpo_engine_moe_stats) on tiny-moe (6 experts, 2 per token; layers 0 and 2
+ * sparse, 1 dense): a 5-token prefill of one sequence, then 3 decode steps of 2 sequences: per phase and
+ * sparse layer, the steps, pairs = tokens x 2, distinct experts per step between 2 and min(6, 2 tokens),
+ * nothing for the dense layer; reset zeroes; a dense model has none. */
+static void test_moe_stats(void **state) {
+    (void)state;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/conf/model/tiny-moe.yaml", LPO_SOURCE_DIR);
+    lpo_node *cfg = NULL;
+    assert_int_equal(lpo_yaml_load_file(path, &cfg), LPO_OK);
+    lpo_model *m = NULL;
+    assert_int_equal(lpo_model_open(cfg, &m), LPO_OK);
+    lpo_engine_opts o = {LPO_ENGINE_DEFAULTS, .backend = "cpu", .max_seqs = 2, .max_context = 64};
+    lpo_engine *e = NULL;
+    assert_int_equal(lpo_engine_open(m, &o, &e), LPO_OK);
+    const int32_t p0[] = {5, 9, 2, 77, 31}, p1[] = {8, 8};
+    const int32_t *toks[2] = {p0, p1};
+    int slots[2] = {0, 1};
+    int64_t n[2] = {5, 2};
+    float *lg = malloc(2 * 272 * sizeof(float));
+    assert_int_equal(lpo_engine_extend(e, 1, slots, toks, n, 0, lg), LPO_OK);             /* prefill 5 */
+    assert_int_equal(lpo_engine_extend(e, 1, slots + 1, toks + 1, n + 1, 0, lg), LPO_OK); /* prefill 2 */
+    for (int step = 0; step < 3; step++) { /* decode: 2 sequences, one token each */
+        const int32_t a[1] = {(int32_t)(step + 3)}, b[1] = {(int32_t)(step + 40)};
+        const int32_t *t[2] = {a, b};
+        int64_t one[2] = {1, 1};
+        assert_int_equal(lpo_engine_extend(e, 2, slots, t, one, 0, lg), LPO_OK);
+    }
+    uint64_t steps[6], distinct[6], pairs[2 * 3 * 6];
+    lpo_moe_stats ms = {0, 0, steps, distinct, pairs};
+    assert_int_equal(lpo_engine_moe_stats(e, &ms, 1), LPO_OK);
+    assert_int_equal(ms.n_layers, 3);
+    assert_int_equal(ms.n_experts, 6);
+    for (int ph = 0; ph < 2; ph++)
+        for (int l = 0; l < 3; l++) {
+            const uint64_t st = steps[ph * 3 + l], want_steps = l == 1 ? 0 : ph ? 3 : 2;
+            uint64_t sum = 0;
+            for (int x = 0; x < 6; x++) sum += pairs[(ph * 3 + l) * 6 + x];
+            printf("moe stats %s layer %d: %llu steps, %llu distinct, %llu pairs\n",
+                   ph ? "decode" : "prefill", l, (unsigned long long)st,
+                   (unsigned long long)distinct[ph * 3 + l], (unsigned long long)sum);
+            assert_int_equal(st, want_steps);
+            assert_int_equal(sum, l == 1 ? 0 : 2 * (ph ? 6 : 7)); /* tokens x 2 */
+            if (l != 1) {
+                assert_true(distinct[ph * 3 + l] >= 2 * st);
+                assert_true(distinct[ph * 3 + l] <= (ph ? 12 : 10)); /* 3 steps x <= 4; 6 + 4 */
+            }
+        }
+    assert_int_equal(lpo_engine_moe_stats(e, &ms, 0), LPO_OK); /* after the reset: zero */
+    for (int i = 0; i < 6; i++) assert_int_equal(steps[i] + distinct[i], 0);
+    lpo_engine_close(e);
+    lpo_model_close(m);
+    lpo_node_free(cfg);
+    free(lg);
+    lpo_model_spec d = test_spec(); /* a dense model: none */
+    test_weights w;
+    assert_int_equal(test_weights_open(&d, &w), LPO_OK);
+    lpo_weight_source ws = {&w, test_view};
+    o.max_seqs = 1;
+    assert_int_equal(lpo_engine_open_weights(&d, &ws, NULL, &o, &e), LPO_OK);
+    assert_int_equal(lpo_engine_moe_stats(e, &ms, 0), LPO_E_UNSUPPORTED);
+    lpo_engine_close(e);
+    test_weights_free(&w);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batched_logits_equal_single),
@@ -400,6 +465,7 @@ int main(void) {
         cmocka_unit_test(test_bad_inputs),
         cmocka_unit_test(test_op_events),
         cmocka_unit_test(test_synthetic_presets),
+        cmocka_unit_test(test_moe_stats),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -325,7 +325,8 @@ static void test_batch_cost_matches_engine(void **state) {
     int64_t prompt[2] = {(int64_t)d->samples[0].n_tokens, (int64_t)d->samples[1].n_tokens}, steps[2] = {3, 3};
     lpo_an_cost pre, dec;
     int64_t n_pre;
-    assert_int_equal(lpo_pf_batch_cost(spec, 2, prompt, steps, 8, &r.dt, &pk, &pre, &n_pre, &dec), LPO_OK);
+    assert_int_equal(lpo_pf_batch_cost(spec, 2, prompt, steps, 8, &r.dt, &pk, NULL, &pre, &n_pre, &dec),
+                     LPO_OK);
     assert_rel(flops[0], pre.flops, 1e-12);
     assert_rel(flops[1], dec.flops, 1e-12);
     assert_int_equal(r.bd[0].steps, n_pre);

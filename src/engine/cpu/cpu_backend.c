@@ -87,6 +87,9 @@ typedef struct {
     const uint32_t **row_seen;
     lpo_group_callback cb;
     void *cb_ud;
+    /* MoE routing statistics (lpo_moe_stats): [2][n_layers], [2][n_layers], [2][n_layers][n_experts] */
+    uint64_t *moe_steps, *moe_distinct, *moe_pairs;
+    uint8_t *moe_hit; /* [n_experts] scratch of one tally */
 } cpu_ctx;
 
 /* Threads for the next step. With infer.threads = 0 the step uses the cores that other work leaves free
@@ -524,6 +527,41 @@ static lpo_status cpu_plan(void *vctx, const lpo_oplist *l, lpo_plan *out) {
     return LPO_OK;
 }
 
+/* The routing a router op just made (route_ids, m tokens x top_k) into the statistics of its layer and the
+ * step's phase (1: a decode step). */
+static void moe_tally(cpu_ctx *c, const lpo_op *op, int decode) {
+    if (!c->moe_steps || op->layer < 0 || op->layer >= c->spec.n_layers) return;
+    const int64_t E = c->spec.moe.n_experts, L = c->spec.n_layers, at = (int64_t)decode * L + op->layer;
+    memset(c->moe_hit, 0, (size_t)E);
+    uint64_t *pairs = c->moe_pairs + at * E, distinct = 0;
+    for (int64_t i = 0; i < op->m * op->top_k; i++) { // pair i's expert
+        const int32_t e = c->route_ids[i];
+        if (e < 0 || e >= E) continue;
+        pairs[e]++;
+        distinct += !c->moe_hit[e];
+        c->moe_hit[e] = 1;
+    }
+    c->moe_steps[at]++;
+    c->moe_distinct[at] += distinct;
+}
+
+static lpo_status cpu_moe_stats(void *vctx, lpo_moe_stats *out, int reset) {
+    cpu_ctx *c = vctx;
+    if (!c->moe_steps) return lpo_errorf(LPO_E_UNSUPPORTED, "cpu backend: the model has no MoE layer");
+    const size_t nl = 2 * (size_t)c->spec.n_layers, np = nl * (size_t)c->spec.moe.n_experts;
+    if (out) {
+        memcpy(out->steps, c->moe_steps, nl * sizeof(uint64_t));
+        memcpy(out->distinct, c->moe_distinct, nl * sizeof(uint64_t));
+        memcpy(out->pairs, c->moe_pairs, np * sizeof(uint64_t));
+    }
+    if (reset) {
+        memset(c->moe_steps, 0, nl * sizeof(uint64_t));
+        memset(c->moe_distinct, 0, nl * sizeof(uint64_t));
+        memset(c->moe_pairs, 0, np * sizeof(uint64_t));
+    }
+    return LPO_OK;
+}
+
 static lpo_status run_step(cpu_ctx *c, const lpo_oplist *l, const lpo_plan *p, const lpo_step_data *d,
                            lpo_step_out *out) {
     const int64_t T = l->n_tokens;
@@ -544,6 +582,8 @@ static lpo_status run_step(cpu_ctx *c, const lpo_oplist *l, const lpo_plan *p, c
                               (long long)c->cfg.max_context);
     const int32_t *tokens = step_tokens(c, d, T);
     const size_t n_ref = c->n_ops;
+    int decode = T == d->n_seqs; /* every sequence brings one token */
+    for (int i = 0; i < d->n_seqs; i++) decode &= d->n_new[i] == 1;
     for (size_t g = 0; g < p->n_groups; g++) {
         const lpo_plan_group *grp = &p->groups[g];
         if (c->cb) c->cb(c->cb_ud, l, p, g, 0);
@@ -563,6 +603,7 @@ static lpo_status run_step(cpu_ctx *c, const lpo_oplist *l, const lpo_plan *p, c
             }
             lpo_status st = run_op_at(c, l, i, d, tokens);
             if (st != LPO_OK) return st;
+            if (op->kind == LPO_OP_ROUTER) moe_tally(c, op, decode);
         }
         if (c->cb) c->cb(c->cb_ud, l, p, g, 1);
     }
@@ -794,6 +835,10 @@ static void cpu_free(void *vctx) {
     free(c->row_stream);
     free(c->row_step);
     free((void *)c->row_seen);
+    free(c->moe_steps);
+    free(c->moe_distinct);
+    free(c->moe_pairs);
+    free(c->moe_hit);
     free(c);
 }
 
@@ -990,6 +1035,15 @@ static lpo_status cpu_init_model(cpu_ctx *c) {
     c->row_seen = calloc((size_t)T, sizeof *c->row_seen);
     if (!c->row_samp || !c->row_stream || !c->row_step || !c->row_seen)
         return lpo_errorf(LPO_E_NOMEM, "cpu backend: out of memory");
+    if (moe) { /* routing statistics */
+        const size_t nl = 2 * (size_t)L, E = (size_t)s->moe.n_experts;
+        c->moe_steps = calloc(nl, sizeof(uint64_t));
+        c->moe_distinct = calloc(nl, sizeof(uint64_t));
+        c->moe_pairs = calloc(nl * E, sizeof(uint64_t));
+        c->moe_hit = calloc(E, 1);
+        if (!c->moe_steps || !c->moe_distinct || !c->moe_pairs || !c->moe_hit)
+            return lpo_errorf(LPO_E_NOMEM, "cpu backend: out of memory");
+    }
     /* RoPE tables: angle = float(pos) * inv_freq (f32, as HF), cos/sin times the attention scaling */
     float *inv = malloc((size_t)(hd / 2 + 1) * sizeof(float)), scale = 1;
     st = inv ? lpo_rope_inv_freq(s, inv, &scale) : lpo_errorf(LPO_E_NOMEM, "cpu backend: out of memory");
@@ -1049,6 +1103,7 @@ const lpo_backend_iface *lpo_backend_cpu(void) {
         .tp_open = cpu_tp_open,
         .tp_abort = cpu_tp_abort,
         .tp_close = cpu_tp_close,
+        .moe_stats = cpu_moe_stats,
     };
     return &cpu;
 }

@@ -213,6 +213,7 @@ const lpo_backend_iface *lpo_backend_cuda(void) {
         .tp_abort = lpo__cuda_tp_abort,
         .tp_close = lpo__cuda_tp_close,
 #endif
+        .moe_stats = lpo__cuda_moe_stats,
     };
     return &cuda;
 }

@@ -62,6 +62,11 @@ typedef struct {
                                  i32 */
     float *moe_logits;        /* MoE: the router's logits [max_step_tokens][n_experts] f32 */
     lpo_cuda_moe_ws moe_ws;   /* MoE: the routed experts' workspace for max_step_tokens */
+    /* MoE routing statistics (lpo_moe_stats): the step's pairs per expert [L][E] (the routers add, the
+     * step's tally moves them), sparse layers [L], the sums [2][L], [2][L], [2][L][E] */
+    int32_t *d_moe_counts;
+    uint8_t *d_moe_sparse;
+    unsigned long long *d_moe_steps, *d_moe_distinct, *d_moe_pairs;
     int32_t *d_ids, *d_tokens, *d_tok_slot;
     int64_t *d_tok_pos;
     void *kcache, *vcache;      /* [n_layers][max_seqs][max_context][kvd] in dt */
@@ -134,6 +139,7 @@ typedef struct {
     float *route_logits;
     int32_t *eids;
     lpo_cuda_moe_ws moe;
+    int32_t *moe_counts; /* ROUTER in a step: its layer's row of the routing statistics (NULL: none) */
 } cuda_args;
 
 /* ---- cuda_weights.c ---- */
@@ -181,6 +187,8 @@ void *lpo__cuda_tp_comm(void *shared, int rank);
  * with one participant the first leaves the buffer and the second copies. */
 lpo_status lpo__cuda_all_reduce(cuda_ctx *c, const lpo_op *op, void *buf);
 lpo_status lpo__cuda_all_gather(cuda_ctx *c, const lpo_op *op, const float *part, float *out);
+/* The routing statistics (lpo_moe_stats) of the MoE model of c; out NULL: only the reset. */
+lpo_status lpo__cuda_moe_stats(void *ctx, lpo_moe_stats *out, int reset);
 
 /* ---- cuda_run_op.c ---- */
 lpo_status lpo__cuda_run_op(void *ctx, const lpo_op *op, lpo_op_io *io);

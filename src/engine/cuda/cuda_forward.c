@@ -42,6 +42,8 @@ static lpo_status bind_step(cuda_ctx *c, const lpo_oplist *l, size_t i, const lp
         a->eids = c->buf[LPO_BUF_ROUTE_IDS];
         a->route_logits = c->moe_logits;
         a->moe = c->moe_ws;
+        if (op->kind == LPO_OP_ROUTER && c->d_moe_counts && op->layer >= 0)
+            a->moe_counts = c->d_moe_counts + (int64_t)op->layer * c->spec.moe.n_experts;
     }
     if (op->kind == LPO_OP_LM_HEAD && op->m != l->n_tokens) {
         const int64_t h = op->k;
@@ -277,6 +279,32 @@ static lpo_status run_groups(cuda_ctx *c, const lpo_oplist *l, const lpo_plan *p
     return st;
 }
 
+/* The step's routing into the statistics (phase 1: a decode step), after its last router. */
+static lpo_status moe_tally(cuda_ctx *c, int phase) {
+    if (!c->d_moe_counts) return LPO_OK;
+    return lpo_cuda_moe_tally(c->d_moe_counts, c->d_moe_sparse, c->d_moe_steps, c->d_moe_distinct,
+                              c->d_moe_pairs, c->spec.n_layers, c->spec.moe.n_experts, phase, c->stream);
+}
+
+lpo_status lpo__cuda_moe_stats(void *vctx, lpo_moe_stats *out, int reset) {
+    cuda_ctx *c = vctx;
+    if (!c->d_moe_counts) return lpo_errorf(LPO_E_UNSUPPORTED, "cuda backend: the model has no MoE layer");
+    const size_t nl = 2 * (size_t)c->spec.n_layers, np = nl * (size_t)c->spec.moe.n_experts;
+    CU(cudaStreamSynchronize(c->stream), "moe statistics");
+    if (out) {
+        CU(cudaMemcpy(out->steps, c->d_moe_steps, nl * 8, cudaMemcpyDeviceToHost), "moe statistics");
+        CU(cudaMemcpy(out->distinct, c->d_moe_distinct, nl * 8, cudaMemcpyDeviceToHost), "moe statistics");
+        CU(cudaMemcpy(out->pairs, c->d_moe_pairs, np * 8, cudaMemcpyDeviceToHost), "moe statistics");
+    }
+    if (reset) {
+        CU(cudaMemsetAsync(c->d_moe_steps, 0, nl * 8, c->stream), "moe statistics");
+        CU(cudaMemsetAsync(c->d_moe_distinct, 0, nl * 8, c->stream), "moe statistics");
+        CU(cudaMemsetAsync(c->d_moe_pairs, 0, np * 8, c->stream), "moe statistics");
+        CU(cudaStreamSynchronize(c->stream), "moe statistics");
+    }
+    return LPO_OK;
+}
+
 /* Every sequence brings one token: the step shape that is captured as a graph and replayed. */
 static int is_decode(const lpo_oplist *l, const lpo_step_data *d) {
     if (l->n_tokens != d->n_seqs) return 0;
@@ -362,6 +390,7 @@ static lpo_status decode_graph(cuda_ctx *c, const lpo_oplist *l, const lpo_plan 
     if (c->pdl) lpo_cuda_pdl_begin(c->stream);
     lpo_status st = step_prologue(c, d, l->n_tokens);
     if (st == LPO_OK) st = run_groups(c, l, p, d, 0, ng, &none);
+    if (st == LPO_OK) st = moe_tally(c, 1);
     lpo_cuda_pdl_end();
     c->capturing = 0;
     cudaGraph_t graph = NULL;
@@ -423,6 +452,7 @@ lpo_status lpo__cuda_forward(void *vctx, const lpo_oplist *l, const lpo_plan *p,
     } else if (st == LPO_OK) {
         st = step_prologue(c, d, T);
         if (st == LPO_OK) st = run_groups(c, l, p, d, 0, p->n_groups, out);
+        if (st == LPO_OK) st = moe_tally(c, decode);
     }
     if (st == LPO_OK && out->logits && !l->sample)
         if (cudaMemcpyAsync(out->logits, c->buf[LPO_BUF_LOGITS],

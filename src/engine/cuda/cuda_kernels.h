@@ -273,10 +273,18 @@ typedef struct {
 } lpo_cuda_route_opts;
 /* ids (m, k) int32 = the k experts of largest logit, descending, the lower index first among equal logits
  * (a NaN logit ranks below every number); w (m, k) f32 = their probabilities p as lpo_cpu_router rounds them
- * (float of the double quotient), divided by the double sum of the k floats when norm_topk. One warp per
+ * (float of the double quotient), divided by the double sum of the k floats when norm_topk. counts (E,)
+ * int32 (NULL: none): counts[e] += the tokens that chose e (the step's routing statistics). One warp per
  * token. A decode-step kernel (PDL). */
 lpo_status lpo_cuda_router_topk(float *w, int32_t *ids, const float *logits, int64_t m,
-                                const lpo_cuda_route_opts *o, cudaStream_t stream);
+                                const lpo_cuda_route_opts *o, int32_t *counts, cudaStream_t stream);
+/* The routing statistics of a step (lpo_moe_stats): counts [L][E] int32 holds the step's (token, expert)
+ * pairs per layer (the routers add them: lpo_cuda_router_topk's counts); for each layer l with sparse[l]:
+ * pairs[phase][l][e] += counts[l][e], distinct[phase][l] += the experts with a count, steps[phase][l] += 1;
+ * counts zeroed for the next step. One block per layer. */
+lpo_status lpo_cuda_moe_tally(int32_t *counts, const uint8_t *sparse, unsigned long long *steps,
+                              unsigned long long *distinct, unsigned long long *pairs, int64_t L, int64_t E,
+                              int phase, cudaStream_t stream);
 
 /* ---- mixture of experts: routed experts (experts.cu) ------------------------------------------------------
  * y (m, h) [dt] = for each token t, sum over its k chosen experts e = ids[t, j] of

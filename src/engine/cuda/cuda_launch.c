@@ -95,7 +95,7 @@ static lpo_status launch_router(cuda_ctx *c, const lpo_op *op, const cuda_args *
     TRY(lpo__cuda_route_opts(op, &o));
     TRY(lpo__cuda_linear(c, a->route_logits, LPO_DT_F32, a->in[0], a->W, NULL, op->m, op->n_experts, op->k,
                          c->stream));
-    return lpo_cuda_router_topk(a->out, a->eids, a->route_logits, op->m, &o, c->stream);
+    return lpo_cuda_router_topk(a->out, a->eids, a->route_logits, op->m, &o, a->moe_counts, c->stream);
 }
 /* The routed experts: in[0] x, in[1] the f32 routing weights, eids the chosen experts (experts.cu). */
 static lpo_status launch_experts(cuda_ctx *c, const lpo_op *op, const cuda_args *a) {

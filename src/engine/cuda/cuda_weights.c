@@ -149,6 +149,11 @@ static lpo_status layout(cuda_ctx *c, const lpo_oplist *ref, void *staging, char
         c->moe_logits = carve(c, (double)T * (double)E * 4.0);
         void *ws = carve(c, (double)lpo_cuda_moe_ws_bytes(T, s->hidden_size, I, E, K, c->dt));
         if (ws) c->moe_ws = lpo_cuda_moe_ws_carve(ws, T, s->hidden_size, I, E, K, c->dt);
+        c->d_moe_counts = carve(c, (double)L * (double)E * 4.0); /* routing statistics */
+        c->d_moe_sparse = carve(c, (double)L);
+        c->d_moe_steps = carve(c, 2.0 * (double)L * 8.0);
+        c->d_moe_distinct = carve(c, 2.0 * (double)L * 8.0);
+        c->d_moe_pairs = carve(c, 2.0 * (double)L * (double)E * 8.0);
     }
     c->kcache = carve(c, (double)L * S * ctx * kvd * (double)c->es);
     c->vcache = carve(c, (double)L * S * ctx * kvd * (double)c->es);
@@ -284,6 +289,18 @@ lpo_status lpo__cuda_init_model(cuda_ctx *c) {
     CU(cudaMemsetAsync(c->d_last, 0, (size_t)c->cfg.max_seqs * 4, c->stream), "sampling state");
     if (c->sample_ws_bytes)
         CU(cudaMemsetAsync(c->sample_ws, 0, c->sample_ws_bytes, c->stream), "sampler workspace");
+    uint8_t sparse[LPO_MAX_LAYERS]; /* routing statistics: zero; which layers are sparse (copied below) */
+    if (c->d_moe_counts) {
+        const size_t L = (size_t)s->n_layers, E = (size_t)s->moe.n_experts;
+        for (size_t l = 0; l < L && l < LPO_MAX_LAYERS; l++)
+            sparse[l] = lpo_spec_layer_is_moe(s, (int64_t)l) != 0;
+        CU(cudaMemsetAsync(c->d_moe_counts, 0, L * E * 4, c->stream), "routing statistics");
+        CU(cudaMemsetAsync(c->d_moe_steps, 0, 2 * L * 8, c->stream), "routing statistics");
+        CU(cudaMemsetAsync(c->d_moe_distinct, 0, 2 * L * 8, c->stream), "routing statistics");
+        CU(cudaMemsetAsync(c->d_moe_pairs, 0, 2 * L * E * 8, c->stream), "routing statistics");
+        CU(cudaMemcpyAsync(c->d_moe_sparse, sparse, L, cudaMemcpyHostToDevice, c->stream),
+           "routing statistics");
+    }
     /* every slot greedy until set_sampling says otherwise */
     const lpo_sampling greedy = {0, 0, 1, 1, 0};
     lpo_cuda_sample_slot gp;

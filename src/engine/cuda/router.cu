@@ -27,7 +27,7 @@ __device__ __forceinline__ bool beats(float v, int e, float bv, int be) {
 
 __global__ void __launch_bounds__(ROUTER_WARPS * 32)
     router_topk(float *__restrict__ w, int32_t *__restrict__ ids, const float *__restrict__ logits, int64_t m,
-                int E, int k, int norm) {
+                int E, int k, int norm, int32_t *__restrict__ counts) {
     extern __shared__ uint32_t taken_all[]; /* [warp][ceil(E / 32)] */
     lpo_pdl_start();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, words = (E + 31) / 32;
@@ -67,6 +67,7 @@ __global__ void __launch_bounds__(ROUTER_WARPS * 32)
         if (lane == 0) {
             ids[t * k + j] = be;
             w[t * k + j] = p;
+            if (counts) atomicAdd(&counts[be], 1);
         }
         __syncwarp();
     }
@@ -75,7 +76,8 @@ __global__ void __launch_bounds__(ROUTER_WARPS * 32)
 }
 
 extern "C" lpo_status lpo_cuda_router_topk(float *w, int32_t *ids, const float *logits, int64_t m,
-                                           const lpo_cuda_route_opts *o, cudaStream_t stream) {
+                                           const lpo_cuda_route_opts *o, int32_t *counts,
+                                           cudaStream_t stream) {
     if (m < 1 || o->n_experts < 1 || o->n_experts > LPO_CUDA_MOE_MAX_EXPERTS || o->top_k < 1 ||
         o->top_k > o->n_experts || m > INT32_MAX)
         return lpo_errorf(LPO_E_UNSUPPORTED,
@@ -90,8 +92,44 @@ extern "C" lpo_status lpo_cuda_router_topk(float *w, int32_t *ids, const float *
     const size_t smem = (size_t)ROUTER_WARPS * (size_t)((E + 31) / 32) * sizeof(uint32_t);
     const unsigned blocks = (unsigned)((m + ROUTER_WARPS - 1) / ROUTER_WARPS);
     LPO_CU_CHECK(lpo_launch(router_topk, dim3(blocks), dim3(ROUTER_WARPS * 32), smem, stream, w, ids, logits,
-                            m, E, (int)o->top_k, o->norm_topk ? 1 : 0),
+                            m, E, (int)o->top_k, o->norm_topk ? 1 : 0, counts),
                  "router");
     LPO_CU_LAUNCHED("router");
+    return LPO_OK;
+}
+
+/* ---- routing statistics of a step ---------------------------------------------------------------------- */
+__global__ void __launch_bounds__(256)
+    moe_tally(int32_t *__restrict__ counts, const uint8_t *__restrict__ sparse, unsigned long long *steps,
+              unsigned long long *distinct, unsigned long long *pairs, int L, int E, int phase) {
+    __shared__ float red[33];
+    lpo_pdl_start(); /* the routers' counts are this step's */
+    const int l = blockIdx.x;
+    if (!sparse[l]) return; /* block-uniform */
+    int32_t *c = counts + (int64_t)l * E;
+    unsigned long long *pr = pairs + ((int64_t)phase * L + l) * E;
+    float hit = 0;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        const int32_t v = c[e];
+        if (v) {
+            pr[e] += (unsigned long long)v;
+            c[e] = 0;
+            hit += 1;
+        }
+    }
+    hit = lpo_block_sum(hit, red);
+    if (threadIdx.x == 0) {
+        distinct[(int64_t)phase * L + l] += (unsigned long long)(hit + 0.5f);
+        steps[(int64_t)phase * L + l] += 1;
+    }
+}
+
+extern "C" lpo_status lpo_cuda_moe_tally(int32_t *counts, const uint8_t *sparse, unsigned long long *steps,
+                                         unsigned long long *distinct, unsigned long long *pairs, int64_t L,
+                                         int64_t E, int phase, cudaStream_t stream) {
+    LPO_CU_CHECK(lpo_launch(moe_tally, dim3((unsigned)L), dim3(256), 0, stream, counts, sparse, steps,
+                            distinct, pairs, (int)L, (int)E, phase),
+                 "moe_tally");
+    LPO_CU_LAUNCHED("moe_tally");
     return LPO_OK;
 }
