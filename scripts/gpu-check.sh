@@ -92,6 +92,15 @@ if [ -x "$build/lpo" ]; then
   if [ "${GPU_CHECK_TESTS:-}" != none ] && command -v compute-sanitizer >/dev/null && [ -x "$bt" ]; then
     step "memcheck engine" compute-sanitizer --tool memcheck --error-exitcode 9 "$bt"
   fi
+  # the MoE kernels (router, GEMV and grouped experts, routing statistics) through the engine on the three
+  # tiny MoE fixtures, graph and eager, engine.gemv on and off: memcheck, and racecheck (shared-memory tiles
+  # of the grouped GEMM, the prep block's counters, the router's bitmaps)
+  et="$build/tests/gpu_test_cuda_engine"
+  if [ "${GPU_CHECK_TESTS:-}" != none ] && command -v compute-sanitizer >/dev/null && [ -x "$et" ]; then
+    step "memcheck moe" env LPO_TEST_ONLY=test_moe_batch compute-sanitizer --tool memcheck --error-exitcode 9 "$et"
+    [ "${GPU_CHECK_RACE:-1}" != 0 ] && step "racecheck moe" env LPO_TEST_ONLY=test_moe_batch \
+      compute-sanitizer --tool racecheck --error-exitcode 9 "$et"
+  fi
   # lpo bench at the points (synthetic weights, bf16, graphs); tables printed before the summary
   # (measured ceilings first: MBU and MFU against this GPU's bandwidth and GEMM peak, not the spec sheet)
   if [ "${GPU_CHECK_BENCH:-1}" != 0 ]; then
