@@ -392,10 +392,16 @@ lpo_status lpo_opcheck_run(const lpo_backend_iface *be, void *ctx, lpo_dtype dt,
         } else {
             compare(d.out, d.out_ref, d.n_out, dt, r, "output");
         }
-        if (op->kind == LPO_OP_ROUTER) /* the same experts, in the same order */
+        /* ROUTER: the same experts, in the same order. Both sides route from the same values in f32 but sum
+         * in different orders (~1e-6 relative): where two logits are that close (a near tie) either order
+         * is right, which shows as equal weights at that rank; any other difference is a mismatch. */
+        if (op->kind == LPO_OP_ROUTER)
             for (int64_t i = 0; i < op->m * op->top_k; i++) {
                 r->n_checked++;
-                if (d.eids[i] != d.eids_ref[i] && !r->ids_mismatch++ && !r->msg[0])
+                const double wr = fabs((double)d.out_ref[i]),
+                             dw = fabs((double)d.out[i] - (double)d.out_ref[i]);
+                if (d.eids[i] != d.eids_ref[i] && !(d.eids[i] >= 0 && dw <= 1e-4 * wr + 1e-12) &&
+                    !r->ids_mismatch++ && !r->msg[0])
                     snprintf(r->msg, sizeof r->msg, "token %lld rank %lld: expert %d vs reference %d",
                              (long long)(i / op->top_k), (long long)(i % op->top_k), (int)d.eids[i],
                              (int)d.eids_ref[i]);
