@@ -19,8 +19,8 @@ cd "$(dirname "$0")/.."
 bundle_deps() {
   local dir=$1 multi
   multi=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
-  mkdir -p "$dir/include/cjson" "$dir/lib/pkgconfig"
-  for pc in yaml-0.1 libcjson libpcre2-8 libutf8proc cmocka; do
+  mkdir -p "$dir/include/cjson" "$dir/include/libpng16" "$dir/lib/pkgconfig"
+  for pc in yaml-0.1 libcjson libpcre2-8 libutf8proc cmocka libpng libjpeg zlib; do
     local f=/usr/lib/$multi/pkgconfig/$pc.pc
     [ -f "$f" ] || { echo "gpu-check: $f missing (run scripts/setup-deps.sh)" >&2; return 1; }
     sed -e "s|/usr/lib/$multi|\${pcfiledir}/..|g; s|\${prefix}/lib/$multi|\${pcfiledir}/..|g" \
@@ -28,8 +28,13 @@ bundle_deps() {
         "$f" >"$dir/lib/pkgconfig/$pc.pc"
   done
   cp -L /usr/lib/$multi/libyaml*.so* /usr/lib/$multi/libcjson.so* /usr/lib/$multi/libpcre2-8.so* \
-        /usr/lib/$multi/libutf8proc.so* /usr/lib/$multi/libcmocka.so* "$dir/lib/"
-  cp /usr/include/yaml.h /usr/include/pcre2.h /usr/include/utf8proc.h /usr/include/cmocka.h "$dir/include/"
+        /usr/lib/$multi/libutf8proc.so* /usr/lib/$multi/libcmocka.so* /usr/lib/$multi/libpng16.so* \
+        /usr/lib/$multi/libjpeg.so* /usr/lib/$multi/libz.so* "$dir/lib/"
+  cp /usr/include/yaml.h /usr/include/pcre2.h /usr/include/utf8proc.h /usr/include/cmocka.h \
+     /usr/include/jpeglib.h /usr/include/jmorecfg.h /usr/include/jerror.h /usr/include/$multi/jconfig.h \
+     /usr/include/zlib.h /usr/include/zconf.h "$dir/include/"
+  cp /usr/include/libpng16/png.h /usr/include/libpng16/pngconf.h /usr/include/libpng16/pnglibconf.h \
+     "$dir/include/libpng16/"
   cp /usr/include/cjson/cJSON.h "$dir/include/cjson/"
   echo "gpu-check: dependencies bundled in $dir ($(du -sh "$dir" | cut -f1))"
 }
