@@ -68,6 +68,7 @@ step() {
   local res=ok
   [ $rc -ne 0 ] && res="FAILED (exit $rc)" && fail=1
   rows+=("$name|$res|$secs")
+  echo "==== $name: $res in $secs s"   # as it goes: a run cut off by a time limit still shows each result
   return $rc
 }
 
@@ -83,6 +84,7 @@ if [ -x "$build/lpo" ]; then
   [ "${GPU_CHECK_TESTS:-}" != none ] &&
     step "ctest -L gpu" bash -c "cd '$build' && ctest -L gpu ${GPU_CHECK_TESTS:+-R '$GPU_CHECK_TESTS'} \
       -V -O ctest-gpu.log >/dev/null"
+  [ -f "$build/ctest-gpu.log" ] && grep -E '^ *[0-9]+/[0-9]+ Test|tests passed' "$build/ctest-gpu.log"
   # the CUDA kernels under compute-sanitizer: memcheck on every kernel test, racecheck on the attention
   # kernels (shared-memory tiles); timing skipped (LPO_TEST_BENCH=0). (racecheck over test_sample ran past
   # 60 s on an H100 and is left out.)
@@ -103,7 +105,7 @@ if [ -x "$build/lpo" ]; then
   et="$build/tests/gpu_test_cuda_engine"
   if [ "${GPU_CHECK_TESTS:-}" != none ] && command -v compute-sanitizer >/dev/null && [ -x "$et" ]; then
     step "memcheck moe" env LPO_TEST_ONLY=test_moe_batch compute-sanitizer --tool memcheck --error-exitcode 9 "$et"
-    [ "${GPU_CHECK_RACE:-1}" != 0 ] && step "racecheck moe" env LPO_TEST_ONLY=test_moe_batch \
+    [ "${GPU_CHECK_RACE:-1}" != 0 ] && step "racecheck moe" env LPO_TEST_ONLY=test_moe_batch LPO_TEST_QUICK=1 \
       compute-sanitizer --tool racecheck --error-exitcode 9 "$et"
   fi
   # lpo bench at the issue's points (synthetic weights, bf16, graphs); tables printed before the summary
