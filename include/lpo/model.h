@@ -14,9 +14,9 @@
 #include "lpo/status.h"
 
 /* ---- architecture spec --------------------------------------------------------------------------------- */
-/* Decoder-only families: dense (llama, mistral, qwen2, qwen3) and mixture-of-experts (mixtral, qwen3_moe:
- * the expert fields of lpo_model_spec.moe). A vision encoder becomes a second spec hung off the model, not
- * a new arch of this enum. */
+/* Decoder-only families: dense (llama, mistral, qwen2, qwen3) and mixture-of-experts (mixtral, qwen3_moe,
+ * deepseek_ocr2_text: the expert fields of lpo_model_spec.moe). A vision encoder becomes a second spec hung
+ * off the model, not a new arch of this enum. */
 typedef enum {
     LPO_ARCH_LLAMA,
     LPO_ARCH_MISTRAL,
@@ -25,11 +25,24 @@ typedef enum {
     LPO_ARCH_MIXTRAL,   /* mistral attention; every layer's MLP is routed experts (block_sparse_moe) */
     LPO_ARCH_QWEN3_MOE, /* qwen3 attention (q/k norm); routed experts, dense layers by mlp_only_layers and
                            decoder_sparse_step */
+    LPO_ARCH_DEEPSEEK_OCR2_TEXT, /* DeepSeek-OCR-2's text model: llama attention (MHA, rotate-half RoPE);
+                                    dense MLPs and DeepSeek MoE layers by mlp_layer_types (routed experts by
+                                    softmax, greedy or group-limited, scaled; always-on shared experts) */
     LPO_ARCH_COUNT
 } lpo_arch;
 typedef enum { LPO_ROPE_NONE, LPO_ROPE_LINEAR, LPO_ROPE_LLAMA3, LPO_ROPE_YARN } lpo_rope_scaling;
 typedef enum { LPO_ACT_SILU, LPO_ACT_GELU_TANH } lpo_activation;
 typedef enum { LPO_NORM_RMS } lpo_norm_kind;
+/* How a router scores its experts: softmax over the logits (mixtral, qwen3_moe, deepseek v2), or a sigmoid
+ * per logit (deepseek v3). */
+typedef enum { LPO_SCORE_SOFTMAX, LPO_SCORE_SIGMOID } lpo_moe_scoring;
+/* How a router picks its k experts (docs/engine.md "Routing"): GREEDY the k best scores; GROUP_LIMITED
+ * (deepseek v2's group_limited_greedy) the k best within the topk_group groups whose best score is highest;
+ * NOAUX_TC (deepseek v3) the k best of score + e_score_correction_bias within the topk_group groups whose two
+ * best such values sum highest. */
+typedef enum { LPO_TOPK_GREEDY, LPO_TOPK_GROUP_LIMITED, LPO_TOPK_NOAUX_TC } lpo_moe_topk;
+const char *lpo_moe_scoring_name(lpo_moe_scoring s); /* "softmax", "sigmoid" */
+const char *lpo_moe_topk_name(lpo_moe_topk t);       /* "greedy", "group_limited_greedy", "noaux_tc" */
 
 const char *lpo_arch_name(lpo_arch a);
 /* Maps an HF `architectures[0]` ("LlamaForCausalLM") or `model_type` ("llama") or a GGUF
@@ -66,11 +79,13 @@ typedef struct {
     int32_t bos_id;         /* -1 when none */
     int32_t eos_ids[LPO_MAX_EOS];
     int n_eos;
-    /* Mixture of experts (mixtral, qwen3_moe; n_experts 0 = a dense model). The MLP of a sparse layer
-     * (lpo_spec_layer_is_moe) is a router, a linear hidden -> n_experts whose softmax picks n_experts_used
-     * experts per token, and n_experts SwiGLU MLPs of intermediate_size each; the chosen experts' outputs
-     * are summed, weighted by their router probabilities (renormalised over the chosen when
-     * norm_topk_prob). Dense layers use the model's intermediate_size. No shared experts. */
+    /* Mixture of experts (mixtral, qwen3_moe, deepseek_ocr2_text; n_experts 0 = a dense model). The MLP of a
+     * sparse layer (lpo_spec_layer_is_moe) is a router, a linear hidden -> n_experts whose scores pick
+     * n_experts_used experts per token (scoring, topk_method), and n_experts SwiGLU MLPs of
+     * intermediate_size each; the chosen experts' outputs are summed, weighted by their scores
+     * (renormalised over the chosen when norm_topk_prob, times routed_scaling_factor), plus the output of
+     * the shared experts when n_shared_experts > 0: one SwiGLU MLP of n_shared_experts * intermediate_size
+     * that every token runs. Dense layers use the model's intermediate_size. */
     struct {
         int64_t n_experts;         /* routed experts per sparse layer (HF num_local_experts / num_experts) */
         int64_t n_experts_used;    /* k, experts per token (num_experts_per_tok), 1..n_experts */
@@ -78,6 +93,11 @@ typedef struct {
         int norm_topk_prob;        /* the k probabilities renormalised to sum 1 (mixtral: always) */
         int64_t sparse_step;       /* decoder_sparse_step: layer l is sparse when (l + 1) % step == 0 */
         uint64_t dense[LPO_MAX_LAYERS / 64]; /* bit l: layer l keeps a dense MLP (mlp_only_layers) */
+        int64_t n_shared_experts;            /* always-on experts, run as one MLP (deepseek; 0 = none) */
+        lpo_moe_scoring scoring;             /* softmax (default) or sigmoid */
+        lpo_moe_topk topk_method;            /* greedy (default), group-limited, noaux_tc */
+        int64_t n_group, topk_group;         /* group-limited methods: E / n_group experts per group */
+        double routed_scaling_factor;        /* the chosen weights times this (1 = unscaled; 0 reads as 1) */
     } moe;
 } lpo_model_spec;
 
@@ -89,12 +109,18 @@ int lpo_spec_has_moe(const lpo_model_spec *s);
 /* The HF names of a sparse layer's tensors (router and per-expert weights) for the spec's architecture:
  *   "model.layers.<l>.<block>.gate.weight"                      router [n_experts, hidden]
  *   "model.layers.<l>.<block>.experts.<e>.<gate|up|down>.weight"  [I, hidden], [I, hidden], [hidden, I]
- * mixtral: block "block_sparse_moe", gate/up/down "w1"/"w3"/"w2"; qwen3_moe: "mlp", "gate_proj"/"up_proj"/
- * "down_proj". */
+ *   "model.layers.<l>.<block>.shared_experts.<gate|up|down>.weight" (deepseek) [S, hidden], [S, hidden],
+ *                                                   [hidden, S], S = n_shared_experts * I; biases with
+ * mlp_bias mixtral: block "block_sparse_moe", gate/up/down "w1"/"w3"/"w2"; qwen3_moe, deepseek: "mlp",
+ * "gate_proj"/ "up_proj"/"down_proj". */
 typedef struct {
     const char *block, *gate, *up, *down;
 } lpo_moe_names;
 const lpo_moe_names *lpo_spec_moe_names(const lpo_model_spec *s);
+/* The shared experts' intermediate size, n_shared_experts * moe.intermediate_size (0 without). */
+int64_t lpo_spec_shared_intermediate(const lpo_model_spec *s);
+/* The routing scale factor (moe.routed_scaling_factor, 1 when unset). */
+double lpo_spec_route_scale(const lpo_model_spec *s);
 
 /* Checks internal consistency (positive sizes, heads divide, head_dim * heads sane, ...). */
 lpo_status lpo_spec_validate(const lpo_model_spec *s);

@@ -145,7 +145,11 @@ lpo_cat lpo_op_kind_cat(lpo_op_kind k);
     X(DOWN1, "down.conv1")                                                                                   \
     X(DOWN2, "down.conv2")                                                                                   \
     X(QUERIES, "queries")                                                                                    \
-    X(PROJECTOR, "projector")
+    X(PROJECTOR, "projector")                                                                                \
+    X(SHARED_GATE_UP, "mlp.shared.gate_up")                                                                  \
+    X(SHARED_ACT, "mlp.shared.act")                                                                          \
+    X(SHARED_DOWN, "mlp.shared.down")                                                                        \
+    X(SHARED_ADD, "mlp.shared.add")
 
 typedef enum {
 #define LPO__ROLE_ENUM(name, str) LPO_ROLE_##name,
@@ -186,7 +190,8 @@ const char *lpo_attn_variant_name(lpo_attn_variant v); /* "prefill", "decode" */
     M(ROUTE_IDS, "route_ids") /* MoE: the chosen experts int32 [T, top_k], in the router's order */          \
     M(LOGITS_PART, "logits_part") /* tensor parallel: this rank's vocabulary part f32 [R, vocab / tp] */     \
     M(PIX, "pix")                 /* vision: a view's pixels, channel-last [size size, 3] */                 \
-    M(EMB, "emb")                 /* vision: a view's image embeddings [queries, text hidden] */
+    M(EMB, "emb")                 /* vision: a view's image embeddings [queries, text hidden] */             \
+    M(SHARED, "shared")           /* MoE: the shared experts' output [T, hidden] */
 
 typedef enum {
 #define LPO__BUF_ENUM(name, str) LPO_BUF_##name,
@@ -197,7 +202,8 @@ typedef enum {
 
 const char *lpo_buf_name(lpo_buf b);
 /* Row width of an activation buffer for a spec (x: hidden, qkv: (heads + 2 kv heads) head_dim, gu:
- * 2 intermediate, logits: vocab, route_w / route_ids: experts per token (0 without MoE layers), ...); 0 for
+ * 2 intermediate, logits: vocab, route_w / route_ids: experts per token (0 without MoE layers), shared:
+ * hidden with shared experts, ...; gu and act fit the wider of the dense and the shared-expert MLP); 0 for
  * WEIGHT, KV, TOKENS, IDS, NONE and LOGITS_PART (a tensor-parallel rank's: lpo_buf_width_tp). The one
  * definition. */
 int64_t lpo_buf_width(const lpo_model_spec *s, lpo_buf b);
@@ -219,7 +225,8 @@ const char *lpo_shard_name(lpo_shard s); /* "none", "rows", "cols" */
 /* Whether spec can run tensor parallel over tp ranks: 1 <= tp <= LPO_TP_MAX, dividing the heads, the KV
  * heads, the intermediate size (and the experts' one), the vocabulary; no bias on the row-parallel o and
  * down projections (they would be added tp times). LPO_E_CONFIG naming what does not divide (`key` is
- * the config key the message names, e.g. "engine.tp"). */
+ * the config key the message names, e.g. "engine.tp"); LPO_E_UNSUPPORTED naming the feature for shared
+ * experts (not split yet). */
 lpo_status lpo_tp_check_spec(const lpo_model_spec *s, int tp, const char *key);
 
 /* ---- ops ------------------------------------------------------------------------------------------- */
@@ -267,6 +274,13 @@ typedef struct {
     float eps;                     /* RMSNORM, QK_NORM */
     int64_t n_experts, top_k;      /* ROUTER, EXPERTS: experts of the layer, chosen per token */
     int norm_topk;                 /* ROUTER: the top_k probabilities renormalised to sum 1 */
+    /* ROUTER: how the experts are scored and picked (model.h; docs/engine.md "Routing"), the group counts of
+     * the group-limited methods, the factor the chosen weights are multiplied by (1 = none). NOAUX_TC: w[1]
+     * is the e_score_correction_bias [n_experts] added to the scores for the choice. */
+    lpo_moe_scoring scoring;
+    lpo_moe_topk topk_method;
+    int64_t n_group, topk_group;
+    float route_scale;
     /* EXPERTS: distinct experts the step's routing chose, when the caller knows it (> 0: from a real
      * routing); 0: the expectation under uniform routing (lpo_op_experts_read) */
     double experts_hit;

@@ -50,6 +50,12 @@ const char *lpo_attn_variant_name(lpo_attn_variant v) {
     return v == LPO_ATTN_DECODE ? "decode" : v == LPO_ATTN_PREFILL ? "prefill" : "unknown";
 }
 
+/* The widest MLP of the spec: the dense one, or the shared experts' when wider. */
+static int64_t mlp_width(const lpo_model_spec *s) {
+    const int64_t si = lpo_spec_has_moe(s) ? lpo_spec_shared_intermediate(s) : 0;
+    return si > s->intermediate_size ? si : s->intermediate_size;
+}
+
 int64_t lpo_buf_width(const lpo_model_spec *s, lpo_buf b) {
     switch (b) {
     case LPO_BUF_X:
@@ -57,8 +63,10 @@ int64_t lpo_buf_width(const lpo_model_spec *s, lpo_buf b) {
     case LPO_BUF_TMP: return s->hidden_size;
     case LPO_BUF_QKV: return (s->n_heads + 2 * s->n_kv_heads) * s->head_dim;
     case LPO_BUF_ATT: return s->n_heads * s->head_dim;
-    case LPO_BUF_GU: return 2 * s->intermediate_size;
-    case LPO_BUF_ACT: return s->intermediate_size;
+    case LPO_BUF_GU: return 2 * mlp_width(s);
+    case LPO_BUF_ACT: return mlp_width(s);
+    case LPO_BUF_SHARED:
+        return lpo_spec_has_moe(s) && lpo_spec_shared_intermediate(s) > 0 ? s->hidden_size : 0;
     case LPO_BUF_LOGITS: return s->vocab_size;
     case LPO_BUF_ROUTE_W:
     case LPO_BUF_ROUTE_IDS: return lpo_spec_has_moe(s) ? s->moe.n_experts_used : 0;
@@ -86,6 +94,11 @@ lpo_status lpo_tp_check_spec(const lpo_model_spec *s, int tp, const char *key) {
     if (tp < 1 || tp > LPO_TP_MAX)
         return lpo_errorf(LPO_E_CONFIG, "%s=%d: tensor-parallel ranks must be in 1..%d", key, tp, LPO_TP_MAX);
     if (tp == 1) return LPO_OK;
+    if (lpo_spec_has_moe(s) && lpo_spec_shared_intermediate(s) > 0)
+        return lpo_errorf(LPO_E_UNSUPPORTED,
+                          "%s=%d: model '%s' has shared experts (%lld), which tensor parallelism does not "
+                          "split yet; such models run with tp=1",
+                          key, tp, s->name, (long long)s->moe.n_shared_experts);
     const struct {
         const char *what;
         int64_t n;
@@ -342,13 +355,55 @@ static void all_reduce(builder *b, lpo_op_role role, int layer, int64_t T) {
     op->participants = b->l->tp;
 }
 
+/* The shared experts of a sparse layer (deepseek): a dense SwiGLU MLP of n_shared * expert size over xn
+ * (gate_up, act, down into the shared buffer), added to the routed experts' output (tmp += shared) before the
+ * residual, as HF adds them: routed + shared, then the residual. */
+static void shared_mlp(builder *b, int layer, int64_t T) {
+    const lpo_model_spec *s = b->s;
+    const lpo_moe_names *mn = lpo_spec_moe_names(s);
+    const int64_t h = s->hidden_size, SI = lpo_spec_shared_intermediate(s);
+    char w[160], bias[160];
+    const char *names[3] = {mn->gate, mn->up, mn->down};
+    lpo_op *op = linear(b, LPO_ROLE_SHARED_GATE_UP, layer, LPO_BUF_XN, LPO_BUF_GU, T, h, 2 * SI);
+    for (int j = 0; j < 2; j++) {
+        snprintf(w, sizeof w, "%s.shared_experts.%s.weight", mn->block, names[j]);
+        add_w(b, op, layer, w, 2, SI, h);
+    }
+    for (int j = 0; j < 2 && s->mlp_bias; j++) {
+        snprintf(bias, sizeof bias, "%s.shared_experts.%s.bias", mn->block, names[j]);
+        add_bias(b, op, layer, bias, SI, LPO_SHARD_NONE);
+    }
+    op = push(b, LPO_OP_SWIGLU, LPO_ROLE_SHARED_ACT, layer);
+    if (op) {
+        add_in(op, act2(b, LPO_BUF_GU, T, 2 * SI));
+        set_out(op, act2(b, LPO_BUF_ACT, T, SI));
+        op->m = T;
+        op->n = SI;
+    }
+    op = linear(b, LPO_ROLE_SHARED_DOWN, layer, LPO_BUF_ACT, LPO_BUF_SHARED, T, SI, h);
+    snprintf(w, sizeof w, "%s.shared_experts.%s.weight", mn->block, names[2]);
+    add_w(b, op, layer, w, 2, h, SI);
+    if (s->mlp_bias) {
+        snprintf(bias, sizeof bias, "%s.shared_experts.%s.bias", mn->block, names[2]);
+        add_bias(b, op, layer, bias, h, LPO_SHARD_NONE);
+    }
+    op = push(b, LPO_OP_ADD, LPO_ROLE_SHARED_ADD, layer);
+    if (op) {
+        add_in(op, act2(b, LPO_BUF_TMP, T, h));
+        add_in(op, act2(b, LPO_BUF_SHARED, T, h));
+        set_out(op, act2(b, LPO_BUF_TMP, T, h));
+        op->m = T;
+        op->n = h;
+    }
+}
+
 /* The MLP of a sparse layer: the router (xn -> route_w, route_ids) and the routed experts (xn and the routing
  * -> tmp), whose weights are every expert's gate, up and down in expert order (HF hub names). */
 static void moe_mlp(builder *b, int layer, int64_t T) {
     const lpo_model_spec *s = b->s;
     const lpo_moe_names *mn = lpo_spec_moe_names(s);
     const int64_t h = s->hidden_size, E = s->moe.n_experts, K = s->moe.n_experts_used;
-    const int64_t I = s->moe.intermediate_size, tp = b->l->tp;
+    const int64_t I = s->moe.intermediate_size, SI = lpo_spec_shared_intermediate(s), tp = b->l->tp;
     char w[160];
     lpo_op *op = push(b, LPO_OP_ROUTER, LPO_ROLE_ROUTER, layer);
     if (op) {
@@ -361,8 +416,17 @@ static void moe_mlp(builder *b, int layer, int64_t T) {
         op->n_experts = E;
         op->top_k = K;
         op->norm_topk = s->moe.norm_topk_prob != 0;
+        op->scoring = s->moe.scoring;
+        op->topk_method = s->moe.topk_method;
+        op->n_group = s->moe.topk_method == LPO_TOPK_GREEDY ? 1 : s->moe.n_group;
+        op->topk_group = s->moe.topk_method == LPO_TOPK_GREEDY ? 1 : s->moe.topk_group;
+        op->route_scale = (float)lpo_spec_route_scale(s);
         snprintf(w, sizeof w, "%s.gate.weight", mn->block);
         add_w(b, op, layer, w, 2, E, h);
+        if (s->moe.topk_method == LPO_TOPK_NOAUX_TC) {
+            snprintf(w, sizeof w, "%s.gate.e_score_correction_bias", mn->block);
+            add_w(b, op, layer, w, 1, E, 0);
+        }
     }
     op = push(b, LPO_OP_EXPERTS, LPO_ROLE_EXPERTS, layer);
     if (!op) return;
@@ -383,6 +447,7 @@ static void moe_mlp(builder *b, int layer, int64_t T) {
         snprintf(w, sizeof w, "%s.experts.%lld.%s.weight", mn->block, (long long)e, mn->down);
         add_w_shard(b, op, layer, w, 2, h, I, LPO_SHARD_COLS);
     }
+    if (SI > 0) shared_mlp(b, layer, T);
 }
 
 /* ---- the list ----------------------------------------------------------------------------------------- */
@@ -401,6 +466,11 @@ static lpo_status check_spec(const lpo_model_spec *s) {
         return lpo_errorf(LPO_E_UNSUPPORTED,
                           "op list: model '%s' uses an activation the engine does not "
                           "implement (only silu -> swiglu and gelu_tanh -> geglu)",
+                          s->name);
+    if (lpo_spec_has_moe(s) && s->act != LPO_ACT_SILU)
+        return lpo_errorf(LPO_E_UNSUPPORTED,
+                          "op list: model '%s' has mixture-of-experts layers with an activation other than "
+                          "silu (the experts op computes SwiGLU)",
                           s->name);
     if (s->norm != LPO_NORM_RMS)
         return lpo_errorf(LPO_E_UNSUPPORTED, "op list: model '%s' uses a norm other than RMSNorm", s->name);

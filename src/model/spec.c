@@ -15,19 +15,26 @@
 #include "model/model_internal.h"
 
 /* ---- arch names ---- */
-static const char *const arch_names[LPO_ARCH_COUNT] = {"llama", "mistral", "qwen2",
-                                                       "qwen3", "mixtral", "qwen3_moe"};
+static const char *const arch_names[LPO_ARCH_COUNT] = {
+    "llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "deepseek_ocr2_text"};
 
 static const struct {
     const char *name;
     lpo_arch arch;
 } arch_aliases[] = {
-    {"LlamaForCausalLM", LPO_ARCH_LLAMA},        {"llama", LPO_ARCH_LLAMA},
-    {"MistralForCausalLM", LPO_ARCH_MISTRAL},    {"mistral", LPO_ARCH_MISTRAL},
-    {"Qwen2ForCausalLM", LPO_ARCH_QWEN2},        {"qwen2", LPO_ARCH_QWEN2},
-    {"Qwen3ForCausalLM", LPO_ARCH_QWEN3},        {"qwen3", LPO_ARCH_QWEN3},
-    {"MixtralForCausalLM", LPO_ARCH_MIXTRAL},    {"mixtral", LPO_ARCH_MIXTRAL},
-    {"Qwen3MoeForCausalLM", LPO_ARCH_QWEN3_MOE}, {"qwen3_moe", LPO_ARCH_QWEN3_MOE},
+    {"LlamaForCausalLM", LPO_ARCH_LLAMA},
+    {"llama", LPO_ARCH_LLAMA},
+    {"MistralForCausalLM", LPO_ARCH_MISTRAL},
+    {"mistral", LPO_ARCH_MISTRAL},
+    {"Qwen2ForCausalLM", LPO_ARCH_QWEN2},
+    {"qwen2", LPO_ARCH_QWEN2},
+    {"Qwen3ForCausalLM", LPO_ARCH_QWEN3},
+    {"qwen3", LPO_ARCH_QWEN3},
+    {"MixtralForCausalLM", LPO_ARCH_MIXTRAL},
+    {"mixtral", LPO_ARCH_MIXTRAL},
+    {"Qwen3MoeForCausalLM", LPO_ARCH_QWEN3_MOE},
+    {"qwen3_moe", LPO_ARCH_QWEN3_MOE},
+    {"deepseek_ocr2_text", LPO_ARCH_DEEPSEEK_OCR2_TEXT},
 };
 
 const char *lpo_arch_name(lpo_arch a) {
@@ -48,13 +55,37 @@ lpo_status lpo_arch_from_name(const char *name, lpo_arch *out) {
         LPO_E_UNSUPPORTED,
         "unsupported architecture '%s'%s%s%s; supported: LlamaForCausalLM (llama: Llama 2/3/3.1/3.2, "
         "SmolLM2), MistralForCausalLM (mistral), Qwen2ForCausalLM (qwen2, Qwen2.5), "
-        "Qwen3ForCausalLM (qwen3), MixtralForCausalLM (mixtral), Qwen3MoeForCausalLM (qwen3_moe)",
+        "Qwen3ForCausalLM (qwen3), MixtralForCausalLM (mixtral), Qwen3MoeForCausalLM (qwen3_moe), "
+        "model_type deepseek_ocr2_text (DeepSeek-OCR-2's text model)",
         name ? name : "(none)", near ? " (did you mean '" : "", near ? near : "", near ? "'?)" : "");
 }
 
 /* ---- mixture of experts ---- */
 static int is_moe_arch(lpo_arch a) {
-    return a == LPO_ARCH_MIXTRAL || a == LPO_ARCH_QWEN3_MOE;
+    return a == LPO_ARCH_MIXTRAL || a == LPO_ARCH_QWEN3_MOE || a == LPO_ARCH_DEEPSEEK_OCR2_TEXT;
+}
+
+static int is_deepseek_arch(lpo_arch a) {
+    return a == LPO_ARCH_DEEPSEEK_OCR2_TEXT;
+}
+
+const char *lpo_moe_scoring_name(lpo_moe_scoring s) {
+    return s == LPO_SCORE_SOFTMAX ? "softmax" : s == LPO_SCORE_SIGMOID ? "sigmoid" : "unknown";
+}
+
+const char *lpo_moe_topk_name(lpo_moe_topk t) {
+    return t == LPO_TOPK_GREEDY          ? "greedy"
+           : t == LPO_TOPK_GROUP_LIMITED ? "group_limited_greedy"
+           : t == LPO_TOPK_NOAUX_TC      ? "noaux_tc"
+                                         : "unknown";
+}
+
+int64_t lpo_spec_shared_intermediate(const lpo_model_spec *s) {
+    return s->moe.n_shared_experts > 0 ? s->moe.n_shared_experts * s->moe.intermediate_size : 0;
+}
+
+double lpo_spec_route_scale(const lpo_model_spec *s) {
+    return s->moe.routed_scaling_factor > 0 ? s->moe.routed_scaling_factor : 1.0;
 }
 
 int lpo_spec_layer_is_moe(const lpo_model_spec *s, int64_t l) {
@@ -71,7 +102,7 @@ int lpo_spec_has_moe(const lpo_model_spec *s) {
 
 const lpo_moe_names *lpo_spec_moe_names(const lpo_model_spec *s) {
     static const lpo_moe_names mixtral = {"block_sparse_moe", "w1", "w3", "w2"};
-    static const lpo_moe_names qwen = {"mlp", "gate_proj", "up_proj", "down_proj"};
+    static const lpo_moe_names qwen = {"mlp", "gate_proj", "up_proj", "down_proj"}; /* and deepseek */
     return s->arch == LPO_ARCH_MIXTRAL ? &mixtral : &qwen;
 }
 
@@ -143,14 +174,13 @@ lpo_status lpo_spec_validate(const lpo_model_spec *s) {
             "%s: eos id %d outside the vocabulary (%lld)", n, s->eos_ids[i], (long long)s->vocab_size);
     if (!is_moe_arch(s->arch)) {
         REQ(s->moe.n_experts == 0,
-            "%s: %lld experts on a %s model: mixture-of-experts layers are read for the mixtral and "
-            "qwen3_moe "
-            "architectures only",
+            "%s: %lld experts on a %s model: mixture-of-experts layers are read for the mixtral, "
+            "qwen3_moe and deepseek_ocr2_text architectures only",
             n, (long long)s->moe.n_experts, lpo_arch_name(s->arch));
     } else {
         /* qwen3_moe with num_experts 0 is dense throughout, as in HF; mixtral always has experts */
-        REQ(s->moe.n_experts > 0 || s->arch == LPO_ARCH_QWEN3_MOE, "%s: mixtral needs num_local_experts >= 1",
-            n);
+        REQ(s->moe.n_experts > 0 || s->arch == LPO_ARCH_QWEN3_MOE, "%s: %s needs at least one routed expert",
+            n, lpo_arch_name(s->arch));
     }
     if (s->moe.n_experts > 0) {
         REQ(s->moe.n_experts <= 4096, "%s: %lld experts (at most 4096)", n, (long long)s->moe.n_experts);
@@ -162,6 +192,39 @@ lpo_status lpo_spec_validate(const lpo_model_spec *s) {
             (long long)s->moe.intermediate_size, LIM_DIM);
         REQ(s->moe.sparse_step >= 1 && s->moe.sparse_step <= 4096,
             "%s: decoder_sparse_step %lld must be in 1..4096", n, (long long)s->moe.sparse_step);
+    }
+    const lpo_moe_topk tm = s->moe.topk_method;
+    REQ(is_deepseek_arch(s->arch) || (s->moe.n_shared_experts == 0 && s->moe.scoring == LPO_SCORE_SOFTMAX &&
+                                      tm == LPO_TOPK_GREEDY && lpo_spec_route_scale(s) == 1.0),
+        "%s: shared experts, sigmoid scoring, group-limited top-k and routing scale are DeepSeek routing "
+        "options, not %s's",
+        n, lpo_arch_name(s->arch));
+    REQ(s->moe.n_shared_experts >= 0 && s->moe.n_shared_experts <= 64 &&
+            lpo_spec_shared_intermediate(s) <= LIM_DIM,
+        "%s: %lld shared experts of %lld (at most 64, and their MLP at most %lld wide)", n,
+        (long long)s->moe.n_shared_experts, (long long)s->moe.intermediate_size, LIM_DIM);
+    REQ((unsigned)s->moe.scoring <= LPO_SCORE_SIGMOID && (unsigned)tm <= LPO_TOPK_NOAUX_TC,
+        "%s: unknown routing (scoring %d, top-k method %d)", n, (int)s->moe.scoring, (int)tm);
+    REQ((tm == LPO_TOPK_NOAUX_TC) == (s->moe.scoring == LPO_SCORE_SIGMOID),
+        "%s: top-k method %s with %s scores: noaux_tc goes with sigmoid scores, greedy and "
+        "group_limited_greedy with softmax (as HF's deepseek routers)",
+        n, lpo_moe_topk_name(tm), lpo_moe_scoring_name(s->moe.scoring));
+    REQ(isfinite(s->moe.routed_scaling_factor) && s->moe.routed_scaling_factor >= 0 &&
+            s->moe.routed_scaling_factor <= 1e6,
+        "%s: routed_scaling_factor %g must be a positive number", n, s->moe.routed_scaling_factor);
+    if (s->moe.n_experts > 0 && tm != LPO_TOPK_GREEDY) {
+        const int64_t g = s->moe.n_group, tg = s->moe.topk_group, E = s->moe.n_experts;
+        REQ(g >= 1 && g <= E && E % g == 0,
+            "%s: %s needs n_group in 1..%lld dividing the %lld experts (got %lld)", n, lpo_moe_topk_name(tm),
+            (long long)E, (long long)E, (long long)g);
+        REQ(tg >= 1 && tg <= g, "%s: topk_group %lld must be in 1..n_group (%lld)", n, (long long)tg,
+            (long long)g);
+        REQ(s->moe.n_experts_used <= tg * (E / g),
+            "%s: %lld experts per token but the %lld groups kept hold %lld experts", n,
+            (long long)s->moe.n_experts_used, (long long)tg, (long long)(tg * (E / g)));
+        REQ(tm != LPO_TOPK_NOAUX_TC || E / g >= 2,
+            "%s: noaux_tc scores each group by its two best experts: groups need >= 2 (%lld / %lld)", n,
+            (long long)E, (long long)g);
     }
 #undef REQ
     return LPO_OK;
@@ -382,6 +445,84 @@ static void parse_moe(json_ctx *c, const cJSON *root, lpo_model_spec *s) {
     }
 }
 
+/* The MoE keys of a DeepSeek-family config.json (transformers 5 names and defaults): n_routed_experts,
+ * num_experts_per_tok, moe_intermediate_size, n_shared_experts, routed_scaling_factor, topk_method (greedy or
+ * group_limited_greedy, with n_group and topk_group), and which layers are dense: mlp_layer_types
+ * (deepseek_ocr2_text). Options HF's router would ignore or could not run are refused by name, never
+ * approximated: scoring_func other than softmax, norm_topk_prob true (HF's softmax deepseek routers never
+ * renormalise), a moe_layer_freq other than 1, a first_k_dense_replace that mlp_layer_types contradicts. */
+static void parse_deepseek_moe(json_ctx *c, const cJSON *root, lpo_model_spec *s) {
+    const char *o = c->origin, *an = lpo_arch_name(s->arch);
+#define FAIL(code, ...)                                                                                      \
+    do {                                                                                                     \
+        if (c->st == LPO_OK) c->st = lpo_errorf(code, __VA_ARGS__);                                          \
+        return;                                                                                              \
+    } while (0)
+    s->moe.n_experts = j_int(c, root, "n_routed_experts", j_int(c, root, "num_experts", 64));
+    s->moe.n_experts_used = j_int(c, root, "num_experts_per_tok", 0);
+    s->moe.intermediate_size = j_int(c, root, "moe_intermediate_size", 1407);
+    s->moe.n_shared_experts = j_int(c, root, "n_shared_experts", 2);
+    s->moe.routed_scaling_factor = j_num(c, root, "routed_scaling_factor", 1.0);
+    s->moe.sparse_step = 1;
+    s->moe.scoring = LPO_SCORE_SOFTMAX;
+    if (s->moe.n_experts_used <= 0)
+        FAIL(LPO_E_FORMAT, "%s: 'num_experts_per_tok' must be a positive integer (the %s router needs it)", o,
+             an);
+    if (!(s->moe.routed_scaling_factor > 0))
+        FAIL(LPO_E_FORMAT, "%s: 'routed_scaling_factor' %g must be positive", o,
+             s->moe.routed_scaling_factor);
+    const char *scoring = j_str(root, "scoring_func"), *topk = j_str(root, "topk_method");
+    if (scoring && strcmp(scoring, "softmax"))
+        FAIL(LPO_E_UNSUPPORTED, "%s: 'scoring_func' '%s' is not what HF's %s router computes (softmax)", o,
+             scoring, an);
+    if (!topk || !strcmp(topk, "greedy"))
+        s->moe.topk_method = LPO_TOPK_GREEDY;
+    else if (!strcmp(topk, "group_limited_greedy"))
+        s->moe.topk_method = LPO_TOPK_GROUP_LIMITED;
+    else
+        FAIL(LPO_E_UNSUPPORTED,
+             "%s: 'topk_method' '%s' is not supported for %s (greedy, group_limited_greedy)", o, topk, an);
+    s->moe.n_group = j_int(c, root, "n_group", 0);
+    s->moe.topk_group = j_int(c, root, "topk_group", 0);
+    if (s->moe.topk_method == LPO_TOPK_GROUP_LIMITED && (s->moe.n_group <= 0 || s->moe.topk_group <= 0))
+        FAIL(LPO_E_FORMAT,
+             "%s: topk_method group_limited_greedy needs 'n_group' and 'topk_group' (got %lld, %lld)", o,
+             (long long)s->moe.n_group, (long long)s->moe.topk_group);
+    if (j_bool(c, root, "norm_topk_prob", 0))
+        FAIL(
+            LPO_E_UNSUPPORTED,
+            "%s: 'norm_topk_prob' is true, but HF's %s router never renormalises the top-k weights: lpo does "
+            "not guess which was meant",
+            o, an);
+    if (j_int(c, root, "moe_layer_freq", 1) != 1)
+        FAIL(LPO_E_UNSUPPORTED,
+             "%s: 'moe_layer_freq' %lld: HF's %s makes every layer past the dense ones sparse "
+             "(only 1 is read)",
+             o, (long long)j_int(c, root, "moe_layer_freq", 1), an);
+    /* deepseek_ocr2_text: mlp_layer_types, one "dense" or "sparse" per layer (HF indexes it per layer) */
+    const cJSON *types = cJSON_GetObjectItemCaseSensitive(root, "mlp_layer_types");
+    if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != (int)s->n_layers)
+        FAIL(LPO_E_FORMAT,
+             "%s: 'mlp_layer_types' must list \"dense\" or \"sparse\" for each of the %lld layers", o,
+             (long long)s->n_layers);
+    const int64_t first_dense = j_int(c, root, "first_k_dense_replace", -1);
+    int64_t l = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, types) {
+        const char *t = cJSON_IsString(it) ? it->valuestring : NULL;
+        if (!t || (strcmp(t, "dense") && strcmp(t, "sparse")))
+            FAIL(LPO_E_FORMAT, "%s: 'mlp_layer_types'[%lld] is not \"dense\" or \"sparse\"", o, (long long)l);
+        const int dense = !strcmp(t, "dense");
+        if (first_dense >= 0 && dense != (l < first_dense))
+            FAIL(LPO_E_FORMAT,
+                 "%s: 'first_k_dense_replace' %lld says layer %lld is %s, 'mlp_layer_types' says %s", o,
+                 (long long)first_dense, (long long)l, l < first_dense ? "dense" : "sparse", t);
+        if (dense) s->moe.dense[l / 64] |= (uint64_t)1 << (l % 64);
+        l++;
+    }
+#undef FAIL
+}
+
 lpo_status lpo__spec_ids_from_json(const char *json, size_t len, const char *origin, lpo_model_spec *s) {
     cJSON *root = cJSON_ParseWithLength(json, len);
     if (!root || !cJSON_IsObject(root)) {
@@ -452,6 +593,8 @@ lpo_status lpo_spec_from_hf_config(const char *json, size_t len, const char *ori
     s->n_heads = j_int(&c, root, "num_attention_heads", 0);
     s->n_kv_heads = j_int(&c, root, "num_key_value_heads", s->n_heads);
     s->head_dim = j_int(&c, root, "head_dim", s->n_heads > 0 ? s->hidden_size / s->n_heads : 0);
+    if (s->arch == LPO_ARCH_DEEPSEEK_OCR2_TEXT) /* HF sets it so whatever the file says */
+        s->head_dim = s->n_heads > 0 ? s->hidden_size / s->n_heads : 0;
     s->intermediate_size = j_int(&c, root, "intermediate_size", 0);
     s->max_positions = j_int(&c, root, "max_position_embeddings", 2048);
     s->norm = LPO_NORM_RMS;
@@ -492,7 +635,10 @@ lpo_status lpo_spec_from_hf_config(const char *json, size_t len, const char *ori
     if (s->n_layers > LPO_MAX_LAYERS && c.st == LPO_OK) /* before mlp_only_layers is read into the bitmap */
         c.st = lpo_errorf(LPO_E_FORMAT, "%s: num_hidden_layers %lld out of range (1..%d)", origin,
                           (long long)s->n_layers, LPO_MAX_LAYERS);
-    if (c.st == LPO_OK) parse_moe(&c, root, s);
+    if (c.st == LPO_OK && is_deepseek_arch(s->arch))
+        parse_deepseek_moe(&c, root, s);
+    else if (c.st == LPO_OK)
+        parse_moe(&c, root, s);
     cJSON_Delete(root);
     if (c.st != LPO_OK) return c.st;
     /* display name: the folder holding config.json */
@@ -552,7 +698,8 @@ lpo_status lpo_spec_tensors(const lpo_model_spec *s, lpo_tensor_desc **out, size
     if (st != LPO_OK) return st;
     const lpo_moe_names *mn = lpo_spec_moe_names(s);
     const int64_t E = s->moe.n_experts, EI = s->moe.intermediate_size;
-    size_t cap = 3 + (size_t)s->n_layers * (20 + 1 + 3 * (size_t)(E > 0 ? E : 0));
+    const int64_t SI = lpo_spec_shared_intermediate(s);
+    size_t cap = 3 + (size_t)s->n_layers * (20 + 8 + 3 * (size_t)(E > 0 ? E : 0));
     lpo_tensor_desc *d = calloc(cap, sizeof *d);
     if (!d) return lpo_errorf(LPO_E_NOMEM, "out of memory listing %zu tensors", cap);
     size_t n = 0;
@@ -586,6 +733,22 @@ lpo_status lpo_spec_tensors(const lpo_model_spec *s, lpo_tensor_desc **out, size
                          (long long)e, mn->up);
                 add_desc(d, &n, LPO_PART_MLP, l, h, EI, "%s.%d.%s.experts.%lld.%s.weight", p, l, mn->block,
                          (long long)e, mn->down);
+            }
+            if (SI > 0) { /* the shared experts: one MLP */
+                const char *se = "shared_experts";
+                add_desc(d, &n, LPO_PART_MLP, l, SI, h, "%s.%d.%s.%s.%s.weight", p, l, mn->block, se,
+                         mn->gate);
+                add_desc(d, &n, LPO_PART_MLP, l, SI, h, "%s.%d.%s.%s.%s.weight", p, l, mn->block, se, mn->up);
+                add_desc(d, &n, LPO_PART_MLP, l, h, SI, "%s.%d.%s.%s.%s.weight", p, l, mn->block, se,
+                         mn->down);
+                if (s->mlp_bias) {
+                    add_desc(d, &n, LPO_PART_MLP, l, SI, 0, "%s.%d.%s.%s.%s.bias", p, l, mn->block, se,
+                             mn->gate);
+                    add_desc(d, &n, LPO_PART_MLP, l, SI, 0, "%s.%d.%s.%s.%s.bias", p, l, mn->block, se,
+                             mn->up);
+                    add_desc(d, &n, LPO_PART_MLP, l, h, 0, "%s.%d.%s.%s.%s.bias", p, l, mn->block, se,
+                             mn->down);
+                }
             }
             continue;
         }

@@ -306,6 +306,39 @@ static void test_moe_batch(void **state) {
     }
 }
 
+/* DeepSeek routing (group-limited top-k; the greedy fixture's routing scale 1.5) has no GPU kernel: the
+ * models are refused at open naming the router, and supports_op refuses their routers; the shared experts
+ * (dense linear / swiglu / add ops) are not what is refused. */
+static void test_deepseek_refused(void **state) {
+    (void)state;
+    static const char *const names[] = {"deepseek_ocr2_group", "deepseek_ocr2_greedy"};
+    for (int i = 0; i < 2; i++) {
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s/tests/golden/engine/%s", LPO_SOURCE_DIR, names[i]);
+        lpo_model *m = NULL;
+        assert_int_equal(lpo_model_open_path(dir, &m), LPO_OK);
+        lpo_engine_opts o = {LPO_ENGINE_DEFAULTS, .backend = "cuda", .max_seqs = 1, .max_context = 64,
+                             .dtype = "bf16"};
+        lpo_engine *e = NULL;
+        assert_int_equal(lpo_engine_open(m, &o, &e), LPO_E_UNSUPPORTED);
+        printf("refused: %s\n", lpo_last_error());
+        assert_non_null(strstr(lpo_last_error(), "'layers.1.mlp.router'"));
+        assert_non_null(strstr(lpo_last_error(), i == 0 ? "group_limited_greedy" : "routed_scaling_factor"));
+        lpo_oplist l = {0};
+        assert_int_equal(lpo_oplist_build_phase(lpo_model_get_spec(m), 1, 1, 5, NULL, &l), LPO_OK);
+        const lpo_backend_iface *be = lpo_backend_cuda();
+        void *ctx = NULL;
+        const lpo_backend_init bi = {.max_seqs = 1, .dtype = LPO_DT_BF16};
+        assert_int_equal(be->init(&bi, &ctx), LPO_OK);
+        assert_false(be->supports_op(ctx, &l.ops[lpo_oplist_find(&l, LPO_ROLE_ROUTER, 1)]));
+        assert_true(be->supports_op(ctx, &l.ops[lpo_oplist_find(&l, LPO_ROLE_SHARED_GATE_UP, 1)]));
+        assert_true(be->supports_op(ctx, &l.ops[lpo_oplist_find(&l, LPO_ROLE_SHARED_ADD, 1)]));
+        be->free(ctx);
+        lpo_oplist_free(&l);
+        lpo_model_close(m);
+    }
+}
+
 /* ---- non-finite values ---- */
 /* q_proj weights of 3e38 behind attn_norm scales of 100: the q/k/v projection overflows to Inf/NaN. In f32
  * and bf16, three ways (logits returned; ids only: the device's check before SAMPLE; exec=debug): the step
@@ -355,6 +388,7 @@ int main(void) {
         cmocka_unit_test(test_modes_and_sampling), cmocka_unit_test(test_smollm2),
         cmocka_unit_test(test_does_not_fit),       cmocka_unit_test(test_nonfinite),
         cmocka_unit_test(test_moe_golden),         cmocka_unit_test(test_moe_batch),
+        cmocka_unit_test(test_deepseek_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -82,6 +82,25 @@ static inline lpo_vision_spec test_vision_spec(void) {
     return v;
 }
 
+/* test_spec_moe as DeepSeek-OCR-2's text model: 6 experts of 24 in 3 groups (group-limited greedy keeping 2,
+ * 3 per token by softmax, weights times 2.5), 2 shared experts (an MLP of 48), layer 1 dense, MLP biases, no
+ * q/k norm */
+static inline lpo_model_spec test_spec_deepseek(void) {
+    lpo_model_spec s = test_spec_moe();
+    strcpy(s.name, "test-deepseek");
+    s.arch = LPO_ARCH_DEEPSEEK_OCR2_TEXT;
+    s.qk_norm = 0;
+    s.mlp_bias = 1;
+    s.moe.n_experts = 6;
+    s.moe.norm_topk_prob = 0;
+    s.moe.n_shared_experts = 2;
+    s.moe.topk_method = LPO_TOPK_GROUP_LIMITED;
+    s.moe.n_group = 3;
+    s.moe.topk_group = 2;
+    s.moe.routed_scaling_factor = 2.5;
+    return s;
+}
+
 static inline uint64_t test_hash(const char *s, uint64_t i) {
     uint64_t h = 1469598103934665603ull;
     for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;

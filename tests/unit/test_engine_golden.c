@@ -2,8 +2,9 @@
  * tests/golden/engine/make_fixtures.py): logits of one forward pass within 1e-4 x max|logit| of HF's, and the
  * greedy continuation token for token, for tiny llama (GQA, tied), llama3 rope scaling, qwen2 (biases), qwen3
  * (q/k norm) and mistral (sliding window) models, and mixture-of-experts models (Mixtral; Qwen3-MoE with
- * dense layers among sparse ones, norm_topk_prob true and false). Also checks the prefill chunking
- * (max_step_tokens smaller than the prompt). */
+ * dense layers among sparse ones, norm_topk_prob true and false; DeepSeek-OCR-2's text model with shared
+ * experts, dense layers by mlp_layer_types, greedy and group-limited routing, scaled weights). Also checks
+ * the prefill chunking (max_step_tokens smaller than the prompt). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -149,6 +150,14 @@ static void test_qwen3_moe_norm(void **state) { /* mlp_only_layers: layer 1 dens
     (void)state;
     check_model("qwen3_moe_norm");
 }
+static void test_deepseek_ocr2_greedy(void **state) { /* mlp_layer_types; shared experts; scale 1.5 */
+    (void)state;
+    check_model("deepseek_ocr2_greedy");
+}
+static void test_deepseek_ocr2_group(void **state) { /* group_limited_greedy; one shared expert */
+    (void)state;
+    check_model("deepseek_ocr2_group");
+}
 static void test_qwen3_moe_step(void **state) { /* decoder_sparse_step 2; norm_topk_prob false; biases */
     (void)state;
     check_model("qwen3_moe_step");
@@ -156,12 +165,13 @@ static void test_qwen3_moe_step(void **state) { /* decoder_sparse_step 2; norm_t
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_llama_gqa_tied),    cmocka_unit_test(test_llama3_rope),
-        cmocka_unit_test(test_qwen2_bias),        cmocka_unit_test(test_qwen3_qknorm),
-        cmocka_unit_test(test_mistral_swa),       cmocka_unit_test(test_llama_geglu),
-        cmocka_unit_test(test_llama_linear_rope), cmocka_unit_test(test_qwen2_yarn_rope),
-        cmocka_unit_test(test_mixtral_moe),       cmocka_unit_test(test_qwen3_moe_norm),
-        cmocka_unit_test(test_qwen3_moe_step),
+        cmocka_unit_test(test_llama_gqa_tied),      cmocka_unit_test(test_llama3_rope),
+        cmocka_unit_test(test_qwen2_bias),          cmocka_unit_test(test_qwen3_qknorm),
+        cmocka_unit_test(test_mistral_swa),         cmocka_unit_test(test_llama_geglu),
+        cmocka_unit_test(test_llama_linear_rope),   cmocka_unit_test(test_qwen2_yarn_rope),
+        cmocka_unit_test(test_mixtral_moe),         cmocka_unit_test(test_qwen3_moe_norm),
+        cmocka_unit_test(test_qwen3_moe_step),      cmocka_unit_test(test_deepseek_ocr2_greedy),
+        cmocka_unit_test(test_deepseek_ocr2_group),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

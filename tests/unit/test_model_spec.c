@@ -198,6 +198,80 @@ static void test_hf_config_moe(void **state) {
     assert_int_equal(parse(j, &s), LPO_E_FORMAT);
 }
 
+/* DeepSeek-OCR-2's text config (deepseek_ocr2_text): mlp_layer_types, shared experts, the routing options
+ * and scale; head_dim is hidden / heads whatever the file says; what HF's router would not do is refused by
+ * name; the tensor list holds the shared experts. */
+static void test_hf_config_deepseek(void **state) {
+    (void)state;
+    lpo_model_spec s;
+    const char *base = "{\"model_type\":\"deepseek_ocr2_text\",\"architectures\":null,\"vocab_size\":100,"
+                       "\"hidden_size\":64,\"num_hidden_layers\":3,\"num_attention_heads\":4,\"head_dim\":8,"
+                       "\"intermediate_size\":128,\"moe_intermediate_size\":32,\"n_routed_experts\":8,"
+                       "\"num_experts_per_tok\":3,\"mlp_layer_types\":[\"dense\",\"sparse\",\"sparse\"],";
+    char j[1024];
+    snprintf(j, sizeof j, "%s\"routed_scaling_factor\":1.5,\"mlp_bias\":true,\"attention_bias\":true}", base);
+    assert_int_equal(parse(j, &s), LPO_OK);
+    assert_int_equal(s.arch, LPO_ARCH_DEEPSEEK_OCR2_TEXT);
+    assert_true(s.head_dim == 16 && s.n_kv_heads == 4 && s.qkv_bias && s.o_bias && s.mlp_bias && !s.qk_norm);
+    assert_true(s.moe.n_experts == 8 && s.moe.n_experts_used == 3 && s.moe.intermediate_size == 32);
+    assert_true(s.moe.n_shared_experts == 2 && lpo_spec_shared_intermediate(&s) == 64); /* HF's default 2 */
+    assert_true(s.moe.topk_method == LPO_TOPK_GREEDY && s.moe.scoring == LPO_SCORE_SOFTMAX);
+    assert_true(lpo_spec_route_scale(&s) == 1.5 && !s.moe.norm_topk_prob);
+    for (int l = 0; l < 3; l++) assert_int_equal(lpo_spec_layer_is_moe(&s, l), l > 0);
+    lpo_tensor_desc *d;
+    size_t n;
+    assert_int_equal(lpo_spec_tensors(&s, &d, &n), LPO_OK);
+    int shared = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strstr(d[i].name, "layers.1.mlp.shared_experts.")) {
+            shared++;
+            if (strstr(d[i].name, "down_proj.weight"))
+                assert_true(d[i].shape[0] == 64 && d[i].shape[1] == 64);
+        }
+    assert_int_equal(shared, 6); /* gate, up, down and their biases */
+    free(d);
+    snprintf(j, sizeof j,
+             "%s\"topk_method\":\"group_limited_greedy\",\"n_group\":4,\"topk_group\":2,"
+             "\"n_shared_experts\":1,\"first_k_dense_replace\":1,\"scoring_func\":\"softmax\","
+             "\"norm_topk_prob\":false,\"moe_layer_freq\":1}",
+             base);
+    assert_int_equal(parse(j, &s), LPO_OK);
+    assert_true(s.moe.topk_method == LPO_TOPK_GROUP_LIMITED && s.moe.n_group == 4 && s.moe.topk_group == 2);
+    static const struct {
+        const char *keys, *needle;
+        lpo_status st;
+    } bad[] = {
+        {"\"scoring_func\":\"sigmoid\"", "'scoring_func' 'sigmoid'", LPO_E_UNSUPPORTED},
+        {"\"topk_method\":\"noaux_tc\"", "'topk_method' 'noaux_tc' is not supported", LPO_E_UNSUPPORTED},
+        {"\"norm_topk_prob\":true", "never renormalises", LPO_E_UNSUPPORTED},
+        {"\"moe_layer_freq\":2", "'moe_layer_freq' 2", LPO_E_UNSUPPORTED},
+        {"\"first_k_dense_replace\":2", "layer 1 is dense, 'mlp_layer_types' says sparse", LPO_E_FORMAT},
+        {"\"topk_method\":\"group_limited_greedy\"", "needs 'n_group' and 'topk_group'", LPO_E_FORMAT},
+        {"\"topk_method\":\"group_limited_greedy\",\"n_group\":3,\"topk_group\":2", "dividing the 8 experts",
+         LPO_E_FORMAT},
+        {"\"topk_method\":\"group_limited_greedy\",\"n_group\":8,\"topk_group\":2",
+         "the 2 groups kept hold 2 experts", LPO_E_FORMAT},
+        {"\"routed_scaling_factor\":0", "'routed_scaling_factor' 0 must be positive", LPO_E_FORMAT},
+        {"\"n_shared_experts\":-1", "-1 shared experts", LPO_E_FORMAT},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(j, sizeof j, "%s%s}", base, bad[i].keys);
+        assert_int_equal(parse(j, &s), bad[i].st);
+        if (!strstr(lpo_last_error(), bad[i].needle)) fail_msg("%s: '%s'", bad[i].keys, lpo_last_error());
+    }
+    static const char *const layer_types[] = {"\"mlp_layer_types\":[\"dense\",\"sparse\"]",
+                                              "\"mlp_layer_types\":[\"dense\",\"moe\",\"sparse\"]"};
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(j, sizeof j,
+                 "{\"model_type\":\"deepseek_ocr2_text\",\"vocab_size\":100,\"hidden_size\":64,"
+                 "\"num_hidden_layers\":3,\"num_attention_heads\":4,\"intermediate_size\":128,"
+                 "\"num_experts_per_tok\":2,%s}",
+                 layer_types[i]);
+        assert_int_equal(parse(j, &s), LPO_E_FORMAT);
+        assert_non_null(strstr(lpo_last_error(), "mlp_layer_types"));
+    }
+}
+
 static void test_hf_config_errors(void **state) {
     (void)state;
     lpo_model_spec s;
@@ -450,10 +524,10 @@ static void test_config_errors(void **state) {
          "experts per token 5 must be in 1..4", LPO_E_CONFIG},
         {"source: synthetic\narch: {type: mixtral, vocab_size: 10, hidden_size: 8, n_layers: 2, n_heads: 2, "
          "intermediate_size: 8}\n",
-         "mixtral needs num_local_experts", LPO_E_CONFIG},
+         "mixtral needs at least one routed expert", LPO_E_CONFIG},
         {"source: synthetic\narch: {type: llama, vocab_size: 10, hidden_size: 8, n_layers: 2, n_heads: 2, "
          "intermediate_size: 8, moe: {experts: 4, experts_per_tok: 2, intermediate_size: 4}}\n",
-         "mixture-of-experts layers are read for the mixtral and qwen3_moe", LPO_E_CONFIG},
+         "mixture-of-experts layers are read for the mixtral, qwen3_moe", LPO_E_CONFIG},
         {"source: synthetic\narch: {type: qwen3_moe, vocab_size: 10, hidden_size: 8, n_layers: 2, n_heads: "
          "2, "
          "intermediate_size: 8, moe: 3}\n",
@@ -532,11 +606,12 @@ static void test_config_errors(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_arch_names),          cmocka_unit_test(test_hf_config_llama31),
-        cmocka_unit_test(test_hf_config_variants),  cmocka_unit_test(test_hf_config_errors),
-        cmocka_unit_test(test_hf_config_moe),       cmocka_unit_test(test_tensor_list),
-        cmocka_unit_test(test_preset_param_counts), cmocka_unit_test(test_preset_details),
-        cmocka_unit_test(test_synthetic_values),    cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_arch_names),         cmocka_unit_test(test_hf_config_llama31),
+        cmocka_unit_test(test_hf_config_variants), cmocka_unit_test(test_hf_config_errors),
+        cmocka_unit_test(test_hf_config_moe),      cmocka_unit_test(test_hf_config_deepseek),
+        cmocka_unit_test(test_tensor_list),        cmocka_unit_test(test_preset_param_counts),
+        cmocka_unit_test(test_preset_details),     cmocka_unit_test(test_synthetic_values),
+        cmocka_unit_test(test_config_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

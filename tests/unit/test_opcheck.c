@@ -123,6 +123,13 @@ static void test_every_kind(void **state) {
         cpu->free(vctx);
         lpo_oplist_free(&vl);
     }
+    /* DeepSeek routing (group-limited softmax, scaled; sigmoid + score bias, noaux_tc) and shared experts */
+    lpo_model_spec d = test_spec_deepseek();
+    check_spec(&d, 9, 20, 3, seen);
+    d.moe.scoring = LPO_SCORE_SIGMOID;
+    d.moe.topk_method = LPO_TOPK_NOAUX_TC;
+    d.moe.norm_topk_prob = 1;
+    check_spec(&d, 5, 7, 2, seen);
     for (int k = 0; k < LPO_OP_KIND_COUNT; k++)
         if (!seen[k]) fail_msg("op kind '%s' was not checked", lpo_op_kind_name((lpo_op_kind)k));
 }
@@ -211,6 +218,79 @@ static float frand(uint64_t *s) {
     return (float)((double)(*s >> 11) / 9007199254740992.0 * 2 - 1);
 }
 
+/* lpo_cpu_route's group-limited softmax (deepseek v2) and sigmoid noaux_tc (deepseek v3) routing, scaled and
+ * renormalised, against a double-precision reference that sorts: groups by their best (or two best) choice
+ * values, then the experts of the kept groups. */
+static void check_routing(uint64_t *seed) {
+    enum { T = 5, H = 16, E = 12, K = 3 };
+    float x[T * H], G[E * H + E], w[T * K], logits[T * E];
+    int32_t ids[T * K];
+    for (int i = 0; i < T * H; i++) x[i] = frand(seed);
+    for (int i = 0; i < E * H; i++) G[i] = frand(seed);
+    for (int i = 0; i < E; i++) G[E * H + i] = 0.3f * frand(seed); /* the score-correction bias */
+    for (int variant = 0; variant < 4; variant++) {
+        const int sig = variant >= 2, ng = variant % 2 ? 4 : 3, tg = variant % 2 ? 2 : 1;
+        const lpo_cpu_routing r = {sig ? LPO_SCORE_SIGMOID : LPO_SCORE_SOFTMAX,
+                                   sig ? LPO_TOPK_NOAUX_TC : LPO_TOPK_GROUP_LIMITED,
+                                   ng,
+                                   tg,
+                                   sig,
+                                   2.5f,
+                                   sig ? G + E * H : NULL};
+        lpo_cpu_route(w, ids, x, G, logits, T, E, H, K, &r, 1);
+        for (int t = 0; t < T; t++) {
+            double l[E], c[E], mx = -1e300, sum = 0;
+            for (int e = 0; e < E; e++) {
+                l[e] = 0;
+                for (int i = 0; i < H; i++) l[e] += (double)x[t * H + i] * G[e * H + i];
+                mx = l[e] > mx ? l[e] : mx;
+                c[e] = sig ? 1 / (1 + exp(-l[e])) + G[E * H + e] : l[e];
+            }
+            for (int e = 0; e < E; e++) sum += exp(l[e] - mx);
+            const int per = E / ng;
+            double gv[E];
+            int keep[E] = {0};
+            for (int g = 0; g < ng; g++) { // group value: best, or the sum of the two best
+                double a = -1e300, b = -1e300;
+                for (int e = g * per; e < (g + 1) * per; e++) {
+                    if (c[e] > a) {
+                        b = a;
+                        a = c[e];
+                    } else if (c[e] > b) {
+                        b = c[e];
+                    }
+                }
+                gv[g] = sig ? a + b : a;
+            }
+            for (int j = 0; j < tg; j++) { // keep the tg best groups
+                int best = -1;
+                for (int g = 0; g < ng; g++)
+                    if (!keep[g] && (best < 0 || gv[g] > gv[best])) best = g;
+                assert_true(best >= 0);
+                if (best >= 0) keep[best] = 1;
+            }
+            int want[K] = {0};
+            double ww[K], tot = 0;
+            for (int j = 0; j < K; j++) { // the K best experts of the kept groups
+                int best = -1;
+                for (int e = 0; e < E; e++) {
+                    int taken = 0;
+                    for (int i = 0; i < j; i++) taken |= want[i] == e;
+                    if (!taken && keep[e / per] && (best < 0 || c[e] > c[best])) best = e;
+                }
+                want[j] = best;
+                ww[j] = sig ? 1 / (1 + exp(-l[best])) : exp(l[best] - mx) / sum;
+                tot += ww[j];
+            }
+            for (int j = 0; j < K; j++) {
+                assert_int_equal(ids[t * K + j], want[j]);
+                const double v = (sig ? ww[j] / tot : ww[j]) * 2.5;
+                assert_true(fabs(w[t * K + j] - v) <= 1e-5 * (1 + fabs(v)));
+            }
+        }
+    }
+}
+
 static void test_kernels_vs_double(void **state) {
     (void)state;
     uint64_t seed = 42;
@@ -296,6 +376,7 @@ static void test_kernels_vs_double(void **state) {
                 }
             }
         }
+        check_routing(&seed);
         for (int i = 0; i < E * 3 * I * H; i++) Wx[i] = frand(&seed);
         float scratch[T * (2 * H + 3 * I)];
         assert_true(lpo_cpu_experts_scratch_floats(T, H, I) <= (int64_t)(sizeof scratch / sizeof *scratch));

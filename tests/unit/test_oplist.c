@@ -224,14 +224,14 @@ static void test_plans(void **state) {
  * plan fuses them) counts the q and k parts RoPE reads once and nothing of the qkv rows it hands on. */
 static void test_act_bytes(void **state) {
     (void)state;
-    lpo_model_spec a[4] = {test_spec(), test_spec(), test_spec(), test_spec_moe()};
+    lpo_model_spec a[5] = {test_spec(), test_spec(), test_spec(), test_spec_moe(), test_spec_deepseek()};
     a[1].qk_norm = a[1].qkv_bias = 1;
     a[2].act = LPO_ACT_GELU_TANH;
     a[2].sliding_window = 3;
     const lpo_dtype bf = LPO_DT_BF16;
     const lpo_dtype_lookup held = {(void *)&bf, lpo_dtype_lookup_uniform};
     const lpo_oplist_opts bf16 = {LPO_DT_BF16, LPO_DT_F16, &held, NULL, 0};
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         for (int decode = 0; decode < 2; decode++)
             for (int o = 0; o < 2; o++) {
                 lpo_oplist l = {0};
@@ -414,6 +414,57 @@ static void test_moe(void **state) {
     lpo_oplist_free(&l);
 }
 
+/* A DeepSeek MoE layer: the router carries its routing (group-limited, scaled); the shared experts are a
+ * dense MLP of n_shared * expert size (gate_up with biases, swiglu, down into the shared buffer), added to
+ * the routed output before the residual; gu / act fit the wider MLP; noaux_tc routers read the
+ * score-correction bias. */
+static void test_moe_shared(void **state) {
+    (void)state;
+    lpo_model_spec s =
+        test_spec_deepseek(); /* layer 0 sparse: 6 experts of 24, 2 shared (48); layer 1 dense */
+    s.intermediate_size = 40; /* the shared MLP is the wider */
+    lpo_oplist l = {0};
+    assert_int_equal(lpo_oplist_build_phase(&s, 1, 2, 20, NULL, &l), LPO_OK);
+    const lpo_op *r = find(&l, "layers.0.mlp.router"), *x = find(&l, "layers.0.mlp.experts");
+    assert_true(r && x && x == r + 1);
+    assert_true(r->scoring == LPO_SCORE_SOFTMAX && r->topk_method == LPO_TOPK_GROUP_LIMITED);
+    assert_true(r->n_group == 3 && r->topk_group == 2 && r->route_scale == 2.5f && r->n_w == 1);
+    const lpo_op *gu = x + 1, *act = x + 2, *down = x + 3, *add = x + 4, *res = x + 5;
+    assert_int_equal(gu->role, LPO_ROLE_SHARED_GATE_UP);
+    assert_string_equal(gu->name, "layers.0.mlp.shared.gate_up");
+    assert_true(gu->kind == LPO_OP_LINEAR && gu->k == 48 && gu->n == 96 && gu->n_w == 4 && gu->n_bias == 2);
+    assert_string_equal(gu->w[0].name, "model.layers.0.mlp.shared_experts.gate_proj.weight");
+    assert_string_equal(gu->w[3].name, "model.layers.0.mlp.shared_experts.up_proj.bias");
+    assert_true(act->kind == LPO_OP_SWIGLU && act->role == LPO_ROLE_SHARED_ACT && act->n == 48);
+    assert_true(down->kind == LPO_OP_LINEAR && down->role == LPO_ROLE_SHARED_DOWN && down->k == 48);
+    assert_true(down->out[0].buf == LPO_BUF_SHARED && down->n_bias == 1);
+    assert_true(add->kind == LPO_OP_ADD && add->role == LPO_ROLE_SHARED_ADD &&
+                add->out[0].buf == LPO_BUF_TMP);
+    assert_true(add->in[1].buf == LPO_BUF_SHARED);
+    assert_int_equal(res->role, LPO_ROLE_MLP_RESIDUAL);
+    assert_int_equal(lpo_buf_width(&s, LPO_BUF_GU), 96);
+    assert_int_equal(lpo_buf_width(&s, LPO_BUF_ACT), 48);
+    assert_int_equal(lpo_buf_width(&s, LPO_BUF_SHARED), 48);
+    const lpo_op *dense = find(&l, "layers.1.mlp.gate_up");
+    assert_true(dense && dense->n == 80);
+    assert_null(find(&l, "layers.1.mlp.shared.gate_up"));
+    lpo_oplist_free(&l);
+    /* deepseek v3's routing: sigmoid scores, the score-correction bias as the router's second weight */
+    s.moe.scoring = LPO_SCORE_SIGMOID;
+    s.moe.topk_method = LPO_TOPK_NOAUX_TC;
+    s.moe.norm_topk_prob = 1;
+    assert_int_equal(lpo_spec_validate(&s), LPO_OK);
+    assert_int_equal(lpo_oplist_build_phase(&s, 0, 1, 5, NULL, &l), LPO_OK);
+    r = find(&l, "layers.0.mlp.router");
+    assert_true(r && r->n_w == 2 && r->w[1].ndim == 1 && r->w[1].shape[0] == 6 && r->norm_topk);
+    assert_string_equal(r->w[1].name, "model.layers.0.mlp.gate.e_score_correction_bias");
+    lpo_oplist_free(&l);
+    /* no shared experts: no shared buffer, the dense MLP's widths */
+    s.moe.n_shared_experts = 0;
+    assert_int_equal(lpo_buf_width(&s, LPO_BUF_SHARED), 0);
+    assert_int_equal(lpo_buf_width(&s, LPO_BUF_GU), 80);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_structure),
@@ -426,6 +477,7 @@ int main(void) {
         cmocka_unit_test(test_act_bytes),
         cmocka_unit_test(test_attention_variant),
         cmocka_unit_test(test_moe),
+        cmocka_unit_test(test_moe_shared),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -168,6 +168,13 @@ static void test_spec_checks(void **state) {
     s.o_bias = 1;
     assert_int_equal(lpo_tp_check_spec(&s, 2, "engine.tp"), LPO_E_UNSUPPORTED);
     assert_non_null(strstr(lpo_last_error(), "bias on the o projection"));
+    /* shared experts (deepseek) are not split: refused by name; tp=1 runs */
+    s = test_spec_deepseek();
+    s.mlp_bias = 0;
+    assert_int_equal(lpo_tp_check_spec(&s, 1, "engine.tp"), LPO_OK);
+    assert_int_equal(lpo_tp_check_spec(&s, 2, "engine.tp"), LPO_E_UNSUPPORTED);
+    assert_non_null(strstr(lpo_last_error(), "engine.tp=2"));
+    assert_non_null(strstr(lpo_last_error(), "shared experts"));
     /* the builder checks too */
     lpo_oplist l = {0};
     lpo_oplist_opts o = {LPO_DT_F32, LPO_DT_F32, NULL, NULL, 3};

@@ -179,9 +179,24 @@ static lpo_status launch_add(const lpo_op *op, const cpu_args *a) { /* out (= in
     lpo_cpu_add(a->out, a->in[1], op->m * op->n);
     return LPO_OK;
 }
+/* The router's weights: G (E, h), then the score-correction bias (E,) when it has one (noaux_tc). */
 static lpo_status launch_router(const lpo_op *op, const cpu_args *a) {
-    lpo_cpu_router(a->out, a->expert_ids, a->in[0], a->W, a->moe_scratch, op->m, op->n_experts, op->k,
-                   op->top_k, op->norm_topk, a->nt);
+    const int grouped = op->topk_method != LPO_TOPK_GREEDY;
+    const lpo_cpu_routing r = {op->scoring,
+                               op->topk_method,
+                               grouped ? op->n_group : 1,
+                               grouped ? op->topk_group : 1,
+                               op->norm_topk,
+                               op->route_scale > 0 ? op->route_scale : 1.0f,
+                               op->n_w > 1 ? a->W + op->n_experts * op->k : NULL};
+    if (r.n_group < 1 || r.n_group > LPO_CPU_MAX_GROUPS || op->n_experts % r.n_group || r.topk_group < 1 ||
+        r.topk_group > r.n_group || op->top_k > r.topk_group * (op->n_experts / r.n_group))
+        return lpo_errorf(
+            LPO_E_INVALID,
+            "cpu backend: op '%s': %lld of %lld experts in %lld groups keeping %lld: not a routing", op->name,
+            (long long)op->top_k, (long long)op->n_experts, (long long)r.n_group, (long long)r.topk_group);
+    lpo_cpu_route(a->out, a->expert_ids, a->in[0], a->W, a->moe_scratch, op->m, op->n_experts, op->k,
+                  op->top_k, &r, a->nt);
     return LPO_OK;
 }
 /* The chosen experts are checked (in range, distinct per token) before any weight is read by them. */

@@ -257,31 +257,96 @@ void lpo_cpu_add_rmsnorm(float *x, const float *y, float *xn, const float *w, in
 
 void lpo_cpu_router(float *w, int32_t *ids, const float *x, const float *G, float *logits, int64_t m,
                     int64_t E, int64_t h, int64_t k, int norm_topk, int nt) {
+    const lpo_cpu_routing r = {LPO_SCORE_SOFTMAX, LPO_TOPK_GREEDY, 1, 1, norm_topk, 1.0f, NULL};
+    lpo_cpu_route(w, ids, x, G, logits, m, E, h, k, &r, nt);
+}
+
+static float sigmoidf(float v) {
+    return 1.0f / (1.0f + expf(-v));
+}
+
+/* The value expert e is chosen by: its logit (softmax scores: the same order as the probabilities), or its
+ * sigmoid score plus the correction bias (f32, as HF). */
+static float choice_value(const float *l, const lpo_cpu_routing *r, int64_t e) {
+    if (r->scoring != LPO_SCORE_SIGMOID) return l[e];
+    const float sc = sigmoidf(l[e]);
+    return r->bias ? sc + r->bias[e] : sc;
+}
+
+/* A group's score over its experts e0 .. e0 + n - 1: the best choice value (GROUP_LIMITED), or the sum of the
+ * two best (NOAUX_TC: a tie counts twice). */
+static float group_value(const float *l, const lpo_cpu_routing *r, int64_t e0, int64_t n) {
+    float a = -INFINITY, b = -INFINITY;
+    for (int64_t e = e0; e < e0 + n; e++) { // expert e of the group -> the two best values a >= b
+        const float v = choice_value(l, r, e);
+        if (v > a) {
+            b = a;
+            a = v;
+        } else if (v > b) {
+            b = v;
+        }
+    }
+    return r->method == LPO_TOPK_NOAUX_TC ? a + b : a;
+}
+
+void lpo_cpu_route(float *w, int32_t *ids, const float *x, const float *G, float *logits, int64_t m,
+                   int64_t E, int64_t h, int64_t k, const lpo_cpu_routing *r, int nt) {
     lpo_cpu_matmul(logits, x, G, NULL, m, E, h, nt);
+    const int grouped = r->method != LPO_TOPK_GREEDY && r->n_group > 1;
+    const int64_t ng = grouped ? r->n_group : 1, per = E / ng, tg = grouped ? r->topk_group : 1;
+    unsigned char keep[LPO_CPU_MAX_GROUPS];
     for (int64_t t = 0; t < m; t++) { // token t: logits (E,) -> ids (k,), w (k,)
         const float *l = logits + t * E;
         int32_t *id = ids + t * k;
-        float mx = l[0];
-        for (int64_t e = 1; e < E; e++) mx = l[e] > mx ? l[e] : mx;
-        double sum = 0;
-        for (int64_t e = 0; e < E; e++) sum += (double)expf(l[e] - mx);
-        for (int64_t j = 0; j < k;
-             j++) { // rank j: the best expert not chosen yet (strict >: lower index wins)
+        memset(keep, !grouped, (size_t)ng);
+        for (int64_t j = 0; grouped && j < tg;
+             j++) { // rank j: the best group not kept yet (lower index wins)
             int64_t best = -1;
+            float bv = 0;
+            for (int64_t g = 0; g < ng; g++) {
+                if (keep[g]) continue;
+                const float v = group_value(l, r, g * per, per);
+                if (best < 0 || v > bv) best = g, bv = v;
+            }
+            if (best >= 0) keep[best] = 1;
+        }
+        for (int64_t j = 0; j < k; j++) { // rank j: the best expert of a kept group not chosen yet (strict >:
+                                          // lower index wins)
+            int64_t best = -1;
+            float bv = 0;
             for (int64_t e = 0; e < E; e++) {
+                if (!keep[e / per]) continue;
                 int taken = 0;
                 for (int64_t i = 0; i < j; i++) taken |= id[i] == (int32_t)e;
-                if (!taken && (best < 0 || l[e] > l[best])) best = e;
+                if (taken) continue;
+                const float v = choice_value(l, r, e);
+                if (best < 0 || v > bv) best = e, bv = v;
             }
             id[j] = (int32_t)best;
         }
+        float *wt = w + t * k;
         double chosen = 0;
-        for (int64_t j = 0; j < k; j++) { // probability of the rank-j expert
-            w[t * k + j] = (float)((double)expf(l[id[j]] - mx) / sum);
-            chosen += (double)w[t * k + j];
+        if (r->scoring == LPO_SCORE_SIGMOID) {
+            for (int64_t j = 0; j < k; j++) { // the rank-j expert's sigmoid score
+                wt[j] = sigmoidf(l[id[j]]);
+                chosen += (double)wt[j];
+            }
+            if (r->norm_topk) /* HF: w / (sum + 1e-20) */
+                for (int64_t j = 0; j < k; j++) wt[j] = (float)((double)wt[j] / (chosen + 1e-20));
+        } else {
+            float mx = l[0];
+            for (int64_t e = 1; e < E; e++) mx = l[e] > mx ? l[e] : mx;
+            double sum = 0;
+            for (int64_t e = 0; e < E; e++) sum += (double)expf(l[e] - mx);
+            for (int64_t j = 0; j < k; j++) { // probability of the rank-j expert
+                wt[j] = (float)((double)expf(l[id[j]] - mx) / sum);
+                chosen += (double)wt[j];
+            }
+            if (r->norm_topk)
+                for (int64_t j = 0; j < k; j++) wt[j] = (float)((double)wt[j] / chosen);
         }
-        if (norm_topk)
-            for (int64_t j = 0; j < k; j++) w[t * k + j] = (float)((double)w[t * k + j] / chosen);
+        if (r->scale != 1.0f)
+            for (int64_t j = 0; j < k; j++) wt[j] *= r->scale;
     }
 }
 

@@ -15,6 +15,8 @@
 #pragma once
 #include <stdint.h>
 
+#include "lpo/model.h" /* lpo_moe_scoring, lpo_moe_topk */
+
 /* y (m, n) = x (m, k) @ W^T, W (n, k) row-major (HF Linear layout), + bias (n,) when given. */
 void lpo_cpu_matmul(float *y, const float *x, const float *W, const float *bias, int64_t m, int64_t n,
                     int64_t k, int nt);
@@ -61,6 +63,28 @@ void lpo_cpu_add_rmsnorm(float *x, const float *y, float *xn, const float *w, in
  * -> ids (m, k) int32 and w (m, k) f32, in rank order. */
 void lpo_cpu_router(float *w, int32_t *ids, const float *x, const float *G, float *logits, int64_t m,
                     int64_t E, int64_t h, int64_t k, int norm_topk, int nt);
+/* The routing options of lpo_cpu_route (model.h lpo_moe_scoring / lpo_moe_topk; docs/engine.md "Routing"). */
+#define LPO_CPU_MAX_GROUPS 4096
+typedef struct {
+    lpo_moe_scoring scoring; /* softmax over the logits, or a sigmoid per logit */
+    lpo_moe_topk method;     /* greedy, group-limited (groups by their best), noaux_tc (by their best two) */
+    int64_t n_group, topk_group; /* group-limited methods: E / n_group experts per group, topk_group kept */
+    int norm_topk;               /* the k weights renormalised to sum 1 (sigmoid: sum + 1e-20, as HF) */
+    float scale;                 /* the weights times this (1 = none) */
+    const float *bias;           /* sigmoid: e_score_correction_bias (E,) added for the choice, or NULL */
+} lpo_cpu_routing;
+/* The router with every routing option, per token t of x (m, h):
+ *   logits (E,) = x_t @ G^T in f32 into logits (m, E)
+ *   choice value of expert e: its logit (softmax), or sigmoid(logit) + bias_e (sigmoid, f32)
+ *   group-limited methods: the topk_group groups of E / n_group consecutive experts with the highest group
+ *   value (their best choice value; noaux_tc: the sum of their two best), best first, lower group index on
+ *   ties; the experts of the other groups are not candidates
+ *   the k candidates with the highest choice values, descending; equal values: the lower expert index first
+ *   weights: softmax probability (as lpo_cpu_router) or sigmoid score of each chosen expert; renormalised
+ * over the k when norm_topk (sums in double); times scale
+ * -> ids (m, k) int32 and w (m, k) f32, in rank order. n_group <= LPO_CPU_MAX_GROUPS. */
+void lpo_cpu_route(float *w, int32_t *ids, const float *x, const float *G, float *logits, int64_t m,
+                   int64_t E, int64_t h, int64_t k, const lpo_cpu_routing *r, int nt);
 /* Scratch of lpo_cpu_experts for m tokens: floats and int32 entries. */
 int64_t lpo_cpu_experts_scratch_floats(int64_t m, int64_t h, int64_t I);
 /* Routed experts: y (m, h) = for each token t, sum over its k chosen experts e = ids[t, j] of

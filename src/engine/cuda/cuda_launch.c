@@ -136,6 +136,27 @@ lpo_status lpo__cuda_route_opts(const lpo_op *op, lpo_cuda_route_opts *out) {
      * mapped here to a field of lpo_cuda_route_opts that the kernel implements, or refused by name */
     if (op->kind != LPO_OP_ROUTER)
         return lpo_errorf(LPO_E_INTERNAL, "cuda backend: op '%s' is not a router", op->name);
+    if (op->scoring != LPO_SCORE_SOFTMAX)
+        return lpo_errorf(
+            LPO_E_UNSUPPORTED,
+            "cuda backend: op '%s' scores its experts by %s: the GPU router computes softmax only", op->name,
+            lpo_moe_scoring_name(op->scoring));
+    if (op->topk_method != LPO_TOPK_GREEDY)
+        return lpo_errorf(
+            LPO_E_UNSUPPORTED,
+            "cuda backend: op '%s' picks its experts by %s top-k (%lld groups, %lld kept): the GPU "
+            "router takes the greedy top-k only",
+            op->name, lpo_moe_topk_name(op->topk_method), (long long)op->n_group, (long long)op->topk_group);
+    if (op->route_scale != 0 && op->route_scale != 1.0f)
+        return lpo_errorf(
+            LPO_E_UNSUPPORTED,
+            "cuda backend: op '%s' scales its routing weights by %g (routed_scaling_factor): the "
+            "GPU router does not",
+            op->name, (double)op->route_scale);
+    if (op->n_w != 1)
+        return lpo_errorf(LPO_E_UNSUPPORTED,
+                          "cuda backend: op '%s' carries a score-correction bias: the GPU router has none",
+                          op->name);
     out->n_experts = op->n_experts;
     out->top_k = op->top_k;
     out->score = LPO_CUDA_SCORE_SOFTMAX;

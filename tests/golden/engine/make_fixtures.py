@@ -3,7 +3,8 @@
 
 Writes, under tests/golden/engine/:
   <name>/model.safetensors, config.json, generation_config.json   tiny random-weight models (dense, and
-                        mixture-of-experts in the hub layout: per-expert tensors)
+                        mixture-of-experts in the hub layout: per-expert tensors; DeepSeek-OCR-2's text
+                        model as DeepseekOcr2TextModel + lm_head, no generation_config.json)
   <name>/fixture.json   input ids, greedy continuation ids (EOS ignored), logits file name, max |logit|
   <name>/logits.bin     float32 little-endian logits [T, vocab] of one forward pass over the input ids
   chat.json             chat prompts rendered by transformers' apply_chat_template (one user turn, for the
@@ -29,6 +30,7 @@ import json
 import os
 import struct
 import sys
+from types import SimpleNamespace
 
 import torch
 import transformers
@@ -118,6 +120,35 @@ MOE = {
                                               tie_word_embeddings=False, max_position_embeddings=256,
                                               rms_norm_eps=1e-6, rope_theta=1000000.0, bos_token_id=1,
                                               eos_token_id=2, use_sliding_window=False), torch.bfloat16),
+}
+
+# DeepSeek-family MoE text models: name -> (config class, kwargs, stored dtype). transformers has no causal-LM
+# class for DeepSeek-OCR-2's text model alone: the reference is DeepseekOcr2TextModel plus an lm_head Linear
+# (what DeepseekOcr2ForConditionalGeneration runs on text), saved in the hub layout (model.layers.N.mlp.
+# experts.E.{gate,up,down}_proj, mlp.gate, mlp.shared_experts) with a config.json of model_type
+# deepseek_ocr2_text. Norms, biases and the routers are perturbed like the other models; the router margins
+# are checked on the quantity each routing stage selects by (see routing_gaps).
+DEEPSEEK = {
+    # OCR-2 text: dense layers 0 and 2 among sparse 1 and 3 (mlp_layer_types), 2 shared experts (shared MLP of
+    # 2 x 32), k = 3 of 8 experts by softmax, scaled by 1.5, q/k/v/o and MLP biases, untied head
+    "deepseek_ocr2_greedy": ("DeepseekOcr2TextConfig", dict(
+        hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=4, vocab_size=128, n_routed_experts=8, num_experts_per_tok=3,
+        n_shared_experts=2, routed_scaling_factor=1.5, topk_method="greedy",
+        mlp_layer_types=["dense", "sparse", "dense", "sparse"], attention_bias=True, mlp_bias=True,
+        tie_word_embeddings=False, max_position_embeddings=256, rms_norm_eps=1e-6,
+        rope_parameters=dict(rope_type="default", rope_theta=10000.0), bos_token_id=1, eos_token_id=2),
+        torch.bfloat16),
+    # OCR-2 text: group-limited greedy (the best 2 of 4 groups by their best expert, then k = 2 of those
+    # groups' experts), one shared expert, layer 0 dense, no biases
+    "deepseek_ocr2_group": ("DeepseekOcr2TextConfig", dict(
+        hidden_size=64, intermediate_size=80, moe_intermediate_size=24, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=4, vocab_size=128, n_routed_experts=8, num_experts_per_tok=2,
+        n_shared_experts=1, routed_scaling_factor=1.0, topk_method="group_limited_greedy", n_group=4,
+        topk_group=2, mlp_layer_types=["dense", "sparse", "sparse"], attention_bias=False, mlp_bias=False,
+        tie_word_embeddings=False, max_position_embeddings=256, rms_norm_eps=1e-6,
+        rope_parameters=dict(rope_type="default", rope_theta=10000.0), bos_token_id=1, eos_token_id=2),
+        torch.bfloat16),
 }
 
 # Published chat templates (as in each model's tokenizer_config.json), rendered by transformers below.
@@ -410,6 +441,161 @@ def make_moe(name, cls_name, kw, dtype, seed):
           f"greedy {cont}")
 
 
+def routing_gaps(logits, cfg, bias=None):
+    """The smallest gap, over the tokens of router logits [T, E], between the last chosen and the first
+    refused candidate of each selection stage of cfg's routing, on the value that stage selects by: softmax
+    greedy: the logits (softmax is monotonic); group_limited_greedy: each group's best logit for the groups,
+    then the logits of the kept groups' experts; sigmoid scores (noaux_tc): sigmoid(logits) + bias, groups by
+    the sum of their best two, then the kept experts."""
+    k, E = cfg.num_experts_per_tok, logits.shape[-1]
+    method = getattr(cfg, "topk_method", None) or "greedy"
+    sig = getattr(cfg, "scoring_func", None) == "sigmoid" or bias is not None
+    v = logits.float()
+    if sig:
+        v = v.sigmoid() + (bias if bias is not None else 0)
+    gap = float("inf")
+    if method == "greedy" and not sig:
+        top = torch.sort(v, dim=-1, descending=True).values
+        return float((top[:, k - 1] - top[:, k]).min())
+    g = cfg.n_group
+    grouped = v.view(-1, g, E // g)
+    gs = grouped.topk(2, dim=-1)[0].sum(-1) if sig else grouped.max(-1).values
+    if cfg.topk_group < g:
+        top = torch.sort(gs, dim=-1, descending=True).values
+        gap = min(gap, float((top[:, cfg.topk_group - 1] - top[:, cfg.topk_group]).min()))
+    keep = torch.zeros_like(gs).scatter_(1, gs.topk(cfg.topk_group, dim=-1)[1], 1).bool()
+    masked = v.masked_fill(~keep.unsqueeze(-1).expand(-1, g, E // g).reshape(-1, E), float("-inf"))
+    top = torch.sort(masked, dim=-1, descending=True).values
+    if k < top.shape[-1] and bool(torch.isfinite(top[:, k]).all()):
+        gap = min(gap, float((top[:, k - 1] - top[:, k]).min()))
+    return gap
+
+
+class RoutingMargins:
+    """RouterMargins for the DeepSeek routers (routing_gaps on each router's logits)."""
+
+    def __init__(self, model, cfg):
+        self.cfg, self.min_gap, self.hooks = cfg, float("inf"), []
+        for name, mod in model.named_modules():
+            if name.endswith(".gate") and hasattr(mod, "top_k"):
+                self.hooks.append(mod.register_forward_hook(self.hook))
+        assert self.hooks, "no router found"
+
+    def hook(self, mod, args, out):
+        bias = getattr(mod, "e_score_correction_bias", None)
+        self.min_gap = min(self.min_gap, routing_gaps(out[0], self.cfg, bias))
+
+    def remove(self):
+        for h in self.hooks:
+            h.remove()
+
+
+class TextLM(torch.nn.Module):
+    """A decoder-only text model (transformers' *TextModel) with an lm_head, as a causal LM: logits of ids."""
+
+    def __init__(self, body, hidden, vocab):
+        super().__init__()
+        self.model = body
+        self.lm_head = torch.nn.Linear(hidden, vocab, bias=False)
+
+    def forward(self, ids):
+        return SimpleNamespace(logits=self.lm_head(self.model(ids).last_hidden_state))
+
+
+def to_hub_layout(state):
+    """transformers 5's fused experts (experts.gate_up_proj [E, 2I, h], experts.down_proj [E, h, I]) back to
+    the hub's per-expert tensors (experts.<e>.gate_proj / up_proj / down_proj.weight)."""
+    out = {}
+    for name, t in state.items():
+        if name.endswith("experts.gate_up_proj"):
+            pre, half = name[: -len("gate_up_proj")], t.shape[1] // 2
+            for e in range(t.shape[0]):
+                out[f"{pre}{e}.gate_proj.weight"] = t[e, :half].contiguous()
+                out[f"{pre}{e}.up_proj.weight"] = t[e, half:].contiguous()
+        elif name.endswith("experts.down_proj"):
+            pre = name[: -len("down_proj")]
+            for e in range(t.shape[0]):
+                out[f"{pre}{e}.down_proj.weight"] = t[e].contiguous()
+        else:
+            out[name] = t.contiguous()
+    return out
+
+
+def from_hub_layout(tensors, state):
+    """The inverse of to_hub_layout onto the names of state (a module's state_dict)."""
+    out = {}
+    for name, ref in state.items():
+        if name.endswith("experts.gate_up_proj"):
+            pre = name[: -len("gate_up_proj")]
+            out[name] = torch.stack([torch.cat([tensors[f"{pre}{e}.gate_proj.weight"],
+                                                tensors[f"{pre}{e}.up_proj.weight"]]) for e in range(ref.shape[0])])
+        elif name.endswith("experts.down_proj"):
+            pre = name[: -len("down_proj")]
+            out[name] = torch.stack([tensors[f"{pre}{e}.down_proj.weight"] for e in range(ref.shape[0])])
+        else:
+            out[name] = tensors[name]
+    return out
+
+
+def make_deepseek_text(name, cls_name, kw, dtype, seed):
+    """A tiny DeepSeek-OCR-2 text model (TextLM over DeepseekOcr2TextModel, eager experts and attention) saved
+    in the hub layout with safetensors; the reference reloads those files (bf16 values, run in f32) into a
+    fresh model. Seeds seed, seed + 100, ... until the routing and greedy margins are clear."""
+    from safetensors.torch import load_file, save_file
+    out = os.path.join(HERE, name)
+    os.makedirs(out, exist_ok=True)
+    cfg = getattr(transformers, cls_name)(**kw)
+    cfg._experts_implementation = "eager"
+    cfg._attn_implementation = "eager"
+    body_cls = transformers.DeepseekOcr2TextModel
+
+    def build():
+        return TextLM(body_cls(cfg), cfg.hidden_size, cfg.vocab_size).to(torch.float32).eval()
+
+    for attempt in range(20):
+        s = seed + 100 * attempt
+        torch.manual_seed(s)
+        model = build()
+        randomize(model, s)
+        for f in os.listdir(out):
+            os.remove(os.path.join(out, f))
+        hub = {n: t.to(dtype) for n, t in to_hub_layout(model.state_dict()).items()}
+        save_file(hub, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+        model = build()
+        loaded = {n: t.to(torch.float32) for n, t in load_file(os.path.join(out, "model.safetensors")).items()}
+        model.load_state_dict(from_hub_layout(loaded, model.state_dict()), strict=True)
+        g = torch.Generator().manual_seed(s + 1)
+        ids = torch.randint(3, kw["vocab_size"], (11,), generator=g).tolist()
+        margins = RoutingMargins(model, cfg)
+        with torch.no_grad():
+            logits = model(torch.tensor([ids])).logits[0].to(torch.float32).contiguous()
+        cont, token_gap = greedy_margin(model, ids, N_NEW)
+        margins.remove()
+        max_abs = float(logits.abs().max())
+        if margins.min_gap > 1e-3 and token_gap > 1e-3 * max_abs:
+            break
+        print(f"{name}: seed {s}: router margin {margins.min_gap:.2g}, greedy margin {token_gap:.2g}: next seed")
+    else:
+        raise SystemExit(f"{name}: no seed with clear router and greedy margins")
+    conf = cfg.to_dict()
+    for key in [k for k in conf if k.startswith("_")]:
+        del conf[key]
+    conf["dtype"] = str(dtype).replace("torch.", "")
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(conf, f, indent=2, sort_keys=True)
+    with open(os.path.join(out, "logits.bin"), "wb") as f:
+        f.write(struct.pack("<%df" % logits.numel(), *logits.flatten().tolist()))
+    fx = {"input_ids": ids, "greedy": cont, "n_new": N_NEW, "logits_file": "logits.bin",
+          "shape": list(logits.shape), "max_abs_logit": max_abs,
+          "dtype": str(dtype).replace("torch.", ""), "transformers": transformers.__version__, "seed": s,
+          "min_router_gap": margins.min_gap, "min_greedy_logit_gap": token_gap}
+    with open(os.path.join(out, "fixture.json"), "w") as f:
+        json.dump(fx, f, indent=1)
+    size = sum(os.path.getsize(os.path.join(out, x)) for x in os.listdir(out))
+    print(f"{name}: {size / 1024:.0f} KiB, max|logit| {max_abs:.3f}, router margin {margins.min_gap:.3g}, "
+          f"greedy {cont}")
+
+
 def find_gguf(arg):
     for p in (arg, os.environ.get("LPO_SMOLLM2_GGUF"),
               os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"),
@@ -492,6 +678,9 @@ def main():
     for i, (name, (cls_name, kw, dtype)) in enumerate(MOE.items()):
         if only is None or name in only:
             make_moe(name, cls_name, kw, dtype, 2000 + i)
+    for i, (name, (cls_name, kw, dtype)) in enumerate(DEEPSEEK.items()):
+        if only is None or name in only:
+            make_deepseek_text(name, cls_name, kw, dtype, 3000 + i)
     gguf = find_gguf(a.gguf)
     if gguf and (only is None or "smollm2" in only):
         tok = make_smollm2(gguf)
