@@ -28,6 +28,10 @@ typedef enum {
     LPO_ARCH_DEEPSEEK_OCR2_TEXT, /* DeepSeek-OCR-2's text model: llama attention (MHA, rotate-half RoPE);
                                     dense MLPs and DeepSeek MoE layers by mlp_layer_types (routed experts by
                                     softmax, greedy or group-limited, scaled; always-on shared experts) */
+    LPO_ARCH_DEEPSEEK_V2,        /* multi-head latent attention (lpo_model_spec.mla); DeepSeek MoE after
+                                    first_k_dense_replace dense layers, softmax routing (greedy or
+                                    group-limited), shared experts */
+    LPO_ARCH_DEEPSEEK_V3,        /* MLA; DeepSeek MoE with sigmoid scores and noaux_tc routing */
     LPO_ARCH_COUNT
 } lpo_arch;
 typedef enum { LPO_ROPE_NONE, LPO_ROPE_LINEAR, LPO_ROPE_LLAMA3, LPO_ROPE_YARN } lpo_rope_scaling;
@@ -67,6 +71,10 @@ typedef struct {
         int64_t original_max_positions; /* llama3 / yarn */
         double beta_fast, beta_slow;    /* yarn */
         double attn_factor;             /* yarn mscale override; 0 = default formula */
+        double mscale, mscale_all_dim;  /* yarn (deepseek): attention factor mscale(f, mscale) / mscale(f,
+                                           mscale_all_dim) when both are set; MLA's softmax scale times
+                                           mscale(f, mscale_all_dim)^2 */
+        int no_truncate;                /* yarn truncate: false (the correction range is not rounded) */
     } rope;
     int qkv_bias; /* q/k/v projections carry a bias (qwen2) */
     int o_bias;   /* output projection bias */
@@ -99,7 +107,22 @@ typedef struct {
         int64_t n_group, topk_group;         /* group-limited methods: E / n_group experts per group */
         double routed_scaling_factor;        /* the chosen weights times this (1 = unscaled; 0 reads as 1) */
     } moe;
+    /* Multi-head latent attention (deepseek_v2 / v3; kv_lora_rank 0 = standard attention). Per token:
+     * q = q_b(rmsnorm(q_a(x))) (q_lora_rank > 0) or q_proj(x), n_heads x (qk_nope + qk_rope); kv_a(x) =
+     * latent (kv_lora_rank) | k_rope (qk_rope, one head shared by all); the cache holds rmsnorm(latent) and
+     * the rotated k_rope; kv_b(latent) = per head k_nope (qk_nope) | v (v_head_dim). head_dim is qk_rope
+     * (the rotated part, HF's convention); n_kv_heads = n_heads. */
+    struct {
+        int64_t q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
+        int rope_interleave; /* rotate pairs (2i, 2i+1) (deepseek's layout) instead of (i, i + d/2) */
+    } mla;
 } lpo_model_spec;
+
+/* Whether the spec's attention is MLA (mla.kv_lora_rank > 0). */
+int lpo_spec_is_mla(const lpo_model_spec *s);
+/* The softmax scale of the spec's attention: 1/sqrt(head size) (MLA: qk_nope + qk_rope, times
+ * mscale(factor, mscale_all_dim)^2 under yarn, as HF's yarn_apply_mscale). */
+double lpo_spec_attn_scale(const lpo_model_spec *s);
 
 /* Whether layer l's MLP is routed experts: n_experts > 0, (l + 1) % sparse_step == 0 and l not marked
  * dense (HF Qwen3-MoE's rule; mixtral: every layer). */
@@ -258,8 +281,9 @@ typedef struct {
     uint64_t weight_bytes;
 } lpo_param_summary;
 lpo_status lpo_model_param_summary(const lpo_model *m, lpo_param_summary *out);
-/* KV-cache bytes per token of context: 2 (K and V) * layers * kv_heads * head_dim * sizeof(kv_dtype).
- * kv_dtype must be a plain (non-block) type; returns 0 otherwise. */
+/* KV-cache bytes per token of context: 2 (K and V) * layers * kv_heads * head_dim * sizeof(kv_dtype); MLA:
+ * layers * (kv_lora_rank + qk_rope) * sizeof(kv_dtype) (the latent and the rotated key). kv_dtype must be a
+ * plain (non-block) type; returns 0 otherwise. */
 uint64_t lpo_spec_kv_bytes_per_token(const lpo_model_spec *s, lpo_dtype kv_dtype);
 
 /* ---- HF hub cache ---- */

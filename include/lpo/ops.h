@@ -24,7 +24,9 @@
  *             m, n, k, heads (n_heads), qk_heads (n_heads + n_kv_heads), hd (head_dim), pairs (attn_pairs),
  *             bias (m n when the op has biases, else 0), topk (experts chosen per token), ranks (participants
  *             of a collective), span (ATTN_RELPOS:
- *             the side of the square its queries attend over: the window, or the grid when global)
+ *             the side of the square its queries attend over: the window, or the grid when global); MLA: rank
+ *             (kv_lora_rank), dn, dr, dv (nope, rope and value head sizes), rows (kv_rows), absorbed (1 for
+ *             the decode variant)
  *   matmul    the part of flops done by matrix products (2 per multiply-add, biases not included; 0 for
  *             kinds without one): deep's GEMM cross-check
  *   bytes     which tensors it moves, each once at its own dtype (lpo_op_traffic): TENSORS = its weights
@@ -33,11 +35,14 @@
  *             read, their k, v appended, every cached row read once per sequence, the output written;
  *             EXPERTS = TENSORS with the weights of the distinct experts the tokens chose only
  *             (lpo_op_experts_read); COMM = TENSORS (the rank's buffer read and written where it stands; what
- *             crosses the links is lpo_op_comm_bytes, not memory traffic)
+ *             crosses the links is lpo_op_comm_bytes, not memory traffic); MLA = its weights, q and the
+ *             latent rows of the new tokens read, their latent + rope key appended (kv_write), every cached
+ *             latent + rope key row read once per sequence (kv_read), the output written
  *   shape     the shape string's form (lpo_op_shape): ROWS "m= n=", MATMUL "m= n= k=", HEADS "m= heads=h/kv
  *             hd=", ATTENTION HEADS + " kv_rows=" (+ " window="), EMBED "m= n= vocab=", MOE MATMUL +
  *             " experts= top_k=", COMM ROWS + " ranks=", CONV MATMUL + " grid=HxW ks=
- *             stride= pad=", GRID HEADS + " grid=HxW window=", PREFIX HEADS + " prefix="
+ *             stride= pad=", GRID HEADS + " grid=HxW window=", PREFIX HEADS + " prefix=", MLA "m= heads=
+ *             rank= dn= dr= dv= kv_rows="
  * Everything that describes an op reads its row: the op list's costs, static analysis, profile, kbench, the
  * op checker, deep. A new kind is a row here, its kernel and CPU reference, and one row in each backend's
  * launch table (docs/engine.md "Adding an op kind"). What each kind computes: docs/engine.md. */
@@ -97,7 +102,20 @@
       PREFIX)                                                                                                \
     /* x (grid_h grid_w, n) += the absolute position table (1, G, G, n), bicubic-resized (antialiased) to    \
      * the grid when G differs: one add per element */                                                       \
-    X(POS_EMBED, "pos_embed", ELEMENTWISE, m *n, 0, TENSORS, ROWS)
+    X(POS_EMBED, "pos_embed", ELEMENTWISE, m *n, 0, TENSORS, ROWS)                                           \
+    /* multi-head latent attention (deepseek v2/v3): latent RMSNorm (4 r) and RoPE of q's and the shared     \
+     * key's rope parts (3 per element), the latent and rotated key appended to the cache, then attention    \
+     * over the cache. Decode (absorbed): q_nope through kv_b's key rows into the latent space (2 dn r per   \
+     * head), scores over latent + rope key (2 (r + dr)), p c (2 r), softmax ~5, kv_b's value rows (2 r dv); \
+     * prefill (expanded): kv_b over every cached row read (2 r heads (dn + dv)), then plain attention       \
+     * (2 (dn + dr) + 2 dv + 5 per pair and head) */                                                         \
+    X(MLA_ATTENTION, "mla_attention", ATTENTION,                                                             \
+      4 * m * rank + 3 * m * (heads + 1) * dr +                                                              \
+          (absorbed ? 2 * m * heads * rank * (dn + dv) + heads * pairs * (4 * rank + 2 * dr + 5)             \
+                    : 2 * rows * rank * heads * (dn + dv) + heads * pairs * (2 * (dn + dr) + 2 * dv + 5)),   \
+      absorbed ? 2 * m * heads * rank * (dn + dv) + heads * pairs * (4 * rank + 2 * dr)                      \
+               : 2 * rows * rank * heads * (dn + dv) + heads * pairs * 2 * (dn + dr + dv),                   \
+      MLA, MLA)
 
 typedef enum {
 #define LPO__OPK_ENUM(name, ...) LPO_OP_##name,
@@ -149,7 +167,10 @@ lpo_cat lpo_op_kind_cat(lpo_op_kind k);
     X(SHARED_GATE_UP, "mlp.shared.gate_up")                                                                  \
     X(SHARED_ACT, "mlp.shared.act")                                                                          \
     X(SHARED_DOWN, "mlp.shared.down")                                                                        \
-    X(SHARED_ADD, "mlp.shared.add")
+    X(SHARED_ADD, "mlp.shared.add")                                                                          \
+    X(ATTN_Q_A, "attn.q_a")                                                                                  \
+    X(ATTN_Q_A_NORM, "attn.q_a_norm")                                                                        \
+    X(ATTN_KV_A, "attn.kv_a")
 
 typedef enum {
 #define LPO__ROLE_ENUM(name, str) LPO_ROLE_##name,
@@ -191,7 +212,9 @@ const char *lpo_attn_variant_name(lpo_attn_variant v); /* "prefill", "decode" */
     M(LOGITS_PART, "logits_part") /* tensor parallel: this rank's vocabulary part f32 [R, vocab / tp] */     \
     M(PIX, "pix")                 /* vision: a view's pixels, channel-last [size size, 3] */                 \
     M(EMB, "emb")                 /* vision: a view's image embeddings [queries, text hidden] */             \
-    M(SHARED, "shared")           /* MoE: the shared experts' output [T, hidden] */
+    M(SHARED, "shared")           /* MoE: the shared experts' output [T, hidden] */                          \
+    M(QA, "q_a")                  /* MLA: q_a_proj's output [T, q_lora_rank] (normalized in place) */        \
+    M(KVA, "kv_a")                /* MLA: kv_a_proj_with_mqa's output [T, kv_lora_rank + qk_rope] */
 
 typedef enum {
 #define LPO__BUF_ENUM(name, str) LPO_BUF_##name,
@@ -226,8 +249,11 @@ const char *lpo_shard_name(lpo_shard s); /* "none", "rows", "cols" */
  * heads, the intermediate size (and the experts' one), the vocabulary; no bias on the row-parallel o and
  * down projections (they would be added tp times). LPO_E_CONFIG naming what does not divide (`key` is
  * the config key the message names, e.g. "engine.tp"); LPO_E_UNSUPPORTED naming the feature for shared
- * experts (not split yet). */
+ * experts and multi-head latent attention (not split yet). */
 lpo_status lpo_tp_check_spec(const lpo_model_spec *s, int tp, const char *key);
+/* Width of one cached position of one layer's cache: n_kv_heads head_dim for K and again for V, or MLA's one
+ * row of kv_lora_rank + qk_rope (the latent and the rotated key). */
+int64_t lpo_buf_width_kv(const lpo_model_spec *s);
 
 /* ---- ops ------------------------------------------------------------------------------------------- */
 /* One tensor an op touches: an activation buffer or a weight (by HF name). */
@@ -281,6 +307,11 @@ typedef struct {
     lpo_moe_topk topk_method;
     int64_t n_group, topk_group;
     float route_scale;
+    /* MLA_ATTENTION: head_dim = dn + dr (the q/k head), kv_rank = r (the latent), rope_dim = dr, v_head_dim;
+     * attn_scale the softmax scale; rope_interleave rotates pairs (2i, 2i+1); eps the latent's RMSNorm */
+    int64_t kv_rank, rope_dim, v_head_dim;
+    float attn_scale;
+    int rope_interleave;
     /* EXPERTS: distinct experts the step's routing chose, when the caller knows it (> 0: from a real
      * routing); 0: the expectation under uniform routing (lpo_op_experts_read) */
     double experts_hit;

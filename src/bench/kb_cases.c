@@ -62,6 +62,9 @@ static const op_case op_cases[] = {
      "kbench.kv_heads of kbench.head_dim"},
     {LPO_OP_POS_EMBED, LPO_ROLE_POS_EMBED,
      "vision: x (kbench.h^2, n) += a kbench.w x kbench.w position table resized to kbench.h x kbench.h"},
+    {LPO_OP_MLA_ATTENTION, LPO_ROLE_ATTN,
+     "multi-head latent attention of m tokens (kbench.heads, DeepSeek-V2's latent 512, nope 128, rope 64, v "
+     "128) in kbench.batch sequences after kbench.context cached positions; decode: the absorbed form"},
 };
 _Static_assert(sizeof op_cases / sizeof op_cases[0] == LPO_OP_KIND_COUNT,
                "every engine op kind is a kbench case: add its row");
@@ -177,6 +180,27 @@ static lpo_status case_spec(lpo_op_kind kind, const kb_params *p, lpo_dtype dt, 
         s->n_heads = s->n_kv_heads = s->intermediate_size = s->vocab_size = 2;
         if (kind == LPO_OP_ALL_REDUCE) s->hidden_size = p->n;
         if (kind == LPO_OP_ALL_GATHER) s->vocab_size = p->n;
+        break;
+    case LPO_OP_MLA_ATTENTION: /* a one-layer deepseek_v2 at V2's MLA sizes, kbench.heads heads */
+        if (st || (st = need_pos("heads", p->heads))) break;
+        s->arch = LPO_ARCH_DEEPSEEK_V2;
+        s->n_heads = s->n_kv_heads = p->heads;
+        s->mla.kv_lora_rank = 512;
+        s->mla.qk_nope_head_dim = 128;
+        s->mla.qk_rope_head_dim = s->head_dim = 64;
+        s->mla.v_head_dim = 128;
+        s->mla.rope_interleave = 1;
+        s->hidden_size = 2048;
+        *seqs = p->seqs > 0 ? (int)p->seqs : 1;
+        if (p->seqs < 0 || p->seqs > 4096 || p->m % *seqs)
+            return lpo_errorf(LPO_E_CONFIG,
+                              "kbench.batch=%lld: the %lld tokens (kbench.m) are split into that many "
+                              "sequences of equal length (1..4096, dividing m)",
+                              (long long)p->seqs, (long long)p->m);
+        if (p->context < 0 || p->context > ((int64_t)1 << 24))
+            return lpo_errorf(LPO_E_CONFIG, "kbench.context=%lld: cached positions must be in 0..2^24",
+                              (long long)p->context);
+        s->max_positions = p->context + p->m / *seqs;
         break;
     case LPO_OP_QK_NORM:
     case LPO_OP_ROPE:
@@ -422,7 +446,7 @@ lpo_status lpo__kb_op_case_run(lpo_kbench *kb, const lpo_node *cfg, const kb_par
     int64_t *past = calloc(2 * (size_t)seqs, sizeof *past);
     if (!past) return lpo_errorf(LPO_E_NOMEM, "kbench: out of memory");
     int64_t *nn = past + seqs;
-    const int positioned = kind == LPO_OP_ROPE || kind == LPO_OP_ATTENTION;
+    const int positioned = kind == LPO_OP_ROPE || kind == LPO_OP_ATTENTION || kind == LPO_OP_MLA_ATTENTION;
     for (int i = 0; i < seqs; i++) past[i] = positioned ? p->context : 0, nn[i] = p->m / seqs;
     const lpo_step step = {seqs, past, nn, 1, kind == LPO_OP_SAMPLE};
     const lpo_dtype_lookup held = {(void *)&dt, lpo_dtype_lookup_uniform};

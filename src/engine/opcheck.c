@@ -163,7 +163,8 @@ static lpo_status case_make(const lpo_op *op, uint64_t seed, const lpo_step *ste
     }
     const int64_t m = op->m;
     /* per-token metadata for rope / attention, ids for embed, sampling state for sample */
-    if (op->kind == LPO_OP_ROPE || op->kind == LPO_OP_ATTENTION) {
+    const int mla = op->kind == LPO_OP_MLA_ATTENTION;
+    if (op->kind == LPO_OP_ROPE || op->kind == LPO_OP_ATTENTION || mla) {
         int n_slots = 1;
         ok = ok && NEW(d->tok_slot, m) && NEW(d->tok_pos, m);
         if (!ok) return lpo_errorf(LPO_E_NOMEM, "opcheck: out of memory");
@@ -176,19 +177,26 @@ static lpo_status case_make(const lpo_op *op, uint64_t seed, const lpo_step *ste
         d->io.tok_pos = d->ref.tok_pos = d->tok_pos;
         d->io.max_context = d->ref.max_context = ctx;
         d->io.n_slots = d->ref.n_slots = n_slots;
-        const int64_t half = op->head_dim / 2;
-        if (op->kind == LPO_OP_ROPE) {
+        const int64_t rd = mla ? op->rope_dim : op->head_dim, half = rd / 2;
+        if (op->kind == LPO_OP_ROPE || mla) {
             ok = ok && NEW(d->cos_t, ctx * half) && NEW(d->sin_t, ctx * half);
             for (int64_t p = 0; ok && p < ctx; p++)
                 for (int64_t i = 0; i < half; i++) { // position p, frequency i (theta 10000)
-                    const float a =
-                        (float)p * (float)(1.0 / pow(10000.0, (double)(2 * i) / (double)op->head_dim));
+                    const float a = (float)p * (float)(1.0 / pow(10000.0, (double)(2 * i) / (double)rd));
                     d->cos_t[p * half + i] = cosf(a);
                     d->sin_t[p * half + i] = sinf(a);
                 }
             d->io.rope_cos = d->ref.rope_cos = d->cos_t;
             d->io.rope_sin = d->ref.rope_sin = d->sin_t;
-        } else {
+        }
+        if (mla) { /* one latent cache of kv_rank + rope_dim per position */
+            d->n_cache = (int64_t)n_slots * ctx * (op->kv_rank + op->rope_dim);
+            ok = ok && NEW(d->kc, d->n_cache) && (!with_ref || NEW(d->kc_ref, d->n_cache));
+            if (ok) fill(&r, d->kc, d->n_cache, 0, 1);
+            if (ok && with_ref) memcpy(d->kc_ref, d->kc, (size_t)d->n_cache * sizeof(float));
+            d->io.k_cache = d->kc;
+            d->ref.k_cache = d->kc_ref;
+        } else if (op->kind == LPO_OP_ATTENTION) {
             d->n_cache = (int64_t)n_slots * ctx * op->n_kv_heads * op->head_dim;
             ok = ok && NEW(d->kc, d->n_cache) && NEW(d->vc, d->n_cache);
             if (with_ref) ok = ok && NEW(d->kc_ref, d->n_cache) && NEW(d->vc_ref, d->n_cache);
@@ -410,6 +418,7 @@ lpo_status lpo_opcheck_run(const lpo_backend_iface *be, void *ctx, lpo_dtype dt,
             compare(d.kc, d.kc_ref, d.n_cache, dt, r, "K cache");
             compare(d.vc, d.vc_ref, d.n_cache, dt, r, "V cache");
         }
+        if (op->kind == LPO_OP_MLA_ATTENTION) compare(d.kc, d.kc_ref, d.n_cache, dt, r, "latent cache");
         r->passed = !r->msg[0];
     }
     case_free(&d, op);

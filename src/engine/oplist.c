@@ -61,8 +61,12 @@ int64_t lpo_buf_width(const lpo_model_spec *s, lpo_buf b) {
     case LPO_BUF_X:
     case LPO_BUF_XN:
     case LPO_BUF_TMP: return s->hidden_size;
-    case LPO_BUF_QKV: return (s->n_heads + 2 * s->n_kv_heads) * s->head_dim;
-    case LPO_BUF_ATT: return s->n_heads * s->head_dim;
+    case LPO_BUF_QKV:
+        return lpo_spec_is_mla(s) ? s->n_heads * (s->mla.qk_nope_head_dim + s->mla.qk_rope_head_dim)
+                                  : (s->n_heads + 2 * s->n_kv_heads) * s->head_dim;
+    case LPO_BUF_ATT: return s->n_heads * (lpo_spec_is_mla(s) ? s->mla.v_head_dim : s->head_dim);
+    case LPO_BUF_QA: return lpo_spec_is_mla(s) ? s->mla.q_lora_rank : 0;
+    case LPO_BUF_KVA: return lpo_spec_is_mla(s) ? s->mla.kv_lora_rank + s->mla.qk_rope_head_dim : 0;
     case LPO_BUF_GU: return 2 * mlp_width(s);
     case LPO_BUF_ACT: return mlp_width(s);
     case LPO_BUF_SHARED:
@@ -99,6 +103,12 @@ lpo_status lpo_tp_check_spec(const lpo_model_spec *s, int tp, const char *key) {
                           "%s=%d: model '%s' has shared experts (%lld), which tensor parallelism does not "
                           "split yet; such models run with tp=1",
                           key, tp, s->name, (long long)s->moe.n_shared_experts);
+    if (lpo_spec_is_mla(s))
+        return lpo_errorf(
+            LPO_E_UNSUPPORTED,
+            "%s=%d: model '%s' uses multi-head latent attention (one latent cache all heads share), "
+            "which tensor parallelism does not split yet; such models run with tp=1",
+            key, tp, s->name);
     const struct {
         const char *what;
         int64_t n;
@@ -121,6 +131,10 @@ lpo_status lpo_tp_check_spec(const lpo_model_spec *s, int tp, const char *key) {
                           "tensor parallelism; such models run with tp=1",
                           key, tp, s->name, s->o_bias ? "o" : "down");
     return LPO_OK;
+}
+
+int64_t lpo_buf_width_kv(const lpo_model_spec *s) {
+    return lpo_spec_is_mla(s) ? s->mla.kv_lora_rank + s->mla.qk_rope_head_dim : s->n_kv_heads * s->head_dim;
 }
 
 lpo_dtype lpo_buf_dtype(lpo_buf b, const lpo_oplist_opts *o) {
@@ -450,6 +464,62 @@ static void moe_mlp(builder *b, int layer, int64_t T) {
     if (SI > 0) shared_mlp(b, layer, T);
 }
 
+/* Multi-head latent attention of layer l (deepseek v2/v3): q (q_a, q_a_norm, q_b into qkv, or q_proj), kv_a
+ * (latent | rope key into kv_a), the MLA attention op (latent norm, RoPE, cache append, attention into att),
+ * o_proj. */
+static void mla_attention(builder *b, int l, int64_t T, int decode) {
+    const lpo_model_spec *s = b->s;
+    const int64_t h = s->hidden_size, nh = s->n_heads, qr = s->mla.q_lora_rank, r = s->mla.kv_lora_rank;
+    const int64_t dn = s->mla.qk_nope_head_dim, dr = s->mla.qk_rope_head_dim, dv = s->mla.v_head_dim;
+    lpo_op *op;
+    if (qr > 0) {
+        op = linear(b, LPO_ROLE_ATTN_Q_A, l, LPO_BUF_XN, LPO_BUF_QA, T, h, qr);
+        add_w(b, op, l, "self_attn.q_a_proj.weight", 2, qr, h);
+        if (s->o_bias) add_bias(b, op, l, "self_attn.q_a_proj.bias", qr, LPO_SHARD_NONE);
+        op = push(b, LPO_OP_RMSNORM, LPO_ROLE_ATTN_Q_A_NORM, l);
+        if (op) {
+            add_in(op, act2(b, LPO_BUF_QA, T, qr));
+            set_out(op, act2(b, LPO_BUF_QA, T, qr));
+            op->m = T;
+            op->n = qr;
+            op->eps = 1e-6f; /* HF: DeepseekV2RMSNorm(q_lora_rank), its default eps */
+            add_w(b, op, l, "self_attn.q_a_layernorm.weight", 1, qr, 0);
+        }
+        op = linear(b, LPO_ROLE_QKV, l, LPO_BUF_QA, LPO_BUF_QKV, T, qr, nh * (dn + dr));
+        add_w(b, op, l, "self_attn.q_b_proj.weight", 2, nh * (dn + dr), qr);
+    } else {
+        op = linear(b, LPO_ROLE_QKV, l, LPO_BUF_XN, LPO_BUF_QKV, T, h, nh * (dn + dr));
+        add_w(b, op, l, "self_attn.q_proj.weight", 2, nh * (dn + dr), h);
+    }
+    op = linear(b, LPO_ROLE_ATTN_KV_A, l, LPO_BUF_XN, LPO_BUF_KVA, T, h, r + dr);
+    add_w(b, op, l, "self_attn.kv_a_proj_with_mqa.weight", 2, r + dr, h);
+    if (s->o_bias) add_bias(b, op, l, "self_attn.kv_a_proj_with_mqa.bias", r + dr, LPO_SHARD_NONE);
+    op = push(b, LPO_OP_MLA_ATTENTION, LPO_ROLE_ATTN, l);
+    if (op) {
+        lpo_op_tensor kv = act2(b, LPO_BUF_KV, 0, r + dr);
+        add_in(op, act2(b, LPO_BUF_QKV, T, nh * (dn + dr)));
+        add_in(op, kv);
+        add_in(op, act2(b, LPO_BUF_KVA, T, r + dr));
+        set_out(op, act2(b, LPO_BUF_ATT, T, nh * dv));
+        set_out(op, kv);
+        op->m = T;
+        op->n_heads = op->n_kv_heads = nh;
+        op->head_dim = dn + dr;
+        op->kv_rank = r;
+        op->rope_dim = dr;
+        op->v_head_dim = dv;
+        op->attn_scale = (float)lpo_spec_attn_scale(s);
+        op->rope_interleave = s->mla.rope_interleave;
+        op->eps = 1e-6f; /* HF: DeepseekV2RMSNorm(kv_lora_rank), its default eps */
+        op->attn_variant = decode ? LPO_ATTN_DECODE : LPO_ATTN_PREFILL;
+        add_w(b, op, l, "self_attn.kv_a_layernorm.weight", 1, r, 0);
+        add_w(b, op, l, "self_attn.kv_b_proj.weight", 2, nh * (dn + dv), r);
+    }
+    op = linear(b, LPO_ROLE_ATTN_OUT, l, LPO_BUF_ATT, LPO_BUF_TMP, T, nh * dv, h);
+    add_w(b, op, l, "self_attn.o_proj.weight", 2, h, nh * dv);
+    if (s->o_bias) add_bias(b, op, l, "self_attn.o_proj.bias", h, LPO_SHARD_NONE);
+}
+
 /* ---- the list ----------------------------------------------------------------------------------------- */
 static lpo_status check_spec(const lpo_model_spec *s) {
     if (s->hidden_size <= 0 || s->n_layers <= 0 || s->n_heads <= 0 || s->n_kv_heads <= 0 ||
@@ -487,7 +557,7 @@ static int64_t causal_pairs(int64_t n, int64_t W) {
 static void set_attention_extent(lpo_oplist *l, int64_t pairs, int64_t rows) {
     for (size_t i = 0; i < l->n_ops; i++) {
         lpo_op *op = &l->ops[i];
-        if (op->kind != LPO_OP_ATTENTION) continue;
+        if (op->kind != LPO_OP_ATTENTION && op->kind != LPO_OP_MLA_ATTENTION) continue;
         op->attn_pairs = pairs;
         op->kv_rows = rows;
         op->in[1].shape[0] = op->out[1].shape[0] = rows;
@@ -565,6 +635,10 @@ lpo_status lpo_oplist_build_shape(const lpo_model_spec *s, const lpo_step_shape 
     }
     for (int l = 0; l < (int)s->n_layers; l++) {
         rmsnorm(b, LPO_ROLE_ATTN_NORM, l, "input_layernorm.weight", T);
+        if (lpo_spec_is_mla(s)) {
+            mla_attention(b, l, T, T == shape->n_seqs);
+            goto mlp;
+        }
         op = linear(b, LPO_ROLE_QKV, l, LPO_BUF_XN, LPO_BUF_QKV, T, h, qdr + 2 * kvdr);
         add_w_shard(b, op, l, "self_attn.q_proj.weight", 2, qd, h, ROWS);
         add_w_shard(b, op, l, "self_attn.k_proj.weight", 2, kvd, h, ROWS);
@@ -599,6 +673,7 @@ lpo_status lpo_oplist_build_shape(const lpo_model_spec *s, const lpo_step_shape 
         add_w_shard(b, op, l, "self_attn.o_proj.weight", 2, h, qd, COLS);
         if (s->o_bias) add_bias(b, op, l, "self_attn.o_proj.bias", h, LPO_SHARD_NONE);
         all_reduce(b, LPO_ROLE_ATTN_ALL_REDUCE, l, T);
+    mlp:
         residual(b, LPO_ROLE_ATTN_RESIDUAL, l, T);
         rmsnorm(b, LPO_ROLE_MLP_NORM, l, "post_attention_layernorm.weight", T);
         if (lpo_spec_layer_is_moe(s, l)) {
@@ -795,7 +870,7 @@ double lpo_op_experts_read(const lpo_op *op) {
 }
 
 /* The byte rules and shape forms the table's rows name. */
-enum { BYTES_TENSORS, BYTES_QK, BYTES_ATTENTION, BYTES_EXPERTS };
+enum { BYTES_TENSORS, BYTES_QK, BYTES_ATTENTION, BYTES_EXPERTS, BYTES_MLA };
 enum {
     SHAPE_ROWS,
     SHAPE_MATMUL,
@@ -806,7 +881,8 @@ enum {
     SHAPE_COMM,
     SHAPE_CONV,
     SHAPE_GRID,
-    SHAPE_PREFIX
+    SHAPE_PREFIX,
+    SHAPE_MLA
 };
 
 double lpo_op_flops(const lpo_op *op) {
@@ -817,6 +893,11 @@ double lpo_op_flops(const lpo_op *op) {
     const double span = (double)(op->window > 0 ? op->window : op->grid_h > 0 ? op->grid_h : 1);
     (void)m, (void)n, (void)k, (void)hd, (void)heads, (void)qk_heads, (void)pairs, (void)bias, (void)topk;
     (void)ranks, (void)span;
+    const double rank = (double)op->kv_rank, dr = (double)op->rope_dim,
+                 dn = (double)(op->head_dim - op->rope_dim);
+    const double dv = (double)op->v_head_dim, rows = (double)op->kv_rows;
+    const int absorbed = op->attn_variant == LPO_ATTN_DECODE;
+    (void)rank, (void)dr, (void)dn, (void)dv, (void)rows, (void)absorbed;
     switch (op->kind) {
 #define LPO__OPK_FLOPS(name, str, cat, flops, ...)                                                           \
     case LPO_OP_##name: return (double)(flops);
@@ -828,7 +909,12 @@ double lpo_op_flops(const lpo_op *op) {
 
 double lpo_op_matmul_flops(const lpo_op *op) {
     const double m = (double)op->m, n = (double)op->n, k = (double)op->k, topk = (double)op->top_k;
-    (void)m, (void)n, (void)k, (void)topk;
+    const double heads = (double)op->n_heads, pairs = (double)op->attn_pairs, rank = (double)op->kv_rank;
+    const double dr = (double)op->rope_dim, dn = (double)(op->head_dim - op->rope_dim);
+    const double dv = (double)op->v_head_dim, rows = (double)op->kv_rows;
+    const int absorbed = op->attn_variant == LPO_ATTN_DECODE;
+    (void)m, (void)n, (void)k, (void)topk, (void)heads, (void)pairs, (void)rank, (void)dr, (void)dn, (void)dv;
+    (void)rows, (void)absorbed;
     switch (op->kind) {
 #define LPO__OPK_MATMUL(name, str, cat, flops, matmul, ...)                                                  \
     case LPO_OP_##name: return (double)(matmul);
@@ -868,6 +954,13 @@ void lpo_op_traffic_of(const lpo_op *op, lpo_op_traffic *t) {
         const double hd = (double)op->head_dim;
         t->kv_write = dsize(kv, (double)op->m * 2 * (double)op->n_kv_heads * hd);
         t->kv_read = dsize(kv, (double)op->kv_rows * 2 * (double)op->n_kv_heads * hd);
+    }
+    if (byte_rule(op->kind) ==
+        BYTES_MLA) { /* the new latent + rope key rows written, every cached one read */
+        const lpo_dtype kv = op->in[1].dtype;
+        const double row = (double)(op->kv_rank + op->rope_dim);
+        t->kv_write = dsize(kv, (double)op->m * row);
+        t->kv_read = dsize(kv, (double)op->kv_rows * row);
     }
 }
 
@@ -915,6 +1008,11 @@ char *lpo_op_shape(const lpo_op *op, char *b, size_t n) {
     case SHAPE_MOE:
         snprintf(b, n, "m=%lld n=%lld k=%lld experts=%lld top_k=%lld", m, (long long)op->n, (long long)op->k,
                  (long long)op->n_experts, (long long)op->top_k);
+        break;
+    case SHAPE_MLA:
+        snprintf(b, n, "m=%lld heads=%lld rank=%lld dn=%lld dr=%lld dv=%lld kv_rows=%lld", m,
+                 (long long)op->n_heads, (long long)op->kv_rank, (long long)(op->head_dim - op->rope_dim),
+                 (long long)op->rope_dim, (long long)op->v_head_dim, (long long)op->kv_rows);
         break;
     case SHAPE_HEADS:
     case SHAPE_ATTENTION: {

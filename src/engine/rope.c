@@ -8,6 +8,10 @@ static double yarn_mscale(double scale) {
     return scale <= 1 ? 1.0 : 0.1 * log(scale) + 1.0;
 }
 
+static double yarn_mscale_m(double scale, double m) {
+    return scale <= 1 ? 1.0 : 0.1 * m * log(scale) + 1.0;
+}
+
 /* dimension index at which a frequency completes num_rot rotations over max_pos positions (HF yarn) */
 static double yarn_correction_dim(double num_rot, double dim, double base, double max_pos) {
     return dim * log(max_pos / (num_rot * 2 * M_PI)) / (2 * log(base));
@@ -57,8 +61,9 @@ lpo_status lpo_rope_inv_freq(const lpo_model_spec *s, float *inv_freq, float *at
                                                                : (double)s->max_positions;
         const double beta_fast = s->rope.beta_fast > 0 ? s->rope.beta_fast : 32;
         const double beta_slow = s->rope.beta_slow > 0 ? s->rope.beta_slow : 1;
-        double low = floor(yarn_correction_dim(beta_fast, (double)dim, base, orig));
-        double high = ceil(yarn_correction_dim(beta_slow, (double)dim, base, orig));
+        double low = yarn_correction_dim(beta_fast, (double)dim, base, orig);
+        double high = yarn_correction_dim(beta_slow, (double)dim, base, orig);
+        if (!s->rope.no_truncate) low = floor(low), high = ceil(high);
         if (low < 0) low = 0;
         if (high > (double)(dim - 1)) high = (double)(dim - 1);
         if (low == high) high += 0.001;
@@ -71,7 +76,13 @@ lpo_status lpo_rope_inv_freq(const lpo_model_spec *s, float *inv_freq, float *at
             const float extrap_factor = 1 - ramp;
             inv_freq[i] = interp * (1 - extrap_factor) + extrap * extrap_factor;
         }
-        *attn_scale = (float)(s->rope.attn_factor > 0 ? s->rope.attn_factor : yarn_mscale(factor));
+        /* HF: attention_factor, else mscale(f, mscale) / mscale(f, mscale_all_dim) when both are set
+         * (deepseek), else mscale(f) */
+        const double ms = s->rope.mscale, msa = s->rope.mscale_all_dim;
+        const double deep = ms != 0 && msa != 0 ? yarn_mscale_m(factor, ms) / yarn_mscale_m(factor, msa) : 0;
+        *attn_scale = (float)(s->rope.attn_factor > 0 ? s->rope.attn_factor
+                              : deep > 0              ? deep
+                                                      : yarn_mscale(factor));
         break;
     }
     default: return lpo_errorf(LPO_E_UNSUPPORTED, "RoPE: unknown scaling type %d", (int)s->rope.scaling);

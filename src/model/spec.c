@@ -35,6 +35,10 @@ static const struct {
     {"Qwen3MoeForCausalLM", LPO_ARCH_QWEN3_MOE},
     {"qwen3_moe", LPO_ARCH_QWEN3_MOE},
     {"deepseek_ocr2_text", LPO_ARCH_DEEPSEEK_OCR2_TEXT},
+    {"DeepseekV2ForCausalLM", LPO_ARCH_DEEPSEEK_V2},
+    {"deepseek_v2", LPO_ARCH_DEEPSEEK_V2},
+    {"DeepseekV3ForCausalLM", LPO_ARCH_DEEPSEEK_V3},
+    {"deepseek_v3", LPO_ARCH_DEEPSEEK_V3},
 };
 
 const char *lpo_arch_name(lpo_arch a) {
@@ -56,17 +60,41 @@ lpo_status lpo_arch_from_name(const char *name, lpo_arch *out) {
         "unsupported architecture '%s'%s%s%s; supported: LlamaForCausalLM (llama: Llama 2/3/3.1/3.2, "
         "SmolLM2), MistralForCausalLM (mistral), Qwen2ForCausalLM (qwen2, Qwen2.5), "
         "Qwen3ForCausalLM (qwen3), MixtralForCausalLM (mixtral), Qwen3MoeForCausalLM (qwen3_moe), "
-        "model_type deepseek_ocr2_text (DeepSeek-OCR-2's text model)",
+        "model_type deepseek_ocr2_text (DeepSeek-OCR-2's text model), DeepseekV2ForCausalLM (deepseek_v2), "
+        "DeepseekV3ForCausalLM (deepseek_v3)",
         name ? name : "(none)", near ? " (did you mean '" : "", near ? near : "", near ? "'?)" : "");
 }
 
 /* ---- mixture of experts ---- */
 static int is_moe_arch(lpo_arch a) {
-    return a == LPO_ARCH_MIXTRAL || a == LPO_ARCH_QWEN3_MOE || a == LPO_ARCH_DEEPSEEK_OCR2_TEXT;
+    return a == LPO_ARCH_MIXTRAL || a == LPO_ARCH_QWEN3_MOE || a == LPO_ARCH_DEEPSEEK_OCR2_TEXT ||
+           a == LPO_ARCH_DEEPSEEK_V2 || a == LPO_ARCH_DEEPSEEK_V3;
 }
 
 static int is_deepseek_arch(lpo_arch a) {
-    return a == LPO_ARCH_DEEPSEEK_OCR2_TEXT;
+    return a == LPO_ARCH_DEEPSEEK_OCR2_TEXT || a == LPO_ARCH_DEEPSEEK_V2 || a == LPO_ARCH_DEEPSEEK_V3;
+}
+
+static int is_mla_arch(lpo_arch a) {
+    return a == LPO_ARCH_DEEPSEEK_V2 || a == LPO_ARCH_DEEPSEEK_V3;
+}
+
+int lpo_spec_is_mla(const lpo_model_spec *s) {
+    return s->mla.kv_lora_rank > 0;
+}
+
+static double yarn_get_mscale(double scale, double m) {
+    return scale <= 1 ? 1.0 : 0.1 * m * log(scale) + 1.0;
+}
+
+double lpo_spec_attn_scale(const lpo_model_spec *s) {
+    if (!lpo_spec_is_mla(s)) return 1.0 / sqrt((double)s->head_dim);
+    double scale = 1.0 / sqrt((double)(s->mla.qk_nope_head_dim + s->mla.qk_rope_head_dim));
+    if (s->rope.scaling != LPO_ROPE_NONE && s->rope.mscale_all_dim != 0) { /* HF yarn_apply_mscale */
+        const double m = yarn_get_mscale(s->rope.factor, s->rope.mscale_all_dim);
+        scale = scale * m * m;
+    }
+    return scale;
 }
 
 const char *lpo_moe_scoring_name(lpo_moe_scoring s) {
@@ -193,6 +221,28 @@ lpo_status lpo_spec_validate(const lpo_model_spec *s) {
         REQ(s->moe.sparse_step >= 1 && s->moe.sparse_step <= 4096,
             "%s: decoder_sparse_step %lld must be in 1..4096", n, (long long)s->moe.sparse_step);
     }
+    REQ(is_mla_arch(s->arch) == lpo_spec_is_mla(s),
+        "%s: multi-head latent attention (kv_lora_rank %lld) is read for deepseek_v2 and deepseek_v3, which "
+        "need it",
+        n, (long long)s->mla.kv_lora_rank);
+    if (lpo_spec_is_mla(s)) {
+        const int64_t r = s->mla.kv_lora_rank, qr = s->mla.q_lora_rank, dn = s->mla.qk_nope_head_dim,
+                      dr = s->mla.qk_rope_head_dim, dv = s->mla.v_head_dim;
+        REQ(r <= LIM_DIM && qr >= 0 && qr <= LIM_DIM && dn >= 0 && dn <= 4096 && dv >= 1 && dv <= 4096 &&
+                dr >= 2 && dr <= 4096 && dr % 2 == 0,
+            "%s: MLA sizes out of range (kv_lora_rank %lld, q_lora_rank %lld, qk_nope %lld, qk_rope %lld "
+            "(even), "
+            "v_head %lld)",
+            n, (long long)r, (long long)qr, (long long)dn, (long long)dr, (long long)dv);
+        REQ(s->head_dim == dr && s->n_kv_heads == s->n_heads,
+            "%s: MLA needs head_dim = qk_rope_head_dim (%lld, got %lld) and as many KV heads as heads (%lld, "
+            "got %lld)",
+            n, (long long)dr, (long long)s->head_dim, (long long)s->n_heads, (long long)s->n_kv_heads);
+        REQ(s->sliding_window == 0 && !s->qk_norm && !s->qkv_bias,
+            "%s: MLA has no sliding window, q/k norm "
+            "or q/k/v biases",
+            n);
+    }
     const lpo_moe_topk tm = s->moe.topk_method;
     REQ(is_deepseek_arch(s->arch) || (s->moe.n_shared_experts == 0 && s->moe.scoring == LPO_SCORE_SOFTMAX &&
                                       tm == LPO_TOPK_GREEDY && lpo_spec_route_scale(s) == 1.0),
@@ -307,6 +357,9 @@ static void parse_rope(json_ctx *c, const cJSON *root, lpo_model_spec *s) {
     s->rope.beta_fast = j_num(c, r, "beta_fast", 32.0);
     s->rope.beta_slow = j_num(c, r, "beta_slow", 1.0);
     s->rope.attn_factor = j_num(c, r, "attention_factor", 0.0);
+    s->rope.mscale = j_num(c, r, "mscale", 0.0);
+    s->rope.mscale_all_dim = j_num(c, r, "mscale_all_dim", 0.0);
+    s->rope.no_truncate = !j_bool(c, r, "truncate", 1);
     if (s->rope.scaling == LPO_ROPE_YARN && s->rope.original_max_positions == 0)
         s->rope.original_max_positions = j_int(c, root, "max_position_embeddings", 0);
 }
@@ -458,13 +511,43 @@ static void parse_deepseek_moe(json_ctx *c, const cJSON *root, lpo_model_spec *s
         if (c->st == LPO_OK) c->st = lpo_errorf(code, __VA_ARGS__);                                          \
         return;                                                                                              \
     } while (0)
-    s->moe.n_experts = j_int(c, root, "n_routed_experts", j_int(c, root, "num_experts", 64));
-    s->moe.n_experts_used = j_int(c, root, "num_experts_per_tok", 0);
-    s->moe.intermediate_size = j_int(c, root, "moe_intermediate_size", 1407);
-    s->moe.n_shared_experts = j_int(c, root, "n_shared_experts", 2);
-    s->moe.routed_scaling_factor = j_num(c, root, "routed_scaling_factor", 1.0);
+    const int v3 = s->arch == LPO_ARCH_DEEPSEEK_V3;
+    s->moe.n_experts = j_int(c, root, "n_routed_experts",
+                             j_int(c, root, v3 ? "num_local_experts" : "num_experts", v3 ? 256 : 64));
+    s->moe.n_experts_used = j_int(c, root, "num_experts_per_tok", v3 ? 8 : 0);
+    s->moe.intermediate_size = j_int(c, root, "moe_intermediate_size", v3 ? 2048 : 1407);
+    s->moe.n_shared_experts = j_int(c, root, "n_shared_experts", v3 ? 1 : 2);
+    s->moe.routed_scaling_factor = j_num(c, root, "routed_scaling_factor", v3 ? 2.5 : 1.0);
     s->moe.sparse_step = 1;
     s->moe.scoring = LPO_SCORE_SOFTMAX;
+    if (v3) { /* HF's DeepseekV3TopkRouter: sigmoid scores + e_score_correction_bias, groups by their best
+                 two, renormalised when norm_topk_prob, scaled, whatever scoring_func / topk_method say */
+        const char *sf = j_str(root, "scoring_func"), *tk = j_str(root, "topk_method");
+        if (sf && strcmp(sf, "sigmoid"))
+            FAIL(LPO_E_UNSUPPORTED,
+                 "%s: 'scoring_func' '%s': HF's deepseek_v3 router computes sigmoid scores", o, sf);
+        if (tk && strcmp(tk, "noaux_tc"))
+            FAIL(LPO_E_UNSUPPORTED, "%s: 'topk_method' '%s': HF's deepseek_v3 router always routes noaux_tc",
+                 o, tk);
+        s->moe.scoring = LPO_SCORE_SIGMOID;
+        s->moe.topk_method = LPO_TOPK_NOAUX_TC;
+        s->moe.n_group = j_int(c, root, "n_group", 8);
+        s->moe.topk_group = j_int(c, root, "topk_group", 4);
+        s->moe.norm_topk_prob = j_bool(c, root, "norm_topk_prob", 1);
+    }
+    if (s->arch != LPO_ARCH_DEEPSEEK_OCR2_TEXT) { /* v2 / v3: the first k layers dense, the others sparse */
+        const int64_t k = j_int(c, root, "first_k_dense_replace", v3 ? 3 : 0);
+        if (k < 0 || k > s->n_layers)
+            FAIL(LPO_E_FORMAT, "%s: 'first_k_dense_replace' %lld is not in 0..%lld (the layers)", o,
+                 (long long)k, (long long)s->n_layers);
+        for (int64_t l = 0; l < k; l++) s->moe.dense[l / 64] |= (uint64_t)1 << (l % 64);
+        if (j_int(c, root, "moe_layer_freq", 1) != 1)
+            FAIL(LPO_E_UNSUPPORTED,
+                 "%s: 'moe_layer_freq' %lld: HF's %s makes every layer past the dense ones sparse (only 1 is "
+                 "read)",
+                 o, (long long)j_int(c, root, "moe_layer_freq", 1), an);
+        if (v3) return;
+    }
     if (s->moe.n_experts_used <= 0)
         FAIL(LPO_E_FORMAT, "%s: 'num_experts_per_tok' must be a positive integer (the %s router needs it)", o,
              an);
@@ -499,6 +582,7 @@ static void parse_deepseek_moe(json_ctx *c, const cJSON *root, lpo_model_spec *s
              "%s: 'moe_layer_freq' %lld: HF's %s makes every layer past the dense ones sparse "
              "(only 1 is read)",
              o, (long long)j_int(c, root, "moe_layer_freq", 1), an);
+    if (s->arch != LPO_ARCH_DEEPSEEK_OCR2_TEXT) return;
     /* deepseek_ocr2_text: mlp_layer_types, one "dense" or "sparse" per layer (HF indexes it per layer) */
     const cJSON *types = cJSON_GetObjectItemCaseSensitive(root, "mlp_layer_types");
     if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != (int)s->n_layers)
@@ -595,13 +679,30 @@ lpo_status lpo_spec_from_hf_config(const char *json, size_t len, const char *ori
     s->head_dim = j_int(&c, root, "head_dim", s->n_heads > 0 ? s->hidden_size / s->n_heads : 0);
     if (s->arch == LPO_ARCH_DEEPSEEK_OCR2_TEXT) /* HF sets it so whatever the file says */
         s->head_dim = s->n_heads > 0 ? s->hidden_size / s->n_heads : 0;
+    if (is_mla_arch(s->arch)) { /* HF: head_dim = qk_rope_head_dim (the rotated part) */
+        const cJSON *qlr = cJSON_GetObjectItemCaseSensitive(root, "q_lora_rank");
+        s->mla.q_lora_rank = cJSON_IsNull(qlr) ? 0 : j_int(&c, root, "q_lora_rank", 1536); /* null: q_proj */
+        s->mla.kv_lora_rank = j_int(&c, root, "kv_lora_rank", 512);
+        s->mla.qk_nope_head_dim = j_int(&c, root, "qk_nope_head_dim", 128);
+        s->mla.qk_rope_head_dim = j_int(&c, root, "qk_rope_head_dim", 64);
+        s->mla.v_head_dim = j_int(&c, root, "v_head_dim", 128);
+        s->mla.rope_interleave = s->arch == LPO_ARCH_DEEPSEEK_V2 || j_bool(&c, root, "rope_interleave", 1);
+        s->head_dim = s->mla.qk_rope_head_dim;
+        if (s->mla.kv_lora_rank <= 0 && c.st == LPO_OK)
+            c.st = lpo_errorf(LPO_E_FORMAT,
+                              "%s: 'kv_lora_rank' must be positive (multi-head latent attention)", origin);
+        if (j_bool(&c, root, "use_mla", 1) == 0 && c.st == LPO_OK)
+            c.st = lpo_errorf(LPO_E_UNSUPPORTED,
+                              "%s: 'use_mla' false: HF's %s always runs multi-head latent attention", origin,
+                              lpo_arch_name(s->arch));
+    }
     s->intermediate_size = j_int(&c, root, "intermediate_size", 0);
     s->max_positions = j_int(&c, root, "max_position_embeddings", 2048);
     s->norm = LPO_NORM_RMS;
     s->norm_eps = (float)j_num(&c, root, "rms_norm_eps", 1e-6);
     parse_rope(&c, root, s);
     int attn_bias = j_bool(&c, root, "attention_bias", 0);
-    s->qkv_bias = s->arch == LPO_ARCH_QWEN2 ? 1 : attn_bias;
+    s->qkv_bias = s->arch == LPO_ARCH_QWEN2 ? 1 : is_mla_arch(s->arch) ? 0 : attn_bias; /* MLA: o_bias says */
     s->o_bias = s->arch == LPO_ARCH_QWEN2 ? 0 : attn_bias;
     s->mlp_bias = j_bool(&c, root, "mlp_bias", 0);
     if (s->arch == LPO_ARCH_MIXTRAL || s->arch == LPO_ARCH_QWEN3_MOE) s->mlp_bias = 0; /* HF: no MLP biases */
@@ -709,23 +810,49 @@ lpo_status lpo_spec_tensors(const lpo_model_spec *s, lpo_tensor_desc **out, size
     for (int l = 0; l < (int)s->n_layers; l++) { /* per layer, HF names and [out, in] shapes */
         const char *p = "model.layers";
         add_desc(d, &n, LPO_PART_NORM, l, h, 0, "%s.%d.input_layernorm.weight", p, l);
-        add_desc(d, &n, LPO_PART_ATTN, l, q, h, "%s.%d.self_attn.q_proj.weight", p, l);
-        add_desc(d, &n, LPO_PART_ATTN, l, kv, h, "%s.%d.self_attn.k_proj.weight", p, l);
-        add_desc(d, &n, LPO_PART_ATTN, l, kv, h, "%s.%d.self_attn.v_proj.weight", p, l);
-        if (s->qkv_bias) {
-            add_desc(d, &n, LPO_PART_ATTN, l, q, 0, "%s.%d.self_attn.q_proj.bias", p, l);
-            add_desc(d, &n, LPO_PART_ATTN, l, kv, 0, "%s.%d.self_attn.k_proj.bias", p, l);
-            add_desc(d, &n, LPO_PART_ATTN, l, kv, 0, "%s.%d.self_attn.v_proj.bias", p, l);
+        if (lpo_spec_is_mla(s)) {
+            const int64_t qr = s->mla.q_lora_rank, r = s->mla.kv_lora_rank, dr = s->mla.qk_rope_head_dim;
+            const int64_t nq = s->n_heads * (s->mla.qk_nope_head_dim + dr);
+            const int64_t nkv = s->n_heads * (s->mla.qk_nope_head_dim + s->mla.v_head_dim);
+            const int64_t vo = s->n_heads * s->mla.v_head_dim;
+            if (qr > 0) {
+                add_desc(d, &n, LPO_PART_ATTN, l, qr, h, "%s.%d.self_attn.q_a_proj.weight", p, l);
+                if (s->o_bias)
+                    add_desc(d, &n, LPO_PART_ATTN, l, qr, 0, "%s.%d.self_attn.q_a_proj.bias", p, l);
+                add_desc(d, &n, LPO_PART_ATTN, l, qr, 0, "%s.%d.self_attn.q_a_layernorm.weight", p, l);
+                add_desc(d, &n, LPO_PART_ATTN, l, nq, qr, "%s.%d.self_attn.q_b_proj.weight", p, l);
+            } else {
+                add_desc(d, &n, LPO_PART_ATTN, l, nq, h, "%s.%d.self_attn.q_proj.weight", p, l);
+            }
+            add_desc(d, &n, LPO_PART_ATTN, l, r + dr, h, "%s.%d.self_attn.kv_a_proj_with_mqa.weight", p, l);
+            if (s->o_bias)
+                add_desc(d, &n, LPO_PART_ATTN, l, r + dr, 0, "%s.%d.self_attn.kv_a_proj_with_mqa.bias", p, l);
+            add_desc(d, &n, LPO_PART_ATTN, l, r, 0, "%s.%d.self_attn.kv_a_layernorm.weight", p, l);
+            add_desc(d, &n, LPO_PART_ATTN, l, nkv, r, "%s.%d.self_attn.kv_b_proj.weight", p, l);
+            add_desc(d, &n, LPO_PART_ATTN, l, h, vo, "%s.%d.self_attn.o_proj.weight", p, l);
+            if (s->o_bias) add_desc(d, &n, LPO_PART_ATTN, l, h, 0, "%s.%d.self_attn.o_proj.bias", p, l);
+        } else {
+            add_desc(d, &n, LPO_PART_ATTN, l, q, h, "%s.%d.self_attn.q_proj.weight", p, l);
+            add_desc(d, &n, LPO_PART_ATTN, l, kv, h, "%s.%d.self_attn.k_proj.weight", p, l);
+            add_desc(d, &n, LPO_PART_ATTN, l, kv, h, "%s.%d.self_attn.v_proj.weight", p, l);
+            if (s->qkv_bias) {
+                add_desc(d, &n, LPO_PART_ATTN, l, q, 0, "%s.%d.self_attn.q_proj.bias", p, l);
+                add_desc(d, &n, LPO_PART_ATTN, l, kv, 0, "%s.%d.self_attn.k_proj.bias", p, l);
+                add_desc(d, &n, LPO_PART_ATTN, l, kv, 0, "%s.%d.self_attn.v_proj.bias", p, l);
+            }
+            if (s->qk_norm) {
+                add_desc(d, &n, LPO_PART_ATTN, l, s->head_dim, 0, "%s.%d.self_attn.q_norm.weight", p, l);
+                add_desc(d, &n, LPO_PART_ATTN, l, s->head_dim, 0, "%s.%d.self_attn.k_norm.weight", p, l);
+            }
+            add_desc(d, &n, LPO_PART_ATTN, l, h, q, "%s.%d.self_attn.o_proj.weight", p, l);
+            if (s->o_bias) add_desc(d, &n, LPO_PART_ATTN, l, h, 0, "%s.%d.self_attn.o_proj.bias", p, l);
         }
-        if (s->qk_norm) {
-            add_desc(d, &n, LPO_PART_ATTN, l, s->head_dim, 0, "%s.%d.self_attn.q_norm.weight", p, l);
-            add_desc(d, &n, LPO_PART_ATTN, l, s->head_dim, 0, "%s.%d.self_attn.k_norm.weight", p, l);
-        }
-        add_desc(d, &n, LPO_PART_ATTN, l, h, q, "%s.%d.self_attn.o_proj.weight", p, l);
-        if (s->o_bias) add_desc(d, &n, LPO_PART_ATTN, l, h, 0, "%s.%d.self_attn.o_proj.bias", p, l);
         add_desc(d, &n, LPO_PART_NORM, l, h, 0, "%s.%d.post_attention_layernorm.weight", p, l);
         if (lpo_spec_layer_is_moe(s, l)) { /* router, then each expert's gate, up, down (hub layout) */
             add_desc(d, &n, LPO_PART_MLP, l, E, h, "%s.%d.%s.gate.weight", p, l, mn->block);
+            if (s->moe.topk_method == LPO_TOPK_NOAUX_TC)
+                add_desc(d, &n, LPO_PART_MLP, l, E, 0, "%s.%d.%s.gate.e_score_correction_bias", p, l,
+                         mn->block);
             for (int64_t e = 0; e < E; e++) {
                 add_desc(d, &n, LPO_PART_MLP, l, EI, h, "%s.%d.%s.experts.%lld.%s.weight", p, l, mn->block,
                          (long long)e, mn->gate);
@@ -770,6 +897,9 @@ lpo_status lpo_spec_tensors(const lpo_model_spec *s, lpo_tensor_desc **out, size
 
 uint64_t lpo_spec_kv_bytes_per_token(const lpo_model_spec *s, lpo_dtype kv_dtype) {
     if (lpo_dtype_block(kv_dtype) != 1) return 0;
+    if (lpo_spec_is_mla(s))
+        return (uint64_t)s->n_layers * (uint64_t)(s->mla.kv_lora_rank + s->mla.qk_rope_head_dim) *
+               (uint64_t)lpo_dtype_block_bytes(kv_dtype);
     return 2ull * (uint64_t)s->n_layers * (uint64_t)s->n_kv_heads * (uint64_t)s->head_dim *
            (uint64_t)lpo_dtype_block_bytes(kv_dtype);
 }

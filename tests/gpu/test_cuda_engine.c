@@ -324,6 +324,18 @@ static void test_deepseek_refused(void **state) {
         printf("refused: %s\n", lpo_last_error());
         assert_non_null(strstr(lpo_last_error(), "'layers.1.mlp.router'"));
         assert_non_null(strstr(lpo_last_error(), i == 0 ? "group_limited_greedy" : "routed_scaling_factor"));
+        if (i == 0) { /* DeepSeek-V2 / V3: multi-head latent attention has no GPU kernel: its op is named */
+            static const char *const mla[] = {"deepseek_v2_mla", "deepseek_v3_mla"};
+            for (int j = 0; j < 2; j++) {
+                lpo_model *mm = NULL;
+                snprintf(dir, sizeof dir, "%s/tests/golden/engine/%s", LPO_SOURCE_DIR, mla[j]);
+                assert_int_equal(lpo_model_open_path(dir, &mm), LPO_OK);
+                assert_int_equal(lpo_engine_open(mm, &o, &e), LPO_E_UNSUPPORTED);
+                printf("refused: %s\n", lpo_last_error());
+                assert_non_null(strstr(lpo_last_error(), "'layers.0.attn.sdpa' (mla_attention)"));
+                lpo_model_close(mm);
+            }
+        }
         lpo_oplist l = {0};
         assert_int_equal(lpo_oplist_build_phase(lpo_model_get_spec(m), 1, 1, 5, NULL, &l), LPO_OK);
         const lpo_backend_iface *be = lpo_backend_cuda();

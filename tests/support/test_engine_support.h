@@ -101,6 +101,25 @@ static inline lpo_model_spec test_spec_deepseek(void) {
     return s;
 }
 
+/* test_spec_deepseek as DeepSeek-V2 (multi-head latent attention): q_lora 24, kv_lora 16, per head nope 12 +
+ * rope 8 (head_dim), value 10; layer 0 dense (first_k_dense_replace 1), layer 1 sparse */
+static inline lpo_model_spec test_spec_mla(void) {
+    lpo_model_spec s = test_spec_deepseek();
+    strcpy(s.name, "test-mla");
+    s.arch = LPO_ARCH_DEEPSEEK_V2;
+    s.n_kv_heads = s.n_heads;
+    s.head_dim = 8;
+    s.mla.q_lora_rank = 24;
+    s.mla.kv_lora_rank = 16;
+    s.mla.qk_nope_head_dim = 12;
+    s.mla.qk_rope_head_dim = 8;
+    s.mla.v_head_dim = 10;
+    s.mla.rope_interleave = 1;
+    memset(s.moe.dense, 0, sizeof s.moe.dense);
+    s.moe.dense[0] = 1u;
+    return s;
+}
+
 static inline uint64_t test_hash(const char *s, uint64_t i) {
     uint64_t h = 1469598103934665603ull;
     for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;

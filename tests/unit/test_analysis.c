@@ -546,10 +546,11 @@ static void check_costs_vision(const char *w, const char *a, const char *kv, int
 static void test_costs_match_oplist(void **state) {
     (void)state;
     int seen[LPO_OP_KIND_COUNT] = {0};
-    lpo_model_spec arch[8];
+    lpo_model_spec arch[9];
     for (int i = 0; i < 6; i++) arch[i] = test_spec();
     arch[6] = test_spec_moe();      /* router and routed experts in layer 0, a dense MLP in layer 1 */
     arch[7] = test_spec_deepseek(); /* shared experts, group-limited routing */
+    arch[8] = test_spec_mla();      /* multi-head latent attention */
     arch[1].qkv_bias = 1;           /* qwen2 */
     arch[1].tied_embeddings = 0;
     arch[2].qk_norm = 1; /* qwen3 */
@@ -563,7 +564,7 @@ static void test_costs_match_oplist(void **state) {
                              {"fp8", "bf16", "fp8"},
                              {"int4", "f16", "bf16"},
                              {"q4_k", "bf16", "f16"}};
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < 9; i++)
         for (size_t d = 0; d < sizeof sets / sizeof sets[0]; d++)
             check_costs(&arch[i], sets[d][0], sets[d][1], sets[d][2], seen);
     /* tensor parallel: one rank's list of 2 and 4 (its collectives), a MoE layer split too */

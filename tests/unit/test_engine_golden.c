@@ -158,6 +158,14 @@ static void test_deepseek_ocr2_group(void **state) { /* group_limited_greedy; on
     (void)state;
     check_model("deepseek_ocr2_group");
 }
+static void test_deepseek_v2_mla(void **state) { /* MLA with q_lora, yarn mscale; group-limited routing */
+    (void)state;
+    check_model("deepseek_v2_mla");
+}
+static void test_deepseek_v3_mla(void **state) { /* MLA without q_lora, half-split rope; noaux_tc routing */
+    (void)state;
+    check_model("deepseek_v3_mla");
+}
 static void test_qwen3_moe_step(void **state) { /* decoder_sparse_step 2; norm_topk_prob false; biases */
     (void)state;
     check_model("qwen3_moe_step");
@@ -171,7 +179,8 @@ int main(void) {
         cmocka_unit_test(test_llama_linear_rope),   cmocka_unit_test(test_qwen2_yarn_rope),
         cmocka_unit_test(test_mixtral_moe),         cmocka_unit_test(test_qwen3_moe_norm),
         cmocka_unit_test(test_qwen3_moe_step),      cmocka_unit_test(test_deepseek_ocr2_greedy),
-        cmocka_unit_test(test_deepseek_ocr2_group),
+        cmocka_unit_test(test_deepseek_ocr2_group), cmocka_unit_test(test_deepseek_v2_mla),
+        cmocka_unit_test(test_deepseek_v3_mla),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

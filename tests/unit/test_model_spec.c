@@ -272,6 +272,74 @@ static void test_hf_config_deepseek(void **state) {
     }
 }
 
+/* DeepSeek-V2 / V3 configs: MLA sizes (q_lora_rank null = q_proj), head_dim = qk_rope, first_k_dense_replace,
+ * V3's routing (sigmoid, noaux_tc, its defaults), the latent KV bytes; refusals by name. */
+static void test_hf_config_mla(void **state) {
+    (void)state;
+    lpo_model_spec s;
+    const char *v3 =
+        "{\"architectures\":[\"DeepseekV3ForCausalLM\"],\"vocab_size\":100,\"hidden_size\":64,"
+        "\"num_hidden_layers\":4,\"num_attention_heads\":4,\"intermediate_size\":128,"
+        "\"moe_intermediate_size\":16,\"n_routed_experts\":16,\"num_experts_per_tok\":4,"
+        "\"q_lora_rank\":null,\"kv_lora_rank\":32,\"qk_nope_head_dim\":16,\"qk_rope_head_dim\":8,"
+        "\"v_head_dim\":16,\"first_k_dense_replace\":1,";
+    char j[1024];
+    snprintf(j, sizeof j, "%s\"scoring_func\":\"sigmoid\",\"topk_method\":\"noaux_tc\"}", v3);
+    assert_int_equal(parse(j, &s), LPO_OK);
+    assert_int_equal(s.arch, LPO_ARCH_DEEPSEEK_V3);
+    assert_true(lpo_spec_is_mla(&s) && s.mla.q_lora_rank == 0 && s.mla.kv_lora_rank == 32 && s.head_dim == 8);
+    assert_true(s.mla.rope_interleave && s.n_kv_heads == 4);
+    assert_true(s.moe.scoring == LPO_SCORE_SIGMOID && s.moe.topk_method == LPO_TOPK_NOAUX_TC);
+    assert_true(s.moe.n_group == 8 && s.moe.topk_group == 4 && s.moe.norm_topk_prob);
+    assert_true(lpo_spec_route_scale(&s) == 2.5 && s.moe.n_shared_experts == 1);
+    for (int l = 0; l < 4; l++) assert_int_equal(lpo_spec_layer_is_moe(&s, l), l >= 1);
+    assert_int_equal(lpo_spec_kv_bytes_per_token(&s, LPO_DT_BF16), 4u * (32 + 8) * 2);
+    assert_true(fabs(lpo_spec_attn_scale(&s) - 1 / sqrt(24.0)) < 1e-12);
+    lpo_tensor_desc *d;
+    size_t n;
+    assert_int_equal(lpo_spec_tensors(&s, &d, &n), LPO_OK);
+    int found = 0;
+    for (size_t i = 0; i < n; i++) {
+        found += !strcmp(d[i].name, "model.layers.1.mlp.gate.e_score_correction_bias");
+        found += !strcmp(d[i].name, "model.layers.0.self_attn.q_proj.weight") && d[i].shape[0] == 4 * 24;
+        found += !strcmp(d[i].name, "model.layers.0.self_attn.kv_b_proj.weight") && d[i].shape[0] == 4 * 32 &&
+                 d[i].shape[1] == 32;
+    }
+    assert_int_equal(found, 3);
+    free(d);
+    /* V2: q_lora, yarn with mscale_all_dim (the softmax scale times mscale^2) */
+    const char *v2 = "{\"model_type\":\"deepseek_v2\",\"vocab_size\":100,\"hidden_size\":64,"
+                     "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"intermediate_size\":128,"
+                     "\"moe_intermediate_size\":16,\"n_routed_experts\":8,\"num_experts_per_tok\":2,"
+                     "\"q_lora_rank\":24,\"kv_lora_rank\":16,\"qk_nope_head_dim\":8,\"qk_rope_head_dim\":4,"
+                     "\"v_head_dim\":8,\"rope_scaling\":{\"type\":\"yarn\",\"factor\":40,\"mscale\":0.707,"
+                     "\"mscale_all_dim\":0.707,\"original_max_position_embeddings\":4096},";
+    snprintf(j, sizeof j, "%s\"first_k_dense_replace\":1}", v2);
+    assert_int_equal(parse(j, &s), LPO_OK);
+    assert_true(s.arch == LPO_ARCH_DEEPSEEK_V2 && s.mla.q_lora_rank == 24 && s.mla.rope_interleave);
+    const double ms = 0.1 * 0.707 * log(40.0) + 1;
+    assert_true(fabs(lpo_spec_attn_scale(&s) - ms * ms / sqrt(12.0)) < 1e-12);
+    assert_true(s.moe.scoring == LPO_SCORE_SOFTMAX && lpo_spec_route_scale(&s) == 1.0);
+    static const struct {
+        const char *base, *keys, *needle;
+        lpo_status st;
+    } bad[] = {
+        {NULL, "\"scoring_func\":\"softmax\"", "computes sigmoid scores", LPO_E_UNSUPPORTED},
+        {NULL, "\"topk_method\":\"greedy\"", "always routes noaux_tc", LPO_E_UNSUPPORTED},
+        {NULL, "\"use_mla\":false", "'use_mla' false", LPO_E_UNSUPPORTED},
+        {NULL, "\"num_key_value_heads\":2", "as many KV heads as heads", LPO_E_FORMAT},
+        {NULL, "\"n_group\":3", "dividing the 16 experts", LPO_E_FORMAT},
+        {"v2", "\"first_k_dense_replace\":3", "'first_k_dense_replace' 3 is not in 0..2", LPO_E_FORMAT},
+        {"v2", "\"norm_topk_prob\":true", "never renormalises", LPO_E_UNSUPPORTED},
+        {"v2", "\"topk_method\":\"noaux_tc\"", "'topk_method' 'noaux_tc'", LPO_E_UNSUPPORTED},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(j, sizeof j, "%s%s}", bad[i].base ? v2 : v3, bad[i].keys);
+        assert_int_equal(parse(j, &s), bad[i].st);
+        if (!strstr(lpo_last_error(), bad[i].needle)) fail_msg("%s: '%s'", bad[i].keys, lpo_last_error());
+    }
+}
+
 static void test_hf_config_errors(void **state) {
     (void)state;
     lpo_model_spec s;
@@ -611,7 +679,7 @@ int main(void) {
         cmocka_unit_test(test_hf_config_moe),      cmocka_unit_test(test_hf_config_deepseek),
         cmocka_unit_test(test_tensor_list),        cmocka_unit_test(test_preset_param_counts),
         cmocka_unit_test(test_preset_details),     cmocka_unit_test(test_synthetic_values),
-        cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_config_errors),      cmocka_unit_test(test_hf_config_mla),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

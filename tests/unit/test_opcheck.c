@@ -130,6 +130,12 @@ static void test_every_kind(void **state) {
     d.moe.topk_method = LPO_TOPK_NOAUX_TC;
     d.moe.norm_topk_prob = 1;
     check_spec(&d, 5, 7, 2, seen);
+    /* multi-head latent attention: with q_lora (q_a, its norm, q_b) and without, interleaved rope or not */
+    lpo_model_spec a = test_spec_mla();
+    check_spec(&a, 9, 20, 3, seen);
+    a.mla.q_lora_rank = 0;
+    a.mla.rope_interleave = 0;
+    check_spec(&a, 4, 11, 2, seen);
     for (int k = 0; k < LPO_OP_KIND_COUNT; k++)
         if (!seen[k]) fail_msg("op kind '%s' was not checked", lpo_op_kind_name((lpo_op_kind)k));
 }
@@ -216,6 +222,41 @@ static void test_checker_catches(void **state) {
 static float frand(uint64_t *s) {
     *s = *s * 6364136223846793005ull + 1442695040888963407ull;
     return (float)((double)(*s >> 11) / 9007199254740992.0 * 2 - 1);
+}
+
+/* lpo_cpu_mla_attention: the absorbed form (decode) equals the expanded form (prefill) on the same cache and
+ * queries, both interleaved and half-split rope, tokens of two slots at several positions; the latent cache
+ * rows they append are identical. */
+static void check_mla_forms(uint64_t *seed) {
+    enum { M = 4, NH = 3, DN = 6, DR = 4, DV = 5, R = 7, CTX = 9 };
+    float q[M * NH * (DN + DR)], kva[M * (R + DR)], wn[R], W[NH * (DN + DV) * R], cos_t[CTX * DR / 2],
+        sin_t[CTX * DR / 2];
+    float cache[2][2 * CTX * (R + DR)], att[2][M * NH * DV];
+    const int32_t slot[M] = {0, 1, 0, 1};
+    const int64_t pos[M] = {3, 8, 4, 0};
+    for (int i = 0; i < M * NH * (DN + DR); i++) q[i] = frand(seed);
+    for (int i = 0; i < M * (R + DR); i++) kva[i] = frand(seed);
+    for (int i = 0; i < R; i++) wn[i] = 1 + 0.3f * frand(seed);
+    for (int i = 0; i < NH * (DN + DV) * R; i++) W[i] = frand(seed);
+    for (int p = 0; p < CTX; p++)
+        for (int i = 0; i < DR / 2; i++) {
+            cos_t[p * DR / 2 + i] = cosf((float)p / (float)(1 + i));
+            sin_t[p * DR / 2 + i] = sinf((float)p / (float)(1 + i));
+        }
+    float init[2 * CTX * (R + DR)];
+    for (int i = 0; i < 2 * CTX * (R + DR); i++) init[i] = frand(seed);
+    float scratch[4096];
+    assert_true(lpo_cpu_mla_scratch_floats(M, NH, DN, DR, DV, R, CTX, 1) <= 4096);
+    for (int il = 0; il < 2; il++) {
+        for (int form = 0; form < 2; form++) {
+            memcpy(cache[form], init, sizeof init);
+            lpo_cpu_mla_attention(att[form], q, kva, cache[form], wn, W, cos_t, sin_t, slot, pos, M, NH, DN,
+                                  DR, DV, R, CTX, 1e-6f, il, 0.3f, form, scratch, 1);
+        }
+        assert_memory_equal(cache[0], cache[1], sizeof init);
+        for (int i = 0; i < M * NH * DV; i++)
+            assert_true(fabs(att[0][i] - att[1][i]) <= 1e-5 * (1 + fabs(att[0][i])));
+    }
 }
 
 /* lpo_cpu_route's group-limited softmax (deepseek v2) and sigmoid noaux_tc (deepseek v3) routing, scaled and
@@ -377,6 +418,7 @@ static void test_kernels_vs_double(void **state) {
             }
         }
         check_routing(&seed);
+        check_mla_forms(&seed);
         for (int i = 0; i < E * 3 * I * H; i++) Wx[i] = frand(&seed);
         float scratch[T * (2 * H + 3 * I)];
         assert_true(lpo_cpu_experts_scratch_floats(T, H, I) <= (int64_t)(sizeof scratch / sizeof *scratch));

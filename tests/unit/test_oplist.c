@@ -224,14 +224,15 @@ static void test_plans(void **state) {
  * plan fuses them) counts the q and k parts RoPE reads once and nothing of the qkv rows it hands on. */
 static void test_act_bytes(void **state) {
     (void)state;
-    lpo_model_spec a[5] = {test_spec(), test_spec(), test_spec(), test_spec_moe(), test_spec_deepseek()};
+    lpo_model_spec a[6] = {test_spec(),     test_spec(),          test_spec(),
+                           test_spec_moe(), test_spec_deepseek(), test_spec_mla()};
     a[1].qk_norm = a[1].qkv_bias = 1;
     a[2].act = LPO_ACT_GELU_TANH;
     a[2].sliding_window = 3;
     const lpo_dtype bf = LPO_DT_BF16;
     const lpo_dtype_lookup held = {(void *)&bf, lpo_dtype_lookup_uniform};
     const lpo_oplist_opts bf16 = {LPO_DT_BF16, LPO_DT_F16, &held, NULL, 0};
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 6; i++)
         for (int decode = 0; decode < 2; decode++)
             for (int o = 0; o < 2; o++) {
                 lpo_oplist l = {0};

@@ -175,6 +175,11 @@ static void test_spec_checks(void **state) {
     assert_int_equal(lpo_tp_check_spec(&s, 2, "engine.tp"), LPO_E_UNSUPPORTED);
     assert_non_null(strstr(lpo_last_error(), "engine.tp=2"));
     assert_non_null(strstr(lpo_last_error(), "shared experts"));
+    /* multi-head latent attention neither */
+    s = test_spec_mla();
+    s.moe.n_shared_experts = 0;
+    assert_int_equal(lpo_tp_check_spec(&s, 2, "engine.tp"), LPO_E_UNSUPPORTED);
+    assert_non_null(strstr(lpo_last_error(), "latent attention"));
     /* the builder checks too */
     lpo_oplist l = {0};
     lpo_oplist_opts o = {LPO_DT_F32, LPO_DT_F32, NULL, NULL, 3};

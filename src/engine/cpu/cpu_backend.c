@@ -4,7 +4,8 @@
  * Everything lives in one arena allocated at init: the weights of every op (converted to f32 once with
  * lpo_weight_convert, stacked weights such as q|k|v concatenated by rows, biases after them), the
  * activation buffers sized for the largest step, the logits and ids of a step, the KV cache
- * [layer][slot][position][n_kv_heads * head_dim] for K and for V, the RoPE cos/sin tables, per-thread
+ * [layer][slot][position][n_kv_heads * head_dim] for K and for V (MLA: one cache of the latent and the
+ * rotated key [layer][slot][position][kv_lora_rank + qk_rope]), the RoPE cos/sin tables, per-thread
  * attention scratch, and the sampling state of every slot (parameters, stream, draw counter, seen-token
  * bitmap, last sampled id). forward() allocates nothing.
  *
@@ -71,6 +72,7 @@ typedef struct {
     float *kcache, *vcache;     /* [n_layers][max_seqs][max_context][kvd] */
     float *rope_cos, *rope_sin; /* [max_context][head_dim / 2], attention scaling folded in */
     float *scores;              /* [n_threads][max_context] */
+    float *mla_scratch;         /* MLA: lpo_cpu_mla_scratch_floats for a step */
     float *moe_scratch;         /* MoE: router logits [T][E], or the experts' scratch for T tokens */
     int32_t *moe_rows;          /* MoE: [T] the tokens of one expert */
     int32_t *route_ids;         /* MoE: the route_ids buffer [T][top_k] (int32; buf[] holds the f32 ones) */
@@ -165,6 +167,17 @@ static lpo_status launch_attention(const lpo_op *op, const cpu_args *a) {
                       op->head_dim, a->max_context);
     lpo_cpu_attention(a->out, a->in[0], a->kc, a->vc, a->tok_slot, a->tok_pos, op->m, op->n_heads,
                       op->n_kv_heads, op->head_dim, a->max_context, op->window, a->scores, a->nt);
+    return LPO_OK;
+}
+/* MLA: the latent cache (a->kc: [slots][max_context][r + dr]), weights kv_a_layernorm (r) then kv_b; the
+ * scratch in a->scores (lpo_cpu_mla_scratch_floats); decode ops run the absorbed form, prefill the expanded.
+ */
+static lpo_status launch_mla_attention(const lpo_op *op, const cpu_args *a) {
+    const int64_t r = op->kv_rank, dr = op->rope_dim, dn = op->head_dim - dr;
+    lpo_cpu_mla_attention(a->out, a->in[0], a->in[2], a->kc, a->W, a->W + r, a->cos_t, a->sin_t, a->tok_slot,
+                          a->tok_pos, op->m, op->n_heads, dn, dr, op->v_head_dim, r, a->max_context, op->eps,
+                          op->rope_interleave, op->attn_scale, op->attn_variant == LPO_ATTN_DECODE, a->scores,
+                          a->nt);
     return LPO_OK;
 }
 static lpo_status launch_swiglu(const lpo_op *op, const cpu_args *a) {
@@ -415,6 +428,7 @@ static const cpu_launch_fn launches[LPO_OP_KIND_COUNT] = {
     [LPO_OP_ATTN_RELPOS] = launch_attn_relpos,
     [LPO_OP_ATTN_PREFIX] = launch_attn_prefix,
     [LPO_OP_POS_EMBED] = launch_pos_embed,
+    [LPO_OP_MLA_ATTENTION] = launch_mla_attention,
 };
 
 static lpo_status launch(const lpo_op *op, const cpu_args *a) {
@@ -461,11 +475,12 @@ static void bind_step(cpu_ctx *c, const lpo_oplist *l, size_t i, const lpo_step_
     a->rank = c->rank;
     a->tp_scratch = c->tp_scratch;
     a->progress = c->cfg.tp_progress;
-    if (op->kind == LPO_OP_ATTENTION) {
+    if (op->kind == LPO_OP_ATTENTION || op->kind == LPO_OP_MLA_ATTENTION) {
         const size_t layer = (size_t)op->layer * (size_t)c->cfg.max_seqs * (size_t)c->cfg.max_context *
-                             (size_t)(op->n_kv_heads * op->head_dim);
+                             (size_t)(lpo_buf_width_kv(&c->spec) / c->tp);
         a->kc = c->kcache + layer;
-        a->vc = c->vcache + layer;
+        a->vc = c->vcache ? c->vcache + layer : NULL;
+        if (op->kind == LPO_OP_MLA_ATTENTION) a->scores = c->mla_scratch;
     }
     if (op->kind == LPO_OP_LM_HEAD && op->m != l->n_tokens) {
         const int64_t h = op->k;
@@ -751,6 +766,13 @@ static lpo_status bind_single(cpu_ctx *c, const lpo_op *op, lpo_op_io *io, const
     const int64_t vs = vision_scratch_floats(op, a->nt);
     if (vs > 0 && !(a->vscratch = malloc((size_t)vs * sizeof(float))))
         return lpo_errorf(LPO_E_NOMEM, "cpu backend: scratch of '%s'", op->name);
+    if (op->kind == LPO_OP_MLA_ATTENTION &&
+        !(a->scores =
+              malloc((size_t)lpo_cpu_mla_scratch_floats(op->m, op->n_heads, op->head_dim - op->rope_dim,
+                                                        op->rope_dim, op->v_head_dim, op->kv_rank,
+                                                        io->max_context > 0 ? io->max_context : 1, a->nt) *
+                     sizeof(float))))
+        return lpo_errorf(LPO_E_NOMEM, "cpu backend: MLA scratch");
     if (op->kind == LPO_OP_ATTENTION &&
         !(a->scores =
               malloc((size_t)a->nt * (size_t)(io->max_context > 0 ? io->max_context : 1) * sizeof(float))))
@@ -956,7 +978,12 @@ static lpo_status cpu_init_model(cpu_ctx *c) {
     const lpo_model_spec *s = &c->spec;
     const int64_t T = in->max_step_tokens, ctx = in->max_context, S = in->max_seqs;
     const int tp = c->tp;
-    const int64_t hd = s->head_dim, kvd = s->n_kv_heads / tp * hd, L = s->n_layers, V = s->vocab_size;
+    const int64_t hd = s->head_dim, kvd = lpo_buf_width_kv(s) / tp, L = s->n_layers, V = s->vocab_size;
+    const int mla = lpo_spec_is_mla(s);
+    const int64_t mla_floats =
+        mla ? lpo_cpu_mla_scratch_floats(T, s->n_heads, s->mla.qk_nope_head_dim, s->mla.qk_rope_head_dim,
+                                         s->mla.v_head_dim, s->mla.kv_lora_rank, ctx, c->n_threads)
+            : 0;
 
     /* the reference op list: the ops of every step shape, in order (the weights do not depend on it); a
      * rank's list under tensor parallelism */
@@ -988,8 +1015,9 @@ static lpo_status cpu_init_model(cpu_ctx *c) {
     for (int b = 0; b < LPO_BUF_COUNT; b++) floats += (double)T * (double)lpo_buf_width_tp(s, b, tp), slack++;
     if (tp > 1) floats += (double)T * (double)s->hidden_size, slack++; /* the all-reduce's sums */
     c->seen_words = (V + 31) / 32;
-    floats += 2.0 * (double)L * (double)S * (double)ctx * (double)kvd + (double)ctx * (double)hd +
-              (double)c->n_threads * (double)ctx + (double)V + (double)S * (double)c->seen_words;
+    floats += (mla ? 1.0 : 2.0) * (double)L * (double)S * (double)ctx * (double)kvd + (double)mla_floats +
+              (double)ctx * (double)hd + (double)c->n_threads * (double)ctx + (double)V +
+              (double)S * (double)c->seen_words;
     /* MoE scratch: the router's logits or the experts' gathered rows, whichever is larger */
     const int moe = lpo_spec_has_moe(s);
     const int64_t moe_floats =
@@ -1021,7 +1049,10 @@ static lpo_status cpu_init_model(cpu_ctx *c) {
     if (tp > 1 && !(c->tp_scratch = ALLOC_F(c, T * s->hidden_size)))
         return lpo_errorf(LPO_E_INTERNAL, "cpu backend: arena sized too small (%zu bytes)", c->arena.size);
     c->kcache = ALLOC_F(c, L * S * ctx * kvd);
-    c->vcache = ALLOC_F(c, L * S * ctx * kvd);
+    c->vcache = mla ? NULL : ALLOC_F(c, L * S * ctx * kvd); /* MLA: one latent cache */
+    c->mla_scratch = mla ? ALLOC_F(c, mla_floats) : NULL;
+    if (mla && !c->mla_scratch)
+        return lpo_errorf(LPO_E_INTERNAL, "cpu backend: arena sized too small (%zu bytes)", c->arena.size);
     c->rope_cos = ALLOC_F(c, ctx * (hd / 2));
     c->rope_sin = ALLOC_F(c, ctx * (hd / 2));
     c->scores = ALLOC_F(c, (int64_t)c->n_threads * ctx);
@@ -1038,7 +1069,7 @@ static lpo_status cpu_init_model(cpu_ctx *c) {
     c->ids = lpo_arena_alloc(&c->arena, (size_t)T * sizeof(int32_t), 64);
     c->tokens = lpo_arena_alloc(&c->arena, (size_t)T * sizeof(int32_t), 64);
     c->sampling = lpo_arena_alloc(&c->arena, (size_t)S * sizeof(slot_sampling), 64);
-    if (!c->kcache || !c->vcache || !c->rope_cos || !c->rope_sin || !c->scores || !c->sample_row ||
+    if (!c->kcache || (!mla && !c->vcache) || !c->rope_cos || !c->rope_sin || !c->scores || !c->sample_row ||
         !c->seen || !c->ids || !c->tokens || !c->sampling)
         return lpo_errorf(LPO_E_INTERNAL, "cpu backend: arena sized too small (%zu bytes)", c->arena.size);
     memset(c->seen, 0, (size_t)(S * c->seen_words) * sizeof *c->seen);

@@ -621,3 +621,126 @@ void lpo_cpu_pos_embed(float *x, const float *P, int64_t G, int64_t g, int64_t C
 #pragma omp parallel for schedule(static) num_threads(nt)
     for (int64_t i = 0; i < g * g * C; i++) x[i] += tab[i]; // element i
 }
+
+/* ---- multi-head latent attention ------------------------------------------------------------------------
+ */
+int64_t lpo_cpu_mla_scratch_floats(int64_t m, int64_t nh, int64_t dn, int64_t dr, int64_t dv, int64_t r,
+                                   int64_t max_context, int nt) {
+    return m * nh * dr + (int64_t)nt * (max_context + 2 * r) + max_context * (r + nh * (dn + dv));
+}
+
+/* Rotates v (dr,) by position p: pairs (2i, 2i+1) when interleaved (deepseek's layout), else (i, i + dr/2).
+ */
+static void rope_vec(float *v, const float *cs, const float *sn, int64_t dr, int interleave) {
+    const int64_t half = dr / 2;
+    for (int64_t i = 0; i < half; i++) { // pair i: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin)
+        const int64_t a = interleave ? 2 * i : i, b = interleave ? 2 * i + 1 : i + half;
+        const float x1 = v[a], x2 = v[b];
+        v[a] = x1 * cs[i] - x2 * sn[i];
+        v[b] = x2 * cs[i] + x1 * sn[i];
+    }
+}
+
+void lpo_cpu_mla_attention(float *att, const float *q, const float *kva, float *cache, const float *wn,
+                           const float *Wkvb, const float *cos_t, const float *sin_t, const int32_t *slot,
+                           const int64_t *pos, int64_t m, int64_t nh, int64_t dn, int64_t dr, int64_t dv,
+                           int64_t r, int64_t max_context, float eps, int interleave, float scale,
+                           int absorbed, float *scratch, int nt) {
+    const int64_t row = r + dr, qw = dn + dr, half = dr / 2, kvw = dn + dv;
+    for (int64_t t = 0; t < m; t++) { // token t: rmsnorm(latent) (r,), rope(k_pe) (dr,) -> cache[slot][pos]
+        float *c = cache + ((size_t)slot[t] * (size_t)max_context + (size_t)pos[t]) * (size_t)row;
+        rms_row(c, kva + t * row, wn, r, eps);
+        memcpy(c + r, kva + t * row + r, (size_t)dr * sizeof(float));
+        rope_vec(c + r, cos_t + pos[t] * half, sin_t + pos[t] * half, dr, interleave);
+    }
+    float *qp = scratch, *thr = qp + m * nh * dr, *exp_kv = thr + (int64_t)nt * (max_context + 2 * r);
+    for (int64_t t = 0; t < m; t++) // token t, head h: q's rope part (dr,) rotated -> qp[t][h]
+        for (int64_t h = 0; h < nh; h++) {
+            float *v = qp + (t * nh + h) * dr;
+            memcpy(v, q + t * nh * qw + h * qw + dn, (size_t)dr * sizeof(float));
+            rope_vec(v, cos_t + pos[t] * half, sin_t + pos[t] * half, dr, interleave);
+        }
+    if (absorbed) {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) collapse(2)
+        for (int64_t t = 0; t < m; t++) {
+            for (int64_t h = 0; h < nh; h++) { // head h of token t over its slot's latent cache
+#ifdef _OPENMP
+                float *sc = thr + (size_t)omp_get_thread_num() * (size_t)(max_context + 2 * r);
+#else
+                float *sc = thr;
+#endif
+                float *ql = sc + max_context, *ol = ql + r;
+                const float *qn = q + t * nh * qw + h * qw, *qr = qp + (t * nh + h) * dr;
+                const float *Wk = Wkvb + h * kvw * r, *Wv = Wk + dn * r;
+                for (int64_t c = 0; c < r; c++) ql[c] = 0;
+                for (int64_t i = 0; i < dn; i++) // ql (r,) += q_nope[i] * W_UK row i (r,)
+                    for (int64_t c = 0; c < r; c++) ql[c] += qn[i] * Wk[i * r + c];
+                const float *base = cache + (size_t)slot[t] * (size_t)max_context * (size_t)row;
+                float mx = -INFINITY;
+                for (int64_t j = 0; j <= pos[t]; j++) { // (ql . c_j + q_rope . k_rope_j) * scale -> score j
+                    const float *cj = base + (size_t)j * (size_t)row;
+                    sc[j] = (dot(ql, cj, r) + dot(qr, cj + r, dr)) * scale;
+                    if (sc[j] > mx) mx = sc[j];
+                }
+                float sum = 0;
+                for (int64_t j = 0; j <= pos[t]; j++) {
+                    sc[j] = expf(sc[j] - mx);
+                    sum += sc[j];
+                }
+                const float inv = 1.0f / sum;
+                for (int64_t c = 0; c < r; c++) ol[c] = 0;
+                for (int64_t j = 0; j <= pos[t]; j++) { // ol (r,) += p_j c_j
+                    const float pj = sc[j] * inv, *cj = base + (size_t)j * (size_t)row;
+                    for (int64_t c = 0; c < r; c++) ol[c] += pj * cj[c];
+                }
+                float *o = att + t * nh * dv + h * dv;
+                for (int64_t d = 0; d < dv; d++) o[d] = dot(Wv + d * r, ol, r); // W_UV row d (r,) . ol
+            }
+        }
+        return;
+    }
+    /* expanded: per slot, kv_b over its cached rows 0..the last position of its tokens, then attention */
+    float *lat = exp_kv, *kv = lat + max_context * r;
+    for (int64_t t0 = 0; t0 < m; t0++) {
+        int seen = 0;
+        for (int64_t u = 0; u < t0; u++) seen |= slot[u] == slot[t0];
+        if (seen) continue;
+        int64_t n = 0;
+        for (int64_t u = t0; u < m; u++)
+            if (slot[u] == slot[t0] && pos[u] + 1 > n) n = pos[u] + 1;
+        const float *base = cache + (size_t)slot[t0] * (size_t)max_context * (size_t)row;
+        for (int64_t j = 0; j < n; j++) // latent of row j (r,) -> lat[j]
+            memcpy(lat + j * r, base + (size_t)j * (size_t)row, (size_t)r * sizeof(float));
+        lpo_cpu_matmul(kv, lat, Wkvb, NULL, n, nh * kvw, r, nt); // lat (n, r) @ kv_b^T -> (n, nh (dn + dv))
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt) collapse(2)
+        for (int64_t t = t0; t < m; t++) {
+            for (int64_t h = 0; h < nh; h++) { // head h of token t (of this slot) over the expanded rows
+                if (slot[t] != slot[t0]) continue;
+#ifdef _OPENMP
+                float *sc = thr + (size_t)omp_get_thread_num() * (size_t)(max_context + 2 * r);
+#else
+                float *sc = thr;
+#endif
+                const float *qn = q + t * nh * qw + h * qw, *qr = qp + (t * nh + h) * dr;
+                float mx = -INFINITY;
+                for (int64_t j = 0; j <= pos[t]; j++) { // (q_nope . k_nope_j + q_rope . k_rope_j) * scale
+                    const float *kj = kv + j * nh * kvw + h * kvw;
+                    sc[j] = (dot(qn, kj, dn) + dot(qr, base + (size_t)j * (size_t)row + r, dr)) * scale;
+                    if (sc[j] > mx) mx = sc[j];
+                }
+                float sum = 0;
+                for (int64_t j = 0; j <= pos[t]; j++) {
+                    sc[j] = expf(sc[j] - mx);
+                    sum += sc[j];
+                }
+                const float inv = 1.0f / sum;
+                float *o = att + t * nh * dv + h * dv;
+                for (int64_t d = 0; d < dv; d++) o[d] = 0;
+                for (int64_t j = 0; j <= pos[t]; j++) { // o (dv,) += p_j v_j
+                    const float pj = sc[j] * inv, *vj = kv + j * nh * kvw + h * kvw + dn;
+                    for (int64_t d = 0; d < dv; d++) o[d] += pj * vj[d];
+                }
+            }
+        }
+    }
+}

@@ -134,3 +134,21 @@ int64_t lpo_cpu_pos_embed_scratch_floats(int64_t G, int64_t g, int64_t C);
 /* x (g g, C) += the position table P (G, G, C), resized to g x g when G differs by torch's antialiased
  * bicubic interpolation (a = -0.5, align_corners false; separable, width then height, in float). */
 void lpo_cpu_pos_embed(float *x, const float *P, int64_t G, int64_t g, int64_t C, float *scratch, int nt);
+/* Scratch floats of lpo_cpu_mla_attention for m tokens with nt threads. */
+int64_t lpo_cpu_mla_scratch_floats(int64_t m, int64_t nh, int64_t dn, int64_t dr, int64_t dv, int64_t r,
+                                   int64_t max_context, int nt);
+/* Multi-head latent attention (deepseek v2/v3) over one layer's latent cache [slots][max_context][r + dr]:
+ *   token t (slot[t], position pos[t]): c = rmsnorm(kva[t, :r]) * wn (eps), k_rope = rope(kva[t, r:]) at pos
+ *   -> cache[slot][pos] = c | k_rope; q rows (m, nh (dn + dr)): per head q_nope (dn) | q_rope (dr), rotated
+ *   (rope tables [pos][dr/2]: pairs (2i, 2i+1) when interleave, else (i, i + dr/2))
+ *   Wkvb (nh (dn + dv), r): per head dn key rows (W_UK) then dv value rows (W_UV)
+ *   absorbed (decode): ql = q_nope W_UK (r,); s_j = (ql . c_j + q_rope . k_rope_j) scale; softmax over j <=
+ *     pos; o = W_UV (sum_j p_j c_j)
+ *   expanded (prefill): k_nope_j = W_UK c_j, v_j = W_UV c_j for every cached row; s_j = (q_nope . k_nope_j +
+ *     q_rope . k_rope_j) scale; o = sum_j p_j v_j
+ * -> att (m, nh dv). Both forms are the same math (HF expands; the tests check they agree). */
+void lpo_cpu_mla_attention(float *att, const float *q, const float *kva, float *cache, const float *wn,
+                           const float *Wkvb, const float *cos_t, const float *sin_t, const int32_t *slot,
+                           const int64_t *pos, int64_t m, int64_t nh, int64_t dn, int64_t dr, int64_t dv,
+                           int64_t r, int64_t max_context, float eps, int interleave, float scale,
+                           int absorbed, float *scratch, int nt);

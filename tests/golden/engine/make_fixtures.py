@@ -151,6 +151,35 @@ DEEPSEEK = {
         torch.bfloat16),
 }
 
+# DeepSeek-V2 / V3 (multi-head latent attention), through make_moe (DeepseekV2/V3ForCausalLM, saved in the hub
+# layout by save_pretrained); the V3 router's e_score_correction_bias buffer is perturbed too.
+MLA = {
+    # V2: q_lora (q_a, q_a_layernorm, q_b), kv_lora 24, nope 12 + rope 8 (interleaved pairs), value 10; YaRN
+    # with mscale / mscale_all_dim (attention factor and softmax scale); layer 0 dense (first_k_dense_replace),
+    # group-limited greedy (2 of 4 groups), k = 3 of 8, 2 shared experts, scale 1.3, attention biases
+    "deepseek_v2_mla": ("DeepseekV2Config", dict(
+        hidden_size=64, intermediate_size=96, moe_intermediate_size=24, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=4, vocab_size=128, q_lora_rank=32, kv_lora_rank=24,
+        qk_nope_head_dim=12, qk_rope_head_dim=8, v_head_dim=10, n_routed_experts=8, num_experts_per_tok=3,
+        n_shared_experts=2, first_k_dense_replace=1, topk_method="group_limited_greedy", n_group=4, topk_group=2,
+        routed_scaling_factor=1.3, attention_bias=True, tie_word_embeddings=False, max_position_embeddings=256,
+        rms_norm_eps=1e-6, rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0,
+                                                original_max_position_embeddings=64, beta_fast=32, beta_slow=1,
+                                                mscale=0.707, mscale_all_dim=0.707),
+        bos_token_id=1, eos_token_id=2), torch.bfloat16),
+    # V3: no q_lora (q_proj), rope_interleave false (half-split pairs), sigmoid scores + correction bias,
+    # noaux_tc over 4 groups keeping 2, k = 2 of 8, renormalised, scale 2.5, one shared expert, layer 0 dense
+    "deepseek_v3_mla": ("DeepseekV3Config", dict(
+        hidden_size=64, intermediate_size=80, moe_intermediate_size=24, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=4, vocab_size=128, q_lora_rank=None, kv_lora_rank=16,
+        qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=12, n_routed_experts=8, num_experts_per_tok=2,
+        n_shared_experts=1, first_k_dense_replace=1, n_group=4, topk_group=2, norm_topk_prob=True,
+        routed_scaling_factor=2.5, rope_interleave=False, attention_bias=False, tie_word_embeddings=False,
+        max_position_embeddings=256, rms_norm_eps=1e-6,
+        rope_parameters=dict(rope_type="default", rope_theta=10000.0), bos_token_id=1, eos_token_id=2),
+        torch.float32),
+}
+
 # Published chat templates (as in each model's tokenizer_config.json), rendered by transformers below.
 LLAMA3_TEMPLATE = (
     "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
@@ -388,6 +417,15 @@ def greedy_margin(model, ids, n):
     return seq[len(ids):], gap
 
 
+def randomize_buffers(model, seed):
+    """The router score-correction biases (persistent buffers, saved with the weights) drawn like biases."""
+    g = torch.Generator().manual_seed(seed + 7)
+    with torch.no_grad():
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(0.1 * torch.randn(b.shape, generator=g))
+
+
 def make_moe(name, cls_name, kw, dtype, seed):
     """A tiny MoE fixture (files as make_tiny's), saved in the hub layout (per-expert tensors: save_pretrained
     reverts transformers 5's fused experts) and checked to be so; the reference runs HF's eager experts loop.
@@ -401,18 +439,21 @@ def make_moe(name, cls_name, kw, dtype, seed):
         torch.manual_seed(s)
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
         randomize(model, s)
+        randomize_buffers(model, s)
         if dtype != torch.float32:
             with torch.no_grad():
-                for p in model.parameters():
-                    p.copy_(p.to(dtype).to(torch.float32))
+                for p in list(model.parameters()) + list(model.buffers()):
+                    if p.is_floating_point() and p.dim() > 0:
+                        p.copy_(p.to(dtype).to(torch.float32))
         for f in os.listdir(out):
             os.remove(os.path.join(out, f))
         model.to(dtype).save_pretrained(out, safe_serialization=True)
-        model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32,
-                                                     experts_implementation="eager").eval()
+        model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, experts_implementation="eager",
+                                                     attn_implementation="eager").eval()
         g = torch.Generator().manual_seed(s + 1)
         ids = torch.randint(3, kw["vocab_size"], (11,), generator=g).tolist()
-        margins = RouterMargins(model, k)
+        deepseek = hasattr(cfg, "n_routed_experts")
+        margins = RoutingMargins(model, model.config) if deepseek else RouterMargins(model, k)
         with torch.no_grad():
             logits = model(torch.tensor([ids])).logits[0].to(torch.float32).contiguous()
         cont, token_gap = greedy_margin(model, ids, N_NEW)
@@ -678,6 +719,9 @@ def main():
     for i, (name, (cls_name, kw, dtype)) in enumerate(MOE.items()):
         if only is None or name in only:
             make_moe(name, cls_name, kw, dtype, 2000 + i)
+    for i, (name, (cls_name, kw, dtype)) in enumerate(MLA.items()):
+        if only is None or name in only:
+            make_moe(name, cls_name, kw, dtype, 4000 + i)
     for i, (name, (cls_name, kw, dtype)) in enumerate(DEEPSEEK.items()):
         if only is None or name in only:
             make_deepseek_text(name, cls_name, kw, dtype, 3000 + i)
