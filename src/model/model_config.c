@@ -10,32 +10,26 @@
 #include "lpo/model.h"
 
 static const char *const model_keys[] = {"name", "source", "path", "seed", "dtype", "tokenizer", "arch"};
-static const char *const arch_keys[] = {"type",
-                                        "vocab_size",
-                                        "hidden_size",
-                                        "n_layers",
-                                        "n_heads",
-                                        "n_kv_heads",
-                                        "head_dim",
-                                        "intermediate_size",
-                                        "max_positions",
-                                        "norm_eps",
-                                        "rope",
-                                        "qkv_bias",
-                                        "o_bias",
-                                        "mlp_bias",
-                                        "qk_norm",
-                                        "tied_embeddings",
-                                        "act",
-                                        "sliding_window",
-                                        "bos_id",
-                                        "eos_ids",
-                                        "moe"};
+static const char *const arch_keys[] = {"type",          "vocab_size",
+                                        "hidden_size",   "n_layers",
+                                        "n_heads",       "n_kv_heads",
+                                        "head_dim",      "intermediate_size",
+                                        "max_positions", "norm_eps",
+                                        "rope",          "qkv_bias",
+                                        "o_bias",        "mlp_bias",
+                                        "qk_norm",       "tied_embeddings",
+                                        "act",           "sliding_window",
+                                        "bos_id",        "eos_ids",
+                                        "moe",           "mla"};
 static const char *const moe_keys[] = {"experts",        "experts_per_tok", "intermediate_size",
-                                       "norm_topk_prob", "sparse_step",     "dense_layers"};
-static const char *const rope_keys[] = {"theta",           "scaling",          "factor",
-                                        "low_freq_factor", "high_freq_factor", "original_max_positions",
-                                        "beta_fast",       "beta_slow",        "attn_factor"};
+                                       "norm_topk_prob", "sparse_step",     "dense_layers",
+                                       "shared_experts", "scoring",         "topk_method",
+                                       "n_group",        "topk_group",      "routed_scaling_factor"};
+static const char *const mla_keys[] = {"q_lora_rank",      "kv_lora_rank", "qk_nope_head_dim",
+                                       "qk_rope_head_dim", "v_head_dim",   "rope_interleave"};
+static const char *const rope_keys[] = {
+    "theta",     "scaling",   "factor",      "low_freq_factor", "high_freq_factor", "original_max_positions",
+    "beta_fast", "beta_slow", "attn_factor", "mscale",          "mscale_all_dim"};
 
 static lpo_status check_keys(const lpo_node *map, const char *prefix, const char *const *keys, size_t n) {
     if (!map || map->kind != LPO_NODE_MAP) return LPO_OK;
@@ -76,6 +70,29 @@ static lpo_status moe_from_cfg(const lpo_node *cfg, lpo_model_spec *s) {
         return lpo_errorf(LPO_E_CONFIG, "model.arch.moe.norm_topk_prob: mixtral always renormalises (true)");
     s->moe.norm_topk_prob = b;
     TRY(lpo_cfg_int_or(cfg, "arch.moe.sparse_step", 1, &s->moe.sparse_step));
+    /* deepseek: shared experts, routing (scoring softmax | sigmoid; topk_method greedy |
+     * group_limited_greedy | noaux_tc, with n_group / topk_group), routed_scaling_factor */
+    const char *str;
+    TRY(lpo_cfg_int_or(cfg, "arch.moe.shared_experts", 0, &s->moe.n_shared_experts));
+    TRY(lpo_cfg_str_or(cfg, "arch.moe.scoring", "softmax", &str));
+    if (!strcmp(str, "softmax") || !strcmp(str, "sigmoid"))
+        s->moe.scoring = !strcmp(str, "sigmoid") ? LPO_SCORE_SIGMOID : LPO_SCORE_SOFTMAX;
+    else
+        return lpo_errorf(LPO_E_CONFIG, "model.arch.moe.scoring: '%s' is not one of softmax, sigmoid", str);
+    TRY(lpo_cfg_str_or(cfg, "arch.moe.topk_method", "greedy", &str));
+    if (!strcmp(str, "greedy"))
+        s->moe.topk_method = LPO_TOPK_GREEDY;
+    else if (!strcmp(str, "group_limited_greedy"))
+        s->moe.topk_method = LPO_TOPK_GROUP_LIMITED;
+    else if (!strcmp(str, "noaux_tc"))
+        s->moe.topk_method = LPO_TOPK_NOAUX_TC;
+    else
+        return lpo_errorf(
+            LPO_E_CONFIG,
+            "model.arch.moe.topk_method: '%s' is not one of greedy, group_limited_greedy, noaux_tc", str);
+    TRY(lpo_cfg_int_or(cfg, "arch.moe.n_group", 0, &s->moe.n_group));
+    TRY(lpo_cfg_int_or(cfg, "arch.moe.topk_group", 0, &s->moe.topk_group));
+    TRY(lpo_cfg_double_or(cfg, "arch.moe.routed_scaling_factor", 1.0, &s->moe.routed_scaling_factor));
     const lpo_node *dense = lpo_node_at(cfg, "arch.moe.dense_layers");
     if (!dense || lpo_scalar_is_null(dense)) return LPO_OK;
     for (size_t i = 0; i < (dense->kind == LPO_NODE_LIST ? dense->n_items : 1); i++) {
@@ -88,6 +105,27 @@ static lpo_status moe_from_cfg(const lpo_node *cfg, lpo_model_spec *s) {
                 "model.arch.moe.dense_layers: a list of layer indices in 0..n_layers-1 (item %zu)", i);
         s->moe.dense[l / 64] |= (uint64_t)1 << (l % 64);
     }
+    return LPO_OK;
+}
+
+/* model.arch.mla (deepseek_v2 / v3): q_lora_rank (0 = q_proj), kv_lora_rank, qk_nope_head_dim,
+ * qk_rope_head_dim (the spec's head_dim), v_head_dim, rope_interleave (true). Absent: standard attention. */
+static lpo_status mla_from_cfg(const lpo_node *cfg, lpo_model_spec *s) {
+    const lpo_node *mla = lpo_node_at(cfg, "arch.mla");
+    if (!mla || lpo_scalar_is_null(mla)) return LPO_OK;
+    if (mla->kind != LPO_NODE_MAP)
+        return lpo_errorf(LPO_E_CONFIG, "model.arch.mla must be a mapping of keys (see docs/models.md)");
+    TRY(check_keys(mla, "model.arch.mla", mla_keys, sizeof mla_keys / sizeof *mla_keys));
+    int b;
+    TRY(lpo_cfg_int_or(cfg, "arch.mla.q_lora_rank", 0, &s->mla.q_lora_rank));
+    TRY(lpo_cfg_int(cfg, "arch.mla.kv_lora_rank", &s->mla.kv_lora_rank));
+    TRY(lpo_cfg_int(cfg, "arch.mla.qk_nope_head_dim", &s->mla.qk_nope_head_dim));
+    TRY(lpo_cfg_int(cfg, "arch.mla.qk_rope_head_dim", &s->mla.qk_rope_head_dim));
+    TRY(lpo_cfg_int(cfg, "arch.mla.v_head_dim", &s->mla.v_head_dim));
+    TRY(lpo_cfg_bool_or(cfg, "arch.mla.rope_interleave", 1, &b));
+    s->mla.rope_interleave = b;
+    s->head_dim = s->mla.qk_rope_head_dim;
+    s->n_kv_heads = s->n_heads;
     return LPO_OK;
 }
 
@@ -154,6 +192,8 @@ static lpo_status spec_from_cfg(const lpo_node *cfg, lpo_model_spec *s) {
     TRY(lpo_cfg_double_or(cfg, "arch.rope.beta_fast", 32.0, &s->rope.beta_fast));
     TRY(lpo_cfg_double_or(cfg, "arch.rope.beta_slow", 1.0, &s->rope.beta_slow));
     TRY(lpo_cfg_double_or(cfg, "arch.rope.attn_factor", 0.0, &s->rope.attn_factor));
+    TRY(lpo_cfg_double_or(cfg, "arch.rope.mscale", 0.0, &s->rope.mscale));
+    TRY(lpo_cfg_double_or(cfg, "arch.rope.mscale_all_dim", 0.0, &s->rope.mscale_all_dim));
     TRY(lpo_cfg_bool_or(cfg, "arch.qkv_bias", s->arch == LPO_ARCH_QWEN2, &s->qkv_bias));
     TRY(lpo_cfg_bool_or(cfg, "arch.o_bias", 0, &s->o_bias));
     TRY(lpo_cfg_bool_or(cfg, "arch.mlp_bias", 0, &s->mlp_bias));
@@ -175,6 +215,7 @@ static lpo_status spec_from_cfg(const lpo_node *cfg, lpo_model_spec *s) {
                           (long long)v);
     s->bos_id = (int32_t)v;
     TRY(moe_from_cfg(cfg, s));
+    TRY(mla_from_cfg(cfg, s));
     const lpo_node *eos = lpo_node_at(cfg, "arch.eos_ids");
     if (eos && eos->kind == LPO_NODE_LIST) {
         for (size_t i = 0; i < eos->n_items; i++) {

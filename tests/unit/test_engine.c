@@ -387,7 +387,8 @@ static void test_synthetic_presets(void **state) {
     (void)state;
     check_preset("tiny", 16);
     check_preset("smollm2-135m", 8);
-    check_preset("tiny-moe", 16); /* synthetic experts and router weights keep the stream bounded too */
+    check_preset("tiny-moe", 16);      /* synthetic experts and router weights keep the stream bounded too */
+    check_preset("tiny-deepseek", 16); /* MLA, noaux_tc routing, a shared expert */
 }
 
 /* MoE routing statistics (lpo_engine_moe_stats) on tiny-moe (6 experts, 2 per token; layers 0 and 2

@@ -445,6 +445,10 @@ static const preset presets[] = {
     {"qwen3-8b", 8190735360LL, 622329856LL, 0},
     {"qwen3-30b-a3b", 30532122624LL, 311164928LL, 0}, /* transformers' count of the config (every expert) */
     {"mixtral-8x7b", 46702792704LL, 131072000LL, 0},
+    /* transformers' count of DeepseekV2Config (V2-Lite's keys) and of DeepseekV3Config() on the meta device;
+     * V3's includes the 58 routers' e_score_correction_bias buffers (stored in the checkpoint) */
+    {"deepseek-v2-lite", 15706484224LL, 209715200LL, 0},
+    {"deepseek-v3", 671026419200LL, 926679040LL, 0},
     {"tiny-moe", 208160LL, 17408LL, 0},
     {"smollm2-135m", 134515008LL, 0, 1},
     {"tiny", 108864LL, 17408LL, 0},
