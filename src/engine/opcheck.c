@@ -121,6 +121,38 @@ static int64_t layout_step(const lpo_step *s, int64_t m, int32_t *slot, int64_t 
     return t == m ? ctx : 0;
 }
 
+/* ROUTER: expert e's choice value for token t from the case's inputs, in double: its logit (softmax), or its
+ * sigmoid score plus the score-correction bias (sigmoid). */
+static double route_choice(const lpo_op *op, const case_data *d, int64_t t, int64_t e) {
+    const int64_t h = op->k;
+    double l = 0;
+    for (int64_t i = 0; i < h; i++) l += (double)d->in[0][t * h + i] * (double)d->w[0][e * h + i];
+    if (op->scoring != LPO_SCORE_SIGMOID) return l;
+    return 1.0 / (1.0 + exp(-l)) + (op->n_w > 1 ? (double)d->w[1][e] : 0.0);
+}
+
+/* ROUTER: the value of expert e's group for token t (grouped top-k: its best choice value, or the sum of its
+ * two best for noaux_tc; 0 without groups). */
+static double route_group(const lpo_op *op, const case_data *d, int64_t t, int64_t e) {
+    if (op->topk_method == LPO_TOPK_GREEDY || op->n_group <= 1) return 0;
+    const int64_t per = op->n_experts / op->n_group, g0 = e / per * per;
+    double a = -INFINITY, b = -INFINITY;
+    for (int64_t x = g0; x < g0 + per; x++) { // expert x of the group -> the two best a >= b
+        const double v = route_choice(op, d, t, x);
+        if (v > a) {
+            b = a;
+            a = v;
+        } else if (v > b) {
+            b = v;
+        }
+    }
+    return op->topk_method == LPO_TOPK_NOAUX_TC ? a + b : a;
+}
+
+static int near(double a, double b) {
+    return fabs(a - b) <= 1e-5 * (1.0 + fmax(fabs(a), fabs(b)));
+}
+
 /* with_ref: also the reference's own outputs, caches and ids (the checker); step: the token layout (NULL:
  * the checker's own) */
 static lpo_status case_make(const lpo_op *op, uint64_t seed, const lpo_step *step, int with_ref,
@@ -398,22 +430,36 @@ lpo_status lpo_opcheck_run(const lpo_backend_iface *be, void *ctx, lpo_dtype dt,
                              (int)d.ids[i], (int)d.ids_ref[i]);
             }
         } else {
+            /* ROUTER: the same experts, in the same order. Both sides route from the same values in f32 but
+             * sum in different orders (~1e-6 relative): where two choice values are that close (a near tie)
+             * either order is right, which shows as equal weights at that rank, or as choice values
+             * (recomputed here in double: logit, or sigmoid score + bias) or group values equal within 1e-5;
+             * any other difference is a mismatch. A token with such a swap has its weights left out of the
+             * comparison below. */
+            for (int64_t t = 0; op->kind == LPO_OP_ROUTER && t < op->m; t++) { // token t's k ranks
+                int swapped = 0;
+                for (int64_t i = t * op->top_k; i < (t + 1) * op->top_k; i++) {
+                    r->n_checked++;
+                    const int32_t e = d.eids[i], er = d.eids_ref[i];
+                    if (e == er) continue;
+                    const double wr = fabs((double)d.out_ref[i]),
+                                 dw = fabs((double)d.out[i] - (double)d.out_ref[i]);
+                    const int grouped = op->topk_method != LPO_TOPK_GREEDY && op->n_group > 1;
+                    const int ok_id =
+                        e >= 0 && e < op->n_experts && er >= 0 &&
+                        (dw <= 1e-4 * wr + 1e-12 ||
+                         near(route_choice(op, &d, t, e), route_choice(op, &d, t, er)) ||
+                         (grouped && near(route_group(op, &d, t, e), route_group(op, &d, t, er))));
+                    swapped |= ok_id;
+                    if (!ok_id && !r->ids_mismatch++ && !r->msg[0])
+                        snprintf(r->msg, sizeof r->msg, "token %lld rank %lld: expert %d vs reference %d",
+                                 (long long)t, (long long)(i - t * op->top_k), (int)e, (int)er);
+                }
+                for (int64_t j = t * op->top_k; swapped && j < (t + 1) * op->top_k; j++) /* near tie */
+                    d.out[j] = d.out_ref[j];
+            }
             compare(d.out, d.out_ref, d.n_out, dt, r, "output");
         }
-        /* ROUTER: the same experts, in the same order. Both sides route from the same values in f32 but sum
-         * in different orders (~1e-6 relative): where two logits are that close (a near tie) either order
-         * is right, which shows as equal weights at that rank; any other difference is a mismatch. */
-        if (op->kind == LPO_OP_ROUTER)
-            for (int64_t i = 0; i < op->m * op->top_k; i++) {
-                r->n_checked++;
-                const double wr = fabs((double)d.out_ref[i]),
-                             dw = fabs((double)d.out[i] - (double)d.out_ref[i]);
-                if (d.eids[i] != d.eids_ref[i] && !(d.eids[i] >= 0 && dw <= 1e-4 * wr + 1e-12) &&
-                    !r->ids_mismatch++ && !r->msg[0])
-                    snprintf(r->msg, sizeof r->msg, "token %lld rank %lld: expert %d vs reference %d",
-                             (long long)(i / op->top_k), (long long)(i % op->top_k), (int)d.eids[i],
-                             (int)d.eids_ref[i]);
-            }
         if (op->kind == LPO_OP_ATTENTION) { /* the appended rows (and nothing else) changed alike */
             compare(d.kc, d.kc_ref, d.n_cache, dt, r, "K cache");
             compare(d.vc, d.vc_ref, d.n_cache, dt, r, "V cache");

@@ -8,7 +8,8 @@
  * - decode re-uses its op list; a model or cache that does not fit fails before allocating, in GiB;
  * - non-finite values: overflowing weights fail the step naming the first op; a stored Inf fails the open;
  * - mixture of experts: the MoE fixtures vs HF as above; 4 sequences decoded together equal the CPU backend's
- *   greedy tokens on the GEMV and the grouped path, with the same routing statistics. */
+ *   greedy tokens on the GEMV and the grouped path, with the same routing statistics; DeepSeek-OCR-2's text
+ *   model (shared experts, routing scale, group-limited top-k) alike. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -264,90 +265,106 @@ static void read_stats(lpo_engine *e, moe_st *st) {
     assert_true(ms.n_layers <= 8 && ms.n_experts <= 16);
 }
 
-/* LPO_TEST_QUICK=1 (racecheck, ~100x slower): one fixture, eager only, both expert paths */
-static void test_moe_batch(void **state) {
-    (void)state;
-    const char *q = getenv("LPO_TEST_QUICK");
-    int quick = q && strcmp(q, "0") != 0;
-    for (size_t f = quick ? 1 : 0; f < (quick ? 2 : sizeof MOE_GOLDEN / sizeof *MOE_GOLDEN); f++) {
-        char dir[1024];
-        snprintf(dir, sizeof dir, "%s/tests/golden/engine/%s", LPO_SOURCE_DIR, MOE_GOLDEN[f]);
-        int32_t ref[4][12], got[4][12];
-        moe_st sref, sgot;
-        lpo_model *m = NULL;
-        lpo_engine *cpu = open_dir(dir, "cpu", "f32", LPO_EXEC_GRAPH, 0, 4, &m);
-        read_stats(cpu, &sref);
-        gen4(cpu, ref);
-        read_stats(cpu, &sref);
-        lpo_engine_close(cpu);
-        lpo_model_close(m);
-        for (int gemv = 1; gemv >= 0; gemv--)
-            for (int mode = quick; mode < 2; mode++) { /* graph, eager */
-                lpo_model *mg = NULL;
-                assert_int_equal(lpo_model_open_path(dir, &mg), LPO_OK);
-                lpo_engine_opts o = {LPO_ENGINE_DEFAULTS, .backend = "cuda",
-                                     .max_seqs = 4,       .max_context = 64,
-                                     .dtype = "f32",      .exec = mode ? LPO_EXEC_EAGER : LPO_EXEC_GRAPH};
-                o.gemv = gemv;
-                lpo_engine *e = NULL;
-                if (lpo_engine_open(mg, &o, &e) != LPO_OK) fail_msg("%s: %s", dir, lpo_last_error());
-                gen4(e, got);
-                read_stats(e, &sgot); /* the same routing, counted on the device (router + tally kernels) */
-                assert_memory_equal(&sgot, &sref, sizeof sref);
-                int same = 0;
-                for (int i = 0; i < 4; i++)
-                    for (int j = 0; j < 12 && got[i][j] == ref[i][j]; j++) same++;
-                printf("%-15s gemv=%d exec=%s: %d/48 greedy tokens as the cpu backend\n", MOE_GOLDEN[f], gemv,
-                       mode ? "eager" : "graph", same);
-                assert_memory_equal(got, ref, sizeof ref);
-                lpo_engine_close(e);
-                lpo_model_close(mg);
-            }
-    }
+/* One fixture: 4 sequences decoded together on the GEMV and the grouped path (graph and eager; quick: eager
+ * only) give the CPU backend's greedy tokens and routing statistics in f32. */
+static void batch_vs_cpu(const char *name, int quick) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tests/golden/engine/%s", LPO_SOURCE_DIR, name);
+    int32_t ref[4][12], got[4][12];
+    moe_st sref, sgot;
+    lpo_model *m = NULL;
+    lpo_engine *cpu = open_dir(dir, "cpu", "f32", LPO_EXEC_GRAPH, 0, 4, &m);
+    read_stats(cpu, &sref);
+    gen4(cpu, ref);
+    read_stats(cpu, &sref);
+    lpo_engine_close(cpu);
+    lpo_model_close(m);
+    for (int gemv = 1; gemv >= 0; gemv--)
+        for (int mode = quick; mode < 2; mode++) { /* graph, eager */
+            lpo_model *mg = NULL;
+            assert_int_equal(lpo_model_open_path(dir, &mg), LPO_OK);
+            lpo_engine_opts o = {LPO_ENGINE_DEFAULTS, .backend = "cuda",
+                                 .max_seqs = 4,       .max_context = 64,
+                                 .dtype = "f32",      .exec = mode ? LPO_EXEC_EAGER : LPO_EXEC_GRAPH};
+            o.gemv = gemv;
+            lpo_engine *e = NULL;
+            if (lpo_engine_open(mg, &o, &e) != LPO_OK) fail_msg("%s: %s", dir, lpo_last_error());
+            gen4(e, got);
+            read_stats(e, &sgot); /* the same routing, counted on the device (router + tally kernels) */
+            assert_memory_equal(&sgot, &sref, sizeof sref);
+            int same = 0;
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 12 && got[i][j] == ref[i][j]; j++) same++;
+            printf("%-19s gemv=%d exec=%s: %d/48 greedy tokens as the cpu backend\n", name, gemv,
+                   mode ? "eager" : "graph", same);
+            assert_memory_equal(got, ref, sizeof ref);
+            lpo_engine_close(e);
+            lpo_model_close(mg);
+        }
 }
 
-/* DeepSeek routing (group-limited top-k; the greedy fixture's routing scale 1.5) has no GPU kernel: the
- * models are refused at open naming the router, and supports_op refuses their routers; the shared experts
- * (dense linear / swiglu / add ops) are not what is refused. */
-static void test_deepseek_refused(void **state) {
+/* LPO_TEST_QUICK=1 (racecheck, ~100x slower): one fixture, eager only, both expert paths */
+static int quick_mode(void) {
+    const char *q = getenv("LPO_TEST_QUICK");
+    return q && strcmp(q, "0") != 0;
+}
+
+static void test_moe_batch(void **state) {
     (void)state;
-    static const char *const names[] = {"deepseek_ocr2_group", "deepseek_ocr2_greedy"};
-    for (int i = 0; i < 2; i++) {
+    const int quick = quick_mode();
+    for (size_t f = quick ? 1 : 0; f < (quick ? 2 : sizeof MOE_GOLDEN / sizeof *MOE_GOLDEN); f++)
+        batch_vs_cpu(MOE_GOLDEN[f], quick);
+}
+
+/* DeepSeek-OCR-2's text model (shared experts as dense ops; routing scaled by 1.5 with greedy top-k, or
+ * group-limited greedy over 4 groups keeping 2) through the CUDA backend: against HF as the MoE fixtures
+ * (f32 within 1e-4 x max|logit|, 16 greedy tokens; bf16 within 0.15), then 4 sequences as the CPU backend
+ * (tokens and routing statistics, GEMV and grouped paths). The routers and shared-expert ops are supported
+ * by run_op too. */
+static const char *const DS_GOLDEN[] = {"deepseek_ocr2_greedy", "deepseek_ocr2_group"};
+
+static void test_deepseek_golden(void **state) {
+    (void)state;
+    for (size_t i = 0; i < sizeof DS_GOLDEN / sizeof *DS_GOLDEN; i++) {
+        check_golden(DS_GOLDEN[i], "f32", 1e-4, 1);
+        check_golden(DS_GOLDEN[i], "bf16", 1.5e-1, 0);
+        batch_vs_cpu(DS_GOLDEN[i], quick_mode());
         char dir[1024];
-        snprintf(dir, sizeof dir, "%s/tests/golden/engine/%s", LPO_SOURCE_DIR, names[i]);
+        snprintf(dir, sizeof dir, "%s/tests/golden/engine/%s", LPO_SOURCE_DIR, DS_GOLDEN[i]);
         lpo_model *m = NULL;
         assert_int_equal(lpo_model_open_path(dir, &m), LPO_OK);
-        lpo_engine_opts o = {LPO_ENGINE_DEFAULTS, .backend = "cuda", .max_seqs = 1, .max_context = 64,
-                             .dtype = "bf16"};
-        lpo_engine *e = NULL;
-        assert_int_equal(lpo_engine_open(m, &o, &e), LPO_E_UNSUPPORTED);
-        printf("refused: %s\n", lpo_last_error());
-        assert_non_null(strstr(lpo_last_error(), "'layers.1.mlp.router'"));
-        assert_non_null(strstr(lpo_last_error(), i == 0 ? "group_limited_greedy" : "routed_scaling_factor"));
-        if (i == 0) { /* DeepSeek-V2 / V3: multi-head latent attention has no GPU kernel: its op is named */
-            static const char *const mla[] = {"deepseek_v2_mla", "deepseek_v3_mla"};
-            for (int j = 0; j < 2; j++) {
-                lpo_model *mm = NULL;
-                snprintf(dir, sizeof dir, "%s/tests/golden/engine/%s", LPO_SOURCE_DIR, mla[j]);
-                assert_int_equal(lpo_model_open_path(dir, &mm), LPO_OK);
-                assert_int_equal(lpo_engine_open(mm, &o, &e), LPO_E_UNSUPPORTED);
-                printf("refused: %s\n", lpo_last_error());
-                assert_non_null(strstr(lpo_last_error(), "'layers.0.attn.sdpa' (mla_attention)"));
-                lpo_model_close(mm);
-            }
-        }
         lpo_oplist l = {0};
         assert_int_equal(lpo_oplist_build_phase(lpo_model_get_spec(m), 1, 1, 5, NULL, &l), LPO_OK);
         const lpo_backend_iface *be = lpo_backend_cuda();
         void *ctx = NULL;
         const lpo_backend_init bi = {.max_seqs = 1, .dtype = LPO_DT_BF16};
         assert_int_equal(be->init(&bi, &ctx), LPO_OK);
-        assert_false(be->supports_op(ctx, &l.ops[lpo_oplist_find(&l, LPO_ROLE_ROUTER, 1)]));
+        assert_true(be->supports_op(ctx, &l.ops[lpo_oplist_find(&l, LPO_ROLE_ROUTER, 1)]));
         assert_true(be->supports_op(ctx, &l.ops[lpo_oplist_find(&l, LPO_ROLE_SHARED_GATE_UP, 1)]));
         assert_true(be->supports_op(ctx, &l.ops[lpo_oplist_find(&l, LPO_ROLE_SHARED_ADD, 1)]));
         be->free(ctx);
         lpo_oplist_free(&l);
         lpo_model_close(m);
+    }
+}
+
+/* DeepSeek-V2 / V3: multi-head latent attention has no GPU kernel: the models are refused at open naming
+ * the op. */
+static void test_mla_refused(void **state) {
+    (void)state;
+    static const char *const mla[] = {"deepseek_v2_mla", "deepseek_v3_mla"};
+    for (int j = 0; j < 2; j++) {
+        char dir[1024];
+        lpo_model *mm = NULL;
+        snprintf(dir, sizeof dir, "%s/tests/golden/engine/%s", LPO_SOURCE_DIR, mla[j]);
+        assert_int_equal(lpo_model_open_path(dir, &mm), LPO_OK);
+        lpo_engine_opts o = {LPO_ENGINE_DEFAULTS, .backend = "cuda", .max_seqs = 1, .max_context = 64,
+                             .dtype = "bf16"};
+        lpo_engine *e = NULL;
+        assert_int_equal(lpo_engine_open(mm, &o, &e), LPO_E_UNSUPPORTED);
+        printf("refused: %s\n", lpo_last_error());
+        assert_non_null(strstr(lpo_last_error(), "'layers.0.attn.sdpa' (mla_attention)"));
+        lpo_model_close(mm);
     }
 }
 
@@ -400,7 +417,7 @@ int main(void) {
         cmocka_unit_test(test_modes_and_sampling), cmocka_unit_test(test_smollm2),
         cmocka_unit_test(test_does_not_fit),       cmocka_unit_test(test_nonfinite),
         cmocka_unit_test(test_moe_golden),         cmocka_unit_test(test_moe_batch),
-        cmocka_unit_test(test_deepseek_refused),
+        cmocka_unit_test(test_deepseek_golden),    cmocka_unit_test(test_mla_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,7 +2,7 @@
  * against the CPU reference in f32, bf16 and f16, at Llama-3.2-1B shapes (prefill 37 tokens, decode batch 4
  * at context 300), at a qwen-like spec (biases, q/k norm, GeGLU, sliding window) and at odd shapes; a table
  * of max error and NMSE per case; the MoE router and routed experts at model and odd shapes, every batch
- * size class (test_moe). */
+ * size class (test_moe); DeepSeek's routing options (test_deepseek_routing). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -147,6 +147,37 @@ static void test_moe(void **state) {
     assert_int_equal(failures, 0);
 }
 
+/* DeepSeek routing: DeepSeek-V3's router (256 experts in 8 groups keeping 4, 8 per token by sigmoid score +
+ * correction bias (noaux_tc), renormalised, times 2.5) and DeepSeek-V2-Lite's (64 experts, 6 per token,
+ * greedy softmax) at the models' shapes; tiny DeepSeek-OCR-2-like specs (6 experts in 3 groups keeping 2,
+ * group-limited softmax times 2.5; the same by sigmoid + bias, noaux_tc, renormalised) with their routed
+ * experts, every batch size class, f32 / bf16 / f16. The chosen experts must be the CPU's (near ties
+ * excepted: the op checker's rule). */
+static void test_deepseek_routing(void **state) {
+    (void)state;
+    lpo_model_spec v3 = preset("deepseek-v3"), v2 = preset("deepseek-v2-lite");
+    v3.n_layers = v2.n_layers = 1; /* one sparse layer: the router's shapes are the model's */
+    memset(v3.moe.dense, 0, sizeof v3.moe.dense);
+    memset(v2.moe.dense, 0, sizeof v2.moe.dense);
+    lpo_model_spec g = test_spec_deepseek(), sg = g;
+    strcpy(sg.name, "test-noaux");
+    sg.moe.scoring = LPO_SCORE_SIGMOID;
+    sg.moe.topk_method = LPO_TOPK_NOAUX_TC;
+    sg.moe.norm_topk_prob = 1;
+    const lpo_dtype dts[] = {LPO_DT_F32, LPO_DT_BF16, LPO_DT_F16};
+    const int batches[] = {1, 3, 8, 64};
+    for (int d = 0; d < 2; d++) {
+        check_moe(&v3, 300, 4, dts[d], 1, 1);
+        check_moe(&v2, 37, 8, dts[d], 1, 1);
+    }
+    for (int d = 0; d < 3; d++)
+        for (int b = 0; b < 4; b++) {
+            check_moe(&g, b == 3 ? 300 : 37, batches[b], dts[d], 1, 3);
+            check_moe(&sg, b == 3 ? 300 : 37, batches[b], dts[d], 0, 3);
+        }
+    assert_int_equal(failures, 0);
+}
+
 int main(void) {
     lpo_test_require_gpu();
     if (!lpo_backend_cuda()) {
@@ -154,6 +185,6 @@ int main(void) {
         return 77;
     }
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_every_kind_every_dtype),
-                                       cmocka_unit_test(test_moe)};
+                                       cmocka_unit_test(test_moe), cmocka_unit_test(test_deepseek_routing)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

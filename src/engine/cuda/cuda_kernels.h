@@ -263,19 +263,33 @@ lpo_status lpo_cuda_gemv_cfg_run(const lpo_cuda_gemv_cfg *cfg, void *y, lpo_dtyp
  * lpo_cuda_route_opts; the backend maps an op's routing options into it (lpo__cuda_route_opts, cuda_launch.c)
  * and refuses by name any it does not implement. */
 #define LPO_CUDA_MOE_MAX_EXPERTS 4096
+#define LPO_CUDA_MOE_MAX_GROUPS  64 /* group-limited selection: groups of experts (a 64-bit mask) */
 typedef enum {
     LPO_CUDA_SCORE_SOFTMAX, /* p = softmax over the E logits (the sum in double) */
+    LPO_CUDA_SCORE_SIGMOID, /* s = 1 / (1 + exp(-logit)) in f32, exp rounded from double (glibc's expf) */
 } lpo_cuda_score;
 typedef struct {
     int64_t n_experts, top_k; /* E (1..LPO_CUDA_MOE_MAX_EXPERTS), k (1..E) */
     lpo_cuda_score score;
-    int norm_topk; /* the k chosen probabilities renormalised to sum 1 (the sum in double) */
+    int norm_topk; /* the k chosen weights renormalised to sum 1 (the sum in double; sigmoid: + 1e-20) */
+    /* group-limited selection (deepseek): the E experts in n_group groups of E / n_group; the topk_group
+     * best groups are kept and the k experts are chosen among theirs. A group's value is its best choice
+     * value, or the sum of its two best (group_top2: noaux_tc; a tie counts twice). 1, 1: every expert. */
+    int64_t n_group, topk_group;
+    int group_top2;
+    float scale;      /* routed_scaling_factor: the final weights times it (1: none) */
+    int has_bias;     /* sigmoid: the choice value is s + bias[e] (e_score_correction_bias); weights stay s */
+    const void *bias; /* (E,) in bias_dt, set by the launch (the weights after the router's gate) */
+    lpo_dtype bias_dt;
 } lpo_cuda_route_opts;
-/* ids (m, k) int32 = the k experts of largest logit, descending, the lower index first among equal logits
- * (a NaN logit ranks below every number); w (m, k) f32 = their probabilities p as lpo_cpu_router rounds them
- * (float of the double quotient), divided by the double sum of the k floats when norm_topk. counts (E,)
- * int32 (NULL: none): counts[e] += the tokens that chose e (the step's routing statistics). One warp per
- * token. A decode-step kernel (PDL). */
+/* ids (m, k) int32 = the k experts of largest choice value, descending, the lower index first among equal
+ * values (a NaN ranks below every number), among the kept groups' experts (groups chosen the same way: the
+ * best group value first, the lower group index among equals); the choice value is the logit (softmax: the
+ * same order as the probabilities) or the sigmoid score (+ bias). w (m, k) f32 = softmax: their
+ * probabilities p as lpo_cpu_route rounds them (float of the double quotient), divided by the double sum of
+ * the k floats when norm_topk; sigmoid: their scores s, divided by (that sum + 1e-20) when norm_topk; then
+ * times scale. counts (E,) int32 (NULL: none): counts[e] += the tokens that chose e (the step's routing
+ * statistics). One warp per token. A decode-step kernel (PDL). */
 lpo_status lpo_cuda_router_topk(float *w, int32_t *ids, const float *logits, int64_t m,
                                 const lpo_cuda_route_opts *o, int32_t *counts, cudaStream_t stream);
 /* The routing statistics of a step (lpo_moe_stats): counts [L][E] int32 holds the step's (token, expert)

@@ -6,6 +6,7 @@
 
 #ifdef LPO_HAVE_CUDA
 #include <stdio.h>
+#include <string.h>
 
 lpo_status lpo__cuda_linear(cuda_ctx *c, void *y, lpo_dtype y_dt, const void *x, const void *W,
                             const void *bias, int64_t m, int64_t n, int64_t k, cudaStream_t s) {
@@ -89,10 +90,13 @@ static lpo_status launch_sample(cuda_ctx *c, const lpo_op *op, const cuda_args *
 }
 
 /* The router: f32 logits (the linear path: GEMV at <= 8 tokens with engine.gemv, else cuBLASLt), then the
- * top-k and weights on the device (router.cu). */
+ * top-k and weights on the device (router.cu). Its weights: the gate (E, h), then the score-correction bias
+ * (E,) when it has one (noaux_tc), both in dt. */
 static lpo_status launch_router(cuda_ctx *c, const lpo_op *op, const cuda_args *a) {
     lpo_cuda_route_opts o;
     TRY(lpo__cuda_route_opts(op, &o));
+    o.bias = o.has_bias ? (const char *)a->W + (size_t)(op->n_experts * op->k) * c->es : NULL;
+    o.bias_dt = c->dt;
     TRY(lpo__cuda_linear(c, a->route_logits, LPO_DT_F32, a->in[0], a->W, NULL, op->m, op->n_experts, op->k,
                          c->stream));
     return lpo_cuda_router_topk(a->out, a->eids, a->route_logits, op->m, &o, a->moe_counts, c->stream);
@@ -131,36 +135,40 @@ static const cuda_launch_fn launches[LPO_OP_KIND_COUNT] = {
 };
 
 lpo_status lpo__cuda_route_opts(const lpo_op *op, lpo_cuda_route_opts *out) {
-    /* softmax scoring and greedy top-k over all experts, renormalised or not: what lpo_op expresses today;
-     * a routing option added to lpo_op (scoring function, grouped top-k, score bias, scaling factor, ...) is
-     * mapped here to a field of lpo_cuda_route_opts that the kernel implements, or refused by name */
+    /* every routing option of lpo_op maps to a field of lpo_cuda_route_opts that the kernel implements, as
+     * the CPU's launch_router reads it; an option the kernel lacks is refused here by name */
     if (op->kind != LPO_OP_ROUTER)
         return lpo_errorf(LPO_E_INTERNAL, "cuda backend: op '%s' is not a router", op->name);
-    if (op->scoring != LPO_SCORE_SOFTMAX)
-        return lpo_errorf(
-            LPO_E_UNSUPPORTED,
-            "cuda backend: op '%s' scores its experts by %s: the GPU router computes softmax only", op->name,
-            lpo_moe_scoring_name(op->scoring));
-    if (op->topk_method != LPO_TOPK_GREEDY)
-        return lpo_errorf(
-            LPO_E_UNSUPPORTED,
-            "cuda backend: op '%s' picks its experts by %s top-k (%lld groups, %lld kept): the GPU "
-            "router takes the greedy top-k only",
-            op->name, lpo_moe_topk_name(op->topk_method), (long long)op->n_group, (long long)op->topk_group);
-    if (op->route_scale != 0 && op->route_scale != 1.0f)
-        return lpo_errorf(
-            LPO_E_UNSUPPORTED,
-            "cuda backend: op '%s' scales its routing weights by %g (routed_scaling_factor): the "
-            "GPU router does not",
-            op->name, (double)op->route_scale);
-    if (op->n_w != 1)
+    if (op->scoring != LPO_SCORE_SOFTMAX && op->scoring != LPO_SCORE_SIGMOID)
         return lpo_errorf(LPO_E_UNSUPPORTED,
-                          "cuda backend: op '%s' carries a score-correction bias: the GPU router has none",
-                          op->name);
+                          "cuda backend: op '%s' scores its experts by %s: the GPU router computes softmax "
+                          "and sigmoid only",
+                          op->name, lpo_moe_scoring_name(op->scoring));
+    if (op->topk_method != LPO_TOPK_GREEDY && op->topk_method != LPO_TOPK_GROUP_LIMITED &&
+        op->topk_method != LPO_TOPK_NOAUX_TC)
+        return lpo_errorf(LPO_E_UNSUPPORTED, "cuda backend: op '%s' picks its experts by %s top-k: unknown",
+                          op->name, lpo_moe_topk_name(op->topk_method));
+    const int grouped = op->topk_method != LPO_TOPK_GREEDY;
+    memset(out, 0, sizeof *out);
     out->n_experts = op->n_experts;
     out->top_k = op->top_k;
-    out->score = LPO_CUDA_SCORE_SOFTMAX;
+    out->score = op->scoring == LPO_SCORE_SIGMOID ? LPO_CUDA_SCORE_SIGMOID : LPO_CUDA_SCORE_SOFTMAX;
     out->norm_topk = op->norm_topk != 0;
+    out->n_group = grouped ? op->n_group : 1;
+    out->topk_group = grouped ? op->topk_group : 1;
+    out->group_top2 = op->topk_method == LPO_TOPK_NOAUX_TC;
+    out->scale = op->route_scale > 0 ? op->route_scale : 1.0f;
+    out->has_bias = op->n_w > 1;
+    if (out->n_group < 1 || out->n_group > LPO_CUDA_MOE_MAX_GROUPS || out->n_experts % out->n_group ||
+        out->topk_group < 1 || out->topk_group > out->n_group ||
+        out->top_k > out->topk_group * (out->n_experts / out->n_group))
+        return lpo_errorf(
+            LPO_E_UNSUPPORTED,
+            "cuda backend: op '%s' picks %lld of %lld experts by %s top-k in %lld groups keeping "
+            "%lld: the GPU router takes 1..%d groups dividing the experts, keeping enough for "
+            "top_k",
+            op->name, (long long)op->top_k, (long long)op->n_experts, lpo_moe_topk_name(op->topk_method),
+            (long long)out->n_group, (long long)out->topk_group, LPO_CUDA_MOE_MAX_GROUPS);
     return LPO_OK;
 }
 
