@@ -2,7 +2,8 @@
  * against the CPU reference in f32, bf16 and f16, at Llama-3.2-1B shapes (prefill 37 tokens, decode batch 4
  * at context 300), at a qwen-like spec (biases, q/k norm, GeGLU, sliding window) and at odd shapes; a table
  * of max error and NMSE per case; the MoE router and routed experts at model and odd shapes, every batch
- * size class (test_moe); DeepSeek's routing options (test_deepseek_routing). */
+ * size class (test_moe); DeepSeek's routing options (test_deepseek_routing); multi-head latent
+ * attention (test_mla). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -178,6 +179,54 @@ static void test_deepseek_routing(void **state) {
     assert_int_equal(failures, 0);
 }
 
+/* Multi-head latent attention against the CPU (which expands the cache for prefill and absorbs for decode;
+ * the GPU absorbs both): the output and the latent cache, in f32 / bf16 / f16, at tiny specs (q_lora,
+ * interleaved rope; no q_lora, half-split rope) and DeepSeek-V2-Lite's shapes (16 heads, latent 512, nope
+ * 128, rope 64, v 128), prefill of 37 and 129 tokens and decode batches 1, 4 and 7 at contexts up to 300. */
+static void check_mla(const lpo_model_spec *s, int64_t T, int64_t L, int B, lpo_dtype dt) {
+    const lpo_backend_iface *be = lpo_backend_cuda();
+    void *ctx = NULL;
+    const lpo_backend_init in = {.max_seqs = 1, .dtype = dt};
+    if (be->init(&in, &ctx) != LPO_OK)
+        fail_msg("cuda op-only context (%s): %s", lpo_dtype_name(dt), lpo_last_error());
+    lpo_opcheck_cases c;
+    assert_int_equal(lpo_opcheck_cases_build(s, T, L, B, &c), LPO_OK);
+    int seen = 0;
+    for (size_t i = 0; i < c.n; i++) {
+        if (c.ops[i]->kind != LPO_OP_MLA_ATTENTION) continue;
+        seen++;
+        lpo_opcheck_result r;
+        const lpo_status st = lpo_opcheck_run(be, ctx, dt, c.ops[i], 31 + i, &r);
+        printf("%-16s %-5s %-14s %-60s max|err| %-9.3g nmse %-9.3g %s%s\n", s->name, lpo_dtype_name(dt),
+               r.kind, r.shape, r.max_abs_err, r.nmse,
+               st         ? "ERROR "
+               : r.passed ? "ok"
+                          : "FAIL ",
+               st ? lpo_last_error() : r.msg);
+        if (st || !r.passed) failures++;
+    }
+    assert_int_equal(seen, 2); /* prefill and decode */
+    lpo_opcheck_cases_free(&c);
+    be->free(ctx);
+}
+
+static void test_mla(void **state) {
+    (void)state;
+    lpo_model_spec a = test_spec_mla(), b = test_spec_mla(), v2 = preset("deepseek-v2-lite");
+    strcpy(b.name, "test-mla-noq");
+    b.mla.q_lora_rank = 0;
+    b.mla.rope_interleave = 0;
+    v2.n_layers = 1;
+    const lpo_dtype dts[] = {LPO_DT_F32, LPO_DT_BF16, LPO_DT_F16};
+    for (int d = 0; d < 3; d++) {
+        check_mla(&a, 37, 300, 4, dts[d]);
+        check_mla(&b, 129, 70, 7, dts[d]);
+        check_mla(&a, 1, 0, 1, dts[d]);
+        check_mla(&v2, 37, 300, 4, dts[d]);
+    }
+    assert_int_equal(failures, 0);
+}
+
 int main(void) {
     lpo_test_require_gpu();
     if (!lpo_backend_cuda()) {
@@ -185,6 +234,7 @@ int main(void) {
         return 77;
     }
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_every_kind_every_dtype),
-                                       cmocka_unit_test(test_moe), cmocka_unit_test(test_deepseek_routing)};
+                                       cmocka_unit_test(test_moe), cmocka_unit_test(test_deepseek_routing),
+                                       cmocka_unit_test(test_mla)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

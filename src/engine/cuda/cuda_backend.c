@@ -4,7 +4,8 @@
  *
  * Memory: ONE device allocation made at init and carved (weights of every op, stacked as the op list stacks
  * them (q|k|v by rows, biases after), activation buffers for max_step_tokens rows, f32 logits, the KV cache
- * [layer][slot][position][n_kv_heads * head_dim] for K and V in the compute dtype, the RoPE cos/sin tables,
+ * [layer][slot][position][n_kv_heads * head_dim] for K and V in the compute dtype (multi-head latent
+ * attention: one cache of kv_lora_rank + qk_rope per position), the RoPE cos/sin tables,
  * the GEMM and decode-attention workspaces, step data, and each slot's sampling state: stream, draw counter,
  * seen-token bitmap, last id). A model that does not fit is refused before anything is allocated, with the
  * GiB needed and free. forward() allocates nothing; it synchronises only to copy the logits or ids that the

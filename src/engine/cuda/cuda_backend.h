@@ -112,14 +112,15 @@ typedef struct {
                                       (qk_norm, rope, add) work on out, which already holds in[0] */
     void *out;                     /* out[0]: compute dtype (LM_HEAD: f32) */
     const void *W, *B;             /* stacked weights and biases in the compute dtype (NULL when none) */
-    void *kc, *vc;                 /* ATTENTION: one layer's cache [slots][max_context][kvd] */
+    void *kc, *vc; /* ATTENTION: one layer's cache [slots][max_context][kvd]; MLA_ATTENTION: kc
+                      its latent cache [slots][max_context][kv_rank + rope_dim], vc NULL */
     int64_t max_context;
     int64_t len_hint; /* ATTENTION: a bound on position + 1 over the step (sizes the decode splits) */
     void *att_ws;     /* ATTENTION: decode workspace */
     size_t att_ws_bytes;
     const int32_t *tok_slot, *tokens; /* [m] slot of each token; EMBED: token ids */
     const int64_t *tok_pos;           /* [m] */
-    const float *cos_t, *sin_t;       /* ROPE: [max_context][head_dim / 2] */
+    const float *cos_t, *sin_t;       /* ROPE, MLA_ATTENTION: [max_context][head_dim / 2] */
     /* SAMPLE (lpo_cuda_sample_rows): logits rows (f32, rewritten in place), row slot/mask (NULL: row r is
      * slot r / every row), each slot's parameters, stream, counter, seen set and last id, the workspace */
     float *logits;

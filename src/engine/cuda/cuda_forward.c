@@ -38,6 +38,11 @@ static lpo_status bind_step(cuda_ctx *c, const lpo_oplist *l, size_t i, const lp
         a->kc = (char *)c->kcache + layer;
         a->vc = (char *)c->vcache + layer;
     }
+    if (op->kind == LPO_OP_MLA_ATTENTION) { /* one latent cache row of kv_rank + rope_dim per position */
+        const size_t layer = (size_t)op->layer * (size_t)c->cfg.max_seqs * (size_t)c->cfg.max_context *
+                             (size_t)(op->kv_rank + op->rope_dim) * c->es;
+        a->kc = (char *)c->kcache + layer;
+    }
     if (op->kind == LPO_OP_ROUTER || op->kind == LPO_OP_EXPERTS) { /* route_ids: int32 */
         a->eids = c->buf[LPO_BUF_ROUTE_IDS];
         a->route_logits = c->moe_logits;

@@ -337,6 +337,23 @@ lpo_status lpo_cuda_experts(void *y, const void *x, const float *w, const int32_
                             int64_t m, int64_t h, int64_t I, int64_t E, int64_t k, int gemv,
                             const lpo_cuda_moe_ws *ws, lpo_dtype dt, cudaStream_t stream);
 
+/* ---- multi-head latent attention (mla.cu)
+ * ------------------------------------------------------------------ The mla_attention op (deepseek v2/v3) as
+ * lpo_cpu_mla_attention computes it: for each of the m tokens (slot[t], pos[t]) the latent row c =
+ * rmsnorm(kva[t, :r]) * wn (eps) and the rotated key rope(kva[t, r:]) are written to cache
+ * [slots][max_context][r + dr] (dt) at pos[t]; then per head, with q rows (m, nh (dn + dr)) (per head q_nope
+ * | q_rope, q_rope rotated) and Wkvb (nh (dn + dv), r) (per head dn key rows W_UK, dv value rows W_UV): s_j =
+ * (q_nope W_UK . c_j + q_rope . k_rope_j) scale over j <= pos[t] of its slot, softmax, att (m, nh dv) = W_UV
+ * (sum_j p_j c_j), in dt. RoPE: cos_t / sin_t [position][dr / 2], pairs (2i, 2i+1) when interleave, else (i,
+ * i + dr/2). Two launches (append, attend); decode-step kernels (PDL). */
+#define LPO_CUDA_MLA_MAX_RANK 1536
+int lpo_cuda_mla_supported(int64_t nh, int64_t dn, int64_t dr, int64_t dv, int64_t r);
+lpo_status lpo_cuda_mla_attention(void *att, void *cache, const void *q, const void *kva, const void *wn,
+                                  const void *Wkvb, const float *cos_t, const float *sin_t,
+                                  const int32_t *slot, const int64_t *pos, int64_t m, int64_t nh, int64_t dn,
+                                  int64_t dr, int64_t dv, int64_t r, int64_t max_context, float eps,
+                                  int interleave, float scale, lpo_dtype dt, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

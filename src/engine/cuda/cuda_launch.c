@@ -107,6 +107,16 @@ static lpo_status launch_experts(cuda_ctx *c, const lpo_op *op, const cuda_args 
                             op->n_experts, op->top_k, c->cfg.gemv, &a->moe, c->dt, c->stream);
 }
 
+/* Multi-head latent attention (mla.cu): in[0] q, in[2] kv_a's rows; weights kv_a_layernorm (r) then kv_b;
+ * the layer's latent cache in kc. */
+static lpo_status launch_mla_attention(cuda_ctx *c, const lpo_op *op, const cuda_args *a) {
+    const int64_t r = op->kv_rank, dr = op->rope_dim;
+    return lpo_cuda_mla_attention(
+        a->out, a->kc, a->in[0], a->in[2], a->W, (const char *)a->W + (size_t)r * c->es, a->cos_t, a->sin_t,
+        a->tok_slot, a->tok_pos, op->m, op->n_heads, op->head_dim - dr, dr, op->v_head_dim, r, a->max_context,
+        op->eps, op->rope_interleave, op->attn_scale, c->dt, c->stream);
+}
+
 /* Collectives of a tensor-parallel step (cuda_tp.c): NCCL on the rank's stream; one participant (run_op):
  * the all-reduce leaves its buffer, the all-gather copies. */
 static lpo_status launch_all_reduce(cuda_ctx *c, const lpo_op *op, const cuda_args *a) {
@@ -132,6 +142,7 @@ static const cuda_launch_fn launches[LPO_OP_KIND_COUNT] = {
     [LPO_OP_EXPERTS] = launch_experts,
     [LPO_OP_ALL_REDUCE] = launch_all_reduce,
     [LPO_OP_ALL_GATHER] = launch_all_gather,
+    [LPO_OP_MLA_ATTENTION] = launch_mla_attention,
 };
 
 lpo_status lpo__cuda_route_opts(const lpo_op *op, lpo_cuda_route_opts *out) {
@@ -205,11 +216,17 @@ static int moe_supported(const lpo_op *op) {
            (op->kind != LPO_OP_ROUTER || lpo__cuda_route_opts(op, &o) == LPO_OK);
 }
 
+static int mla_supported(const lpo_op *op) {
+    return op->n_in >= 3 && lpo_cuda_mla_supported(op->n_heads, op->head_dim - op->rope_dim, op->rope_dim,
+                                                   op->v_head_dim, op->kv_rank);
+}
+
 static int (*const supports[LPO_OP_KIND_COUNT])(const lpo_op *op) = {
     [LPO_OP_QK_NORM] = heads_supported,       [LPO_OP_ROPE] = heads_supported,
     [LPO_OP_ATTENTION] = attention_supported, [LPO_OP_SAMPLE] = sample_supported,
     [LPO_OP_ROUTER] = moe_supported,          [LPO_OP_EXPERTS] = moe_supported,
     [LPO_OP_ALL_REDUCE] = one_rank,           [LPO_OP_ALL_GATHER] = one_rank,
+    [LPO_OP_MLA_ATTENTION] = mla_supported,
 };
 
 int lpo__cuda_supports_op(void *vctx, const lpo_op *op) {

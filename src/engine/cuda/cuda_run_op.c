@@ -97,6 +97,11 @@ static lpo_status check_expert_ids(const lpo_op *op, const int32_t *ids) {
     return LPO_OK;
 }
 
+/* MLA_ATTENTION: elements of the latent cache [slots][max_context][kv_rank + rope_dim] */
+static int64_t mla_cache_elems(const lpo_op *op, const lpo_op_io *io) {
+    return (int64_t)io->n_slots * io->max_context * (op->kv_rank + op->rope_dim);
+}
+
 /* Uploads an op's host inputs, weights (stacked as the op list stacks them: rows, biases after) and state,
  * and binds them as its operands (the decode attention's workspace and the sampler's, zeroed, included). */
 static lpo_status stage_op(cuda_ctx *c, scratch *s, const lpo_op *op, const lpo_op_io *io, cuda_args *a) {
@@ -150,9 +155,16 @@ static lpo_status stage_op(cuda_ctx *c, scratch *s, const lpo_op *op, const lpo_
             a->moe = lpo_cuda_moe_ws_carve(ws, m, op->n, op->k, op->n_experts, op->top_k, dt);
         }
     }
-    if (op->kind == LPO_OP_ROPE || op->kind == LPO_OP_ATTENTION) {
+    if (op->kind == LPO_OP_ROPE || op->kind == LPO_OP_ATTENTION || op->kind == LPO_OP_MLA_ATTENTION) {
         TRY(copy_in(c->stream, s, io->tok_slot, (size_t)m * sizeof(int32_t), (void **)&a->tok_slot));
         TRY(copy_in(c->stream, s, io->tok_pos, (size_t)m * sizeof(int64_t), (void **)&a->tok_pos));
+    }
+    if (op->kind == LPO_OP_MLA_ATTENTION) { /* the rope tables of rope_dim, the latent cache */
+        const size_t tb = (size_t)(io->max_context * (op->rope_dim / 2)) * sizeof(float);
+        TRY(copy_in(c->stream, s, io->rope_cos, tb, (void **)&a->cos_t));
+        TRY(copy_in(c->stream, s, io->rope_sin, tb, (void **)&a->sin_t));
+        TRY(upload(c->stream, s, io->k_cache, mla_cache_elems(op, io), dt, &a->kc));
+        a->max_context = io->max_context;
     }
     if (op->kind == LPO_OP_ROPE) {
         const size_t tb = (size_t)(io->max_context * (op->head_dim / 2)) * sizeof(float);
@@ -234,6 +246,8 @@ static lpo_status unstage_op(cuda_ctx *c, const lpo_op *op, lpo_op_io *io, const
         TRY(lpo__cuda_download(io->k_cache, a->kc, nc, c->dt));
         TRY(lpo__cuda_download(io->v_cache, a->vc, nc, c->dt));
     }
+    if (op->kind == LPO_OP_MLA_ATTENTION)
+        TRY(lpo__cuda_download(io->k_cache, a->kc, mla_cache_elems(op, io), c->dt));
     return LPO_OK;
 }
 

@@ -97,7 +97,8 @@ static lpo_status layout(cuda_ctx *c, const lpo_oplist *ref, void *staging, char
     const lpo_model_spec *s = &c->spec;
     const int64_t T = c->cfg.max_step_tokens, ctx = c->cfg.max_context, S = c->cfg.max_seqs;
     const int tp = c->tp;
-    const int64_t hd = s->head_dim, kvd = s->n_kv_heads / tp * hd, L = s->n_layers, V = s->vocab_size;
+    const int mla = lpo_spec_is_mla(s);
+    const int64_t hd = s->head_dim, kvd = lpo_buf_width_kv(s) / tp, L = s->n_layers, V = s->vocab_size;
     c->dev_used = 0;
     c->weight_bytes = 0;
     c->d_bad = carve(c, 64);                  /* first: the weight loads below use it */
@@ -156,7 +157,7 @@ static lpo_status layout(cuda_ctx *c, const lpo_oplist *ref, void *staging, char
         c->d_moe_pairs = carve(c, 2.0 * (double)L * (double)E * 8.0);
     }
     c->kcache = carve(c, (double)L * S * ctx * kvd * (double)c->es);
-    c->vcache = carve(c, (double)L * S * ctx * kvd * (double)c->es);
+    c->vcache = mla ? NULL : carve(c, (double)L * S * ctx * kvd * (double)c->es); /* MLA: one latent cache */
     c->rope_cos = carve(c, (double)ctx * (hd / 2) * 4.0);
     c->rope_sin = carve(c, (double)ctx * (hd / 2) * 4.0);
     c->gemm_ws = carve(c, GEMM_WS);
