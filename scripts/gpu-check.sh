@@ -107,6 +107,12 @@ if [ -x "$build/lpo" ]; then
     step "memcheck moe" env LPO_TEST_ONLY=test_moe_batch compute-sanitizer --tool memcheck --error-exitcode 9 "$et"
     [ "${GPU_CHECK_RACE:-1}" != 0 ] && step "racecheck moe" env LPO_TEST_ONLY=test_moe_batch LPO_TEST_QUICK=1 \
       compute-sanitizer --tool racecheck --error-exitcode 9 "$et"
+    # DeepSeek-V2 / V3 fixtures: multi-head latent attention (the latent cache, the attend block's shared
+    # sums) and the sigmoid / group-limited router, eager only for the 4-sequence part
+    step "memcheck mla" env LPO_TEST_ONLY=test_mla_golden LPO_TEST_QUICK=1 \
+      compute-sanitizer --tool memcheck --error-exitcode 9 "$et"
+    [ "${GPU_CHECK_RACE:-1}" != 0 ] && step "racecheck mla" env LPO_TEST_ONLY=test_mla_golden LPO_TEST_QUICK=1 \
+      compute-sanitizer --tool racecheck --error-exitcode 9 "$et"
   fi
   # lpo bench at the points (synthetic weights, bf16, graphs); tables printed before the summary
   # (measured ceilings first: MBU and MFU against this GPU's bandwidth and GEMM peak, not the spec sheet)
@@ -116,9 +122,10 @@ if [ -x "$build/lpo" ]; then
     : >"$build/bench-tables.txt"
     # (the last four: cuBLASLt for the decode linears instead of the GEMV kernels, the A/B of engine.gemv;
     # plain launches instead of PDL, the A/B of engine.pdl)
-    # (qwen3-30b-a3b: the MoE points: bs1 pp128 tg128 and the pp2048 TTFT, bs64 tg128)
+    # (qwen3-30b-a3b: the MoE points: bs1 pp128 tg128 and the pp2048 TTFT, bs64 tg128; deepseek-v2-lite: MLA
+    # and its routing, bs1 tg128)
     points=("llama3.1-8b 1 [128,512,2048] 128" "llama3.2-1b 1 128 128" "llama3.1-8b 64 128 128"
-      "qwen3-30b-a3b 1 [128,2048] 128" "qwen3-30b-a3b 64 128 128")
+      "qwen3-30b-a3b 1 [128,2048] 128" "qwen3-30b-a3b 64 128 128" "deepseek-v2-lite 1 128 128")
     [ "${GPU_CHECK_AB:-0}" != 0 ] && points+=("llama3.1-8b 1 128 128 engine.gemv=false" \
       "llama3.2-1b 1 128 128 engine.gemv=false" "llama3.1-8b 1 128 128 engine.pdl=false" \
       "llama3.2-1b 1 128 128 engine.pdl=false")
@@ -138,7 +145,7 @@ fi
 if [ -s "$build/ctest-gpu.log" ]; then
   echo
   echo "figures from the GPU tests ($build/ctest-gpu.log)"
-  grep -E "pdl on vs off|PDL runs|max \|logit - HF\||smollm2|first 8|op checker:|f32: prefill logits|bf16: prefill logits|prefill MFU|breakdown: groups|decode tok/s: profile|\| (pp|tg)[0-9]|greedy tokens as the cpu backend|(router|experts) .*(FAIL|ERROR)" \
+  grep -E "pdl on vs off|PDL runs|max \|logit - HF\||smollm2|first 8|op checker:|f32: prefill logits|bf16: prefill logits|prefill MFU|breakdown: groups|decode tok/s: profile|\| (pp|tg)[0-9]|greedy tokens as the cpu backend|(router|experts|mla_attention) .*(FAIL|ERROR)" \
     "$build/ctest-gpu.log" | head -80
 fi
 if [ -s "$build/bench-tables.txt" ]; then
