@@ -17,6 +17,8 @@
 #include "test_engine_support.h"
 #include "test_support.h"
 
+#define LPO_CUDA_MLA_LIMIT_RANK 768 /* cuda_kernels.h LPO_CUDA_MLA_MAX_RANK (an internal header) */
+
 static int failures;
 
 static void check(const lpo_model_spec *s, int64_t T, int64_t L, int B, lpo_dtype dt) {
@@ -181,8 +183,9 @@ static void test_deepseek_routing(void **state) {
 
 /* Multi-head latent attention against the CPU (which expands the cache for prefill and absorbs for decode;
  * the GPU absorbs both): the output and the latent cache, in f32 / bf16 / f16, at tiny specs (q_lora,
- * interleaved rope; no q_lora, half-split rope) and DeepSeek-V2-Lite's shapes (16 heads, latent 512, nope
- * 128, rope 64, v 128), prefill of 37 and 129 tokens and decode batches 1, 4 and 7 at contexts up to 300. */
+ * interleaved rope; no q_lora, half-split rope; odd sizes: element loads) and DeepSeek-V2-Lite's shapes (16
+ * heads, latent 512, nope 128, rope 64, v 128), prefill of 37 and 129 tokens and decode batches 1, 4 and 7 at
+ * contexts up to 300. */
 static void check_mla(const lpo_model_spec *s, int64_t T, int64_t L, int B, lpo_dtype dt) {
     const lpo_backend_iface *be = lpo_backend_cuda();
     void *ctx = NULL;
@@ -212,18 +215,38 @@ static void check_mla(const lpo_model_spec *s, int64_t T, int64_t L, int B, lpo_
 
 static void test_mla(void **state) {
     (void)state;
-    lpo_model_spec a = test_spec_mla(), b = test_spec_mla(), v2 = preset("deepseek-v2-lite");
+    lpo_model_spec a = test_spec_mla(), b = test_spec_mla(), odd = test_spec_mla(),
+                   v2 = preset("deepseek-v2-lite");
     strcpy(b.name, "test-mla-noq");
     b.mla.q_lora_rank = 0;
     b.mla.rope_interleave = 0;
+    strcpy(odd.name, "test-mla-odd"); /* sizes that take the element-wise loads */
+    odd.mla.kv_lora_rank = 18;
+    odd.mla.qk_rope_head_dim = odd.head_dim = 6;
+    odd.mla.qk_nope_head_dim = 10;
+    odd.mla.v_head_dim = 14;
     v2.n_layers = 1;
     const lpo_dtype dts[] = {LPO_DT_F32, LPO_DT_BF16, LPO_DT_F16};
     for (int d = 0; d < 3; d++) {
         check_mla(&a, 37, 300, 4, dts[d]);
         check_mla(&b, 129, 70, 7, dts[d]);
         check_mla(&a, 1, 0, 1, dts[d]);
+        check_mla(&odd, 37, 300, 3, dts[d]);
         check_mla(&v2, 37, 300, 4, dts[d]);
     }
+    /* beyond the kernel's limits: supports_op refuses (and the engine refuses such a model at init) */
+    lpo_model_spec big = test_spec_mla();
+    big.mla.kv_lora_rank = LPO_CUDA_MLA_LIMIT_RANK + 8;
+    lpo_oplist l = {0};
+    assert_int_equal(lpo_oplist_build_phase(&big, 1, 1, 5, NULL, &l), LPO_OK);
+    const lpo_backend_iface *be = lpo_backend_cuda();
+    void *ctx = NULL;
+    const lpo_backend_init in = {.max_seqs = 1, .dtype = LPO_DT_BF16};
+    assert_int_equal(be->init(&in, &ctx), LPO_OK);
+    for (size_t i = 0; i < l.n_ops; i++)
+        if (l.ops[i].kind == LPO_OP_MLA_ATTENTION) assert_false(be->supports_op(ctx, &l.ops[i]));
+    be->free(ctx);
+    lpo_oplist_free(&l);
     assert_int_equal(failures, 0);
 }
 

@@ -346,7 +346,7 @@ lpo_status lpo_cuda_experts(void *y, const void *x, const float *w, const int32_
  * (q_nope W_UK . c_j + q_rope . k_rope_j) scale over j <= pos[t] of its slot, softmax, att (m, nh dv) = W_UV
  * (sum_j p_j c_j), in dt. RoPE: cos_t / sin_t [position][dr / 2], pairs (2i, 2i+1) when interleave, else (i,
  * i + dr/2). Two launches (append, attend); decode-step kernels (PDL). */
-#define LPO_CUDA_MLA_MAX_RANK 1536
+#define LPO_CUDA_MLA_MAX_RANK 768
 int lpo_cuda_mla_supported(int64_t nh, int64_t dn, int64_t dr, int64_t dv, int64_t r);
 lpo_status lpo_cuda_mla_attention(void *att, void *cache, const void *q, const void *kva, const void *wn,
                                   const void *Wkvb, const float *cos_t, const float *sin_t,

@@ -207,6 +207,15 @@ lpo_status lpo__cuda_init_model(cuda_ctx *c) {
                             ref.ops[i].name, lpo_op_kind_name(ref.ops[i].kind),
                             (long long)ref.ops[i].n_experts, (long long)ref.ops[i].top_k,
                             LPO_CUDA_MOE_MAX_EXPERTS);
+        else if (ref.ops[i].kind == LPO_OP_MLA_ATTENTION && !lpo__cuda_supports_op(c, &ref.ops[i]))
+            st = lpo_errorf(LPO_E_UNSUPPORTED,
+                            "cuda backend: op '%s' (%s): %lld heads, nope %lld, rope %lld, v %lld, "
+                            "kv_lora_rank %lld (the GPU kernel takes nope, v <= 1024, an even rope <= 256, "
+                            "kv_lora_rank <= %d); model '%s' runs on backend=cpu",
+                            ref.ops[i].name, lpo_op_kind_name(ref.ops[i].kind), (long long)ref.ops[i].n_heads,
+                            (long long)(ref.ops[i].head_dim - ref.ops[i].rope_dim),
+                            (long long)ref.ops[i].rope_dim, (long long)ref.ops[i].v_head_dim,
+                            (long long)ref.ops[i].kv_rank, LPO_CUDA_MLA_MAX_RANK, s->name);
         if (st != LPO_OK) {
             lpo_oplist_free(&ref);
             return st;
