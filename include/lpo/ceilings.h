@@ -38,8 +38,9 @@
     X(D2H, "d2h", "GB/s", "device to host, pinned memory")                                                   \
     X(LAUNCH, "launch_us", "us", "empty kernel, launch to launch (stream of launches)")                      \
     X(GRAPH_NODE, "graph_node_us", "us", "empty kernel per node of a replayed CUDA graph")                   \
-    X(ALLREDUCE_ALPHA, "allreduce_alpha_us", "us", "NCCL all-reduce of 8 B across the GPUs (its latency)")   \
-    X(ALLREDUCE_BUSBW, "allreduce_busbw", "GB/s", "NCCL all-reduce bus bandwidth at 256 MiB (nccl-tests)")
+    X(ALLREDUCE_ALPHA, "allreduce_alpha_us", "us", "NCCL all-reduce of 8 B bf16 across all GPUs (latency)")  \
+    X(ALLREDUCE_BUSBW, "allreduce_busbw", "GB/s",                                                            \
+      "NCCL all-reduce busbw, 256 MiB bf16, all GPUs (nccl-tests)")
 
 typedef enum {
 #define LPO__CM_ENUM(name, key, unit, what) LPO_CEIL_M_##name,
@@ -68,6 +69,28 @@ typedef struct {
 
 #define LPO_CEILINGS_VERSION 1
 
+/* ---- the all-reduce sweep (several GPUs) ----
+ * NCCL all-reduce (sum, in place) across the first `gpus` GPUs of the machine, one process driving them,
+ * `reps` collectives captured in one CUDA graph per GPU and replayed; a sample is one replay timed by CUDA
+ * events on every GPU, its time the smallest of the GPUs' (the others include the wait for the GPU whose
+ * replay started last), divided by reps. Message sizes 8 B .. 256 MiB by powers of two. As nccl-tests
+ * defines them: algbw = bytes / time, busbw = algbw * 2 (gpus - 1) / gpus (docs/ceilings.md). */
+#define LPO_CEIL_AR_MAX_ROWS   32
+#define LPO_CEIL_AR_MAX_SWEEPS 8
+typedef struct {
+    double bytes;        /* message size (per GPU) */
+    double us, p10, p90; /* median time of one all-reduce and the spread of the samples, microseconds */
+    int samples, reps;   /* samples the median is of; collectives per sample (one graph replay) */
+    double algbw, busbw; /* GB/s from the median */
+} lpo_ceil_ar_row;
+typedef struct {
+    int gpus;        /* participants: GPUs 0 .. gpus-1 */
+    lpo_dtype dtype; /* bf16 or f32 */
+    char mode[16];   /* "graph" (replayed CUDA graph) or "eager" (stream launches: capture failed) */
+    int n;
+    lpo_ceil_ar_row row[LPO_CEIL_AR_MAX_ROWS];
+} lpo_ceil_ar_sweep;
+
 typedef struct {
     int version;                      /* LPO_CEILINGS_VERSION */
     char device_kind[8];              /* "gpu" or "cpu" */
@@ -81,6 +104,8 @@ typedef struct {
     char build_type[32];
     double total_seconds; /* the whole `lpo ceilings` run */
     lpo_ceil_entry m[LPO_CEIL_N_METRICS];
+    int n_ar; /* all-reduce sweeps (0: one GPU, or not measured) */
+    lpo_ceil_ar_sweep ar[LPO_CEIL_AR_MAX_SWEEPS];
 } lpo_ceilings;
 
 void lpo_ceilings_init(lpo_ceilings *c);
@@ -92,9 +117,17 @@ double lpo_ceilings_mbu_gbs(const lpo_ceilings *c, const char **name);
  * marks it in its table and every report's peaks label names it (lpo_peaks). */
 int lpo_ceilings_not_converged(const lpo_ceilings *c, char *buf, size_t n);
 
+/* The measured time (seconds) of one all-reduce of `bytes` per GPU across `gpus` GPUs in dtype dt (f16 and
+ * other 2-byte dtypes: the bf16 sweep; no sweep of dt: the other dtype's): linear between the two sizes
+ * around `bytes`, the smallest size's time below it, the largest size's bandwidth above it. 0 when c holds
+ * no sweep over `gpus` GPUs. */
+double lpo_ceilings_allreduce_s(const lpo_ceilings *c, int gpus, lpo_dtype dt, double bytes);
+
 /* JSON: {"version", "device_kind", "name", "uuid", ..., "metrics": {"gemm_bf16": {"value", "unit",
- * "detail", "seconds", "p10", "p90", "samples", "nvml": {...}}, ...}, "mbu": {"gbs", "source"}} (p10, p90,
- * samples only when recorded; files without them load with 0). */
+ * "detail", "seconds", "p10", "p90", "samples", "nvml": {...}}, ...}, "mbu": {"gbs", "source"}, "allreduce":
+ * [{"gpus", "dtype", "mode", "rows": [{"bytes", "us", "us_p10", "us_p90", "samples", "reps", "algbw_gbs",
+ * "busbw_gbs"}, ...]}, ...]} (p10, p90, samples only when recorded; files without them load with 0;
+ * "allreduce" only when measured). */
 void lpo_ceilings_write_json(const lpo_ceilings *c, lpo_json *j);
 lpo_status lpo_ceilings_save(const lpo_ceilings *c, const char *path);
 /* Reads a file written by lpo_ceilings_save. LPO_E_NOT_FOUND when absent, LPO_E_FORMAT when malformed
@@ -138,6 +171,8 @@ typedef struct {
     /* collectives between the GPUs (the latency model alpha + bus bytes / bandwidth of tensor parallelism):
      * measured by `lpo ceilings` on several GPUs, 0 unknown (analysis then states its assumption) */
     double comm_alpha_us, comm_busbw_gbs;
+    int comm_sweeps; /* measured.n_ar: all-reduces are priced from the sweep over their participants
+                        (lpo_ceilings_allreduce_s) where it has them; 0 (none, or a what-if): the model */
     char label[640]; /* for reports: "measured by lpo ceilings 2026-11-22T10:00Z (commit abc123), cache
                         <path>" | "spec sheet: NVIDIA H100 SXM5 80GB (dense) - run `lpo ceilings`" | "spec
                         sheet (dense, ...): hardware=h100-sxm ..." | "none: ..." (says how to get peaks);
@@ -197,6 +232,20 @@ typedef struct {
  * that cannot be measured on this device (fp8 before sm_89) is left at 0 with a warning. Errors: LPO_E_CUDA,
  * LPO_E_RANGE (a validation failed: nothing is trusted), LPO_E_NO_DEVICE. */
 lpo_status lpo_ceilings_measure(const lpo_ceilings_opts *o, lpo_ceilings *out);
+/* The all-reduce sweep alone over the GPUs present (o->device ignored: GPUs 0 .. k-1 for k = 2, 4, 8 .. and
+ * all of them), bf16 and f32, each size validated (the sums of known integers, exact) before it is timed;
+ * fills c->ar and the ALLREDUCE_ALPHA / ALLREDUCE_BUSBW metrics, the rest of c unchanged. Sets
+ * NCCL_NVLS_ENABLE=0 first (lpo_nccl_env). With one GPU, or built without NCCL, it measures nothing and says
+ * why on stderr (c->n_ar 0, LPO_OK). Errors: LPO_E_CUDA (NCCL or CUDA), LPO_E_RANGE (a wrong sum). */
+lpo_status lpo_ceilings_measure_allreduce(const lpo_ceilings_opts *o, lpo_ceilings *c);
+/* The environment lpo gives NCCL before any communicator exists: NCCL_NVLS_ENABLE=0 always (NVLink
+ * multicast objects can take a shared machine's GPUs out of service), NCCL_RUNTIME_CONNECT=0 unless set
+ * (every connection made at init, not at a first collective that may be inside a graph capture). */
+void lpo_nccl_env(void);
+/* The table of the sweeps over `gpus` GPUs: bytes, then per dtype us, spread_pct (p10..p90 / median),
+ * algbw, busbw. NULL when c has none. Free with lpo_table_free. */
+lpo_table *lpo_ceilings_allreduce_table(const lpo_ceilings *c, int gpus);
+
 /* The table of a record: metric, what, measured, unit, spec, pct_of_spec, sm_mhz, power_w, throttle,
  * detail (spec columns empty for an unknown device or a metric without a spec figure). Free with
  * lpo_table_free. */

@@ -111,8 +111,13 @@ void lpo_an_op_cost(const lpo_model_spec *spec, const lpo_op *op, int batch, con
     if (cat == LPO_CAT_COMM && op->participants > 1) { /* the links, not the memory, set its time */
         c->comm_bytes = lpo_op_comm_bytes(op);
         c->comm_bus_bytes = lpo_op_comm_bus_bytes(op);
-        if (p && p->comm_alpha_us > 0 && p->comm_busbw_gbs > 0) {
-            c->t_comm_s = lpo_op_comm_time_s(op, p->comm_alpha_us, p->comm_busbw_gbs);
+        const double swept =
+            p && p->comm_sweeps > 0 && p->source == LPO_PEAKS_MEASURED && op->kind == LPO_OP_ALL_REDUCE &&
+                    op->n_out
+                ? lpo_ceilings_allreduce_s(&p->measured, op->participants, op->out[0].dtype, c->comm_bytes)
+                : 0;
+        if (swept > 0 || (p && p->comm_alpha_us > 0 && p->comm_busbw_gbs > 0)) {
+            c->t_comm_s = swept > 0 ? swept : lpo_op_comm_time_s(op, p->comm_alpha_us, p->comm_busbw_gbs);
             if (known_c && known_m) { /* a floor only where the other ops have theirs */
                 c->t_lower_s = c->t_comm_s > c->t_lower_s ? c->t_comm_s : c->t_lower_s;
                 c->bound = LPO_AN_BOUND_COMM;

@@ -313,11 +313,20 @@ lpo_status lpo_an_static_run(const lpo_model_spec *spec, const lpo_an_opts *o, c
     s->comm_busbw_gbs = o->comm_busbw_gbs > 0 ? o->comm_busbw_gbs
                         : measured            ? s->peaks.comm_busbw_gbs
                                               : LPO_AN_COMM_BUSBW_GBS_ASSUMED;
-    snprintf(s->comm_source, sizeof s->comm_source, "%s",
-             o->comm_alpha_us > 0 || o->comm_busbw_gbs > 0
-                 ? "analysis.comm_alpha_us / analysis.comm_busbw_gbs (what-if)"
-             : measured ? "measured by lpo ceilings (all-reduce sweep on this machine's GPUs)"
-                        : "ASSUMED (an NVLink node; no measurement: run `lpo ceilings` on the GPUs)");
+    const int whatif = o->comm_alpha_us > 0 || o->comm_busbw_gbs > 0;
+    if (whatif) s->peaks.comm_sweeps = 0; /* every collective by the what-if's model */
+    const int swept = s->peaks.comm_sweeps > 0 && s->peaks.source == LPO_PEAKS_MEASURED && o->tp > 1 &&
+                      lpo_ceilings_allreduce_s(&s->peaks.measured, o->tp, LPO_DT_BF16, 8) > 0;
+    if (swept)
+        snprintf(s->comm_source, sizeof s->comm_source,
+                 "measured by lpo ceilings: all-reduces from its sweep over %d GPUs (time interpolated by "
+                 "size), all-gathers by the model",
+                 o->tp);
+    else
+        snprintf(s->comm_source, sizeof s->comm_source, "%s",
+                 whatif     ? "analysis.comm_alpha_us / analysis.comm_busbw_gbs (what-if)"
+                 : measured ? "measured by lpo ceilings (all-reduce figures over all this machine's GPUs)"
+                            : "ASSUMED (an NVLink node; no measurement: run `lpo ceilings` on the GPUs)");
     s->comm_measured_alpha_us = measured ? s->peaks.comm_alpha_us : 0;
     s->comm_measured_busbw_gbs = measured ? s->peaks.comm_busbw_gbs : 0;
     s->peaks.comm_alpha_us = s->comm_alpha_us; /* the figures every collective below is priced with */

@@ -17,15 +17,18 @@ static const lpo_cli_flag flags[] = {
     {"refresh", 0, "measure again even when a cached result exists"},
     {"json", 0, "print the record as JSON (as cached) instead of a table"},
     {"cpu", 0, "measure the CPU even when a GPU is present"},
+    {"allreduce", 0, "measure the all-reduce sweep over the GPUs again (the other figures: cached ones)"},
 };
 
 static const lpo_cli_spec spec = {
     .command = "ceilings",
     .summary =
-        "lpo ceilings [--refresh] [--cpu] [--json] [hardware.device=N]: measured peaks of this GPU (dense\n"
-        "GEMM per dtype via cuBLASLt, DRAM read/write/copy, D2D, L2, H2D/D2H, launch and graph-node\n"
-        "latency) or, without a GPU, of the CPU (f32 FMA peak, STREAM triad); shown beside the dense\n"
-        "spec sheet; cached per device in ~/.cache/lpo/ceilings/<uuid>.json for MFU/MBU/roofline.",
+        "lpo ceilings [--refresh] [--allreduce] [--cpu] [--json] [hardware.device=N]: measured peaks of "
+        "this\n"
+        "GPU (dense GEMM per dtype via cuBLASLt, DRAM read/write/copy, D2D, L2, H2D/D2H, launch and\n"
+        "graph-node latency; with 2+ GPUs an NCCL all-reduce sweep 8 B..256 MiB with algbw/busbw) or,\n"
+        "without a GPU, of the CPU (f32 FMA peak, STREAM triad); shown beside the dense spec sheet; cached\n"
+        "per device in ~/.cache/lpo/ceilings/<uuid>.json for MFU/MBU/roofline and collective times.",
     .flags = flags,
     .n_flags = sizeof flags / sizeof flags[0],
     .config = 1,
@@ -56,6 +59,24 @@ static void print_record(const lpo_ceilings *c, const char *path, int cached) {
                "These figures are cached but named in every report that uses them; the MBU bandwidth "
                "prefers a converged one. `lpo ceilings --refresh` on an idle machine measures again.\n",
                nc);
+    // the all-reduce sweeps, one table per number of GPUs
+    int shown[LPO_CEIL_AR_MAX_SWEEPS], n_shown = 0;
+    for (int i = 0; i < c->n_ar; i++) {
+        int seen = 0;
+        for (int k = 0; k < n_shown; k++) seen |= shown[k] == c->ar[i].gpus;
+        if (seen) continue;
+        shown[n_shown++] = c->ar[i].gpus;
+        lpo_table *at = lpo_ceilings_allreduce_table(c, c->ar[i].gpus);
+        if (!at) continue;
+        printf("\nNCCL all-reduce, sum in place, GPUs 0..%d (%s; median of samples, us per collective; "
+               "algbw = bytes / time, busbw = algbw * 2(n-1)/n, GB/s):\n",
+               c->ar[i].gpus - 1, c->ar[i].mode);
+        lpo_strbuf sb = {0};
+        lpo_table_write_md(at, &sb);
+        if (sb.buf) fputs(sb.buf, stdout);
+        lpo_sb_free(&sb);
+        lpo_table_free(at);
+    }
     if (gs) printf("spec sheet: %s\n", gs->source);
     printf("cache: %s\n", path);
 }
@@ -103,6 +124,14 @@ int lpo_cmd_ceilings(int argc, char **argv) {
             lpo_error_clear();
         }
         if (!cached && (st = lpo_ceilings_measure(&o, c))) goto done;
+        if (cached && lpo_cli_flag_value(&args, "allreduce")) { /* the sweep again, into the cached record */
+            if (o.device < 0) {
+                st = lpo_errorf(LPO_E_NO_DEVICE, "--allreduce needs GPUs (this record is the CPU's)");
+                goto done;
+            }
+            if ((st = lpo_ceilings_measure_allreduce(&o, c))) goto done;
+            cached = 0; /* saved below */
+        }
         /* what was measured is printed first: a cache that cannot be written loses nothing shown */
         if (lpo_cli_flag_value(&args, "json")) {
             lpo_json j;

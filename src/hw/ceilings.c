@@ -139,6 +139,36 @@ void lpo_ceilings_write_json(const lpo_ceilings *c, lpo_json *j) {
     lpo_json_kv_double(j, "gbs", mbu);
     lpo_json_kv_str(j, "source", mn);
     lpo_json_object_end(j);
+    if (c->n_ar > 0) {
+        lpo_json_key(j, "allreduce");
+        lpo_json_array_begin(j);
+        // each sweep: GPUs, dtype, mode and its sizes
+        for (int i = 0; i < c->n_ar; i++) {
+            const lpo_ceil_ar_sweep *sw = &c->ar[i];
+            lpo_json_object_begin(j);
+            lpo_json_kv_int(j, "gpus", sw->gpus);
+            lpo_json_kv_str(j, "dtype", lpo_dtype_name(sw->dtype));
+            lpo_json_kv_str(j, "mode", sw->mode);
+            lpo_json_key(j, "rows");
+            lpo_json_array_begin(j);
+            for (int k = 0; k < sw->n; k++) {
+                const lpo_ceil_ar_row *r = &sw->row[k];
+                lpo_json_object_begin(j);
+                lpo_json_kv_double(j, "bytes", r->bytes);
+                lpo_json_kv_double(j, "us", r->us);
+                lpo_json_kv_double(j, "us_p10", r->p10);
+                lpo_json_kv_double(j, "us_p90", r->p90);
+                lpo_json_kv_int(j, "samples", r->samples);
+                lpo_json_kv_int(j, "reps", r->reps);
+                lpo_json_kv_double(j, "algbw_gbs", r->algbw);
+                lpo_json_kv_double(j, "busbw_gbs", r->busbw);
+                lpo_json_object_end(j);
+            }
+            lpo_json_array_end(j);
+            lpo_json_object_end(j);
+        }
+        lpo_json_array_end(j);
+    }
     lpo_json_object_end(j);
 }
 
@@ -206,6 +236,78 @@ static void plausible(const lpo_ceilings *c, int i, double *lo, double *hi) {
 static int64_t get_int(const cJSON *o, const char *key, int64_t hi, int64_t def) {
     int64_t i;
     return lpo_double_to_i64(get_num(o, key, (double)def), 0, hi, &i) ? i : def;
+}
+
+/* The sweeps of a file (after its metrics): each must be well formed (GPUs 2..1024, bf16 or f32, sizes
+ * increasing, times in (0, 1e7) us, p10 <= us <= p90); algbw and busbw are recomputed from the median.
+ * LPO_E_FORMAT naming the sweep otherwise. */
+static lpo_status load_sweeps(const cJSON *root, const char *path, lpo_ceilings *c) {
+    const cJSON *ar = cJSON_GetObjectItemCaseSensitive(root, "allreduce");
+    if (!ar) return LPO_OK;
+    if (!cJSON_IsArray(ar) || cJSON_GetArraySize(ar) > LPO_CEIL_AR_MAX_SWEEPS)
+        return lpo_errorf(LPO_E_FORMAT,
+                          "%s: \"allreduce\" must be a list of at most %d sweeps; run `lpo "
+                          "ceilings --refresh`",
+                          path, LPO_CEIL_AR_MAX_SWEEPS);
+    const cJSON *o;
+    cJSON_ArrayForEach(o, ar) {
+        lpo_ceil_ar_sweep *sw = &c->ar[c->n_ar];
+        memset(sw, 0, sizeof *sw);
+        char dt[16] = "";
+        get_str(o, "dtype", dt, sizeof dt);
+        get_str(o, "mode", sw->mode, sizeof sw->mode);
+        sw->gpus = (int)get_int(o, "gpus", 1024, 0);
+        const cJSON *rows = cJSON_GetObjectItemCaseSensitive(o, "rows");
+        int bad = sw->gpus < 2 || !cJSON_IsArray(rows) || cJSON_GetArraySize(rows) > LPO_CEIL_AR_MAX_ROWS;
+        if (!strcmp(dt, "bf16"))
+            sw->dtype = LPO_DT_BF16;
+        else if (!strcmp(dt, "f32"))
+            sw->dtype = LPO_DT_F32;
+        else
+            bad = 1;
+        const cJSON *r;
+        if (!bad) cJSON_ArrayForEach(r, rows) {
+                lpo_ceil_ar_row *w = &sw->row[sw->n];
+                w->bytes = get_num(r, "bytes", 0);
+                w->us = get_num(r, "us", 0);
+                w->p10 = get_num(r, "us_p10", w->us);
+                w->p90 = get_num(r, "us_p90", w->us);
+                w->samples = (int)get_int(r, "samples", INT32_MAX, 0);
+                w->reps = (int)get_int(r, "reps", INT32_MAX, 0);
+                if (!(w->bytes >= 1 && w->bytes <= 1e12 && w->us > 0 && w->us < 1e7 && w->p10 <= w->us &&
+                      w->us <= w->p90 && (sw->n == 0 || w->bytes > sw->row[sw->n - 1].bytes))) {
+                    bad = 1;
+                    break;
+                }
+                w->algbw = w->bytes / (w->us * 1e-6) * 1e-9;
+                w->busbw = w->algbw * 2.0 * (sw->gpus - 1) / sw->gpus;
+                sw->n++;
+            }
+        if (bad || sw->n == 0)
+            return lpo_errorf(
+                LPO_E_FORMAT,
+                "%s: all-reduce sweep %d is malformed (gpus >= 2, dtype bf16 or f32, rows of "
+                "increasing bytes with 0 < us_p10 <= us <= us_p90); run `lpo ceilings --refresh`",
+                path, c->n_ar + 1);
+        c->n_ar++;
+    }
+    return LPO_OK;
+}
+
+double lpo_ceilings_allreduce_s(const lpo_ceilings *c, int gpus, lpo_dtype dt, double bytes) {
+    const lpo_dtype want = dt == LPO_DT_F32 ? LPO_DT_F32 : LPO_DT_BF16;
+    const lpo_ceil_ar_sweep *sw = NULL;
+    for (int i = 0; c && i < c->n_ar; i++)
+        if (c->ar[i].gpus == gpus && c->ar[i].n > 0 && (!sw || c->ar[i].dtype == want)) sw = &c->ar[i];
+    if (!sw || !(bytes > 0)) return 0;
+    const lpo_ceil_ar_row *r = sw->row;
+    if (bytes <= r[0].bytes) return r[0].us * 1e-6;
+    for (int k = 1; k < sw->n; k++)
+        if (bytes <= r[k].bytes) { /* linear between the sizes around it */
+            const double f = (bytes - r[k - 1].bytes) / (r[k].bytes - r[k - 1].bytes);
+            return (r[k - 1].us + f * (r[k].us - r[k - 1].us)) * 1e-6;
+        }
+    return r[sw->n - 1].us * 1e-6 * bytes / r[sw->n - 1].bytes; /* the largest size's bandwidth */
 }
 
 lpo_status lpo_ceilings_load(const char *path, lpo_ceilings *c) {
@@ -286,8 +388,10 @@ lpo_status lpo_ceilings_load(const char *path, lpo_ceilings *c) {
             s->util_gpu_avg = get_num(nv, "util_gpu_avg", -1);
         }
     }
+    st = load_sweeps(root, path, c);
     cJSON_Delete(root);
-    return LPO_OK;
+    if (st != LPO_OK) c->n_ar = 0;
+    return st;
 }
 
 /* ---- cache ---- */

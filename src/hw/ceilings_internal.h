@@ -68,6 +68,26 @@ lpo_status lpo__launch_bench_open(int dev, int nodes, lpo__launch_bench **out);
 lpo_status lpo__launch_bench_sample(lpo__launch_bench *b, int graph, double *seconds);
 void lpo__launch_bench_close(lpo__launch_bench *b);
 
+/* ---- GPUs together: the NCCL all-reduce (ceil_comm.c) ---- */
+typedef struct lpo__ar_bench lpo__ar_bench;
+/* NCCL communicators over GPUs 0 .. gpus-1 (ncclCommInitAll from this thread, lpo_nccl_env first), a
+ * non-blocking stream, two events and a buffer of max_bytes on each. LPO_E_UNSUPPORTED built without NCCL;
+ * LPO_E_NO_DEVICE with fewer GPUs; LPO_E_CUDA. */
+lpo_status lpo__ar_bench_open(int gpus, size_t max_bytes, lpo__ar_bench **out);
+/* Sets the message (count elements of dt: bf16 or f32) and validates it: GPU g's element i holds the small
+ * integer ((7 i + 3 g) mod 13) - 6, one all-reduce, every GPU's result (all of it up to 1 MiB, its first and
+ * last MiB above) must equal the exact sum; then the buffers are zeroed (repeated sums stay 0). Then `reps`
+ * collectives are captured into one graph per GPU (eager launches when capture fails: mode says which).
+ * reps 0: calibrated so that a replay lasts about 2 ms (1 .. 200). LPO_E_RANGE naming the GPU, element and
+ * values on a wrong sum. */
+lpo_status lpo__ar_bench_set(lpo__ar_bench *b, lpo_dtype dt, size_t count, int reps);
+/* One sample: the reps collectives on every GPU between events; seconds per collective (the smallest of
+ * the GPUs' times). */
+lpo_status lpo__ar_bench_sample(lpo__ar_bench *b, double *seconds);
+int lpo__ar_bench_reps(const lpo__ar_bench *b);
+const char *lpo__ar_bench_mode(const lpo__ar_bench *b); /* "graph" | "eager" */
+void lpo__ar_bench_close(lpo__ar_bench *b);
+
 /* ---- choices and statistics (ceilings_run.c; host code, unit-tested) ----------------------------------- */
 /* Index of the best of n candidates timed in `rounds` interleaved rounds: t (rounds x n, row-major) holds
  * seconds, work (n,) the work each timing did (NULL: all equal); a candidate's score is the median over

@@ -365,9 +365,121 @@ static lpo_status measure_gpu(runner *R, lpo_ceilings *c) {
     if ((st = measure_memory(R, dev, c)) || (st = measure_launch(R, dev, c)) ||
         (st = measure_gemms(R, dev, c)))
         return st;
+    if ((st = lpo_ceilings_measure_allreduce(R->o, c)) != LPO_OK) { /* the device's figures stand */
+        LPO_WARN("ceilings: the all-reduce sweep failed, the other figures are kept: %s", lpo_last_error());
+        lpo_error_clear();
+    }
     return LPO_OK;
 }
 #endif
+
+/* ---- GPUs together: the all-reduce sweep ---- */
+static lpo_status ar_fn(void *ctx, int reps, double *s) {
+    (void)reps; /* a sample is already the bench's reps collectives */
+    return lpo__ar_bench_sample(ctx, s);
+}
+
+#define AR_MIN_LOG2 3  /* 8 B */
+#define AR_MAX_LOG2 28 /* 256 MiB */
+
+/* The sweep over gpus GPUs in dtype dt into sw: every size validated, then timed (>= 10 samples of one
+ * graph replay each, 0.03 s at least, 0.4 s at most per size). */
+static lpo_status sweep_one(const runner *R, lpo__ar_bench *b, int gpus, lpo_dtype dt,
+                            lpo_ceil_ar_sweep *sw) {
+    runner Q = *R;
+    Q.nv = NULL; /* one GPU's NVML says little about a collective over several */
+    Q.mo.warmup = 2, Q.mo.min_samples = 10, Q.mo.min_time_s = R->o->quick ? 0.005 : 0.03;
+    Q.mo.timeout_s = R->o->quick ? 0.05 : 0.4, Q.mo.max_rel_stdev = 0.01;
+    const size_t es = dt == LPO_DT_F32 ? 4 : 2;
+    memset(sw, 0, sizeof *sw);
+    sw->gpus = gpus, sw->dtype = dt;
+    // each size, smallest first
+    for (int lg = AR_MIN_LOG2; lg <= AR_MAX_LOG2 && sw->n < LPO_CEIL_AR_MAX_ROWS; lg++) {
+        const size_t bytes = (size_t)1 << lg;
+        lpo_status st = lpo__ar_bench_set(b, dt, bytes / es, 0);
+        lpo_stats s;
+        lpo_ceil_entry e;
+        memset(&e, 0, sizeof e);
+        if (st == LPO_OK) st = measure(&Q, ar_fn, b, 0, &s, &e);
+        if (st != LPO_OK)
+            return lpo_error_context(st, "all-reduce of %zu bytes of %s over %d GPUs", bytes,
+                                     lpo_dtype_name(dt), gpus);
+        lpo_ceil_ar_row *r = &sw->row[sw->n++];
+        r->bytes = (double)bytes;
+        r->us = s.median * 1e6, r->p10 = s.p10 * 1e6, r->p90 = s.p90 * 1e6;
+        r->samples = (int)s.n, r->reps = lpo__ar_bench_reps(b);
+        r->algbw = s.median > 0 ? (double)bytes / s.median * 1e-9 : 0;
+        r->busbw = r->algbw * 2.0 * (gpus - 1) / gpus;
+        snprintf(sw->mode, sizeof sw->mode, "%s", lpo__ar_bench_mode(b));
+    }
+    if (!R->o->quiet && sw->n > 0) {
+        const lpo_ceil_ar_row *lo = &sw->row[0], *hi = &sw->row[sw->n - 1];
+        fprintf(stderr,
+                "ceilings: all-reduce %d GPUs %-4s %8.2f us at %.0f B, busbw %7.1f GB/s at %.0f MiB (%s)\n",
+                gpus, lpo_dtype_name(dt), lo->us, lo->bytes, hi->busbw, hi->bytes / (1 << 20), sw->mode);
+    }
+    return LPO_OK;
+}
+
+lpo_status lpo_ceilings_measure_allreduce(const lpo_ceilings_opts *o, lpo_ceilings *c) {
+    char why[128] = "";
+    const int n = lpo_hw_gpu_count(why, sizeof why);
+    c->n_ar = 0;
+    c->m[LPO_CEIL_M_ALLREDUCE_ALPHA].value = c->m[LPO_CEIL_M_ALLREDUCE_BUSBW].value = 0;
+    if (n < 2) {
+        if (!o->quiet)
+            fprintf(stderr, "ceilings: all-reduce sweep skipped: %s%s\n", n == 1 ? "one GPU" : why,
+                    n == 1 ? " (it needs 2 or more)" : "");
+        return LPO_OK;
+    }
+    runner R = {o, NULL, {0}};
+    lpo_measure_opts_default(&R.mo);
+    R.mo.drop_throttled = 0;
+    const uint64_t t0 = lpo_now_ns();
+    int groups[LPO_CEIL_AR_MAX_SWEEPS / 2], ng = 0;
+    for (int k = 2; k <= n && ng < LPO_CEIL_AR_MAX_SWEEPS / 2; k *= 2) groups[ng++] = k;
+    if (groups[ng - 1] != n && ng < LPO_CEIL_AR_MAX_SWEEPS / 2) groups[ng++] = n; /* all of them too */
+    lpo_status st = LPO_OK;
+    // each group of GPUs: bf16, then f32
+    for (int gi = 0; gi < ng && st == LPO_OK; gi++) {
+        lpo__ar_bench *b = NULL;
+        st = lpo__ar_bench_open(groups[gi], (size_t)1 << AR_MAX_LOG2, &b);
+        if (st == LPO_E_UNSUPPORTED) {
+            if (!o->quiet) fprintf(stderr, "ceilings: all-reduce sweep skipped: %s\n", lpo_last_error());
+            lpo_error_clear();
+            return LPO_OK;
+        }
+        const lpo_dtype dts[2] = {LPO_DT_BF16, LPO_DT_F32};
+        for (int d = 0; d < 2 && st == LPO_OK; d++) {
+            st = sweep_one(&R, b, groups[gi], dts[d], &c->ar[c->n_ar]);
+            if (st == LPO_OK) c->n_ar++;
+        }
+        lpo__ar_bench_close(b);
+    }
+    if (st != LPO_OK) {
+        c->n_ar = 0;
+        return st;
+    }
+    // the two figures of the record: bf16 over all the GPUs, the smallest and the largest message
+    for (int i = 0; i < c->n_ar; i++) {
+        const lpo_ceil_ar_sweep *sw = &c->ar[i];
+        if (sw->gpus != n || sw->dtype != LPO_DT_BF16 || sw->n == 0) continue;
+        const lpo_ceil_ar_row *lo = &sw->row[0], *hi = &sw->row[sw->n - 1];
+        lpo_ceil_entry *a = &c->m[LPO_CEIL_M_ALLREDUCE_ALPHA], *w = &c->m[LPO_CEIL_M_ALLREDUCE_BUSBW];
+        a->value = lo->us, a->p10 = lo->p10, a->p90 = lo->p90, a->samples = lo->samples;
+        w->value = hi->busbw, w->samples = hi->samples;
+        w->p10 = hi->p90 > 0 ? hi->bytes / (hi->p90 * 1e-6) * 1e-9 * 2.0 * (n - 1) / n : 0;
+        w->p90 = hi->p10 > 0 ? hi->bytes / (hi->p10 * 1e-6) * 1e-9 * 2.0 * (n - 1) / n : 0;
+        snprintf(a->detail, sizeof a->detail, "NCCL, %d GPUs, %.0f B bf16, in place, %s of %d", n, lo->bytes,
+                 sw->mode, lo->reps);
+        snprintf(w->detail, sizeof w->detail, "NCCL, %d GPUs, %.0f MiB bf16, in place, %s of %d", n,
+                 hi->bytes / (1 << 20), sw->mode, hi->reps);
+        a->seconds = w->seconds = (double)(lpo_now_ns() - t0) * 1e-9;
+        lpo_nvml_summarize(NULL, 0, &a->nvml);
+        lpo_nvml_summarize(NULL, 0, &w->nvml);
+    }
+    return LPO_OK;
+}
 
 /* ---- CPU ---- */
 typedef struct {
@@ -531,6 +643,62 @@ lpo_table *lpo_ceilings_table(const lpo_ceilings *c, const lpo_gpu_spec *spec) {
             lpo_table_set_str(t, "converged", e->not_converged ? "NO" : "yes");
         lpo_table_set_str(t, "what", lpo_ceil_metric_what(m));
         lpo_table_set_str(t, "detail", e->detail);
+    }
+    return t;
+}
+
+/* ---- the all-reduce table ---- */
+static const lpo_field ar_fields[] = {
+    {"bytes", LPO_FIELD_STR, NULL, 0},
+    {"bf16_us", LPO_FIELD_DOUBLE, "%.2f", 0},
+    {"bf16_spread_pct", LPO_FIELD_DOUBLE, "%.1f", 0},
+    {"bf16_algbw", LPO_FIELD_DOUBLE, "%.2f", 0},
+    {"bf16_busbw", LPO_FIELD_DOUBLE, "%.2f", 0},
+    {"f32_us", LPO_FIELD_DOUBLE, "%.2f", 0},
+    {"f32_spread_pct", LPO_FIELD_DOUBLE, "%.1f", 0},
+    {"f32_algbw", LPO_FIELD_DOUBLE, "%.2f", 0},
+    {"f32_busbw", LPO_FIELD_DOUBLE, "%.2f", 0},
+};
+
+static void size_name(double bytes, char *buf, size_t n) {
+    if (bytes >= (1 << 20))
+        snprintf(buf, n, "%.0f MiB", bytes / (1 << 20));
+    else if (bytes >= 1024)
+        snprintf(buf, n, "%.0f KiB", bytes / 1024);
+    else
+        snprintf(buf, n, "%.0f B", bytes);
+}
+
+lpo_table *lpo_ceilings_allreduce_table(const lpo_ceilings *c, int gpus) {
+    const lpo_ceil_ar_sweep *sw[2] = {NULL, NULL}; /* bf16, f32 */
+    for (int i = 0; i < c->n_ar; i++)
+        if (c->ar[i].gpus == gpus) sw[c->ar[i].dtype == LPO_DT_F32] = &c->ar[i];
+    if (!sw[0] && !sw[1]) return NULL;
+    lpo_table *t = lpo_table_new(ar_fields, sizeof ar_fields / sizeof ar_fields[0]);
+    const lpo_ceil_ar_sweep *first = sw[0] ? sw[0] : sw[1];
+    // one row per size of the first sweep; the other's row of the same size beside it
+    for (int k = 0; t && k < first->n; k++) {
+        const double bytes = first->row[k].bytes;
+        char name[32];
+        size_name(bytes, name, sizeof name);
+        lpo_table_add_row(t);
+        lpo_table_set_str(t, "bytes", name);
+        for (int d = 0; d < 2; d++) {
+            const lpo_ceil_ar_row *r = NULL;
+            for (int j = 0; sw[d] && j < sw[d]->n; j++)
+                if (sw[d]->row[j].bytes == bytes) r = &sw[d]->row[j];
+            if (!r) continue;
+            const char *p = d ? "f32" : "bf16";
+            char key[32];
+            snprintf(key, sizeof key, "%s_us", p);
+            lpo_table_set_double(t, key, r->us);
+            snprintf(key, sizeof key, "%s_spread_pct", p);
+            if (r->us > 0 && r->p90 >= r->p10) lpo_table_set_double(t, key, 100 * (r->p90 - r->p10) / r->us);
+            snprintf(key, sizeof key, "%s_algbw", p);
+            lpo_table_set_double(t, key, r->algbw);
+            snprintf(key, sizeof key, "%s_busbw", p);
+            lpo_table_set_double(t, key, r->busbw);
+        }
     }
     return t;
 }

@@ -56,6 +56,7 @@ lpo_status lpo_peaks_lookup(const char *name, const char *uuid, lpo_peaks *out) 
             out->launch_us = c->m[LPO_CEIL_M_LAUNCH].value;
             out->comm_alpha_us = c->m[LPO_CEIL_M_ALLREDUCE_ALPHA].value;
             out->comm_busbw_gbs = c->m[LPO_CEIL_M_ALLREDUCE_BUSBW].value;
+            out->comm_sweeps = c->n_ar;
             if (lpo_ceilings_not_converged(c, out->not_converged, sizeof out->not_converged))
                 snprintf(out->label, sizeof out->label,
                          "measured by lpo ceilings %s (commit %s; NOT CONVERGED: %s: the samples spread "

@@ -4,7 +4,9 @@
  *   step's logits within 1e-5 x max|logit| in f32 (TF32 off) and within 3e-2 in bf16, the greedy and the
  *   seeded sampled tokens identical (f32; bf16: greedy), in graph and eager modes;
  * - a tied head and q/k norm, qkv biases (their splits);
- * - more ranks than GPUs: refused with the count; a stopped rank: LPO_E_TIMEOUT naming the rank, no hang. */
+ * - more ranks than GPUs: refused with the count; a stopped rank: LPO_E_TIMEOUT naming the rank, no hang;
+ * - lpo ceilings' NCCL all-reduce bench: exact sums at odd sizes, the sweep's rows (busbw = algbw 2(n-1)/n).
+ */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hw/ceilings_internal.h"
+#include "lpo/ceilings.h"
 #include "lpo/engine.h"
 #include "test_engine_support.h"
 #include "test_support.h"
@@ -111,6 +115,48 @@ static void test_refusals(void **state) {
     test_weights_free(&tw);
 }
 
+static void test_allreduce_sweep(void **state) {
+    (void)state;
+    const int n = n_gpus();
+    /* the bench validates exact sums at odd sizes (one element, across the 1 MiB windows) */
+    lpo__ar_bench *b = NULL;
+    assert_int_equal(lpo__ar_bench_open(2, (size_t)8 << 20, &b), LPO_OK);
+    const size_t counts[] = {1, 3, 4097, (1u << 20) + 3, (3u << 20) / 2 + 1};
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
+        for (int d = 0; d < 2; d++) {
+            const lpo_dtype dt = d ? LPO_DT_F32 : LPO_DT_BF16;
+            if (lpo__ar_bench_set(b, dt, counts[i], 3) != LPO_OK)
+                fail_msg("%zu x %s: %s", counts[i], lpo_dtype_name(dt), lpo_last_error());
+            double t = 0;
+            assert_int_equal(lpo__ar_bench_sample(b, &t), LPO_OK);
+            assert_true(t > 0 && t < 0.1);
+        }
+    lpo__ar_bench_close(b);
+    /* the sweep (short protocol): bf16 and f32 for every group, 26 sizes each */
+    lpo_ceilings *c = malloc(sizeof *c);
+    assert_non_null(c);
+    lpo_ceilings_init(c);
+    lpo_ceilings_opts o = {.device = 0, .quick = 1};
+    if (lpo_ceilings_measure_allreduce(&o, c) != LPO_OK) fail_msg("sweep: %s", lpo_last_error());
+    assert_true(c->n_ar >= 2);
+    for (int i = 0; i < c->n_ar; i++) {
+        const lpo_ceil_ar_sweep *sw = &c->ar[i];
+        assert_int_equal(sw->n, 26);
+        assert_true(sw->gpus >= 2 && sw->gpus <= n);
+        for (int k = 0; k < sw->n; k++) {
+            const lpo_ceil_ar_row *r = &sw->row[k];
+            assert_true(r->us > 0 && r->p10 <= r->us && r->us <= r->p90 && r->samples >= 1);
+            assert_true(fabs(r->busbw - r->algbw * 2.0 * (sw->gpus - 1) / sw->gpus) <= 1e-9 * r->busbw);
+            if (r->bytes == 16384 || r->bytes == 8 || r->bytes == 268435456.0)
+                print_message("all-reduce %d GPUs %s %s: %.0f B %.2f us, busbw %.2f GB/s\n", sw->gpus,
+                              lpo_dtype_name(sw->dtype), sw->mode, r->bytes, r->us, r->busbw);
+        }
+    }
+    assert_true(c->m[LPO_CEIL_M_ALLREDUCE_ALPHA].value > 0 && c->m[LPO_CEIL_M_ALLREDUCE_BUSBW].value > 0);
+    assert_true(lpo_ceilings_allreduce_s(c, 2, LPO_DT_BF16, 16384) > 0);
+    free(c);
+}
+
 int main(void) {
     setenv("NCCL_NVLS_ENABLE", "0", 1);
     lpo_test_require_gpu();
@@ -125,6 +171,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_logits_and_tokens),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_allreduce_sweep),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -361,13 +361,110 @@ static void test_cli_cached(void **state) {
     unsetenv("XDG_CACHE_HOME");
 }
 
+/* A sweep over 2 GPUs in bf16: 8 B .. 32 KiB, times 10 us + bytes / 50 GB/s. */
+static void fill_sweep(lpo_ceilings *c) {
+    lpo_ceil_ar_sweep *sw = &c->ar[c->n_ar++];
+    memset(sw, 0, sizeof *sw);
+    sw->gpus = 2, sw->dtype = LPO_DT_BF16;
+    snprintf(sw->mode, sizeof sw->mode, "graph");
+    for (int lg = 3; lg <= 15; lg++) {
+        lpo_ceil_ar_row *r = &sw->row[sw->n++];
+        r->bytes = (double)(1 << lg);
+        r->us = 10 + r->bytes / 50e3, r->p10 = r->us - 0.5, r->p90 = r->us + 0.5;
+        r->samples = 12, r->reps = 100;
+        r->algbw = r->bytes / (r->us * 1e-6) * 1e-9, r->busbw = r->algbw;
+    }
+}
+
+static void test_allreduce_sweep(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir();
+    setenv("XDG_CACHE_HOME", dir, 1);
+    lpo_ceilings c, d;
+    fill(&c);
+    fill_sweep(&c);
+    char path[4096];
+    lpo_ceilings_cache_path(c.uuid, path, sizeof path);
+    assert_int_equal(lpo_ceilings_save(&c, path), LPO_OK);
+    assert_int_equal(lpo_ceilings_load(path, &d), LPO_OK);
+    assert_int_equal(d.n_ar, 1);
+    assert_int_equal(d.ar[0].gpus, 2);
+    assert_int_equal(d.ar[0].dtype, LPO_DT_BF16);
+    assert_string_equal(d.ar[0].mode, "graph");
+    assert_int_equal(d.ar[0].n, 13);
+    assert_float_equal(d.ar[0].row[0].bytes, 8, 0);
+    assert_float_equal(d.ar[0].row[12].us, 10 + 32768 / 50e3, 1e-9);
+    /* busbw = algbw * 2 (n - 1) / n, recomputed from the median on load */
+    const lpo_ceil_ar_row *r = &d.ar[0].row[12];
+    assert_float_equal(r->algbw, r->bytes / (r->us * 1e-6) * 1e-9, 1e-9);
+    assert_float_equal(r->busbw, r->algbw * 2.0 * (2 - 1) / 2, 1e-9);
+    assert_int_equal(d.ar[0].row[3].samples, 12);
+
+    /* the time of a message: below the smallest, between two sizes (linear), above the largest */
+    assert_float_equal(lpo_ceilings_allreduce_s(&d, 2, LPO_DT_BF16, 1), (10 + 8 / 50e3) * 1e-6, 1e-15);
+    const double t1k = 10 + 1024 / 50e3, t2k = 10 + 2048 / 50e3;
+    assert_float_equal(lpo_ceilings_allreduce_s(&d, 2, LPO_DT_BF16, 1536), (t1k + t2k) / 2 * 1e-6, 1e-15);
+    assert_float_equal(lpo_ceilings_allreduce_s(&d, 2, LPO_DT_F16, 1024), t1k * 1e-6, 1e-15);
+    assert_float_equal(lpo_ceilings_allreduce_s(&d, 2, LPO_DT_F32, 1024), t1k * 1e-6, 1e-15); /* bf16's */
+    const double t32k = 10 + 32768 / 50e3;
+    assert_float_equal(lpo_ceilings_allreduce_s(&d, 2, LPO_DT_BF16, 65536), 2 * t32k * 1e-6, 1e-15);
+    assert_true(lpo_ceilings_allreduce_s(&d, 4, LPO_DT_BF16, 1024) == 0); /* no sweep over 4 GPUs */
+    assert_true(lpo_ceilings_allreduce_s(NULL, 2, LPO_DT_BF16, 1024) == 0);
+
+    /* the peaks carry the sweeps */
+    lpo_peaks p;
+    assert_int_equal(lpo_peaks_lookup(c.name, c.uuid, &p), LPO_OK);
+    assert_int_equal(p.comm_sweeps, 1);
+    /* the table: one row per size, bf16 columns */
+    lpo_table *t = lpo_ceilings_allreduce_table(&d, 2);
+    assert_non_null(t);
+    assert_int_equal(lpo_table_rows(t), 13);
+    lpo_table_free(t);
+    assert_null(lpo_ceilings_allreduce_table(&d, 8));
+
+    /* malformed sweeps are refused by name */
+    static const char *bad[] = {
+        "{\"version\":1,\"allreduce\":[{\"gpus\":1,\"dtype\":\"bf16\",\"rows\":[{\"bytes\":8,\"us\":5}]}]}",
+        "{\"version\":1,\"allreduce\":[{\"gpus\":2,\"dtype\":\"int8\",\"rows\":[{\"bytes\":8,\"us\":5}]}]}",
+        "{\"version\":1,\"allreduce\":[{\"gpus\":2,\"dtype\":\"bf16\",\"rows\":[{\"bytes\":8,\"us\":-5}]}]}",
+        "{\"version\":1,\"allreduce\":[{\"gpus\":2,\"dtype\":\"bf16\",\"rows\":[{\"bytes\":16,\"us\":5},"
+        "{\"bytes\":8,\"us\":5}]}]}",
+        "{\"version\":1,\"allreduce\":[{\"gpus\":2,\"dtype\":\"bf16\",\"rows\":[]}]}",
+        "{\"version\":1,\"allreduce\":{\"gpus\":2}}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(lpo_write_file(path, bad[i], strlen(bad[i])), LPO_OK);
+        assert_int_equal(lpo_ceilings_load(path, &d), LPO_E_FORMAT);
+        assert_true(strstr(lpo_last_error(), "allreduce") || strstr(lpo_last_error(), "all-reduce"));
+        assert_int_equal(d.n_ar, 0);
+    }
+
+    /* no GPU here: the sweep measures nothing and says so, LPO_OK */
+    lpo_ceilings_opts o = {.device = 0, .quiet = 1, .quick = 1};
+    fill(&c);
+    assert_int_equal(lpo_ceilings_measure_allreduce(&o, &c), LPO_OK);
+    assert_int_equal(c.n_ar, 0);
+    /* `--allreduce` on the CPU's record is refused */
+    lpo_ceilings_cpu_key(c.uuid, sizeof c.uuid);
+    snprintf(c.device_kind, sizeof c.device_kind, "cpu");
+    fill_sweep(&c);
+    assert_int_equal(lpo_ceilings_save(&c, lpo_ceilings_cache_path(c.uuid, path, sizeof path)), LPO_OK);
+    char *out = NULL;
+    assert_int_equal(lpo_test_run_lpo("ceilings --cpu", &out, NULL), 0);
+    assert_non_null(strstr(out, "NCCL all-reduce, sum in place, GPUs 0..1"));
+    assert_non_null(strstr(out, "| 32 KiB"));
+    free(out);
+    assert_int_not_equal(lpo_test_run_lpo("ceilings --cpu --allreduce", NULL, NULL), 0);
+    unsetenv("XDG_CACHE_HOME");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spec_match),    cmocka_unit_test(test_names),
         cmocka_unit_test(test_mbu),           cmocka_unit_test(test_cache_roundtrip),
         cmocka_unit_test(test_pick_rounds),   cmocka_unit_test(test_entry_from_stats),
         cmocka_unit_test(test_measure_cpu),   cmocka_unit_test(test_cli_cached),
-        cmocka_unit_test(test_not_converged),
+        cmocka_unit_test(test_not_converged), cmocka_unit_test(test_allreduce_sweep),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -199,6 +199,30 @@ static void test_spec_checks(void **state) {
     const double bus = lpo_op_comm_bus_bytes(ar);
     assert_true(bus == 4096.0 * 4); /* f32: 16 KB message, 2 (p-1)/p = 1 of it */
     assert_true(fabs(lpo_op_comm_time_s(ar, 8, 200) - (8e-6 + bus / 200e9)) < 1e-15);
+    /* measured peaks with an all-reduce sweep over 2 GPUs: the all-reduce is priced from it, interpolated
+     * by its size (16 KB between 8 KB at 12 us and 32 KB at 16 us), the all-gather by the model */
+    lpo_peaks *pk = calloc(1, sizeof *pk);
+    assert_non_null(pk);
+    lpo_ceilings_init(&pk->measured);
+    pk->source = LPO_PEAKS_MEASURED;
+    pk->comm_alpha_us = 8, pk->comm_busbw_gbs = 200;
+    lpo_ceil_ar_sweep *sw = &pk->measured.ar[0];
+    sw->gpus = 2, sw->dtype = LPO_DT_F32, sw->n = 2;
+    sw->row[0].bytes = 8192, sw->row[0].us = 12;
+    sw->row[1].bytes = 32768, sw->row[1].us = 16;
+    pk->measured.n_ar = pk->comm_sweeps = 1;
+    lpo_an_opts ao = {NULL, NULL, NULL, 1, 4, 2, 0, 128, 1, 0, 0};
+    lpo_an_dtypes dts;
+    assert_int_equal(lpo_an_dtypes_resolve(&s, &ao, &dts), LPO_OK);
+    lpo_an_cost cost;
+    lpo_an_op_cost(&s, ar, 1, &dts, pk, &cost);
+    assert_true(fabs(cost.t_comm_s - (12 + (16384.0 - 8192) / (32768 - 8192) * 4) * 1e-6) < 1e-12);
+    lpo_an_op_cost(&s, &g, 1, &dts, pk, &cost); /* one participant: no time */
+    assert_true(cost.t_comm_s == 0);
+    pk->comm_sweeps = 0; /* a what-if: the model */
+    lpo_an_op_cost(&s, ar, 1, &dts, pk, &cost);
+    assert_true(fabs(cost.t_comm_s - (8e-6 + bus / 200e9)) < 1e-15);
+    free(pk);
     lpo_oplist_free(&l);
 }
 

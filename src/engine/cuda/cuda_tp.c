@@ -3,9 +3,10 @@
  * stream (ALL_REDUCE: ncclAllReduce, sum, in place; ALL_GATHER: ncclAllGather of the f32 vocabulary parts,
  * rearranged into [rows, vocab] by 2-D copies when a step has several logit rows), all capturable into the
  * rank's decode graph, and the abort that makes ranks stuck in a collective return (the engine's timeout).
- * NVLink SHARP (multicast) stays off: NCCL_NVLS_ENABLE=0 unless the environment sets it, and lpo creates no
- * multicast object (on shared machines multicast can take the host's GPUs out of service). */
+ * NVLink SHARP (multicast) stays off: NCCL_NVLS_ENABLE=0 whatever the environment says (lpo_nccl_env), and
+ * lpo creates no multicast object (on shared machines multicast can take the host's GPUs out of service). */
 #include "engine/cuda/cuda_backend.h"
+#include "lpo/ceilings.h" /* lpo_nccl_env */
 
 #ifdef LPO_HAVE_CUDA
 #include <stdio.h>
@@ -46,9 +47,9 @@ lpo_status lpo__cuda_tp_open(int tp, int first, void **shared) {
     lpo_status st = lpo_tp_check_devices(tp, first, n, devs);
     free(devs);
     if (st != LPO_OK) return st;
-    setenv("NCCL_NVLS_ENABLE", "0", 0); /* no NVLink multicast unless the user asks for it */
-    /* every connection made now, not at a collective's first use, which may be inside a graph capture */
-    setenv("NCCL_RUNTIME_CONNECT", "0", 0);
+    /* NCCL_NVLS_ENABLE=0 always (no multicast object); every connection made now, not at a collective's
+     * first use, which may be inside a graph capture */
+    lpo_nccl_env();
     cuda_tp *t = calloc(1, sizeof *t);
     if (!t) return lpo_errorf(LPO_E_NOMEM, "cuda backend: out of memory");
     t->tp = tp;
