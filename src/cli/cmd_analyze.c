@@ -99,6 +99,13 @@ static void print_table(const lpo_model *m, const lpo_param_summary *p, const kv
     printf("; max positions %lld; qkv bias %s; qk norm %s; tied embeddings %s", (long long)s->max_positions,
            s->qkv_bias ? "yes" : "no", s->qk_norm ? "yes" : "no", s->tied_embeddings ? "yes" : "no");
     if (s->sliding_window) printf("; sliding window %lld", (long long)s->sliding_window);
+    if (lpo_spec_is_mla(s)) /* head_dim above is the rope part (HF's convention for these models) */
+        printf("\n              multi-head latent attention: q_lora %lld, kv_lora %lld, per head nope %lld + "
+               "rope "
+               "%lld, v %lld",
+               (long long)s->mla.q_lora_rank, (long long)s->mla.kv_lora_rank,
+               (long long)s->mla.qk_nope_head_dim, (long long)s->mla.qk_rope_head_dim,
+               (long long)s->mla.v_head_dim);
     printf("\n\n%-14s %18s %10s %8s\n", "component", "parameters", "", "share");
     for (int i = 0; i < LPO_PART_COUNT; i++) {
         if (i == LPO_PART_OTHER && p->params[i] == 0) continue;
@@ -124,9 +131,14 @@ static void print_table(const lpo_model *m, const lpo_param_summary *p, const kv
     commas(a, sizeof a, p->weight_bytes);
     short_bytes(b, sizeof b, (double)p->weight_bytes);
     printf("%-14s %18s %10s\n\n", "total", a, b);
-    printf("kv cache (%s)  2 x %lld layers x %lld kv heads x %lld head_dim x %d B\n",
-           lpo_dtype_name(kv->kv_dtype), (long long)s->n_layers, (long long)s->n_kv_heads,
-           (long long)s->head_dim, lpo_dtype_block_bytes(kv->kv_dtype));
+    if (lpo_spec_is_mla(s)) /* multi-head latent attention: one latent + rope key row per position */
+        printf("kv cache (%s)  %lld layers x (%lld latent + %lld rope key) x %d B\n",
+               lpo_dtype_name(kv->kv_dtype), (long long)s->n_layers, (long long)s->mla.kv_lora_rank,
+               (long long)s->mla.qk_rope_head_dim, lpo_dtype_block_bytes(kv->kv_dtype));
+    else
+        printf("kv cache (%s)  2 x %lld layers x %lld kv heads x %lld head_dim x %d B\n",
+               lpo_dtype_name(kv->kv_dtype), (long long)s->n_layers, (long long)s->n_kv_heads,
+               (long long)s->head_dim, lpo_dtype_block_bytes(kv->kv_dtype));
     commas(a, sizeof a, kv->kv_token);
     short_bytes(b, sizeof b, (double)kv->kv_token);
     printf("%-14s %18s %10s\n", "per token", a, b);

@@ -15,8 +15,10 @@
 #include "model/model_internal.h"
 
 /* ---- arch names ---- */
-static const char *const arch_names[LPO_ARCH_COUNT] = {
-    "llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "deepseek_ocr2_text"};
+static const char *const arch_names[] = {
+    "llama",       "mistral",    "qwen2", "qwen3", "mixtral", "qwen3_moe", "deepseek_ocr2_text",
+    "deepseek_v2", "deepseek_v3"};
+_Static_assert(sizeof arch_names / sizeof arch_names[0] == LPO_ARCH_COUNT, "every architecture has a name");
 
 static const struct {
     const char *name;

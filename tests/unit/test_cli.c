@@ -171,6 +171,22 @@ static void test_binary_config_show(void **state) {
     free(err);
 }
 
+/* analyze on a multi-head latent attention preset: its architecture named, its KV cache the latent + rope
+ * key rows (tiny-deepseek: 3 layers x (24 + 8) x 4 B = 384 B per token) */
+static void test_binary_analyze_mla(void **state) {
+    (void)state;
+    char *out, *err;
+    int rc = run("analyze --config-dir " LPO_SOURCE_DIR "/conf model=tiny-deepseek --no-save", &out, &err);
+    if (rc) fail_msg("rc %d: %s", rc, err);
+    assert_non_null(strstr(out, "architecture  deepseek_v3: 3 layers"));
+    assert_non_null(strstr(out, "kv cache (f32)  3 layers x (24 latent + 8 rope key) x 4 B"));
+    assert_non_null(
+        strstr(out, "multi-head latent attention: q_lora 32, kv_lora 24, per head nope 8 + rope 8, v 12"));
+    assert_null(strstr(out, "(null)"));
+    free(out);
+    free(err);
+}
+
 static void test_binary_errors(void **state) {
     (void)state;
     char *out, *err;
@@ -291,7 +307,7 @@ int main(void) {
         cmocka_unit_test(test_parse_ok),      cmocka_unit_test(test_parse_errors),
         cmocka_unit_test(test_cli_compose),   cmocka_unit_test(test_binary_config_show),
         cmocka_unit_test(test_binary_errors), cmocka_unit_test(test_binary_groups_env_version),
-        cmocka_unit_test(test_no_gpu_reason),
+        cmocka_unit_test(test_no_gpu_reason), cmocka_unit_test(test_binary_analyze_mla),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,16 +17,33 @@
 
 static void test_arch_names(void **state) {
     (void)state;
-    const char *ok[][2] = {{"LlamaForCausalLM", "llama"},        {"llama", "llama"},
-                           {"MistralForCausalLM", "mistral"},    {"mistral", "mistral"},
-                           {"Qwen2ForCausalLM", "qwen2"},        {"qwen2", "qwen2"},
-                           {"Qwen3ForCausalLM", "qwen3"},        {"qwen3", "qwen3"},
-                           {"MixtralForCausalLM", "mixtral"},    {"mixtral", "mixtral"},
-                           {"Qwen3MoeForCausalLM", "qwen3_moe"}, {"qwen3_moe", "qwen3_moe"}};
+    const char *ok[][2] = {{"LlamaForCausalLM", "llama"},
+                           {"llama", "llama"},
+                           {"MistralForCausalLM", "mistral"},
+                           {"mistral", "mistral"},
+                           {"Qwen2ForCausalLM", "qwen2"},
+                           {"qwen2", "qwen2"},
+                           {"Qwen3ForCausalLM", "qwen3"},
+                           {"qwen3", "qwen3"},
+                           {"MixtralForCausalLM", "mixtral"},
+                           {"mixtral", "mixtral"},
+                           {"Qwen3MoeForCausalLM", "qwen3_moe"},
+                           {"qwen3_moe", "qwen3_moe"},
+                           {"deepseek_ocr2_text", "deepseek_ocr2_text"},
+                           {"DeepseekV2ForCausalLM", "deepseek_v2"},
+                           {"deepseek_v2", "deepseek_v2"},
+                           {"DeepseekV3ForCausalLM", "deepseek_v3"},
+                           {"deepseek_v3", "deepseek_v3"}};
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
         lpo_arch a;
         assert_int_equal(lpo_arch_from_name(ok[i][0], &a), LPO_OK);
         assert_string_equal(lpo_arch_name(a), ok[i][1]);
+    }
+    for (int k = 0; k < LPO_ARCH_COUNT; k++) { /* every architecture has a name that maps back to it */
+        lpo_arch b;
+        assert_non_null(lpo_arch_name((lpo_arch)k));
+        assert_int_equal(lpo_arch_from_name(lpo_arch_name((lpo_arch)k), &b), LPO_OK);
+        assert_int_equal((int)b, k);
     }
     lpo_arch a;
     assert_int_equal(lpo_arch_from_name("GPT2LMHeadModel", &a), LPO_E_UNSUPPORTED);
