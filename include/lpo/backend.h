@@ -170,6 +170,17 @@ typedef struct {
     uint64_t *distinct; /* [2][n_layers] distinct experts chosen in a step, summed over those steps */
     uint64_t *pairs;    /* [2][n_layers][n_experts] (token, expert) pairs routed to each expert */
 } lpo_moe_stats;
+/* ---- communication timing (tensor parallel) ---------------------------------------------------------------
+ * A rank whose collective timing is on records, in every later step, when the step's work starts and ends
+ * on its stream and when each collective starts and ends (CUDA events, also inside replayed graphs; the
+ * monotonic clock on a synchronous backend). A collective's time on a rank includes waiting for the ranks
+ * that reach it later. */
+#define LPO_COMM_MAX 1024
+typedef struct {
+    int n;                        /* collectives of the last timed step, in list order */
+    double step_ms;               /* that step on this rank: from its first work to its last */
+    double coll_ms[LPO_COMM_MAX]; /* each collective on this rank: from its start to its end */
+} lpo_comm_times;
 
 /* ---- the interface ---------------------------------------------------------------------------------------
  * Members marked optional may be NULL. Features are queried, not assumed. */
@@ -226,6 +237,11 @@ typedef struct lpo_backend_iface {
     /* optional: the MoE routing statistics (waits for the queued work), then zeroes them when reset; out
      * NULL: only the reset */
     lpo_status (*moe_stats)(void *ctx, lpo_moe_stats *out, int reset);
+    /* optional (tensor parallel, called on the rank's thread): comm_timing turns collective timing on or off
+     * for later steps (lpo_comm_times); comm_read gives the last timed step's times, waiting for it
+     * (LPO_E_INVALID when no step was timed). */
+    lpo_status (*comm_timing)(void *ctx, int on);
+    lpo_status (*comm_read)(void *ctx, lpo_comm_times *out);
 } lpo_backend_iface;
 
 #define LPO_BACKEND_MARKS 16

@@ -8,7 +8,8 @@
  * prefill tok/s = B P / TTFT; decode tok/s = B (G - 1) / decode time; e2e = TTFT + decode time;
  * MFU = FLOPs of the step (op list) / time / dense peak; MBU = bytes a decode step must move (op list:
  * weights as held, KV read at the step's context, activations; a MoE layer's experts as the timed steps'
- * routing read them) / TPOT / DRAM bandwidth. */
+ * routing read them) / TPOT / DRAM bandwidth. With engine.tp > 1 the costs are one GPU's and a pass of timed
+ * collectives gives each GPU's communication share and wait. */
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -38,6 +39,10 @@ typedef struct {
      * E)^B), and the load imbalance of the decode steps (pairs of the busiest expert over the mean, worst
      * layer; 1 = even) */
     double moe_experts_per_layer, moe_experts_uniform, moe_imbalance;
+    /* tensor parallel (engine.tp > 1, gen > 1): communication per GPU over min(gen - 1, 16) chained decode
+     * steps after the timed repeats (lpo_engine_comm_measure); comm.tp 0 when not measured (comm_note why) */
+    lpo_tp_comm comm;
+    char comm_note[200];
 } lpo_bench_result;
 
 /* Progress of a point (repeat = samples so far) for a progress line; may be NULL. */

@@ -132,6 +132,26 @@ lpo_status lpo_engine_elapsed_ms(lpo_engine *e, int a, int b, double *ms);
  * backend is synchronous and the marks read the host clock. */
 int lpo_engine_marks_on_device(const lpo_engine *e);
 
+/* ---- tensor parallel: where a step's time goes, per GPU ----
+ * lpo_engine_comm_measure resets slots 0..batch-1, prefills each with `prompt` tokens (ids 1, 2, ..., greedy)
+ * and runs `steps` chained decode steps with every rank timing its collectives (lpo_comm_times), reading
+ * each step's times back before the next (so the host does not run ahead: the times are the device's, the
+ * steps' host gaps are not in them). Per rank r and step: t_kr = collective k's time on rank r; comm =
+ * sum_k t_kr; wait = sum_k (t_kr - min_q t_kq) (the rank that reaches a collective last waits least: the
+ * others' excess over it is their wait); the figures are medians over the steps. docs/bench.md
+ * "Communication per GPU". LPO_E_INVALID on an engine of one rank or a backend that cannot time them. */
+typedef struct {
+    int tp, steps, collectives;    /* ranks; steps timed; collectives per step */
+    double step_ms[LPO_TP_MAX];    /* rank r's step (its first work to its last, device time) */
+    double comm_ms[LPO_TP_MAX];    /* of which inside collectives (waits included) */
+    double wait_ms[LPO_TP_MAX];    /* of that, waiting for the other ranks */
+    double comm_share[LPO_TP_MAX]; /* median over steps of comm / step */
+    double wait_share[LPO_TP_MAX]; /* median over steps of wait / step */
+    double xfer_ms;                /* sum_k min_q t_kq: the collectives without waiting */
+    double skew_ms;                /* max_r - min_r of the ranks' step times */
+} lpo_tp_comm;
+lpo_status lpo_engine_comm_measure(lpo_engine *e, int batch, int64_t prompt, int steps, lpo_tp_comm *out);
+
 /* Test hook of tensor parallelism: rank `rank` returns from every later step without running it, as a rank
  * that stopped would (the others wait in their collectives until the timeout). LPO_E_INVALID without tp. */
 lpo_status lpo_engine_tp_fault(lpo_engine *e, int rank);

@@ -120,6 +120,12 @@ typedef struct {
     int moe_n_layers;
     int64_t moe_experts, moe_top_k;
     uint64_t *moe_steps, *moe_distinct, *moe_pairs;
+    /* tensor parallel (engine.tp > 1): communication per GPU over a pass of chained decode steps after the
+     * timing pass (lpo_engine_comm_measure; batch = the profile's, prompt 32 tokens, 16 steps) */
+    int have_comm;
+    lpo_tp_comm comm;
+    int64_t comm_prompt;
+    char comm_note[200]; /* why there is none, when tp > 1 */
 } lpo_pf_result;
 
 /* A phase's routing (r->moe_n_layers > 0): distinct experts a step read per sparse layer (mean over the

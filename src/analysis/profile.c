@@ -444,6 +444,18 @@ lpo_status lpo_pf_run(const lpo_pf_request *rq, lpo_pf_result *r) {
         compute_stats(r);
         if (r->have_nvml && r->gen_tokens > 0) r->joules_per_token = r->nvml.energy_j / (double)r->gen_tokens;
     }
+    if (st == LPO_OK && lpo_engine_tp(e) > 1) { /* where a decode step's time goes between the GPUs */
+        const int64_t ctx = lpo_engine_max_context(e), prompt = ctx > 64 ? 32 : ctx / 2;
+        const int steps = ctx - prompt >= 16 ? 16 : (int)(ctx - prompt);
+        r->comm_prompt = prompt;
+        if (prompt >= 1 && steps >= 1 &&
+            lpo_engine_comm_measure(e, r->batch, prompt, steps, &r->comm) == LPO_OK)
+            r->have_comm = 1;
+        else
+            snprintf(r->comm_note, sizeof r->comm_note, "not measured: %s",
+                     prompt >= 1 && steps >= 1 ? lpo_last_error() : "the context is too short");
+        lpo_error_clear();
+    }
     if (st == LPO_OK && rq->opts->op_breakdown) st = lpo_pf__breakdown(&e, rq, r, t_start);
     lpo_engine_close(e);
     r->total_s = (double)(lpo_now_ns() - t_start) / 1e9;

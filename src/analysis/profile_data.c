@@ -77,6 +77,27 @@ lpo_status lpo_pf_data_write(const lpo_pf_result *r, double mean_prompt, lpo_jso
     lpo_json_kv_double(j, "joules_per_token", r->joules_per_token);
     lpo_json_kv_double(j, "mean_prompt", mean_prompt);
     lpo_json_kv_str(j, "nvml_note", r->nvml_note);
+    lpo_json_kv_str(j, "comm_note", r->comm_note);
+    if (r->have_comm) { /* tensor parallel: communication per GPU */
+        const lpo_tp_comm *tc = &r->comm;
+        lpo_json_key(j, "comm");
+        lpo_json_object_begin(j);
+        lpo_json_kv_int(j, "tp", tc->tp);
+        lpo_json_kv_int(j, "steps", tc->steps);
+        lpo_json_kv_int(j, "collectives", tc->collectives);
+        lpo_json_kv_int(j, "prompt", r->comm_prompt);
+        lpo_json_kv_double(j, "xfer_ms", tc->xfer_ms);
+        lpo_json_kv_double(j, "skew_ms", tc->skew_ms);
+        const double *per[] = {tc->step_ms, tc->comm_ms, tc->wait_ms, tc->comm_share, tc->wait_share};
+        static const char *const pk[] = {"step_ms", "comm_ms", "wait_ms", "comm_share", "wait_share"};
+        for (size_t k = 0; k < sizeof per / sizeof per[0]; k++) {
+            lpo_json_key(j, pk[k]);
+            lpo_json_array_begin(j);
+            for (int g = 0; g < tc->tp; g++) lpo_json_double(j, per[k][g]);
+            lpo_json_array_end(j);
+        }
+        lpo_json_object_end(j);
+    }
     lpo_json_key(j, "opts");
     lpo_json_object_begin(j);
     lpo_json_kv_int(j, "warmup_runs", r->opts.warmup_runs);
@@ -320,6 +341,36 @@ lpo_status lpo_pf_data_load(const char *path, lpo_pf_result *r, double *mean_pro
     copy_str(r->exec, sizeof r->exec, str(root, "exec"));
     copy_str(r->dtype, sizeof r->dtype, str(root, "dtype"));
     copy_str(r->nvml_note, sizeof r->nvml_note, str(root, "nvml_note"));
+    copy_str(r->comm_note, sizeof r->comm_note, str(root, "comm_note"));
+    const cJSON *cm = cJSON_GetObjectItemCaseSensitive(root, "comm");
+    if (cJSON_IsObject(cm)) { /* tensor parallel: communication per GPU */
+        lpo_tp_comm *tc = &r->comm;
+        tc->tp = (int)inum(&c, cm, "tp"), tc->steps = (int)inum(&c, cm, "steps");
+        tc->collectives = (int)inum(&c, cm, "collectives");
+        r->comm_prompt = inum(&c, cm, "prompt");
+        tc->xfer_ms = num(&c, cm, "xfer_ms"), tc->skew_ms = num(&c, cm, "skew_ms");
+        double *per[] = {tc->step_ms, tc->comm_ms, tc->wait_ms, tc->comm_share, tc->wait_share};
+        static const char *const pk[] = {"step_ms", "comm_ms", "wait_ms", "comm_share", "wait_share"};
+        if (tc->tp < 2 || tc->tp > LPO_TP_MAX) {
+            if (!c.st)
+                c.st = lpo_errorf(LPO_E_FORMAT, "%s: comm.tp = %d is not 2..%d", path, tc->tp, LPO_TP_MAX);
+        } else {
+            for (size_t k = 0; k < sizeof per / sizeof per[0]; k++) {
+                const cJSON *arr = cJSON_GetObjectItemCaseSensitive(cm, pk[k]);
+                if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) != tc->tp) {
+                    if (!c.st)
+                        c.st =
+                            lpo_errorf(LPO_E_FORMAT, "%s: comm.%s must list %d numbers", path, pk[k], tc->tp);
+                    break;
+                }
+                for (int g = 0; g < tc->tp; g++) {
+                    const cJSON *v = cJSON_GetArrayItem(arr, g);
+                    per[k][g] = cJSON_IsNumber(v) ? v->valuedouble : 0;
+                }
+            }
+            r->have_comm = 1;
+        }
+    }
     r->fusion = (int)inum(&c, root, "fusion"), r->batch = (int)inum(&c, root, "batch");
     r->threads = (int)inum(&c, root, "threads"), r->threads_lo = (int)inum(&c, root, "threads_lo");
     r->threads_hi = (int)inum(&c, root, "threads_hi");

@@ -191,6 +191,35 @@ lpo_status lpo_pf_write_metrics(const lpo_pf_result *r, const lpo_an_static *st,
         lpo_json_object_end(j);
     }
     lpo_json_kv_str(j, "nvml_note", r->nvml_note);
+    lpo_json_key(j, "tensor_parallel_comm"); /* per GPU: docs/profile.md "Communication per GPU" */
+    if (!r->have_comm) {
+        lpo_json_null(j);
+    } else {
+        const lpo_tp_comm *c = &r->comm;
+        lpo_json_object_begin(j);
+        lpo_json_kv_int(j, "tp", c->tp);
+        lpo_json_kv_int(j, "steps", c->steps);
+        lpo_json_kv_int(j, "batch", r->batch);
+        lpo_json_kv_int(j, "prompt", r->comm_prompt);
+        lpo_json_kv_int(j, "collectives_per_step", c->collectives);
+        lpo_json_kv_double(j, "xfer_ms", c->xfer_ms);
+        lpo_json_kv_double(j, "skew_ms", c->skew_ms);
+        lpo_json_key(j, "gpus");
+        lpo_json_array_begin(j);
+        for (int g = 0; g < c->tp; g++) {
+            lpo_json_object_begin(j);
+            lpo_json_kv_int(j, "rank", g);
+            lpo_json_kv_double(j, "step_ms", c->step_ms[g]);
+            lpo_json_kv_double(j, "comm_ms", c->comm_ms[g]);
+            lpo_json_kv_double(j, "comm_share", c->comm_share[g]);
+            lpo_json_kv_double(j, "wait_ms", c->wait_ms[g]);
+            lpo_json_kv_double(j, "wait_share", c->wait_share[g]);
+            lpo_json_object_end(j);
+        }
+        lpo_json_array_end(j);
+        lpo_json_object_end(j);
+    }
+    if (r->comm_note[0]) lpo_json_kv_str(j, "tensor_parallel_comm_note", r->comm_note);
     lpo_json_key(j, "static");
     lpo_json_object_begin(j);
     const int sk = st->decode.total.bound != LPO_AN_BOUND_UNKNOWN;
@@ -524,6 +553,29 @@ void lpo_pf_write_report(const lpo_pf_result *r, const lpo_an_static *st, const 
     else
         lpo_sb_printf(o, "## GPU power and clocks (NVML)\n\n%s.\n\n",
                       r->nvml_note[0] ? r->nvml_note : "not sampled");
+    if (r->have_comm) {
+        const lpo_tp_comm *tc = &r->comm;
+        lpo_sb_printf(
+            o,
+            "## Communication per GPU (tensor parallel, %d GPUs)\n\n%d chained decode steps of batch "
+            "%d after a %lld-token prompt, each GPU timing its %d collectives (CUDA events; the host clock "
+            "on the CPU; medians "
+            "over the steps; the step is the GPU's time from its first work to its last). comm = time "
+            "inside collectives, waits included; wait = the part spent waiting for GPUs that reached "
+            "a collective later (a collective's time on a GPU minus the fastest GPU's). The "
+            "collectives alone (fastest GPU each) take %.3f ms per step; the GPUs' step times differ "
+            "by %.3f ms.\n\n| GPU | step ms | comm ms | comm %% | wait ms | wait %% |\n"
+            "|---:|---:|---:|---:|---:|---:|\n",
+            tc->tp, tc->steps, r->batch, (long long)r->comm_prompt, tc->collectives, tc->xfer_ms,
+            tc->skew_ms);
+        for (int gi = 0; gi < tc->tp; gi++)
+            lpo_sb_printf(o, "| %d | %.3f | %.3f | %.1f | %.3f | %.1f |\n", gi, tc->step_ms[gi],
+                          tc->comm_ms[gi], 100 * tc->comm_share[gi], tc->wait_ms[gi],
+                          100 * tc->wait_share[gi]);
+        lpo_sb_puts(o, "\n");
+    } else if (r->comm_note[0]) {
+        lpo_sb_printf(o, "## Communication per GPU (tensor parallel)\n\n%s.\n\n", r->comm_note);
+    }
     lpo_sb_puts(o, "## Static analysis of this workload\n\n");
     lpo_sb_printf(
         o,

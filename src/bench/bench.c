@@ -1,9 +1,10 @@
 /* lpo bench's measuring core (bench.h): one (batch, prompt, gen) point on an open engine, timed with the
  * engine's marks, repeated until TTFT and decode time are stable, with op-list FLOPs and bytes for
- * MFU / MBU. */
+ * MFU / MBU, and with engine.tp > 1 a pass of timed collectives (communication per GPU). */
 #include "lpo/bench.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -199,6 +200,16 @@ lpo_status lpo_bench_run(lpo_engine *e, const lpo_bench_point *pt, const lpo_mea
         const lpo_dtype dt = lpo_engine_dtype(e);
         out->kv_bytes = (double)lpo_spec_kv_bytes_per_token(s, dt) * (double)lpo_engine_max_seqs(e) *
                         (double)lpo_engine_max_context(e);
+    }
+    if (st == LPO_OK && lpo_engine_tp(e) > 1 && pt->gen > 1) { /* where a step's time goes between the GPUs */
+        const int steps = pt->gen - 1 < 16 ? (int)(pt->gen - 1) : 16;
+        if (lpo_engine_comm_measure(e, B, pt->prompt, steps, &out->comm) != LPO_OK) {
+            snprintf(out->comm_note, sizeof out->comm_note, "communication per GPU not measured: %s",
+                     lpo_last_error());
+            LPO_WARN("bench: %s", out->comm_note);
+            memset(&out->comm, 0, sizeof out->comm);
+        }
+        lpo_error_clear();
     }
     for (int i = 0; c.prompts && i < B; i++) free(c.prompts[i]);
     free(c.prompts);

@@ -100,6 +100,9 @@ static const lpo_field full_fields[] = {
     {"mfu_prefill_pct", LPO_FIELD_DOUBLE, "%.1f", 0},
     {"mfu_decode_pct", LPO_FIELD_DOUBLE, "%.2f", 1},
     {"mbu_decode_pct", LPO_FIELD_DOUBLE, "%.1f", 0},
+    {"gpus", LPO_FIELD_INT, NULL, 1},
+    {"comm_pct", LPO_FIELD_DOUBLE, "%.1f", 1},
+    {"rank_wait_ms", LPO_FIELD_DOUBLE, "%.4f", 1},
     {"prefill_gflop", LPO_FIELD_DOUBLE, "%.1f", 1},
     {"decode_gb_per_step", LPO_FIELD_DOUBLE, "%.3f", 1},
     {"experts_per_layer", LPO_FIELD_DOUBLE, "%.2f", 1},
@@ -127,6 +130,38 @@ static const lpo_field short_fields[] = {
     {"+/- %", LPO_FIELD_DOUBLE, "%.2f", 0}, {"ms", LPO_FIELD_DOUBLE, "%.3f", 0},
     {"MFU/MBU %", LPO_FIELD_STR, NULL, 0},  {"converged", LPO_FIELD_BOOL, NULL, 0},
 };
+
+/* tensor parallel: one row per point and GPU (lpo_tp_comm; docs/bench.md "Communication per GPU") */
+static const lpo_field tp_fields[] = {
+    {"model", LPO_FIELD_STR, NULL, 0},        {"batch", LPO_FIELD_INT, NULL, 0},
+    {"prompt", LPO_FIELD_INT, NULL, 0},       {"gen", LPO_FIELD_INT, NULL, 0},
+    {"gpu", LPO_FIELD_INT, NULL, 0},          {"step_ms", LPO_FIELD_DOUBLE, "%.4f", 0},
+    {"comm_ms", LPO_FIELD_DOUBLE, "%.4f", 0}, {"comm_pct", LPO_FIELD_DOUBLE, "%.1f", 0},
+    {"wait_ms", LPO_FIELD_DOUBLE, "%.4f", 0}, {"wait_pct", LPO_FIELD_DOUBLE, "%.1f", 0},
+    {"xfer_ms", LPO_FIELD_DOUBLE, "%.4f", 0}, {"skew_ms", LPO_FIELD_DOUBLE, "%.4f", 0},
+    {"collectives", LPO_FIELD_INT, NULL, 0},  {"steps", LPO_FIELD_INT, NULL, 0},
+};
+
+static void add_tp_rows(lpo_table *t, const char *model, const lpo_bench_result *r) {
+    const lpo_tp_comm *c = &r->comm;
+    for (int g = 0; g < c->tp; g++) {
+        lpo_table_add_row(t);
+        lpo_table_set_str(t, "model", model);
+        lpo_table_set_int(t, "batch", r->pt.batch);
+        lpo_table_set_int(t, "prompt", r->pt.prompt);
+        lpo_table_set_int(t, "gen", r->pt.gen);
+        lpo_table_set_int(t, "gpu", g);
+        lpo_table_set_double(t, "step_ms", c->step_ms[g]);
+        lpo_table_set_double(t, "comm_ms", c->comm_ms[g]);
+        lpo_table_set_double(t, "comm_pct", 100 * c->comm_share[g]);
+        lpo_table_set_double(t, "wait_ms", c->wait_ms[g]);
+        lpo_table_set_double(t, "wait_pct", 100 * c->wait_share[g]);
+        lpo_table_set_double(t, "xfer_ms", c->xfer_ms);
+        lpo_table_set_double(t, "skew_ms", c->skew_ms);
+        lpo_table_set_int(t, "collectives", c->collectives);
+        lpo_table_set_int(t, "steps", c->steps);
+    }
+}
 
 typedef struct {
     const char *model, *backend, *dtype, *exec, *device, *driver, *peaks;
@@ -170,6 +205,16 @@ static void add_full_row(lpo_table *t, const context_info *ci, const lpo_bench_r
     lpo_table_set_int(t, "samples", (int64_t)r->ttft_ms.n);
     lpo_table_set_bool(t, "converged", r->converged);
     if (ci->peak_tflops > 0) lpo_table_set_double(t, "mfu_prefill_pct", 100 * r->mfu_prefill);
+    if (r->comm.tp > 1) { /* the GPUs' largest share in collectives and largest wait */
+        double share = 0, wait = 0;
+        for (int g = 0; g < r->comm.tp; g++) {
+            share = r->comm.comm_share[g] > share ? r->comm.comm_share[g] : share;
+            wait = r->comm.wait_ms[g] > wait ? r->comm.wait_ms[g] : wait;
+        }
+        lpo_table_set_int(t, "gpus", r->comm.tp);
+        lpo_table_set_double(t, "comm_pct", 100 * share);
+        lpo_table_set_double(t, "rank_wait_ms", wait);
+    }
     lpo_table_set_double(t, "prefill_gflop", r->prefill_flops / 1e9);
     if (ci->peak_tflops > 0) lpo_table_set_double(t, "peak_tflops", ci->peak_tflops);
     if (ci->dram_gbs > 0) lpo_table_set_double(t, "dram_gbs", ci->dram_gbs);
@@ -240,14 +285,16 @@ lpo_status lpo_rerender_bench(const lpo_rerender *r) {
         const lpo_field *fields;
         size_t n;
     } tables[] = {{"bench", full_fields, sizeof full_fields / sizeof *full_fields},
-                  {"bench_summary", short_fields, sizeof short_fields / sizeof *short_fields}};
+                  {"bench_summary", short_fields, sizeof short_fields / sizeof *short_fields},
+                  {"bench_tp", tp_fields, sizeof tp_fields / sizeof *tp_fields}};
     lpo_status st = LPO_OK;
-    // each table: its .json (kept) into .md and .csv
+    // each table: its .json (kept) into .md and .csv (bench_tp only in tensor-parallel runs)
     for (size_t i = 0; i < sizeof tables / sizeof tables[0] && !st; i++) {
         char p[4200], name[64];
         char *text = NULL;
         size_t len = 0;
         snprintf(name, sizeof name, "%s.json", tables[i].base);
+        if (i == 2 && !lpo_path_exists(lpo_rundir_file(r->rd, name, p, sizeof p))) continue;
         lpo_table *t = lpo_table_new(tables[i].fields, tables[i].n);
         st = lpo_read_file(lpo_rundir_file(r->rd, name, p, sizeof p), &text, &len);
         if (!st) st = lpo_table_read_json(t, text, len, p);
@@ -269,10 +316,11 @@ int lpo_cmd_bench(int argc, char **argv) {
     lpo_session *s = NULL;
     lpo_table *full = lpo_table_new(full_fields, sizeof full_fields / sizeof *full_fields);
     lpo_table *brief = lpo_table_new(short_fields, sizeof short_fields / sizeof *short_fields);
+    lpo_table *tpt = lpo_table_new(tp_fields, sizeof tp_fields / sizeof *tp_fields);
     lpo_measure_opts mo;
     sweep w = {0};
     int64_t seed = 0;
-    lpo_status st = full && brief ? LPO_OK : lpo_errorf(LPO_E_NOMEM, "bench: out of memory");
+    lpo_status st = full && brief && tpt ? LPO_OK : lpo_errorf(LPO_E_NOMEM, "bench: out of memory");
     if (!st) st = lpo_cli_compose(&args, "bench", &cfg);
     if (!st) st = lpo_measure_opts_from_config(cfg, &mo);
     if (!st) st = int_list(cfg, "batch", 1, LPO_ENGINE_MAX_SEQS, w.batches, &w.nb);
@@ -352,6 +400,7 @@ int lpo_cmd_bench(int argc, char **argv) {
         for (int r = 0; r < ps.index && r < ps.total && !st; r++) {
             add_full_row(full, &ci, &res[r]);
             add_short_rows(brief, &ci, &res[r]);
+            add_tp_rows(tpt, ci.model, &res[r]);
         }
         free(res);
         if (st) goto done;
@@ -359,12 +408,21 @@ int lpo_cmd_bench(int argc, char **argv) {
         lpo_table_write_md(brief, &sb);
         if (sb.buf) fputs(sb.buf, stdout);
         lpo_sb_free(&sb);
+        if (lpo_table_rows(tpt) > 0) {
+            printf("\ncommunication per GPU (tensor parallel; medians over timed decode steps; comm = in "
+                   "collectives, wait = of it waiting for later GPUs; docs/bench.md):\n");
+            lpo_strbuf tb = {0};
+            lpo_table_write_md(tpt, &tb);
+            if (tb.buf) fputs(tb.buf, stdout);
+            lpo_sb_free(&tb);
+        }
         printf("\npeaks: %s\n", peaks.label);
         if (!lpo_cli_flag_value(&args, "no-save")) {
             lpo_rundir *rd = NULL;
             if ((st = lpo_session_rundir(s, &rd))) goto done;
             if ((st = lpo_rundir_write_table(rd, "bench", full))) goto done;
             if ((st = lpo_rundir_write_table(rd, "bench_summary", brief))) goto done;
+            if (lpo_table_rows(tpt) > 0 && (st = lpo_rundir_write_table(rd, "bench_tp", tpt))) goto done;
             if (s->nvml) {
                 char path[4096];
                 lpo_nvml_sampler_write_csv(s->nvml, lpo_rundir_file(rd, "nvml.csv", path, sizeof path));
@@ -378,6 +436,7 @@ done:
     lpo_node_free(cfg);
     lpo_table_free(full);
     lpo_table_free(brief);
+    lpo_table_free(tpt);
     lpo_cli_args_free(&args);
     return rc;
 }

@@ -692,3 +692,126 @@ lpo_status lpo_engine_extend(lpo_engine *e, int n_seqs, const int *slots, const 
     const lpo_engine_batch b = {n_seqs, slots, tokens, n_tokens, all_logits, logits, 0, NULL};
     return lpo_engine_run(e, &b);
 }
+
+/* ---- tensor parallel: communication per GPU ---- */
+typedef struct {
+    const lpo_backend_iface *be;
+    int on;
+    lpo_comm_times *t; /* [tp] */
+} comm_job;
+
+static lpo_status comm_timing_job(void *ctx, int rank, void *ud) {
+    (void)rank;
+    const comm_job *j = ud;
+    return j->be->comm_timing(ctx, j->on);
+}
+static lpo_status comm_read_job(void *ctx, int rank, void *ud) {
+    const comm_job *j = ud;
+    return j->be->comm_read(ctx, &j->t[rank]);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+static double median_of(double *x, int n) {
+    if (n <= 0) return 0;
+    qsort(x, (size_t)n, sizeof *x, cmp_double);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+#define COMM_MAX_STEPS 64
+
+lpo_status lpo_engine_comm_measure(lpo_engine *e, int batch, int64_t prompt, int steps, lpo_tp_comm *out) {
+    memset(out, 0, sizeof *out);
+    if (!e->tpg || !e->be->comm_timing || !e->be->comm_read)
+        return lpo_errorf(LPO_E_INVALID,
+                          "engine: communication per GPU needs engine.tp > 1 on a backend that "
+                          "times its collectives (this engine: %d rank(s), backend %s)",
+                          lpo_engine_tp(e), e->be->name);
+    if (batch < 1 || batch > e->max_seqs || prompt < 1 || steps < 1 || prompt + steps > e->max_context)
+        return lpo_errorf(
+            LPO_E_RANGE,
+            "engine: communication pass of batch %d, prompt %lld, %d steps does not fit the engine "
+            "(batch <= %d, prompt + steps <= %lld)",
+            batch, (long long)prompt, steps, e->max_seqs, (long long)e->max_context);
+    if (steps > COMM_MAX_STEPS) steps = COMM_MAX_STEPS;
+    const int tp = e->tp;
+    lpo_comm_times *t = calloc((size_t)tp, sizeof *t);
+    double *per = malloc((size_t)steps * LPO_TP_MAX * 5 * sizeof *per),
+           *xfer = malloc((size_t)steps * sizeof *xfer), *skew = malloc((size_t)steps * sizeof *skew);
+    int *slots = calloc((size_t)batch, sizeof *slots);
+    int32_t *ids = calloc((size_t)prompt, sizeof *ids);
+    const int32_t **toks = calloc((size_t)batch, sizeof *toks);
+    int64_t *lens = calloc((size_t)batch, sizeof *lens);
+    if (!t || !per || !xfer || !skew || !slots || !ids || !toks || !lens) {
+        free(t), free(per), free(xfer), free(skew), free(slots), free(ids), free(toks), free(lens);
+        return lpo_errorf(LPO_E_NOMEM, "engine: out of memory");
+    }
+    const int64_t V = e->spec.vocab_size;
+    for (int64_t i = 0; i < prompt; i++) ids[i] = (int32_t)((i + 1) % (V > 1 ? V : 1));
+    const lpo_sampling greedy = {0, 0, 1, 1, 0};
+    lpo_status st = LPO_OK;
+    for (int i = 0; i < batch && st == LPO_OK; i++) {
+        lpo_engine_reset(e, i);
+        slots[i] = i, toks[i] = ids, lens[i] = prompt;
+        st = lpo_engine_set_sampling(e, i, &greedy, (uint64_t)i);
+    }
+    lpo_engine_batch pre = {batch, slots, toks, lens, 0, NULL, 1, NULL};
+    lpo_engine_batch dec = {batch, slots, NULL, NULL, 0, NULL, 1, NULL};
+    if (st == LPO_OK) st = lpo_engine_run(e, &pre);
+    comm_job j = {e->be, 1, t};
+    if (st == LPO_OK) st = lpo__tp_group_each(e->tpg, comm_timing_job, &j);
+    double *s_step = per, *s_comm = per + steps * LPO_TP_MAX, *s_wait = per + 2 * steps * LPO_TP_MAX,
+           *s_cs = per + 3 * steps * LPO_TP_MAX, *s_ws = per + 4 * steps * LPO_TP_MAX;
+    int n_coll = -1;
+    // each step: run it, read every rank's times, the step's figures per rank
+    for (int s = 0; s < steps && st == LPO_OK; s++) {
+        st = lpo_engine_run(e, &dec);
+        if (st == LPO_OK) st = lpo__tp_group_each(e->tpg, comm_read_job, &j);
+        if (st != LPO_OK) break;
+        for (int r = 1; r < tp; r++)
+            if (t[r].n != t[0].n)
+                st = lpo_errorf(LPO_E_INTERNAL, "engine: rank %d timed %d collectives, rank 0 %d", r, t[r].n,
+                                t[0].n);
+        if (st != LPO_OK) break;
+        n_coll = t[0].n;
+        double x = 0, lo = INFINITY, hi = 0;
+        double wait[LPO_TP_MAX] = {0}, comm[LPO_TP_MAX] = {0};
+        for (int k = 0; k < n_coll; k++) { // collective k: the fastest rank's time is its own, the rest wait
+            double m = INFINITY;
+            for (int r = 0; r < tp; r++) m = t[r].coll_ms[k] < m ? t[r].coll_ms[k] : m;
+            x += m;
+            for (int r = 0; r < tp; r++) comm[r] += t[r].coll_ms[k], wait[r] += t[r].coll_ms[k] - m;
+        }
+        for (int r = 0; r < tp; r++) {
+            const double sm = t[r].step_ms;
+            s_step[r * steps + s] = sm;
+            s_comm[r * steps + s] = comm[r];
+            s_wait[r * steps + s] = wait[r];
+            s_cs[r * steps + s] = sm > 0 ? comm[r] / sm : 0;
+            s_ws[r * steps + s] = sm > 0 ? wait[r] / sm : 0;
+            lo = sm < lo ? sm : lo, hi = sm > hi ? sm : hi;
+        }
+        xfer[s] = x;
+        skew[s] = hi - lo;
+    }
+    j.on = 0;
+    const lpo_status off = lpo__tp_group_each(e->tpg, comm_timing_job, &j);
+    if (st == LPO_OK) st = off;
+    if (st == LPO_OK) {
+        out->tp = tp, out->steps = steps, out->collectives = n_coll;
+        for (int r = 0; r < tp; r++) {
+            out->step_ms[r] = median_of(s_step + r * steps, steps);
+            out->comm_ms[r] = median_of(s_comm + r * steps, steps);
+            out->wait_ms[r] = median_of(s_wait + r * steps, steps);
+            out->comm_share[r] = median_of(s_cs + r * steps, steps);
+            out->wait_share[r] = median_of(s_ws + r * steps, steps);
+        }
+        out->xfer_ms = median_of(xfer, steps);
+        out->skew_ms = median_of(skew, steps);
+    }
+    for (int i = 0; i < batch; i++) lpo_engine_reset(e, i);
+    free(t), free(per), free(xfer), free(skew), free(slots), free(ids), free(toks), free(lens);
+    return st;
+}

@@ -13,7 +13,7 @@
 #include "engine/tp_group.h"
 #include "lpo/ops.h"
 
-typedef enum { JOB_NONE, JOB_INIT, JOB_FORWARD, JOB_SAMPLING, JOB_FREE, JOB_EXIT } job_kind;
+typedef enum { JOB_NONE, JOB_INIT, JOB_FORWARD, JOB_SAMPLING, JOB_FREE, JOB_CALL, JOB_EXIT } job_kind;
 
 typedef struct {
     job_kind kind;
@@ -26,6 +26,9 @@ typedef struct {
     int slot;
     const lpo_sampling *s;
     uint64_t stream;
+    /* call */
+    lpo_status (*fn)(void *ctx, int rank, void *ud);
+    void *ud;
 } job;
 
 typedef struct rank_state {
@@ -66,6 +69,7 @@ static lpo_status run_job(rank_state *rs, const job *j) {
         return be->forward(rs->ctx, j->l, j->p, j->d, rs->rank == 0 && j->out0 ? j->out0 : &none);
     }
     case JOB_SAMPLING: return be->set_sampling(rs->ctx, j->slot, j->s, j->stream);
+    case JOB_CALL: return j->fn(rs->ctx, rs->rank, j->ud);
     case JOB_FREE:
         if (rs->ctx) be->free(rs->ctx);
         rs->ctx = NULL;
@@ -110,6 +114,7 @@ static const char *job_name(job_kind k) {
     case JOB_FORWARD: return "a step";
     case JOB_SAMPLING: return "setting a slot's sampling";
     case JOB_FREE: return "freeing its context";
+    case JOB_CALL: return "a call";
     default: return "a call";
     }
 }
@@ -271,6 +276,11 @@ lpo_status lpo__tp_group_forward(lpo__tp_group *g, const lpo_oplist *l, const lp
 
 lpo_status lpo__tp_group_set_sampling(lpo__tp_group *g, int slot, const lpo_sampling *s, uint64_t stream) {
     const job j = {.kind = JOB_SAMPLING, .slot = slot, .s = s, .stream = stream};
+    return run_all(g, &j, g->timeout_s);
+}
+
+lpo_status lpo__tp_group_each(lpo__tp_group *g, lpo_status (*fn)(void *ctx, int rank, void *ud), void *ud) {
+    const job j = {.kind = JOB_CALL, .fn = fn, .ud = ud};
     return run_all(g, &j, g->timeout_s);
 }
 

@@ -26,5 +26,7 @@ lpo_status lpo__tp_group_forward(lpo__tp_group *g, const lpo_oplist *l, const lp
 lpo_status lpo__tp_group_set_sampling(lpo__tp_group *g, int slot, const lpo_sampling *s, uint64_t stream);
 /* Sum over the ranks of memory_bytes or weight_bytes (which: 0 memory, 1 weights). */
 size_t lpo__tp_group_bytes(const lpo__tp_group *g, int which);
+/* fn(ctx, rank, ud) on every rank's thread (with the step timeout); the first error names its rank. */
+lpo_status lpo__tp_group_each(lpo__tp_group *g, lpo_status (*fn)(void *ctx, int rank, void *ud), void *ud);
 /* Test hook: rank `rank` returns from every later step without running it (a rank that stopped). */
 void lpo__tp_group_fault(lpo__tp_group *g, int rank);

@@ -92,6 +92,28 @@ static void test_profile(void **state) {
     rerendered_same("pf2", files, n, 0);
 }
 
+/* engine.tp=2 on CPU ranks: profile's and bench's communication per GPU are written, and written again */
+static void test_tensor_parallel(void **state) {
+    (void)state;
+    run_ok("profile model=tiny backend=cpu engine.tp=2 dataset.n_samples=2 dataset.prompt_len=8 "
+           "infer.max_new_tokens=3 profiling.warmup_runs=0 profiling.op_breakdown=false output.dir=pft");
+    char *r = slurp("pft", "report.md"), *m = slurp("pft", "metrics.json");
+    assert_non_null(strstr(r, "## Communication per GPU (tensor parallel, 2 GPUs)"));
+    assert_non_null(strstr(m, "\"tensor_parallel_comm\": {"));
+    free(r);
+    free(m);
+    static const char *const files[] = {"report.md", "metrics.json", "summary.md"};
+    rerendered_same("pft", files, 3, 0);
+    run_ok("bench model=tiny backend=cpu engine.tp=2 bench.batch=[1,2] bench.prompt=[4] bench.gen=[3] "
+           "profiling.warmup=0 profiling.min_samples=1 profiling.min_time_s=0 profiling.max_rel_stdev=10 "
+           "output.dir=bet");
+    char *b = slurp("bet", "bench_tp.md");
+    assert_non_null(strstr(b, "| comm_pct |") ? b : strstr(b, "comm_pct"));
+    free(b);
+    static const char *const bfiles[] = {"bench_tp.md", "bench_tp.csv", "bench.md"};
+    rerendered_same("bet", bfiles, 3, 0);
+}
+
 static void test_bench(void **state) {
     (void)state;
     run_ok("bench model=tiny backend=cpu bench.batch=[1,2] bench.prompt=[4] bench.gen=[2] profiling.warmup=0 "
@@ -154,9 +176,10 @@ static void test_refusals(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_analyze),  cmocka_unit_test(test_deep),   cmocka_unit_test(test_profile),
-        cmocka_unit_test(test_bench),    cmocka_unit_test(test_kbench), cmocka_unit_test(test_trace),
-        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_analyze),         cmocka_unit_test(test_deep),
+        cmocka_unit_test(test_profile),         cmocka_unit_test(test_bench),
+        cmocka_unit_test(test_tensor_parallel), cmocka_unit_test(test_kbench),
+        cmocka_unit_test(test_trace),           cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -359,6 +359,54 @@ static void test_cpu_timeout(void **state) {
 
 /* `lpo analyze engine.tp=N`: per-GPU weights and KV, the decode step's collectives and their time by the
  * latency model (the what-if figures given here), JSON and text; a tp that does not divide: exit 2. */
+/* Communication per GPU on CPU ranks: every collective timed on every rank, the shares and waits consistent.
+ */
+static void test_cpu_comm_measure(void **state) {
+    (void)state;
+    lpo_model_spec s = tp_cpu_spec();
+    test_weights tw;
+    assert_int_equal(test_weights_open(&s, &tw), LPO_OK);
+    const lpo_weight_source ws = {&tw, test_view};
+    for (int tp = 1; tp <= 4; tp *= 2) {
+        lpo_engine_opts o = {LPO_ENGINE_DEFAULTS, .backend = "cpu", .max_seqs = 2,
+                             .max_context = 32,   .n_threads = 1,   .tp = tp};
+        lpo_engine *e = NULL;
+        assert_int_equal(lpo_engine_open_weights(&s, &ws, NULL, &o, &e), LPO_OK);
+        lpo_tp_comm c;
+        if (tp == 1) { /* one rank: nothing to measure, said so */
+            assert_int_equal(lpo_engine_comm_measure(e, 1, 4, 3, &c), LPO_E_INVALID);
+            assert_non_null(strstr(lpo_last_error(), "engine.tp > 1"));
+            lpo_engine_close(e);
+            continue;
+        }
+        assert_int_equal(lpo_engine_comm_measure(e, 2, 4, 1000, &c), LPO_E_RANGE); /* past max_context */
+        assert_int_equal(lpo_engine_comm_measure(e, 2, 4, 6, &c), LPO_OK);
+        assert_int_equal(c.tp, tp);
+        assert_int_equal(c.steps, 6);
+        assert_int_equal(c.collectives, 2 * (int)s.n_layers + 1); /* o and down per layer, the logits */
+        for (int r = 0; r < tp; r++) {
+            print_message("tp=%d rank %d: step %.3f ms, comm %.3f ms (%.0f%%), wait %.3f ms\n", tp, r,
+                          c.step_ms[r], c.comm_ms[r], 100 * c.comm_share[r], c.wait_ms[r]);
+            assert_true(c.step_ms[r] > 0);
+            assert_true(c.comm_ms[r] > 0 && c.comm_ms[r] <= c.step_ms[r] * 1.0001);
+            assert_true(c.wait_ms[r] >= 0 && c.wait_ms[r] <= c.comm_ms[r] * 1.0001);
+            assert_true(c.comm_share[r] > 0 && c.comm_share[r] <= 1.0001);
+            assert_true(c.wait_share[r] >= 0 && c.wait_share[r] <= c.comm_share[r] * 1.0001);
+        }
+        assert_true(c.xfer_ms >= 0 && c.skew_ms >= 0);
+        /* the engine still runs (timing off again) and the slots were reset */
+        int slot = 0;
+        const int32_t t[2] = {5, 6}, *tok = t;
+        int64_t n = 2;
+        int32_t id = -1;
+        lpo_engine_batch b = {1, &slot, &tok, &n, 0, NULL, 1, &id};
+        assert_int_equal(lpo_engine_run(e, &b), LPO_OK);
+        assert_true(id >= 0);
+        lpo_engine_close(e);
+    }
+    test_weights_free(&tw);
+}
+
 static void test_analyze(void **state) {
     (void)state;
     char *out = NULL, *err = NULL;
@@ -404,6 +452,7 @@ int main(void) {
         cmocka_unit_test(test_spec_checks),       cmocka_unit_test(test_devices),
         cmocka_unit_test(test_config_and_engine), cmocka_unit_test(test_analyze),
         cmocka_unit_test(test_cpu_ranks_agree),   cmocka_unit_test(test_cpu_timeout),
+        cmocka_unit_test(test_cpu_comm_measure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -50,9 +50,11 @@ typedef struct {
     lpo_backend_init cfg;
     lpo_model_spec spec;
     lpo_arena arena;
-    int tp, rank;          /* tensor parallel: ranks and this one (tp 1: none) */
-    cpu_comm *comm;        /* tp > 1 */
-    float *tp_scratch;     /* [max_step_tokens * hidden] an all-reduce's sums */
+    int tp, rank;           /* tensor parallel: ranks and this one (tp 1: none) */
+    cpu_comm *comm;         /* tp > 1 */
+    float *tp_scratch;      /* [max_step_tokens * hidden] an all-reduce's sums */
+    lpo_comm_times *ctimes; /* collective timing (comm_timing on): the last timed step's */
+    int comm_on, comm_k, comm_timed;
     int n_threads;         /* the most threads a step may use (sizes the per-thread scratch) */
     int nt;                /* threads of the current step (<= n_threads) */
     int auto_threads;      /* infer.threads = 0: fewer threads while other work keeps the cores busy */
@@ -134,6 +136,9 @@ typedef struct {
     int rank;
     float *tp_scratch;
     const char *volatile *progress;
+    lpo_comm_times
+        *ctimes; /* collective timing on: each collective's time goes to ctimes->coll_ms[*comm_k] */
+    int *comm_k;
     float *vscratch; /* vision kinds: lpo_cpu_*_scratch_floats of the op (vision_scratch_floats) */
 } cpu_args;
 
@@ -272,7 +277,7 @@ static lpo_status comm_barrier(cpu_comm *m, int rank, const lpo_op *op) {
  * all-gather of one part is a copy. Several ranks: through the communicator; every rank sums the ranks'
  * buffers in rank order (so all hold the same bits), or copies every rank's vocabulary part into its
  * columns of the logits. */
-static lpo_status launch_collective(const lpo_op *op, const cpu_args *a) {
+static lpo_status run_collective(const lpo_op *op, const cpu_args *a) {
     if (op->participants > 1 && !a->comm)
         return lpo_errorf(LPO_E_UNSUPPORTED,
                           "cpu backend: op '%s' (%s) joins %d ranks; this context runs one (engine.tp=1)",
@@ -304,6 +309,32 @@ static lpo_status launch_collective(const lpo_op *op, const cpu_args *a) {
         for (int64_t r = 0; r < op->m; r++) // rank q's row r (Vr,) -> logits[r, q Vr .. (q+1) Vr)
             memcpy(a->out + r * V + q * Vr, m->part[q] + r * Vr, (size_t)Vr * sizeof(float));
     return comm_barrier(m, a->rank, op);
+}
+
+/* A collective, timed on the host clock when collective timing is on (its wait for the other ranks in it). */
+static lpo_status launch_collective(const lpo_op *op, const cpu_args *a) {
+    if (!a->ctimes || op->participants <= 1) return run_collective(op, a);
+    const uint64_t t0 = lpo_now_ns();
+    const lpo_status st = run_collective(op, a);
+    if (*a->comm_k < LPO_COMM_MAX) a->ctimes->coll_ms[(*a->comm_k)++] = (double)(lpo_now_ns() - t0) / 1e6;
+    return st;
+}
+
+static lpo_status cpu_comm_timing(void *vctx, int on) {
+    cpu_ctx *c = vctx;
+    if (on && !c->ctimes && !(c->ctimes = calloc(1, sizeof *c->ctimes)))
+        return lpo_errorf(LPO_E_NOMEM, "cpu backend: out of memory");
+    c->comm_on = on != 0;
+    c->comm_timed = 0;
+    return LPO_OK;
+}
+
+static lpo_status cpu_comm_read(void *vctx, lpo_comm_times *out) {
+    cpu_ctx *c = vctx;
+    if (!c->comm_timed || !c->ctimes)
+        return lpo_errorf(LPO_E_INVALID, "cpu backend: no step was timed (collective timing is off)");
+    *out = *c->ctimes;
+    return LPO_OK;
 }
 
 static lpo_status cpu_tp_open(int tp, int first_device, void **shared) {
@@ -475,6 +506,8 @@ static void bind_step(cpu_ctx *c, const lpo_oplist *l, size_t i, const lpo_step_
     a->rank = c->rank;
     a->tp_scratch = c->tp_scratch;
     a->progress = c->cfg.tp_progress;
+    a->ctimes = c->comm_on ? c->ctimes : NULL;
+    a->comm_k = &c->comm_k;
     if (op->kind == LPO_OP_ATTENTION || op->kind == LPO_OP_MLA_ATTENTION) {
         const size_t layer = (size_t)op->layer * (size_t)c->cfg.max_seqs * (size_t)c->cfg.max_context *
                              (size_t)(lpo_buf_width_kv(&c->spec) / c->tp);
@@ -650,7 +683,14 @@ static lpo_status cpu_forward(void *vctx, const lpo_oplist *l, const lpo_plan *p
     if (!c->op_w)
         return lpo_errorf(LPO_E_INVALID, "cpu backend: an op-only context (no model) cannot run steps");
     pick_threads(c);
+    const uint64_t t0 = lpo_now_ns();
+    c->comm_k = 0;
     lpo_status r = run_step(c, l, p, d, out);
+    if (c->comm_on && c->ctimes) {
+        c->ctimes->step_ms = (double)(lpo_now_ns() - t0) / 1e6;
+        c->ctimes->n = c->comm_k;
+        c->comm_timed = r == LPO_OK;
+    }
     lpo_threads_ran(&c->load, c->nt);
     return r;
 }
@@ -864,6 +904,7 @@ static void cpu_free(void *vctx) {
     if (!c) return;
     lpo_arena_free(&c->arena);
     lpo_sample_scratch_free(c->sample_scratch);
+    free(c->ctimes);
     free(c->op_role);
     free(c->op_layer);
     free(c->op_w);
@@ -1150,6 +1191,8 @@ const lpo_backend_iface *lpo_backend_cpu(void) {
         .tp_abort = cpu_tp_abort,
         .tp_close = cpu_tp_close,
         .moe_stats = cpu_moe_stats,
+        .comm_timing = cpu_comm_timing,
+        .comm_read = cpu_comm_read,
     };
     return &cpu;
 }

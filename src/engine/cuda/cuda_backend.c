@@ -115,6 +115,7 @@ static void cuda_free(void *vctx) {
     free(c->layer_names);
     if (c->dev) cudaFree(c->dev);
     for (int i = 0; i < c->n_marks_made; i++) cudaEventDestroy(c->marks[i]);
+    lpo__cuda_comm_free(c);
     if (c->stream) cudaStreamDestroy(c->stream);
     free(c->op_role);
     free(c->op_layer);
@@ -209,6 +210,8 @@ const lpo_backend_iface *lpo_backend_cuda(void) {
         .mark = cuda_mark,
         .elapsed_ms = cuda_elapsed_ms,
         .usable = cuda_usable,
+        .comm_timing = lpo__cuda_comm_timing,
+        .comm_read = lpo__cuda_comm_read,
 #ifdef LPO_HAVE_NCCL
         .tp_open = lpo__cuda_tp_open,
         .tp_abort = lpo__cuda_tp_abort,

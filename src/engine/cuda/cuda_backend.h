@@ -36,6 +36,7 @@ typedef struct {
     int64_t T, bucket;
     int n_seqs, all_logits, sample, chained;
     size_t n_groups;
+    int timed; /* captured with the collectives' timing events */
     cudaGraphExec_t exec;
     uint64_t used; /* LRU tick; 0 = empty */
 } graph_slot;
@@ -103,6 +104,11 @@ typedef struct {
     int tp, rank;
     void *nccl;
     float *tp_stage;
+    /* collective timing (comm_timing on): events [0] / [1] at the step's start / end, [2 + 2 k] / [3 + 2 k]
+     * around collective k (also captured into decode graphs, as external event nodes); comm_k is the next
+     * collective's index in the step, comm_n the step's collectives */
+    cudaEvent_t *comm_ev;
+    int comm_on, comm_k, comm_n, comm_timed;
 } cuda_ctx;
 
 /* The operands of one op launch, device pointers: bound from the step's buffers by the forward
@@ -179,6 +185,12 @@ lpo_status lpo__cuda_set_sampling(void *ctx, int slot, const lpo_sampling *s, ui
 size_t lpo__cuda_stage_bytes(const cuda_ctx *c);
 
 /* ---- cuda_tp.c ---- */
+/* The backend's comm_timing / comm_read (lpo_comm_times) and the event of index idx recorded on the rank's
+ * stream (an external event node while a graph is captured). */
+lpo_status lpo__cuda_comm_timing(void *ctx, int on);
+lpo_status lpo__cuda_comm_read(void *ctx, lpo_comm_times *out);
+lpo_status lpo__cuda_comm_mark(cuda_ctx *c, int idx);
+void lpo__cuda_comm_free(cuda_ctx *c);
 /* The backend's tp_open / tp_abort / tp_close (NULL in a build without NCCL) and rank r's communicator. */
 lpo_status lpo__cuda_tp_open(int tp, int first_device, void **shared);
 void lpo__cuda_tp_abort(void *shared);

@@ -370,15 +370,20 @@ static lpo_status step_prologue(cuda_ctx *c, const lpo_step_data *d, int64_t T) 
  * host: the sampler rewrites them), captured at first use. */
 static lpo_status decode_graph(cuda_ctx *c, const lpo_oplist *l, const lpo_plan *p, const lpo_step_data *d,
                                size_t ng, cudaGraphExec_t *exec) {
-    const graph_slot key = {
-        l->n_tokens, c->len_hint, d->n_seqs, (int)(l->n_logit_rows != d->n_seqs), l->sample, !d->tokens,
-        ng,          NULL,        0};
+    const graph_slot key = {.T = l->n_tokens,
+                            .bucket = c->len_hint,
+                            .n_seqs = d->n_seqs,
+                            .all_logits = (int)(l->n_logit_rows != d->n_seqs),
+                            .sample = l->sample,
+                            .chained = !d->tokens,
+                            .n_groups = ng,
+                            .timed = c->comm_on && c->comm_ev};
     graph_slot *lru = &c->graphs[0];
     for (int i = 0; i < MAX_GRAPHS; i++) {
         graph_slot *g = &c->graphs[i];
         if (g->used && g->T == key.T && g->bucket == key.bucket && g->n_seqs == key.n_seqs &&
             g->all_logits == key.all_logits && g->sample == key.sample && g->chained == key.chained &&
-            g->n_groups == key.n_groups) {
+            g->n_groups == key.n_groups && g->timed == key.timed) {
             g->used = ++c->tick;
             *exec = g->exec;
             return LPO_OK;
@@ -415,6 +420,17 @@ static lpo_status decode_graph(cuda_ctx *c, const lpo_oplist *l, const lpo_plan 
     return LPO_OK;
 }
 
+/* The collectives (of more than one rank) in groups [g0, g1) of the plan: what collective timing counts. */
+static int collectives_in(const lpo_oplist *l, const lpo_plan *p, size_t g0, size_t g1) {
+    int n = 0;
+    for (size_t g = g0; g < g1; g++)
+        for (uint32_t k = 0; k < p->groups[g].count; k++) {
+            const lpo_op *op = &l->ops[p->groups[g].first + k];
+            n += (op->kind == LPO_OP_ALL_REDUCE || op->kind == LPO_OP_ALL_GATHER) && op->participants > 1;
+        }
+    return n;
+}
+
 /* The longest context of the step rounded up to a power of two (at least MIN_BUCKET, at most max_context):
  * one decode graph serves every step whose contexts fit it. */
 static int64_t context_bucket(const cuda_ctx *c, const lpo_step_data *d) {
@@ -442,12 +458,19 @@ lpo_status lpo__cuda_forward(void *vctx, const lpo_oplist *l, const lpo_plan *p,
     lpo_status st = upload_step(c, l, d, T);
     size_t ng = p->n_groups; /* groups replayed from the graph: all, or all but SAMPLE when logits go out */
     if (graph && ng && out->logits && group_samples(l, &p->groups[ng - 1])) ng--;
+    const int timed =
+        c->comm_on && c->comm_ev; /* collective timing: the step's start, then each collective */
+    c->comm_k = 0;
+    c->comm_timed = 0;
+    if (timed) c->comm_n = collectives_in(l, p, 0, p->n_groups);
+    if (st == LPO_OK && timed) st = lpo__cuda_comm_mark(c, 0);
     if (st == LPO_OK && graph) {
         cudaGraphExec_t exec = NULL;
         st = decode_graph(c, l, p, d, ng, &exec);
         if (st == LPO_OK && cudaGraphLaunch(exec, c->stream) != cudaSuccess)
             st = lpo_errorf(LPO_E_CUDA, "cuda backend: replaying a decode graph: %s",
                             cudaGetErrorString(cudaGetLastError()));
+        c->comm_k = timed ? collectives_in(l, p, 0, ng) : 0;  /* the graph's, captured once */
         if (st == LPO_OK && ng == p->n_groups && l->sample) { /* its logits check has been copied out */
             if (cudaEventRecord(c->bad_copied, c->stream) != cudaSuccess)
                 st = lpo_errorf(LPO_E_CUDA, "cuda backend: finite check event");
@@ -468,6 +491,7 @@ lpo_status lpo__cuda_forward(void *vctx, const lpo_oplist *l, const lpo_plan *p,
         if (cudaMemcpyAsync(out->ids, c->d_ids, (size_t)l->n_logit_rows * sizeof(int32_t),
                             cudaMemcpyDeviceToHost, c->stream) != cudaSuccess)
             st = lpo_errorf(LPO_E_CUDA, "cuda backend: ids to the host");
+    if (st == LPO_OK && timed && (st = lpo__cuda_comm_mark(c, 1)) == LPO_OK) c->comm_timed = 1;
     if (st == LPO_OK && (out->logits || out->ids) && cudaStreamSynchronize(c->stream) != cudaSuccess)
         st = lpo_errorf(LPO_E_CUDA, "cuda backend: step: %s", cudaGetErrorString(cudaGetLastError()));
     if (st == LPO_OK && (out->logits || out->ids)) st = take_bad(c, 1);

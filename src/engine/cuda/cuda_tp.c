@@ -92,6 +92,61 @@ static ncclDataType_t nccl_type(lpo_dtype dt) {
 }
 #endif /* LPO_HAVE_NCCL */
 
+/* ---- collective timing ---- */
+#define COMM_EVENTS (2 + 2 * LPO_COMM_MAX)
+
+void lpo__cuda_comm_free(cuda_ctx *c) {
+    for (int i = 0; c->comm_ev && i < COMM_EVENTS; i++)
+        if (c->comm_ev[i]) cudaEventDestroy(c->comm_ev[i]);
+    free(c->comm_ev);
+    c->comm_ev = NULL;
+}
+
+lpo_status lpo__cuda_comm_timing(void *ctx, int on) {
+    cuda_ctx *c = ctx;
+    if (on && !c->comm_ev) {
+        CU(cudaSetDevice(c->cfg.device), "collective timing");
+        if (!(c->comm_ev = calloc(COMM_EVENTS, sizeof *c->comm_ev)))
+            return lpo_errorf(LPO_E_NOMEM, "cuda backend: out of memory");
+        for (int i = 0; i < COMM_EVENTS; i++) CU(cudaEventCreate(&c->comm_ev[i]), "collective timing events");
+    }
+    c->comm_on = on != 0;
+    c->comm_timed = 0;
+    return LPO_OK;
+}
+
+lpo_status lpo__cuda_comm_mark(cuda_ctx *c, int idx) {
+    const cudaError_t e = c->capturing
+                              ? cudaEventRecordWithFlags(c->comm_ev[idx], c->stream, cudaEventRecordExternal)
+                              : cudaEventRecord(c->comm_ev[idx], c->stream);
+    lpo_cuda_pdl_break(); /* no programmatic edge across an event */
+    if (e != cudaSuccess)
+        return lpo_errorf(LPO_E_CUDA, "cuda backend rank %d: collective timing event: %s", c->rank,
+                          cudaGetErrorString(e));
+    return LPO_OK;
+}
+
+lpo_status lpo__cuda_comm_read(void *ctx, lpo_comm_times *out) {
+    cuda_ctx *c = ctx;
+    if (!c->comm_timed || !c->comm_ev)
+        return lpo_errorf(LPO_E_INVALID, "cuda backend: no step was timed (collective timing is off)");
+    float ms = 0;
+    CU(cudaEventSynchronize(c->comm_ev[1]), "collective timing");
+    CU(cudaEventElapsedTime(&ms, c->comm_ev[0], c->comm_ev[1]), "collective timing: the step");
+    out->step_ms = ms;
+    out->n = c->comm_n < LPO_COMM_MAX ? c->comm_n : LPO_COMM_MAX;
+    for (int k = 0; k < out->n; k++) {
+        CU(cudaEventElapsedTime(&ms, c->comm_ev[2 + 2 * k], c->comm_ev[3 + 2 * k]), "collective timing");
+        out->coll_ms[k] = ms;
+    }
+    return LPO_OK;
+}
+
+/* The index of the collective about to be queued (-1: not timed). */
+static int comm_next(cuda_ctx *c) {
+    return c->comm_on && c->comm_ev && c->comm_k < LPO_COMM_MAX ? c->comm_k++ : -1;
+}
+
 /* The op's collective needs the rank's communicator: names the op and the rank when it has none. */
 static lpo_status need_comm(const cuda_ctx *c, const lpo_op *op) {
     if (c->nccl && op->participants == c->tp) return LPO_OK;
@@ -111,10 +166,13 @@ lpo_status lpo__cuda_all_reduce(cuda_ctx *c, const lpo_op *op, void *buf) {
     (void)buf;
 #ifdef LPO_HAVE_NCCL
     if (c->cfg.tp_progress) c->cfg.tp_progress[c->rank] = op->name;
+    const int k = comm_next(c);
+    if (k >= 0) TRY(lpo__cuda_comm_mark(c, 2 + 2 * k));
     NC(ncclAllReduce(buf, buf, (size_t)(op->m * op->n), nccl_type(c->dt), ncclSum, (ncclComm_t)c->nccl,
                      c->stream),
        "rank %d: %s: ncclAllReduce", c->rank, op->name);
     lpo_cuda_pdl_break(); /* no programmatic edge from NCCL's kernel */
+    if (k >= 0) TRY(lpo__cuda_comm_mark(c, 3 + 2 * k));
 #endif
     return LPO_OK;
 }
@@ -136,6 +194,8 @@ lpo_status lpo__cuda_all_gather(cuda_ctx *c, const lpo_op *op, const float *part
     /* one row: rank q's part is columns [q Vr, (q+1) Vr) already; several: [q][m][Vr] staged, then each
      * rank's rows into its columns */
     float *dst = m == 1 ? out : c->tp_stage;
+    const int k = comm_next(c);
+    if (k >= 0) TRY(lpo__cuda_comm_mark(c, 2 + 2 * k));
     NC(ncclAllGather(part, dst, (size_t)(m * Vr), ncclFloat32, (ncclComm_t)c->nccl, c->stream),
        "rank %d: %s: ncclAllGather", c->rank, op->name);
     for (int q = 0; m > 1 && q < op->participants; q++)
@@ -144,6 +204,7 @@ lpo_status lpo__cuda_all_gather(cuda_ctx *c, const lpo_op *op, const float *part
                              cudaMemcpyDeviceToDevice, c->stream),
            op->name);
     lpo_cuda_pdl_break();
+    if (k >= 0) TRY(lpo__cuda_comm_mark(c, 3 + 2 * k));
 #endif
     return LPO_OK;
 }
