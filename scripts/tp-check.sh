@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Tensor parallelism on a machine of 2 or 4 GPUs (issue 27): builds lpo for sm_90 in build-tp, prints the
 # GPUs and their links, runs the tensor-parallel tests (CPU ranks and GPU ranks: logits of 2 / 4 ranks vs 1,
-# tokens identical, a stopped rank's timeout), then the speed points with `lpo bench` (synthetic bf16
-# weights, graphs): Llama-3.1-8B bs1 tg128 at engine.tp=1 and engine.tp=2 in the same call, Llama-3.1-70B
-# at engine.tp=4, bs1 and bs64 (4 GPUs or more), the analysis's prediction of each point beside it, and a
-# summary table last.
+# tokens identical, a stopped rank's timeout, with NCCL and with the one-shot all-reduce; the one-shot kernel
+# against NCCL's sums and both timed in graphs; lpo ceilings' all-reduce bench), then `lpo ceilings
+# --allreduce` (the NCCL sweep 8 B .. 256 MiB) and the speed points with `lpo bench` (synthetic bf16 weights,
+# graphs): Llama-3.1-8B bs1 tg128 at engine.tp=1 and engine.tp=2 (NCCL, then engine.tp_allreduce=oneshot) in
+# the same call, Llama-3.1-70B at engine.tp=4, bs1 and bs64 (4 GPUs or more), each with the analysis's
+# prediction and bench's communication per GPU, and a summary table last.
 #   scripts/tp-check.sh                    (CUDA_ARCHS=90 by default)
 #   TP_CHECK_TESTS=0 / TP_CHECK_BENCH=0    skip a half (two calls when a command may run 600 s at most)
 # NVLink multicast (NVLS) stays off on shared machines: NCCL_NVLS_ENABLE=0 for everything below.
@@ -48,11 +50,11 @@ nvidia-smi topo -m 2>/dev/null | head -12
 step configure cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DLPO_CUDA_ARCHS="$archs" -DLPO_WITH_CUDA=ON
 step build cmake --build "$build" -j "$jobs"
 lpo="$build/lpo"
-declare -A rate pred
+declare -A rate pred comm
 if [ -x "$lpo" ]; then
   if [ "${TP_CHECK_TESTS:-1}" != 0 ]; then
     step "tests tp" bash -c "cd '$build' && ctest -R 'test_tp' -V -O ctest-tp.log >/dev/null"
-    grep -E "max \|logit diff\||stopped rank|SKIP" "$build/ctest-tp.log" | head -40
+    grep -E "max \|logit diff\||stopped rank|SKIP|one-shot|all-reduce" "$build/ctest-tp.log" | head -60
   fi
   if [ "${TP_CHECK_BENCH:-1}" != 0 ]; then
     # the device's ceilings (cached or measured) and the NCCL all-reduce sweep over the GPUs, measured now
@@ -62,14 +64,20 @@ if [ -x "$lpo" ]; then
                 /^\| 16 KiB/ && g { split($0, f, "|"); gsub(/ /, "", f[3]); gsub(/ /, "", f[6]); print g "|" f[3] "|" f[6] }' \
            "$build/ceilings.txt")
     bopts="backend=cuda profiling.warmup=2 profiling.min_samples=5 profiling.timeout_s=20 --no-save"
-    points=("8b-tp1|llama3.1-8b|1|1" "8b-tp2|llama3.1-8b|1|2")
-    [ "$ngpu" -ge 4 ] && points+=("70b-tp4-b1|llama3.1-70b|1|4" "70b-tp4-b64|llama3.1-70b|64|4")
+    # name|model|batch|tp|all-reduce (nccl, or lpo's one-shot over peer access for the small messages)
+    points=("8b-tp1|llama3.1-8b|1|1|nccl" "8b-tp2|llama3.1-8b|1|2|nccl" "8b-tp2-os|llama3.1-8b|1|2|oneshot")
+    [ "$ngpu" -ge 4 ] && points+=("70b-tp4-b1|llama3.1-70b|1|4|nccl" "70b-tp4-b1-os|llama3.1-70b|1|4|oneshot"
+                                  "70b-tp4-b64|llama3.1-70b|64|4|nccl" "70b-tp4-b64-os|llama3.1-70b|64|4|oneshot")
     for p in "${points[@]}"; do
-      IFS='|' read -r name model batch tp <<<"$p"
+      IFS='|' read -r name model batch tp ar <<<"$p"
       [ "$tp" -gt "$ngpu" ] && { rows+=("bench $name|not run ($ngpu GPUs)|0"); continue; }
       out="$build/bench-$name.txt"
-      step "bench $name" bash -c "'$lpo' bench model=$model engine.tp=$tp bench.batch=[$batch] bench.prompt=[128] \
-        bench.gen=[128] $bopts >'$out' 2>&1; rc=\$?; cat '$out'; exit \$rc"
+      step "bench $name" bash -c "'$lpo' bench model=$model engine.tp=$tp engine.tp_allreduce=$ar bench.batch=[$batch] \
+        bench.prompt=[128] bench.gen=[128] $bopts >'$out' 2>&1; rc=\$?; cat '$out'; exit \$rc"
+      # communication per GPU (bench's second table): "gpu comm% wait_ms" per GPU
+      comm[$name]=$(awk -F'|' '/^\| model \| batch \| prompt/ { h = 1; for (i = 1; i <= NF; i++) { t = $i; gsub(/ /, "", t); c[t] = i }; next }
+                         h && /^\| [^ :-]/ { g = $c["gpu"]; p = $c["comm_pct"]; w = $c["wait_ms"]; gsub(/ /, "", g); gsub(/ /, "", p); gsub(/ /, "", w);
+                                            printf "%sgpu%s %s%% wait %s ms", sep, g, p, w; sep = ", " }' "$out")
       rate[$name]=$(tg_rate "$out")
       pred[$name]=$("$lpo" analyze model=$model engine.tp=$tp analysis.batch=$batch analysis.prompt_len=128 \
         analysis.gen_len=128 --no-save 2>/dev/null | awk '/^bf16 +bf16/ && $3 == '"$batch"' {print $NF; exit}')
@@ -82,15 +90,19 @@ fi
 
 echo
 echo "tensor parallel speed points (decode tok/s; must / goal from issue 27; prediction: lpo analyze floor)"
-printf '| %-12s | %10s | %14s | %-22s |\n' point tok/s "analyze ceiling" "must / goal"
-printf '| %-12s | %10s | %14s | %-22s |\n' ------------ ---------: --------------: ----------------------
-declare -A bars=([8b-tp1]="-" [8b-tp2]=">= 1.6x / 1.8x tp1" [70b-tp4-b1]=">= 60 / 72" [70b-tp4-b64]=">= 2500 / 3200")
-for n in 8b-tp1 8b-tp2 70b-tp4-b1 70b-tp4-b64; do
-  printf '| %-12s | %10s | %14s | %-22s |\n' "$n" "${rate[$n]:--}" "${pred[$n]:--}" "${bars[$n]}"
+printf '| %-14s | %10s | %14s | %-22s | %s\n' point tok/s "analyze ceiling" "must / goal" "comm per GPU (share of step, wait)"
+printf '| %-14s | %10s | %14s | %-22s | %s\n' -------------- ---------: --------------: ---------------------- ---
+declare -A bars=([8b-tp1]="-" [8b-tp2]=">= 1.6x / 1.8x tp1" [8b-tp2-os]=">= 1.6x / 1.8x tp1" [70b-tp4-b1]=">= 60 / 72"
+                 [70b-tp4-b1-os]=">= 60 / 72" [70b-tp4-b64]=">= 2500 / 3200" [70b-tp4-b64-os]=">= 2500 / 3200")
+for n in 8b-tp1 8b-tp2 8b-tp2-os 70b-tp4-b1 70b-tp4-b1-os 70b-tp4-b64 70b-tp4-b64-os; do
+  printf '| %-14s | %10s | %14s | %-22s | %s\n' "$n" "${rate[$n]:--}" "${pred[$n]:--}" "${bars[$n]}" "${comm[$n]:--}"
 done
-if [ -n "${rate[8b-tp1]:-}" ] && [ -n "${rate[8b-tp2]:-}" ]; then
-  awk -v a="${rate[8b-tp1]}" -v b="${rate[8b-tp2]}" 'BEGIN{ if (a > 0) printf "8B speedup tp2 / tp1: %.2fx\n", b / a }'
-fi
+for n in 8b-tp2 8b-tp2-os; do
+  if [ -n "${rate[8b-tp1]:-}" ] && [ -n "${rate[$n]:-}" ]; then
+    awk -v a="${rate[8b-tp1]}" -v b="${rate[$n]}" -v n="$n" 'BEGIN{ if (a > 0) printf "8B speedup %s / tp1: %.2fx\n", n, b / a }'
+  fi
+done
+grep -h "in a graph: one-shot" "$build/ctest-tp.log" 2>/dev/null | sed 's/^/  /' 
 echo "one all-reduce of 16 KiB bf16 in a CUDA graph (lpo ceilings' NCCL sweep; must <= 10 us / goal <= 6 us at 4 GPUs):"
 if [ -n "${ar16:-}" ]; then
   while IFS='|' read -r g us bw; do printf '  %s GPUs: %s us (busbw %s GB/s)\n' "$g" "$us" "$bw"; done <<<"$ar16"

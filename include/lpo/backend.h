@@ -80,6 +80,13 @@ typedef struct {
  * run in lockstep and the slowest sets the pace. tp 1 always passes. */
 lpo_status lpo_tp_check_devices(int tp, int first, int n_present, const lpo_tp_device *devs);
 
+/* How a tensor-parallel CUDA rank runs its all-reduces (engine.tp_allreduce): NCCL always; a one-shot
+ * kernel over peer access for messages up to tp_oneshot_max bytes (NCCL above), refused when the GPUs cannot
+ * reach each other's memory; or that kernel where the GPUs allow it, else NCCL. */
+typedef enum { LPO_TP_AR_NCCL = 0, LPO_TP_AR_ONESHOT = 1, LPO_TP_AR_AUTO = 2 } lpo_tp_allreduce;
+#define LPO_TP_ONESHOT_MAX_DEFAULT ((int64_t)256 << 10) /* bytes */
+#define LPO_TP_ONESHOT_MAX_LIMIT   ((int64_t)16 << 20)
+
 /* ---- init --------------------------------------------------------------------------------------------- */
 typedef struct {
     const lpo_model_spec *spec; /* NULL: an op-only context (supports_op / run_op at any shape) */
@@ -101,6 +108,8 @@ typedef struct {
     int tp, rank;
     void *tp_shared;
     const char *volatile *tp_progress;
+    lpo_tp_allreduce tp_allreduce; /* CUDA ranks: how all-reduces run (0: NCCL) */
+    int64_t tp_oneshot_max;        /* the one-shot's largest message, bytes (0: LPO_TP_ONESHOT_MAX_DEFAULT) */
 } lpo_backend_init;
 
 /* ---- steps -------------------------------------------------------------------------------------------- */

@@ -50,6 +50,9 @@ typedef struct {
     int tp;              /* engine.tp: tensor-parallel ranks, one GPU each (0 = 1; lpo_tp_check_spec) */
     double tp_timeout_s; /* tensor parallel: a step that a rank does not finish in this long fails (0 = 120 s)
                           */
+    const char *tp_allreduce; /* engine.tp_allreduce: nccl | oneshot | auto (NULL = nccl;
+                                 lpo_engine_tp_allreduce_parse) */
+    int64_t tp_oneshot_max; /* engine.tp_oneshot_max: the one-shot's largest message in bytes (0 = 256 KiB) */
 } lpo_engine_opts;
 
 /* The max_context rule, written once: `asked` when > 0, else the model's positions
@@ -63,6 +66,8 @@ int64_t lpo_engine_model_positions(const lpo_model_spec *spec);
  * the CPU) or a dtype the engine computes in, f32, f16 or bf16, by any spelling of the dtype table (fp32,
  * float16, half, bfloat16 ...). LPO_E_CONFIG naming the accepted ones otherwise. */
 lpo_status lpo_engine_dtype_parse(const char *name, lpo_dtype *out);
+/* engine.tp_allreduce: "nccl" (or NULL), "oneshot", "auto"; LPO_E_CONFIG naming them otherwise. */
+lpo_status lpo_engine_tp_allreduce_parse(const char *name, lpo_tp_allreduce *out);
 /* Opens an engine over a loaded model (weights as typed views; stored dtypes in the op lists). */
 lpo_status lpo_engine_open(const lpo_model *m, const lpo_engine_opts *opts, lpo_engine **out);
 /* Opens an engine over any weight source (tests, synthetic data). The spec is copied. dtypes may be NULL

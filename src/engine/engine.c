@@ -100,6 +100,20 @@ lpo_status lpo_tp_check_devices(int tp, int first, int n_present, const lpo_tp_d
     return LPO_OK;
 }
 
+lpo_status lpo_engine_tp_allreduce_parse(const char *name, lpo_tp_allreduce *out) {
+    static const char *const names[] = {"nccl", "oneshot", "auto"};
+    *out = LPO_TP_AR_NCCL;
+    if (!name) return LPO_OK;
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(name, names[i])) return *out = (lpo_tp_allreduce)i, LPO_OK;
+    return lpo_errorf(
+        LPO_E_CONFIG,
+        "engine.tp_allreduce = '%s': it must be nccl (NCCL for every all-reduce), oneshot (lpo's "
+        "one-shot kernel over peer access for small messages, NCCL above engine.tp_oneshot_max) "
+        "or auto (oneshot where the GPUs reach each other's memory, else nccl)",
+        name);
+}
+
 lpo_status lpo_engine_dtype_parse(const char *name, lpo_dtype *out) {
     *out = LPO_DT_COUNT;
     if (!name || !strcmp(name, "auto")) return LPO_OK;
@@ -161,6 +175,12 @@ lpo_status lpo_engine_open_weights(const lpo_model_spec *spec, const lpo_weight_
             "engine.tp=%d: backend '%s' runs one device; tensor parallelism runs on backend=cuda "
             "(one GPU per rank) and backend=cpu (ranks as threads, for validation)",
             o.tp, be->name);
+    lpo_tp_allreduce ar_mode;
+    if ((st = lpo_engine_tp_allreduce_parse(o.tp_allreduce, &ar_mode)) != LPO_OK) return st;
+    if (o.tp_oneshot_max < 0 || o.tp_oneshot_max > LPO_TP_ONESHOT_MAX_LIMIT)
+        return lpo_errorf(LPO_E_CONFIG, "engine.tp_oneshot_max = %lld bytes: it must be in 0..%lld (0: %lld)",
+                          (long long)o.tp_oneshot_max, (long long)LPO_TP_ONESHOT_MAX_LIMIT,
+                          (long long)LPO_TP_ONESHOT_MAX_DEFAULT);
     if (o.max_seqs <= 0) o.max_seqs = 1;
     if (o.max_seqs > LPO_ENGINE_MAX_SEQS)
         return lpo_errorf(LPO_E_RANGE, "batch of %d sequences exceeds the engine's limit of %d", o.max_seqs,
@@ -227,6 +247,8 @@ lpo_status lpo_engine_open_weights(const lpo_model_spec *spec, const lpo_weight_
         .device = o.device,
         .gemv = o.gemv,
         .pdl = o.pdl,
+        .tp_allreduce = ar_mode,
+        .tp_oneshot_max = o.tp_oneshot_max > 0 ? o.tp_oneshot_max : LPO_TP_ONESHOT_MAX_DEFAULT,
     };
     if (o.tp > 1) {
         st = lpo__tp_group_open(be, &bi, o.tp, o.tp_timeout_s, &e->tpg);

@@ -65,6 +65,11 @@ lpo_status lpo_infer_config_read(const lpo_node *cfg, lpo_infer_config *c) {
     int64_t tp;
     TRY(lpo_infer_tp_read(cfg, &tp));
     c->engine.tp = (int)tp;
+    TRY(lpo_cfg_str_or(cfg, "engine.tp_allreduce", "nccl", &c->engine.tp_allreduce));
+    TRY(lpo_cfg_int_range(cfg, "engine.tp_oneshot_max", LPO_TP_ONESHOT_MAX_DEFAULT, 1024,
+                          LPO_TP_ONESHOT_MAX_LIMIT, &c->engine.tp_oneshot_max));
+    lpo_tp_allreduce ar;
+    if ((st = lpo_engine_tp_allreduce_parse(c->engine.tp_allreduce, &ar)) != LPO_OK) goto fail;
     if (!lpo_exec_mode_parse(exec, &c->engine.exec)) {
         st = lpo_errorf(LPO_E_CONFIG, "engine.exec: '%s' is not one of graph, eager, debug", exec);
         goto fail;

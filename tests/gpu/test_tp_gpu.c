@@ -25,6 +25,11 @@
 
 #ifdef LPO_HAVE_CUDA
 #include <cuda_runtime_api.h>
+
+#include "engine/cuda/cuda_kernels.h"
+#endif
+#ifdef LPO_HAVE_NCCL
+#include <nccl.h>
 #endif
 
 static int n_gpus(void) {
@@ -49,19 +54,23 @@ static lpo_model_spec tp_spec(int tied) {
     return s;
 }
 
-static void check(int tp, const char *dtype, lpo_exec_mode exec, int tied, int sampled, double rel) {
+static void check_ar(int tp, const char *dtype, int tied, int sampled, double rel, const char *ar) {
     lpo_model_spec s = tp_spec(tied);
     test_weights tw;
     assert_int_equal(test_weights_open(&s, &tw), LPO_OK);
     const lpo_weight_source ws = {&tw, test_view};
     char why[512];
     double worst = 0;
-    (void)exec;
-    const int ok = test_tp_agrees(&s, &ws, "cuda", dtype, tp, 8, sampled, rel, why, sizeof why, &worst);
-    print_message("tp=%d %s tied=%d %s: max |logit diff| %.2e of max|logit| (allowed %.0e)\n", tp, dtype,
-                  tied, sampled ? "sampled" : "greedy", worst, rel);
+    const int ok =
+        test_tp_agrees_ar(&s, &ws, "cuda", dtype, tp, 8, sampled, rel, why, sizeof why, &worst, ar);
+    print_message("tp=%d %s tied=%d %s all-reduce %s: max |logit diff| %.2e of max|logit| (allowed %.0e)\n",
+                  tp, dtype, tied, sampled ? "sampled" : "greedy", ar ? ar : "nccl", worst, rel);
     test_weights_free(&tw);
-    if (ok != 1) fail_msg("tp=%d %s tied=%d sampled=%d: %s", tp, dtype, tied, sampled, why);
+    if (ok != 1) fail_msg("tp=%d %s tied=%d sampled=%d %s: %s", tp, dtype, tied, sampled, ar ? ar : "", why);
+}
+static void check(int tp, const char *dtype, lpo_exec_mode exec, int tied, int sampled, double rel) {
+    (void)exec;
+    check_ar(tp, dtype, tied, sampled, rel, NULL);
 }
 
 static void test_logits_and_tokens(void **state) {
@@ -72,6 +81,10 @@ static void test_logits_and_tokens(void **state) {
             check(tp, "f32", LPO_EXEC_GRAPH, tied, 0, 1e-5);
             check(tp, "f32", LPO_EXEC_GRAPH, tied, 1, 1e-5);
             check(tp, "bf16", LPO_EXEC_GRAPH, tied, 0, 3e-2);
+            /* the one-shot all-reduce over peer access (every all-reduce of these steps is small) */
+            check_ar(tp, "f32", tied, 0, 1e-5, "oneshot");
+            check_ar(tp, "f32", tied, 1, 1e-5, "oneshot");
+            check_ar(tp, "bf16", tied, 0, 3e-2, "oneshot");
         }
     }
 }
@@ -112,6 +125,17 @@ static void test_refusals(void **state) {
     print_message("stopped rank: %s\n", lpo_last_error());
     assert_non_null(strstr(lpo_last_error(), "rank 0"));
     lpo_engine_close(e);
+    /* the same with the one-shot all-reduce: rank 0's kernel waits for rank 1's flag until the abort word */
+    o.tp_allreduce = "oneshot";
+    assert_int_equal(lpo_engine_open_weights(&s, &ws, NULL, &o, &e), LPO_OK);
+    assert_int_equal(lpo_engine_tp_fault(e, 1), LPO_OK);
+    assert_int_equal(lpo_engine_run(e, &b), LPO_E_TIMEOUT);
+    print_message("stopped rank, one-shot: %s\n", lpo_last_error());
+    lpo_engine_close(e);
+    /* a bad mode is refused by name */
+    o.tp_allreduce = "ring";
+    assert_int_equal(lpo_engine_open_weights(&s, &ws, NULL, &o, &e), LPO_E_CONFIG);
+    assert_non_null(strstr(lpo_last_error(), "engine.tp_allreduce"));
     test_weights_free(&tw);
 }
 
@@ -157,6 +181,290 @@ static void test_allreduce_sweep(void **state) {
     free(c);
 }
 
+#if defined(LPO_HAVE_CUDA) && defined(LPO_HAVE_NCCL)
+#define OS_MAX (1u << 20) /* bytes of the largest message */
+typedef struct {
+    int n;
+    ncclComm_t comm[8];
+    cudaStream_t s[8];
+    cudaEvent_t e0[8], e1[8];
+    void *mem[8], *buf[8], *ref[8];
+    lpo_cuda_oneshot os[8];
+    int *abort_h;
+} os_group;
+
+#define CUOK(x) assert_int_equal((int)(x), (int)cudaSuccess)
+
+static void os_open(os_group *G, int n) {
+    memset(G, 0, sizeof *G);
+    G->n = n;
+    int devs[8];
+    for (int g = 0; g < n; g++) devs[g] = g;
+    assert_int_equal(ncclCommInitAll(G->comm, n, devs), ncclSuccess);
+    void *abort_d = NULL;
+    CUOK(cudaSetDevice(0));
+    CUOK(cudaHostAlloc((void **)&G->abort_h, sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable));
+    *G->abort_h = 0;
+    CUOK(cudaHostGetDevicePointer(&abort_d, G->abort_h, 0));
+    const size_t flags = sizeof(unsigned) * LPO_ONESHOT_MAX_RANKS * LPO_ONESHOT_MAX_BLOCKS,
+                 counters = sizeof(unsigned) * LPO_ONESHOT_MAX_BLOCKS, total = 2 * OS_MAX + flags + counters;
+    for (int g = 0; g < n; g++) { // peer access, one-shot buffers, message buffers, stream, events
+        CUOK(cudaSetDevice(g));
+        for (int q = 0; q < n; q++)
+            if (q != g) {
+                const cudaError_t e = cudaDeviceEnablePeerAccess(q, 0);
+                if (e != cudaErrorPeerAccessAlreadyEnabled) CUOK(e);
+                (void)cudaGetLastError();
+            }
+        CUOK(cudaMalloc(&G->mem[g], total));
+        CUOK(cudaMemset(G->mem[g], 0, total));
+        CUOK(cudaMalloc(&G->buf[g], OS_MAX));
+        CUOK(cudaMalloc(&G->ref[g], OS_MAX));
+        CUOK(cudaStreamCreateWithFlags(&G->s[g], cudaStreamNonBlocking));
+        CUOK(cudaEventCreate(&G->e0[g]));
+        CUOK(cudaEventCreate(&G->e1[g]));
+        CUOK(cudaDeviceSynchronize());
+    }
+    for (int g = 0; g < n; g++) {
+        lpo_cuda_oneshot *o = &G->os[g];
+        for (int q = 0; q < n; q++) {
+            o->stage[q] = G->mem[q];
+            o->flags[q] = (unsigned *)((char *)G->mem[q] + 2 * OS_MAX);
+        }
+        o->counter = (unsigned *)((char *)G->mem[g] + 2 * OS_MAX + flags);
+        o->abort = (const volatile int *)abort_d;
+        o->stage_bytes = 2 * OS_MAX;
+        o->rank = g, o->n = n;
+    }
+}
+
+static void os_close(os_group *G) {
+    for (int g = 0; g < G->n; g++) {
+        cudaSetDevice(g);
+        cudaStreamSynchronize(G->s[g]);
+        ncclCommDestroy(G->comm[g]);
+        cudaFree(G->mem[g]), cudaFree(G->buf[g]), cudaFree(G->ref[g]);
+        cudaEventDestroy(G->e0[g]), cudaEventDestroy(G->e1[g]);
+        cudaStreamDestroy(G->s[g]);
+    }
+    cudaFreeHost(G->abort_h);
+}
+
+static void os_sync(os_group *G) {
+    for (int g = 0; g < G->n; g++) CUOK(cudaStreamSynchronize(G->s[g]));
+}
+
+/* calls one-shot all-reduces of count elements on every GPU, NCCL's on ref (nccl != 0) */
+static void os_run(os_group *G, lpo_dtype dt, int64_t count, int calls, int nccl) {
+    for (int c = 0; c < calls; c++) {
+        for (int g = 0; g < G->n; g++) {
+            CUOK(cudaSetDevice(g));
+            assert_int_equal(lpo_cuda_oneshot_all_reduce(&G->os[g], G->buf[g], count, dt, G->s[g]), LPO_OK);
+        }
+        if (!nccl) continue;
+        assert_int_equal(ncclGroupStart(), ncclSuccess);
+        for (int g = 0; g < G->n; g++)
+            assert_int_equal(ncclAllReduce(G->ref[g], G->ref[g], (size_t)count,
+                                           dt == LPO_DT_F32 ? ncclFloat32 : ncclBfloat16, ncclSum, G->comm[g],
+                                           G->s[g]),
+                             ncclSuccess);
+        assert_int_equal(ncclGroupEnd(), ncclSuccess);
+    }
+}
+
+static float os_get(const void *h, lpo_dtype dt, int64_t i) {
+    return dt == LPO_DT_F32 ? ((const float *)h)[i] : lpo_bf16_to_f32(((const uint16_t *)h)[i]);
+}
+static void os_put(void *h, lpo_dtype dt, int64_t i, float v) {
+    if (dt == LPO_DT_F32)
+        ((float *)h)[i] = v;
+    else
+        ((uint16_t *)h)[i] = lpo_f32_to_bf16(v);
+}
+
+/* Random data of count elements on every GPU (buf and ref alike); x[g] keeps it as rounded to dt. */
+static void os_fill(os_group *G, lpo_dtype dt, int64_t count, float **x, void *h, uint64_t seed) {
+    const size_t es = dt == LPO_DT_F32 ? 4 : 2;
+    for (int g = 0; g < G->n; g++) {
+        uint64_t r = seed * 0x9e3779b97f4a7c15ull + (uint64_t)g + 1;
+        for (int64_t i = 0; i < count; i++) {
+            r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+            os_put(h, dt, i, (float)((double)(r >> 11) / 9007199254740992.0 * 2 - 1));
+            x[g][i] = os_get(h, dt, i);
+        }
+        CUOK(cudaSetDevice(g));
+        CUOK(cudaMemcpy(G->buf[g], h, (size_t)count * es, cudaMemcpyHostToDevice));
+        CUOK(cudaMemcpy(G->ref[g], h, (size_t)count * es, cudaMemcpyHostToDevice));
+    }
+}
+
+/* The host's rank-order f32 sum of x over the GPUs, rounded to dt, `calls` times (each call sums the previous
+ * result of every GPU: all equal after the first), into x[0]. */
+static void os_expect(int n, lpo_dtype dt, int64_t count, float **x, int calls) {
+    for (int c = 0; c < calls; c++)
+        for (int64_t i = 0; i < count; i++) {
+            float acc = 0.f;
+            for (int q = 0; q < n; q++) acc += x[c ? 0 : q][i];
+            x[0][i] = dt == LPO_DT_F32 ? acc : lpo_bf16_to_f32(lpo_f32_to_bf16(acc));
+        }
+}
+
+static void oneshot_group(int n) {
+    os_group G;
+    os_open(&G, n);
+    float *x[8];
+    for (int g = 0; g < n; g++) x[g] = malloc(OS_MAX);
+    void *h = malloc(OS_MAX), *hr = malloc(OS_MAX);
+    const int64_t counts[] = {1, 3, 4096, 8192, 8197, 32768, 65536 + 7};
+    // each dtype and size: one call, then three (epochs, both halves), against the host and NCCL
+    for (int d = 0; d < 2; d++) {
+        const lpo_dtype dt = d ? LPO_DT_F32 : LPO_DT_BF16;
+        const size_t es = d ? 4 : 2;
+        for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
+            const int64_t count = counts[ci];
+            if ((size_t)count * es > OS_MAX) continue;
+            for (int calls = 1; calls <= 3; calls += 2) {
+                os_fill(&G, dt, count, x, h, (uint64_t)(ci * 7 + (size_t)calls));
+                os_run(&G, dt, count, calls, calls == 1);
+                os_sync(&G);
+                os_expect(n, dt, count, x, calls);
+                for (int g = 0; g < n; g++) {
+                    CUOK(cudaMemcpy(h, G.buf[g], (size_t)count * es, cudaMemcpyDeviceToHost));
+                    if (calls == 1)
+                        CUOK(cudaMemcpy(hr, G.ref[g], (size_t)count * es, cudaMemcpyDeviceToHost));
+                    for (int64_t i = 0; i < count; i++) {
+                        const float got = os_get(h, dt, i);
+                        if (got != x[0][i])
+                            fail_msg("one-shot %d GPUs %s count %lld calls %d: GPU %d element %lld = %.9g, "
+                                     "host sum "
+                                     "%.9g",
+                                     n, lpo_dtype_name(dt), (long long)count, calls, g, (long long)i,
+                                     (double)got, (double)x[0][i]);
+                        if (calls != 1) continue;
+                        const float nc = os_get(hr, dt, i);
+                        const double tol = n == 2 ? 0 : (d ? 1e-6 : 2e-2) * n; /* |x| < 1 each */
+                        if (fabs((double)nc - (double)got) > tol)
+                            fail_msg(
+                                "one-shot vs NCCL %d GPUs %s count %lld: GPU %d element %lld: %.9g vs %.9g",
+                                n, lpo_dtype_name(dt), (long long)count, g, (long long)i, (double)got,
+                                (double)nc);
+                    }
+                }
+            }
+        }
+    }
+    /* graphs: 8 calls captured per GPU (one thread capturing every GPU's stream), replayed twice */
+    for (int d = 0; d < 2; d++) {
+        const lpo_dtype dt = d ? LPO_DT_F32 : LPO_DT_BF16;
+        const int64_t count = 4096;
+        cudaGraphExec_t ex[8];
+        os_fill(&G, dt, count, x, h, 99);
+        for (int g = 0; g < n; g++) {
+            CUOK(cudaSetDevice(g));
+            CUOK(cudaStreamBeginCapture(G.s[g], cudaStreamCaptureModeThreadLocal));
+        }
+        os_run(&G, dt, count, 8, 0);
+        for (int g = 0; g < n; g++) {
+            cudaGraph_t gr;
+            CUOK(cudaSetDevice(g));
+            CUOK(cudaStreamEndCapture(G.s[g], &gr));
+            CUOK(cudaGraphInstantiate(&ex[g], gr, 0));
+            cudaGraphDestroy(gr);
+        }
+        for (int rep = 0; rep < 2; rep++)
+            for (int g = 0; g < n; g++) {
+                CUOK(cudaSetDevice(g));
+                CUOK(cudaGraphLaunch(ex[g], G.s[g]));
+            }
+        os_sync(&G);
+        os_expect(n, dt, count, x, 16);
+        for (int g = 0; g < n; g++) {
+            CUOK(cudaMemcpy(h, G.buf[g], (size_t)count * (d ? 4 : 2), cudaMemcpyDeviceToHost));
+            for (int64_t i = 0; i < count; i++)
+                if (os_get(h, dt, i) != x[0][i])
+                    fail_msg("one-shot in graphs %d GPUs %s: GPU %d element %lld = %.9g, host %.9g", n,
+                             lpo_dtype_name(dt), g, (long long)i, (double)os_get(h, dt, i), (double)x[0][i]);
+            cudaGraphExecDestroy(ex[g]);
+        }
+    }
+    /* timing: 100 calls in one graph per GPU, one-shot vs NCCL, bf16; the smallest GPU time per call */
+    const int64_t tbytes[] = {8192, 16384, 65536, 262144};
+    for (size_t ti = 0; ti < sizeof tbytes / sizeof tbytes[0]; ti++) {
+        double us[2];
+        for (int way = 0; way < 2; way++) {
+            cudaGraphExec_t ex[8];
+            for (int g = 0; g < n; g++) {
+                CUOK(cudaSetDevice(g));
+                CUOK(cudaMemset(G.buf[g], 0, OS_MAX));
+                CUOK(cudaMemset(G.ref[g], 0, OS_MAX));
+                CUOK(cudaDeviceSynchronize());
+                CUOK(cudaStreamBeginCapture(G.s[g], cudaStreamCaptureModeThreadLocal));
+            }
+            if (way == 0) {
+                os_run(&G, LPO_DT_BF16, tbytes[ti] / 2, 100, 0);
+            } else {
+                for (int c = 0; c < 100; c++) {
+                    assert_int_equal(ncclGroupStart(), ncclSuccess);
+                    for (int g = 0; g < n; g++)
+                        assert_int_equal(ncclAllReduce(G.ref[g], G.ref[g], (size_t)tbytes[ti] / 2,
+                                                       ncclBfloat16, ncclSum, G.comm[g], G.s[g]),
+                                         ncclSuccess);
+                    assert_int_equal(ncclGroupEnd(), ncclSuccess);
+                }
+            }
+            for (int g = 0; g < n; g++) {
+                cudaGraph_t gr;
+                CUOK(cudaSetDevice(g));
+                CUOK(cudaStreamEndCapture(G.s[g], &gr));
+                CUOK(cudaGraphInstantiate(&ex[g], gr, 0));
+                cudaGraphDestroy(gr);
+            }
+            double best = 1e30;
+            for (int rep = 0; rep < 5; rep++) { // the best of 5 replays (the first warms up)
+                for (int g = 0; g < n; g++) {
+                    CUOK(cudaSetDevice(g));
+                    CUOK(cudaEventRecord(G.e0[g], G.s[g]));
+                    CUOK(cudaGraphLaunch(ex[g], G.s[g]));
+                    CUOK(cudaEventRecord(G.e1[g], G.s[g]));
+                }
+                double lo = 1e30;
+                for (int g = 0; g < n; g++) {
+                    float ms = 0;
+                    CUOK(cudaEventSynchronize(G.e1[g]));
+                    CUOK(cudaEventElapsedTime(&ms, G.e0[g], G.e1[g]));
+                    lo = ms < lo ? ms : lo;
+                }
+                if (rep > 0 && lo < best) best = lo;
+            }
+            us[way] = best * 1e3 / 100;
+            for (int g = 0; g < n; g++) cudaGraphExecDestroy(ex[g]);
+        }
+        print_message(
+            "all-reduce %lld B bf16 over %d GPUs in a graph: one-shot %.2f us, NCCL %.2f us (%.2fx)\n",
+            (long long)tbytes[ti], n, us[0], us[1], us[1] / us[0]);
+    }
+    for (int g = 0; g < n; g++) free(x[g]);
+    free(h);
+    free(hr);
+    os_close(&G);
+}
+
+static void test_oneshot(void **state) {
+    (void)state;
+    int can = 0;
+    cudaDeviceCanAccessPeer(&can, 0, 1);
+    if (!can) {
+        print_message("SKIP: GPUs 0 and 1 have no peer access (the one-shot all-reduce needs it)\n");
+        return;
+    }
+    for (int n = 2; n <= 4 && n <= n_gpus(); n *= 2) oneshot_group(n);
+}
+#else
+static void test_oneshot(void **state) {
+    (void)state;
+}
+#endif
+
 int main(void) {
     setenv("NCCL_NVLS_ENABLE", "0", 1);
     lpo_test_require_gpu();
@@ -172,6 +480,7 @@ int main(void) {
         cmocka_unit_test(test_logits_and_tokens),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_allreduce_sweep),
+        cmocka_unit_test(test_oneshot),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

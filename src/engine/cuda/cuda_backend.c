@@ -116,6 +116,7 @@ static void cuda_free(void *vctx) {
     if (c->dev) cudaFree(c->dev);
     for (int i = 0; i < c->n_marks_made; i++) cudaEventDestroy(c->marks[i]);
     lpo__cuda_comm_free(c);
+    lpo__cuda_tp_rank_free(c);
     if (c->stream) cudaStreamDestroy(c->stream);
     free(c->op_role);
     free(c->op_layer);
@@ -165,6 +166,7 @@ static lpo_status cuda_init(const lpo_backend_init *in, void **out) {
     if (cudaDeviceGetAttribute(&c->n_sm, cudaDevAttrMultiProcessorCount, in->device) != cudaSuccess ||
         cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking) != cudaSuccess)
         st = lpo_errorf(LPO_E_CUDA, "cuda backend: device %d: stream", in->device);
+    if (st == LPO_OK && c->tp > 1) st = lpo__cuda_tp_rank_init(c);
     for (; st == LPO_OK && c->n_marks_made < LPO_BACKEND_MARKS; c->n_marks_made++)
         if (cudaEventCreate(&c->marks[c->n_marks_made]) != cudaSuccess)
             st = lpo_errorf(LPO_E_CUDA, "cuda backend: events");

@@ -109,6 +109,13 @@ typedef struct {
      * collective's index in the step, comm_n the step's collectives */
     cudaEvent_t *comm_ev;
     int comm_on, comm_k, comm_n, comm_timed;
+    /* the one-shot all-reduce (engine.tp_allreduce oneshot / auto with peer access): this rank's staging,
+     * flags and counters (one allocation, os_mem), the peers' pointers once every rank has published them
+     * (os_ready), the largest message it takes (bytes) */
+    int os_on, os_ready;
+    void *os_mem;
+    int64_t os_max;
+    lpo_cuda_oneshot os;
 } cuda_ctx;
 
 /* The operands of one op launch, device pointers: bound from the step's buffers by the forward
@@ -190,6 +197,10 @@ size_t lpo__cuda_stage_bytes(const cuda_ctx *c);
 lpo_status lpo__cuda_comm_timing(void *ctx, int on);
 lpo_status lpo__cuda_comm_read(void *ctx, lpo_comm_times *out);
 lpo_status lpo__cuda_comm_mark(cuda_ctx *c, int idx);
+/* This rank's part of the one-shot all-reduce (peer access to the other ranks' GPUs, its staging, flags and
+ * counters, published in the shared part), per engine.tp_allreduce; and its release (cuda_free). */
+lpo_status lpo__cuda_tp_rank_init(cuda_ctx *c);
+void lpo__cuda_tp_rank_free(cuda_ctx *c);
 void lpo__cuda_comm_free(cuda_ctx *c);
 /* The backend's tp_open / tp_abort / tp_close (NULL in a build without NCCL) and rank r's communicator. */
 lpo_status lpo__cuda_tp_open(int tp, int first_device, void **shared);

@@ -354,6 +354,28 @@ lpo_status lpo_cuda_mla_attention(void *att, void *cache, const void *q, const v
                                   int64_t dr, int64_t dv, int64_t r, int64_t max_context, float eps,
                                   int interleave, float scale, lpo_dtype dt, cudaStream_t stream);
 
+/* ---- one-shot all-reduce over peer access (allreduce.cu) -------------------------------------------------
+ * buf (count,) of dt, in place, on rank `rank` of n: the sum over the ranks in rank order (f32, rounded to
+ * dt), identical on every rank. Every rank must call it with the same sizes in the same order (as with
+ * NCCL). Peer pointers: stage[q] is rank q's staging buffer (stage_bytes, two halves: a message of up to
+ * stage_bytes / 2), flags[q] its flag words [LPO_ONESHOT_MAX_RANKS][LPO_ONESHOT_MAX_BLOCKS] (zeroed once),
+ * counter this rank's epoch words [LPO_ONESHOT_MAX_BLOCKS] (zeroed once), abort a host-mapped word that
+ * makes waiting blocks return when non-zero. count * elem <= stage_bytes / 2, buf 16-byte aligned. */
+#define LPO_ONESHOT_MAX_RANKS  8
+#define LPO_ONESHOT_MAX_BLOCKS 32
+typedef struct {
+    void *stage[LPO_ONESHOT_MAX_RANKS];
+    unsigned *flags[LPO_ONESHOT_MAX_RANKS];
+    unsigned *counter;
+    const volatile int *abort;
+    size_t stage_bytes;
+    int rank, n;
+} lpo_cuda_oneshot;
+/* Whether a message of count elements of dt fits o (1) or must go another way (0). */
+int lpo_cuda_oneshot_fits(const lpo_cuda_oneshot *o, int64_t count, lpo_dtype dt);
+lpo_status lpo_cuda_oneshot_all_reduce(const lpo_cuda_oneshot *o, void *buf, int64_t count, lpo_dtype dt,
+                                       cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

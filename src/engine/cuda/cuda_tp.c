@@ -19,7 +19,16 @@
 typedef struct {
     int tp, first;
     ncclComm_t comm[LPO_TP_MAX];
+    /* the one-shot all-reduce: every pair of the GPUs can reach each other's memory (cudaDeviceCanAccessPeer;
+     * the first pair that cannot, when not), each rank's staging and flags (published by its init), the
+     * host-mapped abort word (tp_abort sets it: waiting one-shot kernels return) */
+    int p2p, no_a, no_b;
+    void *stage[LPO_TP_MAX];
+    unsigned *flags[LPO_TP_MAX];
+    int *abort_h;
+    const volatile int *abort_d;
 } cuda_tp;
+_Static_assert(LPO_ONESHOT_MAX_RANKS == LPO_TP_MAX, "the one-shot kernel takes up to LPO_TP_MAX ranks");
 
 #define NC(call, what, ...)                                                                                  \
     do {                                                                                                     \
@@ -56,8 +65,29 @@ lpo_status lpo__cuda_tp_open(int tp, int first, void **shared) {
     t->first = first;
     int devlist[LPO_TP_MAX];
     for (int r = 0; r < tp; r++) devlist[r] = first + r;
+    t->p2p = 1;
+    for (int a = 0; a < tp; a++) // every ordered pair: a can load from and store to b's memory
+        for (int b = 0; b < tp && t->p2p; b++) {
+            int can = 0;
+            if (a != b && (cudaDeviceCanAccessPeer(&can, first + a, first + b) != cudaSuccess || !can))
+                t->p2p = 0, t->no_a = first + a, t->no_b = first + b;
+        }
+    (void)cudaGetLastError();
+    void *dp = NULL;
+    if (cudaSetDevice(first) != cudaSuccess ||
+        cudaHostAlloc((void **)&t->abort_h, sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable) !=
+            cudaSuccess ||
+        cudaHostGetDevicePointer(&dp, t->abort_h, 0) != cudaSuccess) {
+        if (t->abort_h) cudaFreeHost(t->abort_h);
+        free(t);
+        return lpo_errorf(LPO_E_CUDA, "cuda backend: the all-reduce's abort word: %s",
+                          cudaGetErrorString(cudaGetLastError()));
+    }
+    *t->abort_h = 0;
+    t->abort_d = (const volatile int *)dp;
     const ncclResult_t r = ncclCommInitAll(t->comm, tp, devlist);
     if (r != ncclSuccess) {
+        cudaFreeHost(t->abort_h);
         free(t);
         return lpo_errorf(LPO_E_CUDA, "cuda backend: ncclCommInitAll over GPUs %d..%d: %s (%s)", first,
                           first + tp - 1, ncclGetErrorString(r), ncclGetLastError(NULL));
@@ -68,6 +98,7 @@ lpo_status lpo__cuda_tp_open(int tp, int first, void **shared) {
 
 void lpo__cuda_tp_abort(void *shared) {
     cuda_tp *t = shared;
+    if (t && t->abort_h) *(volatile int *)t->abort_h = 1; /* one-shot kernels waiting for a peer return */
     for (int r = 0; t && r < t->tp; r++)
         if (t->comm[r]) {
             (void)ncclCommAbort(t->comm[r]);
@@ -79,6 +110,7 @@ void lpo__cuda_tp_close(void *shared) {
     cuda_tp *t = shared;
     for (int r = 0; t && r < t->tp; r++)
         if (t->comm[r]) ncclCommDestroy(t->comm[r]);
+    if (t && t->abort_h) cudaFreeHost(t->abort_h);
     free(t);
 }
 
@@ -87,8 +119,84 @@ void *lpo__cuda_tp_comm(void *shared, int rank) {
     return t && rank >= 0 && rank < t->tp ? (void *)t->comm[rank] : NULL;
 }
 
+/* ---- the one-shot all-reduce: each rank's part ---- */
+lpo_status lpo__cuda_tp_rank_init(cuda_ctx *c) {
+    cuda_tp *t = c->cfg.tp_shared;
+    const lpo_tp_allreduce mode = c->cfg.tp_allreduce;
+    if (c->tp < 2 || !t || mode == LPO_TP_AR_NCCL) return LPO_OK;
+    if (!t->p2p) {
+        if (mode == LPO_TP_AR_ONESHOT)
+            return lpo_errorf(LPO_E_UNSUPPORTED,
+                              "engine.tp_allreduce=oneshot: GPU %d cannot reach GPU %d's memory "
+                              "(cudaDeviceCanAccessPeer: no peer access on this machine); use nccl or auto",
+                              t->no_a, t->no_b);
+        if (c->rank == 0)
+            LPO_INFO(
+                "engine.tp_allreduce=auto: GPU %d cannot reach GPU %d's memory: NCCL for every all-reduce",
+                t->no_a, t->no_b);
+        return LPO_OK;
+    }
+    // peer access to every other rank's GPU (already enabled by an earlier engine: fine)
+    for (int q = 0; q < c->tp; q++) {
+        if (q == c->rank) continue;
+        const cudaError_t e = cudaDeviceEnablePeerAccess(t->first + q, 0);
+        if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled)
+            return lpo_errorf(LPO_E_CUDA, "cuda backend rank %d: peer access to GPU %d: %s", c->rank,
+                              t->first + q, cudaGetErrorString(e));
+        (void)cudaGetLastError();
+    }
+    c->os_max = c->cfg.tp_oneshot_max > 0 ? c->cfg.tp_oneshot_max : LPO_TP_ONESHOT_MAX_DEFAULT;
+    const size_t half = ((size_t)c->os_max + 15) / 16 * 16,
+                 flags = sizeof(unsigned) * LPO_ONESHOT_MAX_RANKS * LPO_ONESHOT_MAX_BLOCKS,
+                 counters = sizeof(unsigned) * LPO_ONESHOT_MAX_BLOCKS;
+    // [staging 2 x half][flags][counters], zeroed
+    CU(cudaMalloc(&c->os_mem, 2 * half + flags + counters), "one-shot all-reduce buffers");
+    CU(cudaMemset(c->os_mem, 0, 2 * half + flags + counters), "one-shot all-reduce buffers");
+    CU(cudaDeviceSynchronize(), "one-shot all-reduce buffers");
+    c->os.stage_bytes = 2 * half;
+    c->os.counter = (unsigned *)((char *)c->os_mem + 2 * half + flags);
+    c->os.abort = t->abort_d;
+    c->os.rank = c->rank;
+    c->os.n = c->tp;
+    t->stage[c->rank] = c->os_mem; /* published: the peers read them at their first all-reduce */
+    t->flags[c->rank] = (unsigned *)((char *)c->os_mem + 2 * half);
+    c->os_on = 1;
+    return LPO_OK;
+}
+
+void lpo__cuda_tp_rank_free(cuda_ctx *c) {
+    cuda_tp *t = c->cfg.tp_shared;
+    if (t && c->tp > 1 && c->rank >= 0 && c->rank < LPO_TP_MAX && t->stage[c->rank] == c->os_mem)
+        t->stage[c->rank] = NULL, t->flags[c->rank] = NULL;
+    if (c->os_mem) cudaFree(c->os_mem);
+    c->os_mem = NULL;
+    c->os_on = c->os_ready = 0;
+}
+
+/* The peers' pointers, once every rank has published them (all inits are done before the first step). */
+static lpo_status oneshot_ready(cuda_ctx *c, const lpo_op *op) {
+    const cuda_tp *t = c->cfg.tp_shared;
+    for (int q = 0; q < c->tp; q++) {
+        if (!t->stage[q] || !t->flags[q])
+            return lpo_errorf(LPO_E_INTERNAL, "cuda backend rank %d: %s: rank %d has no one-shot buffers",
+                              c->rank, op->name, q);
+        c->os.stage[q] = t->stage[q];
+        c->os.flags[q] = t->flags[q];
+    }
+    c->os_ready = 1;
+    return LPO_OK;
+}
+
 static ncclDataType_t nccl_type(lpo_dtype dt) {
     return dt == LPO_DT_F32 ? ncclFloat32 : dt == LPO_DT_BF16 ? ncclBfloat16 : ncclFloat16;
+}
+#else
+lpo_status lpo__cuda_tp_rank_init(cuda_ctx *c) {
+    (void)c;
+    return LPO_OK;
+}
+void lpo__cuda_tp_rank_free(cuda_ctx *c) {
+    (void)c;
 }
 #endif /* LPO_HAVE_NCCL */
 
@@ -168,10 +276,16 @@ lpo_status lpo__cuda_all_reduce(cuda_ctx *c, const lpo_op *op, void *buf) {
     if (c->cfg.tp_progress) c->cfg.tp_progress[c->rank] = op->name;
     const int k = comm_next(c);
     if (k >= 0) TRY(lpo__cuda_comm_mark(c, 2 + 2 * k));
-    NC(ncclAllReduce(buf, buf, (size_t)(op->m * op->n), nccl_type(c->dt), ncclSum, (ncclComm_t)c->nccl,
-                     c->stream),
-       "rank %d: %s: ncclAllReduce", c->rank, op->name);
-    lpo_cuda_pdl_break(); /* no programmatic edge from NCCL's kernel */
+    const int64_t count = op->m * op->n;
+    if (c->os_on && count * (int64_t)c->es <= c->os_max && lpo_cuda_oneshot_fits(&c->os, count, c->dt)) {
+        if (!c->os_ready) TRY(oneshot_ready(c, op));
+        const lpo_status st = lpo_cuda_oneshot_all_reduce(&c->os, buf, count, c->dt, c->stream);
+        if (st != LPO_OK) return lpo_error_context(st, "cuda backend rank %d: %s", c->rank, op->name);
+    } else {
+        NC(ncclAllReduce(buf, buf, (size_t)count, nccl_type(c->dt), ncclSum, (ncclComm_t)c->nccl, c->stream),
+           "rank %d: %s: ncclAllReduce", c->rank, op->name);
+    }
+    lpo_cuda_pdl_break(); /* no programmatic edge from NCCL's kernel or the one-shot */
     if (k >= 0) TRY(lpo__cuda_comm_mark(c, 3 + 2 * k));
 #endif
     return LPO_OK;
