@@ -53,7 +53,8 @@ lpo="$build/lpo"
 declare -A rate pred comm
 if [ -x "$lpo" ]; then
   if [ "${TP_CHECK_TESTS:-1}" != 0 ]; then
-    step "tests tp" bash -c "cd '$build' && ctest -R 'test_tp' -V -O ctest-tp.log >/dev/null"
+    # a hung collective (one-shot flags never set) fails after 300 s instead of holding the machine
+    step "tests tp" bash -c "cd '$build' && ctest -R 'test_tp' --timeout 300 -V -O ctest-tp.log >/dev/null"
     grep -E "max \|logit diff\||stopped rank|SKIP|one-shot|all-reduce" "$build/ctest-tp.log" | head -60
   fi
   if [ "${TP_CHECK_BENCH:-1}" != 0 ]; then
