@@ -57,26 +57,27 @@ __global__ void __launch_bounds__(MOE_THREADS)
     __shared__ float red[MOE_WARPS * N];
     __shared__ int s_tok[M], s_pair[M], s_n;
     lpo_pdl_start(); /* ids and x are this step's */
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, p = blockIdx.y;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, p = blockIdx.y, P = m * k;
     const int e = ids[p];
-    if (warp == 0) { // is p the first pair of expert e; the tokens that chose e, compacted
-        bool dup = false;
-        for (int q = lane; q < p; q += 32) dup |= ids[q] == e;
-        dup = __any_sync(0xffffffffu, dup) || !valid_expert(e, E);
-        int pt = -1;
-        if (!dup && lane < m)
-            for (int j = 0; j < k; j++)
-                if (ids[lane * k + j] == e) {
-                    pt = lane * k + j;
-                    break;
-                }
-        const unsigned msk = __ballot_sync(0xffffffffu, pt >= 0);
-        if (pt >= 0) {
-            const int s = __popc(msk & ((1u << lane) - 1u));
-            s_tok[s] = lane;
-            s_pair[s] = pt;
+    if (warp ==
+        0) { // is p the first pair of expert e; the pairs that chose e (one per token at most), compacted
+        // 32 pairs per round, each lane one independent load: a round trip to L2 per 32 pairs (a per-token
+        // search that breaks at the match cannot issue its loads together)
+        bool dup = !valid_expert(e, E);
+        int n = 0;
+        for (int q0 = 0; q0 < P; q0 += 32) {
+            const int q = q0 + lane;
+            const unsigned msk = __ballot_sync(0xffffffffu, q < P && ids[q] == e);
+            const unsigned before = p >= q0 + 32 ? 0xffffffffu : p > q0 ? (1u << (p - q0)) - 1u : 0u;
+            dup |= (msk & before) != 0;
+            const int s = n + __popc(msk & ((1u << lane) - 1u));
+            if (((msk >> lane) & 1u) && s < M) { // pairs in order are tokens in order (the router's k differ)
+                s_tok[s] = q / k;
+                s_pair[s] = q;
+            }
+            n += __popc(msk);
         }
-        if (lane == 0) s_n = __popc(msk);
+        if (lane == 0) s_n = dup ? 0 : min(n, M);
     }
     __syncthreads();
     const int nt = s_n;
@@ -183,8 +184,12 @@ __global__ void __launch_bounds__(MOE_THREADS)
     float acc[N]; /* [r * M + s] */
 #pragma unroll
     for (int i = 0; i < N; i++) acc[i] = 0.f;
+    /* PRE (1-2 tokens): the activation vectors are loaded with the weights, before any is used (loaded where
+     * they are used, each waits a round trip to L2 after the weights arrive); more tokens would spill */
+    constexpr bool PRE = M <= 2;
+    constexpr int AM = PRE ? M : 1;
     for (int i0 = tid; i0 < n_items; i0 += (int)blockDim.x * U) { // items (pair p, column vector)
-        raw wv[U][R];
+        raw wv[U][R], av[U][AM];
         int pp[U], cc[U];
 #pragma unroll
         for (int u = 0; u < U; u++) {
@@ -195,6 +200,12 @@ __global__ void __launch_bounds__(MOE_THREADS)
             const T *Wd = W + (int64_t)(e >= 0 ? e : 0) * 3 * I * h + 2 * I * h + cc[u];
 #pragma unroll
             for (int r = 0; r < R; r++) wv[u][r] = e >= 0 ? ld_stream<raw>(Wd + rowoff[r]) : raw();
+            if constexpr (PRE)
+#pragma unroll
+                for (int s = 0; s < M; s++) {
+                    const int q = e >= 0 ? s_pt[p][s] : -1;
+                    av[u][s] = q >= 0 ? ld_plain<raw>(act + (int64_t)q * I + cc[u]) : raw();
+                }
         }
 #pragma unroll
         for (int u = 0; u < U; u++) {
@@ -203,7 +214,10 @@ __global__ void __launch_bounds__(MOE_THREADS)
 #pragma unroll
             for (int s = 0; s < M; s++) { // token s's activation for this expert, times its routing weight
                 const int q = s_pt[pp[u]][s];
-                unpack<T>(q >= 0 ? ld_plain<raw>(act + (int64_t)q * I + cc[u]) : raw(), xf[s]);
+                if constexpr (PRE)
+                    unpack<T>(av[u][s], xf[s]);
+                else
+                    unpack<T>(q >= 0 ? ld_plain<raw>(act + (int64_t)q * I + cc[u]) : raw(), xf[s]);
                 const float ws = q >= 0 ? s_w[q] : 0.f;
 #pragma unroll
                 for (int i = 0; i < V; i++) xf[s][i] *= ws;
