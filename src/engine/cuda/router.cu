@@ -9,19 +9,22 @@
  * One warp per token (4 per block); a lane holds experts lane, lane + 32, ...; group values: each lane's two
  * best of the group, merged over the warp, into shared memory; lane 0 keeps the best groups as the CPU does
  * (a 64-bit mask, broadcast); each of the k rounds takes the best kept expert not taken yet by a warp
- * arg-max under the total order (value descending, index ascending) and marks it in a per-warp bitmap in
- * shared memory (E / 32 words). Selection uses exactly the CPU's values: the logits themselves, or the
- * sigmoid computed in the same f32 steps (its exp is the double exp rounded to f32, which is glibc's expf
- * but in the rarest double-rounding cases). The logits come from the backend's linear path (GEMV at <= 8
- * tokens, cuBLASLt above), in f32 from the activations in the compute dtype.
- * Floor: the logits are read k + 2 times from L1/L2 (m E 4 bytes each; sigmoid scores are recomputed per
- * round); at decode (Qwen3-30B-A3B: E = 128, k = 8) a few microseconds of latency, launch-bound. Not
- * measured yet. */
+ * arg-max under the total order (value descending, index ascending). E <= 256 and k <= 32 (every preset):
+ * each lane holds its experts' choice values in registers with an availability mask, lane j keeps rank j,
+ * and the weights, the normalising sum (in rank order) and the writes happen once after the rounds; else the
+ * values are re-read per round and taken experts marked in a per-warp bitmap in shared memory (E / 32 words).
+ * Selection uses exactly the CPU's values: the logits themselves, or the sigmoid computed in the same f32
+ * steps (its exp is the double exp rounded to f32, which is glibc's expf but in the rarest double-rounding
+ * cases). The logits come from the backend's linear path (GEMV at <= 8 tokens, cuBLASLt above), in f32 from
+ * the activations in the compute dtype. Floor: the logits are read k + 2 times from L1/L2 (m E 4 bytes each;
+ * sigmoid scores are recomputed per round); at decode (Qwen3-30B-A3B: E = 128, k = 8) a few microseconds of
+ * latency, launch-bound. Not measured yet. */
 #include <math.h>
 
 #include "engine/cuda/cuda_common.cuh"
 
 #define ROUTER_WARPS 4
+#define ROUTER_REGS  8 /* E <= 256 and k <= 32: each lane keeps its experts' values in registers */
 
 /* a NaN ranks below every number (-inf included: it is never chosen before a number) */
 __device__ __forceinline__ float rank_key(float v) {
@@ -115,6 +118,49 @@ __global__ void __launch_bounds__(ROUTER_WARPS * 32)
         for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     }
     double chosen = 0;
+    if (E <= 32 * ROUTER_REGS && k <= 32) { // the values in registers, ranks in lanes
+        float cv[ROUTER_REGS];
+        uint32_t avail = 0; /* bit i: expert lane + 32 i is kept and not taken yet */
+#pragma unroll
+        for (int i = 0; i < ROUTER_REGS; i++) {
+            const int e = lane + 32 * i;
+            cv[i] = -INFINITY;
+            if (e < E && ((keep >> (e / per)) & 1ull)) {
+                cv[i] = rank_key(choice(l, e, sigmoid, bias, bdt));
+                avail |= 1u << i;
+            }
+        }
+        int mine = 0; /* lane j < k: the expert of rank j */
+        for (int j = 0; j < k; j++) {
+            float bv = -INFINITY;
+            int be = -1;
+#pragma unroll
+            for (int i = 0; i < ROUTER_REGS; i++)
+                if (((avail >> i) & 1u) && beats(cv[i], lane + 32 * i, bv, be))
+                    bv = cv[i], be = lane + 32 * i;
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) {
+                const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+                const int oe = __shfl_xor_sync(0xffffffffu, be, o);
+                if (beats(ov, oe, bv, be)) bv = ov, be = oe;
+            }
+            if (be < 0) be = 0; /* unreachable, as below */
+            if (lane == (be & 31)) avail &= ~(1u << (be >> 5));
+            if (lane == j) mine = be;
+        }
+        float p = 0.f;
+        if (lane < k) p = sigmoid ? sigmoid_ref(l[mine]) : (float)((double)expf(l[mine] - mx) / sum);
+        for (int j = 0; j < k; j++) chosen += (double)__shfl_sync(0xffffffffu, p, j); /* in rank order */
+        if (lane < k) {
+            float v = p;
+            if (norm) v = (float)((double)v / (sigmoid ? chosen + 1e-20 : chosen));
+            if (scale != 1.0f) v *= scale;
+            ids[t * k + lane] = mine;
+            w[t * k + lane] = v;
+            if (counts) atomicAdd(&counts[mine], 1);
+        }
+        return;
+    }
     for (int j = 0; j < k; j++) { // rank j: the best kept expert not taken yet
         float bv = -INFINITY;
         int be = -1;
