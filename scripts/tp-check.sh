@@ -56,6 +56,9 @@ if [ -x "$lpo" ]; then
     # a hung collective (one-shot flags never set) fails after 300 s instead of holding the machine
     step "tests tp" bash -c "cd '$build' && ctest -R 'test_tp' --timeout 300 -V -O ctest-tp.log >/dev/null"
     grep -E "max \|logit diff\||stopped rank|SKIP|one-shot|all-reduce" "$build/ctest-tp.log" | head -60
+    # which test failed and why (the figures above come from passing checks only)
+    grep -E "^ *[0-9]+/[0-9]+ Test|tests passed|\[  FAILED  \]|\[  ERROR   \]|[Ff]ailure|Assertion|error:" \
+      "$build/ctest-tp.log" | head -30
   fi
   if [ "${TP_CHECK_BENCH:-1}" != 0 ]; then
     # the device's ceilings (cached or measured) and the NCCL all-reduce sweep over the GPUs, measured now
