@@ -85,7 +85,7 @@ lpo_status lpo_tp_check_devices(int tp, int first, int n_present, const lpo_tp_d
  * reach each other's memory; or that kernel where the GPUs allow it, else NCCL. */
 typedef enum { LPO_TP_AR_NCCL = 0, LPO_TP_AR_ONESHOT = 1, LPO_TP_AR_AUTO = 2 } lpo_tp_allreduce;
 #define LPO_TP_ONESHOT_MAX_DEFAULT ((int64_t)256 << 10) /* bytes */
-#define LPO_TP_ONESHOT_MAX_LIMIT   ((int64_t)16 << 20)
+#define LPO_TP_ONESHOT_MAX_LIMIT   ((int64_t)1 << 20)   /* the one-shot kernel's largest message */
 
 /* ---- init --------------------------------------------------------------------------------------------- */
 typedef struct {

@@ -360,9 +360,11 @@ lpo_status lpo_cuda_mla_attention(void *att, void *cache, const void *q, const v
  * NCCL). Peer pointers: stage[q] is rank q's staging buffer (stage_bytes, two halves: a message of up to
  * stage_bytes / 2), flags[q] its flag words [LPO_ONESHOT_MAX_RANKS][LPO_ONESHOT_MAX_BLOCKS] (zeroed once),
  * counter this rank's epoch words [LPO_ONESHOT_MAX_BLOCKS] (zeroed once), abort a host-mapped word that
- * makes waiting blocks return when non-zero. count * elem <= stage_bytes / 2, buf 16-byte aligned. */
+ * makes waiting blocks return when non-zero. count * elem <= stage_bytes / 2 and <= 1 MiB (block b owns the
+ * 16-byte vectors [256 b, 256 (b + 1)) of every message, at most LPO_ONESHOT_MAX_BLOCKS blocks), buf 16-byte
+ * aligned. */
 #define LPO_ONESHOT_MAX_RANKS  8
-#define LPO_ONESHOT_MAX_BLOCKS 32
+#define LPO_ONESHOT_MAX_BLOCKS 256
 typedef struct {
     void *stage[LPO_ONESHOT_MAX_RANKS];
     unsigned *flags[LPO_ONESHOT_MAX_RANKS];
