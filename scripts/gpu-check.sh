@@ -6,6 +6,7 @@
 #   scripts/gpu-check.sh            (CUDA_ARCHS=90 by default; e.g. CUDA_ARCHS="80;90" scripts/gpu-check.sh)
 #   GPU_CHECK_TESTS=<ctest regex>, GPU_CHECK_RACE=0, GPU_CHECK_BENCH=0: a shorter run when device time is short
 #   GPU_CHECK_AB=1: also the A/B bench points (engine.gemv=false, engine.pdl=false; ~70 s more).
+#   GPU_CHECK_HF=1: also HF transformers on the qwen3-30b-a3b shape (scripts/hf-bench.py; ~2 min more).
 #   The whole default run takes ~10 minutes on an H100 (docs/perf-notes.md has the split: build ~1 min,
 #   GPU tests ~5, sanitizers and ceilings ~4, the bench ~1): on a machine that allows 600 s per
 #   command, split it over two: GPU_CHECK_BENCH=0 (build, tests, sanitizers), then GPU_CHECK_TESTS=none
@@ -136,6 +137,12 @@ if [ -x "$build/lpo" ]; then
       step "bench ${bm#llama} b$bb${bx:+ ${bx#engine.}}" bash -c "'$build/lpo' bench model=$bm bench.batch=[$bb] \
         bench.prompt=[${bp%]}] bench.gen=[$bg] ${bx:-} $bopts | tee -a '$build/bench-tables.txt'"
     done
+    # GPU_CHECK_HF=1: HF transformers on the Qwen3-30B-A3B shape in the same run (static cache, compiled by
+    # generate; ~2 min, most of it the compile), for the ratio beside the bs1 qwen3 row above
+    if [ "${GPU_CHECK_HF:-0}" != 0 ] && python3 -c "import transformers" 2>/dev/null; then
+      step "hf qwen3 b1" bash -c "python3 scripts/hf-bench.py --model qwen3-30b-a3b --batch 1 --prompt 128 \
+        --gen 128 --reps 3 | tee -a '$build/bench-tables.txt' | tail -1"
+    fi
   fi
 else
   rows+=("lpo env|not run (no binary)|0.0" "ctest -L gpu|not run (no binary)|0.0")
@@ -151,7 +158,7 @@ fi
 if [ -s "$build/bench-tables.txt" ]; then
   echo
   echo "lpo bench"
-  grep -E '^(\||# )' "$build/bench-tables.txt"
+  grep -E '^(\||# |hf-bench: model=)' "$build/bench-tables.txt"
 fi
 echo
 echo "gpu-check summary (archs $archs, build dir $build)"
