@@ -387,6 +387,59 @@ static void oneshot_group(int n) {
             cudaGraphExecDestroy(ex[g]);
         }
     }
+    /* messages of other sizes back to back, no synchronisation between them (a prefill's then a decode
+     * step's): each in its own region of buf, each equal to the host's rank-order sum */
+    static const struct {
+        int64_t count, off; /* elements, byte offset in buf */
+        int f32;
+    } mix[] = {
+        {65543, 0, 1}, {4096, 300 << 10, 0}, {20000, 320 << 10, 0}, {5, 400 << 10, 1}, {8197, 401 << 10, 0}};
+    const int nm = (int)(sizeof mix / sizeof mix[0]);
+    for (int round = 0; round < 3; round++) {
+        float *want[5];
+        for (int k = 0; k < nm; k++) { // fresh data in every region, the expected sums
+            const lpo_dtype dt = mix[k].f32 ? LPO_DT_F32 : LPO_DT_BF16;
+            const size_t es = mix[k].f32 ? 4 : 2;
+            want[k] = malloc((size_t)mix[k].count * sizeof(float));
+            for (int g = 0; g < n; g++) {
+                uint64_t r = (uint64_t)(round * 131 + k * 17 + g) * 0x9e3779b97f4a7c15ull + 1;
+                for (int64_t i = 0; i < mix[k].count; i++) {
+                    r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+                    os_put(h, dt, i, (float)((double)(r >> 11) / 9007199254740992.0 * 2 - 1));
+                    const float xv = os_get(h, dt, i);
+                    want[k][i] = g ? want[k][i] + xv : 0.f + xv;
+                }
+                CUOK(cudaSetDevice(g));
+                CUOK(cudaMemcpy((char *)G.buf[g] + mix[k].off, h, (size_t)mix[k].count * es,
+                                cudaMemcpyHostToDevice));
+            }
+            for (int64_t i = 0; i < mix[k].count; i++)
+                want[k][i] = mix[k].f32 ? want[k][i] : lpo_bf16_to_f32(lpo_f32_to_bf16(want[k][i]));
+        }
+        for (int k = 0; k < nm; k++)
+            for (int g = 0; g < n; g++) {
+                CUOK(cudaSetDevice(g));
+                assert_int_equal(lpo_cuda_oneshot_all_reduce(&G.os[g], (char *)G.buf[g] + mix[k].off,
+                                                             mix[k].count,
+                                                             mix[k].f32 ? LPO_DT_F32 : LPO_DT_BF16, G.s[g]),
+                                 LPO_OK);
+            }
+        os_sync(&G);
+        for (int k = 0; k < nm; k++) {
+            const lpo_dtype dt = mix[k].f32 ? LPO_DT_F32 : LPO_DT_BF16;
+            for (int g = 0; g < n; g++) {
+                CUOK(cudaMemcpy(h, (char *)G.buf[g] + mix[k].off, (size_t)mix[k].count * (mix[k].f32 ? 4 : 2),
+                                cudaMemcpyDeviceToHost));
+                for (int64_t i = 0; i < mix[k].count; i++)
+                    if (os_get(h, dt, i) != want[k][i])
+                        fail_msg("one-shot, mixed sizes, %d GPUs, round %d message %d: GPU %d element %lld = "
+                                 "%.9g, "
+                                 "host %.9g",
+                                 n, round, k, g, (long long)i, (double)os_get(h, dt, i), (double)want[k][i]);
+            }
+            free(want[k]);
+        }
+    }
     /* timing: 100 calls in one graph per GPU, one-shot vs NCCL, bf16; the smallest GPU time per call */
     const int64_t tbytes[] = {8192, 16384, 65536, 262144};
     for (size_t ti = 0; ti < sizeof tbytes / sizeof tbytes[0]; ti++) {
