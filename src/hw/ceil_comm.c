@@ -170,6 +170,11 @@ static lpo_status validate(lpo__ar_bench *b) {
                 st = lpo_errorf(LPO_E_CUDA, "ceilings all-reduce: filling GPU %d", g);
         }
     }
+    /* a cudaMemcpy from pageable memory may return before its DMA lands, and the non-blocking streams do not
+     * wait for the legacy stream: every GPU idle before the collective */
+    for (int g = 0; g < b->gpus && st == LPO_OK; g++)
+        if (cudaSetDevice(g) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess)
+            st = lpo_errorf(LPO_E_CUDA, "ceilings all-reduce: filling GPU %d", g);
     if (st == LPO_OK) st = queue_one(b);
     if (st == LPO_OK) st = sync_all(b);
     // check: every GPU holds the sum over GPUs
@@ -199,9 +204,10 @@ static lpo_status validate(lpo__ar_bench *b) {
         }
     }
     free(h);
-    // zeros from now on: repeated sums stay finite
+    // zeros from now on: repeated sums stay finite (landed before the streams use the buffers)
     for (int g = 0; g < b->gpus && st == LPO_OK; g++)
-        if (cudaSetDevice(g) != cudaSuccess || cudaMemset(b->buf[g], 0, bytes) != cudaSuccess)
+        if (cudaSetDevice(g) != cudaSuccess || cudaMemset(b->buf[g], 0, bytes) != cudaSuccess ||
+            cudaDeviceSynchronize() != cudaSuccess)
             st = lpo_errorf(LPO_E_CUDA, "ceilings all-reduce: zeroing GPU %d", g);
     return st;
 }

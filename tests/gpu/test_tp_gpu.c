@@ -295,6 +295,9 @@ static void os_fill(os_group *G, lpo_dtype dt, int64_t count, float **x, void *h
         CUOK(cudaSetDevice(g));
         CUOK(cudaMemcpy(G->buf[g], h, (size_t)count * es, cudaMemcpyHostToDevice));
         CUOK(cudaMemcpy(G->ref[g], h, (size_t)count * es, cudaMemcpyHostToDevice));
+        /* a copy from pageable memory may return before its DMA lands, and the non-blocking streams do not
+         * wait for the legacy stream */
+        CUOK(cudaDeviceSynchronize());
     }
 }
 
@@ -412,6 +415,7 @@ static void oneshot_group(int n) {
                 CUOK(cudaSetDevice(g));
                 CUOK(cudaMemcpy((char *)G.buf[g] + mix[k].off, h, (size_t)mix[k].count * es,
                                 cudaMemcpyHostToDevice));
+                CUOK(cudaDeviceSynchronize());
             }
             for (int64_t i = 0; i < mix[k].count; i++)
                 want[k][i] = mix[k].f32 ? want[k][i] : lpo_bf16_to_f32(lpo_f32_to_bf16(want[k][i]));
