@@ -35,6 +35,10 @@ typedef struct {
     const lpo_dtype_info *kv;  /* KV cache entries */
     int attn_tile;             /* executed attention: query/key tile edge; 1 = exact mask, 0 = no skipping */
     int tp; /* tensor-parallel ranks (0 or 1: one GPU): the op lists are one rank's, with its collectives */
+    /* optional: the dtype each matrix is held in by name (an engine's lpo_engine_held_dtypes: fp8 where
+     * engine.weights says so, else its compute dtype); NULL: every matrix in `weights`. A GEMM runs on the
+     * roof of its weights' dtype. */
+    const lpo_dtype_lookup *held;
 } lpo_an_dtypes;
 
 typedef enum {
@@ -57,12 +61,15 @@ typedef struct {
     double comm_bytes;     /* collectives: the message (lpo_op_comm_bytes) */
     double comm_bus_bytes; /* ... what each rank sends over its links (lpo_op_comm_bus_bytes) */
     double intensity;      /* flops / bytes (FLOP per byte) */
-    lpo_roof roof;         /* matmul roof of the compute dtype, or VECTOR */
-    double t_compute_s;    /* flops_exec / roof; 0 when the roof is unknown */
-    double t_memory_s;     /* bytes / bandwidth; 0 when unknown */
-    double t_comm_s;       /* collectives: alpha + bus bytes / bandwidth of the peaks' comm figures */
-    double t_lower_s;      /* max of the two (roofline lower bound); 0 when either is unknown; a collective:
-                              t_comm_s */
+    lpo_roof roof;         /* matmul roof of the compute dtype (GEMMs: of their weights' dtype), or VECTOR */
+    /* useful FLOPs at the peak of the precision each op runs in (GEMMs: their weights' roof; the rest: the
+     * activations'), summed: MFU = t_peak_s / time (one roof: flops / peak / time); 0 when unknown */
+    double t_peak_s;
+    double t_compute_s; /* flops_exec / roof; 0 when the roof is unknown */
+    double t_memory_s;  /* bytes / bandwidth; 0 when unknown */
+    double t_comm_s;    /* collectives: alpha + bus bytes / bandwidth of the peaks' comm figures */
+    double t_lower_s;   /* max of the two (roofline lower bound); 0 when either is unknown; a collective:
+                           t_comm_s */
     lpo_an_bound bound;
 } lpo_an_cost;
 

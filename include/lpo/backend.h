@@ -110,6 +110,9 @@ typedef struct {
     const char *volatile *tp_progress;
     lpo_tp_allreduce tp_allreduce; /* CUDA ranks: how all-reduces run (0: NCCL) */
     int64_t tp_oneshot_max;        /* the one-shot's largest message, bytes (0: LPO_TP_ONESHOT_MAX_DEFAULT) */
+    /* which weights are held in fp8 (lpo_weight_held_dtype with the view's stored dtype and `dtype`); every
+     * backend holds the same fp8 values (lpo_fp8_quantize_rows; the CPU computes with them dequantized) */
+    lpo_weight_quant wq;
 } lpo_backend_init;
 
 /* ---- steps -------------------------------------------------------------------------------------------- */

@@ -53,6 +53,10 @@ typedef struct {
     const char *tp_allreduce; /* engine.tp_allreduce: nccl | oneshot | auto (NULL = nccl;
                                  lpo_engine_tp_allreduce_parse) */
     int64_t tp_oneshot_max; /* engine.tp_oneshot_max: the one-shot's largest message in bytes (0 = 256 KiB) */
+    /* engine.weights: "auto" / NULL (fp8 checkpoints stay fp8), "fp8" (quantize matrices at load), "dequant";
+     * engine.weights_keep: parts whose matrices stay in the compute dtype (NULL: lm_head). See
+     * lpo_weight_quant (model.h) and docs/engine.md "Low-precision weights". */
+    const char *weights, *weights_keep;
 } lpo_engine_opts;
 
 /* The max_context rule, written once: `asked` when > 0, else the model's positions
@@ -89,6 +93,11 @@ int lpo_engine_tp(const lpo_engine *e);
  * else the CPU). "cuda" without a CUDA backend: LPO_E_NOT_AVAILABLE. */
 lpo_status lpo_backend_find(const char *name, const lpo_backend_iface **out);
 lpo_dtype lpo_engine_dtype(const lpo_engine *e);
+/* The rule by which the backend holds weights in fp8 (engine.weights), and the lookup of the dtype each
+ * weight is held in (fp8, fp8_b128, or the compute dtype), valid while e is open: what the bytes of a step
+ * are priced at (profile, bench MBU). */
+const lpo_weight_quant *lpo_engine_weight_quant(const lpo_engine *e);
+const lpo_dtype_lookup *lpo_engine_held_dtypes(const lpo_engine *e);
 lpo_exec_mode lpo_engine_exec_mode(const lpo_engine *e);
 int lpo_engine_fusion(const lpo_engine *e);
 size_t lpo_engine_memory_bytes(const lpo_engine *e);

@@ -258,6 +258,11 @@ typedef struct {
      * rounded to dtype (include/lpo/synth.h, shared with the CUDA backend) */
     uint64_t synth_key;
     double synth_center, synth_amp;
+    /* fp8 tensors (dtype FP8 / FP8_B128, from an fp8 checkpoint): data holds the e4m3 bytes and scale the f32
+     * multipliers, n_scale of them: FP8 one per row (n_scale = rows) or one for the whole tensor
+     * (n_scale = 1, per-tensor scaling), FP8_B128 one per 128x128 tile. value = fp8 * scale. */
+    const float *scale;
+    uint64_t n_scale;
 } lpo_weight_view;
 
 /* The view of tensor `name`; LPO_E_NOT_FOUND naming the model when absent. Valid while m is open. */
@@ -266,6 +271,31 @@ lpo_status lpo_model_weight_view(const lpo_model *m, const char *name, lpo_weigh
  * Dequantizes GGUF blocks, generates synthetic values, un-permutes GGUF Q/K rows, refuses non-finite
  * values (LPO_E_FORMAT naming tensor and element) and f16 overflow (LPO_E_RANGE). */
 lpo_status lpo_weight_convert(const lpo_weight_view *v, lpo_dtype to, void *dst);
+/* ---- low-precision weights: which matrices a backend holds in fp8 (engine.weights, src/model/quant.c) -----
+ * A backend holds each weight in its compute dtype (engine.dtype) unless this rule says fp8:
+ *   auto     tensors stored in fp8 (HF FP8 checkpoints) stay fp8 (their layout: per-channel, or 128x128
+ *            tiles); every other tensor in the compute dtype
+ *   fp8      as auto, and 16/32-bit and GGUF matrices quantized at load to fp8 with one f32 scale per
+ *            output channel (lpo_fp8_quantize_rows)
+ *   dequant  everything in the compute dtype (fp8 checkpoints dequantized at load: the unquantized baseline)
+ * Only 2-D matrices of linears are ever fp8: the embedding table (looked up, not multiplied; a tied lm_head
+ * is the same tensor), norm scales, biases, MoE routers and routed experts stay in the compute dtype, and so
+ * do the matrices of the parts in `keep` (engine.weights_keep, default lm_head). */
+typedef enum { LPO_WQ_AUTO, LPO_WQ_FP8, LPO_WQ_DEQUANT } lpo_wq_mode;
+typedef struct {
+    lpo_wq_mode mode;
+    unsigned keep; /* bit (1u << lpo_part): matrices of these parts stay in the compute dtype */
+} lpo_weight_quant;
+#define LPO_WQ_KEEP_DEFAULT (1u << LPO_PART_LM_HEAD)
+/* mode: "auto" (or NULL), "fp8", "dequant"; keep: comma-separated parts of lm_head, attn, mlp ("none" or
+ * "" for none; NULL: the default). LPO_E_CONFIG naming the key (engine.weights / engine.weights_keep). */
+lpo_status lpo_weight_quant_parse(const char *mode, const char *keep, lpo_weight_quant *out);
+const char *lpo_wq_mode_name(lpo_wq_mode m); /* "auto", "fp8", "dequant" */
+/* The dtype a backend holds weight `name` (ndim dimensions, stored in `stored`) in: FP8 / FP8_B128 or
+ * `compute`, by the rule above. q NULL: auto. */
+lpo_dtype lpo_weight_held_dtype(const lpo_weight_quant *q, const char *name, int ndim, lpo_dtype stored,
+                                lpo_dtype compute);
+
 /* Where the tokenizer lives: a tokenizer.json path, the .gguf path, or NULL (byte-level fallback). */
 const char *lpo_model_tokenizer_path(const lpo_model *m);
 /* Source kind ("hf", "gguf", "synthetic") and the resolved path (NULL for synthetic). */

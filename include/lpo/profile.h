@@ -93,6 +93,7 @@ typedef struct {
     lpo_pf_opts opts;
     lpo_peaks peaks;
     lpo_an_dtypes dt; /* the engine's compute dtypes (costs for MFU / MBU) */
+    char weights[16]; /* engine.weights (auto, fp8, dequant): fp8 matrices priced as held */
     lpo_roof roof;    /* the compute roof MFU of a phase uses (the engine dtype's GEMM roof) */
     /* timing pass */
     lpo_pf_record *records;

@@ -57,7 +57,7 @@ lpo_status lpo_an_list_dtypes_init(lpo_an_list_dtypes *o, const lpo_an_dtypes *d
     if ((st = an_dtype(dt->kv, &o->opts.kv_dtype)) != LPO_OK) return st;
     if ((st = an_dtype(dt->weights, &o->weights)) != LPO_OK) return st;
     o->vectors = dt->weights->quantized ? o->opts.act_dtype : o->weights;
-    o->weight_lookup = (lpo_dtype_lookup){&o->weights, lpo_dtype_lookup_uniform};
+    o->weight_lookup = dt->held ? *dt->held : (lpo_dtype_lookup){&o->weights, lpo_dtype_lookup_uniform};
     o->vector_lookup = (lpo_dtype_lookup){&o->vectors, lpo_dtype_lookup_uniform};
     o->opts.dtypes = &o->weight_lookup;
     o->opts.vectors = &o->vector_lookup;
@@ -73,9 +73,12 @@ void lpo_an_op_cost(const lpo_model_spec *spec, const lpo_op *op, int batch, con
     lpo_op_tensor wbuf[8], *w = op->n_w <= 8 ? wbuf : malloc((size_t)op->n_w * sizeof *w);
     lpo_op priced;
     lpo_op_traffic t;
+    lpo_roof wroof = dt->weights->roof; /* of the dtype the op's (first) weight is priced at */
     if (w && lpo_an_list_dtypes_init(&ld, dt) == LPO_OK) {
         lpo_op_with_dtypes(op, &ld.opts, &priced, w);
         lpo_op_traffic_of(&priced, &t);
+        if (priced.n_w > 0 && lpo_dtype_roof(priced.w[0].dtype) != LPO_ROOF_VECTOR)
+            wroof = lpo_dtype_roof(priced.w[0].dtype);
     } else { /* out of memory, or a what-if dtype outside the table: the op's own dtypes */
         lpo_op_traffic_of(op, &t);
     }
@@ -89,9 +92,10 @@ void lpo_an_op_cost(const lpo_model_spec *spec, const lpo_op *op, int batch, con
     c->flops_exec = c->flops;
     /* GEMMs on the weights' matmul roof, attention on the activations', the rest on the vector roof */
     const lpo_cat cat = lpo_op_kind_cat(op->kind);
-    c->roof = cat == LPO_CAT_GEMM        ? dt->weights->roof
-              : cat == LPO_CAT_ATTENTION ? dt->act->roof
-                                         : LPO_ROOF_VECTOR;
+    /* a GEMM on the roof of the dtype its weights are priced at (fp8 weights: W8A8 on the fp8 roof) */
+    c->roof = cat == LPO_CAT_GEMM ? wroof : cat == LPO_CAT_ATTENTION ? dt->act->roof : LPO_ROOF_VECTOR;
+    const double mfu_peak = lpo_peaks_flops(p, cat == LPO_CAT_GEMM ? c->roof : dt->act->roof);
+    c->t_peak_s = mfu_peak > 0 ? c->flops / mfu_peak : 0;
     if (op->kind == LPO_OP_ATTENTION && dt->attn_tile != 1 && op->attn_pairs > 0 && batch > 0) {
         const int64_t nn = op->m / batch, past = op->kv_rows / batch - nn;
         const double ex =
@@ -141,6 +145,7 @@ void lpo_an_cost_add(lpo_an_cost *a, const lpo_an_cost *b) {
     a->comm_bytes += b->comm_bytes;
     a->comm_bus_bytes += b->comm_bus_bytes;
     a->t_comm_s += b->t_comm_s;
+    a->t_peak_s += b->t_peak_s;
     a->intensity = a->bytes > 0 ? a->flops / a->bytes : 0;
     if (a->t_lower_s > 0)
         a->bound = a->t_comm_s > a->t_compute_s && a->t_comm_s > a->t_memory_s ? LPO_AN_BOUND_COMM
@@ -151,6 +156,6 @@ void lpo_an_cost_add(lpo_an_cost *a, const lpo_an_cost *b) {
 void lpo_an_cost_scale(lpo_an_cost *a, double f) {
     double *v[] = {&a->flops,         &a->flops_exec,     &a->weight_bytes,   &a->in_bytes,    &a->out_bytes,
                    &a->kv_read_bytes, &a->kv_write_bytes, &a->bytes,          &a->t_compute_s, &a->t_memory_s,
-                   &a->t_lower_s,     &a->comm_bytes,     &a->comm_bus_bytes, &a->t_comm_s};
+                   &a->t_lower_s,     &a->comm_bytes,     &a->comm_bus_bytes, &a->t_comm_s,    &a->t_peak_s};
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) *v[i] *= f;
 }

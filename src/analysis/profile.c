@@ -164,7 +164,10 @@ static void finish_phase(lpo_pf_phase *ph, const lpo_peaks *p, lpo_roof roof) {
     if (ph->time_s > 0) {
         ph->achieved_tflops = ph->cost.flops / ph->time_s / 1e12;
         ph->achieved_gbs = ph->cost.bytes / ph->time_s / 1e9;
-        ph->mfu = pf > 0 ? ph->cost.flops / ph->time_s / pf : 0;
+        /* the peak of the precision each op runs in (fp8 GEMMs on the fp8 roof); one roof: flops / peak */
+        ph->mfu = ph->cost.t_peak_s > 0 ? ph->cost.t_peak_s / ph->time_s
+                  : pf > 0              ? ph->cost.flops / ph->time_s / pf
+                                        : 0;
         ph->mbu = bw > 0 ? ph->cost.bytes / ph->time_s / bw : 0;
     }
 }
@@ -413,7 +416,13 @@ lpo_status lpo_pf_run(const lpo_pf_request *rq, lpo_pf_result *r) {
     r->threads = rq->eng_opts->n_threads;
     r->max_new_tokens = rq->gen->max_new_tokens;
     const lpo_dtype_info *ed = engine_dtype(lpo_engine_dtype(e));
-    r->dt = (lpo_an_dtypes){ed, ed, ed, rq->attn_tile, 1};
+    r->dt = (lpo_an_dtypes){.weights = ed,
+                            .act = ed,
+                            .kv = ed,
+                            .attn_tile = rq->attn_tile,
+                            .tp = 1,
+                            .held = lpo_engine_held_dtypes(e)};
+    snprintf(r->weights, sizeof r->weights, "%s", lpo_wq_mode_name(lpo_engine_weight_quant(e)->mode));
     r->roof = ed->roof;
     unsigned char *seen = calloc(rq->dataset->n ? rq->dataset->n : 1, 1);
     if (!seen) st = lpo_errorf(LPO_E_NOMEM, "profile: out of memory");
@@ -457,6 +466,7 @@ lpo_status lpo_pf_run(const lpo_pf_request *rq, lpo_pf_result *r) {
         lpo_error_clear();
     }
     if (st == LPO_OK && rq->opts->op_breakdown) st = lpo_pf__breakdown(&e, rq, r, t_start);
+    r->dt.held = NULL; /* the engine's lookup dies with it */
     lpo_engine_close(e);
     r->total_s = (double)(lpo_now_ns() - t_start) / 1e9;
     if (st != LPO_OK) lpo_pf_result_free(r);

@@ -117,6 +117,7 @@ lpo_status lpo_pf_data_write(const lpo_pf_result *r, double mean_prompt, lpo_jso
     lpo_json_kv_str(j, "act", r->dt.act ? r->dt.act->name : NULL);
     lpo_json_kv_str(j, "kv", r->dt.kv ? r->dt.kv->name : NULL);
     lpo_json_kv_int(j, "attn_tile", r->dt.attn_tile);
+    lpo_json_kv_str(j, "weights_mode", r->weights);
     lpo_json_object_end(j);
     lpo_json_kv_str(j, "roof", lpo_roof_name(r->roof));
     lpo_json_key(j, "records");
@@ -395,6 +396,7 @@ lpo_status lpo_pf_data_load(const char *path, lpo_pf_result *r, double *mean_pro
     r->dt.act = dtype_or_null(str(o, "act"));
     r->dt.kv = dtype_or_null(str(o, "kv"));
     r->dt.attn_tile = (int)inum(&c, o, "attn_tile");
+    snprintf(r->weights, sizeof r->weights, "%s", str(o, "weights_mode"));
     r->roof = (lpo_roof)by_name(&c, "roof", str(root, "roof"), LPO_ROOF_COUNT, roof_of);
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(root, "records"), *e;
     r->n_records = cJSON_IsArray(a) ? (size_t)cJSON_GetArraySize(a) : 0;

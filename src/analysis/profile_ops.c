@@ -157,9 +157,11 @@ static lpo_status eager_engine(lpo_engine **e, const lpo_pf_request *rq) {
 }
 
 lpo_status lpo_pf__breakdown(lpo_engine **ep, const lpo_pf_request *rq, lpo_pf_result *r, uint64_t t_start) {
+    r->dt.held = NULL;
     lpo_status st = eager_engine(ep, rq);
     if (st != LPO_OK) return st;
     lpo_engine *e = *ep;
+    r->dt.held = lpo_engine_held_dtypes(e); /* this engine's (lpo_pf_run clears it before closing) */
     const int n =
         (int)(rq->n_order < (size_t)lpo_engine_max_seqs(e) ? rq->n_order : (size_t)lpo_engine_max_seqs(e));
     int slots[LPO_ENGINE_MAX_SEQS];

@@ -781,6 +781,9 @@ void lpo_pf_write_assumptions(const lpo_pf_result *r, const lpo_an_static *st, l
     lpo_sb_printf(
         o, "- Engine compute dtype: %s (weights as the backend holds them, activations and KV cache).\n",
         r->dtype);
+    if (!strcmp(r->weights, "fp8"))
+        lpo_sb_puts(o, "- engine.weights=fp8: linear matrices held in fp8 with per-channel scales (bytes and "
+                       "GEMM roofs priced as held; docs/engine.md \"Low-precision weights\").\n");
     lpo_sb_printf(o, "- Static analysis (static_compute.*): weights %s, activations %s, KV %s.\n",
                   st->dt.weights->name, st->dt.act->name, st->dt.kv->name);
     lpo_sb_printf(o, "- Executed attention counted with tiles of %d (%s).\n", r->dt.attn_tile,

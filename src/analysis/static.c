@@ -242,8 +242,9 @@ static lpo_status whatif_row(const lpo_model_spec *spec, const lpo_an_opts *o, c
 }
 
 static lpo_status add_whatifs(const lpo_model_spec *spec, lpo_an_static *s, const lpo_peaks *p, int64_t mid) {
-    static const char *const combos[][2] = {
-        {"bf16", "bf16"}, {"fp8", "bf16"}, {"fp8", "fp8"}, {"int4", "bf16"}, {"int4", "fp8"}};
+    static const char *const combos[][2] = {{"bf16", "bf16"}, {"fp8", "bf16"},  {"fp8", "fp8"},
+                                            {"q8_0", "bf16"}, {"q6_k", "bf16"}, {"q4_k", "bf16"},
+                                            {"int4", "bf16"}, {"int4", "fp8"}};
     static const int batches[] = {1, 8, 32, 128};
     lpo_status st = LPO_OK;
     for (size_t i = 0; i < sizeof combos / sizeof combos[0] && st == LPO_OK; i++) {

@@ -10,22 +10,33 @@
 
 #include "lpo/core.h"
 
-/* FLOPs and bytes of one op list: decode (batch B at context ctx) or prefill (B sequences of T tokens).
- * Tensor parallel: one rank's list (its parts, its collectives), so MFU and MBU are per GPU. hit: per layer,
- * the distinct experts a step of a real routing read (NULL: the uniform expectation). */
+/* FLOPs and bytes of one op list: decode (batch B at context ctx) or prefill (B sequences of T tokens), with
+ * every weight as the engine holds it (fp8 matrices with their scales, the rest in the compute dtype), and
+ * t_peak: its FLOPs at the peak of the precision each op runs in (GEMMs on their weights' roof, e.g. fp8;
+ * every other op on the compute dtype's), 0 without peaks. Tensor parallel: one rank's list (its parts, its
+ * collectives), so MFU and MBU are per GPU. hit: per layer, the distinct experts a step of a real routing
+ * read (NULL: the uniform expectation). */
 static lpo_status list_costs(const lpo_engine *e, int decode, int B, int64_t t_or_ctx, const double *hit,
-                             double *flops, double *bytes) {
+                             const lpo_peaks *peaks, double *flops, double *bytes, double *t_peak) {
     const lpo_dtype dt = lpo_engine_dtype(e);
-    const lpo_dtype_lookup held = {(void *)&dt, lpo_dtype_lookup_uniform};
-    const lpo_oplist_opts o = {dt, dt, &held, NULL, lpo_engine_tp(e)};
+    const lpo_dtype_lookup vec = {(void *)&dt, lpo_dtype_lookup_uniform};
+    const lpo_oplist_opts o = {dt, dt, lpo_engine_held_dtypes(e), &vec, lpo_engine_tp(e)};
     lpo_oplist l = {0};
     lpo_status st = lpo_oplist_build_phase(lpo_engine_spec(e), decode, B, t_or_ctx, &o, &l);
-    *flops = *bytes = 0;
+    *flops = *bytes = *t_peak = 0;
+    const double dpeak = peaks ? peaks->tflops[lpo_dtype_roof(dt)] * 1e12 : 0;
     for (size_t i = 0; st == LPO_OK && i < l.n_ops; i++) {
         if (hit && l.ops[i].kind == LPO_OP_EXPERTS && l.ops[i].layer >= 0 && hit[l.ops[i].layer] > 0)
             l.ops[i].experts_hit = hit[l.ops[i].layer];
-        *flops += lpo_op_flops(&l.ops[i]);
-        *bytes += lpo_op_bytes(&l.ops[i]);
+        const lpo_op *op = &l.ops[i];
+        *flops += lpo_op_flops(op);
+        *bytes += lpo_op_bytes(op);
+        double pk = dpeak;
+        if (peaks && lpo_op_kind_cat(op->kind) == LPO_CAT_GEMM && op->n_w > 0 &&
+            lpo_dtype_roof(op->w[0].dtype) < LPO_ROOF_N_GEMM &&
+            peaks->tflops[lpo_dtype_roof(op->w[0].dtype)] > 0)
+            pk = peaks->tflops[lpo_dtype_roof(op->w[0].dtype)] * 1e12;
+        if (pk > 0) *t_peak += lpo_op_flops(op) / pk;
     }
     lpo_oplist_free(&l);
     return st;
@@ -178,20 +189,21 @@ lpo_status lpo_bench_run(lpo_engine *e, const lpo_bench_point *pt, const lpo_mea
         out->tpot_ms = steps > 0 ? out->decode_ms.median / steps : 0;
         out->prefill_tok_s = (double)B * (double)pt->prompt / (out->ttft_ms.median / 1e3);
         out->decode_tok_s = steps > 0 ? (double)B * steps / (out->decode_ms.median / 1e3) : 0;
-        double pb;
+        double pb, tp_prefill = 0, tp_decode = 0;
         if (hit && steps > 0) st = moe_routing(e, B, hit, out);
-        if (st == LPO_OK) st = list_costs(e, 0, B, pt->prompt, NULL, &out->prefill_flops, &pb);
+        if (st == LPO_OK)
+            st = list_costs(e, 0, B, pt->prompt, NULL, peaks, &out->prefill_flops, &pb, &tp_prefill);
         /* decode steps run at contexts P .. P + G - 2: costs are linear in the context, so the step at
          * the mean context has the mean cost (rounded to a whole position) */
         const int64_t mean_ctx = pt->prompt + (pt->gen - 2) / 2;
         if (st == LPO_OK && steps > 0)
-            st = list_costs(e, 1, B, mean_ctx, hit && out->moe_experts_per_layer > 0 ? hit : NULL,
-                            &out->decode_flops_per_step, &out->decode_bytes_per_step);
-        const double peak = peaks ? peaks->tflops[lpo_dtype_roof(lpo_engine_dtype(e))] * 1e12 : 0;
+            st = list_costs(e, 1, B, mean_ctx, hit && out->moe_experts_per_layer > 0 ? hit : NULL, peaks,
+                            &out->decode_flops_per_step, &out->decode_bytes_per_step, &tp_decode);
         const double bw = peaks ? peaks->dram_gbs * 1e9 : 0;
-        if (peak > 0) {
-            out->mfu_prefill = out->prefill_flops / (out->ttft_ms.median / 1e3) / peak;
-            if (out->tpot_ms > 0) out->mfu_decode = out->decode_flops_per_step / (out->tpot_ms / 1e3) / peak;
+        /* MFU against the peak of the precision each op runs in (one dtype: flops / peak / time) */
+        if (tp_prefill > 0) {
+            out->mfu_prefill = tp_prefill / (out->ttft_ms.median / 1e3);
+            if (out->tpot_ms > 0) out->mfu_decode = tp_decode / (out->tpot_ms / 1e3);
         }
         if (bw > 0 && out->tpot_ms > 0)
             out->mbu_decode = out->decode_bytes_per_step / (out->tpot_ms / 1e3) / bw;

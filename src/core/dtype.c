@@ -3,8 +3,10 @@
  * as IEEE 754 says). */
 #include "lpo/dtype.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -20,9 +22,9 @@ const char *lpo_roof_name(lpo_roof r) {
 
 /* ---- table ---- */
 static const lpo_dtype_info dtype_table[] = {
-#define LPO__DT_ROW(name, str, blk, bb, q, roof, tc, loads, aliases, about)                                  \
-    {LPO_DT_##name,   str,           aliases, blk,  bb, (double)(bb) / (double)(blk), q,                     \
-     LPO_ROOF_##roof, LPO_ROOF_##tc, loads,   about},
+#define LPO__DT_ROW(name, str, blk, bb, sc, q, roof, tc, loads, aliases, about)                              \
+    {LPO_DT_##name,  str, aliases,         blk,           bb,    (double)(bb) / (double)(blk),               \
+     LPO_SCALE_##sc, q,   LPO_ROOF_##roof, LPO_ROOF_##tc, loads, about},
     LPO_DTYPE_MAP(LPO__DT_ROW)
 #undef LPO__DT_ROW
 };
@@ -55,6 +57,15 @@ uint64_t lpo_dtype_bytes(lpo_dtype dt, uint64_t n) {
     if (n % blk) return 0;
     if (__builtin_mul_overflow(n / blk, (uint64_t)dtype_table[dt].block_bytes, &bytes)) return 0;
     return bytes;
+}
+
+double lpo_dtype_matrix_bytes(lpo_dtype dt, double rows, double cols) {
+    if ((unsigned)dt >= LPO_DT_COUNT || rows < 0 || cols < 0) return 0;
+    const lpo_dtype_info *d = &dtype_table[dt];
+    double b = rows * cols * d->bytes;
+    if (d->scale == LPO_SCALE_ROW) b += rows * 4.0;
+    if (d->scale == LPO_SCALE_TILE128) b += ceil(rows / LPO_SCALE_TILE) * ceil(cols / LPO_SCALE_TILE) * 4.0;
+    return b;
 }
 
 /* s equals one of the comma-separated names of list, ignoring case */
@@ -142,4 +153,107 @@ uint16_t lpo_f32_to_bf16(float f) {
     if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u); /* quiet NaN, sign kept */
     x += 0x7fffu + ((x >> 16) & 1u);
     return (uint16_t)(x >> 16);
+}
+
+float lpo_fp8_e4m3_to_f32(uint8_t v) {
+    const float sign = v & 0x80u ? -1.0f : 1.0f;
+    const int e = (v >> 3) & 0xf, m = v & 7;
+    if (e == 15 && m == 7) return NAN;
+    if (e == 0) return sign * ldexpf((float)m, -9); /* subnormal: m / 8 * 2^-6 */
+    return sign * ldexpf((float)(8 + m), e - 10);   /* (1 + m / 8) * 2^(e - 7) */
+}
+
+uint8_t lpo_f32_to_fp8_e4m3(float f) {
+    if (isnan(f)) return 0x7f;
+    const uint8_t sign = signbit(f) ? 0x80u : 0;
+    const float a = fabsf(f);
+    if (a >= LPO_FP8_E4M3_MAX) return sign | 0x7e; /* saturate (finite) */
+    int e;
+    (void)frexpf(a, &e);    /* a = f * 2^e, f in [0.5, 1): a in [2^(e-1), 2^e) */
+    e -= 1;                 /* a in [2^e, 2^(e+1)) */
+    if (a == 0 || e < -6) { /* subnormal range: units of 2^-9, rounded to nearest even */
+        const float q = nearbyintf(ldexpf(a, 9));
+        return sign | (uint8_t)q; /* q == 8 is 2^-6, the smallest normal (exponent field 1, mantissa 0) */
+    }
+    float q = nearbyintf(ldexpf(a, 3 - e)); /* 8 .. 16: the mantissa with its leading one, rounded */
+    if (q >= 16) q = 8, e++;
+    if (e > 8 || (e == 8 && q > 14)) return sign | 0x7e; /* above 448 after rounding: saturate */
+    return sign | (uint8_t)(((e + 7) << 3) | ((int)q - 8));
+}
+
+/* ---- fp8 matrices ---------------------------------------------------------------------------------------
+ */
+void lpo_fp8_quantize_rows(const float *x, int64_t rows, int64_t cols, uint8_t *q, float *scales) {
+#pragma omp parallel for schedule(static) if (rows * cols > (1 << 16))
+    for (int64_t r = 0; r < rows; r++) { // row r (cols,) -> q row, scales[r]
+        const float *xr = x + r * cols;
+        float amax = 0;
+        for (int64_t c = 0; c < cols; c++) amax = fmaxf(amax, fabsf(xr[c]));
+        const float s = amax > 0 ? amax / LPO_FP8_E4M3_MAX : 1.0f;
+        scales[r] = s;
+        for (int64_t c = 0; c < cols; c++) q[r * cols + c] = lpo_f32_to_fp8_e4m3(xr[c] / s);
+    }
+}
+
+void lpo_fp8_quantize_tiles(const float *x, int64_t rows, int64_t cols, uint8_t *q, float *scales) {
+    const int64_t T = LPO_SCALE_TILE, tr = (rows + T - 1) / T, tc = (cols + T - 1) / T;
+#pragma omp parallel for schedule(static) if (rows * cols > (1 << 16))
+    for (int64_t b = 0; b < tr * tc; b++) { // tile b: rows r0.., columns c0.. -> q, scales[b]
+        const int64_t r0 = b / tc * T, c0 = b % tc * T;
+        const int64_t r1 = r0 + T < rows ? r0 + T : rows, c1 = c0 + T < cols ? c0 + T : cols;
+        float amax = 0;
+        for (int64_t r = r0; r < r1; r++)
+            for (int64_t c = c0; c < c1; c++) amax = fmaxf(amax, fabsf(x[r * cols + c]));
+        const float s = amax > 0 ? amax / LPO_FP8_E4M3_MAX : 1.0f;
+        scales[b] = s;
+        for (int64_t r = r0; r < r1; r++)
+            for (int64_t c = c0; c < c1; c++) q[r * cols + c] = lpo_f32_to_fp8_e4m3(x[r * cols + c] / s);
+    }
+}
+
+void lpo_fp8_dequantize_rows(const uint8_t *q, const float *scales, int64_t rows, int64_t cols, float *y) {
+#pragma omp parallel for schedule(static) if (rows * cols > (1 << 16))
+    for (int64_t r = 0; r < rows; r++) // row r (cols,) * scales[r]
+        for (int64_t c = 0; c < cols; c++) y[r * cols + c] = lpo_fp8_e4m3_to_f32(q[r * cols + c]) * scales[r];
+}
+
+void lpo_fp8_dequantize_tiles(const uint8_t *q, const float *scales, int64_t rows, int64_t cols, float *y) {
+    const int64_t tc = (cols + LPO_SCALE_TILE - 1) / LPO_SCALE_TILE;
+#pragma omp parallel for schedule(static) if (rows * cols > (1 << 16))
+    for (int64_t r = 0; r < rows; r++) // row r (cols,) * scales[r / 128][c / 128]
+        for (int64_t c = 0; c < cols; c++)
+            y[r * cols + c] =
+                lpo_fp8_e4m3_to_f32(q[r * cols + c]) * scales[(r / LPO_SCALE_TILE) * tc + c / LPO_SCALE_TILE];
+}
+
+int lpo_fp8_roundtrip_rows(float *x, int64_t rows, int64_t cols) {
+    uint8_t *q = malloc((size_t)(rows * cols > 0 ? rows * cols : 1));
+    float *s = malloc((size_t)(rows > 0 ? rows : 1) * sizeof *s);
+    if (!q || !s) {
+        free(q);
+        free(s);
+        return -1;
+    }
+    lpo_fp8_quantize_rows(x, rows, cols, q, s);
+    lpo_fp8_dequantize_rows(q, s, rows, cols, x);
+    free(q);
+    free(s);
+    return 0;
+}
+
+int lpo_fp8_roundtrip_tiles(float *x, int64_t rows, int64_t cols) {
+    const int64_t nt =
+        ((rows + LPO_SCALE_TILE - 1) / LPO_SCALE_TILE) * ((cols + LPO_SCALE_TILE - 1) / LPO_SCALE_TILE);
+    uint8_t *q = malloc((size_t)(rows * cols > 0 ? rows * cols : 1));
+    float *s = malloc((size_t)(nt > 0 ? nt : 1) * sizeof *s);
+    if (!q || !s) {
+        free(q);
+        free(s);
+        return -1;
+    }
+    lpo_fp8_quantize_tiles(x, rows, cols, q, s);
+    lpo_fp8_dequantize_tiles(q, s, rows, cols, x);
+    free(q);
+    free(s);
+    return 0;
 }

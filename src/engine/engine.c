@@ -33,7 +33,11 @@ struct lpo_engine {
     lpo_exec_mode exec;
     int fusion;
     lpo_oplist_opts lopts;
-    lpo_dtype_lookup dtypes;
+    lpo_dtype_lookup dtypes;      /* stored dtypes (the model's) */
+    lpo_dtype_lookup held_lookup; /* the dtype each weight is held in: fp8 by the rule, else the stored one */
+    lpo_dtype_lookup held_uniform; /* for analysis: fp8 by the rule, else the compute dtype */
+    lpo_dtype_lookup stored;       /* the stored dtype of 1-D weights (never held in fp8) */
+    lpo_weight_quant wq;
     int64_t *n_past;    /* [max_seqs + 1] */
     int32_t *packed;    /* [max_step_tokens] tokens of a step */
     int32_t *tok_slot;  /* [max_step_tokens] */
@@ -70,6 +74,29 @@ lpo_status lpo_engine_open(const lpo_model *m, const lpo_engine_opts *opts, lpo_
     lpo_weight_source ws = {(void *)m, model_view};
     lpo_dtype_lookup dl = {(void *)m, model_dtype};
     return lpo_engine_open_weights(lpo_model_get_spec(m), &ws, &dl, opts, out);
+}
+
+/* Op lists name each weight in the dtype the backend holds it in where that is fp8 (its bytes as stored on
+ * the device), else in its stored dtype; held_uniform answers the compute dtype for the others (what
+ * analysis prices a step at). */
+static int held_dtype(const lpo_engine *e, const char *name, lpo_dtype *out, int uniform) {
+    lpo_dtype stored = e->spec.dtype;
+    if (e->dtypes.stored_dtype) e->dtypes.stored_dtype(e->dtypes.ud, name, &stored);
+    const lpo_dtype h = lpo_weight_held_dtype(&e->wq, name, 2, stored, e->dtype);
+    *out = h == LPO_DT_FP8 || h == LPO_DT_FP8_B128 || uniform ? h : stored;
+    return 1;
+}
+static int held_lookup(void *ud, const char *name, lpo_dtype *out) {
+    return held_dtype(ud, name, out, 0);
+}
+static int held_uniform(void *ud, const char *name, lpo_dtype *out) {
+    return held_dtype(ud, name, out, 1);
+}
+static int stored_lookup(void *ud, const char *name, lpo_dtype *out) {
+    const lpo_engine *e = ud;
+    *out = e->spec.dtype;
+    if (e->dtypes.stored_dtype) e->dtypes.stored_dtype(e->dtypes.ud, name, out);
+    return 1;
 }
 
 static int ensure_check_buf(lpo_engine *e);
@@ -181,6 +208,13 @@ lpo_status lpo_engine_open_weights(const lpo_model_spec *spec, const lpo_weight_
         return lpo_errorf(LPO_E_CONFIG, "engine.tp_oneshot_max = %lld bytes: it must be in 0..%lld (0: %lld)",
                           (long long)o.tp_oneshot_max, (long long)LPO_TP_ONESHOT_MAX_LIMIT,
                           (long long)LPO_TP_ONESHOT_MAX_DEFAULT);
+    lpo_weight_quant wq;
+    if ((st = lpo_weight_quant_parse(o.weights, o.weights_keep, &wq)) != LPO_OK) return st;
+    if (o.tp > 1 && wq.mode == LPO_WQ_FP8) /* the split of an fp8 matrix and its scales is not written yet */
+        return lpo_errorf(LPO_E_UNSUPPORTED,
+                          "engine.weights=fp8 with engine.tp=%d: fp8 weights run on one "
+                          "device for now (engine.tp=1)",
+                          o.tp);
     if (o.max_seqs <= 0) o.max_seqs = 1;
     if (o.max_seqs > LPO_ENGINE_MAX_SEQS)
         return lpo_errorf(LPO_E_RANGE, "batch of %d sequences exceeds the engine's limit of %d", o.max_seqs,
@@ -222,7 +256,12 @@ lpo_status lpo_engine_open_weights(const lpo_model_spec *spec, const lpo_weight_
     e->fusion = o.fusion && o.exec != LPO_EXEC_DEBUG;
     if (dtypes) e->dtypes = *dtypes;
     e->tp = o.tp;
-    e->lopts = (lpo_oplist_opts){dt, dt, e->dtypes.stored_dtype ? &e->dtypes : NULL, NULL, o.tp};
+    e->wq = wq;
+    e->held_lookup = (lpo_dtype_lookup){e, held_lookup};
+    e->held_uniform = (lpo_dtype_lookup){e, held_uniform};
+    /* 1-D weights (norm scales, biases) are never fp8: their stored dtype as before */
+    e->stored = (lpo_dtype_lookup){e, stored_lookup};
+    e->lopts = (lpo_oplist_opts){dt, dt, &e->held_lookup, &e->stored, o.tp};
     const size_t slots = (size_t)o.max_seqs + (pad ? 1 : 0);
     e->n_past = calloc(slots, sizeof *e->n_past);
     e->packed = malloc((size_t)rows * sizeof *e->packed);
@@ -249,6 +288,7 @@ lpo_status lpo_engine_open_weights(const lpo_model_spec *spec, const lpo_weight_
         .pdl = o.pdl,
         .tp_allreduce = ar_mode,
         .tp_oneshot_max = o.tp_oneshot_max > 0 ? o.tp_oneshot_max : LPO_TP_ONESHOT_MAX_DEFAULT,
+        .wq = wq,
     };
     if (o.tp > 1) {
         st = lpo__tp_group_open(be, &bi, o.tp, o.tp_timeout_s, &e->tpg);
@@ -306,6 +346,12 @@ int lpo_engine_max_seqs(const lpo_engine *e) {
 }
 lpo_dtype lpo_engine_dtype(const lpo_engine *e) {
     return e->dtype;
+}
+const lpo_weight_quant *lpo_engine_weight_quant(const lpo_engine *e) {
+    return &e->wq;
+}
+const lpo_dtype_lookup *lpo_engine_held_dtypes(const lpo_engine *e) {
+    return &e->held_uniform;
 }
 lpo_exec_mode lpo_engine_exec_mode(const lpo_engine *e) {
     return e->exec;

@@ -70,12 +70,16 @@ lpo_status lpo_infer_config_read(const lpo_node *cfg, lpo_infer_config *c) {
                           LPO_TP_ONESHOT_MAX_LIMIT, &c->engine.tp_oneshot_max));
     lpo_tp_allreduce ar;
     if ((st = lpo_engine_tp_allreduce_parse(c->engine.tp_allreduce, &ar)) != LPO_OK) goto fail;
+    TRY(lpo_cfg_str_or(cfg, "engine.weights", "auto", &c->engine.weights));
+    TRY(lpo_cfg_str_or(cfg, "engine.weights_keep", "lm_head", &c->engine.weights_keep));
     if (!lpo_exec_mode_parse(exec, &c->engine.exec)) {
         st = lpo_errorf(LPO_E_CONFIG, "engine.exec: '%s' is not one of graph, eager, debug", exec);
         goto fail;
     }
     lpo_dtype dt;
     if ((st = lpo_engine_dtype_parse(c->engine.dtype, &dt)) != LPO_OK) goto fail;
+    lpo_weight_quant wq;
+    if ((st = lpo_weight_quant_parse(c->engine.weights, c->engine.weights_keep, &wq)) != LPO_OK) goto fail;
 #undef TRY
     c->gen.sampling = (lpo_sampling){temp, top_k, top_p, rp, (uint64_t)seed};
     st = lpo_sampling_validate(&c->gen.sampling, "infer."); /* the sampler's own rules (docs/sampling.md) */

@@ -351,10 +351,20 @@ void lpo_opcheck_tolerance(lpo_dtype dt, double *rtol, double *atol, double *max
     }
 }
 
+/* A matmul with fp8 weights at more than 8 rows: a backend may quantize its activations to fp8 per token
+ * there (W8A8: CUDA's cuBLASLt path) while the reference multiplies the unquantized ones. e4m3 keeps 3
+ * mantissa bits: each activation is off by up to 2^-4 of itself (rms ~ 2^-4 / sqrt(3) = 3.6%), so an output
+ * of k such products carries ~3.6% of its typical size as noise. */
+static int w8a8_possible(const lpo_op *op) {
+    return (op->kind == LPO_OP_LINEAR || op->kind == LPO_OP_LM_HEAD) && op->n_w > 0 && op->m > 8 &&
+           (op->w[0].dtype == LPO_DT_FP8 || op->w[0].dtype == LPO_DT_FP8_B128);
+}
+
 static void compare(const float *out, const float *ref, int64_t n, lpo_dtype dt, lpo_opcheck_result *r,
-                    const char *what) {
+                    const char *what, int w8a8) {
     double rtol, atol, max_nmse, se = 0, sr = 0;
     lpo_opcheck_tolerance(dt, &rtol, &atol, &max_nmse);
+    if (w8a8) rtol = 0.15, atol = 0.15, max_nmse = 5e-3;
     for (int64_t i = 0; i < n; i++) {
         r->n_checked++;
         if (isnan(out[i]) && !isnan(ref[i])) {
@@ -458,13 +468,13 @@ lpo_status lpo_opcheck_run(const lpo_backend_iface *be, void *ctx, lpo_dtype dt,
                 for (int64_t j = t * op->top_k; swapped && j < (t + 1) * op->top_k; j++) /* near tie */
                     d.out[j] = d.out_ref[j];
             }
-            compare(d.out, d.out_ref, d.n_out, dt, r, "output");
+            compare(d.out, d.out_ref, d.n_out, dt, r, "output", w8a8_possible(op));
         }
         if (op->kind == LPO_OP_ATTENTION) { /* the appended rows (and nothing else) changed alike */
-            compare(d.kc, d.kc_ref, d.n_cache, dt, r, "K cache");
-            compare(d.vc, d.vc_ref, d.n_cache, dt, r, "V cache");
+            compare(d.kc, d.kc_ref, d.n_cache, dt, r, "K cache", 0);
+            compare(d.vc, d.vc_ref, d.n_cache, dt, r, "V cache", 0);
         }
-        if (op->kind == LPO_OP_MLA_ATTENTION) compare(d.kc, d.kc_ref, d.n_cache, dt, r, "latent cache");
+        if (op->kind == LPO_OP_MLA_ATTENTION) compare(d.kc, d.kc_ref, d.n_cache, dt, r, "latent cache", 0);
         r->passed = !r->msg[0];
     }
     case_free(&d, op);

@@ -846,17 +846,19 @@ static double dsize(lpo_dtype dt, double n) {
     return d ? n * d->bytes : 0;
 }
 
+/* A tensor as a matrix: its last dimension the columns, every other one rows (a vector is one row), so that
+ * the scales beside the elements (fp8: per row) are counted with them. */
 double lpo_op_tensor_bytes(const lpo_op_tensor *t) {
-    double n = 1;
-    for (int i = 0; i < t->ndim; i++) n *= (double)t->shape[i];
-    return dsize(t->dtype, n);
+    double rows = 1;
+    for (int i = 0; i + 1 < t->ndim; i++) rows *= (double)t->shape[i];
+    return lpo_dtype_matrix_bytes(t->dtype, rows, t->ndim ? (double)t->shape[t->ndim - 1] : 1);
 }
 
 double lpo_op_weight_bytes(const lpo_op *op) {
     double b = 0;
     for (int i = 0; i < op->n_w; i++) b += lpo_op_tensor_bytes(&op->w[i]);
     if (op->kind == LPO_OP_EMBED && op->n_w == 1) /* only the looked-up rows are read */
-        b = dsize(op->w[0].dtype, (double)op->m * (double)op->n);
+        b = lpo_dtype_matrix_bytes(op->w[0].dtype, (double)op->m, (double)op->n);
     if (op->kind == LPO_OP_EXPERTS && op->n_experts > 0) /* only the chosen experts (all of one size) */
         b *= lpo_op_experts_read(op) / (double)op->n_experts;
     return b;

@@ -276,6 +276,12 @@ lpo_status lpo_model_opts_from_config(const lpo_node *cfg, lpo_model_opts *o, lp
         return lpo_errorf(LPO_E_CONFIG,
                           "model.dtype: unknown dtype '%s' (f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q6_k)",
                           dtype);
+    if (di && di->scale != LPO_SCALE_NONE) /* synthetic values carry no scales */
+        return lpo_errorf(
+            LPO_E_CONFIG,
+            "model.dtype: %s is not a stored dtype of synthetic weights: use engine.weights=fp8 to "
+            "quantize them at load",
+            di->name);
     o->has_dtype = di != NULL;
     if (di) o->dtype = di->dt;
     return LPO_OK;

@@ -19,7 +19,7 @@
 #include "test_support.h"
 
 static lpo_an_dtypes dtypes_of(const char *w, const char *a, const char *kv, int tile) {
-    lpo_an_dtypes d = {lpo_dtype_find(w), lpo_dtype_find(a), lpo_dtype_find(kv), tile, 1};
+    lpo_an_dtypes d = {lpo_dtype_find(w), lpo_dtype_find(a), lpo_dtype_find(kv), tile, 1, NULL};
     assert_non_null(d.weights);
     assert_non_null(d.act);
     assert_non_null(d.kv);

@@ -268,9 +268,106 @@ static void test_whatif_prices(void **state) {
     /* f32 data on the tensor cores is tf32; GGUF blocks dequantize into bf16 GEMMs */
     assert_int_equal(lpo_dtype_info_of(LPO_DT_F32)->tc, LPO_ROOF_TF32);
     assert_int_equal(lpo_dtype_info_of(LPO_DT_Q4_K)->tc, LPO_ROOF_BF16);
-    /* what lpo does not load yet stays out of model configs */
-    assert_false(lpo_dtype_info_of(LPO_DT_FP8)->loads);
+    /* what lpo does not load yet stays out of model configs; fp8 loads from checkpoints, with its scales
+     * beside the elements: a matrix of rows x cols is rows cols bytes + 4 per row (per tile for fp8_b128) */
+    assert_false(lpo_dtype_info_of(LPO_DT_INT4)->loads);
+    assert_true(lpo_dtype_info_of(LPO_DT_FP8)->loads);
+    assert_true(lpo_dtype_matrix_bytes(LPO_DT_FP8, 4096, 4096) == 4096.0 * 4096 + 4096 * 4);
+    assert_true(lpo_dtype_matrix_bytes(LPO_DT_FP8_B128, 300, 200) == 300.0 * 200 + 3 * 2 * 4);
+    assert_true(lpo_dtype_matrix_bytes(LPO_DT_BF16, 3, 5) == 30);
+    assert_true(lpo_dtype_matrix_bytes(LPO_DT_Q4_K, 2, 256) == 288);
     assert_true(lpo_dtype_info_of(LPO_DT_Q6_K)->loads);
+}
+
+/* fp8 e4m3: every code converts to its value and back; known values; round to nearest even at every
+ * midpoint; saturation to 448; NaN */
+static void test_fp8(void **state) {
+    (void)state;
+    assert_true(lpo_fp8_e4m3_to_f32(0x38) == 1.0f);
+    assert_true(lpo_fp8_e4m3_to_f32(0x7e) == 448.0f);
+    assert_true(lpo_fp8_e4m3_to_f32(0xfe) == -448.0f);
+    assert_true(lpo_fp8_e4m3_to_f32(0x01) == ldexpf(1, -9));
+    assert_true(lpo_fp8_e4m3_to_f32(0x08) == ldexpf(1, -6));
+    assert_true(lpo_fp8_e4m3_to_f32(0x07) == 7 * ldexpf(1, -9));
+    assert_true(isnan(lpo_fp8_e4m3_to_f32(0x7f)) && isnan(lpo_fp8_e4m3_to_f32(0xff)));
+    for (int c = 0; c < 256; c++) {
+        if ((c & 0x7f) == 0x7f) continue;
+        const float v = lpo_fp8_e4m3_to_f32((uint8_t)c);
+        assert_int_equal(lpo_f32_to_fp8_e4m3(v), c == 0x80 ? 0x80 : c);
+        /* the midpoint to the next code up rounds to whichever of the two is even */
+        if ((c & 0x7f) < 0x7e && !(c & 0x80)) {
+            const float next = lpo_fp8_e4m3_to_f32((uint8_t)(c + 1)), mid = (v + next) / 2;
+            assert_int_equal(lpo_f32_to_fp8_e4m3(mid), c & 1 ? c + 1 : c);
+            assert_int_equal(lpo_f32_to_fp8_e4m3(nextafterf(mid, 0)), c);
+            assert_int_equal(lpo_f32_to_fp8_e4m3(nextafterf(mid, 1000)), c + 1);
+        }
+    }
+    assert_int_equal(lpo_f32_to_fp8_e4m3(1e9f), 0x7e);
+    assert_int_equal(lpo_f32_to_fp8_e4m3(-460.0f), 0xfe);
+    assert_int_equal(lpo_f32_to_fp8_e4m3(INFINITY), 0x7e);
+    assert_int_equal(lpo_f32_to_fp8_e4m3(NAN), 0x7f);
+    assert_int_equal(lpo_f32_to_fp8_e4m3(ldexpf(1, -11)), 0); /* a quarter of the smallest: 0 */
+}
+
+/* Per-row quantization: the scale is max |x| / 448 (a zero row: 1), the row's max maps to 448 exactly, every
+ * value within half an fp8 step (2^-4 relative, or the subnormal step) of the original; tiles alike. */
+static void test_fp8_quantize(void **state) {
+    (void)state;
+    enum { R = 3, C = 200 };
+    float x[R * C], y[R * C];
+    uint8_t q[R * C];
+    float s[R];
+    for (int i = 0; i < R * C; i++) x[i] = (float)sin(i * 0.37) * (i < C ? 0.01f : i < 2 * C ? 0 : 3.0f);
+    lpo_fp8_quantize_rows(x, R, C, q, s);
+    lpo_fp8_dequantize_rows(q, s, R, C, y);
+    assert_true(s[1] == 1.0f);
+    for (int r = 0; r < R; r++) {
+        float amax = 0;
+        for (int c = 0; c < C; c++) amax = fmaxf(amax, fabsf(x[r * C + c]));
+        if (r != 1) assert_true(s[r] == amax / 448.0f);
+        for (int c = 0; c < C; c++) {
+            const float e = fabsf(y[r * C + c] - x[r * C + c]);
+            assert_true(e <= fabsf(x[r * C + c]) / 16 + s[r] * ldexpf(1, -10) * 1.0001f);
+        }
+    }
+    float t[R * C];
+    memcpy(t, x, sizeof t);
+    assert_int_equal(lpo_fp8_roundtrip_tiles(t, R, C), 0);
+    for (int i = 0; i < R * C; i++) assert_true(fabsf(t[i] - x[i]) <= fabsf(x[i]) / 16 + 3.0f / 448 / 512);
+}
+
+/* engine.weights: parsing and the rule of which matrices are held in fp8 */
+static void test_weight_quant(void **state) {
+    (void)state;
+    lpo_weight_quant q;
+    assert_int_equal(lpo_weight_quant_parse("fp8", NULL, &q), LPO_OK);
+    assert_int_equal(q.mode, LPO_WQ_FP8);
+    assert_int_equal(q.keep, LPO_WQ_KEEP_DEFAULT);
+    const lpo_dtype B = LPO_DT_BF16, F = LPO_DT_FP8;
+    assert_int_equal(lpo_weight_held_dtype(&q, "model.layers.0.self_attn.q_proj.weight", 2, B, B), F);
+    assert_int_equal(lpo_weight_held_dtype(&q, "model.layers.0.mlp.down_proj.weight", 2, LPO_DT_Q4_K, B), F);
+    assert_int_equal(lpo_weight_held_dtype(&q, "model.layers.0.input_layernorm.weight", 1, B, B), B);
+    assert_int_equal(lpo_weight_held_dtype(&q, "model.layers.0.self_attn.q_proj.bias", 1, B, B), B);
+    assert_int_equal(lpo_weight_held_dtype(&q, "model.embed_tokens.weight", 2, B, B), B);
+    assert_int_equal(lpo_weight_held_dtype(&q, "lm_head.weight", 2, B, B), B);
+    assert_int_equal(lpo_weight_held_dtype(&q, "model.layers.1.mlp.gate.weight", 2, B, B), B); /* router */
+    assert_int_equal(lpo_weight_held_dtype(&q, "model.layers.1.mlp.experts.3.up_proj.weight", 2, B, B), B);
+    assert_int_equal(lpo_weight_quant_parse("fp8", "none", &q), LPO_OK);
+    assert_int_equal(lpo_weight_held_dtype(&q, "lm_head.weight", 2, B, B), F);
+    assert_int_equal(lpo_weight_quant_parse("fp8", "attn, lm_head", &q), LPO_OK);
+    assert_int_equal(lpo_weight_held_dtype(&q, "model.layers.0.self_attn.o_proj.weight", 2, B, B), B);
+    assert_int_equal(lpo_weight_held_dtype(&q, "model.layers.0.mlp.up_proj.weight", 2, B, B), F);
+    /* auto: fp8 checkpoints stay fp8, nothing else changes; dequant: nothing is fp8 */
+    assert_int_equal(lpo_weight_quant_parse(NULL, NULL, &q), LPO_OK);
+    assert_int_equal(lpo_weight_held_dtype(&q, "model.layers.0.mlp.up_proj.weight", 2, B, B), B);
+    assert_int_equal(lpo_weight_held_dtype(&q, "model.layers.0.mlp.up_proj.weight", 2, LPO_DT_FP8_B128, B),
+                     LPO_DT_FP8_B128);
+    assert_int_equal(lpo_weight_quant_parse("dequant", "", &q), LPO_OK);
+    assert_int_equal(lpo_weight_held_dtype(&q, "model.layers.0.mlp.up_proj.weight", 2, F, B), B);
+    assert_int_equal(lpo_weight_quant_parse("int3", NULL, &q), LPO_E_CONFIG);
+    assert_non_null(strstr(lpo_last_error(), "engine.weights"));
+    assert_int_equal(lpo_weight_quant_parse("fp8", "lm_head,norms", &q), LPO_E_CONFIG);
+    assert_non_null(strstr(lpo_last_error(), "'norms'"));
 }
 
 int main(void) {
@@ -284,6 +381,9 @@ int main(void) {
         cmocka_unit_test(test_f16_exhaustive_roundtrip),
         cmocka_unit_test(test_f16_matches_compiler),
         cmocka_unit_test(test_bf16),
+        cmocka_unit_test(test_fp8),
+        cmocka_unit_test(test_fp8_quantize),
+        cmocka_unit_test(test_weight_quant),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

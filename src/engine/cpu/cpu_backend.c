@@ -768,6 +768,17 @@ static lpo_status stack_weights(const lpo_op *op, const float *const *w, float *
     for (int j = 0; j < op->n_w; j++) {
         if (j == op->n_w - op->n_bias) dst = *B;
         memcpy(dst, w[j], (size_t)elems(&op->w[j]) * sizeof(float));
+        /* a weight held in fp8: the per-channel fp8 values of the data given, as the CUDA backend holds them
+         * (the op checker compares both on the same quantized weights) */
+        const lpo_dtype wd = op->w[j].dtype;
+        if ((wd == LPO_DT_FP8 || wd == LPO_DT_FP8_B128) && op->w[j].ndim == 2 &&
+            (wd == LPO_DT_FP8 ? lpo_fp8_roundtrip_rows : lpo_fp8_roundtrip_tiles)(dst, op->w[j].shape[0],
+                                                                                  op->w[j].shape[1])) {
+            free(*W);
+            free(*B);
+            return lpo_errorf(LPO_E_NOMEM, "cpu backend: out of memory quantizing the weights of '%s'",
+                              op->name);
+        }
         dst += elems(&op->w[j]);
     }
     return LPO_OK;
@@ -1004,6 +1015,12 @@ static lpo_status load_op_weights(cpu_ctx *c, const lpo_oplist *ref, size_t i) {
                 memcpy(dst + r * cols, whole + r * cols * c->tp + c->rank * cols,
                        (size_t)cols * sizeof(float));
         }
+        /* held in fp8 (engine.weights=fp8, one device): the values every backend holds, dequantized; a tensor
+         * stored in fp8 already converted to exactly those */
+        if (st == LPO_OK && !split && v.dtype != LPO_DT_FP8 && v.dtype != LPO_DT_FP8_B128 &&
+            lpo_weight_held_dtype(&c->cfg.wq, v.name, v.n_dims, v.dtype, LPO_DT_F32) == LPO_DT_FP8 &&
+            lpo_fp8_roundtrip_rows(dst, v.shape[0], (int64_t)v.numel / v.shape[0]))
+            st = lpo_errorf(LPO_E_NOMEM, "cpu backend: out of memory quantizing '%s' to fp8", v.name);
         if (st != LPO_OK) {
             free(whole);
             return lpo_error_context(st, "cpu backend: loading weights of op '%s'", op->name);

@@ -122,6 +122,8 @@ static void cuda_free(void *vctx) {
     free(c->op_layer);
     free(c->op_w);
     free(c->op_bias);
+    free(c->op_wscale);
+    free(c->op_wdt);
     free(c);
 }
 

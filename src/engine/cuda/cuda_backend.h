@@ -57,7 +57,15 @@ typedef struct {
     size_t n_ops;
     lpo_op_role *op_role;
     int *op_layer;
-    void **op_w, **op_bias; /* stacked weights / biases on the device, in dt */
+    void **op_w, **op_bias; /* stacked weights / biases on the device, in dt (fp8 ops: fp8 bytes) */
+    float **op_wscale; /* fp8 ops: the scales of op_w (per stacked row, or per 128x128 tile); else NULL */
+    lpo_dtype *op_wdt; /* fp8 ops: LPO_DT_FP8 or LPO_DT_FP8_B128 (what op_wscale's layout is) */
+    /* fp8 linears' workspaces (NULL without fp8 weights): the W8A8 GEMM's quantized activations
+     * [max_step_tokens][widest k] and their per-token scales; the dequantized weight of the fallback GEMM */
+    void *q8;
+    float *q8_scale;
+    void *wdq;
+    size_t wdq_bytes;
     size_t weight_bytes;
     void *buf[LPO_BUF_COUNT]; /* activations [max_step_tokens, width] in dt; LOGITS, ROUTE_W f32, ROUTE_IDS
                                  i32 */
@@ -125,6 +133,11 @@ typedef struct {
                                       (qk_norm, rope, add) work on out, which already holds in[0] */
     void *out;                     /* out[0]: compute dtype (LM_HEAD: f32) */
     const void *W, *B;             /* stacked weights and biases in the compute dtype (NULL when none) */
+    const float *Wscale;           /* non-NULL: W is fp8 (Wdt: per-row or 128x128-tile scales) */
+    lpo_dtype Wdt;
+    void *q8, *wdq;  /* fp8 linears: activation quantization and dequantized-weight workspaces */
+    float *q8_scale; /* [m] */
+    size_t wdq_bytes;
     void *kc, *vc; /* ATTENTION: one layer's cache [slots][max_context][kvd]; MLA_ATTENTION: kc
                       its latent cache [slots][max_context][kv_rank + rope_dim], vc NULL */
     int64_t max_context;
@@ -178,9 +191,13 @@ lpo_status lpo__cuda_attention(cuda_ctx *c, const lpo_op *op, const cuda_args *a
                                const void *qkn_w, int rope);
 /* The decode-attention splits of op for contexts up to len_hint, fewer while ws_bytes cannot hold them. */
 int lpo__cuda_attention_splits(const cuda_ctx *c, const lpo_op *op, int64_t len_hint, size_t ws_bytes);
-/* y (m, n) [y_dt] = x (m, k) W^T + bias (GEMV kernels at <= 8 rows with engine.gemv, else cuBLASLt). */
-lpo_status lpo__cuda_linear(cuda_ctx *c, void *y, lpo_dtype y_dt, const void *x, const void *W,
-                            const void *bias, int64_t m, int64_t n, int64_t k, cudaStream_t s);
+/* y (m, n) [y_dt] = x (m, k) W^T + bias with a's weight (a->W, fp8 when a->Wscale) and workspaces: GEMV
+ * kernels at <= 8 rows with engine.gemv, else cuBLASLt (fp8: W8A8 with per-token activation scales, or the
+ * weight dequantized into a->wdq where W8A8 cannot run). */
+lpo_status lpo__cuda_linear(cuda_ctx *c, const cuda_args *a, void *y, lpo_dtype y_dt, const void *x,
+                            const void *bias, int64_t m, int64_t n, int64_t k);
+/* Whether a linear with these weights fuses with its SwiGLU into one GEMV launch at m rows. */
+int lpo__cuda_gemv_fusable(const cuda_ctx *c, const float *wscale, int64_t m, int64_t k);
 int lpo__cuda_supports_op(void *ctx, const lpo_op *op);
 
 /* ---- cuda_forward.c ---- */

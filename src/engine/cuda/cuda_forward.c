@@ -22,7 +22,11 @@ static lpo_status bind_step(cuda_ctx *c, const lpo_oplist *l, size_t i, const lp
     memset(a, 0, sizeof *a);
     for (int j = 0; j < op->n_in && j < LPO_OP_MAX_IN; j++) a->in[j] = c->buf[op->in[j].buf];
     a->out = c->buf[op->out[0].buf];
-    if (op->kind != LPO_OP_SAMPLE && i < c->n_ops) a->W = c->op_w[i], a->B = c->op_bias[i];
+    if (op->kind != LPO_OP_SAMPLE && i < c->n_ops) {
+        a->W = c->op_w[i], a->B = c->op_bias[i];
+        a->Wscale = c->op_wscale[i], a->Wdt = c->op_wdt[i];
+    }
+    a->q8 = c->q8, a->q8_scale = c->q8_scale, a->wdq = c->wdq, a->wdq_bytes = c->wdq_bytes;
     a->tok_slot = c->d_tok_slot;
     a->tok_pos = c->d_tok_pos;
     a->tokens = c->d_tokens;
@@ -109,8 +113,9 @@ static uint32_t rope_attention(const lpo_oplist *l, size_t i) {
 static int gateup_swiglu(const cuda_ctx *c, const lpo_oplist *l, size_t i) {
     if (i + 1 >= l->n_ops) return 0;
     const lpo_op *a = &l->ops[i], *b = &l->ops[i + 1];
-    return c->cfg.gemv && a->kind == LPO_OP_LINEAR && a->n_bias == 0 && b->kind == LPO_OP_SWIGLU &&
-           b->in[0].buf == a->out[0].buf && a->n == 2 * b->n && lpo_cuda_gemv_supported(a->m, c->dt);
+    return a->kind == LPO_OP_LINEAR && a->n_bias == 0 && b->kind == LPO_OP_SWIGLU &&
+           b->in[0].buf == a->out[0].buf && a->n == 2 * b->n &&
+           lpo__cuda_gemv_fusable(c, i < c->n_ops ? c->op_wscale[i] : NULL, a->m, a->k);
 }
 
 lpo_status lpo__cuda_plan(void *vctx, const lpo_oplist *l, lpo_plan *out) {
@@ -144,6 +149,10 @@ static lpo_status run_group(cuda_ctx *c, const lpo_oplist *l, const lpo_plan_gro
     }
     if (g->count == 2 && gateup_swiglu(c, l, i)) { /* act = silu(x Wg^T) * (x Wu^T) */
         const lpo_op *act = &l->ops[i + 1];
+        if (c->op_wscale[i]) /* fp8 weights: dequantized in registers */
+            return lpo_cuda_gemv_fp8(c->buf[act->out[0].buf], c->dt, c->buf[op->in[0].buf], c->op_w[i],
+                                     c->op_wscale[i], c->op_wdt[i], NULL, op->m, act->n, op->k, 0.f, 1, c->dt,
+                                     c->stream);
         return lpo_cuda_gemv_swiglu(c->buf[act->out[0].buf], c->buf[op->in[0].buf], c->op_w[i], op->m, act->n,
                                     op->k, c->dt, c->stream);
     }

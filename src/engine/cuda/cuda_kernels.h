@@ -123,6 +123,26 @@ void lpo_cuda_gemm_destroy(lpo_cuda_gemm *g);
 lpo_status lpo_cuda_gemm_run(lpo_cuda_gemm *g, void *y, lpo_dtype y_dt, const void *x, const void *W,
                              const void *bias, int64_t m, int64_t n, int64_t k, float beta, lpo_dtype dt,
                              cudaStream_t stream);
+/* W8A8: y (m, n) [y_dt] = (xq (m, k) fp8 @ Wq^T (Wq (n, k) fp8)) * wscale[n] * xscale[m] + bias (n,) [dt]
+ * + beta * y, on the fp8 tensor cores with f32 accumulation: cuBLASLt's outer-vector scale mode (one f32
+ * per output channel for A = W, one per token for B = x). dt (bf16 / f16) is the compute dtype of y and bias;
+ * y_dt dt or f32. k must be a multiple of 16 and every pointer 16-byte aligned. LPO_E_UNSUPPORTED when
+ * cuBLASLt offers no algorithm (the caller then dequantizes: lpo_cuda_fp8_dequant + lpo_cuda_gemm_run). */
+lpo_status lpo_cuda_gemm_fp8_run(lpo_cuda_gemm *g, void *y, lpo_dtype y_dt, const void *xq,
+                                 const float *xscale, const void *Wq, const float *wscale, const void *bias,
+                                 int64_t m, int64_t n, int64_t k, float beta, lpo_dtype dt,
+                                 cudaStream_t stream);
+
+/* ---- fp8 weights and activations (fp8.cu) -----------------------------------------------------------------
+ * fp8 is e4m3 (float8_e4m3fn). Scales are f32 multipliers: value = fp8 * scale. */
+/* Per token: xscale[t] = max |x[t]| / 448 (1 for a zero row), xq[t] = fp8(x[t] / xscale[t]) rounded to
+ * nearest even, saturated; x (m, k) [dt]. The dynamic activation quantization of the W8A8 GEMM. */
+lpo_status lpo_cuda_fp8_quant_rows(void *xq, float *xscale, const void *x, int64_t m, int64_t k, lpo_dtype dt,
+                                   cudaStream_t stream);
+/* y (rows, cols) [dt] = fp8(q) * scale, scales per row (wdt LPO_DT_FP8) or per 128x128 tile (LPO_DT_FP8_B128,
+ * [ceil(rows / 128)][ceil(cols / 128)]). */
+lpo_status lpo_cuda_fp8_dequant(void *y, lpo_dtype dt, const void *q, const float *scale, lpo_dtype wdt,
+                                int64_t rows, int64_t cols, cudaStream_t stream);
 
 /* ---- attention (attention_decode.cu, attention_prefill.cu) ---------------------------------------------
  * Causal GQA attention of the q heads of qkv rows over one layer's cache (already holding this step's k, v:
@@ -255,6 +275,16 @@ lpo_cuda_gemv_cfg lpo_cuda_gemv_pick(int64_t m, int64_t n, int64_t k, lpo_dtype 
 lpo_status lpo_cuda_gemv_cfg_run(const lpo_cuda_gemv_cfg *cfg, void *y, lpo_dtype y_dt, const void *x,
                                  const void *W, const void *bias, int64_t m, int64_t n, int64_t k, float beta,
                                  int swiglu, lpo_dtype dt, cudaStream_t stream);
+/* fp8 weights (W8A16): the products of lpo_cuda_gemv / lpo_cuda_gemv_swiglu with W (n, k) (swiglu: (2I, k))
+ * held as fp8 bytes and f32 scales, per row (wdt LPO_DT_FP8: scale[row]) or per 128x128 tile
+ * (LPO_DT_FP8_B128: scale[row / 128][col / 128]); dequantized in registers (f32 FMAs on the exact fp8 values,
+ * the row scale applied to the sum). dt (x, bias, y) bf16 or f16; k a multiple of 16, x 16-byte aligned;
+ * stacked tile-scaled weights need rows that are multiples of 128 per stacked tensor (the caller checks).
+ * pdl as lpo_cuda_gemv (on for the stream: lpo_cuda_pdl_begin). */
+int lpo_cuda_gemv_fp8_supported(int64_t m, int64_t k, lpo_dtype dt);
+lpo_status lpo_cuda_gemv_fp8(void *y, lpo_dtype y_dt, const void *x, const void *Wq, const float *scale,
+                             lpo_dtype wdt, const void *bias, int64_t m, int64_t n, int64_t k, float beta,
+                             int swiglu, lpo_dtype dt, cudaStream_t stream);
 
 /* ---- mixture of experts: router (router.cu)
  * ---------------------------------------------------------------- The routing of one MoE layer after its

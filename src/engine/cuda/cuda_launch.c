@@ -8,13 +8,41 @@
 #include <stdio.h>
 #include <string.h>
 
-lpo_status lpo__cuda_linear(cuda_ctx *c, void *y, lpo_dtype y_dt, const void *x, const void *W,
-                            const void *bias, int64_t m, int64_t n, int64_t k, cudaStream_t s) {
+/* fp8 weights: W8A16 GEMV at <= 8 rows; else W8A8 (x quantized per token into a->q8, cuBLASLt with the two
+ * scale vectors) for per-channel weights, or the weight dequantized into a->wdq and a GEMM in the compute
+ * dtype (tile-scaled weights, or a shape W8A8 refuses). */
+static lpo_status linear_fp8(cuda_ctx *c, const cuda_args *a, void *y, lpo_dtype y_dt, const void *x,
+                             const void *bias, int64_t m, int64_t n, int64_t k) {
+    cudaStream_t s = c->stream;
+    if (c->cfg.gemv && lpo_cuda_gemv_fp8_supported(m, k, c->dt))
+        return lpo_cuda_gemv_fp8(y, y_dt, x, a->W, a->Wscale, a->Wdt, bias, m, n, k, 0.f, 0, c->dt, s);
+    if (a->Wdt == LPO_DT_FP8 && a->q8 && k % 16 == 0 && c->dt != LPO_DT_F32) {
+        TRY(lpo_cuda_fp8_quant_rows(a->q8, a->q8_scale, x, m, k, c->dt, s));
+        const lpo_status st = lpo_cuda_gemm_fp8_run(c->gemm, y, y_dt, a->q8, a->q8_scale, a->W, a->Wscale,
+                                                    bias, m, n, k, 0.f, c->dt, s);
+        if (st != LPO_E_UNSUPPORTED) return st;
+        lpo_error_clear(); /* no W8A8 algorithm for this shape: the dequantized weight below */
+    }
+    if (!a->wdq || (size_t)(n * k) * c->es > a->wdq_bytes)
+        return lpo_errorf(LPO_E_INTERNAL, "cuda backend: no workspace to dequantize a %lld x %lld fp8 weight",
+                          (long long)n, (long long)k);
+    TRY(lpo_cuda_fp8_dequant(a->wdq, c->dt, a->W, a->Wscale, a->Wdt, n, k, s));
+    return lpo_cuda_gemm_run(c->gemm, y, y_dt, x, a->wdq, bias, m, n, k, 0.f, c->dt, s);
+}
+
+lpo_status lpo__cuda_linear(cuda_ctx *c, const cuda_args *a, void *y, lpo_dtype y_dt, const void *x,
+                            const void *bias, int64_t m, int64_t n, int64_t k) {
+    if (a->Wscale) return linear_fp8(c, a, y, y_dt, x, bias, m, n, k);
     /* lpo's GEMV kernels stream the weights at the copy bandwidth where cuBLASLt leaves some unused
      * (docs/perf-notes.md) */
     if (c->cfg.gemv && lpo_cuda_gemv_supported(m, c->dt))
-        return lpo_cuda_gemv(y, y_dt, x, W, bias, m, n, k, 0.f, c->dt, s);
-    return lpo_cuda_gemm_run(c->gemm, y, y_dt, x, W, bias, m, n, k, 0.f, c->dt, s);
+        return lpo_cuda_gemv(y, y_dt, x, a->W, bias, m, n, k, 0.f, c->dt, c->stream);
+    return lpo_cuda_gemm_run(c->gemm, y, y_dt, x, a->W, bias, m, n, k, 0.f, c->dt, c->stream);
+}
+
+int lpo__cuda_gemv_fusable(const cuda_ctx *c, const float *wscale, int64_t m, int64_t k) {
+    return c->cfg.gemv &&
+           (wscale ? lpo_cuda_gemv_fp8_supported(m, k, c->dt) : lpo_cuda_gemv_supported(m, c->dt));
 }
 
 int lpo__cuda_attention_splits(const cuda_ctx *c, const lpo_op *op, int64_t len_hint, size_t ws_bytes) {
@@ -55,10 +83,10 @@ static lpo_status launch_rmsnorm(cuda_ctx *c, const lpo_op *op, const cuda_args 
     return lpo_cuda_rmsnorm(a->out, a->in[0], a->W, op->m, op->n, op->eps, c->dt, c->stream);
 }
 static lpo_status launch_linear(cuda_ctx *c, const lpo_op *op, const cuda_args *a) {
-    return lpo__cuda_linear(c, a->out, c->dt, a->in[0], a->W, a->B, op->m, op->n, op->k, c->stream);
+    return lpo__cuda_linear(c, a, a->out, c->dt, a->in[0], a->B, op->m, op->n, op->k);
 }
 static lpo_status launch_lm_head(cuda_ctx *c, const lpo_op *op, const cuda_args *a) { /* f32 logits */
-    return lpo__cuda_linear(c, a->out, LPO_DT_F32, a->in[0], a->W, NULL, op->m, op->n, op->k, c->stream);
+    return lpo__cuda_linear(c, a, a->out, LPO_DT_F32, a->in[0], NULL, op->m, op->n, op->k);
 }
 static lpo_status launch_qk_norm(cuda_ctx *c, const lpo_op *op, const cuda_args *a) {
     return lpo_cuda_qk_norm(a->out, a->W, (const char *)a->W + op->head_dim * c->es, op->m, op->n_heads,
@@ -97,8 +125,7 @@ static lpo_status launch_router(cuda_ctx *c, const lpo_op *op, const cuda_args *
     TRY(lpo__cuda_route_opts(op, &o));
     o.bias = o.has_bias ? (const char *)a->W + (size_t)(op->n_experts * op->k) * c->es : NULL;
     o.bias_dt = c->dt;
-    TRY(lpo__cuda_linear(c, a->route_logits, LPO_DT_F32, a->in[0], a->W, NULL, op->m, op->n_experts, op->k,
-                         c->stream));
+    TRY(lpo__cuda_linear(c, a, a->route_logits, LPO_DT_F32, a->in[0], NULL, op->m, op->n_experts, op->k));
     return lpo_cuda_router_topk(a->out, a->eids, a->route_logits, op->m, &o, a->moe_counts, c->stream);
 }
 /* The routed experts: in[0] x, in[1] the f32 routing weights, eids the chosen experts (experts.cu). */

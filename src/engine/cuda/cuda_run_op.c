@@ -102,6 +102,64 @@ static int64_t mla_cache_elems(const lpo_op *op, const lpo_op_io *io) {
     return (int64_t)io->n_slots * io->max_context * (op->kv_rank + op->rope_dim);
 }
 
+/* fp8 weights (op->w[0].dtype FP8 / FP8_B128, every matrix of the op alike): each quantized on the host as
+ * the CPU reference quantizes it (lpo_fp8_quantize_rows / _tiles), bytes and scales uploaded; the linear's
+ * workspaces (activation quantization, dequantized weight) allocated. hw: the stacked f32 matrices. Tile
+ * scales over stacked tensors whose rows are not whole tiles are held dequantized, as the engine holds them
+ * (cuda_weights.c). */
+static lpo_status stage_fp8(cuda_ctx *c, scratch *s, const lpo_op *op, float *hw, cuda_args *a) {
+    const lpo_dtype wdt = op->w[0].dtype;
+    const int64_t T = LPO_SCALE_TILE;
+    int64_t nw = 0, ns = 0;
+    int whole = 1;
+    for (int j = 0; j < op->n_w - op->n_bias; j++) {
+        const int64_t r = op->w[j].shape[0], cols = lpo__cuda_elems(&op->w[j]) / r;
+        if (op->w[j].dtype != wdt || op->w[j].ndim != 2)
+            return lpo_errorf(LPO_E_UNSUPPORTED, "cuda backend: op '%s' mixes weight layouts %s and %s",
+                              op->name, lpo_dtype_name(wdt), lpo_dtype_name(op->w[j].dtype));
+        whole &= !(wdt == LPO_DT_FP8_B128 && j + 1 < op->n_w - op->n_bias && r % T);
+        nw += r * cols;
+        ns += wdt == LPO_DT_FP8 ? r : ((r + T - 1) / T) * ((cols + T - 1) / T);
+    }
+    if (!whole) { /* the tile round trip of each tensor, uploaded in the compute dtype */
+        int64_t at = 0;
+        for (int j = 0; j < op->n_w - op->n_bias; j++) {
+            const int64_t r = op->w[j].shape[0], cols = lpo__cuda_elems(&op->w[j]) / r;
+            if (lpo_fp8_roundtrip_tiles(hw + at, r, cols))
+                return lpo_errorf(LPO_E_NOMEM, "cuda backend: run_op fp8 staging");
+            at += r * cols;
+        }
+        void *W = NULL;
+        TRY(upload(c->stream, s, hw, nw, c->dt, &W));
+        a->W = W;
+        return LPO_OK;
+    }
+    uint8_t *hq = malloc((size_t)(nw ? nw : 1));
+    float *hs = malloc((size_t)(ns ? ns : 1) * sizeof *hs);
+    lpo_status st = hq && hs ? LPO_OK : lpo_errorf(LPO_E_NOMEM, "cuda backend: run_op fp8 staging");
+    int64_t at = 0, sat = 0;
+    for (int j = 0; st == LPO_OK && j < op->n_w - op->n_bias; j++) {
+        const int64_t r = op->w[j].shape[0], cols = lpo__cuda_elems(&op->w[j]) / r;
+        (wdt == LPO_DT_FP8 ? lpo_fp8_quantize_rows : lpo_fp8_quantize_tiles)(hw + at, r, cols, hq + at,
+                                                                             hs + sat);
+        at += r * cols;
+        sat += wdt == LPO_DT_FP8 ? r : ((r + T - 1) / T) * ((cols + T - 1) / T);
+    }
+    void *W = NULL, *S = NULL;
+    if (st == LPO_OK) st = copy_in(c->stream, s, hq, (size_t)nw, &W);
+    if (st == LPO_OK) st = copy_in(c->stream, s, hs, (size_t)ns * sizeof *hs, &S);
+    free(hq);
+    free(hs);
+    TRY(st);
+    a->W = W;
+    a->Wscale = S;
+    a->Wdt = wdt;
+    a->wdq_bytes = (size_t)nw * c->es;
+    TRY(scratch_alloc(s, a->wdq_bytes, &a->wdq));
+    TRY(scratch_alloc(s, (size_t)(op->m * op->k), &a->q8));
+    return scratch_alloc(s, (size_t)op->m * sizeof(float), (void **)&a->q8_scale);
+}
+
 /* Uploads an op's host inputs, weights (stacked as the op list stacks them: rows, biases after) and state,
  * and binds them as its operands (the decode attention's workspace and the sampler's, zeroed, included). */
 static lpo_status stage_op(cuda_ctx *c, scratch *s, const lpo_op *op, const lpo_op_io *io, cuda_args *a) {
@@ -131,11 +189,13 @@ static lpo_status stage_op(cuda_ctx *c, scratch *s, const lpo_op *op, const lpo_
             at += lpo__cuda_elems(&op->w[j]);
         }
         void *W = NULL, *B = NULL;
-        lpo_status st = upload(c->stream, s, hw, nw, dt, &W);
+        const lpo_dtype wdt = op->w[0].dtype;
+        const int fp8 = (wdt == LPO_DT_FP8 || wdt == LPO_DT_FP8_B128) && dt != LPO_DT_F32;
+        lpo_status st = fp8 ? stage_fp8(c, s, op, hw, a) : upload(c->stream, s, hw, nw, dt, &W);
         if (st == LPO_OK && nb) st = upload(c->stream, s, hw + nw, nb, dt, &B);
         free(hw);
         TRY(st);
-        a->W = W;
+        if (!fp8) a->W = W; /* stage_fp8 set a->W */
         a->B = B;
     }
     if (op->kind != LPO_OP_SAMPLE)

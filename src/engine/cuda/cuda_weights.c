@@ -40,26 +40,36 @@ static long shared_with(const lpo_oplist *l, size_t i) { /* the op that loads th
 }
 
 /* One weight into dst (numel elements of dt): copied as stored and converted on the device (staging: a
- * buffer of the largest stored tensor), or generated there. */
-static lpo_status load_weight(cuda_ctx *c, const lpo_weight_view *v, void *dst, void *staging) {
+ * buffer of the largest stored tensor), or generated there; fp8 checkpoints' tensors converted on the host.
+ */
+static lpo_status load_weight(cuda_ctx *c, const lpo_weight_view *v, void *dst, lpo_dtype to, void *staging) {
     const int64_t rows = v->shape[0], cols = v->n_dims > 1 ? v->shape[1] : 1;
+    const size_t tes = lpo__cuda_dt_size(to);
     if (!v->data) /* synthetic: finite by construction */
-        return lpo_cuda_synth_fill(dst, c->dt, (int64_t)v->numel, v->synth_key, v->synth_center, v->synth_amp,
+        return lpo_cuda_synth_fill(dst, to, (int64_t)v->numel, v->synth_key, v->synth_center, v->synth_amp,
                                    v->dtype, c->stream);
-    if (v->dtype == c->dt && !v->unpermute_heads) {
+    if (v->dtype == to && !v->unpermute_heads) {
         CU(cudaMemcpyAsync(dst, v->data, v->nbytes, cudaMemcpyHostToDevice, c->stream), v->name);
+    } else if (v->dtype == LPO_DT_FP8 || v->dtype == LPO_DT_FP8_B128) { /* scaled: the host's conversion */
+        void *h = malloc((size_t)v->numel * tes);
+        lpo_status st = h ? lpo_weight_convert(v, to, h)
+                          : lpo_errorf(LPO_E_NOMEM, "cuda backend: converting '%s'", v->name);
+        if (st == LPO_OK && cudaMemcpy(dst, h, (size_t)v->numel * tes, cudaMemcpyHostToDevice) != cudaSuccess)
+            st = lpo_errorf(LPO_E_CUDA, "cuda backend: uploading '%s'", v->name);
+        free(h);
+        return st;
     } else {
         CU(cudaMemcpyAsync(staging, v->data, v->nbytes, cudaMemcpyHostToDevice, c->stream), v->name);
-        TRY(lpo_cuda_convert(dst, c->dt, staging, v->dtype, rows, cols, v->unpermute_heads, c->stream));
+        TRY(lpo_cuda_convert(dst, to, staging, v->dtype, rows, cols, v->unpermute_heads, c->stream));
     }
     /* a stored NaN/Inf, or a value the compute dtype cannot hold (f16 overflow), is refused by name, as the
      * CPU's lpo_weight_convert refuses it; the synchronisation also frees the staging buffer for the next */
     unsigned long long at = 0;
     CU(cudaMemsetAsync(c->d_bad, 0xff, sizeof *c->d_bad, c->stream), v->name);
-    TRY(lpo_cuda_first_nonfinite(dst, c->dt, (int64_t)v->numel, c->d_bad, c->stream));
+    TRY(lpo_cuda_first_nonfinite(dst, to, (int64_t)v->numel, c->d_bad, c->stream));
     CU(cudaMemcpyAsync(&at, c->d_bad, sizeof at, cudaMemcpyDeviceToHost, c->stream), v->name);
     CU(cudaStreamSynchronize(c->stream), v->name);
-    if (at != ~0ull && c->dt == LPO_DT_F16 && v->dtype != LPO_DT_F16)
+    if (at != ~0ull && to == LPO_DT_F16 && v->dtype != LPO_DT_F16)
         return lpo_errorf(LPO_E_RANGE,
                           "tensor '%s': element %llu is not finite in f16 (a NaN/Inf stored, or a value that "
                           "overflows f16: use bf16 or f32)",
@@ -75,7 +85,7 @@ static lpo_status load_weight(cuda_ctx *c, const lpo_weight_view *v, void *dst, 
  * are contiguous; columns by a 2-D copy). */
 static lpo_status load_part(cuda_ctx *c, const lpo_weight_view *v, const lpo_op_tensor *t, void *dst,
                             void *staging, char *whole) {
-    TRY(load_weight(c, v, whole, staging));
+    TRY(load_weight(c, v, whole, c->dt, staging));
     const int64_t rows = t->shape[0], cols = t->ndim > 1 ? t->shape[1] : 1;
     const size_t es = c->es;
     if (t->shard == LPO_SHARD_ROWS)
@@ -91,9 +101,73 @@ static lpo_status load_part(cuda_ctx *c, const lpo_weight_view *v, const lpo_op_
     return LPO_OK;
 }
 
+/* ---- fp8 weights ----------------------------------------------------------------------------------------
+ */
+/* The dtype op i's matrices are held in: FP8 / FP8_B128 when every one of them is held so by the rule
+ * (engine.weights, lpo_weight_held_dtype) and the kernels can read it (a 16-bit compute dtype; tile scales
+ * only when each stacked tensor has whole tiles of rows, so the stacked tile grid is each tensor's), else the
+ * compute dtype. */
+static lpo_dtype op_held(const cuda_ctx *c, const lpo_op *op) {
+    /* tensor parallel: no fp8 split yet (engine.weights=fp8 is refused; checkpoints are held dequantized) */
+    if (c->dt == LPO_DT_F32 || op->n_w - op->n_bias <= 0 || c->cfg.tp > 1) return c->dt;
+    lpo_dtype held = LPO_DT_COUNT;
+    for (int j = 0; j < op->n_w - op->n_bias; j++) {
+        lpo_weight_view v;
+        if (c->cfg.weights->view(c->cfg.weights->ud, op->w[j].name, &v) != LPO_OK || v.n_dims != 2)
+            return c->dt;
+        const lpo_dtype h = lpo_weight_held_dtype(&c->cfg.wq, v.name, v.n_dims, v.dtype, c->dt);
+        if ((h != LPO_DT_FP8 && h != LPO_DT_FP8_B128) || (held != LPO_DT_COUNT && h != held)) return c->dt;
+        if (h == LPO_DT_FP8_B128 && j + 1 < op->n_w - op->n_bias && v.shape[0] % LPO_SCALE_TILE) return c->dt;
+        held = h;
+    }
+    return held;
+}
+
+/* f32 scales of an fp8 weight of rows x cols held in wdt */
+static int64_t n_scales(lpo_dtype wdt, int64_t rows, int64_t cols) {
+    return wdt == LPO_DT_FP8_B128 ? ((rows + LPO_SCALE_TILE - 1) / LPO_SCALE_TILE) *
+                                        ((cols + LPO_SCALE_TILE - 1) / LPO_SCALE_TILE)
+                                  : rows;
+}
+
+/* One weight into q (its fp8 bytes) and s (its scales) as held in wdt: quantized from its f32 values, made on
+ * the device as every weight is (converted or generated into f32 scratch, checked finite) by the kernel that
+ * does lpo_fp8_quantize_rows's arithmetic (max, one IEEE division, round to nearest even: the same bytes as
+ * the CPU backend's); or copied as stored (an fp8 checkpoint: a per-tensor scale given to every row; stored
+ * NaN codes refused by name). f32: device scratch of the largest such weight. */
+static lpo_status load_fp8(cuda_ctx *c, const lpo_weight_view *v, lpo_dtype wdt, void *q, float *s, void *f32,
+                           void *staging) {
+    if (!(v->dtype == wdt && v->data && v->scale)) {
+        const int64_t rows = v->shape[0], cols = (int64_t)v->numel / rows;
+        TRY(load_weight(c, v, f32, LPO_DT_F32, staging));
+        TRY(lpo_cuda_fp8_quant_rows(q, s, f32, rows, cols, LPO_DT_F32, c->stream));
+        CU(cudaStreamSynchronize(c->stream), v->name);
+        return LPO_OK;
+    }
+    const int64_t rows = v->shape[0], cols = (int64_t)v->numel / rows, ns = n_scales(wdt, rows, cols);
+    uint8_t *hq = malloc((size_t)v->numel);
+    float *hs = malloc((size_t)ns * sizeof *hs);
+    lpo_status st = hq && hs ? LPO_OK : lpo_errorf(LPO_E_NOMEM, "cuda backend: staging fp8 '%s'", v->name);
+    if (st == LPO_OK) { /* stored fp8: as it is */
+        memcpy(hq, v->data, (size_t)v->numel);
+        for (int64_t i = 0; i < ns; i++) hs[i] = v->n_scale == 1 ? v->scale[0] : v->scale[i];
+        for (uint64_t i = 0; st == LPO_OK && i < v->numel; i++)
+            if ((hq[i] & 0x7f) == 0x7f)
+                st = lpo_errorf(LPO_E_FORMAT,
+                                "tensor '%s' holds an fp8 NaN at element %llu: the file is corrupt", v->name,
+                                (unsigned long long)i);
+    }
+    if (st == LPO_OK && (cudaMemcpy(q, hq, (size_t)v->numel, cudaMemcpyHostToDevice) != cudaSuccess ||
+                         cudaMemcpy(s, hs, (size_t)ns * sizeof *hs, cudaMemcpyHostToDevice) != cudaSuccess))
+        st = lpo_errorf(LPO_E_CUDA, "cuda backend: uploading fp8 weight '%s'", v->name);
+    free(hq);
+    free(hs);
+    return st;
+}
+
 /* Sizes (dev == NULL) or carves and loads (dev set) everything; the same walk both times. whole: room for
- * the largest split tensor (tensor parallel). */
-static lpo_status layout(cuda_ctx *c, const lpo_oplist *ref, void *staging, char *whole) {
+ * the largest split tensor (tensor parallel); f32: scratch for the weights quantized to fp8 at load. */
+static lpo_status layout(cuda_ctx *c, const lpo_oplist *ref, void *staging, char *whole, void *f32) {
     const lpo_model_spec *s = &c->spec;
     const int64_t T = c->cfg.max_step_tokens, ctx = c->cfg.max_context, S = c->cfg.max_seqs;
     const int tp = c->tp;
@@ -101,7 +175,8 @@ static lpo_status layout(cuda_ctx *c, const lpo_oplist *ref, void *staging, char
     const int64_t hd = s->head_dim, kvd = lpo_buf_width_kv(s) / tp, L = s->n_layers, V = s->vocab_size;
     c->dev_used = 0;
     c->weight_bytes = 0;
-    c->d_bad = carve(c, 64);                  /* first: the weight loads below use it */
+    c->d_bad = carve(c, 64);       /* first: the weight loads below use it */
+    int64_t fp8_k = 0, fp8_nk = 0; /* the widest k and largest n k of the fp8 linears (their workspaces) */
     for (size_t i = 0; i < ref->n_ops; i++) { /* weights */
         const lpo_op *op = &ref->ops[i];
         if (!op->n_w) continue;
@@ -110,18 +185,41 @@ static lpo_status layout(cuda_ctx *c, const lpo_oplist *ref, void *staging, char
             c->op_w[i] = (char *)c->op_w[sh] + (op->w[0].shard == LPO_SHARD_ROWS
                                                     ? (size_t)(c->rank * lpo__cuda_elems(&op->w[0])) * c->es
                                                     : 0);
+            c->op_wscale[i] = c->op_wscale[sh];
+            c->op_wdt[i] = c->op_wdt[sh];
             continue;
         }
-        int64_t nw = 0, nb = 0;
-        for (int j = 0; j < op->n_w; j++)
+        int64_t nw = 0, nb = 0, ns = 0;
+        const lpo_dtype held = op_held(c, op);
+        const int fp8 = held == LPO_DT_FP8 || held == LPO_DT_FP8_B128;
+        for (int j = 0; j < op->n_w; j++) {
             *(j < op->n_w - op->n_bias ? &nw : &nb) += lpo__cuda_elems(&op->w[j]);
-        c->op_w[i] = carve(c, (double)nw * (double)c->es);
+            if (fp8 && j < op->n_w - op->n_bias)
+                ns += n_scales(held, op->w[j].shape[0], lpo__cuda_elems(&op->w[j]) / op->w[j].shape[0]);
+        }
+        const size_t wes = fp8 ? 1 : c->es;
+        c->op_w[i] = carve(c, (double)nw * (double)wes);
+        c->op_wscale[i] = fp8 ? carve(c, (double)ns * 4.0) : NULL;
+        c->op_wdt[i] = fp8 ? held : c->dt;
         c->op_bias[i] = nb ? carve(c, (double)nb * (double)c->es) : NULL;
-        c->weight_bytes += (size_t)(nw + nb) * c->es;
+        c->weight_bytes += (size_t)nw * wes + (size_t)ns * 4 + (size_t)nb * c->es;
+        if (fp8 && op->k > fp8_k) fp8_k = op->k;
+        if (fp8 && nw > fp8_nk) fp8_nk = nw;
         if (!c->dev) continue;
         char *dst = c->op_w[i];
+        float *sdst = c->op_wscale[i];
         for (int j = 0; j < op->n_w; j++) {
             if (j == op->n_w - op->n_bias) dst = c->op_bias[i];
+            if (fp8 && j < op->n_w - op->n_bias) { /* an fp8 matrix: bytes and scales */
+                lpo_weight_view v;
+                lpo_status st = c->cfg.weights->view(c->cfg.weights->ud, op->w[j].name, &v);
+                if (st == LPO_OK) st = load_fp8(c, &v, held, dst, sdst, f32, staging);
+                if (st != LPO_OK)
+                    return lpo_error_context(st, "cuda backend: loading weights of op '%s'", op->name);
+                dst += lpo__cuda_elems(&op->w[j]);
+                sdst += n_scales(held, v.shape[0], (int64_t)v.numel / v.shape[0]);
+                continue;
+            }
             lpo_weight_view v;
             const int split = op->w[j].shard != LPO_SHARD_NONE && tp > 1;
             const int64_t want = lpo__cuda_elems(&op->w[j]) * (split ? tp : 1);
@@ -131,12 +229,17 @@ static lpo_status layout(cuda_ctx *c, const lpo_oplist *ref, void *staging, char
                                 v.name, (unsigned long long)v.numel, (long long)want);
             if (st == LPO_OK)
                 st = split ? load_part(c, &v, &op->w[j], dst, staging, whole)
-                           : load_weight(c, &v, dst, staging);
+                           : load_weight(c, &v, dst, c->dt, staging);
             if (st != LPO_OK)
                 return lpo_error_context(st, "cuda backend: loading weights of op '%s'", op->name);
             dst += (size_t)lpo__cuda_elems(&op->w[j]) * c->es;
         }
     }
+    /* fp8 linears: quantized activations of the largest step, their scales, one dequantized weight */
+    c->q8 = fp8_k ? carve(c, (double)T * (double)fp8_k) : NULL;
+    c->q8_scale = fp8_k ? carve(c, (double)T * 4.0) : NULL;
+    c->wdq_bytes = (size_t)fp8_nk * c->es;
+    c->wdq = fp8_nk ? carve(c, (double)c->wdq_bytes) : NULL;
     const lpo_oplist_opts bopts = {c->dt, c->dt, NULL, NULL, 0};
     for (int b = 0; b < LPO_BUF_COUNT; b++) { /* activations in dt; logits and routing weights f32, ids i32;
                                                  a rank's widths */
@@ -226,16 +329,19 @@ lpo_status lpo__cuda_init_model(cuda_ctx *c) {
     c->op_layer = calloc(ref.n_ops, sizeof *c->op_layer);
     c->op_w = calloc(ref.n_ops, sizeof *c->op_w);
     c->op_bias = calloc(ref.n_ops, sizeof *c->op_bias);
+    c->op_wscale = calloc(ref.n_ops, sizeof *c->op_wscale);
+    c->op_wdt = calloc(ref.n_ops, sizeof *c->op_wdt);
     c->layer_names = calloc((size_t)s->n_layers + 1, sizeof *c->layer_names);
     for (int i = 0; c->layer_names && i < s->n_layers; i++)
         snprintf(c->layer_names[i], sizeof c->layer_names[i], "layers.%d", i);
-    lpo_status st = c->op_role && c->op_layer && c->op_w && c->op_bias && c->layer_names
-                        ? LPO_OK
-                        : lpo_errorf(LPO_E_NOMEM, "cuda backend: out of memory");
+    lpo_status st =
+        c->op_role && c->op_layer && c->op_w && c->op_bias && c->op_wscale && c->op_wdt && c->layer_names
+            ? LPO_OK
+            : lpo_errorf(LPO_E_NOMEM, "cuda backend: out of memory");
     for (size_t i = 0; st == LPO_OK && i < ref.n_ops; i++)
         c->op_role[i] = ref.ops[i].role, c->op_layer[i] = ref.ops[i].layer;
     /* the memory plan first: refuse what does not fit before allocating anything */
-    if (st == LPO_OK) st = layout(c, &ref, NULL, NULL);
+    if (st == LPO_OK) st = layout(c, &ref, NULL, NULL, NULL);
     size_t free_b = 0, total_b = 0, staging_b = 0, whole_b = 0;
     if (st == LPO_OK && cudaMemGetInfo(&free_b, &total_b) != cudaSuccess)
         st = lpo_errorf(LPO_E_CUDA, "cuda backend: cudaMemGetInfo failed");
@@ -264,11 +370,25 @@ lpo_status lpo__cuda_init_model(cuda_ctx *c) {
     if (st == LPO_OK && staging_b && cudaMalloc(&staging, staging_b) != cudaSuccess)
         st = lpo_errorf(LPO_E_NOMEM, "cuda backend: %.2f GiB of staging for the weights",
                         staging_b / 1073741824.0);
-    if (st == LPO_OK) st = layout(c, &ref, staging, whole_b ? (char *)staging + (staging_b - whole_b) : NULL);
-    if (staging) {
-        cudaStreamSynchronize(c->stream);
-        cudaFree(staging);
+    /* f32 scratch for the weights quantized to fp8 at load: the largest of them */
+    size_t f32_b = 0;
+    void *f32 = NULL;
+    for (size_t i = 0; st == LPO_OK && i < ref.n_ops; i++) {
+        const lpo_op *op = &ref.ops[i];
+        const lpo_dtype h = op_held(c, op);
+        if (h != LPO_DT_FP8 && h != LPO_DT_FP8_B128) continue;
+        for (int j = 0; j < op->n_w - op->n_bias; j++)
+            if ((size_t)lpo__cuda_elems(&op->w[j]) * 4 > f32_b)
+                f32_b = (size_t)lpo__cuda_elems(&op->w[j]) * 4;
     }
+    if (st == LPO_OK && f32_b && cudaMalloc(&f32, f32_b) != cudaSuccess)
+        st = lpo_errorf(LPO_E_NOMEM, "cuda backend: %.2f GiB of f32 scratch to quantize the weights to fp8",
+                        f32_b / 1073741824.0);
+    if (st == LPO_OK)
+        st = layout(c, &ref, staging, whole_b ? (char *)staging + (staging_b - whole_b) : NULL, f32);
+    if (staging || f32) cudaStreamSynchronize(c->stream);
+    if (staging) cudaFree(staging);
+    if (f32) cudaFree(f32);
     lpo_oplist_free(&ref);
     TRY(st);
     TRY(lpo_cuda_gemm_create(c->gemm_ws, GEMM_WS, &c->gemm));

@@ -16,13 +16,19 @@
  *        8 columns, and two mma.sync m16n8k16 (f32 accumulators) use them as k = {2t, 2t+1, 2t+8, 2t+9} in a
  *        permuted order that W and x share, so the sum is unchanged; tokens m..7 are zeros. f16 / bf16; the
  *        FMAs cost nothing, which matters at m = 4..8 (64 f32 FMAs per 16 weight bytes at m = 8).
- * Both end in one epilogue: + bias, + beta * y, or silu(gate) * up with gate and up rounded to dt first (as
+ *   FP8  fp8 weights (W8A16, engine.weights=fp8 or an fp8 checkpoint): a block of `warps` warps owns 4 rows;
+ *        each thread keeps 16 vectors of 16 fp8 bytes in flight (4 per row), converts them in registers
+ *        (cvt e4m3x2 -> f16x2, exact, then f32) and FMAs them with x read as two 16-byte halves; the row's
+ *        scale multiplies the reduced sum (tile scales: each vector's 16 columns lie in one 128x128 tile, so
+ *        its weights are scaled before the FMAs). Half the bytes of bf16 for the same FMAs.
+ * All end in one epilogue: + bias, + beta * y, or silu(gate) * up with gate and up rounded to dt first (as
  * the unfused gemm + swiglu store them); f32 math, rounded once when stored.
- * Floor: the weight bytes (n k elem) / bandwidth. Llama-3.1-8B bf16 at 2.97 TB/s: qkv 6144x4096 16.9 us,
- * o 4096x4096 11.3 us, gate_up 28672x4096 79 us, down 4096x14336 39.5 us, lm_head 128256x4096 354 us;
- * Llama-3.2-1B: qkv 3072x2048 4.2 us, o 2048x2048 2.8 us, gate_up 16384x2048 22.6 us, down 2048x8192
- * 11.3 us, lm_head 128256x2048 177 us.
- * Measurements: docs/perf-notes.md. */
+ * Floor: the weight bytes (n k elem; fp8: n k + 4 n) / bandwidth. Llama-3.1-8B bf16 at 2.97 TB/s: qkv
+ * 6144x4096 16.9 us, o 4096x4096 11.3 us, gate_up 28672x4096 79 us, down 4096x14336 39.5 us, lm_head
+ * 128256x4096 354 us; Llama-3.2-1B: qkv 3072x2048 4.2 us, o 2048x2048 2.8 us, gate_up 16384x2048 22.6 us,
+ * down 2048x8192 11.3 us, lm_head 128256x2048 177 us. Measurements: docs/perf-notes.md. */
+#include <cuda_fp8.h>
+
 #include "engine/cuda/gemv_common.cuh"
 
 #define GEMV_MAX_WARPS 8
@@ -216,6 +222,103 @@ __global__ void __launch_bounds__(GEMV_MAX_WARPS * 32, 1)
     }
 }
 
+/* ---- FP8 kernel ---------------------------------------------------------------------------------------- */
+/* 8 fp8 e4m3 of a 16-byte vector (half h: bytes 8h .. 8h + 7) -> f32, exactly */
+__device__ __forceinline__ void unpack_fp8_half(uint4 r, int h, float (&f)[8]) {
+    const uint32_t w0 = h ? r.z : r.x, w1 = h ? r.w : r.y;
+    const uint32_t w[2] = {w0, w1};
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w[i] & 0xffffu), __NV_E4M3);
+        const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w[i] >> 16), __NV_E4M3);
+        const float2 a = __half22float2(__half2(lo)), b = __half22float2(__half2(hi));
+        f[4 * i] = a.x;
+        f[4 * i + 1] = a.y;
+        f[4 * i + 2] = b.x;
+        f[4 * i + 3] = b.y;
+    }
+}
+
+/* block b: output rows b * RO .. + RO (RO = 4, GLU 2 gate + 2 up rows); tokens 0..m-1 computed as M */
+template <typename T, typename YT, int M, bool GLU, bool TILE, bool PDL>
+__global__ void __launch_bounds__(GEMV_MAX_WARPS * 32, 1)
+    gemv_fp8(YT *__restrict__ y, const T *__restrict__ x, const uint8_t *__restrict__ W,
+             const float *__restrict__ ws, const T *__restrict__ bias, int m, int64_t n, int64_t k,
+             float beta) {
+    constexpr int R = 4, U = GEMV_INFLIGHT / R, RO = GLU ? R / 2 : R, N = R * M;
+    __shared__ float red[GEMV_MAX_WARPS * N];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nw = blockDim.x >> 5;
+    const int64_t o0 = (int64_t)blockIdx.x * RO, tc = (k + 127) / 128;
+    const uint8_t *w[R];
+    int64_t wr[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        wr[r] = w_row<GLU>(r, RO, o0, n);
+        w[r] = W + wr[r] * k;
+    }
+    float acc[N]; /* [r * M + t] */
+#pragma unroll
+    for (int i = 0; i < N; i++) acc[i] = 0.f;
+    if (PDL) lpo_pdl_trigger();
+    bool waited = !PDL;
+    const int64_t stride = (int64_t)blockDim.x * 16;
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    for (int64_t c0 = (int64_t)tid * 16; c0 < k; c0 += stride * U) { // W rows (R, U vectors of 16) . x
+        uint4 wv[U][R];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t c = c0 + u * stride;
+#pragma unroll
+            for (int r = 0; r < R; r++) wv[u][r] = c < k ? ld_stream<uint4>(w[r] + c) : zero;
+        }
+        if (!waited) { // PDL: x is the previous kernel's output
+            lpo_pdl_wait();
+            waited = true;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t c = c0 + u * stride;
+            float sc[R];
+#pragma unroll
+            for (int r = 0; r < R; r++) sc[r] = TILE && c < k ? ws[(wr[r] / 128) * tc + c / 128] : 1.f;
+#pragma unroll
+            for (int h = 0; h < 2; h++) { // columns c + 8h .. c + 8h + 7
+                float xf[M][8];
+#pragma unroll
+                for (int t = 0; t < M; t++)
+                    unpack<T>(t < m && c < k ? ld_input<uint4, PDL>(x + t * k + c + 8 * h) : zero, xf[t]);
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    float wf[8];
+                    unpack_fp8_half(wv[u][r], h, wf);
+                    if (TILE)
+#pragma unroll
+                        for (int i = 0; i < 8; i++) wf[i] *= sc[r];
+#pragma unroll
+                    for (int t = 0; t < M; t++)
+#pragma unroll
+                        for (int i = 0; i < 8; i++) acc[r * M + t] = fmaf(wf[i], xf[t][i], acc[r * M + t]);
+                }
+            }
+        }
+    }
+    if (!waited) lpo_pdl_wait(); /* PDL, threads without columns: before y is touched */
+    bool writer;
+    const int base = warp_sum_scatter<N>(acc, lane, &writer);
+    if (writer)
+#pragma unroll
+        for (int j = 0; j < (N >= 32 ? N / 32 : 1); j++) red[warp * N + base + j] = acc[j];
+    __syncthreads();
+    for (int i = tid; i < RO * M; i += blockDim.x) { // output (block row i / M, token i % M)
+        const int t = i % M;
+        const int64_t o = o0 + i / M;
+        if (t >= m || o >= n) continue;
+        const float sg = TILE ? 1.f : ws[o], su = TILE || !GLU ? 1.f : ws[n + o];
+        store_out<T, YT, GLU>(y, bias, beta, n, o, t, sum_warps(red, N, nw, i) * sg,
+                              GLU ? sum_warps(red, N, nw, i + RO * M) * su : 0.f);
+    }
+}
+
 /* ---- launchers ---------------------------------------------------------------------------------------- */
 typedef struct {
     void *y;
@@ -374,4 +477,74 @@ extern "C" lpo_status lpo_cuda_gemv(void *y, lpo_dtype y_dt, const void *x, cons
 extern "C" lpo_status lpo_cuda_gemv_swiglu(void *act, const void *x, const void *Wgu, int64_t m, int64_t I,
                                            int64_t k, lpo_dtype dt, cudaStream_t stream) {
     return lpo_cuda_gemv_cfg_run(NULL, act, dt, x, Wgu, NULL, m, I, k, 0.f, 1, dt, stream);
+}
+
+/* ---- fp8 weights ------------------------------------------------------------------------------------------
+ */
+extern "C" int lpo_cuda_gemv_fp8_supported(int64_t m, int64_t k, lpo_dtype dt) {
+    return m >= 1 && m <= LPO_CUDA_GEMV_MAX_M && k > 0 && k % 16 == 0 &&
+           (dt == LPO_DT_F16 || dt == LPO_DT_BF16);
+}
+
+template <typename T, typename YT, int M, bool GLU, bool TILE>
+static cudaError_t launch_fp8_m(const gemv_args &a, const float *ws, unsigned threads, cudaStream_t s) {
+    void (*kernel)(YT *, const T *, const uint8_t *, const float *, const T *, int, int64_t, int64_t, float) =
+        a.pdl ? gemv_fp8<T, YT, M, GLU, TILE, true> : gemv_fp8<T, YT, M, GLU, TILE, false>;
+    const int64_t ro = GLU ? 2 : 4;
+    return lpo_launch_attr(a.pdl && a.attr, kernel, dim3((unsigned)((a.n + ro - 1) / ro)), dim3(threads), 0,
+                           s, (YT *)a.y, (const T *)a.x, (const uint8_t *)a.W, ws, (const T *)a.bias, a.m,
+                           a.n, a.k, a.beta);
+}
+template <typename T, typename YT, bool GLU, bool TILE>
+static cudaError_t launch_fp8_t(const gemv_args &a, const float *ws, unsigned threads, cudaStream_t s) {
+    if (a.m <= 1) return launch_fp8_m<T, YT, 1, GLU, TILE>(a, ws, threads, s);
+    if (a.m <= 2) return launch_fp8_m<T, YT, 2, GLU, TILE>(a, ws, threads, s);
+    if (a.m <= 4) return launch_fp8_m<T, YT, 4, GLU, TILE>(a, ws, threads, s);
+    return launch_fp8_m<T, YT, 8, GLU, TILE>(a, ws, threads, s);
+}
+template <typename T>
+static cudaError_t launch_fp8(const gemv_args &a, const float *ws, bool tile, lpo_dtype y_dt, bool glu,
+                              unsigned threads, cudaStream_t s) {
+    if (glu)
+        return tile ? launch_fp8_t<T, T, true, true>(a, ws, threads, s)
+                    : launch_fp8_t<T, T, true, false>(a, ws, threads, s);
+    if (y_dt == LPO_DT_F32)
+        return tile ? launch_fp8_t<T, float, false, true>(a, ws, threads, s)
+                    : launch_fp8_t<T, float, false, false>(a, ws, threads, s);
+    return tile ? launch_fp8_t<T, T, false, true>(a, ws, threads, s)
+                : launch_fp8_t<T, T, false, false>(a, ws, threads, s);
+}
+
+/* Threads per block: the 16 vectors of a thread span 64 columns x threads; 2 warps cover k = 4096 in one
+ * round (every load in flight used), more warps for longer rows (down projections: k = 14336). */
+extern "C" lpo_status lpo_cuda_gemv_fp8(void *y, lpo_dtype y_dt, const void *x, const void *Wq,
+                                        const float *scale, lpo_dtype wdt, const void *bias, int64_t m,
+                                        int64_t n, int64_t k, float beta, int swiglu, lpo_dtype dt,
+                                        cudaStream_t stream) {
+    const char *op = swiglu ? "gemv_fp8_swiglu" : "gemv_fp8";
+    if (!lpo_cuda_gemv_fp8_supported(m, k, dt) || n <= 0 || n > INT32_MAX / 2 ||
+        (wdt != LPO_DT_FP8 && wdt != LPO_DT_FP8_B128) ||
+        !lpo_aligned16(x, k, (size_t)lpo_dtype_block_bytes(dt)) || ((uintptr_t)Wq % 16) != 0)
+        return lpo_errorf(
+            LPO_E_UNSUPPORTED,
+            "%s: m=%lld n=%lld k=%lld %s weights %s: needs 1 <= m <= %d, k a multiple of 16, dtype "
+            "f16 or bf16, 16-byte aligned rows",
+            op, (long long)m, (long long)n, (long long)k, lpo_dtype_name(wdt), lpo_dtype_name(dt),
+            LPO_CUDA_GEMV_MAX_M);
+    if ((y_dt != dt && (y_dt != LPO_DT_F32 || swiglu)) || (swiglu && (bias || beta != 0.f)))
+        return lpo_errorf(LPO_E_UNSUPPORTED, "%s: output %s with %s%s", op, lpo_dtype_name(y_dt),
+                          lpo_dtype_name(dt), swiglu && (bias || beta != 0.f) ? ", bias or residual" : "");
+    const unsigned threads = k <= 4096 ? 64 : k <= 8192 ? 128 : 256;
+    const bool pdl_kernel = lpo__cuda_pdl_on(stream);
+    const bool attr = lpo__cuda_pdl_launch(stream, pdl_kernel);
+    const gemv_args a = {y, x, Wq, bias, (int)m, n, k, beta, pdl_kernel, attr};
+    const bool tile = wdt == LPO_DT_FP8_B128;
+    cudaError_t err = cudaSuccess;
+    if (dt == LPO_DT_BF16)
+        err = launch_fp8<__nv_bfloat16>(a, scale, tile, y_dt, swiglu != 0, threads, stream);
+    else
+        err = launch_fp8<__half>(a, scale, tile, y_dt, swiglu != 0, threads, stream);
+    LPO_CU_CHECK(err, op);
+    LPO_CU_LAUNCHED(op);
+    return LPO_OK;
 }

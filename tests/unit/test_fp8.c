@@ -1,0 +1,140 @@
+/* fp8 weights on the CPU reference (engine.weights=fp8): the engine computes with exactly the per-channel
+ * fp8 values of its weights (an engine over pre-quantized weights gives bit-identical logits), close to the
+ * unquantized model; run_op of an op whose weights are fp8 quantizes the data it is given the same way; op
+ * lists name the held dtype and price its bytes with the scales. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "lpo/engine.h"
+#include "test_engine_support.h"
+#include "test_support.h"
+
+/* the test weights with every matrix the fp8 rule quantizes replaced by its per-row fp8 round trip */
+static lpo_status prequant_view(void *ud, const char *name, lpo_weight_view *v) {
+    lpo_status st = test_view(ud, name, v);
+    if (st != LPO_OK) return st;
+    lpo_weight_quant q;
+    lpo_weight_quant_parse("fp8", NULL, &q);
+    if (lpo_weight_held_dtype(&q, name, v->n_dims, v->dtype, LPO_DT_F32) == LPO_DT_FP8)
+        lpo_fp8_roundtrip_rows((float *)v->data, v->shape[0],
+                               v->shape[1]); /* once per tensor: test_weights */
+    return LPO_OK;
+}
+
+static void logits_of(const lpo_model_spec *s, const lpo_weight_source *ws, const char *weights, float *out) {
+    lpo_engine_opts o = {LPO_ENGINE_DEFAULTS, .backend = "cpu", .max_seqs = 1, .max_context = 32,
+                         .weights = weights};
+    lpo_engine *e = NULL;
+    assert_int_equal(lpo_engine_open_weights(s, ws, NULL, &o, &e), LPO_OK);
+    int slot = 0;
+    const int32_t t[6] = {5, 6, 7, 8, 9, 10}, *tp = t;
+    const int64_t n = 6;
+    assert_int_equal(lpo_engine_extend(e, 1, &slot, &tp, &n, 1, out), LPO_OK);
+    if (weights && !strcmp(weights, "fp8")) { /* the op list names the held dtypes */
+        const lpo_oplist *l = lpo_engine_last_oplist(e);
+        for (size_t i = 0; i < l->n_ops; i++) {
+            const lpo_op *op = &l->ops[i];
+            for (int j = 0; j < op->n_w; j++) {
+                const lpo_dtype want =
+                    op->kind == LPO_OP_LINEAR && j < op->n_w - op->n_bias ? LPO_DT_FP8 : LPO_DT_F32;
+                assert_int_equal(op->w[j].dtype, want);
+            }
+            if (op->role == LPO_ROLE_QKV) /* fp8 bytes + one f32 scale per output channel */
+                assert_true(lpo_op_weight_bytes(op) == (double)(op->n * op->k + 4 * op->n));
+        }
+    }
+    lpo_engine_close(e);
+}
+
+static void test_engine_fp8(void **state) {
+    (void)state;
+    lpo_model_spec s = test_spec();
+    s.tied_embeddings = 0; /* lm_head of its own: kept (the default), embeddings always */
+    const int64_t V = s.vocab_size, R = 6;
+    float *ref = malloc((size_t)(R * V) * sizeof(float)), *fp8 = malloc((size_t)(R * V) * sizeof(float)),
+          *pre = malloc((size_t)(R * V) * sizeof(float));
+    test_weights w;
+    assert_int_equal(test_weights_open(&s, &w), LPO_OK);
+    lpo_weight_source ws = {&w, test_view};
+    logits_of(&s, &ws, NULL, ref);
+    logits_of(&s, &ws, "fp8", fp8);
+    lpo_weight_source pq = {&w, prequant_view};
+    logits_of(&s, &pq, NULL, pre); /* the views now quantize the test weights in place */
+    assert_memory_equal(fp8, pre, (size_t)(R * V) * sizeof(float));
+    double max_rel = 0, se = 0, sr = 0;
+    for (int64_t i = 0; i < R * V; i++) {
+        se += (fp8[i] - ref[i]) * (double)(fp8[i] - ref[i]);
+        sr += (double)ref[i] * ref[i];
+        max_rel = fmax(max_rel, fabs(fp8[i] - ref[i]) / (fabs(ref[i]) + 1e-3));
+    }
+    printf("fp8 vs f32 logits: nmse %.3g\n", se / sr);
+    assert_true(se > 0);         /* quantized */
+    assert_true(se / sr < 2e-2); /* and close: per-channel e4m3 (0.5% here) */
+    test_weights_free(&w);
+    free(ref);
+    free(fp8);
+    free(pre);
+}
+
+/* run_op with fp8 weights == run_op with the weights round-tripped by hand */
+static void test_run_op_fp8(void **state) {
+    (void)state;
+    const lpo_backend_iface *cpu = lpo_backend_cpu();
+    void *ctx = NULL;
+    const lpo_backend_init in = {.max_seqs = 1, .dtype = LPO_DT_F32, .n_threads = 1};
+    assert_int_equal(cpu->init(&in, &ctx), LPO_OK);
+    enum { M = 3, N = 40, K = 300 };
+    lpo_op_tensor wt = {.buf = LPO_BUF_WEIGHT, .name = "w", .ndim = 2, .shape = {N, K}, .dtype = LPO_DT_FP8};
+    lpo_op op = {.name = "lin",
+                 .kind = LPO_OP_LINEAR,
+                 .n_in = 1,
+                 .n_out = 1,
+                 .n_w = 1,
+                 .w = &wt,
+                 .m = M,
+                 .n = N,
+                 .k = K};
+    op.in[0] =
+        (lpo_op_tensor){.buf = LPO_BUF_XN, .name = "", .ndim = 2, .shape = {M, K}, .dtype = LPO_DT_F32};
+    op.out[0] =
+        (lpo_op_tensor){.buf = LPO_BUF_TMP, .name = "", .ndim = 2, .shape = {M, N}, .dtype = LPO_DT_F32};
+    static float x[M * K], W[N * K], Wq[N * K], y[M * N], y2[M * N];
+    for (int i = 0; i < M * K; i++) x[i] = (float)sin(i * 0.1);
+    for (int i = 0; i < N * K; i++) W[i] = Wq[i] = (float)cos(i * 0.7) * 0.05f;
+    assert_int_equal(lpo_fp8_roundtrip_rows(Wq, N, K), 0);
+    const float *w1[1] = {W}, *w2[1] = {Wq};
+    lpo_op_io io = {.in = {x}, .out = y, .w = w1};
+    assert_int_equal(cpu->run_op(ctx, &op, &io), LPO_OK);
+    wt.dtype = LPO_DT_F32;
+    io.out = y2;
+    io.w = w2;
+    assert_int_equal(cpu->run_op(ctx, &op, &io), LPO_OK);
+    assert_memory_equal(y, y2, sizeof y);
+    /* tile-scaled: the 128x128 round trip */
+    wt.dtype = LPO_DT_FP8_B128;
+    io.w = w1;
+    io.out = y;
+    assert_int_equal(cpu->run_op(ctx, &op, &io), LPO_OK);
+    memcpy(Wq, W, sizeof W);
+    assert_int_equal(lpo_fp8_roundtrip_tiles(Wq, N, K), 0);
+    wt.dtype = LPO_DT_F32;
+    io.w = w2;
+    io.out = y2;
+    assert_int_equal(cpu->run_op(ctx, &op, &io), LPO_OK);
+    assert_memory_equal(y, y2, sizeof y);
+    cpu->free(ctx);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_engine_fp8),
+        cmocka_unit_test(test_run_op_fp8),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
