@@ -186,6 +186,10 @@ typedef struct {
     int64_t shape[4]; /* HF order, row-major: a Linear weight is [out, in] */
     const void *data; /* stored bytes (mmapped); NULL for synthetic tensors (generated on demand) */
     uint64_t nbytes;
+    /* fp8 tensors of a checkpoint (dtype FP8 / FP8_B128): the f32 scales (owned by the model), n_scale of
+     * them: 1 (per tensor) or one per row (FP8), one per 128x128 tile (FP8_B128); value = fp8 * scale */
+    const float *scale;
+    uint64_t n_scale;
 } lpo_tensor;
 
 uint64_t lpo_tensor_numel(const lpo_tensor *t);

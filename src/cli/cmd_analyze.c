@@ -309,7 +309,10 @@ int lpo_cmd_analyze(int argc, char **argv) {
     const char *kvd = lpo_cli_flag_value(&args, "kv-dtype");
     if (st == LPO_OK) {
         const lpo_model_spec *s = lpo_model_get_spec(m);
-        kv.kv_dtype = lpo_dtype_block(s->dtype) == 1 ? s->dtype : LPO_DT_F16;
+        /* a plain stored dtype is the KV cache's; quantized weights (GGUF blocks, fp8) keep a 16-bit cache */
+        kv.kv_dtype = !lpo_dtype_info_of(s->dtype)->quantized                 ? s->dtype
+                      : s->dtype == LPO_DT_FP8 || s->dtype == LPO_DT_FP8_B128 ? LPO_DT_BF16
+                                                                              : LPO_DT_F16;
         if (kvd && (!lpo_dtype_parse(kvd, &kv.kv_dtype) || kv.kv_dtype > LPO_DT_BF16))
             st = lpo_errorf(LPO_E_USAGE, "--kv-dtype=%s: expected f32, f16 or bf16", kvd);
         kv.kv_token = lpo_spec_kv_bytes_per_token(s, kv.kv_dtype);

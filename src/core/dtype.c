@@ -181,8 +181,7 @@ uint8_t lpo_f32_to_fp8_e4m3(float f) {
     return sign | (uint8_t)(((e + 7) << 3) | ((int)q - 8));
 }
 
-/* ---- fp8 matrices ---------------------------------------------------------------------------------------
- */
+/* ---- fp8 matrices ------------------------------------------------------------------------------------ */
 void lpo_fp8_quantize_rows(const float *x, int64_t rows, int64_t cols, uint8_t *q, float *scales) {
 #pragma omp parallel for schedule(static) if (rows * cols > (1 << 16))
     for (int64_t r = 0; r < rows; r++) { // row r (cols,) -> q row, scales[r]

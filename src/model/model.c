@@ -25,6 +25,8 @@ void lpo_model_close(lpo_model *m) {
     for (size_t i = 0; i < m->n_tensors; i++) free(m->tensors[i].name);
     free(m->tensors);
     free(m->unpermute);
+    for (size_t i = 0; i < m->n_scales; i++) free(m->scales[i]);
+    free(m->scales);
     for (size_t i = 0; i < m->n_files; i++) lpo_file_unmap(&m->files[i]);
     free(m->files);
     lpo_gguf_close(m->gguf);
@@ -211,6 +213,8 @@ lpo_status lpo_model_weight_view(const lpo_model *m, const char *name, lpo_weigh
     out->nbytes = t->nbytes;
     out->data = t->data;
     out->unpermute_heads = m->unpermute[t - m->tensors];
+    out->scale = t->scale;
+    out->n_scale = t->n_scale;
     if (!t->data) {
         synth_params(m, t, &out->synth_center, &out->synth_amp);
         out->synth_key = lpo_synth_mix(m->seed ^ fnv1a64(t->name));
@@ -224,8 +228,30 @@ static lpo_status convert_f32(const lpo_weight_view *v, float *dst) {
         synth_fill(v, dst);
         return LPO_OK;
     }
-    lpo_status st = lpo_dequantize(v->dtype, v->data, dst, v->numel);
-    if (st != LPO_OK) return lpo_error_context(st, "tensor '%s'", v->name);
+    lpo_status st = LPO_OK;
+    const int64_t rows = v->shape[0], cols = rows > 0 ? (int64_t)v->numel / rows : 0;
+    if (v->dtype == LPO_DT_FP8 || v->dtype == LPO_DT_FP8_B128) { /* a checkpoint's fp8: x scale */
+        const uint64_t tiles = (uint64_t)((rows + LPO_SCALE_TILE - 1) / LPO_SCALE_TILE) *
+                               (uint64_t)((cols + LPO_SCALE_TILE - 1) / LPO_SCALE_TILE);
+        const uint64_t want = v->dtype == LPO_DT_FP8_B128 ? tiles : (uint64_t)rows;
+        if (!v->scale || v->n_dims != 2 ||
+            (v->n_scale != want && !(v->dtype == LPO_DT_FP8 && v->n_scale == 1)))
+            return lpo_errorf(LPO_E_FORMAT, "tensor '%s': %s without its %llu scales", v->name,
+                              lpo_dtype_name(v->dtype), (unsigned long long)want);
+        if (v->dtype == LPO_DT_FP8_B128) {
+            lpo_fp8_dequantize_tiles(v->data, v->scale, rows, cols, dst);
+        } else if (v->n_scale == 1) { /* per tensor: the one scale for every row */
+            float *s = malloc((size_t)rows * sizeof *s);
+            if (!s) return lpo_errorf(LPO_E_NOMEM, "out of memory dequantizing '%s'", v->name);
+            for (int64_t r = 0; r < rows; r++) s[r] = v->scale[0];
+            lpo_fp8_dequantize_rows(v->data, s, rows, cols, dst);
+            free(s);
+        } else {
+            lpo_fp8_dequantize_rows(v->data, v->scale, rows, cols, dst);
+        }
+    } else if ((st = lpo_dequantize(v->dtype, v->data, dst, v->numel)) != LPO_OK) {
+        return lpo_error_context(st, "tensor '%s'", v->name);
+    }
     /* A weight file that holds NaN/Inf would make every number computed from it meaningless: refuse it
      * here, naming the tensor and the element, instead of producing NaN logits later. */
     for (uint64_t k = 0; k < v->numel; k++)
@@ -280,6 +306,8 @@ lpo_status lpo_model_tensor_f32(const lpo_model *m, const lpo_tensor *t, float *
         v.numel = lpo_tensor_numel(t);
         v.nbytes = t->nbytes;
         v.data = t->data;
+        v.scale = t->scale;
+        v.n_scale = t->n_scale;
         if (!t->data) {
             synth_params(m, t, &v.synth_center, &v.synth_amp);
             v.synth_key = lpo_synth_mix(m->seed ^ fnv1a64(t->name));

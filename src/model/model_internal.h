@@ -18,6 +18,8 @@ struct lpo_model {
     lpo_mapped_file *files; /* safetensors shards */
     size_t n_files;
     lpo_gguf *gguf;
+    float **scales; /* fp8 checkpoints: the f32 scale arrays the tensors point to (owned) */
+    size_t n_scales;
     uint64_t seed; /* synthetic values */
 };
 

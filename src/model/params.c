@@ -12,8 +12,9 @@ lpo_status lpo_model_param_summary(const lpo_model *m, lpo_param_summary *out) {
         const int64_t n = (int64_t)lpo_tensor_numel(t);
         out->params[lpo_tensor_part(t->name)] += n;
         out->total += n;
-        if ((unsigned)t->dtype < LPO_DT_COUNT) out->bytes_by_dtype[t->dtype] += t->nbytes;
-        out->weight_bytes += t->nbytes;
+        const uint64_t b = t->nbytes + t->n_scale * 4; /* an fp8 tensor's scales with it */
+        if ((unsigned)t->dtype < LPO_DT_COUNT) out->bytes_by_dtype[t->dtype] += b;
+        out->weight_bytes += b;
     }
     return LPO_OK;
 }

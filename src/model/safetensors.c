@@ -15,11 +15,11 @@ static const struct {
     int size;
     lpo_dtype dt; /* LPO_DT_COUNT: known to safetensors, not a weight dtype lpo loads */
 } st_dtypes[] = {
-    {"F32", 4, LPO_DT_F32},    {"F16", 2, LPO_DT_F16},       {"BF16", 2, LPO_DT_BF16},
-    {"F64", 8, LPO_DT_COUNT},  {"I64", 8, LPO_DT_COUNT},     {"I32", 4, LPO_DT_COUNT},
-    {"I16", 2, LPO_DT_COUNT},  {"I8", 1, LPO_DT_COUNT},      {"U64", 8, LPO_DT_COUNT},
-    {"U32", 4, LPO_DT_COUNT},  {"U16", 2, LPO_DT_COUNT},     {"U8", 1, LPO_DT_COUNT},
-    {"BOOL", 1, LPO_DT_COUNT}, {"F8_E4M3", 1, LPO_DT_COUNT}, {"F8_E5M2", 1, LPO_DT_COUNT},
+    {"F32", 4, LPO_DT_F32},    {"F16", 2, LPO_DT_F16},     {"BF16", 2, LPO_DT_BF16},
+    {"F64", 8, LPO_DT_COUNT},  {"I64", 8, LPO_DT_COUNT},   {"I32", 4, LPO_DT_COUNT},
+    {"I16", 2, LPO_DT_COUNT},  {"I8", 1, LPO_DT_COUNT},    {"U64", 8, LPO_DT_COUNT},
+    {"U32", 4, LPO_DT_COUNT},  {"U16", 2, LPO_DT_COUNT},   {"U8", 1, LPO_DT_COUNT},
+    {"BOOL", 1, LPO_DT_COUNT}, {"F8_E4M3", 1, LPO_DT_FP8}, {"F8_E5M2", 1, LPO_DT_COUNT},
 };
 
 void lpo_st_header_free(lpo_st_header *h) {
@@ -64,8 +64,8 @@ static lpo_status parse_entry(const cJSON *e, const char *file, uint64_t data_si
         }
     if (!esize)
         return lpo_errorf(LPO_E_UNSUPPORTED,
-                          "%s: tensor '%s': unknown dtype '%.32s' (lpo loads F32, F16, BF16)", file, tn,
-                          dt->valuestring);
+                          "%s: tensor '%s': unknown dtype '%.32s' (lpo loads F32, F16, BF16, F8_E4M3)", file,
+                          tn, dt->valuestring);
     if (!cJSON_IsArray(sh))
         return lpo_errorf(LPO_E_FORMAT, "%s: tensor '%s': missing array 'shape'", file, tn);
     int nd = cJSON_GetArraySize(sh);

@@ -4,7 +4,10 @@
  *   prefill rows (37, 129: W8A8 on cuBLASLt with per-token activation scales, or the dequantized fallback) at
  *   Llama-3.2-1B shapes and odd ones, against the CPU reference on the same quantized weights;
  * - the engine with engine.weights=fp8: CUDA (bf16 activations) vs the CPU reference (f32) on the same fp8
- *   values: logits of a prefill and 16 greedy tokens; every exec mode and gemv off give the same tokens. */
+ *   values: logits of a prefill and 16 greedy tokens; every exec mode and gemv off give the same tokens;
+ * - fp8 checkpoints (tests/golden/fp8: per-tensor, per-channel, 128x128 tiles) on the GPU as stored: logits
+ *   within 2e-2 of max |logit| of HF on the dequantized weights (the bf16 golden bound), greedy tokens
+ *   counted; engine.weights=dequant (bf16 weights) alike. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +20,7 @@
 #include "lpo/config.h"
 #include "lpo/opcheck.h"
 #include "test_engine_support.h"
+#include "test_fp8_fixture.h"
 #include "test_support.h"
 
 static int failures;
@@ -178,12 +182,36 @@ static void test_engine_fp8(void **state) {
     free(gpu);
 }
 
+static void test_checkpoints(void **state) {
+    (void)state;
+    const char *layouts[] = {"tensor", "channel", "block"};
+    for (int i = 0; i < 3; i++) {
+        fp8_fixture_result r;
+        fp8_fixture_run(layouts[i], "cuda", "bf16", NULL, &r);
+        assert_true(r.max_err_rel <= 2e-2);
+        fp8_fixture_run(layouts[i], "cuda", "bf16", "dequant", &r);
+        assert_true(r.max_err_rel <= 2e-2);
+    }
+}
+
+/* the quantization error of engine.weights=fp8 on synthetic Llama-3.2-1B weights (bf16 on the GPU) */
+static void test_quant_error_1b(void **state) {
+    (void)state;
+    lpo_model_spec s = preset("llama3.2-1b");
+    lpo_model *m = NULL;
+    assert_int_equal(lpo_model_open_synthetic(&s, 1, &m), LPO_OK);
+    fp8_quant_error_of(m, "cuda", "bf16");
+    lpo_model_close(m);
+}
+
 int main(void) {
     lpo_test_require_gpu();
     if (!lpo_backend_cuda()) {
         printf("SKIP: this build has no CUDA backend\n");
         return 77;
     }
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_opcheck_fp8), cmocka_unit_test(test_engine_fp8)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_opcheck_fp8), cmocka_unit_test(test_engine_fp8),
+                                       cmocka_unit_test(test_checkpoints),
+                                       cmocka_unit_test(test_quant_error_1b)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

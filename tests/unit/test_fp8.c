@@ -13,6 +13,7 @@
 
 #include "lpo/engine.h"
 #include "test_engine_support.h"
+#include "test_fp8_fixture.h"
 #include "test_support.h"
 
 /* the test weights with every matrix the fp8 rule quantizes replaced by its per-row fp8 round trip */
@@ -131,10 +132,25 @@ static void test_run_op_fp8(void **state) {
     cpu->free(ctx);
 }
 
+/* the quantization error of engine.weights=fp8 on the tiny preset (synthetic llama), reported */
+static void test_quant_error(void **state) {
+    (void)state;
+    lpo_model_spec s = test_spec();
+    s.hidden_size = 64, s.head_dim = 16, s.intermediate_size = 128, s.vocab_size = 256;
+    s.dtype = LPO_DT_BF16;
+    strcpy(s.name, "synthetic-llama-64");
+    lpo_model *m = NULL;
+    assert_int_equal(lpo_model_open_synthetic(&s, 7, &m), LPO_OK);
+    const fp8_quant_error q = fp8_quant_error_of(m, "cpu", "f32");
+    assert_true(q.mean_rel > 0 && q.mean_rel < 0.2);
+    lpo_model_close(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_engine_fp8),
         cmocka_unit_test(test_run_op_fp8),
+        cmocka_unit_test(test_quant_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -101,8 +101,7 @@ static lpo_status load_part(cuda_ctx *c, const lpo_weight_view *v, const lpo_op_
     return LPO_OK;
 }
 
-/* ---- fp8 weights ----------------------------------------------------------------------------------------
- */
+/* ---- fp8 weights ------------------------------------------------------------------------------------- */
 /* The dtype op i's matrices are held in: FP8 / FP8_B128 when every one of them is held so by the rule
  * (engine.weights, lpo_weight_held_dtype) and the kernels can read it (a 16-bit compute dtype; tile scales
  * only when each stacked tensor has whole tiles of rows, so the stacked tile grid is each tensor's), else the

@@ -2,26 +2,37 @@
  *   fp8_quant_rows  the W8A8 GEMM's dynamic activation quantization: per token (row of x, k elements) the
  *                   scale max |x| / 448 and the fp8 values x / scale (round to nearest even, saturated, as
  *                   the host's lpo_f32_to_fp8_e4m3). One block per row: a max pass and a convert pass over
- *                   the row (element loads; the second pass hits L1/L2), 2 k bytes read and k written per
- *                   token. Also the load-time quantization of weights (f32 rows), bit-identical to the host.
+ *                   the row (16-byte vectors where the row allows, else elements; the second pass hits
+ *                   L1/L2), 2 k bytes read and k written per token. Also the load-time quantization of
+ *                   weights (f32 rows), bit-identical to the host.
  *   fp8_dequant     fp8 weights to the compute dtype (value * its row's or 128x128 tile's scale): the GEMM
  * path where the W8A8 one cannot run (tile-scaled weights, shapes cuBLASLt refuses); n k bytes read, 2 n k
  * written per GEMM. Floor: bytes / bandwidth; a 2048-token prefill quantizes 4096-16384 columns per token
  * (16-64 MB per linear, ~10 us at 3.35 TB/s), small beside the GEMM it feeds. */
 #include <cuda_fp8.h>
+#include <string.h>
 
 #include "engine/cuda/cuda_common.cuh"
 
-/* ---- activations ----------------------------------------------------------------------------------------
- */
-template <typename T> __global__ void fp8_quant_rows(uint8_t *xq, float *xscale, const T *x, int64_t k) {
+/* ---- activations ------------------------------------------------------------------------------------- */
+/* V elements per load (V * sizeof(T) = 16 bytes when the row allows it, else 1) */
+template <typename T, int V>
+__global__ void fp8_quant_rows(uint8_t *xq, float *xscale, const T *x, int64_t k) {
     __shared__ float red[33];
     lpo_pdl_start();
     const int64_t row = blockIdx.x;
     const T *xr = x + row * k;
     float amax = 0.f;
-    for (int64_t c = threadIdx.x; c < k; c += blockDim.x) amax = fmaxf(amax, fabsf(lpo_to_f(xr[c])));
-        /* block max through the sum helper's pattern: warp max, then across warps */
+    for (int64_t c = (int64_t)threadIdx.x * V; c < k; c += (int64_t)blockDim.x * V) {
+        float f[V];
+        if constexpr (V > 1)
+            lpo_load<T, V>(xr + c, f);
+        else
+            f[0] = lpo_to_f(xr[c]);
+#pragma unroll
+        for (int i = 0; i < V; i++) amax = fmaxf(amax, fabsf(f[i]));
+    }
+    /* block max through the sum helper's pattern: warp max, then across warps */
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -37,8 +48,37 @@ template <typename T> __global__ void fp8_quant_rows(uint8_t *xq, float *xscale,
     const float s = red[32] > 0.f ? red[32] / 448.0f : 1.0f;
     if (threadIdx.x == 0) xscale[row] = s;
     uint8_t *qr = xq + row * k;
-    for (int64_t c = threadIdx.x; c < k; c += blockDim.x)
-        qr[c] = (uint8_t)__nv_cvt_float_to_fp8(lpo_to_f(xr[c]) / s, __NV_SATFINITE, __NV_E4M3);
+    for (int64_t c = (int64_t)threadIdx.x * V; c < k; c += (int64_t)blockDim.x * V) {
+        float f[V];
+        if constexpr (V > 1)
+            lpo_load<T, V>(xr + c, f);
+        else
+            f[0] = lpo_to_f(xr[c]);
+        uint8_t o[V];
+#pragma unroll
+        for (int i = 0; i < V; i++)
+            o[i] = (uint8_t)__nv_cvt_float_to_fp8(f[i] / s, __NV_SATFINITE, __NV_E4M3);
+        if constexpr (V == 8) {
+            uint2 pk;
+            memcpy(&pk, o, 8);
+            *reinterpret_cast<uint2 *>(qr + c) = pk;
+        } else if constexpr (V == 4) {
+            uint32_t pk;
+            memcpy(&pk, o, 4);
+            *reinterpret_cast<uint32_t *>(qr + c) = pk;
+        } else {
+            qr[c] = o[0];
+        }
+    }
+}
+
+template <typename T>
+static cudaError_t launch_quant(uint8_t *xq, float *xscale, const T *x, int64_t m, int64_t k,
+                                cudaStream_t s) {
+    constexpr int V = lpo_vec16<T>::n; /* 8 (16-bit) or 4 (f32) */
+    const bool vec = lpo_aligned16(x, k, sizeof(T)) && ((uintptr_t)xq % V) == 0 && k % V == 0;
+    return vec ? lpo_launch(fp8_quant_rows<T, V>, dim3((unsigned)m), dim3(256), 0, s, xq, xscale, x, k)
+               : lpo_launch(fp8_quant_rows<T, 1>, dim3((unsigned)m), dim3(256), 0, s, xq, xscale, x, k);
 }
 
 extern "C" lpo_status lpo_cuda_fp8_quant_rows(void *xq, float *xscale, const void *x, int64_t m, int64_t k,
@@ -47,9 +87,7 @@ extern "C" lpo_status lpo_cuda_fp8_quant_rows(void *xq, float *xscale, const voi
     if (m <= 0 || k <= 0 || m > INT32_MAX)
         return lpo_errorf(LPO_E_INVALID, "%s: m %lld k %lld", op, (long long)m, (long long)k);
     cudaError_t err = cudaSuccess;
-    LPO_CU_DISPATCH(dt, op,
-                    err = lpo_launch(fp8_quant_rows<T>, dim3((unsigned)m), dim3(256), 0, stream,
-                                     (uint8_t *)xq, xscale, (const T *)x, k));
+    LPO_CU_DISPATCH(dt, op, err = launch_quant<T>((uint8_t *)xq, xscale, (const T *)x, m, k, stream));
     LPO_CU_CHECK(err, op);
     LPO_CU_LAUNCHED(op);
     return LPO_OK;

@@ -104,17 +104,19 @@ static lpo_status entry_make(lpo_cuda_gemm *g, gemm_entry *e, const void *bias) 
     LT_CHECK(cublasLtMatmulDescCreate(&e->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), op);
     LT_CHECK(cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), op);
     LT_CHECK(cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), op);
-    if (e->fp8) { /* per-channel x per-token scales; bias in the compute dtype */
+    if (e->fp8) { /* per-channel x per-token scales; bias in the compute dtype (a cuBLASLt without the
+                   * scale mode: LPO_E_UNSUPPORTED, the caller's fallback) */
         const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
-        LT_CHECK(cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode),
-                 op);
-        LT_CHECK(cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode),
-                 op);
         const cudaDataType_t bt = cuda_type((lpo_dtype)e->dt);
-        if (e->bias)
-            LT_CHECK(
-                cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt),
-                op);
+        cublasStatus_t s =
+            cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode);
+        if (s == CUBLAS_STATUS_SUCCESS)
+            s = cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode);
+        if (s == CUBLAS_STATUS_SUCCESS && e->bias)
+            s = cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt);
+        if (s != CUBLAS_STATUS_SUCCESS)
+            return lpo_errorf(LPO_E_UNSUPPORTED, "%s: outer-vector fp8 scales: %s", op,
+                              cublasLtGetStatusString(s));
     }
     if (e->bias) {
         const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
@@ -232,8 +234,12 @@ extern "C" lpo_status lpo_cuda_gemm_fp8_run(lpo_cuda_gemm *g, void *y, lpo_dtype
         op);
     const float alpha = 1.f;
     if (lpo__cuda_pdl_on(stream)) lpo_cuda_pdl_break();
-    LT_CHECK(cublasLtMatmul(g->lt, e->op, &alpha, Wq, e->a, xq, e->b, &beta, y, e->d, y, e->d, &e->algo,
-                            g->ws, g->ws_bytes, stream),
-             op);
+    const cublasStatus_t s = cublasLtMatmul(g->lt, e->op, &alpha, Wq, e->a, xq, e->b, &beta, y, e->d, y, e->d,
+                                            &e->algo, g->ws, g->ws_bytes, stream);
+    if (s == CUBLAS_STATUS_NOT_SUPPORTED) /* refused at launch: nothing ran, the caller falls back */
+        return lpo_errorf(LPO_E_UNSUPPORTED, "%s: cublasLtMatmul: %s", op, cublasLtGetStatusString(s));
+    if (s != CUBLAS_STATUS_SUCCESS)
+        return lpo_errorf(LPO_E_CUDA, "%s: cublasLtMatmul failed: %s (%s:%d)", op, cublasLtGetStatusString(s),
+                          __FILE__, __LINE__);
     return LPO_OK;
 }

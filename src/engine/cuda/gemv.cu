@@ -479,8 +479,7 @@ extern "C" lpo_status lpo_cuda_gemv_swiglu(void *act, const void *x, const void 
     return lpo_cuda_gemv_cfg_run(NULL, act, dt, x, Wgu, NULL, m, I, k, 0.f, 1, dt, stream);
 }
 
-/* ---- fp8 weights ------------------------------------------------------------------------------------------
- */
+/* ---- fp8 weights ------------------------------------------------------------------------------------- */
 extern "C" int lpo_cuda_gemv_fp8_supported(int64_t m, int64_t k, lpo_dtype dt) {
     return m >= 1 && m <= LPO_CUDA_GEMV_MAX_M && k > 0 && k % 16 == 0 &&
            (dt == LPO_DT_F16 || dt == LPO_DT_BF16);
