@@ -237,6 +237,14 @@ static lpo_status case_spec(lpo_op_kind kind, const kb_params *p, lpo_dtype dt, 
 static void variant_of(const lpo_op *op, const run_opts *ro, int gemv, char *b, size_t n) {
     if (!ro->cuda) {
         snprintf(b, n, "run_op cpu (reference C)");
+    } else if ((op->kind == LPO_OP_LINEAR || op->kind == LPO_OP_LM_HEAD) && op->n_w > 0 &&
+               (op->w[0].dtype == LPO_DT_FP8 || op->w[0].dtype == LPO_DT_FP8_B128)) {
+        const int gv = gemv && op->m <= KB_GEMV_MAX_M && op->k % 16 == 0;
+        snprintf(b, n, "run_op cuda, engine.gemv=%s, %s weights: %s", gemv ? "true" : "false",
+                 lpo_dtype_name(op->w[0].dtype),
+                 gv                                  ? "fp8 GEMV kernel (W8A16)"
+                 : op->w[0].dtype == LPO_DT_FP8_B128 ? "dequantized + cuBLASLt"
+                                                     : "cuBLASLt W8A8 (per-token activation scales)");
     } else if (op->kind == LPO_OP_LINEAR || op->kind == LPO_OP_LM_HEAD) {
         snprintf(b, n, "run_op cuda, engine.gemv=%s: %s", gemv ? "true" : "false",
                  gemv && op->m <= KB_GEMV_MAX_M ? "GEMV kernel" : "cuBLASLt");
@@ -292,6 +300,9 @@ static lpo_status run_op_case(lpo_kbench *kb, const lpo_node *cfg, const run_opt
     if (st == LPO_OK) {
         lpo_op_shape(op, sh, sizeof sh);
         snprintf(shape, sizeof shape, "%s%s%s", label, *label ? ": " : "", sh);
+        /* fp8 weights beyond the GEMV's rows: W8A8 on the fp8 roof (bytes: lpo_op_bytes, scales included) */
+        const int w8a8 = op->n_w > 0 && op->m > KB_GEMV_MAX_M &&
+                         (op->w[0].dtype == LPO_DT_FP8 || op->w[0].dtype == LPO_DT_FP8_B128);
         const kb_row row = {name,
                             lpo_dtype_name(dt),
                             shape,
@@ -300,7 +311,7 @@ static lpo_status run_op_case(lpo_kbench *kb, const lpo_node *cfg, const run_opt
                             0,
                             lpo_op_flops(op),
                             lpo_op_bytes(op),
-                            lpo__kb_op_roof(op->kind, dt),
+                            lpo__kb_op_roof(op->kind, w8a8 ? op->w[0].dtype : dt),
                             reps,
                             max_abs};
         st = lpo__kb_case_row(kb, &row, ro, m, &nvs);
@@ -422,15 +433,29 @@ static lpo_status vision_op(lpo_op_kind kind, const kb_params *p, lpo_dtype dt, 
     }
 }
 
+/* kbench.weights: the dtype the matrices of a linear / lm_head case are held in (auto: the compute dtype dt;
+ * fp8: per-channel scales; fp8_b128: 128x128 tiles), refused for the other cases */
+static lpo_status weights_dtype(const kb_params *p, lpo_op_kind kind, lpo_dtype dt, lpo_dtype *out) {
+    *out = dt;
+    if (!p->weights[0] || !strcmp(p->weights, "auto")) return LPO_OK;
+    if (!lpo_dtype_parse(p->weights, out) || (*out != LPO_DT_FP8 && *out != LPO_DT_FP8_B128))
+        return lpo_errorf(LPO_E_CONFIG, "kbench.weights=%s: auto, fp8 or fp8_b128", p->weights);
+    if (kind != LPO_OP_LINEAR && kind != LPO_OP_LM_HEAD)
+        return lpo_errorf(LPO_E_CONFIG, "kbench.weights=%s applies to kbench.case=linear, lm_head or linears",
+                          p->weights);
+    return LPO_OK;
+}
+
 lpo_status lpo__kb_op_case_run(lpo_kbench *kb, const lpo_node *cfg, const kb_params *p, const run_opts *ro,
                                lpo_op_kind kind) {
     const op_case *oc = case_of(kind);
     if (is_vision(kind)) {
-        lpo_dtype dt;
+        lpo_dtype dt, wdt;
         lpo_op op;
         lpo_op_tensor w[3];
         memset(&op, 0, sizeof op);
         lpo_status st = op_dtype(p, ro->cuda, &dt);
+        if (st == LPO_OK) st = weights_dtype(p, kind, dt, &wdt); /* refuses kbench.weights here */
         if (st == LPO_OK) st = vision_op(kind, p, dt, &op, w);
         int64_t past = 0, nn = op.m > 0 ? op.m : 1;
         const lpo_step step = {1, &past, &nn, 1, 0};
@@ -440,7 +465,9 @@ lpo_status lpo__kb_op_case_run(lpo_kbench *kb, const lpo_node *cfg, const kb_par
     lpo_model_spec spec;
     lpo_dtype dt;
     int seqs = 1;
+    lpo_dtype wdt;
     lpo_status st = op_dtype(p, ro->cuda, &dt);
+    if (st == LPO_OK) st = weights_dtype(p, kind, dt, &wdt);
     if (st == LPO_OK) st = case_spec(kind, p, dt, &spec, &seqs);
     if (st != LPO_OK) return st;
     int64_t *past = calloc(2 * (size_t)seqs, sizeof *past);
@@ -449,9 +476,10 @@ lpo_status lpo__kb_op_case_run(lpo_kbench *kb, const lpo_node *cfg, const kb_par
     const int positioned = kind == LPO_OP_ROPE || kind == LPO_OP_ATTENTION || kind == LPO_OP_MLA_ATTENTION;
     for (int i = 0; i < seqs; i++) past[i] = positioned ? p->context : 0, nn[i] = p->m / seqs;
     const lpo_step step = {seqs, past, nn, 1, kind == LPO_OP_SAMPLE};
-    const lpo_dtype_lookup held = {(void *)&dt, lpo_dtype_lookup_uniform};
+    const lpo_dtype_lookup held = {(void *)&wdt, lpo_dtype_lookup_uniform},
+                           vec = {(void *)&dt, lpo_dtype_lookup_uniform};
     const int comm = lpo_op_kind_cat(kind) == LPO_CAT_COMM;
-    const lpo_oplist_opts o = {dt, dt, &held, NULL, comm ? 2 : 1};
+    const lpo_oplist_opts o = {dt, dt, &held, &vec, comm ? 2 : 1};
     lpo_oplist l = {0};
     st = lpo_oplist_build(&spec, &step, &o, &l);
     long at = -1;
@@ -473,8 +501,9 @@ lpo_status lpo__kb_op_case_run(lpo_kbench *kb, const lpo_node *cfg, const kb_par
 lpo_status lpo__kb_linears_run(lpo_kbench *kb, const lpo_node *cfg, const kb_params *p, const run_opts *ro) {
     const lpo_node *mcfg = lpo_node_at(cfg, "model");
     if (!mcfg) return lpo_errorf(LPO_E_CONFIG, "kbench.case=linears needs a model (e.g. model=llama3.1-8b)");
-    lpo_dtype dt;
+    lpo_dtype dt, wdt;
     lpo_status st = op_dtype(p, ro->cuda, &dt);
+    if (st == LPO_OK) st = weights_dtype(p, LPO_OP_LINEAR, dt, &wdt);
     if (st == LPO_OK) st = need_pos("m", p->m);
     if (st != LPO_OK) return st;
     lpo_model *model = NULL;
@@ -484,8 +513,9 @@ lpo_status lpo__kb_linears_run(lpo_kbench *kb, const lpo_node *cfg, const kb_par
     lpo_model_close(model);
     int64_t past = 0, nn = p->m;
     const lpo_step step = {1, &past, &nn, 1, 0};
-    const lpo_dtype_lookup held = {(void *)&dt, lpo_dtype_lookup_uniform};
-    const lpo_oplist_opts o = {dt, dt, &held, NULL, 0};
+    const lpo_dtype_lookup held = {(void *)&wdt, lpo_dtype_lookup_uniform},
+                           vec = {(void *)&dt, lpo_dtype_lookup_uniform};
+    const lpo_oplist_opts o = {dt, dt, &held, &vec, 0};
     lpo_oplist l = {0};
     st = lpo_oplist_build(&spec, &step, &o, &l);
     // each linear of layer 0, then lm_head: a row named "linear" / "lm_head", its role before its shape

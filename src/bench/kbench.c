@@ -660,6 +660,8 @@ static lpo_status read_params(const lpo_node *cfg, kb_params *p) {
     snprintf(p->case_name, sizeof p->case_name, "%s", s);
     if ((st = lpo_cfg_str_or(cfg, "kbench.dtype", "bf16", &s))) return st;
     snprintf(p->dtype, sizeof p->dtype, "%s", s);
+    if ((st = lpo_cfg_str_or(cfg, "kbench.weights", "auto", &s))) return st;
+    snprintf(p->weights, sizeof p->weights, "%s", s);
     // each integer parameter (missing or null: 0, which a case refuses if it needs it)
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         if ((st = lpo_cfg_int_or(cfg, ints[i].key, 0, (int64_t *)((char *)p + ints[i].off)))) return st;

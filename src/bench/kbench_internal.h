@@ -72,7 +72,9 @@ lpo_status lpo__kb_model_run(lpo_kbench *kb, const lpo_node *cfg, const run_opts
 typedef struct {
     char case_name[32];
     char dtype[16];
-    int64_t m, n, k;                   /* the op's m, n, k (rows, width, inner size: docs/kbench.md) */
+    char weights[16]; /* linear, lm_head, linears: the matrices' dtype (auto: the compute dtype; fp8,
+                         fp8_b128) */
+    int64_t m, n, k;  /* the op's m, n, k (rows, width, inner size: docs/kbench.md) */
     int64_t heads, kv_heads, head_dim; /* qk_norm, rope, attention */
     int64_t vocab;                     /* embed: rows of the table */
     int64_t experts, top_k;            /* router, experts: experts of the layer, chosen per token */

@@ -163,6 +163,17 @@ static void test_case_is_engine_op(void **state) {
     lpo_kbench_free(kb);
 }
 
+/* kbench.weights=fp8 / fp8_b128: the linear case runs, checked against the reference on the same values */
+static void test_fp8_weights(void **state) {
+    (void)state;
+    lpo_kbench *kb = NULL;
+    assert_int_equal(lpo_kbench_new(&kb), LPO_OK);
+    assert_int_equal(run_with(kb, "kbench.case=linear", "kbench.weights=fp8"), LPO_OK);
+    assert_int_equal(run_with(kb, "kbench.case=linear", "kbench.weights=fp8_b128"), LPO_OK);
+    assert_int_equal(lpo_table_rows(lpo_kbench_table(kb)), 2);
+    lpo_kbench_free(kb);
+}
+
 static void test_errors(void **state) {
     (void)state;
     lpo_kbench *kb;
@@ -183,6 +194,10 @@ static void test_errors(void **state) {
     assert_int_equal(run_with(kb, "kbench.case=linear", "backend=tpu"), LPO_E_CONFIG);
     assert_int_equal(run_with(kb, "kbench.case=rmsnorm", "kbench.graph=true"), LPO_E_UNSUPPORTED);
     assert_non_null(strstr(lpo_last_error(), "run_op"));
+    /* fp8 weights: linears only (test_fp8_weights runs them) */
+    assert_int_equal(run_with(kb, "kbench.case=rmsnorm", "kbench.weights=fp8"), LPO_E_CONFIG);
+    assert_non_null(strstr(lpo_last_error(), "kbench.weights=fp8"));
+    assert_int_equal(run_with(kb, "kbench.case=linear", "kbench.weights=int3"), LPO_E_CONFIG);
     /* kbench's own kernels are gone: their names point to the engine's op kinds, or say why none */
     assert_int_equal(run_with(kb, "kbench.case=gemm", NULL), LPO_E_CONFIG);
     assert_non_null(strstr(lpo_last_error(), "kbench.case=linear"));
@@ -312,7 +327,7 @@ int main(void) {
         cmocka_unit_test(test_default_dtype),     cmocka_unit_test(test_every_case_cpu),
         cmocka_unit_test(test_case_is_engine_op), cmocka_unit_test(test_errors),
         cmocka_unit_test(test_linears),           cmocka_unit_test(test_cli_sweep),
-        cmocka_unit_test(test_cache_warning),
+        cmocka_unit_test(test_cache_warning),     cmocka_unit_test(test_fp8_weights),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
