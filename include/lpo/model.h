@@ -283,7 +283,8 @@ lpo_status lpo_weight_convert(const lpo_weight_view *v, lpo_dtype to, void *dst)
  *            output channel (lpo_fp8_quantize_rows)
  *   dequant  everything in the compute dtype (fp8 checkpoints dequantized at load: the unquantized baseline)
  * Only 2-D matrices of linears are ever fp8: the embedding table (looked up, not multiplied; a tied lm_head
- * is the same tensor), norm scales, biases, MoE routers and routed experts stay in the compute dtype, and so
+ * is the same tensor), norm scales, biases, MoE routers and routed experts, multi-head latent attention's
+ * kv_b_proj (read inside the mla_attention op) stay in the compute dtype, and so
  * do the matrices of the parts in `keep` (engine.weights_keep, default lm_head). */
 typedef enum { LPO_WQ_AUTO, LPO_WQ_FP8, LPO_WQ_DEQUANT } lpo_wq_mode;
 typedef struct {

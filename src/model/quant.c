@@ -65,6 +65,12 @@ static int is_moe(const char *name) {
     return (n > s && !strcmp(name + n - s, ".gate.weight")) || strstr(name, ".experts.") != NULL;
 }
 
+/* A matrix read inside another op than a linear: multi-head latent attention's kv_b_proj (the mla_attention
+ * op absorbs it), which no fp8 kernel reads. */
+static int in_attention(const char *name) {
+    return strstr(name, ".kv_b_proj.") != NULL;
+}
+
 lpo_dtype lpo_weight_held_dtype(const lpo_weight_quant *q, const char *name, int ndim, lpo_dtype stored,
                                 lpo_dtype compute) {
     const lpo_weight_quant dflt = {LPO_WQ_AUTO, LPO_WQ_KEEP_DEFAULT};
@@ -72,7 +78,8 @@ lpo_dtype lpo_weight_held_dtype(const lpo_weight_quant *q, const char *name, int
     const int fp8_stored = stored == LPO_DT_FP8 || stored == LPO_DT_FP8_B128;
     if (ndim != 2 || q->mode == LPO_WQ_DEQUANT || !name) return compute;
     const lpo_part part = lpo_tensor_part(name);
-    if (part == LPO_PART_EMBED || is_moe(name) || (q->keep & (1u << part))) return compute;
+    if (part == LPO_PART_EMBED || is_moe(name) || in_attention(name) || (q->keep & (1u << part)))
+        return compute;
     if (fp8_stored) return stored;
     return q->mode == LPO_WQ_FP8 ? LPO_DT_FP8 : compute;
 }

@@ -352,6 +352,10 @@ static void test_weight_quant(void **state) {
     assert_int_equal(lpo_weight_held_dtype(&q, "lm_head.weight", 2, B, B), B);
     assert_int_equal(lpo_weight_held_dtype(&q, "model.layers.1.mlp.gate.weight", 2, B, B), B); /* router */
     assert_int_equal(lpo_weight_held_dtype(&q, "model.layers.1.mlp.experts.3.up_proj.weight", 2, B, B), B);
+    /* MLA: kv_b_proj is read inside the mla_attention op; the other projections are linears */
+    assert_int_equal(lpo_weight_held_dtype(&q, "model.layers.0.self_attn.kv_b_proj.weight", 2, B, B), B);
+    assert_int_equal(lpo_weight_held_dtype(&q, "model.layers.0.self_attn.kv_a_proj_with_mqa.weight", 2, B, B),
+                     F);
     assert_int_equal(lpo_weight_quant_parse("fp8", "none", &q), LPO_OK);
     assert_int_equal(lpo_weight_held_dtype(&q, "lm_head.weight", 2, B, B), F);
     assert_int_equal(lpo_weight_quant_parse("fp8", "attn, lm_head", &q), LPO_OK);
