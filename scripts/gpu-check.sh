@@ -124,8 +124,10 @@ if [ -x "$build/lpo" ]; then
     # (the last four: cuBLASLt for the decode linears instead of the GEMV kernels, the A/B of engine.gemv;
     # plain launches instead of PDL, the A/B of engine.pdl)
     # (qwen3-30b-a3b: the MoE points: bs1 pp128 tg128 and the pp2048 TTFT, bs64 tg128; deepseek-v2-lite: MLA
-    # and its routing, bs1 tg128; llama3.1-8b with engine.weights=fp8: the fp8 point beside its bf16 one)
+    # and its routing, bs1 tg128; llama3.1-8b with engine.weights=fp8: the fp8 point beside its bf16 one; q4_k
+    # blocks kept on the GPU, engine.weights=native)
     points=("llama3.1-8b 1 [128,512,2048] 128" "llama3.1-8b 1 [128,512,2048] 128 engine.weights=fp8"
+      "llama3.1-8b 1 [128,2048] 128 engine.weights=native model.dtype=q4_k"
       "llama3.2-1b 1 128 128" "llama3.1-8b 64 128 128" "qwen3-30b-a3b 1 [128,2048] 128" "qwen3-30b-a3b 64 128 128"
       "deepseek-v2-lite 1 128 128")
     [ "${GPU_CHECK_AB:-0}" != 0 ] && points+=("llama3.1-8b 1 128 128 engine.gemv=false" \
@@ -153,7 +155,7 @@ fi
 if [ -s "$build/ctest-gpu.log" ]; then
   echo
   echo "figures from the GPU tests ($build/ctest-gpu.log)"
-  grep -E "pdl on vs off|PDL runs|max \|logit - HF\||smollm2|first 8|op checker:|f32: prefill logits|bf16: prefill logits|prefill MFU|breakdown: groups|decode tok/s: profile|\| (pp|tg)[0-9]|greedy tokens as the cpu backend|(router|experts|mla_attention) .*(FAIL|ERROR)|engine.weights=fp8|greedy tokens equal|fp8 checkpoint" \
+  grep -E "pdl on vs off|PDL runs|max \|logit - HF\||smollm2|first 8|op checker:|f32: prefill logits|bf16: prefill logits|prefill MFU|breakdown: groups|decode tok/s: profile|\| (pp|tg)[0-9]|greedy tokens as the cpu backend|(router|experts|mla_attention) .*(FAIL|ERROR)|engine.weights=fp8|engine.weights=native|greedy tokens equal|fp8 checkpoint" \
     "$build/ctest-gpu.log" | head -80
 fi
 if [ -s "$build/bench-tables.txt" ]; then

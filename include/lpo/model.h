@@ -281,12 +281,14 @@ lpo_status lpo_weight_convert(const lpo_weight_view *v, lpo_dtype to, void *dst)
  *            tiles); every other tensor in the compute dtype
  *   fp8      as auto, and 16/32-bit and GGUF matrices quantized at load to fp8 with one f32 scale per
  *            output channel (lpo_fp8_quantize_rows)
+ *   native   as auto, and GGUF matrices stored in q8_0, q4_k or q6_k blocks (lpo_weight_native_block) kept
+ *            in their blocks (kernels dequantize them in registers); other block types in the compute dtype
  *   dequant  everything in the compute dtype (fp8 checkpoints dequantized at load: the unquantized baseline)
  * Only 2-D matrices of linears are ever fp8: the embedding table (looked up, not multiplied; a tied lm_head
  * is the same tensor), norm scales, biases, MoE routers and routed experts, multi-head latent attention's
  * kv_b_proj (read inside the mla_attention op) stay in the compute dtype, and so
  * do the matrices of the parts in `keep` (engine.weights_keep, default lm_head). */
-typedef enum { LPO_WQ_AUTO, LPO_WQ_FP8, LPO_WQ_DEQUANT } lpo_wq_mode;
+typedef enum { LPO_WQ_AUTO, LPO_WQ_FP8, LPO_WQ_DEQUANT, LPO_WQ_NATIVE } lpo_wq_mode;
 typedef struct {
     lpo_wq_mode mode;
     unsigned keep; /* bit (1u << lpo_part): matrices of these parts stay in the compute dtype */
@@ -295,9 +297,11 @@ typedef struct {
 /* mode: "auto" (or NULL), "fp8", "dequant"; keep: comma-separated parts of lm_head, attn, mlp ("none" or
  * "" for none; NULL: the default). LPO_E_CONFIG naming the key (engine.weights / engine.weights_keep). */
 lpo_status lpo_weight_quant_parse(const char *mode, const char *keep, lpo_weight_quant *out);
-const char *lpo_wq_mode_name(lpo_wq_mode m); /* "auto", "fp8", "dequant" */
-/* The dtype a backend holds weight `name` (ndim dimensions, stored in `stored`) in: FP8 / FP8_B128 or
- * `compute`, by the rule above. q NULL: auto. */
+const char *lpo_wq_mode_name(lpo_wq_mode m); /* "auto", "fp8", "dequant", "native" */
+/* The GGUF block types engine.weights=native keeps as stored: q8_0, q4_k, q6_k. */
+int lpo_weight_native_block(lpo_dtype dt);
+/* The dtype a backend holds weight `name` (ndim dimensions, stored in `stored`) in: FP8 / FP8_B128, a GGUF
+ * block type (native) or `compute`, by the rule above. q NULL: auto. */
 lpo_dtype lpo_weight_held_dtype(const lpo_weight_quant *q, const char *name, int ndim, lpo_dtype stored,
                                 lpo_dtype compute);
 

@@ -77,8 +77,8 @@ lpo_status lpo_engine_open(const lpo_model *m, const lpo_engine_opts *opts, lpo_
 }
 
 /* Op lists name each weight in the dtype the backend holds it in where that is fp8 (its bytes as stored on
- * the device), else in its stored dtype; held_uniform answers the compute dtype for the others (what
- * analysis prices a step at). */
+ * the device), else in its stored dtype (GGUF blocks held as stored: that dtype too); held_uniform answers
+ * the compute dtype for the others (what analysis prices a step at). */
 static int held_dtype(const lpo_engine *e, const char *name, lpo_dtype *out, int uniform) {
     lpo_dtype stored = e->spec.dtype;
     if (e->dtypes.stored_dtype) e->dtypes.stored_dtype(e->dtypes.ud, name, &stored);
@@ -210,11 +210,12 @@ lpo_status lpo_engine_open_weights(const lpo_model_spec *spec, const lpo_weight_
                           (long long)LPO_TP_ONESHOT_MAX_DEFAULT);
     lpo_weight_quant wq;
     if ((st = lpo_weight_quant_parse(o.weights, o.weights_keep, &wq)) != LPO_OK) return st;
-    if (o.tp > 1 && wq.mode == LPO_WQ_FP8) /* the split of an fp8 matrix and its scales is not written yet */
+    /* the split of an fp8 matrix and its scales, or of GGUF blocks, is not written yet */
+    if (o.tp > 1 && (wq.mode == LPO_WQ_FP8 || wq.mode == LPO_WQ_NATIVE))
         return lpo_errorf(LPO_E_UNSUPPORTED,
-                          "engine.weights=fp8 with engine.tp=%d: fp8 weights run on one "
+                          "engine.weights=%s with engine.tp=%d: %s weights run on one "
                           "device for now (engine.tp=1)",
-                          o.tp);
+                          lpo_wq_mode_name(wq.mode), o.tp, wq.mode == LPO_WQ_FP8 ? "fp8" : "GGUF block");
     if (o.max_seqs <= 0) o.max_seqs = 1;
     if (o.max_seqs > LPO_ENGINE_MAX_SEQS)
         return lpo_errorf(LPO_E_RANGE, "batch of %d sequences exceeds the engine's limit of %d", o.max_seqs,

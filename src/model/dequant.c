@@ -1,9 +1,12 @@
 /* Reference dequantization of the GGML block formats lpo reads (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) and of the
  * plain F16 / BF16 / F32 types. The arithmetic follows ggml's reference formulas operation by operation
- * (same products in the same order, in float), so the results are bit-exact with ggml and gguf-py. */
+ * (same products in the same order, in float), so the results are bit-exact with ggml and gguf-py. And the
+ * other way: f32 values into Q8_0 / Q4_K / Q6_K blocks (the rules of include/lpo/qblock.h). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "lpo/gguf.h"
+#include "lpo/qblock.h"
 
 static float rd_f16(const uint8_t *p) {
     return lpo_f16_to_f32((uint16_t)(p[0] | (p[1] << 8)));
@@ -138,4 +141,37 @@ lpo_status lpo_dequantize(lpo_dtype dt, const void *src, float *dst, uint64_t n)
     default: return lpo_errorf(LPO_E_UNSUPPORTED, "cannot dequantize dtype %s", lpo_dtype_name(dt));
     }
     return LPO_OK;
+}
+
+/* ---- quantization into GGUF blocks (include/lpo/qblock.h) ------------------------------------------------
+ */
+lpo_status lpo_quantize_blocks(lpo_dtype dt, const float *src, void *dst, uint64_t n) {
+    void (*one)(const float *, uint8_t *) = dt == LPO_DT_Q8_0   ? lpo_qblock_q8_0
+                                            : dt == LPO_DT_Q4_K ? lpo_qblock_q4_k
+                                            : dt == LPO_DT_Q6_K ? lpo_qblock_q6_k
+                                                                : NULL;
+    if (!one)
+        return lpo_errorf(LPO_E_UNSUPPORTED, "cannot quantize to %s (q8_0, q4_k and q6_k only)",
+                          lpo_dtype_name(dt));
+    const uint64_t blk = (uint64_t)lpo_dtype_block(dt), bb = (uint64_t)lpo_dtype_block_bytes(dt);
+    if (n % blk)
+        return lpo_errorf(LPO_E_INVALID, "quantize %s: %llu elements is not a multiple of the block size %d",
+                          lpo_dtype_name(dt), (unsigned long long)n, (int)blk);
+    const int64_t nb = (int64_t)(n / blk);
+    uint8_t *d = dst;
+#pragma omp parallel for schedule(static) if (nb > 4096)
+    for (int64_t i = 0; i < nb; i++) one(src + (uint64_t)i * blk, d + (uint64_t)i * bb); /* block i */
+    return LPO_OK;
+}
+
+lpo_status lpo_quantize_roundtrip(lpo_dtype dt, float *x, uint64_t n) {
+    const uint64_t blk = (uint64_t)lpo_dtype_block(dt);
+    uint8_t *q = blk ? malloc((size_t)(n / blk + 1) * (size_t)lpo_dtype_block_bytes(dt)) : NULL;
+    if (!q)
+        return lpo_errorf(LPO_E_NOMEM, "out of memory quantizing %llu values to %s", (unsigned long long)n,
+                          lpo_dtype_name(dt));
+    lpo_status st = lpo_quantize_blocks(dt, x, q, n);
+    if (st == LPO_OK) st = lpo_dequantize(dt, q, x, n);
+    free(q);
+    return st;
 }

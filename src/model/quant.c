@@ -1,6 +1,7 @@
-/* Low-precision weights: the rule that says which weights a backend holds in fp8 (engine.weights,
- * engine.weights_keep) and its parsing. The quantization itself is lpo_fp8_quantize_rows (core, dtype.c);
- * fp8 tensors stored in checkpoints are read by the loaders and dequantized by lpo_dequantize_scaled. */
+/* Low-precision weights: the rule that says which weights a backend holds in fp8 or in their GGUF blocks
+ * (engine.weights, engine.weights_keep) and its parsing. The quantization itself is lpo_fp8_quantize_rows
+ * (core, dtype.c); fp8 tensors stored in checkpoints are read by the loaders and dequantized by
+ * lpo_dequantize_scaled. */
 #include <string.h>
 #include <strings.h>
 
@@ -11,6 +12,7 @@ const char *lpo_wq_mode_name(lpo_wq_mode m) {
     case LPO_WQ_AUTO: return "auto";
     case LPO_WQ_FP8: return "fp8";
     case LPO_WQ_DEQUANT: return "dequant";
+    case LPO_WQ_NATIVE: return "native";
     }
     return "unknown";
 }
@@ -29,10 +31,13 @@ lpo_status lpo_weight_quant_parse(const char *mode, const char *keep, lpo_weight
         out->mode = LPO_WQ_FP8;
     else if (!strcasecmp(mode, "dequant"))
         out->mode = LPO_WQ_DEQUANT;
+    else if (!strcasecmp(mode, "native"))
+        out->mode = LPO_WQ_NATIVE;
     else
         return lpo_errorf(LPO_E_CONFIG,
                           "engine.weights: '%s' is not one of auto (fp8 checkpoints stay fp8), fp8 (quantize "
-                          "matrices at load), dequant (every weight in the compute dtype)",
+                          "matrices at load), native (GGUF q8_0 / q4_k / q6_k blocks stay blocks), dequant "
+                          "(every weight in the compute dtype)",
                           mode);
     if (!keep) return LPO_OK;
     out->keep = 0;
@@ -81,5 +86,10 @@ lpo_dtype lpo_weight_held_dtype(const lpo_weight_quant *q, const char *name, int
     if (part == LPO_PART_EMBED || is_moe(name) || in_attention(name) || (q->keep & (1u << part)))
         return compute;
     if (fp8_stored) return stored;
+    if (q->mode == LPO_WQ_NATIVE && lpo_weight_native_block(stored)) return stored;
     return q->mode == LPO_WQ_FP8 ? LPO_DT_FP8 : compute;
+}
+
+int lpo_weight_native_block(lpo_dtype dt) {
+    return dt == LPO_DT_Q8_0 || dt == LPO_DT_Q4_K || dt == LPO_DT_Q6_K;
 }

@@ -163,14 +163,19 @@ static void test_case_is_engine_op(void **state) {
     lpo_kbench_free(kb);
 }
 
-/* kbench.weights=fp8 / fp8_b128: the linear case runs, checked against the reference on the same values */
+/* kbench.weights=fp8 / fp8_b128 / q4_k / q8_0: the linear case runs, checked against the reference on the
+ * same values */
 static void test_fp8_weights(void **state) {
     (void)state;
     lpo_kbench *kb = NULL;
     assert_int_equal(lpo_kbench_new(&kb), LPO_OK);
     assert_int_equal(run_with(kb, "kbench.case=linear", "kbench.weights=fp8"), LPO_OK);
     assert_int_equal(run_with(kb, "kbench.case=linear", "kbench.weights=fp8_b128"), LPO_OK);
-    assert_int_equal(lpo_table_rows(lpo_kbench_table(kb)), 2);
+    /* GGUF blocks (engine.weights=native's): k = 32 is one q8_0 block per row (quantized by
+     * include/lpo/qblock.h), not a whole q4_k block (the matrix stays unquantized on both sides) */
+    assert_int_equal(run_with(kb, "kbench.case=linear", "kbench.weights=q8_0"), LPO_OK);
+    assert_int_equal(run_with(kb, "kbench.case=linear", "kbench.weights=q4_k"), LPO_OK);
+    assert_int_equal(lpo_table_rows(lpo_kbench_table(kb)), 4);
     lpo_kbench_free(kb);
 }
 

@@ -28,6 +28,7 @@
 
 #include "engine/cpu/cpu_kernels.h"
 #include "lpo/backend.h"
+#include "lpo/gguf.h"
 
 typedef struct {
     lpo_sampling p;
@@ -779,6 +780,16 @@ static lpo_status stack_weights(const lpo_op *op, const float *const *w, float *
             return lpo_errorf(LPO_E_NOMEM, "cpu backend: out of memory quantizing the weights of '%s'",
                               op->name);
         }
+        /* a weight held in GGUF blocks (q8_0, q4_k, q6_k, rows of whole blocks): the values of the data given
+         * quantized by the rules the CUDA backend quantizes them with (include/lpo/qblock.h) */
+        const int64_t cols = op->w[j].ndim == 2 ? op->w[j].shape[1] : 0;
+        lpo_status st = LPO_OK;
+        if (lpo_weight_native_block(wd) && cols > 0 && cols % lpo_dtype_block(wd) == 0 &&
+            (st = lpo_quantize_roundtrip(wd, dst, (uint64_t)elems(&op->w[j]))) != LPO_OK) {
+            free(*W);
+            free(*B);
+            return lpo_error_context(st, "cpu backend: quantizing the weights of '%s'", op->name);
+        }
         dst += elems(&op->w[j]);
     }
     return LPO_OK;
@@ -1021,6 +1032,13 @@ static lpo_status load_op_weights(cpu_ctx *c, const lpo_oplist *ref, size_t i) {
             lpo_weight_held_dtype(&c->cfg.wq, v.name, v.n_dims, v.dtype, LPO_DT_F32) == LPO_DT_FP8 &&
             lpo_fp8_roundtrip_rows(dst, v.shape[0], (int64_t)v.numel / v.shape[0]))
             st = lpo_errorf(LPO_E_NOMEM, "cpu backend: out of memory quantizing '%s' to fp8", v.name);
+        /* held in GGUF blocks (engine.weights=native) but generated (synthetic, model.dtype=q4_k ...): the
+         * values quantized as the CUDA backend quantizes them; stored blocks are already exactly their values
+         */
+        if (st == LPO_OK && !split && !v.data && lpo_weight_native_block(v.dtype) &&
+            ((int64_t)v.numel / v.shape[0]) % lpo_dtype_block(v.dtype) == 0 && /* rows of whole blocks */
+            lpo_weight_held_dtype(&c->cfg.wq, v.name, v.n_dims, v.dtype, LPO_DT_F32) == v.dtype)
+            st = lpo_quantize_roundtrip(v.dtype, dst, v.numel);
         if (st != LPO_OK) {
             free(whole);
             return lpo_error_context(st, "cpu backend: loading weights of op '%s'", op->name);

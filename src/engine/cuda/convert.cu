@@ -7,10 +7,13 @@
  * lpo_dequantize followed by the CPU's rounding.
  * lpo_cuda_synth_fill: model.c's synth_fill on the device, one thread per element (grid-stride), double
  * arithmetic without contraction (__dmul_rn/__dadd_rn), so the values are bit-identical to the CPU's.
+ * lpo_cuda_quantize_blocks: f32 values into q8_0 / q4_k / q6_k blocks, byte-identical to the host's
+ * lpo_quantize_blocks (engine.weights=native on synthetic weights).
  *
  * Floor (H100, 2.97 TB/s measured copy): bytes = src + dst. Llama-3.1-8B bf16 synthetic: 16.1 GB written
  * -> 5.4 ms; q4_k -> bf16: 4.5 + 16.1 GB -> 6.9 ms. Measurements: docs/perf-notes.md. */
 #include "engine/cuda/cuda_common.cuh"
+#include "lpo/qblock.h"
 
 /* ---- block formats (byte layouts as src/model/dequant.c) ---------------------------------------------- */
 __device__ __forceinline__ float rd_half(const uint8_t *p) {
@@ -183,6 +186,35 @@ extern "C" lpo_status lpo_cuda_synth_fill(void *dst, lpo_dtype dst_dt, int64_t n
     LPO_CU_DISPATCH(
         dst_dt, op,
         (synth_kernel<T><<<grid_for(n), 256, 0, stream>>>((T *)dst, n, key, center, amp, (int)stored_dt)));
+    LPO_CU_LAUNCHED(op);
+    return LPO_OK;
+}
+
+/* ---- quantization into GGUF blocks ---------------------------------------------------------------------
+ * One thread per block, by the functions of include/lpo/qblock.h that the host's lpo_quantize_blocks runs:
+ * the same bytes as the CPU's (every operation one IEEE rounding). */
+template <int BLK, int BB, void (*ONE)(const float *, uint8_t *)>
+__global__ void quantize_kernel(uint8_t *dst, const float *src, int64_t nb) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < nb;
+         i += (int64_t)gridDim.x * blockDim.x)
+        ONE(src + i * BLK, dst + i * BB); // block i: src [BLK] f32 -> dst [BB] bytes
+}
+
+extern "C" lpo_status lpo_cuda_quantize_blocks(void *dst, lpo_dtype dt, const float *src, int64_t n,
+                                               cudaStream_t stream) {
+    const char *op = "quantize_blocks";
+    const int blk = lpo_dtype_block(dt);
+    if ((dt != LPO_DT_Q8_0 && dt != LPO_DT_Q4_K && dt != LPO_DT_Q6_K) || n < 0 || n % blk)
+        return lpo_errorf(LPO_E_UNSUPPORTED,
+                          "%s: %lld values into %s blocks (q8_0, q4_k, q6_k; whole blocks)", op, (long long)n,
+                          lpo_dtype_name(dt));
+    const int64_t nb = n / blk;
+    if (nb == 0) return LPO_OK;
+    const unsigned g = grid_for(nb);
+    uint8_t *d = (uint8_t *)dst;
+    if (dt == LPO_DT_Q8_0) quantize_kernel<32, 34, lpo_qblock_q8_0><<<g, 256, 0, stream>>>(d, src, nb);
+    if (dt == LPO_DT_Q4_K) quantize_kernel<256, 144, lpo_qblock_q4_k><<<g, 256, 0, stream>>>(d, src, nb);
+    if (dt == LPO_DT_Q6_K) quantize_kernel<256, 210, lpo_qblock_q6_k><<<g, 256, 0, stream>>>(d, src, nb);
     LPO_CU_LAUNCHED(op);
     return LPO_OK;
 }

@@ -115,6 +115,7 @@ static int gateup_swiglu(const cuda_ctx *c, const lpo_oplist *l, size_t i) {
     const lpo_op *a = &l->ops[i], *b = &l->ops[i + 1];
     return a->kind == LPO_OP_LINEAR && a->n_bias == 0 && b->kind == LPO_OP_SWIGLU &&
            b->in[0].buf == a->out[0].buf && a->n == 2 * b->n &&
+           !(i < c->n_ops && lpo_weight_native_block(c->op_wdt[i])) /* GGUF blocks: no fused kernel */ &&
            lpo__cuda_gemv_fusable(c, i < c->n_ops ? c->op_wscale[i] : NULL, a->m, a->k);
 }
 

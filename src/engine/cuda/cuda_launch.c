@@ -30,9 +30,26 @@ static lpo_status linear_fp8(cuda_ctx *c, const cuda_args *a, void *y, lpo_dtype
     return lpo_cuda_gemm_run(c->gemm, y, y_dt, x, a->wdq, bias, m, n, k, 0.f, c->dt, s);
 }
 
+/* GGUF blocks (engine.weights=native): the block GEMV at <= 8 rows; else the weight dequantized into a->wdq
+ * (lpo_cuda_convert, bit-exact with the CPU's dequantization) and a GEMM in the compute dtype: prefill is
+ * compute-bound, and the dequantization's bytes (blocks read, the compute dtype written and read back) are
+ * small next to its FLOPs at a few hundred tokens and more. */
+static lpo_status linear_gguf(cuda_ctx *c, const cuda_args *a, void *y, lpo_dtype y_dt, const void *x,
+                              const void *bias, int64_t m, int64_t n, int64_t k) {
+    cudaStream_t s = c->stream;
+    if (c->cfg.gemv && lpo_cuda_gemv_gguf_supported(m, k, a->Wdt, c->dt))
+        return lpo_cuda_gemv_gguf(y, y_dt, x, a->W, a->Wdt, bias, m, n, k, 0.f, c->dt, s);
+    if (!a->wdq || (size_t)(n * k) * c->es > a->wdq_bytes)
+        return lpo_errorf(LPO_E_INTERNAL, "cuda backend: no workspace to dequantize a %lld x %lld %s weight",
+                          (long long)n, (long long)k, lpo_dtype_name(a->Wdt));
+    TRY(lpo_cuda_convert(a->wdq, c->dt, a->W, a->Wdt, n, k, 0, s));
+    return lpo_cuda_gemm_run(c->gemm, y, y_dt, x, a->wdq, bias, m, n, k, 0.f, c->dt, s);
+}
+
 lpo_status lpo__cuda_linear(cuda_ctx *c, const cuda_args *a, void *y, lpo_dtype y_dt, const void *x,
                             const void *bias, int64_t m, int64_t n, int64_t k) {
     if (a->Wscale) return linear_fp8(c, a, y, y_dt, x, bias, m, n, k);
+    if (a->W && lpo_weight_native_block(a->Wdt)) return linear_gguf(c, a, y, y_dt, x, bias, m, n, k);
     /* lpo's GEMV kernels stream the weights at the copy bandwidth where cuBLASLt leaves some unused
      * (docs/perf-notes.md) */
     if (c->cfg.gemv && lpo_cuda_gemv_supported(m, c->dt))

@@ -3,6 +3,7 @@
  * kind (cuda_launch.c, the one a step runs), outputs come back as float32; with io->repeat the same launch is
  * timed again between device events (cold: the L2 flushed before each). */
 #include "engine/cuda/cuda_backend.h"
+#include "lpo/gguf.h"
 
 #ifdef LPO_HAVE_CUDA
 #include <stdlib.h>
@@ -160,6 +161,51 @@ static lpo_status stage_fp8(cuda_ctx *c, scratch *s, const lpo_op *op, float *hw
     return scratch_alloc(s, (size_t)op->m * sizeof(float), (void **)&a->q8_scale);
 }
 
+/* GGUF block weights (a matrix of dtype q8_0 / q4_k / q6_k with rows of whole blocks): quantized on the host
+ * by the rules the CPU reference applies to the same data (lpo_quantize_blocks, include/lpo/qblock.h). A
+ * linear or lm_head whose matrices are all of one such dtype gets its blocks uploaded (the block GEMV, or
+ * prefill's dequantized GEMM); any other op gets the quantized values, dequantized, in the compute dtype.
+ * Returns 1 in *held when a->W was set to blocks; else hw (the stacked f32 matrices) holds the values. */
+static lpo_status stage_gguf(cuda_ctx *c, scratch *s, const lpo_op *op, float *hw, cuda_args *a, int *held) {
+    *held = 0;
+    const lpo_dtype wdt = op->w[0].dtype;
+    int uniform = c->dt != LPO_DT_F32 && (op->kind == LPO_OP_LINEAR || op->kind == LPO_OP_LM_HEAD), any = 0;
+    int64_t nw = 0;
+    for (int j = 0; j < op->n_w - op->n_bias; j++) {
+        const lpo_dtype d = op->w[j].dtype;
+        const int64_t cols = op->w[j].ndim == 2 ? op->w[j].shape[1] : 0;
+        const int blocks = lpo_weight_native_block(d) && cols > 0 && cols % lpo_dtype_block(d) == 0;
+        uniform &= blocks && d == wdt;
+        any |= blocks;
+        nw += lpo__cuda_elems(&op->w[j]);
+    }
+    if (!any) return LPO_OK;
+    if (!uniform) { /* the values the CPU computes with, uploaded by the caller in the compute dtype */
+        int64_t at = 0;
+        for (int j = 0; j < op->n_w - op->n_bias; j++) {
+            const lpo_dtype d = op->w[j].dtype;
+            const int64_t n = lpo__cuda_elems(&op->w[j]), cols = op->w[j].ndim == 2 ? op->w[j].shape[1] : 0;
+            if (lpo_weight_native_block(d) && cols > 0 && cols % lpo_dtype_block(d) == 0)
+                TRY(lpo_quantize_roundtrip(d, hw + at, (uint64_t)n));
+            at += n;
+        }
+        return LPO_OK;
+    }
+    const size_t bytes = (size_t)lpo_dtype_bytes(wdt, (uint64_t)nw);
+    uint8_t *hq = malloc(bytes ? bytes : 1); /* stacked rows of whole blocks: one quantization of them all */
+    lpo_status st = hq ? lpo_quantize_blocks(wdt, hw, hq, (uint64_t)nw)
+                       : lpo_errorf(LPO_E_NOMEM, "cuda backend: run_op block staging");
+    void *W = NULL;
+    if (st == LPO_OK) st = copy_in(c->stream, s, hq, bytes, &W);
+    free(hq);
+    TRY(st);
+    a->W = W;
+    a->Wdt = wdt;
+    a->wdq_bytes = (size_t)nw * c->es;
+    *held = 1;
+    return scratch_alloc(s, a->wdq_bytes, &a->wdq);
+}
+
 /* Uploads an op's host inputs, weights (stacked as the op list stacks them: rows, biases after) and state,
  * and binds them as its operands (the decode attention's workspace and the sampler's, zeroed, included). */
 static lpo_status stage_op(cuda_ctx *c, scratch *s, const lpo_op *op, const lpo_op_io *io, cuda_args *a) {
@@ -191,11 +237,14 @@ static lpo_status stage_op(cuda_ctx *c, scratch *s, const lpo_op *op, const lpo_
         void *W = NULL, *B = NULL;
         const lpo_dtype wdt = op->w[0].dtype;
         const int fp8 = (wdt == LPO_DT_FP8 || wdt == LPO_DT_FP8_B128) && dt != LPO_DT_F32;
-        lpo_status st = fp8 ? stage_fp8(c, s, op, hw, a) : upload(c->stream, s, hw, nw, dt, &W);
+        int blocks = 0;
+        lpo_status st = fp8 ? LPO_OK : stage_gguf(c, s, op, hw, a, &blocks);
+        if (st == LPO_OK)
+            st = fp8 ? stage_fp8(c, s, op, hw, a) : blocks ? LPO_OK : upload(c->stream, s, hw, nw, dt, &W);
         if (st == LPO_OK && nb) st = upload(c->stream, s, hw + nw, nb, dt, &B);
         free(hw);
         TRY(st);
-        if (!fp8) a->W = W; /* stage_fp8 set a->W */
+        if (!fp8 && !blocks) a->W = W; /* stage_fp8 / stage_gguf set a->W */
         a->B = B;
     }
     if (op->kind != LPO_OP_SAMPLE)

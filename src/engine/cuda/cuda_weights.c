@@ -101,9 +101,10 @@ static lpo_status load_part(cuda_ctx *c, const lpo_weight_view *v, const lpo_op_
     return LPO_OK;
 }
 
-/* ---- fp8 weights ------------------------------------------------------------------------------------- */
-/* The dtype op i's matrices are held in: FP8 / FP8_B128 when every one of them is held so by the rule
- * (engine.weights, lpo_weight_held_dtype) and the kernels can read it (a 16-bit compute dtype; tile scales
+/* ---- fp8 weights and GGUF blocks ---------------------------------------------------------------------- */
+/* The dtype op i's matrices are held in: FP8 / FP8_B128, or one GGUF block type (q8_0, q4_k, q6_k under
+ * engine.weights=native), when every one of them is held so by the rule (engine.weights,
+ * lpo_weight_held_dtype) and the kernels can read it (a 16-bit compute dtype; tile scales
  * only when each stacked tensor has whole tiles of rows, so the stacked tile grid is each tensor's), else the
  * compute dtype. */
 static lpo_dtype op_held(const cuda_ctx *c, const lpo_op *op) {
@@ -115,7 +116,10 @@ static lpo_dtype op_held(const cuda_ctx *c, const lpo_op *op) {
         if (c->cfg.weights->view(c->cfg.weights->ud, op->w[j].name, &v) != LPO_OK || v.n_dims != 2)
             return c->dt;
         const lpo_dtype h = lpo_weight_held_dtype(&c->cfg.wq, v.name, v.n_dims, v.dtype, c->dt);
-        if ((h != LPO_DT_FP8 && h != LPO_DT_FP8_B128) || (held != LPO_DT_COUNT && h != held)) return c->dt;
+        const int native = lpo_weight_native_block(h); /* GGUF blocks: rows of whole blocks */
+        if ((h != LPO_DT_FP8 && h != LPO_DT_FP8_B128 && !native) || (held != LPO_DT_COUNT && h != held) ||
+            (native && ((int64_t)v.numel / v.shape[0]) % lpo_dtype_block(h)))
+            return c->dt;
         if (h == LPO_DT_FP8_B128 && j + 1 < op->n_w - op->n_bias && v.shape[0] % LPO_SCALE_TILE) return c->dt;
         held = h;
     }
@@ -164,6 +168,50 @@ static lpo_status load_fp8(cuda_ctx *c, const lpo_weight_view *v, lpo_dtype wdt,
     return st;
 }
 
+/* One weight into q as GGUF blocks of wdt: stored blocks copied (GGUF Q/K rows un-permuted, whole rows of
+ * blocks moved on the host), or synthetic values generated in f32 scratch and quantized on the device by the
+ * rules the CPU uses (lpo_cuda_quantize_blocks). */
+static lpo_status load_blocks(cuda_ctx *c, const lpo_weight_view *v, lpo_dtype wdt, void *q, void *f32,
+                              void *staging) {
+    const int64_t rows = v->shape[0], cols = (int64_t)v->numel / rows;
+    if (!(v->dtype == wdt && v->data)) {
+        TRY(load_weight(c, v, f32, LPO_DT_F32, staging));
+        TRY(lpo_cuda_quantize_blocks(q, wdt, f32, (int64_t)v->numel, c->stream));
+        CU(cudaStreamSynchronize(c->stream), v->name);
+        return LPO_OK;
+    }
+    const size_t row_bytes = (size_t)lpo_dtype_bytes(wdt, (uint64_t)cols),
+                 bb = (size_t)lpo_dtype_block_bytes(wdt);
+    /* the f16 scales of every block finite (the CPU's conversion refuses the NaN / Inf they would make) */
+    const size_t at = wdt == LPO_DT_Q6_K ? 208 : 0, n_f16 = wdt == LPO_DT_Q4_K ? 2 : 1;
+    for (uint64_t b = 0; b < v->numel / (uint64_t)lpo_dtype_block(wdt); b++)
+        for (size_t f = 0; f < n_f16; f++) {
+            const uint8_t *p = (const uint8_t *)v->data + b * bb + at + 2 * f;
+            if ((p[1] & 0x7c) == 0x7c)
+                return lpo_errorf(LPO_E_FORMAT,
+                                  "tensor '%s': block %llu has a non-finite f16 scale (the file is corrupt)",
+                                  v->name, (unsigned long long)b);
+        }
+    if (!v->unpermute_heads) {
+        CU(cudaMemcpy(q, v->data, (size_t)rows * row_bytes, cudaMemcpyHostToDevice), v->name);
+        return LPO_OK;
+    }
+    const int64_t hd = rows / v->unpermute_heads, half = hd / 2;
+    if (rows % v->unpermute_heads || hd % 2)
+        return lpo_errorf(LPO_E_FORMAT, "tensor '%s': %lld rows cannot be split into %d heads of even size",
+                          v->name, (long long)rows, v->unpermute_heads);
+    uint8_t *h = malloc((size_t)rows * row_bytes);
+    if (!h) return lpo_errorf(LPO_E_NOMEM, "cuda backend: staging the blocks of '%s'", v->name);
+    for (int64_t r = 0; r < rows; r++) { /* HF row j * hd / 2 + i of a head <- GGUF row 2 i + j */
+        const int64_t hh = r / hd, rr = r % hd, src = hh * hd + 2 * (rr % half) + rr / half;
+        memcpy(h + (size_t)r * row_bytes, (const uint8_t *)v->data + (size_t)src * row_bytes, row_bytes);
+    }
+    const cudaError_t e = cudaMemcpy(q, h, (size_t)rows * row_bytes, cudaMemcpyHostToDevice);
+    free(h);
+    return e == cudaSuccess ? LPO_OK
+                            : lpo_errorf(LPO_E_CUDA, "cuda backend: uploading the blocks of '%s'", v->name);
+}
+
 /* Sizes (dev == NULL) or carves and loads (dev set) everything; the same walk both times. whole: room for
  * the largest split tensor (tensor parallel); f32: scratch for the weights quantized to fp8 at load. */
 static lpo_status layout(cuda_ctx *c, const lpo_oplist *ref, void *staging, char *whole, void *f32) {
@@ -190,25 +238,36 @@ static lpo_status layout(cuda_ctx *c, const lpo_oplist *ref, void *staging, char
         }
         int64_t nw = 0, nb = 0, ns = 0;
         const lpo_dtype held = op_held(c, op);
-        const int fp8 = held == LPO_DT_FP8 || held == LPO_DT_FP8_B128;
+        const int fp8 = held == LPO_DT_FP8 || held == LPO_DT_FP8_B128, native = lpo_weight_native_block(held);
         for (int j = 0; j < op->n_w; j++) {
             *(j < op->n_w - op->n_bias ? &nw : &nb) += lpo__cuda_elems(&op->w[j]);
             if (fp8 && j < op->n_w - op->n_bias)
                 ns += n_scales(held, op->w[j].shape[0], lpo__cuda_elems(&op->w[j]) / op->w[j].shape[0]);
         }
-        const size_t wes = fp8 ? 1 : c->es;
-        c->op_w[i] = carve(c, (double)nw * (double)wes);
+        /* the matrices' bytes: fp8 one per element, GGUF blocks theirs (rows of whole blocks) */
+        const double wbytes =
+            native ? (double)lpo_dtype_bytes(held, (uint64_t)nw) : (double)nw * (double)(fp8 ? 1 : c->es);
+        c->op_w[i] = carve(c, wbytes);
         c->op_wscale[i] = fp8 ? carve(c, (double)ns * 4.0) : NULL;
-        c->op_wdt[i] = fp8 ? held : c->dt;
+        c->op_wdt[i] = fp8 || native ? held : c->dt;
         c->op_bias[i] = nb ? carve(c, (double)nb * (double)c->es) : NULL;
-        c->weight_bytes += (size_t)nw * wes + (size_t)ns * 4 + (size_t)nb * c->es;
+        c->weight_bytes += (size_t)wbytes + (size_t)ns * 4 + (size_t)nb * c->es;
         if (fp8 && op->k > fp8_k) fp8_k = op->k;
-        if (fp8 && nw > fp8_nk) fp8_nk = nw;
+        if ((fp8 || native) && nw > fp8_nk) fp8_nk = nw; /* prefill dequantizes into wdq */
         if (!c->dev) continue;
         char *dst = c->op_w[i];
         float *sdst = c->op_wscale[i];
         for (int j = 0; j < op->n_w; j++) {
             if (j == op->n_w - op->n_bias) dst = c->op_bias[i];
+            if (native && j < op->n_w - op->n_bias) { /* GGUF blocks */
+                lpo_weight_view v;
+                lpo_status st = c->cfg.weights->view(c->cfg.weights->ud, op->w[j].name, &v);
+                if (st == LPO_OK) st = load_blocks(c, &v, held, dst, f32, staging);
+                if (st != LPO_OK)
+                    return lpo_error_context(st, "cuda backend: loading weights of op '%s'", op->name);
+                dst += lpo_dtype_bytes(held, (uint64_t)lpo__cuda_elems(&op->w[j]));
+                continue;
+            }
             if (fp8 && j < op->n_w - op->n_bias) { /* an fp8 matrix: bytes and scales */
                 lpo_weight_view v;
                 lpo_status st = c->cfg.weights->view(c->cfg.weights->ud, op->w[j].name, &v);
@@ -234,7 +293,8 @@ static lpo_status layout(cuda_ctx *c, const lpo_oplist *ref, void *staging, char
             dst += (size_t)lpo__cuda_elems(&op->w[j]) * c->es;
         }
     }
-    /* fp8 linears: quantized activations of the largest step, their scales, one dequantized weight */
+    /* fp8 linears: quantized activations of the largest step, their scales; fp8 and GGUF-block linears: one
+     * dequantized weight (prefill) */
     c->q8 = fp8_k ? carve(c, (double)T * (double)fp8_k) : NULL;
     c->q8_scale = fp8_k ? carve(c, (double)T * 4.0) : NULL;
     c->wdq_bytes = (size_t)fp8_nk * c->es;
@@ -369,19 +429,19 @@ lpo_status lpo__cuda_init_model(cuda_ctx *c) {
     if (st == LPO_OK && staging_b && cudaMalloc(&staging, staging_b) != cudaSuccess)
         st = lpo_errorf(LPO_E_NOMEM, "cuda backend: %.2f GiB of staging for the weights",
                         staging_b / 1073741824.0);
-    /* f32 scratch for the weights quantized to fp8 at load: the largest of them */
+    /* f32 scratch for the weights quantized to fp8 or GGUF blocks at load: the largest of them */
     size_t f32_b = 0;
     void *f32 = NULL;
     for (size_t i = 0; st == LPO_OK && i < ref.n_ops; i++) {
         const lpo_op *op = &ref.ops[i];
         const lpo_dtype h = op_held(c, op);
-        if (h != LPO_DT_FP8 && h != LPO_DT_FP8_B128) continue;
+        if (h != LPO_DT_FP8 && h != LPO_DT_FP8_B128 && !lpo_weight_native_block(h)) continue;
         for (int j = 0; j < op->n_w - op->n_bias; j++)
             if ((size_t)lpo__cuda_elems(&op->w[j]) * 4 > f32_b)
                 f32_b = (size_t)lpo__cuda_elems(&op->w[j]) * 4;
     }
     if (st == LPO_OK && f32_b && cudaMalloc(&f32, f32_b) != cudaSuccess)
-        st = lpo_errorf(LPO_E_NOMEM, "cuda backend: %.2f GiB of f32 scratch to quantize the weights to fp8",
+        st = lpo_errorf(LPO_E_NOMEM, "cuda backend: %.2f GiB of f32 scratch to quantize the weights",
                         f32_b / 1073741824.0);
     if (st == LPO_OK)
         st = layout(c, &ref, staging, whole_b ? (char *)staging + (staging_b - whole_b) : NULL, f32);

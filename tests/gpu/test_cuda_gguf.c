@@ -1,0 +1,214 @@
+/* GGUF blocks on the CUDA backend (engine.weights=native; label gpu; SKIP without a GPU or the backend):
+ * - the op checker on the linears (and an LM head) with q8_0, q4_k and q6_k weights, bf16 and f16: decode
+ * rows (1, 3, 8: the block GEMV, 16-byte and 2-byte copy paths) and prefill rows (37: dequantized + cuBLASLt)
+ * at Llama-3.2-1B shapes and odd ones, against the CPU reference on the same blocks (include/lpo/qblock.h);
+ * - the engine on synthetic q8_0 / q4_k / q6_k weights: CUDA (bf16 activations) vs the CPU reference (f32) on
+ *   the same blocks: prefill logits and 16 greedy tokens; eager and debug give the graph's tokens; gemv off
+ *   (every linear dequantized into cuBLASLt) counted;
+ * - tests/golden/gguf/tiny-kquant.gguf (mixed q4_k / q6_k / q8_0 blocks, permuted Q / K rows moved whole on
+ *   upload): CUDA native vs the CPU and vs CUDA auto (dequantized on upload). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lpo/config.h"
+#include "lpo/opcheck.h"
+#include "test_engine_support.h"
+#include "test_support.h"
+
+static int failures;
+
+static const lpo_dtype formats[] = {LPO_DT_Q8_0, LPO_DT_Q4_K, LPO_DT_Q6_K};
+
+/* op with its matrices (not biases) in wdt, at m rows */
+static void check_op(const lpo_backend_iface *be, void *ctx, lpo_dtype dt, const lpo_op *src, lpo_dtype wdt,
+                     int64_t m, const char *spec) {
+    lpo_op op = *src;
+    lpo_op_tensor w[8];
+    for (int j = 0; j < op.n_w && j < 8; j++) {
+        w[j] = src->w[j];
+        if (j < op.n_w - op.n_bias) w[j].dtype = wdt;
+    }
+    op.w = w;
+    op.m = m;
+    op.in[0].shape[0] = m;
+    op.out[0].shape[0] = m;
+    lpo_opcheck_result r;
+    const lpo_status st = lpo_opcheck_run(be, ctx, dt, &op, 11 + (uint64_t)m, &r);
+    printf("%-12s %-5s %-5s %-14s %-40s max|err| %-9.3g nmse %-9.3g %s%s\n", spec, lpo_dtype_name(dt),
+           lpo_dtype_name(wdt), lpo_op_role_name(op.role), r.shape, r.max_abs_err, r.nmse,
+           st         ? "ERROR "
+           : r.passed ? "ok"
+                      : "FAIL ",
+           st ? lpo_last_error() : r.msg);
+    if (st || !r.passed) failures++;
+}
+
+static void check_spec(const lpo_model_spec *s, lpo_dtype dt, int lm_head) {
+    const lpo_backend_iface *be = lpo_backend_cuda();
+    void *ctx = NULL;
+    const lpo_backend_init in = {.max_seqs = 1, .dtype = dt};
+    if (be->init(&in, &ctx) != LPO_OK) fail_msg("cuda op-only context: %s", lpo_last_error());
+    lpo_oplist l = {0};
+    assert_int_equal(lpo_oplist_build_phase(s, 0, 1, 37, NULL, &l), LPO_OK);
+    const int64_t rows[] = {1, 3, 8, 37};
+    for (size_t i = 0; i < l.n_ops; i++) {
+        const lpo_op *op = &l.ops[i];
+        if (!(op->kind == LPO_OP_LINEAR && op->layer == 0) && !(op->kind == LPO_OP_LM_HEAD && lm_head))
+            continue;
+        for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++)
+            for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++)
+                check_op(be, ctx, dt, op, formats[f], rows[r], s->name);
+    }
+    lpo_oplist_free(&l);
+    be->free(ctx);
+}
+
+static lpo_model_spec preset(const char *name) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/conf/model/%s.yaml", LPO_SOURCE_DIR, name);
+    lpo_node *cfg = NULL;
+    assert_int_equal(lpo_yaml_load_file(path, &cfg), LPO_OK);
+    lpo_model *m = NULL;
+    assert_int_equal(lpo_model_open(cfg, &m), LPO_OK);
+    lpo_model_spec s = *lpo_model_get_spec(m);
+    lpo_model_close(m);
+    lpo_node_free(cfg);
+    return s;
+}
+
+static void test_opcheck_gguf(void **state) {
+    (void)state;
+    lpo_model_spec l1b = preset("llama3.2-1b"); /* k 2048 / 8192: every format on 16-byte copies */
+    lpo_model_spec odd = test_spec();           /* k 768: q6_k rows of 630 bytes (2-byte copies) */
+    strcpy(odd.name, "odd");
+    odd.hidden_size = 768;
+    odd.n_heads = 3;
+    odd.n_kv_heads = 1;
+    odd.head_dim = 64;
+    odd.intermediate_size = 1280;
+    odd.vocab_size = 1001;
+    odd.qkv_bias = 1;
+    lpo_model_spec q8 = odd; /* k 288: q8_0 rows of 306 bytes (2-byte copies); K-quants held unquantized */
+    strcpy(q8.name, "k288");
+    q8.hidden_size = 288;
+    q8.intermediate_size = 352;
+    const lpo_dtype dts[] = {LPO_DT_BF16, LPO_DT_F16};
+    for (int d = 0; d < 2; d++) {
+        check_spec(&l1b, dts[d], 0);
+        check_spec(&odd, dts[d], 1);
+        check_spec(&q8, dts[d], 1);
+    }
+    assert_int_equal(failures, 0);
+}
+
+/* ---- the engine -------------------------------------------------------------------------------------- */
+static void run(const lpo_model *m, const char *backend, const char *dtype, const char *weights,
+                lpo_exec_mode exec, int gemv, float *logits, int32_t *tokens, int n_gen) {
+    lpo_engine_opts o = {LPO_ENGINE_DEFAULTS, .backend = backend, .max_seqs = 1,      .max_context = 64,
+                         .dtype = dtype,      .exec = exec,       .weights = weights, .weights_keep = "none"};
+    o.gemv = gemv;
+    lpo_engine *e = NULL;
+    if (lpo_engine_open(m, &o, &e) != LPO_OK) fail_msg("%s: %s", backend, lpo_last_error());
+    int slot = 0;
+    int32_t t[40];
+    for (int i = 0; i < 40; i++) t[i] = (int32_t)(3 + (i * 7) % 90);
+    const int32_t *tp = t;
+    const int64_t n = 40;
+    assert_int_equal(lpo_engine_extend(e, 1, &slot, &tp, &n, 0, logits), LPO_OK);
+    lpo_engine_reset(e, 0);
+    const lpo_sampling greedy = {0, 0, 1, 1, 0};
+    assert_int_equal(lpo_engine_set_sampling(e, 0, &greedy, 0), LPO_OK);
+    int32_t id = -1;
+    lpo_engine_batch b = {1, &slot, &tp, &n, 0, NULL, 1, &id};
+    assert_int_equal(lpo_engine_run(e, &b), LPO_OK);
+    for (int g = 0; g < n_gen; g++) {
+        tokens[g] = id;
+        const int32_t *one = &tokens[g];
+        const int64_t n1 = 1;
+        lpo_engine_batch d = {1, &slot, &one, &n1, 0, NULL, 1, &id};
+        assert_int_equal(lpo_engine_run(e, &d), LPO_OK);
+    }
+    lpo_engine_close(e);
+}
+
+/* CUDA bf16 native vs the CPU f32 reference (and the other modes) on model m */
+static void compare(const lpo_model *m, const char *what) {
+    const int64_t V = lpo_model_get_spec(m)->vocab_size;
+    enum { G = 16 };
+    float *ref = malloc((size_t)V * sizeof(float)), *gpu = malloc((size_t)V * sizeof(float));
+    int32_t tref[G], tgpu[G], other[G];
+    run(m, "cpu", "f32", "native", LPO_EXEC_GRAPH, 1, ref, tref, G);
+    run(m, "cuda", "bf16", "native", LPO_EXEC_GRAPH, 1, gpu, tgpu, G);
+    double amax = 0, emax = 0;
+    for (int64_t i = 0; i < V; i++) {
+        amax = fmax(amax, fabs(ref[i]));
+        emax = fmax(emax, fabs(gpu[i] - ref[i]));
+    }
+    int same = 0;
+    for (int g = 0; g < G; g++) same += tref[g] == tgpu[g];
+    printf("%s: engine.weights=native CUDA bf16 vs CPU f32 logits max|err| %.4g (%.3g of max|logit|), greedy "
+           "tokens equal %d of %d\n",
+           what, emax, emax / amax, same, G);
+    assert_true(emax <= 2e-2 * amax);
+    const lpo_exec_mode modes[] = {LPO_EXEC_EAGER, LPO_EXEC_DEBUG};
+    for (int k = 0; k < 2; k++) {
+        run(m, "cuda", "bf16", "native", modes[k], 1, gpu, other, G);
+        assert_memory_equal(other, tgpu, sizeof other);
+    }
+    run(m, "cuda", "bf16", "native", LPO_EXEC_GRAPH, 0, gpu, other, G); /* gemv off: dequantized GEMMs */
+    same = 0;
+    for (int g = 0; g < G; g++) same += other[g] == tgpu[g];
+    printf("%s: gemv off (dequantized + cuBLASLt) greedy tokens equal to the block GEMV's: %d of %d\n", what,
+           same, G);
+    run(m, "cuda", "bf16", "auto", LPO_EXEC_GRAPH, 1, gpu, other, G); /* dequantized on upload */
+    same = 0;
+    for (int g = 0; g < G; g++) same += other[g] == tgpu[g];
+    printf("%s: engine.weights=auto (bf16 on upload) greedy tokens equal to native's: %d of %d\n", what, same,
+           G);
+    free(ref);
+    free(gpu);
+}
+
+static void test_engine_synthetic(void **state) {
+    (void)state;
+    lpo_model_spec s = test_spec();
+    s.hidden_size = 256, s.head_dim = 64, s.n_heads = 4, s.n_kv_heads = 2, s.intermediate_size = 512;
+    s.vocab_size = 512, s.tied_embeddings = 0;
+    for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++) {
+        s.dtype = formats[f];
+        snprintf(s.name, sizeof s.name, "synthetic-%s", lpo_dtype_name(formats[f]));
+        lpo_model *m = NULL;
+        assert_int_equal(lpo_model_open_synthetic(&s, 3, &m), LPO_OK);
+        compare(m, s.name);
+        lpo_model_close(m);
+    }
+}
+
+static void test_kquant_file(void **state) {
+    (void)state;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/golden/gguf/tiny-kquant.gguf", LPO_SOURCE_DIR);
+    lpo_model *m = NULL;
+    assert_int_equal(lpo_model_open_path(path, &m), LPO_OK);
+    compare(m, "tiny-kquant.gguf");
+    lpo_model_close(m);
+}
+
+int main(void) {
+    lpo_test_require_gpu();
+    if (!lpo_backend_cuda()) {
+        printf("SKIP: this build has no CUDA backend\n");
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_opcheck_gguf),
+                                       cmocka_unit_test(test_engine_synthetic),
+                                       cmocka_unit_test(test_kquant_file)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
