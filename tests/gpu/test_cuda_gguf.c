@@ -21,6 +21,7 @@
 #include "lpo/opcheck.h"
 #include "test_engine_support.h"
 #include "test_support.h"
+#include "test_preset.h"
 
 static int failures;
 
@@ -68,19 +69,6 @@ static void check_spec(const lpo_model_spec *s, lpo_dtype dt, int lm_head) {
     }
     lpo_oplist_free(&l);
     be->free(ctx);
-}
-
-static lpo_model_spec preset(const char *name) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/conf/model/%s.yaml", LPO_SOURCE_DIR, name);
-    lpo_node *cfg = NULL;
-    assert_int_equal(lpo_yaml_load_file(path, &cfg), LPO_OK);
-    lpo_model *m = NULL;
-    assert_int_equal(lpo_model_open(cfg, &m), LPO_OK);
-    lpo_model_spec s = *lpo_model_get_spec(m);
-    lpo_model_close(m);
-    lpo_node_free(cfg);
-    return s;
 }
 
 static void test_opcheck_gguf(void **state) {

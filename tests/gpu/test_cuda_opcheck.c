@@ -16,6 +16,7 @@
 #include "lpo/opcheck.h"
 #include "test_engine_support.h"
 #include "test_support.h"
+#include "test_preset.h"
 
 #define LPO_CUDA_MLA_LIMIT_RANK 768 /* cuda_kernels.h LPO_CUDA_MLA_MAX_RANK (an internal header) */
 
@@ -42,19 +43,6 @@ static void check(const lpo_model_spec *s, int64_t T, int64_t L, int B, lpo_dtyp
     }
     lpo_opcheck_cases_free(&c);
     be->free(ctx);
-}
-
-static lpo_model_spec preset(const char *name) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/conf/model/%s.yaml", LPO_SOURCE_DIR, name);
-    lpo_node *cfg = NULL;
-    assert_int_equal(lpo_yaml_load_file(path, &cfg), LPO_OK);
-    lpo_model *m = NULL;
-    assert_int_equal(lpo_model_open(cfg, &m), LPO_OK);
-    lpo_model_spec s = *lpo_model_get_spec(m);
-    lpo_model_close(m);
-    lpo_node_free(cfg);
-    return s;
 }
 
 static void test_every_kind_every_dtype(void **state) {
