@@ -115,6 +115,17 @@ if [ -x "$build/lpo" ]; then
     [ "${GPU_CHECK_RACE:-1}" != 0 ] && step "racecheck mla" env LPO_TEST_ONLY=test_mla_golden LPO_TEST_QUICK=1 \
       compute-sanitizer --tool racecheck --error-exitcode 9 "$et"
   fi
+  # the low-precision weight kernels (fp8 GEMV and W8A8 activation quantization, GGUF block GEMV and the
+  # dequantizing prefill) through the op checker and the engine; the 1B quantization-error run is left out
+  for q in fp8 gguf; do
+    qt="$build/tests/gpu_test_cuda_$q"
+    if [ "${GPU_CHECK_TESTS:-}" != none ] && command -v compute-sanitizer >/dev/null && [ -x "$qt" ]; then
+      step "memcheck $q" env LPO_TEST_SKIP=test_quant_error_1b compute-sanitizer --tool memcheck \
+        --error-exitcode 9 "$qt"
+      [ "${GPU_CHECK_RACE:-1}" != 0 ] && step "racecheck $q" env LPO_TEST_ONLY='test_opcheck_*' \
+        compute-sanitizer --tool racecheck --error-exitcode 9 "$qt"
+    fi
+  done
   # lpo bench at the points (synthetic weights, bf16, graphs); tables printed before the summary
   # (measured ceilings first: MBU and MFU against this GPU's bandwidth and GEMM peak, not the spec sheet)
   if [ "${GPU_CHECK_BENCH:-1}" != 0 ]; then
