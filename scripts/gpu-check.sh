@@ -5,6 +5,7 @@
 # summary table last.
 #   scripts/gpu-check.sh            (CUDA_ARCHS=90 by default; e.g. CUDA_ARCHS="80;90" scripts/gpu-check.sh)
 #   GPU_CHECK_TESTS=<ctest regex>, GPU_CHECK_RACE=0, GPU_CHECK_BENCH=0: a shorter run when device time is short
+#   GPU_CHECK_POINTS=<regex>: only the bench points whose line (model batch prompts gen overrides) matches
 #   GPU_CHECK_AB=1: also the A/B bench points (engine.gemv=false, engine.pdl=false; ~70 s more).
 #   GPU_CHECK_HF=1: also HF transformers on the qwen3-30b-a3b shape (scripts/hf-bench.py; ~2 min more).
 #   The whole default run takes ~10 minutes on an H100 (docs/perf-notes.md has the split: build ~1 min,
@@ -145,6 +146,7 @@ if [ -x "$build/lpo" ]; then
       "llama3.2-1b 1 128 128 engine.gemv=false" "llama3.1-8b 1 128 128 engine.pdl=false" \
       "llama3.2-1b 1 128 128 engine.pdl=false")
     for point in "${points[@]}"; do
+      [ -n "${GPU_CHECK_POINTS:-}" ] && ! grep -qE "$GPU_CHECK_POINTS" <<<"$point" && continue
       read -r bm bb bp bg bx <<<"$point"
       bp=${bp#[}
       echo "# $point" >>"$build/bench-tables.txt"

@@ -133,9 +133,11 @@ static void run(const lpo_model_spec *s, const char *backend, const char *dtype,
     test_weights_free(&w);
 }
 
-/* logits of a prefill through W8A8 linears vs a reference on unquantized activations, in units of max |logit|
- * (measured 0.026 on tiny random models, bf16) */
-#define W8A8_BOUND 5e-2
+/* bf16 logits of the small fp8 models below vs the f32 reference (HF or the CPU backend), in units of max
+ * |logit|: measured 0.026 on an H200 for the fixtures and the 64-wide engine model alike, with W8A8 or
+ * dequantized linears (0.013 at hidden 256): bf16 rounding through narrow layers, wider than the golden
+ * models' 2e-2; the f32 run of each fixture checks the arithmetic to 1e-4 */
+#define BF16_SMALL_BOUND 5e-2
 
 static void test_engine_fp8(void **state) {
     (void)state;
@@ -160,10 +162,7 @@ static void test_engine_fp8(void **state) {
     printf("engine.weights=fp8: CUDA bf16 vs CPU f32 logits max|err| %.4g (%.3g of max|logit|); greedy tokens "
            "equal: %d of %d\n",
            emax, emax / amax, same, G);
-    /* the prefill's linears run W8A8: activations rounded to e4m3 per token (3 mantissa bits, relative error
-     * up to 2^-4 per element), the documented difference from the CPU reference, which multiplies the bf16
-     * activations (docs/engine.md): a wider bound than the bf16 one (2e-2) */
-    assert_true(emax <= W8A8_BOUND * amax);
+    assert_true(emax <= BF16_SMALL_BOUND * amax);
     const lpo_exec_mode modes[] = {LPO_EXEC_EAGER, LPO_EXEC_DEBUG};
     int32_t other[G];
     for (int m = 0; m < 2; m++) {
@@ -183,10 +182,12 @@ static void test_checkpoints(void **state) {
     const char *layouts[] = {"tensor", "channel", "block"};
     for (int i = 0; i < 3; i++) {
         fp8_fixture_result r;
+        fp8_fixture_run(layouts[i], "cuda", "f32", NULL, &r); /* f32: every weight dequantized */
+        assert_true(r.max_err_rel <= 1e-4);
         fp8_fixture_run(layouts[i], "cuda", "bf16", NULL, &r); /* as stored: W8A8 prefill where it applies */
-        assert_true(r.max_err_rel <= W8A8_BOUND);
+        assert_true(r.max_err_rel <= BF16_SMALL_BOUND);
         fp8_fixture_run(layouts[i], "cuda", "bf16", "dequant", &r);
-        assert_true(r.max_err_rel <= 2e-2);
+        assert_true(r.max_err_rel <= BF16_SMALL_BOUND);
     }
 }
 

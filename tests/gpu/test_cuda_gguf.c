@@ -6,7 +6,8 @@
  *   the same blocks: prefill logits and 16 greedy tokens; eager and debug give the graph's tokens; gemv off
  *   (every linear dequantized into cuBLASLt) counted;
  * - tests/golden/gguf/tiny-kquant.gguf (mixed q4_k / q6_k / q8_0 blocks, permuted Q / K rows moved whole on
- *   upload): CUDA native vs the CPU and vs CUDA auto (dequantized on upload). */
+ *   upload): CUDA native vs the CPU and vs CUDA auto (dequantized on upload);
+ * - the device's block quantizer (synthetic weights held in blocks) byte-identical to the host's. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,10 +18,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda_runtime_api.h>
+
+#include "engine/cuda/cuda_kernels.h"
 #include "lpo/config.h"
+#include "lpo/gguf.h"
+#include "lpo/synth.h"
 #include "lpo/opcheck.h"
 #include "test_engine_support.h"
 #include "test_support.h"
+#include "test_gpu.h"
 #include "test_preset.h"
 
 static int failures;
@@ -189,6 +196,57 @@ static void test_kquant_file(void **state) {
     lpo_model_close(m);
 }
 
+/* ---- the device's quantizer ------------------------------------------------------------------------ */
+/* n synthetic values (key, center, amp) generated and quantized into dt blocks on the device vs the host's
+ * lpo_synth_value + lpo_quantize_blocks: the same bytes (what engine.weights=native holds for synthetic
+ * weights, and what the CPU reference computes with) */
+static void check_device_quantize(lpo_dtype dt, int64_t n, uint64_t key, double center, double amp) {
+    const size_t bytes = (size_t)lpo_dtype_bytes(dt, (uint64_t)n), bb = (size_t)lpo_dtype_block_bytes(dt);
+    float *hx = malloc((size_t)n * sizeof *hx), *dx = NULL;
+    uint8_t *hq = malloc(bytes), *gq = malloc(bytes), *dq = NULL;
+    assert_non_null(hx), assert_non_null(hq), assert_non_null(gq);
+    for (int64_t i = 0; i < n; i++) hx[i] = lpo_synth_value(key, center, amp, (uint64_t)i);
+    OK(lpo_quantize_blocks(dt, hx, hq, (uint64_t)n));
+    CK(cudaMalloc((void **)&dx, (size_t)n * sizeof *dx));
+    CK(cudaMalloc((void **)&dq, bytes));
+    OK(lpo_cuda_synth_fill(dx, LPO_DT_F32, n, key, center, amp, dt, 0));
+    float *gx = malloc((size_t)n * sizeof *gx);
+    assert_non_null(gx);
+    CK(cudaMemcpy(gx, dx, (size_t)n * sizeof *gx, cudaMemcpyDeviceToHost));
+    int64_t bad_x = 0;
+    for (int64_t i = 0; i < n; i++) bad_x += memcmp(&gx[i], &hx[i], sizeof *gx) != 0;
+    OK(lpo_cuda_quantize_blocks(dq, dt, dx, n, 0));
+    CK(cudaMemcpy(gq, dq, bytes, cudaMemcpyDeviceToHost));
+    int64_t bad = 0, first = -1;
+    for (size_t b = 0; b < bytes / bb; b++)
+        if (memcmp(gq + b * bb, hq + b * bb, bb)) bad++, first = first < 0 ? (int64_t)b : first;
+    printf("device quantizer %-5s %lld values: %lld of %lld generated values and %lld of %lld blocks differ from "
+           "the host's",
+           lpo_dtype_name(dt), (long long)n, (long long)bad_x, (long long)n, (long long)bad,
+           (long long)(bytes / bb));
+    if (first >= 0) {
+        printf(" (block %lld: byte", (long long)first);
+        for (size_t k = 0; k < bb; k++)
+            if (gq[first * bb + k] != hq[first * bb + k])
+                printf(" %zu: %02x vs %02x", k, gq[first * bb + k], hq[first * bb + k]);
+        printf(")");
+    }
+    printf("\n");
+    CK(cudaFree(dx));
+    CK(cudaFree(dq));
+    free(hx), free(hq), free(gq), free(gx);
+    assert_int_equal(bad_x, 0);
+    assert_int_equal(bad, 0);
+}
+
+static void test_device_quantize(void **state) {
+    (void)state;
+    for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++) {
+        check_device_quantize(formats[f], 256 * 512, 0x1234567ull, 0.0, 0.108); /* a matrix's values */
+        check_device_quantize(formats[f], 256 * 3, 77, 1.0, 0.1);              /* a norm's (all positive) */
+    }
+}
+
 int main(void) {
     lpo_test_require_gpu();
     if (!lpo_backend_cuda()) {
@@ -198,7 +256,8 @@ int main(void) {
     const char *only = getenv("LPO_TEST_ONLY"), *skip = getenv("LPO_TEST_SKIP"); /* cmocka name patterns */
     if (only) cmocka_set_test_filter(only);
     if (skip) cmocka_set_skip_filter(skip);
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_opcheck_gguf),
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_device_quantize),
+                                       cmocka_unit_test(test_opcheck_gguf),
                                        cmocka_unit_test(test_engine_synthetic),
                                        cmocka_unit_test(test_kquant_file)};
     return cmocka_run_group_tests(tests, NULL, NULL);
