@@ -32,6 +32,8 @@ typedef struct {
     int64_t m, n, k;
     int dt, y_dt, bias, beta, align;
     int fp8; /* W8A8: A and B e4m3 with outer-vector scales (dt: the compute dtype of y and bias) */
+    int refused; /* cuBLASLt has no algorithm for this shape (or refused it at launch): LPO_E_UNSUPPORTED at
+                  * once on every later call, not a heuristic query per call (the caller falls back) */
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, d;
     cublasLtMatmulAlgo_t algo;
@@ -163,6 +165,9 @@ static lpo_status entry_for(lpo_cuda_gemm *g, int fp8, lpo_dtype dt, lpo_dtype y
             c->bias == (bias != NULL) && c->beta == (beta != 0.f) && c->align == align && c->fp8 == fp8)
             e = c;
     }
+    if (e && e->refused)
+        return lpo_errorf(LPO_E_UNSUPPORTED, "%s: cuBLASLt has no algorithm for m %lld n %lld k %lld", op,
+                          (long long)m, (long long)n, (long long)k);
     if (!e) {
         const int slot = g->n < GEMM_CACHE ? g->n++ : (g->next++ % GEMM_CACHE);
         e = &g->e[slot];
@@ -172,6 +177,14 @@ static lpo_status entry_for(lpo_cuda_gemm *g, int fp8, lpo_dtype dt, lpo_dtype y
         e->align = align;
         e->fp8 = fp8;
         lpo_status st = entry_make(g, e, bias);
+        if (st == LPO_E_UNSUPPORTED) { /* remembered: the shape's key kept, its descriptors freed */
+            gemm_entry key = *e;
+            memset(e, 0, sizeof *e);
+            entry_free(&key);
+            e->m = m, e->n = n, e->k = k, e->dt = dt, e->y_dt = y_dt, e->bias = bias != NULL,
+            e->beta = beta != 0.f, e->align = align, e->fp8 = fp8, e->refused = 1;
+            return st;
+        }
         if (st != LPO_OK) {
             entry_free(e); // an entry that never matches (m 0)
             return st;
@@ -236,8 +249,10 @@ extern "C" lpo_status lpo_cuda_gemm_fp8_run(lpo_cuda_gemm *g, void *y, lpo_dtype
     if (lpo__cuda_pdl_on(stream)) lpo_cuda_pdl_break();
     const cublasStatus_t s = cublasLtMatmul(g->lt, e->op, &alpha, Wq, e->a, xq, e->b, &beta, y, e->d, y, e->d,
                                             &e->algo, g->ws, g->ws_bytes, stream);
-    if (s == CUBLAS_STATUS_NOT_SUPPORTED) /* refused at launch: nothing ran, the caller falls back */
+    if (s == CUBLAS_STATUS_NOT_SUPPORTED) { /* refused at launch: nothing ran, the caller falls back */
+        e->refused = 1;
         return lpo_errorf(LPO_E_UNSUPPORTED, "%s: cublasLtMatmul: %s", op, cublasLtGetStatusString(s));
+    }
     if (s != CUBLAS_STATUS_SUCCESS)
         return lpo_errorf(LPO_E_CUDA, "%s: cublasLtMatmul failed: %s (%s:%d)", op, cublasLtGetStatusString(s),
                           __FILE__, __LINE__);
