@@ -442,10 +442,10 @@ lpo_status lpo_opcheck_run(const lpo_backend_iface *be, void *ctx, lpo_dtype dt,
         } else {
             /* ROUTER: the same experts, in the same order. Both sides route from the same values in f32 but
              * sum in different orders (~1e-6 relative): where two choice values are that close (a near tie)
-             * either order is right, which shows as equal weights at that rank, or as choice values
-             * (recomputed here in double: logit, or sigmoid score + bias) or group values equal within 1e-5;
-             * any other difference is a mismatch. A token with such a swap has its weights left out of the
-             * comparison below. */
+             * either order is right, which shows as equal weights at that rank (softmax), or as choice values
+             * (recomputed here in double: logit, or sigmoid score + bias), or as the values of the two
+             * experts' different groups, equal within 1e-5; any other difference is a mismatch. A token with
+             * such a swap has its weights left out of the comparison below. */
             for (int64_t t = 0; op->kind == LPO_OP_ROUTER && t < op->m; t++) { // token t's k ranks
                 int swapped = 0;
                 for (int64_t i = t * op->top_k; i < (t + 1) * op->top_k; i++) {
@@ -455,11 +455,12 @@ lpo_status lpo_opcheck_run(const lpo_backend_iface *be, void *ctx, lpo_dtype dt,
                     const double wr = fabs((double)d.out_ref[i]),
                                  dw = fabs((double)d.out[i] - (double)d.out_ref[i]);
                     const int grouped = op->topk_method != LPO_TOPK_GREEDY && op->n_group > 1;
-                    const int ok_id =
-                        e >= 0 && e < op->n_experts && er >= 0 &&
-                        (dw <= 1e-4 * wr + 1e-12 ||
-                         near(route_choice(op, &d, t, e), route_choice(op, &d, t, er)) ||
-                         (grouped && near(route_group(op, &d, t, e), route_group(op, &d, t, er))));
+                    const int64_t per = grouped ? op->n_experts / op->n_group : op->n_experts;
+                    const int ok_id = e >= 0 && e < op->n_experts && er >= 0 &&
+                                      ((op->scoring == LPO_SCORE_SOFTMAX && dw <= 1e-4 * wr + 1e-12) ||
+                                       near(route_choice(op, &d, t, e), route_choice(op, &d, t, er)) ||
+                                       (grouped && e / per != er / per &&
+                                        near(route_group(op, &d, t, e), route_group(op, &d, t, er))));
                     swapped |= ok_id;
                     if (!ok_id && !r->ids_mismatch++ && !r->msg[0])
                         snprintf(r->msg, sizeof r->msg, "token %lld rank %lld: expert %d vs reference %d",

@@ -190,6 +190,24 @@ static lpo_status broken_run_op(void *ctx, const lpo_op *op, lpo_op_io *io) {
     const int64_t n = op->out[0].shape[0] * op->out[0].shape[1];
     if (broken_mode == 1) io->out[n - 1] = NAN;
     if (broken_mode == 2) io->out[n / 2] += 0.02f;
+    if (broken_mode == 3 && op->kind == LPO_OP_ROUTER) { /* token 0's last expert: the first one not chosen */
+        const int64_t k = op->top_k;
+        for (int32_t e = 0; e < (int32_t)op->n_experts; e++) {
+            int chosen = 0;
+            for (int64_t j = 0; j < k; j++) chosen |= io->expert_ids[j] == e;
+            if (!chosen) {
+                io->expert_ids[k - 1] = e;
+                io->out[k - 1] *= 0.5f; /* its own weight */
+                break;
+            }
+        }
+    }
+    if (broken_mode == 4 && op->kind == LPO_OP_ROUTER) { /* token 0's first two ranks swapped, weights too */
+        const int32_t e = io->expert_ids[0];
+        const float w = io->out[0];
+        io->expert_ids[0] = io->expert_ids[1], io->out[0] = io->out[1];
+        io->expert_ids[1] = e, io->out[1] = w;
+    }
     return st;
 }
 
@@ -213,9 +231,26 @@ static void test_checker_catches(void **state) {
     assert_false(r.passed);
     assert_int_equal(lpo_opcheck_run(&broken, ctx, LPO_DT_BF16, down, 7, &r), LPO_OK);
     assert_true(r.passed);
+    /* a router that chooses other experts, or orders them otherwise, than the reference (no near tie at this
+     * seed): a mismatch, for softmax group-limited and for sigmoid + bias noaux_tc routing */
+    lpo_oplist_free(&l);
+    for (int sig = 0; sig < 2; sig++) {
+        lpo_model_spec d = test_spec_deepseek();
+        if (sig) d.moe.scoring = LPO_SCORE_SIGMOID, d.moe.topk_method = LPO_TOPK_NOAUX_TC;
+        assert_int_equal(lpo_oplist_build_phase(&d, 0, 1, 6, NULL, &l), LPO_OK);
+        const lpo_op *router = &l.ops[lpo_oplist_find(&l, LPO_ROLE_ROUTER, 0)];
+        broken_mode = 0;
+        assert_int_equal(lpo_opcheck_run(&broken, ctx, LPO_DT_F32, router, 7, &r), LPO_OK);
+        assert_true(r.passed);
+        for (broken_mode = 3; broken_mode <= 4; broken_mode++) {
+            assert_int_equal(lpo_opcheck_run(&broken, ctx, LPO_DT_F32, router, 7, &r), LPO_OK);
+            assert_false(r.passed);
+            assert_non_null(strstr(r.msg, "token 0 rank"));
+        }
+        lpo_oplist_free(&l);
+    }
     broken_mode = 0;
     lpo_backend_cpu()->free(ctx);
-    lpo_oplist_free(&l);
 }
 
 /* ---- the CPU kernels against naive double loops ---- */
