@@ -23,6 +23,7 @@
 
 #define MLA_WARPS   8
 #define MLA_THREADS (MLA_WARPS * 32)
+#define MLA_ROWS    8 /* W_UV rows per warp and pass */
 
 /* (x[a], x[b]) rotated by (c, s): the pair of rope element i */
 __device__ __forceinline__ void mla_pair(int i, int half, int interleave, int *a, int *b) {
@@ -76,7 +77,7 @@ static size_t attend_smem(int r, int dr, int dn, int V) {
  * whole block: q_rope rotated and q_nope into shared memory; ql = q_nope W_UK with the threads split into
  * (column vector, dn slice) pairs, the slices' partial sums added; each warp's rows of the cache (lanes over
  * column vectors) with its online softmax and its sum of p_j c_j; the warps combined into ol; o = W_UV ol,
- * four rows per warp at a time (lanes over column vectors). */
+ * MLA_ROWS rows per warp at a time (lanes over column vectors; their loads in flight together). */
 template <typename T, int V>
 __global__ void __launch_bounds__(MLA_THREADS)
     mla_attend(T *__restrict__ att, const T *__restrict__ q, const T *__restrict__ cache,
@@ -109,7 +110,7 @@ __global__ void __launch_bounds__(MLA_THREADS)
         float s[V];
 #pragma unroll
         for (int v = 0; v < V; v++) s[v] = 0.f;
-#pragma unroll 4
+#pragma unroll 8
         for (int i = sl; i < dn; i += S) { // q_nope[i] * W_UK row i, columns g V .. g V + V - 1
             float wk[V];
             lpo_load<T, V>(Wk + (int64_t)i * r + g * V, wk);
@@ -169,11 +170,13 @@ __global__ void __launch_bounds__(MLA_THREADS)
     }
     __syncthreads();
     T *o = att + t * (int64_t)nh * dv + (int64_t)h * dv;
-    for (int d0 = warp * 4; d0 < dv; d0 += MLA_WARPS * 4) { // rows d0 .. d0 + 3 of W_UV, dot ol
-        float s[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int d0 = warp * MLA_ROWS; d0 < dv; d0 += MLA_WARPS * MLA_ROWS) { // rows d0 .. of W_UV, dot ol
+        float s[MLA_ROWS];
+#pragma unroll
+        for (int u = 0; u < MLA_ROWS; u++) s[u] = 0.f;
         for (int g = lane; g < G; g += 32) {
 #pragma unroll
-            for (int u = 0; u < 4; u++) {
+            for (int u = 0; u < MLA_ROWS; u++) {
                 if (d0 + u < dv) {
                     float w[V];
                     lpo_load<T, V>(Wv + (int64_t)(d0 + u) * r + g * V, w);
@@ -183,7 +186,7 @@ __global__ void __launch_bounds__(MLA_THREADS)
             }
         }
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
+        for (int u = 0; u < MLA_ROWS; u++) {
             const float tot = lpo_warp_sum(s[u]);
             if (lane == 0 && d0 + u < dv) o[d0 + u] = lpo_from_f<T>(tot);
         }
