@@ -56,7 +56,7 @@ static void check_op(const lpo_backend_iface *be, void *ctx, lpo_dtype dt, const
 static void check_spec(const lpo_model_spec *s, lpo_dtype dt) {
     const lpo_backend_iface *be = lpo_backend_cuda();
     void *ctx = NULL;
-    const lpo_backend_init in = {.max_seqs = 1, .dtype = dt};
+    const lpo_backend_init in = {.max_seqs = 1, .dtype = dt, .gemv = 1}; /* the engine's default */
     if (be->init(&in, &ctx) != LPO_OK) fail_msg("cuda op-only context: %s", lpo_last_error());
     lpo_oplist l = {0};
     assert_int_equal(lpo_oplist_build_phase(s, 0, 1, 37, NULL, &l), LPO_OK);
