@@ -128,6 +128,12 @@ typedef struct {
     const uint8_t *sample_mask; /* [n_seqs] when the list samples: 1 = draw for this sequence (its prompt
                                    ends in this step), 0 = skip the row (no draw, counter unchanged); NULL =
                                    every row */
+    /* Embeddings given in place of looked-up ones (LPO_BACKEND_F_EMBEDS; a vision encoder's image rows):
+     * after the EMBED op, row embed_row[i] of its output becomes embeds[i] (converted to the compute dtype).
+     * The EMBED op still runs over every token (the placeholder ids' rows are overwritten). */
+    int64_t n_embeds;         /* 0: none */
+    const int64_t *embed_row; /* [n_embeds] packed token index of each, ascending */
+    const float *embeds;      /* [n_embeds][hidden_size] float32, host */
 } lpo_step_data;
 
 typedef struct {
@@ -203,6 +209,7 @@ enum {
     LPO_BACKEND_F_ALL_LOGITS = 1u << 3,   /* can return logits of every position */
     LPO_BACKEND_F_GRAPHS = 1u << 4,       /* exec=graph replays captured graphs */
     LPO_BACKEND_F_TP = 1u << 5,           /* runs tensor-parallel op lists over several devices (engine.tp) */
+    LPO_BACKEND_F_EMBEDS = 1u << 6,       /* takes given embedding rows in a step (lpo_step_data.embeds) */
 };
 
 typedef struct lpo_backend_iface {

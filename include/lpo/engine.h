@@ -115,6 +115,15 @@ lpo_status lpo_engine_set_group_callback(lpo_engine *e, lpo_group_callback cb, v
  * left them); LPO_E_UNSUPPORTED when the backend cannot, LPO_E_RANGE outside the step's rows. */
 lpo_status lpo_engine_read_activation(lpo_engine *e, lpo_buf buf, int64_t row0, int64_t n_rows, float *dst);
 
+/* Embedding rows given in place of looked-up ones for one sequence of a call (a vision encoder's image
+ * embeddings, HF's masked_scatter of inputs_embeds): the rows of the sequence's tokens equal to `token`, in
+ * order, become rows[0], rows[1], ... (after the EMBED op, before the first layer). */
+typedef struct {
+    int32_t token;     /* the placeholder id (image_token_id) */
+    int64_t n_rows;    /* must equal the number of `token` in the sequence's tokens of this call */
+    const float *rows; /* host [n_rows][hidden_size] float32, finite */
+} lpo_engine_embeds;
+
 /* One call's work: n_seqs sequences (distinct slots), sequence i bringing n_tokens[i] tokens.
  * tokens NULL: a chained decode step: every sequence brings ONE token, the id its slot's last SAMPLE
  * produced (n_tokens ignored); the ids never visit the host. */
@@ -127,6 +136,9 @@ typedef struct {
     float *logits;  /* NULL, or host [sum n_tokens or n_seqs, vocab] */
     int sample;     /* run SAMPLE on each sequence's last token (slot sampling set by set_sampling) */
     int32_t *ids;   /* NULL, or host [n_seqs] sampled ids */
+    /* NULL, or [n_seqs] embedding rows of each sequence (n_rows 0: none): needs tokens, a backend with
+     * LPO_BACKEND_F_EMBEDS and engine.tp 1; LPO_E_INVALID when a count differs from the placeholders' */
+    const lpo_engine_embeds *embeds;
 } lpo_engine_batch;
 
 /* Appends the tokens to the slots and runs the forward pass, split into steps of at most max_step_tokens

@@ -35,6 +35,8 @@ typedef struct {
     const int32_t *prompt;
     size_t n_prompt;
     uint64_t stream; /* sampler stream id (e.g. the sample index): same seed + stream = same tokens */
+    const lpo_engine_embeds *embeds; /* NULL, or embedding rows of the prompt's placeholder tokens (image
+                                        embeddings: lpo_engine_batch.embeds) */
     /* out (free with lpo_gen_seq_free) */
     int32_t *ids; /* generated ids (an EOS that stopped generation included, as HF does) */
     size_t n_ids;

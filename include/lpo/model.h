@@ -12,6 +12,7 @@
 #include "lpo/config.h"
 #include "lpo/dtype.h" /* lpo_dtype, the dtype table and the f16 / bf16 conversions */
 #include "lpo/status.h"
+#include "lpo/vision.h"
 
 /* ---- architecture spec --------------------------------------------------------------------------------- */
 /* Decoder-only families: dense (llama, mistral, qwen2, qwen3) and mixture-of-experts (mixtral, qwen3_moe,
@@ -242,6 +243,10 @@ lpo_status lpo_model_open_synthetic(const lpo_model_spec *s, uint64_t seed, lpo_
 void lpo_model_close(lpo_model *m);
 
 const lpo_model_spec *lpo_model_get_spec(const lpo_model *m);
+/* The vision encoder's spec of a model that has one (an HF folder of a deepseek_ocr2 config: its
+ * vision_config and image_token_id; a synthetic model of a preset with a `vision` map), else NULL. The text
+ * model (lpo_model_get_spec) reads the image embeddings in place of its image_token_id rows. */
+const lpo_vision_spec *lpo_model_vision_spec(const lpo_model *m);
 size_t lpo_model_n_tensors(const lpo_model *m);
 const lpo_tensor *lpo_model_tensor_at(const lpo_model *m, size_t i);
 /* Tensor by HF name, or NULL. */

@@ -199,7 +199,7 @@ lpo_status lpo_pf__breakdown(lpo_engine **ep, const lpo_pf_request *rq, lpo_pf_r
     (void)t_start;
     for (int64_t k = 0; k <= steps && st == LPO_OK; k++) { // run 0: the prefill; then decode steps
         s.phase = k > 0;
-        const lpo_engine_batch b = {n, slots, k ? NULL : toks, k ? NULL : lens, 0, NULL, 1, ids};
+        const lpo_engine_batch b = {n, slots, k ? NULL : toks, k ? NULL : lens, 0, NULL, 1, ids, NULL};
         const double over0 = lpo_group_timer_overhead_s(gt);
         const uint64_t t0 = lpo_now_ns();
         st = lpo_engine_run(e, &b);

@@ -60,8 +60,8 @@ static lpo_status one_repeat(point_ctx *c, double *ttft_ms, double *decode_ms) {
         lpo_engine_reset(c->e, i);
         st = lpo_engine_set_sampling(c->e, i, &greedy, (uint64_t)i);
     }
-    lpo_engine_batch pre = {B, c->slots, c->toks, c->lens, 0, NULL, 1, NULL};
-    lpo_engine_batch dec = {B, c->slots, NULL, NULL, 0, NULL, 1, NULL};
+    lpo_engine_batch pre = {B, c->slots, c->toks, c->lens, 0, NULL, 1, NULL, NULL};
+    lpo_engine_batch dec = {B, c->slots, NULL, NULL, 0, NULL, 1, NULL, NULL};
     if (st == LPO_OK) st = lpo_engine_mark(c->e, 0);
     if (st == LPO_OK) st = lpo_engine_run(c->e, &pre);
     if (st == LPO_OK) st = lpo_engine_mark(c->e, 1);

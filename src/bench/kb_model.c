@@ -331,7 +331,7 @@ static lpo_status prepare(stepper *s) {
         if (st != LPO_OK) return st;
     }
     if (!mc->decode) return LPO_OK;
-    const lpo_engine_batch b = {mc->batch, mc->slots, toks, lens, 0, NULL, 1, NULL};
+    const lpo_engine_batch b = {mc->batch, mc->slots, toks, lens, 0, NULL, 1, NULL, NULL};
     return lpo_engine_run(s->e, &b);
 }
 
@@ -352,7 +352,7 @@ static lpo_status run_step(stepper *s) {
     int64_t lens[LPO_ENGINE_MAX_SEQS];
     for (int i = 0; i < mc->batch; i++) toks[i] = mc->ids, lens[i] = mc->tokens;
     const lpo_engine_batch b = {
-        mc->batch, mc->slots, mc->decode ? NULL : toks, mc->decode ? NULL : lens, 0, NULL, 1, NULL};
+        mc->batch, mc->slots, mc->decode ? NULL : toks, mc->decode ? NULL : lens, 0, NULL, 1, NULL, NULL};
     return lpo_engine_run(s->e, &b);
 }
 

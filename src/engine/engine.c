@@ -38,10 +38,14 @@ struct lpo_engine {
     lpo_dtype_lookup held_uniform; /* for analysis: fp8 by the rule, else the compute dtype */
     lpo_dtype_lookup stored;       /* the stored dtype of 1-D weights (never held in fp8) */
     lpo_weight_quant wq;
-    int64_t *n_past;    /* [max_seqs + 1] */
-    int32_t *packed;    /* [max_step_tokens] tokens of a step */
-    int32_t *tok_slot;  /* [max_step_tokens] */
-    int64_t *tok_pos;   /* [max_step_tokens] */
+    int64_t *n_past;   /* [max_seqs + 1] */
+    int32_t *packed;   /* [max_step_tokens] tokens of a step */
+    int32_t *tok_slot; /* [max_step_tokens] */
+    int64_t *tok_pos;  /* [max_step_tokens] */
+    /* given embedding rows of the current step (lpo_engine_batch.embeds), allocated at first use */
+    int64_t *emb_row; /* [max_step_tokens] packed token index */
+    float *emb_buf;   /* [max_step_tokens][hidden] */
+    int64_t n_emb;
     float *step_logits; /* [max rows, vocab] logits of a step's rows (when the caller wants logits) */
     int32_t *step_ids;  /* [max rows] */
     cached_list cache[LIST_CACHE];
@@ -321,6 +325,8 @@ void lpo_engine_close(lpo_engine *e) {
     }
     free(e->n_past);
     free(e->packed);
+    free(e->emb_row);
+    free(e->emb_buf);
     free(e->tok_slot);
     free(e->tok_pos);
     free(e->step_logits);
@@ -607,7 +613,10 @@ static lpo_status run_step(lpo_engine *e, int n, const int *slots, const int64_t
     const lpo_step step = {np, past, nn, all_logits, any_sample};
     if ((st = lpo_oplist_set_step(&c->list, e->spec.sliding_window, &step)) != LPO_OK) return st;
     e->last = c;
-    const lpo_step_data d = {np, sl, past, nn, tokens, e->tok_slot, e->tok_pos, any_sample ? mask : NULL};
+    const lpo_step_data d = {np,       sl,          past,       nn,
+                             tokens,   e->tok_slot, e->tok_pos, any_sample ? mask : NULL,
+                             e->n_emb, e->emb_row,  e->emb_buf};
+    e->n_emb = 0; /* the rows belong to this step only */
     lpo_step_out so = {NULL, NULL};
     if (logits) so.logits = np > n ? e->step_logits : logits;
     if (any_sample && ids) so.ids = np > n ? e->step_ids : ids;
@@ -691,9 +700,69 @@ static lpo_status check_batch(const lpo_engine *e, const lpo_engine_batch *b) {
     return LPO_OK;
 }
 
+/* The given embedding rows of a call: every sequence's count equals its placeholders, rows finite; the
+ * step buffers allocated at first use. */
+static lpo_status check_embeds(lpo_engine *e, const lpo_engine_batch *b) {
+    int any = 0;
+    for (int i = 0; i < b->n_seqs; i++) any |= b->embeds[i].n_rows != 0;
+    if (!any) return LPO_OK;
+    if (!(e->be->features & LPO_BACKEND_F_EMBEDS))
+        return lpo_errorf(LPO_E_UNSUPPORTED,
+                          "backend '%s' cannot take given embedding rows (image embeddings)", e->be->name);
+    if (e->tp > 1)
+        return lpo_errorf(LPO_E_UNSUPPORTED,
+                          "engine: given embedding rows (image embeddings) with engine.tp=%d: run with "
+                          "engine.tp=1",
+                          e->tp);
+    if (!b->tokens) return lpo_errorf(LPO_E_INVALID, "engine: a chained decode step takes no embedding rows");
+    const int64_t H = e->spec.hidden_size;
+    for (int i = 0; i < b->n_seqs; i++) {
+        const lpo_engine_embeds *x = &b->embeds[i];
+        if (x->n_rows == 0) continue;
+        if (x->n_rows < 0 || !x->rows)
+            return lpo_errorf(LPO_E_INVALID, "engine: sequence %d: %lld embedding rows %s", i,
+                              (long long)x->n_rows, x->rows ? "(negative)" : "without data");
+        int64_t n = 0;
+        for (int64_t j = 0; j < b->n_tokens[i]; j++) n += b->tokens[i][j] == x->token;
+        if (n != x->n_rows)
+            return lpo_errorf(LPO_E_INVALID,
+                              "engine: sequence %d holds %lld placeholder tokens (id %d) but %lld embedding "
+                              "rows were given for them",
+                              i, (long long)n, (int)x->token, (long long)x->n_rows);
+        const int64_t bad = first_nonfinite(x->rows, x->n_rows * H);
+        if (bad >= 0)
+            return lpo_errorf(LPO_E_NUMERIC,
+                              "engine: sequence %d: embedding row %lld holds NaN/Inf (element %lld)", i,
+                              (long long)(bad / H), (long long)(bad % H));
+    }
+    if (!e->emb_row) e->emb_row = malloc((size_t)e->max_step_tokens * sizeof *e->emb_row);
+    if (!e->emb_buf) e->emb_buf = malloc((size_t)(e->max_step_tokens * H) * sizeof *e->emb_buf);
+    if (!e->emb_row || !e->emb_buf) return lpo_errorf(LPO_E_NOMEM, "engine: out of memory (embedding rows)");
+    return LPO_OK;
+}
+
+/* Appends the given rows of sequence i's tokens [done, done + nn), packed from index off, to the step's
+ * (cursor: rows of the sequence used so far). */
+static void gather_embeds(lpo_engine *e, const lpo_engine_batch *b, int i, int64_t done, int64_t nn,
+                          int64_t off, int64_t *cursor) {
+    if (!b->embeds || b->embeds[i].n_rows == 0) return;
+    const lpo_engine_embeds *x = &b->embeds[i];
+    const int64_t H = e->spec.hidden_size;
+    for (int64_t j = 0; j < nn; j++) {
+        if (b->tokens[i][done + j] != x->token) continue;
+        e->emb_row[e->n_emb] = off + j;
+        memcpy(e->emb_buf + e->n_emb * H, x->rows + cursor[i] * H, (size_t)H * sizeof(float));
+        e->n_emb++;
+        cursor[i]++;
+    }
+}
+
 lpo_status lpo_engine_run(lpo_engine *e, const lpo_engine_batch *b) {
     lpo_status st = check_batch(e, b);
+    if (st == LPO_OK && b->embeds) st = check_embeds(e, b);
     if (st != LPO_OK) return st;
+    int64_t cursor[LPO_ENGINE_MAX_SEQS] = {0};
+    e->n_emb = 0;
     const int64_t V = e->spec.vocab_size;
     const int n_seqs = b->n_seqs;
     if (!b->tokens) { /* chained decode: one token per sequence, from the slots' last samples */
@@ -710,6 +779,7 @@ lpo_status lpo_engine_run(lpo_engine *e, const lpo_engine_batch *b) {
             for (int64_t done = 0; done < b->n_tokens[i];) {
                 int64_t nn = b->n_tokens[i] - done;
                 if (nn > e->max_step_tokens) nn = e->max_step_tokens;
+                gather_embeds(e, b, i, done, nn, 0, cursor);
                 st = run_step(e, 1, &b->slots[i], &nn, b->tokens[i] + done, 1, NULL, row, NULL);
                 if (st != LPO_OK) return st;
                 row += nn * V;
@@ -738,6 +808,7 @@ lpo_status lpo_engine_run(lpo_engine *e, const lpo_engine_batch *b) {
         int64_t off = 0;
         for (int k = 0; k < n; k++) { // sequence k's chunk -> packed[off .. off + nn[k])
             memcpy(e->packed + off, b->tokens[idx[k]] + done[idx[k]], (size_t)nn[k] * sizeof *e->packed);
+            gather_embeds(e, b, idx[k], done[idx[k]], nn[k], off, cursor);
             off += nn[k];
         }
         st = run_step(e, n, sl, nn, e->packed, 0, mask, b->logits ? e->step_logits : NULL,
@@ -758,7 +829,7 @@ lpo_status lpo_engine_run(lpo_engine *e, const lpo_engine_batch *b) {
 lpo_status lpo_engine_extend(lpo_engine *e, int n_seqs, const int *slots, const int32_t *const *tokens,
                              const int64_t *n_tokens, int all_logits, float *logits) {
     if (!tokens) return lpo_errorf(LPO_E_INVALID, "engine: extend needs tokens");
-    const lpo_engine_batch b = {n_seqs, slots, tokens, n_tokens, all_logits, logits, 0, NULL};
+    const lpo_engine_batch b = {n_seqs, slots, tokens, n_tokens, all_logits, logits, 0, NULL, NULL};
     return lpo_engine_run(e, &b);
 }
 
@@ -826,8 +897,8 @@ lpo_status lpo_engine_comm_measure(lpo_engine *e, int batch, int64_t prompt, int
         slots[i] = i, toks[i] = ids, lens[i] = prompt;
         st = lpo_engine_set_sampling(e, i, &greedy, (uint64_t)i);
     }
-    lpo_engine_batch pre = {batch, slots, toks, lens, 0, NULL, 1, NULL};
-    lpo_engine_batch dec = {batch, slots, NULL, NULL, 0, NULL, 1, NULL};
+    lpo_engine_batch pre = {batch, slots, toks, lens, 0, NULL, 1, NULL, NULL};
+    lpo_engine_batch dec = {batch, slots, NULL, NULL, 0, NULL, 1, NULL, NULL};
     if (st == LPO_OK) st = lpo_engine_run(e, &pre);
     comm_job j = {e->be, 1, t};
     if (st == LPO_OK) st = lpo__tp_group_each(e->tpg, comm_timing_job, &j);

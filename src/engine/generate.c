@@ -122,8 +122,19 @@ lpo_status lpo_generate(lpo_engine *e, const lpo_tokenizer *tok, const lpo_gen_p
 
     /* prefill: every prompt at once, each sequence's first token sampled by the backend */
     uint64_t t0 = lpo_now_ns();
-    lpo_engine_batch b = {(int)n, slots, toks, lens, 0, NULL, p->max_new_tokens > 0, next};
+    lpo_engine_batch b = {(int)n, slots, toks, lens, 0, NULL, p->max_new_tokens > 0, next, NULL};
+    lpo_engine_embeds *emb = NULL; /* image rows of the prompts that bring them */
+    int any_emb = 0;
+    for (size_t i = 0; i < n; i++) any_emb |= seqs[i].embeds != NULL;
+    if (any_emb && !(emb = calloc(n, sizeof *emb))) {
+        st = lpo_errorf(LPO_E_NOMEM, "generate: out of memory");
+        goto done;
+    }
+    for (size_t i = 0; emb && i < n; i++)
+        if (seqs[i].embeds) emb[i] = *seqs[i].embeds;
+    b.embeds = emb;
     st = lpo_engine_run(e, &b);
+    free(emb);
     if (st != LPO_OK) goto done;
     uint64_t t_prefill = lpo_now_ns();
     for (size_t i = 0; i < n; i++) seqs[i].prefill_ms = (double)(t_prefill - t0) / 1e6;
@@ -195,7 +206,7 @@ lpo_status lpo_generate(lpo_engine *e, const lpo_tokenizer *tok, const lpo_gen_p
         }
         if (n_next == 0) break;
         /* chained decode: each slot's token is the id it just sampled; the new ids come back in next */
-        lpo_engine_batch d = {n_next, slots, NULL, NULL, 0, NULL, 1, next};
+        lpo_engine_batch d = {n_next, slots, NULL, NULL, 0, NULL, 1, next, NULL};
         st = lpo_engine_run(e, &d);
         if (st != LPO_OK) goto done;
         for (int k = 0; k < n_next; k++) seqs[map[k]].decode_steps++;

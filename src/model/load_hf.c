@@ -324,6 +324,15 @@ lpo_status lpo__open_hf_dir(const char *dir, lpo_model **out) {
         return st;
     }
     st = lpo_spec_from_hf_config(text, len, p, &m->spec);
+    if (st == LPO_OK) st = lpo_vision_spec_from_hf_config(text, len, p, &m->vision, &m->has_vision);
+    if (st == LPO_OK && m->has_vision && m->vision.text_hidden != m->spec.hidden_size)
+        st = lpo_errorf(LPO_E_FORMAT,
+                        "%s: the vision projector's output (%lld) is not the text model's hidden_size (%lld)",
+                        p, (long long)m->vision.text_hidden, (long long)m->spec.hidden_size);
+    if (st == LPO_OK && m->has_vision &&
+        (m->vision.image_token_id < 0 || m->vision.image_token_id >= m->spec.vocab_size))
+        st = lpo_errorf(LPO_E_FORMAT, "%s: image_token_id %lld is outside the vocabulary [0, %lld)", p,
+                        (long long)m->vision.image_token_id, (long long)m->spec.vocab_size);
     free(text);
     if (st == LPO_OK) st = apply_generation_config(dir, &m->spec);
     if (st == LPO_OK) st = check_quant_config(dir);

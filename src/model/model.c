@@ -69,6 +69,9 @@ uint64_t lpo_tensor_numel(const lpo_tensor *t) {
 const lpo_model_spec *lpo_model_get_spec(const lpo_model *m) {
     return &m->spec;
 }
+const lpo_vision_spec *lpo_model_vision_spec(const lpo_model *m) {
+    return m->has_vision ? &m->vision : NULL;
+}
 size_t lpo_model_n_tensors(const lpo_model *m) {
     return m->n_tensors;
 }

@@ -6,6 +6,7 @@
 #include "lpo/core.h"
 #include "lpo/gguf.h"
 #include "lpo/model.h"
+#include "lpo/vision.h"
 
 struct lpo_model {
     lpo_model_spec spec;
@@ -20,7 +21,9 @@ struct lpo_model {
     lpo_gguf *gguf;
     float **scales; /* fp8 checkpoints: the f32 scale arrays the tensors point to (owned) */
     size_t n_scales;
-    uint64_t seed; /* synthetic values */
+    uint64_t seed;          /* synthetic values */
+    int has_vision;         /* a vision encoder hangs off the text model (deepseek_ocr2) */
+    lpo_vision_spec vision; /* its spec (valid when has_vision) */
 };
 
 lpo_status lpo__model_new(const char *source, lpo_model **out);

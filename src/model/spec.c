@@ -644,33 +644,61 @@ static const char *duplicate_key(const cJSON *o, const char **where) {
     return dup;
 }
 
+/* Whether a config.json is DeepSeek-OCR-2's (the whole model: vision + text_config). */
+static int is_ocr2_config(const char *arch, const char *model_type) {
+    return (arch && !strcmp(arch, "DeepseekOcr2ForConditionalGeneration")) ||
+           (model_type && !strcmp(model_type, "deepseek_ocr2"));
+}
+
 lpo_status lpo_spec_from_hf_config(const char *json, size_t len, const char *origin, lpo_model_spec *out) {
     memset(out, 0, sizeof *out);
-    cJSON *root = cJSON_ParseWithLength(json, len);
-    if (!root || !cJSON_IsObject(root)) {
-        cJSON_Delete(root);
+    cJSON *doc = cJSON_ParseWithLength(json, len);
+    if (!doc || !cJSON_IsObject(doc)) {
+        cJSON_Delete(doc);
         return lpo_errorf(LPO_E_PARSE, "%s: not a valid JSON object", origin);
     }
-    const char *where = NULL, *dup = duplicate_key(root, &where);
+    const char *where = NULL, *dup = duplicate_key(doc, &where);
     if (dup) {
         lpo_status st = lpo_errorf(
             LPO_E_FORMAT, "%s: key '%.80s' appears twice%s%.80s%s: lpo does not guess which one was meant",
             origin, dup, where ? " (in '" : " (at the top level", where ? where : "", where ? "')" : ")");
-        cJSON_Delete(root);
+        cJSON_Delete(doc);
         return st;
     }
     json_ctx c = {origin, LPO_OK};
     lpo_model_spec *s = out;
     /* architecture: architectures[0], else model_type */
-    const cJSON *archs = cJSON_GetObjectItemCaseSensitive(root, "architectures");
+    const cJSON *archs = cJSON_GetObjectItemCaseSensitive(doc, "architectures");
     const char *an = NULL;
     if (cJSON_IsArray(archs) && cJSON_GetArraySize(archs) > 0 && cJSON_IsString(cJSON_GetArrayItem(archs, 0)))
         an = cJSON_GetArrayItem(archs, 0)->valuestring;
-    const char *mt = j_str(root, "model_type");
-    lpo_status st = lpo_arch_from_name(an ? an : mt, &s->arch);
-    if (st != LPO_OK && an && mt) st = lpo_arch_from_name(mt, &s->arch);
+    const char *mt = j_str(doc, "model_type");
+    /* DeepSeek-OCR-2 (model_type deepseek_ocr2): the text model is its nested text_config (the vision part is
+     * read by lpo_vision_spec_from_hf_config); keys it leaves out (dtype) come from the top level */
+    const cJSON *root = doc;
+    lpo_status st;
+    if (is_ocr2_config(an, mt)) {
+        root = cJSON_GetObjectItemCaseSensitive(doc, "text_config");
+        if (!cJSON_IsObject(root)) {
+            cJSON_Delete(doc);
+            return lpo_errorf(LPO_E_FORMAT,
+                              "%s: a deepseek_ocr2 config needs a 'text_config' object (the text model's "
+                              "sizes)",
+                              origin);
+        }
+        const char *tmt = j_str(root, "model_type");
+        st = lpo_arch_from_name(tmt ? tmt : "deepseek_ocr2_text", &s->arch);
+        if (st == LPO_OK && s->arch != LPO_ARCH_DEEPSEEK_OCR2_TEXT)
+            st = lpo_errorf(LPO_E_UNSUPPORTED,
+                            "text_config.model_type '%s': a deepseek_ocr2 model's text model is "
+                            "deepseek_ocr2_text",
+                            tmt);
+    } else {
+        st = lpo_arch_from_name(an ? an : mt, &s->arch);
+        if (st != LPO_OK && an && mt) st = lpo_arch_from_name(mt, &s->arch);
+    }
     if (st != LPO_OK) {
-        cJSON_Delete(root);
+        cJSON_Delete(doc);
         return lpo_error_context(st, "%s", origin);
     }
     s->vocab_size = j_int(&c, root, "vocab_size", 0);
@@ -727,6 +755,8 @@ lpo_status lpo_spec_from_hf_config(const char *json, size_t len, const char *ori
     s->sliding_window = sw > 0 && sw < s->max_positions ? sw : 0;
     const char *dt = j_str(root, "torch_dtype");
     if (!dt) dt = j_str(root, "dtype");
+    if (!dt && root != doc) dt = j_str(doc, "torch_dtype");
+    if (!dt && root != doc) dt = j_str(doc, "dtype");
     s->dtype = LPO_DT_BF16;
     const lpo_dtype_info *di = dt ? lpo_dtype_find(dt) : NULL;
     if (di && di->loads) s->dtype = di->dt;
@@ -742,7 +772,7 @@ lpo_status lpo_spec_from_hf_config(const char *json, size_t len, const char *ori
         parse_deepseek_moe(&c, root, s);
     else if (c.st == LPO_OK)
         parse_moe(&c, root, s);
-    cJSON_Delete(root);
+    cJSON_Delete(doc);
     if (c.st != LPO_OK) return c.st;
     /* display name: the folder holding config.json */
     const char *slash = strrchr(origin, '/');

@@ -199,7 +199,7 @@ static void runner_step(runner *r, const lpo_model_spec *s, int n, const int64_t
     }
     int32_t ts[64];
     for (int64_t t = 0; t < T; t++) ts[t] = tok_slot[t];
-    const lpo_step_data d = {n, slots, past, nnew, tokens, ts, tok_pos, NULL};
+    const lpo_step_data d = {n, slots, past, nnew, tokens, ts, tok_pos, NULL, 0, NULL, NULL};
     lpo_step_out out = {logits, ids};
     if (r->be->forward(r->ctx, &r->list, &r->plan, &d, &out) != LPO_OK)
         fail_msg("%s forward: %s", r->be->name, lpo_last_error());

@@ -121,13 +121,13 @@ static void run(const lpo_model *m, const char *backend, const char *dtype, cons
     const lpo_sampling greedy = {0, 0, 1, 1, 0};
     assert_int_equal(lpo_engine_set_sampling(e, 0, &greedy, 0), LPO_OK);
     int32_t id = -1;
-    lpo_engine_batch b = {1, &slot, &tp, &n, 0, NULL, 1, &id};
+    lpo_engine_batch b = {1, &slot, &tp, &n, 0, NULL, 1, &id, NULL};
     assert_int_equal(lpo_engine_run(e, &b), LPO_OK);
     for (int g = 0; g < n_gen; g++) {
         tokens[g] = id;
         const int32_t *one = &tokens[g];
         const int64_t n1 = 1;
-        lpo_engine_batch d = {1, &slot, &one, &n1, 0, NULL, 1, &id};
+        lpo_engine_batch d = {1, &slot, &one, &n1, 0, NULL, 1, &id, NULL};
         assert_int_equal(lpo_engine_run(e, &d), LPO_OK);
     }
     lpo_engine_close(e);

@@ -120,7 +120,7 @@ static void test_refusals(void **state) {
     const int32_t t[2] = {5, 6}, *tok = t;
     int64_t nt = 2;
     int32_t id = -1;
-    lpo_engine_batch b = {1, &slot, &tok, &nt, 0, NULL, 1, &id};
+    lpo_engine_batch b = {1, &slot, &tok, &nt, 0, NULL, 1, &id, NULL};
     assert_int_equal(lpo_engine_run(e, &b), LPO_E_TIMEOUT);
     print_message("stopped rank: %s\n", lpo_last_error());
     assert_non_null(strstr(lpo_last_error(), "rank 0"));

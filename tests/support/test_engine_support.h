@@ -228,7 +228,7 @@ static inline lpo_status test_step_status(const lpo_model_spec *s, const lpo_wei
     int32_t id = -1;
     const lpo_sampling greedy = {0, 0, 1, 1, 0};
     lpo_status st = lpo_engine_set_sampling(e, 0, &greedy, 0);
-    lpo_engine_batch b = {1, &slot, &tp, &n, 0, mode == 1 ? NULL : logits, mode == 1, &id};
+    lpo_engine_batch b = {1, &slot, &tp, &n, 0, mode == 1 ? NULL : logits, mode == 1, &id, NULL};
     if (st == LPO_OK) st = lpo_engine_run(e, &b);
     free(logits);
     lpo_engine_close(e);
@@ -268,10 +268,10 @@ static inline int test_tp_agrees_ar(const lpo_model_spec *s, const lpo_weight_so
         const int slots[2] = {0, 1};
         const int32_t p0[5] = {5, 6, 7, 8, 9}, p1[3] = {11, 3, 40}, *toks[2] = {p0, p1};
         const int64_t n[2] = {5, 3};
-        lpo_engine_batch b = {2, slots, toks, n, 0, lg[run], 1, ids[run][0]};
+        lpo_engine_batch b = {2, slots, toks, n, 0, lg[run], 1, ids[run][0], NULL};
         lpo_status st = lpo_engine_run(e, &b);
         for (int k = 1; st == LPO_OK && k <= steps && k < 64; k++) {
-            lpo_engine_batch d = {2, slots, NULL, NULL, 0, lg[run] + (size_t)k * 2 * V, 1, ids[run][k]};
+            lpo_engine_batch d = {2, slots, NULL, NULL, 0, lg[run] + (size_t)k * 2 * V, 1, ids[run][k], NULL};
             st = lpo_engine_run(e, &d);
         }
         if (st != LPO_OK) {

@@ -28,10 +28,10 @@ static void run(lpo_engine *e, int steps, const lpo_sampling *sp, int32_t ids[][
         lpo_engine_reset(e, i);
         assert_int_equal(lpo_engine_set_sampling(e, i, sp, (uint64_t)i), LPO_OK);
     }
-    lpo_engine_batch b = {3, slots, toks, lens, 0, NULL, 1, ids[0]};
+    lpo_engine_batch b = {3, slots, toks, lens, 0, NULL, 1, ids[0], NULL};
     assert_int_equal(lpo_engine_run(e, &b), LPO_OK);
     for (int s = 1; s < steps; s++) {
-        lpo_engine_batch d = {3, slots, NULL, NULL, 0, NULL, 1, ids[s]};
+        lpo_engine_batch d = {3, slots, NULL, NULL, 0, NULL, 1, ids[s], NULL};
         if (s == 2) { /* from the second decode step on, nothing is built and nothing allocated */
             lpo_test_allocs = 0;
             lpo_test_alloc_counting = 1;
@@ -127,13 +127,13 @@ static void test_bad_uses(void **state) {
     lpo_engine *e = test_engine(&s, 2, 32, 0);
     int slot = 0;
     int32_t id;
-    lpo_engine_batch d = {1, &slot, NULL, NULL, 0, NULL, 1, &id};
+    lpo_engine_batch d = {1, &slot, NULL, NULL, 0, NULL, 1, &id, NULL};
     assert_int_equal(lpo_engine_run(e, &d), LPO_E_INVALID);
     assert_non_null(strstr(lpo_last_error(), "chained"));
     const int32_t *t = PROMPTS[0];
     int64_t n = 4;
     float *logits = malloc((size_t)(4 * s.vocab_size) * sizeof(float));
-    lpo_engine_batch b = {1, &slot, &t, &n, 1, logits, 1, &id};
+    lpo_engine_batch b = {1, &slot, &t, &n, 1, logits, 1, &id, NULL};
     assert_int_equal(lpo_engine_run(e, &b), LPO_E_INVALID);
     free(logits);
     const lpo_sampling bad = {-1, 0, 1, 1, 0};

@@ -375,7 +375,7 @@ static void test_cpu_timeout(void **state) {
     int slot = 0;
     const int32_t t[2] = {5, 6}, *tok = t;
     int64_t n = 2;
-    lpo_engine_batch b = {1, &slot, &tok, &n, 0, NULL, 1, NULL};
+    lpo_engine_batch b = {1, &slot, &tok, &n, 0, NULL, 1, NULL, NULL};
     int32_t id;
     b.ids = &id;
     assert_int_equal(lpo_engine_run(e, &b), LPO_E_TIMEOUT);
@@ -428,7 +428,7 @@ static void test_cpu_comm_measure(void **state) {
         const int32_t t[2] = {5, 6}, *tok = t;
         int64_t n = 2;
         int32_t id = -1;
-        lpo_engine_batch b = {1, &slot, &tok, &n, 0, NULL, 1, &id};
+        lpo_engine_batch b = {1, &slot, &tok, &n, 0, NULL, 1, &id, NULL};
         assert_int_equal(lpo_engine_run(e, &b), LPO_OK);
         assert_true(id >= 0);
         lpo_engine_close(e);

@@ -626,6 +626,13 @@ static lpo_status cpu_moe_stats(void *vctx, lpo_moe_stats *out, int reset) {
     return LPO_OK;
 }
 
+/* The step's given embedding rows over the EMBED op's output x [T][n] (row embed_row[i] = embeds[i]). */
+static void put_embeds(float *x, int64_t n, int64_t T, const lpo_step_data *d) {
+    for (int64_t i = 0; i < d->n_embeds; i++) // embeds[i] (n,) -> x[embed_row[i]] (n,)
+        if (d->embed_row[i] >= 0 && d->embed_row[i] < T)
+            memcpy(x + d->embed_row[i] * n, d->embeds + i * n, (size_t)n * sizeof *x);
+}
+
 static lpo_status run_step(cpu_ctx *c, const lpo_oplist *l, const lpo_plan *p, const lpo_step_data *d,
                            lpo_step_out *out) {
     const int64_t T = l->n_tokens;
@@ -668,6 +675,7 @@ static lpo_status run_step(cpu_ctx *c, const lpo_oplist *l, const lpo_plan *p, c
             lpo_status st = run_op_at(c, l, i, d, tokens);
             if (st != LPO_OK) return st;
             if (op->kind == LPO_OP_ROUTER) moe_tally(c, op, decode);
+            if (op->kind == LPO_OP_EMBED && d->n_embeds > 0) put_embeds(c->buf[op->out[0].buf], op->n, T, d);
         }
         if (c->cb) c->cb(c->cb_ud, l, p, g, 1);
     }
@@ -1209,8 +1217,8 @@ const lpo_backend_iface *lpo_backend_cpu(void) {
     static const lpo_backend_iface cpu = {
         .api_version = LPO_BACKEND_API_VERSION,
         .name = "cpu",
-        .features =
-            LPO_BACKEND_F_BATCH | LPO_BACKEND_F_GROUP_EVENTS | LPO_BACKEND_F_ALL_LOGITS | LPO_BACKEND_F_TP,
+        .features = LPO_BACKEND_F_BATCH | LPO_BACKEND_F_GROUP_EVENTS | LPO_BACKEND_F_ALL_LOGITS |
+                    LPO_BACKEND_F_TP | LPO_BACKEND_F_EMBEDS,
         .init = cpu_init,
         .free = cpu_free,
         .plan = cpu_plan,

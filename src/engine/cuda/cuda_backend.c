@@ -195,7 +195,7 @@ const lpo_backend_iface *lpo_backend_cuda(void) {
         .api_version = LPO_BACKEND_API_VERSION,
         .name = "cuda",
         .features = LPO_BACKEND_F_BATCH | LPO_BACKEND_F_GROUP_EVENTS | LPO_BACKEND_F_DEVICE |
-                    LPO_BACKEND_F_ALL_LOGITS | LPO_BACKEND_F_GRAPHS
+                    LPO_BACKEND_F_ALL_LOGITS | LPO_BACKEND_F_GRAPHS | LPO_BACKEND_F_EMBEDS
 #ifdef LPO_HAVE_NCCL
                     | LPO_BACKEND_F_TP
 #endif

@@ -257,6 +257,51 @@ static int group_samples(const lpo_oplist *l, const lpo_plan_group *g) {
     return l->ops[g->first + g->count - 1].kind == LPO_OP_SAMPLE;
 }
 
+/* The EMBED op of a group, or NULL. */
+static const lpo_op *group_embed_op(const lpo_oplist *l, const lpo_plan_group *g) {
+    for (uint32_t k = 0; k < g->count; k++)
+        if (l->ops[g->first + k].kind == LPO_OP_EMBED) return &l->ops[g->first + k];
+    return NULL;
+}
+
+/* The step's given embedding rows (lpo_step_data.embeds: image embeddings) over the EMBED op's output: rows
+ * converted to the compute dtype on the host, each run of consecutive rows one copy on the stream (from
+ * pageable memory, which the copy has read when it returns, so the converted rows are freed right after). */
+static lpo_status put_embeds(cuda_ctx *c, const lpo_op *op, const lpo_step_data *d) {
+    const int64_t n = op->n, T = op->m;
+    const size_t row_bytes = (size_t)n * c->es;
+    void *conv = NULL;
+    const char *src = (const char *)d->embeds;
+    if (c->dt != LPO_DT_F32) {
+        conv = malloc((size_t)d->n_embeds * row_bytes);
+        if (!conv) return lpo_errorf(LPO_E_NOMEM, "cuda backend: out of memory (embedding rows)");
+        uint16_t *h = conv;
+        for (int64_t i = 0; i < d->n_embeds * n; i++) // f32 rows -> bf16 / f16 rows
+            h[i] = c->dt == LPO_DT_BF16 ? lpo_f32_to_bf16(d->embeds[i]) : lpo_f32_to_f16(d->embeds[i]);
+        src = conv;
+    }
+    lpo_status st = LPO_OK;
+    for (int64_t i = 0; i < d->n_embeds && st == LPO_OK;) {
+        int64_t j = i + 1; /* rows i..j-1 land on consecutive rows */
+        while (j < d->n_embeds && d->embed_row[j] == d->embed_row[j - 1] + 1) j++;
+        if (d->embed_row[i] < 0 || d->embed_row[j - 1] >= T) {
+            st = lpo_errorf(LPO_E_RANGE, "cuda backend: embedding row %lld outside the step's %lld tokens",
+                            (long long)d->embed_row[i], (long long)T);
+            break;
+        }
+        const cudaError_t e = cudaMemcpyAsync(
+            (char *)c->buf[op->out[0].buf] + (size_t)d->embed_row[i] * row_bytes, src + (size_t)i * row_bytes,
+            (size_t)(j - i) * row_bytes, cudaMemcpyHostToDevice, c->stream);
+        if (e != cudaSuccess)
+            st = lpo_errorf(LPO_E_CUDA, "cuda backend: embedding rows to the device: %s",
+                            cudaGetErrorString(e));
+        i = j;
+    }
+    free(conv);
+    lpo_cuda_pdl_break();
+    return st;
+}
+
 /* Groups [g0, g1) of the plan, in a range per layer and per group, with the group callbacks. The logits go
  * to the host before the SAMPLE group when asked (the sampler rewrites its rows in place). */
 static lpo_status run_groups(cuda_ctx *c, const lpo_oplist *l, const lpo_plan *p, const lpo_step_data *d,
@@ -286,6 +331,8 @@ static lpo_status run_groups(cuda_ctx *c, const lpo_oplist *l, const lpo_plan *p
         range_push(G->name);
         if (c->cb) c->cb(c->cb_ud, l, p, g, 0);
         st = run_group(c, l, G, d);
+        const lpo_op *emb = d->n_embeds > 0 ? group_embed_op(l, G) : NULL;
+        if (st == LPO_OK && emb) st = put_embeds(c, emb, d);
         if (st == LPO_OK && c->cb) c->cb(c->cb_ud, l, p, g, 1);
         range_pop();
         if (st != LPO_OK) st = lpo_error_context(st, "cuda backend: group '%s'", G->name);
@@ -458,8 +505,9 @@ lpo_status lpo__cuda_forward(void *vctx, const lpo_oplist *l, const lpo_plan *p,
     TRY(check_step(c, l, d));
     TRY(take_bad(c, 0)); /* an earlier chained step's logits, if their check has landed */
     const int decode = is_decode(l, d);
-    /* graphs: decode steps in exec=graph without group callbacks (those need a host call per group) */
-    const int graph = decode && c->cfg.exec == LPO_EXEC_GRAPH && !c->cb;
+    /* graphs: decode steps in exec=graph without group callbacks (those need a host call per group) nor given
+     * embedding rows (host data copied in the step) */
+    const int graph = decode && c->cfg.exec == LPO_EXEC_GRAPH && !c->cb && d->n_embeds == 0;
     range_push(decode ? "decode_step" : "prefill");
     c->len_hint = graph ? context_bucket(c, d) : 1;
     if (!graph)
