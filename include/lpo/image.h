@@ -101,3 +101,33 @@ void lpo_ocr_views_free(lpo_ocr_views *v);
  * than n_images. *out: malloc'd, NUL-terminated. */
 lpo_status lpo_ocr_expand_prompt(const char *prompt, const char *placeholder, const int64_t *counts,
                                  int n_images, char **out);
+
+/* ---- grounding output (docs/vision.md "Grounding") ------------------------------------------------------
+ * A completion's `<|ref|>label<|/ref|><|det|>[[x1, y1, x2, y2], ...]<|/det|>` pieces. Coordinates are
+ * integers 0..999, normalised over the page's width and height (the upright page the model saw, before any
+ * resize or padding): pixel x = int(x / 999 * width), as DeepSeek-OCR's drawing code computes it. A piece
+ * that is cut short, whose det text is not a list of 4-integer lists, holds a value outside 0..999 or more
+ * than LPO_OCR_MAX_BOXES_PER_REF boxes is skipped and counted in n_bad; x1 > x2 or y1 > y2 are swapped. */
+#define LPO_OCR_MAX_BOXES_PER_REF 64
+#define LPO_OCR_MAX_BOXES         4096
+typedef struct {
+    char label[128];    /* the ref text (cut to whole UTF-8 characters within 127 bytes) */
+    int ref;            /* index of its ref among the parsed ones (one ref may hold several boxes) */
+    int x1, y1, x2, y2; /* 0..999, x1 <= x2, y1 <= y2 */
+} lpo_ocr_box;
+typedef struct {
+    lpo_ocr_box *boxes;
+    size_t n, cap;
+    int n_refs; /* refs parsed into boxes */
+    int n_bad;  /* refs skipped as malformed */
+} lpo_ocr_grounding;
+/* Parses text[0..len) (no NUL needed). Only LPO_E_NOMEM fails; free with lpo_ocr_grounding_free. */
+lpo_status lpo_ocr_grounding_parse(const char *text, size_t len, lpo_ocr_grounding *out);
+void lpo_ocr_grounding_free(lpo_ocr_grounding *g);
+/* A box's pixel rectangle on a w x h page: int(c / 999 * side), clamped to the page; px = x1, y1, x2, y2. */
+void lpo_ocr_box_pixels(const lpo_ocr_box *b, int w, int h, int px[4]);
+/* Draws every box onto the page: a light fill (20/255 of the ref's colour) and an outline of 2 pixels (4
+ * for a "title" ref), a colour per ref from a fixed palette of 8. */
+lpo_status lpo_ocr_draw_boxes(lpo_image *im, const lpo_ocr_grounding *g);
+/* Writes the image as an 8-bit RGB PNG through libpng (LPO_E_IO naming the path). */
+lpo_status lpo_image_write_png(const lpo_image *im, const char *path);

@@ -8,10 +8,12 @@
 
 #include "lpo/chat.h"
 #include "lpo/config.h"
+#include "lpo/image.h"
 #include "lpo/infer.h"
 #include "lpo/model.h"
 #include "lpo/status.h"
 #include "lpo/tokenizer.h"
+#include "lpo/vision_encode.h"
 
 typedef struct {
     const char *name; /* without the leading "--" */
@@ -104,3 +106,45 @@ typedef struct {
 /* Text -> ids (malloc'd), through the chat template when infer.chat is set. LPO_E_USAGE for a model
  * without a tokenizer, an empty prompt, or one that encodes to no tokens. */
 lpo_status lpo_cli_encode_prompt(const lpo_cli_prompts *g, const char *text, int32_t **ids, size_t *n);
+
+/* ---- page images (cli_image.c): DeepSeek-OCR-2's image= of generate and logits ---- */
+#define LPO_CLI_IMAGE_PLACEHOLDER "<image>"
+/* The pages image= names: a PNG / JPEG file; a folder (its .png / .jpg / .jpeg files, sorted by name); a
+ * .jsonl file (a line per page: a JSON string or an object with "image" or "path", and "id"; relative paths
+ * from the file's folder). ids[i] names page i in predictions (file name, or the record's id). */
+typedef struct {
+    char **paths, **ids;
+    size_t n, cap;
+} lpo_cli_images;
+lpo_status lpo_cli_images_list(const char *arg, lpo_cli_images *out);
+void lpo_cli_images_free(lpo_cli_images *l);
+/* LPO_E_USAGE naming the model when it has no vision encoder (a text-only model given image=). */
+lpo_status lpo_cli_vision_check(const lpo_model *m);
+/* The model's vision encoder on the CPU reference backend (whatever backend runs the text model). */
+typedef struct {
+    const lpo_vision_spec *vs;
+    lpo_weight_source ws;
+    lpo_ocr_prep_opts prep;
+    lpo_vision_encoder *enc;
+} lpo_cli_vision;
+lpo_status lpo_cli_vision_open(const lpo_model *m, int n_threads, lpo_cli_vision *out);
+void lpo_cli_vision_close(lpo_cli_vision *v);
+/* One page: decoded, preprocessed, encoded (emb [n_rows][text_hidden]), with the time of each part. */
+typedef struct {
+    lpo_image image;
+    lpo_ocr_views views;
+    float *emb;
+    int64_t n_rows;
+    double decode_ms, prep_ms, encode_ms;
+} lpo_cli_page;
+lpo_status lpo_cli_page_encode(lpo_cli_vision *v, const char *path, lpo_cli_page *p);
+void lpo_cli_page_free(lpo_cli_page *p);
+/* LPO_E_USAGE unless the prompt holds LPO_CLI_IMAGE_PLACEHOLDER exactly once (one page per prompt). */
+lpo_status lpo_cli_image_prompt_check(const char *text);
+/* The prompt text with its placeholder expanded to n_img copies (HF's processor), encoded (lpo_cli_encode_
+ * prompt); LPO_E_FORMAT when the tokenizer does not give n_img image_token ids for them. */
+lpo_status lpo_cli_image_prompt_text(const lpo_cli_prompts *g, const char *text, int32_t image_token,
+                                     int64_t n_img, int32_t **ids, size_t *n);
+/* Prompt ids holding image_token once (expanded to n_img) or n_img times (as given). */
+lpo_status lpo_cli_image_prompt_ids(const int32_t *ids, size_t n, int32_t image_token, int64_t n_img,
+                                    int32_t **out, size_t *n_out);

@@ -24,13 +24,18 @@ static const lpo_cli_flag flags[] = {
 static const lpo_cli_param params[] = {
     {"prompt", "the prompt text (streams the completion to stdout)"},
     {"tokens", "prompt token ids instead of text, e.g. tokens=1,2,3 (models without a tokenizer)"},
+    {"image", "DeepSeek-OCR-2: a page image (PNG / JPEG), a folder of them or a JSONL of their paths; the "
+              "prompt's <image> (default prompt '<image>\\nFree OCR.') takes the page -> predictions.jsonl"},
 };
 static const lpo_cli_spec spec = {
     .command = "generate",
     .summary =
         "Generates text. With prompt=TEXT or tokens=IDS: streams the completion to stdout. Without: runs\n"
         "the dataset (dataset=prompts dataset.path=FILE.jsonl) and writes predictions.jsonl into the run\n"
-        "directory. Settings: infer.max_new_tokens, infer.temperature, infer.top_k, infer.top_p,\n"
+        "directory. With image=PAGE|FOLDER|FILE.jsonl (DeepSeek-OCR-2): one completion per page, the\n"
+        "prompt's <image> replaced by the page, predictions.jsonl and boxes-N.png of grounding output in "
+        "the\n"
+        "run directory. Settings: infer.max_new_tokens, infer.temperature, infer.top_k, infer.top_p,\n"
         "infer.seed, infer.stop, infer.chat, infer.batch_size, backend=cpu|cuda (docs/generate.md).",
     .flags = flags,
     .n_flags = sizeof flags / sizeof flags[0],
@@ -210,10 +215,69 @@ static lpo_status run_dataset(lpo_session *ses, const lpo_cli_prompts *g, const 
     return st;
 }
 
+/* ---- pages (image=) -> predictions.jsonl ---- */
+#define DEFAULT_OCR_PROMPT "<image>\nFree OCR."
+
+/* The grounding boxes of a completion (its text with special tokens, where <|ref|> / <|det|> live) into the
+ * record, and drawn onto the page as boxes-<i>.png when there are any (its name into *vis). */
+static lpo_status page_boxes(lpo_session *ses, lpo_rundir *rd, const lpo_cli_prompts *g, const lpo_gen_seq *q,
+                             const lpo_cli_page *pg, size_t i, lpo_json *j, int *n_boxes) {
+    lpo_strbuf raw = {0};
+    lpo_status st = LPO_OK;
+    *n_boxes = 0;
+    if (g->tok) st = lpo_tokenizer_decode(g->tok, q->ids, q->n_ids, 0, &raw);
+    lpo_ocr_grounding gr = {0};
+    if (st == LPO_OK) st = lpo_ocr_grounding_parse(raw.buf ? raw.buf : "", raw.len, &gr);
+    lpo_sb_free(&raw);
+    if (st != LPO_OK) return st;
+    lpo_json_key(j, "boxes");
+    lpo_json_array_begin(j);
+    for (size_t k = 0; k < gr.n; k++) {
+        const lpo_ocr_box *b = &gr.boxes[k];
+        int px[4];
+        lpo_ocr_box_pixels(b, pg->image.width, pg->image.height, px);
+        lpo_json_object_begin(j);
+        lpo_json_kv_str(j, "label", b->label);
+        lpo_json_kv_int(j, "ref", b->ref);
+        lpo_json_key(j, "box");
+        lpo_json_array_begin(j);
+        lpo_json_int(j, b->x1), lpo_json_int(j, b->y1), lpo_json_int(j, b->x2), lpo_json_int(j, b->y2);
+        lpo_json_array_end(j);
+        lpo_json_key(j, "pixels");
+        lpo_json_array_begin(j);
+        for (int c = 0; c < 4; c++) lpo_json_int(j, px[c]);
+        lpo_json_array_end(j);
+        lpo_json_object_end(j);
+    }
+    lpo_json_array_end(j);
+    lpo_json_kv_int(j, "boxes_skipped", gr.n_bad);
+    if (gr.n > 0) {
+        char name[64], path[4096];
+        snprintf(name, sizeof name, "boxes-%zu.png", i);
+        lpo_image vis = pg->image;
+        vis.rgb = malloc((size_t)vis.width * (size_t)vis.height * 3);
+        if (!vis.rgb) st = lpo_errorf(LPO_E_NOMEM, "boxes: out of memory");
+        if (st == LPO_OK) {
+            memcpy(vis.rgb, pg->image.rgb, (size_t)vis.width * (size_t)vis.height * 3);
+            st = lpo_ocr_draw_boxes(&vis, &gr);
+        }
+        if (st == LPO_OK) st = lpo_image_write_png(&vis, lpo_rundir_file(rd, name, path, sizeof path));
+        free(vis.rgb);
+        lpo_json_kv_str(j, "visualization", st == LPO_OK ? name : NULL);
+    } else {
+        lpo_json_kv_str(j, "visualization", NULL);
+    }
+    *n_boxes = (int)gr.n;
+    (void)ses;
+    lpo_ocr_grounding_free(&gr);
+    return st;
+}
+
 /* What the command reads from the model before the engine is sized: tokenizer, chat family, dataset or
  * the prompt's ids. */
 typedef struct {
-    const char *prompt, *tokens;
+    const char *prompt, *tokens, *image;
+    lpo_cli_images pages; /* image= */
     int print_id;
     lpo_cli_prompts g;
     lpo_dataset *d;
@@ -221,6 +285,111 @@ typedef struct {
     size_t n_ids;
     int32_t tok_eos;
 } gen_run;
+
+/* Each page: encoded on the CPU, its prompt built, one completion (streamed when it is the only page), a
+ * record with the text, tokens, boxes and the time of every phase. */
+static lpo_status run_pages(lpo_session *ses, gen_run *r) {
+    lpo_engine *e = ses->engine;
+    const lpo_cli_prompts *g = &r->g;
+    lpo_rundir *rd = NULL;
+    FILE *f = NULL;
+    lpo_cli_vision v;
+    lpo_status st = lpo_cli_vision_open(ses->model, ses->infer.engine.n_threads, &v);
+    if (st == LPO_OK) st = lpo_session_rundir(ses, &rd);
+    if (st == LPO_OK) st = lpo_rundir_open(rd, "predictions.jsonl", "w", &f);
+    const int32_t image_token = v.vs ? (int32_t)v.vs->image_token_id : -1;
+    const int one = r->pages.n == 1;
+    size_t total_gen = 0, n_vis = 0;
+    for (size_t i = 0; st == LPO_OK && i < r->pages.n; i++) {
+        const char *path = r->pages.paths[i];
+        lpo_cli_page pg;
+        int32_t *ids = NULL;
+        size_t n_ids = 0;
+        st = lpo_cli_page_encode(&v, path, &pg);
+        if (st == LPO_OK)
+            st = r->prompt ? lpo_cli_image_prompt_text(g, r->prompt, image_token, pg.n_rows, &ids, &n_ids)
+                           : lpo_cli_image_prompt_ids(r->ids, r->n_ids, image_token, pg.n_rows, &ids, &n_ids);
+        const lpo_engine_embeds emb = {image_token, pg.n_rows, pg.emb};
+        lpo_gen_seq q = {.prompt = ids, .n_prompt = n_ids, .stream = i, .embeds = &emb};
+        if (st == LPO_OK)
+            st = lpo_generate(e, g->tok, &g->ic->gen, &q, 1, one && !r->print_id ? stream_text : NULL, NULL);
+        if (st == LPO_OK && one) {
+            if (r->print_id)
+                print_ids(stdout, q.ids, q.n_ids);
+            else
+                fputc('\n', stdout);
+            fflush(stdout);
+        }
+        lpo_strbuf line = {0};
+        lpo_json j;
+        int n_boxes = 0;
+        if (st == LPO_OK) {
+            lpo_json_init_buf(&j, &line, 0);
+            lpo_json_object_begin(&j);
+            lpo_json_kv_str(&j, "id", r->pages.ids[i]);
+            lpo_json_kv_str(&j, "image", path);
+            lpo_json_kv_str(&j, "prompt", r->prompt);
+            lpo_json_key(&j, "text");
+            if (g->tok)
+                lpo_json_strn(&j, q.text.buf ? q.text.buf : "", q.text.len);
+            else
+                lpo_json_null(&j);
+            lpo_json_key(&j, "tokens");
+            lpo_json_array_begin(&j);
+            for (size_t k = 0; k < q.n_ids; k++) lpo_json_int(&j, q.ids[k]);
+            lpo_json_array_end(&j);
+            lpo_json_kv_int(&j, "prompt_tokens", (int64_t)n_ids);
+            lpo_json_kv_int(&j, "image_tokens", pg.n_rows);
+            lpo_json_kv_int(&j, "completion_tokens", (int64_t)q.n_ids);
+            lpo_json_kv_str(&j, "stop_reason", lpo_stop_reason_name(q.reason));
+            lpo_json_key(&j, "page");
+            lpo_json_array_begin(&j);
+            lpo_json_int(&j, pg.image.width), lpo_json_int(&j, pg.image.height);
+            lpo_json_array_end(&j);
+            lpo_json_key(&j, "tiles");
+            lpo_json_array_begin(&j);
+            lpo_json_int(&j, pg.views.cols), lpo_json_int(&j, pg.views.rows);
+            lpo_json_array_end(&j);
+            lpo_json_key(&j, "timings_ms");
+            lpo_json_object_begin(&j);
+            lpo_json_kv_double(&j, "image_decode", pg.decode_ms);
+            lpo_json_kv_double(&j, "preprocess", pg.prep_ms);
+            lpo_json_kv_double(&j, "vision_encode", pg.encode_ms);
+            lpo_json_kv_double(&j, "prefill", q.prefill_ms);
+            lpo_json_kv_double(&j, "decode", q.decode_ms);
+            lpo_json_object_end(&j);
+            lpo_json_kv_double(&j, "decode_tok_s", tok_per_s((double)q.decode_steps, q.decode_ms));
+            st = page_boxes(ses, rd, g, &q, &pg, i, &j, &n_boxes);
+            lpo_json_object_end(&j);
+            if (st == LPO_OK) st = lpo_json_finish(&j);
+            if (st == LPO_OK) st = lpo_write_record(f, line.buf, line.len, "predictions.jsonl");
+        }
+        if (st == LPO_OK) {
+            total_gen += q.n_ids;
+            n_vis += n_boxes > 0;
+            fprintf(stderr,
+                    "lpo generate: %s: %dx%d page, %d tile(s), %lld image tokens; decode %.1f ms, preprocess "
+                    "%.1f ms, vision encode %.1f ms, prefill %.1f ms (%zu tokens), %zu generated in %.1f ms "
+                    "(%s)%s\n",
+                    r->pages.ids[i], pg.image.width, pg.image.height, pg.views.n_local, (long long)pg.n_rows,
+                    pg.decode_ms, pg.prep_ms, pg.encode_ms, q.prefill_ms, n_ids, q.n_ids, q.decode_ms,
+                    lpo_stop_reason_name(q.reason), n_boxes ? ", boxes drawn" : "");
+        }
+        lpo_sb_free(&line);
+        lpo_gen_seq_free(&q);
+        free(ids);
+        lpo_cli_page_free(&pg);
+    }
+    if (f && fclose(f) != 0 && st == LPO_OK)
+        st = lpo_errorf(LPO_E_IO, "cannot write predictions.jsonl: %s", strerror(errno));
+    if (st == LPO_OK) {
+        fprintf(stderr, "lpo generate: %zu page(s), %zu tokens generated -> predictions.jsonl%s\n",
+                r->pages.n, total_gen, n_vis ? " and boxes-N.png" : "");
+        lpo_rundir_announce(rd, stdout);
+    }
+    lpo_cli_vision_close(&v);
+    return st;
+}
 
 static lpo_status size_engine(void *ud, lpo_session *s, lpo_engine_opts *eo) {
     gen_run *r = ud;
@@ -240,6 +409,24 @@ static lpo_status size_engine(void *ud, lpo_session *s, lpo_engine_opts *eo) {
     if (g->spec->n_eos == 0 && r->tok_eos >= 0) { /* no EOS in the model files: the tokenizer's */
         ic->gen.eos_ids = &r->tok_eos;
         ic->gen.n_eos = 1;
+    }
+    if (r->image) { /* pages: one sequence at a time, each prompt built once its page is encoded */
+        if ((st = lpo_cli_vision_check(s->model)) != LPO_OK) return st;
+        if (!r->prompt && !r->tokens) r->prompt = DEFAULT_OCR_PROMPT;
+        if (r->prompt && (st = lpo_cli_image_prompt_check(r->prompt)) != LPO_OK) return st;
+        if (r->prompt && !g->tok)
+            return lpo_errorf(LPO_E_USAGE, "this model has no tokenizer: give tokens=1,2,3");
+        if (r->tokens) { /* the placeholder is there before any page is encoded */
+            const int32_t it = (int32_t)lpo_model_vision_spec(s->model)->image_token_id;
+            size_t k = 0;
+            while (k < r->n_ids && r->ids[k] != it) k++;
+            if (k == r->n_ids)
+                return lpo_errorf(LPO_E_USAGE,
+                                  "with image=, tokens= must hold the image token id %d (the page's place)",
+                                  (int)it);
+        }
+        eo->max_seqs = 1;
+        return LPO_OK;
     }
     const int single = r->prompt || r->tokens;
     if (!single) {
@@ -272,6 +459,9 @@ int lpo_cmd_generate(int argc, char **argv) {
     r.prompt = lpo_cli_param_value(&args, "prompt");
     r.tokens = lpo_cli_param_value(&args, "tokens");
     r.print_id = lpo_cli_flag_value(&args, "print-ids") != NULL;
+    r.image = lpo_cli_param_value(&args, "image");
+    if (r.image && (st = lpo_cli_images_list(r.image, &r.pages)) != LPO_OK)
+        goto done; /* before any weights */
     if (r.prompt && r.tokens) {
         st = lpo_errorf(LPO_E_USAGE, "give prompt= or tokens=, not both");
         goto done;
@@ -285,9 +475,11 @@ int lpo_cmd_generate(int argc, char **argv) {
     st = lpo_session_open(cfg, &so, &s);
     cfg = NULL; /* the session's */
     if (st != LPO_OK) goto done;
-    st = r.prompt || r.tokens ? run_single(s->engine, &r.g, r.ids, r.n_ids, r.print_id)
-                              : run_dataset(s, &r.g, r.d);
+    st = r.image                ? run_pages(s, &r)
+         : r.prompt || r.tokens ? run_single(s->engine, &r.g, r.ids, r.n_ids, r.print_id)
+                                : run_dataset(s, &r.g, r.d);
 done:
+    lpo_cli_images_free(&r.pages);
     free(r.ids);
     lpo_dataset_free(r.d);
     if (r.g.tok) lpo_tokenizer_free(r.g.tok);
