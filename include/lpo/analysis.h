@@ -18,6 +18,7 @@
 #include "lpo/ceilings.h"
 #include "lpo/config.h"
 #include "lpo/engine.h"
+#include "lpo/vision.h"
 #include "lpo/model.h"
 #include "lpo/report.h"
 #include "lpo/status.h"
@@ -123,6 +124,7 @@ typedef struct {
     lpo_an_cost *by_layer; /* [n_layers]: ops of each block */
     lpo_an_cost outside;   /* ops outside the blocks (embed, final norm, lm_head, sample) */
     int64_t n_layers;
+    int64_t view; /* a vision-encode phase: the view's side in pixels (1024 global, 768 tile); 0: text */
 } lpo_an_phase;
 
 /* Builds the op list of a phase (prefill: decode 0, tokens_or_ctx = T; decode: context L) and costs every
@@ -130,6 +132,12 @@ typedef struct {
 lpo_status lpo_an_phase_build(const lpo_model_spec *spec, int decode, int batch, int64_t tokens_or_ctx,
                               const lpo_an_dtypes *dt, const lpo_peaks *p, lpo_an_phase *out);
 void lpo_an_phase_free(lpo_an_phase *ph);
+/* The vision encode of one view of `size` pixels (lpo_vision_oplist_build), every op costed at the
+ * what-if dtypes (weights at the weight dtype, activations at the activation dtype); its ops are all outside
+ * the text model's layers (n_layers 0). spec: the text model (for nothing but the cost function's
+ * signature). */
+lpo_status lpo_an_vision_phase_build(const lpo_model_spec *spec, const lpo_vision_spec *vs, int64_t size,
+                                     const lpo_an_dtypes *dt, const lpo_peaks *p, lpo_an_phase *out);
 
 /* ---- the static analysis of a workload ----------------------------------------------------------------- */
 typedef struct {
@@ -144,6 +152,13 @@ typedef struct {
     int tp;                   /* engine.tp: tensor-parallel ranks (1: one GPU) */
     double comm_alpha_us; /* analysis.comm_alpha_us: collective latency what-if (0: measured, else assumed) */
     double comm_busbw_gbs; /* analysis.comm_busbw_gbs: bus bandwidth what-if, GB/s (0: likewise) */
+    /* a model with a vision encoder (DeepSeek-OCR-2; set by the caller from lpo_model_vision_spec): each
+     * sequence is one page, encoded before its prefill, whose image tokens join the prefill's prompt_len
+     * text tokens. The page: image_tiles local tiles (analysis.image_tiles), or the tiles HF's processor
+     * cuts from an image of image_w x image_h (analysis.image_size, when image_tiles < 0). */
+    const lpo_vision_spec *vision;
+    int64_t image_tiles;
+    int image_w, image_h;
 } lpo_an_opts;
 
 /* The collective latency model's figures when neither lpo ceilings (several GPUs) nor analysis.comm_* give
@@ -220,6 +235,15 @@ typedef struct {
     double comm_alpha_us, comm_busbw_gbs;
     char comm_source[160];
     double comm_measured_alpha_us, comm_measured_busbw_gbs; /* the peaks' own (0: none measured) */
+    /* a model with a vision encoder (opts.vision): one page per sequence, encoded before the prefill (whose
+     * opts.prompt_len above counts the page's image tokens) */
+    int has_vision;
+    int64_t text_prompt_len;                 /* the text tokens of the prompt (opts.prompt_len - image) */
+    int64_t image_tiles, image_tokens;       /* local tiles of a page; its image tokens */
+    int image_cols, image_rows;              /* the tile grid (0 x 0 when the tile count was given) */
+    lpo_an_phase vision_global, vision_tile; /* one 1024 view; one 768 tile (empty without tiles) */
+    lpo_an_cost vision_total;                /* a page: global + tiles x tile, times the batch */
+    lpo_an_cost page;                        /* vision_total + generation */
 } lpo_an_static;
 
 /* Reads the what-if settings from a composed config: analysis.* (conf/analysis/default.yaml), falling back

@@ -131,3 +131,7 @@ void lpo_ocr_box_pixels(const lpo_ocr_box *b, int w, int h, int px[4]);
 lpo_status lpo_ocr_draw_boxes(lpo_image *im, const lpo_ocr_grounding *g);
 /* Writes the image as an 8-bit RGB PNG through libpng (LPO_E_IO naming the path). */
 lpo_status lpo_image_write_png(const lpo_image *im, const char *path);
+/* A synthetic document page of w x h (white, a title, paragraphs of glyph-like strokes, tables, grey
+ * figures), the same for the same seed: workloads without real pages (image=synthetic of lpo generate).
+ * LPO_E_INVALID for a side under 64 or more than LPO_IMAGE_MAX_PIXELS. */
+lpo_status lpo_image_synthetic_page(int w, int h, uint64_t seed, lpo_image *out);

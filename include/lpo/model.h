@@ -219,6 +219,9 @@ typedef struct {
     int has_dtype;              /* dtype given (synthetic stored dtype; default bf16) */
     lpo_dtype dtype;            /* synthetic: the stored dtype */
     const lpo_model_spec *arch; /* synthetic: the architecture (name and dtype are set from the above) */
+    int has_vision;             /* synthetic: a vision encoder of this spec hangs off the text model, its
+                                   weights generated like the others (model.vision, docs/models.md) */
+    lpo_vision_spec vision;
 } lpo_model_opts;
 
 /* Opens the model the options describe. LPO_E_CONFIG when neither a path nor an architecture is given, or

@@ -66,3 +66,12 @@ int64_t lpo_vision_params(const lpo_vision_spec *s);
 #define LPO_VISION_QUERIES "model.qwen2_model."
 #define LPO_VISION_PROJ    "model.projector.layers."
 #define LPO_VISION_SEP     "model.view_seperator"
+
+/* The vision encoder's tensors (the names above, HF shapes: a conv weight [out, in, k, k], pos_embed
+ * [1, G, G, C]), in the order the op lists read them, each once. *out is malloc'd (caller frees). */
+typedef struct {
+    char name[96];
+    int n_dims;
+    int64_t shape[4];
+} lpo_vision_tensor_desc;
+lpo_status lpo_vision_tensors(const lpo_vision_spec *s, lpo_vision_tensor_desc **out, size_t *n);

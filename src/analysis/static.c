@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "lpo/analysis.h"
+#include "lpo/image.h"
 #include "lpo/infer.h"
 
 /* ---- phases ---- */
@@ -53,6 +54,41 @@ lpo_status lpo_an_phase_build(const lpo_model_spec *spec, int decode, int batch,
             lpo_an_cost_add(&out->by_layer[op->layer], &a->c);
         else
             lpo_an_cost_add(&out->outside, &a->c);
+    }
+    lpo_oplist_free(&l);
+    return LPO_OK;
+}
+
+lpo_status lpo_an_vision_phase_build(const lpo_model_spec *spec, const lpo_vision_spec *vs, int64_t size,
+                                     const lpo_an_dtypes *dt, const lpo_peaks *p, lpo_an_phase *out) {
+    memset(out, 0, sizeof *out);
+    lpo_oplist l = {0};
+    lpo_an_list_dtypes ld;
+    lpo_status st = lpo_an_list_dtypes_init(&ld, dt);
+    if (st == LPO_OK) st = lpo_vision_oplist_build(vs, size, &ld.opts, &l);
+    if (st != LPO_OK) return st;
+    out->batch = 1;
+    out->tokens = l.n_tokens;
+    out->view = size;
+    out->ops = calloc(l.n_ops ? l.n_ops : 1, sizeof *out->ops);
+    if (!out->ops) {
+        lpo_oplist_free(&l);
+        return lpo_errorf(LPO_E_NOMEM, "analysis: out of memory");
+    }
+    for (size_t i = 0; i < l.n_ops; i++) { // op i of the view's list -> its cost, and into the sums
+        const lpo_op *op = &l.ops[i];
+        lpo_an_op *a = &out->ops[out->n_ops++];
+        a->index = (int)i;
+        snprintf(a->name, sizeof a->name, "%s", op->name);
+        a->kind = op->kind;
+        a->layer = op->layer;
+        a->m = op->m;
+        a->n = op->n;
+        a->k = op->k;
+        lpo_an_op_cost(spec, op, 1, dt, p, &a->c);
+        lpo_an_cost_add(&out->total, &a->c);
+        if ((unsigned)op->kind < LPO_OP_KIND_COUNT) lpo_an_cost_add(&out->by_kind[op->kind], &a->c);
+        lpo_an_cost_add(&out->outside, &a->c);
     }
     lpo_oplist_free(&l);
     return LPO_OK;
@@ -110,6 +146,32 @@ lpo_status lpo_an_opts_from_config(const lpo_node *cfg, const lpo_model_spec *sp
     if (b > 1 << 20 || tile > 1 << 20)
         return lpo_errorf(LPO_E_CONFIG, "analysis: batch %lld / attn_tile %lld out of range", (long long)b,
                           (long long)tile);
+    /* a page of a vision model: analysis.image_tiles, else the tiles of analysis.image_size (WxH), else the
+     * issue's reference page of 6 tiles */
+    int64_t tiles;
+    const char *size;
+    if ((st = int_setting(cfg, "analysis.image_tiles", NULL, -1, -1, &tiles)) != LPO_OK) return st;
+    if ((st = lpo_cfg_str_or(cfg, "analysis.image_size", NULL, &size)) != LPO_OK) return st;
+    o->image_tiles = tiles;
+    if (tiles >= 0 && size)
+        return lpo_errorf(LPO_E_CONFIG, "analysis.image_tiles and analysis.image_size: give one of them");
+    if (tiles == 1 || tiles > 6)
+        return lpo_errorf(LPO_E_CONFIG,
+                          "analysis.image_tiles = %lld: a page has 0 (no local tiles) or 2..6 tiles (HF's "
+                          "min_patches / max_patches)",
+                          (long long)tiles);
+    if (size) {
+        int w = 0, h = 0, used = 0;
+        if (sscanf(size, "%dx%d%n", &w, &h, &used) != 2 || size[used] || w < 1 || h < 1 || w > 65535 ||
+            h > 65535)
+            return lpo_errorf(LPO_E_CONFIG,
+                              "analysis.image_size = '%s': give the page's width x height in pixels, e.g. "
+                              "1700x2200",
+                              size);
+        o->image_w = w, o->image_h = h;
+    } else if (tiles < 0) {
+        o->image_tiles = 6;
+    }
     o->batch = (int)b;
     o->prompt_len = P;
     o->gen_len = G;
@@ -214,6 +276,8 @@ void lpo_an_footprint_compute(const lpo_model_spec *s, const lpo_an_opts *o, con
 void lpo_an_static_free(lpo_an_static *s) {
     lpo_an_phase_free(&s->prefill);
     lpo_an_phase_free(&s->decode);
+    lpo_an_phase_free(&s->vision_global);
+    lpo_an_phase_free(&s->vision_tile);
 }
 
 /* Prefill and decode-step floors of a workload under dt at batch b (one what-if row). */
@@ -295,9 +359,42 @@ static lpo_status add_moe(const lpo_model_spec *spec, lpo_an_static *s, const lp
     return LPO_OK;
 }
 
-lpo_status lpo_an_static_run(const lpo_model_spec *spec, const lpo_an_opts *o, const lpo_peaks *p,
+/* A vision model's page: its tiles, image tokens and the cost of its views; the prefill's prompt_len gains
+ * the image tokens. */
+static lpo_status add_vision(const lpo_model_spec *spec, lpo_an_static *s, lpo_an_opts *o) {
+    const lpo_vision_spec *vs = o->vision;
+    lpo_ocr_prep_opts prep;
+    lpo_ocr_prep_defaults(&prep);
+    int64_t tiles = o->image_tiles;
+    if (o->image_w > 0) { /* HF's processor: tiles only when the longer side exceeds a tile */
+        lpo_ocr_tile_grid(o->image_w, o->image_h, &prep, &s->image_cols, &s->image_rows);
+        const int longer = o->image_w > o->image_h ? o->image_w : o->image_h;
+        tiles = longer > prep.tile_size ? (int64_t)s->image_cols * s->image_rows : 0;
+        if (!tiles) s->image_cols = s->image_rows = 0;
+    }
+    if (tiles < 0) tiles = 6;
+    s->has_vision = 1;
+    s->image_tiles = tiles;
+    s->image_tokens =
+        tiles * lpo_vision_queries(vs, prep.tile_size) + lpo_vision_queries(vs, prep.base_size) + 1;
+    s->text_prompt_len = o->prompt_len;
+    o->prompt_len += s->image_tokens;
+    lpo_status st = lpo_an_vision_phase_build(spec, vs, prep.base_size, &s->dt, &s->peaks, &s->vision_global);
+    if (st == LPO_OK && tiles > 0)
+        st = lpo_an_vision_phase_build(spec, vs, prep.tile_size, &s->dt, &s->peaks, &s->vision_tile);
+    if (st != LPO_OK) return st;
+    lpo_an_cost tile = s->vision_tile.total;
+    lpo_an_cost_scale(&tile, (double)tiles);
+    s->vision_total = s->vision_global.total;
+    lpo_an_cost_add(&s->vision_total, &tile);
+    lpo_an_cost_scale(&s->vision_total, (double)o->batch);
+    return LPO_OK;
+}
+
+lpo_status lpo_an_static_run(const lpo_model_spec *spec, const lpo_an_opts *opts, const lpo_peaks *p,
                              lpo_an_static *s) {
     memset(s, 0, sizeof *s);
+    lpo_an_opts oo = *opts, *o = &oo;
     if (o->batch < 1 || o->prompt_len < 1 || o->gen_len < 1)
         return lpo_errorf(LPO_E_INVALID,
                           "analysis: batch, prompt_len and gen_len must be >= 1 (got %d, %lld, "
@@ -333,7 +430,12 @@ lpo_status lpo_an_static_run(const lpo_model_spec *spec, const lpo_an_opts *o, c
     s->peaks.comm_alpha_us = s->comm_alpha_us; /* the figures every collective below is priced with */
     s->peaks.comm_busbw_gbs = s->comm_busbw_gbs;
     lpo_status st = lpo_an_dtypes_resolve(spec, o, &s->dt);
-    if (st != LPO_OK) return st;
+    if (st == LPO_OK && o->vision) st = add_vision(spec, s, o);
+    if (st != LPO_OK) {
+        lpo_an_static_free(s);
+        return st;
+    }
+    s->opts = *o; /* prompt_len with the image tokens */
     lpo_an_footprint_compute(spec, o, &s->dt, &s->mem);
     const int64_t P = o->prompt_len, G = o->gen_len;
     s->decode_steps = G - 1;
@@ -353,6 +455,8 @@ lpo_status lpo_an_static_run(const lpo_model_spec *spec, const lpo_an_opts *o, c
         st = add_whatifs(spec, s, &s->peaks, mid);
     }
     if (st == LPO_OK) st = add_moe(spec, s, &s->peaks, mid);
+    s->page = s->vision_total;
+    lpo_an_cost_add(&s->page, &s->generation);
     if (st != LPO_OK) lpo_an_static_free(s);
     return st;
 }

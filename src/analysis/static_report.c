@@ -118,7 +118,9 @@ lpo_table *lpo_an_ops_table(const lpo_an_phase *ph, const char *phase_name) {
 }
 
 static const char *phase_name(const lpo_an_phase *ph) {
-    return ph->decode ? "decode" : "prefill";
+    return ph->view     ? (ph->view == 768 ? "vision_encode_tile" : "vision_encode_global")
+           : ph->decode ? "decode"
+                        : "prefill";
 }
 
 static void json_phase(lpo_json *j, const lpo_an_phase *ph) {
@@ -312,8 +314,30 @@ lpo_status lpo_an_static_write_json(const lpo_an_static *s, const lpo_model_spec
     lpo_json_kv_double_or_null(j, "decode_tok_s_upper",
                                known && tpot_floor(s) > 0 ? s->opts.batch / tpot_floor(s) : 0, known);
     lpo_json_object_end(j);
+    if (s->has_vision) { /* one page per sequence, encoded before the prefill */
+        lpo_json_key(j, "vision");
+        lpo_json_object_begin(j);
+        lpo_json_kv_int(j, "image_tiles", s->image_tiles);
+        lpo_json_key(j, "tile_grid");
+        lpo_json_array_begin(j);
+        lpo_json_int(j, s->image_cols), lpo_json_int(j, s->image_rows);
+        lpo_json_array_end(j);
+        lpo_json_kv_int(j, "image_tokens", s->image_tokens);
+        lpo_json_kv_int(j, "text_prompt_len", s->text_prompt_len);
+        lpo_json_key(j, "global_view");
+        json_cost(j, &s->vision_global.total);
+        lpo_json_key(j, "tile");
+        json_cost(j, &s->vision_tile.total);
+        lpo_json_key(j, "encode_total");
+        json_cost(j, &s->vision_total);
+        lpo_json_key(j, "page_total");
+        json_cost(j, &s->page);
+        lpo_json_object_end(j);
+    }
     lpo_json_key(j, "phases");
     lpo_json_array_begin(j);
+    if (s->has_vision) json_phase(j, &s->vision_global);
+    if (s->has_vision && s->image_tiles > 0) json_phase(j, &s->vision_tile);
     json_phase(j, &s->prefill);
     json_phase(j, &s->decode);
     lpo_json_array_end(j);
@@ -521,6 +545,13 @@ lpo_status lpo_an_static_write_md(const lpo_an_static *s, const lpo_model_spec *
         out, "## Phases\n\n| phase | FLOPs (useful) | FLOPs (executed) | bytes | weights | KV read+write | "
              "FLOP/byte | roofline floor | bound |\n|---|---:|---:|---:|---:|---:|---:|---:|---|\n");
     char what[96];
+    if (s->has_vision) {
+        md_cost_row(out, "vision encode: 1024 global view", &s->vision_global.total);
+        if (s->image_tiles > 0) md_cost_row(out, "vision encode: one 768 tile", &s->vision_tile.total);
+        snprintf(what, sizeof what, "vision encode: page of %lld tile(s), x %d", (long long)s->image_tiles,
+                 s->opts.batch);
+        md_cost_row(out, what, &s->vision_total);
+    }
     snprintf(what, sizeof what, "prefill, %lld tokens x %d", (long long)s->prefill.tokens, s->prefill.batch);
     md_cost_row(out, what, &s->prefill.total);
     snprintf(what, sizeof what, "decode step at context %lld, x %d", (long long)s->decode.context,
@@ -529,12 +560,30 @@ lpo_status lpo_an_static_write_md(const lpo_an_static *s, const lpo_model_spec *
     snprintf(what, sizeof what, "all %lld decode steps", (long long)s->decode_steps);
     md_cost_row(out, what, &s->decode_total);
     md_cost_row(out, "generation (prefill + decode)", &s->generation);
+    if (s->has_vision) md_cost_row(out, "page (vision encode + generation)", &s->page);
     lpo_sb_printf(out, "\nTTFT floor %s, TPOT floor %s", lpo_an_fmt_time(a, sizeof a, ttft_floor(s)),
                   lpo_an_fmt_time(b, sizeof b, tpot_floor(s)));
     if (tpot_floor(s) > 0)
         lpo_sb_printf(out, ", decode ceiling %.4g tok/s (batch %d)", s->opts.batch / tpot_floor(s),
                       s->opts.batch);
     lpo_sb_puts(out, ".\n\n");
+    if (s->has_vision) {
+        lpo_sb_printf(out,
+                      "A page: %lld local tile(s)%s, %lld image tokens (144 per tile + 256 + the view "
+                      "separator) in the prefill's %lld tokens with %lld of text.\n\n",
+                      (long long)s->image_tiles, s->image_cols ? " (HF's tile grid of the page size)" : "",
+                      (long long)s->image_tokens, (long long)s->opts.prompt_len,
+                      (long long)s->text_prompt_len);
+        const lpo_an_phase *vph[] = {&s->vision_global, &s->vision_tile};
+        for (int i = 0; i < (s->image_tiles > 0 ? 2 : 1); i++) {
+            lpo_sb_printf(out, "## Vision encode, %s by op kind\n\n",
+                          i ? "a 768 tile" : "the 1024 global view");
+            md_by_kind(out, vph[i]);
+            lpo_sb_printf(out, "## Vision encode, %s: top ops\n\n",
+                          i ? "a 768 tile" : "the 1024 global view");
+            md_top_ops(out, vph[i], 12);
+        }
+    }
     const lpo_an_phase *phs[] = {&s->prefill, &s->decode};
     for (int i = 0; i < 2; i++) {
         const lpo_an_phase *ph = phs[i];
@@ -594,6 +643,12 @@ void lpo_an_static_print(const lpo_an_static *s, const lpo_model_spec *spec, FIL
     fprintf(f, "%-30s %12s %12s %12s %9s %10s  %s\n", "phase", "FLOPs", "FLOPs exec", "bytes", "FLOP/B",
             "floor", "bound");
     char what[64];
+    if (s->has_vision) {
+        print_cost(f, "vision 1024 global view", &s->vision_global.total);
+        if (s->image_tiles > 0) print_cost(f, "vision 768 tile", &s->vision_tile.total);
+        snprintf(what, sizeof what, "vision page, %lld tiles x %d", (long long)s->image_tiles, s->opts.batch);
+        print_cost(f, what, &s->vision_total);
+    }
     snprintf(what, sizeof what, "prefill %lld tok x %d", (long long)s->prefill.tokens, s->prefill.batch);
     print_cost(f, what, &s->prefill.total);
     snprintf(what, sizeof what, "decode step @%lld x %d", (long long)s->decode.context, s->decode.batch);
@@ -601,6 +656,11 @@ void lpo_an_static_print(const lpo_an_static *s, const lpo_model_spec *spec, FIL
     snprintf(what, sizeof what, "decode, %lld steps", (long long)s->decode_steps);
     print_cost(f, what, &s->decode_total);
     print_cost(f, "generation", &s->generation);
+    if (s->has_vision) {
+        print_cost(f, "page (vision + generation)", &s->page);
+        fprintf(f, "page: %lld tile(s), %lld image tokens + %lld text tokens in the prefill\n",
+                (long long)s->image_tiles, (long long)s->image_tokens, (long long)s->text_prompt_len);
+    }
     fprintf(f, "\nmemory: weights %s, KV %s/token -> %s at %lld tokens x %d, activations %s (prefill)\n",
             lpo_an_fmt_bytes(a, sizeof a, s->mem.weight_bytes),
             lpo_an_fmt_bytes(b, sizeof b, s->mem.kv_bytes_per_token),

@@ -109,9 +109,11 @@ lpo_status lpo_cli_encode_prompt(const lpo_cli_prompts *g, const char *text, int
 
 /* ---- page images (cli_image.c): DeepSeek-OCR-2's image= of generate and logits ---- */
 #define LPO_CLI_IMAGE_PLACEHOLDER "<image>"
+#define LPO_CLI_SYNTHETIC         "synthetic"
 /* The pages image= names: a PNG / JPEG file; a folder (its .png / .jpg / .jpeg files, sorted by name); a
  * .jsonl file (a line per page: a JSON string or an object with "image" or "path", and "id"; relative paths
- * from the file's folder). ids[i] names page i in predictions (file name, or the record's id). */
+ * from the file's folder); synthetic[:N[:WxH]] (lpo_image_synthetic_page, seeds 0..N-1). ids[i] names page i
+ * in predictions (file name, or the record's id). */
 typedef struct {
     char **paths, **ids;
     size_t n, cap;

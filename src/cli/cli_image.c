@@ -131,10 +131,47 @@ static lpo_status list_jsonl(const char *file, lpo_cli_images *l) {
     return st;
 }
 
+/* synthetic[:N[:WxH]]: N synthetic pages (default 1) of W x H (default 1700 x 2200, a letter page at 200
+ * dpi), seeds 0..N-1; each "path" is synthetic:<seed>:<W>x<H>. */
+static lpo_status list_synthetic(const char *arg, lpo_cli_images *l) {
+    long n = 1;
+    int w = 1700, h = 2200, used = 0;
+    const char *p = arg + strlen(LPO_CLI_SYNTHETIC);
+    if (*p == ':') {
+        char *end;
+        n = strtol(p + 1, &end, 10);
+        p = end;
+        if (*p == ':' && (sscanf(p + 1, "%dx%d%n", &w, &h, &used) != 2 || p[1 + used]))
+            n = -1;
+        else if (*p && *p != ':')
+            n = -1;
+    }
+    if (n < 1 || n > 100000 || w < 64 || h < 64 || w > 9459 || h > 9459)
+        return lpo_errorf(
+            LPO_E_USAGE,
+            "image=%s: synthetic pages are image=synthetic, synthetic:N or synthetic:N:WxH (N 1.."
+            "100000, sides 64..9459)",
+            arg);
+    lpo_status st = LPO_OK;
+    for (long i = 0; i < n && st == LPO_OK; i++) {
+        char path[64], id[32];
+        snprintf(path, sizeof path, "%s:%ld:%dx%d", LPO_CLI_SYNTHETIC, i, w, h);
+        snprintf(id, sizeof id, "synthetic-%ld", i);
+        st = push(l, path, id);
+    }
+    return st;
+}
+
 lpo_status lpo_cli_images_list(const char *arg, lpo_cli_images *out) {
     memset(out, 0, sizeof *out);
     if (!arg || !arg[0])
         return lpo_errorf(LPO_E_USAGE, "image= is empty: give a PNG / JPEG file, a folder or a JSONL");
+    const size_t ns = strlen(LPO_CLI_SYNTHETIC);
+    if (!strncmp(arg, LPO_CLI_SYNTHETIC, ns) && (!arg[ns] || arg[ns] == ':')) {
+        lpo_status st = list_synthetic(arg, out);
+        if (st != LPO_OK) lpo_cli_images_free(out);
+        return st;
+    }
     struct stat sb;
     if (stat(arg, &sb) != 0) return lpo_errorf(LPO_E_NOT_FOUND, "image=%s: no such file or folder", arg);
     lpo_status st;
@@ -197,7 +234,13 @@ static double ms_since(uint64_t t0) {
 lpo_status lpo_cli_page_encode(lpo_cli_vision *v, const char *path, lpo_cli_page *p) {
     memset(p, 0, sizeof *p);
     uint64_t t = lpo_now_ns();
-    lpo_status st = lpo_image_load(path, &p->image);
+    long seed;
+    int w, h, used = 0;
+    lpo_status st;
+    if (sscanf(path, LPO_CLI_SYNTHETIC ":%ld:%dx%d%n", &seed, &w, &h, &used) == 3 && !path[used])
+        st = lpo_image_synthetic_page(w, h, (uint64_t)seed, &p->image); /* lpo_cli_images_list's pages */
+    else
+        st = lpo_image_load(path, &p->image);
     p->decode_ms = ms_since(t);
     if (st != LPO_OK) return st;
     t = lpo_now_ns();

@@ -233,6 +233,7 @@ static lpo_status run_static(const lpo_node *cfg, const lpo_model *m, const char
                                &pk);
     if (st != LPO_OK) return st;
     if (kvd && !o.kv_dtype) o.kv_dtype = kvd;
+    o.vision = lpo_model_vision_spec(m); /* DeepSeek-OCR-2: a page encoded before each prefill */
     if ((st = lpo_an_static_run(s, &o, &pk, an)) != LPO_OK) return st;
     *have = 1;
     lpo_json j;

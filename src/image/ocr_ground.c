@@ -1,7 +1,8 @@
-/* DeepSeek-OCR-2's grounding output: `<|ref|>label<|/ref|><|det|>[[x1, y1, x2, y2], ...]<|/det|>` pieces of a
- * completion parsed into boxes (coordinates normalised to 0..999 over the page's width and height, as
- * DeepSeek-OCR's own drawing code reads them), the boxes drawn onto the page, and the page written as a PNG
- * through libpng. The text comes from a model: anything malformed is counted and skipped, never trusted. */
+/* DeepSeek-OCR-2's pages beyond decoding. Its grounding output, `<|ref|>label<|/ref|><|det|>[[x1, y1, x2,
+ * y2], ...]<|/det|>` pieces of a completion, parsed into boxes (coordinates normalised to 0..999 over the
+ * page's width and height, as DeepSeek-OCR's own drawing code reads them), the boxes drawn onto the page,
+ * the page written as a PNG through libpng; the text comes from a model: anything malformed is counted and
+ * skipped, never trusted. And synthetic pages (rendered "text" of glyph-like strokes) for workloads. */
 #include <png.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -236,4 +237,85 @@ lpo_status lpo_image_write_png(const lpo_image *im, const char *path) {
     free(s->buf);
     free(s);
     return st;
+}
+
+/* ---- synthetic pages ------------------------------------------------------------------------------------
+ */
+static uint64_t next_u64(uint64_t *s) { /* splitmix64 */
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static int rnd(uint64_t *s, int lo, int hi) { /* uniform in [lo, hi] */
+    return hi <= lo ? lo : lo + (int)(next_u64(s) % (uint64_t)(hi - lo + 1));
+}
+
+static void fill_rect(lpo_image *im, int x0, int y0, int x1, int y1, uint8_t v) {
+    if (x0 < 0) x0 = 0;
+    if (y0 < 0) y0 = 0;
+    if (x1 > im->width) x1 = im->width;
+    if (y1 > im->height) y1 = im->height;
+    for (int y = y0; y < y1; y++)
+        memset(im->rgb + ((size_t)y * (size_t)im->width + (size_t)x0) * 3, v,
+               (size_t)(x1 > x0 ? x1 - x0 : 0) * 3);
+}
+
+/* One line of "words": glyph-sized dark strokes with word gaps, from x0 to at most x1. */
+static void text_line(lpo_image *im, uint64_t *s, int x0, int x1, int y, int size, uint8_t ink) {
+    int x = x0;
+    while (x < x1) {
+        const int glyphs = rnd(s, 2, 9);
+        for (int g = 0; g < glyphs && x < x1; g++) {
+            const int gw = size * rnd(s, 40, 70) / 100, asc = rnd(s, 0, 3) == 0 ? size / 3 : 0;
+            const int stroke = size / 8 > 1 ? size / 8 : 1;
+            fill_rect(im, x, y + size / 3 - asc, x + stroke, y + size, ink);     /* a stem */
+            fill_rect(im, x, y + size - stroke, x + gw - stroke, y + size, ink); /* a foot */
+            if (rnd(s, 0, 1)) fill_rect(im, x, y + size / 3, x + gw - stroke, y + size / 3 + stroke, ink);
+            x += gw + stroke;
+        }
+        x += size * rnd(s, 50, 90) / 100; /* the space after a word */
+    }
+}
+
+lpo_status lpo_image_synthetic_page(int w, int h, uint64_t seed, lpo_image *out) {
+    if (w < 64 || h < 64 || (long long)w * h > LPO_IMAGE_MAX_PIXELS)
+        return lpo_errorf(LPO_E_INVALID, "synthetic page: %d x %d (each side >= 64, at most %lld pixels)", w,
+                          h, LPO_IMAGE_MAX_PIXELS);
+    const uint8_t white[3] = {255, 255, 255};
+    lpo_status st = lpo_image_new(w, h, white, out);
+    if (st != LPO_OK) return st;
+    uint64_t s = seed ^ 0x5EEDull;
+    const int mx = w * 8 / 100, my = h * 6 / 100, size = h / 70 > 6 ? h / 70 : 6;
+    int y = my;
+    text_line(out, &s, mx + w / 6, w - mx - w / 6, y, size * 2, 20); /* a title */
+    y += size * 4;
+    while (y < h - my - size) {
+        const int kind = rnd(&s, 0, 9);
+        if (kind == 0 && y + h / 6 < h - my) { /* a table: a grid and short cells */
+            const int rows = rnd(&s, 3, 6), cols = rnd(&s, 2, 5), rh = size * 2, cw = (w - 2 * mx) / cols;
+            for (int r = 0; r <= rows; r++) fill_rect(out, mx, y + r * rh, w - mx, y + r * rh + 1, 60);
+            for (int c = 0; c <= cols; c++)
+                fill_rect(out, mx + c * cw, y, mx + c * cw + 1, y + rows * rh, 60);
+            for (int r = 0; r < rows; r++)
+                for (int c = 0; c < cols; c++)
+                    text_line(out, &s, mx + c * cw + size / 2, mx + c * cw + cw * rnd(&s, 30, 90) / 100,
+                              y + r * rh + size / 2, size * 3 / 4, 40);
+            y += rows * rh + size * 2;
+        } else if (kind == 1 && y + h / 5 < h - my) { /* a figure: a grey box */
+            const int fh = h / rnd(&s, 6, 10), fw = (w - 2 * mx) * rnd(&s, 40, 80) / 100;
+            fill_rect(out, (w - fw) / 2, y, (w + fw) / 2, y + fh, (uint8_t)rnd(&s, 150, 210));
+            y += fh + size * 2;
+        } else { /* a paragraph: lines, the last one short */
+            const int lines = rnd(&s, 2, 8);
+            for (int l = 0; l < lines && y < h - my - size; l++) {
+                const int end = l == lines - 1 ? mx + (w - 2 * mx) * rnd(&s, 20, 80) / 100 : w - mx;
+                text_line(out, &s, mx + (l == 0 ? size * 2 : 0), end, y, size, 30);
+                y += size * 2;
+            }
+            y += size;
+        }
+    }
+    snprintf(out->format, sizeof out->format, "synth");
+    return LPO_OK;
 }

@@ -160,7 +160,8 @@ static void synth_params(const lpo_model *m, const lpo_tensor *t, double *center
         *amp = 0.02;
         return;
     }
-    const double fan_in = part == LPO_PART_EMBED ? (double)m->spec.hidden_size : (double)t->shape[1];
+    double fan_in = part == LPO_PART_EMBED ? (double)m->spec.hidden_size : (double)t->shape[1];
+    for (int k = 2; k < t->n_dims && part != LPO_PART_EMBED; k++) fan_in *= (double)t->shape[k]; /* convs */
     *amp = sqrt(3.0 / fan_in); /* std 1/sqrt(fan_in) */
     if (strstr(t->name, "o_proj.weight") || strstr(t->name, "down_proj.weight") ||
         (strstr(t->name, ".block_sparse_moe.experts.") && strstr(t->name, ".w2.weight")))
@@ -356,6 +357,29 @@ lpo_status lpo_model_open_synthetic(const lpo_model_spec *s, uint64_t seed, lpo_
     return LPO_OK;
 }
 
+/* The vision encoder's tensors of a synthetic model (lpo_vision_tensors), stored like the text model's. */
+static lpo_status add_vision(lpo_model *m, const lpo_vision_spec *vs) {
+    lpo_vision_tensor_desc *d;
+    size_t n;
+    lpo_status st = lpo_vision_tensors(vs, &d, &n);
+    if (st != LPO_OK) return lpo_error_context(st, "model.vision");
+    /* a block-quantized text model (a what-if of its bytes) keeps its vision encoder in bf16 */
+    const lpo_dtype wdt = lpo_dtype_block(m->spec.dtype) > 1 ? LPO_DT_BF16 : m->spec.dtype;
+    for (size_t i = 0; i < n && st == LPO_OK; i++) {
+        uint64_t numel = 1;
+        for (int k = 0; k < d[i].n_dims; k++) numel *= (uint64_t)d[i].shape[k];
+        st = lpo__model_add_tensor(m, d[i].name, wdt, d[i].n_dims, d[i].shape, NULL,
+                                   lpo_dtype_bytes(wdt, numel), 0);
+    }
+    free(d);
+    if (st == LPO_OK) {
+        m->vision = *vs;
+        m->vision.dtype = wdt;
+        m->has_vision = 1;
+    }
+    return st;
+}
+
 /* ---- opening by path ---- */
 static int ends_with(const char *s, const char *suffix) {
     size_t a = strlen(s), b = strlen(suffix);
@@ -437,6 +461,10 @@ lpo_status lpo_model_open_opts(const lpo_model_opts *o, lpo_model **out) {
         st = lpo_spec_validate(&s);
         if (st != LPO_OK) return lpo_error_context(st, "model.arch");
         if ((st = lpo_model_open_synthetic(&s, o->seed, &m)) != LPO_OK) return st;
+        if (o->has_vision && (st = add_vision(m, &o->vision)) != LPO_OK) {
+            lpo_model_close(m);
+            return st;
+        }
     }
     /* a synthetic preset's name does not describe the weights loaded from model.path */
     if (o->name && !(path && o->source == LPO_MODEL_SOURCE_SYNTHETIC))

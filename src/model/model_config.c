@@ -9,7 +9,8 @@
 #include "lpo/dtype.h"
 #include "lpo/model.h"
 
-static const char *const model_keys[] = {"name", "source", "path", "seed", "dtype", "tokenizer", "arch"};
+static const char *const model_keys[] = {"name",  "source",    "path", "seed",
+                                         "dtype", "tokenizer", "arch", "vision"};
 static const char *const arch_keys[] = {"type",          "vocab_size",
                                         "hidden_size",   "n_layers",
                                         "n_heads",       "n_kv_heads",
@@ -284,6 +285,24 @@ lpo_status lpo_model_opts_from_config(const lpo_node *cfg, lpo_model_opts *o, lp
             di->name);
     o->has_dtype = di != NULL;
     if (di) o->dtype = di->dt;
+    /* vision: deepseek_ocr2 = DeepSeek-OCR-2's published vision encoder over this text model */
+    const char *vision;
+    TRY(lpo_cfg_str_or(cfg, "vision", NULL, &vision));
+    if (vision && strcmp(vision, "deepseek_ocr2"))
+        return lpo_errorf(LPO_E_CONFIG,
+                          "model.vision: '%s' is not a vision encoder lpo knows (deepseek_ocr2, or null)",
+                          vision);
+    if (vision) {
+        lpo_vision_spec_default(&o->vision);
+        o->vision.text_hidden = arch->hidden_size;
+        if (o->vision.image_token_id >= arch->vocab_size)
+            return lpo_errorf(
+                LPO_E_CONFIG,
+                "model.vision: DeepSeek-OCR-2's image token id %lld is outside the vocabulary of "
+                "%lld (model.arch.vocab_size)",
+                (long long)o->vision.image_token_id, (long long)arch->vocab_size);
+        o->has_vision = 1;
+    }
     return LPO_OK;
 }
 

@@ -2,6 +2,9 @@
  * model's hidden size), checked, and counted. Options lpo does not implement are refused by name. */
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "lpo/vision.h"
@@ -240,4 +243,85 @@ lpo_status lpo_vision_spec_from_hf_config(const char *json, size_t len, const ch
     }
     cJSON_Delete(root);
     return st;
+}
+
+/* ---- tensor list ---- */
+static void vt(lpo_vision_tensor_desc *d, size_t *n, int nd, int64_t a, int64_t b, int64_t c, int64_t e,
+               const char *fmt, ...) __attribute__((format(printf, 8, 9)));
+static void vt(lpo_vision_tensor_desc *d, size_t *n, int nd, int64_t a, int64_t b, int64_t c, int64_t e,
+               const char *fmt, ...) {
+    lpo_vision_tensor_desc *t = &d[(*n)++];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t->name, sizeof t->name, fmt, ap);
+    va_end(ap);
+    t->n_dims = nd;
+    t->shape[0] = a, t->shape[1] = b, t->shape[2] = c, t->shape[3] = e;
+}
+
+lpo_status lpo_vision_tensors(const lpo_vision_spec *s, lpo_vision_tensor_desc **out, size_t *n_out) {
+    *out = NULL;
+    *n_out = 0;
+    lpo_status st = lpo_vision_spec_validate(s);
+    if (st != LPO_OK) return st;
+    const size_t cap = 17 + 14 * (size_t)s->sam_layers + 12 * (size_t)s->enc_layers; /* as listed below */
+    lpo_vision_tensor_desc *d = calloc(cap, sizeof *d);
+    if (!d) return lpo_errorf(LPO_E_NOMEM, "vision tensors: out of memory");
+    size_t n = 0;
+    const int64_t C = s->sam_hidden, G = s->image_size / s->patch_size, p = s->patch_size,
+                  hd = C / s->sam_heads;
+    const int64_t N = s->neck_channels, D0 = s->down_channels[0], D1 = s->down_channels[1];
+    const int64_t E = D1, qd = s->enc_heads * s->enc_head_dim, kvd = s->enc_kv_heads * s->enc_head_dim;
+    vt(d, &n, 4, C, 3, p, p, LPO_VISION_SAM "patch_embed.proj.weight");
+    vt(d, &n, 1, C, 0, 0, 0, LPO_VISION_SAM "patch_embed.proj.bias");
+    vt(d, &n, 4, 1, G, G, C, LPO_VISION_SAM "pos_embed");
+    for (int l = 0; l < (int)s->sam_layers; l++) {
+        const int global = (s->global_layers >> l & 1) || s->window <= 0;
+        const int64_t tab = global ? G : s->window;
+        vt(d, &n, 1, C, 0, 0, 0, LPO_VISION_SAM "blocks.%d.norm1.weight", l);
+        vt(d, &n, 1, C, 0, 0, 0, LPO_VISION_SAM "blocks.%d.norm1.bias", l);
+        vt(d, &n, 2, 3 * C, C, 0, 0, LPO_VISION_SAM "blocks.%d.attn.qkv.weight", l);
+        vt(d, &n, 1, 3 * C, 0, 0, 0, LPO_VISION_SAM "blocks.%d.attn.qkv.bias", l);
+        vt(d, &n, 2, 2 * tab - 1, hd, 0, 0, LPO_VISION_SAM "blocks.%d.attn.rel_pos_h", l);
+        vt(d, &n, 2, 2 * tab - 1, hd, 0, 0, LPO_VISION_SAM "blocks.%d.attn.rel_pos_w", l);
+        vt(d, &n, 2, C, C, 0, 0, LPO_VISION_SAM "blocks.%d.attn.proj.weight", l);
+        vt(d, &n, 1, C, 0, 0, 0, LPO_VISION_SAM "blocks.%d.attn.proj.bias", l);
+        vt(d, &n, 1, C, 0, 0, 0, LPO_VISION_SAM "blocks.%d.norm2.weight", l);
+        vt(d, &n, 1, C, 0, 0, 0, LPO_VISION_SAM "blocks.%d.norm2.bias", l);
+        vt(d, &n, 2, s->sam_mlp, C, 0, 0, LPO_VISION_SAM "blocks.%d.mlp.lin1.weight", l);
+        vt(d, &n, 1, s->sam_mlp, 0, 0, 0, LPO_VISION_SAM "blocks.%d.mlp.lin1.bias", l);
+        vt(d, &n, 2, C, s->sam_mlp, 0, 0, LPO_VISION_SAM "blocks.%d.mlp.lin2.weight", l);
+        vt(d, &n, 1, C, 0, 0, 0, LPO_VISION_SAM "blocks.%d.mlp.lin2.bias", l);
+    }
+    vt(d, &n, 4, N, C, 1, 1, LPO_VISION_SAM "neck.0.weight");
+    vt(d, &n, 1, N, 0, 0, 0, LPO_VISION_SAM "neck.1.weight");
+    vt(d, &n, 1, N, 0, 0, 0, LPO_VISION_SAM "neck.1.bias");
+    vt(d, &n, 4, N, N, 3, 3, LPO_VISION_SAM "neck.2.weight");
+    vt(d, &n, 1, N, 0, 0, 0, LPO_VISION_SAM "neck.3.weight");
+    vt(d, &n, 1, N, 0, 0, 0, LPO_VISION_SAM "neck.3.bias");
+    vt(d, &n, 4, D0, N, 3, 3, LPO_VISION_SAM "net_2.weight");
+    vt(d, &n, 4, D1, D0, 3, 3, LPO_VISION_SAM "net_3.weight");
+    vt(d, &n, 2, s->queries_768, E, 0, 0, LPO_VISION_QUERIES "query_768.weight");
+    vt(d, &n, 2, s->queries_1024, E, 0, 0, LPO_VISION_QUERIES "query_1024.weight");
+    for (int l = 0; l < (int)s->enc_layers; l++) {
+        vt(d, &n, 1, E, 0, 0, 0, LPO_VISION_ENC "layers.%d.input_layernorm.weight", l);
+        vt(d, &n, 2, qd, E, 0, 0, LPO_VISION_ENC "layers.%d.self_attn.q_proj.weight", l);
+        vt(d, &n, 2, kvd, E, 0, 0, LPO_VISION_ENC "layers.%d.self_attn.k_proj.weight", l);
+        vt(d, &n, 2, kvd, E, 0, 0, LPO_VISION_ENC "layers.%d.self_attn.v_proj.weight", l);
+        vt(d, &n, 1, qd, 0, 0, 0, LPO_VISION_ENC "layers.%d.self_attn.q_proj.bias", l);
+        vt(d, &n, 1, kvd, 0, 0, 0, LPO_VISION_ENC "layers.%d.self_attn.k_proj.bias", l);
+        vt(d, &n, 1, kvd, 0, 0, 0, LPO_VISION_ENC "layers.%d.self_attn.v_proj.bias", l);
+        vt(d, &n, 2, E, qd, 0, 0, LPO_VISION_ENC "layers.%d.self_attn.o_proj.weight", l);
+        vt(d, &n, 1, E, 0, 0, 0, LPO_VISION_ENC "layers.%d.post_attention_layernorm.weight", l);
+        vt(d, &n, 2, s->enc_intermediate, E, 0, 0, LPO_VISION_ENC "layers.%d.mlp.gate_proj.weight", l);
+        vt(d, &n, 2, s->enc_intermediate, E, 0, 0, LPO_VISION_ENC "layers.%d.mlp.up_proj.weight", l);
+        vt(d, &n, 2, E, s->enc_intermediate, 0, 0, LPO_VISION_ENC "layers.%d.mlp.down_proj.weight", l);
+    }
+    vt(d, &n, 1, E, 0, 0, 0, LPO_VISION_ENC "norm.weight");
+    vt(d, &n, 2, s->text_hidden, E, 0, 0, LPO_VISION_PROJ "weight");
+    vt(d, &n, 1, s->text_hidden, 0, 0, 0, LPO_VISION_PROJ "bias");
+    vt(d, &n, 1, s->text_hidden, 0, 0, 0, LPO_VISION_SEP);
+    *out = d;
+    *n_out = n;
+    return LPO_OK;
 }

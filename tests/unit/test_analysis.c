@@ -99,7 +99,7 @@ static void test_llama8b_prefill_and_footprint(void **state) {
     assert_true(ph.total.t_lower_s == 0);
     lpo_an_phase_free(&ph);
 
-    lpo_an_opts o = {NULL, NULL, NULL, 1, 2048, 128, 4096, 128, 1, 0, 0};
+    lpo_an_opts o = {NULL, NULL, NULL, 1, 2048, 128, 4096, 128, 1, 0, 0, NULL, 0, 0, 0};
     lpo_an_footprint f;
     lpo_an_footprint_compute(&s, &o, &dt, &f);
     assert_true(f.weight_params == 8030261248.0);
@@ -134,7 +134,7 @@ static void test_gqa_vs_mha(void **state) {
     /* the qkv projection grows from (32 + 2*8)*128 to 3*4096 outputs */
     assert_true(m.by_kind[LPO_OP_LINEAR].flops - g.by_kind[LPO_OP_LINEAR].flops ==
                 32.0 * 2 * 4 * 4096 * (3 * 4096 - 48 * 128));
-    lpo_an_opts o = {NULL, NULL, NULL, 1, 16, 16, 1, 128, 1, 0, 0};
+    lpo_an_opts o = {NULL, NULL, NULL, 1, 16, 16, 1, 128, 1, 0, 0, NULL, 0, 0, 0};
     lpo_an_footprint fg, fm;
     lpo_an_footprint_compute(&gqa, &o, &dt, &fg);
     lpo_an_footprint_compute(&mha, &o, &dt, &fm);
@@ -213,7 +213,7 @@ static void test_decode_total(void **state) {
     (void)state;
     lpo_model_spec s = test_spec();
     lpo_peaks p = h100();
-    lpo_an_opts o = {"bf16", "bf16", "bf16", 2, 10, 6, 0, 128, 1, 0, 0};
+    lpo_an_opts o = {"bf16", "bf16", "bf16", 2, 10, 6, 0, 128, 1, 0, 0, NULL, 0, 0, 0};
     lpo_an_static an;
     assert_int_equal(lpo_an_static_run(&s, &o, &p, &an), LPO_OK);
     assert_int_equal(an.decode_steps, 5);
@@ -336,7 +336,7 @@ static void test_writers(void **state) {
     (void)state;
     lpo_model_spec s = test_spec();
     lpo_peaks p = h100();
-    lpo_an_opts o = {NULL, NULL, NULL, 1, 16, 8, 0, 128, 1, 0, 0};
+    lpo_an_opts o = {NULL, NULL, NULL, 1, 16, 8, 0, 128, 1, 0, 0, NULL, 0, 0, 0};
     lpo_an_static an;
     assert_int_equal(lpo_an_static_run(&s, &o, &p, &an), LPO_OK);
     lpo_strbuf sb = {0};
@@ -372,7 +372,7 @@ static void test_moe_reads(void **state) {
     (void)state;
     lpo_model_spec s = test_spec_moe(); /* 5 experts, 3 per token; layer 0 sparse, layer 1 dense */
     lpo_peaks p = h100();
-    lpo_an_opts o = {"bf16", NULL, NULL, 3, 16, 8, 0, 128, 1, 0, 0};
+    lpo_an_opts o = {"bf16", NULL, NULL, 3, 16, 8, 0, 128, 1, 0, 0, NULL, 0, 0, 0};
     lpo_an_static an;
     assert_int_equal(lpo_an_static_run(&s, &o, &p, &an), LPO_OK);
     const double E = 5, k = 3, expert = 3.0 * 24 * (double)s.hidden_size;

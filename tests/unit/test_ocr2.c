@@ -19,8 +19,11 @@
 #include "lpo/engine.h"
 #include "lpo/generate.h"
 #include "lpo/model.h"
+#include "lpo/analysis.h"
+#include "lpo/config.h"
 #include "lpo/vision.h"
 #include "test_engine_support.h"
+#include "test_support.h"
 
 #define DIR LPO_SOURCE_DIR "/tests/golden/vision/"
 
@@ -221,12 +224,122 @@ static void test_embeds_refused(void **state) {
     fixture_free(&f);
 }
 
+/* The deepseek-ocr2 preset: the published text model and vision encoder, synthetic; the vision tensor list
+ * is the op lists' weights, name for name and shape for shape, and its parameters lpo_vision_params. */
+static void test_preset(void **state) {
+    (void)state;
+    const char *ov[] = {"model=deepseek-ocr2"};
+    lpo_node *cfg;
+    assert_int_equal(lpo_test_compose("analyze", ov, 1, NULL, 0, &cfg), LPO_OK);
+    lpo_model *m;
+    assert_int_equal(lpo_model_open(lpo_node_at(cfg, "model"), &m), LPO_OK);
+    const lpo_model_spec *s = lpo_model_get_spec(m);
+    const lpo_vision_spec *vs = lpo_model_vision_spec(m);
+    assert_non_null(vs);
+    assert_int_equal(s->arch, LPO_ARCH_DEEPSEEK_OCR2_TEXT);
+    assert_int_equal(s->hidden_size, 1280);
+    assert_int_equal(vs->text_hidden, 1280);
+    assert_int_equal(vs->image_token_id, 128815);
+    lpo_vision_tensor_desc *d;
+    size_t n;
+    assert_int_equal(lpo_vision_tensors(vs, &d, &n), LPO_OK);
+    int64_t params = 0;
+    for (size_t i = 0; i < n; i++) {
+        const lpo_tensor *t = lpo_model_tensor(m, d[i].name);
+        if (!t) fail_msg("synthetic model lacks '%s'", d[i].name);
+        int64_t e = 1;
+        for (int k = 0; k < d[i].n_dims; k++) e *= d[i].shape[k];
+        params += e;
+    }
+    assert_int_equal(params, lpo_vision_params(vs));
+    /* every weight of the 1024 and 768 lists is in the list with that shape */
+    for (int v = 0; v < 2; v++) {
+        lpo_oplist l = {0};
+        assert_int_equal(lpo_vision_oplist_build(vs, v ? 768 : 1024, NULL, &l), LPO_OK);
+        for (size_t i = 0; i < l.n_ops; i++)
+            for (int w = 0; w < l.ops[i].n_w; w++) {
+                const lpo_op_tensor *t = &l.ops[i].w[w];
+                size_t k = 0;
+                while (k < n && strcmp(d[k].name, t->name)) k++;
+                if (k == n) fail_msg("op '%s' reads '%s', not in lpo_vision_tensors", l.ops[i].name, t->name);
+                for (int j = 0; j < t->ndim; j++)
+                    if (t->shape[j] != d[k].shape[j]) fail_msg("'%s': dim %d differs", t->name, j);
+            }
+        lpo_oplist_free(&l);
+    }
+    free(d);
+    lpo_model_close(m);
+    lpo_node_free(cfg);
+    /* vision on a model whose vocabulary cannot hold the image token; an unknown encoder */
+    const char *small[] = {"model=tiny", "+model.vision=deepseek_ocr2"};
+    assert_int_equal(lpo_test_compose("analyze", small, 2, NULL, 0, &cfg), LPO_OK);
+    assert_int_equal(lpo_model_open(lpo_node_at(cfg, "model"), &m), LPO_E_CONFIG);
+    assert_non_null(strstr(lpo_last_error(), "128815"));
+    lpo_node_free(cfg);
+    const char *bad[] = {"model=deepseek-ocr2", "model.vision=clip"};
+    assert_int_equal(lpo_test_compose("analyze", bad, 2, NULL, 0, &cfg), LPO_OK);
+    assert_int_equal(lpo_model_open(lpo_node_at(cfg, "model"), &m), LPO_E_CONFIG);
+    lpo_node_free(cfg);
+}
+
+/* lpo analyze of a page: the tiles (given, or HF's grid of a page size), the image tokens in the prefill,
+ * the vision phases' costs; refusals of bad settings. */
+static void analyze_page(const char *extra, lpo_an_static *an, lpo_status want) {
+    const char *ov[] = {"model=deepseek-ocr2", "analysis.prompt_len=20", extra};
+    lpo_node *cfg;
+    assert_int_equal(lpo_test_compose("analyze", ov, extra ? 3 : 2, NULL, 0, &cfg), LPO_OK);
+    lpo_model *m;
+    assert_int_equal(lpo_model_open(lpo_node_at(cfg, "model"), &m), LPO_OK);
+    lpo_an_opts o;
+    lpo_status st = lpo_an_opts_from_config(cfg, lpo_model_get_spec(m), &o);
+    o.vision = lpo_model_vision_spec(m);
+    if (st == LPO_OK) st = lpo_an_static_run(lpo_model_get_spec(m), &o, NULL, an);
+    assert_int_equal(st, want);
+    lpo_model_close(m);
+    lpo_node_free(cfg);
+}
+
+static void test_analysis_page(void **state) {
+    (void)state;
+    lpo_an_static an;
+    analyze_page(NULL, &an, LPO_OK); /* 6 tiles */
+    assert_true(an.has_vision);
+    assert_int_equal(an.image_tiles, 6);
+    assert_int_equal(an.image_tokens, 6 * 144 + 257);
+    assert_int_equal(an.prefill.tokens, 20 + 1121);
+    assert_int_equal(an.text_prompt_len, 20);
+    const double want = an.vision_global.total.flops + 6 * an.vision_tile.total.flops;
+    assert_true(fabs(an.vision_total.flops - want) <= 1e-9 * want);
+    print_message("page of 6 tiles: vision %.4g FLOP (global %.4g, tile %.4g), prefill %.4g FLOP\n",
+                  an.vision_total.flops, an.vision_global.total.flops, an.vision_tile.total.flops,
+                  an.prefill.total.flops);
+    assert_true(an.vision_global.total.flops > 1.3e12 && an.vision_global.total.flops < 1.4e12);
+    assert_true(fabs(an.page.flops - an.vision_total.flops - an.generation.flops) <= 1e-9 * an.page.flops);
+    lpo_an_static_free(&an);
+    analyze_page("analysis.image_size=1600x900", &an, LPO_OK); /* the fixture page: 2 x 1 tiles */
+    assert_int_equal(an.image_tiles, 2);
+    assert_int_equal(an.image_cols, 2);
+    assert_int_equal(an.image_rows, 1);
+    assert_int_equal(an.image_tokens, 545);
+    lpo_an_static_free(&an);
+    analyze_page("analysis.image_size=700x420", &an, LPO_OK); /* no tiles */
+    assert_int_equal(an.image_tiles, 0);
+    assert_int_equal(an.image_tokens, 257);
+    assert_int_equal(an.vision_tile.n_ops, 0);
+    lpo_an_static_free(&an);
+    analyze_page("analysis.image_tiles=0", &an, LPO_OK);
+    assert_int_equal(an.image_tokens, 257);
+    lpo_an_static_free(&an);
+    analyze_page("analysis.image_tiles=1", &an, LPO_E_CONFIG);
+    analyze_page("analysis.image_size=1600", &an, LPO_E_CONFIG);
+    analyze_page("analysis.image_size=0x900", &an, LPO_E_CONFIG);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_config),
-        cmocka_unit_test(test_logits_match_hf),
-        cmocka_unit_test(test_greedy_tokens),
-        cmocka_unit_test(test_embeds_refused),
+        cmocka_unit_test(test_config),        cmocka_unit_test(test_logits_match_hf),
+        cmocka_unit_test(test_greedy_tokens), cmocka_unit_test(test_embeds_refused),
+        cmocka_unit_test(test_preset),        cmocka_unit_test(test_analysis_page),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -70,6 +70,45 @@ static void test_images_list(void **state) {
     free(d);
 }
 
+/* image=synthetic[:N[:WxH]]: pseudo-paths the page encoder renders; the same seed gives the same page */
+static void test_synthetic_pages(void **state) {
+    (void)state;
+    lpo_cli_images l;
+    assert_int_equal(lpo_cli_images_list("synthetic", &l), LPO_OK);
+    assert_int_equal(l.n, 1);
+    assert_string_equal(l.paths[0], "synthetic:0:1700x2200");
+    lpo_cli_images_free(&l);
+    assert_int_equal(lpo_cli_images_list("synthetic:3:800x600", &l), LPO_OK);
+    assert_int_equal(l.n, 3);
+    assert_string_equal(l.paths[2], "synthetic:2:800x600");
+    assert_string_equal(l.ids[2], "synthetic-2");
+    lpo_cli_images_free(&l);
+    static const char *const bad[] = {"synthetic:0",     "synthetic:x",          "synthetic:2:800",
+                                      "synthetic:2:8x8", "synthetic:2:800x600x", "synthetic:-1"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        if (lpo_cli_images_list(bad[i], &l) != LPO_E_USAGE) fail_msg("'%s' accepted", bad[i]);
+    lpo_image a, b, c;
+    assert_int_equal(lpo_image_synthetic_page(800, 600, 7, &a), LPO_OK);
+    assert_int_equal(lpo_image_synthetic_page(800, 600, 7, &b), LPO_OK);
+    assert_int_equal(lpo_image_synthetic_page(800, 600, 8, &c), LPO_OK);
+    assert_memory_equal(a.rgb, b.rgb, (size_t)800 * 600 * 3);
+    assert_memory_not_equal(a.rgb, c.rgb, (size_t)800 * 600 * 3);
+    size_t ink = 0; /* some text, mostly paper */
+    for (size_t i = 0; i < (size_t)800 * 600 * 3; i += 3) ink += a.rgb[i] < 128;
+    print_message("synthetic page 800x600: %.1f%% ink\n", 100.0 * (double)ink / (800.0 * 600.0));
+    assert_true(ink > 800 * 600 / 100 && ink < 800 * 600 / 2);
+    lpo_ocr_prep_opts o;
+    lpo_ocr_prep_defaults(&o);
+    lpo_ocr_views v; /* 800 x 600 -> tiles (the longer side exceeds 768) */
+    assert_int_equal(lpo_ocr_preprocess(&a, &o, &v), LPO_OK);
+    assert_true(v.n_local >= 2);
+    lpo_ocr_views_free(&v);
+    lpo_image_free(&a);
+    lpo_image_free(&b);
+    lpo_image_free(&c);
+    assert_int_equal(lpo_image_synthetic_page(10, 600, 0, &a), LPO_E_INVALID);
+}
+
 static void test_prompt_expansion(void **state) {
     (void)state;
     const int32_t ids[5] = {0, 5, 250, 17, 2};
@@ -315,10 +354,10 @@ static void test_cli_refusals(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_images_list),        cmocka_unit_test(test_prompt_expansion),
-        cmocka_unit_test(test_grounding_parse),    cmocka_unit_test(test_draw_and_write),
-        cmocka_unit_test(test_cli_refusals),       cmocka_unit_test(test_cli_logits),
-        cmocka_unit_test(test_cli_generate_jsonl),
+        cmocka_unit_test(test_images_list),      cmocka_unit_test(test_synthetic_pages),
+        cmocka_unit_test(test_prompt_expansion), cmocka_unit_test(test_grounding_parse),
+        cmocka_unit_test(test_draw_and_write),   cmocka_unit_test(test_cli_refusals),
+        cmocka_unit_test(test_cli_logits),       cmocka_unit_test(test_cli_generate_jsonl),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
