@@ -167,8 +167,10 @@ typedef struct {
 #define LPO_AN_COMM_BUSBW_GBS_ASSUMED 300.0
 
 typedef struct {
-    double weight_params;      /* parameters (a tied lm_head once) */
-    double weight_bytes;       /* at the what-if weight dtype (vectors 16-bit when quantized) */
+    double weight_params; /* parameters (a tied lm_head once; the vision encoder's with opts.vision) */
+    double weight_bytes;  /* at the what-if weight dtype (vectors 16-bit when quantized) */
+    double vision_params; /* of which the vision encoder's (opts.vision; 0 without) */
+    double vision_bytes;
     double kv_bytes_per_token; /* 2 * layers * kv_heads * head_dim * kv bytes (one sequence) */
     int64_t kv_context;        /* positions per sequence the footprint assumes */
     double kv_bytes;           /* kv_bytes_per_token * kv_context * batch */

@@ -1,7 +1,9 @@
 /* lpo profile, the runner: the timing pass (the workload as a user runs it, through lpo_generate, host clock
  * around each run: the engine returns sampled ids to the host, so each run ends synchronised), the costs of
  * what ran (op lists rebuilt for the exact steps), phase sums with MFU / MBU, statistics over the records,
- * and the NVML sampler around the timed runs on GPU backends. The breakdown pass lives in profile_ops.c. */
+ * and the NVML sampler around the timed runs on GPU backends; for a page workload, the vision encode of each
+ * page before its prefill, every op of it timed through the encoder's op callback. The breakdown pass lives
+ * in profile_ops.c. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +54,13 @@ lpo_status lpo_pf_opts_read(const lpo_node *cfg, lpo_pf_opts *o) {
     o->nvml_sample_ms = (int)nvml;
     o->progress = !strcmp(prog, "auto") ? isatty(2) : !strcmp(prog, "true");
     return LPO_OK;
+}
+
+const char *lpo_pf_phase_name(int phase) {
+    return phase == LPO_PF_PREFILL  ? "prefill"
+           : phase == LPO_PF_DECODE ? "decode"
+           : phase == LPO_PF_VISION ? "vision_encode"
+                                    : "?";
 }
 
 /* ---- categories ---- */
@@ -159,16 +168,22 @@ static void stats_of(const double *x, size_t n, lpo_stats *out) {
     }
 }
 
-static void finish_phase(lpo_pf_phase *ph, const lpo_peaks *p, lpo_roof roof) {
+/* MFU / MBU of work c done in time_s: the peak of the precision each op runs in (fp8 GEMMs on the fp8 roof:
+ * the cost's t_peak_s); without it one roof, flops / peak. */
+static void utilisation(const lpo_an_cost *c, double time_s, const lpo_peaks *p, lpo_roof roof, double *mfu,
+                        double *mbu) {
     const double pf = lpo_peaks_flops(p, roof), bw = p->dram_gbs * 1e9;
+    *mfu = *mbu = 0;
+    if (time_s <= 0) return;
+    *mfu = c->t_peak_s > 0 ? c->t_peak_s / time_s : pf > 0 ? c->flops / time_s / pf : 0;
+    *mbu = bw > 0 ? c->bytes / time_s / bw : 0;
+}
+
+static void finish_phase(lpo_pf_phase *ph, const lpo_peaks *p, lpo_roof roof) {
     if (ph->time_s > 0) {
         ph->achieved_tflops = ph->cost.flops / ph->time_s / 1e12;
         ph->achieved_gbs = ph->cost.bytes / ph->time_s / 1e9;
-        /* the peak of the precision each op runs in (fp8 GEMMs on the fp8 roof); one roof: flops / peak */
-        ph->mfu = ph->cost.t_peak_s > 0 ? ph->cost.t_peak_s / ph->time_s
-                  : pf > 0              ? ph->cost.flops / ph->time_s / pf
-                                        : 0;
-        ph->mbu = bw > 0 ? ph->cost.bytes / ph->time_s / bw : 0;
+        utilisation(&ph->cost, ph->time_s, p, roof, &ph->mfu, &ph->mbu);
     }
 }
 
@@ -203,6 +218,127 @@ static void compute_stats(lpo_pf_result *r) {
     }
     stats_of(v, m, &r->prefill_tok_s);
     free(v);
+}
+
+/* ---- the vision encode of pages ----------------------------------------------------------------------
+ * Each op of a view's list (the encoder's lists of the 1024 global view and the 768 tile) is one group of
+ * phase LPO_PF_VISION, created before the first run; the encoder's op callback adds its time and its cost
+ * (the same op priced at the engine's dtypes by lpo_an_vision_phase_build, the function lpo analyze
+ * prices a page with) while a timed run records. */
+static const int64_t view_sizes[2] = {1024, 768};
+
+typedef struct {
+    lpo_pf_result *r;
+    const lpo_oplist *list[2]; /* the encoder's lists (NULL: the encoder has none of that size) */
+    lpo_an_phase priced[2];    /* their ops priced */
+    int *rows[2];              /* op index -> group row */
+    size_t cap_groups;
+    int rec;         /* 1 while a timed run encodes */
+    double groups_s; /* summed op times of the recorded encodes */
+    lpo_status st;
+} vision_state;
+
+static void vision_free(vision_state *v) {
+    for (int s = 0; s < 2; s++) {
+        lpo_an_phase_free(&v->priced[s]);
+        free(v->rows[s]);
+    }
+}
+
+static void on_vision_op(void *ud, const lpo_op *op, const float *out, double ms) {
+    (void)out;
+    vision_state *v = ud;
+    if (!v->rec) return;
+    for (int s = 0; s < 2; s++) {
+        const lpo_oplist *l = v->list[s];
+        if (!l || op < l->ops || op >= l->ops + l->n_ops) continue;
+        const size_t i = (size_t)(op - l->ops);
+        lpo_pf_group *g = &v->r->groups[v->rows[s][i]];
+        const lpo_an_cost *c = &v->priced[s].ops[i].c;
+        g->time_s += ms / 1e3;
+        g->calls++;
+        lpo_an_cost_add(&g->cost, c);
+        g->cost.roof = c->roof;
+        v->r->views[s].time_s += ms / 1e3;
+        lpo_an_cost_add(&v->r->views[s].cost, c);
+        v->groups_s += ms / 1e3;
+        return;
+    }
+}
+
+/* The vision groups (every op of both lists, in list order: the global view's, then the tile's) and their
+ * prices, before any run. */
+static lpo_status vision_setup(const lpo_pf_request *rq, const lpo_model_spec *spec, lpo_pf_result *r,
+                               vision_state *v) {
+    memset(v, 0, sizeof *v);
+    v->r = r;
+    r->have_vision = 1;
+    size_t n = 0;
+    lpo_status st = LPO_OK;
+    for (int s = 0; s < 2 && st == LPO_OK; s++) {
+        r->views[s].size = view_sizes[s];
+        r->views[s].tokens = lpo_vision_queries(rq->vision_spec, view_sizes[s]);
+        if (!(v->list[s] = lpo_vision_encoder_list(rq->vision, view_sizes[s]))) continue;
+        st =
+            lpo_an_vision_phase_build(spec, rq->vision_spec, view_sizes[s], &r->dt, rq->peaks, &v->priced[s]);
+        if (st == LPO_OK && v->priced[s].n_ops != v->list[s]->n_ops)
+            st = lpo_errorf(LPO_E_INTERNAL, "profile: the %lld-pixel vision list has %zu ops, priced %zu",
+                            (long long)view_sizes[s], v->list[s]->n_ops, v->priced[s].n_ops);
+        n += v->list[s]->n_ops;
+    }
+    if (st == LPO_OK && !(r->groups = calloc(n ? n : 1, sizeof *r->groups)))
+        st = lpo_errorf(LPO_E_NOMEM, "profile: out of memory");
+    for (int s = 0; s < 2 && st == LPO_OK; s++) {
+        const lpo_oplist *l = v->list[s];
+        if (!l) continue;
+        if (!(v->rows[s] = malloc((l->n_ops ? l->n_ops : 1) * sizeof *v->rows[s]))) {
+            st = lpo_errorf(LPO_E_NOMEM, "profile: out of memory");
+            break;
+        }
+        for (size_t i = 0; i < l->n_ops; i++) {
+            const lpo_op *op = &l->ops[i];
+            lpo_pf_group *g = &r->groups[r->n_groups];
+            snprintf(g->name, sizeof g->name, "%s.%s", s ? "tile" : "global", op->name);
+            g->phase = LPO_PF_VISION;
+            g->kind = op->kind;
+            g->cat = lpo_pf_cat_of(op->kind);
+            g->layer = op->layer;
+            g->n_ops = 1;
+            g->cost.roof = v->priced[s].ops[i].c.roof;
+            v->rows[s][i] = (int)r->n_groups++;
+        }
+    }
+    if (st == LPO_OK) lpo_vision_encoder_set_callback(rq->vision, on_vision_op, v);
+    return st;
+}
+
+/* After the timing pass: the phase's cost from its views, the remainder of the encodes no op accounts for
+ * (other/gaps), shares by category, MFU / MBU of the views and of every op. */
+static void vision_finish(vision_state *v, const lpo_peaks *p, lpo_roof roof) {
+    lpo_pf_result *r = v->r;
+    lpo_pf_phase *ph = &r->phase[LPO_PF_VISION];
+    memset(&ph->cost, 0, sizeof ph->cost);
+    for (int s = 0; s < 2; s++) {
+        lpo_pf_view *w = &r->views[s];
+        lpo_an_cost_add(&ph->cost, &w->cost);
+        utilisation(&w->cost, w->time_s, p, roof, &w->mfu, &w->mbu);
+    }
+    lpo_pf_breakdown *bd = &r->bd[LPO_PF_VISION];
+    bd->groups_s = v->groups_s;
+    bd->other_s = bd->run_s - bd->groups_s;
+    if (bd->other_s < 0) bd->other_s = 0; /* clock granularity */
+    memset(bd->by_cat_s, 0, sizeof bd->by_cat_s);
+    bd->by_cat_s[LPO_CAT_OTHER] = bd->other_s;
+    const double bw = p->dram_gbs * 1e9;
+    for (size_t i = 0; i < r->n_groups; i++) {
+        lpo_pf_group *g = &r->groups[i];
+        if (g->phase != LPO_PF_VISION) continue;
+        bd->by_cat_s[g->cat] += g->time_s;
+        if (g->time_s <= 0) continue;
+        const double pf = lpo_peaks_flops(p, g->cost.roof);
+        g->mfu = pf > 0 ? g->cost.flops / g->time_s / pf : 0;
+        g->mbu = bw > 0 ? g->cost.bytes / g->time_s / bw : 0;
+    }
 }
 
 /* ---- the timing pass ---- */
@@ -269,9 +405,56 @@ void lpo_pf_moe_phase(const lpo_pf_result *r, int phase, double *experts_per_ste
     if (*layers) *experts_per_step /= *layers;
 }
 
-/* One run of batch [b0, b0 + nb) of the order; records it when rec != 0. */
+/* The image embeddings of the first batch's pages (the breakdown pass prefills that batch with them). */
+typedef struct {
+    lpo_engine_embeds emb[LPO_ENGINE_MAX_SEQS];
+    float *rows[LPO_ENGINE_MAX_SEQS];
+    int n;
+} first_pages;
+
+static void first_pages_free(first_pages *f) {
+    for (int k = 0; k < LPO_ENGINE_MAX_SEQS; k++) free(f->rows[k]);
+    memset(f, 0, sizeof *f);
+}
+
+/* The batch's pages encoded in order (each view's ops timed when rec), their rows into q[k].embeds; the
+ * wall time of each page's encode into ms[k]. rows[k]: the embeddings (caller frees). */
+static lpo_status encode_pages(const lpo_pf_request *rq, vision_state *v, size_t b0, size_t nb, int rec,
+                               lpo_gen_seq *q, lpo_engine_embeds *emb, float **rows, double *ms) {
+    const int64_t D = rq->vision_spec->text_hidden;
+    v->rec = rec;
+    for (size_t k = 0; k < nb; k++) {
+        ms[k] = 0;
+        const lpo_ocr_views *w = rq->views[rq->order[b0 + k]];
+        if (!w) continue;
+        if (!(rows[k] = malloc((size_t)(w->n_image_tokens * D) * sizeof(float))))
+            return lpo_errorf(LPO_E_NOMEM, "profile: no memory for the image embeddings");
+        const uint64_t t0 = lpo_now_ns();
+        lpo_status st = lpo_vision_encode_image(rq->vision, w, rows[k]);
+        ms[k] = (double)(lpo_now_ns() - t0) / 1e6;
+        if (st == LPO_OK) st = v->st;
+        if (st != LPO_OK) return lpo_error_context(st, "vision encode of sample %zu", rq->order[b0 + k]);
+        emb[k] = (lpo_engine_embeds){rq->image_token, w->n_image_tokens, rows[k]};
+        q[k].embeds = &emb[k];
+        if (!rec) continue;
+        lpo_pf_result *r = v->r;
+        r->phase[LPO_PF_VISION].time_s += ms[k] / 1e3;
+        r->phase[LPO_PF_VISION].tokens += w->n_image_tokens;
+        r->phase[LPO_PF_VISION].steps += 1 + w->n_local;
+        r->views[0].views++;
+        r->views[1].views += w->n_local;
+        r->bd[LPO_PF_VISION].run_s += ms[k] / 1e3;
+        r->bd[LPO_PF_VISION].runs++;
+        r->bd[LPO_PF_VISION].steps += 1 + w->n_local;
+    }
+    return LPO_OK;
+}
+
+/* One run of batch [b0, b0 + nb) of the order; records it when rec != 0. Pages (rq->views) are encoded
+ * first, one after the other, then the batch generates with their embeddings. */
 static lpo_status run_batch(lpo_engine *e, const lpo_pf_request *rq, lpo_pf_result *r, size_t b0, size_t nb,
-                            int batch_index, int repeat, int rec, batch_cost_cache *cc) {
+                            int batch_index, int repeat, int rec, batch_cost_cache *cc, vision_state *vis,
+                            first_pages *fp) {
     lpo_gen_seq q[LPO_ENGINE_MAX_SEQS];
     memset(q, 0, sizeof q);
     for (size_t k = 0; k < nb; k++) {
@@ -279,8 +462,14 @@ static lpo_status run_batch(lpo_engine *e, const lpo_pf_request *rq, lpo_pf_resu
         q[k].stream = b0 + k;
     }
     const lpo_gen_params *gp = rq->gen;
+    lpo_engine_embeds emb[LPO_ENGINE_MAX_SEQS];
+    memset(emb, 0, sizeof emb);
+    float *rows[LPO_ENGINE_MAX_SEQS] = {NULL};
+    double vis_ms[LPO_ENGINE_MAX_SEQS] = {0}, vis_batch_ms = 0;
+    lpo_status st = rq->views ? encode_pages(rq, vis, b0, nb, rec, q, emb, rows, vis_ms) : LPO_OK;
+    for (size_t k = 0; k < nb; k++) vis_batch_ms += vis_ms[k];
     /* MoE: this run's routing alone (the costs below count the experts it read) */
-    lpo_status st = rec && r->moe_n_layers ? lpo_engine_moe_stats(e, NULL, 1) : LPO_OK;
+    if (st == LPO_OK && rec && r->moe_n_layers) st = lpo_engine_moe_stats(e, NULL, 1);
     uint64_t t0 = lpo_now_ns();
     if (st == LPO_OK) st = lpo_generate(e, gp->n_stop ? rq->tok : NULL, gp, q, nb, NULL, NULL);
     const double wall = (double)(lpo_now_ns() - t0) / 1e9;
@@ -301,9 +490,15 @@ static lpo_status run_batch(lpo_engine *e, const lpo_pf_request *rq, lpo_pf_resu
             x->decode_steps = q[k].decode_steps;
             x->prefill_ms = q[k].prefill_ms;
             x->decode_ms = q[k].decode_steps > 0 ? q[k].decode_ms : 0;
-            x->ttft_ms = q[k].prefill_ms;
+            x->vision_ms = vis_ms[k];
+            if (q[k].embeds) {
+                x->tiles = rq->views[x->sample]->n_local;
+                x->image_tokens = q[k].embeds->n_rows;
+            }
+            x->ttft_ms =
+                vis_batch_ms + q[k].prefill_ms; /* the batch's pages are encoded before its prefill */
             x->tpot_ms = q[k].decode_steps > 0 ? q[k].decode_ms / (double)q[k].decode_steps : 0;
-            x->e2e_ms = x->prefill_ms + x->decode_ms;
+            x->e2e_ms = x->ttft_ms + x->decode_ms;
             x->stop = q[k].reason;
             if (x->decode_ms > decode_ms) decode_ms = x->decode_ms;
             prompt += x->prompt_tokens;
@@ -333,16 +528,27 @@ static lpo_status run_batch(lpo_engine *e, const lpo_pf_request *rq, lpo_pf_resu
             for (size_t k = 0; k < nb; k++) most = q[k].decode_steps > most ? q[k].decode_steps : most;
             r->phase[1].steps += most;
             lpo_an_cost_add(&r->phase[1].cost, &cc->decode);
-            r->wall_s += wall;
+            r->wall_s += wall + vis_batch_ms / 1e3;
             for (size_t k = 0; k < nb; k++) r->gen_tokens += (int64_t)q[k].n_ids;
         }
     }
     for (size_t k = 0; k < nb; k++) lpo_gen_seq_free(&q[k]);
     free(hit[0]);
+    if (b0 == 0 && rq->views) { /* the first batch's embeddings, kept for the breakdown pass */
+        first_pages_free(fp);
+        for (size_t k = 0; k < nb; k++) {
+            fp->rows[k] = rows[k];
+            fp->emb[k] = emb[k];
+            rows[k] = NULL;
+        }
+        fp->n = (int)nb;
+    }
+    for (size_t k = 0; k < nb; k++) free(rows[k]);
     return st;
 }
 
-static lpo_status timing_pass(lpo_engine *e, const lpo_pf_request *rq, lpo_pf_result *r) {
+static lpo_status timing_pass(lpo_engine *e, const lpo_pf_request *rq, lpo_pf_result *r, vision_state *vis,
+                              first_pages *fp) {
     const uint64_t t_start = lpo_now_ns();
     const size_t B = (size_t)lpo_engine_max_seqs(e), n_batches = (rq->n_order + B - 1) / B;
     const lpo_pf_opts *o = rq->opts;
@@ -356,7 +562,7 @@ static lpo_status timing_pass(lpo_engine *e, const lpo_pf_request *rq, lpo_pf_re
         return lpo_errorf(LPO_E_NOMEM, "profile: out of memory");
     }
     for (int w = 0; w < o->warmup_runs && st == LPO_OK; w++) {
-        st = run_batch(e, rq, r, 0, rq->n_order < B ? rq->n_order : B, 0, -1, 0, &cc[0]);
+        st = run_batch(e, rq, r, 0, rq->n_order < B ? rq->n_order : B, 0, -1, 0, &cc[0], vis, fp);
         lpo_pf__progress(o, ++done, total, "warm-up", (double)(lpo_now_ns() - t_start) / 1e9);
     }
     lpo_nvml_sampler *nv = NULL;
@@ -374,7 +580,7 @@ static lpo_status timing_pass(lpo_engine *e, const lpo_pf_request *rq, lpo_pf_re
     for (size_t b = 0; b < n_batches && st == LPO_OK; b++) {
         const size_t b0 = b * B, nb = rq->n_order - b0 < B ? rq->n_order - b0 : B;
         for (int rep = 0; rep < o->repeats && st == LPO_OK; rep++) {
-            st = run_batch(e, rq, r, b0, nb, (int)b, rep, 1, &cc[b]);
+            st = run_batch(e, rq, r, b0, nb, (int)b, rep, 1, &cc[b], vis, fp);
             char what[48];
             snprintf(what, sizeof what, "batch %zu/%zu run %d", b + 1, n_batches, rep + 1);
             lpo_pf__progress(o, ++done, total, what, (double)(lpo_now_ns() - t_start) / 1e9);
@@ -445,11 +651,21 @@ lpo_status lpo_pf_run(const lpo_pf_request *rq, lpo_pf_result *r) {
         if (!r->moe_steps || !r->moe_distinct || !r->moe_pairs)
             st = lpo_errorf(LPO_E_NOMEM, "profile: out of memory");
     }
-    if (st == LPO_OK) st = timing_pass(e, rq, r);
+    vision_state vis = {0};
+    first_pages fp = {0};
+    if (st == LPO_OK && rq->views) {
+        if (!rq->vision || !rq->vision_spec)
+            st = lpo_errorf(LPO_E_INVALID, "profile: pages without a vision encoder");
+        else
+            st = vision_setup(rq, spec, r, &vis);
+    }
+    if (st == LPO_OK) st = timing_pass(e, rq, r, &vis, &fp);
+    if (rq->views && rq->vision) lpo_vision_encoder_set_callback(rq->vision, NULL, NULL);
     lpo_threads_used(&r->threads_lo, &r->threads_hi); /* the timed runs' (CPU steps; 0 elsewhere) */
     if (st == LPO_OK) {
         r->throughput_tok_s = r->wall_s > 0 ? (double)r->gen_tokens / r->wall_s : 0;
-        for (int p = 0; p < 2; p++) finish_phase(&r->phase[p], rq->peaks, r->roof);
+        if (r->have_vision) vision_finish(&vis, rq->peaks, r->roof);
+        for (int p = 0; p < LPO_PF_PHASES; p++) finish_phase(&r->phase[p], rq->peaks, r->roof);
         compute_stats(r);
         if (r->have_nvml && r->gen_tokens > 0) r->joules_per_token = r->nvml.energy_j / (double)r->gen_tokens;
     }
@@ -465,7 +681,10 @@ lpo_status lpo_pf_run(const lpo_pf_request *rq, lpo_pf_result *r) {
                      prompt >= 1 && steps >= 1 ? lpo_last_error() : "the context is too short");
         lpo_error_clear();
     }
-    if (st == LPO_OK && rq->opts->op_breakdown) st = lpo_pf__breakdown(&e, rq, r, t_start);
+    if (st == LPO_OK && rq->opts->op_breakdown)
+        st = lpo_pf__breakdown(&e, rq, r, fp.n ? fp.emb : NULL, t_start);
+    vision_free(&vis);
+    first_pages_free(&fp);
     r->dt.held = NULL; /* the engine's lookup dies with it */
     lpo_engine_close(e);
     r->total_s = (double)(lpo_now_ns() - t_start) / 1e9;

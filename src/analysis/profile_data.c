@@ -1,7 +1,9 @@
 /* lpo profile, the result kept whole: profile_data.json holds every field of lpo_pf_result the reports are
  * written from (setup, records, statistics, phases with their costs, the breakdown, every group, NVML), at
  * full precision (lpo_json_double reads back exactly) and with enums by name, so `lpo report DIR` writes
- * report.md, summary.md, assumptions.md, operators.* and the plots again byte for byte. metrics.json stays
+ * report.md, summary.md, assumptions.md, operators.* and the plots again byte for byte. A page workload adds
+ * the vision encode: a third phase and breakdown, the views, the vision groups and the records' pages (files
+ * without them read as a text workload). metrics.json stays
  * the documented schema; this file is lpo's own (schema lpo.profile.data, version 1). */
 #include <cjson/cJSON.h>
 #include <stdlib.h>
@@ -66,10 +68,11 @@ lpo_status lpo_pf_data_write(const lpo_pf_result *r, double mean_prompt, lpo_jso
                             (int64_t)r->n_samples,
                             r->have_breakdown,
                             r->have_nvml,
-                            r->gen_tokens};
-    static const char *const ik[] = {"fusion",     "batch",          "threads",   "threads_lo",
-                                     "threads_hi", "max_new_tokens", "n_samples", "have_breakdown",
-                                     "have_nvml",  "gen_tokens"};
+                            r->gen_tokens,
+                            r->have_vision};
+    static const char *const ik[] = {"fusion",     "batch",          "threads",    "threads_lo",
+                                     "threads_hi", "max_new_tokens", "n_samples",  "have_breakdown",
+                                     "have_nvml",  "gen_tokens",     "have_vision"};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) lpo_json_kv_int(j, ik[i], ints[i]);
     lpo_json_kv_double(j, "wall_s", r->wall_s);
     lpo_json_kv_double(j, "throughput_tok_s", r->throughput_tok_s);
@@ -137,6 +140,9 @@ lpo_status lpo_pf_data_write(const lpo_pf_result *r, double mean_prompt, lpo_jso
         lpo_json_kv_double(j, "ttft_ms", x->ttft_ms);
         lpo_json_kv_double(j, "tpot_ms", x->tpot_ms);
         lpo_json_kv_double(j, "e2e_ms", x->e2e_ms);
+        lpo_json_kv_double(j, "vision_ms", x->vision_ms);
+        lpo_json_kv_int(j, "tiles", x->tiles);
+        lpo_json_kv_int(j, "image_tokens", x->image_tokens);
         lpo_json_kv_str(j, "stop", lpo_stop_reason_name(x->stop));
         lpo_json_object_end(j);
     }
@@ -148,7 +154,7 @@ lpo_status lpo_pf_data_write(const lpo_pf_result *r, double mean_prompt, lpo_jso
     w_stats(j, "decode_tok_s", &r->decode_tok_s);
     lpo_json_key(j, "phases");
     lpo_json_array_begin(j);
-    for (int p = 0; p < 2; p++) { // prefill, decode
+    for (int p = 0; p < LPO_PF_PHASES; p++) { // prefill, decode, vision encode
         const lpo_pf_phase *ph = &r->phase[p];
         lpo_json_object_begin(j);
         lpo_json_kv_double(j, "time_s", ph->time_s);
@@ -164,7 +170,7 @@ lpo_status lpo_pf_data_write(const lpo_pf_result *r, double mean_prompt, lpo_jso
     lpo_json_array_end(j);
     lpo_json_key(j, "breakdown");
     lpo_json_array_begin(j);
-    for (int p = 0; p < 2; p++) { // prefill, decode
+    for (int p = 0; p < LPO_PF_PHASES; p++) { // prefill, decode, vision encode
         const lpo_pf_breakdown *b = &r->bd[p];
         lpo_json_object_begin(j);
         lpo_json_kv_double(j, "run_s", b->run_s);
@@ -178,6 +184,21 @@ lpo_status lpo_pf_data_write(const lpo_pf_result *r, double mean_prompt, lpo_jso
         for (int c = 0; c < LPO_CAT_COUNT; c++)
             lpo_json_kv_double(j, lpo_cat_name((lpo_cat)c), b->by_cat_s[c]);
         lpo_json_object_end(j);
+        lpo_json_object_end(j);
+    }
+    lpo_json_array_end(j);
+    lpo_json_key(j, "views"); /* pages: the global view's and the tile's encode */
+    lpo_json_array_begin(j);
+    for (int v = 0; v < 2; v++) {
+        const lpo_pf_view *w = &r->views[v];
+        lpo_json_object_begin(j);
+        lpo_json_kv_int(j, "size", w->size);
+        lpo_json_kv_int(j, "views", w->views);
+        lpo_json_kv_int(j, "tokens", w->tokens);
+        lpo_json_kv_double(j, "time_s", w->time_s);
+        w_cost(j, "cost", &w->cost);
+        lpo_json_kv_double(j, "mfu", w->mfu);
+        lpo_json_kv_double(j, "mbu", w->mbu);
         lpo_json_object_end(j);
     }
     lpo_json_array_end(j);
@@ -411,6 +432,8 @@ lpo_status lpo_pf_data_load(const char *path, lpo_pf_result *r, double *mean_pro
         x->prefill_ms = num(&c, e, "prefill_ms"), x->decode_ms = num(&c, e, "decode_ms");
         x->ttft_ms = num(&c, e, "ttft_ms"), x->tpot_ms = num(&c, e, "tpot_ms"),
         x->e2e_ms = num(&c, e, "e2e_ms");
+        x->vision_ms = num(&c, e, "vision_ms"), x->tiles = (int)inum(&c, e, "tiles");
+        x->image_tokens = inum(&c, e, "image_tokens");
         x->stop = (lpo_stop_reason)by_name(&c, "stop reason", str(e, "stop"), LPO_STOP_CONTEXT + 1, stop_of);
     }
     r_stats(&c, root, "ttft_ms", &r->ttft_ms);
@@ -418,8 +441,12 @@ lpo_status lpo_pf_data_load(const char *path, lpo_pf_result *r, double *mean_pro
     r_stats(&c, root, "e2e_ms", &r->e2e_ms);
     r_stats(&c, root, "prefill_tok_s", &r->prefill_tok_s);
     r_stats(&c, root, "decode_tok_s", &r->decode_tok_s);
+    r->have_vision = (int)inum(&c, root, "have_vision");
     a = cJSON_GetObjectItemCaseSensitive(root, "phases");
-    for (int p = 0; p < 2; p++) { // prefill, decode
+    const int n_phases = r->have_vision ? LPO_PF_PHASES : 2;
+    if (cJSON_GetArraySize(a) < n_phases && !c.st)
+        c.st = lpo_errorf(LPO_E_FORMAT, "%s: 'phases' lists fewer than %d phases", path, n_phases);
+    for (int p = 0; p < n_phases; p++) { // prefill, decode, vision encode
         const cJSON *ph = cJSON_GetArrayItem(a, p);
         lpo_pf_phase *x = &r->phase[p];
         x->time_s = num(&c, ph, "time_s"), x->tokens = inum(&c, ph, "tokens"),
@@ -429,7 +456,7 @@ lpo_status lpo_pf_data_load(const char *path, lpo_pf_result *r, double *mean_pro
         x->achieved_tflops = num(&c, ph, "achieved_tflops"), x->achieved_gbs = num(&c, ph, "achieved_gbs");
     }
     a = cJSON_GetObjectItemCaseSensitive(root, "breakdown");
-    for (int p = 0; p < 2; p++) { // prefill, decode
+    for (int p = 0; p < n_phases; p++) { // prefill, decode, vision encode
         const cJSON *b = cJSON_GetArrayItem(a, p), *bc = cJSON_GetObjectItemCaseSensitive(b, "by_cat_s");
         lpo_pf_breakdown *x = &r->bd[p];
         x->run_s = num(&c, b, "run_s"), x->groups_s = num(&c, b, "groups_s"),
@@ -437,6 +464,15 @@ lpo_status lpo_pf_data_load(const char *path, lpo_pf_result *r, double *mean_pro
         x->overhead_s = num(&c, b, "overhead_s"), x->steps = inum(&c, b, "steps"),
         x->runs = inum(&c, b, "runs");
         for (int k = 0; k < LPO_CAT_COUNT; k++) x->by_cat_s[k] = num(&c, bc, lpo_cat_name((lpo_cat)k));
+    }
+    a = cJSON_GetObjectItemCaseSensitive(root, "views");
+    for (int v = 0; r->have_vision && v < 2; v++) { // global view, tile
+        const cJSON *w = cJSON_GetArrayItem(a, v);
+        lpo_pf_view *x = &r->views[v];
+        x->size = inum(&c, w, "size"), x->views = inum(&c, w, "views"), x->tokens = inum(&c, w, "tokens");
+        x->time_s = num(&c, w, "time_s");
+        r_cost(&c, w, &x->cost);
+        x->mfu = num(&c, w, "mfu"), x->mbu = num(&c, w, "mbu");
     }
     a = cJSON_GetObjectItemCaseSensitive(root, "groups");
     r->n_groups = cJSON_IsArray(a) ? (size_t)cJSON_GetArraySize(a) : 0;
@@ -446,8 +482,9 @@ lpo_status lpo_pf_data_load(const char *path, lpo_pf_result *r, double *mean_pro
         lpo_pf_group *g = &r->groups[i++];
         copy_str(g->name, sizeof g->name, str(e, "name"));
         g->phase = (int)inum(&c, e, "phase");
-        if (g->phase != 0 && g->phase != 1 && !c.st)
-            c.st = lpo_errorf(LPO_E_FORMAT, "%s: group '%s' has no phase 0 or 1", path, g->name);
+        if ((g->phase < 0 || g->phase >= n_phases) && !c.st)
+            c.st =
+                lpo_errorf(LPO_E_FORMAT, "%s: group '%s' has no phase 0 to %d", path, g->name, n_phases - 1);
         g->kind = (lpo_op_kind)by_name(&c, "op kind", str(e, "kind"), LPO_OP_KIND_COUNT, kind_of);
         g->cat = (lpo_cat)by_name(&c, "category", str(e, "cat"), LPO_CAT_COUNT, cat_of);
         g->layer = (int)inum(&c, e, "layer"), g->n_ops = (int)inum(&c, e, "n_ops");

@@ -156,7 +156,8 @@ static lpo_status eager_engine(lpo_engine **e, const lpo_pf_request *rq) {
     return lpo_engine_open(rq->model, &o, e);
 }
 
-lpo_status lpo_pf__breakdown(lpo_engine **ep, const lpo_pf_request *rq, lpo_pf_result *r, uint64_t t_start) {
+lpo_status lpo_pf__breakdown(lpo_engine **ep, const lpo_pf_request *rq, lpo_pf_result *r,
+                             const lpo_engine_embeds *embeds, uint64_t t_start) {
     r->dt.held = NULL;
     lpo_status st = eager_engine(ep, rq);
     if (st != LPO_OK) return st;
@@ -190,7 +191,10 @@ lpo_status lpo_pf__breakdown(lpo_engine **ep, const lpo_pf_request *rq, lpo_pf_r
     const int64_t room = lpo_engine_max_context(e) - longest - 1;
     if (steps > room) steps = room;
     if (steps < 0) steps = 0;
-    bd_state s = {.r = r, .spec = lpo_engine_spec(e), .peaks = rq->peaks};
+    /* the result may hold the vision groups already (a page workload): new rows go after them */
+    bd_state s = {.r = r, .spec = lpo_engine_spec(e), .peaks = rq->peaks, .cap_groups = r->n_groups};
+    lpo_engine_embeds emb[LPO_ENGINE_MAX_SEQS];
+    for (int i = 0; embeds && i < n; i++) emb[i] = embeds[i];
     double overhead_s[2] = {0, 0};
     lpo_group_timer *gt = NULL;
     if (st == LPO_OK) st = lpo_group_timer_start(e, on_tag, on_time, &s, &gt);
@@ -199,7 +203,8 @@ lpo_status lpo_pf__breakdown(lpo_engine **ep, const lpo_pf_request *rq, lpo_pf_r
     (void)t_start;
     for (int64_t k = 0; k <= steps && st == LPO_OK; k++) { // run 0: the prefill; then decode steps
         s.phase = k > 0;
-        const lpo_engine_batch b = {n, slots, k ? NULL : toks, k ? NULL : lens, 0, NULL, 1, ids, NULL};
+        const lpo_engine_batch b = {n, slots, k ? NULL : toks,          k ? NULL : lens, 0, NULL,
+                                    1, ids,   k || !embeds ? NULL : emb};
         const double over0 = lpo_group_timer_overhead_s(gt);
         const uint64_t t0 = lpo_now_ns();
         st = lpo_engine_run(e, &b);
@@ -230,6 +235,7 @@ lpo_status lpo_pf__breakdown(lpo_engine **ep, const lpo_pf_request *rq, lpo_pf_r
     }
     for (size_t i = 0; i < r->n_groups; i++) {
         lpo_pf_group *x = &r->groups[i];
+        if (x->phase == LPO_PF_VISION) continue; /* the timing pass's (profile.c) */
         r->bd[x->phase].by_cat_s[x->cat] += x->time_s;
         if (x->time_s <= 0) continue;
         const double roof = lpo_peaks_flops(rq->peaks, x->cost.roof);

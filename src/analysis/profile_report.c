@@ -9,7 +9,17 @@
 #include "lpo/plot.h"
 #include "lpo/profile.h"
 
-static const char *phase_names[2] = {"prefill", "decode"};
+static const char *const phase_names[LPO_PF_PHASES] = {"prefill", "decode", "vision_encode"};
+
+/* The phases a result has (a page workload: the vision encode too). */
+static int n_phases(const lpo_pf_result *r) {
+    return r->have_vision ? LPO_PF_PHASES : 2;
+}
+
+/* The phases in the order a page runs them: vision encode (pages), prefill, decode. */
+static int phase_at(const lpo_pf_result *r, int i) {
+    return r->have_vision ? (i == 0 ? LPO_PF_VISION : i - 1) : i;
+}
 
 /* ---- JSON pieces ---- */
 static void json_stats(lpo_json *j, const char *key, const lpo_stats *s) {
@@ -139,17 +149,45 @@ lpo_status lpo_pf_write_metrics(const lpo_pf_result *r, const lpo_an_static *st,
     lpo_json_object_end(j);
     lpo_json_key(j, "phases");
     lpo_json_object_begin(j);
-    for (int p = 0; p < 2; p++) {
+    for (int i = 0; i < n_phases(r); i++) {
+        const int p = phase_at(r, i);
         lpo_json_key(j, phase_names[p]);
         json_phase(j, r, &r->phase[p]);
     }
     lpo_json_object_end(j);
-    lpo_json_key(j, "breakdown");
-    if (!r->have_breakdown) {
+    lpo_json_key(j, "vision"); /* pages: each view size's encode (null: a text workload) */
+    if (!r->have_vision) {
         lpo_json_null(j);
     } else {
         lpo_json_object_begin(j);
-        for (int p = 0; p < 2; p++) {
+        lpo_json_key(j, "views");
+        lpo_json_array_begin(j);
+        for (int v = 0; v < 2; v++) {
+            const lpo_pf_view *w = &r->views[v];
+            if (!w->views) continue;
+            lpo_json_object_begin(j);
+            lpo_json_kv_str(j, "view", v ? "tile" : "global");
+            lpo_json_kv_int(j, "size", w->size);
+            lpo_json_kv_int(j, "views", w->views);
+            lpo_json_kv_int(j, "tokens_per_view", w->tokens);
+            lpo_json_kv_double(j, "time_s", w->time_s);
+            lpo_json_kv_double(j, "flops", w->cost.flops);
+            lpo_json_kv_double(j, "bytes", w->cost.bytes);
+            lpo_json_kv_double_or_null(j, "mfu", w->mfu, peaks_known(r) && w->time_s > 0);
+            lpo_json_kv_double_or_null(j, "mbu", w->mbu, bw_known(r) && w->time_s > 0);
+            lpo_json_object_end(j);
+        }
+        lpo_json_array_end(j);
+        lpo_json_object_end(j);
+    }
+    lpo_json_key(j, "breakdown");
+    if (!r->have_breakdown && !r->have_vision) {
+        lpo_json_null(j);
+    } else {
+        lpo_json_object_begin(j);
+        for (int i = 0; i < n_phases(r); i++) {
+            const int p = phase_at(r, i);
+            if (p != LPO_PF_VISION && !r->have_breakdown) continue;
             const lpo_pf_breakdown *bd = &r->bd[p];
             lpo_json_key(j, phase_names[p]);
             lpo_json_object_begin(j);
@@ -288,11 +326,23 @@ static lpo_table *top_table(const lpo_pf_result *r, int phase) {
     return t;
 }
 
-/* The group's name without its layer ("layers.7.mlp.gate_up" -> "mlp.gate_up"); NULL outside the layers. */
-static const char *layerless(const char *name) {
-    if (strncmp(name, "layers.", 7)) return NULL;
-    const char *dot = strchr(name + 7, '.');
-    return dot ? dot + 1 : NULL;
+/* The group's name with its layer number as '*' ("layers.7.mlp.gate_up" -> "layers.*.mlp.gate_up", the
+ * vision encoder's "global.sam.layers.3.attn.sdpa" -> "global.sam.layers.*.attn.sdpa") into key; 0 (key
+ * unset) outside the layers. */
+static int layerless(const char *name, char *key, size_t n) {
+    const char *at = name;
+    while ((at = strstr(at, "layers.")) != NULL) {
+        if (at == name || at[-1] == '.') {
+            const char *d = at + 7, *e = d;
+            while (*e >= '0' && *e <= '9') e++;
+            if (e > d && *e == '.') {
+                snprintf(key, n, "%.*s*%s", (int)(d - name), name, e);
+                return 1;
+            }
+        }
+        at += 7;
+    }
+    return 0;
 }
 
 /* The top_k operators of a phase summed across layers (every layers.N.x as one row "layers.*.x (N
@@ -306,14 +356,15 @@ static lpo_table *grouped_table(const lpo_pf_result *r, int phase) {
     for (size_t i = 0; agg && layers && i < r->n_groups; i++) { // group i into the row of its layerless name
         const lpo_pf_group *g = &r->groups[i];
         if (g->phase != phase) continue;
-        const char *base = layerless(g->name);
+        char key[sizeof g->name];
+        const int across = layerless(g->name, key, sizeof key);
         size_t k = 0;
-        for (; base && k < n; k++)
-            if (agg[k].layer == -2 && !strcmp(agg[k].name + 9, base)) break; /* after "layers.*." */
-        if (!base || k == n) {
+        for (; across && k < n; k++)
+            if (agg[k].layer == -2 && !strcmp(agg[k].name, key)) break;
+        if (!across || k == n) {
             agg[n] = *g;
-            if (base) {
-                snprintf(agg[n].name, sizeof agg[n].name, "layers.*.%.80s", base);
+            if (across) {
+                snprintf(agg[n].name, sizeof agg[n].name, "%s", key);
                 agg[n].layer = -2; /* a row across layers */
             }
             layers[n++] = 1;
@@ -332,7 +383,7 @@ static lpo_table *grouped_table(const lpo_pf_result *r, int phase) {
         a->mbu = bw > 0 && a->time_s > 0 ? a->cost.bytes / a->time_s / bw : 0;
         if (a->layer == -2) {
             char nm[sizeof a->name];
-            snprintf(nm, sizeof nm, "%.80s (%d layers)", a->name, layers[k]);
+            snprintf(nm, sizeof nm, "%.78s (%d layers)", a->name, layers[k]);
             memcpy(a->name, nm, sizeof nm);
             a->layer = -1;
         }
@@ -353,7 +404,8 @@ static lpo_table *grouped_table(const lpo_pf_result *r, int phase) {
 
 lpo_table *lpo_pf_operators_table(const lpo_pf_result *r) {
     lpo_table *t = lpo_table_new(op_fields, sizeof op_fields / sizeof op_fields[0]);
-    for (int p = 0; p < 2; p++) {
+    for (int ph = 0; ph < n_phases(r); ph++) {
+        const int p = phase_at(r, ph);
         size_t n;
         size_t *idx = sorted_groups(r, p, &n);
         for (size_t i = 0; idx && i < n; i++) op_row(t, r, &r->groups[idx[i]]);
@@ -384,7 +436,8 @@ static void md_phases(lpo_strbuf *o, const lpo_pf_result *r) {
     lpo_sb_puts(
         o, "| phase | time | tokens | steps | tok/s | FLOPs | bytes | TFLOP/s | GB/s | MFU | MBU | floor | "
            "floor / time | bound |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
-    for (int p = 0; p < 2; p++) {
+    for (int i = 0; i < n_phases(r); i++) {
+        const int p = phase_at(r, i);
         const lpo_pf_phase *ph = &r->phase[p];
         lpo_sb_printf(o, "| %s | %s | %lld | %lld | %.4g | %s | %s | %.3g | %.3g |", phase_names[p],
                       lpo_an_fmt_time(a, sizeof a, ph->time_s), (long long)ph->tokens, (long long)ph->steps,
@@ -402,12 +455,17 @@ static void md_phases(lpo_strbuf *o, const lpo_pf_result *r) {
 }
 
 static void md_categories(lpo_strbuf *o, const lpo_pf_result *r) {
-    lpo_sb_puts(o,
-                "| category | prefill ms | prefill % | decode ms | decode % |\n|---|---:|---:|---:|---:|\n");
+    lpo_sb_puts(o, "| category |");
+    for (int i = 0; i < n_phases(r); i++)
+        lpo_sb_printf(o, " %s ms | %s %% |", phase_names[phase_at(r, i)], phase_names[phase_at(r, i)]);
+    lpo_sb_puts(o, "\n|---|");
+    for (int i = 0; i < n_phases(r); i++) lpo_sb_puts(o, "---:|---:|");
+    lpo_sb_puts(o, "\n");
     for (int c = 0; c < LPO_CAT_COUNT; c++) {
         if (!lpo_pf_cat_shown((lpo_pf_cat)c)) continue;
         lpo_sb_printf(o, "| %s |", lpo_pf_cat_name((lpo_pf_cat)c));
-        for (int p = 0; p < 2; p++) {
+        for (int i = 0; i < n_phases(r); i++) {
+            const int p = phase_at(r, i);
             const lpo_pf_breakdown *bd = &r->bd[p];
             const double run = bd_time(bd);
             lpo_sb_printf(o, " %.3f | %.1f |", bd->by_cat_s[c] * 1e3,
@@ -420,7 +478,8 @@ static void md_categories(lpo_strbuf *o, const lpo_pf_result *r) {
 
 static void md_bounds(lpo_strbuf *o, const lpo_pf_result *r) {
     lpo_sb_puts(o, "| phase | compute-bound ops | memory-bound ops | unknown |\n|---|---:|---:|---:|\n");
-    for (int p = 0; p < 2; p++) {
+    for (int ph = 0; ph < n_phases(r); ph++) {
+        const int p = phase_at(r, ph);
         double t[3] = {0, 0, 0}, all = 0;
         for (size_t i = 0; i < r->n_groups; i++) {
             if (r->groups[i].phase != p) continue;
@@ -434,6 +493,121 @@ static void md_bounds(lpo_strbuf *o, const lpo_pf_result *r) {
     }
     lpo_sb_puts(o, "\n(Share of each phase's group time spent in ops whose roofline floor is set by compute "
                    "or by memory.)\n\n");
+}
+
+/* Mean time and cost of one view of a size (0: the global view, 1: a tile); 0 when none was encoded. */
+static double view_mean(const lpo_pf_result *r, int v, lpo_an_cost *c) {
+    memset(c, 0, sizeof *c);
+    const lpo_pf_view *w = &r->views[v];
+    if (!w->views) return 0;
+    *c = w->cost;
+    lpo_an_cost_scale(c, 1.0 / (double)w->views);
+    return w->time_s / (double)w->views;
+}
+
+/* Pages: the encode per view size, how it grows with the tiles, by op kind, the slowest ops. */
+static void md_vision(lpo_strbuf *o, const lpo_pf_result *r) {
+    char a[32], b[32], c[32], d[32];
+    const lpo_pf_breakdown *bd = &r->bd[LPO_PF_VISION];
+    lpo_sb_printf(o,
+                  "## Vision encode (pages)\n\nEach page's views are encoded before its prefill, op by op "
+                  "(docs/vision.md): the %lld-pixel global view and each %lld-pixel local tile. Every op "
+                  "is timed through the encoder's op callback in the timing pass; FLOPs and bytes are the "
+                  "op list's at the engine's dtypes (the prices of `lpo analyze`). %lld page encode(s), "
+                  "%lld view(s): %s = ops %s + other/gaps %s (copies between views, the separator).\n\n",
+                  (long long)r->views[0].size, (long long)r->views[1].size, (long long)bd->runs,
+                  (long long)bd->steps, lpo_an_fmt_time(a, sizeof a, bd->run_s),
+                  lpo_an_fmt_time(b, sizeof b, bd->groups_s), lpo_an_fmt_time(c, sizeof c, bd->other_s));
+    lpo_sb_puts(o,
+                "| view | views | image tokens / view | time / view | FLOPs / view | bytes / view | "
+                "TFLOP/s | GB/s | MFU | MBU | floor / view |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+                "---:|---:|\n");
+    for (int v = 0; v < 2; v++) {
+        const lpo_pf_view *w = &r->views[v];
+        if (!w->views) continue;
+        lpo_an_cost m;
+        const double t = view_mean(r, v, &m);
+        lpo_sb_printf(o, "| %s %lld | %lld | %lld | %s | %s | %s | %.3g | %.3g |", v ? "tile" : "global",
+                      (long long)w->size, (long long)w->views, (long long)w->tokens,
+                      lpo_an_fmt_time(a, sizeof a, t), lpo_an_fmt_flops(b, sizeof b, m.flops),
+                      lpo_an_fmt_bytes(c, sizeof c, m.bytes), t > 0 ? m.flops / t / 1e12 : 0,
+                      t > 0 ? m.bytes / t / 1e9 : 0);
+        pct_or_dash(o, w->mfu, peaks_known(r) && w->time_s > 0);
+        pct_or_dash(o, w->mbu, bw_known(r) && w->time_s > 0);
+        lpo_sb_printf(o, " %s |\n",
+                      m.bound != LPO_AN_BOUND_UNKNOWN ? lpo_an_fmt_time(d, sizeof d, m.t_lower_s) : "-");
+    }
+    /* growth with the tiles: the pages measured, and a page of 0 or 2..6 tiles from the per-view means */
+    lpo_an_cost g, tl;
+    const double tg = view_mean(r, 0, &g), tt = view_mean(r, 1, &tl);
+    lpo_sb_puts(o,
+                "\n### How the encode grows with the tiles\n\nA page is one global view plus its tiles "
+                "(0, or 2 to 6 by its aspect ratio). Measured: the mean encode of the pages with that "
+                "many tiles; from the views: the global view's mean time plus tiles x the tile's "
+                "(\"-\" where that view size never ran).\n\n| tiles | pages | image tokens | FLOPs | bytes "
+                "| measured | from the views | TFLOP/s |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (int t = 0; t <= 6; t++) {
+        if (t == 1) continue;
+        int64_t pages = 0, tokens = 0;
+        double ms = 0;
+        for (size_t i = 0; i < r->n_records; i++) {
+            const lpo_pf_record *x = &r->records[i];
+            if (!x->image_tokens || x->tiles != t) continue;
+            pages++;
+            ms += x->vision_ms;
+            tokens = x->image_tokens;
+        }
+        if (!tokens) tokens = t * r->views[1].tokens + r->views[0].tokens + 1;
+        const double flops = g.flops + t * tl.flops, bytes = g.bytes + t * tl.bytes;
+        const double pred = r->views[0].views && (t == 0 || r->views[1].views) ? tg + t * tt : 0;
+        const double meas = pages ? ms / 1e3 / (double)pages : 0, tm = meas > 0 ? meas : pred;
+        lpo_sb_printf(o, "| %d | %lld | %lld | %s | %s | %s | %s |", t, (long long)pages, (long long)tokens,
+                      lpo_an_fmt_flops(a, sizeof a, flops), lpo_an_fmt_bytes(b, sizeof b, bytes),
+                      pages ? lpo_an_fmt_time(c, sizeof c, meas) : "-",
+                      pred > 0 ? lpo_an_fmt_time(d, sizeof d, pred) : "-");
+        /* TFLOP/s of the measured pages, else of the projection */
+        if (tm > 0)
+            lpo_sb_printf(o, " %.3g |\n", flops / tm / 1e12);
+        else
+            lpo_sb_puts(o, " - |\n");
+    }
+    /* by op kind */
+    lpo_sb_puts(o, "\n### By op kind\n\n| kind | category | ops | calls | time | share | FLOPs | bytes | "
+                   "TFLOP/s | MFU | MBU |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    const double run = bd_time(bd), bw = r->peaks.dram_gbs * 1e9;
+    for (int k = 0; k < LPO_OP_KIND_COUNT; k++) {
+        lpo_an_cost sum;
+        memset(&sum, 0, sizeof sum);
+        double t = 0;
+        int64_t ops = 0, calls = 0;
+        for (size_t i = 0; i < r->n_groups; i++) {
+            const lpo_pf_group *x = &r->groups[i];
+            if (x->phase != LPO_PF_VISION || (int)x->kind != k) continue;
+            ops++;
+            calls += x->calls;
+            t += x->time_s;
+            lpo_an_cost_add(&sum, &x->cost);
+            sum.roof = x->cost.roof;
+        }
+        if (!ops) continue;
+        const double pf = lpo_peaks_flops(&r->peaks, sum.roof);
+        lpo_sb_printf(o, "| %s | %s | %lld | %lld | %s | %.1f%% | %s | %s | %.3g |",
+                      lpo_op_kind_name((lpo_op_kind)k), lpo_pf_cat_name(lpo_pf_cat_of((lpo_op_kind)k)),
+                      (long long)ops, (long long)calls, lpo_an_fmt_time(a, sizeof a, t),
+                      run > 0 ? 100 * t / run : 0, lpo_an_fmt_flops(b, sizeof b, sum.flops),
+                      lpo_an_fmt_bytes(c, sizeof c, sum.bytes), t > 0 ? sum.flops / t / 1e12 : 0);
+        pct_or_dash(o, t > 0 && pf > 0 ? sum.flops / t / pf : 0, pf > 0 && t > 0);
+        pct_or_dash(o, t > 0 && bw > 0 ? sum.bytes / t / bw : 0, bw > 0 && t > 0);
+        lpo_sb_puts(o, "\n");
+    }
+    lpo_sb_printf(o,
+                  "\n### Top %d vision operators (summed across layers)\n\nEach view size's ops are their "
+                  "own rows (`global.` / `tile.`); shares are of the encode time.\n\n",
+                  r->opts.top_k);
+    lpo_table *t = grouped_table(r, LPO_PF_VISION);
+    lpo_table_write_md(t, o);
+    lpo_table_free(t);
+    lpo_sb_puts(o, "\n");
 }
 
 static void md_top_ops(lpo_strbuf *o, const lpo_pf_result *r, int phase) {
@@ -467,6 +641,22 @@ void lpo_pf_write_report(const lpo_pf_result *r, const lpo_an_static *st, const 
         o,
         "| workload | %zu samples, batch %d, %d repeat(s) after %d warm-up run(s), up to %lld new tokens |\n",
         r->n_samples, r->batch, r->opts.repeats, r->opts.warmup_runs, (long long)r->max_new_tokens);
+    if (r->have_vision) {
+        int lo = 99, hi = -1;
+        int64_t tok_lo = 0, tok_hi = 0;
+        for (size_t i = 0; i < r->n_records; i++) {
+            const lpo_pf_record *x = &r->records[i];
+            if (!x->image_tokens) continue;
+            if (x->tiles < lo) lo = x->tiles, tok_lo = x->image_tokens;
+            if (x->tiles > hi) hi = x->tiles, tok_hi = x->image_tokens;
+        }
+        if (hi >= 0)
+            lpo_sb_printf(
+                o,
+                "| pages | each sample a page: %d to %d local tile(s), %lld to %lld image tokens in "
+                "its prefill |\n",
+                lo, hi, (long long)tok_lo, (long long)tok_hi);
+    }
     char label[768];
     lpo_sb_printf(o, "| peaks | %s |\n", lpo_peaks_describe(&r->peaks, label, sizeof label));
     lpo_sb_printf(o, "| lpo | %s, commit %s, %s build%s |\n", b->version, b->git_commit, b->build_type,
@@ -492,12 +682,15 @@ void lpo_pf_write_report(const lpo_pf_result *r, const lpo_an_static *st, const 
            "engine's dtypes (docs/analysis.md); MFU against the compute roof of that dtype, MBU against the "
            "memory bandwidth; floor = the roofline lower bound summed op by op.\n\n");
     md_phases(o, r);
+    if (r->have_vision)
+        lpo_sb_puts(o, "With pages, TTFT counts the encode of the batch's pages and its prefill; the "
+                       "prefill's tokens include the image tokens.\n\n");
     if (r->peaks.not_converged[0])
         lpo_sb_printf(o,
                       "**Warning:** the measured ceilings' %s did not converge: MFU, MBU, floors and bounds "
                       "rest on uncertain peaks (`lpo ceilings --refresh` on an idle machine).\n\n",
                       r->peaks.not_converged);
-    for (int p = 0; p < 2; p++)
+    for (int p = 0; p < n_phases(r); p++)
         if (r->phase[p].time_s > 0 && r->phase[p].cost.t_lower_s > r->phase[p].time_s) {
             lpo_sb_printf(
                 o,
@@ -507,6 +700,7 @@ void lpo_pf_write_report(const lpo_pf_result *r, const lpo_an_static *st, const 
                 phase_names[p]);
             break;
         }
+    if (r->have_vision) md_vision(o, r);
     if (r->have_breakdown) {
         lpo_sb_puts(o, "## Operator breakdown (eager pass, exclusive group times)\n\n");
         for (int p = 0; p < 2; p++) {
@@ -587,6 +781,14 @@ void lpo_pf_write_report(const lpo_pf_result *r, const lpo_an_static *st, const 
         lpo_an_fmt_time(e, sizeof e, st->decode.total.t_lower_s),
         lpo_an_fmt_bytes(f, sizeof f, st->mem.weight_bytes),
         lpo_an_fmt_bytes(g, sizeof g, st->mem.kv_bytes_per_token));
+    if (st->has_vision)
+        lpo_sb_printf(o,
+                      "A page of %lld tile(s) (the pages' most common count): vision encode %s (global view "
+                      "%s, a tile %s), %lld image tokens in the prefill above.\n\n",
+                      (long long)st->image_tiles, lpo_an_fmt_flops(a, sizeof a, st->vision_total.flops),
+                      lpo_an_fmt_flops(c, sizeof c, st->vision_global.total.flops),
+                      lpo_an_fmt_flops(d, sizeof d, st->vision_tile.total.flops),
+                      (long long)st->image_tokens);
     lpo_sb_puts(o, "## Assumptions\n\nPeaks, formulas and dtypes: assumptions.md. Metric definitions: "
                    "docs/metrics.md.\n\n");
     lpo_sb_printf(o,
@@ -654,6 +856,19 @@ void lpo_pf_write_summary(const lpo_pf_result *r, const lpo_an_static *st, lpo_s
         r->decode_tok_s.median, r->batch, r->throughput_tok_s,
         lpo_an_fmt_time(a, sizeof a, r->ttft_ms.median / 1e3),
         lpo_an_fmt_time(b, sizeof b, r->tpot_ms.median / 1e3));
+    if (r->have_vision && r->phase[LPO_PF_VISION].steps > 0) {
+        const lpo_pf_phase *v = &r->phase[LPO_PF_VISION];
+        const double per_page = r->bd[LPO_PF_VISION].runs ? v->time_s / (double)r->bd[LPO_PF_VISION].runs : 0;
+        lpo_sb_printf(o,
+                      "- **Pages.** Encoding a page's image takes %s on average (%lld views in all, %.3g "
+                      "TFLOP/s",
+                      lpo_an_fmt_time(a, sizeof a, per_page), (long long)v->steps, v->achieved_tflops);
+        if (peaks_known(r)) lpo_sb_printf(o, ", %.1f%% of the compute peak", 100 * v->mfu);
+        const double all = v->time_s + r->phase[0].time_s + r->phase[1].time_s;
+        lpo_sb_printf(o, "); the encode is %.0f%% of the pages' time, prefill %.0f%%, decode %.0f%%.\n",
+                      all > 0 ? 100 * v->time_s / all : 0, all > 0 ? 100 * r->phase[0].time_s / all : 0,
+                      all > 0 ? 100 * r->phase[1].time_s / all : 0);
+    }
     if (peaks_known(r) || bw_known(r)) {
         lpo_sb_printf(o, "- **How close to the hardware.** ");
         if (bw_known(r))
@@ -776,7 +991,13 @@ void lpo_pf_write_assumptions(const lpo_pf_result *r, const lpo_an_static *st, l
                 "accounting inside the "
                 "runs is measured and excluded.\n"
                 "- The roofline floor of an op is max(FLOPs / roof, bytes / bandwidth); a phase's floor sums "
-                "its ops' floors.\n\n");
+                "its ops' floors.\n");
+    if (r->have_vision)
+        lpo_sb_puts(o, "- Pages: each page's views are encoded (vision encoder, op by op) before the batch's "
+                       "prefill; TTFT = the batch's encodes + its prefill. The vision ops are priced at the "
+                       "engine's compute dtype and timed in the timing pass (each op's time as the encoder "
+                       "reports it; the encodes' remainder is other/gaps).\n");
+    lpo_sb_puts(o, "\n");
     lpo_sb_puts(o, "## Dtypes\n\n");
     lpo_sb_printf(
         o, "- Engine compute dtype: %s (weights as the backend holds them, activations and KV cache).\n",
@@ -809,6 +1030,11 @@ void lpo_pf_write_inputs(const lpo_pf_result *r, const lpo_dataset *d, lpo_strbu
         lpo_json_kv_double(&j, "tpot_ms", x->tpot_ms);
         lpo_json_kv_double(&j, "decode_ms", x->decode_ms);
         lpo_json_kv_double(&j, "e2e_ms", x->e2e_ms);
+        if (x->image_tokens) {
+            lpo_json_kv_double(&j, "vision_ms", x->vision_ms);
+            lpo_json_kv_int(&j, "tiles", x->tiles);
+            lpo_json_kv_int(&j, "image_tokens", x->image_tokens);
+        }
         lpo_json_kv_str(&j, "stop_reason", lpo_stop_reason_name(x->stop));
         if (d->samples[x->sample].prompt) lpo_json_kv_str(&j, "prompt", d->samples[x->sample].prompt);
         lpo_json_object_end(&j);
@@ -818,8 +1044,15 @@ void lpo_pf_write_inputs(const lpo_pf_result *r, const lpo_dataset *d, lpo_strbu
 }
 
 /* ---- plots --------------------------------------------------------------------------------------------- */
-/* "layers.7.mlp.down" -> "mlp.down"; names outside the blocks unchanged */
-static const char *role_of(const char *name) {
+/* "layers.7.mlp.down" -> "mlp.down"; names outside the blocks unchanged; a vision op: its view and kind
+ * ("global conv", "tile attn_relpos") */
+static const char *role_of(const lpo_pf_group *g, char *buf, size_t n) {
+    if (g->phase == LPO_PF_VISION) {
+        snprintf(buf, n, "%s %s", strncmp(g->name, "tile.", 5) ? "global" : "tile",
+                 lpo_op_kind_name(g->kind));
+        return buf;
+    }
+    const char *name = g->name;
     if (strncmp(name, "layers.", 7)) return name;
     const char *dot = strchr(name + 7, '.');
     return dot ? dot + 1 : name;
@@ -849,7 +1082,7 @@ void lpo_pf_write_plots(const lpo_pf_result *r, lpo_strbuf *rsvg, lpo_strbuf *rc
     rl.dram_gbs = r->peaks.dram_gbs;
     snprintf(rl.dram_name, sizeof rl.dram_name, "memory");
     /* points: each role of each phase, its groups summed over the layers; then the two phases */
-    lpo_roof_point *pts = calloc(r->n_groups + 2, sizeof *pts);
+    lpo_roof_point *pts = calloc(r->n_groups + LPO_PF_PHASES, sizeof *pts);
     unsigned char *done = calloc(r->n_groups + 1, 1);
     size_t n = 0;
     for (size_t i = 0; pts && done && i < r->n_groups; i++) {
@@ -859,9 +1092,11 @@ void lpo_pf_write_plots(const lpo_pf_result *r, lpo_strbuf *rsvg, lpo_strbuf *rc
         memset(&c, 0, sizeof c);
         double t = 0;
         int count = 0;
+        char rg[96], rk[96];
+        const char *role = role_of(g, rg, sizeof rg);
         for (size_t k = i; k < r->n_groups; k++) { // every group of the same role and phase
             if (done[k] || r->groups[k].phase != g->phase ||
-                strcmp(role_of(r->groups[k].name), role_of(g->name)))
+                strcmp(role_of(&r->groups[k], rk, sizeof rk), role))
                 continue;
             done[k] = 1;
             lpo_an_cost_add(&c, &r->groups[k].cost);
@@ -869,11 +1104,11 @@ void lpo_pf_write_plots(const lpo_pf_result *r, lpo_strbuf *rsvg, lpo_strbuf *rc
             count++;
         }
         char label[128];
-        snprintf(label, sizeof label, "%s %s (%d group%s)", phase_names[g->phase], role_of(g->name), count,
+        snprintf(label, sizeof label, "%s %s (%d group%s)", phase_names[g->phase], role, count,
                  count > 1 ? "s" : "");
         add_point(pts, &n, label, c.flops, c.bytes, t, c.bound);
     }
-    for (int p = 0; pts && p < 2; p++) {
+    for (int p = 0; pts && p < n_phases(r); p++) {
         char label[128];
         snprintf(label, sizeof label, "%s, whole phase (timing pass)", phase_names[p]);
         add_point(pts, &n, label, r->phase[p].cost.flops, r->phase[p].cost.bytes, r->phase[p].time_s,
@@ -891,12 +1126,12 @@ void lpo_pf_write_plots(const lpo_pf_result *r, lpo_strbuf *rsvg, lpo_strbuf *rc
     snprintf(b.title, sizeof b.title, "Time by operator category: %.80s on %.24s", r->model, r->backend);
     snprintf(b.subtitle, sizeof b.subtitle,
              "eager pass over the first batch: prefill, and %lld decode step(s)", (long long)r->bd[1].steps);
-    b.n_bars = 2;
+    b.n_bars = (size_t)n_phases(r);
     b.unit = "ms";
-    for (int p = 0; p < 2; p++) b.bar_names[p] = phase_names[p];
+    for (int i = 0; i < n_phases(r); i++) b.bar_names[i] = phase_names[phase_at(r, i)];
     for (int c = 0; c < LPO_CAT_COUNT; c++) { /* the categories reports show, in order */
         if (!lpo_pf_cat_shown((lpo_pf_cat)c)) continue;
-        for (int p = 0; p < 2; p++) b.value[p][b.n_parts] = r->bd[p].by_cat_s[c] * 1e3;
+        for (int i = 0; i < n_phases(r); i++) b.value[i][b.n_parts] = r->bd[phase_at(r, i)].by_cat_s[c] * 1e3;
         b.part_names[b.n_parts++] = lpo_pf_cat_name((lpo_pf_cat)c);
     }
     lpo_stacked_bars_svg(&b, bsvg);

@@ -239,6 +239,22 @@ void lpo_an_footprint_compute(const lpo_model_spec *s, const lpo_an_opts *o, con
         }
     }
     free(t);
+    lpo_vision_tensor_desc *vt = NULL;
+    if (o->vision && lpo_vision_tensors(o->vision, &vt, &n) == LPO_OK) {
+        /* the vision encoder (every weight read once per page, none per token: not in the active
+         * figures): matrices and conv kernels at the weight dtype, vectors at vec */
+        for (size_t i = 0; i < n; i++) {
+            double e = 1;
+            for (int k = 0; k < vt[i].n_dims; k++) e *= (double)vt[i].shape[k];
+            const int vector = vt[i].n_dims == 1;
+            f->vision_params += e;
+            f->vision_bytes += e * (vector ? vec : dt->weights->bytes);
+        }
+        f->weight_params += f->vision_params;
+        f->weight_bytes += f->vision_bytes;
+    }
+    lpo_error_clear();
+    free(vt);
     const double h = (double)s->hidden_size, d = (double)s->head_dim, I = (double)s->intermediate_size;
     const double nh = (double)s->n_heads, nkv = (double)s->n_kv_heads, a = dt->act->bytes;
     f->kv_bytes_per_token = (lpo_spec_is_mla(s) ? (double)s->n_layers * (double)lpo_buf_width_kv(s)
@@ -261,7 +277,7 @@ void lpo_an_footprint_compute(const lpo_model_spec *s, const lpo_an_opts *o, con
     lpo_oplist l = {0};
     if (f->tp > 1 && lpo_an_list_dtypes_init(&ld, dt) == LPO_OK &&
         lpo_oplist_build_phase(s, 1, 1, 0, &ld.opts, &l) == LPO_OK) {
-        f->weight_bytes_gpu = 0;
+        f->weight_bytes_gpu = f->vision_bytes; /* the vision encoder held whole on each GPU */
         for (size_t i = 0; i < l.n_ops; i++) // every weight tensor of the rank once (embed: the whole table)
             for (int j = 0; j < l.ops[i].n_w; j++) {
                 const lpo_op_tensor *w = &l.ops[i].w[j];

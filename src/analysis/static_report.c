@@ -288,6 +288,8 @@ lpo_status lpo_an_static_write_json(const lpo_an_static *s, const lpo_model_spec
     lpo_json_object_begin(j);
     lpo_json_kv_double(j, "weight_params", s->mem.weight_params);
     lpo_json_kv_double(j, "weight_bytes", s->mem.weight_bytes);
+    lpo_json_kv_double(j, "vision_params", s->mem.vision_params);
+    lpo_json_kv_double(j, "vision_bytes", s->mem.vision_bytes);
     lpo_json_kv_double(j, "kv_bytes_per_token", s->mem.kv_bytes_per_token);
     lpo_json_kv_int(j, "kv_context", s->mem.kv_context);
     lpo_json_kv_double(j, "kv_bytes", s->mem.kv_bytes);
@@ -504,6 +506,9 @@ lpo_status lpo_an_static_write_md(const lpo_an_static *s, const lpo_model_spec *
     lpo_sb_puts(out, "## Memory footprint\n\n| what | bytes |\n|---|---:|\n");
     lpo_sb_printf(out, "| weights (%.4g parameters, %s) | %s |\n", s->mem.weight_params, s->dt.weights->name,
                   lpo_an_fmt_bytes(a, sizeof a, s->mem.weight_bytes));
+    if (s->mem.vision_bytes > 0)
+        lpo_sb_printf(out, "| of which the vision encoder (%.4g parameters, read once per page) | %s |\n",
+                      s->mem.vision_params, lpo_an_fmt_bytes(a, sizeof a, s->mem.vision_bytes));
     if (s->moe.sparse_layers)
         lpo_sb_printf(out, "| active per token (%.4g parameters: %lld of %lld experts) | %s |\n",
                       s->mem.active_params, (long long)s->moe.top_k, (long long)s->moe.experts,
@@ -661,8 +666,14 @@ void lpo_an_static_print(const lpo_an_static *s, const lpo_model_spec *spec, FIL
         fprintf(f, "page: %lld tile(s), %lld image tokens + %lld text tokens in the prefill\n",
                 (long long)s->image_tiles, (long long)s->image_tokens, (long long)s->text_prompt_len);
     }
-    fprintf(f, "\nmemory: weights %s, KV %s/token -> %s at %lld tokens x %d, activations %s (prefill)\n",
-            lpo_an_fmt_bytes(a, sizeof a, s->mem.weight_bytes),
+    char vis[64] = "";
+    if (s->mem.vision_bytes > 0) {
+        char vb[32];
+        snprintf(vis, sizeof vis, " (vision encoder %s)",
+                 lpo_an_fmt_bytes(vb, sizeof vb, s->mem.vision_bytes));
+    }
+    fprintf(f, "\nmemory: weights %s%s, KV %s/token -> %s at %lld tokens x %d, activations %s (prefill)\n",
+            lpo_an_fmt_bytes(a, sizeof a, s->mem.weight_bytes), vis,
             lpo_an_fmt_bytes(b, sizeof b, s->mem.kv_bytes_per_token),
             lpo_an_fmt_bytes(c, sizeof c, s->mem.kv_bytes), (long long)s->mem.kv_context, s->opts.batch,
             lpo_an_fmt_bytes(d, sizeof d, s->mem.act_bytes_prefill));

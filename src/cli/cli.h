@@ -140,6 +140,8 @@ typedef struct {
     double decode_ms, prep_ms, encode_ms;
 } lpo_cli_page;
 lpo_status lpo_cli_page_encode(lpo_cli_vision *v, const char *path, lpo_cli_page *p);
+/* The same without the encoding: decoded, preprocessed, emb allocated (lpo profile encodes each run). */
+lpo_status lpo_cli_page_prepare(const lpo_cli_vision *v, const char *path, lpo_cli_page *p);
 void lpo_cli_page_free(lpo_cli_page *p);
 /* LPO_E_USAGE unless the prompt holds LPO_CLI_IMAGE_PLACEHOLDER exactly once (one page per prompt). */
 lpo_status lpo_cli_image_prompt_check(const char *text);

@@ -231,7 +231,7 @@ static double ms_since(uint64_t t0) {
     return (double)(lpo_now_ns() - t0) / 1e6;
 }
 
-lpo_status lpo_cli_page_encode(lpo_cli_vision *v, const char *path, lpo_cli_page *p) {
+lpo_status lpo_cli_page_prepare(const lpo_cli_vision *v, const char *path, lpo_cli_page *p) {
     memset(p, 0, sizeof *p);
     uint64_t t = lpo_now_ns();
     long seed;
@@ -253,7 +253,13 @@ lpo_status lpo_cli_page_encode(lpo_cli_vision *v, const char *path, lpo_cli_page
         return st;
     p->emb = malloc((size_t)(p->n_rows * D) * sizeof(float));
     if (!p->emb) return lpo_errorf(LPO_E_NOMEM, "%s: no memory for the image embeddings", path);
-    t = lpo_now_ns();
+    return LPO_OK;
+}
+
+lpo_status lpo_cli_page_encode(lpo_cli_vision *v, const char *path, lpo_cli_page *p) {
+    lpo_status st = lpo_cli_page_prepare(v, path, p);
+    if (st != LPO_OK) return st;
+    const uint64_t t = lpo_now_ns();
     st = lpo_vision_encode_image(v->enc, &p->views, p->emb);
     p->encode_ms = ms_since(t);
     return st == LPO_OK ? LPO_OK : lpo_error_context(st, "%s: vision encode", path);

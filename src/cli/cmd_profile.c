@@ -1,7 +1,8 @@
-/* lpo profile (Stage 1): runs the configured dataset through the engine (src/analysis/profile.c), then
+/* lpo profile (Stage 1): runs the configured dataset through the engine (src/analysis/profile.c), or with
+ * image= the pages of a vision model (each page a sample: its views encoded before its prefill), then
  * writes the run directory: report.md, summary.md, operators.md/.csv/.json, metrics.json,
  * static_compute.json/ .md, inputs.jsonl, assumptions.md, plus config.yaml, cmd.txt and env.json; prints
- * summary.md and the directory. docs/profile.md. */
+ * summary.md and the directory. docs/profile.md, docs/vision.md. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,12 @@
 #include "lpo/report.h"
 #include "lpo/session.h"
 
+static const lpo_cli_param params[] = {
+    {"image", "DeepSeek-OCR-2: profile pages instead of the dataset: a page image (PNG / JPEG), a folder, a "
+              "JSONL of paths or synthetic[:N[:WxH]]; each page's vision encode is a third phase"},
+    {"prompt", "with image=: the prompt holding <image> once (default '<image>\\nFree OCR.')"},
+    {"tokens", "with image=: prompt ids holding the image token id (models without a tokenizer)"},
+};
 static const lpo_cli_spec spec = {
     .command = "profile",
     .summary =
@@ -29,7 +36,11 @@ static const lpo_cli_spec spec = {
         "top_k,\n"
         "progress}, backend=cpu|cuda, model=PATH. Writes report.md, summary.md, operators.*, metrics.json "
         "...\n"
-        "into a run directory (docs/profile.md).",
+        "into a run directory (docs/profile.md). image=PAGES (DeepSeek-OCR-2): the pages are the workload "
+        "and\n"
+        "the vision encode of each page a third phase (docs/vision.md).",
+    .params = params,
+    .n_params = sizeof params / sizeof params[0],
     .config = 1,
 };
 
@@ -135,7 +146,7 @@ static lpo_status write_artifacts(const lpo_rundir *rd, const artifacts *x, cons
         if (st == LPO_OK) st = write_md(rd, "expert_load.md", &sb);
         lpo_sb_free(&csv);
     }
-    if (st == LPO_OK && x->r->have_breakdown) {
+    if (st == LPO_OK && (x->r->have_breakdown || x->r->have_vision)) {
         lpo_table *t = lpo_pf_operators_table(x->r);
         st = lpo_rundir_write_table(rd, "operators", t);
         lpo_table_free(t);
@@ -153,14 +164,35 @@ static lpo_status write_artifacts(const lpo_rundir *rd, const artifacts *x, cons
     return st;
 }
 
-/* The static analysis of the workload as profiled: the engine's dtypes, the mean prompt, the batch. */
-static lpo_status static_for(const lpo_node *cfg, const lpo_model_spec *s, const lpo_pf_result *r,
-                             double mean_prompt, const lpo_peaks *pk, lpo_an_static *st) {
+/* The static analysis of the workload as profiled: the engine's dtypes, the mean prompt, the batch; pages
+ * (r->have_vision): a page of the pages' most common tile count, the prompt's text tokens beside its image
+ * tokens. */
+static lpo_status static_for(const lpo_node *cfg, const lpo_model_spec *s, const lpo_vision_spec *vs,
+                             const lpo_pf_result *r, double mean_prompt, const lpo_peaks *pk,
+                             lpo_an_static *st) {
     lpo_an_opts o;
     lpo_status rc = lpo_an_opts_from_config(cfg, s, &o);
     if (rc != LPO_OK) return rc;
     o.weight_dtype = o.act_dtype = o.kv_dtype = r->dtype;
     o.batch = r->batch;
+    o.vision = NULL;
+    if (r->have_vision && vs) {
+        int64_t count[8] = {0}, pages = 0;
+        double image_tokens = 0;
+        for (size_t i = 0; i < r->n_records; i++) {
+            const lpo_pf_record *x = &r->records[i];
+            if (!x->image_tokens) continue;
+            count[x->tiles >= 0 && x->tiles < 8 ? x->tiles : 7]++;
+            image_tokens += (double)x->image_tokens;
+            pages++;
+        }
+        int most = 0;
+        for (int t = 1; t < 8; t++) most = count[t] > count[most] ? t : most;
+        o.vision = vs;
+        o.image_tiles = most;
+        o.image_w = o.image_h = 0;
+        if (pages) mean_prompt -= image_tokens / (double)pages; /* add_vision adds the page's own */
+    }
     o.prompt_len = mean_prompt >= 1 ? (int64_t)(mean_prompt + 0.5) : 1;
     o.gen_len = r->max_new_tokens > 0 ? r->max_new_tokens : 1;
     o.attn_tile = r->dt.attn_tile;
@@ -175,21 +207,123 @@ typedef struct {
     lpo_cli_prompts g;
     int32_t tok_eos;
     double mean_prompt;
+    /* pages (image=): the list, the vision encoder, each page decoded and preprocessed (the dataset's
+     * samples, in order), their views for the runner */
+    const char *image, *prompt, *tokens_arg;
+    lpo_cli_images pages;
+    lpo_cli_vision vision;
+    int have_vision;
+    lpo_cli_page *page;
+    const lpo_ocr_views **views;
 } profile_run;
+
+#define DEFAULT_OCR_PROMPT "<image>\nFree OCR."
+
+/* A model without a tokenizer that reads <image> and no tokens=: the image token, then 8 ids as
+ * dataset=synthetic draws them (seed 0), none of them the image token. */
+static lpo_status default_page_ids(int64_t vocab, int32_t image_token, int32_t **ids, size_t *n) {
+    lpo_dataset *d = NULL;
+    lpo_status st = lpo_dataset_synthetic(1, 8, vocab, 0, &d);
+    if (st != LPO_OK) return st;
+    *n = 1 + d->samples[0].n_tokens;
+    if (!(*ids = malloc(*n * sizeof **ids))) {
+        lpo_dataset_free(d);
+        return lpo_errorf(LPO_E_NOMEM, "profile: out of memory");
+    }
+    (*ids)[0] = image_token;
+    for (size_t i = 0; i < d->samples[0].n_tokens; i++) {
+        const int32_t t = d->samples[0].tokens[i];
+        (*ids)[1 + i] = t == image_token ? (int32_t)((t + 1) % vocab) : t;
+    }
+    lpo_dataset_free(d);
+    return LPO_OK;
+}
+
+/* Pages as the workload: each page decoded and preprocessed once, its prompt built (the placeholder
+ * expanded to its image tokens), one dataset sample per page. */
+static lpo_status open_pages(profile_run *r, lpo_session *s) {
+    lpo_status st = lpo_cli_vision_open(s->model, s->infer.engine.n_threads, &r->vision);
+    if (st != LPO_OK) return st;
+    r->have_vision = 1;
+    const int32_t image_token = (int32_t)r->vision.vs->image_token_id;
+    int32_t *base = NULL; /* tokens= or the default ids, the image token once or expanded */
+    size_t n_base = 0;
+    if (r->tokens_arg) {
+        if ((st = lpo_parse_token_list(r->tokens_arg, &base, &n_base)) != LPO_OK) return st;
+    } else if (!r->prompt) {
+        int knows = 0; /* does the tokenizer read <image> as the image token? */
+        int32_t *ids = NULL;
+        size_t n = 0;
+        if (r->g.tok &&
+            lpo_cli_image_prompt_text(&r->g, DEFAULT_OCR_PROMPT, image_token, 1, &ids, &n) == LPO_OK)
+            knows = 1;
+        free(ids);
+        lpo_error_clear();
+        if (knows)
+            r->prompt = DEFAULT_OCR_PROMPT;
+        else if ((st = default_page_ids(s->spec->vocab_size, image_token, &base, &n_base)) != LPO_OK)
+            return st;
+        else
+            LPO_WARN("profile: the tokenizer does not read <image> as the image token (id %d): each page's "
+                     "prompt is its image tokens and 8 synthetic ids (give prompt= or tokens= to choose)",
+                     (int)image_token);
+    }
+    lpo_dataset *d = calloc(1, sizeof *d);
+    if (!d) return lpo_errorf(LPO_E_NOMEM, "profile: out of memory");
+    r->d = d;
+    d->name = lpo_strdup("pages");
+    d->samples = calloc(r->pages.n, sizeof *d->samples);
+    r->page = calloc(r->pages.n, sizeof *r->page);
+    r->views = calloc(r->pages.n, sizeof *r->views);
+    if (!d->name || !d->samples || !r->page || !r->views)
+        st = lpo_errorf(LPO_E_NOMEM, "profile: out of memory");
+    for (size_t i = 0; st == LPO_OK && i < r->pages.n; i++) {
+        lpo_cli_page *pg = &r->page[i];
+        lpo_sample *x = &d->samples[i];
+        st = lpo_cli_page_prepare(&r->vision, r->pages.paths[i], pg);
+        if (st == LPO_OK)
+            st = base ? lpo_cli_image_prompt_ids(base, n_base, image_token, pg->n_rows, &x->tokens,
+                                                 &x->n_tokens)
+                      : lpo_cli_image_prompt_text(&r->g, r->prompt, image_token, pg->n_rows, &x->tokens,
+                                                  &x->n_tokens);
+        if (st == LPO_OK && !(x->id = lpo_strdup(r->pages.ids[i])))
+            st = lpo_errorf(LPO_E_NOMEM, "profile: out of memory");
+        if (st != LPO_OK) st = lpo_error_context(st, "page '%s'", r->pages.ids[i]);
+        d->n = i + 1;
+        free(pg->emb); /* the runner encodes into its own rows */
+        pg->emb = NULL;
+        r->views[i] = &pg->views;
+    }
+    free(base);
+    return st;
+}
 
 static lpo_status size_engine(void *ud, lpo_session *s, lpo_engine_opts *eo) {
     profile_run *r = ud;
     lpo_infer_config *ic = &s->infer;
     lpo_dataset_sampling ds;
-    lpo_status st = lpo_dataset_open(lpo_node_at(s->cfg, "dataset"), s->spec->vocab_size, &r->d);
+    r->g.ic = ic;
+    r->g.spec = s->spec;
+    lpo_status st = LPO_OK;
+    if (r->image) { /* pages: the tokenizer (when the model has one) before the prompts are built */
+        if ((st = lpo_cli_vision_check(s->model)) != LPO_OK) return st;
+        if (r->prompt && (st = lpo_cli_image_prompt_check(r->prompt)) != LPO_OK) return st;
+        if (!r->tokens_arg && lpo_tokenizer_for_model(s->model, &r->g.tok) != LPO_OK) {
+            if (r->prompt) return lpo_error_context(LPO_E_USAGE, "prompt= needs the model's tokenizer");
+            lpo_error_clear();
+        }
+        st = open_pages(r, s);
+    } else {
+        st = lpo_dataset_open(lpo_node_at(s->cfg, "dataset"), s->spec->vocab_size, &r->d);
+    }
     if (st == LPO_OK) st = lpo_dataset_sampling_read(lpo_node_at(s->cfg, "dataset"), &ds);
     if (st == LPO_OK) st = lpo_dataset_order(r->d, &ds, &r->order, &r->n_order);
     if (st != LPO_OK) return st;
-    r->g.ic = ic;
-    r->g.spec = s->spec;
     int text = 0;
     for (size_t i = 0; i < r->n_order; i++) text |= r->d->samples[r->order[i]].prompt != NULL;
-    if ((text || ic->gen.n_stop) && (st = lpo_tokenizer_for_model(s->model, &r->g.tok)) != LPO_OK) return st;
+    if (!r->g.tok && (text || ic->gen.n_stop) &&
+        (st = lpo_tokenizer_for_model(s->model, &r->g.tok)) != LPO_OK)
+        return st;
     if (text && ic->chat && (st = lpo_chat_family_pick(ic->chat_template, r->g.tok, &r->g.chat)) != LPO_OK)
         return st;
     r->tok_eos = r->g.tok ? lpo_tokenizer_eos(r->g.tok) : -1;
@@ -221,7 +355,9 @@ lpo_status lpo_rerender_profile(const lpo_rerender *rr) {
                           rr->dir);
     lpo_status st = lpo_pf_data_load(p, &r, &mean_prompt);
     if (st == LPO_OK) st = lpo_model_open(lpo_node_child(rr->cfg, "model"), &m);
-    if (st == LPO_OK) st = static_for(rr->cfg, lpo_model_get_spec(m), &r, mean_prompt, &r.peaks, &an);
+    if (st == LPO_OK)
+        st = static_for(rr->cfg, lpo_model_get_spec(m), lpo_model_vision_spec(m), &r, mean_prompt, &r.peaks,
+                        &an);
     if (st == LPO_OK) {
         if (lpo_read_file(lpo_rundir_file(rr->rd, "cmd.txt", p, sizeof p), &cmd, NULL) != LPO_OK)
             lpo_error_clear();
@@ -251,7 +387,19 @@ int lpo_cmd_profile(int argc, char **argv) {
     int have_static = 0;
     lpo_rundir *rd = NULL;
     lpo_strbuf summary = {0};
-    lpo_status st = lpo_cli_compose(&args, "profile", &cfg);
+    w.image = lpo_cli_param_value(&args, "image");
+    w.prompt = lpo_cli_param_value(&args, "prompt");
+    w.tokens_arg = lpo_cli_param_value(&args, "tokens");
+    lpo_status st = LPO_OK;
+    if ((w.prompt || w.tokens_arg) && !w.image)
+        st =
+            lpo_errorf(LPO_E_USAGE, "prompt= and tokens= go with image= (a page workload); text prompts come "
+                                    "from the dataset (dataset=prompts dataset.path=FILE.jsonl)");
+    else if (w.prompt && w.tokens_arg)
+        st = lpo_errorf(LPO_E_USAGE, "give prompt= or tokens=, not both");
+    else if (w.image)
+        st = lpo_cli_images_list(w.image, &w.pages); /* before any weights */
+    if (st == LPO_OK) st = lpo_cli_compose(&args, "profile", &cfg);
     if (st == LPO_OK) st = lpo_pf_opts_read(cfg, &po);
     if (st == LPO_OK) {
         const lpo_session_opts so = {.parts = LPO_SESSION_MODEL,
@@ -266,11 +414,24 @@ int lpo_cmd_profile(int argc, char **argv) {
     int64_t tile = 128;
     if ((st = lpo_cfg_int_or(s->cfg, "analysis.attn_tile", 128, &tile)) != LPO_OK) goto done;
     /* the CPU computes exactly the unmasked pairs; a device backend its tiles (analysis.attn_tile) */
-    const lpo_pf_request rq = {
-        s->model,   &s->engine_opts, w.d,     w.order, w.n_order, w.tokens,
-        w.n_tokens, &s->infer.gen,   w.g.tok, &po,     &pk,       s->on_device ? (int)tile : 1};
+    const lpo_pf_request rq = {.model = s->model,
+                               .eng_opts = &s->engine_opts,
+                               .dataset = w.d,
+                               .order = w.order,
+                               .n_order = w.n_order,
+                               .tokens = w.tokens,
+                               .n_tokens = w.n_tokens,
+                               .gen = &s->infer.gen,
+                               .tok = w.g.tok,
+                               .opts = &po,
+                               .peaks = &pk,
+                               .attn_tile = s->on_device ? (int)tile : 1,
+                               .views = w.have_vision ? w.views : NULL,
+                               .vision = w.vision.enc,
+                               .vision_spec = w.vision.vs,
+                               .image_token = w.vision.vs ? (int32_t)w.vision.vs->image_token_id : -1};
     if ((st = lpo_pf_run(&rq, &r)) != LPO_OK) goto done;
-    if ((st = static_for(s->cfg, s->spec, &r, w.mean_prompt, &pk, &an)) != LPO_OK) goto done;
+    if ((st = static_for(s->cfg, s->spec, w.vision.vs, &r, w.mean_prompt, &pk, &an)) != LPO_OK) goto done;
     have_static = 1;
     if ((st = lpo_session_rundir(s, &rd)) != LPO_OK) goto done;
     const artifacts x = {&r, &an, s->spec, lpo_cli_command_line(), w.mean_prompt};
@@ -288,6 +449,11 @@ done:
     free(w.order);
     lpo_dataset_free(w.d);
     if (w.g.tok) lpo_tokenizer_free(w.g.tok);
+    for (size_t i = 0; w.page && i < w.pages.n; i++) lpo_cli_page_free(&w.page[i]);
+    free(w.page);
+    free(w.views);
+    lpo_cli_images_free(&w.pages);
+    lpo_cli_vision_close(&w.vision); /* before the session closes the model */
     lpo_session_close(s);
     lpo_node_free(cfg);
     lpo_cli_args_free(&args);

@@ -1,7 +1,9 @@
 /* GPU test (label "gpu"), the Stage 1 checks on an H100: `lpo profile` of the synthetic
  * llama3.1-8b (prompt 2048, 128 new tokens, 3 samples, backend=cuda) completes in under 60 s end to end,
  * every artifact is written, MFU / MBU are known, operator times add up within 5%, and its median decode
- * tok/s agrees with `lpo bench` at the same shape within 3%. Prints summary.md (for the issue note).
+ * tok/s agrees with `lpo bench` at the same shape within 3%. Prints summary.md (for the issue note). And a
+ * page of the tiny DeepSeek-OCR-2 (tests/golden/vision) profiled with backend=cuda: three phases (vision
+ * encode, prefill with the page's image rows on the GPU, decode), each with time and FLOPs.
  * SKIP without a GPU or without lpo's CUDA backend (exit 3 of the command). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -100,8 +102,45 @@ static void test_profile_8b(void **state) {
     assert_true(fabs(profile_tok_s / bench_tok_s - 1) <= 0.03);
 }
 
+/* lpo profile image= on the CUDA backend: the encoder wherever lpo_cli_vision_open puts it, the prefill
+ * with the image rows and the decode on the GPU; every phase timed and priced. */
+static void test_profile_pages(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir(), cmd[2048], *out = NULL, *err = NULL;
+    snprintf(cmd, sizeof cmd,
+             "profile model=" LPO_SOURCE_DIR
+             "/tests/golden/vision/tiny-ocr2 backend=cuda image=" LPO_SOURCE_DIR
+             "/tests/golden/vision/pages/page_landscape.jpg tokens=0,5,9,250,17,33,64,2,101 "
+             "infer.max_new_tokens=8 infer.ignore_eos=true profiling.warmup_runs=0 output.dir=%s/pages",
+             dir);
+    int rc = lpo_test_run_lpo(cmd, &out, &err);
+    if (rc == 3) {
+        printf("SKIP: lpo has no CUDA backend (%s)\n", err ? err : "");
+        exit(77);
+    }
+    if (rc != 0) fail_msg("lpo profile image=: rc %d: %s", rc, err ? err : "");
+    printf("---- summary.md (lpo profile tiny-ocr2 image=, backend=cuda) ----\n%s\n", out ? out : "");
+    free(out);
+    free(err);
+    char path[800];
+    snprintf(path, sizeof path, "%s/pages/metrics.json", dir);
+    cJSON *m = read_json(path);
+    const char *phases[] = {"vision_encode", "prefill", "decode"};
+    for (int p = 0; p < 3; p++) {
+        const double t = at(m, "phases", phases[p], "time_s"), f = at(m, "phases", phases[p], "flops");
+        printf("%s: %.3f ms, %.4g FLOPs, %g tokens\n", phases[p], t * 1e3, f,
+               at(m, "phases", phases[p], "tokens"));
+        assert_true(t > 0 && f > 0);
+    }
+    assert_true(at(m, "phases", "prefill", "tokens") == 553 &&
+                at(m, "phases", "vision_encode", "tokens") == 545);
+    cJSON_Delete(m);
+    free(dir);
+}
+
 int main(void) {
     lpo_test_require_gpu();
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_profile_8b)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_profile_pages),
+                                       cmocka_unit_test(test_profile_8b)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,8 +2,9 @@
  * placeholder expansion, grounding output parsed into boxes (hostile and garbled text included), boxes drawn
  * and written as PNG, and the lpo binary end to end on the tiny random model (tests/golden/vision/tiny-ocr2):
  * `lpo logits image=` equal to HF's logits, `lpo generate image=` over a JSONL -> predictions.jsonl with HF's
- * greedy tokens, and bad input (missing or corrupt page, no placeholder, a text-only model) -> a clear error
- * and a non-zero exit. */
+ * greedy tokens, `lpo profile image=` with its three phases (vision encode, prefill, decode; the encode's
+ * FLOPs equal to `lpo analyze`'s for the page's tiles), and bad input (missing or corrupt page, no
+ * placeholder, a text-only model) -> a clear error and a non-zero exit. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
 #include <cmocka.h>
 
 #include "cli/cli.h"
@@ -320,6 +322,120 @@ static void test_cli_generate_jsonl(void **state) {
     free(d);
 }
 
+static cJSON *load_json(const char *dir, const char *name) {
+    char p[8192], *text;
+    size_t len;
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    assert_int_equal(lpo_read_file(p, &text, &len), LPO_OK);
+    cJSON *j = cJSON_ParseWithLength(text, len);
+    free(text);
+    assert_non_null(j);
+    return j;
+}
+
+static double jnum(const cJSON *o, const char *path) { /* "a.b.c" */
+    char key[128];
+    for (const char *p = path; o;) {
+        const char *dot = strchr(p, '.');
+        const size_t n = dot ? (size_t)(dot - p) : strlen(p);
+        snprintf(key, sizeof key, "%.*s", (int)n, p);
+        o = cJSON_GetObjectItemCaseSensitive(o, key);
+        if (!dot) break;
+        p = dot + 1;
+    }
+    if (!cJSON_IsNumber(o)) fail_msg("no number at %s", path);
+    return o->valuedouble;
+}
+
+/* lpo profile image=: the page workload's three phases, each with time and FLOPs; the vision encode priced
+ * as lpo analyze prices a page of the same tiles; every vision op timed; lpo report writes it again. */
+static void test_cli_profile_pages(void **state) {
+    (void)state;
+    char *d = lpo_test_tmpdir(), cmd[8192], *out, *err, run[2048], an[2048];
+    snprintf(run, sizeof run, "%s/pf", d);
+    snprintf(an, sizeof an, "%s/an", d);
+    snprintf(cmd, sizeof cmd,
+             "profile model=" DIR "tiny-ocr2 image=" DIR
+             "pages/page_landscape.jpg tokens=0,5,9,250,17,33,64,2,101 "
+             "infer.max_new_tokens=3 infer.ignore_eos=true profiling.warmup_runs=0 output.dir=%s",
+             run);
+    int rc = lpo_test_run_lpo(cmd, &out, &err);
+    if (rc != 0) fail_msg("rc %d: %s", rc, err);
+    assert_non_null(strstr(out, "**Pages.**"));
+    free(out);
+    free(err);
+    cJSON *pd = load_json(run, "profile_data.json");
+    assert_int_equal((int)jnum(pd, "have_vision"), 1);
+    const cJSON *ph = cJSON_GetObjectItemCaseSensitive(pd, "phases");
+    assert_int_equal(cJSON_GetArraySize(ph), 3);
+    static const char *const names[] = {"prefill", "decode", "vision_encode"};
+    double flops[3];
+    for (int p = 0; p < 3; p++) {
+        const cJSON *x = cJSON_GetArrayItem(ph, p);
+        flops[p] = jnum(x, "cost.flops");
+        print_message("%s: %.4g s, %.6g FLOPs, %g tokens, %g steps\n", names[p], jnum(x, "time_s"), flops[p],
+                      jnum(x, "tokens"), jnum(x, "steps"));
+        if (!(jnum(x, "time_s") > 0) || !(flops[p] > 0)) fail_msg("phase %s without time or FLOPs", names[p]);
+    }
+    /* the page: 2 tiles + the global view, 545 image tokens in the prefill */
+    assert_int_equal((int)jnum(cJSON_GetArrayItem(ph, 2), "steps"), 3);
+    assert_int_equal((int)jnum(cJSON_GetArrayItem(ph, 2), "tokens"), 545);
+    assert_int_equal((int)jnum(cJSON_GetArrayItem(ph, 0), "tokens"), 553);
+    const cJSON *rec = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(pd, "records"), 0);
+    assert_int_equal((int)jnum(rec, "tiles"), 2);
+    assert_true(jnum(rec, "ttft_ms") > jnum(rec, "vision_ms") && jnum(rec, "vision_ms") > 0);
+    /* every vision op a group with time and calls; the groups' time within the encode's */
+    double vis_ops = 0;
+    int n_vis = 0;
+    const cJSON *g;
+    cJSON_ArrayForEach(g, cJSON_GetObjectItemCaseSensitive(pd, "groups")) {
+        if ((int)jnum(g, "phase") != 2) continue;
+        n_vis++;
+        vis_ops += jnum(g, "time_s");
+        assert_true(jnum(g, "calls") >= 1);
+    }
+    assert_true(n_vis > 50);
+    assert_true(vis_ops > 0 && vis_ops <= jnum(cJSON_GetArrayItem(ph, 2), "time_s") * 1.0001);
+    cJSON_Delete(pd);
+    /* the same tiles in lpo analyze, at the profile's dtype: the same FLOPs, to the last digit */
+    snprintf(cmd, sizeof cmd,
+             "analyze model=" DIR "tiny-ocr2 analysis.image_tiles=2 analysis.weight_dtype=f32 "
+             "analysis.act_dtype=f32 analysis.kv_dtype=f32 output.dir=%s",
+             an);
+    rc = lpo_test_run_lpo(cmd, &out, &err);
+    if (rc != 0) fail_msg("rc %d: %s", rc, err);
+    free(out);
+    free(err);
+    cJSON *sc = load_json(an, "static_compute.json");
+    const double want = jnum(sc, "vision.encode_total.flops");
+    print_message("vision encode: profile %.10g FLOPs, analyze %.10g\n", flops[2], want);
+    assert_true(fabs(flops[2] - want) <= 1e-9 * want);
+    cJSON_Delete(sc);
+    cJSON *pr = load_json(run, "static_compute.json"); /* the profile's own static analysis: the page */
+    assert_int_equal((int)jnum(pr, "vision.image_tiles"), 2);
+    assert_true(fabs(jnum(pr, "vision.encode_total.flops") - want) <= 1e-9 * want);
+    cJSON_Delete(pr);
+    /* the reports: report.md's vision section, and lpo report writes the same report.md again */
+    char path[4096 + 16], *md, *md2;
+    size_t len, len2;
+    snprintf(path, sizeof path, "%s/report.md", run);
+    assert_int_equal(lpo_read_file(path, &md, &len), LPO_OK);
+    assert_non_null(strstr(md, "## Vision encode (pages)"));
+    assert_non_null(strstr(md, "| vision_encode |"));
+    assert_non_null(strstr(md, "attn_relpos"));
+    snprintf(cmd, sizeof cmd, "report %s", run);
+    rc = lpo_test_run_lpo(cmd, &out, &err);
+    if (rc != 0) fail_msg("lpo report: rc %d: %s", rc, err);
+    free(out);
+    free(err);
+    assert_int_equal(lpo_read_file(path, &md2, &len2), LPO_OK);
+    assert_int_equal(len, len2);
+    assert_memory_equal(md, md2, len);
+    free(md);
+    free(md2);
+    free(d);
+}
+
 /* Bad input: a clear message and a non-zero exit, before any page is encoded where it can be. */
 static void test_cli_refusals(void **state) {
     (void)state;
@@ -338,6 +454,10 @@ static void test_cli_refusals(void **state) {
         {"logits model=" DIR "tiny-ocr2 image=%s tokens=250 out=/dev/null", "one page"},
         {"generate model=" DIR "tiny-ocr2 image=" DIR "pages/page_small.png tokens=1,2",
          "image token id 250"},
+        {"profile model=tiny image=%s/corrupt.png tokens=5", "text-only"},
+        {"profile model=" DIR "tiny-ocr2 image=%s/none.png tokens=250", "none.png"},
+        {"profile model=" DIR "tiny-ocr2 tokens=250", "go with image="},
+        {"profile model=" DIR "tiny-ocr2 image=" DIR "pages/page_small.png tokens=1,2", "image token id 250"},
     };
     put(d, "a.png", "x");
     put(d, "b.png", "x");
@@ -354,10 +474,11 @@ static void test_cli_refusals(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_images_list),      cmocka_unit_test(test_synthetic_pages),
-        cmocka_unit_test(test_prompt_expansion), cmocka_unit_test(test_grounding_parse),
-        cmocka_unit_test(test_draw_and_write),   cmocka_unit_test(test_cli_refusals),
-        cmocka_unit_test(test_cli_logits),       cmocka_unit_test(test_cli_generate_jsonl),
+        cmocka_unit_test(test_images_list),       cmocka_unit_test(test_synthetic_pages),
+        cmocka_unit_test(test_prompt_expansion),  cmocka_unit_test(test_grounding_parse),
+        cmocka_unit_test(test_draw_and_write),    cmocka_unit_test(test_cli_refusals),
+        cmocka_unit_test(test_cli_logits),        cmocka_unit_test(test_cli_generate_jsonl),
+        cmocka_unit_test(test_cli_profile_pages),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
