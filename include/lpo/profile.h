@@ -134,6 +134,8 @@ typedef struct {
      * bd[LPO_PF_VISION]) and per view size (views[0] global, views[1] tile) */
     int have_vision;
     lpo_pf_view views[2];
+    char vision_backend[32]; /* the backend the encoder ran on; MFU / MBU of the vision phase, its views and
+                                ops only when it is the engine's (the peaks are that device's) */
     /* breakdown pass (and the vision groups of the timing pass) */
     int have_breakdown;
     lpo_pf_breakdown bd[LPO_PF_PHASES];
@@ -191,6 +193,7 @@ typedef struct {
      * each of its prefills, the embeddings in place of the prompt's image_token ids (lpo_gen_seq.embeds) */
     const lpo_ocr_views *const *views;
     lpo_vision_encoder *vision;
+    const char *vision_backend; /* the backend `vision` runs on (its name) */
     const lpo_vision_spec *vision_spec;
     int32_t image_token;
 } lpo_pf_request;

@@ -273,6 +273,8 @@ static lpo_status vision_setup(const lpo_pf_request *rq, const lpo_model_spec *s
     memset(v, 0, sizeof *v);
     v->r = r;
     r->have_vision = 1;
+    snprintf(r->vision_backend, sizeof r->vision_backend, "%s",
+             rq->vision_backend ? rq->vision_backend : "?");
     size_t n = 0;
     lpo_status st = LPO_OK;
     for (int s = 0; s < 2 && st == LPO_OK; s++) {
@@ -313,15 +315,17 @@ static lpo_status vision_setup(const lpo_pf_request *rq, const lpo_model_spec *s
 }
 
 /* After the timing pass: the phase's cost from its views, the remainder of the encodes no op accounts for
- * (other/gaps), shares by category, MFU / MBU of the views and of every op. */
+ * (other/gaps), shares by category, MFU / MBU of the views and of every op (when the encoder ran on the
+ * engine's backend: the peaks are of that device). */
 static void vision_finish(vision_state *v, const lpo_peaks *p, lpo_roof roof) {
     lpo_pf_result *r = v->r;
+    const int util = !strcmp(r->vision_backend, r->backend);
     lpo_pf_phase *ph = &r->phase[LPO_PF_VISION];
     memset(&ph->cost, 0, sizeof ph->cost);
     for (int s = 0; s < 2; s++) {
         lpo_pf_view *w = &r->views[s];
         lpo_an_cost_add(&ph->cost, &w->cost);
-        utilisation(&w->cost, w->time_s, p, roof, &w->mfu, &w->mbu);
+        if (util) utilisation(&w->cost, w->time_s, p, roof, &w->mfu, &w->mbu);
     }
     lpo_pf_breakdown *bd = &r->bd[LPO_PF_VISION];
     bd->groups_s = v->groups_s;
@@ -334,7 +338,7 @@ static void vision_finish(vision_state *v, const lpo_peaks *p, lpo_roof roof) {
         lpo_pf_group *g = &r->groups[i];
         if (g->phase != LPO_PF_VISION) continue;
         bd->by_cat_s[g->cat] += g->time_s;
-        if (g->time_s <= 0) continue;
+        if (g->time_s <= 0 || !util) continue;
         const double pf = lpo_peaks_flops(p, g->cost.roof);
         g->mfu = pf > 0 ? g->cost.flops / g->time_s / pf : 0;
         g->mbu = bw > 0 ? g->cost.bytes / g->time_s / bw : 0;
@@ -666,6 +670,8 @@ lpo_status lpo_pf_run(const lpo_pf_request *rq, lpo_pf_result *r) {
         r->throughput_tok_s = r->wall_s > 0 ? (double)r->gen_tokens / r->wall_s : 0;
         if (r->have_vision) vision_finish(&vis, rq->peaks, r->roof);
         for (int p = 0; p < LPO_PF_PHASES; p++) finish_phase(&r->phase[p], rq->peaks, r->roof);
+        if (r->have_vision && strcmp(r->vision_backend, r->backend)) /* not on the device the peaks are of */
+            r->phase[LPO_PF_VISION].mfu = r->phase[LPO_PF_VISION].mbu = 0;
         compute_stats(r);
         if (r->have_nvml && r->gen_tokens > 0) r->joules_per_token = r->nvml.energy_j / (double)r->gen_tokens;
     }

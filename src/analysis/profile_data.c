@@ -57,6 +57,7 @@ lpo_status lpo_pf_data_write(const lpo_pf_result *r, double mean_prompt, lpo_jso
     lpo_json_kv_int(j, "version", DATA_VERSION);
     lpo_json_kv_str(j, "model", r->model);
     lpo_json_kv_str(j, "backend", r->backend);
+    lpo_json_kv_str(j, "vision_backend", r->vision_backend);
     lpo_json_kv_str(j, "exec", r->exec);
     lpo_json_kv_str(j, "dtype", r->dtype);
     const int64_t ints[] = {r->fusion,
@@ -360,6 +361,7 @@ lpo_status lpo_pf_data_load(const char *path, lpo_pf_result *r, double *mean_pro
     }
     copy_str(r->model, sizeof r->model, str(root, "model"));
     copy_str(r->backend, sizeof r->backend, str(root, "backend"));
+    copy_str(r->vision_backend, sizeof r->vision_backend, str(root, "vision_backend"));
     copy_str(r->exec, sizeof r->exec, str(root, "exec"));
     copy_str(r->dtype, sizeof r->dtype, str(root, "dtype"));
     copy_str(r->nvml_note, sizeof r->nvml_note, str(root, "nvml_note"));

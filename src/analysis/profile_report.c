@@ -47,7 +47,14 @@ static int bw_known(const lpo_pf_result *r) {
     return r->peaks.dram_gbs > 0;
 }
 
+/* MFU / MBU of a phase's work are meaningful: always, but for a vision encode that ran on another backend
+ * than the engine's (the peaks are the engine's device's). */
+static int util_on(const lpo_pf_result *r, int phase) {
+    return phase != LPO_PF_VISION || !strcmp(r->vision_backend, r->backend);
+}
+
 static void json_phase(lpo_json *j, const lpo_pf_result *r, const lpo_pf_phase *p) {
+    const int on = util_on(r, (int)(p - r->phase));
     lpo_json_object_begin(j);
     lpo_json_kv_double(j, "time_s", p->time_s);
     lpo_json_kv_int(j, "tokens", p->tokens);
@@ -60,8 +67,8 @@ static void json_phase(lpo_json *j, const lpo_pf_result *r, const lpo_pf_phase *
     lpo_json_kv_double(j, "tok_s", p->time_s > 0 ? (double)p->tokens / p->time_s : 0);
     lpo_json_kv_double(j, "achieved_tflops", p->achieved_tflops);
     lpo_json_kv_double(j, "achieved_gbs", p->achieved_gbs);
-    lpo_json_kv_double_or_null(j, "mfu", p->mfu, peaks_known(r) && p->time_s > 0);
-    lpo_json_kv_double_or_null(j, "mbu", p->mbu, bw_known(r) && p->time_s > 0);
+    lpo_json_kv_double_or_null(j, "mfu", p->mfu, on && peaks_known(r) && p->time_s > 0);
+    lpo_json_kv_double_or_null(j, "mbu", p->mbu, on && bw_known(r) && p->time_s > 0);
     const int fk = p->cost.bound != LPO_AN_BOUND_UNKNOWN;
     lpo_json_kv_double_or_null(j, "floor_s", p->cost.t_lower_s, fk);
     lpo_json_kv_double_or_null(j, "floor_ratio", p->time_s > 0 ? p->cost.t_lower_s / p->time_s : 0,
@@ -173,8 +180,9 @@ lpo_status lpo_pf_write_metrics(const lpo_pf_result *r, const lpo_an_static *st,
             lpo_json_kv_double(j, "time_s", w->time_s);
             lpo_json_kv_double(j, "flops", w->cost.flops);
             lpo_json_kv_double(j, "bytes", w->cost.bytes);
-            lpo_json_kv_double_or_null(j, "mfu", w->mfu, peaks_known(r) && w->time_s > 0);
-            lpo_json_kv_double_or_null(j, "mbu", w->mbu, bw_known(r) && w->time_s > 0);
+            const int on = util_on(r, LPO_PF_VISION);
+            lpo_json_kv_double_or_null(j, "mfu", w->mfu, on && peaks_known(r) && w->time_s > 0);
+            lpo_json_kv_double_or_null(j, "mbu", w->mbu, on && bw_known(r) && w->time_s > 0);
             lpo_json_object_end(j);
         }
         lpo_json_array_end(j);
@@ -306,8 +314,10 @@ static void op_row(lpo_table *t, const lpo_pf_result *r, const lpo_pf_group *g) 
     if (g->time_s > 0) {
         lpo_table_set_double(t, "tflops", g->cost.flops / g->time_s / 1e12);
         lpo_table_set_double(t, "gbs", g->cost.bytes / g->time_s / 1e9);
-        if (lpo_peaks_flops(&r->peaks, g->cost.roof) > 0) lpo_table_set_double(t, "mfu_pct", 100 * g->mfu);
-        if (bw_known(r)) lpo_table_set_double(t, "mbu_pct", 100 * g->mbu);
+        const int on = util_on(r, g->phase);
+        if (on && lpo_peaks_flops(&r->peaks, g->cost.roof) > 0)
+            lpo_table_set_double(t, "mfu_pct", 100 * g->mfu);
+        if (on && bw_known(r)) lpo_table_set_double(t, "mbu_pct", 100 * g->mbu);
     }
     if (g->cost.bound != LPO_AN_BOUND_UNKNOWN && g->calls) {
         lpo_table_set_double(t, "floor_us", g->cost.t_lower_s * 1e6 / (double)g->calls);
@@ -444,8 +454,8 @@ static void md_phases(lpo_strbuf *o, const lpo_pf_result *r) {
                       ph->time_s > 0 ? (double)ph->tokens / ph->time_s : 0,
                       lpo_an_fmt_flops(b, sizeof b, ph->cost.flops),
                       lpo_an_fmt_bytes(c, sizeof c, ph->cost.bytes), ph->achieved_tflops, ph->achieved_gbs);
-        pct_or_dash(o, ph->mfu, peaks_known(r) && ph->time_s > 0);
-        pct_or_dash(o, ph->mbu, bw_known(r) && ph->time_s > 0);
+        pct_or_dash(o, ph->mfu, util_on(r, p) && peaks_known(r) && ph->time_s > 0);
+        pct_or_dash(o, ph->mbu, util_on(r, p) && bw_known(r) && ph->time_s > 0);
         lpo_sb_printf(o, " %s |", lpo_an_fmt_time(a, sizeof a, ph->cost.t_lower_s));
         pct_or_dash(o, ph->time_s > 0 ? ph->cost.t_lower_s / ph->time_s : 0,
                     ph->cost.bound != LPO_AN_BOUND_UNKNOWN && ph->time_s > 0);
@@ -518,6 +528,11 @@ static void md_vision(lpo_strbuf *o, const lpo_pf_result *r) {
                   (long long)r->views[0].size, (long long)r->views[1].size, (long long)bd->runs,
                   (long long)bd->steps, lpo_an_fmt_time(a, sizeof a, bd->run_s),
                   lpo_an_fmt_time(b, sizeof b, bd->groups_s), lpo_an_fmt_time(c, sizeof c, bd->other_s));
+    if (!util_on(r, LPO_PF_VISION))
+        lpo_sb_printf(o,
+                      "The encoder ran on the %s backend while the engine ran on %s (the peaks are that "
+                      "device's): no MFU / MBU for this phase.\n\n",
+                      r->vision_backend, r->backend);
     lpo_sb_puts(o,
                 "| view | views | image tokens / view | time / view | FLOPs / view | bytes / view | "
                 "TFLOP/s | GB/s | MFU | MBU | floor / view |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
@@ -532,8 +547,8 @@ static void md_vision(lpo_strbuf *o, const lpo_pf_result *r) {
                       lpo_an_fmt_time(a, sizeof a, t), lpo_an_fmt_flops(b, sizeof b, m.flops),
                       lpo_an_fmt_bytes(c, sizeof c, m.bytes), t > 0 ? m.flops / t / 1e12 : 0,
                       t > 0 ? m.bytes / t / 1e9 : 0);
-        pct_or_dash(o, w->mfu, peaks_known(r) && w->time_s > 0);
-        pct_or_dash(o, w->mbu, bw_known(r) && w->time_s > 0);
+        pct_or_dash(o, w->mfu, util_on(r, LPO_PF_VISION) && peaks_known(r) && w->time_s > 0);
+        pct_or_dash(o, w->mbu, util_on(r, LPO_PF_VISION) && bw_known(r) && w->time_s > 0);
         lpo_sb_printf(o, " %s |\n",
                       m.bound != LPO_AN_BOUND_UNKNOWN ? lpo_an_fmt_time(d, sizeof d, m.t_lower_s) : "-");
     }
@@ -590,14 +605,15 @@ static void md_vision(lpo_strbuf *o, const lpo_pf_result *r) {
             sum.roof = x->cost.roof;
         }
         if (!ops) continue;
-        const double pf = lpo_peaks_flops(&r->peaks, sum.roof);
+        const double pf = util_on(r, LPO_PF_VISION) ? lpo_peaks_flops(&r->peaks, sum.roof) : 0;
         lpo_sb_printf(o, "| %s | %s | %lld | %lld | %s | %.1f%% | %s | %s | %.3g |",
                       lpo_op_kind_name((lpo_op_kind)k), lpo_pf_cat_name(lpo_pf_cat_of((lpo_op_kind)k)),
                       (long long)ops, (long long)calls, lpo_an_fmt_time(a, sizeof a, t),
                       run > 0 ? 100 * t / run : 0, lpo_an_fmt_flops(b, sizeof b, sum.flops),
                       lpo_an_fmt_bytes(c, sizeof c, sum.bytes), t > 0 ? sum.flops / t / 1e12 : 0);
         pct_or_dash(o, t > 0 && pf > 0 ? sum.flops / t / pf : 0, pf > 0 && t > 0);
-        pct_or_dash(o, t > 0 && bw > 0 ? sum.bytes / t / bw : 0, bw > 0 && t > 0);
+        pct_or_dash(o, t > 0 && bw > 0 ? sum.bytes / t / bw : 0,
+                    util_on(r, LPO_PF_VISION) && bw > 0 && t > 0);
         lpo_sb_puts(o, "\n");
     }
     lpo_sb_printf(o,
@@ -863,7 +879,10 @@ void lpo_pf_write_summary(const lpo_pf_result *r, const lpo_an_static *st, lpo_s
                       "- **Pages.** Encoding a page's image takes %s on average (%lld views in all, %.3g "
                       "TFLOP/s",
                       lpo_an_fmt_time(a, sizeof a, per_page), (long long)v->steps, v->achieved_tflops);
-        if (peaks_known(r)) lpo_sb_printf(o, ", %.1f%% of the compute peak", 100 * v->mfu);
+        if (peaks_known(r) && util_on(r, LPO_PF_VISION))
+            lpo_sb_printf(o, ", %.1f%% of the compute peak", 100 * v->mfu);
+        else if (!util_on(r, LPO_PF_VISION))
+            lpo_sb_printf(o, " on the %s backend", r->vision_backend);
         const double all = v->time_s + r->phase[0].time_s + r->phase[1].time_s;
         lpo_sb_printf(o, "); the encode is %.0f%% of the pages' time, prefill %.0f%%, decode %.0f%%.\n",
                       all > 0 ? 100 * v->time_s / all : 0, all > 0 ? 100 * r->phase[0].time_s / all : 0,

@@ -128,6 +128,7 @@ typedef struct {
     lpo_weight_source ws;
     lpo_ocr_prep_opts prep;
     lpo_vision_encoder *enc;
+    const lpo_backend_iface *be; /* the backend the encoder runs on */
 } lpo_cli_vision;
 lpo_status lpo_cli_vision_open(const lpo_model *m, int n_threads, lpo_cli_vision *out);
 void lpo_cli_vision_close(lpo_cli_vision *v);

@@ -219,7 +219,8 @@ lpo_status lpo_cli_vision_open(const lpo_model *m, int n_threads, lpo_cli_vision
     lpo_ocr_prep_defaults(&out->prep);
     out->ws.ud = (void *)m;
     out->ws.view = view_of;
-    return lpo_vision_encoder_open(out->vs, &out->ws, lpo_backend_cpu(), NULL, n_threads, &out->enc);
+    out->be = lpo_backend_cpu();
+    return lpo_vision_encoder_open(out->vs, &out->ws, out->be, NULL, n_threads, &out->enc);
 }
 
 void lpo_cli_vision_close(lpo_cli_vision *v) {

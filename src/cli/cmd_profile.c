@@ -428,6 +428,7 @@ int lpo_cmd_profile(int argc, char **argv) {
                                .attn_tile = s->on_device ? (int)tile : 1,
                                .views = w.have_vision ? w.views : NULL,
                                .vision = w.vision.enc,
+                               .vision_backend = w.vision.be ? w.vision.be->name : NULL,
                                .vision_spec = w.vision.vs,
                                .image_token = w.vision.vs ? (int32_t)w.vision.vs->image_token_id : -1};
     if ((st = lpo_pf_run(&rq, &r)) != LPO_OK) goto done;

@@ -433,6 +433,23 @@ static void test_cli_profile_pages(void **state) {
     assert_memory_equal(md, md2, len);
     free(md);
     free(md2);
+    /* an encoder on another backend than the engine's: no MFU / MBU for its phase (the peaks are not its) */
+    char *pd_text;
+    snprintf(path, sizeof path, "%s/profile_data.json", run);
+    assert_int_equal(lpo_read_file(path, &pd_text, &len), LPO_OK);
+    char *vb = strstr(pd_text, "\"vision_backend\": \"cpu\"");
+    assert_non_null(vb);
+    memcpy(vb + strlen("\"vision_backend\": \""), "gpu", 3);
+    assert_int_equal(lpo_write_file(path, pd_text, len), LPO_OK);
+    free(pd_text);
+    rc = lpo_test_run_lpo(cmd, &out, &err);
+    if (rc != 0) fail_msg("lpo report: rc %d: %s", rc, err);
+    free(out);
+    free(err);
+    snprintf(path, sizeof path, "%s/report.md", run);
+    assert_int_equal(lpo_read_file(path, &md, &len), LPO_OK);
+    assert_non_null(strstr(md, "The encoder ran on the gpu backend while the engine ran on cpu"));
+    free(md);
     free(d);
 }
 

@@ -316,8 +316,8 @@ static void test_batch_cost_matches_engine(void **state) {
         .warmup_runs = 0, .repeats = 1, .op_breakdown = 1, .breakdown_decode_steps = 3, .top_k = 5};
     lpo_peaks pk;
     memset(&pk, 0, sizeof pk);
-    const lpo_pf_request rq = {mdl,  &eo, d,   order, 2,    NULL, NULL, &gp,
-                               NULL, &po, &pk, 1,     NULL, NULL, NULL, -1};
+    const lpo_pf_request rq = {mdl, &eo, d, order, 2,    NULL, NULL, &gp, NULL,
+                               &po, &pk, 1, NULL,  NULL, NULL, NULL, -1};
     lpo_pf_result r;
     assert_int_equal(lpo_pf_run(&rq, &r), LPO_OK);
     /* the breakdown pass ran the first batch's prefill (the same packed steps) and 3 decode steps */
