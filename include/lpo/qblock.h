@@ -52,9 +52,9 @@ LPO_QHD float lpo_qb_div(float a, float b) {
 LPO_QHD float lpo_qb_f16(float v, uint8_t *p) {
 #ifdef __CUDA_ARCH__
     const __half h = __float2half_rn(v);
-    /* the bits through a 32-bit integer register: CUDA 13's ptxas compiles a byte store of the 16-bit register
-     * cvt.rn.f16.f32 wrote as a numeric f16 -> u8 conversion (F2I.U8.F16.TRUNC), which zeroed the low byte of
-     * every block scale; the empty asm keeps the bits an integer (checked by test_cuda_gguf's
+    /* the bits through a 32-bit integer register: CUDA 13's ptxas compiles a byte store of the 16-bit
+     * register cvt.rn.f16.f32 wrote as a numeric f16 -> u8 conversion (F2I.U8.F16.TRUNC), which zeroed the
+     * low byte of every block scale; the empty asm keeps the bits an integer (checked by test_cuda_gguf's
      * test_device_quantize) */
     unsigned int bits = __half_as_ushort(h);
     asm volatile("" : "+r"(bits));

@@ -159,9 +159,10 @@ static void test_engine_fp8(void **state) {
     }
     int same = 0;
     for (int g = 0; g < G; g++) same += tref[g] == tgpu[g];
-    printf("engine.weights=fp8: CUDA bf16 vs CPU f32 logits max|err| %.4g (%.3g of max|logit|); greedy tokens "
-           "equal: %d of %d\n",
-           emax, emax / amax, same, G);
+    printf(
+        "engine.weights=fp8: CUDA bf16 vs CPU f32 logits max|err| %.4g (%.3g of max|logit|); greedy tokens "
+        "equal: %d of %d\n",
+        emax, emax / amax, same, G);
     assert_true(emax <= BF16_SMALL_BOUND * amax);
     const lpo_exec_mode modes[] = {LPO_EXEC_EAGER, LPO_EXEC_DEBUG};
     int32_t other[G];

@@ -220,7 +220,8 @@ static void check_device_quantize(lpo_dtype dt, int64_t n, uint64_t key, double 
     int64_t bad = 0, first = -1;
     for (size_t b = 0; b < bytes / bb; b++)
         if (memcmp(gq + b * bb, hq + b * bb, bb)) bad++, first = first < 0 ? (int64_t)b : first;
-    printf("device quantizer %-5s %lld values: %lld of %lld generated values and %lld of %lld blocks differ from "
+    printf("device quantizer %-5s %lld values: %lld of %lld generated values and %lld of %lld blocks differ "
+           "from "
            "the host's",
            lpo_dtype_name(dt), (long long)n, (long long)bad_x, (long long)n, (long long)bad,
            (long long)(bytes / bb));
@@ -243,7 +244,7 @@ static void test_device_quantize(void **state) {
     (void)state;
     for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++) {
         check_device_quantize(formats[f], 256 * 512, 0x1234567ull, 0.0, 0.108); /* a matrix's values */
-        check_device_quantize(formats[f], 256 * 3, 77, 1.0, 0.1);              /* a norm's (all positive) */
+        check_device_quantize(formats[f], 256 * 3, 77, 1.0, 0.1);               /* a norm's (all positive) */
     }
 }
 
@@ -256,9 +257,8 @@ int main(void) {
     const char *only = getenv("LPO_TEST_ONLY"), *skip = getenv("LPO_TEST_SKIP"); /* cmocka name patterns */
     if (only) cmocka_set_test_filter(only);
     if (skip) cmocka_set_skip_filter(skip);
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_device_quantize),
-                                       cmocka_unit_test(test_opcheck_gguf),
-                                       cmocka_unit_test(test_engine_synthetic),
-                                       cmocka_unit_test(test_kquant_file)};
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_device_quantize), cmocka_unit_test(test_opcheck_gguf),
+        cmocka_unit_test(test_engine_synthetic), cmocka_unit_test(test_kquant_file)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

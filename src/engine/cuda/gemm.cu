@@ -32,7 +32,7 @@
 typedef struct {
     int64_t m, n, k;
     int dt, y_dt, bias, beta, align;
-    int fp8; /* W8A8: A and B e4m3 with outer-vector scales (dt: the compute dtype of y and bias) */
+    int fp8;     /* W8A8: A and B e4m3 with outer-vector scales (dt: the compute dtype of y and bias) */
     int refused; /* cuBLASLt has no algorithm for this shape (or refused it at launch): LPO_E_UNSUPPORTED at
                   * once on every later call, not a heuristic query per call (the caller falls back) */
     cublasLtMatmulDesc_t op;
