@@ -168,7 +168,7 @@ fi
 if [ -s "$build/ctest-gpu.log" ]; then
   echo
   echo "figures from the GPU tests ($build/ctest-gpu.log)"
-  grep -E "pdl on vs off|PDL runs|max \|logit - HF\||smollm2|first 8|op checker:|f32: prefill logits|bf16: prefill logits|prefill MFU|breakdown: groups|decode tok/s: profile|\| (pp|tg)[0-9]|greedy tokens as the cpu backend|(router|experts|mla_attention) .*(FAIL|ERROR)|engine.weights=fp8|engine.weights=native|greedy tokens equal|fp8 checkpoint" \
+  grep -E "pdl on vs off|PDL runs|max \|logit - HF\||smollm2|first 8|op checker:|f32: prefill logits|bf16: prefill logits|prefill MFU|breakdown: groups|decode tok/s: profile|\| (pp|tg)[0-9]|greedy tokens as the cpu backend|(router|experts|mla_attention) .*(FAIL|ERROR)|engine.weights=fp8|engine.weights=native|greedy tokens equal|fp8 checkpoint|tiny-ocr2|^(vision_encode|prefill|decode): " \
     "$build/ctest-gpu.log" | head -80
 fi
 if [ -s "$build/bench-tables.txt" ]; then
