@@ -490,7 +490,7 @@ static void md_bounds(lpo_strbuf *o, const lpo_pf_result *r) {
     lpo_sb_puts(o, "| phase | compute-bound ops | memory-bound ops | unknown |\n|---|---:|---:|---:|\n");
     for (int ph = 0; ph < n_phases(r); ph++) {
         const int p = phase_at(r, ph);
-        double t[3] = {0, 0, 0}, all = 0;
+        double t[LPO_AN_BOUND_COMM + 1] = {0}, all = 0; /* by bound class */
         for (size_t i = 0; i < r->n_groups; i++) {
             if (r->groups[i].phase != p) continue;
             t[r->groups[i].cost.bound] += r->groups[i].time_s;
