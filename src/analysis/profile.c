@@ -222,9 +222,11 @@ static void compute_stats(lpo_pf_result *r) {
 
 /* ---- the vision encode of pages ----------------------------------------------------------------------
  * Each op of a view's list (the encoder's lists of the 1024 global view and the 768 tile) is one group of
- * phase LPO_PF_VISION, created before the first run; the encoder's op callback adds its time and its cost
- * (the same op priced at the engine's dtypes by lpo_an_vision_phase_build, the function lpo analyze
- * prices a page with) while a timed run records. */
+ * phase LPO_PF_VISION, created before the first run. The timed runs encode as a user's run does (no op
+ * callback: a device backend may synchronise per op and skip fusions for it), their cost the views' priced
+ * lists (lpo_an_vision_phase_build at the engine's dtypes, the function lpo analyze prices a page with);
+ * the per-op times come from a separate pass over the first batch's pages with the encoder's op callback
+ * (profiling.op_breakdown), each op's time and its priced cost into its group. */
 static const int64_t view_sizes[2] = {1024, 768};
 
 typedef struct {
@@ -233,8 +235,7 @@ typedef struct {
     lpo_an_phase priced[2];    /* their ops priced */
     int *rows[2];              /* op index -> group row */
     size_t cap_groups;
-    int rec;         /* 1 while a timed run encodes */
-    double groups_s; /* summed op times of the recorded encodes */
+    double groups_s; /* summed op times of the per-op pass */
     lpo_status st;
 } vision_state;
 
@@ -248,7 +249,6 @@ static void vision_free(vision_state *v) {
 static void on_vision_op(void *ud, const lpo_op *op, const float *out, double ms) {
     (void)out;
     vision_state *v = ud;
-    if (!v->rec) return;
     for (int s = 0; s < 2; s++) {
         const lpo_oplist *l = v->list[s];
         if (!l || op < l->ops || op >= l->ops + l->n_ops) continue;
@@ -310,7 +310,6 @@ static lpo_status vision_setup(const lpo_pf_request *rq, const lpo_model_spec *s
             v->rows[s][i] = (int)r->n_groups++;
         }
     }
-    if (st == LPO_OK) lpo_vision_encoder_set_callback(rq->vision, on_vision_op, v);
     return st;
 }
 
@@ -320,11 +319,8 @@ static lpo_status vision_setup(const lpo_pf_request *rq, const lpo_model_spec *s
 static void vision_finish(vision_state *v, const lpo_peaks *p, lpo_roof roof) {
     lpo_pf_result *r = v->r;
     const int util = !strcmp(r->vision_backend, r->backend);
-    lpo_pf_phase *ph = &r->phase[LPO_PF_VISION];
-    memset(&ph->cost, 0, sizeof ph->cost);
     for (int s = 0; s < 2; s++) {
         lpo_pf_view *w = &r->views[s];
-        lpo_an_cost_add(&ph->cost, &w->cost);
         if (util) utilisation(&w->cost, w->time_s, p, roof, &w->mfu, &w->mbu);
     }
     lpo_pf_breakdown *bd = &r->bd[LPO_PF_VISION];
@@ -421,12 +417,12 @@ static void first_pages_free(first_pages *f) {
     memset(f, 0, sizeof *f);
 }
 
-/* The batch's pages encoded in order (each view's ops timed when rec), their rows into q[k].embeds; the
- * wall time of each page's encode into ms[k]. rows[k]: the embeddings (caller frees). */
+/* The batch's pages encoded in order, their rows into q[k].embeds; the wall time of each page's encode into
+ * ms[k]; recorded (time, tokens, views, the views' priced cost) when rec. rows[k]: the embeddings (caller
+ * frees). */
 static lpo_status encode_pages(const lpo_pf_request *rq, vision_state *v, size_t b0, size_t nb, int rec,
                                lpo_gen_seq *q, lpo_engine_embeds *emb, float **rows, double *ms) {
     const int64_t D = rq->vision_spec->text_hidden;
-    v->rec = rec;
     for (size_t k = 0; k < nb; k++) {
         ms[k] = 0;
         const lpo_ocr_views *w = rq->views[rq->order[b0 + k]];
@@ -436,22 +432,55 @@ static lpo_status encode_pages(const lpo_pf_request *rq, vision_state *v, size_t
         const uint64_t t0 = lpo_now_ns();
         lpo_status st = lpo_vision_encode_image(rq->vision, w, rows[k]);
         ms[k] = (double)(lpo_now_ns() - t0) / 1e6;
-        if (st == LPO_OK) st = v->st;
         if (st != LPO_OK) return lpo_error_context(st, "vision encode of sample %zu", rq->order[b0 + k]);
         emb[k] = (lpo_engine_embeds){rq->image_token, w->n_image_tokens, rows[k]};
         q[k].embeds = &emb[k];
         if (!rec) continue;
-        lpo_pf_result *r = v->r;
-        r->phase[LPO_PF_VISION].time_s += ms[k] / 1e3;
-        r->phase[LPO_PF_VISION].tokens += w->n_image_tokens;
-        r->phase[LPO_PF_VISION].steps += 1 + w->n_local;
-        r->views[0].views++;
-        r->views[1].views += w->n_local;
-        r->bd[LPO_PF_VISION].run_s += ms[k] / 1e3;
-        r->bd[LPO_PF_VISION].runs++;
-        r->bd[LPO_PF_VISION].steps += 1 + w->n_local;
+        lpo_pf_phase *ph = &v->r->phase[LPO_PF_VISION];
+        ph->time_s += ms[k] / 1e3;
+        ph->tokens += w->n_image_tokens;
+        ph->steps += 1 + w->n_local;
+        lpo_an_cost tile = v->priced[1].total;
+        lpo_an_cost_scale(&tile, (double)w->n_local);
+        lpo_an_cost_add(&ph->cost, &v->priced[0].total);
+        lpo_an_cost_add(&ph->cost, &tile);
     }
     return LPO_OK;
+}
+
+/* The per-op pass: the first batch's pages encoded once more with the encoder's op callback, each op's time
+ * and cost into its group and its view size; the wall time of the encodes is the vision breakdown's run. */
+static lpo_status vision_breakdown(const lpo_pf_request *rq, vision_state *v, size_t n) {
+    lpo_pf_result *r = v->r;
+    lpo_pf_breakdown *bd = &r->bd[LPO_PF_VISION];
+    float *rows = NULL;
+    size_t cap = 0;
+    lpo_status st = LPO_OK;
+    lpo_vision_encoder_set_callback(rq->vision, on_vision_op, v);
+    for (size_t k = 0; k < n && st == LPO_OK; k++) {
+        const lpo_ocr_views *w = rq->views[rq->order[k]];
+        if (!w) continue;
+        const size_t need = (size_t)(w->n_image_tokens * rq->vision_spec->text_hidden);
+        if (need > cap) {
+            free(rows);
+            if (!(rows = malloc(need * sizeof *rows))) {
+                st = lpo_errorf(LPO_E_NOMEM, "profile: no memory for the image embeddings");
+                break;
+            }
+            cap = need;
+        }
+        const uint64_t t0 = lpo_now_ns();
+        st = lpo_vision_encode_image(rq->vision, w, rows);
+        bd->run_s += (double)(lpo_now_ns() - t0) / 1e9;
+        bd->runs++;
+        bd->steps += 1 + w->n_local;
+        r->views[0].views++;
+        r->views[1].views += w->n_local;
+        lpo_pf__progress(rq->opts, k + 1, n, "breakdown: vision encode", bd->run_s);
+    }
+    lpo_vision_encoder_set_callback(rq->vision, NULL, NULL);
+    free(rows);
+    return st == LPO_OK ? v->st : st;
 }
 
 /* One run of batch [b0, b0 + nb) of the order; records it when rec != 0. Pages (rq->views) are encoded
@@ -664,7 +693,8 @@ lpo_status lpo_pf_run(const lpo_pf_request *rq, lpo_pf_result *r) {
             st = vision_setup(rq, spec, r, &vis);
     }
     if (st == LPO_OK) st = timing_pass(e, rq, r, &vis, &fp);
-    if (rq->views && rq->vision) lpo_vision_encoder_set_callback(rq->vision, NULL, NULL);
+    if (st == LPO_OK && r->have_vision && rq->opts->op_breakdown) /* the first batch's pages, op by op */
+        st = vision_breakdown(rq, &vis, rq->n_order < (size_t)r->batch ? rq->n_order : (size_t)r->batch);
     lpo_threads_used(&r->threads_lo, &r->threads_hi); /* the timed runs' (CPU steps; 0 elsewhere) */
     if (st == LPO_OK) {
         r->throughput_tok_s = r->wall_s > 0 ? (double)r->gen_tokens / r->wall_s : 0;
