@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "lpo/config.h"
@@ -79,8 +80,9 @@ static void test_every_kind_every_dtype(void **state) {
  * Qwen3-30B-A3B layer shapes (the router with its 128 experts; the experts' matrices as the model's, 32 of
  * them: the host reference of 128 would take minutes), Mixtral's routing (8 experts, 2 per token, hidden
  * 4096) and odd shapes (experts of 36: element loads; 7 experts, 3 per token; hidden 200), decode batches 1,
- * 3, 8 (the GEMV path) and 64, prefill 37 and 300 tokens (the grouped path); with engine.gemv off every size
- * takes the grouped path. kinds: 1 router, 2 experts. */
+ * 2, 3, 5, 8 (the GEMV path), 20 and 64, prefill 37 and 300 tokens (the grouped path: tiles of 16 rows while
+ * the pairs average <= 8 per expert, else 64); with engine.gemv off every size takes the grouped path. kinds:
+ * 1 router, 2 experts. */
 static void check_moe(const lpo_model_spec *s, int64_t T, int B, lpo_dtype dt, int gemv, int kinds) {
     const lpo_backend_iface *be = lpo_backend_cuda();
     void *ctx = NULL;
@@ -124,17 +126,18 @@ static void test_moe(void **state) {
     odd.moe.n_experts_used = 3;
     odd.moe.norm_topk_prob = 0;
     const lpo_dtype dts[] = {LPO_DT_F32, LPO_DT_BF16, LPO_DT_F16};
-    const int batches[] = {1, 3, 8, 64};
+    const int batches[] = {1, 2, 3, 5, 8, 64}; /* the GEMV path's token slots 1, 2, 4, 8; the grouped path */
     for (int d = 0; d < 2; d++) {
-        for (int b = 0; b < 4; b++) {
+        for (int b = 0; b < 6; b++) {
             check_moe(&qwen, 300, batches[b], dts[d], 1, 1);
             check_moe(&q32, 37, batches[b], dts[d], 1, 2);
         }
+        check_moe(&q32, 37, 20, dts[d], 1, 2); /* grouped, tiles of 16 rows (5 pairs per expert) */
         check_moe(&mix, 300, 2, dts[d], 1, 1);
     }
     for (int d = 0; d < 3; d++)
         for (int gemv = 1; gemv >= 0; gemv--)
-            for (int b = 0; b < 4; b++) check_moe(&odd, b == 3 ? 300 : 37, batches[b], dts[d], gemv, 3);
+            for (int b = 0; b < 6; b++) check_moe(&odd, b == 5 ? 300 : 37, batches[b], dts[d], gemv, 3);
     assert_int_equal(failures, 0);
 }
 
@@ -244,6 +247,8 @@ int main(void) {
         printf("SKIP: this build has no CUDA backend\n");
         return 77;
     }
+    const char *only = getenv("LPO_TEST_ONLY"); /* a cmocka name pattern, e.g. "test_moe" */
+    if (only) cmocka_set_test_filter(only);
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_every_kind_every_dtype),
                                        cmocka_unit_test(test_moe), cmocka_unit_test(test_deepseek_routing),
                                        cmocka_unit_test(test_mla)};

@@ -350,14 +350,16 @@ lpo_status lpo_cuda_moe_tally(int32_t *counts, const uint8_t *sparse, unsigned l
  * the activation and the activation is stored in dt, as the dense MLP stores them; f32 accumulation. An id
  * outside 0..E-1 contributes nothing (the op checker and the CPU refuse such ids; the router never makes
  * one). Two paths, chosen by lpo_cuda_experts_plan: GEMV (m * k <= LPO_CUDA_MOE_GEMV_MAX_PAIRS and m <=
- * LPO_CUDA_GEMV_MAX_M, f32/f16/bf16): each distinct chosen expert's weights are streamed once: gate_up +
- * SwiGLU per (expert, rows) block into act, then down, where each block of output rows loops over every
- * chosen expert and sums their weighted outputs per token (no atomics: deterministic); grouped: the m k
+ * LPO_CUDA_GEMV_MAX_M, f32/f16/bf16): each distinct chosen expert's weights come from DRAM once: gate_up +
+ * SwiGLU per (token, expert) pair and block of rows into act (the pairs of one expert side by side, the
+ * repeats read from L2), then down, where each block of output rows loops over every pair (sorted by expert)
+ * and sums their weighted outputs per token (no atomics: deterministic); grouped: the m k
  * (token, expert) pairs are counted, scanned and scattered by expert on the device (one block), then a
  * grouped GEMM over tiles of 64 rows of one expert (tensor cores for f16/bf16, FMAs for f32; no per-expert
  * host loop, sizes read on the device) writes act, a second one the experts' outputs per pair, and a combine
  * kernel sums each token's k weighted outputs. Every kernel is capturable (no host work, no synchronisation)
- * and starts with lpo_pdl_start. */
+ * and waits (PDL) before it reads what this step wrote, except the GEMV path's down kernel, which reads the
+ * router's ids and weights before its wait: its gate_up waits before it lets down launch. */
 #define LPO_CUDA_MOE_GEMV_MAX_PAIRS 256
 /* The device workspace of one experts launch for up to m tokens (pointers carved from one region). */
 typedef struct {
