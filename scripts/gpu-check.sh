@@ -135,13 +135,13 @@ if [ -x "$build/lpo" ]; then
     : >"$build/bench-tables.txt"
     # (the last four: cuBLASLt for the decode linears instead of the GEMV kernels, the A/B of engine.gemv;
     # plain launches instead of PDL, the A/B of engine.pdl)
-    # (qwen3-30b-a3b: the MoE points: bs1 pp128 tg128 and the pp2048 TTFT, bs64 tg128; deepseek-v2-lite: MLA
-    # and its routing, bs1 tg128; llama3.1-8b with engine.weights=fp8: the fp8 point beside its bf16 one; q4_k
-    # blocks kept on the GPU, engine.weights=native)
+    # (qwen3-30b-a3b: the MoE points: bs1 pp128 tg128 and the pp2048 TTFT, bs8 (the expert GEMVs with tokens
+    # sharing experts) and bs64 tg128; deepseek-v2-lite: MLA and its routing, bs1 tg128; llama3.1-8b with
+    # engine.weights=fp8: the fp8 point beside its bf16 one; q4_k blocks kept on the GPU, engine.weights=native)
     points=("llama3.1-8b 1 [128,512,2048] 128" "llama3.1-8b 1 [128,512,2048] 128 engine.weights=fp8"
       "llama3.1-8b 1 [128,2048] 128 engine.weights=native model.dtype=q4_k"
-      "llama3.2-1b 1 128 128" "llama3.1-8b 64 128 128" "qwen3-30b-a3b 1 [128,2048] 128" "qwen3-30b-a3b 64 128 128"
-      "deepseek-v2-lite 1 128 128")
+      "llama3.2-1b 1 128 128" "llama3.1-8b 64 128 128" "qwen3-30b-a3b 1 [128,2048] 128"
+      "qwen3-30b-a3b 8 128 128" "qwen3-30b-a3b 64 128 128" "deepseek-v2-lite 1 128 128")
     [ "${GPU_CHECK_AB:-0}" != 0 ] && points+=("llama3.1-8b 1 128 128 engine.gemv=false" \
       "llama3.2-1b 1 128 128 engine.gemv=false" "llama3.1-8b 1 128 128 engine.pdl=false" \
       "llama3.2-1b 1 128 128 engine.pdl=false")
