@@ -72,7 +72,8 @@ static lpo_status list_folder(const char *dir, lpo_cli_images *l) {
             n++;
     }
     closedir(d);
-    if (st == LPO_OK && n) qsort(names, n, sizeof *names, cmp_str); /* (qsort of NULL: undefined even for 0) */
+    if (st == LPO_OK && n)
+        qsort(names, n, sizeof *names, cmp_str); /* (qsort of NULL: undefined even for 0) */
     for (size_t i = 0; st == LPO_OK && i < n; i++) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
