@@ -105,6 +105,14 @@ lpo_status lpo_trace_launch_tables(lpo_trace *t, lpo_table **dist, lpo_table **p
 lpo_status lpo_trace_memop_table(lpo_trace *t, lpo_table **out);
 /* Time per CUDA API call name (nsys cuda_api_sum), with CUPTI's synchronisation records. */
 lpo_status lpo_trace_api_table(lpo_trace *t, lpo_table **out);
+/* kernels.csv's columns per (process, device): pid, device first, shares of that device's totals. */
+lpo_status lpo_trace_device_kernel_table(lpo_trace *t, lpo_table **out);
+/* Multi-GPU analyses (docs/trace.md, Multi-GPU): per rank (a device of a traced process) communication,
+ * its overlap with compute and exposed part, the waits at collectives (comm); per matched collective and
+ * step (step_range; NULL or "": none) the spread of the ranks' start and end times (skew); the
+ * distributions of those spreads (dist). Any output may be NULL. */
+lpo_status lpo_trace_comm_tables(lpo_trace *t, const char *step_range, lpo_table **comm, lpo_table **skew,
+                                 lpo_table **dist);
 /* 1 when the trace holds PyTorch operator ranges ("aten::..." from PyTorch's NVTX emission). */
 int lpo_trace_has_torch_ops(const lpo_trace *t);
 /* PyTorch operators (docs/trace.md): per (phase, operator) and per (phase, nn.Module path). peaks may be

@@ -2,7 +2,8 @@
  *   - one process per traced OS process: a thread track per CPU thread with its CUDA API calls
  *     (cat "cuda_api") and NVTX push/pop ranges (cat "nvtx") as complete ("X") events, NVTX start/end
  *     ranges as async ("b"/"e") events, markers as instant events;
- *   - one process per (traced process, GPU): a track per CUDA stream with kernels, memcpys and memsets;
+ *   - one process per (traced process, GPU): a track per CUDA stream with kernels (cat "kernel", and
+ *     "kernel,communication" for NCCL and lpo's one-shot all-reduce), memcpys and memsets;
  *   - flow arrows ("s"/"f", cat "launch") from each launch call to the operations it launched;
  *   - counter tracks ("C") from the sampler's CSV (NVML: power, clocks, utilisation ...).
  * Timestamps are microseconds from the first event (3 decimals = ns). Written by hand into a large
@@ -185,7 +186,10 @@ static void write_ops(jw *w, lpo_trace *t) {
         const uint32_t i = t->op_order ? t->op_order[k] : (uint32_t)k;
         const tr_op *o = &t->ops.v[i];
         const uint32_t pid = gpu_pid(o);
-        x_event(w, cats[o->kind], &t->str, o->name, pid, o->stream, o->start, o->end);
+        /* communication kernels (NCCL, lpo's one-shot all-reduce) carry a second category to filter on */
+        const int comm = o->kind == TR_OP_KERNEL && tr_category(&t->str, o->name, o->kind) == LPO_CAT_COMM;
+        x_event(w, comm ? "kernel,communication" : cats[o->kind], &t->str, o->name, pid, o->stream, o->start,
+                o->end);
         JW_LIT(w, ",\"args\":{\"corr\":");
         jw_u64(w, o->corr);
         if (o->kind == TR_OP_KERNEL) {

@@ -192,6 +192,15 @@ const char *tr_category_name(int c);
 /* Writes the analyses of src/probe/trace_analyses.c into dir (timeline, idle, gaps, launch, memops,
  * cuda_api; .csv and .md) and appends their section to summary (may be NULL). */
 lpo_status tr_write_analyses(lpo_trace *t, const char *dir, lpo_strbuf *summary);
+/* The (process << 32 | device) pairs that ran GPU operations, ascending (*out malloc'ed, may be NULL when
+ * *n_out is 0). */
+lpo_status tr_devices(const lpo_trace *t, uint64_t **out, size_t *n_out);
+/* 1 when the trace has GPU operations on more than one device (of one or several processes) or any
+ * communication kernel: the multi-GPU files are then written. */
+int tr_multi_gpu(lpo_trace *t);
+/* Writes comm.{csv,md}, skew.csv and kernels_device.{csv,md} (src/probe/trace_comm.c) into dir and appends
+ * their section to summary (may be NULL); step_range names the steps matched across ranks (NULL: none). */
+lpo_status tr_write_comm(lpo_trace *t, const char *dir, const char *step_range, lpo_strbuf *summary);
 /* Writes operators.{csv,md} and modules.{csv,md} (src/probe/trace_torch.c) into dir and appends their
  * section to summary (may be NULL). */
 lpo_status tr_write_torch(lpo_trace *t, const char *dir, const lpo_trace_peaks *peaks, lpo_strbuf *summary);

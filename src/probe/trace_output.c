@@ -219,10 +219,11 @@ static lpo_status save_kernels_md(const lpo_trace *t, const lpo_table *kt, const
  * before anything is written. A fresh run directory has none of these names, so `lpo trace` passes. */
 #define MANIFEST "trace_outputs.json"
 static const char *const report_files[] = {
-    "kernels.md",   "kernels.csv",  "ranges.md",     "ranges.csv",   "steps.md",   "steps.csv",
-    "summary.md",   "trace.json",   "timeline.md",   "timeline.csv", "idle.md",    "idle.csv",
-    "gaps.csv",     "launch.md",    "launch.csv",    "memops.md",    "memops.csv", "cuda_api.md",
-    "cuda_api.csv", "operators.md", "operators.csv", "modules.md",   "modules.csv"};
+    "kernels.md",   "kernels.csv",  "ranges.md",         "ranges.csv",        "steps.md",    "steps.csv",
+    "summary.md",   "trace.json",   "timeline.md",       "timeline.csv",      "idle.md",     "idle.csv",
+    "gaps.csv",     "launch.md",    "launch.csv",        "memops.md",         "memops.csv",  "cuda_api.md",
+    "cuda_api.csv", "operators.md", "operators.csv",     "modules.md",        "modules.csv", "comm.md",
+    "comm.csv",     "skew.csv",     "kernels_device.md", "kernels_device.csv"};
 enum { N_REPORT_FILES = sizeof report_files / sizeof *report_files };
 
 /* FNV-1a (64 bit) of a whole regular file; linear in its size. */
@@ -353,6 +354,7 @@ lpo_status lpo_trace_write_reports(lpo_trace *t, const char *dir, const lpo_trac
         lpo_strbuf sb = {0}, an = {0};
         if (lpo_trace_has_torch_ops(t)) st = tr_write_torch(t, dir, opts->peaks, &an);
         if (!st) st = tr_write_analyses(t, dir, &an);
+        if (!st && tr_multi_gpu(t)) st = tr_write_comm(t, dir, opts->step_range, &an);
         summary(t, opts, kt, an.buf, &sb);
         lpo_sb_free(&an);
         if (stt && !lpo_table_rows(stt))

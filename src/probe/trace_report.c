@@ -309,8 +309,9 @@ static int cmp_kstat_total(const void *a, const void *b) {
     return x->name < y->name ? -1 : x->name > y->name;
 }
 
-/* Per (name, kind) statistics, sorted by total time (descending). *n_out rows. */
-static lpo_status kernel_stats(lpo_trace *t, kstat **out, size_t *n_out) {
+/* Per (name, kind) statistics, sorted by total time (descending). *n_out rows. With pd (a pointer to
+ * (process << 32 | device)), only the operations of that device of that process. */
+static lpo_status kernel_stats(lpo_trace *t, const uint64_t *pd, kstat **out, size_t *n_out) {
     lpo_status st = tr_analyze(t); /* the ops' exclusive times */
     if (st) return st;
     const size_t nn = t->str.n ? t->str.n : 1, n = t->ops.n;
@@ -327,6 +328,7 @@ static lpo_status kernel_stats(lpo_trace *t, kstat **out, size_t *n_out) {
     memset(slot, 0, nn * 3 * sizeof *slot);
     for (size_t i = 0; i < n; i++) { /* count per (name, kind) */
         const tr_op *o = &t->ops.v[i];
+        if (pd && ((uint64_t)o->proc << 32 | o->device) != *pd) continue;
         size_t s = (size_t)o->name * 3 + o->kind;
         if (!slot[s]) {
             ks[rows] = (kstat){.name = o->name, .kind = o->kind, .min = UINT64_MAX};
@@ -349,6 +351,7 @@ static lpo_status kernel_stats(lpo_trace *t, kstat **out, size_t *n_out) {
     }
     for (size_t i = 0; i < n; i++) { /* durations into buckets */
         const tr_op *o = &t->ops.v[i];
+        if (pd && ((uint64_t)o->proc << 32 | o->device) != *pd) continue;
         kstat *k = &ks[slot[(size_t)o->name * 3 + o->kind] - 1];
         dur[k->off + k->count++] = (double)(o->end - o->start);
     }
@@ -374,20 +377,20 @@ static const char *op_kind_name(int k) {
     return k == TR_OP_KERNEL ? "kernel" : k == TR_OP_MEMCPY ? "memcpy" : "memset";
 }
 
-lpo_status lpo_trace_kernel_table(lpo_trace *t, lpo_table **out) {
-    kstat *ks = NULL;
-    size_t rows = 0;
-    lpo_status st = kernel_stats(t, &ks, &rows);
-    if (st) return st;
+/* The rows of ks (of one device when pd is given) into tb; shares of the rows' own totals. */
+static void kernel_rows(lpo_trace *t, lpo_table *tb, const kstat *ks, size_t rows, const uint64_t *pd) {
     uint64_t sum = 0, busy = 0;
     for (size_t r = 0; r < rows; r++) { /* totals over every row */
         sum += ks[r].total;
         busy += ks[r].busy;
     }
-    lpo_table *tb = lpo_table_new(kernel_fields, sizeof kernel_fields / sizeof kernel_fields[0]);
     for (size_t r = 0; r < rows; r++) { /* one row per (name, kind) */
         const kstat *k = &ks[r];
         lpo_table_add_row(tb);
+        if (pd) {
+            lpo_table_set_int(tb, "pid", t->procs.v[*pd >> 32].pid);
+            lpo_table_set_int(tb, "device", (int64_t)(*pd & 0xffffffffu));
+        }
         lpo_table_set_double(tb, "time_pct", sum ? 100.0 * (double)k->total / (double)sum : 0.0);
         lpo_table_set_int(tb, "total_ns", (int64_t)k->total);
         lpo_table_set_int(tb, "instances", (int64_t)k->count);
@@ -403,7 +406,78 @@ lpo_status lpo_trace_kernel_table(lpo_trace *t, lpo_table **out) {
         if (k->kind != TR_OP_KERNEL) lpo_table_set_int(tb, "bytes", (int64_t)k->bytes);
         lpo_table_set_str(tb, "name", tr_str_get(&t->str, k->name));
     }
+}
+
+lpo_status lpo_trace_kernel_table(lpo_trace *t, lpo_table **out) {
+    kstat *ks = NULL;
+    size_t rows = 0;
+    lpo_status st = kernel_stats(t, NULL, &ks, &rows);
+    if (st) return st;
+    lpo_table *tb = lpo_table_new(kernel_fields, sizeof kernel_fields / sizeof kernel_fields[0]);
+    kernel_rows(t, tb, ks, rows, NULL);
     free(ks);
+    *out = tb;
+    return LPO_OK;
+}
+
+/* kernels_device.csv: kernels.csv's columns per (process, device), shares of that device's totals. */
+static const lpo_field device_kernel_fields[] = {
+    {"pid", LPO_FIELD_INT, NULL, 0},           {"device", LPO_FIELD_INT, NULL, 0},
+    {"time_pct", LPO_FIELD_DOUBLE, "%.1f", 0}, {"total_ns", LPO_FIELD_INT, NULL, 0},
+    {"instances", LPO_FIELD_INT, NULL, 0},     {"avg_ns", LPO_FIELD_DOUBLE, "%.1f", 0},
+    {"med_ns", LPO_FIELD_DOUBLE, "%.1f", 0},   {"min_ns", LPO_FIELD_INT, NULL, 1},
+    {"max_ns", LPO_FIELD_INT, NULL, 1},        {"stddev_ns", LPO_FIELD_DOUBLE, "%.1f", 1},
+    {"busy_ns", LPO_FIELD_INT, NULL, 0},       {"busy_pct", LPO_FIELD_DOUBLE, "%.1f", 0},
+    {"category", LPO_FIELD_STR, NULL, 0},      {"kind", LPO_FIELD_STR, NULL, 1},
+    {"bytes", LPO_FIELD_INT, NULL, 1},         {"name", LPO_FIELD_STR, NULL, 0},
+};
+
+static int cmp_u64(const void *a, const void *b) {
+    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+lpo_status tr_devices(const lpo_trace *t, uint64_t **out, size_t *n_out) {
+    tr_map seen = {0};
+    uint64_t *v = NULL;
+    size_t n = 0, cap = 0;
+    if (tr_map_init(&seen, 16)) return lpo_errorf(LPO_E_NOMEM, "trace: out of memory listing the devices");
+    for (size_t i = 0; i < t->ops.n; i++) { /* each (process, device) once */
+        const uint64_t key = (uint64_t)t->ops.v[i].proc << 32 | t->ops.v[i].device;
+        if (tr_map_get(&seen, key)) continue;
+        if (tr_map_put(&seen, key, 1) || (n == cap && tr_vec_grow((void **)&v, &cap, n, sizeof *v))) {
+            tr_map_free(&seen);
+            free(v);
+            return lpo_errorf(LPO_E_NOMEM, "trace: out of memory listing the devices");
+        }
+        v[n++] = key;
+    }
+    tr_map_free(&seen);
+    if (n) qsort(v, n, sizeof *v, cmp_u64);
+    *out = v;
+    *n_out = n;
+    return LPO_OK;
+}
+
+lpo_status lpo_trace_device_kernel_table(lpo_trace *t, lpo_table **out) {
+    uint64_t *pds = NULL;
+    size_t n_pd = 0;
+    lpo_status st = tr_devices(t, &pds, &n_pd);
+    if (st) return st;
+    lpo_table *tb =
+        lpo_table_new(device_kernel_fields, sizeof device_kernel_fields / sizeof device_kernel_fields[0]);
+    for (size_t d = 0; d < n_pd && !st; d++) { /* each device: its kernels by total time */
+        kstat *ks = NULL;
+        size_t rows = 0;
+        st = kernel_stats(t, &pds[d], &ks, &rows);
+        if (!st) kernel_rows(t, tb, ks, rows, &pds[d]);
+        free(ks);
+    }
+    free(pds);
+    if (st) {
+        lpo_table_free(tb);
+        return st;
+    }
     *out = tb;
     return LPO_OK;
 }

@@ -5,13 +5,18 @@
  *   seeded sampled tokens identical (f32; bf16: greedy), in graph and eager modes;
  * - a tied head and q/k norm, qkv biases (their splits);
  * - more ranks than GPUs: refused with the count; a stopped rank: LPO_E_TIMEOUT naming the rank, no hang;
- * - lpo ceilings' NCCL all-reduce bench: exact sums at odd sizes, the sweep's rows (busbw = algbw 2(n-1)/n).
+ * - lpo ceilings' NCCL all-reduce bench: exact sums at odd sizes, the sweep's rows (busbw = algbw 2(n-1)/n);
+ * - `lpo trace -- lpo bench model=llama3.2-1b engine.tp=2` (NCCL, then the one-shot all-reduce): a timeline
+ *   per GPU in trace.json, kernels per device, the collectives as communication on both GPUs in equal
+ *   numbers, communication / overlap / exposed per rank, the skew per collective and per decode step
+ *   (comm.md is printed for the report).
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +25,8 @@
 #include "hw/ceilings_internal.h"
 #include "lpo/ceilings.h"
 #include "lpo/engine.h"
+#include "lpo/table.h"
+#include "lpo/trace.h"
 #include "test_engine_support.h"
 #include "test_support.h"
 
@@ -522,6 +529,117 @@ static void test_oneshot(void **state) {
 }
 #endif
 
+#ifdef LPO_TRACE_PROBE
+/* a table's rows as JSON (the caller frees) */
+static cJSON *rows_of(lpo_table *tb) {
+    lpo_json j;
+    lpo_strbuf js = {0};
+    lpo_json_init_buf(&j, &js, 0);
+    lpo_table_write_json(tb, &j);
+    assert_int_equal(lpo_json_finish(&j), LPO_OK);
+    cJSON *rows = cJSON_Parse(js.buf);
+    assert_non_null(rows);
+    lpo_sb_free(&js);
+    lpo_table_free(tb);
+    return rows;
+}
+
+static double jnum(const cJSON *row, const char *k) {
+    const cJSON *v = cJSON_GetObjectItem(row, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : -1.0;
+}
+
+/* lpo trace of lpo bench with engine.tp=2 and the all-reduce `ar`; checks the multi-GPU outputs. */
+static void trace_tp(const char *tmp, const char *ar, const char *kernel_part) {
+    char args[8192], sub[4300];
+    snprintf(sub, sizeof sub, "%s/tp-%s", tmp, ar);
+    snprintf(
+        args, sizeof args,
+        "trace output.dir=%s -- %s bench model=llama3.2-1b backend=cuda engine.tp=2 engine.tp_allreduce=%s "
+        "bench.batch=[1] bench.prompt=[32] bench.gen=[16] profiling.warmup=1 profiling.min_samples=3 "
+        "profiling.timeout_s=10 --no-save",
+        sub, LPO_BINARY, ar);
+    char *out = NULL, *err = NULL;
+    const int rc = lpo_test_run_lpo(args, &out, &err);
+    printf("lpo %s -> %d\n%s%s", args, rc, out ? out : "", err ? err : "");
+    free(out);
+    free(err);
+    assert_int_equal(rc, 0);
+    lpo_trace *t = NULL;
+    if (lpo_trace_load_dir(sub, &t)) fail_msg("%s", lpo_last_error());
+    lpo_table *ct = NULL, *sk = NULL, *kd = NULL;
+    assert_int_equal(lpo_trace_comm_tables(t, "decode_step", &ct, &sk, NULL), LPO_OK);
+    assert_int_equal(lpo_trace_device_kernel_table(t, &kd), LPO_OK);
+    cJSON *rows = rows_of(ct);
+    assert_int_equal(cJSON_GetArraySize(rows), 2); /* one rank per GPU */
+    const cJSON *r0 = cJSON_GetArrayItem(rows, 0), *r1 = cJSON_GetArrayItem(rows, 1);
+    const double n0 = jnum(r0, "comm_kernels"), n1 = jnum(r1, "comm_kernels");
+    printf("tp trace (%s): GPU %.0f: %.0f communication kernels, %.3f ms, overlap %.1f%%, exposed %.3f ms, "
+           "wait %.3f ms; GPU %.0f: %.0f, %.3f ms, overlap %.1f%%, exposed %.3f ms, wait %.3f ms\n",
+           ar, jnum(r0, "device"), n0, jnum(r0, "comm_ms"), jnum(r0, "overlap_pct"), jnum(r0, "exposed_ms"),
+           jnum(r0, "wait_ms"), jnum(r1, "device"), n1, jnum(r1, "comm_ms"), jnum(r1, "overlap_pct"),
+           jnum(r1, "exposed_ms"), jnum(r1, "wait_ms"));
+    /* 16 layers: 2 all-reduces a layer and the logits' gather a decode step, the same on both ranks */
+    assert_true(n0 >= 33 * 16 && n0 == n1);
+    assert_true(jnum(r0, "comm_ms") > 0 && jnum(r1, "comm_ms") > 0);
+    assert_true(jnum(r0, "overlap_ms") >= 0 && jnum(r0, "overlap_ms") <= jnum(r0, "comm_ms"));
+    assert_true(jnum(r0, "steps") >= 15 && jnum(r0, "steps") == jnum(r1, "steps"));
+    cJSON_Delete(rows);
+    rows = rows_of(sk);
+    int coll = 0, steps = 0;
+    cJSON *r;
+    cJSON_ArrayForEach(r, rows) {
+        const char *src = cJSON_GetObjectItem(r, "source")->valuestring;
+        coll += !strcmp(src, "collective");
+        steps += !strcmp(src, "step");
+        assert_true(jnum(r, "ranks") == 2 && jnum(r, "start_spread_us") >= 0);
+    }
+    assert_int_equal(coll, (int)n0);
+    assert_true(steps >= 15);
+    cJSON_Delete(rows);
+    rows = rows_of(kd);
+    int comm_rows[2] = {0, 0}, part[2] = {0, 0};
+    cJSON_ArrayForEach(r, rows) {
+        const char *cat = cJSON_GetObjectItem(r, "category")->valuestring;
+        const char *name = cJSON_GetObjectItem(r, "name")->valuestring;
+        const int dev = (int)jnum(r, "device");
+        if (!strcmp(cat, "communication") && dev >= 0 && dev < 2) comm_rows[dev]++;
+        if (strstr(name, kernel_part) && dev >= 0 && dev < 2) {
+            part[dev]++;
+            assert_string_equal(cat, "communication");
+        }
+    }
+    assert_true(comm_rows[0] >= 1 && comm_rows[1] >= 1);
+    assert_true(part[0] >= 1 && part[1] >= 1); /* on both GPUs */
+    cJSON_Delete(rows);
+    lpo_trace_free(t);
+    char p[4400], *text = NULL;
+    snprintf(p, sizeof p, "%s/trace.json", sub);
+    assert_int_equal(lpo_read_file(p, &text, NULL), LPO_OK);
+    assert_non_null(strstr(text, "\"GPU 0 (process ")); /* a timeline per GPU */
+    assert_non_null(strstr(text, "\"GPU 1 (process "));
+    assert_non_null(strstr(text, "\"kernel,communication\""));
+    free(text);
+    snprintf(p, sizeof p, "%s/comm.md", sub);
+    assert_int_equal(lpo_read_file(p, &text, NULL), LPO_OK);
+    printf("---- %s\n%s\n", p, text);
+    free(text);
+}
+
+static void test_trace_tp(void **state) {
+    (void)state;
+    char *tmp = lpo_test_tmpdir();
+    trace_tp(tmp, "nccl", "nccl");
+    trace_tp(tmp, "oneshot", "oneshot_allreduce_kernel");
+    free(tmp);
+}
+#else
+static void test_trace_tp(void **state) {
+    (void)state;
+    printf("SKIP: lpo trace of engine.tp=2: built without CUPTI (no liblpo_probe.so)\n");
+}
+#endif
+
 int main(void) {
     setenv("NCCL_NVLS_ENABLE", "0", 1);
     lpo_test_require_gpu();
@@ -534,10 +652,9 @@ int main(void) {
         return 77;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_logits_and_tokens),
-        cmocka_unit_test(test_refusals),
-        cmocka_unit_test(test_allreduce_sweep),
-        cmocka_unit_test(test_oneshot),
+        cmocka_unit_test(test_logits_and_tokens), cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_allreduce_sweep),   cmocka_unit_test(test_oneshot),
+        cmocka_unit_test(test_trace_tp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

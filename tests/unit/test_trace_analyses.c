@@ -2,7 +2,9 @@
  * answers, no GPU needed: the temporal breakdown per device and stream, idle gaps by cause (host-bound,
  * synchronisation, dependency, unknown) and the longest gaps with their NVTX range, the launch-to-start
  * delay, the memcpy/memset summary (pageable and synchronous flags), the CUDA API summary and the files
- * and summary section lpo_trace_write_reports adds. */
+ * and summary section lpo_trace_write_reports adds; the multi-GPU analyses (communication per rank, its
+ * overlap with compute, waits and skew at collectives and steps, kernels per device) on two ranks of one
+ * process (lpo's engine: a thread per GPU) and on two processes (torchrun: a process per GPU). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -404,12 +406,287 @@ static void test_diff(void **state) {
     free(db);
 }
 
+/* ---- multi-GPU: two ranks ---- */
+enum { M_GEMM = 1, M_NCCL, M_ONESHOT, M_ADD, M_STEP, M_N };
+static const char *const mnames[M_N] = {
+    "",
+    "gemm_kernel",
+    "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+    "void oneshot_allreduce_kernel<__nv_bfloat16>(lpo_cuda_oneshot, __nv_bfloat16*, long)",
+    "add_kernel",
+    "decode_step"};
+
+/* A kernel launched inside range id `range` (0: none). */
+static void kernel_in(lpo_raw_writer *w, uint32_t corr, uint64_t range, uint32_t name, uint32_t dev,
+                      uint32_t stream, uint64_t s_us, uint64_t e_us) {
+    if (range) {
+        lpo_raw_launch l = {corr, 0, range};
+        lpo_raw_put(w, LPO_REC_LAUNCH, 0, &l, sizeof l);
+    }
+    kernel(w, corr, name, dev, stream, s_us, e_us);
+}
+
+static void step_range(lpo_raw_writer *w, uint64_t id, uint32_t tid, uint64_t s_us, uint64_t e_us) {
+    lpo_raw_range_begin rb = {.ts = s_us * 1000, .id = id, .tid = tid, .name = M_STEP};
+    lpo_raw_put(w, LPO_REC_RANGE_BEGIN, 0, &rb, sizeof rb);
+    lpo_raw_range_end re = {.ts = e_us * 1000, .id = id, .tid = tid};
+    lpo_raw_put(w, LPO_REC_RANGE_END, 0, &re, sizeof re);
+}
+
+/* One process, GPUs 0 and 1, a thread per rank (tids 11, 12), two decode steps each (us):
+ * GPU 0, step 0 (range 1): stream 1 gemm [10, 60), NCCL [60, 80), gemm [80, 120), add [115, 130) (launched
+ *   early by PDL: exclusive [120, 130)), one-shot [125, 140) (exclusive [130, 140): not overlapping add);
+ *   stream 2 NCCL [150, 190) while stream 1 runs gemm [160, 180) (20 us of real overlap). Step 1 (range 3):
+ *   gemm [310, 350).
+ * GPU 1, step 0 (range 2): gemm [12, 70), NCCL [70, 80), gemm [80, 125), one-shot [125, 140), stream 2 NCCL
+ *   [152, 190) with stream 1 gemm [150, 160) (8 us overlap). Step 1 (range 4): gemm [305, 350).
+ * Collectives: arrivals (60, 70), (130, 125), (150, 152): spreads 10, 5, 2 us; steps: starts (10, 12) and
+ * (310, 305): spreads 2, 5 us. */
+static void write_ranks(const char *dir) {
+    lpo_raw_writer w;
+    lpo_raw_header h;
+    lpo_raw_header_init(&h, 81);
+    assert_int_equal(lpo_raw_open(&w, path_in(dir, "trace-81.lpot"), &h, 1 << 16), 0);
+    for (uint32_t i = 1; i < M_N; i++) lpo_raw_put(&w, LPO_REC_STRING, i, mnames[i], strlen(mnames[i]) + 1);
+    step_range(&w, 1, 11, 0, 200);
+    step_range(&w, 2, 12, 0, 200);
+    step_range(&w, 3, 11, 300, 400);
+    step_range(&w, 4, 12, 300, 400);
+    uint32_t c = 0;
+    kernel_in(&w, ++c, 1, M_GEMM, 0, 1, 10, 60);
+    kernel_in(&w, ++c, 1, M_NCCL, 0, 1, 60, 80);
+    kernel_in(&w, ++c, 1, M_GEMM, 0, 1, 80, 120);
+    kernel_in(&w, ++c, 1, M_ADD, 0, 1, 115, 130);
+    kernel_in(&w, ++c, 1, M_ONESHOT, 0, 1, 125, 140);
+    kernel_in(&w, ++c, 1, M_NCCL, 0, 2, 150, 190);
+    kernel_in(&w, ++c, 1, M_GEMM, 0, 1, 160, 180);
+    kernel_in(&w, ++c, 3, M_GEMM, 0, 1, 310, 350);
+    kernel_in(&w, ++c, 2, M_GEMM, 1, 1, 12, 70);
+    kernel_in(&w, ++c, 2, M_NCCL, 1, 1, 70, 80);
+    kernel_in(&w, ++c, 2, M_GEMM, 1, 1, 80, 125);
+    kernel_in(&w, ++c, 2, M_ONESHOT, 1, 1, 125, 140);
+    kernel_in(&w, ++c, 2, M_NCCL, 1, 2, 152, 190);
+    kernel_in(&w, ++c, 2, M_GEMM, 1, 1, 150, 160);
+    kernel_in(&w, ++c, 4, M_GEMM, 1, 1, 305, 350);
+    assert_int_equal(lpo_raw_close(&w), 0);
+}
+
+static int near(double a, double b) {
+    return fabs(a - b) < 1e-6;
+}
+
+static void test_multi_gpu(void **state) {
+    (void)state;
+    assert_string_equal(lpo_trace_category(mnames[M_NCCL]), "communication");
+    assert_string_equal(lpo_trace_category(mnames[M_ONESHOT]), "communication");
+    assert_string_equal(lpo_trace_category("ncclKernel_AllGather_RING_LL_Sum_int8_t(ncclWorkElem)"),
+                        "communication");
+    char *dir = lpo_test_tmpdir();
+    write_ranks(dir);
+    lpo_trace *t = NULL;
+    if (lpo_trace_load_dir(dir, &t)) fail_msg("%s", lpo_last_error());
+    lpo_table *ct = NULL, *sk = NULL, *dt = NULL;
+    assert_int_equal(lpo_trace_comm_tables(t, "decode_step", &ct, &sk, &dt), LPO_OK);
+    cJSON *rows = table_json(ct);
+    assert_int_equal(cJSON_GetArraySize(rows), 2);
+    cJSON *r0 = cJSON_GetArrayItem(rows, 0), *r1 = cJSON_GetArrayItem(rows, 1);
+    assert_int_equal((int)num(r0, "pid"), 81);
+    assert_int_equal((int)num(r0, "device"), 0);
+    assert_int_equal((int)num(r1, "device"), 1);
+    assert_true(near(num(r0, "span_ms"), 0.340));
+    assert_int_equal((int)num(r0, "comm_kernels"), 3);
+    assert_true(near(num(r0, "comm_ms"), 0.070));    /* 20 + 10 (exclusive) + 40 */
+    assert_true(near(num(r0, "overlap_ms"), 0.020)); /* not the one-shot's 5 us under the early add */
+    assert_true(near(num(r0, "overlap_pct"), 100.0 * 20 / 70));
+    assert_true(near(num(r0, "exposed_ms"), 0.050));
+    assert_true(near(num(r0, "exposed_pct"), 100.0 * 50 / 340));
+    assert_true(near(num(r0, "compute_ms"), 0.050 + 0.040 + 0.010 + 0.020 + 0.040));
+    assert_true(near(num(r0, "wait_ms"), 0.012)); /* 10 at the first collective, 2 at the third */
+    assert_int_equal((int)num(r0, "last_arrivals"), 1);
+    assert_int_equal((int)num(r0, "steps"), 2);
+    assert_true(near(num(r0, "step_wait_ms"), 0.002));
+    assert_int_equal((int)num(r0, "last_steps"), 1);
+    assert_true(near(num(r1, "comm_ms"), 0.063));
+    assert_true(near(num(r1, "overlap_ms"), 0.008));
+    assert_true(near(num(r1, "exposed_ms"), 0.055));
+    assert_true(near(num(r1, "wait_ms"), 0.005));
+    assert_int_equal((int)num(r1, "last_arrivals"), 2);
+    assert_true(near(num(r1, "step_wait_ms"), 0.005));
+    cJSON_Delete(rows);
+
+    rows = table_json(sk); /* 3 collectives, then 2 steps */
+    assert_int_equal(cJSON_GetArraySize(rows), 5);
+    static const struct {
+        const char *source;
+        double start, end, dmin, dmax;
+        int last_dev;
+    } want[] = {{"collective", 10, 0, 10, 20, 1},
+                {"collective", 5, 0, 10, 15, 0},
+                {"collective", 2, 0, 38, 40, 1},
+                {"step", 2, 0, 178, 180, 1},
+                {"step", 5, 0, 40, 45, 0}};
+    for (int i = 0; i < 5; i++) { /* each matched item */
+        cJSON *r = cJSON_GetArrayItem(rows, i);
+        assert_string_equal(str(r, "source"), want[i].source);
+        assert_int_equal((int)num(r, "ranks"), 2);
+        if (!near(num(r, "start_spread_us"), want[i].start) || !near(num(r, "end_spread_us"), want[i].end) ||
+            !near(num(r, "dur_min_us"), want[i].dmin) || !near(num(r, "dur_max_us"), want[i].dmax))
+            fail_msg("skew row %d: %g %g %g %g", i, num(r, "start_spread_us"), num(r, "end_spread_us"),
+                     num(r, "dur_min_us"), num(r, "dur_max_us"));
+        assert_int_equal((int)num(r, "last_device"), want[i].last_dev);
+    }
+    assert_string_equal(str(cJSON_GetArrayItem(rows, 0), "name"), mnames[M_NCCL]);
+    assert_string_equal(str(cJSON_GetArrayItem(rows, 1), "name"), mnames[M_ONESHOT]);
+    assert_string_equal(str(cJSON_GetArrayItem(rows, 3), "name"), "decode_step");
+    cJSON_Delete(rows);
+
+    rows = table_json(dt);
+    cJSON *cs = row_where(rows, "source", "collective", "spread", "start");
+    assert_int_equal((int)num(cs, "matched"), 3);
+    assert_true(near(num(cs, "median_us"), 5.0) && near(num(cs, "max_us"), 10.0));
+    cJSON *ss = row_where(rows, "source", "step", "spread", "start");
+    assert_int_equal((int)num(ss, "matched"), 2);
+    assert_true(near(num(ss, "median_us"), 3.5));
+    cJSON_Delete(rows);
+
+    lpo_table *kd = NULL;
+    assert_int_equal(lpo_trace_device_kernel_table(t, &kd), LPO_OK);
+    rows = table_json(kd); /* GPU 0: gemm, nccl, one-shot, add; GPU 1: gemm, nccl, one-shot */
+    assert_int_equal(cJSON_GetArraySize(rows), 7);
+    cJSON *g0 = cJSON_GetArrayItem(rows, 0);
+    assert_int_equal((int)num(g0, "device"), 0);
+    assert_string_equal(str(g0, "name"), "gemm_kernel");
+    assert_int_equal((int)num(g0, "instances"), 4);
+    assert_int_equal((int)num(g0, "total_ns"), 150000);
+    assert_true(near(num(g0, "time_pct"), 100.0 * 150 / 240)); /* of GPU 0's 240 us */
+    cJSON *o1 = row_where(rows, "name", mnames[M_ONESHOT], NULL, NULL);
+    assert_int_equal((int)num(o1, "device"), 0);
+    assert_string_equal(str(o1, "category"), "communication");
+    int dev1 = 0;
+    cJSON *r;
+    cJSON_ArrayForEach(r, rows) dev1 += (int)num(r, "device") == 1;
+    assert_int_equal(dev1, 3);
+    cJSON_Delete(rows);
+
+    /* the files, the summary and one timeline per device in trace.json */
+    lpo_trace_report_opts o = {.json = 1, .step_range = "decode_step"};
+    assert_int_equal(lpo_trace_write_reports(t, dir, &o, NULL), LPO_OK);
+    static const char *const files[] = {"comm.csv", "comm.md", "skew.csv", "kernels_device.csv",
+                                        "kernels_device.md"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+        if (!lpo_path_exists(path_in(dir, files[i]))) fail_msg("%s was not written", files[i]);
+    char *sum = NULL;
+    assert_int_equal(lpo_read_file(path_in(dir, "summary.md"), &sum, NULL), LPO_OK);
+    if (!strstr(sum, "## Ranks and communication") || !strstr(sum, "**GPU 1**: 3 communication kernels") ||
+        !strstr(sum, "28.6% of it overlapped compute") || !strstr(sum, "3 matched") ||
+        !strstr(sum, "spread by 5.00 us at the median"))
+        fail_msg("summary.md:\n%s", sum);
+    free(sum);
+    char *js = NULL;
+    assert_int_equal(lpo_read_file(path_in(dir, "trace.json"), &js, NULL), LPO_OK);
+    cJSON *root = cJSON_Parse(js);
+    free(js);
+    assert_non_null(root);
+    int gpu_procs = 0, comm_events = 0;
+    cJSON *ev;
+    cJSON_ArrayForEach(ev, cJSON_GetObjectItem(root, "traceEvents")) {
+        const char *ph = str(ev, "ph"), *name = str(ev, "name"), *cat = str(ev, "cat");
+        if (!strcmp(ph, "M") && !strcmp(name, "process_name")) {
+            const char *pn = str(cJSON_GetObjectItem(ev, "args"), "name");
+            gpu_procs += !strcmp(pn, "GPU 0 (process 81)") || !strcmp(pn, "GPU 1 (process 81)");
+        }
+        comm_events += !strcmp(ph, "X") && !strcmp(cat, "kernel,communication");
+    }
+    cJSON_Delete(root);
+    assert_int_equal(gpu_procs, 2);
+    assert_int_equal(comm_events, 6);
+    lpo_trace_free(t);
+
+    /* `lpo report trace` writes them again in place */
+    char cmd[4300], *out = NULL, *err = NULL;
+    snprintf(cmd, sizeof cmd, "report trace '%s' --no-json", dir);
+    if (lpo_test_run_lpo(cmd, &out, &err) != 0) fail_msg("lpo %s:\n%s%s", cmd, out, err);
+    free(out);
+    free(err);
+    remove_tree(dir);
+    free(dir);
+}
+
+/* Two processes (a process per GPU, as torchrun starts them), both on their GPU 0, one NCCL all-reduce and
+ * one step each: ranks are (process, device), so the two are matched. Different counts of collectives:
+ * only the first of each is matched, and the summary says so. */
+static void test_multi_process(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir();
+    for (uint32_t p = 0; p < 2; p++) { /* pid 91 and 92 */
+        lpo_raw_writer w;
+        lpo_raw_header h;
+        char name[32];
+        snprintf(name, sizeof name, "trace-%u.lpot", 91 + p);
+        lpo_raw_header_init(&h, 91 + p);
+        assert_int_equal(lpo_raw_open(&w, path_in(dir, name), &h, 1 << 16), 0);
+        for (uint32_t i = 1; i < M_N; i++)
+            lpo_raw_put(&w, LPO_REC_STRING, i, mnames[i], strlen(mnames[i]) + 1);
+        step_range(&w, 1, 7, 0, 100);
+        kernel_in(&w, 1, 1, M_GEMM, 0, 7, 5 + p * 3, 40);
+        kernel_in(&w, 2, 1, M_NCCL, 0, 7, 40 + p * 4, 60);
+        if (p) kernel_in(&w, 3, 0, M_NCCL, 0, 7, 200, 210);
+        assert_int_equal(lpo_raw_close(&w), 0);
+    }
+    lpo_trace *t = NULL;
+    if (lpo_trace_load_dir(dir, &t)) fail_msg("%s", lpo_last_error());
+    lpo_table *ct = NULL, *sk = NULL;
+    assert_int_equal(lpo_trace_comm_tables(t, "decode_step", &ct, &sk, NULL), LPO_OK);
+    cJSON *rows = table_json(ct);
+    assert_int_equal(cJSON_GetArraySize(rows), 2);
+    assert_int_equal((int)num(cJSON_GetArrayItem(rows, 0), "pid"), 91);
+    assert_int_equal((int)num(cJSON_GetArrayItem(rows, 1), "pid"), 92);
+    assert_true(near(num(cJSON_GetArrayItem(rows, 0), "wait_ms"), 0.004));
+    cJSON_Delete(rows);
+    rows = table_json(sk);
+    assert_int_equal(cJSON_GetArraySize(rows), 2); /* one collective, one step */
+    cJSON *c0 = row_where(rows, "source", "collective", NULL, NULL);
+    assert_true(near(num(c0, "start_spread_us"), 4.0));
+    assert_int_equal((int)num(c0, "last_pid"), 92);
+    assert_true(near(num(row_where(rows, "source", "step", NULL, NULL), "start_spread_us"), 3.0));
+    cJSON_Delete(rows);
+    lpo_trace_report_opts o = {.json = 0, .step_range = "decode_step"};
+    assert_int_equal(lpo_trace_write_reports(t, dir, &o, NULL), LPO_OK);
+    char *sum = NULL;
+    assert_int_equal(lpo_read_file(path_in(dir, "summary.md"), &sum, NULL), LPO_OK);
+    if (!strstr(sum, "**GPU 0 of pid 92**") || !strstr(sum, "(1 to 2): only the first 1"))
+        fail_msg("summary.md:\n%s", sum);
+    free(sum);
+    lpo_trace_free(t);
+    remove_tree(dir);
+    free(dir);
+}
+
+/* One GPU without communication: no multi-GPU files. */
+static void test_single_gpu_no_comm_files(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir();
+    write_version(dir, 0);
+    lpo_trace *t = NULL;
+    if (lpo_trace_load_dir(dir, &t)) fail_msg("%s", lpo_last_error());
+    lpo_trace_report_opts o = {.json = 0, .step_range = "decode_step"};
+    assert_int_equal(lpo_trace_write_reports(t, dir, &o, NULL), LPO_OK);
+    assert_false(lpo_path_exists(path_in(dir, "comm.csv")));
+    assert_false(lpo_path_exists(path_in(dir, "kernels_device.md")));
+    lpo_trace_free(t);
+    remove_tree(dir);
+    free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_timeline_and_gaps),
         cmocka_unit_test(test_launch_memops_api),
         cmocka_unit_test(test_empty),
         cmocka_unit_test(test_diff),
+        cmocka_unit_test(test_multi_gpu),
+        cmocka_unit_test(test_multi_process),
+        cmocka_unit_test(test_single_gpu_no_comm_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

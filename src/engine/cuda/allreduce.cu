@@ -44,7 +44,8 @@ template <typename T> __device__ __forceinline__ T os_load_cv(const T *p) {
 }
 
 template <typename T>
-__global__ void __launch_bounds__(OS_THREADS) oneshot_kernel(lpo_cuda_oneshot o, T *buf, int64_t count) {
+__global__ void __launch_bounds__(OS_THREADS)
+    oneshot_allreduce_kernel(lpo_cuda_oneshot o, T *buf, int64_t count) {
     constexpr int V = lpo_vec16<T>::n;
     __shared__ unsigned s_epoch;
     __shared__ int s_abort;
@@ -138,7 +139,8 @@ extern "C" lpo_status lpo_cuda_oneshot_all_reduce(const lpo_cuda_oneshot *o, voi
     const int nb = (int)oneshot_blocks(count, dt == LPO_DT_F32 ? 4 : 2);
     /* a plain launch: it waits for the kernel before it (no programmatic edge), and the caller breaks the
      * chain after it */
-    LPO_CU_DISPATCH(dt, op, (oneshot_kernel<T><<<nb, OS_THREADS, 0, stream>>>(*o, (T *)buf, count)));
+    LPO_CU_DISPATCH(dt, op,
+                    (oneshot_allreduce_kernel<T><<<nb, OS_THREADS, 0, stream>>>(*o, (T *)buf, count)));
     LPO_CU_LAUNCHED(op);
     return LPO_OK;
 }
