@@ -4,11 +4,14 @@
 # tokens identical, a stopped rank's timeout, with NCCL and with the one-shot all-reduce; the one-shot kernel
 # against NCCL's sums and both timed in graphs; lpo ceilings' all-reduce bench), then `lpo ceilings
 # --allreduce` (the NCCL sweep 8 B .. 256 MiB) and the speed points with `lpo bench` (synthetic bf16 weights,
-# graphs): Llama-3.1-8B bs1 tg128 at engine.tp=1 and engine.tp=2 (NCCL, then engine.tp_allreduce=oneshot) in
-# the same call, Llama-3.1-70B at engine.tp=4, bs1 and bs64 (4 GPUs or more), each with the analysis's
-# prediction and bench's communication per GPU, and a summary table last.
+# graphs): Llama-3.1-8B bs1 tg128 at engine.tp=1 and engine.tp=2 (NCCL; engine.tp_allreduce=oneshot alone,
+# engine.tp_fuse=false; oneshot fused with the residual add + RMSNorm, the default) in the same call,
+# Llama-3.1-70B at engine.tp=4, bs1 and bs64 (4 GPUs or more), each with the analysis's prediction and
+# bench's communication per GPU; then `lpo trace` of the 8B tp=2 fused bench (per GPU communication, overlap,
+# skew: its summary section and comm.md), and a summary table last.
 #   scripts/tp-check.sh                    (CUDA_ARCHS=90 by default)
 #   TP_CHECK_TESTS=0 / TP_CHECK_BENCH=0    skip a half (two calls when a command may run 600 s at most)
+#   TP_CHECK_TRACE=0                       no trace of the 8B tp=2 bench
 # NVLink multicast (NVLS) stays off on shared machines: NCCL_NVLS_ENABLE=0 for everything below.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -55,7 +58,7 @@ if [ -x "$lpo" ]; then
   if [ "${TP_CHECK_TESTS:-1}" != 0 ]; then
     # a hung collective (one-shot flags never set) fails after 300 s instead of holding the machine
     step "tests tp" bash -c "cd '$build' && ctest -R 'test_tp' --timeout 300 -V -O ctest-tp.log >/dev/null"
-    grep -E "max \|logit diff\||stopped rank|SKIP|one-shot|all-reduce" "$build/ctest-tp.log" | head -60
+    grep -E "max \|logit diff\||stopped rank|SKIP|one-shot|all-reduce|tp trace" "$build/ctest-tp.log" | head -80
     # which test failed and why (the figures above come from passing checks only)
     grep -E "^ *[0-9]+/[0-9]+ Test|tests passed|\[  FAILED  \]|\[  ERROR   \]|[Ff]ailure|Assertion|error:" \
       "$build/ctest-tp.log" | head -30
@@ -68,16 +71,18 @@ if [ -x "$lpo" ]; then
                 /^\| 16 KiB/ && g { split($0, f, "|"); gsub(/ /, "", f[3]); gsub(/ /, "", f[6]); print g "|" f[3] "|" f[6] }' \
            "$build/ceilings.txt")
     bopts="backend=cuda profiling.warmup=2 profiling.min_samples=5 profiling.timeout_s=20 --no-save"
-    # name|model|batch|tp|all-reduce (nccl, or lpo's one-shot over peer access for the small messages)
-    points=("8b-tp1|llama3.1-8b|1|1|nccl" "8b-tp2|llama3.1-8b|1|2|nccl" "8b-tp2-os|llama3.1-8b|1|2|oneshot")
-    [ "$ngpu" -ge 4 ] && points+=("70b-tp4-b1|llama3.1-70b|1|4|nccl" "70b-tp4-b1-os|llama3.1-70b|1|4|oneshot"
-                                  "70b-tp4-b64|llama3.1-70b|64|4|nccl" "70b-tp4-b64-os|llama3.1-70b|64|4|oneshot")
+    # name|model|batch|tp|all-reduce (nccl, or lpo's one-shot over peer access for the small messages)|tp_fuse
+    # (the one-shot fused with the residual add + RMSNorm after it)
+    points=("8b-tp1|llama3.1-8b|1|1|nccl|true" "8b-tp2|llama3.1-8b|1|2|nccl|true" "8b-tp2-os|llama3.1-8b|1|2|oneshot|false"
+            "8b-tp2-fused|llama3.1-8b|1|2|oneshot|true")
+    [ "$ngpu" -ge 4 ] && points+=("70b-tp4-b1|llama3.1-70b|1|4|nccl|true" "70b-tp4-b1-os|llama3.1-70b|1|4|oneshot|true"
+                                  "70b-tp4-b64|llama3.1-70b|64|4|nccl|true" "70b-tp4-b64-os|llama3.1-70b|64|4|oneshot|true")
     for p in "${points[@]}"; do
-      IFS='|' read -r name model batch tp ar <<<"$p"
+      IFS='|' read -r name model batch tp ar fuse <<<"$p"
       [ "$tp" -gt "$ngpu" ] && { rows+=("bench $name|not run ($ngpu GPUs)|0"); continue; }
       out="$build/bench-$name.txt"
-      step "bench $name" bash -c "'$lpo' bench model=$model engine.tp=$tp engine.tp_allreduce=$ar bench.batch=[$batch] \
-        bench.prompt=[128] bench.gen=[128] $bopts >'$out' 2>&1; rc=\$?; cat '$out'; exit \$rc"
+      step "bench $name" bash -c "'$lpo' bench model=$model engine.tp=$tp engine.tp_allreduce=$ar engine.tp_fuse=$fuse \
+        bench.batch=[$batch] bench.prompt=[128] bench.gen=[128] $bopts >'$out' 2>&1; rc=\$?; cat '$out'; exit \$rc"
       # communication per GPU (bench's second table): "gpu comm% wait_ms" per GPU
       comm[$name]=$(awk -F'|' '/^\| model \| batch \| prompt/ { h = 1; for (i = 1; i <= NF; i++) { t = $i; gsub(/ /, "", t); c[t] = i }; next }
                          h && /^\| [^ :-]/ { g = $c["gpu"]; p = $c["comm_pct"]; w = $c["wait_ms"]; gsub(/ /, "", g); gsub(/ /, "", p); gsub(/ /, "", w);
@@ -86,6 +91,16 @@ if [ -x "$lpo" ]; then
       pred[$name]=$("$lpo" analyze model=$model engine.tp=$tp analysis.batch=$batch analysis.prompt_len=128 \
         analysis.gen_len=128 --no-save 2>/dev/null | awk '/^bf16 +bf16/ && $3 == '"$batch"' {print $NF; exit}')
     done
+    if [ "${TP_CHECK_TRACE:-1}" != 0 ] && [ "$ngpu" -ge 2 ]; then
+      # the 8B tp=2 fused decode traced: per GPU communication, overlap with compute, waits, skew
+      tdir="$build/trace-8b-tp2"
+      rm -rf "$tdir"
+      step "trace 8b-tp2" bash -c "'$lpo' trace output.dir='$tdir' --no-json -- '$lpo' bench model=llama3.1-8b engine.tp=2 \
+        engine.tp_allreduce=oneshot bench.batch=[1] bench.prompt=[128] bench.gen=[32] $bopts >'$build/trace-8b-tp2.txt' 2>&1; rc=\$?;
+        tail -5 '$build/trace-8b-tp2.txt'; sed -n '/^## Ranks and communication/,/^Details:/p' '$tdir/summary.md';
+        sed -n '/^| pid/,/^\$/p' '$tdir/comm.md'; sed -n '/^| source/,/^\$/p' '$tdir/comm.md';
+        head -14 '$tdir/kernels_device.md' | tail -11; exit \$rc"
+    fi
   fi
 else
   rows+=("tests tp|not run (no binary)|0")
@@ -96,17 +111,17 @@ echo
 echo "tensor parallel speed points (decode tok/s; must / goal from issue 27; prediction: lpo analyze floor)"
 printf '| %-14s | %10s | %14s | %-22s | %s\n' point tok/s "analyze ceiling" "must / goal" "comm per GPU (share of step, wait)"
 printf '| %-14s | %10s | %14s | %-22s | %s\n' -------------- ---------: --------------: ---------------------- ---
-declare -A bars=([8b-tp1]="-" [8b-tp2]=">= 1.6x / 1.8x tp1" [8b-tp2-os]=">= 1.6x / 1.8x tp1" [70b-tp4-b1]=">= 60 / 72"
+declare -A bars=([8b-tp1]="-" [8b-tp2]=">= 1.6x / 1.8x tp1" [8b-tp2-os]=">= 1.6x / 1.8x tp1" [8b-tp2-fused]=">= 1.6x / 1.8x tp1" [70b-tp4-b1]=">= 60 / 72"
                  [70b-tp4-b1-os]=">= 60 / 72" [70b-tp4-b64]=">= 2500 / 3200" [70b-tp4-b64-os]=">= 2500 / 3200")
-for n in 8b-tp1 8b-tp2 8b-tp2-os 70b-tp4-b1 70b-tp4-b1-os 70b-tp4-b64 70b-tp4-b64-os; do
+for n in 8b-tp1 8b-tp2 8b-tp2-os 8b-tp2-fused 70b-tp4-b1 70b-tp4-b1-os 70b-tp4-b64 70b-tp4-b64-os; do
   printf '| %-14s | %10s | %14s | %-22s | %s\n' "$n" "${rate[$n]:--}" "${pred[$n]:--}" "${bars[$n]}" "${comm[$n]:--}"
 done
-for n in 8b-tp2 8b-tp2-os; do
+for n in 8b-tp2 8b-tp2-os 8b-tp2-fused; do
   if [ -n "${rate[8b-tp1]:-}" ] && [ -n "${rate[$n]:-}" ]; then
     awk -v a="${rate[8b-tp1]}" -v b="${rate[$n]}" -v n="$n" 'BEGIN{ if (a > 0) printf "8B speedup %s / tp1: %.2fx\n", n, b / a }'
   fi
 done
-grep -h "in a graph: one-shot" "$build/ctest-tp.log" 2>/dev/null | sed 's/^/  /' 
+grep -h "in a graph: one-shot\|in a graph: fused" "$build/ctest-tp.log" 2>/dev/null | sed 's/^/  /'
 echo "one all-reduce of 16 KiB bf16 in a CUDA graph (lpo ceilings' NCCL sweep; must <= 10 us / goal <= 6 us at 4 GPUs):"
 if [ -n "${ar16:-}" ]; then
   while IFS='|' read -r g us bw; do printf '  %s GPUs: %s us (busbw %s GB/s)\n' "$g" "$us" "$bw"; done <<<"$ar16"

@@ -110,6 +110,8 @@ typedef struct {
     const char *volatile *tp_progress;
     lpo_tp_allreduce tp_allreduce; /* CUDA ranks: how all-reduces run (0: NCCL) */
     int64_t tp_oneshot_max;        /* the one-shot's largest message, bytes (0: LPO_TP_ONESHOT_MAX_DEFAULT) */
+    int tp_fuse; /* CUDA ranks with the one-shot: an all-reduce followed by the residual add and RMSNorm runs
+                  * as one kernel (pushed over peer stores) */
     /* which weights are held in fp8 (lpo_weight_held_dtype with the view's stored dtype and `dtype`); every
      * backend holds the same fp8 values (lpo_fp8_quantize_rows; the CPU computes with them dequantized) */
     lpo_weight_quant wq;

@@ -29,7 +29,7 @@ typedef struct lpo_engine lpo_engine;
  * (a flag turned off is assigned after the initializer: o.fusion = 0). The fields not named here default
  * to 0, which each field's comment defines (exec 0 = LPO_EXEC_GRAPH). conf/config.yaml's engine: group states
  * the same values. */
-#define LPO_ENGINE_DEFAULTS .fusion = 1, .gemv = 1, .pdl = 1
+#define LPO_ENGINE_DEFAULTS .fusion = 1, .gemv = 1, .pdl = 1, .tp_fuse = 1
 
 typedef struct {
     const char *backend;     /* "cpu" | "cuda" | "auto"; NULL = "cpu" */
@@ -53,6 +53,8 @@ typedef struct {
     const char *tp_allreduce; /* engine.tp_allreduce: nccl | oneshot | auto (NULL = nccl;
                                  lpo_engine_tp_allreduce_parse) */
     int64_t tp_oneshot_max; /* engine.tp_oneshot_max: the one-shot's largest message in bytes (0 = 256 KiB) */
+    int tp_fuse; /* engine.tp_fuse: with the one-shot (CUDA), an all-reduce and the residual add + RMSNorm
+                    after it as one kernel (default on; also needs engine.fusion) */
     /* engine.weights: "auto" / NULL (fp8 checkpoints stay fp8), "fp8" (quantize matrices at load), "dequant";
      * engine.weights_keep: parts whose matrices stay in the compute dtype (NULL: lm_head). See
      * lpo_weight_quant (model.h) and docs/engine.md "Low-precision weights". */

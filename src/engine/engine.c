@@ -293,6 +293,7 @@ lpo_status lpo_engine_open_weights(const lpo_model_spec *spec, const lpo_weight_
         .pdl = o.pdl,
         .tp_allreduce = ar_mode,
         .tp_oneshot_max = o.tp_oneshot_max > 0 ? o.tp_oneshot_max : LPO_TP_ONESHOT_MAX_DEFAULT,
+        .tp_fuse = o.tp_fuse,
         .wq = wq,
     };
     if (o.tp > 1) {

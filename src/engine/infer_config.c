@@ -68,6 +68,7 @@ lpo_status lpo_infer_config_read(const lpo_node *cfg, lpo_infer_config *c) {
     TRY(lpo_cfg_str_or(cfg, "engine.tp_allreduce", "nccl", &c->engine.tp_allreduce));
     TRY(lpo_cfg_int_range(cfg, "engine.tp_oneshot_max", LPO_TP_ONESHOT_MAX_DEFAULT, 1024,
                           LPO_TP_ONESHOT_MAX_LIMIT, &c->engine.tp_oneshot_max));
+    TRY(lpo_cfg_bool_or(cfg, "engine.tp_fuse", eng.tp_fuse, &c->engine.tp_fuse));
     lpo_tp_allreduce ar;
     if ((st = lpo_engine_tp_allreduce_parse(c->engine.tp_allreduce, &ar)) != LPO_OK) goto fail;
     TRY(lpo_cfg_str_or(cfg, "engine.weights", "auto", &c->engine.weights));

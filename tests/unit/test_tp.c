@@ -271,20 +271,24 @@ static void test_config_and_engine(void **state) {
     assert_int_equal(lpo_test_compose("generate", word, 1, NULL, 0, &cfg), LPO_OK);
     assert_int_equal(lpo_infer_config_read(cfg, &ic), LPO_E_CONFIG);
     lpo_node_free(cfg);
-    /* engine.tp_allreduce and engine.tp_oneshot_max: the defaults, a choice, refusals by name */
+    /* engine.tp_allreduce, engine.tp_oneshot_max and engine.tp_fuse: the defaults, a choice, refusals by name
+     */
     assert_int_equal(lpo_test_compose("generate", NULL, 0, NULL, 0, &cfg), LPO_OK);
     assert_int_equal(lpo_infer_config_read(cfg, &ic), LPO_OK);
     assert_string_equal(ic.engine.tp_allreduce, "nccl");
     assert_int_equal(ic.engine.tp_oneshot_max, LPO_TP_ONESHOT_MAX_DEFAULT);
+    assert_int_equal(ic.engine.tp_fuse, 1);
     lpo_infer_config_free(&ic);
     lpo_node_free(cfg);
-    const char *os_ok[] = {"engine.tp_allreduce=oneshot", "engine.tp_oneshot_max=65536"};
-    assert_int_equal(lpo_test_compose("generate", os_ok, 2, NULL, 0, &cfg), LPO_OK);
+    const char *os_ok[] = {"engine.tp_allreduce=oneshot", "engine.tp_oneshot_max=65536",
+                           "engine.tp_fuse=false"};
+    assert_int_equal(lpo_test_compose("generate", os_ok, 3, NULL, 0, &cfg), LPO_OK);
     assert_int_equal(lpo_infer_config_read(cfg, &ic), LPO_OK);
     lpo_tp_allreduce ar;
     assert_int_equal(lpo_engine_tp_allreduce_parse(ic.engine.tp_allreduce, &ar), LPO_OK);
     assert_int_equal(ar, LPO_TP_AR_ONESHOT);
     assert_int_equal(ic.engine.tp_oneshot_max, 65536);
+    assert_int_equal(ic.engine.tp_fuse, 0);
     lpo_infer_config_free(&ic);
     lpo_node_free(cfg);
     const char *os_bad[] = {"engine.tp_allreduce=ring"}, *os_big[] = {"engine.tp_oneshot_max=1e9"};

@@ -479,6 +479,11 @@ static void test_multi_gpu(void **state) {
     (void)state;
     assert_string_equal(lpo_trace_category(mnames[M_NCCL]), "communication");
     assert_string_equal(lpo_trace_category(mnames[M_ONESHOT]), "communication");
+    assert_string_equal(
+        lpo_trace_category("void allreduce_add_rmsnorm_kernel<__nv_bfloat16>(lpo_cuda_arnorm, "
+                           "__nv_bfloat16 const*, __nv_bfloat16*, __nv_bfloat16*, "
+                           "__nv_bfloat16 const*, long, float)"),
+        "communication");
     assert_string_equal(lpo_trace_category("ncclKernel_AllGather_RING_LL_Sum_int8_t(ncclWorkElem)"),
                         "communication");
     char *dir = lpo_test_tmpdir();

@@ -124,6 +124,12 @@ typedef struct {
     void *os_mem;
     int64_t os_max;
     lpo_cuda_oneshot os;
+    /* the all-reduce fused with the residual add and RMSNorm (engine.tp_fuse with the one-shot on): this
+     * rank's receive region (arn_mem: epochs and three sets of a slot per rank, os_max bytes each) and the
+     * peers' once published (arn_ready) */
+    int arn_on, arn_ready;
+    void *arn_mem;
+    lpo_cuda_arnorm arn;
 } cuda_ctx;
 
 /* The operands of one op launch, device pointers: bound from the step's buffers by the forward
@@ -228,6 +234,12 @@ void *lpo__cuda_tp_comm(void *shared, int rank);
  * with one participant the first leaves the buffer and the second copies. */
 lpo_status lpo__cuda_all_reduce(cuda_ctx *c, const lpo_op *op, void *buf);
 lpo_status lpo__cuda_all_gather(cuda_ctx *c, const lpo_op *op, const float *part, float *out);
+/* Whether the all-reduce `ar` and the residual add + RMSNorm after it run as one kernel on this rank (tp > 1,
+ * the one-shot on with engine.tp_fuse, the rows fit its slots); and that kernel: tmp (the partial sums) is
+ * summed over the ranks, added to x, and y = rmsnorm(x) * w (tmp is left as it was). */
+int lpo__cuda_arnorm_fusable(const cuda_ctx *c, const lpo_op *ar);
+lpo_status lpo__cuda_all_reduce_add_rmsnorm(cuda_ctx *c, const lpo_op *ar, const void *tmp, void *x, void *y,
+                                            const void *w, float eps);
 /* The routing statistics (lpo_moe_stats) of the MoE model of c; out NULL: only the reset. */
 lpo_status lpo__cuda_moe_stats(void *ctx, lpo_moe_stats *out, int reset);
 

@@ -98,6 +98,14 @@ static int add_then_norm(const lpo_oplist *l, size_t i) {
     return i + 1 < l->n_ops && l->ops[i].kind == LPO_OP_ADD && l->ops[i + 1].kind == LPO_OP_RMSNORM &&
            l->ops[i + 1].in[0].buf == l->ops[i].out[0].buf;
 }
+/* ops [i, i+2]: a tensor-parallel all-reduce of tmp, the residual add of its result and the RMSNorm after it,
+ * as one kernel when the one-shot runs with engine.tp_fuse and the rows fit (lpo__cuda_arnorm_fusable) */
+static int allreduce_add_norm(const cuda_ctx *c, const lpo_oplist *l, size_t i) {
+    if (i + 2 >= l->n_ops || l->ops[i].kind != LPO_OP_ALL_REDUCE || !add_then_norm(l, i + 1)) return 0;
+    const lpo_op *ar = &l->ops[i], *add = &l->ops[i + 1];
+    return add->n_in == 2 && add->in[1].buf == ar->out[0].buf && add->out[0].buf != ar->out[0].buf &&
+           add->m == ar->m && add->n == ar->n && lpo__cuda_arnorm_fusable(c, ar);
+}
 /* ops from i: [QK_NORM,] ROPE, ATTENTION of one layer -> how many (0: not this pattern) */
 static uint32_t rope_attention(const lpo_oplist *l, size_t i) {
     size_t j = i;
@@ -126,7 +134,9 @@ lpo_status lpo__cuda_plan(void *vctx, const lpo_oplist *l, lpo_plan *out) {
     const int fuse = c->cfg.fusion && c->cfg.exec != LPO_EXEC_DEBUG;
     for (size_t i = 0; i < l->n_ops;) {
         uint32_t n = 1;
-        if (fuse && add_then_norm(l, i))
+        if (fuse && allreduce_add_norm(c, l, i))
+            n = 3;
+        else if (fuse && add_then_norm(l, i))
             n = 2;
         else if (fuse && rope_attention(l, i))
             n = rope_attention(l, i);
@@ -143,6 +153,11 @@ static lpo_status run_group(cuda_ctx *c, const lpo_oplist *l, const lpo_plan_gro
                             const lpo_step_data *d) {
     const size_t i = g->first;
     const lpo_op *op = &l->ops[i];
+    if (g->count == 3 && allreduce_add_norm(c, l, i)) { /* x += sum over ranks of tmp; xn = rmsnorm(x) */
+        const lpo_op *add = &l->ops[i + 1], *nrm = &l->ops[i + 2];
+        return lpo__cuda_all_reduce_add_rmsnorm(c, op, c->buf[op->out[0].buf], c->buf[add->out[0].buf],
+                                                c->buf[nrm->out[0].buf], c->op_w[i + 2], nrm->eps);
+    }
     if (g->count == 2 && add_then_norm(l, i)) { /* x += tmp; xn = rmsnorm(x) */
         const lpo_op *nrm = &l->ops[i + 1];
         return lpo_cuda_add_rmsnorm(c->buf[op->out[0].buf], c->buf[op->in[1].buf], c->buf[nrm->out[0].buf],

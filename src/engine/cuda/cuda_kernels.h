@@ -422,6 +422,39 @@ int lpo_cuda_oneshot_fits(const lpo_cuda_oneshot *o, int64_t count, lpo_dtype dt
 lpo_status lpo_cuda_oneshot_all_reduce(const lpo_cuda_oneshot *o, void *buf, int64_t count, lpo_dtype dt,
                                        cudaStream_t stream);
 
+/* ---- the all-reduce fused with the residual add and RMSNorm, pushed over peer stores (allreduce.cu) ------
+ *   s = sum over ranks q = 0 .. n-1 of part_q (m, n) (f32, rank order, rounded to dt)
+ *   x (m, n) = round(x + s);  y (m, n) = rmsnorm(x) * w          (w (n,); add_rmsnorm's arithmetic)
+ * identical on every rank. One block per row; rank r stores its partial row into slot r of every peer's
+ * receive buffer and polls its own buffer until no 32-bit word holds the sentinel (no flags). recv[q] is
+ * rank q's region (lpo_cuda_arnorm_bytes: LPO_ARNORM_HDR bytes of per-row epoch words, then 3 sets of n slots
+ * of slot_bytes), set by lpo_cuda_arnorm_reset before the first call; a call of epoch e writes set e % 3 and
+ * clears set (e + 2) % 3 of its rows. Every rank calls it with the same shapes in the same order; a region
+ * serves one row width in bytes (n * elem; row r always at r * n * elem of a slot): reset it (every rank, all
+ * idle) before calls of another width. abort:
+ * a host-mapped word that makes waiting blocks give up when non-zero. A PDL kernel (lpo_launch). */
+#define LPO_ARNORM_SETS 3
+#define LPO_ARNORM_HDR  ((size_t)LPO_ONESHOT_MAX_BLOCKS * sizeof(unsigned))
+typedef struct {
+    void *recv[LPO_ONESHOT_MAX_RANKS];
+    const volatile int *abort;
+    size_t slot_bytes; /* one sender's slot: the largest message, a multiple of 16 */
+    int rank, n;
+} lpo_cuda_arnorm;
+/* Bytes of one rank's region for n ranks and slots of slot_bytes. */
+size_t lpo_cuda_arnorm_bytes(int n, size_t slot_bytes);
+/* Sets a region (mem, lpo_cuda_arnorm_bytes(n, slot_bytes)) to its initial state: epochs 0, slots sentinel.
+ */
+lpo_status lpo_cuda_arnorm_reset(void *mem, int n, size_t slot_bytes, cudaStream_t stream);
+/* Whether m rows of n elements of dt fit o (1: 2..LPO_ONESHOT_MAX_RANKS ranks, 1..LPO_ONESHOT_MAX_BLOCKS
+ * rows, rows a multiple of 16 bytes, m * n * elem within a slot, dt f32 / f16 / bf16) or must go another way
+ * (0). */
+int lpo_cuda_arnorm_fits(const lpo_cuda_arnorm *o, int64_t m, int64_t n, lpo_dtype dt);
+/* part, x, y, w 16-byte aligned; y must not alias x or part. */
+lpo_status lpo_cuda_allreduce_add_rmsnorm(const lpo_cuda_arnorm *o, const void *part, void *x, void *y,
+                                          const void *w, int64_t m, int64_t n, float eps, lpo_dtype dt,
+                                          cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -25,6 +25,7 @@ typedef struct {
     int p2p, no_a, no_b;
     void *stage[LPO_TP_MAX];
     unsigned *flags[LPO_TP_MAX];
+    void *arn[LPO_TP_MAX]; /* each rank's region of the fused all-reduce + add + RMSNorm */
     int *abort_h;
     const volatile int *abort_d;
 } cuda_tp;
@@ -161,6 +162,18 @@ lpo_status lpo__cuda_tp_rank_init(cuda_ctx *c) {
     t->stage[c->rank] = c->os_mem; /* published: the peers read them at their first all-reduce */
     t->flags[c->rank] = (unsigned *)((char *)c->os_mem + 2 * half);
     c->os_on = 1;
+    if (c->cfg.tp_fuse) { /* the fused all-reduce + add + RMSNorm: a slot of os_max bytes per rank, 3 sets */
+        const size_t bytes = lpo_cuda_arnorm_bytes(c->tp, half);
+        CU(cudaMalloc(&c->arn_mem, bytes), "fused all-reduce buffers");
+        TRY(lpo_cuda_arnorm_reset(c->arn_mem, c->tp, half, c->stream));
+        CU(cudaStreamSynchronize(c->stream), "fused all-reduce buffers");
+        c->arn.abort = t->abort_d;
+        c->arn.slot_bytes = half;
+        c->arn.rank = c->rank;
+        c->arn.n = c->tp;
+        t->arn[c->rank] = c->arn_mem;
+        c->arn_on = 1;
+    }
     return LPO_OK;
 }
 
@@ -168,9 +181,12 @@ void lpo__cuda_tp_rank_free(cuda_ctx *c) {
     cuda_tp *t = c->cfg.tp_shared;
     if (t && c->tp > 1 && c->rank >= 0 && c->rank < LPO_TP_MAX && t->stage[c->rank] == c->os_mem)
         t->stage[c->rank] = NULL, t->flags[c->rank] = NULL;
+    if (t && c->tp > 1 && c->rank >= 0 && c->rank < LPO_TP_MAX && t->arn[c->rank] == c->arn_mem)
+        t->arn[c->rank] = NULL;
     if (c->os_mem) cudaFree(c->os_mem);
-    c->os_mem = NULL;
-    c->os_on = c->os_ready = 0;
+    if (c->arn_mem) cudaFree(c->arn_mem);
+    c->os_mem = c->arn_mem = NULL;
+    c->os_on = c->os_ready = c->arn_on = c->arn_ready = 0;
 }
 
 /* The peers' pointers, once every rank has published them (all inits are done before the first step). */
@@ -184,6 +200,20 @@ static lpo_status oneshot_ready(cuda_ctx *c, const lpo_op *op) {
         c->os.flags[q] = t->flags[q];
     }
     c->os_ready = 1;
+    return LPO_OK;
+}
+
+/* The same for the fused all-reduce's regions. */
+static lpo_status arnorm_ready(cuda_ctx *c, const lpo_op *op) {
+    const cuda_tp *t = c->cfg.tp_shared;
+    for (int q = 0; q < c->tp; q++) {
+        if (!t->arn[q])
+            return lpo_errorf(LPO_E_INTERNAL,
+                              "cuda backend rank %d: %s: rank %d has no fused all-reduce buffers", c->rank,
+                              op->name, q);
+        c->arn.recv[q] = t->arn[q];
+    }
+    c->arn_ready = 1;
     return LPO_OK;
 }
 
@@ -287,6 +317,34 @@ lpo_status lpo__cuda_all_reduce(cuda_ctx *c, const lpo_op *op, void *buf) {
     }
     lpo_cuda_pdl_break(); /* no programmatic edge from NCCL's kernel or the one-shot */
     if (k >= 0) TRY(lpo__cuda_comm_mark(c, 3 + 2 * k));
+#endif
+    return LPO_OK;
+}
+
+int lpo__cuda_arnorm_fusable(const cuda_ctx *c, const lpo_op *ar) {
+    /* rows of the hidden size only: a region serves one row width */
+    return c->arn_on && ar->participants == c->tp && ar->participants > 1 && ar->n == c->spec.hidden_size &&
+           ar->m * ar->n * (int64_t)c->es <= c->os_max && lpo_cuda_arnorm_fits(&c->arn, ar->m, ar->n, c->dt);
+}
+
+lpo_status lpo__cuda_all_reduce_add_rmsnorm(cuda_ctx *c, const lpo_op *ar, const void *tmp, void *x, void *y,
+                                            const void *w, float eps) {
+    TRY(need_comm(c, ar));
+#ifdef LPO_HAVE_NCCL
+    if (!lpo__cuda_arnorm_fusable(c, ar))
+        return lpo_errorf(LPO_E_INTERNAL,
+                          "cuda backend rank %d: %s: not fusable with the add and norm after it", c->rank,
+                          ar->name);
+    if (c->cfg.tp_progress) c->cfg.tp_progress[c->rank] = ar->name;
+    if (!c->arn_ready) TRY(arnorm_ready(c, ar));
+    const int k = comm_next(c);
+    if (k >= 0) TRY(lpo__cuda_comm_mark(c, 2 + 2 * k));
+    const lpo_status st =
+        lpo_cuda_allreduce_add_rmsnorm(&c->arn, tmp, x, y, w, ar->m, ar->n, eps, c->dt, c->stream);
+    if (st != LPO_OK) return lpo_error_context(st, "cuda backend rank %d: %s", c->rank, ar->name);
+    if (k >= 0) TRY(lpo__cuda_comm_mark(c, 3 + 2 * k));
+#else
+    (void)tmp, (void)x, (void)y, (void)w, (void)eps;
 #endif
     return LPO_OK;
 }
