@@ -117,8 +117,9 @@ if [ -x "$build/lpo" ]; then
       compute-sanitizer --tool racecheck --error-exitcode 9 "$et"
   fi
   # the low-precision weight kernels (fp8 GEMV and W8A8 activation quantization, GGUF block GEMV and the
-  # dequantizing prefill) through the op checker and the engine; the 1B quantization-error run is left out
-  for q in fp8 gguf; do
+  # dequantizing prefill) and the fp8 KV cache (append, decode and prefill attention over fp8) through the op
+  # checker and the engine; the 1B quantization-error run is left out
+  for q in fp8 gguf kv8; do
     qt="$build/tests/gpu_test_cuda_$q"
     if [ "${GPU_CHECK_TESTS:-}" != none ] && command -v compute-sanitizer >/dev/null && [ -x "$qt" ]; then
       step "memcheck $q" env LPO_TEST_SKIP=test_quant_error_1b compute-sanitizer --tool memcheck \
@@ -137,11 +138,14 @@ if [ -x "$build/lpo" ]; then
     # plain launches instead of PDL, the A/B of engine.pdl)
     # (qwen3-30b-a3b: the MoE points: bs1 pp128 tg128 and the pp2048 TTFT, bs8 (the expert GEMVs with tokens
     # sharing experts) and bs64 tg128; deepseek-v2-lite: MLA and its routing, bs1 tg128; llama3.1-8b with
-    # engine.weights=fp8: the fp8 point beside its bf16 one; q4_k blocks kept on the GPU, engine.weights=native)
+    # engine.weights=fp8: the fp8 point beside its bf16 one; q4_k blocks kept on the GPU, engine.weights=native;
+    # bs64 with fp8 weights and the fp8 KV cache, and with fp8 weights alone, beside the bf16 bs64 point)
     points=("llama3.1-8b 1 [128,512,2048] 128" "llama3.1-8b 1 [128,512,2048] 128 engine.weights=fp8"
       "llama3.1-8b 1 [128,2048] 128 engine.weights=native model.dtype=q4_k"
-      "llama3.2-1b 1 128 128" "llama3.1-8b 64 128 128" "qwen3-30b-a3b 1 [128,2048] 128"
-      "qwen3-30b-a3b 8 128 128" "qwen3-30b-a3b 64 128 128" "deepseek-v2-lite 1 128 128")
+      "llama3.2-1b 1 128 128" "llama3.1-8b 64 128 128"
+      "llama3.1-8b 64 128 128 engine.weights=fp8 engine.kv_dtype=fp8" "llama3.1-8b 64 128 128 engine.weights=fp8"
+      "qwen3-30b-a3b 1 [128,2048] 128" "qwen3-30b-a3b 8 128 128" "qwen3-30b-a3b 64 128 128"
+      "deepseek-v2-lite 1 128 128")
     [ "${GPU_CHECK_AB:-0}" != 0 ] && points+=("llama3.1-8b 1 128 128 engine.gemv=false" \
       "llama3.2-1b 1 128 128 engine.gemv=false" "llama3.1-8b 1 128 128 engine.pdl=false" \
       "llama3.2-1b 1 128 128 engine.pdl=false")
@@ -168,7 +172,7 @@ fi
 if [ -s "$build/ctest-gpu.log" ]; then
   echo
   echo "figures from the GPU tests ($build/ctest-gpu.log)"
-  grep -E "pdl on vs off|PDL runs|max \|logit - HF\||smollm2|first 8|op checker:|f32: prefill logits|bf16: prefill logits|prefill MFU|breakdown: groups|decode tok/s: profile|\| (pp|tg)[0-9]|greedy tokens as the cpu backend|(router|experts|mla_attention) .*(FAIL|ERROR)|engine.weights=fp8|engine.weights=native|greedy tokens equal|fp8 checkpoint|tiny-ocr2|^(vision_encode|prefill|decode): " \
+  grep -E "pdl on vs off|PDL runs|max \|logit - HF\||smollm2|first 8|op checker:|f32: prefill logits|bf16: prefill logits|prefill MFU|breakdown: groups|decode tok/s: profile|\| (pp|tg)[0-9]|greedy tokens as the cpu backend|(router|experts|mla_attention) .*(FAIL|ERROR)|engine.weights=fp8|engine.weights=native|engine.kv_dtype=fp8|kv fp8 .*(FAIL|ERROR)|\| attention (decode|prefill)[^|]*fp8 KV|fp8 KV.*FAIL|greedy tokens equal|fp8 checkpoint|tiny-ocr2|^(vision_encode|prefill|decode): " \
     "$build/ctest-gpu.log" | head -80
 fi
 if [ -s "$build/bench-tables.txt" ]; then

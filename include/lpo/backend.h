@@ -115,6 +115,10 @@ typedef struct {
     /* which weights are held in fp8 (lpo_weight_held_dtype with the view's stored dtype and `dtype`); every
      * backend holds the same fp8 values (lpo_fp8_quantize_rows; the CPU computes with them dequantized) */
     lpo_weight_quant wq;
+    /* engine.kv_dtype=fp8: the KV cache in fp8 e4m3 with one f32 scale per (position, KV head), each
+     * head_dim vector quantized by the rule of lpo_fp8_quantize_rows when appended (lpo_fp8_roundtrip_row:
+     * the CPU holds those values dequantized). The op lists then name the cache LPO_DT_FP8. */
+    int kv_fp8;
 } lpo_backend_init;
 
 /* ---- steps -------------------------------------------------------------------------------------------- */

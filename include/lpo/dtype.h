@@ -152,6 +152,10 @@ void lpo_fp8_dequantize_tiles(const uint8_t *q, const float *scales, int64_t row
  * computes with); returns 0, or -1 when out of memory */
 int lpo_fp8_roundtrip_rows(float *x, int64_t rows, int64_t cols);
 int lpo_fp8_roundtrip_tiles(float *x, int64_t rows, int64_t cols);
+/* One row in place (no allocation): x (n) = its fp8 quantization by the rule of lpo_fp8_quantize_rows,
+ * dequantized (fp8(q) * scale in f32). The fp8 KV cache (engine.kv_dtype=fp8) holds each (position, KV head)
+ * vector of head_dim values this way: the CPU reference's cache rows, the op checker's data. */
+void lpo_fp8_roundtrip_row(float *x, int64_t n);
 
 #ifdef __cplusplus
 }

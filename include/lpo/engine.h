@@ -59,6 +59,9 @@ typedef struct {
      * engine.weights_keep: parts whose matrices stay in the compute dtype (NULL: lm_head). See
      * lpo_weight_quant (model.h) and docs/engine.md "Low-precision weights". */
     const char *weights, *weights_keep;
+    /* engine.kv_dtype: "auto" / NULL (the KV cache in the compute dtype) or "fp8" (e4m3, one f32 scale per
+     * position and KV head; lpo_engine_kv_dtype_parse, docs/engine.md "FP8 KV cache") */
+    const char *kv_dtype;
 } lpo_engine_opts;
 
 /* The max_context rule, written once: `asked` when > 0, else the model's positions
@@ -72,6 +75,10 @@ int64_t lpo_engine_model_positions(const lpo_model_spec *spec);
  * the CPU) or a dtype the engine computes in, f32, f16 or bf16, by any spelling of the dtype table (fp32,
  * float16, half, bfloat16 ...). LPO_E_CONFIG naming the accepted ones otherwise. */
 lpo_status lpo_engine_dtype_parse(const char *name, lpo_dtype *out);
+/* engine.kv_dtype, the one check of it: "auto" or NULL (*fp8 = 0: the cache in the compute dtype) or fp8 by
+ * any spelling of the dtype table (fp8, e4m3, float8_e4m3fn ...: *fp8 = 1); LPO_E_CONFIG naming them
+ * otherwise. */
+lpo_status lpo_engine_kv_dtype_parse(const char *name, int *fp8);
 /* engine.tp_allreduce: "nccl" (or NULL), "oneshot", "auto"; LPO_E_CONFIG naming them otherwise. */
 lpo_status lpo_engine_tp_allreduce_parse(const char *name, lpo_tp_allreduce *out);
 /* Opens an engine over a loaded model (weights as typed views; stored dtypes in the op lists). */
@@ -95,6 +102,9 @@ int lpo_engine_tp(const lpo_engine *e);
  * else the CPU). "cuda" without a CUDA backend: LPO_E_NOT_AVAILABLE. */
 lpo_status lpo_backend_find(const char *name, const lpo_backend_iface **out);
 lpo_dtype lpo_engine_dtype(const lpo_engine *e);
+/* The dtype the KV cache is held in: the compute dtype, or LPO_DT_FP8 (engine.kv_dtype=fp8; f32 scales per
+ * position and KV head beside it): what the cache bytes of a step are priced at (profile, bench MBU). */
+lpo_dtype lpo_engine_kv_dtype(const lpo_engine *e);
 /* The rule by which the backend holds weights in fp8 (engine.weights), and the lookup of the dtype each
  * weight is held in (fp8, fp8_b128, or the compute dtype), valid while e is open: what the bytes of a step
  * are priced at (profile, bench MBU). */

@@ -329,8 +329,9 @@ typedef struct {
 } lpo_param_summary;
 lpo_status lpo_model_param_summary(const lpo_model *m, lpo_param_summary *out);
 /* KV-cache bytes per token of context: 2 (K and V) * layers * kv_heads * head_dim * sizeof(kv_dtype); MLA:
- * layers * (kv_lora_rank + qk_rope) * sizeof(kv_dtype) (the latent and the rotated key). kv_dtype must be a
- * plain (non-block) type; returns 0 otherwise. */
+ * layers * (kv_lora_rank + qk_rope) * sizeof(kv_dtype) (the latent and the rotated key); fp8 (the cache of
+ * engine.kv_dtype=fp8): + 4 bytes of scale per such row. kv_dtype must be a plain (non-block) type; returns 0
+ * otherwise. */
 uint64_t lpo_spec_kv_bytes_per_token(const lpo_model_spec *s, lpo_dtype kv_dtype);
 
 /* ---- HF hub cache ---- */

@@ -356,7 +356,7 @@ int lpo_dtype_lookup_uniform(void *ud, const char *name, lpo_dtype *out);
 
 typedef struct {
     lpo_dtype act_dtype;            /* activations as the backend computes them (CPU: F32) */
-    lpo_dtype kv_dtype;             /* KV cache entries (CPU: F32) */
+    lpo_dtype kv_dtype;             /* KV cache entries (CPU: F32; FP8: e4m3 + an f32 scale per head row) */
     const lpo_dtype_lookup *dtypes; /* stored weight dtypes; NULL = spec->dtype for every weight */
     /* optional: the dtype of 1-D weights (norm scales, biases), NULL = as `dtypes` says. What-if analysis
      * prices quantized matrices with 16-bit vectors this way (an op list built with other dtypes). */

@@ -657,7 +657,7 @@ lpo_status lpo_pf_run(const lpo_pf_request *rq, lpo_pf_result *r) {
     const lpo_dtype_info *ed = engine_dtype(lpo_engine_dtype(e));
     r->dt = (lpo_an_dtypes){.weights = ed,
                             .act = ed,
-                            .kv = ed,
+                            .kv = engine_dtype(lpo_engine_kv_dtype(e)),
                             .attn_tile = rq->attn_tile,
                             .tp = 1,
                             .held = lpo_engine_held_dtypes(e)};

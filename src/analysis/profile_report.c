@@ -1032,6 +1032,9 @@ void lpo_pf_write_assumptions(const lpo_pf_result *r, const lpo_an_static *st, l
     if (!strcmp(r->weights, "fp8"))
         lpo_sb_puts(o, "- engine.weights=fp8: linear matrices held in fp8 with per-channel scales (bytes and "
                        "GEMM roofs priced as held; docs/engine.md \"Low-precision weights\").\n");
+    if (r->dt.kv && r->dt.kv->dt == LPO_DT_FP8)
+        lpo_sb_puts(o, "- engine.kv_dtype=fp8: the KV cache held in fp8 e4m3 with one f32 scale per position "
+                       "and KV head (its bytes priced so; docs/engine.md \"FP8 KV cache\").\n");
     lpo_sb_printf(o, "- Static analysis (static_compute.*): weights %s, activations %s, KV %s.\n",
                   st->dt.weights->name, st->dt.act->name, st->dt.kv->name);
     lpo_sb_printf(o, "- Executed attention counted with tiles of %d (%s).\n", r->dt.attn_tile,

@@ -257,9 +257,12 @@ void lpo_an_footprint_compute(const lpo_model_spec *s, const lpo_an_opts *o, con
     free(vt);
     const double h = (double)s->hidden_size, d = (double)s->head_dim, I = (double)s->intermediate_size;
     const double nh = (double)s->n_heads, nkv = (double)s->n_kv_heads, a = dt->act->bytes;
-    f->kv_bytes_per_token = (lpo_spec_is_mla(s) ? (double)s->n_layers * (double)lpo_buf_width_kv(s)
-                                                : 2.0 * (double)s->n_layers * nkv * d) *
-                            dt->kv->bytes; /* MLA: the latent and rope key, one row per position */
+    /* rows of the cache per token (MLA: the latent and rope key, one row per position; else one per K / V
+     * and KV head), each at the KV dtype with its scale (fp8: 4 bytes per row) */
+    f->kv_bytes_per_token =
+        lpo_spec_is_mla(s)
+            ? lpo_dtype_matrix_bytes(dt->kv->dt, (double)s->n_layers, (double)lpo_buf_width_kv(s))
+            : lpo_dtype_matrix_bytes(dt->kv->dt, 2.0 * (double)s->n_layers * nkv, d);
     f->kv_context = o->context > 0 ? o->context : o->prompt_len + o->gen_len;
     f->kv_bytes = f->kv_bytes_per_token * (double)f->kv_context * (double)o->batch;
     /* one buffer per activation: x, xn, tmp [hidden]; qkv; att; gu [2 I]; act [I]; logits f32 per sequence */

@@ -20,7 +20,7 @@ static lpo_status list_costs(const lpo_engine *e, int decode, int B, int64_t t_o
                              const lpo_peaks *peaks, double *flops, double *bytes, double *t_peak) {
     const lpo_dtype dt = lpo_engine_dtype(e);
     const lpo_dtype_lookup vec = {(void *)&dt, lpo_dtype_lookup_uniform};
-    const lpo_oplist_opts o = {dt, dt, lpo_engine_held_dtypes(e), &vec, lpo_engine_tp(e)};
+    const lpo_oplist_opts o = {dt, lpo_engine_kv_dtype(e), lpo_engine_held_dtypes(e), &vec, lpo_engine_tp(e)};
     lpo_oplist l = {0};
     lpo_status st = lpo_oplist_build_phase(lpo_engine_spec(e), decode, B, t_or_ctx, &o, &l);
     *flops = *bytes = *t_peak = 0;
@@ -209,9 +209,8 @@ lpo_status lpo_bench_run(lpo_engine *e, const lpo_bench_point *pt, const lpo_mea
             out->mbu_decode = out->decode_bytes_per_step / (out->tpot_ms / 1e3) / bw;
         out->weight_bytes = (double)lpo_engine_weight_bytes(e);
         out->memory_bytes = (double)lpo_engine_memory_bytes(e);
-        const lpo_dtype dt = lpo_engine_dtype(e);
-        out->kv_bytes = (double)lpo_spec_kv_bytes_per_token(s, dt) * (double)lpo_engine_max_seqs(e) *
-                        (double)lpo_engine_max_context(e);
+        out->kv_bytes = (double)lpo_spec_kv_bytes_per_token(s, lpo_engine_kv_dtype(e)) *
+                        (double)lpo_engine_max_seqs(e) * (double)lpo_engine_max_context(e);
     }
     if (st == LPO_OK && lpo_engine_tp(e) > 1 && pt->gen > 1) { /* where a step's time goes between the GPUs */
         const int steps = pt->gen - 1 < 16 ? (int)(pt->gen - 1) : 16;

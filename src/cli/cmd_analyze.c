@@ -14,12 +14,15 @@
 #include "lpo/analysis.h"
 #include "lpo/config.h"
 #include "lpo/core.h"
+#include "lpo/engine.h"
 #include "lpo/model.h"
 #include "lpo/report.h"
 
 static const lpo_cli_flag flags[] = {
     {"json", 0, "print JSON instead of tables"},
-    {"kv-dtype", 1, "dtype of the KV cache (f32, f16, bf16); default: the weights' dtype, f16 for quantized"},
+    {"kv-dtype", 1,
+     "dtype of the KV cache (f32, f16, bf16, fp8); default: fp8 under engine.kv_dtype=fp8, else the weights' "
+     "dtype, f16 for quantized"},
     {"no-save", 0, "print only: no run directory (static_compute.json/md)"},
 };
 
@@ -131,14 +134,17 @@ static void print_table(const lpo_model *m, const lpo_param_summary *p, const kv
     commas(a, sizeof a, p->weight_bytes);
     short_bytes(b, sizeof b, (double)p->weight_bytes);
     printf("%-14s %18s %10s\n\n", "total", a, b);
+    /* fp8: each row (a KV head's head_dim values, MLA's latent + rope key) carries an f32 scale */
+    const char *row_scale =
+        lpo_dtype_info_of(kv->kv_dtype)->scale == LPO_SCALE_ROW ? " + a 4 B scale per row" : "";
     if (lpo_spec_is_mla(s)) /* multi-head latent attention: one latent + rope key row per position */
-        printf("kv cache (%s)  %lld layers x (%lld latent + %lld rope key) x %d B\n",
+        printf("kv cache (%s)  %lld layers x (%lld latent + %lld rope key) x %d B%s\n",
                lpo_dtype_name(kv->kv_dtype), (long long)s->n_layers, (long long)s->mla.kv_lora_rank,
-               (long long)s->mla.qk_rope_head_dim, lpo_dtype_block_bytes(kv->kv_dtype));
+               (long long)s->mla.qk_rope_head_dim, lpo_dtype_block_bytes(kv->kv_dtype), row_scale);
     else
-        printf("kv cache (%s)  2 x %lld layers x %lld kv heads x %lld head_dim x %d B\n",
+        printf("kv cache (%s)  2 x %lld layers x %lld kv heads x %lld head_dim x %d B%s\n",
                lpo_dtype_name(kv->kv_dtype), (long long)s->n_layers, (long long)s->n_kv_heads,
-               (long long)s->head_dim, lpo_dtype_block_bytes(kv->kv_dtype));
+               (long long)s->head_dim, lpo_dtype_block_bytes(kv->kv_dtype), row_scale);
     commas(a, sizeof a, kv->kv_token);
     short_bytes(b, sizeof b, (double)kv->kv_token);
     printf("%-14s %18s %10s\n", "per token", a, b);
@@ -308,14 +314,20 @@ int lpo_cmd_analyze(int argc, char **argv) {
     if (st == LPO_OK) st = lpo_model_open(lpo_node_child(cfg, "model"), &m);
     kv_info kv = {0};
     const char *kvd = lpo_cli_flag_value(&args, "kv-dtype");
+    const char *eng_kv = NULL;
+    int kv_fp8 = 0;
+    if (st == LPO_OK) st = lpo_cfg_str_or(cfg, "engine.kv_dtype", "auto", &eng_kv);
+    if (st == LPO_OK) st = lpo_engine_kv_dtype_parse(eng_kv, &kv_fp8);
+    if (st == LPO_OK && !kvd && kv_fp8) kvd = "fp8"; /* the cache as the engine would hold it */
     if (st == LPO_OK) {
         const lpo_model_spec *s = lpo_model_get_spec(m);
         /* a plain stored dtype is the KV cache's; quantized weights (GGUF blocks, fp8) keep a 16-bit cache */
         kv.kv_dtype = !lpo_dtype_info_of(s->dtype)->quantized                 ? s->dtype
                       : s->dtype == LPO_DT_FP8 || s->dtype == LPO_DT_FP8_B128 ? LPO_DT_BF16
                                                                               : LPO_DT_F16;
-        if (kvd && (!lpo_dtype_parse(kvd, &kv.kv_dtype) || kv.kv_dtype > LPO_DT_BF16))
-            st = lpo_errorf(LPO_E_USAGE, "--kv-dtype=%s: expected f32, f16 or bf16", kvd);
+        if (kvd &&
+            (!lpo_dtype_parse(kvd, &kv.kv_dtype) || (kv.kv_dtype > LPO_DT_BF16 && kv.kv_dtype != LPO_DT_FP8)))
+            st = lpo_errorf(LPO_E_USAGE, "--kv-dtype=%s: expected f32, f16, bf16 or fp8", kvd);
         kv.kv_token = lpo_spec_kv_bytes_per_token(s, kv.kv_dtype);
         kv.kv_context_tokens = (uint64_t)s->max_positions;
         if (s->sliding_window && s->sliding_window < s->max_positions)

@@ -174,6 +174,7 @@ static lpo_status static_for(const lpo_node *cfg, const lpo_model_spec *s, const
     lpo_status rc = lpo_an_opts_from_config(cfg, s, &o);
     if (rc != LPO_OK) return rc;
     o.weight_dtype = o.act_dtype = o.kv_dtype = r->dtype;
+    if (r->dt.kv) o.kv_dtype = r->dt.kv->name; /* engine.kv_dtype=fp8 */
     o.batch = r->batch;
     o.vision = NULL;
     if (r->have_vision && vs) {

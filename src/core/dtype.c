@@ -194,6 +194,13 @@ void lpo_fp8_quantize_rows(const float *x, int64_t rows, int64_t cols, uint8_t *
     }
 }
 
+void lpo_fp8_roundtrip_row(float *x, int64_t n) {
+    float amax = 0;
+    for (int64_t c = 0; c < n; c++) amax = fmaxf(amax, fabsf(x[c]));
+    const float s = amax > 0 ? amax / LPO_FP8_E4M3_MAX : 1.0f;
+    for (int64_t c = 0; c < n; c++) x[c] = lpo_fp8_e4m3_to_f32(lpo_f32_to_fp8_e4m3(x[c] / s)) * s;
+}
+
 void lpo_fp8_quantize_tiles(const float *x, int64_t rows, int64_t cols, uint8_t *q, float *scales) {
     const int64_t T = LPO_SCALE_TILE, tr = (rows + T - 1) / T, tc = (cols + T - 1) / T;
 #pragma omp parallel for schedule(static) if (rows * cols > (1 << 16))

@@ -145,6 +145,17 @@ lpo_status lpo_engine_tp_allreduce_parse(const char *name, lpo_tp_allreduce *out
         name);
 }
 
+lpo_status lpo_engine_kv_dtype_parse(const char *name, int *fp8) {
+    *fp8 = 0;
+    if (!name || !strcmp(name, "auto")) return LPO_OK;
+    lpo_dtype d;
+    if (lpo_dtype_parse(name, &d) && d == LPO_DT_FP8) return *fp8 = 1, LPO_OK;
+    return lpo_errorf(LPO_E_CONFIG,
+                      "engine.kv_dtype: '%s' is not one of auto (the cache in the compute dtype), fp8 (e4m3 "
+                      "with a scale per position and KV head)",
+                      name);
+}
+
 lpo_status lpo_engine_dtype_parse(const char *name, lpo_dtype *out) {
     *out = LPO_DT_COUNT;
     if (!name || !strcmp(name, "auto")) return LPO_OK;
@@ -220,6 +231,15 @@ lpo_status lpo_engine_open_weights(const lpo_model_spec *spec, const lpo_weight_
                           "engine.weights=%s with engine.tp=%d: %s weights run on one "
                           "device for now (engine.tp=1)",
                           lpo_wq_mode_name(wq.mode), o.tp, wq.mode == LPO_WQ_FP8 ? "fp8" : "GGUF block");
+    int kv_fp8;
+    if ((st = lpo_engine_kv_dtype_parse(o.kv_dtype, &kv_fp8)) != LPO_OK) return st;
+    if (kv_fp8 && lpo_spec_is_mla(spec))
+        return lpo_errorf(
+            LPO_E_UNSUPPORTED,
+            "engine.kv_dtype=fp8: model '%s' caches the latent of multi-head latent attention "
+            "(kv_lora_rank %lld + rope %lld per position), which has no fp8 form yet; the fp8 KV "
+            "cache holds K and V heads (engine.kv_dtype=auto runs it)",
+            spec->name, (long long)spec->mla.kv_lora_rank, (long long)spec->mla.qk_rope_head_dim);
     if (o.max_seqs <= 0) o.max_seqs = 1;
     if (o.max_seqs > LPO_ENGINE_MAX_SEQS)
         return lpo_errorf(LPO_E_RANGE, "batch of %d sequences exceeds the engine's limit of %d", o.max_seqs,
@@ -266,7 +286,7 @@ lpo_status lpo_engine_open_weights(const lpo_model_spec *spec, const lpo_weight_
     e->held_uniform = (lpo_dtype_lookup){e, held_uniform};
     /* 1-D weights (norm scales, biases) are never fp8: their stored dtype as before */
     e->stored = (lpo_dtype_lookup){e, stored_lookup};
-    e->lopts = (lpo_oplist_opts){dt, dt, &e->held_lookup, &e->stored, o.tp};
+    e->lopts = (lpo_oplist_opts){dt, kv_fp8 ? LPO_DT_FP8 : dt, &e->held_lookup, &e->stored, o.tp};
     const size_t slots = (size_t)o.max_seqs + (pad ? 1 : 0);
     e->n_past = calloc(slots, sizeof *e->n_past);
     e->packed = malloc((size_t)rows * sizeof *e->packed);
@@ -295,6 +315,7 @@ lpo_status lpo_engine_open_weights(const lpo_model_spec *spec, const lpo_weight_
         .tp_oneshot_max = o.tp_oneshot_max > 0 ? o.tp_oneshot_max : LPO_TP_ONESHOT_MAX_DEFAULT,
         .tp_fuse = o.tp_fuse,
         .wq = wq,
+        .kv_fp8 = kv_fp8,
     };
     if (o.tp > 1) {
         st = lpo__tp_group_open(be, &bi, o.tp, o.tp_timeout_s, &e->tpg);
@@ -354,6 +375,9 @@ int lpo_engine_max_seqs(const lpo_engine *e) {
 }
 lpo_dtype lpo_engine_dtype(const lpo_engine *e) {
     return e->dtype;
+}
+lpo_dtype lpo_engine_kv_dtype(const lpo_engine *e) {
+    return e->lopts.kv_dtype;
 }
 const lpo_weight_quant *lpo_engine_weight_quant(const lpo_engine *e) {
     return &e->wq;

@@ -73,6 +73,7 @@ lpo_status lpo_infer_config_read(const lpo_node *cfg, lpo_infer_config *c) {
     if ((st = lpo_engine_tp_allreduce_parse(c->engine.tp_allreduce, &ar)) != LPO_OK) goto fail;
     TRY(lpo_cfg_str_or(cfg, "engine.weights", "auto", &c->engine.weights));
     TRY(lpo_cfg_str_or(cfg, "engine.weights_keep", "lm_head", &c->engine.weights_keep));
+    TRY(lpo_cfg_str_or(cfg, "engine.kv_dtype", "auto", &c->engine.kv_dtype));
     if (!lpo_exec_mode_parse(exec, &c->engine.exec)) {
         st = lpo_errorf(LPO_E_CONFIG, "engine.exec: '%s' is not one of graph, eager, debug", exec);
         goto fail;
@@ -81,6 +82,8 @@ lpo_status lpo_infer_config_read(const lpo_node *cfg, lpo_infer_config *c) {
     if ((st = lpo_engine_dtype_parse(c->engine.dtype, &dt)) != LPO_OK) goto fail;
     lpo_weight_quant wq;
     if ((st = lpo_weight_quant_parse(c->engine.weights, c->engine.weights_keep, &wq)) != LPO_OK) goto fail;
+    int kv_fp8;
+    if ((st = lpo_engine_kv_dtype_parse(c->engine.kv_dtype, &kv_fp8)) != LPO_OK) goto fail;
 #undef TRY
     c->gen.sampling = (lpo_sampling){temp, top_k, top_p, rp, (uint64_t)seed};
     st = lpo_sampling_validate(&c->gen.sampling, "infer."); /* the sampler's own rules (docs/sampling.md) */

@@ -952,17 +952,17 @@ void lpo_op_traffic_of(const lpo_op *op, lpo_op_traffic *t) {
     for (int i = 0; i < op->n_in; i++) t->in += lpo_op_act_bytes(op, 0, i);
     for (int i = 0; i < op->n_out; i++) t->out += lpo_op_act_bytes(op, 1, i);
     if (byte_rule(op->kind) == BYTES_ATTENTION) { /* the new k/v rows written, every cached k/v row read */
-        const lpo_dtype kv = op->in[1].dtype;
+        const lpo_dtype kv = op->in[1].dtype;     /* rows of head_dim: an fp8 cache's scales are per row */
         const double hd = (double)op->head_dim;
-        t->kv_write = dsize(kv, (double)op->m * 2 * (double)op->n_kv_heads * hd);
-        t->kv_read = dsize(kv, (double)op->kv_rows * 2 * (double)op->n_kv_heads * hd);
+        t->kv_write = lpo_dtype_matrix_bytes(kv, (double)op->m * 2 * (double)op->n_kv_heads, hd);
+        t->kv_read = lpo_dtype_matrix_bytes(kv, (double)op->kv_rows * 2 * (double)op->n_kv_heads, hd);
     }
     if (byte_rule(op->kind) ==
         BYTES_MLA) { /* the new latent + rope key rows written, every cached one read */
         const lpo_dtype kv = op->in[1].dtype;
         const double row = (double)(op->kv_rank + op->rope_dim);
-        t->kv_write = dsize(kv, (double)op->m * row);
-        t->kv_read = dsize(kv, (double)op->kv_rows * row);
+        t->kv_write = lpo_dtype_matrix_bytes(kv, (double)op->m, row);
+        t->kv_read = lpo_dtype_matrix_bytes(kv, (double)op->kv_rows, row);
     }
 }
 

@@ -929,9 +929,12 @@ lpo_status lpo_spec_tensors(const lpo_model_spec *s, lpo_tensor_desc **out, size
 
 uint64_t lpo_spec_kv_bytes_per_token(const lpo_model_spec *s, lpo_dtype kv_dtype) {
     if (lpo_dtype_block(kv_dtype) != 1) return 0;
+    /* one row per layer (MLA: the latent and rotated key) or per layer, K / V and KV head (head_dim), each
+     * with its scale where the dtype keeps one per row (fp8: 4 bytes) */
     if (lpo_spec_is_mla(s))
-        return (uint64_t)s->n_layers * (uint64_t)(s->mla.kv_lora_rank + s->mla.qk_rope_head_dim) *
-               (uint64_t)lpo_dtype_block_bytes(kv_dtype);
-    return 2ull * (uint64_t)s->n_layers * (uint64_t)s->n_kv_heads * (uint64_t)s->head_dim *
-           (uint64_t)lpo_dtype_block_bytes(kv_dtype);
+        return (uint64_t)s->n_layers *
+               (uint64_t)lpo_dtype_matrix_bytes(kv_dtype, 1,
+                                                (double)(s->mla.kv_lora_rank + s->mla.qk_rope_head_dim));
+    return 2ull * (uint64_t)s->n_layers * (uint64_t)s->n_kv_heads *
+           (uint64_t)lpo_dtype_matrix_bytes(kv_dtype, 1, (double)s->head_dim);
 }

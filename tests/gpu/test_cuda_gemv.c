@@ -445,10 +445,10 @@ static void chain_run(const chain_t *c, cudaStream_t s) {
     ST_OK(lpo_cuda_add_rmsnorm(c->res, c->h, c->xn, c->nw, m, H, 1e-5f, dt, s));
     ST_OK(lpo_cuda_gemv(c->y1, dt, c->xn, c->W2, NULL, m, c->n1, H, 0.f, dt, s));
     ST_OK(lpo_cuda_gemv(c->qkv, dt, c->xn, c->W3, NULL, m, qkvw, H, 0.f, dt, s));
-    ST_OK(lpo_cuda_qkv_post(c->qkv, NULL, NULL, 0.f, c->cos_t, c->sin_t, c->kc, c->vc, c->slot, c->pos, m,
-                            c->nh, c->nkv, c->hd, c->ctx, dt, s));
-    ST_OK(lpo_cuda_attention_decode(c->att, c->qkv, c->kc, c->vc, c->slot, c->pos, m, c->nh, c->nkv, c->hd,
-                                    c->ctx, 0, c->ns, c->ws, c->ws_bytes, dt, s));
+    ST_OK(lpo_cuda_qkv_post(c->qkv, NULL, NULL, 0.f, c->cos_t, c->sin_t, c->kc, c->vc, NULL, NULL, c->slot,
+                            c->pos, m, c->nh, c->nkv, c->hd, c->ctx, dt, s));
+    ST_OK(lpo_cuda_attention_decode(c->att, c->qkv, c->kc, c->vc, NULL, NULL, c->slot, c->pos, m, c->nh,
+                                    c->nkv, c->hd, c->ctx, 0, c->ns, c->ws, c->ws_bytes, dt, s));
     ST_OK(lpo_cuda_gemv(c->y2, dt, c->att, c->W4, NULL, m, c->n1, c->nh * c->hd, 0.f, dt, s));
 }
 

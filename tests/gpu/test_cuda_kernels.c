@@ -8,7 +8,9 @@
  * Every failing case is reported (the test goes on and fails at the end), so one GPU run shows them all.
  * Then test_timing measures the main kernels at Llama-3.1-8B shapes (bf16; CUDA events, warm-up, median of
  * 21 samples of 10 launches, weights and caches rotated past the L2) and prints achieved GB/s or TFLOP/s
- * against the floor; LPO_TEST_BENCH=0 skips it (sanitizer runs). Prints SKIP and exits 77 without a GPU. */
+ * against the floor; LPO_TEST_BENCH=0 skips it (sanitizer runs). Prints SKIP and exits 77 without a GPU.
+ * Attention runs each case over an fp8 cache too (engine.kv_dtype=fp8; head_dim >= 32), against the CPU
+ * reference on the cache's dequantized values. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -527,13 +529,14 @@ static void test_qkv_post(void **state) {
                     else if (mode == 1)
                         OK(lpo_cuda_rope(dqkv, dcs, dsn, dpos, m, nh, nkv, hd, DTS[d], 0));
                     else if (mode == 2)
-                        OK(lpo_cuda_kv_append(dkc, dvc, dqkv, dslot, dpos, m, nh, nkv, hd, maxc, DTS[d], 0));
+                        OK(lpo_cuda_kv_append(dkc, dvc, NULL, NULL, dqkv, dslot, dpos, m, nh, nkv, hd, maxc,
+                                              DTS[d], 0));
                     else
                         OK(lpo_cuda_qkv_post(dqkv, norm ? dwq : NULL, norm ? dwk : NULL, 1e-6f, dcs, dsn, dkc,
-                                             dvc, dslot, dpos, m, nh, nkv, hd, maxc, DTS[d], 0));
+                                             dvc, NULL, NULL, dslot, dpos, m, nh, nkv, hd, maxc, DTS[d], 0));
                     if (norm) lpo_cpu_qk_norm(qkv, wq, wk, m, nh, nkv, hd, 1e-6f, 1);
                     if (rope) lpo_cpu_rope(qkv, cs, sn, pos, m, nh, nkv, hd, 1);
-                    if (app) lpo_cpu_kv_append(kc, vc, qkv, slot, pos, m, nh, nkv, hd, maxc);
+                    if (app) lpo_cpu_kv_append(kc, vc, qkv, slot, pos, m, nh, nkv, hd, maxc, 0);
                     char what[120];
                     snprintf(what, sizeof what, "%s m %lld heads %lld/%lld hd %lld: qkv", names[mode],
                              (long long)m, (long long)nh, (long long)nkv, (long long)hd);
@@ -691,8 +694,8 @@ static void run_attention_case(const att_case *c, lpo_dtype dt, int n_sm) {
         const size_t wsb = lpo_cuda_attention_decode_workspace(c->m, c->nh, c->hd, splits[s]);
         void *ws = wsb ? dev_poison(wsb / 4, LPO_DT_F32) : NULL; /* partials must all be written */
         void *datt = dev_poison(nout, dt);
-        OK(lpo_cuda_attention_decode(datt, dqkv, dkc, dvc, dslot, dpos, c->m, c->nh, c->nkv, c->hd, c->maxc,
-                                     c->window, splits[s], ws, wsb, dt, 0));
+        OK(lpo_cuda_attention_decode(datt, dqkv, dkc, dvc, NULL, NULL, dslot, dpos, c->m, c->nh, c->nkv,
+                                     c->hd, c->maxc, c->window, splits[s], ws, wsb, dt, 0));
         float *got = dev_download(datt, nout, dt);
         snprintf(what, sizeof what,
                  "attn decode-form m %lld heads %lld/%lld hd %lld ctx %lld win %lld seqs %d splits %d",
@@ -703,8 +706,8 @@ static void run_attention_case(const att_case *c, lpo_dtype dt, int n_sm) {
     }
     for (int bm = 64; bm <= 128 && lpo_cuda_attention_prefill_supported(c->hd, dt); bm += 64) {
         void *datt = dev_poison(nout, dt);
-        OK(lpo_cuda_attention_prefill_tile(datt, dqkv, dkc, dvc, dslot, dpos, c->m, c->nh, c->nkv, c->hd,
-                                           c->maxc, c->window, bm, dt, 0));
+        OK(lpo_cuda_attention_prefill_tile(datt, dqkv, dkc, dvc, NULL, NULL, dslot, dpos, c->m, c->nh, c->nkv,
+                                           c->hd, c->maxc, c->window, bm, dt, 0));
         float *got = dev_download(datt, nout, dt);
         snprintf(what, sizeof what,
                  "attn prefill (mma, tile %d) m %lld heads %lld/%lld hd %lld ctx %lld win %lld seqs %d", bm,
@@ -712,6 +715,52 @@ static void run_attention_case(const att_case *c, lpo_dtype dt, int n_sm) {
                  (long long)c->window, c->n_seq);
         check_close(what, got, ref, nout, dt);
         free(got);
+    }
+    if (lpo_cuda_attention_kv8_supported(c->hd)) { /* the same over an fp8 cache (engine.kv_dtype=fp8) */
+        const int64_t rows = csize / c->hd;
+        uint8_t *kq = malloc((size_t)csize), *vq = malloc((size_t)csize);
+        float *ks = malloc((size_t)rows * sizeof *ks), *vs = malloc((size_t)rows * sizeof *vs);
+        assert_true(kq && vq && ks && vs);
+        lpo_fp8_quantize_rows(kc, rows, c->hd, kq, ks); /* the reference: the values the cache holds */
+        lpo_fp8_quantize_rows(vc, rows, c->hd, vq, vs);
+        lpo_fp8_dequantize_rows(kq, ks, rows, c->hd, kc);
+        lpo_fp8_dequantize_rows(vq, vs, rows, c->hd, vc);
+        lpo_cpu_attention(ref, qkv, kc, vc, slot, pos, c->m, c->nh, c->nkv, c->hd, c->maxc, c->window, scores,
+                          1);
+        void *dkq = dev_copy(kq, (size_t)csize), *dvq = dev_copy(vq, (size_t)csize);
+        float *dks = dev_copy(ks, (size_t)rows * sizeof *ks), *dvs = dev_copy(vs, (size_t)rows * sizeof *vs);
+        for (int s = 0; s < 3; s++) {
+            const size_t wsb = lpo_cuda_attention_decode_workspace(c->m, c->nh, c->hd, splits[s]);
+            void *ws = wsb ? dev_poison(wsb / 4, LPO_DT_F32) : NULL;
+            void *datt = dev_poison(nout, dt);
+            OK(lpo_cuda_attention_decode(datt, dqkv, dkq, dvq, dks, dvs, dslot, dpos, c->m, c->nh, c->nkv,
+                                         c->hd, c->maxc, c->window, splits[s], ws, wsb, dt, 0));
+            float *got = dev_download(datt, nout, dt);
+            snprintf(
+                what, sizeof what,
+                "attn decode-form fp8 KV m %lld heads %lld/%lld hd %lld ctx %lld win %lld seqs %d splits "
+                "%d",
+                (long long)c->m, (long long)c->nh, (long long)c->nkv, (long long)c->hd, (long long)c->maxc,
+                (long long)c->window, c->n_seq, splits[s]);
+            check_close(what, got, ref, nout, dt);
+            free(got);
+        }
+        for (int bm = 64; bm <= 128 && lpo_cuda_attention_prefill_supported(c->hd, dt); bm += 64) {
+            void *datt = dev_poison(nout, dt);
+            OK(lpo_cuda_attention_prefill_tile(datt, dqkv, dkq, dvq, dks, dvs, dslot, dpos, c->m, c->nh,
+                                               c->nkv, c->hd, c->maxc, c->window, bm, dt, 0));
+            float *got = dev_download(datt, nout, dt);
+            snprintf(what, sizeof what,
+                     "attn prefill fp8 KV (tile %d) m %lld heads %lld/%lld hd %lld ctx %lld win %lld seqs %d",
+                     bm, (long long)c->m, (long long)c->nh, (long long)c->nkv, (long long)c->hd,
+                     (long long)c->maxc, (long long)c->window, c->n_seq);
+            check_close(what, got, ref, nout, dt);
+            free(got);
+        }
+        free(kq);
+        free(vq);
+        free(ks);
+        free(vs);
     }
     free(slot);
     free(pos);
@@ -753,8 +802,8 @@ static void run_decode_lens(int64_t nh, int64_t nkv, int64_t hd, int m, const in
         const size_t wsb = lpo_cuda_attention_decode_workspace(m, nh, hd, ns);
         void *ws = wsb ? dev_poison(wsb / 4, LPO_DT_F32) : NULL;
         void *datt = dev_poison(nout, dt);
-        OK(lpo_cuda_attention_decode(datt, dqkv, dkc, dvc, dslot, dpos, m, nh, nkv, hd, maxc, window, ns, ws,
-                                     wsb, dt, 0));
+        OK(lpo_cuda_attention_decode(datt, dqkv, dkc, dvc, NULL, NULL, dslot, dpos, m, nh, nkv, hd, maxc,
+                                     window, ns, ws, wsb, dt, 0));
         float *got = dev_download(datt, nout, dt);
         char what[140];
         snprintf(what, sizeof what,
@@ -831,6 +880,8 @@ static void test_attention(void **state) {
         {8, 1, 128, 257, 400, 0, 5, 1},   // five sequences, MQA
         {4, 2, 16, 40, 80, 0, 2, 1},      // head_dim 16 (decode kernel on prefill rows)
         {4, 1, 32, 33, 66, 9, 3, 1},      // head_dim 32, MQA, sliding window
+        // batch 64 decode at Llama-3 8B heads (the fp8 KV cache's bar point)
+        {32, 8, 128, 64, 200, 0, 64, 0},
     };
     for (int d = 0; d < 3; d++) {
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
@@ -968,6 +1019,10 @@ typedef struct {
     const void *slot;
     lpo_cuda_gemm *g;
 } bench_arg;
+/* attention rows: e NULL (the cache a, b in bf16) or the host array {K scales, V scales} of an fp8 cache */
+static const float *att_scale(const bench_arg *a, int v) {
+    return a->e ? ((const float *const *)a->e)[v] : NULL;
+}
 
 enum {
     B_GEMM,
@@ -996,18 +1051,18 @@ static lpo_status bench_launch(bench_arg *a, void *ws, size_t wsb) {
     case B_RMS: return lpo_cuda_rmsnorm(a->c, a->b, a->a, a->m, a->n, 1e-5f, bf, 0);
     case B_ADDRMS: return lpo_cuda_add_rmsnorm(a->b, a->d, a->c, a->a, a->m, a->n, 1e-5f, bf, 0);
     case B_ROPE_APP:
-        return lpo_cuda_qkv_post(a->b, NULL, NULL, 0.f, a->d, a->e, a->a, a->c, a->slot, a->pos, a->m, 32, 8,
-                                 128, a->k, bf, 0);
+        return lpo_cuda_qkv_post(a->b, NULL, NULL, 0.f, a->d, a->e, a->a, a->c, NULL, NULL, a->slot, a->pos,
+                                 a->m, 32, 8, 128, a->k, bf, 0);
     case B_SWIGLU: return lpo_cuda_swiglu(a->c, a->b, a->m, a->n, bf, 0);
     case B_EMBED: return lpo_cuda_embed(a->c, a->a, a->slot, a->m, a->n, 128256, bf, 0);
     case B_ATT_DEC: { // one layer: a K, b V caches (64 slots), slots rotate for batch 1
         const int32_t *sl = (const int32_t *)a->slot + (a->m == 1 ? c : 0);
-        return lpo_cuda_attention_decode(a->c, a->d, a->a, a->b, sl, a->pos, a->m, 32, 8, 128, a->k, 0,
-                                         (int)a->n, ws, wsb, bf, 0);
+        return lpo_cuda_attention_decode(a->c, a->d, a->a, a->b, att_scale(a, 0), att_scale(a, 1), sl, a->pos,
+                                         a->m, 32, 8, 128, a->k, 0, (int)a->n, ws, wsb, bf, 0);
     }
     case B_ATT_PRE:
-        return lpo_cuda_attention_prefill(a->c, a->d, a->a, a->b, a->slot, a->pos, a->m, 32, 8, 128, a->k, 0,
-                                          bf, 0);
+        return lpo_cuda_attention_prefill(a->c, a->d, a->a, a->b, att_scale(a, 0), att_scale(a, 1), a->slot,
+                                          a->pos, a->m, 32, 8, 128, a->k, 0, bf, 0);
     case B_ARGMAX: return lpo_cuda_argmax(a->c, a->a, a->m, a->n, 0);
     case B_SAMPLE: { // k: top-k 50 + top-p 0.9, or top-p 0.9 alone (logits rewritten in place: NaN only)
         const lpo_sampling p = {0.8, a->k ? 50 : 0, 0.9, 1.0, 42};
@@ -1142,6 +1197,12 @@ static void test_timing(void **state) {
     void *kc = dev_alloc((size_t)(64 * maxc * kvd * 2)), *vc = dev_alloc((size_t)(64 * maxc * kvd * 2));
     OK(lpo_cuda_synth_fill(kc, LPO_DT_BF16, 64 * maxc * kvd, 21, 0.0, 1.0, LPO_DT_BF16, 0));
     OK(lpo_cuda_synth_fill(vc, LPO_DT_BF16, 64 * maxc * kvd, 22, 0.0, 1.0, LPO_DT_BF16, 0));
+    // the same cache in fp8 (engine.kv_dtype=fp8): bytes and a scale per (slot, position, KV head)
+    void *kq = dev_alloc((size_t)(64 * maxc * kvd)), *vq = dev_alloc((size_t)(64 * maxc * kvd));
+    float *kqs = dev_alloc((size_t)(64 * maxc * 8) * 4), *vqs = dev_alloc((size_t)(64 * maxc * 8) * 4);
+    OK(lpo_cuda_fp8_quant_rows(kq, kqs, kc, 64 * maxc * 8, 128, LPO_DT_BF16, 0));
+    OK(lpo_cuda_fp8_quant_rows(vq, vqs, vc, 64 * maxc * 8, 128, LPO_DT_BF16, 0));
+    const float *kv8_scales[2] = {kqs, vqs};
     float *cs, *sn;
     make_rope_tables(&cs, &sn, maxc, 128);
     void *dcs = dev_copy(cs, (size_t)maxc * 64 * sizeof(float)),
@@ -1161,6 +1222,10 @@ static void test_timing(void **state) {
             char name[64];
             snprintf(name, sizeof name, "attention prefill 2048 tok (mma, tile %d)", bm);
             bench_row(name, &a2, 2048.0 * 6144 * 2 + 2.0 * 2048 * kvd * 2, 32.0 * pairs * 4 * 128, ws, gws);
+            bench_arg a8 = a2;
+            a8.a = kq, a8.b = vq, a8.e = (void *)kv8_scales;
+            snprintf(name, sizeof name, "attention prefill 2048 tok fp8 KV (tile %d)", bm);
+            bench_row(name, &a8, 2048.0 * 6144 * 2 + 2.0 * 2048 * 8 * 132, 32.0 * pairs * 4 * 128, ws, gws);
         }
     }
     // decode: batch 1 (slot rotates over 64 caches, none in L2), 8 and 64, at context 128 and 2048
@@ -1179,6 +1244,11 @@ static void test_timing(void **state) {
                      (long long)ctxs[ci], ns);
             if (lpo_cuda_attention_decode_workspace(bs[bi], 32, 128, 2 * ns) > aws) continue;
             bench_row(name, &a, (double)bs[bi] * (2.0 * ctxs[ci] * kvd * 2 + 2.0 * 4096 * 2), 0, aw, aws);
+            bench_arg a8 = a; /* the fp8 cache: hd + 4 bytes per (position, KV head) */
+            a8.a = kq, a8.b = vq, a8.e = (void *)kv8_scales;
+            snprintf(name, sizeof name, "attention decode fp8 KV B=%lld ctx=%lld (%d splits)",
+                     (long long)bs[bi], (long long)ctxs[ci], ns);
+            bench_row(name, &a8, (double)bs[bi] * (2.0 * ctxs[ci] * 8 * 132 + 2.0 * 4096 * 2), 0, aw, aws);
             if (bi || ci == 0) continue;
             a.n = 2 * ns; // batch 1, long context: twice the heuristic's splits
             snprintf(name, sizeof name, "attention decode B=1 ctx=%lld (%d splits)", (long long)ctxs[ci],

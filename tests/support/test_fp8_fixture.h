@@ -85,22 +85,26 @@ static inline void fp8_fixture_run(const char *layout, const char *backend, cons
     lpo_model_close(m);
 }
 
-/* The quantization error of engine.weights=fp8 against the same engine unquantized, on model m (backend,
- * dtype): a 32-token prompt's logits (max over positions of max |d| / max |l|, and mean |d| / mean |l|) and
- * 64 greedy tokens each way (teacher-forced agreement: the fp8 engine's argmax along the unquantized engine's
- * continuation; and the common prefix of the two continuations). Printed; the values returned. */
+/* The quantization error of engine.weights=fp8 (or of engine.kv_dtype=fp8: kv8_quant_error_of) against the
+ * same engine unquantized, on model m (backend, dtype): a 32-token prompt's logits (max over positions of max
+ * |d| / max |l|, and mean |d| / mean |l|) and 64 greedy tokens each way (teacher-forced agreement: the fp8
+ * engine's argmax along the unquantized engine's continuation; and the common prefix of the two
+ * continuations). Printed; the values returned. */
 typedef struct {
     double max_rel, mean_rel;
     int agree, prefix;
 } fp8_quant_error;
 
 static inline void fp8_run_logits(const lpo_model *m, const char *backend, const char *dtype,
-                                  const char *weights, const int32_t *ids, int64_t n, float *logits,
-                                  int32_t *cont, int ng, const int32_t *forced, int32_t *forced_argmax) {
-    lpo_engine_opts o = {LPO_ENGINE_DEFAULTS, .backend = backend, .max_seqs = 1,
-                         .max_context = 128,  .dtype = dtype,     .weights = weights};
+                                  const char *weights, const char *kv_dtype, const int32_t *ids, int64_t n,
+                                  float *logits, int32_t *cont, int ng, const int32_t *forced,
+                                  int32_t *forced_argmax) {
+    lpo_engine_opts o = {LPO_ENGINE_DEFAULTS, .backend = backend, .max_seqs = 1,       .max_context = 128,
+                         .dtype = dtype,      .weights = weights, .kv_dtype = kv_dtype};
     lpo_engine *e = NULL;
-    if (lpo_engine_open(m, &o, &e) != LPO_OK) fail_msg("%s %s: %s", backend, weights, lpo_last_error());
+    if (lpo_engine_open(m, &o, &e) != LPO_OK)
+        fail_msg("%s weights=%s kv_dtype=%s: %s", backend, weights ? weights : "auto",
+                 kv_dtype ? kv_dtype : "auto", lpo_last_error());
     const int64_t V = lpo_engine_spec(e)->vocab_size;
     const int32_t *toks[1] = {ids};
     int slot = 0;
@@ -133,14 +137,16 @@ static inline void fp8_run_logits(const lpo_model *m, const char *backend, const
     lpo_engine_close(e);
 }
 
-static inline fp8_quant_error fp8_quant_error_of(const lpo_model *m, const char *backend, const char *dtype) {
+/* kv 0: engine.weights=fp8 vs dequant; 1: engine.kv_dtype=fp8 vs auto (the cache in dtype) */
+static inline fp8_quant_error fp8_quant_error_kind(const lpo_model *m, const char *backend, const char *dtype,
+                                                   int kv) {
     enum { N = 32, G = 64 };
     const int64_t V = lpo_model_get_spec(m)->vocab_size;
     int32_t ids[N], c0[G], c1[G], forced[G];
     for (int i = 0; i < N; i++) ids[i] = (int32_t)(3 + (i * 37) % (V - 3));
     float *l0 = malloc((size_t)(N * V) * sizeof(float)), *l1 = malloc((size_t)(N * V) * sizeof(float));
-    fp8_run_logits(m, backend, dtype, "dequant", ids, N, l0, c0, G, NULL, NULL);
-    fp8_run_logits(m, backend, dtype, "fp8", ids, N, l1, c1, G, c0, forced);
+    fp8_run_logits(m, backend, dtype, kv ? NULL : "dequant", NULL, ids, N, l0, c0, G, NULL, NULL);
+    fp8_run_logits(m, backend, dtype, kv ? NULL : "fp8", kv ? "fp8" : NULL, ids, N, l1, c1, G, c0, forced);
     fp8_quant_error q = {0, 0, 0, G};
     double sd = 0, sa = 0;
     for (int t = 0; t < N; t++) {
@@ -158,10 +164,17 @@ static inline fp8_quant_error fp8_quant_error_of(const lpo_model *m, const char 
             q.prefix = g;
             break;
         }
-    printf("engine.weights=fp8 vs unquantized, %s (%s %s): max rel logit err %.4f, mean rel %.4f, greedy "
+    printf("%s, %s (%s %s): max rel logit err %.4f, mean rel %.4f, greedy "
            "agreement %d/64 (teacher-forced), common prefix %d\n",
+           kv ? "engine.kv_dtype=fp8 vs the cache in engine.dtype" : "engine.weights=fp8 vs unquantized",
            lpo_model_get_spec(m)->name, backend, dtype, q.max_rel, q.mean_rel, q.agree, q.prefix);
     free(l0);
     free(l1);
     return q;
+}
+static inline fp8_quant_error fp8_quant_error_of(const lpo_model *m, const char *backend, const char *dtype) {
+    return fp8_quant_error_kind(m, backend, dtype, 0);
+}
+static inline fp8_quant_error kv8_quant_error_of(const lpo_model *m, const char *backend, const char *dtype) {
+    return fp8_quant_error_kind(m, backend, dtype, 1);
 }

@@ -395,7 +395,7 @@ static void test_kernels_vs_double(void **state) {
     int64_t pos[5] = {2, 3, 4, 7, 8};
     for (int i = 0; i < 5 * 48; i++) qkv[i] = frand(&seed);
     for (int i = 0; i < 2 * 9 * 12; i++) kc[i] = frand(&seed), vc[i] = frand(&seed);
-    lpo_cpu_kv_append(kc, vc, qkv, slot, pos, m, nh, nkv, hd, ctx);
+    lpo_cpu_kv_append(kc, vc, qkv, slot, pos, m, nh, nkv, hd, ctx, 0);
     lpo_cpu_attention(att, qkv, kc, vc, slot, pos, m, nh, nkv, hd, ctx, win, scores, 1);
     for (int64_t t = 0; t < m; t++)
         for (int64_t h = 0; h < nh; h++) { // token t, head h: softmax over positions pos-2..pos

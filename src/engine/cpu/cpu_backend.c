@@ -167,10 +167,11 @@ static lpo_status launch_rope(const lpo_op *op, const cpu_args *a) {
                  a->nt);
     return LPO_OK;
 }
-/* one form on the CPU for both variants: append k, v, then attend */
+/* one form on the CPU for both variants: append k, v (through fp8 when the list's cache is fp8), then
+ * attend */
 static lpo_status launch_attention(const lpo_op *op, const cpu_args *a) {
     lpo_cpu_kv_append(a->kc, a->vc, a->in[0], a->tok_slot, a->tok_pos, op->m, op->n_heads, op->n_kv_heads,
-                      op->head_dim, a->max_context);
+                      op->head_dim, a->max_context, op->in[1].dtype == LPO_DT_FP8);
     lpo_cpu_attention(a->out, a->in[0], a->kc, a->vc, a->tok_slot, a->tok_pos, op->m, op->n_heads,
                       op->n_kv_heads, op->head_dim, a->max_context, op->window, a->scores, a->nt);
     return LPO_OK;
@@ -725,6 +726,8 @@ static int cpu_supports_op(void *vctx, const lpo_op *op) {
     if (op->kind == LPO_OP_ALL_REDUCE || op->kind == LPO_OP_ALL_GATHER) return op->participants <= 1;
     if (op->kind == LPO_OP_ROUTER || op->kind == LPO_OP_EXPERTS)
         return op->n_experts >= 1 && op->top_k >= 1 && op->top_k <= op->n_experts && op->n > 0 && op->k > 0;
+    if (op->kind == LPO_OP_MLA_ATTENTION && op->n_in > 1 && op->in[1].dtype == LPO_DT_FP8)
+        return 0;       /* the latent cache has no fp8 form (engine.kv_dtype=fp8 refuses MLA models) */
     switch (op->kind) { /* vision: the geometry the kernels assume */
     case LPO_OP_CONV2D:
         return op->ksize > 0 && op->stride > 0 && op->pad >= 0 && op->k % (op->ksize * op->ksize) == 0 &&

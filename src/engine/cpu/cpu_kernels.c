@@ -4,6 +4,8 @@
 
 #include <math.h>
 #include <string.h>
+
+#include "lpo/dtype.h"
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -171,12 +173,16 @@ void lpo_cpu_rope(float *qkv, const float *cos_t, const float *sin_t, const int6
 }
 
 void lpo_cpu_kv_append(float *kc, float *vc, const float *qkv, const int32_t *slot, const int64_t *pos,
-                       int64_t m, int64_t nh, int64_t nkv, int64_t hd, int64_t max_context) {
+                       int64_t m, int64_t nh, int64_t nkv, int64_t hd, int64_t max_context, int fp8) {
     const int64_t row = (nh + 2 * nkv) * hd, kvd = nkv * hd;
     for (int64_t t = 0; t < m; t++) { // token t: k (kvd,), v (kvd,) -> cache[slot][pos]
         const size_t at = ((size_t)slot[t] * (size_t)max_context + (size_t)pos[t]) * (size_t)kvd;
         memcpy(kc + at, qkv + t * row + nh * hd, (size_t)kvd * sizeof(float));
         memcpy(vc + at, qkv + t * row + nh * hd + kvd, (size_t)kvd * sizeof(float));
+        for (int64_t h = 0; fp8 && h < nkv; h++) { // KV head h (hd,): its values through fp8 and its scale
+            lpo_fp8_roundtrip_row(kc + at + h * hd, hd);
+            lpo_fp8_roundtrip_row(vc + at + h * hd, hd);
+        }
     }
 }
 

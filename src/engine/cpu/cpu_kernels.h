@@ -35,9 +35,11 @@ void lpo_cpu_rope_tables(float *cos_t, float *sin_t, const float *inv_freq, floa
  * (i, i + hd/2), as HF rotate_half). */
 void lpo_cpu_rope(float *qkv, const float *cos_t, const float *sin_t, const int64_t *pos, int64_t m,
                   int64_t nh, int64_t nkv, int64_t hd, int nt);
-/* Writes the k and v parts of qkv rows into one layer's cache at (slot[t], pos[t]). */
+/* Writes the k and v parts of qkv rows into one layer's cache at (slot[t], pos[t]). fp8
+ * (engine.kv_dtype=fp8): each KV head's head_dim values are stored as their fp8 quantization dequantized
+ * (lpo_fp8_roundtrip_row: one scale per position and KV head), the values an fp8 cache holds. */
 void lpo_cpu_kv_append(float *kc, float *vc, const float *qkv, const int32_t *slot, const int64_t *pos,
-                       int64_t m, int64_t nh, int64_t nkv, int64_t hd, int64_t max_context);
+                       int64_t m, int64_t nh, int64_t nkv, int64_t hd, int64_t max_context, int fp8);
 /* Causal GQA attention of the q heads of qkv rows over one layer's cache: token t (slot[t], position
  * pos[t]) attends to positions max(0, pos - window + 1) .. pos of its slot (window 0 = all);
  * softmax(q k^T / sqrt(hd)) v -> att (m, nh * hd). scores: [nt][max_context] scratch. */

@@ -13,7 +13,12 @@
  * (GQA: each K/V byte is read from DRAM once per block). With one split the block writes att directly; else
  * it writes (o, max, sum) partials to the workspace and combine_kernel merges them (a block per (token, q
  * head), all loads of a thread issued together).
- * Floor: the cache bytes read, 2 * len * nkv * hd * sizeof(T) per token (+ q, out). Llama-3.1-8B bf16
+ * An fp8 cache (engine.kv_dtype=fp8: e4m3 with one f32 scale per position and KV head) is read the same way:
+ * a chunk is 8 KB of K and of V in fp8 (64 positions at hd 128), its scales copied beside it; 16 fp8 values
+ * per 16-byte vector are converted exactly in registers (through f16), the K scale multiplies the score of
+ * its position and the V scale the probability that weighs v_j (the softmax sum stays unweighted).
+ * Floor: the cache bytes read, 2 * len * nkv * hd * sizeof(T) per token (+ q, out); fp8: 2 * len * nkv *
+ * (hd + 4). Llama-3.1-8B bf16
  * (nkv 8, hd 128): 4 KB per cached position per layer; batch 1 at context 2048: 8.4 MB/layer -> 2.8 us at
  * 2.97 TB/s (latency-bound below ~1k positions: ~3-5 us for two launches); batch 64 x 2048: 537 MB ->
  * 181 us. Llama-3.2-1B (hd 64): 2 KB per position per layer.
@@ -63,11 +68,21 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-/* The chunk at position j0 (cnt valid positions; rows past them zero-filled) -> shared K, V buffers. */
-template <typename T, int HD, int G>
-__device__ __forceinline__ void load_chunk(T *sk, T *sv, const T *kb, const T *vb, int64_t j0, int cnt,
-                                           int64_t kvd) {
-    typedef dec_cfg<T, HD, G> C;
+/* 4 bytes global -> shared, asynchronous; src_bytes 0 fills zeros. */
+__device__ __forceinline__ void cp_async4(void *dst, const void *src, int src_bytes) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes)
+                 : "memory");
+}
+
+/* The chunk at position j0 (cnt valid positions; rows past them zero-filled) -> shared K, V buffers; an fp8
+ * cache (ksb set: the scales of this slot and KV head, stride nkv per position) also its K and V scales ->
+ * sks, svs (zero past cnt). */
+template <typename KT, int HD, int G>
+__device__ __forceinline__ void load_chunk(KT *sk, KT *sv, const KT *kb, const KT *vb, int64_t j0, int cnt,
+                                           int64_t kvd, float *sks, float *svs, const float *ksb,
+                                           const float *vsb, int nkv) {
+    typedef dec_cfg<KT, HD, G> C;
 #pragma unroll
     for (int r = 0; r < C::LPT; r++) { // vector i of the chunk: position i / KV, vector i % KV
         const int i = threadIdx.x + r * DEC_THREADS, j = i / C::KV, v = i % C::KV;
@@ -76,21 +91,37 @@ __device__ __forceinline__ void load_chunk(T *sk, T *sv, const T *kb, const T *v
         cp_async16(sk + j * C::RS + v * C::VEC, kb + off, ok ? 16 : 0);
         cp_async16(sv + j * C::RS + v * C::VEC, vb + off, ok ? 16 : 0);
     }
+    if constexpr (sizeof(KT) == 1) {
+        if (threadIdx.x < 2 * C::CH) { // thread j: K scale of position j, thread CH + j: its V scale
+            const int j = threadIdx.x % C::CH;
+            const bool ok = j < cnt;
+            const int64_t at = (ok ? j0 + j : j0) * nkv;
+            if (threadIdx.x < C::CH)
+                cp_async4(sks + j, ksb + at, ok ? 4 : 0);
+            else
+                cp_async4(svs + j, vsb + at, ok ? 4 : 0);
+        }
+    }
 }
 
-// token blockIdx.x, (KV head, chunk of G q heads) blockIdx.y, split blockIdx.z
-template <typename T, int HD, int G>
+// token blockIdx.x, (KV head, chunk of G q heads) blockIdx.y, split blockIdx.z. KT: the cache's element (T,
+// or lpo_e4m3 with the scales ks, vs [slot][max_context][nkv]: a score is (q . k_j) ks_j, a probability
+// weighs v_j by vs_j; the softmax sums stay those of the unweighted probabilities)
+template <typename T, typename KT, int HD, int G>
 __global__ void __launch_bounds__(DEC_THREADS)
-    decode_kernel(T *att, float *part_o, float2 *part_ml, const T *qkv, const T *kc, const T *vc,
-                  const int32_t *slot, const int64_t *pos, int nh, int nkv, int64_t max_context,
-                  int64_t window, int ns, float scale) {
-    typedef dec_cfg<T, HD, G> C;
+    decode_kernel(T *att, float *part_o, float2 *part_ml, const T *qkv, const KT *kc, const KT *vc,
+                  const float *ks, const float *vs, const int32_t *slot, const int64_t *pos, int nh, int nkv,
+                  int64_t max_context, int64_t window, int ns, float scale) {
+    typedef dec_cfg<KT, HD, G> C;
+    constexpr bool KV8 = sizeof(KT) == 1;
+    constexpr int NSC = KV8 ? C::CH : 1;
     __shared__ __align__(16) unsigned char kvbuf[4 * C::STAGE]; // K stage 0, 1, V stage 0, 1; then reduction
     __shared__ __align__(16) float sq[G][C::QS];                // q (scaled to log2 units)
     __shared__ float ss[G][C::CH];                              // scores of the chunk
     __shared__ __align__(16) float sp[C::CH][G];                // probabilities of the chunk
     __shared__ float sa[G], sm[G], sl[G];                       // rescale factor, running max, sum
-    T *const sk0 = (T *)kvbuf, *const sv0 = (T *)(kvbuf + 2 * C::STAGE);
+    __shared__ float sks[2][NSC], svs[2][NSC];                  // fp8: the chunk's K and V scales per stage
+    KT *const sk0 = (KT *)kvbuf, *const sv0 = (KT *)(kvbuf + 2 * C::STAGE);
     lpo_pdl_start(); /* pos, slot, qkv and this step's K/V row: written by the kernels before */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = nh / nkv, nchunk = (g + G - 1) / G;
@@ -102,25 +133,30 @@ __global__ void __launch_bounds__(DEC_THREADS)
     const int64_t start = lo + sp_i * len, end = min(p + 1, start + len);
     const int64_t kvd = (int64_t)nkv * HD;
     const size_t base = (size_t)slot[t] * (size_t)max_context * (size_t)kvd + (size_t)kh * HD;
-    const T *kb = kc + base, *vb = vc + base;
+    const KT *kb = kc + base, *vb = vc + base;
+    const size_t sbase = (size_t)slot[t] * (size_t)max_context * (size_t)nkv + (size_t)kh;
+    const float *ksb = KV8 ? ks + sbase : NULL, *vsb = KV8 ? vs + sbase : NULL;
     const int nch = end > start ? (int)((end - start + C::CH - 1) / C::CH) : 0;
 
-    if (nch > 0) load_chunk<T, HD, G>(sk0, sv0, kb, vb, start, (int)min((int64_t)C::CH, end - start), kvd);
+    if (nch > 0)
+        load_chunk<KT, HD, G>(sk0, sv0, kb, vb, start, (int)min((int64_t)C::CH, end - start), kvd, sks[0],
+                              svs[0], ksb, vsb, nkv);
     cp_async_commit();
     // q heads h0 .. h0 + gc (hd,) -> sq, pre-scaled by scale * log2(e) (scores in log2 units: exp2f)
     const T *qrow = qkv + t * (int64_t)(nh + 2 * nkv) * HD + (int64_t)h0 * HD;
-    for (int i = tid; i < G * C::KV; i += DEC_THREADS) { // (head, vector)
-        const int h = i / C::KV, v = i % C::KV;
-        float f[C::VEC];
+    constexpr int QV = 16 / (int)sizeof(T), QK = HD / QV; // q: elements per 16-byte vector, vectors per head
+    for (int i = tid; i < G * QK; i += DEC_THREADS) {     // (head, vector)
+        const int h = i / QK, v = i % QK;
+        float f[QV];
         if (h < gc) {
-            lpo_load<T, C::VEC>(qrow + h * HD + v * C::VEC, f);
+            lpo_load<T, QV>(qrow + h * HD + v * QV, f);
         } else {
 #pragma unroll
-            for (int e = 0; e < C::VEC; e++) f[e] = 0.f;
+            for (int e = 0; e < QV; e++) f[e] = 0.f;
         }
 #pragma unroll
-        for (int e = 0; e < C::VEC; e += 4)
-            *(float4 *)&sq[h][v * C::VEC + e] =
+        for (int e = 0; e < QV; e += 4)
+            *(float4 *)&sq[h][v * QV + e] =
                 make_float4(f[e] * scale, f[e + 1] * scale, f[e + 2] * scale, f[e + 3] * scale);
     }
     float mrun[(G + 3) / 4], lrun[(G + 3) / 4]; // softmax state of heads warp + 4 k (the warp's lanes agree)
@@ -141,14 +177,15 @@ __global__ void __launch_bounds__(DEC_THREADS)
         const int cnt = (int)min((int64_t)C::CH, end - j0);
         if (c + 1 < nch) {
             const int64_t j1 = j0 + C::CH;
-            load_chunk<T, HD, G>(sk0 + ((c + 1) & 1) * (C::STAGE / sizeof(T)),
-                                 sv0 + ((c + 1) & 1) * (C::STAGE / sizeof(T)), kb, vb, j1,
-                                 (int)min((int64_t)C::CH, end - j1), kvd);
+            load_chunk<KT, HD, G>(sk0 + ((c + 1) & 1) * (C::STAGE / sizeof(KT)),
+                                  sv0 + ((c + 1) & 1) * (C::STAGE / sizeof(KT)), kb, vb, j1,
+                                  (int)min((int64_t)C::CH, end - j1), kvd, sks[(c + 1) & 1], svs[(c + 1) & 1],
+                                  ksb, vsb, nkv);
         }
         cp_async_commit();
         cp_async_wait<1>(); // chunk c has landed (this thread's part)
         __syncthreads();    // ... everyone's part, and sq
-        const T *sk = sk0 + (c & 1) * (C::STAGE / sizeof(T)), *sv = sv0 + (c & 1) * (C::STAGE / sizeof(T));
+        const KT *sk = sk0 + (c & 1) * (C::STAGE / sizeof(KT)), *sv = sv0 + (c & 1) * (C::STAGE / sizeof(KT));
 
         { // scores (CH, G): position jq, heads hq + NHG k; NA partial sums per head
             float s[C::HPT][C::NA];
@@ -161,7 +198,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
 #pragma unroll
                 for (int a = 0; a < C::NA; a++) {
                     float kf[C::VEC];
-                    lpo_load<T, C::VEC>(sk + jq * C::RS + (v0 + a) * C::VEC, kf);
+                    lpo_load<KT, C::VEC>(sk + jq * C::RS + (v0 + a) * C::VEC, kf);
 #pragma unroll
                     for (int k = 0; k < C::HPT; k++) {
                         const int h = hq + C::NHG * k;
@@ -181,6 +218,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
                 float sum = 0.f;
 #pragma unroll
                 for (int a = 0; a < C::NA; a++) sum += s[k][a];
+                if constexpr (KV8) sum *= sks[c & 1][jq];
                 ss[h][jq] = jq < cnt ? sum : -INFINITY;
             }
         }
@@ -227,9 +265,10 @@ __global__ void __launch_bounds__(DEC_THREADS)
             for (int u = 0; u < C::KPT; u++) { // positions past cnt: p = 0 and v zero-filled
                 const int j = kg + C::NKG * u;
                 float vf[C::VEC], pj[G];
-                lpo_load<T, C::VEC>(sv + j * C::RS + dv * C::VEC, vf);
+                lpo_load<KT, C::VEC>(sv + j * C::RS + dv * C::VEC, vf);
+                const float vsc = KV8 ? svs[c & 1][j] : 1.f; // fp8: v_j's scale (0 past cnt)
 #pragma unroll
-                for (int h = 0; h < G; h++) pj[h] = sp[j][h];
+                for (int h = 0; h < G; h++) pj[h] = sp[j][h] * vsc;
 #pragma unroll
                 for (int h = 0; h < G; h++)
 #pragma unroll
@@ -359,50 +398,79 @@ extern "C" size_t lpo_cuda_attention_decode_workspace(int64_t m, int64_t nh, int
     return ml + (size_t)m * nh * n_splits * hd * sizeof(float);
 }
 
-template <typename T, int HD, int G>
-static void launch_decode_g(T *att, const T *qkv, const T *kc, const T *vc, const int32_t *slot,
-                            const int64_t *pos, int64_t m, int64_t nh, int64_t nkv, int64_t max_context,
-                            int64_t window, int ns, float2 *ml, float *po, cudaStream_t s) {
+template <typename T, typename KT, int HD, int G>
+static void launch_decode_g(T *att, const T *qkv, const KT *kc, const KT *vc, const float *ks,
+                            const float *vs, const int32_t *slot, const int64_t *pos, int64_t m, int64_t nh,
+                            int64_t nkv, int64_t max_context, int64_t window, int ns, float2 *ml, float *po,
+                            cudaStream_t s) {
     const int64_t g = nh / nkv;
     const dim3 grid((unsigned)m, (unsigned)(nkv * ((g + G - 1) / G)), (unsigned)ns);
     const float scale = 1.4426950408889634f / sqrtf((float)HD); // 1 / sqrt(hd), in log2 units
-    lpo_launch(decode_kernel<T, HD, G>, grid, dim3(DEC_THREADS), 0, s, att, po, ml, qkv, kc, vc, slot, pos,
-               (int)nh, (int)nkv, max_context, window, ns, scale);
+    lpo_launch(decode_kernel<T, KT, HD, G>, grid, dim3(DEC_THREADS), 0, s, att, po, ml, qkv, kc, vc, ks, vs,
+               slot, pos, (int)nh, (int)nkv, max_context, window, ns, scale);
     if (ns > 1)
         lpo_launch(combine_kernel<T, HD>, dim3((unsigned)(m * nh)), dim3(COMB_THREADS), 0, s, att, po, ml,
                    ns);
 }
 
 /* G = q heads per block: the smallest of 1, 2, 4, 8 holding the group (registers scale with G) */
-template <typename T, int HD>
-static void launch_decode(T *att, const T *qkv, const T *kc, const T *vc, const int32_t *slot,
-                          const int64_t *pos, int64_t m, int64_t nh, int64_t nkv, int64_t max_context,
-                          int64_t window, int ns, float2 *ml, float *po, cudaStream_t s) {
+template <typename T, typename KT, int HD>
+static void launch_decode(T *att, const T *qkv, const KT *kc, const KT *vc, const float *ks, const float *vs,
+                          const int32_t *slot, const int64_t *pos, int64_t m, int64_t nh, int64_t nkv,
+                          int64_t max_context, int64_t window, int ns, float2 *ml, float *po,
+                          cudaStream_t s) {
     const int64_t g = nh / nkv;
+#define LPO__DEC_G(G_)                                                                                       \
+    launch_decode_g<T, KT, HD, G_>(att, qkv, kc, vc, ks, vs, slot, pos, m, nh, nkv, max_context, window, ns, \
+                                   ml, po, s)
     if (g == 1)
-        launch_decode_g<T, HD, 1>(att, qkv, kc, vc, slot, pos, m, nh, nkv, max_context, window, ns, ml, po,
-                                  s);
+        LPO__DEC_G(1);
     else if (g == 2)
-        launch_decode_g<T, HD, 2>(att, qkv, kc, vc, slot, pos, m, nh, nkv, max_context, window, ns, ml, po,
-                                  s);
+        LPO__DEC_G(2);
     else if (g <= 4)
-        launch_decode_g<T, HD, 4>(att, qkv, kc, vc, slot, pos, m, nh, nkv, max_context, window, ns, ml, po,
-                                  s);
+        LPO__DEC_G(4);
     else
-        launch_decode_g<T, HD, 8>(att, qkv, kc, vc, slot, pos, m, nh, nkv, max_context, window, ns, ml, po,
-                                  s);
+        LPO__DEC_G(8);
+#undef LPO__DEC_G
+}
+
+/* The cache's element: T, or fp8 (ks set) for the head sizes that have an fp8 instance */
+template <typename T, int HD>
+static void launch_decode_kv(T *att, const T *qkv, const void *kc, const void *vc, const float *ks,
+                             const float *vs, const int32_t *slot, const int64_t *pos, int64_t m, int64_t nh,
+                             int64_t nkv, int64_t max_context, int64_t window, int ns, float2 *ml, float *po,
+                             cudaStream_t s) {
+    if constexpr (HD >= 32) {
+        if (ks) {
+            launch_decode<T, lpo_e4m3, HD>(att, qkv, (const lpo_e4m3 *)kc, (const lpo_e4m3 *)vc, ks, vs, slot,
+                                           pos, m, nh, nkv, max_context, window, ns, ml, po, s);
+            return;
+        }
+    }
+    launch_decode<T, T, HD>(att, qkv, (const T *)kc, (const T *)vc, NULL, NULL, slot, pos, m, nh, nkv,
+                            max_context, window, ns, ml, po, s);
 }
 
 extern "C" int lpo_cuda_attention_decode_supported(int64_t hd) {
     return hd == 16 || hd == 32 || hd == 64 || hd == 128 || hd == 256;
 }
 
+extern "C" int lpo_cuda_attention_kv8_supported(int64_t hd) {
+    return hd == 32 || hd == 64 || hd == 128 || hd == 256;
+}
+
 extern "C" lpo_status lpo_cuda_attention_decode(void *att, const void *qkv, const void *kc, const void *vc,
-                                                const int32_t *slot, const int64_t *pos, int64_t m,
-                                                int64_t nh, int64_t nkv, int64_t hd, int64_t max_context,
-                                                int64_t window, int n_splits, void *workspace,
-                                                size_t ws_bytes, lpo_dtype dt, cudaStream_t stream) {
+                                                const float *ks, const float *vs, const int32_t *slot,
+                                                const int64_t *pos, int64_t m, int64_t nh, int64_t nkv,
+                                                int64_t hd, int64_t max_context, int64_t window, int n_splits,
+                                                void *workspace, size_t ws_bytes, lpo_dtype dt,
+                                                cudaStream_t stream) {
     const char *op = "attention_decode";
+    if (!ks != !vs || (ks && !lpo_cuda_attention_kv8_supported(hd)))
+        return lpo_errorf(LPO_E_UNSUPPORTED,
+                          "%s: an fp8 cache needs both scale arrays and head_dim 32, 64, "
+                          "128 or 256 (head_dim %lld)",
+                          op, (long long)hd);
     if (m < 0 || m > INT32_MAX || nkv <= 0 || nh < nkv || nh % nkv ||
         nkv * ((nh / nkv + GMAX - 1) / GMAX) > 65535 || m * nh > INT32_MAX || n_splits < 1 ||
         n_splits > 65535 || max_context <= 0 || window < 0)
@@ -422,8 +490,8 @@ extern "C" lpo_status lpo_cuda_attention_decode(void *att, const void *qkv, cons
              : NULL;
 #define LPO__DEC(HD_)                                                                                        \
     LPO_CU_DISPATCH(dt, op,                                                                                  \
-                    (launch_decode<T, HD_>((T *)att, (const T *)qkv, (const T *)kc, (const T *)vc, slot,     \
-                                           pos, m, nh, nkv, max_context, window, n_splits, ml, po, stream)))
+                    (launch_decode_kv<T, HD_>((T *)att, (const T *)qkv, kc, vc, ks, vs, slot, pos, m, nh,    \
+                                              nkv, max_context, window, n_splits, ml, po, stream)))
     if (hd == 16) {
         LPO__DEC(16);
     } else if (hd == 32) {

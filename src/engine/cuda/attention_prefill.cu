@@ -13,9 +13,16 @@
  * online in f32 with exp2 (FlashAttention-2 scheme), masks per element (causal, window, slot). Floor: FLOPs 4
  * hd per (query, key) pair kept by the mask: Llama-3.1-8B prefill of 2048 tokens, one layer: 32 heads x 2.1 M
  * pairs x 512 = 34.4 GFLOP -> 46 us at 742 TFLOP/s (dense bf16 cuBLAS-measured rate; mma.sync, not wgmma, so
- * ~60% of that is the realistic aim). Measurements: docs/perf-notes.md. */
+ * ~60% of that is the realistic aim).
+ * An fp8 cache (engine.kv_dtype=fp8: e4m3, one f32 scale per position and KV head): the K/V tiles' bytes and
+ * scales are streamed (cp.async, double-buffered) into a staging area, converted exactly to T into the
+ * swizzled tiles the MMAs read (one stage), and the scales applied in f32: K's to the scores of its column,
+ * V's to the probabilities before they are rounded to T for P V (the softmax sums stay unweighted).
+ * Measurements: docs/perf-notes.md. */
 #include <limits.h>
 #include <math.h>
+
+#include <type_traits>
 
 #include "engine/cuda/cuda_common.cuh"
 
@@ -96,6 +103,59 @@ __device__ __forceinline__ void load_kv(T *sK, T *sV, const T *kseg, const T *vs
     }
 }
 
+/* fp8 cache: K and V rows kt .. kt + 63 (rows outside [kmin, kmax] zero-filled) and their scales (ksg, vsg:
+ * this slot's and KV head's, stride nkv per position) -> the staging area: k8, v8 [64][HD] bytes, kS, vS [64]
+ */
+template <int HD, int THREADS>
+__device__ __forceinline__ void load_kv8(uint8_t *k8, uint8_t *v8, float *kS, float *vS, const uint8_t *kseg,
+                                         const uint8_t *vseg, const float *ksg, const float *vsg, int nkv,
+                                         int64_t kvd, int64_t kt, int64_t kmin, int64_t kmax) {
+    constexpr int C16 = HD / 16; // 16-byte chunks per row
+    for (int i = threadIdx.x; i < PF_BN * C16; i += THREADS) {
+        const int r = i / C16, c = i % C16;
+        const int64_t j = kt + r;
+        const bool ok = j >= kmin && j <= kmax;
+        const int64_t off = (ok ? j : kmin) * kvd + c * 16;
+        cp_async16(k8 + r * HD + c * 16, kseg + off, ok);
+        cp_async16(v8 + r * HD + c * 16, vseg + off, ok);
+    }
+    if (threadIdx.x < 2 * PF_BN) { // thread r: K scale of row r, thread 64 + r: its V scale
+        const int r = threadIdx.x % PF_BN;
+        const int64_t j = kt + r;
+        const bool ok = j >= kmin && j <= kmax;
+        const unsigned d = smem_u32(threadIdx.x < PF_BN ? kS + r : vS + r);
+        const float *src = (threadIdx.x < PF_BN ? ksg : vsg) + (ok ? j : kmin) * nkv;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 4 : 0));
+    }
+}
+
+/* fp8 staging -> the swizzled T tiles sK, sV (exact: e4m3 values are f16 / bf16 values) */
+template <typename T, int HD, int THREADS>
+__device__ __forceinline__ void convert_kv8(T *sK, T *sV, const uint8_t *k8, const uint8_t *v8) {
+    constexpr int C16 = HD / 16;
+    for (int i = threadIdx.x; i < PF_BN * C16; i += THREADS) {
+        const int r = i / C16, c = i % C16;
+        float f[16], lo[8], hi[8];
+        lpo_load<lpo_e4m3, 16>((const lpo_e4m3 *)(k8 + r * HD + c * 16), f);
+#pragma unroll
+        for (int e = 0; e < 8; e++) lo[e] = f[e], hi[e] = f[8 + e];
+        lpo_store<T, 8>(sK + swz<HD>(r, 2 * c), lo);
+        lpo_store<T, 8>(sK + swz<HD>(r, 2 * c + 1), hi);
+        lpo_load<lpo_e4m3, 16>((const lpo_e4m3 *)(v8 + r * HD + c * 16), f);
+#pragma unroll
+        for (int e = 0; e < 8; e++) lo[e] = f[e], hi[e] = f[8 + e];
+        lpo_store<T, 8>(sV + swz<HD>(r, 2 * c), lo);
+        lpo_store<T, 8>(sV + swz<HD>(r, 2 * c + 1), hi);
+    }
+}
+
+/* Dynamic shared memory of a block: Q, then K and V in 2 stages each; fp8: Q, K and V in one stage, the fp8
+ * staging in 2 stages, the scales */
+template <typename T, bool KV8, int HD, int BM> constexpr size_t prefill_smem() {
+    return KV8 ? (size_t)(BM + 2 * PF_BN) * HD * sizeof(T) + 4 * PF_BN * HD + 4 * PF_BN * sizeof(float)
+               : (size_t)(BM + 4 * PF_BN) * HD * sizeof(T);
+}
+
 __device__ __forceinline__ float quad_max(float v) {
     v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
     return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
@@ -105,13 +165,20 @@ __device__ __forceinline__ float quad_sum(float v) {
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-// query tile (gridDim.x - 1 - blockIdx.x) of BM tokens, q head blockIdx.y; BM / 16 warps
-template <typename T, int HD, int BM>
+// query tile (gridDim.x - 1 - blockIdx.x) of BM tokens, q head blockIdx.y; BM / 16 warps. KV8: the cache
+// kc_, vc_ in fp8 with the scales ks, vs [slot][max_context][nkv]; else in T.
+template <typename T, bool KV8, int HD, int BM>
 __global__ void __launch_bounds__(2 * BM)
-    prefill_kernel(T *att, const T *qkv, const T *kc, const T *vc, const int32_t *slot, const int64_t *pos,
-                   int64_t m, int nh, int nkv, int64_t max_context, int64_t window, float scale_log2) {
+    prefill_kernel(T *att, const T *qkv, const void *kc_, const void *vc_, const float *ks, const float *vs,
+                   const int32_t *slot, const int64_t *pos, int64_t m, int nh, int nkv, int64_t max_context,
+                   int64_t window, float scale_log2) {
     extern __shared__ __align__(16) unsigned char smem[];
-    T *sQ = (T *)smem, *sK = sQ + BM * HD, *sV = sK + 2 * PF_BN * HD; // Q, then K and V with 2 stages each
+    // Q, then K and V with 2 stages each; KV8: K and V with one stage, then the fp8 staging (K, V bytes of 2
+    // stages) and its scales (K, V of 2 stages)
+    T *sQ = (T *)smem, *sK = sQ + BM * HD, *sV = sK + (KV8 ? 1 : 2) * PF_BN * HD;
+    uint8_t *const s8 = (uint8_t *)(sV + (KV8 ? 1 : 2) * PF_BN * HD);
+    float *const sS = (float *)(s8 + 4 * PF_BN * HD); // [stage][K, V][PF_BN]
+    (void)s8, (void)sS;
     __shared__ int s_slot[BM], s_done[BM];
     __shared__ long long s_lo[BM], s_pos[BM], s_seg[3];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
@@ -183,8 +250,12 @@ __global__ void __launch_bounds__(2 * BM)
             wlo = min(wlo, __shfl_xor_sync(0xffffffffu, wlo, off));
             whi = max(whi, __shfl_xor_sync(0xffffffffu, whi, off));
         }
-        const T *kseg = kc + (size_t)cur * (size_t)max_context * (size_t)kvd + (size_t)kh * HD;
-        const T *vseg = vc + (size_t)cur * (size_t)max_context * (size_t)kvd + (size_t)kh * HD;
+        typedef typename std::conditional<KV8, uint8_t, T>::type KT;
+        const KT *kseg = (const KT *)kc_ + (size_t)cur * (size_t)max_context * (size_t)kvd + (size_t)kh * HD;
+        const KT *vseg = (const KT *)vc_ + (size_t)cur * (size_t)max_context * (size_t)kvd + (size_t)kh * HD;
+        const size_t sbase = (size_t)cur * (size_t)max_context * (size_t)nkv + (size_t)kh;
+        const float *ksg = KV8 ? ks + sbase : NULL, *vsg = KV8 ? vs + sbase : NULL;
+        (void)ksg, (void)vsg;
 
         float o[HD / 8][4]; // O (16 rows, HD) of the warp: n-tile d, c0 c1 row g, c2 c3 row g + 8
 #pragma unroll
@@ -192,17 +263,35 @@ __global__ void __launch_bounds__(2 * BM)
         float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
         const int64_t kt0 = kmin / PF_BN * PF_BN;
         const int ntiles = (int)((kmax - kt0) / PF_BN + 1);
-        load_kv<T, HD, 2 * BM>(sK, sV, kseg, vseg, kvd, kt0, kmin, kmax);
+        if constexpr (KV8)
+            load_kv8<HD, 2 * BM>(s8, s8 + PF_BN * HD, sS, sS + PF_BN, kseg, vseg, ksg, vsg, nkv, kvd, kt0,
+                                 kmin, kmax);
+        else
+            load_kv<T, HD, 2 * BM>(sK, sV, kseg, vseg, kvd, kt0, kmin, kmax);
         cp_async_commit();
         for (int it = 0; it < ntiles; it++) { // K/V tile it (positions kt .. kt + 63)
             const int64_t kt = kt0 + (int64_t)it * PF_BN;
-            if (it + 1 < ntiles)
-                load_kv<T, HD, 2 * BM>(sK + ((it + 1) & 1) * PF_BN * HD, sV + ((it + 1) & 1) * PF_BN * HD,
-                                       kseg, vseg, kvd, kt + PF_BN, kmin, kmax);
+            if (it + 1 < ntiles) {
+                const int nx = (it + 1) & 1;
+                if constexpr (KV8)
+                    load_kv8<HD, 2 * BM>(s8 + nx * 2 * PF_BN * HD, s8 + nx * 2 * PF_BN * HD + PF_BN * HD,
+                                         sS + nx * 2 * PF_BN, sS + nx * 2 * PF_BN + PF_BN, kseg, vseg, ksg,
+                                         vsg, nkv, kvd, kt + PF_BN, kmin, kmax);
+                else
+                    load_kv<T, HD, 2 * BM>(sK + nx * PF_BN * HD, sV + nx * PF_BN * HD, kseg, vseg, kvd,
+                                           kt + PF_BN, kmin, kmax);
+            }
             cp_async_commit();
             cp_async_wait<1>();
             __syncthreads();
-            const T *K = sK + (it & 1) * PF_BN * HD, *V = sV + (it & 1) * PF_BN * HD;
+            const float *kS = sS + (it & 1) * 2 * PF_BN, *vS = kS + PF_BN; // fp8: this tile's scales
+            (void)kS, (void)vS;
+            if constexpr (KV8) { // this tile's bytes -> the T tiles (one stage: the syncs around keep it)
+                convert_kv8<T, HD, 2 * BM>(sK, sV, s8 + (it & 1) * 2 * PF_BN * HD,
+                                           s8 + (it & 1) * 2 * PF_BN * HD + PF_BN * HD);
+                __syncthreads();
+            }
+            const T *K = sK + (KV8 ? 0 : (it & 1) * PF_BN * HD), *V = sV + (KV8 ? 0 : (it & 1) * PF_BN * HD);
             if (kt <= whi && kt + PF_BN - 1 >= wlo) { // warp-uniform
                 float s[PF_BN / 8][4];                // S (16, 64): n-tile of 8 positions
 #pragma unroll
@@ -225,7 +314,8 @@ __global__ void __launch_bounds__(2 * BM)
                     for (int e = 0; e < 4; e++) {
                         const int64_t j = kt + nt * 8 + tig * 2 + (e & 1);
                         const bool ok = e < 2 ? a0 && j >= lo0 && j <= p0 : a1 && j >= lo1 && j <= p1;
-                        s[nt][e] = ok ? s[nt][e] * scale_log2 : -INFINITY;
+                        const float ksc = KV8 ? kS[nt * 8 + tig * 2 + (e & 1)] : 1.f; // fp8: k_j's scale
+                        s[nt][e] = ok ? s[nt][e] * ksc * scale_log2 : -INFINITY;
                         mloc[e >> 1] = fmaxf(mloc[e >> 1], s[nt][e]);
                     }
                 }
@@ -248,8 +338,10 @@ __global__ void __launch_bounds__(2 * BM)
                         s[nt][e] = exp2f(s[nt][e] - muse[e >> 1]);
                         lrow[e >> 1] += s[nt][e];
                     }
-                    pa[nt >> 1][(nt & 1) * 2 + 0] = pack2<T>(s[nt][0], s[nt][1]);
-                    pa[nt >> 1][(nt & 1) * 2 + 1] = pack2<T>(s[nt][2], s[nt][3]);
+                    float v0 = 1.f, v1 = 1.f; // fp8: v_j's scale weighs its probability
+                    if constexpr (KV8) v0 = vS[nt * 8 + tig * 2], v1 = vS[nt * 8 + tig * 2 + 1];
+                    pa[nt >> 1][(nt & 1) * 2 + 0] = pack2<T>(s[nt][0] * v0, s[nt][1] * v1);
+                    pa[nt >> 1][(nt & 1) * 2 + 1] = pack2<T>(s[nt][2] * v0, s[nt][3] * v1);
                 }
 #pragma unroll
                 for (int kc2 = 0; kc2 < PF_BN / 16; kc2++) {
@@ -288,46 +380,61 @@ extern "C" int lpo_cuda_attention_prefill_supported(int64_t hd, lpo_dtype dt) {
     return (hd == 64 || hd == 128) && (dt == LPO_DT_F16 || dt == LPO_DT_BF16);
 }
 
-template <typename T, int HD, int BM>
-static cudaError_t launch_prefill(T *att, const T *qkv, const T *kc, const T *vc, const int32_t *slot,
-                                  const int64_t *pos, int64_t m, int64_t nh, int64_t nkv, int64_t max_context,
-                                  int64_t window, cudaStream_t s) {
-    const size_t smem = (size_t)(BM + 4 * PF_BN) * HD * sizeof(T);
+template <typename T, bool KV8, int HD, int BM>
+static cudaError_t launch_prefill(T *att, const T *qkv, const void *kc, const void *vc, const float *ks,
+                                  const float *vs, const int32_t *slot, const int64_t *pos, int64_t m,
+                                  int64_t nh, int64_t nkv, int64_t max_context, int64_t window,
+                                  cudaStream_t s) {
+    constexpr size_t smem = prefill_smem<T, KV8, HD, BM>();
     static unsigned long long set_on; // devices whose shared-memory limit was raised for this instance
     int dev = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e != cudaSuccess) return e;
     if (dev < 64 && !(set_on >> dev & 1)) {
-        e = cudaFuncSetAttribute(prefill_kernel<T, HD, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        e = cudaFuncSetAttribute(prefill_kernel<T, KV8, HD, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  (int)smem);
         if (e != cudaSuccess) return e;
         set_on |= 1ull << dev;
     }
     const dim3 grid((unsigned)((m + BM - 1) / BM), (unsigned)nh);
     const float scale_log2 = 1.4426950408889634f / sqrtf((float)HD);
-    prefill_kernel<T, HD, BM><<<grid, 2 * BM, smem, s>>>(att, qkv, kc, vc, slot, pos, m, (int)nh, (int)nkv,
-                                                         max_context, window, scale_log2);
+    prefill_kernel<T, KV8, HD, BM><<<grid, 2 * BM, smem, s>>>(att, qkv, kc, vc, ks, vs, slot, pos, m, (int)nh,
+                                                              (int)nkv, max_context, window, scale_log2);
     return cudaSuccess;
 }
 
-template <typename T>
-static cudaError_t prefill_dt(void *att, const void *qkv, const void *kc, const void *vc, const int32_t *slot,
-                              const int64_t *pos, int64_t m, int64_t nh, int64_t nkv, int64_t hd,
-                              int64_t max_context, int64_t window, int bm, cudaStream_t s) {
+template <typename T, bool KV8>
+static cudaError_t prefill_kv(void *att, const void *qkv, const void *kc, const void *vc, const float *ks,
+                              const float *vs, const int32_t *slot, const int64_t *pos, int64_t m, int64_t nh,
+                              int64_t nkv, int64_t hd, int64_t max_context, int64_t window, int bm,
+                              cudaStream_t s) {
 #define LPO__PF(HD_, BM_)                                                                                    \
-    launch_prefill<T, HD_, BM_>((T *)att, (const T *)qkv, (const T *)kc, (const T *)vc, slot, pos, m, nh,    \
-                                nkv, max_context, window, s)
+    launch_prefill<T, KV8, HD_, BM_>((T *)att, (const T *)qkv, kc, vc, ks, vs, slot, pos, m, nh, nkv,        \
+                                     max_context, window, s)
     if (hd == 64) return bm == 128 ? LPO__PF(64, 128) : LPO__PF(64, 64);
     return bm == 128 ? LPO__PF(128, 128) : LPO__PF(128, 64);
 #undef LPO__PF
 }
 
+template <typename T>
+static cudaError_t prefill_dt(void *att, const void *qkv, const void *kc, const void *vc, const float *ks,
+                              const float *vs, const int32_t *slot, const int64_t *pos, int64_t m, int64_t nh,
+                              int64_t nkv, int64_t hd, int64_t max_context, int64_t window, int bm,
+                              cudaStream_t s) {
+    return ks ? prefill_kv<T, true>(att, qkv, kc, vc, ks, vs, slot, pos, m, nh, nkv, hd, max_context, window,
+                                    bm, s)
+              : prefill_kv<T, false>(att, qkv, kc, vc, ks, vs, slot, pos, m, nh, nkv, hd, max_context, window,
+                                     bm, s);
+}
+
 extern "C" lpo_status lpo_cuda_attention_prefill_tile(void *att, const void *qkv, const void *kc,
-                                                      const void *vc, const int32_t *slot, const int64_t *pos,
-                                                      int64_t m, int64_t nh, int64_t nkv, int64_t hd,
+                                                      const void *vc, const float *ks, const float *vs,
+                                                      const int32_t *slot, const int64_t *pos, int64_t m,
+                                                      int64_t nh, int64_t nkv, int64_t hd,
                                                       int64_t max_context, int64_t window, int block_m,
                                                       lpo_dtype dt, cudaStream_t stream) {
     const char *op = "attention_prefill";
+    if (!ks != !vs) return lpo_errorf(LPO_E_INVALID, "%s: an fp8 cache needs both scale arrays", op);
     if (!lpo_cuda_attention_prefill_supported(hd, dt))
         return lpo_errorf(LPO_E_UNSUPPORTED,
                           "%s: head_dim %lld in %s (f16/bf16 with head_dim 64 or 128; use the decode form)",
@@ -339,19 +446,20 @@ extern "C" lpo_status lpo_cuda_attention_prefill_tile(void *att, const void *qkv
             (long long)m, (long long)nh, (long long)nkv, (long long)max_context, (long long)window, block_m);
     if (m == 0) return LPO_OK;
     const cudaError_t e = dt == LPO_DT_BF16
-                              ? prefill_dt<__nv_bfloat16>(att, qkv, kc, vc, slot, pos, m, nh, nkv, hd,
+                              ? prefill_dt<__nv_bfloat16>(att, qkv, kc, vc, ks, vs, slot, pos, m, nh, nkv, hd,
                                                           max_context, window, block_m, stream)
-                              : prefill_dt<__half>(att, qkv, kc, vc, slot, pos, m, nh, nkv, hd, max_context,
-                                                   window, block_m, stream);
+                              : prefill_dt<__half>(att, qkv, kc, vc, ks, vs, slot, pos, m, nh, nkv, hd,
+                                                   max_context, window, block_m, stream);
     LPO_CU_CHECK(e, op);
     LPO_CU_LAUNCHED(op);
     return LPO_OK;
 }
 
 extern "C" lpo_status lpo_cuda_attention_prefill(void *att, const void *qkv, const void *kc, const void *vc,
-                                                 const int32_t *slot, const int64_t *pos, int64_t m,
-                                                 int64_t nh, int64_t nkv, int64_t hd, int64_t max_context,
-                                                 int64_t window, lpo_dtype dt, cudaStream_t stream) {
-    return lpo_cuda_attention_prefill_tile(att, qkv, kc, vc, slot, pos, m, nh, nkv, hd, max_context, window,
-                                           PF_BM, dt, stream);
+                                                 const float *ks, const float *vs, const int32_t *slot,
+                                                 const int64_t *pos, int64_t m, int64_t nh, int64_t nkv,
+                                                 int64_t hd, int64_t max_context, int64_t window,
+                                                 lpo_dtype dt, cudaStream_t stream) {
+    return lpo_cuda_attention_prefill_tile(att, qkv, kc, vc, ks, vs, slot, pos, m, nh, nkv, hd, max_context,
+                                           window, PF_BM, dt, stream);
 }

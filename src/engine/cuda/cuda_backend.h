@@ -78,7 +78,9 @@ typedef struct {
     unsigned long long *d_moe_steps, *d_moe_distinct, *d_moe_pairs;
     int32_t *d_ids, *d_tokens, *d_tok_slot;
     int64_t *d_tok_pos;
-    void *kcache, *vcache;      /* [n_layers][max_seqs][max_context][kvd] in dt */
+    void *kcache, *vcache;      /* [n_layers][max_seqs][max_context][kvd] in dt (engine.kv_dtype=fp8: e4m3) */
+    float *kscale, *vscale;     /* fp8 cache: [n_layers][max_seqs][max_context][n_kv_heads] f32; else NULL */
+    size_t kv_es;               /* bytes per cache element: es, or 1 (fp8) */
     float *rope_cos, *rope_sin; /* [max_context][head_dim / 2] */
     void *gemm_ws, *att_ws;
     size_t att_ws_bytes;
@@ -144,8 +146,10 @@ typedef struct {
     void *q8, *wdq;  /* fp8 linears: activation quantization and dequantized-weight workspaces */
     float *q8_scale; /* [m] */
     size_t wdq_bytes;
-    void *kc, *vc; /* ATTENTION: one layer's cache [slots][max_context][kvd]; MLA_ATTENTION: kc
-                      its latent cache [slots][max_context][kv_rank + rope_dim], vc NULL */
+    void *kc, *vc;  /* ATTENTION: one layer's cache [slots][max_context][kvd]; MLA_ATTENTION: kc
+                       its latent cache [slots][max_context][kv_rank + rope_dim], vc NULL */
+    float *ks, *vs; /* ATTENTION with an fp8 cache (kc, vc e4m3): its scales [slots][max_context][nkv]; else
+                       NULL (the cache in the compute dtype) */
     int64_t max_context;
     int64_t len_hint; /* ATTENTION: a bound on position + 1 over the step (sizes the decode splits) */
     void *att_ws;     /* ATTENTION: decode workspace */

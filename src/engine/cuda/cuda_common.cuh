@@ -6,6 +6,7 @@
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -94,6 +95,35 @@ template <typename T, int V> __device__ __forceinline__ void lpo_store(T *p, con
 #pragma unroll
     for (int i = 0; i < V; i++) u.e[i] = lpo_from_f<T>(f[i]);
     *reinterpret_cast<typename lpo_raw<V * sizeof(T)>::type *>(p) = u.raw;
+}
+
+/* ---- fp8 e4m3 (the fp8 KV cache) ---- */
+/* An fp8 e4m3 element as the cache stores it (a byte); lpo_load<lpo_e4m3, V> converts V of them to f32
+ * exactly (through f16, two at a time). */
+typedef __nv_fp8_e4m3 lpo_e4m3;
+/* 4 fp8 of a 32-bit word -> f[0..4) */
+__device__ __forceinline__ void lpo_fp8x4_to_f(uint32_t w, float *f) {
+    const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w & 0xffffu), __NV_E4M3);
+    const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w >> 16), __NV_E4M3);
+    const float2 a = __half22float2(__half2(lo)), b = __half22float2(__half2(hi));
+    f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
+}
+template <> __device__ __forceinline__ void lpo_load<lpo_e4m3, 16>(const lpo_e4m3 *p, float (&f)[16]) {
+    const uint4 r = *reinterpret_cast<const uint4 *>(p);
+    lpo_fp8x4_to_f(r.x, f), lpo_fp8x4_to_f(r.y, f + 4), lpo_fp8x4_to_f(r.z, f + 8),
+        lpo_fp8x4_to_f(r.w, f + 12);
+}
+template <> __device__ __forceinline__ void lpo_load<lpo_e4m3, 8>(const lpo_e4m3 *p, float (&f)[8]) {
+    const uint2 r = *reinterpret_cast<const uint2 *>(p);
+    lpo_fp8x4_to_f(r.x, f), lpo_fp8x4_to_f(r.y, f + 4);
+}
+/* x / s rounded to nearest even and saturated to +-448: the host's lpo_f32_to_fp8_e4m3(x / s) */
+__device__ __forceinline__ uint8_t lpo_fp8_quant(float x, float s) {
+    return (uint8_t)__nv_cvt_float_to_fp8(__fdiv_rn(x, s), __NV_SATFINITE, __NV_E4M3);
+}
+/* The scale of a row whose largest magnitude is amax: amax / 448, 1 for a zero row (lpo_fp8_quantize_rows) */
+__device__ __forceinline__ float lpo_fp8_scale(float amax) {
+    return amax > 0.f ? __fdiv_rn(amax, 448.0f) : 1.0f;
 }
 
 /* Elements per 16-byte vector of T. */

@@ -37,10 +37,14 @@ static lpo_status bind_step(cuda_ctx *c, const lpo_oplist *l, size_t i, const lp
     a->att_ws = c->att_ws;
     a->att_ws_bytes = c->att_ws_bytes;
     if (op->kind == LPO_OP_ATTENTION) {
-        const size_t layer = (size_t)op->layer * (size_t)c->cfg.max_seqs * (size_t)c->cfg.max_context *
-                             (size_t)(op->n_kv_heads * op->head_dim) * c->es;
+        const size_t rows = (size_t)op->layer * (size_t)c->cfg.max_seqs * (size_t)c->cfg.max_context;
+        const size_t layer = rows * (size_t)(op->n_kv_heads * op->head_dim) * c->kv_es;
         a->kc = (char *)c->kcache + layer;
         a->vc = (char *)c->vcache + layer;
+        if (c->kscale) { /* fp8: one scale per (position, KV head) */
+            a->ks = c->kscale + rows * (size_t)op->n_kv_heads;
+            a->vs = c->vscale + rows * (size_t)op->n_kv_heads;
+        }
     }
     if (op->kind == LPO_OP_MLA_ATTENTION) { /* one latent cache row of kv_rank + rope_dim per position */
         const size_t layer = (size_t)op->layer * (size_t)c->cfg.max_seqs * (size_t)c->cfg.max_context *

@@ -88,19 +88,23 @@ lpo_status lpo_cuda_add_rmsnorm(void *x, const void *r, void *y, const void *w, 
  * Over qkv rows (m tokens), in this order: q/k norm (per-head RMSNorm with weights wq, wk (hd,); skipped
  * when wq is NULL), RoPE of the q and k heads by pos[t] (NeoX halves; skipped when cos_t is NULL), both in
  * place, then the KV append of k and v to (slot[t], pos[t]) of kc, vc (skipped when kc is NULL). Values stay
- * in f32 between the fused stages. hd even, <= 256. */
+ * in f32 between the fused stages. hd even, <= 256.
+ * The KV cache is in dt, or (ks, vs not NULL: engine.kv_dtype=fp8) in fp8 e4m3 with one f32 scale per
+ * (slot, position, KV head) in ks, vs [slots][max_context][nkv]: each head's hd values quantized by
+ * lpo_fp8_quantize_rows's rule (scale = max |x| / 448 of the head's f32 values). The same for every kernel
+ * below that takes kc, vc, ks, vs. */
 lpo_status lpo_cuda_qkv_post(void *qkv, const void *wq, const void *wk, float eps, const float *cos_t,
-                             const float *sin_t, void *kc, void *vc, const int32_t *slot, const int64_t *pos,
-                             int64_t m, int64_t nh, int64_t nkv, int64_t hd, int64_t max_context,
-                             lpo_dtype dt, cudaStream_t stream);
+                             const float *sin_t, void *kc, void *vc, float *ks, float *vs,
+                             const int32_t *slot, const int64_t *pos, int64_t m, int64_t nh, int64_t nkv,
+                             int64_t hd, int64_t max_context, lpo_dtype dt, cudaStream_t stream);
 /* The single stages (same kernel): as lpo_cpu_qk_norm, lpo_cpu_rope, lpo_cpu_kv_append. */
 lpo_status lpo_cuda_qk_norm(void *qkv, const void *wq, const void *wk, int64_t m, int64_t nh, int64_t nkv,
                             int64_t hd, float eps, lpo_dtype dt, cudaStream_t stream);
 lpo_status lpo_cuda_rope(void *qkv, const float *cos_t, const float *sin_t, const int64_t *pos, int64_t m,
                          int64_t nh, int64_t nkv, int64_t hd, lpo_dtype dt, cudaStream_t stream);
-lpo_status lpo_cuda_kv_append(void *kc, void *vc, const void *qkv, const int32_t *slot, const int64_t *pos,
-                              int64_t m, int64_t nh, int64_t nkv, int64_t hd, int64_t max_context,
-                              lpo_dtype dt, cudaStream_t stream);
+lpo_status lpo_cuda_kv_append(void *kc, void *vc, float *ks, float *vs, const void *qkv, const int32_t *slot,
+                              const int64_t *pos, int64_t m, int64_t nh, int64_t nkv, int64_t hd,
+                              int64_t max_context, lpo_dtype dt, cudaStream_t stream);
 
 /* ---- elementwise (act.cu) ----------------------------------------------------------------------------- */
 /* act (m, I) = silu(gate) * up over gu rows (m, 2I). */
@@ -160,15 +164,17 @@ lpo_status lpo_cuda_fp8_dequant(void *y, lpo_dtype dt, const void *q, const floa
  * 128, 256} (lpo_cuda_attention_decode_supported).
  * max_len: a host-side bound on pos[t] + 1 over the step (the context bucket); it only shapes the launch. */
 int lpo_cuda_attention_decode_supported(int64_t hd);
+/* Whether both forms read an fp8 cache (ks, vs set) of this head size: hd in {32, 64, 128, 256}. */
+int lpo_cuda_attention_kv8_supported(int64_t hd);
 int lpo_cuda_attention_decode_splits(int64_t m, int64_t nh, int64_t nkv, int64_t max_len, int n_sm);
 /* Workspace bytes for n_splits > 1 (0 otherwise): the splits' partial results; one launch at a time per
  * workspace. */
 size_t lpo_cuda_attention_decode_workspace(int64_t m, int64_t nh, int64_t hd, int n_splits);
 lpo_status lpo_cuda_attention_decode(void *att, const void *qkv, const void *kc, const void *vc,
-                                     const int32_t *slot, const int64_t *pos, int64_t m, int64_t nh,
-                                     int64_t nkv, int64_t hd, int64_t max_context, int64_t window,
-                                     int n_splits, void *workspace, size_t ws_bytes, lpo_dtype dt,
-                                     cudaStream_t stream);
+                                     const float *ks, const float *vs, const int32_t *slot,
+                                     const int64_t *pos, int64_t m, int64_t nh, int64_t nkv, int64_t hd,
+                                     int64_t max_context, int64_t window, int n_splits, void *workspace,
+                                     size_t ws_bytes, lpo_dtype dt, cudaStream_t stream);
 /* Prefill form: tiles of 64 (or 128) query tokens x one head, K/V tiles of 64 positions double-buffered in
  * shared memory (cp.async), S = Q K^T and O += P V on tensor cores (mma.sync m16n8k16), online softmax in
  * f32. f16 / bf16 only, hd in {64, 128}; returns LPO_E_UNSUPPORTED otherwise (use the decode form).
@@ -177,13 +183,14 @@ int lpo_cuda_attention_prefill_supported(int64_t hd, lpo_dtype dt);
 /* The same with the query tile chosen (block_m 64: 4 warps per block, 128: 8 warps), for tuning (tests,
  * kbench); lpo_cuda_attention_prefill uses the default. */
 lpo_status lpo_cuda_attention_prefill_tile(void *att, const void *qkv, const void *kc, const void *vc,
-                                           const int32_t *slot, const int64_t *pos, int64_t m, int64_t nh,
-                                           int64_t nkv, int64_t hd, int64_t max_context, int64_t window,
-                                           int block_m, lpo_dtype dt, cudaStream_t stream);
+                                           const float *ks, const float *vs, const int32_t *slot,
+                                           const int64_t *pos, int64_t m, int64_t nh, int64_t nkv, int64_t hd,
+                                           int64_t max_context, int64_t window, int block_m, lpo_dtype dt,
+                                           cudaStream_t stream);
 lpo_status lpo_cuda_attention_prefill(void *att, const void *qkv, const void *kc, const void *vc,
-                                      const int32_t *slot, const int64_t *pos, int64_t m, int64_t nh,
-                                      int64_t nkv, int64_t hd, int64_t max_context, int64_t window,
-                                      lpo_dtype dt, cudaStream_t stream);
+                                      const float *ks, const float *vs, const int32_t *slot,
+                                      const int64_t *pos, int64_t m, int64_t nh, int64_t nkv, int64_t hd,
+                                      int64_t max_context, int64_t window, lpo_dtype dt, cudaStream_t stream);
 
 /* ---- sampling (sample.cu) ----------------------------------------------------------------------------- */
 /* ids[r] = argmax of logits row r (m, vocab) f32; the lowest id wins a tie (as the CPU sampler's greedy). */

@@ -77,17 +77,20 @@ lpo_status lpo__cuda_attention(cuda_ctx *c, const lpo_op *op, const cuda_args *a
     const int64_t hd = op->head_dim;
     void *qkv = (void *)a->in[0]; /* q and k rows are normalized and rotated in place when fused */
     const void *wq = qkn ? qkn_w : NULL, *wk = qkn ? (const char *)qkn_w + hd * c->es : NULL;
+    if ((op->in[1].dtype == LPO_DT_FP8) != (a->ks != NULL))
+        return lpo_errorf(LPO_E_INTERNAL, "cuda backend: op '%s' names a %s KV cache, the cache bound is %s",
+                          op->name, lpo_dtype_name(op->in[1].dtype), a->ks ? "fp8" : "in the compute dtype");
     TRY(lpo_cuda_qkv_post(qkv, wq, wk, qkn ? qkn->eps : 0.f, rope ? a->cos_t : NULL, rope ? a->sin_t : NULL,
-                          a->kc, a->vc, a->tok_slot, a->tok_pos, op->m, op->n_heads, op->n_kv_heads, hd,
-                          a->max_context, c->dt, c->stream));
+                          a->kc, a->vc, a->ks, a->vs, a->tok_slot, a->tok_pos, op->m, op->n_heads,
+                          op->n_kv_heads, hd, a->max_context, c->dt, c->stream));
     if (op->attn_variant == LPO_ATTN_PREFILL && lpo_cuda_attention_prefill_supported(hd, c->dt))
-        return lpo_cuda_attention_prefill(a->out, qkv, a->kc, a->vc, a->tok_slot, a->tok_pos, op->m,
-                                          op->n_heads, op->n_kv_heads, hd, a->max_context, op->window, c->dt,
-                                          c->stream);
+        return lpo_cuda_attention_prefill(a->out, qkv, a->kc, a->vc, a->ks, a->vs, a->tok_slot, a->tok_pos,
+                                          op->m, op->n_heads, op->n_kv_heads, hd, a->max_context, op->window,
+                                          c->dt, c->stream);
     const int ns = lpo__cuda_attention_splits(c, op, a->len_hint, a->att_ws_bytes);
-    return lpo_cuda_attention_decode(a->out, qkv, a->kc, a->vc, a->tok_slot, a->tok_pos, op->m, op->n_heads,
-                                     op->n_kv_heads, hd, a->max_context, op->window, ns, a->att_ws,
-                                     a->att_ws_bytes, c->dt, c->stream);
+    return lpo_cuda_attention_decode(a->out, qkv, a->kc, a->vc, a->ks, a->vs, a->tok_slot, a->tok_pos, op->m,
+                                     op->n_heads, op->n_kv_heads, hd, a->max_context, op->window, ns,
+                                     a->att_ws, a->att_ws_bytes, c->dt, c->stream);
 }
 
 /* ---- one launch per op kind ---- */
@@ -242,8 +245,9 @@ lpo_status lpo__cuda_launch(cuda_ctx *c, const lpo_op *op, const cuda_args *a) {
 static int heads_supported(const lpo_op *op) {
     return op->head_dim > 0 && op->head_dim % 2 == 0 && op->head_dim <= 256;
 }
-static int attention_supported(const lpo_op *op) {
-    return lpo_cuda_attention_decode_supported(op->head_dim);
+static int attention_supported(const lpo_op *op) { /* an fp8 cache: the head sizes with fp8 instances */
+    return op->n_in > 1 && op->in[1].dtype == LPO_DT_FP8 ? lpo_cuda_attention_kv8_supported(op->head_dim)
+                                                         : lpo_cuda_attention_decode_supported(op->head_dim);
 }
 static int sample_supported(const lpo_op *op) {
     return op->n > 0 && op->n <= LPO_SAMPLE_MAX_VOCAB;
@@ -260,9 +264,10 @@ static int moe_supported(const lpo_op *op) {
            (op->kind != LPO_OP_ROUTER || lpo__cuda_route_opts(op, &o) == LPO_OK);
 }
 
-static int mla_supported(const lpo_op *op) {
-    return op->n_in >= 3 && lpo_cuda_mla_supported(op->n_heads, op->head_dim - op->rope_dim, op->rope_dim,
-                                                   op->v_head_dim, op->kv_rank);
+static int mla_supported(const lpo_op *op) { /* the latent cache has no fp8 form */
+    return op->n_in >= 3 && op->in[1].dtype != LPO_DT_FP8 &&
+           lpo_cuda_mla_supported(op->n_heads, op->head_dim - op->rope_dim, op->rope_dim, op->v_head_dim,
+                                  op->kv_rank);
 }
 
 static int (*const supports[LPO_OP_KIND_COUNT])(const lpo_op *op) = {

@@ -98,6 +98,40 @@ static lpo_status check_expert_ids(const lpo_op *op, const int32_t *ids) {
     return LPO_OK;
 }
 
+/* An fp8 KV cache (engine.kv_dtype=fp8): host f32 rows of hd (n rows) quantized per row as the CPU reference
+ * holds them (lpo_fp8_quantize_rows: rows already so rounded come back unchanged), bytes and scales uploaded;
+ * and back, dequantized. */
+static lpo_status upload_kv8(cudaStream_t st, scratch *s, const float *h, int64_t rows, int64_t hd, void **q,
+                             float **sc) {
+    const int64_t n = rows * hd;
+    uint8_t *hq = malloc((size_t)(n > 0 ? n : 1));
+    float *hs = malloc((size_t)(rows ? rows : 1) * sizeof *hs);
+    lpo_status r = hq && hs ? LPO_OK : lpo_errorf(LPO_E_NOMEM, "cuda backend: run_op fp8 cache staging");
+    if (r == LPO_OK) lpo_fp8_quantize_rows(h, rows, hd, hq, hs);
+    if (r == LPO_OK) r = copy_in(st, s, hq, (size_t)n, q);
+    if (r == LPO_OK) r = copy_in(st, s, hs, (size_t)rows * sizeof *hs, (void **)sc);
+    free(hq);
+    free(hs);
+    return r;
+}
+static lpo_status download_kv8(float *h, const void *q, const float *sc, int64_t rows, int64_t hd) {
+    const int64_t n = rows * hd;
+    uint8_t *hq = malloc((size_t)(n > 0 ? n : 1));
+    float *hs = malloc((size_t)(rows ? rows : 1) * sizeof *hs);
+    if (!hq || !hs) {
+        free(hq);
+        free(hs);
+        return lpo_errorf(LPO_E_NOMEM, "cuda backend: run_op fp8 cache staging");
+    }
+    cudaError_t e = cudaMemcpy(hq, q, (size_t)n, cudaMemcpyDeviceToHost);
+    if (e == cudaSuccess) e = cudaMemcpy(hs, sc, (size_t)rows * sizeof *hs, cudaMemcpyDeviceToHost);
+    if (e == cudaSuccess) lpo_fp8_dequantize_rows(hq, hs, rows, hd, h);
+    free(hq);
+    free(hs);
+    CU(e, "run_op fp8 cache download");
+    return LPO_OK;
+}
+
 /* MLA_ATTENTION: elements of the latent cache [slots][max_context][kv_rank + rope_dim] */
 static int64_t mla_cache_elems(const lpo_op *op, const lpo_op_io *io) {
     return (int64_t)io->n_slots * io->max_context * (op->kv_rank + op->rope_dim);
@@ -282,8 +316,13 @@ static lpo_status stage_op(cuda_ctx *c, scratch *s, const lpo_op *op, const lpo_
     }
     if (op->kind == LPO_OP_ATTENTION) {
         const int64_t nc = (int64_t)io->n_slots * io->max_context * op->n_kv_heads * op->head_dim;
-        TRY(upload(c->stream, s, io->k_cache, nc, dt, &a->kc));
-        TRY(upload(c->stream, s, io->v_cache, nc, dt, &a->vc));
+        if (op->in[1].dtype == LPO_DT_FP8) { /* fp8 bytes and a scale per (position, KV head) */
+            TRY(upload_kv8(c->stream, s, io->k_cache, nc / op->head_dim, op->head_dim, &a->kc, &a->ks));
+            TRY(upload_kv8(c->stream, s, io->v_cache, nc / op->head_dim, op->head_dim, &a->vc, &a->vs));
+        } else {
+            TRY(upload(c->stream, s, io->k_cache, nc, dt, &a->kc));
+            TRY(upload(c->stream, s, io->v_cache, nc, dt, &a->vc));
+        }
         a->max_context = a->len_hint = io->max_context;
         const int ns =
             lpo_cuda_attention_decode_splits(m, op->n_heads, op->n_kv_heads, io->max_context, c->n_sm);
@@ -352,8 +391,13 @@ static lpo_status unstage_op(cuda_ctx *c, const lpo_op *op, lpo_op_io *io, const
            "run_op expert ids");
     if (op->kind == LPO_OP_ATTENTION) {
         const int64_t nc = (int64_t)io->n_slots * io->max_context * op->n_kv_heads * op->head_dim;
-        TRY(lpo__cuda_download(io->k_cache, a->kc, nc, c->dt));
-        TRY(lpo__cuda_download(io->v_cache, a->vc, nc, c->dt));
+        if (a->ks) {
+            TRY(download_kv8(io->k_cache, a->kc, a->ks, nc / op->head_dim, op->head_dim));
+            TRY(download_kv8(io->v_cache, a->vc, a->vs, nc / op->head_dim, op->head_dim));
+        } else {
+            TRY(lpo__cuda_download(io->k_cache, a->kc, nc, c->dt));
+            TRY(lpo__cuda_download(io->v_cache, a->vc, nc, c->dt));
+        }
     }
     if (op->kind == LPO_OP_MLA_ATTENTION)
         TRY(lpo__cuda_download(io->k_cache, a->kc, mla_cache_elems(op, io), c->dt));

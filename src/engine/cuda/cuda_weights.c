@@ -318,8 +318,12 @@ static lpo_status layout(cuda_ctx *c, const lpo_oplist *ref, void *staging, char
         c->d_moe_distinct = carve(c, 2.0 * (double)L * 8.0);
         c->d_moe_pairs = carve(c, 2.0 * (double)L * (double)E * 8.0);
     }
-    c->kcache = carve(c, (double)L * S * ctx * kvd * (double)c->es);
-    c->vcache = mla ? NULL : carve(c, (double)L * S * ctx * kvd * (double)c->es); /* MLA: one latent cache */
+    c->kv_es = c->cfg.kv_fp8 ? 1 : c->es; /* engine.kv_dtype=fp8: e4m3 and a scale per (position, KV head) */
+    c->kcache = carve(c, (double)L * S * ctx * kvd * (double)c->kv_es);
+    c->vcache =
+        mla ? NULL : carve(c, (double)L * S * ctx * kvd * (double)c->kv_es); /* MLA: one latent cache */
+    c->kscale = c->cfg.kv_fp8 ? carve(c, (double)L * S * ctx * (double)(kvd / hd) * 4.0) : NULL;
+    c->vscale = c->cfg.kv_fp8 ? carve(c, (double)L * S * ctx * (double)(kvd / hd) * 4.0) : NULL;
     c->rope_cos = carve(c, (double)ctx * (hd / 2) * 4.0);
     c->rope_sin = carve(c, (double)ctx * (hd / 2) * 4.0);
     c->gemm_ws = carve(c, GEMM_WS);
@@ -350,6 +354,20 @@ lpo_status lpo__cuda_init_model(cuda_ctx *c) {
     const lpo_step_shape one = {1, 1, 0, 0};
     const lpo_oplist_opts ref_opts = {LPO_DT_F32, LPO_DT_F32, NULL, NULL, c->tp}; /* a rank's list under tp */
     TRY(lpo_oplist_build_shape(s, &one, &ref_opts, &ref));
+    if (c->cfg.kv_fp8 && (lpo_spec_is_mla(s) || !lpo_cuda_attention_kv8_supported(hd))) {
+        lpo_oplist_free(&ref);
+        return lpo_spec_is_mla(s)
+                   ? lpo_errorf(
+                         LPO_E_UNSUPPORTED,
+                         "cuda backend: engine.kv_dtype=fp8: model '%s' caches the latent of multi-head "
+                         "latent attention, which has no fp8 form",
+                         s->name)
+                   : lpo_errorf(LPO_E_UNSUPPORTED,
+                                "cuda backend: engine.kv_dtype=fp8 with head_dim %lld (model '%s'): the fp8 "
+                                "attention kernels take head_dim 32, 64, 128 or 256; engine.kv_dtype=auto "
+                                "runs it",
+                                (long long)hd, s->name);
+    }
     for (size_t i = 0; i < ref.n_ops; i++) { /* an op kind or option without a kernel: refused before any
                                                  allocation */
         lpo_cuda_route_opts ro;
