@@ -78,7 +78,8 @@ typedef enum { LPO_SCALE_NONE, LPO_SCALE_ROW, LPO_SCALE_TILE128 } lpo_scale_kind
     X(INT8, "int8", 1, 1, NONE, 1, INT8, INT8, 0, "i8",                                                      \
       "8-bit integer GEMM inputs, int32 accumulate (int8 roof)")                                             \
     X(FP8_B128, "fp8_b128", 1, 1, TILE128, 1, FP8, FP8, 1, "fp8_block,fp8_blockwise",                        \
-      "fp8 e4m3 weights, one f32 scale per 128x128 tile (fine-grained FP8, weight_scale_inv)")
+      "fp8 e4m3 weights, one f32 scale per 128x128 tile (fine-grained FP8, weight_scale_inv)")               \
+    X(Q5_K, "q5_k", 256, 176, NONE, 1, BF16, BF16, 1, "", "GGUF q5_k: blocks of 256, 176 bytes; bf16 roof")
 
 typedef enum {
 #define LPO__DT_ENUM(name, str, blk, bytes, scale, q, roof, tc, loads, aliases, about) LPO_DT_##name,

@@ -91,8 +91,9 @@ lpo_status lpo_gguf_arr_str(const lpo_gguf_kv *kv, uint64_t i, const char **s, u
 
 /* Dequantizes n elements (a multiple of the block size) of dtype from src to float32. */
 lpo_status lpo_dequantize(lpo_dtype dt, const void *src, float *dst, uint64_t n);
-/* Quantizes n f32 values (a multiple of the block size, finite) into GGUF blocks of dt (q8_0, q4_k, q6_k:
- * the rules of include/lpo/qblock.h, identical on the device); LPO_E_UNSUPPORTED for another dtype. */
+/* Quantizes n f32 values (a multiple of the block size, finite) into GGUF blocks of dt (q8_0, q4_0, q4_1,
+ * q4_k, q5_k, q6_k: the rules of include/lpo/qblock.h, identical on the device); LPO_E_UNSUPPORTED for
+ * another dtype. */
 lpo_status lpo_quantize_blocks(lpo_dtype dt, const float *src, void *dst, uint64_t n);
 /* x in place = its quantization to dt, dequantized (the values a backend holding dt blocks computes with). */
 lpo_status lpo_quantize_roundtrip(lpo_dtype dt, float *x, uint64_t n);

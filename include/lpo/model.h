@@ -289,7 +289,8 @@ lpo_status lpo_weight_convert(const lpo_weight_view *v, lpo_dtype to, void *dst)
  *            tiles); every other tensor in the compute dtype
  *   fp8      as auto, and 16/32-bit and GGUF matrices quantized at load to fp8 with one f32 scale per
  *            output channel (lpo_fp8_quantize_rows)
- *   native   as auto, and GGUF matrices stored in q8_0, q4_k or q6_k blocks (lpo_weight_native_block) kept
+ *   native   as auto, and GGUF matrices stored in q8_0, q4_0, q4_1, q4_k, q5_k or q6_k blocks
+ *            (lpo_weight_native_block) kept
  *            in their blocks (kernels dequantize them in registers); other block types in the compute dtype
  *   dequant  everything in the compute dtype (fp8 checkpoints dequantized at load: the unquantized baseline)
  * Only 2-D matrices of linears are ever fp8: the embedding table (looked up, not multiplied; a tied lm_head
@@ -306,7 +307,7 @@ typedef struct {
  * "" for none; NULL: the default). LPO_E_CONFIG naming the key (engine.weights / engine.weights_keep). */
 lpo_status lpo_weight_quant_parse(const char *mode, const char *keep, lpo_weight_quant *out);
 const char *lpo_wq_mode_name(lpo_wq_mode m); /* "auto", "fp8", "dequant", "native" */
-/* The GGUF block types engine.weights=native keeps as stored: q8_0, q4_k, q6_k. */
+/* The GGUF block types engine.weights=native keeps as stored: q8_0, q4_0, q4_1, q4_k, q5_k, q6_k. */
 int lpo_weight_native_block(lpo_dtype dt);
 /* The dtype a backend holds weight `name` (ndim dimensions, stored in `stored`) in: FP8 / FP8_B128, a GGUF
  * block type (native) or `compute`, by the rule above. q NULL: auto. */

@@ -439,14 +439,16 @@ static lpo_status vision_op(lpo_op_kind kind, const kb_params *p, lpo_dtype dt, 
 }
 
 /* kbench.weights: the dtype the matrices of a linear / lm_head case are held in (auto: the compute dtype dt;
- * fp8: per-channel scales; fp8_b128: 128x128 tiles; q8_0, q4_k, q6_k: GGUF blocks, as engine.weights=native
+ * fp8: per-channel scales; fp8_b128: 128x128 tiles; q8_0, q4_0, q4_1, q4_k, q5_k, q6_k: GGUF blocks, as
+ * engine.weights=native
  * holds them), refused for the other cases */
 static lpo_status weights_dtype(const kb_params *p, lpo_op_kind kind, lpo_dtype dt, lpo_dtype *out) {
     *out = dt;
     if (!p->weights[0] || !strcmp(p->weights, "auto")) return LPO_OK;
     if (!lpo_dtype_parse(p->weights, out) ||
         (*out != LPO_DT_FP8 && *out != LPO_DT_FP8_B128 && !lpo_weight_native_block(*out)))
-        return lpo_errorf(LPO_E_CONFIG, "kbench.weights=%s: auto, fp8, fp8_b128, q8_0, q4_k or q6_k",
+        return lpo_errorf(LPO_E_CONFIG,
+                          "kbench.weights=%s: auto, fp8, fp8_b128, q8_0, q4_0, q4_1, q4_k, q5_k or q6_k",
                           p->weights);
     if (kind != LPO_OP_LINEAR && kind != LPO_OP_LM_HEAD)
         return lpo_errorf(LPO_E_CONFIG, "kbench.weights=%s applies to kbench.case=linear, lm_head or linears",

@@ -1,7 +1,8 @@
-/* Reference dequantization of the GGML block formats lpo reads (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) and of the
- * plain F16 / BF16 / F32 types. The arithmetic follows ggml's reference formulas operation by operation
+/* Reference dequantization of the GGML block formats lpo reads (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K) and of
+ * the plain F16 / BF16 / F32 types. The arithmetic follows ggml's reference formulas operation by operation
  * (same products in the same order, in float), so the results are bit-exact with ggml and gguf-py. And the
- * other way: f32 values into Q8_0 / Q4_K / Q6_K blocks (the rules of include/lpo/qblock.h). */
+ * other way: f32 values into Q8_0 / Q4_0 / Q4_1 / Q4_K / Q5_K / Q6_K blocks (the rules of
+ * include/lpo/qblock.h). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -76,6 +77,30 @@ static void dq_q4_k(const uint8_t *b, float *y, uint64_t nb) {
     }
 }
 
+/* Q5_K: 176 bytes = f16 d, f16 dmin, u8 scales[12] (as Q4_K's), u8 qh[32], u8 qs[128]; 8 sub-blocks of 32;
+ * q = 4 bits of qs (as Q4_K's nibbles) | bit (2c or 2c + 1 of qh[l]) << 4; x = (d * sc) * q - (dmin * m) */
+static void dq_q5_k(const uint8_t *b, float *y, uint64_t nb) {
+    for (uint64_t i = 0; i < nb; i++, b += 176) {
+        const float d = rd_f16(b), dmin = rd_f16(b + 2);
+        const uint8_t *scales = b + 4, *qh = b + 16, *ql = b + 48;
+        int is = 0;
+        uint8_t u1 = 1, u2 = 2;
+        for (int j = 0; j < 256; j += 64) { /* sub-blocks is (low nibbles, qh bit u1), is + 1 (high, u2) */
+            uint8_t sc, m;
+            scale_min_k4(is + 0, scales, &sc, &m);
+            const float d1 = d * sc, m1 = dmin * m;
+            scale_min_k4(is + 1, scales, &sc, &m);
+            const float d2 = d * sc, m2 = dmin * m;
+            for (int l = 0; l < 32; l++) *y++ = d1 * (float)((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
+            for (int l = 0; l < 32; l++) *y++ = d2 * (float)((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+            ql += 32;
+            is += 2;
+            u1 = (uint8_t)(u1 << 2);
+            u2 = (uint8_t)(u2 << 2);
+        }
+    }
+}
+
 /* Q6_K: 210 bytes = u8 ql[128] (low 4 bits), u8 qh[64] (high 2 bits), int8 scales[16], f16 d;
  * x = d * sc * (q - 32) */
 static void dq_q6_k(const uint8_t *b, float *y, uint64_t nb) {
@@ -137,6 +162,7 @@ lpo_status lpo_dequantize(lpo_dtype dt, const void *src, float *dst, uint64_t n)
     case LPO_DT_Q4_0: dq_q4_0(s, dst, nb); break;
     case LPO_DT_Q4_1: dq_q4_1(s, dst, nb); break;
     case LPO_DT_Q4_K: dq_q4_k(s, dst, nb); break;
+    case LPO_DT_Q5_K: dq_q5_k(s, dst, nb); break;
     case LPO_DT_Q6_K: dq_q6_k(s, dst, nb); break;
     default: return lpo_errorf(LPO_E_UNSUPPORTED, "cannot dequantize dtype %s", lpo_dtype_name(dt));
     }
@@ -147,11 +173,15 @@ lpo_status lpo_dequantize(lpo_dtype dt, const void *src, float *dst, uint64_t n)
  */
 lpo_status lpo_quantize_blocks(lpo_dtype dt, const float *src, void *dst, uint64_t n) {
     void (*one)(const float *, uint8_t *) = dt == LPO_DT_Q8_0   ? lpo_qblock_q8_0
+                                            : dt == LPO_DT_Q4_0 ? lpo_qblock_q4_0
+                                            : dt == LPO_DT_Q4_1 ? lpo_qblock_q4_1
                                             : dt == LPO_DT_Q4_K ? lpo_qblock_q4_k
+                                            : dt == LPO_DT_Q5_K ? lpo_qblock_q5_k
                                             : dt == LPO_DT_Q6_K ? lpo_qblock_q6_k
                                                                 : NULL;
     if (!one)
-        return lpo_errorf(LPO_E_UNSUPPORTED, "cannot quantize to %s (q8_0, q4_k and q6_k only)",
+        return lpo_errorf(LPO_E_UNSUPPORTED,
+                          "cannot quantize to %s (q8_0, q4_0, q4_1, q4_k, q5_k and q6_k only)",
                           lpo_dtype_name(dt));
     const uint64_t blk = (uint64_t)lpo_dtype_block(dt), bb = (uint64_t)lpo_dtype_block_bytes(dt);
     if (n % blk)

@@ -29,7 +29,7 @@ static const lpo_ggml_type_info ggml_types[] = {
     {6, "Q5_0", 32, 22, LPO_DT_COUNT},      {7, "Q5_1", 32, 24, LPO_DT_COUNT},
     {8, "Q8_0", 32, 34, LPO_DT_Q8_0},       {9, "Q8_1", 32, 36, LPO_DT_COUNT},
     {10, "Q2_K", 256, 84, LPO_DT_COUNT},    {11, "Q3_K", 256, 110, LPO_DT_COUNT},
-    {12, "Q4_K", 256, 144, LPO_DT_Q4_K},    {13, "Q5_K", 256, 176, LPO_DT_COUNT},
+    {12, "Q4_K", 256, 144, LPO_DT_Q4_K},    {13, "Q5_K", 256, 176, LPO_DT_Q5_K},
     {14, "Q6_K", 256, 210, LPO_DT_Q6_K},    {15, "Q8_K", 256, 292, LPO_DT_COUNT},
     {16, "IQ2_XXS", 256, 66, LPO_DT_COUNT}, {17, "IQ2_XS", 256, 74, LPO_DT_COUNT},
     {18, "IQ3_XXS", 256, 98, LPO_DT_COUNT}, {19, "IQ1_S", 256, 50, LPO_DT_COUNT},

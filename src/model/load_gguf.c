@@ -224,7 +224,7 @@ lpo_status lpo__model_from_gguf(lpo_gguf *g, const char *path, lpo_model **out) 
             st = lpo_errorf(
                 LPO_E_UNSUPPORTED,
                 "%s: tensor '%s' is of GGML type %s, which lpo cannot dequantize (supported: F32, F16, "
-                "BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)",
+                "BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K)",
                 path, t->name, ti ? ti->name : "?");
             break;
         }

@@ -274,9 +274,9 @@ lpo_status lpo_model_opts_from_config(const lpo_node *cfg, lpo_model_opts *o, lp
     o->arch = arch;
     const lpo_dtype_info *di = dtype ? lpo_dtype_find(dtype) : NULL;
     if (dtype && !(di && di->loads))
-        return lpo_errorf(LPO_E_CONFIG,
-                          "model.dtype: unknown dtype '%s' (f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q6_k)",
-                          dtype);
+        return lpo_errorf(
+            LPO_E_CONFIG,
+            "model.dtype: unknown dtype '%s' (f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q5_k, q6_k)", dtype);
     if (di && di->scale != LPO_SCALE_NONE) /* synthetic values carry no scales */
         return lpo_errorf(
             LPO_E_CONFIG,

@@ -36,7 +36,8 @@ lpo_status lpo_weight_quant_parse(const char *mode, const char *keep, lpo_weight
     else
         return lpo_errorf(LPO_E_CONFIG,
                           "engine.weights: '%s' is not one of auto (fp8 checkpoints stay fp8), fp8 (quantize "
-                          "matrices at load), native (GGUF q8_0 / q4_k / q6_k blocks stay blocks), dequant "
+                          "matrices at load), native (GGUF q8_0 / q4_0 / q4_1 / q4_k / q5_k / q6_k "
+                          "blocks stay blocks), dequant "
                           "(every weight in the compute dtype)",
                           mode);
     if (!keep) return LPO_OK;
@@ -91,5 +92,6 @@ lpo_dtype lpo_weight_held_dtype(const lpo_weight_quant *q, const char *name, int
 }
 
 int lpo_weight_native_block(lpo_dtype dt) {
-    return dt == LPO_DT_Q8_0 || dt == LPO_DT_Q4_K || dt == LPO_DT_Q6_K;
+    return dt == LPO_DT_Q8_0 || dt == LPO_DT_Q4_0 || dt == LPO_DT_Q4_1 || dt == LPO_DT_Q4_K ||
+           dt == LPO_DT_Q5_K || dt == LPO_DT_Q6_K;
 }

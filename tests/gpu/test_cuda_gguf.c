@@ -1,13 +1,16 @@
 /* GGUF blocks on the CUDA backend (engine.weights=native; label gpu; SKIP without a GPU or the backend):
- * - the op checker on the linears (and an LM head) with q8_0, q4_k and q6_k weights, bf16 and f16: decode
- * rows (1, 3, 8: the block GEMV, 16-byte and 2-byte copy paths) and prefill rows (37: dequantized + cuBLASLt)
- * at Llama-3.2-1B shapes and odd ones, against the CPU reference on the same blocks (include/lpo/qblock.h);
- * - the engine on synthetic q8_0 / q4_k / q6_k weights: CUDA (bf16 activations) vs the CPU reference (f32) on
+ * - the op checker on the linears (and an LM head) with q8_0, q4_0, q4_1, q4_k, q5_k and q6_k weights, bf16
+ *   and f16: decode rows (1, 3, 8: the block GEMV, 16-byte and 2-byte copy paths) and prefill rows (37:
+ *   dequantized + cuBLASLt) at Llama-3.2-1B shapes and odd ones, against the CPU reference on the same blocks
+ *   (include/lpo/qblock.h);
+ * - the engine on synthetic weights of each format: CUDA (bf16 activations) vs the CPU reference (f32) on
  *   the same blocks: prefill logits and 16 greedy tokens; eager and debug give the graph's tokens; gemv off
  *   (every linear dequantized into cuBLASLt) counted;
  * - tests/golden/gguf/tiny-kquant.gguf (mixed q4_k / q6_k / q8_0 blocks, permuted Q / K rows moved whole on
  *   upload): CUDA native vs the CPU and vs CUDA auto (dequantized on upload);
- * - the device's block quantizer (synthetic weights held in blocks) byte-identical to the host's. */
+ * - the device's block quantizer (synthetic weights held in blocks) byte-identical to the host's;
+ * - the real SmolLM2-135M-Instruct Q4_1 GGUF (models/, when fetched): greedy tokens of the 5 prompts of
+ *   tests/golden/engine/smollm2 with its q4_1 matrices in blocks on the GPU, against the CPU reference. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,10 +21,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
 #include <cuda_runtime_api.h>
 
 #include "engine/cuda/cuda_kernels.h"
 #include "lpo/config.h"
+#include "lpo/core.h"
+#include "lpo/generate.h"
 #include "lpo/gguf.h"
 #include "lpo/synth.h"
 #include "lpo/opcheck.h"
@@ -32,7 +38,8 @@
 
 static int failures;
 
-static const lpo_dtype formats[] = {LPO_DT_Q8_0, LPO_DT_Q4_K, LPO_DT_Q6_K};
+static const lpo_dtype formats[] = {LPO_DT_Q8_0, LPO_DT_Q4_0, LPO_DT_Q4_1,
+                                    LPO_DT_Q4_K, LPO_DT_Q5_K, LPO_DT_Q6_K};
 
 /* op with its matrices (not biases) in wdt, at m rows */
 static void check_op(const lpo_backend_iface *be, void *ctx, lpo_dtype dt, const lpo_op *src, lpo_dtype wdt,
@@ -81,7 +88,7 @@ static void check_spec(const lpo_model_spec *s, lpo_dtype dt, int lm_head) {
 static void test_opcheck_gguf(void **state) {
     (void)state;
     lpo_model_spec l1b = preset("llama3.2-1b"); /* k 2048 / 8192: every format on 16-byte copies */
-    lpo_model_spec odd = test_spec();           /* k 768: q6_k rows of 630 bytes (2-byte copies) */
+    lpo_model_spec odd = test_spec(); /* k 768: q6_k rows of 630 bytes (2-byte copies), q4_0 432, q5_k 528 */
     strcpy(odd.name, "odd");
     odd.hidden_size = 768;
     odd.n_heads = 3;
@@ -90,7 +97,8 @@ static void test_opcheck_gguf(void **state) {
     odd.intermediate_size = 1280;
     odd.vocab_size = 1001;
     odd.qkv_bias = 1;
-    lpo_model_spec q8 = odd; /* k 288: q8_0 rows of 306 bytes (2-byte copies); K-quants held unquantized */
+    lpo_model_spec q8 = odd; /* k 288: q8_0 / q4_0 / q4_1 rows of 306 / 162 / 180 bytes (2-byte copies);
+                                K-quants held unquantized */
     strcpy(q8.name, "k288");
     q8.hidden_size = 288;
     q8.intermediate_size = 352;
@@ -248,6 +256,67 @@ static void test_device_quantize(void **state) {
     }
 }
 
+/* The real SmolLM2-135M-Instruct Q4_1 GGUF: every matrix q4_1 (k 576: rows of 360 bytes, 2-byte copies),
+ * the tied embedding q8_0 (held in the compute dtype). Greedy continuations of the fixture's 5 prompts, CUDA
+ * bf16 with the blocks on the GPU vs the CPU reference (f32 on the same exact values). */
+static void test_smollm2_native(void **state) {
+    (void)state;
+    char gguf[1024], path[1024];
+    snprintf(gguf, sizeof gguf, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", LPO_SOURCE_DIR);
+    if (!lpo_path_exists(gguf)) {
+        printf("SKIP smollm2 native: %s not fetched (make models)\n", gguf);
+        return;
+    }
+    snprintf(path, sizeof path, "%s/tests/golden/engine/smollm2/fixture.json", LPO_SOURCE_DIR);
+    char *text;
+    size_t len;
+    assert_int_equal(lpo_read_file(path, &text, &len), LPO_OK);
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    assert_non_null(j);
+    lpo_model *m = NULL;
+    assert_int_equal(lpo_model_open_path(gguf, &m), LPO_OK);
+    enum { G = 32, MUST = 8 };
+    lpo_engine *eng[2] = {NULL, NULL};
+    const char *be[2] = {"cpu", "cuda"}, *dt[2] = {"f32", "bf16"};
+    for (int k = 0; k < 2; k++) {
+        lpo_engine_opts o = {LPO_ENGINE_DEFAULTS, .backend = be[k], .max_seqs = 1,
+                             .max_context = 256,  .dtype = dt[k],   .weights = "native"};
+        if (lpo_engine_open(m, &o, &eng[k]) != LPO_OK) fail_msg("%s: %s", be[k], lpo_last_error());
+    }
+    /* the q4_1 matrices are held in blocks on the GPU */
+    const lpo_dtype_lookup *held = lpo_engine_held_dtypes(eng[1]);
+    lpo_dtype q = LPO_DT_COUNT;
+    assert_true(held->stored_dtype(held->ud, "model.layers.0.mlp.down_proj.weight", &q));
+    assert_int_equal(q, LPO_DT_Q4_1);
+    const cJSON *s;
+    int all = 1;
+    cJSON_ArrayForEach(s, cJSON_GetObjectItem(j, "samples")) {
+        int32_t ids[256], out[2][G];
+        size_t n = 0;
+        const cJSON *it;
+        cJSON_ArrayForEach(it, cJSON_GetObjectItem(s, "prompt_ids")) ids[n++] = (int32_t)it->valueint;
+        for (int k = 0; k < 2; k++) {
+            lpo_engine_reset(eng[k], 0);
+            lpo_gen_params p = {.max_new_tokens = G, .ignore_eos = 1, .sampling = {0, 0, 1, 1, 0}};
+            lpo_gen_seq g = {.prompt = ids, .n_prompt = n};
+            assert_int_equal(lpo_generate(eng[k], NULL, &p, &g, 1, NULL, NULL), LPO_OK);
+            assert_true(g.n_ids >= (size_t)G);
+            memcpy(out[k], g.ids, sizeof out[k]);
+            lpo_gen_seq_free(&g);
+        }
+        int same = 0;
+        while (same < G && out[0][same] == out[1][same]) same++;
+        printf("smollm2 native q4_1 (cuda bf16 vs cpu f32) '%s': first %d/%d greedy tokens equal\n",
+               cJSON_GetObjectItem(s, "prompt")->valuestring, same, G);
+        all &= same >= MUST;
+    }
+    for (int k = 0; k < 2; k++) lpo_engine_close(eng[k]);
+    lpo_model_close(m);
+    cJSON_Delete(j);
+    assert_true(all);
+}
+
 int main(void) {
     lpo_test_require_gpu();
     if (!lpo_backend_cuda()) {
@@ -259,6 +328,7 @@ int main(void) {
     if (skip) cmocka_set_skip_filter(skip);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_device_quantize), cmocka_unit_test(test_opcheck_gguf),
-        cmocka_unit_test(test_engine_synthetic), cmocka_unit_test(test_kquant_file)};
+        cmocka_unit_test(test_engine_synthetic), cmocka_unit_test(test_kquant_file),
+        cmocka_unit_test(test_smollm2_native)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

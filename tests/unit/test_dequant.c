@@ -138,7 +138,7 @@ static void test_fixture_bit_exact(void **state) {
     (void)state;
     lpo_gguf *g;
     assert_int_equal(lpo_gguf_open(LPO_SOURCE_DIR "/tests/golden/gguf/dequant.gguf", &g), LPO_OK);
-    const char *types[] = {"Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K", "F16", "BF16"};
+    const char *types[] = {"Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K", "F16", "BF16", "Q5_K"};
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
         const lpo_gguf_tensor *t = lpo_gguf_find_tensor(g, types[i]);
         char refname[32];

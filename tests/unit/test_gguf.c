@@ -351,7 +351,7 @@ static void test_fixture_metadata(void **state) {
     assert_int_equal(lpo_gguf_get_str(g, "test.after", &s), LPO_OK); /* parsed past the nested array */
     assert_string_equal(s, "still parsed after the nested array");
     free(s);
-    assert_int_equal(lpo_gguf_n_tensors(g), 14);
+    assert_int_equal(lpo_gguf_n_tensors(g), 16);
     for (size_t i = 0; i < lpo_gguf_n_tensors(g); i++) { /* data aligned to general.alignment = 64 */
         const lpo_gguf_tensor *t = lpo_gguf_tensor_at(g, i);
         const lpo_gguf_tensor *first = lpo_gguf_tensor_at(g, 0);

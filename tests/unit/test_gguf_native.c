@@ -18,7 +18,8 @@
 #include "test_engine_support.h"
 #include "test_support.h"
 
-static const lpo_dtype native[] = {LPO_DT_Q8_0, LPO_DT_Q4_K, LPO_DT_Q6_K};
+static const lpo_dtype native[] = {LPO_DT_Q8_0, LPO_DT_Q4_0, LPO_DT_Q4_1,
+                                   LPO_DT_Q4_K, LPO_DT_Q5_K, LPO_DT_Q6_K};
 
 /* values of a weight-like spread: mostly small, a few larger, some rows shifted off zero */
 static void fill(float *x, int64_t n, uint64_t seed) {
@@ -55,15 +56,22 @@ static void test_quantizer(void **state) {
             }
         }
         /* the step of each format over a block's range: q8_0 1/254, q6_k ~1/63 (sub-block scales of 8 bits),
-         * q4_k 1/15 (sub-block scales and mins of 6 bits add ~1/63 of the largest sub-block's) */
-        const double bound = dt == LPO_DT_Q8_0 ? 1.0 / 250 : dt == LPO_DT_Q6_K ? 1.0 / 40 : 1.0 / 10;
+         * q4_k 1/15, q5_k 1/31 (sub-block scales and mins of 6 bits add ~1/63 of the largest sub-block's),
+         * q4_1 1/15 (half a step, f16 d and m), q4_0 up to |v| / 8 at the end the largest magnitude does not
+         * take (the clamp to 7) */
+        const double bound = dt == LPO_DT_Q8_0   ? 1.0 / 250
+                             : dt == LPO_DT_Q6_K ? 1.0 / 40
+                             : dt == LPO_DT_Q5_K ? 1.0 / 16
+                             : dt == LPO_DT_Q4_1 ? 1.0 / 25
+                             : dt == LPO_DT_Q4_0 ? 1.0 / 7
+                                                 : 1.0 / 10;
         printf("%s: rms error %.3g of rms, worst %.3g of a block's range (bound %.3g)\n", lpo_dtype_name(dt),
                sqrt(se / sr), worst, bound);
         assert_true(worst <= bound);
         assert_true(se > 0);
     }
     /* refusals: another dtype, a partial block */
-    assert_int_equal(lpo_quantize_blocks(LPO_DT_Q4_0, x, q1, N), LPO_E_UNSUPPORTED);
+    assert_int_equal(lpo_quantize_blocks(LPO_DT_F16, x, q1, N), LPO_E_UNSUPPORTED);
     assert_int_equal(lpo_quantize_blocks(LPO_DT_Q4_K, x, q1, 100), LPO_E_INVALID);
     /* all zeros: zero scales, zero values */
     static float z[256];
@@ -83,7 +91,6 @@ static void test_rule(void **state) {
     const char *qkv = "model.layers.0.self_attn.q_proj.weight";
     for (size_t f = 0; f < sizeof native / sizeof native[0]; f++)
         assert_int_equal(lpo_weight_held_dtype(&q, qkv, 2, native[f], LPO_DT_BF16), native[f]);
-    assert_int_equal(lpo_weight_held_dtype(&q, qkv, 2, LPO_DT_Q4_0, LPO_DT_BF16), LPO_DT_BF16);
     assert_int_equal(lpo_weight_held_dtype(&q, qkv, 2, LPO_DT_BF16, LPO_DT_BF16), LPO_DT_BF16);
     assert_int_equal(lpo_weight_held_dtype(&q, "model.embed_tokens.weight", 2, LPO_DT_Q4_K, LPO_DT_BF16),
                      LPO_DT_BF16);
@@ -134,9 +141,7 @@ static void test_run_op(void **state) {
         assert_memory_equal(y, y2, sizeof y);
         /* bytes of the op: the real block sizes */
         wt.dtype = native[f];
-        const double per = native[f] == LPO_DT_Q8_0   ? 34.0 / 32
-                           : native[f] == LPO_DT_Q4_K ? 144.0 / 256
-                                                      : 210.0 / 256;
+        const double per = (double)lpo_dtype_block_bytes(native[f]) / lpo_dtype_block(native[f]);
         assert_true(fabs(lpo_op_weight_bytes(&op) - per * N * K) < 1e-6);
     }
     cpu->free(ctx);

@@ -42,6 +42,9 @@ static void test_names_and_sizes(void **state) {
     assert_false(lpo_dtype_parse("", &d));
     assert_int_equal(lpo_dtype_block(LPO_DT_Q8_0), 32);
     assert_int_equal(lpo_dtype_block_bytes(LPO_DT_Q6_K), 210);
+    assert_true(lpo_dtype_parse("Q5_K", &d) && d == LPO_DT_Q5_K); /* 256 weights in 176 bytes: 5.5 bits */
+    assert_int_equal(lpo_dtype_block(LPO_DT_Q5_K), 256);
+    assert_int_equal(lpo_dtype_bytes(LPO_DT_Q5_K, 512), 352);
     assert_int_equal(lpo_dtype_bytes(LPO_DT_F16, 10), 20);
     assert_int_equal(lpo_dtype_bytes(LPO_DT_Q4_K, 512), 288);
     assert_int_equal(lpo_dtype_bytes(LPO_DT_Q4_0, 33), 0);            /* not a whole number of blocks */

@@ -791,8 +791,9 @@ static lpo_status stack_weights(const lpo_op *op, const float *const *w, float *
             return lpo_errorf(LPO_E_NOMEM, "cpu backend: out of memory quantizing the weights of '%s'",
                               op->name);
         }
-        /* a weight held in GGUF blocks (q8_0, q4_k, q6_k, rows of whole blocks): the values of the data given
-         * quantized by the rules the CUDA backend quantizes them with (include/lpo/qblock.h) */
+        /* a weight held in GGUF blocks (lpo_weight_native_block's types, rows of whole blocks): the values of
+         * the data given quantized by the rules the CUDA backend quantizes them with (include/lpo/qblock.h)
+         */
         const int64_t cols = op->w[j].ndim == 2 ? op->w[j].shape[1] : 0;
         lpo_status st = LPO_OK;
         if (lpo_weight_native_block(wd) && cols > 0 && cols % lpo_dtype_block(wd) == 0 &&

@@ -1,14 +1,14 @@
 /* Weights on the device: conversion of stored tensors to the compute dtype and generation of synthetic ones.
  *
  * lpo_cuda_convert: dst (rows, cols) [f32|f16|bf16] = src (rows, cols) [f32|f16|bf16|q8_0|q4_0|q4_1|q4_k|
- * q6_k], optionally un-permuting GGUF Q/K rows per head. One thread per output element: it finds its block,
- * decodes its quant and scale with the arithmetic of src/model/dequant.c (explicit __fmul_rn/__fadd_rn, so
- * no multiply-add contraction changes a bit), then rounds to the destination dtype. Bit-exact with
- * lpo_dequantize followed by the CPU's rounding.
- * lpo_cuda_synth_fill: model.c's synth_fill on the device, one thread per element (grid-stride), double
- * arithmetic without contraction (__dmul_rn/__dadd_rn), so the values are bit-identical to the CPU's.
- * lpo_cuda_quantize_blocks: f32 values into q8_0 / q4_k / q6_k blocks, byte-identical to the host's
- * lpo_quantize_blocks (engine.weights=native on synthetic weights).
+ * q5_k|q6_k], optionally un-permuting GGUF Q/K rows per head. One thread per output element: it finds its
+ * block, decodes its quant and scale with the arithmetic of src/model/dequant.c (explicit
+ * __fmul_rn/__fadd_rn, so no multiply-add contraction changes a bit), then rounds to the destination dtype.
+ * Bit-exact with lpo_dequantize followed by the CPU's rounding. lpo_cuda_synth_fill: model.c's synth_fill on
+ * the device, one thread per element (grid-stride), double arithmetic without contraction
+ * (__dmul_rn/__dadd_rn), so the values are bit-identical to the CPU's. lpo_cuda_quantize_blocks: f32 values
+ * into q8_0 / q4_0 / q4_1 / q4_k / q5_k / q6_k blocks, byte-identical to the host's lpo_quantize_blocks
+ * (engine.weights=native on synthetic weights).
  *
  * Floor (H100, 2.97 TB/s measured copy): bytes = src + dst. Llama-3.1-8B bf16 synthetic: 16.1 GB written
  * -> 5.4 ms; q4_k -> bf16: 4.5 + 16.1 GB -> 6.9 ms. Measurements: docs/perf-notes.md. */
@@ -49,6 +49,23 @@ template <> __device__ __forceinline__ float dq_elem<LPO_DT_Q4_K>(const uint8_t 
     const uint8_t q = b[16 + c * 32 + l];
     const float d1 = __fmul_rn(rd_half(b), (float)s), m1 = __fmul_rn(rd_half(b + 2), (float)mn);
     return __fsub_rn(__fmul_rn(d1, (float)(hi ? q >> 4 : q & 0xF)), m1); // (d*sc)*q - dmin*m
+}
+template <> __device__ __forceinline__ float dq_elem<LPO_DT_Q5_K>(const uint8_t *b, int e) {
+    // as Q4_K (qs at 48), the fifth bit j of qh[l] (sub-block j = 2c + hi)
+    const int c = e >> 6, hi = (e >> 5) & 1, l = e & 31, j = 2 * c + hi;
+    const uint8_t *sc = b + 4;
+    uint8_t s, mn;
+    if (j < 4) {
+        s = sc[j] & 63;
+        mn = sc[j + 4] & 63;
+    } else {
+        s = (uint8_t)((sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4));
+        mn = (uint8_t)((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
+    }
+    const uint8_t q = b[48 + c * 32 + l];
+    const int q5 = (hi ? q >> 4 : q & 0xF) + ((b[16 + l] >> j) & 1 ? 16 : 0);
+    const float d1 = __fmul_rn(rd_half(b), (float)s), m1 = __fmul_rn(rd_half(b + 2), (float)mn);
+    return __fsub_rn(__fmul_rn(d1, (float)q5), m1); // (d*sc)*q - dmin*m
 }
 template <> __device__ __forceinline__ float dq_elem<LPO_DT_Q6_K>(const uint8_t *b, int e) {
     // two halves of 128; in a half, quarter qq of 32 values l: low bits from ql, high 2 bits from qh
@@ -125,6 +142,9 @@ static void launch_convert(D *dst, const void *src, lpo_dtype src_dt, int64_t ro
         break;
     case LPO_DT_Q4_K:
         convert_quant_kernel<D, LPO_DT_Q4_K, 256, 144><<<g, 256, 0, s>>>(dst, b, n, cols, hd);
+        break;
+    case LPO_DT_Q5_K:
+        convert_quant_kernel<D, LPO_DT_Q5_K, 256, 176><<<g, 256, 0, s>>>(dst, b, n, cols, hd);
         break;
     case LPO_DT_Q6_K:
         convert_quant_kernel<D, LPO_DT_Q6_K, 256, 210><<<g, 256, 0, s>>>(dst, b, n, cols, hd);
@@ -204,16 +224,21 @@ extern "C" lpo_status lpo_cuda_quantize_blocks(void *dst, lpo_dtype dt, const fl
                                                cudaStream_t stream) {
     const char *op = "quantize_blocks";
     const int blk = lpo_dtype_block(dt);
-    if ((dt != LPO_DT_Q8_0 && dt != LPO_DT_Q4_K && dt != LPO_DT_Q6_K) || n < 0 || n % blk)
+    if ((dt != LPO_DT_Q8_0 && dt != LPO_DT_Q4_0 && dt != LPO_DT_Q4_1 && dt != LPO_DT_Q4_K &&
+         dt != LPO_DT_Q5_K && dt != LPO_DT_Q6_K) ||
+        n < 0 || n % blk)
         return lpo_errorf(LPO_E_UNSUPPORTED,
-                          "%s: %lld values into %s blocks (q8_0, q4_k, q6_k; whole blocks)", op, (long long)n,
-                          lpo_dtype_name(dt));
+                          "%s: %lld values into %s blocks (q8_0, q4_0, q4_1, q4_k, q5_k, q6_k; whole blocks)",
+                          op, (long long)n, lpo_dtype_name(dt));
     const int64_t nb = n / blk;
     if (nb == 0) return LPO_OK;
     const unsigned g = grid_for(nb);
     uint8_t *d = (uint8_t *)dst;
     if (dt == LPO_DT_Q8_0) quantize_kernel<32, 34, lpo_qblock_q8_0><<<g, 256, 0, stream>>>(d, src, nb);
+    if (dt == LPO_DT_Q4_0) quantize_kernel<32, 18, lpo_qblock_q4_0><<<g, 256, 0, stream>>>(d, src, nb);
+    if (dt == LPO_DT_Q4_1) quantize_kernel<32, 20, lpo_qblock_q4_1><<<g, 256, 0, stream>>>(d, src, nb);
     if (dt == LPO_DT_Q4_K) quantize_kernel<256, 144, lpo_qblock_q4_k><<<g, 256, 0, stream>>>(d, src, nb);
+    if (dt == LPO_DT_Q5_K) quantize_kernel<256, 176, lpo_qblock_q5_k><<<g, 256, 0, stream>>>(d, src, nb);
     if (dt == LPO_DT_Q6_K) quantize_kernel<256, 210, lpo_qblock_q6_k><<<g, 256, 0, stream>>>(d, src, nb);
     LPO_CU_LAUNCHED(op);
     return LPO_OK;

@@ -55,8 +55,8 @@ lpo_status lpo_cuda_convert(void *dst, lpo_dtype dst_dt, const void *src, lpo_dt
  * splitmix64(seed ^ fnv1a64(name)); center and amp come from the tensor's role (synth_params). */
 lpo_status lpo_cuda_synth_fill(void *dst, lpo_dtype dst_dt, int64_t n, uint64_t key, double center,
                                double amp, lpo_dtype stored_dt, cudaStream_t stream);
-/* dst = the n f32 values of src (device) as GGUF blocks of dt (q8_0, q4_k, q6_k; n whole blocks), the bytes
- * of the host's lpo_quantize_blocks (include/lpo/qblock.h). */
+/* dst = the n f32 values of src (device) as GGUF blocks of dt (lpo_weight_native_block's; n whole blocks),
+ * the bytes of the host's lpo_quantize_blocks (include/lpo/qblock.h). */
 lpo_status lpo_cuda_quantize_blocks(void *dst, lpo_dtype dt, const float *src, int64_t n,
                                     cudaStream_t stream);
 
@@ -297,9 +297,9 @@ lpo_status lpo_cuda_gemv_fp8(void *y, lpo_dtype y_dt, const void *x, const void 
                              lpo_dtype wdt, const void *bias, int64_t m, int64_t n, int64_t k, float beta,
                              int swiglu, lpo_dtype dt, cudaStream_t stream);
 /* GGUF block weights (engine.weights=native, gemv_gguf.cu): the product of lpo_cuda_gemv with W (n, k) held
- * as its q8_0 / q4_k / q6_k blocks (rows of k / block whole blocks), dequantized in registers (the arithmetic
- * of src/model/dequant.c, f32 FMAs). dt (x, bias, y) bf16 or f16, y_dt dt or f32; x 16-byte aligned rows; no
- * SwiGLU fusion. */
+ * as its q8_0 / q4_0 / q4_1 / q4_k / q5_k / q6_k blocks (rows of k / block whole blocks), dequantized in
+ * registers (the arithmetic of src/model/dequant.c, f32 FMAs). dt (x, bias, y) bf16 or f16, y_dt dt or f32; x
+ * 16-byte aligned rows; no SwiGLU fusion. */
 int lpo_cuda_gemv_gguf_supported(int64_t m, int64_t k, lpo_dtype wdt, lpo_dtype dt);
 lpo_status lpo_cuda_gemv_gguf(void *y, lpo_dtype y_dt, const void *x, const void *Wq, lpo_dtype wdt,
                               const void *bias, int64_t m, int64_t n, int64_t k, float beta, lpo_dtype dt,

@@ -195,11 +195,12 @@ static lpo_status stage_fp8(cuda_ctx *c, scratch *s, const lpo_op *op, float *hw
     return scratch_alloc(s, (size_t)op->m * sizeof(float), (void **)&a->q8_scale);
 }
 
-/* GGUF block weights (a matrix of dtype q8_0 / q4_k / q6_k with rows of whole blocks): quantized on the host
- * by the rules the CPU reference applies to the same data (lpo_quantize_blocks, include/lpo/qblock.h). A
- * linear or lm_head whose matrices are all of one such dtype gets its blocks uploaded (the block GEMV, or
- * prefill's dequantized GEMM); any other op gets the quantized values, dequantized, in the compute dtype.
- * Returns 1 in *held when a->W was set to blocks; else hw (the stacked f32 matrices) holds the values. */
+/* GGUF block weights (a matrix of a dtype lpo_weight_native_block names, rows of whole blocks): quantized on
+ * the host by the rules the CPU reference applies to the same data (lpo_quantize_blocks,
+ * include/lpo/qblock.h). A linear or lm_head whose matrices are all of one such dtype gets its blocks
+ * uploaded (the block GEMV, or prefill's dequantized GEMM); any other op gets the quantized values,
+ * dequantized, in the compute dtype. Returns 1 in *held when a->W was set to blocks; else hw (the stacked f32
+ * matrices) holds the values. */
 static lpo_status stage_gguf(cuda_ctx *c, scratch *s, const lpo_op *op, float *hw, cuda_args *a, int *held) {
     *held = 0;
     const lpo_dtype wdt = op->w[0].dtype;

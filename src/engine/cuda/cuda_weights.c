@@ -102,8 +102,8 @@ static lpo_status load_part(cuda_ctx *c, const lpo_weight_view *v, const lpo_op_
 }
 
 /* ---- fp8 weights and GGUF blocks ---------------------------------------------------------------------- */
-/* The dtype op i's matrices are held in: FP8 / FP8_B128, or one GGUF block type (q8_0, q4_k, q6_k under
- * engine.weights=native), when every one of them is held so by the rule (engine.weights,
+/* The dtype op i's matrices are held in: FP8 / FP8_B128, or one GGUF block type (lpo_weight_native_block
+ * under engine.weights=native), when every one of them is held so by the rule (engine.weights,
  * lpo_weight_held_dtype) and the kernels can read it (a 16-bit compute dtype; tile scales
  * only when each stacked tensor has whole tiles of rows, so the stacked tile grid is each tensor's), else the
  * compute dtype. */
@@ -183,7 +183,8 @@ static lpo_status load_blocks(cuda_ctx *c, const lpo_weight_view *v, lpo_dtype w
     const size_t row_bytes = (size_t)lpo_dtype_bytes(wdt, (uint64_t)cols),
                  bb = (size_t)lpo_dtype_block_bytes(wdt);
     /* the f16 scales of every block finite (the CPU's conversion refuses the NaN / Inf they would make) */
-    const size_t at = wdt == LPO_DT_Q6_K ? 208 : 0, n_f16 = wdt == LPO_DT_Q4_K ? 2 : 1;
+    const size_t at = wdt == LPO_DT_Q6_K ? 208 : 0; /* d (q6_k: at the end); q4_1: m, q4_k / q5_k: dmin */
+    const size_t n_f16 = wdt == LPO_DT_Q4_1 || wdt == LPO_DT_Q4_K || wdt == LPO_DT_Q5_K ? 2 : 1;
     for (uint64_t b = 0; b < v->numel / (uint64_t)lpo_dtype_block(wdt); b++)
         for (size_t f = 0; f < n_f16; f++) {
             const uint8_t *p = (const uint8_t *)v->data + b * bb + at + 2 * f;

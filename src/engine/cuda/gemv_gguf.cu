@@ -1,11 +1,13 @@
 /* GEMV with GGUF block weights (engine.weights=native): y (m, n) [dt or f32] = x (m, k) [dt] W^T + bias
- * (n,) + beta y, W (n, k) held as its GGUF blocks (q8_0: 34 B per 32, q4_k: 144 B per 256, q6_k: 210 B per
- * 256; rows of k / block whole blocks, row-major), m <= 8 tokens (decode), dt bf16 or f16.
+ * (n,) + beta y, W (n, k) held as its GGUF blocks (q8_0: 34 B per 32, q4_0: 18 B per 32, q4_1: 20 B per 32,
+ * q4_k: 144 B per 256, q5_k: 176 B per 256, q6_k: 210 B per 256; rows of k / block whole blocks, row-major),
+ * m <= 8 tokens (decode), dt bf16 or f16.
  *
  * A block of 128 threads owns R = 2 output rows. It walks k in tiles of 128 units (a unit is 32 weights of
- * one row: a q8_0 block, an eighth of a q4_k / q6_k block): the threads copy the R rows' tile bytes from
- * global memory into shared memory with coalesced loads (16-byte vectors where the rows are 16-byte
- * aligned, else 2-byte: q8_0 and q6_k blocks are only 2-byte aligned), then each thread decodes one unit of
+ * one row: a q8_0 / q4_0 / q4_1 block, an eighth of a q4_k / q5_k / q6_k block): the threads copy the R rows'
+ * tile bytes from global memory into shared memory with coalesced loads (16-byte vectors where the rows are
+ * 16-byte aligned, else 2-byte: q8_0, q4_0 and q6_k blocks are only 2-byte aligned), then each thread decodes
+ * one unit of
  * each row in registers with the arithmetic of src/model/dequant.c (f16 scales, integer quants, f32
  * products) and FMAs its 32 weights with the matching x values of every token (16-byte loads of x, shared
  * by the R rows). f32 sums, reduced over the warps; the epilogue adds the bias and beta y and rounds once.
@@ -23,12 +25,15 @@
 #define GQ_THREADS 128 /* threads of a block = units of a tile */
 #define GQ_ROWS    2   /* output rows per block */
 
-/* ---- the three formats ---------------------------------------------------------------------------------
+/* ---- the six formats -----------------------------------------------------------------------------------
  * unit u of a tile: block u / UPB of the tile, part u % UPB of that block. For each, the 32 weights of the
  * part as 4 groups of 8 consecutive columns (col[g]: first column of group g, relative to the block). */
 template <lpo_dtype Q> struct gq_fmt;
 template <> struct gq_fmt<LPO_DT_Q8_0> { static constexpr int BLK = 32, BB = 34, UPB = 1; };
+template <> struct gq_fmt<LPO_DT_Q4_0> { static constexpr int BLK = 32, BB = 18, UPB = 1; };
+template <> struct gq_fmt<LPO_DT_Q4_1> { static constexpr int BLK = 32, BB = 20, UPB = 1; };
 template <> struct gq_fmt<LPO_DT_Q4_K> { static constexpr int BLK = 256, BB = 144, UPB = 8; };
+template <> struct gq_fmt<LPO_DT_Q5_K> { static constexpr int BLK = 256, BB = 176, UPB = 8; };
 template <> struct gq_fmt<LPO_DT_Q6_K> { static constexpr int BLK = 256, BB = 210, UPB = 8; };
 
 __device__ __forceinline__ uint32_t sh_u16(const uint8_t *p) { /* 2-byte aligned shared memory */
@@ -55,6 +60,85 @@ __device__ __forceinline__ void gq_decode<LPO_DT_Q8_0>(const uint8_t *b, int, fl
             const uint32_t two = sh_u16(b + 2 + 8 * g + i);
             w[g][i] = d * (float)(int8_t)(two & 0xff);
             w[g][i + 1] = d * (float)(int8_t)(two >> 8);
+        }
+    }
+}
+
+/* Q4_0 / Q4_1: the whole block; qs[i] holds column i (low nibble) and i + 16 (high); groups 0, 1: the low
+ * nibbles of bytes 0..7, 8..15; 2, 3: their high nibbles. Q4_0: w = d * (q - 8); Q4_1: w = d * q + m */
+template <bool MIN>
+__device__ __forceinline__ void gq_decode_q4(const uint8_t *b, float (&w)[4][8], int (&col0)[4]) {
+    const float d = sh_f16(b), m = MIN ? sh_f16(b + 2) : 0.f;
+    const uint8_t *qs = b + (MIN ? 4 : 2);
+    const int off = MIN ? 0 : 8;
+#pragma unroll
+    for (int g = 0; g < 4; g++) {
+        col0[g] = 8 * g;
+#pragma unroll
+        for (int i = 0; i < 8; i += 2) {
+            const uint32_t two = sh_u16(qs + 8 * (g & 1) + i);
+            const int q0 = (int)(g < 2 ? two & 0xF : (two >> 4) & 0xF) - off;
+            const int q1 = (int)(g < 2 ? (two >> 8) & 0xF : two >> 12) - off;
+            w[g][i] = d * (float)q0 + m;
+            w[g][i + 1] = d * (float)q1 + m;
+        }
+    }
+}
+template <>
+__device__ __forceinline__ void gq_decode<LPO_DT_Q4_0>(const uint8_t *b, int, float (&w)[4][8],
+                                                       int (&col0)[4]) {
+    gq_decode_q4<false>(b, w, col0);
+}
+template <>
+__device__ __forceinline__ void gq_decode<LPO_DT_Q4_1>(const uint8_t *b, int, float (&w)[4][8],
+                                                       int (&col0)[4]) {
+    gq_decode_q4<true>(b, w, col0);
+}
+
+/* The 6-bit scale and min of sub-blocks 2c and 2c + 1 of a Q4_K / Q5_K block (header hdr: d, dmin, the 12
+ * scale bytes) as scale_min_k4: d1 = d * sc, m1 = dmin * m */
+__device__ __forceinline__ void gq_kscales(const uint8_t *b, int c, float (&d1)[2], float (&m1)[2]) {
+    const uint4 hdr = *reinterpret_cast<const uint4 *>(b);
+    const float d = __half2float(__ushort_as_half((unsigned short)(hdr.x & 0xffff)));
+    const float dmin = __half2float(__ushort_as_half((unsigned short)(hdr.x >> 16)));
+    const uint8_t *sc = b + 4;
+#pragma unroll
+    for (int s = 0; s < 2; s++) {
+        const int j = 2 * c + s;
+        uint32_t scj, mj;
+        if (j < 4) {
+            scj = sc[j] & 63;
+            mj = sc[j + 4] & 63;
+        } else {
+            scj = (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
+            mj = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+        }
+        d1[s] = d * (float)scj;
+        m1[s] = dmin * (float)mj;
+    }
+}
+
+/* Q5_K: as Q4_K (qs at 48), the fifth bit of column l of sub-block j in bit j of qh[l] (qh at 16): part p
+ * reads qh[16 h .. 16 h + 15]; w = (d * sc) * q - dmin * m */
+template <>
+__device__ __forceinline__ void gq_decode<LPO_DT_Q5_K>(const uint8_t *b, int p, float (&w)[4][8],
+                                                       int (&col0)[4]) {
+    const int c = p >> 1, h = p & 1;
+    const uint4 qv = *reinterpret_cast<const uint4 *>(b + 48 + 16 * p);
+    const uint4 hv = *reinterpret_cast<const uint4 *>(b + 16 + 16 * h);
+    float d1[2], m1[2];
+    gq_kscales(b, c, d1, m1);
+    const uint32_t q[4] = {qv.x, qv.y, qv.z, qv.w}, qh[4] = {hv.x, hv.y, hv.z, hv.w};
+    col0[0] = 64 * c + 16 * h, col0[1] = col0[0] + 8, col0[2] = col0[0] + 32, col0[3] = col0[0] + 40;
+#pragma unroll
+    for (int g = 0; g < 4; g++) {
+        const int s = g >> 1, half = g & 1; /* groups 0, 1: low nibbles, qh bit 2c; 2, 3: high, bit 2c + 1 */
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const int byte = 8 * half + i;
+            const uint32_t v = (q[byte >> 2] >> (8 * (byte & 3))) & 0xff;
+            const uint32_t hb = (qh[byte >> 2] >> (8 * (byte & 3) + 2 * c + s)) & 1;
+            w[g][i] = d1[s] * (float)((s ? v >> 4 : v & 0xF) | (hb << 4)) - m1[s];
         }
     }
 }
@@ -238,7 +322,10 @@ static cudaError_t launch_fmt(lpo_dtype wdt, bool v16, void *y, const void *x, c
                               const void *bias, int m, int64_t n, int64_t k, float beta, cudaStream_t s) {
     switch (wdt) {
     case LPO_DT_Q8_0: return launch_vec<LPO_DT_Q8_0, T, YT>(v16, y, x, W, bias, m, n, k, beta, s);
+    case LPO_DT_Q4_0: return launch_vec<LPO_DT_Q4_0, T, YT>(v16, y, x, W, bias, m, n, k, beta, s);
+    case LPO_DT_Q4_1: return launch_vec<LPO_DT_Q4_1, T, YT>(v16, y, x, W, bias, m, n, k, beta, s);
     case LPO_DT_Q4_K: return launch_vec<LPO_DT_Q4_K, T, YT>(v16, y, x, W, bias, m, n, k, beta, s);
+    case LPO_DT_Q5_K: return launch_vec<LPO_DT_Q5_K, T, YT>(v16, y, x, W, bias, m, n, k, beta, s);
     default: return launch_vec<LPO_DT_Q6_K, T, YT>(v16, y, x, W, bias, m, n, k, beta, s);
     }
 }
@@ -246,7 +333,7 @@ static cudaError_t launch_fmt(lpo_dtype wdt, bool v16, void *y, const void *x, c
 extern "C" int lpo_cuda_gemv_gguf_supported(int64_t m, int64_t k, lpo_dtype wdt, lpo_dtype dt) {
     const int blk = lpo_dtype_block(wdt);
     return m >= 1 && m <= LPO_CUDA_GEMV_MAX_M && (dt == LPO_DT_F16 || dt == LPO_DT_BF16) &&
-           (wdt == LPO_DT_Q8_0 || wdt == LPO_DT_Q4_K || wdt == LPO_DT_Q6_K) && k > 0 && k % blk == 0;
+           lpo_weight_native_block(wdt) && k > 0 && k % blk == 0;
 }
 
 extern "C" lpo_status lpo_cuda_gemv_gguf(void *y, lpo_dtype y_dt, const void *x, const void *Wq,
@@ -259,7 +346,8 @@ extern "C" lpo_status lpo_cuda_gemv_gguf(void *y, lpo_dtype y_dt, const void *x,
         return lpo_errorf(
             LPO_E_UNSUPPORTED,
             "%s: m=%lld n=%lld k=%lld %s weights, %s -> %s: needs 1 <= m <= %d, k a multiple of "
-            "the block, weights q8_0 / q4_k / q6_k, dtype f16 or bf16 (output it or f32), 16-byte "
+            "the block, weights q8_0 / q4_0 / q4_1 / q4_k / q5_k / q6_k, dtype f16 or bf16 (output it or "
+            "f32), 16-byte "
             "aligned x rows",
             op, (long long)m, (long long)n, (long long)k, lpo_dtype_name(wdt), lpo_dtype_name(dt),
             lpo_dtype_name(y_dt), LPO_CUDA_GEMV_MAX_M);

@@ -2,9 +2,9 @@
 """Writes tests/golden/gguf/dequant.gguf: a small GGUF v3 file used by tests/unit/test_dequant.c and
 tests/unit/test_gguf.c.
 
-Tensors: for each type T in Q8_0, Q4_0, Q4_1, Q4_K, Q6_K, F16, BF16 a tensor "T" of 4 x 256 values stored in T
+Tensors: for each type T in Q8_0, Q4_0, Q4_1, Q4_K, Q6_K, F16, BF16, Q5_K a tensor "T" of 4 x 256 values stored in T
 and a tensor "T.ref" (F32) holding what the `gguf` package's reference dequantize() gives for it. Q8_0 / Q4_0 /
-Q4_1 / F16 / BF16 come from gguf.quants.quantize of random normal data; Q4_K / Q6_K (no Python quantizer)
+Q4_1 / F16 / BF16 come from gguf.quants.quantize of random normal data; Q4_K / Q5_K / Q6_K (no Python quantizer)
 are random bytes with random finite f16 scales (subnormals included), which exercises every bit of the layout.
 Metadata: one key of every GGUF value type, string / numeric / nested arrays, and general.alignment = 64.
 
@@ -31,7 +31,7 @@ def random_kquant(t):
     blk, size = gguf.GGML_QUANT_SIZES[t]
     nb = ROWS * COLS // blk
     raw = rng.integers(0, 256, size=(nb, size), dtype=np.uint8)
-    if t == gguf.GGMLQuantizationType.Q4_K:
+    if t in (gguf.GGMLQuantizationType.Q4_K, gguf.GGMLQuantizationType.Q5_K):
         raw[:, 0:2] = random_f16(nb).view(np.uint8).reshape(nb, 2)  # d
         raw[:, 2:4] = random_f16(nb).view(np.uint8).reshape(nb, 2)  # dmin
     elif t == gguf.GGMLQuantizationType.Q6_K:
@@ -61,9 +61,10 @@ def main():
     w.add_array("test.arr_nested", [[1, 2], [3], [4, 5, 6]])
     w.add_string("test.after", "still parsed after the nested array")
     data = rng.standard_normal((ROWS, COLS)).astype(np.float32)
-    for name in ["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K", "F16", "BF16"]:
+    # (Q5_K last: the tensors before it draw the same random values as before it was added)
+    for name in ["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K", "F16", "BF16", "Q5_K"]:
         t = gguf.GGMLQuantizationType[name]
-        if name in ("Q4_K", "Q6_K"):
+        if name in ("Q4_K", "Q5_K", "Q6_K"):
             raw = random_kquant(t)
         else:
             raw = quants.quantize(data, t)
