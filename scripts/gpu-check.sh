@@ -128,6 +128,16 @@ if [ -x "$build/lpo" ]; then
         compute-sanitizer --tool racecheck --error-exitcode 9 "$qt"
     fi
   done
+  # the vision encoder's kernels (conv gather, layer norm, GELU, position table, SAM's and the encoder's
+  # attention: shared-memory tiles of the tensor-core kernel) through the op checker and the tiny
+  # DeepSeek-OCR-2 encoder; the published sizes left out (LPO_TEST_QUICK: their CPU reference takes seconds)
+  vt="$build/tests/gpu_test_cuda_vision"
+  if [ "${GPU_CHECK_TESTS:-}" != none ] && command -v compute-sanitizer >/dev/null && [ -x "$vt" ]; then
+    step "memcheck vision" env LPO_TEST_SKIP=test_published_timing LPO_TEST_QUICK=1 compute-sanitizer \
+      --tool memcheck --error-exitcode 9 "$vt"
+    [ "${GPU_CHECK_RACE:-1}" != 0 ] && step "racecheck vision" env LPO_TEST_ONLY=test_opcheck LPO_TEST_QUICK=1 \
+      compute-sanitizer --tool racecheck --error-exitcode 9 "$vt"
+  fi
   # lpo bench at the points (synthetic weights, bf16, graphs); tables printed before the summary
   # (measured ceilings first: MBU and MFU against this GPU's bandwidth and GEMM peak, not the spec sheet)
   if [ "${GPU_CHECK_BENCH:-1}" != 0 ]; then
@@ -172,7 +182,7 @@ fi
 if [ -s "$build/ctest-gpu.log" ]; then
   echo
   echo "figures from the GPU tests ($build/ctest-gpu.log)"
-  grep -E "pdl on vs off|PDL runs|max \|logit - HF\||smollm2|first 8|op checker:|f32: prefill logits|bf16: prefill logits|prefill MFU|breakdown: groups|decode tok/s: profile|\| (pp|tg)[0-9]|greedy tokens as the cpu backend|(router|experts|mla_attention) .*(FAIL|ERROR)|engine.weights=fp8|engine.weights=native|engine.kv_dtype=fp8|kv fp8 .*(FAIL|ERROR)|\| attention (decode|prefill)[^|]*fp8 KV|fp8 KV.*FAIL|greedy tokens equal|fp8 checkpoint|tiny-ocr2|^(vision_encode|prefill|decode): " \
+  grep -E "pdl on vs off|PDL runs|max \|logit - HF\||smollm2|first 8|op checker:|f32: prefill logits|bf16: prefill logits|prefill MFU|breakdown: groups|decode tok/s: profile|\| (pp|tg)[0-9]|greedy tokens as the cpu backend|(router|experts|mla_attention) .*(FAIL|ERROR)|engine.weights=fp8|engine.weights=native|engine.kv_dtype=fp8|kv fp8 .*(FAIL|ERROR)|\| attention (decode|prefill)[^|]*fp8 KV|fp8 KV.*FAIL|greedy tokens equal|fp8 checkpoint|tiny-ocr2|published bf16|(conv|layernorm|gelu|attn_relpos|attn_prefix|pos_embed) .*(FAIL|ERROR)|^(vision_encode|prefill|decode): " \
     "$build/ctest-gpu.log" | head -80
 fi
 if [ -s "$build/bench-tables.txt" ]; then

@@ -182,6 +182,22 @@ typedef struct {
     int cold;
 } lpo_op_io;
 
+/* ---- op lists held by the backend --------------------------------------------------------------------
+ * A model part run op by op outside the engine's steps (the vision encoder, lpo/vision_encode.h), with its
+ * weights and activations resident on the backend's device. Called after each op when given: the op, its
+ * out[0] copied to the host as float32 (rows as the op states them) when cb_outputs, else NULL, its device
+ * time in ms. */
+typedef void (*lpo_list_op_callback)(void *ud, const lpo_op *op, const float *out, double ms);
+typedef struct {
+    const float *in;   /* host f32: the first op's in[0] (its rows, as the op states them) */
+    int in_transposed; /* in holds that tensor column by column ([width][rows]: an image's CHW planes are its
+                          channel-last pixel rows transposed); the backend transposes it on its device */
+    float *out;        /* host f32: the last op's out[0] */
+    lpo_list_op_callback cb; /* optional: after each op (the ops then run one at a time) */
+    void *cb_ud;
+    int cb_outputs; /* cb gets each op's output (a copy to the host per op) */
+} lpo_list_io;
+
 /* ---- MoE routing statistics ------------------------------------------------------------------------------
  * What the routers of the steps a context ran chose, per sparse layer, for prefill-shaped steps (phase 0)
  * and decode steps (phase 1: every sequence brings one token), summed since the last reset. Padding rows of
@@ -267,6 +283,17 @@ typedef struct lpo_backend_iface {
      * (LPO_E_INVALID when no step was timed). */
     lpo_status (*comm_timing)(void *ctx, int on);
     lpo_status (*comm_read)(void *ctx, lpo_comm_times *out);
+    /* optional: op lists held on the device (lpo_list_io). list_open uploads the weights of lists[0..n) once
+     * (each in the compute dtype, by name from w, checked against the shapes the ops state; ops naming the
+     * same weights share them) and allocates one activation buffer per lpo_buf, as wide as the largest
+     * (row0 + rows) x width any list puts there, and the ops' workspaces; the TOKENS buffer holds 0, 1, 2,
+     * .. (tables looked up in order). A list with no ops is skipped. The lists must outlive *held; w is read
+     * during the call only. list_run runs list i's ops in order on the device; list_close frees *held
+     * (before the context). */
+    lpo_status (*list_open)(void *ctx, const lpo_oplist *lists, int n, const lpo_weight_source *w,
+                            void **held);
+    lpo_status (*list_run)(void *held, int i, const lpo_list_io *io);
+    void (*list_close)(void *held);
 } lpo_backend_iface;
 
 #define LPO_BACKEND_MARKS 16

@@ -13,19 +13,26 @@
 
 typedef struct lpo_vision_encoder lpo_vision_encoder;
 
-/* Called after each op of a view's list with the op and its output (host, rows of out[0] as the op states
- * them); for tests and per-op timing. */
+/* Called after each op of a view's list with the op, its output (host, rows of out[0] as the op states them;
+ * on a device backend NULL unless lpo_vision_encoder_want_outputs asked for it: a copy per op) and its time
+ * (device time on a device backend, whose ops then run one at a time, unfused); for tests and per-op
+ * timing. */
 typedef void (*lpo_vision_op_callback)(void *ud, const lpo_op *op, const float *out, double ms);
 
-/* Loads every weight the vision lists name (as f32, through lpo_weight_convert) and builds the lists of the
- * 1024 and 768 views. be: a backend whose run_op runs every vision op kind (the CPU reference); be_ctx its
- * context (NULL: an op-only context of its own, n_threads threads). LPO_E_NOT_FOUND names a missing tensor,
- * LPO_E_FORMAT one whose shape differs from the spec's. */
+/* Builds the lists of the 1024 and 768 views and loads every weight they name. be: a backend that runs every
+ * vision op kind; be_ctx its context (NULL: an op-only f32 context of its own, n_threads threads). A backend
+ * with held lists (list_open: CUDA) gets the weights once in its context's compute dtype and runs each view
+ * on its device; any other runs each op through run_op over host buffers with the weights as f32 (through
+ * lpo_weight_convert; the CPU reference). LPO_E_NOT_FOUND names a missing tensor, LPO_E_FORMAT one whose
+ * shape differs from the spec's. */
 lpo_status lpo_vision_encoder_open(const lpo_vision_spec *vs, const lpo_weight_source *w,
                                    const lpo_backend_iface *be, void *be_ctx, int n_threads,
                                    lpo_vision_encoder **out);
 void lpo_vision_encoder_close(lpo_vision_encoder *e);
 void lpo_vision_encoder_set_callback(lpo_vision_encoder *e, lpo_vision_op_callback cb, void *ud);
+/* on != 0: the callback gets every op's output on a device backend too (the CPU reference always gives it).
+ */
+void lpo_vision_encoder_want_outputs(lpo_vision_encoder *e, int on);
 /* The op list of a view of `size` pixels (NULL when the encoder has none). */
 const lpo_oplist *lpo_vision_encoder_list(const lpo_vision_encoder *e, int64_t size);
 /* One view: pixels CHW [3][size][size] (lpo_ocr_views) -> emb [queries][text_hidden]. */

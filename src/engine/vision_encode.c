@@ -1,6 +1,8 @@
-/* DeepSeek-OCR-2's vision encoder, run op by op through a backend's run_op over host buffers: the op list of
- * each view size (lpo_vision_oplist_build), its weights loaded once as f32, one buffer per activation id
- * sized for the largest tensor any list puts there (row0 offsets included). docs/vision.md. */
+/* DeepSeek-OCR-2's vision encoder, run op by op: the op list of each view size (lpo_vision_oplist_build). On
+ * a backend that holds op lists (list_open: CUDA) the lists run on its device, weights uploaded once in its
+ * compute dtype, activations resident; elsewhere through the backend's run_op over host buffers (the CPU
+ * reference): weights loaded once as f32, one buffer per activation id sized for the largest tensor any list
+ * puts there (row0 offsets included). docs/vision.md. */
 #include "lpo/vision_encode.h"
 
 #include <stdlib.h>
@@ -25,8 +27,10 @@ struct lpo_vision_encoder {
     const float **op_w;        /* scratch: one op's weight pointers */
     int max_w;
     float *sep; /* the view separator (text_hidden,) */
+    void *held; /* the backend's held lists (list_open), or NULL: run_op over the host buffers */
     lpo_vision_op_callback cb;
     void *cb_ud;
+    int cb_outputs; /* held lists: the callback gets each op's output */
 };
 
 static int64_t numel(const lpo_op_tensor *t) {
@@ -88,8 +92,9 @@ static lpo_status alloc_buffers(lpo_vision_encoder *e) {
             if (op->n_w > e->max_w) e->max_w = op->n_w;
         }
     }
+    const int held = e->be->list_open != NULL; /* the device holds every activation */
     for (int b = 0; b < LPO_BUF_COUNT; b++) {
-        if (!need[b] || b == LPO_BUF_WEIGHT) continue;
+        if (!need[b] || b == LPO_BUF_WEIGHT || held) continue;
         if (b == LPO_BUF_TOKENS) {
             if (!(e->tokens = malloc((size_t)need[b] * sizeof *e->tokens))) goto nomem;
             for (int64_t i = 0; i < need[b]; i++) e->tokens[i] = (int32_t)i;
@@ -134,7 +139,7 @@ lpo_status lpo_vision_encoder_open(const lpo_vision_spec *vs, const lpo_weight_s
         e->w_data = calloc(n_weights + 1, sizeof *e->w_data);
         if (!e->w_name || !e->w_data) st = lpo_errorf(LPO_E_NOMEM, "vision encoder: out of memory");
     }
-    for (int s = 0; st == LPO_OK && s < N_SIZES; s++)
+    for (int s = 0; st == LPO_OK && !be->list_open && s < N_SIZES; s++)
         if (e->sizes[s]) st = load_list_weights(e, &e->lists[s], w);
     if (st == LPO_OK) st = load_tensor(w, LPO_VISION_SEP, vs->text_hidden, &e->sep);
     if (st == LPO_OK) st = alloc_buffers(e);
@@ -143,6 +148,7 @@ lpo_status lpo_vision_encoder_open(const lpo_vision_spec *vs, const lpo_weight_s
             if (!be->supports_op(e->ctx, &e->lists[s].ops[i]))
                 st = lpo_errorf(LPO_E_UNSUPPORTED, "vision encoder: backend '%s' cannot run op '%s' (%s)",
                                 be->name, e->lists[s].ops[i].name, lpo_op_kind_name(e->lists[s].ops[i].kind));
+    if (st == LPO_OK && be->list_open) st = be->list_open(e->ctx, e->lists, N_SIZES, w, &e->held);
     if (st != LPO_OK) {
         lpo_vision_encoder_close(e);
         return st;
@@ -153,6 +159,7 @@ lpo_status lpo_vision_encoder_open(const lpo_vision_spec *vs, const lpo_weight_s
 
 void lpo_vision_encoder_close(lpo_vision_encoder *e) {
     if (!e) return;
+    if (e->held) e->be->list_close(e->held);
     for (size_t i = 0; i < e->n_w; i++) free(e->w_data[i]);
     free(e->w_data);
     free((void *)e->w_name);
@@ -170,6 +177,10 @@ void lpo_vision_encoder_set_callback(lpo_vision_encoder *e, lpo_vision_op_callba
     e->cb_ud = ud;
 }
 
+void lpo_vision_encoder_want_outputs(lpo_vision_encoder *e, int on) {
+    e->cb_outputs = on != 0;
+}
+
 const lpo_oplist *lpo_vision_encoder_list(const lpo_vision_encoder *e, int64_t size) {
     for (int s = 0; s < N_SIZES; s++)
         if (e->sizes[s] && e->sizes[s] == size) return &e->lists[s];
@@ -185,6 +196,12 @@ lpo_status lpo_vision_encode_view(lpo_vision_encoder *e, const float *chw, int64
     if (!l)
         return lpo_errorf(LPO_E_INVALID, "vision encoder: no op list for a view of %lld pixels",
                           (long long)size);
+    if (e->held) { /* the whole list on the device, the CHW planes transposed there */
+        const lpo_list_io io = {chw, 1, emb, e->cb, e->cb_ud, e->cb_outputs};
+        const lpo_status st = e->be->list_run(e->held, (int)(l - e->lists), &io);
+        return st == LPO_OK ? LPO_OK
+                            : lpo_error_context(st, "vision encoder: view of %lld pixels", (long long)size);
+    }
     const int64_t px = size * size;
     float *pix = e->buf[LPO_BUF_PIX];
     for (int64_t c = 0; c < 3; c++) // channel c (size, size) -> pix (size size, 3)

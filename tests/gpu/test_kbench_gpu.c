@@ -45,15 +45,6 @@ static int cudnn_case(const char *name) {
     return !strcmp(name, "conv2d") || !strcmp(name, "lstm");
 }
 
-/* the vision op kinds: the CUDA backend refuses them until it has their kernels */
-static int vision_case(const char *name) {
-    static const char *const refused[] = {"conv",        "layernorm",   "gelu",
-                                          "attn_relpos", "attn_prefix", "pos_embed"};
-    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
-        if (!strcmp(name, refused[i])) return 1;
-    return 0;
-}
-
 static void test_every_case_cuda(void **state) {
     (void)state;
     const char *names[32], *sums[32];
@@ -74,10 +65,6 @@ static void test_every_case_cuda(void **state) {
                 continue;
             }
             lpo_status st = run3(kb, c, dtypes[d], NULL);
-            if (vision_case(names[i]) && st == LPO_E_UNSUPPORTED && strstr(lpo_last_error(), names[i])) {
-                printf("SKIP %s %s: %s\n", names[i], dtypes[d], lpo_last_error()); /* no GPU kernel yet */
-                continue;
-            }
             if (cudnn_case(names[i]) && (st == LPO_E_NOT_AVAILABLE || st == LPO_E_UNSUPPORTED)) {
                 printf("SKIP %s %s: %s\n", names[i], dtypes[d], lpo_last_error());
                 continue;

@@ -44,6 +44,17 @@ template <typename T, int V> __global__ void add_kernel(T *y, const T *b, int64_
     lpo_store<T, V>(y + t * n + i, a);
 }
 
+// x[i..i+V) = gelu(x[i..i+V)) (erf form)
+template <typename T, int V> __global__ void gelu_kernel(T *x, int64_t n) {
+    const int64_t i = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * V;
+    if (i >= n) return;
+    float a[V];
+    lpo_load<T, V>(x + i, a);
+#pragma unroll
+    for (int j = 0; j < V; j++) a[j] = 0.5f * a[j] * (1.0f + erff(a[j] * 0.70710678118654752440f));
+    lpo_store<T, V>(x + i, a);
+}
+
 static dim3 row_grid(int64_t m, int64_t width, int V) {
     return dim3((unsigned)m, (unsigned)((width / V + 255) / 256));
 }
@@ -116,6 +127,23 @@ extern "C" lpo_status lpo_cuda_bias_add(void *y, const void *b, int64_t m, int64
     lpo_status st = check_rows(op, m, n);
     if (st != LPO_OK || m == 0 || n == 0) return st;
     LPO_CU_DISPATCH(dt, op, (launch_add<T>((T *)y, (const T *)b, m, n, 0, stream)));
+    LPO_CU_LAUNCHED(op);
+    return LPO_OK;
+}
+
+template <typename T> static void launch_gelu(T *x, int64_t n, cudaStream_t s) {
+    constexpr int V = lpo_vec16<T>::n;
+    if (lpo_aligned16(x, n, sizeof(T)))
+        gelu_kernel<T, V><<<(unsigned)((n / V + 255) / 256), 256, 0, s>>>(x, n);
+    else
+        gelu_kernel<T, 1><<<(unsigned)((n + 255) / 256), 256, 0, s>>>(x, n);
+}
+
+extern "C" lpo_status lpo_cuda_gelu(void *x, int64_t n, lpo_dtype dt, cudaStream_t stream) {
+    const char *op = "gelu";
+    if (n < 0 || n / 256 > INT32_MAX) return lpo_errorf(LPO_E_INVALID, "%s: %lld elements", op, (long long)n);
+    if (n == 0) return LPO_OK;
+    LPO_CU_DISPATCH(dt, op, (launch_gelu<T>((T *)x, n, stream)));
     LPO_CU_LAUNCHED(op);
     return LPO_OK;
 }

@@ -9,6 +9,8 @@
  * (__dmul_rn/__dadd_rn), so the values are bit-identical to the CPU's. lpo_cuda_quantize_blocks: f32 values
  * into q8_0 / q4_0 / q4_1 / q4_k / q5_k / q6_k blocks, byte-identical to the host's lpo_quantize_blocks
  * (engine.weights=native on synthetic weights).
+ * lpo_cuda_transpose_f32: f32 columns into rows of the compute dtype (an image's CHW planes into the
+ * vision encoder's channel-last pixel rows).
  *
  * Floor (H100, 2.97 TB/s measured copy): bytes = src + dst. Llama-3.1-8B bf16 synthetic: 16.1 GB written
  * -> 5.4 ms; q4_k -> bf16: 4.5 + 16.1 GB -> 6.9 ms. Measurements: docs/perf-notes.md. */
@@ -172,6 +174,32 @@ extern "C" lpo_status lpo_cuda_convert(void *dst, lpo_dtype dst_dt, const void *
     }
     if (rows * cols == 0) return LPO_OK;
     LPO_CU_DISPATCH(dst_dt, op, launch_convert((T *)dst, src, src_dt, rows, cols, hd, stream));
+    LPO_CU_LAUNCHED(op);
+    return LPO_OK;
+}
+
+/* ---- transpose (an image's CHW planes -> channel-last rows) -------------------------------------------- */
+// dst[r][c] = src[c][r]; one thread per element of dst
+template <typename T>
+__global__ void transpose_f32_kernel(T *dst, const float *src, int64_t rows, int64_t cols) {
+    const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= rows * cols) return;
+    const int64_t r = i / cols, c = i % cols;
+    dst[i] = lpo_from_f<T>(src[c * rows + r]);
+}
+
+template <typename T>
+static void launch_transpose(T *dst, const float *src, int64_t rows, int64_t cols, cudaStream_t s) {
+    transpose_f32_kernel<T><<<(unsigned)((rows * cols + 255) / 256), 256, 0, s>>>(dst, src, rows, cols);
+}
+
+extern "C" lpo_status lpo_cuda_transpose_f32(void *dst, lpo_dtype dst_dt, const float *src, int64_t rows,
+                                             int64_t cols, cudaStream_t stream) {
+    const char *op = "transpose";
+    if (rows < 0 || cols < 0 || (rows * cols + 255) / 256 > INT32_MAX)
+        return lpo_errorf(LPO_E_INVALID, "%s: %lld x %lld", op, (long long)rows, (long long)cols);
+    if (rows * cols == 0) return LPO_OK;
+    LPO_CU_DISPATCH(dst_dt, op, (launch_transpose<T>((T *)dst, src, rows, cols, stream)));
     LPO_CU_LAUNCHED(op);
     return LPO_OK;
 }

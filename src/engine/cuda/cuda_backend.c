@@ -222,6 +222,9 @@ const lpo_backend_iface *lpo_backend_cuda(void) {
         .tp_close = lpo__cuda_tp_close,
 #endif
         .moe_stats = lpo__cuda_moe_stats,
+        .list_open = lpo__cuda_list_open,
+        .list_run = lpo__cuda_list_run,
+        .list_close = lpo__cuda_list_close,
     };
     return &cuda;
 }

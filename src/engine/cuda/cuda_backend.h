@@ -5,6 +5,7 @@
  *   cuda_forward.c  plans (fusions), steps (eager and CUDA graphs), the logits finite check, sampling state
  *   cuda_run_op.c   run_op: one op on host data, staged to the device, checked, timed
  *   cuda_tp.c       tensor parallelism: the ranks' NCCL communicators and the collectives' launches
+ *   cuda_lists.c    op lists held on the device (the vision encoder): weights once, activations resident
  * A step's forward and run_op bind an op's operands (cuda_args) differently, then call the same launch. */
 #pragma once
 #include "lpo/backend.h"
@@ -177,6 +178,10 @@ typedef struct {
     int32_t *eids;
     lpo_cuda_moe_ws moe;
     int32_t *moe_counts; /* ROUTER in a step: its layer's row of the routing statistics (NULL: none) */
+    /* vision kinds: the op's workspace (lpo__cuda_vision_ws_bytes); ATTN_PREFIX: cos_t / sin_t hold the
+     * rotary tables of positions 0..m-1 (lpo__cuda_vision_rope). CONV2D's weight is tap-major. */
+    void *vws;
+    size_t vws_bytes;
 } cuda_args;
 
 /* ---- cuda_weights.c ---- */
@@ -209,6 +214,13 @@ lpo_status lpo__cuda_linear(cuda_ctx *c, const cuda_args *a, void *y, lpo_dtype 
 /* Whether a linear with these weights fuses with its SwiGLU into one GEMV launch at m rows. */
 int lpo__cuda_gemv_fusable(const cuda_ctx *c, const float *wscale, int64_t m, int64_t k);
 int lpo__cuda_supports_op(void *ctx, const lpo_op *op);
+/* Vision kinds: the workspace bytes of op's launch (0 for other kinds); the rotary tables of an ATTN_PREFIX
+ * op, host [m][head_dim / 2] each, as the CPU reference computes them; a conv weight (cout, cin, ks, ks) of
+ * elements of es bytes -> the tap-major (cout, ks, ks, cin) layout the conv launch reads (host). */
+size_t lpo__cuda_vision_ws_bytes(const cuda_ctx *c, const lpo_op *op);
+lpo_status lpo__cuda_vision_rope(const lpo_op *op, float *cos_t, float *sin_t);
+void lpo__cuda_conv_weight_tap_major(void *dst, const void *src, int64_t cout, int64_t cin, int64_t ks,
+                                     size_t es);
 
 /* ---- cuda_forward.c ---- */
 lpo_status lpo__cuda_plan(void *ctx, const lpo_oplist *l, lpo_plan *out);
@@ -246,6 +258,13 @@ lpo_status lpo__cuda_all_reduce_add_rmsnorm(cuda_ctx *c, const lpo_op *ar, const
                                             const void *w, float eps);
 /* The routing statistics (lpo_moe_stats) of the MoE model of c; out NULL: only the reset. */
 lpo_status lpo__cuda_moe_stats(void *ctx, lpo_moe_stats *out, int reset);
+
+/* ---- cuda_lists.c ---- */
+/* The backend's list_open / list_run / list_close (lpo_list_io): op lists held on the device. */
+lpo_status lpo__cuda_list_open(void *ctx, const lpo_oplist *lists, int n, const lpo_weight_source *w,
+                               void **held);
+lpo_status lpo__cuda_list_run(void *held, int i, const lpo_list_io *io);
+void lpo__cuda_list_close(void *held);
 
 /* ---- cuda_run_op.c ---- */
 lpo_status lpo__cuda_run_op(void *ctx, const lpo_op *op, lpo_op_io *io);

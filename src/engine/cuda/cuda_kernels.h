@@ -49,6 +49,10 @@ void lpo_cuda_pdl_end(void);
  * 2i+j of a head -> HF row j*hd/2+i, as model.c's unpermute_rows). dst and src must not overlap. */
 lpo_status lpo_cuda_convert(void *dst, lpo_dtype dst_dt, const void *src, lpo_dtype src_dt, int64_t rows,
                             int64_t cols, int unpermute_heads, cudaStream_t stream);
+/* dst (rows, cols) in dst_dt (f32/f16/bf16) = the transpose of src (cols, rows) f32 (an image's CHW planes
+ * -> its channel-last pixel rows). */
+lpo_status lpo_cuda_transpose_f32(void *dst, lpo_dtype dst_dt, const float *src, int64_t rows, int64_t cols,
+                                  cudaStream_t stream);
 /* Synthetic weights generated in place, bit-identical to model.c's synth_fill: element i =
  * (float)(center + amp * u_i), u_i = (splitmix64(key + i * golden) >> 40) / 2^23 - 1 (double arithmetic,
  * no contraction), rounded to stored_dt (the tensor's stored dtype), then to dst_dt. key =
@@ -116,6 +120,39 @@ lpo_status lpo_cuda_geglu(void *act, const void *gu, int64_t m, int64_t I, lpo_d
 lpo_status lpo_cuda_add(void *x, const void *y, int64_t n, lpo_dtype dt, cudaStream_t stream);
 /* y (m, n) += b (n,) per row. */
 lpo_status lpo_cuda_bias_add(void *y, const void *b, int64_t m, int64_t n, lpo_dtype dt, cudaStream_t stream);
+
+/* x (n,) = 0.5 x (1 + erf(x / sqrt 2)) in place (the vision encoder's GELU). */
+lpo_status lpo_cuda_gelu(void *x, int64_t n, lpo_dtype dt, cudaStream_t stream);
+
+/* ---- vision encoder (docs/vision.md; the references are lpo_cpu_conv2d, _layernorm, _pos_embed,
+ * _attn_relpos, _attn_prefix) ----------------------------------------------------------------------------
+ * conv (conv.cu): the convolution is this gather then a GEMM with the weight held TAP-MAJOR (cout, ky, kx,
+ * cin), HF's (cout, cin, ky, kx) permuted at upload: cols (Ho Wo, ks ks cin) from x (H W, cin) channel-last
+ * rows, zero padding pad, stride; cols must hold Ho Wo ks^2 cin elements. */
+lpo_status lpo_cuda_im2col(void *cols, const void *x, int64_t H, int64_t W, int64_t cin, int64_t ks,
+                           int64_t stride, int64_t pad, lpo_dtype dt, cudaStream_t stream);
+/* layernorm.cu: y (m, n) = (x - mean) / sqrt(var + eps) * w + b per row (w, b (n,)). */
+lpo_status lpo_cuda_layernorm(void *y, const void *x, const void *w, const void *b, int64_t m, int64_t n,
+                              float eps, lpo_dtype dt, cudaStream_t stream);
+/* pos_embed.cu: x (g g, C) += P (G, G, C) resized to g x g (torch's antialiased bicubic) when G != g; ws
+ * holds lpo_cuda_pos_embed_workspace bytes (0 when G == g). G <= 15 g. */
+size_t lpo_cuda_pos_embed_workspace(int64_t G, int64_t g, int64_t C);
+lpo_status lpo_cuda_pos_embed(void *x, const void *P, int64_t G, int64_t g, int64_t C, void *ws, lpo_dtype dt,
+                              cudaStream_t stream);
+/* attention_vision.cu. SAM's attention: qkv rows (g g, 3 C), C = nh hd -> att (g g, C), windows of `window`
+ * (0: global) with padded keys / values from bias (3 C,), the decomposed relative-position terms from Rh, Rw
+ * (L, hd) resized to the span; ws holds lpo_cuda_attn_relpos_workspace bytes. hd <= 256. */
+size_t lpo_cuda_attn_relpos_workspace(int64_t g, int64_t window, int64_t hd);
+lpo_status lpo_cuda_attn_relpos(void *att, const void *qkv, const void *Rh, const void *Rw, int64_t L,
+                                const void *bias, int64_t g, int64_t nh, int64_t hd, int64_t window, void *ws,
+                                lpo_dtype dt, cudaStream_t stream);
+/* The encoder's attention: qkv rows (m, (nh + 2 nkv) hd), q and k rotated by row index with cos_t / sin_t
+ * (f32 [m][hd / 2]) into ws (lpo_cuda_attn_prefix_workspace bytes), rows < prefix attending to rows
+ * 0..prefix-1, later rows causally -> att (m, nh hd). hd even, <= 256. */
+size_t lpo_cuda_attn_prefix_workspace(int64_t m, int64_t nh, int64_t nkv, int64_t hd, lpo_dtype dt);
+lpo_status lpo_cuda_attn_prefix(void *att, const void *qkv, const float *cos_t, const float *sin_t, int64_t m,
+                                int64_t nh, int64_t nkv, int64_t hd, int64_t prefix, void *ws, lpo_dtype dt,
+                                cudaStream_t stream);
 
 /* ---- GEMM through cuBLASLt (gemm.cu) --------------------------------------------------------------------
  * A context holds the cuBLASLt handle, the caller's workspace and a cache of (descriptors, heuristic

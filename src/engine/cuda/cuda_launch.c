@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "engine/cpu/cpu_kernels.h"
+
 /* fp8 weights: W8A16 GEMV at <= 8 rows; else W8A8 (x quantized per token into a->q8, cuBLASLt with the two
  * scale vectors) for per-channel weights, or the weight dequantized into a->wdq and a GEMM in the compute
  * dtype (tile-scaled weights, or a shape W8A8 refuses). */
@@ -164,6 +166,83 @@ static lpo_status launch_mla_attention(cuda_ctx *c, const lpo_op *op, const cuda
         op->eps, op->rope_interleave, op->attn_scale, c->dt, c->stream);
 }
 
+/* ---- vision kinds (docs/vision.md) ---- */
+/* A convolution that is a plain GEMM of its input rows (1x1, stride 1, no padding): no gather. */
+static int conv_is_gemm(const lpo_op *op) {
+    return op->ksize == 1 && op->stride == 1 && op->pad == 0;
+}
+/* im2col into the workspace (the weight is tap-major), then the linear path (cuBLASLt; GEMV at <= 8 rows) */
+static lpo_status launch_conv2d(cuda_ctx *c, const lpo_op *op, const cuda_args *a) {
+    const void *cols = a->in[0];
+    if (!conv_is_gemm(op)) {
+        if (!a->vws || (size_t)(op->m * op->k) * c->es > a->vws_bytes)
+            return lpo_errorf(LPO_E_INTERNAL, "cuda backend: op '%s': no im2col workspace", op->name);
+        TRY(lpo_cuda_im2col(a->vws, a->in[0], op->grid_h, op->grid_w, op->k / (op->ksize * op->ksize),
+                            op->ksize, op->stride, op->pad, c->dt, c->stream));
+        cols = a->vws;
+    }
+    return lpo__cuda_linear(c, a, a->out, c->dt, cols, a->B, op->m, op->n, op->k);
+}
+static lpo_status launch_layernorm(cuda_ctx *c, const lpo_op *op, const cuda_args *a) {
+    return lpo_cuda_layernorm(a->out, a->in[0], a->W, a->B, op->m, op->n, op->eps, c->dt, c->stream);
+}
+static lpo_status launch_gelu(cuda_ctx *c, const lpo_op *op, const cuda_args *a) { /* in place */
+    return lpo_cuda_gelu(a->out, op->m * op->n, c->dt, c->stream);
+}
+/* weights stacked: rel_pos_h (L, hd) | rel_pos_w (L, hd) | the qkv bias (3 C) */
+static lpo_status launch_attn_relpos(cuda_ctx *c, const lpo_op *op, const cuda_args *a) {
+    const int64_t L = op->w[0].shape[0], hd = op->head_dim;
+    const char *W = a->W;
+    return lpo_cuda_attn_relpos(a->out, a->in[0], W, W + (size_t)(L * hd) * c->es, L,
+                                W + (size_t)(2 * L * hd) * c->es, op->grid_h, op->n_heads, hd, op->window,
+                                a->vws, c->dt, c->stream);
+}
+/* cos / sin of positions 0..m-1 in a->cos_t / sin_t (lpo__cuda_vision_rope) */
+static lpo_status launch_attn_prefix(cuda_ctx *c, const lpo_op *op, const cuda_args *a) {
+    if (!a->cos_t || !a->sin_t)
+        return lpo_errorf(LPO_E_INTERNAL, "cuda backend: op '%s': no rotary tables", op->name);
+    return lpo_cuda_attn_prefix(a->out, a->in[0], a->cos_t, a->sin_t, op->m, op->n_heads, op->n_kv_heads,
+                                op->head_dim, op->prefix, a->vws, c->dt, c->stream);
+}
+static lpo_status launch_pos_embed(cuda_ctx *c, const lpo_op *op, const cuda_args *a) { /* in place */
+    return lpo_cuda_pos_embed(a->out, a->W, op->w[0].shape[1], op->grid_h, op->n, a->vws, c->dt, c->stream);
+}
+
+size_t lpo__cuda_vision_ws_bytes(const cuda_ctx *c, const lpo_op *op) {
+    switch (op->kind) {
+    case LPO_OP_CONV2D: return conv_is_gemm(op) ? 0 : (size_t)(op->m * op->k) * c->es;
+    case LPO_OP_ATTN_RELPOS: return lpo_cuda_attn_relpos_workspace(op->grid_h, op->window, op->head_dim);
+    case LPO_OP_ATTN_PREFIX:
+        return lpo_cuda_attn_prefix_workspace(op->m, op->n_heads, op->n_kv_heads, op->head_dim, c->dt);
+    case LPO_OP_POS_EMBED:
+        return op->n_w ? lpo_cuda_pos_embed_workspace(op->w[0].shape[1], op->grid_h, op->n) : 0;
+    default: return 0;
+    }
+}
+
+lpo_status lpo__cuda_vision_rope(const lpo_op *op, float *cos_t, float *sin_t) {
+    lpo_model_spec rs;
+    memset(&rs, 0, sizeof rs);
+    rs.head_dim = op->head_dim;
+    rs.rope.theta = op->rope_theta;
+    float inv[512], scale;
+    if (op->head_dim / 2 > 512)
+        return lpo_errorf(LPO_E_UNSUPPORTED, "cuda backend: op '%s': head_dim %lld", op->name,
+                          (long long)op->head_dim);
+    TRY(lpo_rope_inv_freq(&rs, inv, &scale));
+    lpo_cpu_rope_tables(cos_t, sin_t, inv, scale, op->m, op->head_dim / 2);
+    return LPO_OK;
+}
+
+void lpo__cuda_conv_weight_tap_major(void *dst, const void *src, int64_t cout, int64_t cin, int64_t ks,
+                                     size_t es) {
+    for (int64_t o = 0; o < cout; o++) // output channel o: (cin, ky, kx) -> (ky, kx, cin)
+        for (int64_t ci = 0; ci < cin; ci++)
+            for (int64_t t = 0; t < ks * ks; t++)
+                memcpy((char *)dst + ((o * ks * ks + t) * cin + ci) * es,
+                       (const char *)src + ((o * cin + ci) * ks * ks + t) * es, es);
+}
+
 /* Collectives of a tensor-parallel step (cuda_tp.c): NCCL on the rank's stream; one participant (run_op):
  * the all-reduce leaves its buffer, the all-gather copies. */
 static lpo_status launch_all_reduce(cuda_ctx *c, const lpo_op *op, const cuda_args *a) {
@@ -190,6 +269,12 @@ static const cuda_launch_fn launches[LPO_OP_KIND_COUNT] = {
     [LPO_OP_ALL_REDUCE] = launch_all_reduce,
     [LPO_OP_ALL_GATHER] = launch_all_gather,
     [LPO_OP_MLA_ATTENTION] = launch_mla_attention,
+    [LPO_OP_CONV2D] = launch_conv2d,
+    [LPO_OP_LAYERNORM] = launch_layernorm,
+    [LPO_OP_GELU] = launch_gelu,
+    [LPO_OP_ATTN_RELPOS] = launch_attn_relpos,
+    [LPO_OP_ATTN_PREFIX] = launch_attn_prefix,
+    [LPO_OP_POS_EMBED] = launch_pos_embed,
 };
 
 lpo_status lpo__cuda_route_opts(const lpo_op *op, lpo_cuda_route_opts *out) {
@@ -270,12 +355,41 @@ static int mla_supported(const lpo_op *op) { /* the latent cache has no fp8 form
                                   op->kv_rank);
 }
 
+/* vision: the CPU reference's geometry (cpu_supports_op), heads up to 256 */
+static int conv_supported(const lpo_op *op) {
+    const int64_t ks = op->ksize;
+    return ks > 0 && ks <= 64 && op->stride > 0 && op->stride <= 64 && op->pad >= 0 && op->pad <= 64 &&
+           op->k % (ks * ks) == 0 && op->grid_h + 2 * op->pad >= ks && op->grid_w + 2 * op->pad >= ks &&
+           op->m == ((op->grid_h + 2 * op->pad - ks) / op->stride + 1) *
+                        ((op->grid_w + 2 * op->pad - ks) / op->stride + 1) &&
+           op->n_w >= 1 && op->n_w - op->n_bias == 1 && op->w[0].ndim == 4;
+}
+static int layernorm_supported(const lpo_op *op) {
+    return op->n > 0 && op->n_w == 2 && op->n_bias == 1;
+}
+static int relpos_supported(const lpo_op *op) {
+    return op->grid_h > 0 && op->grid_h <= 32767 && op->grid_h == op->grid_w &&
+           op->m == op->grid_h * op->grid_w && op->n_w == 3 && op->n_bias == 0 && op->n_heads > 0 &&
+           op->head_dim > 0 && op->head_dim <= 256 && op->window >= 0 && op->w[0].shape[0] > 0;
+}
+static int prefix_supported(const lpo_op *op) {
+    return op->n_heads > 0 && op->n_kv_heads > 0 && op->n_heads % op->n_kv_heads == 0 && op->head_dim > 0 &&
+           op->head_dim % 2 == 0 && op->head_dim <= 256 && op->prefix >= 0 && op->prefix <= op->m &&
+           op->rope_theta > 0;
+}
+static int pos_embed_supported(const lpo_op *op) {
+    return op->n_w == 1 && op->grid_h > 0 && op->grid_h == op->grid_w && op->m == op->grid_h * op->grid_w &&
+           op->w[0].shape[1] > 0 && op->w[0].shape[1] <= 15 * op->grid_h;
+}
+
 static int (*const supports[LPO_OP_KIND_COUNT])(const lpo_op *op) = {
     [LPO_OP_QK_NORM] = heads_supported,       [LPO_OP_ROPE] = heads_supported,
     [LPO_OP_ATTENTION] = attention_supported, [LPO_OP_SAMPLE] = sample_supported,
     [LPO_OP_ROUTER] = moe_supported,          [LPO_OP_EXPERTS] = moe_supported,
     [LPO_OP_ALL_REDUCE] = one_rank,           [LPO_OP_ALL_GATHER] = one_rank,
-    [LPO_OP_MLA_ATTENTION] = mla_supported,
+    [LPO_OP_MLA_ATTENTION] = mla_supported,   [LPO_OP_CONV2D] = conv_supported,
+    [LPO_OP_LAYERNORM] = layernorm_supported, [LPO_OP_ATTN_RELPOS] = relpos_supported,
+    [LPO_OP_ATTN_PREFIX] = prefix_supported,  [LPO_OP_POS_EMBED] = pos_embed_supported,
 };
 
 int lpo__cuda_supports_op(void *vctx, const lpo_op *op) {

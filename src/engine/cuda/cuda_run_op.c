@@ -269,6 +269,18 @@ static lpo_status stage_op(cuda_ctx *c, scratch *s, const lpo_op *op, const lpo_
             memcpy(hw + at, io->w[j], (size_t)lpo__cuda_elems(&op->w[j]) * sizeof(float));
             at += lpo__cuda_elems(&op->w[j]);
         }
+        if (op->kind == LPO_OP_CONV2D && op->ksize > 0) { /* the conv launch reads its weight tap-major */
+            const int64_t n = lpo__cuda_elems(&op->w[0]);
+            float *tmp = malloc((size_t)(n ? n : 1) * sizeof(float));
+            if (!tmp) {
+                free(hw);
+                return lpo_errorf(LPO_E_NOMEM, "cuda backend: run_op weights");
+            }
+            memcpy(tmp, hw, (size_t)n * sizeof(float));
+            lpo__cuda_conv_weight_tap_major(hw, tmp, op->n, op->k / (op->ksize * op->ksize), op->ksize,
+                                            sizeof(float));
+            free(tmp);
+        }
         void *W = NULL, *B = NULL;
         const lpo_dtype wdt = op->w[0].dtype;
         const int fp8 = (wdt == LPO_DT_FP8 || wdt == LPO_DT_FP8_B128) && dt != LPO_DT_F32;
@@ -332,6 +344,17 @@ static lpo_status stage_op(cuda_ctx *c, scratch *s, const lpo_op *op, const lpo_
     }
     if (op->kind == LPO_OP_EMBED)
         TRY(copy_in(c->stream, s, io->tokens, (size_t)m * sizeof(int32_t), (void **)&a->tokens));
+    if ((a->vws_bytes = lpo__cuda_vision_ws_bytes(c, op)) > 0) TRY(scratch_alloc(s, a->vws_bytes, &a->vws));
+    if (op->kind == LPO_OP_ATTN_PREFIX) { /* the rotary tables of positions 0..m-1 */
+        const size_t half = (size_t)(op->head_dim / 2), tb = (size_t)m * half * sizeof(float);
+        float *tab = malloc(2 * tb + 1);
+        lpo_status st = tab ? lpo__cuda_vision_rope(op, tab, tab + (size_t)m * half)
+                            : lpo_errorf(LPO_E_NOMEM, "cuda backend: run_op rotary tables");
+        if (st == LPO_OK) st = copy_in(c->stream, s, tab, tb, (void **)&a->cos_t);
+        if (st == LPO_OK) st = copy_in(c->stream, s, tab + (size_t)m * half, tb, (void **)&a->sin_t);
+        free(tab);
+        TRY(st);
+    }
     if (op->kind == LPO_OP_SAMPLE) { /* row r draws as slot r: its parameters, stream, counter, seen set */
         const int64_t words = (op->n + 31) / 32;
         lpo_cuda_sample_slot *hs = calloc((size_t)m, sizeof *hs);
