@@ -122,15 +122,18 @@ lpo_status lpo_cli_images_list(const char *arg, lpo_cli_images *out);
 void lpo_cli_images_free(lpo_cli_images *l);
 /* LPO_E_USAGE naming the model when it has no vision encoder (a text-only model given image=). */
 lpo_status lpo_cli_vision_check(const lpo_model *m);
-/* The model's vision encoder on the CPU reference backend (whatever backend runs the text model). */
+/* The model's vision encoder on the backend of engine options eo (backend, engine.dtype, device, threads):
+ * a backend that holds op lists (CUDA) runs it on its device in the engine's compute dtype (auto: bf16),
+ * any other is the CPU reference in f32. */
 typedef struct {
     const lpo_vision_spec *vs;
     lpo_weight_source ws;
     lpo_ocr_prep_opts prep;
     lpo_vision_encoder *enc;
     const lpo_backend_iface *be; /* the backend the encoder runs on */
+    void *ctx;                   /* its context (a device backend's, owned), or NULL */
 } lpo_cli_vision;
-lpo_status lpo_cli_vision_open(const lpo_model *m, int n_threads, lpo_cli_vision *out);
+lpo_status lpo_cli_vision_open(const lpo_model *m, const lpo_engine_opts *eo, lpo_cli_vision *out);
 void lpo_cli_vision_close(lpo_cli_vision *v);
 /* One page: decoded, preprocessed, encoded (emb [n_rows][text_hidden]), with the time of each part. */
 typedef struct {

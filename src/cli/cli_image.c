@@ -212,7 +212,7 @@ lpo_status lpo_cli_vision_check(const lpo_model *m) {
                       lpo_model_get_spec(m)->name, lpo_arch_name(lpo_model_get_spec(m)->arch));
 }
 
-lpo_status lpo_cli_vision_open(const lpo_model *m, int n_threads, lpo_cli_vision *out) {
+lpo_status lpo_cli_vision_open(const lpo_model *m, const lpo_engine_opts *eo, lpo_cli_vision *out) {
     memset(out, 0, sizeof *out);
     lpo_status st = lpo_cli_vision_check(m);
     if (st != LPO_OK) return st;
@@ -220,12 +220,27 @@ lpo_status lpo_cli_vision_open(const lpo_model *m, int n_threads, lpo_cli_vision
     lpo_ocr_prep_defaults(&out->prep);
     out->ws.ud = (void *)m;
     out->ws.view = view_of;
-    out->be = lpo_backend_cpu();
-    return lpo_vision_encoder_open(out->vs, &out->ws, out->be, NULL, n_threads, &out->enc);
+    const lpo_backend_iface *be = NULL;
+    lpo_dtype dt = LPO_DT_COUNT;
+    if ((st = lpo_backend_find(eo->backend, &be)) != LPO_OK) return st;
+    if ((st = lpo_engine_dtype_parse(eo->dtype, &dt)) != LPO_OK) return st;
+    if (!be->list_open) be = lpo_backend_cpu(); /* the CPU reference (its own f32 context) */
+    out->be = be;
+    if (be->list_open) { /* the encoder on the device, in the engine's compute dtype */
+        const lpo_backend_init in = {.max_seqs = 1,
+                                     .dtype = dt == LPO_DT_COUNT ? LPO_DT_BF16 : dt,
+                                     .n_threads = eo->n_threads,
+                                     .device = eo->device};
+        if ((st = be->init(&in, &out->ctx)) != LPO_OK) return lpo_error_context(st, "vision encoder");
+    }
+    st = lpo_vision_encoder_open(out->vs, &out->ws, be, out->ctx, eo->n_threads, &out->enc);
+    if (st != LPO_OK) lpo_cli_vision_close(out);
+    return st;
 }
 
 void lpo_cli_vision_close(lpo_cli_vision *v) {
     lpo_vision_encoder_close(v->enc);
+    if (v->ctx) v->be->free(v->ctx);
     memset(v, 0, sizeof *v);
 }
 

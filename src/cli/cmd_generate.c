@@ -294,7 +294,7 @@ static lpo_status run_pages(lpo_session *ses, gen_run *r) {
     lpo_rundir *rd = NULL;
     FILE *f = NULL;
     lpo_cli_vision v;
-    lpo_status st = lpo_cli_vision_open(ses->model, ses->infer.engine.n_threads, &v);
+    lpo_status st = lpo_cli_vision_open(ses->model, &ses->infer.engine, &v);
     if (st == LPO_OK) st = lpo_session_rundir(ses, &rd);
     if (st == LPO_OK) st = lpo_rundir_open(rd, "predictions.jsonl", "w", &f);
     const int32_t image_token = v.vs ? (int32_t)v.vs->image_token_id : -1;

@@ -54,7 +54,7 @@ static lpo_status encode_page(logits_run *r, lpo_session *s) {
     if (st == LPO_OK && r->prompt && (st = lpo_tokenizer_for_model(s->model, &r->tok)) == LPO_OK && !r->tok)
         st = lpo_errorf(LPO_E_USAGE, "this model has no tokenizer: give tokens=1,2,3");
     lpo_cli_vision v = {0};
-    if (st == LPO_OK) st = lpo_cli_vision_open(s->model, s->infer.engine.n_threads, &v);
+    if (st == LPO_OK) st = lpo_cli_vision_open(s->model, &s->infer.engine, &v);
     if (st == LPO_OK) st = lpo_cli_page_encode(&v, pages.paths[0], &r->page);
     r->image_token = v.vs ? (int32_t)v.vs->image_token_id : -1;
     int32_t *ids = NULL;

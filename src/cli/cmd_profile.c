@@ -243,7 +243,7 @@ static lpo_status default_page_ids(int64_t vocab, int32_t image_token, int32_t *
 /* Pages as the workload: each page decoded and preprocessed once, its prompt built (the placeholder
  * expanded to its image tokens), one dataset sample per page. */
 static lpo_status open_pages(profile_run *r, lpo_session *s) {
-    lpo_status st = lpo_cli_vision_open(s->model, s->infer.engine.n_threads, &r->vision);
+    lpo_status st = lpo_cli_vision_open(s->model, &s->infer.engine, &r->vision);
     if (st != LPO_OK) return st;
     r->have_vision = 1;
     const int32_t image_token = (int32_t)r->vision.vs->image_token_id;
