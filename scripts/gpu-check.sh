@@ -5,6 +5,8 @@
 # summary table last.
 #   scripts/gpu-check.sh            (CUDA_ARCHS=90 by default; e.g. CUDA_ARCHS="80;90" scripts/gpu-check.sh)
 #   GPU_CHECK_TESTS=<ctest regex>, GPU_CHECK_RACE=0, GPU_CHECK_BENCH=0: a shorter run when device time is short
+#   GPU_CHECK_JOBS=N: the GPU tests that do not time anything run N at a time (correctness only), then the
+#   "timing"-labelled ones alone
 #   GPU_CHECK_POINTS=<regex>: only the bench points whose line (model batch prompts gen overrides) matches
 #   GPU_CHECK_AB=1: also the A/B bench points (engine.gemv=false, engine.pdl=false; ~70 s more).
 #   GPU_CHECK_HF=1: also HF transformers on the qwen3-30b-a3b shape (scripts/hf-bench.py; ~2 min more).
@@ -83,9 +85,19 @@ if [ -x "$build/lpo" ]; then
   # (GPU_CHECK_TESTS=<regex>: only the GPU tests whose names match, when device time is short)
   # (-V: ctest's -O log holds only the failing tests' output without it)
   # (GPU_CHECK_TESTS=none: no tests and no sanitizers: the bench half of a run split over two calls)
-  [ "${GPU_CHECK_TESTS:-}" != none ] &&
+  # (GPU_CHECK_JOBS=N: the GPU tests not labelled "timing" run N at a time on the one GPU, the timing ones
+  # after them alone: a shorter run whose figures from the parallel part are not timings to quote)
+  gjobs=${GPU_CHECK_JOBS:-1}
+  if [ "${GPU_CHECK_TESTS:-}" != none ] && [ "$gjobs" -gt 1 ]; then
+    step "ctest gpu -j$gjobs" bash -c "cd '$build' && ctest -L gpu -LE timing -j $gjobs \
+      ${GPU_CHECK_TESTS:+-R '$GPU_CHECK_TESTS'} -V -O ctest-gpu-par.log >/dev/null"
+    step "ctest timing" bash -c "cd '$build' && ctest -L timing ${GPU_CHECK_TESTS:+-R '$GPU_CHECK_TESTS'} \
+      -V -O ctest-gpu-timing.log >/dev/null"
+    cat "$build/ctest-gpu-par.log" "$build/ctest-gpu-timing.log" >"$build/ctest-gpu.log" 2>/dev/null
+  elif [ "${GPU_CHECK_TESTS:-}" != none ]; then
     step "ctest -L gpu" bash -c "cd '$build' && ctest -L gpu ${GPU_CHECK_TESTS:+-R '$GPU_CHECK_TESTS'} \
       -V -O ctest-gpu.log >/dev/null"
+  fi
   [ -f "$build/ctest-gpu.log" ] && grep -E '^ *[0-9]+/[0-9]+ Test|tests passed' "$build/ctest-gpu.log"
   # the CUDA kernels under compute-sanitizer: memcheck on every kernel test, racecheck on the attention
   # kernels (shared-memory tiles); timing skipped (LPO_TEST_BENCH=0). (racecheck over test_sample ran past
