@@ -5,6 +5,8 @@
 # summary table last.
 #   scripts/gpu-check.sh            (CUDA_ARCHS=90 by default; e.g. CUDA_ARCHS="80;90" scripts/gpu-check.sh)
 #   GPU_CHECK_TESTS=<ctest regex>, GPU_CHECK_RACE=0, GPU_CHECK_BENCH=0: a shorter run when device time is short
+#   GPU_CHECK_SAN=<regex>: only the sanitizer steps whose names match (e.g. 'memcheck (kv8|vision)'; none: no
+#   sanitizer step)
 #   GPU_CHECK_JOBS=N: the GPU tests that do not time anything run N at a time (correctness only), then the
 #   "timing"-labelled ones alone
 #   GPU_CHECK_POINTS=<regex>: only the bench points whose line (model batch prompts gen overrides) matches
@@ -63,6 +65,11 @@ fail=0
 # step NAME CMD...: runs CMD, records result and seconds
 step() {
   local name=$1; shift
+  # GPU_CHECK_SAN=<regex>: only the sanitizer steps whose names match (none: no sanitizer step)
+  if [[ $name == memcheck* || $name == racecheck* ]] && [ -n "${GPU_CHECK_SAN:-}" ] &&
+     ! grep -qE "$GPU_CHECK_SAN" <<<"$name"; then
+    return 0
+  fi
   echo "==== $name: $*"
   local t0=$(date +%s.%N)
   "$@"

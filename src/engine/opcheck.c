@@ -177,7 +177,8 @@ static lpo_status case_make(const lpo_op *op, uint64_t seed, const lpo_step *ste
             fill(&r, d->in[j], n, 0, 1);
         d->io.in[j] = d->ref.in[j] = d->in[j];
     }
-    /* weights: matrices scaled by 1/sqrt(fan_in) (outputs of order 1), norm scales around 1 */
+    /* weights: matrices scaled by 1/sqrt(fan_in) (outputs of order 1; a conv's fan-in is its input channels
+     * times its taps), norm scales around 1 */
     if (op->n_w) {
         ok &= NEW(d->w, op->n_w);
         for (int j = 0; ok && j < op->n_w; j++) {
@@ -189,6 +190,7 @@ static lpo_status case_make(const lpo_op *op, uint64_t seed, const lpo_step *ste
             fill(&r, d->w[j], n, norm ? 1.0 : 0.0,
                  norm           ? 0.3
                  : t->ndim == 1 ? 0.2
+                 : t->ndim == 4 ? sqrt(3.0 / (double)(t->shape[1] * t->shape[2] * t->shape[3]))
                                 : sqrt(3.0 / (double)t->shape[1]));
         }
         d->io.w = d->ref.w = (const float *const *)d->w;

@@ -110,34 +110,21 @@ static void run(const lpo_model_spec *s, const char *backend, const char *dtype,
     lpo_engine *e = NULL;
     if (lpo_engine_open_weights(s, &ws, NULL, &o, &e) != LPO_OK)
         fail_msg("%s: %s", backend, lpo_last_error());
-    int slot = 0;
-    int32_t t[40];
-    for (int i = 0; i < 40; i++) t[i] = (int32_t)(3 + (i * 7) % 90);
-    const int32_t *tp = t;
-    const int64_t n = 40;
-    assert_int_equal(lpo_engine_extend(e, 1, &slot, &tp, &n, 0, logits), LPO_OK);
-    lpo_engine_reset(e, 0);
-    const lpo_sampling greedy = {0, 0, 1, 1, 0};
-    assert_int_equal(lpo_engine_set_sampling(e, 0, &greedy, 0), LPO_OK);
-    int32_t id = -1;
-    lpo_engine_batch b = {1, &slot, &tp, &n, 0, NULL, 1, &id, NULL};
-    assert_int_equal(lpo_engine_run(e, &b), LPO_OK);
-    for (int g = 0; g < n_gen; g++) {
-        tokens[g] = id;
-        const int32_t *one = &tokens[g];
-        const int64_t n1 = 1;
-        lpo_engine_batch d = {1, &slot, &one, &n1, 0, NULL, 1, &id, NULL};
-        assert_int_equal(lpo_engine_run(e, &d), LPO_OK);
-    }
+    if (test_engine_prompt_greedy(e, logits, tokens, n_gen) != LPO_OK) fail_msg("%s", lpo_last_error());
     lpo_engine_close(e);
     test_weights_free(&w);
 }
 
 /* bf16 logits of the small fp8 models below vs the f32 reference (HF or the CPU backend), in units of max
- * |logit|: measured 0.026 on an H200 for the fixtures and the 64-wide engine model alike, with W8A8 or
- * dequantized linears (0.013 at hidden 256): bf16 rounding through narrow layers, wider than the golden
- * models' 2e-2; the f32 run of each fixture checks the arithmetic to 1e-4 */
+ * |logit|. With the weights dequantized into bf16 (engine.weights=dequant): bf16 rounding through narrow
+ * layers, measured 0.020-0.026 on an H200 (0.013 at hidden 256), wider than the golden models' 2e-2. As
+ * stored, a prefill of 40 tokens runs W8A8 (activations quantized per token to e4m3, ~2.5% rms per element,
+ * which the f32 reference does not do; the op checker bounds it per matmul): measured 0.141 (the 64-wide
+ * engine model) and 0.153 (the tensor-scaled fixture) on an H200, so the bound is 0.25 — what it catches is
+ * a wrong scale or layout (errors of the order of max |logit| itself). The f32 run of each fixture checks
+ * the arithmetic to 1e-4. */
 #define BF16_SMALL_BOUND 5e-2
+#define W8A8_SMALL_BOUND 0.25
 
 static void test_engine_fp8(void **state) {
     (void)state;
@@ -163,7 +150,7 @@ static void test_engine_fp8(void **state) {
         "engine.weights=fp8: CUDA bf16 vs CPU f32 logits max|err| %.4g (%.3g of max|logit|); greedy tokens "
         "equal: %d of %d\n",
         emax, emax / amax, same, G);
-    assert_true(emax <= BF16_SMALL_BOUND * amax);
+    assert_true(emax <= W8A8_SMALL_BOUND * amax);
     const lpo_exec_mode modes[] = {LPO_EXEC_EAGER, LPO_EXEC_DEBUG};
     int32_t other[G];
     for (int m = 0; m < 2; m++) {
@@ -186,7 +173,7 @@ static void test_checkpoints(void **state) {
         fp8_fixture_run(layouts[i], "cuda", "f32", NULL, &r); /* f32: every weight dequantized */
         assert_true(r.max_err_rel <= 1e-4);
         fp8_fixture_run(layouts[i], "cuda", "bf16", NULL, &r); /* as stored: W8A8 prefill where it applies */
-        assert_true(r.max_err_rel <= BF16_SMALL_BOUND);
+        assert_true(r.max_err_rel <= W8A8_SMALL_BOUND);
         fp8_fixture_run(layouts[i], "cuda", "bf16", "dequant", &r);
         assert_true(r.max_err_rel <= BF16_SMALL_BOUND);
     }

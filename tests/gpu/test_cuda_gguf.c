@@ -119,25 +119,7 @@ static void run(const lpo_model *m, const char *backend, const char *dtype, cons
     o.gemv = gemv;
     lpo_engine *e = NULL;
     if (lpo_engine_open(m, &o, &e) != LPO_OK) fail_msg("%s: %s", backend, lpo_last_error());
-    int slot = 0;
-    int32_t t[40];
-    for (int i = 0; i < 40; i++) t[i] = (int32_t)(3 + (i * 7) % 90);
-    const int32_t *tp = t;
-    const int64_t n = 40;
-    assert_int_equal(lpo_engine_extend(e, 1, &slot, &tp, &n, 0, logits), LPO_OK);
-    lpo_engine_reset(e, 0);
-    const lpo_sampling greedy = {0, 0, 1, 1, 0};
-    assert_int_equal(lpo_engine_set_sampling(e, 0, &greedy, 0), LPO_OK);
-    int32_t id = -1;
-    lpo_engine_batch b = {1, &slot, &tp, &n, 0, NULL, 1, &id, NULL};
-    assert_int_equal(lpo_engine_run(e, &b), LPO_OK);
-    for (int g = 0; g < n_gen; g++) {
-        tokens[g] = id;
-        const int32_t *one = &tokens[g];
-        const int64_t n1 = 1;
-        lpo_engine_batch d = {1, &slot, &one, &n1, 0, NULL, 1, &id, NULL};
-        assert_int_equal(lpo_engine_run(e, &d), LPO_OK);
-    }
+    if (test_engine_prompt_greedy(e, logits, tokens, n_gen) != LPO_OK) fail_msg("%s", lpo_last_error());
     lpo_engine_close(e);
 }
 

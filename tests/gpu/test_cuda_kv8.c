@@ -2,8 +2,8 @@
  * - the op checker on the attention ops of Llama-3.2-1B (head_dim 64), Llama-3.1-8B (128) and odd shapes
  *   (head_dim 32 with a sliding window, 256), prefill and decode forms, bf16 / f16 / f32, against the CPU
  *   reference on the same fp8 cache (the appended rows through fp8 from the same values: bit-identical);
- * - the engine: CUDA (bf16) vs the CPU reference (f32), both with the fp8 cache: logits of a prefill and 16
- *   greedy tokens; eager and debug steps give the graph's tokens; batched decode steps (graphs, padded
+ * - the engine: CUDA (f32 and bf16) vs the CPU reference (f32), both with the fp8 cache: logits of a prefill
+ * and 16 greedy tokens; eager and debug steps give the graph's tokens; batched decode steps (graphs, padded
  *   buckets) against eager; with fp8 weights too; a head_dim without fp8 kernels refused by name;
  * - the quantization error of the fp8 cache against the bf16 cache on synthetic Llama-3.2-1B, reported. */
 #include <setjmp.h>
@@ -95,25 +95,7 @@ static void run(const lpo_model_spec *s, const run_opts *r, float *logits, int32
     if (lpo_engine_open_weights(s, &ws, NULL, &o, &e) != LPO_OK)
         fail_msg("%s: %s", r->backend, lpo_last_error());
     assert_int_equal(lpo_engine_kv_dtype(e), LPO_DT_FP8);
-    int slot = 0;
-    int32_t t[40];
-    for (int i = 0; i < 40; i++) t[i] = (int32_t)(3 + (i * 7) % 90);
-    const int32_t *tp = t;
-    const int64_t n = 40;
-    assert_int_equal(lpo_engine_extend(e, 1, &slot, &tp, &n, 0, logits), LPO_OK);
-    lpo_engine_reset(e, 0);
-    const lpo_sampling greedy = {0, 0, 1, 1, 0};
-    assert_int_equal(lpo_engine_set_sampling(e, 0, &greedy, 0), LPO_OK);
-    int32_t id = -1;
-    lpo_engine_batch b = {1, &slot, &tp, &n, 0, NULL, 1, &id, NULL};
-    assert_int_equal(lpo_engine_run(e, &b), LPO_OK);
-    for (int g = 0; g < n_gen; g++) {
-        tokens[g] = id;
-        const int32_t *one = &tokens[g];
-        const int64_t n1 = 1;
-        lpo_engine_batch d = {1, &slot, &one, &n1, 0, NULL, 1, &id, NULL};
-        assert_int_equal(lpo_engine_run(e, &d), LPO_OK);
-    }
+    if (test_engine_prompt_greedy(e, logits, tokens, n_gen) != LPO_OK) fail_msg("%s", lpo_last_error());
     lpo_engine_close(e);
     test_weights_free(&w);
 }
@@ -129,7 +111,25 @@ static lpo_model_spec engine_spec(void) {
     return s;
 }
 
-static void compare_cpu(const lpo_model_spec *s, const char *weights) {
+/* max |a - ref| / max |ref| over n values */
+static double rel_max_err(const float *a, const float *ref, int64_t n) {
+    double amax = 0, emax = 0;
+    for (int64_t i = 0; i < n; i++) {
+        amax = fmax(amax, fabs(ref[i]));
+        emax = fmax(emax, fabs(a[i] - ref[i]));
+    }
+    return amax > 0 ? emax / amax : emax;
+}
+
+/* Bounds of the CUDA logits vs the CPU f32 reference, both with the fp8 cache, in units of max |logit|.
+ * f32: both sides quantize the same f32 values (a value whose f32 summation order moves it across an fp8
+ * rounding boundary is rare): 5e-3. bf16: the bf16-computed k and v cross fp8 rounding boundaries that the
+ * f32 ones do not, each such value one fp8 step (6-12%) away, which amplifies bf16's rounding through the
+ * cache (the op checker compares attention from the same values instead): measured 0.092 on an H200 for this
+ * 128-wide model, bound 0.15; with fp8 weights the prefill's W8A8 activation quantization adds its own
+ * (test_cuda_fp8.c: 0.14 alone), bound 0.3. What the bounds catch is a wrong scale or layout (errors of the
+ * order of max |logit|). */
+static void compare_cpu(const lpo_model_spec *s, const char *weights, double bf16_bound) {
     const int64_t V = s->vocab_size;
     enum { G = 16 };
     float *ref = malloc((size_t)V * sizeof(float)), *gpu = malloc((size_t)V * sizeof(float));
@@ -137,18 +137,26 @@ static void compare_cpu(const lpo_model_spec *s, const char *weights) {
     const run_opts cpu = {"cpu", "f32", weights, LPO_EXEC_GRAPH},
                    cuda = {"cuda", "bf16", weights, LPO_EXEC_GRAPH};
     run(s, &cpu, ref, tref, G);
-    run(s, &cuda, gpu, tgpu, G);
-    double amax = 0, emax = 0;
-    for (int64_t i = 0; i < V; i++) {
-        amax = fmax(amax, fabs(ref[i]));
-        emax = fmax(emax, fabs(gpu[i] - ref[i]));
+    if (!weights) { /* f32 on the GPU (fp8 weights would be held in f32 there: engine.md) */
+        const run_opts f32 = {"cuda", "f32", weights, LPO_EXEC_GRAPH};
+        run(s, &f32, gpu, tgpu, G);
+        const double e = rel_max_err(gpu, ref, V);
+        int same = 0;
+        for (int g = 0; g < G; g++) same += tref[g] == tgpu[g];
+        printf(
+            "engine.kv_dtype=fp8 weights=auto: CUDA f32 vs CPU f32 logits %.3g of max|logit|; greedy tokens "
+            "equal: %d of %d\n",
+            e, same, G);
+        assert_true(e <= 5e-3);
     }
+    run(s, &cuda, gpu, tgpu, G);
+    const double e = rel_max_err(gpu, ref, V);
     int same = 0;
     for (int g = 0; g < G; g++) same += tref[g] == tgpu[g];
-    printf("engine.kv_dtype=fp8 weights=%s: CUDA bf16 vs CPU f32 logits max|err| %.4g (%.3g of max|logit|); "
+    printf("engine.kv_dtype=fp8 weights=%s: CUDA bf16 vs CPU f32 logits %.3g of max|logit| (bound %.2g); "
            "greedy tokens equal: %d of %d\n",
-           weights ? weights : "auto", emax, emax / amax, same, G);
-    assert_true(emax <= 2e-2 * amax);
+           weights ? weights : "auto", e, bf16_bound, same, G);
+    assert_true(e <= bf16_bound);
     const lpo_exec_mode modes[] = {LPO_EXEC_EAGER, LPO_EXEC_DEBUG};
     for (int m = 0; m < 2; m++) { /* every exec mode: the graph's tokens */
         const run_opts o = {"cuda", "bf16", weights, modes[m]};
@@ -162,8 +170,8 @@ static void compare_cpu(const lpo_model_spec *s, const char *weights) {
 static void test_engine_kv8(void **state) {
     (void)state;
     const lpo_model_spec s = engine_spec();
-    compare_cpu(&s, NULL);
-    compare_cpu(&s, "fp8");
+    compare_cpu(&s, NULL, 0.15);
+    compare_cpu(&s, "fp8", 0.3);
 }
 
 /* Three sequences of different prompt lengths, then 12 chained decode steps: graph (padded to bucket 4) and

@@ -33,6 +33,33 @@ static inline lpo_model_spec test_spec(void) {
     return s;
 }
 
+/* The engine tests' common run on one sequence (slot 0): a 40-token prompt (ids 3 + 7 i mod 90) prefilled
+ * for its last logits, then the sequence reset and the same prompt run again followed by n_gen greedy
+ * tokens, one per step (tokens[g]). The first failing call's status is returned. */
+static inline lpo_status test_engine_prompt_greedy(lpo_engine *e, float *logits, int32_t *tokens, int n_gen) {
+    int slot = 0;
+    int32_t t[40];
+    for (int i = 0; i < 40; i++) t[i] = (int32_t)(3 + (i * 7) % 90);
+    const int32_t *tp = t;
+    const int64_t n = 40;
+    lpo_status st = lpo_engine_extend(e, 1, &slot, &tp, &n, 0, logits);
+    if (st != LPO_OK) return st;
+    lpo_engine_reset(e, 0);
+    const lpo_sampling greedy = {0, 0, 1, 1, 0};
+    if ((st = lpo_engine_set_sampling(e, 0, &greedy, 0)) != LPO_OK) return st;
+    int32_t id = -1;
+    lpo_engine_batch b = {1, &slot, &tp, &n, 0, NULL, 1, &id, NULL};
+    if ((st = lpo_engine_run(e, &b)) != LPO_OK) return st;
+    for (int g = 0; g < n_gen; g++) {
+        tokens[g] = id;
+        const int32_t *one = &tokens[g];
+        const int64_t n1 = 1;
+        lpo_engine_batch d = {1, &slot, &one, &n1, 0, NULL, 1, &id, NULL};
+        if ((st = lpo_engine_run(e, &d)) != LPO_OK) return st;
+    }
+    return LPO_OK;
+}
+
 /* meta-llama/Llama-3.1-8B's config.json dimensions on test_spec's other fields (bf16, untied embeddings) */
 static inline lpo_model_spec test_spec_llama8b(void) {
     lpo_model_spec s = test_spec();

@@ -399,6 +399,9 @@ static size_t mma_smem(int hd, int mode, int S, size_t es) {
     return (size_t)(VA_BM + 4 * VA_BN) * hd * es +
            (mode == VA_RELPOS ? (size_t)VA_BM * 2 * S * sizeof(float) : 0);
 }
+/* the kernel's static shared memory (s_qrow, s_qyx, s_kyx, s_kmax): it counts against the same per-block
+ * limits as the dynamic part (a launch whose two parts pass 48 KiB without the attribute is refused) */
+#define VA_MMA_STATIC_SMEM (VA_BM * sizeof(int64_t) + (VA_BM + 2 * VA_BN + 1) * sizeof(int))
 
 template <typename T, int HD, int MODE>
 static cudaError_t launch_mma(T *att, const vattn_p &p, dim3 grid, size_t smem, cudaStream_t s) {
@@ -406,7 +409,7 @@ static cudaError_t launch_mma(T *att, const vattn_p &p, dim3 grid, size_t smem, 
     int dev = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e != cudaSuccess) return e;
-    if (smem > 48 * 1024 && (dev >= 64 || set_to[dev] < smem)) {
+    if (smem + VA_MMA_STATIC_SMEM > 48 * 1024 && (dev >= 64 || set_to[dev] < smem)) {
         e = cudaFuncSetAttribute(vattn_mma_kernel<T, HD, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  (int)smem);
         if (e != cudaSuccess) return e;
@@ -459,7 +462,7 @@ static cudaError_t run_attn(T *att, const vattn_p &p, dim3 grid, bool aligned, c
                 e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
             if (e != cudaSuccess) return e;
             const size_t smem = mma_smem(p.hd, MODE, p.S, sizeof(T));
-            if (smem <= (size_t)optin)
+            if (smem + VA_MMA_STATIC_SMEM <= (size_t)optin)
                 return p.hd == 64 ? launch_mma<T, 64, MODE>(att, p, grid, smem, s)
                                   : launch_mma<T, 128, MODE>(att, p, grid, smem, s);
         }
