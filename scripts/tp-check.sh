@@ -12,6 +12,7 @@
 #   scripts/tp-check.sh                    (CUDA_ARCHS=90 by default)
 #   TP_CHECK_TESTS=0 / TP_CHECK_BENCH=0    skip a half (two calls when a command may run 600 s at most)
 #   TP_CHECK_TRACE=0                       no trace of the 8B tp=2 bench
+#   TP_CHECK_PREBUILT=1 BUILD_DIR=DIR      use the lpo, liblpo_probe.so and tests/gpu_test_tp_gpu already in DIR
 # NVLink multicast (NVLS) stays off on shared machines: NCCL_NVLS_ENABLE=0 for everything below.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -50,14 +51,22 @@ tg_rate() {
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 echo "tp-check: $ngpu GPU(s); NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE"
 nvidia-smi topo -m 2>/dev/null | head -12
-step configure cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DLPO_CUDA_ARCHS="$archs" -DLPO_WITH_CUDA=ON
-step build cmake --build "$build" -j "$jobs"
+# TP_CHECK_PREBUILT=1: no configure or build: $build already holds lpo, liblpo_probe.so and
+# tests/gpu_test_tp_gpu (built for this checkout's path elsewhere and carried over: device time saved)
+if [ "${TP_CHECK_PREBUILT:-0}" = 0 ]; then
+  step configure cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DLPO_CUDA_ARCHS="$archs" -DLPO_WITH_CUDA=ON
+  step build cmake --build "$build" -j "$jobs"
+fi
 lpo="$build/lpo"
 declare -A rate pred comm
 if [ -x "$lpo" ]; then
   if [ "${TP_CHECK_TESTS:-1}" != 0 ]; then
     # a hung collective (one-shot flags never set) fails after 300 s instead of holding the machine
-    step "tests tp" bash -c "cd '$build' && ctest -R 'test_tp' --timeout 300 -V -O ctest-tp.log >/dev/null"
+    if [ -f "$build/CTestTestfile.cmake" ]; then
+      step "tests tp" bash -c "cd '$build' && ctest -R 'test_tp' --timeout 300 -V -O ctest-tp.log >/dev/null"
+    else # a prebuilt test binary without its build tree
+      step "tests tp" bash -c "timeout 300 '$build/tests/gpu_test_tp_gpu' >'$build/ctest-tp.log' 2>&1"
+    fi
     grep -E "max \|logit diff\||stopped rank|SKIP|one-shot|all-reduce|tp trace" "$build/ctest-tp.log" | head -80
     # which test failed and why (the figures above come from passing checks only)
     grep -E "^ *[0-9]+/[0-9]+ Test|tests passed|\[  FAILED  \]|\[  ERROR   \]|[Ff]ailure|Assertion|error:" \
