@@ -19,7 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cjson/cJSON.h>
 #include <cmocka.h>
 
 #include "lpo/core.h"
@@ -29,9 +28,8 @@
 #include "lpo/vision.h"
 #include "lpo/vision_encode.h"
 #include "test_engine_support.h"
+#include "test_ocr2_fixture.h"
 #include "test_support.h"
-
-#define DIR LPO_SOURCE_DIR "/tests/golden/vision/"
 
 static int failures;
 
@@ -114,21 +112,6 @@ static void test_opcheck(void **state) {
 }
 
 /* ---- the tiny DeepSeek-OCR-2 fixture ---- */
-static lpo_status view_of(void *ud, const char *name, lpo_weight_view *out) {
-    return lpo_model_weight_view(ud, name, out);
-}
-
-/* max |a - b| / max |b| */
-static double rel_err(const float *a, const float *b, int64_t n) {
-    double d = 0, m = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(a[i])) return INFINITY;
-        d = fmax(d, fabs((double)a[i] - b[i]));
-        m = fmax(m, fabs((double)b[i]));
-    }
-    return m > 0 ? d / m : d;
-}
-
 typedef struct {
     int n_ops, n_bad;
     double ms;
@@ -141,82 +124,31 @@ static void count_op(void *ud, const lpo_op *op, const float *out, double ms) {
     c->ms += ms;
 }
 
-/* HF's joined embeddings of the landscape page (vision.bin "features") */
-static float *hf_features(int64_t *rows, int64_t *cols) {
-    char *text, *bin;
-    size_t len, blen;
-    assert_int_equal(lpo_read_file(DIR "tiny-ocr2/fixture.json", &text, &len), LPO_OK);
-    cJSON *fx = cJSON_Parse(text);
-    free(text);
-    assert_non_null(fx);
-    assert_int_equal(lpo_read_file(DIR "tiny-ocr2/vision.bin", &bin, &blen), LPO_OK);
-    const cJSON *o = cJSON_GetObjectItem(cJSON_GetObjectItem(fx, "offsets"), "features");
-    assert_non_null(o);
-    const size_t off = (size_t)cJSON_GetArrayItem(o, 0)->valuedouble;
-    const cJSON *shape = cJSON_GetArrayItem(o, 1);
-    *rows = cJSON_GetArrayItem(shape, 0)->valueint;
-    *cols = cJSON_GetArrayItem(shape, 1)->valueint;
-    assert_true((off + (size_t)(*rows * *cols)) * sizeof(float) <= blen);
-    float *f = malloc((size_t)(*rows * *cols) * sizeof(float));
-    assert_non_null(f);
-    memcpy(f, bin + off * sizeof(float), (size_t)(*rows * *cols) * sizeof(float));
-    free(bin);
-    cJSON_Delete(fx);
-    return f;
-}
-
-/* the page's embeddings through the encoder on backend be (CUDA: a context of dtype dt) */
-static float *encode_page(const lpo_vision_spec *vs, const lpo_weight_source *ws, const lpo_ocr_views *v,
-                          const lpo_backend_iface *be, lpo_dtype dt, counted *cnt) {
-    void *ctx = NULL;
-    if (be != lpo_backend_cpu()) {
-        const lpo_backend_init in = {.max_seqs = 1, .dtype = dt};
-        if (be->init(&in, &ctx) != LPO_OK) fail_msg("cuda op-only context: %s", lpo_last_error());
-    }
-    lpo_vision_encoder *e;
-    if (lpo_vision_encoder_open(vs, ws, be, ctx, 0, &e) != LPO_OK)
-        fail_msg("vision encoder on %s: %s", be->name, lpo_last_error());
-    if (cnt) lpo_vision_encoder_set_callback(e, count_op, cnt);
-    if (cnt) lpo_vision_encoder_want_outputs(e, 1);
-    float *out = malloc((size_t)(v->n_image_tokens * vs->text_hidden) * sizeof(float));
-    assert_non_null(out);
-    if (lpo_vision_encode_image(e, v, out) != LPO_OK)
-        fail_msg("encode on %s: %s", be->name, lpo_last_error());
-    lpo_vision_encoder_close(e);
-    if (ctx) be->free(ctx);
-    return out;
-}
-
 static void test_tiny_ocr2(void **state) {
     (void)state;
-    char *cfg;
-    size_t len;
-    assert_int_equal(lpo_read_file(DIR "tiny-ocr2/config.json", &cfg, &len), LPO_OK);
     lpo_vision_spec vs;
-    int found;
-    assert_int_equal(lpo_vision_spec_from_hf_config(cfg, len, "config.json", &vs, &found), LPO_OK);
-    free(cfg);
+    ocr2_vision_spec(&vs);
     lpo_model *m;
-    assert_int_equal(lpo_model_open_tensors(DIR "tiny-ocr2", &m), LPO_OK);
-    const lpo_weight_source ws = {m, view_of};
+    assert_int_equal(lpo_model_open_tensors(OCR2_DIR "tiny-ocr2", &m), LPO_OK);
+    const lpo_weight_source ws = {m, ocr2_view_of};
     lpo_image im;
-    lpo_ocr_prep_opts o;
-    lpo_ocr_prep_defaults(&o);
     lpo_ocr_views v;
-    assert_int_equal(lpo_image_load(DIR "pages/page_landscape.jpg", &im), LPO_OK);
-    assert_int_equal(lpo_ocr_preprocess(&im, &o, &v), LPO_OK);
+    ocr2_page(&im, &v);
+    ocr2_fixture f;
+    ocr2_fixture_load(&f);
     int64_t rows, cols;
-    float *hf = hf_features(&rows, &cols);
+    const float *hf = ocr2_ref(&f, "features", &rows, &cols);
     assert_int_equal(rows, v.n_image_tokens);
     assert_int_equal(cols, vs.text_hidden);
     const int64_t n = rows * cols;
-    float *cpu = encode_page(&vs, &ws, &v, lpo_backend_cpu(), LPO_DT_F32, NULL);
+    float *cpu = ocr2_encode_page(&vs, &ws, &v, lpo_backend_cpu(), LPO_DT_F32, NULL, NULL);
     /* f32 and bf16 as a page runs (linear + residual add fused), then f32 op by op with the callback */
     const lpo_dtype dts[] = {LPO_DT_F32, LPO_DT_BF16, LPO_DT_F32};
     for (int d = 0; d < 3; d++) {
         counted cnt = {0, 0, 0};
-        float *gpu = encode_page(&vs, &ws, &v, lpo_backend_cuda(), dts[d], d == 2 ? &cnt : NULL);
-        const double e_hf = rel_err(gpu, hf, n), e_cpu = rel_err(gpu, cpu, n);
+        float *gpu =
+            ocr2_encode_page(&vs, &ws, &v, lpo_backend_cuda(), dts[d], d == 2 ? count_op : NULL, &cnt);
+        const double e_hf = ocr2_rel_err(gpu, hf, n), e_cpu = ocr2_rel_err(gpu, cpu, n);
         const double bound = dts[d] == LPO_DT_F32 ? 1e-4 : 5e-2;
         printf("tiny-ocr2 cuda %-4s%s: %lld x %lld embeddings, max|diff| / max|ref| vs HF %.3g, vs CPU %.3g "
                "(bound %.0e)\n",
@@ -238,7 +170,7 @@ static void test_tiny_ocr2(void **state) {
         free(gpu);
     }
     free(cpu);
-    free(hf);
+    ocr2_fixture_free(&f);
     lpo_ocr_views_free(&v);
     lpo_image_free(&im);
     lpo_model_close(m);

@@ -35,6 +35,7 @@
 #include "lpo/trace.h"
 #include "test_engine_support.h"
 #include "test_support.h"
+#include "test_trace_support.h"
 
 #ifdef LPO_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -883,20 +884,6 @@ static void test_arnorm(void **state) {
 #endif
 
 #ifdef LPO_TRACE_PROBE
-/* a table's rows as JSON (the caller frees) */
-static cJSON *rows_of(lpo_table *tb) {
-    lpo_json j;
-    lpo_strbuf js = {0};
-    lpo_json_init_buf(&j, &js, 0);
-    lpo_table_write_json(tb, &j);
-    assert_int_equal(lpo_json_finish(&j), LPO_OK);
-    cJSON *rows = cJSON_Parse(js.buf);
-    assert_non_null(rows);
-    lpo_sb_free(&js);
-    lpo_table_free(tb);
-    return rows;
-}
-
 static double jnum(const cJSON *row, const char *k) {
     const cJSON *v = cJSON_GetObjectItem(row, k);
     return cJSON_IsNumber(v) ? v->valuedouble : -1.0;
@@ -923,7 +910,7 @@ static void trace_tp(const char *tmp, const char *ar, const char *kernel_part) {
     lpo_table *ct = NULL, *sk = NULL, *kd = NULL;
     assert_int_equal(lpo_trace_comm_tables(t, "decode_step", &ct, &sk, NULL), LPO_OK);
     assert_int_equal(lpo_trace_device_kernel_table(t, &kd), LPO_OK);
-    cJSON *rows = rows_of(ct);
+    cJSON *rows = test_table_rows(ct);
     assert_int_equal(cJSON_GetArraySize(rows), 2); /* one rank per GPU */
     const cJSON *r0 = cJSON_GetArrayItem(rows, 0), *r1 = cJSON_GetArrayItem(rows, 1);
     const double n0 = jnum(r0, "comm_kernels"), n1 = jnum(r1, "comm_kernels");
@@ -938,7 +925,7 @@ static void trace_tp(const char *tmp, const char *ar, const char *kernel_part) {
     assert_true(jnum(r0, "overlap_ms") >= 0 && jnum(r0, "overlap_ms") <= jnum(r0, "comm_ms"));
     assert_true(jnum(r0, "steps") >= 15 && jnum(r0, "steps") == jnum(r1, "steps"));
     cJSON_Delete(rows);
-    rows = rows_of(sk);
+    rows = test_table_rows(sk);
     int coll = 0, steps = 0;
     cJSON *r;
     cJSON_ArrayForEach(r, rows) {
@@ -950,7 +937,7 @@ static void trace_tp(const char *tmp, const char *ar, const char *kernel_part) {
     assert_int_equal(coll, (int)n0);
     assert_true(steps >= 15);
     cJSON_Delete(rows);
-    rows = rows_of(kd);
+    rows = test_table_rows(kd);
     int comm_rows[2] = {0, 0}, part[2] = {0, 0};
     cJSON_ArrayForEach(r, rows) {
         const char *cat = cJSON_GetObjectItem(r, "category")->valuestring;

@@ -14,6 +14,7 @@
 #include "lpo/engine.h"
 #include "test_engine_support.h"
 #include "test_fp8_fixture.h"
+#include "test_quant_support.h"
 #include "test_support.h"
 
 /* the test weights with every matrix the fp8 rule quantizes replaced by its per-row fp8 round trip */
@@ -33,10 +34,8 @@ static void logits_of(const lpo_model_spec *s, const lpo_weight_source *ws, cons
                          .weights = weights};
     lpo_engine *e = NULL;
     assert_int_equal(lpo_engine_open_weights(s, ws, NULL, &o, &e), LPO_OK);
-    int slot = 0;
-    const int32_t t[6] = {5, 6, 7, 8, 9, 10}, *tp = t;
-    const int64_t n = 6;
-    assert_int_equal(lpo_engine_extend(e, 1, &slot, &tp, &n, 1, out), LPO_OK);
+    const int32_t t[6] = {5, 6, 7, 8, 9, 10};
+    test_prompt_logits(e, t, 6, out);
     if (weights && !strcmp(weights, "fp8")) { /* the op list names the held dtypes */
         const lpo_oplist *l = lpo_engine_last_oplist(e);
         for (size_t i = 0; i < l->n_ops; i++) {
@@ -68,15 +67,10 @@ static void test_engine_fp8(void **state) {
     lpo_weight_source pq = {&w, prequant_view};
     logits_of(&s, &pq, NULL, pre); /* the views now quantize the test weights in place */
     assert_memory_equal(fp8, pre, (size_t)(R * V) * sizeof(float));
-    double max_rel = 0, se = 0, sr = 0;
-    for (int64_t i = 0; i < R * V; i++) {
-        se += (fp8[i] - ref[i]) * (double)(fp8[i] - ref[i]);
-        sr += (double)ref[i] * ref[i];
-        max_rel = fmax(max_rel, fabs(fp8[i] - ref[i]) / (fabs(ref[i]) + 1e-3));
-    }
-    printf("fp8 vs f32 logits: nmse %.3g\n", se / sr);
-    assert_true(se > 0);         /* quantized */
-    assert_true(se / sr < 2e-2); /* and close: per-channel e4m3 (0.5% here) */
+    const double nmse = test_nmse(fp8, ref, R * V);
+    printf("fp8 vs f32 logits: nmse %.3g\n", nmse);
+    assert_true(nmse > 0);    /* quantized */
+    assert_true(nmse < 2e-2); /* and close: per-channel e4m3 (0.5% here) */
     test_weights_free(&w);
     free(ref);
     free(fp8);
@@ -86,59 +80,26 @@ static void test_engine_fp8(void **state) {
 /* run_op with fp8 weights == run_op with the weights round-tripped by hand */
 static void test_run_op_fp8(void **state) {
     (void)state;
-    const lpo_backend_iface *cpu = lpo_backend_cpu();
-    void *ctx = NULL;
-    const lpo_backend_init in = {.max_seqs = 1, .dtype = LPO_DT_F32, .n_threads = 1};
-    assert_int_equal(cpu->init(&in, &ctx), LPO_OK);
+    void *ctx = test_cpu_ctx();
     enum { M = 3, N = 40, K = 300 };
-    lpo_op_tensor wt = {.buf = LPO_BUF_WEIGHT, .name = "w", .ndim = 2, .shape = {N, K}, .dtype = LPO_DT_FP8};
-    lpo_op op = {.name = "lin",
-                 .kind = LPO_OP_LINEAR,
-                 .n_in = 1,
-                 .n_out = 1,
-                 .n_w = 1,
-                 .w = &wt,
-                 .m = M,
-                 .n = N,
-                 .k = K};
-    op.in[0] =
-        (lpo_op_tensor){.buf = LPO_BUF_XN, .name = "", .ndim = 2, .shape = {M, K}, .dtype = LPO_DT_F32};
-    op.out[0] =
-        (lpo_op_tensor){.buf = LPO_BUF_TMP, .name = "", .ndim = 2, .shape = {M, N}, .dtype = LPO_DT_F32};
+    lpo_op_tensor wt;
+    lpo_op op = test_linear_op(&wt, M, N, K);
     static float x[M * K], W[N * K], Wq[N * K], y[M * N], y2[M * N];
     for (int i = 0; i < M * K; i++) x[i] = (float)sin(i * 0.1);
     for (int i = 0; i < N * K; i++) W[i] = Wq[i] = (float)cos(i * 0.7) * 0.05f;
     assert_int_equal(lpo_fp8_roundtrip_rows(Wq, N, K), 0);
-    const float *w1[1] = {W}, *w2[1] = {Wq};
-    lpo_op_io io = {.in = {x}, .out = y, .w = w1};
-    assert_int_equal(cpu->run_op(ctx, &op, &io), LPO_OK);
-    wt.dtype = LPO_DT_F32;
-    io.out = y2;
-    io.w = w2;
-    assert_int_equal(cpu->run_op(ctx, &op, &io), LPO_OK);
-    assert_memory_equal(y, y2, sizeof y);
+    test_linear_matches_roundtrip(ctx, &op, &wt, LPO_DT_FP8, x, W, Wq, y, y2);
     /* tile-scaled: the 128x128 round trip */
-    wt.dtype = LPO_DT_FP8_B128;
-    io.w = w1;
-    io.out = y;
-    assert_int_equal(cpu->run_op(ctx, &op, &io), LPO_OK);
     memcpy(Wq, W, sizeof W);
     assert_int_equal(lpo_fp8_roundtrip_tiles(Wq, N, K), 0);
-    wt.dtype = LPO_DT_F32;
-    io.w = w2;
-    io.out = y2;
-    assert_int_equal(cpu->run_op(ctx, &op, &io), LPO_OK);
-    assert_memory_equal(y, y2, sizeof y);
-    cpu->free(ctx);
+    test_linear_matches_roundtrip(ctx, &op, &wt, LPO_DT_FP8_B128, x, W, Wq, y, y2);
+    lpo_backend_cpu()->free(ctx);
 }
 
 /* the quantization error of engine.weights=fp8 on the tiny preset (synthetic llama), reported */
 static void test_quant_error(void **state) {
     (void)state;
-    lpo_model_spec s = test_spec();
-    s.hidden_size = 64, s.head_dim = 16, s.intermediate_size = 128, s.vocab_size = 256;
-    s.dtype = LPO_DT_BF16;
-    strcpy(s.name, "synthetic-llama-64");
+    const lpo_model_spec s = test_spec_synth64();
     lpo_model *m = NULL;
     assert_int_equal(lpo_model_open_synthetic(&s, 7, &m), LPO_OK);
     const fp8_quant_error q = fp8_quant_error_of(m, "cpu", "f32");

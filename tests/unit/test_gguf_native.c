@@ -16,6 +16,7 @@
 #include "lpo/engine.h"
 #include "lpo/gguf.h"
 #include "test_engine_support.h"
+#include "test_quant_support.h"
 #include "test_support.h"
 
 static const lpo_dtype native[] = {LPO_DT_Q8_0, LPO_DT_Q4_0, LPO_DT_Q4_1,
@@ -105,46 +106,22 @@ static void test_rule(void **state) {
 /* run_op of a linear with block weights == run_op with the weights round-tripped by hand */
 static void test_run_op(void **state) {
     (void)state;
-    const lpo_backend_iface *cpu = lpo_backend_cpu();
-    void *ctx = NULL;
-    const lpo_backend_init in = {.max_seqs = 1, .dtype = LPO_DT_F32, .n_threads = 1};
-    assert_int_equal(cpu->init(&in, &ctx), LPO_OK);
+    void *ctx = test_cpu_ctx();
     enum { M = 3, N = 40, K = 512 };
     static float x[M * K], W[N * K], Wq[N * K], y[M * N], y2[M * N];
     fill(x, M * K, 5);
     fill(W, N * K, 6);
     for (size_t f = 0; f < sizeof native / sizeof native[0]; f++) {
-        lpo_op_tensor wt = {
-            .buf = LPO_BUF_WEIGHT, .name = "w", .ndim = 2, .shape = {N, K}, .dtype = native[f]};
-        lpo_op op = {.name = "lin",
-                     .kind = LPO_OP_LINEAR,
-                     .n_in = 1,
-                     .n_out = 1,
-                     .n_w = 1,
-                     .w = &wt,
-                     .m = M,
-                     .n = N,
-                     .k = K};
-        op.in[0] =
-            (lpo_op_tensor){.buf = LPO_BUF_XN, .name = "", .ndim = 2, .shape = {M, K}, .dtype = LPO_DT_F32};
-        op.out[0] =
-            (lpo_op_tensor){.buf = LPO_BUF_TMP, .name = "", .ndim = 2, .shape = {M, N}, .dtype = LPO_DT_F32};
+        lpo_op_tensor wt;
+        lpo_op op = test_linear_op(&wt, M, N, K);
         memcpy(Wq, W, sizeof W);
         assert_int_equal(lpo_quantize_roundtrip(native[f], Wq, N * K), LPO_OK);
-        const float *w1[1] = {W}, *w2[1] = {Wq};
-        lpo_op_io io = {.in = {x}, .out = y, .w = w1};
-        assert_int_equal(cpu->run_op(ctx, &op, &io), LPO_OK);
-        wt.dtype = LPO_DT_F32;
-        io.out = y2;
-        io.w = w2;
-        assert_int_equal(cpu->run_op(ctx, &op, &io), LPO_OK);
-        assert_memory_equal(y, y2, sizeof y);
+        test_linear_matches_roundtrip(ctx, &op, &wt, native[f], x, W, Wq, y, y2);
         /* bytes of the op: the real block sizes */
-        wt.dtype = native[f];
         const double per = (double)lpo_dtype_block_bytes(native[f]) / lpo_dtype_block(native[f]);
         assert_true(fabs(lpo_op_weight_bytes(&op) - per * N * K) < 1e-6);
     }
-    cpu->free(ctx);
+    lpo_backend_cpu()->free(ctx);
 }
 
 /* an engine over synthetic q4_k weights: native computes with the quantized values (close to auto's
@@ -167,10 +144,8 @@ static void test_engine_native(void **state) {
                              .weights = modes[i]};
         lpo_engine *e = NULL;
         assert_int_equal(lpo_engine_open(m, &o, &e), LPO_OK);
-        int slot = 0;
-        const int32_t t[4] = {5, 6, 7, 8}, *tp = t;
-        const int64_t n = 4;
-        assert_int_equal(lpo_engine_extend(e, 1, &slot, &tp, &n, 1, outs[i]), LPO_OK);
+        const int32_t t[4] = {5, 6, 7, 8};
+        test_prompt_logits(e, t, 4, outs[i]);
         const lpo_dtype_lookup *h = lpo_engine_held_dtypes(e);
         lpo_dtype dt = LPO_DT_COUNT;
         assert_true(h->stored_dtype(h->ud, "model.layers.0.mlp.down_proj.weight", &dt));
@@ -180,11 +155,9 @@ static void test_engine_native(void **state) {
         lpo_engine_close(e);
     }
     assert_memory_equal(b, c, (size_t)(R * V) * sizeof(float)); /* deterministic */
-    double se = 0, sr = 0;
-    for (int64_t i = 0; i < R * V; i++)
-        se += (b[i] - a[i]) * (double)(b[i] - a[i]), sr += (double)a[i] * a[i];
-    printf("q4_k native vs unquantized synthetic logits: nmse %.3g\n", se / sr);
-    assert_true(se > 0 && se / sr < 0.1);
+    const double nmse = test_nmse(b, a, R * V);
+    printf("q4_k native vs unquantized synthetic logits: nmse %.3g\n", nmse);
+    assert_true(nmse > 0 && nmse < 0.1);
     /* tensor parallel: refused by name */
     lpo_engine_opts o = {LPO_ENGINE_DEFAULTS, .backend = "cpu",    .max_seqs = 1,
                          .max_context = 16,   .weights = "native", .tp = 2};
@@ -215,10 +188,8 @@ static void test_kquant_file(void **state) {
                              .max_context = 16,   .weights = modes[i], .weights_keep = "none"};
         lpo_engine *e = NULL;
         assert_int_equal(lpo_engine_open(m, &o, &e), LPO_OK);
-        int slot = 0;
-        const int32_t t[5] = {1, 17, 99, 200, 3}, *tp = t;
-        const int64_t n = 5;
-        assert_int_equal(lpo_engine_extend(e, 1, &slot, &tp, &n, 1, outs[i]), LPO_OK);
+        const int32_t t[5] = {1, 17, 99, 200, 3};
+        test_prompt_logits(e, t, 5, outs[i]);
         const lpo_dtype_lookup *h = lpo_engine_held_dtypes(e);
         const char *names[] = {"model.layers.1.self_attn.q_proj.weight",
                                "model.layers.1.self_attn.v_proj.weight", "lm_head.weight",

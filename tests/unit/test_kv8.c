@@ -17,6 +17,7 @@
 #include "lpo/opcheck.h"
 #include "test_engine_support.h"
 #include "test_fp8_fixture.h"
+#include "test_quant_support.h"
 #include "test_support.h"
 
 static void test_parse(void **state) {
@@ -207,9 +208,7 @@ static void test_opcheck(void **state) {
                          LPO_OK);
         const long a = lpo_oplist_find(&l, LPO_ROLE_ATTN, 1);
         const lpo_backend_iface *cpu = lpo_backend_cpu();
-        void *ctx = NULL;
-        const lpo_backend_init in = {.max_seqs = 1, .dtype = LPO_DT_F32, .n_threads = 1};
-        assert_int_equal(cpu->init(&in, &ctx), LPO_OK);
+        void *ctx = test_cpu_ctx();
         lpo_opcheck_result r;
         assert_int_equal(lpo_opcheck_run(cpu, ctx, LPO_DT_F32, &l.ops[a], 11, &r), LPO_OK);
         assert_true(r.passed);
@@ -221,10 +220,7 @@ static void test_opcheck(void **state) {
 /* the quantization error of engine.kv_dtype=fp8 on a synthetic llama (f32 compute), reported */
 static void test_quant_error(void **state) {
     (void)state;
-    lpo_model_spec s = test_spec();
-    s.hidden_size = 64, s.head_dim = 16, s.intermediate_size = 128, s.vocab_size = 256;
-    s.dtype = LPO_DT_BF16;
-    strcpy(s.name, "synthetic-llama-64");
+    const lpo_model_spec s = test_spec_synth64();
     lpo_model *m = NULL;
     assert_int_equal(lpo_model_open_synthetic(&s, 7, &m), LPO_OK);
     const fp8_quant_error q = kv8_quant_error_of(m, "cpu", "f32");

@@ -20,9 +20,10 @@
 #include "cli/cli.h"
 #include "lpo/core.h"
 #include "lpo/image.h"
+#include "test_ocr2_fixture.h"
 #include "test_support.h"
 
-#define DIR LPO_SOURCE_DIR "/tests/golden/vision/"
+#define DIR OCR2_DIR
 
 static void put(const char *dir, const char *name, const char *text) {
     char p[4096];
@@ -254,18 +255,17 @@ static double max_rel(const char *a_path, const char *b_path, size_t *n) {
     assert_int_equal(lpo_read_file(a_path, &a, &la), LPO_OK);
     assert_int_equal(lpo_read_file(b_path, &b, &lb), LPO_OK);
     assert_int_equal(la, lb);
-    *n = la / 4;
-    double d = 0, mx = 0;
-    for (size_t i = 0; i < *n; i++) {
-        float x, y;
-        memcpy(&x, a + 4 * i, 4);
-        memcpy(&y, b + 4 * i, 4);
-        d = fmax(d, isfinite(x) ? fabs((double)x - y) : INFINITY);
-        mx = fmax(mx, fabs((double)y));
-    }
+    *n = la / sizeof(float);
+    float *x = malloc(*n * sizeof(float)), *y = malloc(*n * sizeof(float));
+    assert_true(x && y);
+    memcpy(x, a, *n * sizeof(float));
+    memcpy(y, b, *n * sizeof(float));
+    const double e = ocr2_rel_err(x, y, (int64_t)*n);
     free(a);
     free(b);
-    return d / mx;
+    free(x);
+    free(y);
+    return e;
 }
 
 static void test_cli_logits(void **state) {

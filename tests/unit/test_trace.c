@@ -28,20 +28,7 @@
 #include "probe/trace_clock.h"
 #include "probe/trace_format.h"
 #include "test_support.h"
-
-static void remove_tree(const char *dir) {
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    assert_int_equal(system(cmd), 0);
-}
-
-static char *path_in(const char *dir, const char *name) {
-    static char p[4][4200];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(p[k], sizeof p[k], "%s/%s", dir, name);
-    return p[k];
-}
+#include "test_trace_support.h"
 
 static char *slurp(const char *path) {
     char *d = NULL;
@@ -54,19 +41,6 @@ static int csv_rows(const char *csv) {
     int n = 0;
     for (const char *p = csv; *p; p++) n += *p == '\n';
     return n - 1; /* header */
-}
-
-/* A table as parsed JSON rows (the caller deletes them). */
-static cJSON *table_json(const lpo_table *tb) {
-    lpo_json j;
-    lpo_strbuf js = {0};
-    lpo_json_init_buf(&j, &js, 0);
-    lpo_table_write_json(tb, &j);
-    assert_int_equal(lpo_json_finish(&j), LPO_OK);
-    cJSON *rows = cJSON_Parse(js.buf);
-    assert_non_null(rows);
-    lpo_sb_free(&js);
-    return rows;
 }
 
 static cJSON *load_json(const char *path) {
@@ -95,7 +69,7 @@ static int count_events(cJSON *root, const char *ph, const char *cat) {
 static void test_synthetic_load(void **state) {
     (void)state;
     char *dir = lpo_test_tmpdir();
-    assert_int_equal(lpo_trace_synthesize(path_in(dir, "trace-4242.lpot"), 640, 1), LPO_OK);
+    assert_int_equal(lpo_trace_synthesize(test_path_in(dir, "trace-4242.lpot"), 640, 1), LPO_OK);
     lpo_trace *t = NULL;
     if (lpo_trace_load_dir(dir, &t)) fail_msg("%s", lpo_last_error());
     lpo_trace_stats s;
@@ -134,7 +108,7 @@ static void test_synthetic_load(void **state) {
     assert_non_null(row);
     assert_non_null(strstr(csv.buf, "\nlayers.0,nvtx,1,9,"));
     assert_non_null(strstr(csv.buf, "\ngraph.layers.0,graph node,"));
-    cJSON *arr = table_json(rt);
+    cJSON *arr = test_table_rows(rt);
     cJSON *it;
     int found = 0;
     cJSON_ArrayForEach(it, arr) {
@@ -160,7 +134,6 @@ static void test_synthetic_load(void **state) {
     assert_int_equal(found, 2);
     cJSON_Delete(arr);
     lpo_sb_free(&csv);
-    lpo_table_free(rt);
 
     /* steps: one row per decode_step, 64 kernels each */
     lpo_table *stt = NULL;
@@ -184,8 +157,8 @@ static void test_synthetic_load(void **state) {
     if (lpo_trace_write_reports(t, dir, &o, &tm)) fail_msg("%s", lpo_last_error());
     const char *files[] = {"kernels.md", "kernels.csv", "ranges.md", "ranges.csv", "steps.csv", "summary.md"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
-        assert_true(lpo_path_exists(path_in(dir, files[i])));
-    cJSON *root = load_json(path_in(dir, "trace.json"));
+        assert_true(lpo_path_exists(test_path_in(dir, files[i])));
+    cJSON *root = load_json(test_path_in(dir, "trace.json"));
     assert_int_equal(count_events(root, "X", "kernel"), 640);
     assert_int_equal(count_events(root, "X", "memcpy"), 10);
     assert_int_equal(count_events(root, "X", "cuda_api"), 9 * 64 + 1);
@@ -193,14 +166,14 @@ static void test_synthetic_load(void **state) {
     assert_int_equal(count_events(root, "s", "launch"), 640); /* graph kernels: from the cudaGraphLaunch */
     assert_int_equal(count_events(root, "f", "launch"), 640);
     cJSON_Delete(root);
-    char *sum = slurp(path_in(dir, "summary.md"));
+    char *sum = slurp(test_path_in(dir, "summary.md"));
     assert_non_null(strstr(sum, "| kernels | 640"));
     assert_null(strstr(sum, "WARNING"));
     assert_null(strstr(sum, "Partial trace"));
     assert_null(strstr(sum, "overlap")); /* the synthetic streams run one operation at a time */
     free(sum);
     lpo_trace_free(t);
-    remove_tree(dir);
+    test_remove_tree(dir);
     free(dir);
 }
 
@@ -226,11 +199,10 @@ static cJSON *kernel_rows(const char *dir, char **md, char **sum) {
     if (lpo_trace_write_reports(t, dir, &o, NULL)) fail_msg("%s", lpo_last_error());
     lpo_table *kt = NULL;
     assert_int_equal(lpo_trace_kernel_table(t, &kt), LPO_OK);
-    cJSON *rows = table_json(kt);
-    lpo_table_free(kt);
+    cJSON *rows = test_table_rows(kt);
     lpo_trace_free(t);
-    *md = slurp(path_in(dir, "kernels.md"));
-    *sum = slurp(path_in(dir, "summary.md"));
+    *md = slurp(test_path_in(dir, "kernels.md"));
+    *sum = slurp(test_path_in(dir, "summary.md"));
     return rows;
 }
 
@@ -259,7 +231,7 @@ static const char *const busy_names[] = {"", "gemv", "rmsnorm", "inner", "other"
 static void open_busy_trace(lpo_raw_writer *w, const char *dir, uint32_t n) {
     lpo_raw_header h;
     lpo_raw_header_init(&h, 81);
-    assert_int_equal(lpo_raw_open(w, path_in(dir, "trace-81.lpot"), &h, 1 << 16), 0);
+    assert_int_equal(lpo_raw_open(w, test_path_in(dir, "trace-81.lpot"), &h, 1 << 16), 0);
     for (uint32_t i = 1; i < n; i++)
         lpo_raw_put(w, LPO_REC_STRING, i, busy_names[i], strlen(busy_names[i]) + 1);
 }
@@ -344,7 +316,7 @@ static void test_stream_busy(void **state) {
     lpo_sb_free(&csv);
     lpo_table_free(rt);
     lpo_trace_free(t);
-    remove_tree(dir);
+    test_remove_tree(dir);
     free(dir);
 }
 
@@ -352,7 +324,7 @@ static void test_stream_busy(void **state) {
 static void test_truncated(void **state) {
     (void)state;
     char *dir = lpo_test_tmpdir();
-    const char *p = path_in(dir, "trace-1.lpot");
+    const char *p = test_path_in(dir, "trace-1.lpot");
     assert_int_equal(lpo_trace_synthesize(p, 640, 2), LPO_OK);
     char *data = NULL;
     size_t len = 0;
@@ -369,10 +341,10 @@ static void test_truncated(void **state) {
     assert_true(s.unterminated_ranges >= 1);
     lpo_trace_report_opts o = {.json = 1};
     if (lpo_trace_write_reports(t, dir, &o, NULL)) fail_msg("%s", lpo_last_error());
-    cJSON *root = load_json(path_in(dir, "trace.json"));
+    cJSON *root = load_json(test_path_in(dir, "trace.json"));
     assert_int_equal(count_events(root, "X", "kernel"), (int)s.kernels);
     cJSON_Delete(root);
-    char *sum = slurp(path_in(dir, "summary.md"));
+    char *sum = slurp(test_path_in(dir, "summary.md"));
     assert_non_null(strstr(sum, "Partial trace"));
     free(sum);
     lpo_trace_free(t);
@@ -389,7 +361,7 @@ static void test_truncated(void **state) {
         LPO_OK);
     assert_int_equal(lpo_trace_load_dir(dir, &t), LPO_E_FORMAT);
     assert_non_null(strstr(lpo_last_error(), "trace-1.lpot"));
-    remove_tree(dir);
+    test_remove_tree(dir);
     free(dir);
 }
 
@@ -401,20 +373,20 @@ static void test_empty(void **state) {
     assert_int_equal(lpo_trace_load_dir(dir, &t), LPO_OK);
     lpo_trace_report_opts o = {.json = 1, .step_range = "decode_step"};
     if (lpo_trace_write_reports(t, dir, &o, NULL)) fail_msg("%s", lpo_last_error());
-    cJSON *root = load_json(path_in(dir, "trace.json"));
+    cJSON *root = load_json(test_path_in(dir, "trace.json"));
     assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(root, "traceEvents")), 0);
     cJSON_Delete(root);
-    char *k = slurp(path_in(dir, "kernels.csv"));
+    char *k = slurp(test_path_in(dir, "kernels.csv"));
     assert_int_equal(csv_rows(k), 0);
     assert_non_null(strstr(k, "time_pct,total_ns"));
     free(k);
-    char *sum = slurp(path_in(dir, "summary.md"));
+    char *sum = slurp(test_path_in(dir, "summary.md"));
     assert_non_null(strstr(sum, "No CUDA activity"));
     free(sum);
     /* Traced on a machine without a GPU, the summary says so and what was recorded */
     o.no_gpu = "no NVIDIA driver on this machine (no /proc/driver/nvidia, libcuda.so.1 not found)";
     if (lpo_trace_write_reports(t, dir, &o, NULL)) fail_msg("%s", lpo_last_error());
-    sum = slurp(path_in(dir, "summary.md"));
+    sum = slurp(test_path_in(dir, "summary.md"));
     assert_non_null(strstr(sum, "**No GPU: no NVIDIA driver on this machine (no /proc/driver/nvidia, "));
     assert_non_null(
         strstr(sum, "What was recorded: the program's exit status and command (trace_info.json)"));
@@ -422,7 +394,7 @@ static void test_empty(void **state) {
     assert_null(strstr(sum, "did not initialise CUDA"));
     free(sum);
     lpo_trace_free(t);
-    remove_tree(dir);
+    test_remove_tree(dir);
     free(dir);
 }
 
@@ -471,7 +443,7 @@ static void test_gate_and_window(void **state) {
     lpo_raw_header h;
     lpo_raw_header_init(&h, 77);
     h.flags = LPO_TRACE_F_GATED;
-    assert_int_equal(lpo_raw_open(&w, path_in(dir, "trace-77.lpot"), &h, 1 << 16), 0);
+    assert_int_equal(lpo_raw_open(&w, test_path_in(dir, "trace-77.lpot"), &h, 1 << 16), 0);
     lpo_raw_put(&w, LPO_REC_STRING, 1, "capture", 8);
     lpo_raw_put(&w, LPO_REC_STRING, 2, "k", 2);
     lpo_raw_put(&w, LPO_REC_STRING, 3, "outer", 6);
@@ -515,7 +487,7 @@ static void test_gate_and_window(void **state) {
     /* a window [0, 1500): the second kernel starts after it */
     lpo_raw_header_init(&h, 78);
     h.flags = LPO_TRACE_F_WINDOWED;
-    assert_int_equal(lpo_raw_open(&w, path_in(dir, "trace-77.lpot"), &h, 1 << 16), 0);
+    assert_int_equal(lpo_raw_open(&w, test_path_in(dir, "trace-77.lpot"), &h, 1 << 16), 0);
     lpo_raw_put(&w, LPO_REC_STRING, 2, "k", 2);
     lpo_raw_window win = {0, 1500};
     lpo_raw_put(&w, LPO_REC_WINDOW, 0, &win, sizeof win);
@@ -526,7 +498,7 @@ static void test_gate_and_window(void **state) {
     lpo_trace_get_stats(t, &s);
     assert_int_equal(s.kernels, 1);
     lpo_trace_free(t);
-    remove_tree(dir);
+    test_remove_tree(dir);
     free(dir);
 }
 
@@ -546,7 +518,7 @@ static void test_long_names(void **state) {
     lpo_raw_writer w;
     lpo_raw_header h;
     lpo_raw_header_init(&h, 79);
-    assert_int_equal(lpo_raw_open(&w, path_in(dir, "trace-79.lpot"), &h, 1 << 16), 0);
+    assert_int_equal(lpo_raw_open(&w, test_path_in(dir, "trace-79.lpot"), &h, 1 << 16), 0);
     lpo_raw_put(&w, LPO_REC_STRING, 1, name, long_len + 1);
     lpo_raw_put(&w, LPO_REC_STRING, 2, mid, mid_len + 1);
     lpo_raw_kernel k1 = {.start = 100, .end = 200, .corr = 1, .name = 1};
@@ -574,7 +546,7 @@ static void test_long_names(void **state) {
     lpo_trace_free(t);
     free(name);
     free(mid);
-    remove_tree(dir);
+    test_remove_tree(dir);
     free(dir);
 }
 
@@ -582,7 +554,7 @@ static void test_counters(void **state) {
     (void)state;
     char *dir = lpo_test_tmpdir();
     const char *csv = "t_ns,gpu,power_w,sm_clock_mhz\n1000,0,250.5,1980\n2000,0,,1965\n3000,1,300,1500\n";
-    const char *p = path_in(dir, "nvml.csv");
+    const char *p = test_path_in(dir, "nvml.csv");
     assert_int_equal(lpo_write_file(p, csv, strlen(csv)), LPO_OK);
     lpo_trace_counters c;
     assert_int_equal(lpo_trace_counters_load(p, 0, &c), LPO_OK);
@@ -594,19 +566,19 @@ static void test_counters(void **state) {
     assert_int_equal(c.t_ns[1], 2000);
     /* counter tracks in trace.json */
     lpo_trace *t = NULL;
-    assert_int_equal(lpo_trace_synthesize(path_in(dir, "trace-9.lpot"), 64, 3), LPO_OK);
+    assert_int_equal(lpo_trace_synthesize(test_path_in(dir, "trace-9.lpot"), 64, 3), LPO_OK);
     assert_int_equal(lpo_trace_load_dir(dir, &t), LPO_OK);
-    assert_int_equal(lpo_trace_write_chrome(t, &c, path_in(dir, "trace.json")), LPO_OK);
-    cJSON *root = load_json(path_in(dir, "trace.json"));
+    assert_int_equal(lpo_trace_write_chrome(t, &c, test_path_in(dir, "trace.json")), LPO_OK);
+    cJSON *root = load_json(test_path_in(dir, "trace.json"));
     assert_int_equal(count_events(root, "C", NULL), 5);
     cJSON_Delete(root);
     lpo_trace_free(t);
     lpo_trace_counters_free(&c);
-    assert_int_equal(lpo_trace_counters_load(path_in(dir, "none.csv"), 0, &c), LPO_E_NOT_FOUND);
+    assert_int_equal(lpo_trace_counters_load(test_path_in(dir, "none.csv"), 0, &c), LPO_E_NOT_FOUND);
     /* the NVML sampler's nvml.csv: seconds after a start time, throttle columns left out */
     const char *nv =
         "t_s,sm_mhz,power_w,throttle,throttle_names\n0,1980,100.5,0,none\n0.1,1970,,4,sw_power_cap\n";
-    p = path_in(dir, "nvml2.csv");
+    p = test_path_in(dir, "nvml2.csv");
     assert_int_equal(lpo_write_file(p, nv, strlen(nv)), LPO_OK);
     assert_int_equal(lpo_trace_counters_load(p, 5000000000ull, &c), LPO_OK);
     assert_int_equal(c.n_series, 2);
@@ -614,7 +586,7 @@ static void test_counters(void **state) {
     assert_int_equal(c.t_ns[1], 5100000000ull);
     assert_true(c.values[0] == 1980 && c.values[1] == 100.5 && c.values[3] != c.values[3]);
     lpo_trace_counters_free(&c);
-    remove_tree(dir);
+    test_remove_tree(dir);
     free(dir);
 }
 
@@ -663,7 +635,7 @@ static void test_speed(void **state) {
     (void)state;
     char *dir = lpo_test_tmpdir();
     const size_t n = 200000;
-    assert_int_equal(lpo_trace_synthesize(path_in(dir, "trace-1.lpot"), n, 4), LPO_OK);
+    assert_int_equal(lpo_trace_synthesize(test_path_in(dir, "trace-1.lpot"), n, 4), LPO_OK);
     uint64_t t0 = lpo_now_ns();
     lpo_trace *t = NULL;
     assert_int_equal(lpo_trace_load_dir(dir, &t), LPO_OK);
@@ -680,7 +652,7 @@ static void test_speed(void **state) {
            n, (double)(t1 - t0) / 1e6, tm.analyze_ms, tm.tables_ms, tm.json_ms, (double)(t2 - t0) / 1e6);
     assert_true((double)(t2 - t0) / 1e9 < 20.0); /* a loose bound: this machine is shared */
     lpo_trace_free(t);
-    remove_tree(dir);
+    test_remove_tree(dir);
     free(dir);
 }
 

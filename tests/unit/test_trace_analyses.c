@@ -21,57 +21,7 @@
 #include "lpo/trace.h"
 #include "probe/trace_format.h"
 #include "test_support.h"
-
-static char *path_in(const char *dir, const char *name) {
-    static char p[4][4200];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(p[k], sizeof p[k], "%s/%s", dir, name);
-    return p[k];
-}
-
-static void remove_tree(const char *dir) {
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    assert_int_equal(system(cmd), 0);
-}
-
-static cJSON *table_json(lpo_table *tb) {
-    lpo_json j;
-    lpo_strbuf js = {0};
-    lpo_json_init_buf(&j, &js, 0);
-    lpo_table_write_json(tb, &j);
-    assert_int_equal(lpo_json_finish(&j), LPO_OK);
-    cJSON *rows = cJSON_Parse(js.buf);
-    assert_non_null(rows);
-    lpo_sb_free(&js);
-    lpo_table_free(tb);
-    return rows;
-}
-
-/* The first row whose field k1 is the string v1 (and k2 is v2 when k2 is given). */
-static cJSON *row_where(cJSON *rows, const char *k1, const char *v1, const char *k2, const char *v2) {
-    cJSON *r;
-    cJSON_ArrayForEach(r, rows) {
-        const cJSON *a = cJSON_GetObjectItem(r, k1), *b = k2 ? cJSON_GetObjectItem(r, k2) : NULL;
-        if (cJSON_IsString(a) && !strcmp(a->valuestring, v1) &&
-            (!k2 || (cJSON_IsString(b) && !strcmp(b->valuestring, v2))))
-            return r;
-    }
-    fail_msg("no row with %s = %s", k1, v1);
-    return NULL;
-}
-
-static double num(const cJSON *row, const char *k) {
-    const cJSON *v = cJSON_GetObjectItem(row, k);
-    if (!cJSON_IsNumber(v)) fail_msg("%s is not a number", k);
-    return v->valuedouble;
-}
-
-static const char *str(const cJSON *row, const char *k) {
-    const cJSON *v = cJSON_GetObjectItem(row, k);
-    return cJSON_IsString(v) ? v->valuestring : "";
-}
+#include "test_trace_support.h"
 
 enum { S_GEMM = 1, S_NCCL, S_LAUNCH, S_STEP, S_MEMCPY, S_MEMSET_ASYNC, S_ADD, S_N };
 static const char *const names[S_N] = {"",     "gemm_kernel", "ncclDevKernel_AllReduce", "cudaLaunchKernel",
@@ -102,7 +52,7 @@ static void write_trace(const char *dir) {
     lpo_raw_writer w;
     lpo_raw_header h;
     lpo_raw_header_init(&h, 77);
-    assert_int_equal(lpo_raw_open(&w, path_in(dir, "trace-77.lpot"), &h, 1 << 16), 0);
+    assert_int_equal(lpo_raw_open(&w, test_path_in(dir, "trace-77.lpot"), &h, 1 << 16), 0);
     for (uint32_t i = 1; i < S_N; i++) lpo_raw_put(&w, LPO_REC_STRING, i, names[i], strlen(names[i]) + 1);
     api(&w, 1, S_LAUNCH, 90, 95);
     kernel(&w, 1, S_GEMM, 0, 1, 100, 200);
@@ -149,30 +99,30 @@ static void test_timeline_and_gaps(void **state) {
     if (lpo_trace_load_dir(dir, &t)) fail_msg("%s", lpo_last_error());
     lpo_table *tl = NULL, *idle = NULL, *gaps = NULL;
     assert_int_equal(lpo_trace_timeline_tables(t, &tl, &idle, &gaps), LPO_OK);
-    cJSON *rows = table_json(tl);
+    cJSON *rows = test_table_rows(tl);
     assert_int_equal(cJSON_GetArraySize(rows), 5); /* device 0: all, 1, 2; device 1: all, 1 */
     cJSON *d0 = cJSON_GetArrayItem(rows, 0);
-    assert_string_equal(str(d0, "stream"), "all");
-    assert_true(fabs(num(d0, "span_ms") - 0.630) < 1e-9);
-    assert_true(fabs(num(d0, "compute_ms") - 0.190) < 1e-9);
-    assert_true(fabs(num(d0, "communication_ms") - 0.050) < 1e-9);
-    assert_true(fabs(num(d0, "memory_ms") - 0.030) < 1e-9);
-    assert_true(fabs(num(d0, "idle_ms") - 0.360) < 1e-9);
-    assert_true(fabs(num(d0, "idle_pct") - 100.0 * 360 / 630) < 1e-9);
+    assert_string_equal(test_str(d0, "stream"), "all");
+    assert_true(fabs(test_num(d0, "span_ms") - 0.630) < 1e-9);
+    assert_true(fabs(test_num(d0, "compute_ms") - 0.190) < 1e-9);
+    assert_true(fabs(test_num(d0, "communication_ms") - 0.050) < 1e-9);
+    assert_true(fabs(test_num(d0, "memory_ms") - 0.030) < 1e-9);
+    assert_true(fabs(test_num(d0, "idle_ms") - 0.360) < 1e-9);
+    assert_true(fabs(test_num(d0, "idle_pct") - 100.0 * 360 / 630) < 1e-9);
     cJSON *s1 = cJSON_GetArrayItem(rows, 1), *s2 = cJSON_GetArrayItem(rows, 2);
-    assert_string_equal(str(s1, "stream"), "1");
-    assert_true(fabs(num(s1, "compute_ms") - 0.190) < 1e-9);
-    assert_true(fabs(num(s1, "memory_ms") - 0.030) < 1e-9);
-    assert_true(fabs(num(s1, "idle_ms") - 0.410) < 1e-9); /* over the device's span */
-    assert_string_equal(str(s2, "stream"), "2");
-    assert_true(fabs(num(s2, "communication_ms") - 0.100) < 1e-9); /* alone on its stream */
-    assert_true(fabs(num(s2, "idle_ms") - 0.530) < 1e-9);
+    assert_string_equal(test_str(s1, "stream"), "1");
+    assert_true(fabs(test_num(s1, "compute_ms") - 0.190) < 1e-9);
+    assert_true(fabs(test_num(s1, "memory_ms") - 0.030) < 1e-9);
+    assert_true(fabs(test_num(s1, "idle_ms") - 0.410) < 1e-9); /* over the device's span */
+    assert_string_equal(test_str(s2, "stream"), "2");
+    assert_true(fabs(test_num(s2, "communication_ms") - 0.100) < 1e-9); /* alone on its stream */
+    assert_true(fabs(test_num(s2, "idle_ms") - 0.530) < 1e-9);
     cJSON *d1 = cJSON_GetArrayItem(rows, 3);
-    assert_int_equal((int)num(d1, "device"), 1);
-    assert_true(fabs(num(d1, "compute_pct") - 100.0) < 1e-9);
+    assert_int_equal((int)test_num(d1, "device"), 1);
+    assert_true(fabs(test_num(d1, "compute_pct") - 100.0) < 1e-9);
     cJSON_Delete(rows);
 
-    rows = table_json(idle);
+    rows = test_table_rows(idle);
     static const struct {
         const char *cause;
         int gaps;
@@ -183,27 +133,28 @@ static void test_timeline_and_gaps(void **state) {
                 {"unknown", 1, 0.090}};
     for (size_t i = 0; i < 4; i++) { /* device 0, each cause */
         cJSON *r = cJSON_GetArrayItem(rows, (int)i);
-        assert_string_equal(str(r, "cause"), want[i].cause);
-        assert_int_equal((int)num(r, "gaps"), want[i].gaps);
-        assert_true(fabs(num(r, "idle_ms") - want[i].ms) < 1e-9);
+        assert_string_equal(test_str(r, "cause"), want[i].cause);
+        assert_int_equal((int)test_num(r, "gaps"), want[i].gaps);
+        assert_true(fabs(test_num(r, "idle_ms") - want[i].ms) < 1e-9);
     }
     cJSON_Delete(rows);
 
-    rows = table_json(gaps); /* longest first; ties in time order */
+    rows = test_table_rows(gaps); /* longest first; ties in time order */
     assert_int_equal(cJSON_GetArraySize(rows), 4);
     cJSON *g0 = cJSON_GetArrayItem(rows, 0);
-    assert_true(fabs(num(g0, "gap_us") - 150.0) < 1e-9);
-    assert_string_equal(str(g0, "cause"), "synchronisation");
-    assert_string_equal(str(g0, "range"), "step");
-    assert_string_equal(str(g0, "next_op"), "add_kernel");
-    assert_string_equal(str(g0, "prev_op"), "gemm_kernel");
-    assert_true(fabs(num(g0, "start_ms") - 0.360) < 1e-9); /* from the first event, the api call at 90 us */
-    assert_string_equal(str(cJSON_GetArrayItem(rows, 1), "cause"), "dependency");
-    assert_string_equal(str(cJSON_GetArrayItem(rows, 2), "cause"), "unknown");
-    assert_string_equal(str(cJSON_GetArrayItem(rows, 3), "cause"), "host-bound");
+    assert_true(fabs(test_num(g0, "gap_us") - 150.0) < 1e-9);
+    assert_string_equal(test_str(g0, "cause"), "synchronisation");
+    assert_string_equal(test_str(g0, "range"), "step");
+    assert_string_equal(test_str(g0, "next_op"), "add_kernel");
+    assert_string_equal(test_str(g0, "prev_op"), "gemm_kernel");
+    assert_true(fabs(test_num(g0, "start_ms") - 0.360) <
+                1e-9); /* from the first event, the api call at 90 us */
+    assert_string_equal(test_str(cJSON_GetArrayItem(rows, 1), "cause"), "dependency");
+    assert_string_equal(test_str(cJSON_GetArrayItem(rows, 2), "cause"), "unknown");
+    assert_string_equal(test_str(cJSON_GetArrayItem(rows, 3), "cause"), "host-bound");
     cJSON_Delete(rows);
     lpo_trace_free(t);
-    remove_tree(dir);
+    test_remove_tree(dir);
     free(dir);
 }
 
@@ -215,56 +166,56 @@ static void test_launch_memops_api(void **state) {
     if (lpo_trace_load_dir(dir, &t)) fail_msg("%s", lpo_last_error());
     lpo_table *dist = NULL, *per = NULL;
     assert_int_equal(lpo_trace_launch_tables(t, &dist, &per), LPO_OK);
-    cJSON *rows = table_json(dist);
+    cJSON *rows = test_table_rows(dist);
     assert_int_equal(cJSON_GetArraySize(rows), 1);
     cJSON *d = cJSON_GetArrayItem(rows, 0);
-    assert_int_equal((int)num(d, "kernels"), 5); /* delays 10, 55, 20, 95, 15 us */
-    assert_true(fabs(num(d, "med_us") - 20.0) < 1e-9);
-    assert_true(fabs(num(d, "min_us") - 10.0) < 1e-9);
-    assert_true(fabs(num(d, "max_us") - 95.0) < 1e-9);
-    assert_true(fabs(num(d, "avg_us") - 39.0) < 1e-9);
-    assert_true(fabs(num(d, "launch_call_avg_us") - 24.0 / 5) < 1e-9);
-    assert_true(fabs(num(d, "run_avg_us") - 270.0 / 5) < 1e-9);
+    assert_int_equal((int)test_num(d, "kernels"), 5); /* delays 10, 55, 20, 95, 15 us */
+    assert_true(fabs(test_num(d, "med_us") - 20.0) < 1e-9);
+    assert_true(fabs(test_num(d, "min_us") - 10.0) < 1e-9);
+    assert_true(fabs(test_num(d, "max_us") - 95.0) < 1e-9);
+    assert_true(fabs(test_num(d, "avg_us") - 39.0) < 1e-9);
+    assert_true(fabs(test_num(d, "launch_call_avg_us") - 24.0 / 5) < 1e-9);
+    assert_true(fabs(test_num(d, "run_avg_us") - 270.0 / 5) < 1e-9);
     cJSON_Delete(rows);
-    rows = table_json(per);
-    assert_string_equal(str(cJSON_GetArrayItem(rows, 0), "name"), "gemm_kernel"); /* by summed delay */
-    cJSON *add = row_where(rows, "name", "add_kernel", NULL, NULL);
-    assert_int_equal((int)num(add, "instances"), 2);
-    assert_true(fabs(num(add, "delay_med_us") - 17.5) < 1e-9);
-    assert_int_equal((int)num(add, "launch_exceeds_run"), 1); /* its 12 us launch call, 10 us run */
-    assert_true(fabs(num(add, "launch_exceeds_run_pct") - 50.0) < 1e-9);
+    rows = test_table_rows(per);
+    assert_string_equal(test_str(cJSON_GetArrayItem(rows, 0), "name"), "gemm_kernel"); /* by summed delay */
+    cJSON *add = test_row_where(rows, "name", "add_kernel", NULL, NULL);
+    assert_int_equal((int)test_num(add, "instances"), 2);
+    assert_true(fabs(test_num(add, "delay_med_us") - 17.5) < 1e-9);
+    assert_int_equal((int)test_num(add, "launch_exceeds_run"), 1); /* its 12 us launch call, 10 us run */
+    assert_true(fabs(test_num(add, "launch_exceeds_run_pct") - 50.0) < 1e-9);
     cJSON_Delete(rows);
 
     lpo_table *mo = NULL;
     assert_int_equal(lpo_trace_memop_table(t, &mo), LPO_OK);
-    rows = table_json(mo);
+    rows = test_table_rows(mo);
     assert_int_equal(cJSON_GetArraySize(rows), 2);
-    cJSON *mc = row_where(rows, "operation", "[CUDA memcpy HtoD]", NULL, NULL);
-    assert_string_equal(str(mc, "src"), "pageable");
-    assert_string_equal(str(mc, "dst"), "device");
-    assert_string_equal(str(mc, "size"), "1-16 MiB");
-    assert_string_equal(str(mc, "call"), "sync");
-    assert_string_equal(str(mc, "flags"), "PAGEABLE SYNC");
-    assert_true(fabs(num(mc, "gbs") - 1048576.0 / 20000.0) < 1e-9);
-    cJSON *ms = row_where(rows, "operation", "[CUDA memset]", NULL, NULL);
-    assert_string_equal(str(ms, "call"), "async");
-    assert_string_equal(str(ms, "dst"), "device");
-    assert_string_equal(str(ms, "flags"), "");
+    cJSON *mc = test_row_where(rows, "operation", "[CUDA memcpy HtoD]", NULL, NULL);
+    assert_string_equal(test_str(mc, "src"), "pageable");
+    assert_string_equal(test_str(mc, "dst"), "device");
+    assert_string_equal(test_str(mc, "size"), "1-16 MiB");
+    assert_string_equal(test_str(mc, "call"), "sync");
+    assert_string_equal(test_str(mc, "flags"), "PAGEABLE SYNC");
+    assert_true(fabs(test_num(mc, "gbs") - 1048576.0 / 20000.0) < 1e-9);
+    cJSON *ms = test_row_where(rows, "operation", "[CUDA memset]", NULL, NULL);
+    assert_string_equal(test_str(ms, "call"), "async");
+    assert_string_equal(test_str(ms, "dst"), "device");
+    assert_string_equal(test_str(ms, "flags"), "");
     cJSON_Delete(rows);
 
     lpo_table *at = NULL;
     assert_int_equal(lpo_trace_api_table(t, &at), LPO_OK);
-    rows = table_json(at);
-    cJSON *lk = row_where(rows, "name", "cudaLaunchKernel", NULL, NULL);
-    assert_int_equal((int)num(lk, "calls"), 5);
-    assert_int_equal((int)num(lk, "total_ns"), 24000);
-    assert_true(fabs(num(lk, "med_ns") - 5000.0) < 1e-9);
-    assert_int_equal((int)num(lk, "max_ns"), 12000);
-    cJSON *sy = row_where(rows, "name", "[sync] cudaStreamSynchronize", NULL, NULL);
-    assert_string_equal(str(sy, "source"), "sync");
-    assert_int_equal((int)num(sy, "total_ns"), 65000);
-    assert_string_equal(str(cJSON_GetArrayItem(rows, 0), "name"), "[sync] cudaStreamSynchronize");
-    assert_true(fabs(num(sy, "time_pct") - 100.0 * 65 / 121) < 1e-9);
+    rows = test_table_rows(at);
+    cJSON *lk = test_row_where(rows, "name", "cudaLaunchKernel", NULL, NULL);
+    assert_int_equal((int)test_num(lk, "calls"), 5);
+    assert_int_equal((int)test_num(lk, "total_ns"), 24000);
+    assert_true(fabs(test_num(lk, "med_ns") - 5000.0) < 1e-9);
+    assert_int_equal((int)test_num(lk, "max_ns"), 12000);
+    cJSON *sy = test_row_where(rows, "name", "[sync] cudaStreamSynchronize", NULL, NULL);
+    assert_string_equal(test_str(sy, "source"), "sync");
+    assert_int_equal((int)test_num(sy, "total_ns"), 65000);
+    assert_string_equal(test_str(cJSON_GetArrayItem(rows, 0), "name"), "[sync] cudaStreamSynchronize");
+    assert_true(fabs(test_num(sy, "time_pct") - 100.0 * 65 / 121) < 1e-9);
     cJSON_Delete(rows);
 
     /* the files and the summary's section */
@@ -274,19 +225,19 @@ static void test_launch_memops_api(void **state) {
                                         "gaps.csv",     "launch.csv",   "launch.md",  "memops.csv",
                                         "memops.md",    "cuda_api.csv", "cuda_api.md"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
-        if (!lpo_path_exists(path_in(dir, files[i]))) fail_msg("%s was not written", files[i]);
+        if (!lpo_path_exists(test_path_in(dir, files[i]))) fail_msg("%s was not written", files[i]);
     char *sum = NULL;
-    assert_int_equal(lpo_read_file(path_in(dir, "summary.md"), &sum, NULL), LPO_OK);
+    assert_int_equal(lpo_read_file(test_path_in(dir, "summary.md"), &sum, NULL), LPO_OK);
     if (!strstr(sum, "## Where the GPU time went") || !strstr(sum, "idle 57.1%") ||
         !strstr(sum, "host was waiting in a synchronisation"))
         fail_msg("summary.md:\n%s", sum);
     free(sum);
     char *idle_md = NULL;
-    assert_int_equal(lpo_read_file(path_in(dir, "idle.md"), &idle_md, NULL), LPO_OK);
+    assert_int_equal(lpo_read_file(test_path_in(dir, "idle.md"), &idle_md, NULL), LPO_OK);
     assert_non_null(strstr(idle_md, "## The longest gaps"));
     free(idle_md);
     lpo_trace_free(t);
-    remove_tree(dir);
+    test_remove_tree(dir);
     free(dir);
 }
 
@@ -312,7 +263,7 @@ static void test_empty(void **state) {
     lpo_table_free(m);
     lpo_table_free(a);
     lpo_trace_free(t);
-    remove_tree(dir);
+    test_remove_tree(dir);
     free(dir);
 }
 
@@ -322,7 +273,7 @@ static void write_version(const char *dir, int b) {
     lpo_raw_writer w;
     lpo_raw_header h;
     lpo_raw_header_init(&h, 90);
-    assert_int_equal(lpo_raw_open(&w, path_in(dir, "trace-90.lpot"), &h, 1 << 16), 0);
+    assert_int_equal(lpo_raw_open(&w, test_path_in(dir, "trace-90.lpot"), &h, 1 << 16), 0);
     lpo_raw_put(&w, LPO_REC_STRING, 1, "gemm_kernel", 12);
     lpo_raw_put(&w, LPO_REC_STRING, 2, b ? "fused_add_kernel" : "add_kernel", b ? 17 : 11);
     lpo_raw_put(&w, LPO_REC_STRING, 3, "decode_step", 12);
@@ -353,32 +304,33 @@ static void test_diff(void **state) {
     if (lpo_trace_load_dir(da, &a) || lpo_trace_load_dir(db, &b)) fail_msg("%s", lpo_last_error());
     lpo_table *k = NULL, *r = NULL, *s = NULL;
     assert_int_equal(lpo_trace_diff_tables(a, b, "decode_step", &k, &r, &s), LPO_OK);
-    cJSON *rows = table_json(k);
+    cJSON *rows = test_table_rows(k);
     assert_int_equal(cJSON_GetArraySize(rows), 3);
-    cJSON *g = row_where(rows, "name", "gemm_kernel", NULL, NULL);
-    assert_string_equal(str(g, "status"), "both");
-    assert_true(fabs(num(g, "delta_ms") + 0.08) < 1e-12); /* 4 x 100 us -> 4 x 80 us */
-    assert_true(fabs(num(g, "delta_pct") + 20.0) < 1e-9);
-    assert_true(fabs(num(g, "avg_delta_pct") + 20.0) < 1e-9);
-    cJSON *n = row_where(rows, "name", "fused_add_kernel", NULL, NULL);
-    assert_string_equal(str(n, "status"), "new");
-    assert_int_equal((int)num(n, "b_instances"), 2);
-    assert_int_equal((int)num(n, "a_instances"), 0);
-    assert_string_equal(str(row_where(rows, "name", "add_kernel", NULL, NULL), "status"), "removed");
-    assert_string_equal(str(cJSON_GetArrayItem(rows, 0), "name"),
+    cJSON *g = test_row_where(rows, "name", "gemm_kernel", NULL, NULL);
+    assert_string_equal(test_str(g, "status"), "both");
+    assert_true(fabs(test_num(g, "delta_ms") + 0.08) < 1e-12); /* 4 x 100 us -> 4 x 80 us */
+    assert_true(fabs(test_num(g, "delta_pct") + 20.0) < 1e-9);
+    assert_true(fabs(test_num(g, "avg_delta_pct") + 20.0) < 1e-9);
+    cJSON *n = test_row_where(rows, "name", "fused_add_kernel", NULL, NULL);
+    assert_string_equal(test_str(n, "status"), "new");
+    assert_int_equal((int)test_num(n, "b_instances"), 2);
+    assert_int_equal((int)test_num(n, "a_instances"), 0);
+    assert_string_equal(test_str(test_row_where(rows, "name", "add_kernel", NULL, NULL), "status"),
+                        "removed");
+    assert_string_equal(test_str(cJSON_GetArrayItem(rows, 0), "name"),
                         "gemm_kernel"); /* the biggest change first */
     cJSON_Delete(rows);
-    rows = table_json(r);
-    cJSON *st = row_where(rows, "range", "decode_step", NULL, NULL);
-    assert_int_equal((int)num(st, "a_instances"), 2);
-    assert_true(fabs(num(st, "a_gpu_busy_ms") - 2 * 0.22) < 1e-12);
-    assert_true(fabs(num(st, "b_gpu_busy_ms") - 2 * 0.18) < 1e-12);
+    rows = test_table_rows(r);
+    cJSON *st = test_row_where(rows, "range", "decode_step", NULL, NULL);
+    assert_int_equal((int)test_num(st, "a_instances"), 2);
+    assert_true(fabs(test_num(st, "a_gpu_busy_ms") - 2 * 0.22) < 1e-12);
+    assert_true(fabs(test_num(st, "b_gpu_busy_ms") - 2 * 0.18) < 1e-12);
     cJSON_Delete(rows);
-    rows = table_json(s);
-    cJSON *busy = row_where(rows, "measure", "gpu_busy_ms", NULL, NULL);
-    assert_true(fabs(num(busy, "a_median") - 0.22) < 1e-12);
-    assert_true(fabs(num(busy, "b_median") - 0.18) < 1e-12);
-    assert_int_equal((int)num(busy, "b_steps"), 2);
+    rows = test_table_rows(s);
+    cJSON *busy = test_row_where(rows, "measure", "gpu_busy_ms", NULL, NULL);
+    assert_true(fabs(test_num(busy, "a_median") - 0.22) < 1e-12);
+    assert_true(fabs(test_num(busy, "b_median") - 0.18) < 1e-12);
+    assert_int_equal((int)test_num(busy, "b_steps"), 2);
     cJSON_Delete(rows);
     lpo_trace_free(a);
     lpo_trace_free(b);
@@ -390,18 +342,18 @@ static void test_diff(void **state) {
     free(out);
     free(err);
     char *md = NULL;
-    assert_int_equal(lpo_read_file(path_in(db, "diff.md"), &md, NULL), LPO_OK);
+    assert_int_equal(lpo_read_file(test_path_in(db, "diff.md"), &md, NULL), LPO_OK);
     if (!strstr(md, "Kernel names only in B (new): 1; only in A (removed): 1") ||
         !strstr(md, "## Steps (decode_step)"))
         fail_msg("diff.md:\n%s", md);
     free(md);
-    assert_true(lpo_path_exists(path_in(db, "diff_kernels.csv")) &&
-                lpo_path_exists(path_in(db, "diff_ranges.csv")) &&
-                lpo_path_exists(path_in(db, "diff_steps.csv")));
+    assert_true(lpo_path_exists(test_path_in(db, "diff_kernels.csv")) &&
+                lpo_path_exists(test_path_in(db, "diff_ranges.csv")) &&
+                lpo_path_exists(test_path_in(db, "diff_steps.csv")));
     snprintf(cmd, sizeof cmd, "report trace --diff '%s' /nonexistent", da);
     assert_int_not_equal(lpo_test_run_lpo(cmd, NULL, NULL), 0);
-    remove_tree(da);
-    remove_tree(db);
+    test_remove_tree(da);
+    test_remove_tree(db);
     free(da);
     free(db);
 }
@@ -446,7 +398,7 @@ static void write_ranks(const char *dir) {
     lpo_raw_writer w;
     lpo_raw_header h;
     lpo_raw_header_init(&h, 81);
-    assert_int_equal(lpo_raw_open(&w, path_in(dir, "trace-81.lpot"), &h, 1 << 16), 0);
+    assert_int_equal(lpo_raw_open(&w, test_path_in(dir, "trace-81.lpot"), &h, 1 << 16), 0);
     for (uint32_t i = 1; i < M_N; i++) lpo_raw_put(&w, LPO_REC_STRING, i, mnames[i], strlen(mnames[i]) + 1);
     step_range(&w, 1, 11, 0, 200);
     step_range(&w, 2, 12, 0, 200);
@@ -492,34 +444,34 @@ static void test_multi_gpu(void **state) {
     if (lpo_trace_load_dir(dir, &t)) fail_msg("%s", lpo_last_error());
     lpo_table *ct = NULL, *sk = NULL, *dt = NULL;
     assert_int_equal(lpo_trace_comm_tables(t, "decode_step", &ct, &sk, &dt), LPO_OK);
-    cJSON *rows = table_json(ct);
+    cJSON *rows = test_table_rows(ct);
     assert_int_equal(cJSON_GetArraySize(rows), 2);
     cJSON *r0 = cJSON_GetArrayItem(rows, 0), *r1 = cJSON_GetArrayItem(rows, 1);
-    assert_int_equal((int)num(r0, "pid"), 81);
-    assert_int_equal((int)num(r0, "device"), 0);
-    assert_int_equal((int)num(r1, "device"), 1);
-    assert_true(near(num(r0, "span_ms"), 0.340));
-    assert_int_equal((int)num(r0, "comm_kernels"), 3);
-    assert_true(near(num(r0, "comm_ms"), 0.070));    /* 20 + 10 (exclusive) + 40 */
-    assert_true(near(num(r0, "overlap_ms"), 0.020)); /* not the one-shot's 5 us under the early add */
-    assert_true(near(num(r0, "overlap_pct"), 100.0 * 20 / 70));
-    assert_true(near(num(r0, "exposed_ms"), 0.050));
-    assert_true(near(num(r0, "exposed_pct"), 100.0 * 50 / 340));
-    assert_true(near(num(r0, "compute_ms"), 0.050 + 0.040 + 0.010 + 0.020 + 0.040));
-    assert_true(near(num(r0, "wait_ms"), 0.012)); /* 10 at the first collective, 2 at the third */
-    assert_int_equal((int)num(r0, "last_arrivals"), 1);
-    assert_int_equal((int)num(r0, "steps"), 2);
-    assert_true(near(num(r0, "step_wait_ms"), 0.002));
-    assert_int_equal((int)num(r0, "last_steps"), 1);
-    assert_true(near(num(r1, "comm_ms"), 0.063));
-    assert_true(near(num(r1, "overlap_ms"), 0.008));
-    assert_true(near(num(r1, "exposed_ms"), 0.055));
-    assert_true(near(num(r1, "wait_ms"), 0.005));
-    assert_int_equal((int)num(r1, "last_arrivals"), 2);
-    assert_true(near(num(r1, "step_wait_ms"), 0.005));
+    assert_int_equal((int)test_num(r0, "pid"), 81);
+    assert_int_equal((int)test_num(r0, "device"), 0);
+    assert_int_equal((int)test_num(r1, "device"), 1);
+    assert_true(near(test_num(r0, "span_ms"), 0.340));
+    assert_int_equal((int)test_num(r0, "comm_kernels"), 3);
+    assert_true(near(test_num(r0, "comm_ms"), 0.070));    /* 20 + 10 (exclusive) + 40 */
+    assert_true(near(test_num(r0, "overlap_ms"), 0.020)); /* not the one-shot's 5 us under the early add */
+    assert_true(near(test_num(r0, "overlap_pct"), 100.0 * 20 / 70));
+    assert_true(near(test_num(r0, "exposed_ms"), 0.050));
+    assert_true(near(test_num(r0, "exposed_pct"), 100.0 * 50 / 340));
+    assert_true(near(test_num(r0, "compute_ms"), 0.050 + 0.040 + 0.010 + 0.020 + 0.040));
+    assert_true(near(test_num(r0, "wait_ms"), 0.012)); /* 10 at the first collective, 2 at the third */
+    assert_int_equal((int)test_num(r0, "last_arrivals"), 1);
+    assert_int_equal((int)test_num(r0, "steps"), 2);
+    assert_true(near(test_num(r0, "step_wait_ms"), 0.002));
+    assert_int_equal((int)test_num(r0, "last_steps"), 1);
+    assert_true(near(test_num(r1, "comm_ms"), 0.063));
+    assert_true(near(test_num(r1, "overlap_ms"), 0.008));
+    assert_true(near(test_num(r1, "exposed_ms"), 0.055));
+    assert_true(near(test_num(r1, "wait_ms"), 0.005));
+    assert_int_equal((int)test_num(r1, "last_arrivals"), 2);
+    assert_true(near(test_num(r1, "step_wait_ms"), 0.005));
     cJSON_Delete(rows);
 
-    rows = table_json(sk); /* 3 collectives, then 2 steps */
+    rows = test_table_rows(sk); /* 3 collectives, then 2 steps */
     assert_int_equal(cJSON_GetArraySize(rows), 5);
     static const struct {
         const char *source;
@@ -532,44 +484,45 @@ static void test_multi_gpu(void **state) {
                 {"step", 5, 0, 40, 45, 0}};
     for (int i = 0; i < 5; i++) { /* each matched item */
         cJSON *r = cJSON_GetArrayItem(rows, i);
-        assert_string_equal(str(r, "source"), want[i].source);
-        assert_int_equal((int)num(r, "ranks"), 2);
-        if (!near(num(r, "start_spread_us"), want[i].start) || !near(num(r, "end_spread_us"), want[i].end) ||
-            !near(num(r, "dur_min_us"), want[i].dmin) || !near(num(r, "dur_max_us"), want[i].dmax))
-            fail_msg("skew row %d: %g %g %g %g", i, num(r, "start_spread_us"), num(r, "end_spread_us"),
-                     num(r, "dur_min_us"), num(r, "dur_max_us"));
-        assert_int_equal((int)num(r, "last_device"), want[i].last_dev);
+        assert_string_equal(test_str(r, "source"), want[i].source);
+        assert_int_equal((int)test_num(r, "ranks"), 2);
+        if (!near(test_num(r, "start_spread_us"), want[i].start) ||
+            !near(test_num(r, "end_spread_us"), want[i].end) ||
+            !near(test_num(r, "dur_min_us"), want[i].dmin) || !near(test_num(r, "dur_max_us"), want[i].dmax))
+            fail_msg("skew row %d: %g %g %g %g", i, test_num(r, "start_spread_us"),
+                     test_num(r, "end_spread_us"), test_num(r, "dur_min_us"), test_num(r, "dur_max_us"));
+        assert_int_equal((int)test_num(r, "last_device"), want[i].last_dev);
     }
-    assert_string_equal(str(cJSON_GetArrayItem(rows, 0), "name"), mnames[M_NCCL]);
-    assert_string_equal(str(cJSON_GetArrayItem(rows, 1), "name"), mnames[M_ONESHOT]);
-    assert_string_equal(str(cJSON_GetArrayItem(rows, 3), "name"), "decode_step");
+    assert_string_equal(test_str(cJSON_GetArrayItem(rows, 0), "name"), mnames[M_NCCL]);
+    assert_string_equal(test_str(cJSON_GetArrayItem(rows, 1), "name"), mnames[M_ONESHOT]);
+    assert_string_equal(test_str(cJSON_GetArrayItem(rows, 3), "name"), "decode_step");
     cJSON_Delete(rows);
 
-    rows = table_json(dt);
-    cJSON *cs = row_where(rows, "source", "collective", "spread", "start");
-    assert_int_equal((int)num(cs, "matched"), 3);
-    assert_true(near(num(cs, "median_us"), 5.0) && near(num(cs, "max_us"), 10.0));
-    cJSON *ss = row_where(rows, "source", "step", "spread", "start");
-    assert_int_equal((int)num(ss, "matched"), 2);
-    assert_true(near(num(ss, "median_us"), 3.5));
+    rows = test_table_rows(dt);
+    cJSON *cs = test_row_where(rows, "source", "collective", "spread", "start");
+    assert_int_equal((int)test_num(cs, "matched"), 3);
+    assert_true(near(test_num(cs, "median_us"), 5.0) && near(test_num(cs, "max_us"), 10.0));
+    cJSON *ss = test_row_where(rows, "source", "step", "spread", "start");
+    assert_int_equal((int)test_num(ss, "matched"), 2);
+    assert_true(near(test_num(ss, "median_us"), 3.5));
     cJSON_Delete(rows);
 
     lpo_table *kd = NULL;
     assert_int_equal(lpo_trace_device_kernel_table(t, &kd), LPO_OK);
-    rows = table_json(kd); /* GPU 0: gemm, nccl, one-shot, add; GPU 1: gemm, nccl, one-shot */
+    rows = test_table_rows(kd); /* GPU 0: gemm, nccl, one-shot, add; GPU 1: gemm, nccl, one-shot */
     assert_int_equal(cJSON_GetArraySize(rows), 7);
     cJSON *g0 = cJSON_GetArrayItem(rows, 0);
-    assert_int_equal((int)num(g0, "device"), 0);
-    assert_string_equal(str(g0, "name"), "gemm_kernel");
-    assert_int_equal((int)num(g0, "instances"), 4);
-    assert_int_equal((int)num(g0, "total_ns"), 150000);
-    assert_true(near(num(g0, "time_pct"), 100.0 * 150 / 240)); /* of GPU 0's 240 us */
-    cJSON *o1 = row_where(rows, "name", mnames[M_ONESHOT], NULL, NULL);
-    assert_int_equal((int)num(o1, "device"), 0);
-    assert_string_equal(str(o1, "category"), "communication");
+    assert_int_equal((int)test_num(g0, "device"), 0);
+    assert_string_equal(test_str(g0, "name"), "gemm_kernel");
+    assert_int_equal((int)test_num(g0, "instances"), 4);
+    assert_int_equal((int)test_num(g0, "total_ns"), 150000);
+    assert_true(near(test_num(g0, "time_pct"), 100.0 * 150 / 240)); /* of GPU 0's 240 us */
+    cJSON *o1 = test_row_where(rows, "name", mnames[M_ONESHOT], NULL, NULL);
+    assert_int_equal((int)test_num(o1, "device"), 0);
+    assert_string_equal(test_str(o1, "category"), "communication");
     int dev1 = 0;
     cJSON *r;
-    cJSON_ArrayForEach(r, rows) dev1 += (int)num(r, "device") == 1;
+    cJSON_ArrayForEach(r, rows) dev1 += (int)test_num(r, "device") == 1;
     assert_int_equal(dev1, 3);
     cJSON_Delete(rows);
 
@@ -579,25 +532,25 @@ static void test_multi_gpu(void **state) {
     static const char *const files[] = {"comm.csv", "comm.md", "skew.csv", "kernels_device.csv",
                                         "kernels_device.md"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
-        if (!lpo_path_exists(path_in(dir, files[i]))) fail_msg("%s was not written", files[i]);
+        if (!lpo_path_exists(test_path_in(dir, files[i]))) fail_msg("%s was not written", files[i]);
     char *sum = NULL;
-    assert_int_equal(lpo_read_file(path_in(dir, "summary.md"), &sum, NULL), LPO_OK);
+    assert_int_equal(lpo_read_file(test_path_in(dir, "summary.md"), &sum, NULL), LPO_OK);
     if (!strstr(sum, "## Ranks and communication") || !strstr(sum, "**GPU 1**: 3 communication kernels") ||
         !strstr(sum, "28.6% of it overlapped compute") || !strstr(sum, "3 matched") ||
         !strstr(sum, "spread by 5.00 us at the median"))
         fail_msg("summary.md:\n%s", sum);
     free(sum);
     char *js = NULL;
-    assert_int_equal(lpo_read_file(path_in(dir, "trace.json"), &js, NULL), LPO_OK);
+    assert_int_equal(lpo_read_file(test_path_in(dir, "trace.json"), &js, NULL), LPO_OK);
     cJSON *root = cJSON_Parse(js);
     free(js);
     assert_non_null(root);
     int gpu_procs = 0, comm_events = 0;
     cJSON *ev;
     cJSON_ArrayForEach(ev, cJSON_GetObjectItem(root, "traceEvents")) {
-        const char *ph = str(ev, "ph"), *name = str(ev, "name"), *cat = str(ev, "cat");
+        const char *ph = test_str(ev, "ph"), *name = test_str(ev, "name"), *cat = test_str(ev, "cat");
         if (!strcmp(ph, "M") && !strcmp(name, "process_name")) {
-            const char *pn = str(cJSON_GetObjectItem(ev, "args"), "name");
+            const char *pn = test_str(cJSON_GetObjectItem(ev, "args"), "name");
             gpu_procs += !strcmp(pn, "GPU 0 (process 81)") || !strcmp(pn, "GPU 1 (process 81)");
         }
         comm_events += !strcmp(ph, "X") && !strcmp(cat, "kernel,communication");
@@ -613,7 +566,7 @@ static void test_multi_gpu(void **state) {
     if (lpo_test_run_lpo(cmd, &out, &err) != 0) fail_msg("lpo %s:\n%s%s", cmd, out, err);
     free(out);
     free(err);
-    remove_tree(dir);
+    test_remove_tree(dir);
     free(dir);
 }
 
@@ -629,7 +582,7 @@ static void test_multi_process(void **state) {
         char name[32];
         snprintf(name, sizeof name, "trace-%u.lpot", 91 + p);
         lpo_raw_header_init(&h, 91 + p);
-        assert_int_equal(lpo_raw_open(&w, path_in(dir, name), &h, 1 << 16), 0);
+        assert_int_equal(lpo_raw_open(&w, test_path_in(dir, name), &h, 1 << 16), 0);
         for (uint32_t i = 1; i < M_N; i++)
             lpo_raw_put(&w, LPO_REC_STRING, i, mnames[i], strlen(mnames[i]) + 1);
         step_range(&w, 1, 7, 0, 100);
@@ -642,28 +595,28 @@ static void test_multi_process(void **state) {
     if (lpo_trace_load_dir(dir, &t)) fail_msg("%s", lpo_last_error());
     lpo_table *ct = NULL, *sk = NULL;
     assert_int_equal(lpo_trace_comm_tables(t, "decode_step", &ct, &sk, NULL), LPO_OK);
-    cJSON *rows = table_json(ct);
+    cJSON *rows = test_table_rows(ct);
     assert_int_equal(cJSON_GetArraySize(rows), 2);
-    assert_int_equal((int)num(cJSON_GetArrayItem(rows, 0), "pid"), 91);
-    assert_int_equal((int)num(cJSON_GetArrayItem(rows, 1), "pid"), 92);
-    assert_true(near(num(cJSON_GetArrayItem(rows, 0), "wait_ms"), 0.004));
+    assert_int_equal((int)test_num(cJSON_GetArrayItem(rows, 0), "pid"), 91);
+    assert_int_equal((int)test_num(cJSON_GetArrayItem(rows, 1), "pid"), 92);
+    assert_true(near(test_num(cJSON_GetArrayItem(rows, 0), "wait_ms"), 0.004));
     cJSON_Delete(rows);
-    rows = table_json(sk);
+    rows = test_table_rows(sk);
     assert_int_equal(cJSON_GetArraySize(rows), 2); /* one collective, one step */
-    cJSON *c0 = row_where(rows, "source", "collective", NULL, NULL);
-    assert_true(near(num(c0, "start_spread_us"), 4.0));
-    assert_int_equal((int)num(c0, "last_pid"), 92);
-    assert_true(near(num(row_where(rows, "source", "step", NULL, NULL), "start_spread_us"), 3.0));
+    cJSON *c0 = test_row_where(rows, "source", "collective", NULL, NULL);
+    assert_true(near(test_num(c0, "start_spread_us"), 4.0));
+    assert_int_equal((int)test_num(c0, "last_pid"), 92);
+    assert_true(near(test_num(test_row_where(rows, "source", "step", NULL, NULL), "start_spread_us"), 3.0));
     cJSON_Delete(rows);
     lpo_trace_report_opts o = {.json = 0, .step_range = "decode_step"};
     assert_int_equal(lpo_trace_write_reports(t, dir, &o, NULL), LPO_OK);
     char *sum = NULL;
-    assert_int_equal(lpo_read_file(path_in(dir, "summary.md"), &sum, NULL), LPO_OK);
+    assert_int_equal(lpo_read_file(test_path_in(dir, "summary.md"), &sum, NULL), LPO_OK);
     if (!strstr(sum, "**GPU 0 of pid 92**") || !strstr(sum, "(1 to 2): only the first 1"))
         fail_msg("summary.md:\n%s", sum);
     free(sum);
     lpo_trace_free(t);
-    remove_tree(dir);
+    test_remove_tree(dir);
     free(dir);
 }
 
@@ -676,10 +629,10 @@ static void test_single_gpu_no_comm_files(void **state) {
     if (lpo_trace_load_dir(dir, &t)) fail_msg("%s", lpo_last_error());
     lpo_trace_report_opts o = {.json = 0, .step_range = "decode_step"};
     assert_int_equal(lpo_trace_write_reports(t, dir, &o, NULL), LPO_OK);
-    assert_false(lpo_path_exists(path_in(dir, "comm.csv")));
-    assert_false(lpo_path_exists(path_in(dir, "kernels_device.md")));
+    assert_false(lpo_path_exists(test_path_in(dir, "comm.csv")));
+    assert_false(lpo_path_exists(test_path_in(dir, "kernels_device.md")));
     lpo_trace_free(t);
-    remove_tree(dir);
+    test_remove_tree(dir);
     free(dir);
 }
 

@@ -21,56 +21,7 @@
 #include "lpo/trace.h"
 #include "probe/trace_format.h"
 #include "test_support.h"
-
-static char *path_in(const char *dir, const char *name) {
-    static char p[4][4200];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(p[k], sizeof p[k], "%s/%s", dir, name);
-    return p[k];
-}
-
-static void remove_tree(const char *dir) {
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    assert_int_equal(system(cmd), 0);
-}
-
-static cJSON *table_json(lpo_table *tb) {
-    lpo_json j;
-    lpo_strbuf js = {0};
-    lpo_json_init_buf(&j, &js, 0);
-    lpo_table_write_json(tb, &j);
-    assert_int_equal(lpo_json_finish(&j), LPO_OK);
-    cJSON *rows = cJSON_Parse(js.buf);
-    assert_non_null(rows);
-    lpo_sb_free(&js);
-    lpo_table_free(tb);
-    return rows;
-}
-
-static cJSON *row2(cJSON *rows, const char *k1, const char *v1, const char *k2, const char *v2) {
-    cJSON *r;
-    cJSON_ArrayForEach(r, rows) {
-        const cJSON *a = cJSON_GetObjectItem(r, k1), *b = cJSON_GetObjectItem(r, k2);
-        if (cJSON_IsString(a) && !strcmp(a->valuestring, v1) && cJSON_IsString(b) &&
-            !strcmp(b->valuestring, v2))
-            return r;
-    }
-    fail_msg("no row with %s = %s and %s = %s", k1, v1, k2, v2);
-    return NULL;
-}
-
-static double num(const cJSON *row, const char *k) {
-    const cJSON *v = cJSON_GetObjectItem(row, k);
-    if (!cJSON_IsNumber(v)) fail_msg("%s is not a number", k);
-    return v->valuedouble;
-}
-
-static const char *str(const cJSON *row, const char *k) {
-    const cJSON *v = cJSON_GetObjectItem(row, k);
-    return cJSON_IsString(v) ? v->valuestring : "";
-}
+#include "test_trace_support.h"
 
 /* ---- a small writer of ranges and kernels ---- */
 typedef struct {
@@ -119,7 +70,7 @@ static void write_trace(const char *dir) {
     tw t = {0};
     lpo_raw_header h;
     lpo_raw_header_init(&h, 55);
-    assert_int_equal(lpo_raw_open(&t.w, path_in(dir, "trace-55.lpot"), &h, 1 << 16), 0);
+    assert_int_equal(lpo_raw_open(&t.w, test_path_in(dir, "trace-55.lpot"), &h, 1 << 16), 0);
     uint64_t ph = push(&t, "decode", 0, 0);
     uint64_t mod = push(&t, "module:model.layers.0.mlp|LlamaMLP", ph, 10);
     uint64_t lin = push(&t,
@@ -205,61 +156,61 @@ static void test_operators(void **state) {
     snprintf(pk.label, sizeof pk.label, "Peaks: test.");
     lpo_table *ot = NULL, *mt = NULL;
     assert_int_equal(lpo_trace_torch_tables(t, &pk, &ot, &mt), LPO_OK);
-    cJSON *rows = table_json(ot);
+    cJSON *rows = test_table_rows(ot);
 
-    cJSON *mm = row2(rows, "phase", "decode", "op", "aten::mm");
-    assert_int_equal((int)num(mm, "calls"), 1);
-    assert_true(num(mm, "flops") == 2.0 * 8 * 4096 * 11008); /* 2mnk exactly */
-    assert_true(num(mm, "bytes") == (8.0 * 4096 + 4096.0 * 11008 + 8.0 * 11008) * 2);
-    assert_string_equal(str(mm, "family"), "matmul");
-    assert_string_equal(str(mm, "dtype"), "bf16");
-    assert_string_equal(str(mm, "bound"), "memory");
-    assert_true(fabs(num(mm, "gpu_ms") - 0.1) < 1e-12);
-    assert_true(fabs(num(mm, "mfu_pct") - 100.0 * 2.0 * 8 * 4096 * 11008 / 1e-4 / 1e15) < 1e-9);
-    assert_true(fabs(num(mm, "mbu_pct") -
+    cJSON *mm = test_row_where(rows, "phase", "decode", "op", "aten::mm");
+    assert_int_equal((int)test_num(mm, "calls"), 1);
+    assert_true(test_num(mm, "flops") == 2.0 * 8 * 4096 * 11008); /* 2mnk exactly */
+    assert_true(test_num(mm, "bytes") == (8.0 * 4096 + 4096.0 * 11008 + 8.0 * 11008) * 2);
+    assert_string_equal(test_str(mm, "family"), "matmul");
+    assert_string_equal(test_str(mm, "dtype"), "bf16");
+    assert_string_equal(test_str(mm, "bound"), "memory");
+    assert_true(fabs(test_num(mm, "gpu_ms") - 0.1) < 1e-12);
+    assert_true(fabs(test_num(mm, "mfu_pct") - 100.0 * 2.0 * 8 * 4096 * 11008 / 1e-4 / 1e15) < 1e-9);
+    assert_true(fabs(test_num(mm, "mbu_pct") -
                      100.0 * (8.0 * 4096 + 4096.0 * 11008 + 8.0 * 11008) * 2 / 1e-4 / 3350e9) < 1e-9);
-    assert_true(fabs(num(mm, "share_pct") - 100.0 * 100 / 160) < 1e-9); /* of decode's 160 us */
-    assert_string_equal(str(mm, "shapes"), "[[8, 4096], [4096, 11008]]");
+    assert_true(fabs(test_num(mm, "share_pct") - 100.0 * 100 / 160) < 1e-9); /* of decode's 160 us */
+    assert_string_equal(test_str(mm, "shapes"), "[[8, 4096], [4096, 11008]]");
 
-    cJSON *si = row2(rows, "phase", "decode", "op", "aten::silu");
-    assert_true(num(si, "flops") == 8.0 * 11008);
-    assert_true(num(si, "bytes") == 2.0 * 8 * 11008 * 2);
-    assert_string_equal(str(si, "family"), "elementwise");
-    cJSON *ad = row2(rows, "phase", "decode", "op", "aten::add");
-    assert_string_equal(str(ad, "dtype"), "fp32"); /* from CUDAFunctor_add<float>: 4-byte elements */
-    assert_true(num(ad, "bytes") == 3.0 * 8 * 4096 * 4);
-    cJSON *fa = row2(rows, "phase", "decode", "op", "aten::_flash_attention_forward");
-    assert_string_equal(str(fa, "family"), "attention");
-    assert_true(num(fa, "flops") == 2.0 * 1 * 32 * 8 * 40 * (128 + 128)); /* (B, L, H, E) layout */
-    assert_true(fabs(num(fa, "gpu_ms") - 0.04) < 1e-12);
+    cJSON *si = test_row_where(rows, "phase", "decode", "op", "aten::silu");
+    assert_true(test_num(si, "flops") == 8.0 * 11008);
+    assert_true(test_num(si, "bytes") == 2.0 * 8 * 11008 * 2);
+    assert_string_equal(test_str(si, "family"), "elementwise");
+    cJSON *ad = test_row_where(rows, "phase", "decode", "op", "aten::add");
+    assert_string_equal(test_str(ad, "dtype"), "fp32"); /* from CUDAFunctor_add<float>: 4-byte elements */
+    assert_true(test_num(ad, "bytes") == 3.0 * 8 * 4096 * 4);
+    cJSON *fa = test_row_where(rows, "phase", "decode", "op", "aten::_flash_attention_forward");
+    assert_string_equal(test_str(fa, "family"), "attention");
+    assert_true(test_num(fa, "flops") == 2.0 * 1 * 32 * 8 * 40 * (128 + 128)); /* (B, L, H, E) layout */
+    assert_true(fabs(test_num(fa, "gpu_ms") - 0.04) < 1e-12);
 
-    cJSON *pm = row2(rows, "phase", "prefill", "op", "aten::mm");
-    assert_int_equal((int)num(pm, "calls"), 2);
-    assert_true(num(pm, "flops") == 2 * 2.0 * 64 * 4096 * 4096);
-    assert_true(fabs(num(pm, "mean_us") - 150.0) < 1e-9);
-    cJSON *no = row2(rows, "phase", "prefill", "op", "(no operator)");
-    assert_true(fabs(num(no, "gpu_ms") - 0.01) < 1e-12);
+    cJSON *pm = test_row_where(rows, "phase", "prefill", "op", "aten::mm");
+    assert_int_equal((int)test_num(pm, "calls"), 2);
+    assert_true(test_num(pm, "flops") == 2 * 2.0 * 64 * 4096 * 4096);
+    assert_true(fabs(test_num(pm, "mean_us") - 150.0) < 1e-9);
+    cJSON *no = test_row_where(rows, "phase", "prefill", "op", "(no operator)");
+    assert_true(fabs(test_num(no, "gpu_ms") - 0.01) < 1e-12);
     assert_false(cJSON_IsNumber(cJSON_GetObjectItem(no, "flops")));
 
-    cJSON *cv = row2(rows, "phase", "vision", "op", "aten::cudnn_convolution");
-    assert_string_equal(str(cv, "family"), "conv");
-    assert_true(num(cv, "flops") == 2.0 * 2 * 16 * 16 * 16 * 3 * 3 * 3); /* 2 N O H'W' C/g kh kw */
-    assert_string_equal(str(cv, "dtype"), "fp32");                       /* scudnn: single precision */
-    cJSON *ba = row2(rows, "phase", "vision", "op", "aten::add_");
-    assert_true(num(ba, "flops") == 2.0 * 16 * 16 * 16);
+    cJSON *cv = test_row_where(rows, "phase", "vision", "op", "aten::cudnn_convolution");
+    assert_string_equal(test_str(cv, "family"), "conv");
+    assert_true(test_num(cv, "flops") == 2.0 * 2 * 16 * 16 * 16 * 3 * 3 * 3); /* 2 N O H'W' C/g kh kw */
+    assert_string_equal(test_str(cv, "dtype"), "fp32");                       /* scudnn: single precision */
+    cJSON *ba = test_row_where(rows, "phase", "vision", "op", "aten::add_");
+    assert_true(test_num(ba, "flops") == 2.0 * 16 * 16 * 16);
     /* rows: phases in order of appearance, then by GPU time */
-    assert_string_equal(str(cJSON_GetArrayItem(rows, 0), "op"), "aten::mm");
-    assert_string_equal(str(cJSON_GetArrayItem(rows, 0), "phase"), "decode");
+    assert_string_equal(test_str(cJSON_GetArrayItem(rows, 0), "op"), "aten::mm");
+    assert_string_equal(test_str(cJSON_GetArrayItem(rows, 0), "phase"), "decode");
     cJSON_Delete(rows);
 
-    rows = table_json(mt);
+    rows = test_table_rows(mt);
     assert_int_equal(cJSON_GetArraySize(rows), 1);
     cJSON *m = cJSON_GetArrayItem(rows, 0);
-    assert_string_equal(str(m, "module"), "model.layers.0.mlp");
-    assert_string_equal(str(m, "class"), "LlamaMLP");
-    assert_int_equal((int)num(m, "calls"), 1);
-    assert_true(fabs(num(m, "gpu_ms") - 0.11) < 1e-12);
-    assert_true(num(m, "flops") == 2.0 * 8 * 4096 * 11008 + 8.0 * 11008);
+    assert_string_equal(test_str(m, "module"), "model.layers.0.mlp");
+    assert_string_equal(test_str(m, "class"), "LlamaMLP");
+    assert_int_equal((int)test_num(m, "calls"), 1);
+    assert_true(fabs(test_num(m, "gpu_ms") - 0.11) < 1e-12);
+    assert_true(test_num(m, "flops") == 2.0 * 8 * 4096 * 11008 + 8.0 * 11008);
     cJSON_Delete(rows);
 
     /* the files and the summary's section */
@@ -267,15 +218,15 @@ static void test_operators(void **state) {
     assert_int_equal(lpo_trace_write_reports(t, dir, &o, NULL), LPO_OK);
     static const char *const files[] = {"operators.csv", "operators.md", "modules.csv", "modules.md"};
     for (size_t i = 0; i < 4; i++)
-        if (!lpo_path_exists(path_in(dir, files[i]))) fail_msg("%s was not written", files[i]);
+        if (!lpo_path_exists(test_path_in(dir, files[i]))) fail_msg("%s was not written", files[i]);
     char *sum = NULL;
-    assert_int_equal(lpo_read_file(path_in(dir, "summary.md"), &sum, NULL), LPO_OK);
+    assert_int_equal(lpo_read_file(test_path_in(dir, "summary.md"), &sum, NULL), LPO_OK);
     if (!strstr(sum, "## PyTorch operators") || !strstr(sum, "Phase decode") ||
         !strstr(sum, "aten::mm 62.5% (memory-bound)") || !strstr(sum, "Peaks: test."))
         fail_msg("summary.md:\n%s", sum);
     free(sum);
     lpo_trace_free(t);
-    remove_tree(dir);
+    test_remove_tree(dir);
     free(dir);
 }
 
@@ -286,7 +237,7 @@ static void test_no_operators(void **state) {
     tw t = {0};
     lpo_raw_header h;
     lpo_raw_header_init(&h, 56);
-    assert_int_equal(lpo_raw_open(&t.w, path_in(dir, "trace-56.lpot"), &h, 1 << 16), 0);
+    assert_int_equal(lpo_raw_open(&t.w, test_path_in(dir, "trace-56.lpot"), &h, 1 << 16), 0);
     uint64_t r = push(&t, "decode_step", 0, 0);
     kern(&t, "gemv", r, 10, 20);
     pop(&t, r, 30);
@@ -296,15 +247,15 @@ static void test_no_operators(void **state) {
     assert_int_equal(lpo_trace_has_torch_ops(tr), 0);
     lpo_trace_report_opts o = {.json = 0};
     assert_int_equal(lpo_trace_write_reports(tr, dir, &o, NULL), LPO_OK);
-    assert_false(lpo_path_exists(path_in(dir, "operators.csv")));
+    assert_false(lpo_path_exists(test_path_in(dir, "operators.csv")));
     lpo_trace_free(tr);
-    remove_tree(dir);
+    test_remove_tree(dir);
 
     /* an operator with broken sizes and one without a cost rule: rows, no FLOPs */
     char *dir2 = lpo_test_tmpdir();
     tw u = {0};
     lpo_raw_header_init(&h, 57);
-    assert_int_equal(lpo_raw_open(&u.w, path_in(dir2, "trace-57.lpot"), &h, 1 << 16), 0);
+    assert_int_equal(lpo_raw_open(&u.w, test_path_in(dir2, "trace-57.lpot"), &h, 1 << 16), 0);
     r = push(&u, "aten::mm, sizes = [[8, x], [", 0, 0);
     kern(&u, "gemm", r, 10, 20);
     pop(&u, r, 30);
@@ -318,23 +269,24 @@ static void test_no_operators(void **state) {
     if (lpo_trace_load_dir(dir2, &tr)) fail_msg("%s", lpo_last_error());
     lpo_table *ot = NULL;
     assert_int_equal(lpo_trace_torch_tables(tr, NULL, &ot, NULL), LPO_OK);
-    cJSON *rows = table_json(ot);
+    cJSON *rows = test_table_rows(ot);
     assert_int_equal(cJSON_GetArraySize(rows), 3);
-    assert_false(cJSON_IsNumber(cJSON_GetObjectItem(row2(rows, "phase", "all", "op", "aten::mm"), "flops")));
     assert_false(
-        cJSON_IsNumber(cJSON_GetObjectItem(row2(rows, "phase", "all", "op", "aten::nonzero"), "flops")));
-    cJSON *x = row2(rows, "phase", "not an op: aten::mm", "op", "(no operator)");
-    assert_string_equal(str(x, "bound"), "unknown");
+        cJSON_IsNumber(cJSON_GetObjectItem(test_row_where(rows, "phase", "all", "op", "aten::mm"), "flops")));
+    assert_false(cJSON_IsNumber(
+        cJSON_GetObjectItem(test_row_where(rows, "phase", "all", "op", "aten::nonzero"), "flops")));
+    cJSON *x = test_row_where(rows, "phase", "not an op: aten::mm", "op", "(no operator)");
+    assert_string_equal(test_str(x, "bound"), "unknown");
     cJSON_Delete(rows);
     lpo_trace_free(tr);
-    remove_tree(dir2);
+    test_remove_tree(dir2);
 
     /* --capture-range=measure around "decode": the gate is not a phase */
     free(dir2);
     dir2 = lpo_test_tmpdir();
     tw g = {0};
     lpo_raw_header_init(&h, 58);
-    assert_int_equal(lpo_raw_open(&g.w, path_in(dir2, "trace-58.lpot"), &h, 1 << 16), 0);
+    assert_int_equal(lpo_raw_open(&g.w, test_path_in(dir2, "trace-58.lpot"), &h, 1 << 16), 0);
     const uint32_t gate = s_(&g, "measure");
     lpo_raw_put(&g.w, LPO_REC_GATE, gate, NULL, 0);
     const uint64_t me = push(&g, "measure", 0, 0), de = push(&g, "decode", me, 1);
@@ -349,12 +301,13 @@ static void test_no_operators(void **state) {
     assert_int_equal(lpo_raw_close(&g.w), 0);
     if (lpo_trace_load_dir(dir2, &tr)) fail_msg("%s", lpo_last_error());
     assert_int_equal(lpo_trace_torch_tables(tr, NULL, &ot, NULL), LPO_OK);
-    rows = table_json(ot);
+    rows = test_table_rows(ot);
     assert_int_equal(cJSON_GetArraySize(rows), 1);
-    assert_true(num(row2(rows, "phase", "decode", "op", "aten::mm"), "flops") == 2.0 * 2 * 3 * 4);
+    assert_true(test_num(test_row_where(rows, "phase", "decode", "op", "aten::mm"), "flops") ==
+                2.0 * 2 * 3 * 4);
     cJSON_Delete(rows);
     lpo_trace_free(tr);
-    remove_tree(dir2);
+    test_remove_tree(dir2);
     free(dir);
     free(dir2);
 }
@@ -429,11 +382,12 @@ static void test_shim(void **state) {
     char cmd[16384];
     snprintf(cmd, sizeof cmd, "mkdir -p '%s/fake/torch' '%s/other'", dir, dir);
     assert_int_equal(system(cmd), 0);
-    assert_int_equal(lpo_write_file(path_in(dir, "fake/torch/__init__.py"), fake_torch, strlen(fake_torch)),
-                     LPO_OK);
+    assert_int_equal(
+        lpo_write_file(test_path_in(dir, "fake/torch/__init__.py"), fake_torch, strlen(fake_torch)), LPO_OK);
     static const char other[] = "print('shadowed sitecustomize ran')\n";
-    assert_int_equal(lpo_write_file(path_in(dir, "other/sitecustomize.py"), other, strlen(other)), LPO_OK);
-    assert_int_equal(lpo_write_file(path_in(dir, "prog.py"), program, strlen(program)), LPO_OK);
+    assert_int_equal(lpo_write_file(test_path_in(dir, "other/sitecustomize.py"), other, strlen(other)),
+                     LPO_OK);
+    assert_int_equal(lpo_write_file(test_path_in(dir, "prog.py"), program, strlen(program)), LPO_OK);
     for (int on = 0; on < 2; on++) { /* without LPO_TORCH_OPS, then with it */
         snprintf(
             cmd, sizeof cmd,
@@ -441,7 +395,7 @@ static void test_shim(void **state) {
             dir, on ? "LPO_TORCH_OPS=1" : "", LPO_SOURCE_DIR, dir, dir);
         assert_int_equal(system(cmd), 0);
         char *out = NULL;
-        assert_int_equal(lpo_read_file(path_in(dir, "out.txt"), &out, NULL), LPO_OK);
+        assert_int_equal(lpo_read_file(test_path_in(dir, "out.txt"), &out, NULL), LPO_OK);
         if (!strstr(out, "shadowed sitecustomize ran") || !strstr(out, "before False"))
             fail_msg("shim output:\n%s", out);
         if (on &&
@@ -452,7 +406,7 @@ static void test_shim(void **state) {
         if (!on && strstr(out, "enable")) fail_msg("shim output without LPO_TORCH_OPS:\n%s", out);
         free(out);
     }
-    remove_tree(dir);
+    test_remove_tree(dir);
     free(dir);
 }
 

@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cjson/cJSON.h>
 #include <cmocka.h>
 
 #include "lpo/core.h"
@@ -20,56 +19,7 @@
 #include "lpo/vision.h"
 #include "lpo/vision_encode.h"
 #include "test_engine_support.h"
-
-#define DIR LPO_SOURCE_DIR "/tests/golden/vision/"
-
-static lpo_status view_of(void *ud, const char *name, lpo_weight_view *out) {
-    return lpo_model_weight_view(ud, name, out);
-}
-
-/* The reference tensors of vision.bin by name ("sam_global", "query_tile0", "features"). */
-typedef struct {
-    cJSON *fx;
-    float *bin;
-    size_t n;
-} fixture;
-
-static void fixture_load(fixture *f) {
-    char *text, *bin;
-    size_t len, blen;
-    assert_int_equal(lpo_read_file(DIR "tiny-ocr2/fixture.json", &text, &len), LPO_OK);
-    f->fx = cJSON_Parse(text);
-    free(text);
-    assert_non_null(f->fx);
-    assert_int_equal(lpo_read_file(DIR "tiny-ocr2/vision.bin", &bin, &blen), LPO_OK);
-    f->n = blen / sizeof(float);
-    f->bin = malloc(f->n * sizeof(float));
-    assert_non_null(f->bin);
-    memcpy(f->bin, bin, f->n * sizeof(float));
-    free(bin);
-}
-
-static const float *ref(const fixture *f, const char *name, int64_t *rows, int64_t *cols) {
-    const cJSON *o = cJSON_GetObjectItem(cJSON_GetObjectItem(f->fx, "offsets"), name);
-    assert_non_null(o);
-    const size_t off = (size_t)cJSON_GetArrayItem(o, 0)->valuedouble;
-    const cJSON *shape = cJSON_GetArrayItem(o, 1);
-    *rows = cJSON_GetArrayItem(shape, 0)->valueint;
-    *cols = cJSON_GetArrayItem(shape, 1)->valueint;
-    assert_true(off + (size_t)(*rows * *cols) <= f->n);
-    return f->bin + off;
-}
-
-/* max |a - b| / max |b| */
-static double rel_err(const float *a, const float *b, int64_t n) {
-    double d = 0, m = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(a[i])) return INFINITY;
-        d = fmax(d, fabs((double)a[i] - b[i]));
-        m = fmax(m, fabs((double)b[i]));
-    }
-    return m > 0 ? d / m : d;
-}
+#include "test_ocr2_fixture.h"
 
 /* captures SAM's output (the last downsampling conv) and the encoder's final norm of the view being run */
 typedef struct {
@@ -99,35 +49,26 @@ static void on_op(void *ud, const lpo_op *op, const float *out, double ms) {
 
 static void test_encoder_matches_hf(void **state) {
     (void)state;
-    char *cfg;
-    size_t len;
-    assert_int_equal(lpo_read_file(DIR "tiny-ocr2/config.json", &cfg, &len), LPO_OK);
     lpo_vision_spec vs;
-    int found;
-    assert_int_equal(lpo_vision_spec_from_hf_config(cfg, len, "config.json", &vs, &found), LPO_OK);
-    free(cfg);
-    assert_true(found);
+    ocr2_vision_spec(&vs);
     assert_int_equal(vs.sam_hidden, 32);
     assert_int_equal(vs.global_layers, (1u << 1) | (1u << 3));
     assert_int_equal(vs.enc_kv_heads, 2);
     assert_int_equal(vs.text_hidden, 64);
     assert_int_equal(vs.image_token_id, 250);
     lpo_model *m;
-    assert_int_equal(lpo_model_open_tensors(DIR "tiny-ocr2", &m), LPO_OK);
-    const lpo_weight_source ws = {m, view_of};
+    assert_int_equal(lpo_model_open_tensors(OCR2_DIR "tiny-ocr2", &m), LPO_OK);
+    const lpo_weight_source ws = {m, ocr2_view_of};
     lpo_vision_encoder *e;
     assert_int_equal(lpo_vision_encoder_open(&vs, &ws, lpo_backend_cpu(), NULL, 0, &e), LPO_OK);
     capture cap = {0};
     lpo_vision_encoder_set_callback(e, on_op, &cap);
 
-    fixture f;
-    fixture_load(&f);
+    ocr2_fixture f;
+    ocr2_fixture_load(&f);
     lpo_image im;
-    lpo_ocr_prep_opts o;
-    lpo_ocr_prep_defaults(&o);
     lpo_ocr_views v;
-    assert_int_equal(lpo_image_load(DIR "pages/page_landscape.jpg", &im), LPO_OK);
-    assert_int_equal(lpo_ocr_preprocess(&im, &o, &v), LPO_OK);
+    ocr2_page(&im, &v);
     assert_int_equal(v.n_local, 2);
     const int64_t D = vs.text_hidden;
     float *emb = malloc(sizeof(float) * (size_t)(256 * D));
@@ -140,29 +81,29 @@ static void test_encoder_matches_hf(void **state) {
         char key[32];
         int64_t r, c;
         snprintf(key, sizeof key, "sam_%s", names[i]);
-        const float *want = ref(&f, key, &r, &c);
+        const float *want = ocr2_ref(&f, key, &r, &c);
         assert_int_equal(cap.sam_n, r * c);
-        double err = rel_err(cap.sam, want, r * c);
+        double err = ocr2_rel_err(cap.sam, want, r * c);
         print_message("%s: SAM output %lld x %lld, max |diff| / max |ref| %.3g\n", names[i], (long long)r,
                       (long long)c, err);
         if (err > 1e-4) fail_msg("%s: SAM output differs from HF by %.3g (relative)", names[i], err);
         snprintf(key, sizeof key, "query_%s", names[i]);
-        want = ref(&f, key, &r, &c);
+        want = ocr2_ref(&f, key, &r, &c);
         assert_int_equal(cap.q_rows, r);
         assert_int_equal(cap.q_cols, c);
-        err = rel_err(cap.query, want, r * c);
+        err = ocr2_rel_err(cap.query, want, r * c);
         print_message("%s: query features %lld x %lld, relative error %.3g\n", names[i], (long long)r,
                       (long long)c, err);
         if (err > 1e-4) fail_msg("%s: query features differ from HF by %.3g (relative)", names[i], err);
     }
     // the whole page: tiles, global, separator
     int64_t r, c;
-    const float *want = ref(&f, "features", &r, &c);
+    const float *want = ocr2_ref(&f, "features", &r, &c);
     assert_int_equal(r, v.n_image_tokens);
     assert_int_equal(c, D);
     float *all = malloc(sizeof(float) * (size_t)(r * c));
     assert_int_equal(lpo_vision_encode_image(e, &v, all), LPO_OK);
-    const double err = rel_err(all, want, r * c);
+    const double err = ocr2_rel_err(all, want, r * c);
     print_message("image embeddings %lld x %lld, relative error %.3g\n", (long long)r, (long long)c, err);
     if (err > 1e-4) fail_msg("image embeddings differ from HF by %.3g (relative)", err);
     free(all);
@@ -171,8 +112,7 @@ static void test_encoder_matches_hf(void **state) {
     free(cap.query);
     lpo_ocr_views_free(&v);
     lpo_image_free(&im);
-    cJSON_Delete(f.fx);
-    free(f.bin);
+    ocr2_fixture_free(&f);
     lpo_vision_encoder_close(e);
     lpo_model_close(m);
 }
