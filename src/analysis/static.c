@@ -11,6 +11,23 @@
 #include "lpo/infer.h"
 
 /* ---- phases ---- */
+/* Op i of a phase's list -> the phase's next op row and its cost, added to the total and its kind's sum. */
+static const lpo_an_cost *add_op(lpo_an_phase *out, const lpo_model_spec *spec, const lpo_op *op, size_t i,
+                                 int batch, const lpo_an_dtypes *dt, const lpo_peaks *p) {
+    lpo_an_op *a = &out->ops[out->n_ops++];
+    a->index = (int)i;
+    snprintf(a->name, sizeof a->name, "%s", op->name);
+    a->kind = op->kind;
+    a->layer = op->layer;
+    a->m = op->m;
+    a->n = op->n;
+    a->k = op->k;
+    lpo_an_op_cost(spec, op, batch, dt, p, &a->c);
+    lpo_an_cost_add(&out->total, &a->c);
+    if ((unsigned)op->kind < LPO_OP_KIND_COUNT) lpo_an_cost_add(&out->by_kind[op->kind], &a->c);
+    return &a->c;
+}
+
 void lpo_an_phase_free(lpo_an_phase *ph) {
     free(ph->ops);
     free(ph->by_layer);
@@ -39,21 +56,11 @@ lpo_status lpo_an_phase_build(const lpo_model_spec *spec, int decode, int batch,
     }
     for (size_t i = 0; i < l.n_ops; i++) { // op i of the list -> its cost, and into the sums
         const lpo_op *op = &l.ops[i];
-        lpo_an_op *a = &out->ops[out->n_ops++];
-        a->index = (int)i;
-        snprintf(a->name, sizeof a->name, "%s", op->name);
-        a->kind = op->kind;
-        a->layer = op->layer;
-        a->m = op->m;
-        a->n = op->n;
-        a->k = op->k;
-        lpo_an_op_cost(spec, op, batch, dt, p, &a->c);
-        lpo_an_cost_add(&out->total, &a->c);
-        if ((unsigned)op->kind < LPO_OP_KIND_COUNT) lpo_an_cost_add(&out->by_kind[op->kind], &a->c);
+        const lpo_an_cost *c = add_op(out, spec, op, i, batch, dt, p);
         if (op->layer >= 0 && op->layer < spec->n_layers)
-            lpo_an_cost_add(&out->by_layer[op->layer], &a->c);
+            lpo_an_cost_add(&out->by_layer[op->layer], c);
         else
-            lpo_an_cost_add(&out->outside, &a->c);
+            lpo_an_cost_add(&out->outside, c);
     }
     lpo_oplist_free(&l);
     return LPO_OK;
@@ -75,21 +82,8 @@ lpo_status lpo_an_vision_phase_build(const lpo_model_spec *spec, const lpo_visio
         lpo_oplist_free(&l);
         return lpo_errorf(LPO_E_NOMEM, "analysis: out of memory");
     }
-    for (size_t i = 0; i < l.n_ops; i++) { // op i of the view's list -> its cost, and into the sums
-        const lpo_op *op = &l.ops[i];
-        lpo_an_op *a = &out->ops[out->n_ops++];
-        a->index = (int)i;
-        snprintf(a->name, sizeof a->name, "%s", op->name);
-        a->kind = op->kind;
-        a->layer = op->layer;
-        a->m = op->m;
-        a->n = op->n;
-        a->k = op->k;
-        lpo_an_op_cost(spec, op, 1, dt, p, &a->c);
-        lpo_an_cost_add(&out->total, &a->c);
-        if ((unsigned)op->kind < LPO_OP_KIND_COUNT) lpo_an_cost_add(&out->by_kind[op->kind], &a->c);
-        lpo_an_cost_add(&out->outside, &a->c);
-    }
+    for (size_t i = 0; i < l.n_ops; i++) // op i of the view's list -> its cost, and into the sums
+        lpo_an_cost_add(&out->outside, add_op(out, spec, &l.ops[i], i, 1, dt, p));
     lpo_oplist_free(&l);
     return LPO_OK;
 }

@@ -113,6 +113,22 @@ static lpo_status op_dtype(const kb_params *p, int cuda, lpo_dtype *dt) {
 /* The one-layer spec whose list holds the case's op at the keys' sizes (sizes the op does not use: 1, or 2
  * for head_dim), and the step: kbench.batch sequences of m / batch tokens after kbench.context cached
  * positions for ROPE and ATTENTION, else one sequence of m tokens; every row's logits. */
+/* The sequences of an attention case: kbench.m tokens split into kbench.batch sequences of equal length, each
+ * after kbench.context cached positions (the spec's max_positions). */
+static lpo_status attention_seqs(const kb_params *p, lpo_model_spec *s, int *seqs) {
+    *seqs = p->seqs > 0 ? (int)p->seqs : 1;
+    if (p->seqs < 0 || p->seqs > 4096 || p->m % *seqs)
+        return lpo_errorf(LPO_E_CONFIG,
+                          "kbench.batch=%lld: the %lld tokens (kbench.m) are split into that many "
+                          "sequences of equal length (1..4096, dividing m)",
+                          (long long)p->seqs, (long long)p->m);
+    if (p->context < 0 || p->context > ((int64_t)1 << 24))
+        return lpo_errorf(LPO_E_CONFIG, "kbench.context=%lld: cached positions must be in 0..2^24",
+                          (long long)p->context);
+    s->max_positions = p->context + p->m / *seqs;
+    return LPO_OK;
+}
+
 static lpo_status case_spec(lpo_op_kind kind, const kb_params *p, lpo_dtype dt, lpo_model_spec *s,
                             int *seqs) {
     lpo_status st = need_pos("m", p->m);
@@ -191,17 +207,7 @@ static lpo_status case_spec(lpo_op_kind kind, const kb_params *p, lpo_dtype dt, 
         s->mla.v_head_dim = 128;
         s->mla.rope_interleave = 1;
         s->hidden_size = 2048;
-        *seqs = p->seqs > 0 ? (int)p->seqs : 1;
-        if (p->seqs < 0 || p->seqs > 4096 || p->m % *seqs)
-            return lpo_errorf(LPO_E_CONFIG,
-                              "kbench.batch=%lld: the %lld tokens (kbench.m) are split into that many "
-                              "sequences of equal length (1..4096, dividing m)",
-                              (long long)p->seqs, (long long)p->m);
-        if (p->context < 0 || p->context > ((int64_t)1 << 24))
-            return lpo_errorf(LPO_E_CONFIG, "kbench.context=%lld: cached positions must be in 0..2^24",
-                              (long long)p->context);
-        s->max_positions = p->context + p->m / *seqs;
-        break;
+        return attention_seqs(p, s, seqs);
     case LPO_OP_QK_NORM:
     case LPO_OP_ROPE:
     case LPO_OP_ATTENTION:
@@ -217,17 +223,7 @@ static lpo_status case_spec(lpo_op_kind kind, const kb_params *p, lpo_dtype dt, 
         s->n_heads = p->heads, s->n_kv_heads = p->kv_heads, s->head_dim = p->head_dim;
         s->hidden_size = p->heads * p->head_dim;
         if (kind == LPO_OP_QK_NORM) break;
-        *seqs = p->seqs > 0 ? (int)p->seqs : 1;
-        if (p->seqs < 0 || p->seqs > 4096 || p->m % *seqs)
-            return lpo_errorf(LPO_E_CONFIG,
-                              "kbench.batch=%lld: the %lld tokens (kbench.m) are split into that many "
-                              "sequences of equal length (1..4096, dividing m)",
-                              (long long)p->seqs, (long long)p->m);
-        if (p->context < 0 || p->context > ((int64_t)1 << 24))
-            return lpo_errorf(LPO_E_CONFIG, "kbench.context=%lld: cached positions must be in 0..2^24",
-                              (long long)p->context);
-        s->max_positions = p->context + p->m / *seqs;
-        break;
+        return attention_seqs(p, s, seqs);
     default: return lpo_errorf(LPO_E_INTERNAL, "kbench: no case for op kind %d", (int)kind);
     }
     return st;

@@ -232,34 +232,35 @@ void lpo_fp8_dequantize_tiles(const uint8_t *q, const float *scales, int64_t row
                 lpo_fp8_e4m3_to_f32(q[r * cols + c]) * scales[(r / LPO_SCALE_TILE) * tc + c / LPO_SCALE_TILE];
 }
 
-int lpo_fp8_roundtrip_rows(float *x, int64_t rows, int64_t cols) {
+/* x (rows, cols) through fp8 in place: per-row scales, or (tiles) one per 128x128 tile; 0, or -1 when out of
+ * memory */
+static int fp8_roundtrip(float *x, int64_t rows, int64_t cols, int tiles) {
+    const int64_t ns = tiles ? ((rows + LPO_SCALE_TILE - 1) / LPO_SCALE_TILE) *
+                                   ((cols + LPO_SCALE_TILE - 1) / LPO_SCALE_TILE)
+                             : rows;
     uint8_t *q = malloc((size_t)(rows * cols > 0 ? rows * cols : 1));
-    float *s = malloc((size_t)(rows > 0 ? rows : 1) * sizeof *s);
+    float *s = malloc((size_t)(ns > 0 ? ns : 1) * sizeof *s);
     if (!q || !s) {
         free(q);
         free(s);
         return -1;
     }
-    lpo_fp8_quantize_rows(x, rows, cols, q, s);
-    lpo_fp8_dequantize_rows(q, s, rows, cols, x);
+    if (tiles) {
+        lpo_fp8_quantize_tiles(x, rows, cols, q, s);
+        lpo_fp8_dequantize_tiles(q, s, rows, cols, x);
+    } else {
+        lpo_fp8_quantize_rows(x, rows, cols, q, s);
+        lpo_fp8_dequantize_rows(q, s, rows, cols, x);
+    }
     free(q);
     free(s);
     return 0;
 }
 
+int lpo_fp8_roundtrip_rows(float *x, int64_t rows, int64_t cols) {
+    return fp8_roundtrip(x, rows, cols, 0);
+}
+
 int lpo_fp8_roundtrip_tiles(float *x, int64_t rows, int64_t cols) {
-    const int64_t nt =
-        ((rows + LPO_SCALE_TILE - 1) / LPO_SCALE_TILE) * ((cols + LPO_SCALE_TILE - 1) / LPO_SCALE_TILE);
-    uint8_t *q = malloc((size_t)(rows * cols > 0 ? rows * cols : 1));
-    float *s = malloc((size_t)(nt > 0 ? nt : 1) * sizeof *s);
-    if (!q || !s) {
-        free(q);
-        free(s);
-        return -1;
-    }
-    lpo_fp8_quantize_tiles(x, rows, cols, q, s);
-    lpo_fp8_dequantize_tiles(q, s, rows, cols, x);
-    free(q);
-    free(s);
-    return 0;
+    return fp8_roundtrip(x, rows, cols, 1);
 }

@@ -576,9 +576,8 @@ static void fix_pointers(lpo_oplist *l) {
     }
 }
 
-lpo_status lpo_oplist_build_shape(const lpo_model_spec *s, const lpo_step_shape *shape,
-                                  const lpo_oplist_opts *opts, lpo_oplist *out) {
-    /* keep the storage of an earlier build */
+/* Empties out for a new build, keeping the storage of an earlier one. */
+static void oplist_reset(lpo_oplist *out) {
     lpo_op *ops = out->ops;
     lpo_op_tensor *ws = out->weights;
     char *names = out->names;
@@ -590,13 +589,10 @@ lpo_status lpo_oplist_build_shape(const lpo_model_spec *s, const lpo_step_shape 
     out->cap_ops = co;
     out->cap_weights = cw;
     out->cap_names = cn;
-    if (!s || !shape || shape->n_tokens <= 0 || shape->n_seqs <= 0 || shape->n_seqs > shape->n_tokens)
-        return lpo_errorf(LPO_E_INVALID,
-                          "op list: a step needs 1 <= sequences <= tokens (got %d sequences, "
-                          "%lld tokens)",
-                          shape ? shape->n_seqs : 0, shape ? (long long)shape->n_tokens : 0LL);
-    lpo_status st = check_spec(s);
-    if (st != LPO_OK) return st;
+}
+
+/* The build's options (NULL: f32 compute and weights), the dtype lookups copied into the list. */
+static void oplist_set_opts(lpo_oplist *out, const lpo_oplist_opts *opts) {
     if (opts) {
         out->opts = *opts;
         if (opts->dtypes) out->dtypes = *opts->dtypes;
@@ -606,6 +602,19 @@ lpo_status lpo_oplist_build_shape(const lpo_model_spec *s, const lpo_step_shape 
     }
     out->opts.dtypes = out->dtypes.stored_dtype ? &out->dtypes : NULL;
     out->opts.vectors = out->vectors.stored_dtype ? &out->vectors : NULL;
+}
+
+lpo_status lpo_oplist_build_shape(const lpo_model_spec *s, const lpo_step_shape *shape,
+                                  const lpo_oplist_opts *opts, lpo_oplist *out) {
+    oplist_reset(out);
+    if (!s || !shape || shape->n_tokens <= 0 || shape->n_seqs <= 0 || shape->n_seqs > shape->n_tokens)
+        return lpo_errorf(LPO_E_INVALID,
+                          "op list: a step needs 1 <= sequences <= tokens (got %d sequences, "
+                          "%lld tokens)",
+                          shape ? shape->n_seqs : 0, shape ? (long long)shape->n_tokens : 0LL);
+    lpo_status st = check_spec(s);
+    if (st != LPO_OK) return st;
+    oplist_set_opts(out, opts);
     const int tp = out->opts.tp > 1 ? out->opts.tp : 1;
     if (tp > 1 && (st = lpo_tp_check_spec(s, tp, "op list: tp")) != LPO_OK) return st;
     out->tp = tp;
@@ -1134,17 +1143,7 @@ static int64_t v_conv(builder *b, lpo_op_role role, lpo_buf in, lpo_buf out, int
 
 lpo_status lpo_vision_oplist_build(const lpo_vision_spec *vs, int64_t size, const lpo_oplist_opts *opts,
                                    lpo_oplist *out) {
-    lpo_op *ops = out->ops;
-    lpo_op_tensor *ws = out->weights;
-    char *names = out->names;
-    const size_t co = out->cap_ops, cw = out->cap_weights, cn = out->cap_names;
-    memset(out, 0, sizeof *out);
-    out->ops = ops;
-    out->weights = ws;
-    out->names = names;
-    out->cap_ops = co;
-    out->cap_weights = cw;
-    out->cap_names = cn;
+    oplist_reset(out);
     lpo_status st = lpo_vision_spec_validate(vs);
     if (st != LPO_OK) return st;
     const int64_t Q = lpo_vision_queries(vs, size);
@@ -1154,15 +1153,7 @@ lpo_status lpo_vision_oplist_build(const lpo_vision_spec *vs, int64_t size, cons
                           "queries: views of %lld or %lld pixels)",
                           (long long)size, (long long)vs->queries_768, (long long)vs->queries_1024,
                           (long long)(vs->patch_size * 4 * 12), (long long)(vs->patch_size * 4 * 16));
-    if (opts) {
-        out->opts = *opts;
-        if (opts->dtypes) out->dtypes = *opts->dtypes;
-        if (opts->vectors) out->vectors = *opts->vectors;
-    } else {
-        out->opts = (lpo_oplist_opts){LPO_DT_F32, LPO_DT_F32, NULL, NULL, 0};
-    }
-    out->opts.dtypes = out->dtypes.stored_dtype ? &out->dtypes : NULL;
-    out->opts.vectors = out->vectors.stored_dtype ? &out->vectors : NULL;
+    oplist_set_opts(out, opts);
     const int64_t g = lpo_vision_grid(vs, size), C = vs->sam_hidden, hd = C / vs->sam_heads,
                   G = vs->image_size / vs->patch_size;
     const int64_t p = vs->patch_size;
