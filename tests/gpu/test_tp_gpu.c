@@ -227,6 +227,21 @@ typedef struct {
 
 #define CUOK(x) assert_int_equal((int)(x), (int)cudaSuccess)
 
+/* Ends the capture of every GPU's stream, then instantiates each graph: a thread that still captures one
+ * stream may not instantiate (it allocates: "operation not permitted when stream is capturing") */
+static void end_captures(int n, cudaStream_t *s, cudaGraphExec_t *ex) {
+    cudaGraph_t gr[8];
+    for (int g = 0; g < n; g++) {
+        CUOK(cudaSetDevice(g));
+        CUOK(cudaStreamEndCapture(s[g], &gr[g]));
+    }
+    for (int g = 0; g < n; g++) {
+        CUOK(cudaSetDevice(g));
+        CUOK(cudaGraphInstantiate(&ex[g], gr[g], 0));
+        cudaGraphDestroy(gr[g]);
+    }
+}
+
 static void os_open(os_group *G, int n) {
     memset(G, 0, sizeof *G);
     G->n = n;
@@ -399,13 +414,7 @@ static void oneshot_group(int n) {
             CUOK(cudaStreamBeginCapture(G.s[g], cudaStreamCaptureModeThreadLocal));
         }
         os_run(&G, dt, count, 8, 0);
-        for (int g = 0; g < n; g++) {
-            cudaGraph_t gr;
-            CUOK(cudaSetDevice(g));
-            CUOK(cudaStreamEndCapture(G.s[g], &gr));
-            CUOK(cudaGraphInstantiate(&ex[g], gr, 0));
-            cudaGraphDestroy(gr);
-        }
+        end_captures(n, G.s, ex);
         for (int rep = 0; rep < 2; rep++)
             for (int g = 0; g < n; g++) {
                 CUOK(cudaSetDevice(g));
@@ -501,13 +510,7 @@ static void oneshot_group(int n) {
                     assert_int_equal(ncclGroupEnd(), ncclSuccess);
                 }
             }
-            for (int g = 0; g < n; g++) {
-                cudaGraph_t gr;
-                CUOK(cudaSetDevice(g));
-                CUOK(cudaStreamEndCapture(G.s[g], &gr));
-                CUOK(cudaGraphInstantiate(&ex[g], gr, 0));
-                cudaGraphDestroy(gr);
-            }
+            end_captures(n, G.s, ex);
             double best = 1e30;
             for (int rep = 0; rep < 5; rep++) { // the best of 5 replays (the first warms up)
                 for (int g = 0; g < n; g++) {
@@ -816,13 +819,7 @@ static void arnorm_group(int n) {
                                          LPO_OK);
                 }
             }
-            for (int g = 0; g < n; g++) {
-                cudaGraph_t gr;
-                CUOK(cudaSetDevice(g));
-                CUOK(cudaStreamEndCapture(G->s[g], &gr));
-                CUOK(cudaGraphInstantiate(&ex[g], gr, 0));
-                cudaGraphDestroy(gr);
-            }
+            end_captures(n, G->s, ex);
             double best = 1e30;
             for (int rep = 0; rep < 5; rep++) { // the best of 5 replays (the first warms up)
                 for (int g = 0; g < n; g++) {

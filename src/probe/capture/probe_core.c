@@ -2,6 +2,7 @@
  * stacks, string interning, NVTX-level operations, flushing at exit and on fatal signals, and the
  * in-process API that lpo's engine reaches through include/lpo/probe.h. See probe.h for the design. */
 #include <errno.h>
+#include <execinfo.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -291,8 +292,23 @@ static const int fatal_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SI
 static struct sigaction old_actions[sizeof fatal_signals / sizeof fatal_signals[0]];
 static atomic_int in_signal;
 
+/* Where a fault happened, on stderr: the signal, the faulting address and the traced process's stack as
+ * backtrace_symbols_fd writes it (object(+offset) for code without exported symbols: `addr2line -e OBJECT
+ * OFFSET` on an unstripped copy gives the line), so a program that crashes under the tracer says where. */
+static void report_fault(int sig, const siginfo_t *si) {
+    char head[160];
+    const int n = snprintf(head, sizeof head,
+                           "lpo trace: the traced process %ld got signal %d (%s) at address %p; "
+                           "its stack:\n",
+                           (long)getpid(), sig, strsignal(sig), si ? si->si_addr : NULL);
+    if (n > 0 && write(2, head, (size_t)n) < 0) return;
+    void *frames[48];
+    backtrace_symbols_fd(frames, backtrace(frames, 48), 2);
+}
+
 static void on_signal(int sig, siginfo_t *si, void *uc) {
     if (!atomic_exchange(&in_signal, 1)) {
+        if (sig != SIGTERM) report_fault(sig, si);
         alarm(10); /* a flush that deadlocks (the crash was inside CUPTI or the writer) ends in SIGALRM */
         probe_flush_all(LPO_END_SIGNAL, (uint32_t)sig);
         alarm(0);
@@ -317,6 +333,8 @@ static void on_signal(int sig, siginfo_t *si, void *uc) {
 }
 
 static void install_signal_handlers(void) {
+    void *warm[2]; /* backtrace loads libgcc's unwinder on first use: not inside a signal handler */
+    (void)backtrace(warm, 2);
     for (size_t i = 0; i < sizeof fatal_signals / sizeof fatal_signals[0]; i++) { /* each fatal signal */
         struct sigaction sa, old;
         if (sigaction(fatal_signals[i], NULL, &old) != 0) continue;
