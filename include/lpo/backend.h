@@ -184,9 +184,11 @@ typedef struct {
 
 /* ---- op lists held by the backend --------------------------------------------------------------------
  * A model part run op by op outside the engine's steps (the vision encoder, lpo/vision_encode.h), with its
- * weights and activations resident on the backend's device. Called after each op when given: the op, its
+ * weights and activations resident on the backend's device. Called for each op when given: the op, its
  * out[0] copied to the host as float32 (rows as the op states them) when cb_outputs, else NULL, its device
- * time in ms. */
+ * time in ms. With cb_outputs the ops run one at a time (cb after each); without, a backend may run them
+ * back to back and call cb for every op after the last (its time then includes any launch gap before it,
+ * as in a run without cb). */
 typedef void (*lpo_list_op_callback)(void *ud, const lpo_op *op, const float *out, double ms);
 typedef struct {
     const float *in;   /* host f32: the first op's in[0] (its rows, as the op states them) */

@@ -13,10 +13,10 @@
 
 typedef struct lpo_vision_encoder lpo_vision_encoder;
 
-/* Called after each op of a view's list with the op, its output (host, rows of out[0] as the op states them;
+/* Called for each op of a view's list with the op, its output (host, rows of out[0] as the op states them;
  * on a device backend NULL unless lpo_vision_encoder_want_outputs asked for it: a copy per op) and its time
- * (device time on a device backend, whose ops then run one at a time, unfused); for tests and per-op
- * timing. */
+ * (device time on a device backend, whose ops then run unfused: one at a time with the outputs, else back
+ * to back with the calls after the view's last op); for tests and per-op timing. */
 typedef void (*lpo_vision_op_callback)(void *ud, const lpo_op *op, const float *out, double ms);
 
 /* Builds the lists of the 1024 and 768 views and loads every weight they name. be: a backend that runs every

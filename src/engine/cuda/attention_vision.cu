@@ -10,8 +10,10 @@
  * Two kernels run both: on f16 / bf16 with hd 64 or 128, a FlashAttention-2 scheme on tensor cores (a block
  * of 4 warps takes 64 queries of one head (of one window), streams key / value tiles of 64 through shared
  * memory double-buffered with cp.async, S = Q K^T and O += P V on mma.sync m16n8k16 with f32 accumulators,
- * online softmax in f32; SAM's relative-position terms of the block's queries computed once into shared
- * memory and added per score); everywhere else (f32, other head sizes, odd strides) one warp per (query,
+ * online softmax in f32 in the log2 domain; SAM's relative-position terms of each warp's 16 queries computed
+ * once on the tensor cores (q times every table row, the f32 tables split into two halves of T, scattered
+ * into shared memory rows padded to 8 mod 32 floats) and added per score with the key's (y, x) stepped per
+ * column, no division per score); everywhere else (f32, other head sizes, odd strides) one warp per (query,
  * head), keys 32 at a time (a lane per key for q . k, lanes over head dims for p v), online softmax in f32.
  * Floor (FLOPs 4 hd per (query, key) pair): SAM's global attention at the 1024 view (4096 pixels, 12
  * heads of 64) is 51.5 GFLOP per block -> 70 us at 742 TFLOP/s (dense bf16, cuBLAS-measured); a windowed
@@ -83,9 +85,10 @@ __global__ void rotate_qk_kernel(T *rot, const T *qkv, const float *cos_t, const
 }
 
 /* ---- key / value rows --------------------------------------------------------------------------------- */
-/* RELPOS: key j (ky, kx) of window (wy, wx): its pixel's row, or -1 for a padded pixel */
+/* RELPOS: key j (ky, kx) of window (wy, wx): its pixel's row, or -1 for a padded pixel (j < S S < 2^31:
+ * 32-bit division) */
 __device__ __forceinline__ int64_t relpos_key_row(const vattn_p &p, int wy, int wx, int64_t j) {
-    const int ky = (int)(j / p.S), kx = (int)(j % p.S), hy = wy * p.S + ky, hx = wx * p.S + kx;
+    const int ji = (int)j, ky = ji / p.S, kx = ji - ky * p.S, hy = wy * p.S + ky, hx = wx * p.S + kx;
     return hy < p.g && hx < p.g ? (int64_t)hy * p.g + hx : -1;
 }
 
@@ -179,19 +182,42 @@ __global__ void __launch_bounds__(32 * VA_WARP) vattn_warp_kernel(T *att, vattn_
     }
 }
 
+/* the two halves of a register packed by pack2, back to floats */
+template <typename T> __device__ __forceinline__ float unpack_lo(uint32_t v);
+template <typename T> __device__ __forceinline__ float unpack_hi(uint32_t v);
+template <> __device__ __forceinline__ float unpack_lo<__nv_bfloat16>(uint32_t v) {
+    return __uint_as_float(v << 16);
+}
+template <> __device__ __forceinline__ float unpack_hi<__nv_bfloat16>(uint32_t v) {
+    return __uint_as_float(v & 0xffff0000u);
+}
+template <> __device__ __forceinline__ float unpack_lo<__half>(uint32_t v) {
+    return __half2float(__ushort_as_half((unsigned short)(v & 0xffffu)));
+}
+template <> __device__ __forceinline__ float unpack_hi<__half>(uint32_t v) {
+    return __half2float(__ushort_as_half((unsigned short)(v >> 16)));
+}
+
 /* ---- the tensor-core kernel (f16 / bf16, hd 64 or 128) ------------------------------------------------ */
+/* Row stride (floats) of the RELPOS terms in shared memory: [VA_BM][va_rel_stride(S)], rel_h at 0..S-1 and
+ * rel_w at S..2S-1 of each row. 8 mod 32: the 8 rows of an mma quad column land on distinct bank groups
+ * (scalar reads at most 2-way, float2 reads conflict-free). */
+__host__ __device__ __forceinline__ int va_rel_stride(int S) {
+    return (2 * S + 31) / 32 * 32 + 8;
+}
+
 // query tile blockIdx.x (of window blockIdx.z for RELPOS), head blockIdx.y; 4 warps x 16 query rows
 template <typename T, int HD, int MODE>
 __global__ void __launch_bounds__(128) vattn_mma_kernel(T *att, vattn_p p) {
     extern __shared__ __align__(16) unsigned char smem[];
     T *sQ = (T *)smem, *sK = sQ + VA_BM * HD, *sV = sK + 2 * VA_BN * HD; // Q; K and V, 2 stages each
-    float *sRel = (float *)(sV + 2 * VA_BN * HD);                        // RELPOS: [VA_BM][2 S]
-    __shared__ int64_t s_qrow[VA_BM];                                    // query row, -1: none
-    __shared__ int s_qyx[VA_BM], s_kyx[2][VA_BN];                        // (y << 16) | x in the window
+    float *sRel = (float *)(sV + 2 * VA_BN * HD); // RELPOS: [VA_BM][RS], log2 e (rel_h | rel_w)
+    __shared__ int64_t s_qrow[VA_BM];             // query row, -1: none
     __shared__ int s_kmax;
     constexpr int CH = HD / 8;
+    const float LOG2E = 1.4426950408889634f;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gq = lane >> 2, tig = lane & 3;
-    const int h = blockIdx.y, kh = h / p.grp, S = p.S;
+    const int h = blockIdx.y, kh = h / p.grp, S = p.S, RS = va_rel_stride(S);
     const int wy = MODE == VA_RELPOS ? (int)blockIdx.z / p.nwin : 0,
               wx = MODE == VA_RELPOS ? (int)blockIdx.z % p.nwin : 0;
     const int64_t i0 = (int64_t)blockIdx.x * VA_BM;
@@ -205,16 +231,16 @@ __global__ void __launch_bounds__(128) vattn_mma_kernel(T *att, vattn_p p) {
         const int64_t i = i0 + tid;
         int64_t row = -1;
         if (MODE == VA_RELPOS) {
-            const int qy = (int)(i / S), qx = (int)(i % S), gy = wy * S + qy, gx = wx * S + qx;
+            const int qy = (int)i / S, qx = (int)i - qy * S, gy = wy * S + qy, gx = wx * S + qx;
             if (i < nk && gy < p.g && gx < p.g) row = (int64_t)gy * p.g + gx;
-            s_qyx[tid] = (qy << 16) | qx;
         } else if (i < p.m) {
             row = i;
             atomicMax(&s_kmax, (int)(i < p.prefix ? p.prefix - 1 : i));
         }
         s_qrow[tid] = row;
     }
-    __syncthreads();
+    // a tile of padded pixels only (windows past the grid's edge): nothing to write
+    if (!__syncthreads_or(tid < VA_BM && s_qrow[tid] >= 0)) return;
     for (int i = tid; i < VA_BM * CH; i += 128) { // Q tile (VA_BM, HD); rows without a query zero
         const int r = i / CH, c = i % CH;
         const int64_t row = s_qrow[r];
@@ -223,52 +249,7 @@ __global__ void __launch_bounds__(128) vattn_mma_kernel(T *att, vattn_p p) {
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
-    if (MODE == VA_RELPOS) { // rel_h / rel_w of the tile's queries: q . table row, q unscaled
-        for (int i = tid; i < VA_BM * 2 * S; i += 128) {
-            const int r = i / (2 * S), j = i % (2 * S), qyx = s_qyx[r];
-            float s = 0.f;
-            if (s_qrow[r] >= 0) {
-                const float *tab = j < S ? p.th + (int64_t)((qyx >> 16) - j + S - 1) * HD
-                                         : p.tw + (int64_t)((qyx & 0xffff) - j + 2 * S - 1) * HD;
-                for (int c = 0; c < CH; c++) {
-                    const T *qc = sQ + swz<HD>(r, c);
-#pragma unroll
-                    for (int e = 0; e < 8; e++) s += lpo_to_f(qc[e]) * tab[c * 8 + e];
-                }
-            }
-            sRel[i] = s;
-        }
-    }
-    uint32_t qa[HD / 16][4]; // A fragments of this warp's 16 rows, all of HD
-#pragma unroll
-    for (int kk = 0; kk < HD / 16; kk++)
-        ldsm_x4(qa[kk], sQ + swz<HD>(warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, kk * 2 + (lane >> 4)));
-    const int r0 = warp * 16 + gq, r1 = r0 + 8; // this thread's two rows
-    const int64_t q0 = i0 + r0, q1 = i0 + r1;
-    const bool a0 = s_qrow[r0] >= 0, a1 = s_qrow[r1] >= 0;
     const int64_t kend = MODE == VA_RELPOS ? nk : (int64_t)s_kmax + 1; // keys the tile reads: [0, kend)
-    // the keys this warp's rows see: [0, whi]
-    int64_t whi = MODE == VA_RELPOS ? nk - 1 : -1;
-    if (MODE == VA_PREFIX) {
-        long long hi = -1;
-        if (a0) hi = q0 < p.prefix ? p.prefix - 1 : q0;
-        if (a1)
-            hi = (long long)(q1 < p.prefix ? p.prefix - 1 : q1) > hi ? (q1 < p.prefix ? p.prefix - 1 : q1)
-                                                                     : hi;
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) {
-            const long long o2 = __shfl_xor_sync(0xffffffffu, hi, off);
-            hi = o2 > hi ? o2 : hi;
-        }
-        whi = hi;
-    }
-    const float *rel0 = sRel + r0 * 2 * S, *rel1 = sRel + r1 * 2 * S;
-    const float LOG2E = 1.4426950408889634f;
-
-    float o[HD / 8][4];
-#pragma unroll
-    for (int d = 0; d < HD / 8; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
-    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
     const int ntiles = kend > 0 ? (int)((kend + VA_BN - 1) / VA_BN) : 0;
     // key / value tile kt .. kt + 63 -> stage st (keys past kend zero-filled)
     auto load_kv = [&](int st, int64_t kt) {
@@ -282,7 +263,6 @@ __global__ void __launch_bounds__(128) vattn_mma_kernel(T *att, vattn_p p) {
                 const int64_t row = relpos_key_row(p, wy, wx, j);
                 ks = row >= 0 ? K + row * p.ks : (const T *)p.kb + (int64_t)h * HD;
                 vs = row >= 0 ? V + row * p.vs : (const T *)p.vb + (int64_t)h * HD;
-                if (c == 0) s_kyx[st][r] = ((int)(j / S) << 16) | (int)(j % S);
             } else if (ok) {
                 ks = K + j * p.ks;
                 vs = V + j * p.vs;
@@ -291,8 +271,79 @@ __global__ void __launch_bounds__(128) vattn_mma_kernel(T *att, vattn_p p) {
             cp_async16(dv + swz<HD>(r, c), vs + c * 8, ok);
         }
     };
-    if (ntiles > 0) load_kv(0, 0);
+    if (ntiles > 0) load_kv(0, 0); // the first tile in flight while the rel terms are computed
     cp_async_commit();
+    uint32_t qa[HD / 16][4]; // A fragments of this warp's 16 rows, all of HD
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++)
+        ldsm_x4(qa[kk], sQ + swz<HD>(warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, kk * 2 + (lane >> 4)));
+    const int r0 = warp * 16 + gq, r1 = r0 + 8; // this thread's two rows
+    const int64_t q0 = i0 + r0, q1 = i0 + r1;
+    const bool a0 = s_qrow[r0] >= 0, a1 = s_qrow[r1] >= 0;
+    const bool wact = __any_sync(0xffffffffu, a0 || a1); // a warp of padded pixels only skips the keys
+    if (MODE == VA_RELPOS && wact) {
+        /* rel_h / rel_w of this warp's 16 rows on the tensor cores: P = q T^T over every table row t (n-tiles
+         * of 8 rows, 2 S - 1 in all), the f32 table as two halves in T (hi + lo: products as exact as f32
+         * tables give), then rel[r][jj] = P[r][c(r) - jj + S - 1] with c = qy (rel_h) or qx (rel_w),
+         * scattered into this warp's rows of sRel (only this warp reads them). Rows past the window's pixels:
+         * c = 0 (their q is zero: every term 0, every slot written). */
+        int cy[2], cx[2];
+#pragma unroll
+        for (int rr = 0; rr < 2; rr++) {
+            const int i = (int)(rr ? q1 : q0); // < S S + VA_BM
+            cy[rr] = i < nk ? i / S : 0;
+            cx[rr] = i < nk ? i - i / S * S : 0;
+        }
+        const int ntab = 2 * S - 1;
+        for (int part = 0; part < 2; part++) {
+            const float *tab = part ? p.tw : p.th;
+            for (int t0 = 0; t0 < ntab; t0 += 8) {
+                float acc[4] = {0.f, 0.f, 0.f, 0.f};
+                const int tr = t0 + gq; // this thread's B column: table row tr
+                const float *trow = tab + (int64_t)(tr < ntab ? tr : 0) * HD + tig * 2;
+#pragma unroll
+                for (int kk = 0; kk < HD / 16; kk++) {
+                    float2 lo = *reinterpret_cast<const float2 *>(trow + kk * 16),
+                           hi = *reinterpret_cast<const float2 *>(trow + kk * 16 + 8);
+                    if (tr >= ntab) lo = hi = make_float2(0.f, 0.f);
+                    const uint32_t b0 = pack2<T>(lo.x, lo.y), b1 = pack2<T>(hi.x, hi.y);
+                    const uint32_t c0 = pack2<T>(lo.x - unpack_lo<T>(b0), lo.y - unpack_hi<T>(b0)),
+                                   c1 = pack2<T>(hi.x - unpack_lo<T>(b1), hi.y - unpack_hi<T>(b1));
+                    mma16816<T>(acc, qa[kk], b0, b1);
+                    mma16816<T>(acc, qa[kk], c0, c1);
+                }
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int c = part ? cx[e >> 1] : cy[e >> 1];
+                    const int jj = c + S - 1 - (t0 + tig * 2 + (e & 1));
+                    if (jj >= 0 && jj < S) sRel[(e < 2 ? r0 : r1) * RS + part * S + jj] = acc[e] * LOG2E;
+                }
+            }
+        }
+        __syncwarp();
+    }
+    // the keys this warp's rows see: [0, whi]
+    int64_t whi = MODE == VA_RELPOS && wact ? nk - 1 : -1;
+    if (MODE == VA_PREFIX) {
+        long long hi = -1;
+        if (a0) hi = q0 < p.prefix ? p.prefix - 1 : q0;
+        if (a1)
+            hi = (long long)(q1 < p.prefix ? p.prefix - 1 : q1) > hi ? (q1 < p.prefix ? p.prefix - 1 : q1)
+                                                                     : hi;
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            const long long o2 = __shfl_xor_sync(0xffffffffu, hi, off);
+            hi = o2 > hi ? o2 : hi;
+        }
+        whi = hi;
+    }
+    const float *rel0 = sRel + r0 * RS, *rel1 = sRel + r1 * RS;
+    const float sl2 = p.scale * LOG2E; // q . k scaled, in the log2 domain
+
+    float o[HD / 8][4];
+#pragma unroll
+    for (int d = 0; d < HD / 8; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
+    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
     for (int it = 0; it < ntiles; it++) { // key tile it
         const int64_t kt = (int64_t)it * VA_BN;
         if (it + 1 < ntiles) load_kv((it + 1) & 1, kt + VA_BN);
@@ -316,27 +367,49 @@ __global__ void __launch_bounds__(128) vattn_mma_kernel(T *att, vattn_p p) {
                 }
             }
             float mloc[2] = {-INFINITY, -INFINITY};
+            if (MODE == VA_RELPOS) {
+                /* + rel_h[ky] + rel_w[kx] (already log2 e), keys past the window masked. Key (ky, kx) of
+                 * column tig * 2 of the tile once per tile, then 8 columns on per n-tile: no division
+                 * per score. Even S: a column pair shares ky, its two rel_w terms one float2. */
+                const int jb = (int)kt + tig * 2; // < S S + VA_BN
+                int ky = jb / S, kx = jb - ky * S;
+                const bool even = (S & 1) == 0;
 #pragma unroll
-            for (int nt = 0; nt < VA_BN / 8; nt++) { // scale, rel terms, mask (log2 domain)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int col = nt * 8 + tig * 2 + (e & 1);
-                    const int64_t j = kt + col;
-                    bool ok;
-                    float v = s[nt][e] * p.scale;
-                    if (MODE == VA_RELPOS) {
-                        ok = j < nk;
-                        if (ok) {
-                            const int kyx = s_kyx[it & 1][col];
-                            const float *rel = e < 2 ? rel0 : rel1;
-                            v += rel[kyx >> 16] + rel[S + (kyx & 0xffff)];
-                        }
+                for (int nt = 0; nt < VA_BN / 8; nt++) {
+                    const int j = jb + nt * 8;
+                    const int kyc = ky < S ? ky : S - 1; // past the window (masked): an in-row read
+                    float b[4];
+                    if (even) {
+                        const float2 w0 = *reinterpret_cast<const float2 *>(rel0 + S + kx),
+                                     w1 = *reinterpret_cast<const float2 *>(rel1 + S + kx);
+                        const float h0 = rel0[kyc], h1 = rel1[kyc];
+                        b[0] = h0 + w0.x, b[1] = h0 + w0.y, b[2] = h1 + w1.x, b[3] = h1 + w1.y;
                     } else {
-                        const int64_t qi = e < 2 ? q0 : q1;
-                        ok = (e < 2 ? a0 : a1) && (qi < p.prefix ? j < p.prefix : j <= qi);
+                        const int kx2 = kx + 1 < S ? kx + 1 : 0, ky2 = kx + 1 < S   ? kyc
+                                                                       : ky + 1 < S ? ky + 1
+                                                                                    : S - 1;
+                        b[0] = rel0[kyc] + rel0[S + kx], b[1] = rel0[ky2] + rel0[S + kx2];
+                        b[2] = rel1[kyc] + rel1[S + kx], b[3] = rel1[ky2] + rel1[S + kx2];
                     }
-                    s[nt][e] = ok ? v * LOG2E : -INFINITY;
-                    mloc[e >> 1] = fmaxf(mloc[e >> 1], s[nt][e]);
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const bool ok = j + (e & 1) < nk;
+                        s[nt][e] = ok ? fmaf(s[nt][e], sl2, b[e]) : -INFINITY;
+                        mloc[e >> 1] = fmaxf(mloc[e >> 1], s[nt][e]);
+                    }
+                    kx += 8;
+                    while (kx >= S) kx -= S, ky++;
+                }
+            } else {
+#pragma unroll
+                for (int nt = 0; nt < VA_BN / 8; nt++) { // scale, prefix / causal mask (log2 domain)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int64_t j = kt + nt * 8 + tig * 2 + (e & 1), qi = e < 2 ? q0 : q1;
+                        const bool ok = (e < 2 ? a0 : a1) && (qi < p.prefix ? j < p.prefix : j <= qi);
+                        s[nt][e] = ok ? s[nt][e] * sl2 : -INFINITY;
+                        mloc[e >> 1] = fmaxf(mloc[e >> 1], s[nt][e]);
+                    }
                 }
             }
             float muse[2];
@@ -397,11 +470,11 @@ static bool al16(const void *p, int64_t stride_elems, size_t es) {
 /* Shared memory of the tensor-core kernel, and whether the device allows it. */
 static size_t mma_smem(int hd, int mode, int S, size_t es) {
     return (size_t)(VA_BM + 4 * VA_BN) * hd * es +
-           (mode == VA_RELPOS ? (size_t)VA_BM * 2 * S * sizeof(float) : 0);
+           (mode == VA_RELPOS ? (size_t)VA_BM * va_rel_stride(S) * sizeof(float) : 0);
 }
-/* the kernel's static shared memory (s_qrow, s_qyx, s_kyx, s_kmax): it counts against the same per-block
+/* the kernel's static shared memory (s_qrow, s_kmax): it counts against the same per-block
  * limits as the dynamic part (a launch whose two parts pass 48 KiB without the attribute is refused) */
-#define VA_MMA_STATIC_SMEM (VA_BM * sizeof(int64_t) + (VA_BM + 2 * VA_BN + 1) * sizeof(int))
+#define VA_MMA_STATIC_SMEM (VA_BM * sizeof(int64_t) + sizeof(int))
 
 template <typename T, int HD, int MODE>
 static cudaError_t launch_mma(T *att, const vattn_p &p, dim3 grid, size_t smem, cudaStream_t s) {

@@ -29,6 +29,8 @@ typedef struct {
     int64_t h_out_n;
     cudaEvent_t ev[2];
     int n_ev;
+    cudaEvent_t *tev; /* timed runs without outputs: an event before each op and after the last */
+    int n_tev;
 } cuda_held;
 
 static int64_t width(const lpo_op_tensor *t) {
@@ -126,6 +128,8 @@ static void held_close(void *vh) {
     free(h->h_stage);
     free(h->h_out);
     for (int i = 0; i < h->n_ev; i++) cudaEventDestroy(h->ev[i]);
+    for (int i = 0; i < h->n_tev; i++) cudaEventDestroy(h->tev[i]);
+    free(h->tev);
     free(h);
 }
 
@@ -183,6 +187,13 @@ static lpo_status held_buffers(cuda_held *h) {
     if (!(h->h_out = malloc((size_t)(h->h_out_n > 0 ? h->h_out_n : 1) * sizeof(float))))
         return lpo_errorf(LPO_E_NOMEM, "cuda backend: held lists: host output");
     for (; h->n_ev < 2; h->n_ev++) CU(cudaEventCreate(&h->ev[h->n_ev]), "held lists: events");
+    size_t most = 0;
+    for (int l = 0; l < h->n; l++)
+        if (h->lists[l].n_ops > most) most = h->lists[l].n_ops;
+    if (!(h->tev = calloc(most + 1, sizeof *h->tev)))
+        return lpo_errorf(LPO_E_NOMEM, "cuda backend: held lists: timing events");
+    for (; (size_t)h->n_tev < most + 1; h->n_tev++)
+        CU(cudaEventCreate(&h->tev[h->n_tev]), "held lists: timing events");
     return LPO_OK;
 }
 
@@ -266,6 +277,10 @@ static lpo_status held_run(void *vh, int li, const lpo_list_io *io) {
     else
         TRY(lpo_cuda_convert(at(h, tin), c->dt, h->d_in, LPO_DT_F32, tin->shape[0], n_in / tin->shape[0], 0,
                              c->stream));
+    /* with the callback and no outputs: the ops back to back, an event between each two (an op's time is
+     * its kernels plus any launch gap before them, as a plain run has); the callbacks after the last op */
+    const int timed = io->cb && !io->cb_outputs;
+    if (timed) CU(cudaEventRecord(h->tev[0], c->stream), "held lists: timing");
     for (size_t i = 0; i < l->n_ops; i++) {
         const lpo_op *op = &l->ops[i];
         if (!io->cb && i + 1 < l->n_ops && residual_fusable(c, op, &l->ops[i + 1])) {
@@ -291,10 +306,12 @@ static lpo_status held_run(void *vh, int li, const lpo_list_io *io) {
         a.vws_bytes = h->vws_bytes;
         a.cos_t = h->cos_t[li];
         a.sin_t = h->sin_t[li];
-        if (io->cb) CU(cudaEventRecord(h->ev[0], c->stream), "held lists: timing");
+        if (io->cb && !timed) CU(cudaEventRecord(h->ev[0], c->stream), "held lists: timing");
         lpo_status st = lpo__cuda_launch(c, op, &a);
         if (st != LPO_OK) return lpo_error_context(st, "cuda backend: op '%s'", op->name);
-        if (io->cb) {
+        if (timed) {
+            CU(cudaEventRecord(h->tev[i + 1], c->stream), "held lists: timing");
+        } else if (io->cb) {
             float ms = 0;
             CU(cudaEventRecord(h->ev[1], c->stream), "held lists: timing");
             CU(cudaEventSynchronize(h->ev[1]), op->name);
@@ -304,6 +321,11 @@ static lpo_status held_run(void *vh, int li, const lpo_list_io *io) {
         }
     }
     CU(cudaStreamSynchronize(c->stream), "held lists: run");
+    for (size_t i = 0; timed && i < l->n_ops; i++) {
+        float ms = 0;
+        CU(cudaEventElapsedTime(&ms, h->tev[i], h->tev[i + 1]), "held lists: timing");
+        io->cb(io->cb_ud, &l->ops[i], NULL, (double)ms);
+    }
     return lpo__cuda_download(io->out, at(h, &last->out[0]), lpo__cuda_elems(&last->out[0]), c->dt);
 }
 
