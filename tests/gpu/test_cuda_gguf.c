@@ -1,8 +1,8 @@
 /* GGUF blocks on the CUDA backend (engine.weights=native; label gpu; SKIP without a GPU or the backend):
  * - the op checker on the linears (and an LM head) with q8_0, q4_0, q4_1, q4_k, q5_k and q6_k weights, bf16
- *   and f16: decode rows (1, 3, 8: the block GEMV, 16-byte and 2-byte copy paths) and prefill rows (37:
- *   dequantized + cuBLASLt) at Llama-3.2-1B shapes and odd ones, against the CPU reference on the same blocks
- *   (include/lpo/qblock.h);
+ *   and f16: decode rows (1, 2, 3, 8: the block GEMV, 16-byte and 2-byte copy paths, one tile and two) and
+ *   prefill rows (37: dequantized + cuBLASLt) at Llama-3.2-1B shapes and odd ones, against the CPU reference
+ *   on the same blocks (include/lpo/qblock.h);
  * - the engine on synthetic weights of each format: CUDA (bf16 activations) vs the CPU reference (f32) on
  *   the same blocks: prefill logits and 16 greedy tokens; eager and debug give the graph's tokens; gemv off
  *   (every linear dequantized into cuBLASLt) counted;
@@ -72,7 +72,7 @@ static void check_spec(const lpo_model_spec *s, lpo_dtype dt, int lm_head) {
     if (be->init(&in, &ctx) != LPO_OK) fail_msg("cuda op-only context: %s", lpo_last_error());
     lpo_oplist l = {0};
     assert_int_equal(lpo_oplist_build_phase(s, 0, 1, 37, NULL, &l), LPO_OK);
-    const int64_t rows[] = {1, 3, 8, 37};
+    const int64_t rows[] = {1, 2, 3, 8, 37};
     for (size_t i = 0; i < l.n_ops; i++) {
         const lpo_op *op = &l.ops[i];
         if (!(op->kind == LPO_OP_LINEAR && op->layer == 0) && !(op->kind == LPO_OP_LM_HEAD && lm_head))
@@ -102,11 +102,16 @@ static void test_opcheck_gguf(void **state) {
     strcpy(q8.name, "k288");
     q8.hidden_size = 288;
     q8.intermediate_size = 352;
+    lpo_model_spec lng = odd; /* down k 10496: two tiles of 128 units (8192 columns), the second partial;
+                                 q6_k rows of 8610 bytes (2-byte copies) */
+    strcpy(lng.name, "k10496");
+    lng.intermediate_size = 10496;
     const lpo_dtype dts[] = {LPO_DT_BF16, LPO_DT_F16};
     for (int d = 0; d < 2; d++) {
         check_spec(&l1b, dts[d], 0);
         check_spec(&odd, dts[d], 1);
         check_spec(&q8, dts[d], 1);
+        check_spec(&lng, dts[d], 0);
     }
     assert_int_equal(failures, 0);
 }

@@ -3,231 +3,62 @@
  * q4_k: 144 B per 256, q5_k: 176 B per 256, q6_k: 210 B per 256; rows of k / block whole blocks, row-major),
  * m <= 8 tokens (decode), dt bf16 or f16.
  *
- * A block of 128 threads owns R = 2 output rows. It walks k in tiles of 128 units (a unit is 32 weights of
- * one row: a q8_0 / q4_0 / q4_1 block, an eighth of a q4_k / q5_k / q6_k block): the threads copy the R rows'
- * tile bytes from global memory into shared memory with coalesced loads (16-byte vectors where the rows are
- * 16-byte aligned, else 2-byte: q8_0, q4_0 and q6_k blocks are only 2-byte aligned), then each thread decodes
- * one unit of
- * each row in registers with the arithmetic of src/model/dequant.c (f16 scales, integer quants, f32
- * products) and FMAs its 32 weights with the matching x values of every token (16-byte loads of x, shared
- * by the R rows). f32 sums, reduced over the warps; the epilogue adds the bias and beta y and rounds once.
- * The shared-memory stage is what makes the 2-byte-aligned formats stream: a thread reading its own block
- * straight from global memory touches a new 128-byte line on nearly every load.
+ * Batch-1 decode of 4-bit blocks is an instruction problem before it is a bandwidth one: at 3.35 TB/s an
+ * H100 must retire ~6 G weights/s of q4_k (0.5625 B each) on ~30 T lane-instructions/s, ~5 instructions per
+ * weight with every issue slot used. Converting each quant to float (I2F), scaling it (w = d1 q - m1) and
+ * unpacking x again for every row cost ~12. So here:
+ *  - a block of NT = 32, 64 or 128 threads (k / 64 units, rounded up to a warp, at most 128) owns R = 4
+ *    output rows (2 at m = 8); it walks k in tiles of NT units of 64 columns (a unit: two q8_0 / q4_0 / q4_1
+ *    blocks or a quarter of a K block), the threads copy the R rows' tile bytes from global memory into
+ *    shared memory with coalesced loads (16-byte vectors where rows are 16-byte aligned, else 2-byte: the
+ *    formats' blocks are only 2-byte aligned), then each thread takes one unit of every row;
+ *  - a quant becomes a float with one byte permute and no conversion (F = 0.5 + q / 256: q under the
+ *    exponent of 0.5; q8_0 exactly, q + 128 under 2^23 minus 2^23 + 128), the FMAs sum F x per scale group
+ *    (32 or 16 columns sharing a scale) and the scale and min are applied once per group and row
+ *    (gguf_unit.cuh: sum w x = D sum F x - Mn sum x), their 6-bit fields decoded once per unit and row;
+ *  - x is read once per group of 8 columns for all R rows (and summed once, for the offset and the mins);
+ *  - with PDL (lpo_cuda_pdl_begin) the first tile's weight loads are issued before griddepcontrol.wait, x
+ *    read after it by ordered loads, as the dense GEMV.
+ * f32 sums, reduced over the warps; the epilogue adds the bias and beta y and rounds once. Against the CPU
+ * reference (the dequantized weights in f32) the sums differ by f32 rounding only
+ * (tests/gpu/test_gguf_unit.cu on the host, the op checker rows of tests/gpu/test_cuda_gguf.c on the GPU).
  *
  * Prefill (m > 8) does not come here: the weight is dequantized into the compute dtype (lpo_cuda_convert,
  * bit-exact with the CPU's) and multiplied by cuBLASLt (cuda_launch.c).
  *
- * Floor: the blocks' bytes / bandwidth. Llama-3.1-8B q4_k at 3.35 TB/s: qkv 6144x4096 3.6 MB 1.06 us,
- * o 4096x4096 2.4 MB 0.70 us, gate_up 28672x4096 16.5 MB 4.9 us, down 4096x14336 8.3 MB 2.5 us per layer
- * (32 layers: 293 us); measurements: docs/perf-notes.md. */
+ * Floor: the blocks' bytes / bandwidth. Llama-3.1-8B q4_k at 3.35 TB/s: qkv 6144x4096 14.2 MB 4.2 us,
+ * o 4096x4096 9.4 MB 2.8 us, gate_up 28672x4096 66.1 MB 19.7 us, down 4096x14336 33.0 MB 9.9 us per layer
+ * (32 layers: 1.17 ms); measurements: docs/perf-notes.md. */
 #include "engine/cuda/gemv_common.cuh"
+#include "engine/cuda/gguf_unit.cuh"
+#include "engine/cuda/mma_common.cuh"
 
-#define GQ_THREADS 128 /* threads of a block = units of a tile */
-#define GQ_ROWS    2   /* output rows per block */
+#define GQ_MAX_THREADS 128
+#define GQ_UNIT        64 /* columns of a row per thread and tile */
 
-/* ---- the six formats -----------------------------------------------------------------------------------
- * unit u of a tile: block u / UPB of the tile, part u % UPB of that block. For each, the 32 weights of the
- * part as 4 groups of 8 consecutive columns (col[g]: first column of group g, relative to the block). */
-template <lpo_dtype Q> struct gq_fmt;
-template <> struct gq_fmt<LPO_DT_Q8_0> { static constexpr int BLK = 32, BB = 34, UPB = 1; };
-template <> struct gq_fmt<LPO_DT_Q4_0> { static constexpr int BLK = 32, BB = 18, UPB = 1; };
-template <> struct gq_fmt<LPO_DT_Q4_1> { static constexpr int BLK = 32, BB = 20, UPB = 1; };
-template <> struct gq_fmt<LPO_DT_Q4_K> { static constexpr int BLK = 256, BB = 144, UPB = 8; };
-template <> struct gq_fmt<LPO_DT_Q5_K> { static constexpr int BLK = 256, BB = 176, UPB = 8; };
-template <> struct gq_fmt<LPO_DT_Q6_K> { static constexpr int BLK = 256, BB = 210, UPB = 8; };
-
-__device__ __forceinline__ uint32_t sh_u16(const uint8_t *p) { /* 2-byte aligned shared memory */
-    return *reinterpret_cast<const uint16_t *>(p);
-}
-__device__ __forceinline__ float sh_f16(const uint8_t *p) {
-    return __half2float(__ushort_as_half((unsigned short)sh_u16(p)));
-}
-
-/* Weights w[g][i] (column col0[g] + i of the block) of part p of the block at b (shared memory). */
-template <lpo_dtype Q>
-__device__ __forceinline__ void gq_decode(const uint8_t *b, int p, float (&w)[4][8], int (&col0)[4]);
-
-/* Q8_0: the whole block; w = d * q */
-template <>
-__device__ __forceinline__ void gq_decode<LPO_DT_Q8_0>(const uint8_t *b, int, float (&w)[4][8],
-                                                       int (&col0)[4]) {
-    const float d = sh_f16(b);
-#pragma unroll
-    for (int g = 0; g < 4; g++) {
-        col0[g] = 8 * g;
-#pragma unroll
-        for (int i = 0; i < 8; i += 2) {
-            const uint32_t two = sh_u16(b + 2 + 8 * g + i);
-            w[g][i] = d * (float)(int8_t)(two & 0xff);
-            w[g][i + 1] = d * (float)(int8_t)(two >> 8);
-        }
-    }
-}
-
-/* Q4_0 / Q4_1: the whole block; qs[i] holds column i (low nibble) and i + 16 (high); groups 0, 1: the low
- * nibbles of bytes 0..7, 8..15; 2, 3: their high nibbles. Q4_0: w = d * (q - 8); Q4_1: w = d * q + m */
-template <bool MIN>
-__device__ __forceinline__ void gq_decode_q4(const uint8_t *b, float (&w)[4][8], int (&col0)[4]) {
-    const float d = sh_f16(b), m = MIN ? sh_f16(b + 2) : 0.f;
-    const uint8_t *qs = b + (MIN ? 4 : 2);
-    const int off = MIN ? 0 : 8;
-#pragma unroll
-    for (int g = 0; g < 4; g++) {
-        col0[g] = 8 * g;
-#pragma unroll
-        for (int i = 0; i < 8; i += 2) {
-            const uint32_t two = sh_u16(qs + 8 * (g & 1) + i);
-            const int q0 = (int)(g < 2 ? two & 0xF : (two >> 4) & 0xF) - off;
-            const int q1 = (int)(g < 2 ? (two >> 8) & 0xF : two >> 12) - off;
-            w[g][i] = d * (float)q0 + m;
-            w[g][i + 1] = d * (float)q1 + m;
-        }
-    }
-}
-template <>
-__device__ __forceinline__ void gq_decode<LPO_DT_Q4_0>(const uint8_t *b, int, float (&w)[4][8],
-                                                       int (&col0)[4]) {
-    gq_decode_q4<false>(b, w, col0);
-}
-template <>
-__device__ __forceinline__ void gq_decode<LPO_DT_Q4_1>(const uint8_t *b, int, float (&w)[4][8],
-                                                       int (&col0)[4]) {
-    gq_decode_q4<true>(b, w, col0);
-}
-
-/* The 6-bit scale and min of sub-blocks 2c and 2c + 1 of a Q4_K / Q5_K block (header hdr: d, dmin, the 12
- * scale bytes) as scale_min_k4: d1 = d * sc, m1 = dmin * m */
-__device__ __forceinline__ void gq_kscales(const uint8_t *b, int c, float (&d1)[2], float (&m1)[2]) {
-    const uint4 hdr = *reinterpret_cast<const uint4 *>(b);
-    const float d = __half2float(__ushort_as_half((unsigned short)(hdr.x & 0xffff)));
-    const float dmin = __half2float(__ushort_as_half((unsigned short)(hdr.x >> 16)));
-    const uint8_t *sc = b + 4;
-#pragma unroll
-    for (int s = 0; s < 2; s++) {
-        const int j = 2 * c + s;
-        uint32_t scj, mj;
-        if (j < 4) {
-            scj = sc[j] & 63;
-            mj = sc[j + 4] & 63;
-        } else {
-            scj = (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
-            mj = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
-        }
-        d1[s] = d * (float)scj;
-        m1[s] = dmin * (float)mj;
-    }
-}
-
-/* Q5_K: as Q4_K (qs at 48), the fifth bit of column l of sub-block j in bit j of qh[l] (qh at 16): part p
- * reads qh[16 h .. 16 h + 15]; w = (d * sc) * q - dmin * m */
-template <>
-__device__ __forceinline__ void gq_decode<LPO_DT_Q5_K>(const uint8_t *b, int p, float (&w)[4][8],
-                                                       int (&col0)[4]) {
-    const int c = p >> 1, h = p & 1;
-    const uint4 qv = *reinterpret_cast<const uint4 *>(b + 48 + 16 * p);
-    const uint4 hv = *reinterpret_cast<const uint4 *>(b + 16 + 16 * h);
-    float d1[2], m1[2];
-    gq_kscales(b, c, d1, m1);
-    const uint32_t q[4] = {qv.x, qv.y, qv.z, qv.w}, qh[4] = {hv.x, hv.y, hv.z, hv.w};
-    col0[0] = 64 * c + 16 * h, col0[1] = col0[0] + 8, col0[2] = col0[0] + 32, col0[3] = col0[0] + 40;
-#pragma unroll
-    for (int g = 0; g < 4; g++) {
-        const int s = g >> 1, half = g & 1; /* groups 0, 1: low nibbles, qh bit 2c; 2, 3: high, bit 2c + 1 */
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const int byte = 8 * half + i;
-            const uint32_t v = (q[byte >> 2] >> (8 * (byte & 3))) & 0xff;
-            const uint32_t hb = (qh[byte >> 2] >> (8 * (byte & 3) + 2 * c + s)) & 1;
-            w[g][i] = d1[s] * (float)((s ? v >> 4 : v & 0xF) | (hb << 4)) - m1[s];
-        }
-    }
-}
-
-/* Q4_K: part p = 16 bytes of nibbles qs[16 p .. 16 p + 15] (chunk c = p / 2 of 32 bytes, half h = p % 2):
- * low nibbles are columns 64 c + 16 h + i of sub-block 2c, high nibbles 64 c + 32 + 16 h + i of 2c + 1;
- * w = (d * sc) * q - dmin * m */
-template <>
-__device__ __forceinline__ void gq_decode<LPO_DT_Q4_K>(const uint8_t *b, int p, float (&w)[4][8],
-                                                       int (&col0)[4]) {
-    const uint4 hdr = *reinterpret_cast<const uint4 *>(b);
-    const uint4 qv = *reinterpret_cast<const uint4 *>(b + 16 + 16 * p);
-    const float d = __half2float(__ushort_as_half((unsigned short)(hdr.x & 0xffff)));
-    const float dmin = __half2float(__ushort_as_half((unsigned short)(hdr.x >> 16)));
-    const uint8_t *sc = b + 4;
-    const int c = p >> 1, h = p & 1;
-    float d1[2], m1[2];
-#pragma unroll
-    for (int s = 0; s < 2; s++) { /* sub-blocks 2c (low nibbles) and 2c + 1 (high), as scale_min_k4 */
-        const int j = 2 * c + s;
-        uint32_t scj, mj;
-        if (j < 4) {
-            scj = sc[j] & 63;
-            mj = sc[j + 4] & 63;
-        } else {
-            scj = (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
-            mj = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
-        }
-        d1[s] = d * (float)scj;
-        m1[s] = dmin * (float)mj;
-    }
-    const uint32_t q[4] = {qv.x, qv.y, qv.z, qv.w};
-    col0[0] = 64 * c + 16 * h, col0[1] = col0[0] + 8, col0[2] = col0[0] + 32, col0[3] = col0[0] + 40;
-#pragma unroll
-    for (int g = 0; g < 4; g++) {
-        const int s = g >> 1, half = g & 1; /* groups 0, 1: low nibbles of bytes 0..15; 2, 3: high */
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const int byte = 8 * half + i;
-            const uint32_t v = (q[byte >> 2] >> (8 * (byte & 3))) & 0xff;
-            w[g][i] = d1[s] * (float)(s ? v >> 4 : v & 0xF) - m1[s];
-        }
-    }
-}
-
-/* Q6_K: part p = half n = p / 4 of 128 columns, l0 = 8 (p % 4): columns 128 n + 32 qq + l0 + i (qq 0..3);
- * 6-bit q from ql (low 4 bits) and qh (high 2), w = d * sc[16-column sub-block] * (q - 32) */
-template <>
-__device__ __forceinline__ void gq_decode<LPO_DT_Q6_K>(const uint8_t *b, int p, float (&w)[4][8],
-                                                       int (&col0)[4]) {
-    const int n = p >> 2, l0 = 8 * (p & 3);
-    const uint8_t *ql = b + 64 * n, *qh = b + 128 + 32 * n;
-    const int8_t *sc = reinterpret_cast<const int8_t *>(b + 192 + 8 * n);
-    const float d = sh_f16(b + 208);
-    uint32_t lo0[4], lo1[4], hi[4]; /* 8 bytes each, as 4 two-byte loads */
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        lo0[i] = sh_u16(ql + l0 + 2 * i);
-        lo1[i] = sh_u16(ql + 32 + l0 + 2 * i);
-        hi[i] = sh_u16(qh + l0 + 2 * i);
-    }
-#pragma unroll
-    for (int qq = 0; qq < 4; qq++) {
-        col0[qq] = 128 * n + 32 * qq + l0;
-        const float ds = d * (float)sc[l0 / 16 + 2 * qq];
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const uint32_t lb = (((qq & 1) ? lo1 : lo0)[i >> 1] >> (8 * (i & 1))) & 0xff;
-            const uint32_t hb = (hi[i >> 1] >> (8 * (i & 1))) & 0xff;
-            const int q = (int)(((qq < 2) ? (lb & 0xF) : (lb >> 4)) | (((hb >> (2 * qq)) & 3) << 4)) - 32;
-            w[qq][i] = ds * (float)q;
-        }
-    }
-}
+/* output rows per block: 4; 2 (registers) for 8 tokens and for the formats with more than 32 bytes of quants
+ * per unit (q8_0, q5_k, q6_k: they also have more instructions to spare per byte) */
+template <lpo_dtype Q, int M> struct gq_rows {
+    static constexpr int R = M >= 8 || gq_fmt<Q>::NW > 8 || Q == LPO_DT_Q5_K ? 2 : 4;
+};
 
 /* ---- the kernel -------------------------------------------------------------------------------------- */
-/* block b: output rows b * R .. + R (rows past n read row n - 1, never stored); tokens 0..m-1 as M. VEC: the
- * bytes of the shared-memory copy (16: rows and tiles 16-byte aligned; 2: any row of whole blocks). */
-template <lpo_dtype Q, typename T, typename YT, int M, int VEC>
-__global__ void __launch_bounds__(GQ_THREADS)
+/* block b: output rows b * R .. + R (rows past n read row n - 1, never stored); tokens 0..m-1 as M;
+ * blockDim.x = NT threads (a multiple of 32) = units of a tile. VEC: the bytes of the shared-memory copy (16:
+ * rows and tiles 16-byte aligned; 2: any row of whole blocks). Dynamic shared memory: R tiles of NT units +
+ * 16 bytes (gq_words2 reads one word past) + the reduction. */
+template <lpo_dtype Q, typename T, typename YT, int M, int VEC, bool PDL>
+__global__ void __launch_bounds__(GQ_MAX_THREADS)
     gemv_gguf(YT *__restrict__ y, const T *__restrict__ x, const uint8_t *__restrict__ W,
               const T *__restrict__ bias, int m, int64_t n, int64_t k, float beta) {
     typedef gq_fmt<Q> F;
-    constexpr int R = GQ_ROWS, N = R * M, TILE_BLOCKS = GQ_THREADS / F::UPB, TB = TILE_BLOCKS * F::BB;
-    constexpr int LPT = (TB / VEC + GQ_THREADS - 1) / GQ_THREADS; // copy loads per thread and row
-    typedef typename lpo_raw<VEC>::type raw;
-    __shared__ __align__(16) uint8_t tile[R][TB];
-    __shared__ float red[GQ_THREADS / 32 * N];
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nw = GQ_THREADS / 32;
+    constexpr int R = gq_rows<Q, M>::R, N = R * M;
+    constexpr int LPT = (GQ_UNIT * F::BB / F::BLK + VEC - 1) / VEC; // copy loads per thread and row (at most)
+    typedef typename lpo_raw<VEC>::type raw;                        /* the 2-byte copies */
+    extern __shared__ __align__(16) uint8_t gq_smem[];
+    const int nt = blockDim.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nw = nt >> 5;
+    const int tile_blocks = nt * GQ_UNIT / F::BLK, tb_max = tile_blocks * F::BB; // per row
+    float *red = reinterpret_cast<float *>(gq_smem + R * tb_max + 16);
     const int64_t o0 = (int64_t)blockIdx.x * R, nb = k / F::BLK, row_bytes = nb * F::BB;
     const uint8_t *w[R];
 #pragma unroll
@@ -235,44 +66,82 @@ __global__ void __launch_bounds__(GQ_THREADS)
     float acc[N]; /* [r * M + t] */
 #pragma unroll
     for (int i = 0; i < N; i++) acc[i] = 0.f;
-    for (int64_t b0 = 0; b0 < nb; b0 += TILE_BLOCKS) { // tile: blocks b0 .. b0 + TILE_BLOCKS of each row
-        const int tb = (int)((nb - b0 < TILE_BLOCKS ? nb - b0 : TILE_BLOCKS) * F::BB); // bytes this tile
-        __syncthreads(); // the previous tile is decoded
-        raw v[R][LPT];   // coalesced copy, every load in flight before the stores (tb: a multiple of VEC)
+    if (PDL) lpo_pdl_trigger();
+    bool waited = !PDL;
+    const int ub = gq_unit_block<Q>(tid), part = gq_unit_part<Q>(tid);
+    for (int64_t b0 = 0; b0 < nb; b0 += tile_blocks) { // tile: blocks b0 .. b0 + tile_blocks of each row
+        const int nbt = (int)(nb - b0 < tile_blocks ? nb - b0 : tile_blocks), tb = nbt * F::BB;
+        __syncthreads();           // the previous tile is decoded
+        if constexpr (VEC == 16) { // cp.async: every copy in flight at once, no registers held
 #pragma unroll
-        for (int r = 0; r < R; r++)
+            for (int r = 0; r < R; r++)
 #pragma unroll
-            for (int j = 0; j < LPT; j++) {
-                const int i = (tid + j * GQ_THREADS) * VEC;
-                if (i < tb) v[r][j] = ld_stream<raw>(w[r] + b0 * F::BB + i);
+                for (int j = 0; j < LPT; j++) {
+                    const int i = (tid + j * nt) * VEC;
+                    if (i < tb) cp_async16(&gq_smem[r * tb_max + i], w[r] + b0 * F::BB + i, true);
+                }
+            cp_async_commit();
+            if (!waited) { // PDL: x and y belong to the neighbouring kernels
+                lpo_pdl_wait();
+                waited = true;
             }
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-            for (int j = 0; j < LPT; j++) {
-                const int i = (tid + j * GQ_THREADS) * VEC;
-                if (i < tb) *reinterpret_cast<raw *>(&tile[r][i]) = v[r][j];
+            cp_async_wait<0>();
+        } else { // rows 2-byte aligned only: 2-byte copies, a row at a time
+            for (int r = 0; r < R; r++)
+                for (int i = tid * VEC; i < tb; i += nt * VEC)
+                    *reinterpret_cast<raw *>(&gq_smem[r * tb_max + i]) =
+                        ld_stream<raw>(w[r] + b0 * F::BB + i);
+            if (!waited) {
+                lpo_pdl_wait();
+                waited = true;
             }
+        }
         __syncthreads();
-        const int blk = tid / F::UPB, part = tid % F::UPB;
-        if ((int64_t)blk >= nb - b0) continue;
-        const int64_t cb = (b0 + blk) * F::BLK; // first column of the block
+        if (ub >= nbt) continue;
+        const int64_t cu = (b0 + ub) * F::BLK + gq_unit_col<Q>(part); // the unit's first column
+        float D[R][F::SG], Mn[R][F::SG];
+        uint32_t qw[R][F::NW];
 #pragma unroll
         for (int r = 0; r < R; r++) {
-            float wv[4][8];
-            int col0[4];
-            gq_decode<Q>(&tile[r][blk * F::BB], part, wv, col0);
+            const uint8_t *b = &gq_smem[r * tb_max + ub * F::BB];
+            gq_scales<Q>(b, part, D[r], Mn[r]);
+            gq_load<Q>(b, part, qw[r]);
+        }
 #pragma unroll
-            for (int g = 0; g < 4; g++) {
+        for (int s = 0; s < F::SG; s++) {
+            if (F::BLK == 32 && s > 0 && ub + s >= nbt) break; // the unit's second block is past the row
+            float S[N], X[M];
+#pragma unroll
+            for (int i = 0; i < N; i++) S[i] = 0.f;
+#pragma unroll
+            for (int t = 0; t < M; t++) X[t] = 0.f;
+#pragma unroll
+            for (int i = 0; i < F::GPS; i++) {
+                const int64_t c = cu + gq_col(s, i);
+                float xf[M][8];
 #pragma unroll
                 for (int t = 0; t < M; t++) {
-                    if (t >= m) break;
-                    float xf[8];
-                    unpack<T>(ld_shared_input<uint4>(x + t * k + cb + col0[g]), xf);
+                    unpack<T>(t < m ? ld_input<uint4, PDL>(x + t * k + c) : make_uint4(0, 0, 0, 0), xf[t]);
+                    if (F::OFS)
 #pragma unroll
-                    for (int i = 0; i < 8; i++) acc[r * M + t] = fmaf(wv[g][i], xf[i], acc[r * M + t]);
+                        for (int e = 0; e < 8; e++) X[t] += xf[t][e];
+                }
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    float f[8];
+                    gq_group<Q>(qw[r], &gq_smem[r * tb_max + ub * F::BB], part, s, i, f);
+#pragma unroll
+                    for (int t = 0; t < M; t++)
+#pragma unroll
+                        for (int e = 0; e < 8; e++) S[r * M + t] = fmaf(f[e], xf[t][e], S[r * M + t]);
                 }
             }
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int t = 0; t < M; t++)
+                    acc[r * M + t] = fmaf(D[r][s], S[r * M + t],
+                                          F::OFS ? fmaf(-Mn[r][s], X[t], acc[r * M + t]) : acc[r * M + t]);
         }
     }
     bool writer;
@@ -281,7 +150,7 @@ __global__ void __launch_bounds__(GQ_THREADS)
 #pragma unroll
         for (int j = 0; j < (N >= 32 ? N / 32 : 1); j++) red[warp * N + base + j] = acc[j];
     __syncthreads();
-    for (int i = tid; i < N; i += GQ_THREADS) { // output (row o0 + i / M, token i % M)
+    for (int i = tid; i < N; i += nt) { // output (row o0 + i / M, token i % M)
         const int t = i % M;
         const int64_t o = o0 + i / M;
         if (t >= m || o >= n) continue;
@@ -293,40 +162,55 @@ __global__ void __launch_bounds__(GQ_THREADS)
 }
 
 /* ---- launchers ---------------------------------------------------------------------------------------- */
+typedef struct {
+    void *y;
+    const void *x, *W, *bias;
+    int m;
+    int64_t n, k;
+    float beta;
+    bool pdl, attr; /* the PDL instance; launched with programmatic stream serialization */
+} gq_args;
+
+/* threads per block: k / 64 units rounded up to a warp, 32 .. 128 */
+static unsigned gq_threads(int64_t k) {
+    const int64_t u = (k + GQ_UNIT - 1) / GQ_UNIT, t = (u + 31) / 32 * 32;
+    return (unsigned)(t < 32 ? 32 : t > GQ_MAX_THREADS ? GQ_MAX_THREADS : t);
+}
+
+template <lpo_dtype Q, typename T, typename YT, int M, int VEC>
+static cudaError_t launch_m(const gq_args &a, cudaStream_t s) {
+    typedef gq_fmt<Q> F;
+    constexpr int R = gq_rows<Q, M>::R;
+    const unsigned nt = gq_threads(a.k);
+    const size_t smem = (size_t)R * (nt * GQ_UNIT / F::BLK) * F::BB + 16 + (nt / 32) * R * M * sizeof(float);
+    void (*kernel)(YT *, const T *, const uint8_t *, const T *, int, int64_t, int64_t, float) =
+        gemv_gguf<Q, T, YT, M, VEC, false>;
+    if constexpr (VEC == 16)
+        if (a.pdl) kernel = gemv_gguf<Q, T, YT, M, VEC, true>;
+    return lpo_launch_attr(VEC == 16 && a.pdl && a.attr, kernel, dim3((unsigned)((a.n + R - 1) / R)),
+                           dim3(nt), smem, s, (YT *)a.y, (const T *)a.x, (const uint8_t *)a.W,
+                           (const T *)a.bias, a.m, a.n, a.k, a.beta);
+}
 template <lpo_dtype Q, typename T, typename YT, int VEC>
-static cudaError_t launch_q(void *y, const void *x, const void *W, const void *bias, int m, int64_t n,
-                            int64_t k, float beta, cudaStream_t s) {
-    const dim3 grid((unsigned)((n + GQ_ROWS - 1) / GQ_ROWS));
-#define GQ_LAUNCH(MM)                                                                                        \
-    gemv_gguf<Q, T, YT, MM, VEC><<<grid, GQ_THREADS, 0, s>>>((YT *)y, (const T *)x, (const uint8_t *)W,      \
-                                                             (const T *)bias, m, n, k, beta)
-    if (m <= 1)
-        GQ_LAUNCH(1);
-    else if (m <= 2)
-        GQ_LAUNCH(2);
-    else if (m <= 4)
-        GQ_LAUNCH(4);
-    else
-        GQ_LAUNCH(8);
-#undef GQ_LAUNCH
-    return cudaGetLastError();
+static cudaError_t launch_q(const gq_args &a, cudaStream_t s) {
+    if (a.m <= 1) return launch_m<Q, T, YT, 1, VEC>(a, s);
+    if (a.m <= 2) return launch_m<Q, T, YT, 2, VEC>(a, s);
+    if (a.m <= 4) return launch_m<Q, T, YT, 4, VEC>(a, s);
+    return launch_m<Q, T, YT, 8, VEC>(a, s);
 }
 template <lpo_dtype Q, typename T, typename YT>
-static cudaError_t launch_vec(bool v16, void *y, const void *x, const void *W, const void *bias, int m,
-                              int64_t n, int64_t k, float beta, cudaStream_t s) {
-    return v16 ? launch_q<Q, T, YT, 16>(y, x, W, bias, m, n, k, beta, s)
-               : launch_q<Q, T, YT, 2>(y, x, W, bias, m, n, k, beta, s);
+static cudaError_t launch_vec(bool v16, const gq_args &a, cudaStream_t s) {
+    return v16 ? launch_q<Q, T, YT, 16>(a, s) : launch_q<Q, T, YT, 2>(a, s);
 }
 template <typename T, typename YT>
-static cudaError_t launch_fmt(lpo_dtype wdt, bool v16, void *y, const void *x, const void *W,
-                              const void *bias, int m, int64_t n, int64_t k, float beta, cudaStream_t s) {
+static cudaError_t launch_fmt(lpo_dtype wdt, bool v16, const gq_args &a, cudaStream_t s) {
     switch (wdt) {
-    case LPO_DT_Q8_0: return launch_vec<LPO_DT_Q8_0, T, YT>(v16, y, x, W, bias, m, n, k, beta, s);
-    case LPO_DT_Q4_0: return launch_vec<LPO_DT_Q4_0, T, YT>(v16, y, x, W, bias, m, n, k, beta, s);
-    case LPO_DT_Q4_1: return launch_vec<LPO_DT_Q4_1, T, YT>(v16, y, x, W, bias, m, n, k, beta, s);
-    case LPO_DT_Q4_K: return launch_vec<LPO_DT_Q4_K, T, YT>(v16, y, x, W, bias, m, n, k, beta, s);
-    case LPO_DT_Q5_K: return launch_vec<LPO_DT_Q5_K, T, YT>(v16, y, x, W, bias, m, n, k, beta, s);
-    default: return launch_vec<LPO_DT_Q6_K, T, YT>(v16, y, x, W, bias, m, n, k, beta, s);
+    case LPO_DT_Q8_0: return launch_vec<LPO_DT_Q8_0, T, YT>(v16, a, s);
+    case LPO_DT_Q4_0: return launch_vec<LPO_DT_Q4_0, T, YT>(v16, a, s);
+    case LPO_DT_Q4_1: return launch_vec<LPO_DT_Q4_1, T, YT>(v16, a, s);
+    case LPO_DT_Q4_K: return launch_vec<LPO_DT_Q4_K, T, YT>(v16, a, s);
+    case LPO_DT_Q5_K: return launch_vec<LPO_DT_Q5_K, T, YT>(v16, a, s);
+    default: return launch_vec<LPO_DT_Q6_K, T, YT>(v16, a, s);
     }
 }
 
@@ -353,16 +237,17 @@ extern "C" lpo_status lpo_cuda_gemv_gguf(void *y, lpo_dtype y_dt, const void *x,
             lpo_dtype_name(y_dt), LPO_CUDA_GEMV_MAX_M);
     const int64_t row_bytes = k / lpo_dtype_block(wdt) * lpo_dtype_block_bytes(wdt);
     const bool v16 = row_bytes % 16 == 0 && ((uintptr_t)Wq % 16) == 0; // tiles are multiples of 16 bytes too
+    /* PDL (on for the stream: lpo_cuda_pdl_begin) on the 16-byte path; the 2-byte one never */
+    const bool pdl_kernel = v16 && lpo__cuda_pdl_on(stream);
+    const bool attr = lpo__cuda_pdl_launch(stream, pdl_kernel);
+    const gq_args a = {y, x, Wq, bias, (int)m, n, k, beta, pdl_kernel, attr};
     cudaError_t err;
     if (dt == LPO_DT_BF16)
-        err = y_dt == LPO_DT_F32
-                  ? launch_fmt<__nv_bfloat16, float>(wdt, v16, y, x, Wq, bias, (int)m, n, k, beta, stream)
-                  : launch_fmt<__nv_bfloat16, __nv_bfloat16>(wdt, v16, y, x, Wq, bias, (int)m, n, k, beta,
-                                                             stream);
+        err = y_dt == LPO_DT_F32 ? launch_fmt<__nv_bfloat16, float>(wdt, v16, a, stream)
+                                 : launch_fmt<__nv_bfloat16, __nv_bfloat16>(wdt, v16, a, stream);
     else
-        err = y_dt == LPO_DT_F32
-                  ? launch_fmt<__half, float>(wdt, v16, y, x, Wq, bias, (int)m, n, k, beta, stream)
-                  : launch_fmt<__half, __half>(wdt, v16, y, x, Wq, bias, (int)m, n, k, beta, stream);
+        err = y_dt == LPO_DT_F32 ? launch_fmt<__half, float>(wdt, v16, a, stream)
+                                 : launch_fmt<__half, __half>(wdt, v16, a, stream);
     LPO_CU_CHECK(err, op);
     LPO_CU_LAUNCHED(op);
     return LPO_OK;
