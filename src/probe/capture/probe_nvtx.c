@@ -150,6 +150,24 @@ static void set_slot(NvtxFunctionTable tbl, unsigned size, unsigned id, NvtxFunc
 /* Function pointers of other types as NVTX's generic one (the table casts them back). */
 #define FN(f) ((NvtxFunctionPointer)(void (*)(void))(f))
 
+/* NVTX looks up its entry points with dlsym on this library's handle, which also searches the libraries
+ * it depends on: an entry point not defined here resolves to libcupti's (libcupti exports NVTX injection
+ * entry points of its own, which expect CUPTI itself to be the injection; reached through us they crash:
+ * NCCL 2.28's init, which registers NVTX extension modules, died with a segfault inside libcupti under the
+ * tracer). So each one is defined here. Extension modules (payloads, counters, memory regions): the tracer
+ * attaches to none of their functions, which NVTX then makes no-ops. The NVTX 1 entry point: declined (the
+ * instance stays a no-op; NVTX 2 and 3 clients call InitializeInjectionNvtx2 below). */
+PROBE_EXPORT int InitializeInjectionNvtxExtension(void *module_info);
+PROBE_EXPORT int InitializeInjectionNvtxExtension(void *module_info) {
+    (void)module_info;
+    return 1;
+}
+PROBE_EXPORT int InitializeInjectionNvtx(void *get_table);
+PROBE_EXPORT int InitializeInjectionNvtx(void *get_table) {
+    (void)get_table;
+    return 0;
+}
+
 PROBE_EXPORT int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t get_table);
 PROBE_EXPORT int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t get_table) {
     if (probe_init_from_env() != 0 || !get_table) return 0; /* not configured: NVTX stays a no-op */
