@@ -12,8 +12,9 @@
 #include "model/ggml_types.h"
 #include "model/model_internal.h"
 
-/* GGUF -> HF tensor name; returns 0 for tensors lpo does not map (e.g. rope_freqs). */
-static int map_name(const char *g, char *hf, size_t n) {
+/* GGUF -> HF tensor name; returns 0 for tensors lpo does not map (e.g. rope_freqs). A MoE router
+ * (ffn_gate_inp) maps to <block>.gate.weight; the stacked experts are split by add_experts. */
+static int map_name(const char *g, const lpo_moe_names *mn, char *hf, size_t n) {
     static const struct {
         const char *gguf, *hf;
     } top[] = {{"token_embd.weight", "model.embed_tokens.weight"},
@@ -50,6 +51,10 @@ static int map_name(const char *g, char *hf, size_t n) {
     char *end;
     long layer = strtol(g + 4, &end, 10);
     if (end == g + 4 || *end != '.' || layer < 0 || layer > 100000) return 0;
+    if (!strcmp(end + 1, "ffn_gate_inp.weight")) {
+        snprintf(hf, n, "model.layers.%ld.%s.gate.weight", layer, mn->block);
+        return 1;
+    }
     for (size_t i = 0; i < sizeof blk / sizeof *blk; i++)
         if (!strcmp(end + 1, blk[i].gguf)) {
             snprintf(hf, n, "model.layers.%ld.%s", layer, blk[i].hf);
@@ -87,27 +92,91 @@ static int32_t get_id(const lpo_gguf *g, const char *key, int64_t n_vocab, lpo_s
     return *st ? -1 : id;
 }
 
+/* The expert keys of a qwen3moe or Mixtral (llama with experts) file: expert_count, expert_used_count,
+ * expert_feed_forward_length (Mixtral: feed_forward_length), expert_weights_norm (llama.cpp renormalises the
+ * top-k weights of both when the key is absent). Keys that would change the routing (shared experts, leading
+ * dense blocks, expert groups, a weight scale, a gating function other than softmax) are refused by name. */
+static lpo_status moe_from_gguf(const lpo_gguf *g, const char *arch, const char *path, int64_t experts,
+                                lpo_model_spec *s) {
+    static const struct {
+        const char *key, *what;
+        double none; /* the value that means "not used"; 0 also does for expert_weights_scale */
+    } refused[] = {
+        {"expert_shared_count", "shared experts", 0},
+        {"expert_shared_feed_forward_length", "shared experts", 0},
+        {"leading_dense_block_count", "leading dense blocks", 0},
+        {"expert_group_count", "group-limited top-k", 1},
+        {"expert_group_used_count", "group-limited top-k", 1},
+        {"expert_weights_scale", "scaled routing weights", 1},
+        {"expert_gating_func", "a gating function other than softmax (1)", 1},
+    };
+    if (experts <= 0)
+        return lpo_errorf(LPO_E_FORMAT, "%s: a %s file needs %s.expert_count > 0 (its routed experts)", path,
+                          arch, arch);
+    lpo_status st = LPO_OK;
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        char k[256];
+        snprintf(k, sizeof k, "%s.%s", arch, refused[i].key);
+        const lpo_gguf_kv *kv = lpo_gguf_find(g, k);
+        if (!kv) continue;
+        const int is_float = kv->type == LPO_GGUF_FLOAT32 || kv->type == LPO_GGUF_FLOAT64;
+        double v = is_float ? get_f(g, arch, refused[i].key, 0, &st)
+                            : (double)get_int(g, arch, refused[i].key, 0, &st);
+        if (st != LPO_OK) return st;
+        if (v != refused[i].none && !(v == 0 && !strcmp(refused[i].key, "expert_weights_scale")))
+            return lpo_errorf(LPO_E_UNSUPPORTED,
+                              "%s: '%s' = %g asks for %s, which lpo's %s architecture does not implement",
+                              path, k, v, refused[i].what, lpo_arch_name(s->arch));
+    }
+    s->moe.n_experts = experts;
+    s->moe.n_experts_used = get_int(g, arch, "expert_used_count", 0, &st);
+    s->moe.intermediate_size = s->arch == LPO_ARCH_MIXTRAL
+                                   ? s->intermediate_size
+                                   : get_int(g, arch, "expert_feed_forward_length", 0, &st);
+    s->moe.sparse_step = 1;
+    char k[256];
+    snprintf(k, sizeof k, "%s.expert_weights_norm", arch);
+    int norm = 1;
+    if (st == LPO_OK) st = lpo_gguf_get_bool_or(g, k, 1, &norm);
+    if (st != LPO_OK) return st;
+    if (s->arch == LPO_ARCH_MIXTRAL && !norm)
+        return lpo_errorf(LPO_E_UNSUPPORTED,
+                          "%s: '%s' is false, but Mixtral always renormalises the top-k weights", path, k);
+    s->moe.norm_topk_prob = norm;
+    if (s->moe.n_experts_used <= 0 || s->moe.intermediate_size <= 0)
+        return lpo_errorf(
+            LPO_E_FORMAT,
+            "%s: a mixture-of-experts file needs %s.expert_used_count and %s > 0 (got %lld, %lld)", path,
+            arch, s->arch == LPO_ARCH_MIXTRAL ? "feed_forward_length" : "expert_feed_forward_length",
+            (long long)s->moe.n_experts_used, (long long)s->moe.intermediate_size);
+    return LPO_OK;
+}
+
 static lpo_status spec_from_gguf(const lpo_gguf *g, const char *path, lpo_model_spec *s) {
     memset(s, 0, sizeof *s);
     char *arch = NULL;
     lpo_status st = lpo_gguf_get_str(g, "general.architecture", &arch);
     if (st != LPO_OK) return st;
-    st = lpo_arch_from_name(arch, &s->arch);
+    const int64_t experts = get_int(g, arch, "expert_count", 0, &st);
     if (st != LPO_OK) {
         free(arch);
-        return lpo_error_context(st, "%s: general.architecture", path);
+        return st;
     }
-    /* llama.cpp stores Mixtral as "llama" with <arch>.expert_count and stacked ffn_*_exps tensors: not read
-     * yet, refused rather than loaded as a dense model */
-    const int64_t experts = get_int(g, arch, "expert_count", 0, &st);
-    if (st == LPO_OK && (experts > 0 || s->arch == LPO_ARCH_MIXTRAL || s->arch == LPO_ARCH_QWEN3_MOE)) {
-        st = lpo_errorf(
-            LPO_E_UNSUPPORTED,
-            "%s: a mixture-of-experts GGUF file (%s, %s.expert_count = %lld): lpo reads MoE models "
-            "from HF safetensors folders only so far",
-            path, arch, arch, (long long)experts);
+    if (experts > 0 && strcmp(arch, "qwen3moe") && strcmp(arch, "llama") && strcmp(arch, "mixtral")) {
+        st = lpo_errorf(LPO_E_UNSUPPORTED,
+                        "%s: %s.expert_count = %lld: lpo reads mixture-of-experts GGUF files of the qwen3moe "
+                        "and llama (Mixtral) architectures only, not %s",
+                        path, arch, (long long)experts, arch);
         free(arch);
         return st;
+    }
+    if (!strcmp(arch, "qwen3moe"))
+        s->arch = LPO_ARCH_QWEN3_MOE;
+    else if (!strcmp(arch, "llama") && experts > 0)
+        s->arch = LPO_ARCH_MIXTRAL; /* llama.cpp writes Mixtral as llama with experts */
+    else if ((st = lpo_arch_from_name(arch, &s->arch)) != LPO_OK) {
+        free(arch);
+        return lpo_error_context(st, "%s: general.architecture", path);
     }
     s->hidden_size = get_int(g, arch, "embedding_length", 0, &st);
     s->n_layers = get_int(g, arch, "block_count", 0, &st);
@@ -120,6 +189,8 @@ static lpo_status spec_from_gguf(const lpo_gguf *g, const char *path, lpo_model_
     s->norm_eps = (float)get_f(g, arch, "attention.layer_norm_rms_epsilon", 1e-5, &st);
     s->rope.theta = get_f(g, arch, "rope.freq_base", 10000.0, &st);
     s->sliding_window = get_int(g, arch, "attention.sliding_window", 0, &st);
+    if (!st && (s->arch == LPO_ARCH_MIXTRAL || s->arch == LPO_ARCH_QWEN3_MOE))
+        st = moe_from_gguf(g, arch, path, experts, s);
     char key[256];
     snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
     char *rs = NULL;
@@ -191,6 +262,51 @@ static lpo_status spec_from_gguf(const lpo_gguf *g, const char *path, lpo_model_
     return st == LPO_OK ? st : lpo_error_context(st == LPO_E_CONFIG ? LPO_E_FORMAT : st, "%s", path);
 }
 
+/* Whether name is a stacked expert tensor "blk.<layer>.ffn_{gate,up,down}_exps.weight"; which: 0 gate, 1 up,
+ * 2 down. */
+static int stacked_experts(const char *name, long *layer, int *which) {
+    static const char *const suffix[3] = {"ffn_gate_exps.weight", "ffn_up_exps.weight",
+                                          "ffn_down_exps.weight"};
+    if (strncmp(name, "blk.", 4) != 0) return 0;
+    char *end;
+    *layer = strtol(name + 4, &end, 10);
+    if (end == name + 4 || *end != '.' || *layer < 0 || *layer > 100000) return 0;
+    for (*which = 0; *which < 3; (*which)++)
+        if (!strcmp(end + 1, suffix[*which])) return 1;
+    return 0;
+}
+
+/* A stacked [n_experts][rows][cols] tensor (GGML ne = {cols, rows, n_experts}) as one [rows, cols] view per
+ * expert under the HF hub name. Expert e is the contiguous e-th slice of the data, also for block-quantized
+ * types (a row is whole blocks), so the views share the file's bytes. */
+static lpo_status add_experts(lpo_model *m, const lpo_gguf_tensor *t, long layer, int which,
+                              const char *path) {
+    const lpo_moe_names *mn = lpo_spec_moe_names(&m->spec);
+    const char *proj[3] = {mn->gate, mn->up, mn->down};
+    const int64_t E = m->spec.moe.n_experts;
+    if (t->n_dims != 3 || t->ne[2] != E || t->nbytes % (uint64_t)E)
+        return lpo_errorf(LPO_E_FORMAT,
+                          "%s: tensor '%s' has %d dimensions and %lld experts, but a stacked expert tensor "
+                          "is [expert_count = %lld][rows][cols]",
+                          path, t->name, t->n_dims, (long long)(t->n_dims == 3 ? t->ne[2] : 0), (long long)E);
+    if (t->dtype == LPO_DT_COUNT || t->dtype == LPO_DT_I32 || t->dtype == LPO_DT_I64) {
+        const lpo_ggml_type_info *ti = lpo_ggml_type(t->ggml_type);
+        return lpo_errorf(LPO_E_UNSUPPORTED,
+                          "%s: tensor '%s' is of GGML type %s, which lpo cannot dequantize", path, t->name,
+                          ti ? ti->name : "?");
+    }
+    const uint64_t per = t->nbytes / (uint64_t)E;
+    const int64_t shape[2] = {t->ne[1], t->ne[0]};
+    for (int64_t e = 0; e < E; e++) {
+        char hf[160];
+        snprintf(hf, sizeof hf, "model.layers.%ld.%s.experts.%lld.%s.weight", layer, mn->block, (long long)e,
+                 proj[which]);
+        lpo_status st = lpo__model_add_tensor(m, hf, t->dtype, 2, shape, t->data + per * (uint64_t)e, per, 0);
+        if (st != LPO_OK) return st;
+    }
+    return LPO_OK;
+}
+
 lpo_status lpo__open_gguf(const char *path, lpo_model **out) {
     *out = NULL;
     lpo_gguf *g;
@@ -211,11 +327,18 @@ lpo_status lpo__model_from_gguf(lpo_gguf *g, const char *path, lpo_model **out) 
     m->path = lpo_strdup(path);
     m->tokenizer_path = lpo_strdup(path);
     st = spec_from_gguf(m->gguf, path, &m->spec);
-    const int permuted = m->spec.arch == LPO_ARCH_LLAMA || m->spec.arch == LPO_ARCH_MISTRAL;
+    const int permuted = m->spec.arch == LPO_ARCH_LLAMA || m->spec.arch == LPO_ARCH_MISTRAL ||
+                         m->spec.arch == LPO_ARCH_MIXTRAL;
     for (size_t i = 0; st == LPO_OK && i < lpo_gguf_n_tensors(m->gguf); i++) {
         const lpo_gguf_tensor *t = lpo_gguf_tensor_at(m->gguf, i);
         char hf[128];
-        if (!map_name(t->name, hf, sizeof hf)) {
+        long layer;
+        int which;
+        if (st == LPO_OK && lpo_spec_has_moe(&m->spec) && stacked_experts(t->name, &layer, &which)) {
+            st = add_experts(m, t, layer, which, path);
+            continue;
+        }
+        if (!map_name(t->name, lpo_spec_moe_names(&m->spec), hf, sizeof hf)) {
             LPO_DEBUG("%s: tensor '%s' has no HF counterpart; not used", path, t->name);
             continue;
         }

@@ -445,16 +445,41 @@ static void test_optional_keys_and_ids(void **state) {
     assert_null(strstr(lpo_last_error(), "not found"));
     free(b.p);
     memset(&b, 0, sizeof b);
-    /* a mixture-of-experts file (llama.cpp's Mixtral: arch llama with an expert count) is refused by name,
-     * not loaded as a dense model */
-    header(&b, 3, 0, 2);
-    kv_str(&b, "general.architecture", "llama");
-    kv_u32(&b, "llama.expert_count", 8);
-    assert_int_equal(lpo_write_file(path, b.p, b.n), LPO_OK);
-    assert_int_equal(lpo_model_open_path(path, &m), LPO_E_UNSUPPORTED);
-    assert_non_null(strstr(lpo_last_error(), "llama.expert_count = 8"));
-    free(b.p);
-    memset(&b, 0, sizeof b);
+    /* mixture-of-experts files lpo does not read are refused by name, never loaded as dense models: experts
+     * on an architecture other than qwen3moe / llama (Mixtral), MoE keys that change the routing */
+    const char *other[] = {"qwen2", "deepseek2"};
+    for (int i = 0; i < 2; i++) {
+        char key[64], needle[160];
+        snprintf(key, sizeof key, "%s.expert_count", other[i]);
+        snprintf(needle, sizeof needle, "%s = 8: lpo reads mixture-of-experts GGUF files of the qwen3moe",
+                 key);
+        header(&b, 3, 0, 2);
+        kv_str(&b, "general.architecture", other[i]);
+        kv_u32(&b, key, 8);
+        assert_int_equal(lpo_write_file(path, b.p, b.n), LPO_OK);
+        assert_int_equal(lpo_model_open_path(path, &m), LPO_E_UNSUPPORTED);
+        assert_non_null(strstr(lpo_last_error(), needle));
+        free(b.p);
+        memset(&b, 0, sizeof b);
+    }
+    const char *routing[][2] = {{"llama.expert_shared_count", "shared experts"},
+                                {"qwen3moe.leading_dense_block_count", "leading dense blocks"},
+                                {"qwen3moe.expert_gating_func", "a gating function other than softmax"},
+                                {"llama.expert_group_count", "group-limited top-k"}};
+    for (size_t i = 0; i < sizeof routing / sizeof *routing; i++) {
+        const int llama = routing[i][0][0] == 'l';
+        header(&b, 3, 0, 4);
+        kv_str(&b, "general.architecture", llama ? "llama" : "qwen3moe");
+        kv_u32(&b, llama ? "llama.expert_count" : "qwen3moe.expert_count", 8);
+        kv_u32(&b, llama ? "llama.expert_used_count" : "qwen3moe.expert_used_count", 2);
+        kv_u32(&b, routing[i][0], 2);
+        assert_int_equal(lpo_write_file(path, b.p, b.n), LPO_OK);
+        assert_int_equal(lpo_model_open_path(path, &m), LPO_E_UNSUPPORTED);
+        assert_non_null(strstr(lpo_last_error(), routing[i][0]));
+        assert_non_null(strstr(lpo_last_error(), routing[i][1]));
+        free(b.p);
+        memset(&b, 0, sizeof b);
+    }
     /* a SentencePiece tokenizer whose bos id is past the vocabulary: an error (bos=true added nothing) */
     const char *toks[] = {"<unk>", "<s>", "</s>", "a", "b"};
     for (int variant = 0; variant < 3; variant++) {

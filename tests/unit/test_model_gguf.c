@@ -2,6 +2,10 @@
  * - tests/golden/gguf/tiny-{llama,qwen2}.gguf (make_tiny_gguf.py: the tiny HF models converted as llama.cpp
  *   does, Q/K permuted for llama): every tensor equals the HF safetensors one exactly after name mapping and
  *   un-permutation; spec from metadata (llama3 rope from rope_freqs, biases, tied embeddings).
+ * - tests/golden/gguf/tiny-{qwen3moe,mixtral}.gguf (the same script, from the engine fixtures qwen3_moe_gguf
+ * and mixtral_gguf): the stacked ffn_*_exps tensors split into the HF per-expert tensors exactly, as
+ * zero-copy views (also of the Q8_0 copy, whose values stay within the quantization step); the expert keys in
+ * the spec; inconsistent or unsupported MoE files refused by name.
  * - the real SmolLM2-135M-Instruct Q4_1 file (scripts/fetch-model.sh smollm2-135m; its tests SKIP when it is
  *   absent): spec, names, parameter count, and values equal to transformers' GGUF loader
  *   (tests/golden/models/smollm2_gguf_ref.json, made by make_smollm2_gguf_ref.py). */
@@ -85,6 +89,119 @@ static void test_tiny_qwen2_gguf(void **state) {
     assert_int_equal(s->dtype, LPO_DT_F16);
     assert_int_equal(lpo_model_tensor(m, "model.layers.1.self_attn.k_proj.bias")->dtype, LPO_DT_F32);
     lpo_model_close(m);
+}
+
+static void test_tiny_moe_gguf(void **state) {
+    (void)state;
+    compare_with_hf(GOLDEN "/gguf/tiny-qwen3moe.gguf", GOLDEN "/engine/qwen3_moe_gguf");
+    compare_with_hf(GOLDEN "/gguf/tiny-mixtral.gguf", GOLDEN "/engine/mixtral_gguf");
+    lpo_model *m;
+    assert_int_equal(lpo_model_open_path(GOLDEN "/gguf/tiny-qwen3moe.gguf", &m), LPO_OK);
+    const lpo_model_spec *s = lpo_model_get_spec(m);
+    assert_int_equal(s->arch, LPO_ARCH_QWEN3_MOE);
+    assert_int_equal(s->moe.n_experts, 4);
+    assert_int_equal(s->moe.n_experts_used, 2);
+    assert_int_equal(s->moe.intermediate_size, 32);
+    assert_int_equal(s->moe.norm_topk_prob, 1);
+    assert_int_equal(s->head_dim, 16);
+    assert_true(s->qk_norm);
+    for (int64_t l = 0; l < s->n_layers; l++) assert_true(lpo_spec_layer_is_moe(s, l));
+    lpo_model_close(m);
+    assert_int_equal(lpo_model_open_path(GOLDEN "/gguf/tiny-mixtral.gguf", &m), LPO_OK);
+    s = lpo_model_get_spec(m);
+    assert_int_equal(s->arch, LPO_ARCH_MIXTRAL);
+    assert_int_equal(s->moe.n_experts, 4);
+    assert_int_equal(s->moe.intermediate_size, 32);
+    assert_non_null(lpo_model_tensor(m, "model.layers.1.block_sparse_moe.experts.3.w2.weight"));
+    lpo_model_close(m);
+}
+
+/* The Q8_0 copy: each expert a view of its slice of the stacked tensor, values within half a quantization
+ * step (amax / 127 of their 32-value block, the step itself rounded to f16) of the HF weights. */
+static void test_tiny_moe_gguf_q8_0(void **state) {
+    (void)state;
+    lpo_model *g, *h;
+    assert_int_equal(lpo_model_open_path(GOLDEN "/gguf/tiny-qwen3moe-q8_0.gguf", &g), LPO_OK);
+    assert_int_equal(lpo_model_open_path(GOLDEN "/engine/qwen3_moe_gguf", &h), LPO_OK);
+    assert_int_equal(lpo_model_n_tensors(g), lpo_model_n_tensors(h));
+    const lpo_tensor *e0 = lpo_model_tensor(g, "model.layers.1.mlp.experts.0.down_proj.weight");
+    const lpo_tensor *e1 = lpo_model_tensor(g, "model.layers.1.mlp.experts.1.down_proj.weight");
+    assert_non_null(e0);
+    assert_non_null(e1);
+    assert_int_equal(e0->dtype, LPO_DT_Q8_0);
+    assert_ptr_equal((const uint8_t *)e1->data, (const uint8_t *)e0->data + e0->nbytes);
+    for (size_t i = 0; i < lpo_model_n_tensors(h); i++) {
+        const lpo_tensor *th = lpo_model_tensor_at(h, i), *tg = lpo_model_tensor(g, th->name);
+        if (!tg) fail_msg("no tensor %s", th->name);
+        const uint64_t n = lpo_tensor_numel(th);
+        assert_int_equal(lpo_tensor_numel(tg), n);
+        float *a = malloc(n * 4), *b = malloc(n * 4);
+        assert_int_equal(lpo_model_tensor_f32(g, tg, a), LPO_OK);
+        assert_int_equal(lpo_model_tensor_f32(h, th, b), LPO_OK);
+        for (uint64_t j = 0; j < n; j += 32) {
+            const uint64_t end = j + 32 < n ? j + 32 : n;
+            float amax = 0;
+            for (uint64_t k = j; k < end; k++) amax = fmaxf(amax, fabsf(b[k]));
+            for (uint64_t k = j; k < end; k++)
+                if (fabsf(a[k] - b[k]) > amax / 127 * 0.6f + 1e-7f)
+                    fail_msg("%s[%llu] = %g, HF %g (block amax %g)", th->name, (unsigned long long)k, a[k],
+                             b[k], amax);
+        }
+        free(a);
+        free(b);
+    }
+    lpo_model_close(g);
+    lpo_model_close(h);
+}
+
+/* A copy of tiny-qwen3moe.gguf written into dir with one change: the u32 value of metadata key `key` set to
+ * v (key non-NULL), the first occurrence of the string `from` replaced by `to` (same length), or the file cut
+ * to `cut` bytes (non-zero). Opening it must fail with status st and an error containing needle. */
+static void expect_refused(const char *dir, const char *key, uint32_t v, const char *from, const char *to,
+                           size_t cut, lpo_status st, const char *needle) {
+    char *data, path[4200];
+    size_t len;
+    assert_int_equal(lpo_read_file(GOLDEN "/gguf/tiny-qwen3moe.gguf", &data, &len), LPO_OK);
+    if (key) {
+        char *at = memmem(data, len, key, strlen(key));
+        assert_non_null(at);
+        at += strlen(key);
+        assert_int_equal(at[0], 4); /* GGUF type u32 (little-endian) */
+        memcpy(at + 4, &v, 4);
+    }
+    if (from) {
+        char *at = memmem(data, len, from, strlen(from));
+        assert_non_null(at);
+        assert_int_equal(strlen(to), strlen(from));
+        memcpy(at, to, strlen(to));
+    }
+    snprintf(path, sizeof path, "%s/patched.gguf", dir);
+    assert_int_equal(lpo_write_file(path, data, cut ? cut : len), LPO_OK);
+    free(data);
+    lpo_model *m = NULL;
+    assert_int_equal(lpo_model_open_path(path, &m), st);
+    if (!strstr(lpo_last_error(), needle)) fail_msg("error '%s' lacks '%s'", lpo_last_error(), needle);
+    assert_null(m);
+}
+
+static void test_moe_gguf_errors(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir();
+    expect_refused(
+        dir, "qwen3moe.expert_count", 3, NULL, NULL, 0, LPO_E_FORMAT,
+        "'blk.0.ffn_gate_exps.weight' has 3 dimensions and 4 experts, but a stacked expert tensor is "
+        "[expert_count = 3]");
+    expect_refused(dir, "qwen3moe.expert_used_count", 5, NULL, NULL, 0, LPO_E_FORMAT, "experts per token 5");
+    expect_refused(dir, "qwen3moe.expert_feed_forward_length", 16, NULL, NULL, 0, LPO_E_FORMAT,
+                   "tensor 'model.layers.0.mlp.experts.0.gate_proj.weight' has shape [32, 32] but the config "
+                   "says [16, 32]");
+    expect_refused(dir, NULL, 0, "blk.1.ffn_down_exps", "blk.1.ffn_down_expz", 0, LPO_E_FORMAT,
+                   "tensor 'model.layers.1.mlp.experts.0.down_proj.weight' (expected by the qwen3_moe "
+                   "architecture with 2 layers) is missing");
+    expect_refused(dir, NULL, 0, "qwen3moe", "deepseek", 0, LPO_E_UNSUPPORTED,
+                   "unsupported architecture 'deepseek'");
+    expect_refused(dir, NULL, 0, NULL, NULL, 100000, LPO_E_FORMAT, "patched.gguf");
+    free(dir);
 }
 
 static void test_gguf_model_errors(void **state) {
@@ -204,9 +321,9 @@ static int need_smol(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tiny_llama_gguf),
-        cmocka_unit_test(test_tiny_qwen2_gguf),
-        cmocka_unit_test(test_gguf_model_errors),
+        cmocka_unit_test(test_tiny_llama_gguf),    cmocka_unit_test(test_tiny_qwen2_gguf),
+        cmocka_unit_test(test_gguf_model_errors),  cmocka_unit_test(test_tiny_moe_gguf),
+        cmocka_unit_test(test_tiny_moe_gguf_q8_0), cmocka_unit_test(test_moe_gguf_errors),
     };
     int rc = cmocka_run_group_tests_name("tiny", tests, NULL, NULL);
     if (rc) return rc;

@@ -120,6 +120,21 @@ MOE = {
                                               tie_word_embeddings=False, max_position_embeddings=256,
                                               rms_norm_eps=1e-6, rope_theta=1000000.0, bos_token_id=1,
                                               eos_token_id=2, use_sliding_window=False), torch.bfloat16),
+    # Sources of the MoE GGUF files (tests/golden/gguf/make_tiny_gguf.py), shaped as llama.cpp reads them:
+    # Qwen3-MoE with every layer sparse and head_dim 16 != 32 / 4; Mixtral without a sliding window. Expert
+    # rows are 32 wide so that the Q8_0 copy holds whole blocks.
+    "qwen3_moe_gguf": ("Qwen3MoeConfig", dict(hidden_size=32, intermediate_size=64, moe_intermediate_size=32,
+                                              num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                              head_dim=16, vocab_size=64, num_experts=4, num_experts_per_tok=2,
+                                              norm_topk_prob=True, decoder_sparse_step=1,
+                                              tie_word_embeddings=True, max_position_embeddings=256,
+                                              rms_norm_eps=1e-6, rope_theta=1000000.0, bos_token_id=1,
+                                              eos_token_id=2, use_sliding_window=False), torch.float32),
+    "mixtral_gguf": ("MixtralConfig", dict(hidden_size=32, intermediate_size=32, num_hidden_layers=2,
+                                           num_attention_heads=4, num_key_value_heads=2, vocab_size=64,
+                                           num_local_experts=4, num_experts_per_tok=2, tie_word_embeddings=False,
+                                           max_position_embeddings=256, rms_norm_eps=1e-5, rope_theta=10000.0,
+                                           sliding_window=None, bos_token_id=1, eos_token_id=2), torch.float32),
 }
 
 # DeepSeek-family MoE text models: name -> (config class, kwargs, stored dtype). transformers has no causal-LM

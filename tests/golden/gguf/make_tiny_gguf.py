@@ -6,6 +6,10 @@ and un-permutes Q/K rows to exactly the HF tensors.
 
   tiny-llama.gguf  from tiny-llama (f32; llama: q/k permuted; llama3 rope scaling as a rope_freqs tensor)
   tiny-qwen2.gguf  from tiny-qwen2 (f16; qwen2: not permuted, q/k/v biases, tied embeddings)
+  tiny-qwen3moe.gguf, tiny-qwen3moe-q8_0.gguf  from tests/golden/engine/qwen3_moe_gguf (f32, and Q8_0
+                   matrices; qwen3moe: q/k norms, router ffn_gate_inp, experts stacked [n_expert][rows][cols]
+                   as ffn_{gate,up,down}_exps, expert_* keys)
+  tiny-mixtral.gguf  from tests/golden/engine/mixtral_gguf (f32; llama with llama.expert_count, q/k permuted)
 
 Run: python3 tests/golden/gguf/make_tiny_gguf.py   (needs numpy, safetensors and gguf from PyPI)
 """
@@ -90,6 +94,82 @@ def convert(name, arch):
     w.close()
 
 
+MOE_NAMES = {"block_sparse_moe.gate.weight": "ffn_gate_inp.weight", "mlp.gate.weight": "ffn_gate_inp.weight",
+             "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight"}
+EXPERT_PROJ = {"mixtral": ("w1", "w3", "w2"), "qwen3_moe": ("gate_proj", "up_proj", "down_proj")}
+
+
+def convert_moe(src_name, out_name, qtype=None):
+    """A Mixtral or Qwen3-MoE HF fixture as llama.cpp's converter writes it: arch llama (Mixtral, q/k
+    permuted) or qwen3moe, the per-expert matrices stacked into one [n_expert][rows][cols] tensor per
+    projection; qtype (a GGMLQuantizationType) quantizes every matrix, norms stay f32."""
+    src = os.path.join(os.path.dirname(HERE), "engine", src_name)
+    cfg = json.load(open(os.path.join(src, "config.json")))
+    sd = load_file(os.path.join(src, "model.safetensors"))
+    mixtral = cfg["model_type"] == "mixtral"
+    arch = "llama" if mixtral else "qwen3moe"
+    block = "block_sparse_moe" if mixtral else "mlp"
+    E = cfg["num_local_experts"] if mixtral else cfg.get("num_experts", cfg.get("num_local_experts"))
+    nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    w = gguf.GGUFWriter(os.path.join(HERE, out_name), arch=arch)
+    w.add_name(out_name[:-5])
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(nh)
+    w.add_head_count_kv(nkv)
+    if cfg.get("head_dim"):
+        w.add_key_length(cfg["head_dim"])
+        w.add_value_length(cfg["head_dim"])
+    w.add_rope_freq_base(cfg.get("rope_theta", cfg.get("rope_parameters", {}).get("rope_theta", 10000.0)))
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_expert_count(E)
+    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    if not mixtral:
+        w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+        w.add_expert_weights_norm(bool(cfg["norm_topk_prob"]))
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list([f"t{i}" for i in range(cfg["vocab_size"])])
+    w.add_bos_token_id(cfg["bos_token_id"])
+    w.add_eos_token_id(cfg["eos_token_id"])
+
+    def put(name, v):
+        v = np.ascontiguousarray(v.astype(np.float32))
+        if qtype is not None and v.ndim >= 2 and v.shape[-1] % 32 == 0:
+            w.add_tensor(name, gguf.quants.quantize(v, qtype), raw_dtype=qtype)
+        else:
+            w.add_tensor(name, v)
+
+    for k, v in sd.items():
+        if ".experts." in k:
+            continue
+        if k == "model.embed_tokens.weight":
+            out = "token_embd.weight"
+        elif k == "model.norm.weight":
+            out = "output_norm.weight"
+        elif k == "lm_head.weight":
+            out = "output.weight"
+        else:
+            parts = k.split(".")
+            rest = ".".join(parts[3:])
+            out = f"blk.{parts[2]}." + MOE_NAMES.get(rest, NAMES.get(rest, ""))
+            assert not out.endswith("."), k
+            if mixtral and "q_proj" in k:
+                v = permute(v, nh)
+            if mixtral and "k_proj" in k:
+                v = permute(v, nkv)
+        put(out, v)
+    for layer in range(cfg["num_hidden_layers"]):
+        for proj, gname in zip(EXPERT_PROJ[cfg["model_type"]], ("gate", "up", "down")):
+            stacked = np.stack([sd[f"model.layers.{layer}.{block}.experts.{e}.{proj}.weight"] for e in range(E)])
+            put(f"blk.{layer}.ffn_{gname}_exps.weight", stacked)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def fuzz_seed():
     """A complete 1-layer llama model of 2 KB: the seed that lets fuzz_gguf reach the model layer."""
     out = os.path.join(os.path.dirname(HERE), "..", "fuzz", "corpus", "fuzz_gguf", "seed_model_llama.gguf")
@@ -115,5 +195,9 @@ def fuzz_seed():
 if __name__ == "__main__":
     convert("tiny-llama", "llama")
     convert("tiny-qwen2", "qwen2")
+    convert_moe("qwen3_moe_gguf", "tiny-qwen3moe.gguf")
+    convert_moe("qwen3_moe_gguf", "tiny-qwen3moe-q8_0.gguf", gguf.GGMLQuantizationType.Q8_0)
+    convert_moe("mixtral_gguf", "tiny-mixtral.gguf")
     fuzz_seed()
-    print("wrote tiny-llama.gguf, tiny-qwen2.gguf and the fuzz seed")
+    print("wrote tiny-llama.gguf, tiny-qwen2.gguf, tiny-qwen3moe.gguf, tiny-qwen3moe-q8_0.gguf, "
+          "tiny-mixtral.gguf and the fuzz seed")
