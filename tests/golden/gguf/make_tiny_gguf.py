@@ -192,6 +192,32 @@ def fuzz_seed():
     w.close()
 
 
+def fuzz_seed_moe():
+    """A complete 1-layer qwen3moe model of 3 KB (2 stacked experts): the seed that lets fuzz_gguf reach the
+    expert split."""
+    out = os.path.join(os.path.dirname(HERE), "..", "fuzz", "corpus", "fuzz_gguf", "seed_model_qwen3moe.gguf")
+    rng = np.random.default_rng(6)
+    w = gguf.GGUFWriter(out, arch="qwen3moe")
+    for f, v in [(w.add_block_count, 1), (w.add_context_length, 64), (w.add_embedding_length, 8),
+                 (w.add_feed_forward_length, 8), (w.add_head_count, 2), (w.add_head_count_kv, 1),
+                 (w.add_expert_count, 2), (w.add_expert_used_count, 1), (w.add_expert_feed_forward_length, 4)]:
+        f(v)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_token_list(["a", "b", "c", "d"])
+    shapes = {"token_embd.weight": (4, 8), "output_norm.weight": (8,), "blk.0.attn_norm.weight": (8,),
+              "blk.0.attn_q.weight": (8, 8), "blk.0.attn_k.weight": (4, 8), "blk.0.attn_v.weight": (4, 8),
+              "blk.0.attn_output.weight": (8, 8), "blk.0.attn_q_norm.weight": (4,),
+              "blk.0.attn_k_norm.weight": (4,), "blk.0.ffn_norm.weight": (8,), "blk.0.ffn_gate_inp.weight": (2, 8),
+              "blk.0.ffn_gate_exps.weight": (2, 4, 8), "blk.0.ffn_up_exps.weight": (2, 4, 8),
+              "blk.0.ffn_down_exps.weight": (2, 8, 4)}
+    for n, shp in shapes.items():
+        w.add_tensor(n, rng.standard_normal(shp).astype(np.float32 if len(shp) == 1 else np.float16))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 if __name__ == "__main__":
     convert("tiny-llama", "llama")
     convert("tiny-qwen2", "qwen2")
@@ -199,5 +225,6 @@ if __name__ == "__main__":
     convert_moe("qwen3_moe_gguf", "tiny-qwen3moe-q8_0.gguf", gguf.GGMLQuantizationType.Q8_0)
     convert_moe("mixtral_gguf", "tiny-mixtral.gguf")
     fuzz_seed()
+    fuzz_seed_moe()
     print("wrote tiny-llama.gguf, tiny-qwen2.gguf, tiny-qwen3moe.gguf, tiny-qwen3moe-q8_0.gguf, "
-          "tiny-mixtral.gguf and the fuzz seed")
+          "tiny-mixtral.gguf and the fuzz seeds")
