@@ -36,6 +36,22 @@ def permute(w, n_head):  # llama.cpp convert_hf_to_gguf.py LlamaModel.permute
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+def gguf_tensor(k, v, names, llama_rope, nh, nkv):
+    """HF tensor k -> (its GGUF name, its values): q / k projections permuted as llama.cpp does for llama."""
+    top = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+           "lm_head.weight": "output.weight"}
+    if k in top:
+        return top[k], v
+    parts = k.split(".")
+    rest = ".".join(parts[3:])
+    assert rest in names, k
+    if llama_rope and "q_proj" in k:
+        v = permute(v, nh)
+    if llama_rope and "k_proj" in k:
+        v = permute(v, nkv)
+    return f"blk.{parts[2]}." + names[rest], v
+
+
 def convert(name, arch):
     src = os.path.join(MODELS, name)
     cfg = json.load(open(os.path.join(src, "config.json")))
@@ -72,19 +88,7 @@ def convert(name, arch):
                 factors.append(1 / ((1 - smooth) / factor + smooth))
         w.add_tensor("rope_freqs.weight", np.array(factors, dtype=np.float32))
     for k, v in sd.items():
-        if k == "model.embed_tokens.weight":
-            out = "token_embd.weight"
-        elif k == "model.norm.weight":
-            out = "output_norm.weight"
-        elif k == "lm_head.weight":
-            out = "output.weight"
-        else:
-            parts = k.split(".")
-            out = f"blk.{parts[2]}." + NAMES[".".join(parts[3:])]
-            if arch == "llama" and "q_proj" in k:
-                v = permute(v, nh)
-            if arch == "llama" and "k_proj" in k:
-                v = permute(v, nkv)
+        out, v = gguf_tensor(k, v, NAMES, arch == "llama", nh, nkv)
         if v.ndim == 1:
             v = v.astype(np.float32)  # llama.cpp keeps norms and biases in f32
         w.add_tensor(out, np.ascontiguousarray(v))
@@ -144,21 +148,7 @@ def convert_moe(src_name, out_name, qtype=None):
     for k, v in sd.items():
         if ".experts." in k:
             continue
-        if k == "model.embed_tokens.weight":
-            out = "token_embd.weight"
-        elif k == "model.norm.weight":
-            out = "output_norm.weight"
-        elif k == "lm_head.weight":
-            out = "output.weight"
-        else:
-            parts = k.split(".")
-            rest = ".".join(parts[3:])
-            out = f"blk.{parts[2]}." + MOE_NAMES.get(rest, NAMES.get(rest, ""))
-            assert not out.endswith("."), k
-            if mixtral and "q_proj" in k:
-                v = permute(v, nh)
-            if mixtral and "k_proj" in k:
-                v = permute(v, nkv)
+        out, v = gguf_tensor(k, v, {**NAMES, **MOE_NAMES}, mixtral, nh, nkv)
         put(out, v)
     for layer in range(cfg["num_hidden_layers"]):
         for proj, gname in zip(EXPERT_PROJ[cfg["model_type"]], ("gate", "up", "down")):
