@@ -425,8 +425,6 @@ int main(void) {
         printf("SKIP: this build has no CUDA backend\n");
         return 77;
     }
-    const char *only = getenv("LPO_TEST_ONLY"); /* a cmocka name pattern, e.g. "test_moe_batch" */
-    if (only) cmocka_set_test_filter(only);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_f32),         cmocka_unit_test(test_golden_bf16),
         cmocka_unit_test(test_modes_and_sampling), cmocka_unit_test(test_smollm2),

@@ -897,8 +897,6 @@ int main(void) {
     seed_from_env();
     if (cudaStreamCreate(&g_stream) != cudaSuccess) return 1;
     printf("test_cuda_gemv: LPO_TEST_SEED=%llu\n", (unsigned long long)g_state);
-    const char *only = getenv("LPO_TEST_ONLY"); /* a cmocka name pattern, e.g. "test_gemv_timing" */
-    if (only) cmocka_set_test_filter(only);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemv_refuses),   cmocka_unit_test(test_gemv),
         cmocka_unit_test(test_gemv_swiglu),    cmocka_unit_test(test_gemv_pdl_chain),

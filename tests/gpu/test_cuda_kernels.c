@@ -1300,8 +1300,6 @@ static void test_timing(void **state) {
 int main(void) {
     lpo_test_require_gpu();
     g_rng = lpo_test_seed("test_cuda_kernels");
-    const char *only = getenv("LPO_TEST_ONLY"); /* a cmocka name pattern, e.g. "test_attention" */
-    if (only) cmocka_set_test_filter(only);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_convert),   cmocka_unit_test(test_dequant),
         cmocka_unit_test(test_synth),     cmocka_unit_test(test_embed),

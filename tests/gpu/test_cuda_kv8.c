@@ -254,9 +254,6 @@ int main(void) {
         printf("SKIP: this build has no CUDA backend\n");
         return 77;
     }
-    const char *only = getenv("LPO_TEST_ONLY"), *skip = getenv("LPO_TEST_SKIP"); /* cmocka name patterns */
-    if (only) cmocka_set_test_filter(only);
-    if (skip) cmocka_set_skip_filter(skip);
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_opcheck_kv8), cmocka_unit_test(test_engine_kv8),
                                        cmocka_unit_test(test_batch_kv8), cmocka_unit_test(test_refused),
                                        cmocka_unit_test(test_quant_error_1b)};

@@ -247,8 +247,6 @@ int main(void) {
         printf("SKIP: this build has no CUDA backend\n");
         return 77;
     }
-    const char *only = getenv("LPO_TEST_ONLY"); /* a cmocka name pattern, e.g. "test_moe" */
-    if (only) cmocka_set_test_filter(only);
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_every_kind_every_dtype),
                                        cmocka_unit_test(test_moe), cmocka_unit_test(test_deepseek_routing),
                                        cmocka_unit_test(test_mla)};

@@ -348,9 +348,6 @@ int main(void) {
         printf("SKIP: this build has no CUDA backend\n");
         return 77;
     }
-    const char *only = getenv("LPO_TEST_ONLY"), *skip = getenv("LPO_TEST_SKIP"); /* cmocka name patterns */
-    if (only) cmocka_set_test_filter(only);
-    if (skip) cmocka_set_skip_filter(skip);
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_opcheck), cmocka_unit_test(test_tiny_ocr2),
                                        cmocka_unit_test(test_published_timing)};
     return cmocka_run_group_tests(tests, NULL, NULL);

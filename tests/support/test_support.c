@@ -1,6 +1,12 @@
 /* Helpers shared by the cmocka tests (see test_support.h). */
 #include "test_support.h"
 
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +67,11 @@ __attribute__((constructor)) static void iso_setup(void) {
     }
     unsetenv("HF_HUB_CACHE");
     unsetenv("LPO_CONF_DIR");
+    /* LPO_TEST_ONLY / LPO_TEST_SKIP: cmocka name patterns (e.g. "test_opcheck_*") choosing which tests of
+     * the group run, for every test executable (scripts/gpu-check.sh runs parts of one under a sanitizer) */
+    const char *only = getenv("LPO_TEST_ONLY"), *skip = getenv("LPO_TEST_SKIP");
+    if (only && *only) cmocka_set_test_filter(only);
+    if (skip && *skip) cmocka_set_skip_filter(skip);
     atexit(iso_cleanup);
     if (chdir(getenv("LPO_TEST_WORKDIR")) != 0) {
         fprintf(stderr, "test_support: cannot enter %s\n", getenv("LPO_TEST_WORKDIR"));
