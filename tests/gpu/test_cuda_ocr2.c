@@ -7,7 +7,8 @@
  *   decoder: f32 logits within 1e-4 of HF's;
  * - the pipeline as `lpo generate image= backend=cuda` runs it: the encoder on the CUDA backend too (its
  *   held op lists, engine.dtype): f32 within 1e-4 of HF's logits; bf16 encoder + bf16 decoder within 0.15
- *   (the decoder's bf16 bound above; the issue's 2e-2 is printed beside it). */
+ *   (the decoder's bf16 bound above; the issue's 2e-2 is printed beside it, and HF's own bf16 forward's
+ *   error on this fixture, 0.0927 of max logit: the reference itself does not reach 2e-2 here). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -123,8 +124,8 @@ static void test_cuda_vision_cuda_decoder(void **state) {
     const double e16 = pipeline_err(&c.f, c.m, &c.v, lpo_backend_cuda(), LPO_DT_BF16, "bf16");
     printf(
         "tiny-ocr2: CUDA bf16 vision encode -> CUDA bf16 decoder: max |diff| / max |logit| %.3g (bound 0.15; "
-        "issue's 2e-2 %s)\n",
-        e16, e16 <= 2e-2 ? "met" : "NOT met");
+        "issue's 2e-2 %s; HF's own bf16 forward on this fixture %.3g, %.2fx of it)\n",
+        e16, e16 <= 2e-2 ? "met" : "NOT met", c.f.hf_bf16_err, e16 / c.f.hf_bf16_err);
     if (!(e32 <= 1e-4)) fail_msg("f32 logits differ from HF by %.3g", e32);
     if (!(e16 <= 0.15)) fail_msg("bf16 logits differ from HF by %.3g", e16);
     page_close(&c);

@@ -29,6 +29,7 @@ typedef struct {
     int32_t image_token, greedy[8]; /* HF's 8 greedy tokens after the prompt */
     const float *feats;             /* [n_img][64] the page's image embeddings ("features", into bin) */
     float *logits;                  /* [n_ids][vocab] HF's logits of every position */
+    double hf_bf16_err; /* HF's own bf16 forward vs its f32 logits, max |diff| / max |logit| */
 } ocr2_fixture;
 
 /* The reference tensor `name` of vision.bin ("sam_global", "query_tile0", "features") and its shape. */
@@ -67,6 +68,9 @@ static inline void ocr2_fixture_load(ocr2_fixture *f) {
     f->vocab = cJSON_GetObjectItem(f->fx, "vocab_size")->valueint;
     f->image_token = cJSON_GetObjectItem(f->fx, "image_token_id")->valueint;
     f->n_img = cJSON_GetObjectItem(f->fx, "n_image_tokens")->valueint;
+    const cJSON *hb = cJSON_GetObjectItem(f->fx, "hf_bf16_max_rel_err");
+    assert_true(cJSON_IsNumber(hb));
+    f->hf_bf16_err = hb->valuedouble;
     int64_t rows, cols;
     f->feats = ocr2_ref(f, "features", &rows, &cols);
     assert_int_equal(rows, f->n_img);
