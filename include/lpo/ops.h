@@ -239,7 +239,10 @@ int64_t lpo_buf_width_tp(const lpo_model_spec *s, lpo_buf b, int tp);
  * Megatron-style: q|k|v and gate|up split by output rows (column-parallel: each rank its heads, its part of
  * the intermediate), o and down split by input columns (row-parallel, then an ALL_REDUCE of the partial
  * sums), the LM head split by vocabulary rows (then an ALL_GATHER of the logits parts); embedding, norms and
- * the MoE router replicated; MoE experts each split like a dense MLP (gate|up rows, down columns). An op list
+ * the MoE router replicated; MoE experts and DeepSeek's shared experts each split like a dense MLP (gate|up
+ * rows, down columns; the shared part added to the routed part before the one all-reduce). Multi-head latent
+ * attention: q (q_b or q_proj) and kv_b split by heads, o by columns; q_a, kv_a, their norms and the latent
+ * cache whole on every rank (each rank reads the whole latent for its heads). An op list
  * built with opts.tp = N describes ONE rank's step (every rank runs the same shapes on its part). */
 #define LPO_TP_MAX 8
 /* How a weight is split across the ranks: whole on every rank, by rows (dim 0), by columns (dim 1). */
@@ -248,12 +251,13 @@ const char *lpo_shard_name(lpo_shard s); /* "none", "rows", "cols" */
 /* Whether spec can run tensor parallel over tp ranks: 1 <= tp <= LPO_TP_MAX, dividing the heads, the KV
  * heads, the intermediate size (and the experts' one), the vocabulary; no bias on the row-parallel o and
  * down projections (they would be added tp times). LPO_E_CONFIG naming what does not divide (`key` is
- * the config key the message names, e.g. "engine.tp"); LPO_E_UNSUPPORTED naming the feature for shared
- * experts and multi-head latent attention (not split yet). */
+ * the config key the message names, e.g. "engine.tp"); LPO_E_UNSUPPORTED naming such a bias. */
 lpo_status lpo_tp_check_spec(const lpo_model_spec *s, int tp, const char *key);
 /* Width of one cached position of one layer's cache: n_kv_heads head_dim for K and again for V, or MLA's one
  * row of kv_lora_rank + qk_rope (the latent and the rotated key). */
 int64_t lpo_buf_width_kv(const lpo_model_spec *s);
+/* The same on one of tp ranks: the rank's KV heads, or MLA's whole latent row (every rank caches it). */
+int64_t lpo_buf_width_kv_tp(const lpo_model_spec *s, int tp);
 
 /* ---- ops ------------------------------------------------------------------------------------------- */
 /* One tensor an op touches: an activation buffer or a weight (by HF name). */

@@ -266,10 +266,11 @@ void lpo_an_footprint_compute(const lpo_model_spec *s, const lpo_an_opts *o, con
     f->act_bytes_decode = (double)o->batch * row + logits;
     f->total_bytes = f->weight_bytes + f->kv_bytes + f->act_bytes_prefill;
     /* one GPU: the weights of one rank's decode list at the what-if dtypes (a tied head is a part of the
-     * embedding table the rank holds whole), its KV heads' share of the cache */
+     * embedding table the rank holds whole), its KV heads' share of the cache (MLA: the whole latent cache
+     * on every GPU) */
     f->tp = dt->tp > 1 ? dt->tp : 1;
     f->weight_bytes_gpu = f->weight_bytes;
-    f->kv_bytes_gpu = f->kv_bytes / f->tp;
+    f->kv_bytes_gpu = lpo_spec_is_mla(s) ? f->kv_bytes : f->kv_bytes / f->tp;
     lpo_an_list_dtypes ld;
     lpo_oplist l = {0};
     if (f->tp > 1 && lpo_an_list_dtypes_init(&ld, dt) == LPO_OK &&

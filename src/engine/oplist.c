@@ -80,14 +80,18 @@ int64_t lpo_buf_width(const lpo_model_spec *s, lpo_buf b) {
 
 int64_t lpo_buf_width_tp(const lpo_model_spec *s, lpo_buf b, int tp) {
     if (tp <= 1) return lpo_buf_width(s, b);
-    switch (b) {
-    case LPO_BUF_QKV: return (s->n_heads + 2 * s->n_kv_heads) / tp * s->head_dim;
-    case LPO_BUF_ATT: return s->n_heads / tp * s->head_dim;
-    case LPO_BUF_GU: return 2 * s->intermediate_size / tp;
-    case LPO_BUF_ACT: return s->intermediate_size / tp;
+    switch (b) { /* a rank's heads, MLP part (the dense or shared experts' MLP) and vocabulary part */
+    case LPO_BUF_QKV:
+    case LPO_BUF_ATT:
+    case LPO_BUF_GU:
+    case LPO_BUF_ACT: return lpo_buf_width(s, b) / tp;
     case LPO_BUF_LOGITS_PART: return s->vocab_size / tp;
-    default: return lpo_buf_width(s, b);
+    default: return lpo_buf_width(s, b); /* MLA's q_a and kv_a (the latent) are whole on every rank */
     }
+}
+
+int64_t lpo_buf_width_kv_tp(const lpo_model_spec *s, int tp) {
+    return lpo_spec_is_mla(s) || tp <= 1 ? lpo_buf_width_kv(s) : lpo_buf_width_kv(s) / tp;
 }
 
 const char *lpo_shard_name(lpo_shard s) {
@@ -98,17 +102,6 @@ lpo_status lpo_tp_check_spec(const lpo_model_spec *s, int tp, const char *key) {
     if (tp < 1 || tp > LPO_TP_MAX)
         return lpo_errorf(LPO_E_CONFIG, "%s=%d: tensor-parallel ranks must be in 1..%d", key, tp, LPO_TP_MAX);
     if (tp == 1) return LPO_OK;
-    if (lpo_spec_has_moe(s) && lpo_spec_shared_intermediate(s) > 0)
-        return lpo_errorf(LPO_E_UNSUPPORTED,
-                          "%s=%d: model '%s' has shared experts (%lld), which tensor parallelism does not "
-                          "split yet; such models run with tp=1",
-                          key, tp, s->name, (long long)s->moe.n_shared_experts);
-    if (lpo_spec_is_mla(s))
-        return lpo_errorf(
-            LPO_E_UNSUPPORTED,
-            "%s=%d: model '%s' uses multi-head latent attention (one latent cache all heads share), "
-            "which tensor parallelism does not split yet; such models run with tp=1",
-            key, tp, s->name);
     const struct {
         const char *what;
         int64_t n;
@@ -376,12 +369,13 @@ static void shared_mlp(builder *b, int layer, int64_t T) {
     const lpo_model_spec *s = b->s;
     const lpo_moe_names *mn = lpo_spec_moe_names(s);
     const int64_t h = s->hidden_size, SI = lpo_spec_shared_intermediate(s);
+    const int64_t SIr = SI / b->l->tp; /* tensor parallel: split like a dense MLP (rows, then columns) */
     char w[160], bias[160];
     const char *names[3] = {mn->gate, mn->up, mn->down};
-    lpo_op *op = linear(b, LPO_ROLE_SHARED_GATE_UP, layer, LPO_BUF_XN, LPO_BUF_GU, T, h, 2 * SI);
+    lpo_op *op = linear(b, LPO_ROLE_SHARED_GATE_UP, layer, LPO_BUF_XN, LPO_BUF_GU, T, h, 2 * SIr);
     for (int j = 0; j < 2; j++) {
         snprintf(w, sizeof w, "%s.shared_experts.%s.weight", mn->block, names[j]);
-        add_w(b, op, layer, w, 2, SI, h);
+        add_w_shard(b, op, layer, w, 2, SI, h, LPO_SHARD_ROWS);
     }
     for (int j = 0; j < 2 && s->mlp_bias; j++) {
         snprintf(bias, sizeof bias, "%s.shared_experts.%s.bias", mn->block, names[j]);
@@ -389,14 +383,14 @@ static void shared_mlp(builder *b, int layer, int64_t T) {
     }
     op = push(b, LPO_OP_SWIGLU, LPO_ROLE_SHARED_ACT, layer);
     if (op) {
-        add_in(op, act2(b, LPO_BUF_GU, T, 2 * SI));
-        set_out(op, act2(b, LPO_BUF_ACT, T, SI));
+        add_in(op, act2(b, LPO_BUF_GU, T, 2 * SIr));
+        set_out(op, act2(b, LPO_BUF_ACT, T, SIr));
         op->m = T;
-        op->n = SI;
+        op->n = SIr;
     }
-    op = linear(b, LPO_ROLE_SHARED_DOWN, layer, LPO_BUF_ACT, LPO_BUF_SHARED, T, SI, h);
+    op = linear(b, LPO_ROLE_SHARED_DOWN, layer, LPO_BUF_ACT, LPO_BUF_SHARED, T, SIr, h);
     snprintf(w, sizeof w, "%s.shared_experts.%s.weight", mn->block, names[2]);
-    add_w(b, op, layer, w, 2, h, SI);
+    add_w_shard(b, op, layer, w, 2, h, SI, LPO_SHARD_COLS);
     if (s->mlp_bias) {
         snprintf(bias, sizeof bias, "%s.shared_experts.%s.bias", mn->block, names[2]);
         add_bias(b, op, layer, bias, h, LPO_SHARD_NONE);
@@ -469,7 +463,10 @@ static void moe_mlp(builder *b, int layer, int64_t T) {
  * o_proj. */
 static void mla_attention(builder *b, int l, int64_t T, int decode) {
     const lpo_model_spec *s = b->s;
-    const int64_t h = s->hidden_size, nh = s->n_heads, qr = s->mla.q_lora_rank, r = s->mla.kv_lora_rank;
+    /* tensor parallel: nh is the rank's heads (q and kv_b split by heads, o by columns); q_a, kv_a, the
+     * norms and the latent cache whole on every rank */
+    const int64_t tp = b->l->tp, NH = s->n_heads, nh = NH / tp;
+    const int64_t h = s->hidden_size, qr = s->mla.q_lora_rank, r = s->mla.kv_lora_rank;
     const int64_t dn = s->mla.qk_nope_head_dim, dr = s->mla.qk_rope_head_dim, dv = s->mla.v_head_dim;
     lpo_op *op;
     if (qr > 0) {
@@ -486,10 +483,10 @@ static void mla_attention(builder *b, int l, int64_t T, int decode) {
             add_w(b, op, l, "self_attn.q_a_layernorm.weight", 1, qr, 0);
         }
         op = linear(b, LPO_ROLE_QKV, l, LPO_BUF_QA, LPO_BUF_QKV, T, qr, nh * (dn + dr));
-        add_w(b, op, l, "self_attn.q_b_proj.weight", 2, nh * (dn + dr), qr);
+        add_w_shard(b, op, l, "self_attn.q_b_proj.weight", 2, NH * (dn + dr), qr, LPO_SHARD_ROWS);
     } else {
         op = linear(b, LPO_ROLE_QKV, l, LPO_BUF_XN, LPO_BUF_QKV, T, h, nh * (dn + dr));
-        add_w(b, op, l, "self_attn.q_proj.weight", 2, nh * (dn + dr), h);
+        add_w_shard(b, op, l, "self_attn.q_proj.weight", 2, NH * (dn + dr), h, LPO_SHARD_ROWS);
     }
     op = linear(b, LPO_ROLE_ATTN_KV_A, l, LPO_BUF_XN, LPO_BUF_KVA, T, h, r + dr);
     add_w(b, op, l, "self_attn.kv_a_proj_with_mqa.weight", 2, r + dr, h);
@@ -513,11 +510,12 @@ static void mla_attention(builder *b, int l, int64_t T, int decode) {
         op->eps = 1e-6f; /* HF: DeepseekV2RMSNorm(kv_lora_rank), its default eps */
         op->attn_variant = decode ? LPO_ATTN_DECODE : LPO_ATTN_PREFILL;
         add_w(b, op, l, "self_attn.kv_a_layernorm.weight", 1, r, 0);
-        add_w(b, op, l, "self_attn.kv_b_proj.weight", 2, nh * (dn + dv), r);
+        add_w_shard(b, op, l, "self_attn.kv_b_proj.weight", 2, NH * (dn + dv), r, LPO_SHARD_ROWS);
     }
     op = linear(b, LPO_ROLE_ATTN_OUT, l, LPO_BUF_ATT, LPO_BUF_TMP, T, nh * dv, h);
-    add_w(b, op, l, "self_attn.o_proj.weight", 2, h, nh * dv);
+    add_w_shard(b, op, l, "self_attn.o_proj.weight", 2, h, NH * dv, LPO_SHARD_COLS);
     if (s->o_bias) add_bias(b, op, l, "self_attn.o_proj.bias", h, LPO_SHARD_NONE);
+    all_reduce(b, LPO_ROLE_ATTN_ALL_REDUCE, l, T);
 }
 
 /* ---- the list ----------------------------------------------------------------------------------------- */

@@ -4,6 +4,8 @@
  *   step's logits within 1e-5 x max|logit| in f32 (TF32 off) and within 3e-2 in bf16, the greedy and the
  *   seeded sampled tokens identical (f32; bf16: greedy), in graph and eager modes;
  * - a tied head and q/k norm, qkv biases (their splits);
+ * - MoE and multi-head latent attention split (qwen3-moe, DeepSeek-OCR-2 text, DeepSeek-V2 / V3) against
+ *   one rank (test_moe_mla);
  * - more ranks than GPUs: refused with the count; a stopped rank: LPO_E_TIMEOUT naming the rank, no hang;
  * - the logits with the one-shot all-reduce, fused with the residual add and RMSNorm (engine.tp_fuse) and
  * not;
@@ -110,6 +112,60 @@ static void test_logits_and_tokens(void **state) {
             check_fuse(tp, "f32", tied, 0, 1e-5, "oneshot", 0);
             check_fuse(tp, "bf16", tied, 0, 3e-2, "oneshot", 0);
         }
+    }
+}
+
+/* Mixture of experts and multi-head latent attention split over the ranks: qwen3-moe (experts split like a
+ * dense MLP), DeepSeek-OCR-2's text model (shared experts, group-limited routing), DeepSeek-V2 (MLA with
+ * q_lora, shared experts) and DeepSeek-V3 (MLA without q_lora, sigmoid noaux_tc routing), each against one
+ * rank: f32 within 1e-5 (NCCL and the fused one-shot all-reduce); bf16 within 0.15, the MoE fixtures'
+ * bound (a bf16 router may pick another expert at a near tie when the partial sums' order changes). The CPU
+ * engine checks the same splits at tp 2 and 4 (tests/unit/test_tp.c). */
+static lpo_model_spec moe_tp_spec(int which) {
+    lpo_model_spec s = which == 0 ? test_spec_moe() : which == 1 ? test_spec_deepseek() : test_spec_mla();
+    s.vocab_size = 512;
+    s.hidden_size = 128;
+    s.mlp_bias = 0;
+    s.intermediate_size = 256;
+    s.moe.intermediate_size = 64;
+    if (which < 2) s.n_heads = 8, s.n_kv_heads = 4, s.head_dim = 16;
+    if (which >= 2) s.n_heads = s.n_kv_heads = 8;
+    if (which == 3) {
+        s.arch = LPO_ARCH_DEEPSEEK_V3;
+        s.mla.q_lora_rank = 0;
+        s.moe.scoring = LPO_SCORE_SIGMOID;
+        s.moe.topk_method = LPO_TOPK_NOAUX_TC;
+        s.moe.norm_topk_prob = 1;
+    }
+    return s;
+}
+
+static void test_moe_mla(void **state) {
+    (void)state;
+    const int n = n_gpus();
+    static const char *names[4] = {"qwen3-moe", "deepseek-ocr2-text", "deepseek-v2 (MLA)", "deepseek-v3 (MLA)"};
+    for (int which = 0; which < 4; which++) {
+        lpo_model_spec s = moe_tp_spec(which);
+        test_weights tw;
+        assert_int_equal(test_weights_open(&s, &tw), LPO_OK);
+        const lpo_weight_source ws = {&tw, test_view};
+        for (int tp = 2; tp <= 4 && tp <= n; tp *= 2) {
+            const struct {
+                const char *dtype, *ar;
+                double rel;
+            } runs[3] = {{"f32", NULL, 1e-5}, {"f32", "oneshot", 1e-5}, {"bf16", NULL, 0.15}};
+            for (int k = 0; k < 3; k++) {
+                char why[512];
+                double worst = 0;
+                const int ok = test_tp_agrees_fuse(&s, &ws, "cuda", runs[k].dtype, tp, 8, 0, runs[k].rel, why,
+                                                   sizeof why, &worst, runs[k].ar, 1);
+                print_message("%s tp=%d %s all-reduce %s: max |logit diff| %.2e of max|logit| (allowed %.0e)\n",
+                              names[which], tp, runs[k].dtype, runs[k].ar ? runs[k].ar : "nccl", worst,
+                              runs[k].rel);
+                if (ok != 1) fail_msg("%s tp=%d %s: %s", names[which], tp, runs[k].dtype, why);
+            }
+        }
+        test_weights_free(&tw);
     }
 }
 
@@ -991,6 +1047,7 @@ int main(void) {
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_logits_and_tokens),
+        cmocka_unit_test(test_moe_mla),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_allreduce_sweep),
         cmocka_unit_test(test_oneshot),

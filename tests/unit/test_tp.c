@@ -146,6 +146,83 @@ static void test_moe_and_tied(void **state) {
     lpo_oplist_free(&l);
 }
 
+/* DeepSeek: the shared experts split like a dense MLP and added before the one all-reduce after the experts;
+ * multi-head latent attention split by heads (q_b and kv_b rows, o columns, then an all-reduce) with q_a,
+ * kv_a, their norms and the latent cache whole on each rank; the ranks' split weights add up to the model,
+ * the replicated ones whole on each. */
+static void test_deepseek_split(void **state) {
+    (void)state;
+    lpo_model_spec s = test_spec_mla();
+    s.vocab_size = 96;
+    s.mlp_bias = 0;
+    const int64_t nh = s.n_heads, dn = s.mla.qk_nope_head_dim, dr = s.mla.qk_rope_head_dim;
+    const int64_t dv = s.mla.v_head_dim, r = s.mla.kv_lora_rank, SI = lpo_spec_shared_intermediate(&s);
+    for (int tp = 2; tp <= 4; tp *= 2) {
+        lpo_oplist one = {0}, l = {0};
+        lpo_oplist_opts o1 = {LPO_DT_F32, LPO_DT_F32, NULL, NULL, 1}, on = o1;
+        on.tp = tp;
+        assert_int_equal(lpo_oplist_build_phase(&s, 1, 2, 9, &o1, &one), LPO_OK);
+        assert_int_equal(lpo_oplist_build_phase(&s, 1, 2, 9, &on, &l), LPO_OK);
+        /* two all-reduces per layer (after o, after the MLP) and the gather */
+        assert_int_equal(l.n_ops, one.n_ops + 2 * (size_t)s.n_layers + 1);
+        const lpo_op *qa = &l.ops[lpo_oplist_find(&l, LPO_ROLE_ATTN_Q_A, 1)];
+        const lpo_op *qb = &l.ops[lpo_oplist_find(&l, LPO_ROLE_QKV, 1)];
+        const lpo_op *kva = &l.ops[lpo_oplist_find(&l, LPO_ROLE_ATTN_KV_A, 1)];
+        const lpo_op *att = &l.ops[lpo_oplist_find(&l, LPO_ROLE_ATTN, 1)];
+        const long io = lpo_oplist_find(&l, LPO_ROLE_ATTN_OUT, 1);
+        assert_int_equal(qa->w[0].shard, LPO_SHARD_NONE);
+        assert_int_equal(kva->w[0].shard, LPO_SHARD_NONE);
+        assert_int_equal(kva->n, r + dr);
+        assert_int_equal(qb->n, nh / tp * (dn + dr));
+        assert_int_equal(qb->w[0].shard, LPO_SHARD_ROWS);
+        assert_int_equal(att->n_heads, nh / tp);
+        assert_int_equal(att->w[0].shard, LPO_SHARD_NONE); /* the latent norm */
+        assert_int_equal(att->w[1].shard, LPO_SHARD_ROWS); /* kv_b: the rank's heads */
+        assert_int_equal(att->w[1].shape[0], nh / tp * (dn + dv));
+        assert_int_equal(att->in[1].shape[1], r + dr); /* the whole latent row cached on every rank */
+        assert_int_equal(att->out[0].shape[1], nh / tp * dv);
+        assert_int_equal(l.ops[io].w[0].shard, LPO_SHARD_COLS);
+        assert_int_equal(l.ops[io].k, nh / tp * dv);
+        assert_int_equal(l.ops[io + 1].kind, LPO_OP_ALL_REDUCE);
+        /* the sparse layer: router whole, experts and shared experts split, shared added, then all-reduce */
+        const long ig = lpo_oplist_find(&l, LPO_ROLE_SHARED_GATE_UP, 1);
+        const lpo_op *sg = &l.ops[ig], *sd = &l.ops[lpo_oplist_find(&l, LPO_ROLE_SHARED_DOWN, 1)];
+        assert_int_equal(sg->n, 2 * SI / tp);
+        assert_int_equal(sg->w[0].shard, LPO_SHARD_ROWS);
+        assert_int_equal(sg->w[0].shape[0], SI / tp);
+        assert_int_equal(l.ops[ig + 1].n, SI / tp);
+        assert_int_equal(sd->k, SI / tp);
+        assert_int_equal(sd->w[0].shard, LPO_SHARD_COLS);
+        const long ia = lpo_oplist_find(&l, LPO_ROLE_SHARED_ADD, 1);
+        assert_int_equal(l.ops[ia + 1].kind, LPO_OP_ALL_REDUCE);
+        assert_int_equal(l.ops[ia + 1].role, LPO_ROLE_MLP_ALL_REDUCE);
+        /* buffers of a rank */
+        assert_int_equal(lpo_buf_width_tp(&s, LPO_BUF_QKV, tp), qb->n);
+        assert_int_equal(lpo_buf_width_tp(&s, LPO_BUF_ATT, tp), nh / tp * dv);
+        assert_int_equal(lpo_buf_width_tp(&s, LPO_BUF_KVA, tp), r + dr);
+        assert_int_equal(lpo_buf_width_kv_tp(&s, tp), r + dr);
+        assert_int_equal(lpo_buf_width_tp(&s, LPO_BUF_GU, tp),
+                         2 * (SI > s.intermediate_size ? SI : s.intermediate_size) / tp);
+        /* weights: split ones add up, replicated ones (norms, q_a, kv_a, router, embedding) whole */
+        double split_r = 0, split_1 = 0, whole_r = 0, whole_1 = 0;
+        for (size_t i = 0; i < l.n_ops; i++)
+            for (int j = 0; j < l.ops[i].n_w; j++)
+                *(l.ops[i].w[j].shard != LPO_SHARD_NONE ? &split_r : &whole_r) +=
+                    lpo_op_tensor_bytes(&l.ops[i].w[j]);
+        for (size_t i = 0; i < one.n_ops; i++)
+            for (int j = 0; j < one.ops[i].n_w; j++) {
+                const lpo_op_tensor *w = &one.ops[i].w[j];
+                const long k = lpo_oplist_find(&l, one.ops[i].role, one.ops[i].layer);
+                assert_true(k >= 0);
+                *(l.ops[k].w[j].shard != LPO_SHARD_NONE ? &split_1 : &whole_1) += lpo_op_tensor_bytes(w);
+            }
+        assert_true(split_r > 0 && fabs(split_r * tp - split_1) < 1e-6 * split_1);
+        assert_true(whole_r == whole_1);
+        lpo_oplist_free(&one);
+        lpo_oplist_free(&l);
+    }
+}
+
 /* What must divide, and the message naming it; the row-parallel bias refused; the single-rank form. */
 static void test_spec_checks(void **state) {
     (void)state;
@@ -168,18 +245,22 @@ static void test_spec_checks(void **state) {
     s.o_bias = 1;
     assert_int_equal(lpo_tp_check_spec(&s, 2, "engine.tp"), LPO_E_UNSUPPORTED);
     assert_non_null(strstr(lpo_last_error(), "bias on the o projection"));
-    /* shared experts (deepseek) are not split: refused by name; tp=1 runs */
+    /* shared experts (deepseek) split like a dense MLP; the experts' intermediate must divide */
     s = test_spec_deepseek();
     s.mlp_bias = 0;
-    assert_int_equal(lpo_tp_check_spec(&s, 1, "engine.tp"), LPO_OK);
-    assert_int_equal(lpo_tp_check_spec(&s, 2, "engine.tp"), LPO_E_UNSUPPORTED);
-    assert_non_null(strstr(lpo_last_error(), "engine.tp=2"));
-    assert_non_null(strstr(lpo_last_error(), "shared experts"));
-    /* multi-head latent attention neither */
+    s.vocab_size = 96;
+    assert_int_equal(lpo_tp_check_spec(&s, 2, "engine.tp"), LPO_OK);
+    s.moe.intermediate_size = 25;
+    assert_int_equal(lpo_tp_check_spec(&s, 2, "engine.tp"), LPO_E_CONFIG);
+    assert_non_null(strstr(lpo_last_error(), "experts' intermediate size"));
+    /* multi-head latent attention split by heads; its heads must divide */
     s = test_spec_mla();
-    s.moe.n_shared_experts = 0;
-    assert_int_equal(lpo_tp_check_spec(&s, 2, "engine.tp"), LPO_E_UNSUPPORTED);
-    assert_non_null(strstr(lpo_last_error(), "latent attention"));
+    s.mlp_bias = 0;
+    s.vocab_size = 96;
+    assert_int_equal(lpo_tp_check_spec(&s, 4, "engine.tp"), LPO_OK);
+    s.n_heads = s.n_kv_heads = 6;
+    assert_int_equal(lpo_tp_check_spec(&s, 4, "engine.tp"), LPO_E_CONFIG);
+    assert_non_null(strstr(lpo_last_error(), "6 attention heads"));
     /* the builder checks too */
     lpo_oplist l = {0};
     lpo_oplist_opts o = {LPO_DT_F32, LPO_DT_F32, NULL, NULL, 3};
@@ -337,28 +418,43 @@ static lpo_model_spec tp_cpu_spec(void) {
  * (the rank's rows of the embedding table) and a MoE layer (each expert split) too. */
 static void test_cpu_ranks_agree(void **state) {
     (void)state;
-    lpo_model_spec specs[3] = {tp_cpu_spec(), tp_cpu_spec(), test_spec_moe()};
+    /* dense (qkv biases), tied with q/k norm, qwen3-moe, DeepSeek-OCR-2's text model (shared experts,
+     * group-limited routing), DeepSeek-V2 (MLA with q_lora, shared experts), DeepSeek-V3 (MLA without
+     * q_lora, sigmoid noaux_tc routing) */
+    lpo_model_spec specs[6] = {tp_cpu_spec(),       tp_cpu_spec(),     test_spec_moe(),
+                               test_spec_deepseek(), test_spec_mla(), test_spec_mla()};
     specs[1].tied_embeddings = 1;
     specs[1].qk_norm = 1;
-    specs[2].vocab_size = 96;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 2; i < 6; i++) specs[i].vocab_size = 96, specs[i].mlp_bias = 0;
+    specs[5].arch = LPO_ARCH_DEEPSEEK_V3;
+    specs[5].mla.q_lora_rank = 0;
+    specs[5].moe.scoring = LPO_SCORE_SIGMOID;
+    specs[5].moe.topk_method = LPO_TOPK_NOAUX_TC;
+    specs[5].moe.norm_topk_prob = 1;
+    int ran_tp4 = 0;
+    for (int i = 0; i < 6; i++) {
         test_weights tw;
         assert_int_equal(test_weights_open(&specs[i], &tw), LPO_OK);
         const lpo_weight_source ws = {&tw, test_view};
         for (int tp = 2; tp <= 4; tp *= 2) {
-            if (lpo_tp_check_spec(&specs[i], tp, "tp") != LPO_OK) continue;
+            if (lpo_tp_check_spec(&specs[i], tp, "tp") != LPO_OK) { /* tp=4: dense / deepseek KV heads */
+                if (tp == 2) fail_msg("spec %d tp=2: %s", i, lpo_last_error());
+                continue;
+            }
             for (int sampled = 0; sampled < 2; sampled++) {
                 char why[512];
                 double worst;
                 const int ok = test_tp_agrees(&specs[i], &ws, "cpu", "f32", tp, 6, sampled, 1e-5, why,
                                               sizeof why, &worst);
                 if (ok != 1) fail_msg("spec %d tp=%d sampled=%d: %s", i, tp, sampled, why);
+                ran_tp4 += tp == 4 && i >= 4;
                 print_message("spec %d tp=%d %s: max |logit diff| %.2e of max|logit|\n", i, tp,
                               sampled ? "sampled" : "greedy", worst);
             }
         }
         test_weights_free(&tw);
     }
+    assert_int_equal(ran_tp4, 4); /* both MLA specs at tp=4, greedy and sampled */
 }
 
 /* A rank that never reaches the collective: the step fails after the timeout naming the rank and the op,
@@ -466,6 +562,27 @@ static void test_analyze(void **state) {
     cJSON_Delete(root);
     free(out);
     free(err);
+    /* DeepSeek-V2-Lite (MLA, shared experts): two collectives per layer and the gather; the latent cache
+     * whole on each GPU; the split weights halved, the replicated ones (embedding, norms, q_a / kv_a,
+     * routers) whole */
+    rc = lpo_test_run_lpo("analyze model=deepseek-v2-lite engine.tp=2 --json --no-save", &out, &err);
+    assert_int_equal(rc, 0);
+    root = cJSON_Parse(out);
+    const cJSON *st = cJSON_GetObjectItem(root, "static");
+    tpj = cJSON_GetObjectItem(st, "tensor_parallel");
+    const cJSON *fp = cJSON_GetObjectItem(st, "footprint");
+    assert_non_null(tpj);
+    assert_non_null(fp);
+    assert_int_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(tpj, "decode_step"), "collectives")->valueint,
+                     2 * 27 + 1);
+    assert_true(cJSON_GetObjectItem(tpj, "kv_bytes_per_gpu")->valuedouble ==
+                cJSON_GetObjectItem(fp, "kv_bytes")->valuedouble);
+    const double wg = cJSON_GetObjectItem(tpj, "weight_bytes_per_gpu")->valuedouble,
+                 wall = cJSON_GetObjectItem(fp, "weight_bytes")->valuedouble;
+    assert_true(wg > wall / 2 && wg < 0.52 * wall);
+    cJSON_Delete(root);
+    free(out);
+    free(err);
     rc = lpo_test_run_lpo("analyze model=tiny engine.tp=2 --no-save", &out, &err);
     assert_int_equal(rc, 0);
     assert_non_null(strstr(out, "tensor parallel: 2 GPUs"));
@@ -482,6 +599,7 @@ static void test_analyze(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rank_list),         cmocka_unit_test(test_moe_and_tied),
+        cmocka_unit_test(test_deepseek_split),
         cmocka_unit_test(test_spec_checks),       cmocka_unit_test(test_devices),
         cmocka_unit_test(test_config_and_engine), cmocka_unit_test(test_analyze),
         cmocka_unit_test(test_cpu_ranks_agree),   cmocka_unit_test(test_cpu_timeout),

@@ -512,7 +512,7 @@ static void bind_step(cpu_ctx *c, const lpo_oplist *l, size_t i, const lpo_step_
     a->comm_k = &c->comm_k;
     if (op->kind == LPO_OP_ATTENTION || op->kind == LPO_OP_MLA_ATTENTION) {
         const size_t layer = (size_t)op->layer * (size_t)c->cfg.max_seqs * (size_t)c->cfg.max_context *
-                             (size_t)(lpo_buf_width_kv(&c->spec) / c->tp);
+                             (size_t)lpo_buf_width_kv_tp(&c->spec, c->tp);
         a->kc = c->kcache + layer;
         a->vc = c->vcache ? c->vcache + layer : NULL;
         if (op->kind == LPO_OP_MLA_ATTENTION) a->scores = c->mla_scratch;
@@ -1066,7 +1066,7 @@ static lpo_status cpu_init_model(cpu_ctx *c) {
     const lpo_model_spec *s = &c->spec;
     const int64_t T = in->max_step_tokens, ctx = in->max_context, S = in->max_seqs;
     const int tp = c->tp;
-    const int64_t hd = s->head_dim, kvd = lpo_buf_width_kv(s) / tp, L = s->n_layers, V = s->vocab_size;
+    const int64_t hd = s->head_dim, kvd = lpo_buf_width_kv_tp(s, tp), L = s->n_layers, V = s->vocab_size;
     const int mla = lpo_spec_is_mla(s);
     const int64_t mla_floats =
         mla ? lpo_cpu_mla_scratch_floats(T, s->n_heads, s->mla.qk_nope_head_dim, s->mla.qk_rope_head_dim,

@@ -220,7 +220,7 @@ static lpo_status layout(cuda_ctx *c, const lpo_oplist *ref, void *staging, char
     const int64_t T = c->cfg.max_step_tokens, ctx = c->cfg.max_context, S = c->cfg.max_seqs;
     const int tp = c->tp;
     const int mla = lpo_spec_is_mla(s);
-    const int64_t hd = s->head_dim, kvd = lpo_buf_width_kv(s) / tp, L = s->n_layers, V = s->vocab_size;
+    const int64_t hd = s->head_dim, kvd = lpo_buf_width_kv_tp(s, tp), L = s->n_layers, V = s->vocab_size;
     c->dev_used = 0;
     c->weight_bytes = 0;
     c->d_bad = carve(c, 64);       /* first: the weight loads below use it */
