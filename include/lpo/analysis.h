@@ -159,6 +159,11 @@ typedef struct {
     const lpo_vision_spec *vision;
     int64_t image_tiles;
     int image_w, image_h;
+    /* optional, when weight_dtype is NULL: the dtype of each matrix by name (lpo analyze: the model's stored
+     * dtypes, through engine.weights' rule when it is set), and a few words saying so for the reports
+     * ("as stored", "engine.weights=fp8"); the caller keeps both alive as long as the analysis */
+    const lpo_dtype_lookup *held;
+    const char *held_desc;
 } lpo_an_opts;
 
 /* The collective latency model's figures when neither lpo ceilings (several GPUs) nor analysis.comm_* give

@@ -207,6 +207,7 @@ lpo_status lpo_an_dtypes_resolve(const lpo_model_spec *spec, const lpo_an_opts *
     if (o->kv_dtype && (st = find_dtype("analysis.kv_dtype", o->kv_dtype, &out->kv)) != LPO_OK) return st;
     if (!out->kv) out->kv = out->act;
     out->attn_tile = o->attn_tile;
+    out->held = o->weight_dtype ? NULL : o->held; /* a what-if dtype replaces the per-tensor ones */
     out->tp = o->tp > 1 ? o->tp : 1;
     return lpo_tp_check_spec(spec, out->tp, "engine.tp");
 }
@@ -222,9 +223,13 @@ void lpo_an_footprint_compute(const lpo_model_spec *s, const lpo_an_opts *o, con
         /* a routed expert's tensor is used by top_k / n_experts of the tokens' work: that share is active */
         const double share =
             lpo_spec_has_moe(s) ? (double)s->moe.n_experts_used / (double)s->moe.n_experts : 1;
-        for (size_t i = 0; i < n; i++) { // matrices at the weight dtype, vectors (norms, biases) at vec
+        for (size_t i = 0; i < n; i++) { // matrices at the weight dtype (or their own), vectors at vec
             double e = (double)t[i].shape[0] * (t[i].n_dims > 1 ? (double)t[i].shape[1] : 1.0);
-            const double by = e * (t[i].n_dims > 1 ? dt->weights->bytes : vec),
+            lpo_dtype own = dt->weights->dt;
+            const int held = t[i].n_dims > 1 && dt->held && dt->held->stored_dtype &&
+                             dt->held->stored_dtype(dt->held->ud, t[i].name, &own);
+            const double by = held ? lpo_dtype_matrix_bytes(own, (double)t[i].shape[0], (double)t[i].shape[1])
+                                   : e * (t[i].n_dims > 1 ? dt->weights->bytes : vec),
                          a = strstr(t[i].name, ".experts.") ? share : 1.0;
             f->weight_params += e;
             f->weight_bytes += by;
@@ -329,6 +334,7 @@ static lpo_status add_whatifs(const lpo_model_spec *spec, lpo_an_static *s, cons
         lpo_an_dtypes dt = s->dt;
         dt.weights = whatif_dtype(combos[i][0]);
         dt.kv = whatif_dtype(combos[i][1]);
+        dt.held = NULL; /* every matrix in the row's dtype */
         st = whatif_row(spec, &s->opts, &dt, s->opts.batch, p, mid, &s->whatif[s->n_whatif++]);
     }
     for (size_t i = 0; i < sizeof batches / sizeof batches[0] && st == LPO_OK; i++) {

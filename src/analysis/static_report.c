@@ -272,6 +272,9 @@ lpo_status lpo_an_static_write_json(const lpo_an_static *s, const lpo_model_spec
     lpo_json_key(j, "settings");
     lpo_json_object_begin(j);
     lpo_json_kv_str(j, "weight_dtype", s->dt.weights->name);
+    /* the matrices priced each at its own dtype (weight_dtype: the model's main one); null: all in it */
+    lpo_json_kv_str(j, "weights_per_tensor",
+                    s->dt.held ? (s->opts.held_desc ? s->opts.held_desc : "per tensor") : NULL);
     lpo_json_kv_str(j, "act_dtype", s->dt.act->name);
     lpo_json_kv_str(j, "kv_dtype", s->dt.kv->name);
     lpo_json_kv_int(j, "batch", s->opts.batch);
@@ -489,13 +492,21 @@ static void md_whatif(lpo_strbuf *out, const lpo_an_static *s) {
     lpo_sb_puts(out, "\n");
 }
 
+/* "q4_k", or "q4_k (each matrix as stored)" when the matrices are priced each at its own dtype */
+static const char *weights_label(const lpo_an_static *s, char *buf, size_t n) {
+    if (!s->dt.held) return s->dt.weights->name;
+    snprintf(buf, n, "%s (each matrix %s)", s->dt.weights->name,
+             s->opts.held_desc ? s->opts.held_desc : "at its own dtype");
+    return buf;
+}
+
 lpo_status lpo_an_static_write_md(const lpo_an_static *s, const lpo_model_spec *spec, lpo_strbuf *out) {
-    char a[32], b[32];
+    char a[32], b[32], wl[128];
     lpo_sb_printf(out, "# Static compute analysis: %s\n\n", spec->name);
     lpo_sb_printf(out,
                   "Weights %s, activations %s, KV cache %s; batch %d, prompt %lld tokens, %lld generated "
                   "(%lld decode steps); executed attention counted with %d x %d tiles%s.\n\n",
-                  s->dt.weights->name, s->dt.act->name, s->dt.kv->name, s->opts.batch,
+                  weights_label(s, wl, sizeof wl), s->dt.act->name, s->dt.kv->name, s->opts.batch,
                   (long long)s->opts.prompt_len, (long long)s->opts.gen_len, (long long)s->decode_steps,
                   s->opts.attn_tile, s->opts.attn_tile,
                   s->opts.attn_tile == 0   ? " (0: no masked tile skipped)"
@@ -504,7 +515,7 @@ lpo_status lpo_an_static_write_md(const lpo_an_static *s, const lpo_model_spec *
     char label[768];
     lpo_sb_printf(out, "Peaks: %s.\n\n", lpo_peaks_describe(&s->peaks, label, sizeof label));
     lpo_sb_puts(out, "## Memory footprint\n\n| what | bytes |\n|---|---:|\n");
-    lpo_sb_printf(out, "| weights (%.4g parameters, %s) | %s |\n", s->mem.weight_params, s->dt.weights->name,
+    lpo_sb_printf(out, "| weights (%.4g parameters, %s) | %s |\n", s->mem.weight_params, weights_label(s, wl, sizeof wl),
                   lpo_an_fmt_bytes(a, sizeof a, s->mem.weight_bytes));
     if (s->mem.vision_bytes > 0)
         lpo_sb_printf(out, "| of which the vision encoder (%.4g parameters, read once per page) | %s |\n",
@@ -637,11 +648,11 @@ static void print_cost(FILE *f, const char *what, const lpo_an_cost *c) {
 
 void lpo_an_static_print(const lpo_an_static *s, const lpo_model_spec *spec, FILE *f) {
     (void)spec;
-    char a[32], b[32], c[32], d[32];
+    char a[32], b[32], c[32], d[32], wl[128];
     fprintf(f,
             "static analysis: weights %s, activations %s, KV %s; batch %d, prompt %lld, generate %lld; "
             "attention tile %d\n",
-            s->dt.weights->name, s->dt.act->name, s->dt.kv->name, s->opts.batch,
+            weights_label(s, wl, sizeof wl), s->dt.act->name, s->dt.kv->name, s->opts.batch,
             (long long)s->opts.prompt_len, (long long)s->opts.gen_len, s->opts.attn_tile);
     char label[768];
     fprintf(f, "peaks: %s\n\n", lpo_peaks_describe(&s->peaks, label, sizeof label));

@@ -219,14 +219,56 @@ static void print_json(const lpo_model *m, const lpo_param_summary *p, const kv_
     cJSON_Delete(root);
 }
 
+/* The dtype each matrix is priced at without a what-if analysis.weight_dtype: as the model stores it (a GGUF
+ * file's mix of block types, an fp8 checkpoint's fp8), or, with engine.weights set, as the engine's rule
+ * holds it (lpo_weight_held_dtype: fp8 for the linears it quantizes, GGUF blocks kept or dequantized to the
+ * activation dtype). */
+typedef struct {
+    const lpo_model *m;
+    lpo_weight_quant wq;
+    int rule;          /* engine.weights other than auto */
+    lpo_dtype compute; /* what the rule leaves unquantized: the activation dtype */
+    char desc[48];
+    lpo_dtype_lookup lookup;
+} held_dtypes;
+
+static int held_dtype(void *ud, const char *name, lpo_dtype *out) {
+    const held_dtypes *h = ud;
+    const lpo_tensor *t = lpo_model_tensor(h->m, name);
+    const lpo_dtype stored = t ? t->dtype : lpo_model_get_spec(h->m)->dtype;
+    *out = h->rule ? lpo_weight_held_dtype(&h->wq, name, 2, stored, h->compute) : stored;
+    return 1;
+}
+
+static lpo_status held_dtypes_init(const lpo_node *cfg, const lpo_model *m, const lpo_an_opts *o,
+                                   held_dtypes *h) {
+    memset(h, 0, sizeof *h);
+    const char *mode = NULL, *keep = NULL;
+    lpo_status st = lpo_cfg_str_or(cfg, "engine.weights", "auto", &mode);
+    if (st == LPO_OK) st = lpo_cfg_str_or(cfg, "engine.weights_keep", "lm_head", &keep);
+    if (st == LPO_OK) st = lpo_weight_quant_parse(mode, keep, &h->wq);
+    if (st != LPO_OK) return st;
+    h->m = m;
+    h->rule = h->wq.mode != LPO_WQ_AUTO;
+    h->compute = LPO_DT_BF16;
+    if (o->act_dtype && !lpo_dtype_parse(o->act_dtype, &h->compute)) h->compute = LPO_DT_BF16;
+    snprintf(h->desc, sizeof h->desc, h->rule ? "as engine.weights=%s holds it" : "as stored",
+             lpo_wq_mode_name(h->wq.mode));
+    h->lookup = (lpo_dtype_lookup){h, held_dtype};
+    return LPO_OK;
+}
+
 /* The static analysis of the configured workload; its JSON into js. --kv-dtype also sets the analysis's
- * KV dtype (unless analysis.kv_dtype is given). given: the peaks to use (lpo report), NULL: resolved. */
+ * KV dtype (unless analysis.kv_dtype is given). given: the peaks to use (lpo report), NULL: resolved. h:
+ * the per-matrix dtypes (kept alive by the caller as long as an). */
 static lpo_status run_static(const lpo_node *cfg, const lpo_model *m, const char *kvd, const lpo_peaks *given,
-                             lpo_an_static *an, lpo_strbuf *js, int *have) {
+                             held_dtypes *h, lpo_an_static *an, lpo_strbuf *js, int *have) {
     const lpo_model_spec *s = lpo_model_get_spec(m);
     lpo_an_opts o;
     lpo_peaks pk;
     lpo_status st = lpo_an_opts_from_config(cfg, s, &o);
+    if (st == LPO_OK) st = held_dtypes_init(cfg, m, &o, h);
+    if (st == LPO_OK) o.held = &h->lookup, o.held_desc = h->desc;
     /* hardware=auto: this machine's GPU (measured ceilings, else its spec sheet); a named GPU: its spec */
     const char *hw = "auto";
     int64_t dev = 0;
@@ -291,7 +333,8 @@ lpo_status lpo_rerender_analyze(const lpo_rerender *r) {
     lpo_an_static an = {0};
     lpo_strbuf js = {0}, md = {0};
     int have = 0;
-    st = run_static(r->cfg, m, saved_kv_dtype(r->dir, kvbuf, sizeof kvbuf), &pk, &an, &js, &have);
+    held_dtypes h;
+    st = run_static(r->cfg, m, saved_kv_dtype(r->dir, kvbuf, sizeof kvbuf), &pk, &h, &an, &js, &have);
     if (!st) st = lpo_rundir_write(r->rd, "static_compute.json", js.buf, js.len);
     if (!st) st = lpo_an_static_write_md(&an, lpo_model_get_spec(m), &md);
     if (!st) st = lpo_rundir_write(r->rd, "static_compute.md", md.buf, md.len);
@@ -336,7 +379,8 @@ int lpo_cmd_analyze(int argc, char **argv) {
     lpo_an_static an = {0};
     lpo_strbuf js = {0};
     int have_static = 0;
-    if (st == LPO_OK) st = run_static(cfg, m, kvd, NULL, &an, &js, &have_static);
+    held_dtypes h;
+    if (st == LPO_OK) st = run_static(cfg, m, kvd, NULL, &h, &an, &js, &have_static);
     if (st == LPO_OK) {
         lpo_param_summary p;
         st = lpo_model_param_summary(m, &p);

@@ -99,7 +99,7 @@ static void test_llama8b_prefill_and_footprint(void **state) {
     assert_true(ph.total.t_lower_s == 0);
     lpo_an_phase_free(&ph);
 
-    lpo_an_opts o = {NULL, NULL, NULL, 1, 2048, 128, 4096, 128, 1, 0, 0, NULL, 0, 0, 0};
+    lpo_an_opts o = {NULL, NULL, NULL, 1, 2048, 128, 4096, 128, 1, 0, 0, NULL, 0, 0, 0, NULL, NULL};
     lpo_an_footprint f;
     lpo_an_footprint_compute(&s, &o, &dt, &f);
     assert_true(f.weight_params == 8030261248.0);
@@ -135,7 +135,7 @@ static void test_gqa_vs_mha(void **state) {
     /* the qkv projection grows from (32 + 2*8)*128 to 3*4096 outputs */
     assert_true(m.by_kind[LPO_OP_LINEAR].flops - g.by_kind[LPO_OP_LINEAR].flops ==
                 32.0 * 2 * 4 * 4096 * (3 * 4096 - 48 * 128));
-    lpo_an_opts o = {NULL, NULL, NULL, 1, 16, 16, 1, 128, 1, 0, 0, NULL, 0, 0, 0};
+    lpo_an_opts o = {NULL, NULL, NULL, 1, 16, 16, 1, 128, 1, 0, 0, NULL, 0, 0, 0, NULL, NULL};
     lpo_an_footprint fg, fm;
     lpo_an_footprint_compute(&gqa, &o, &dt, &fg);
     lpo_an_footprint_compute(&mha, &o, &dt, &fm);
@@ -214,7 +214,7 @@ static void test_decode_total(void **state) {
     (void)state;
     lpo_model_spec s = test_spec();
     lpo_peaks p = h100();
-    lpo_an_opts o = {"bf16", "bf16", "bf16", 2, 10, 6, 0, 128, 1, 0, 0, NULL, 0, 0, 0};
+    lpo_an_opts o = {"bf16", "bf16", "bf16", 2, 10, 6, 0, 128, 1, 0, 0, NULL, 0, 0, 0, NULL, NULL};
     lpo_an_static an;
     assert_int_equal(lpo_an_static_run(&s, &o, &p, &an), LPO_OK);
     assert_int_equal(an.decode_steps, 5);
@@ -337,7 +337,7 @@ static void test_writers(void **state) {
     (void)state;
     lpo_model_spec s = test_spec();
     lpo_peaks p = h100();
-    lpo_an_opts o = {NULL, NULL, NULL, 1, 16, 8, 0, 128, 1, 0, 0, NULL, 0, 0, 0};
+    lpo_an_opts o = {NULL, NULL, NULL, 1, 16, 8, 0, 128, 1, 0, 0, NULL, 0, 0, 0, NULL, NULL};
     lpo_an_static an;
     assert_int_equal(lpo_an_static_run(&s, &o, &p, &an), LPO_OK);
     lpo_strbuf sb = {0};
@@ -373,7 +373,7 @@ static void test_moe_reads(void **state) {
     (void)state;
     lpo_model_spec s = test_spec_moe(); /* 5 experts, 3 per token; layer 0 sparse, layer 1 dense */
     lpo_peaks p = h100();
-    lpo_an_opts o = {"bf16", NULL, NULL, 3, 16, 8, 0, 128, 1, 0, 0, NULL, 0, 0, 0};
+    lpo_an_opts o = {"bf16", NULL, NULL, 3, 16, 8, 0, 128, 1, 0, 0, NULL, 0, 0, 0, NULL, NULL};
     lpo_an_static an;
     assert_int_equal(lpo_an_static_run(&s, &o, &p, &an), LPO_OK);
     const double E = 5, k = 3, expert = 3.0 * 24 * (double)s.hidden_size;
@@ -465,6 +465,79 @@ static void test_analyze_command(void **state) {
     assert_non_null(strstr(err, "analysis.weight_dtype"));
     free(out);
     free(err);
+}
+
+/* `lpo analyze` of a real file prices each matrix at the dtype it is stored in (a GGUF file's mix of q4_k,
+ * q6_k, q8_0 and f16), vectors at the activation dtype; analysis.weight_dtype replaces them all (a
+ * what-if); engine.weights=fp8 prices what the engine would hold. */
+static cJSON *analyze_json(const char *args) {
+    char cmd[1400], *out = NULL, *err = NULL;
+    snprintf(cmd, sizeof cmd, "analyze %s --json --no-save", args);
+    const int rc = lpo_test_run_lpo(cmd, &out, &err);
+    if (rc != 0) fail_msg("lpo %s: rc %d: %s", cmd, rc, err ? err : "");
+    cJSON *root = cJSON_Parse(out);
+    assert_non_null(root);
+    free(out);
+    free(err);
+    return root;
+}
+static double json_at(const cJSON *root, const char *obj, const char *key) {
+    const cJSON *v = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "static"), obj), key);
+    assert_true(cJSON_IsNumber(v));
+    return v->valuedouble;
+}
+static const char *json_str_at(const cJSON *root, const char *obj, const char *key) {
+    const cJSON *v = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "static"), obj), key);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static void test_analyze_per_tensor(void **state) {
+    (void)state;
+    char path[900], args[1000];
+    snprintf(path, sizeof path, "%s/tests/golden/gguf/tiny-kquant.gguf", LPO_SOURCE_DIR);
+    lpo_model *m = NULL;
+    assert_int_equal(lpo_model_open_path(path, &m), LPO_OK);
+    double want = 0, uniform = 0; /* matrices as stored / all in q4_k; vectors in bf16 either way */
+    int kinds = 0;
+    unsigned seen = 0;
+    for (size_t i = 0; i < lpo_model_n_tensors(m); i++) {
+        const lpo_tensor *t = lpo_model_tensor_at(m, i);
+        double e = 1;
+        for (int k = 0; k < t->n_dims; k++) e *= (double)t->shape[k];
+        if (t->n_dims == 1) {
+            want += 2 * e, uniform += 2 * e;
+            continue;
+        }
+        want += lpo_dtype_matrix_bytes(t->dtype, (double)t->shape[0], e / (double)t->shape[0]);
+        uniform += lpo_dtype_matrix_bytes(LPO_DT_Q4_K, (double)t->shape[0], e / (double)t->shape[0]);
+        if (!(seen & (1u << t->dtype))) kinds++, seen |= 1u << t->dtype;
+    }
+    lpo_model_close(m);
+    assert_true(kinds >= 4); /* f16 embedding, q4_k, q6_k, q8_0 */
+    snprintf(args, sizeof args, "model=hf model.path=%s", path);
+    cJSON *r = analyze_json(args);
+    assert_string_equal(json_str_at(r, "settings", "weight_dtype"), "q4_k");
+    assert_string_equal(json_str_at(r, "settings", "weights_per_tensor"), "as stored");
+    assert_close(json_at(r, "footprint", "weight_bytes"), want, 1e-12);
+    cJSON_Delete(r);
+    snprintf(args, sizeof args, "model=hf model.path=%s analysis.weight_dtype=q4_k", path);
+    r = analyze_json(args);
+    assert_null(json_str_at(r, "settings", "weights_per_tensor"));
+    assert_close(json_at(r, "footprint", "weight_bytes"), uniform, 1e-12);
+    cJSON_Delete(r);
+    /* a synthetic bf16 preset: as stored is bf16 everywhere; engine.weights=fp8 holds the dense linears in fp8
+     * (embedding and the kept lm_head in bf16): fewer bytes, the decode step's too */
+    r = analyze_json("model=llama3.2-1b");
+    const double bf16 = json_at(r, "footprint", "weight_bytes");
+    cJSON_Delete(r);
+    r = analyze_json("model=llama3.2-1b engine.weights=fp8");
+    assert_string_equal(json_str_at(r, "settings", "weights_per_tensor"), "as engine.weights=fp8 holds it");
+    const double fp8 = json_at(r, "footprint", "weight_bytes");
+    cJSON_Delete(r);
+    assert_true(fp8 < 0.75 * bf16 && fp8 > 0.5 * bf16);
+    r = analyze_json("model=llama3.2-1b engine.weights=fp8 engine.weights_keep=lm_head,attn,mlp");
+    assert_close(json_at(r, "footprint", "weight_bytes"), bf16, 1e-12); /* everything kept */
+    cJSON_Delete(r);
 }
 
 /* ---- every op kind: analysis FLOPs and bytes are the op list's ------------------------------------------
@@ -639,6 +712,7 @@ int main(void) {
         cmocka_unit_test(test_config),
         cmocka_unit_test(test_writers),
         cmocka_unit_test(test_analyze_command),
+        cmocka_unit_test(test_analyze_per_tensor),
         cmocka_unit_test(test_costs_match_oplist),
         cmocka_unit_test(test_geglu_bytes),
         cmocka_unit_test(test_moe_reads),

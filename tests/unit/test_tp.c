@@ -292,7 +292,7 @@ static void test_spec_checks(void **state) {
     sw->row[0].bytes = 8192, sw->row[0].us = 12;
     sw->row[1].bytes = 32768, sw->row[1].us = 16;
     pk->measured.n_ar = pk->comm_sweeps = 1;
-    lpo_an_opts ao = {NULL, NULL, NULL, 1, 4, 2, 0, 128, 1, 0, 0, NULL, 0, 0, 0};
+    lpo_an_opts ao = {NULL, NULL, NULL, 1, 4, 2, 0, 128, 1, 0, 0, NULL, 0, 0, 0, NULL, NULL};
     lpo_an_dtypes dts;
     assert_int_equal(lpo_an_dtypes_resolve(&s, &ao, &dts), LPO_OK);
     lpo_an_cost cost;
