@@ -515,8 +515,8 @@ lpo_status lpo_an_static_write_md(const lpo_an_static *s, const lpo_model_spec *
     char label[768];
     lpo_sb_printf(out, "Peaks: %s.\n\n", lpo_peaks_describe(&s->peaks, label, sizeof label));
     lpo_sb_puts(out, "## Memory footprint\n\n| what | bytes |\n|---|---:|\n");
-    lpo_sb_printf(out, "| weights (%.4g parameters, %s) | %s |\n", s->mem.weight_params, weights_label(s, wl, sizeof wl),
-                  lpo_an_fmt_bytes(a, sizeof a, s->mem.weight_bytes));
+    lpo_sb_printf(out, "| weights (%.4g parameters, %s) | %s |\n", s->mem.weight_params,
+                  weights_label(s, wl, sizeof wl), lpo_an_fmt_bytes(a, sizeof a, s->mem.weight_bytes));
     if (s->mem.vision_bytes > 0)
         lpo_sb_printf(out, "| of which the vision encoder (%.4g parameters, read once per page) | %s |\n",
                       s->mem.vision_params, lpo_an_fmt_bytes(a, sizeof a, s->mem.vision_bytes));

@@ -143,7 +143,8 @@ static lpo_model_spec moe_tp_spec(int which) {
 static void test_moe_mla(void **state) {
     (void)state;
     const int n = n_gpus();
-    static const char *names[4] = {"qwen3-moe", "deepseek-ocr2-text", "deepseek-v2 (MLA)", "deepseek-v3 (MLA)"};
+    static const char *names[4] = {"qwen3-moe", "deepseek-ocr2-text", "deepseek-v2 (MLA)",
+                                   "deepseek-v3 (MLA)"};
     for (int which = 0; which < 4; which++) {
         lpo_model_spec s = moe_tp_spec(which);
         test_weights tw;
@@ -159,9 +160,9 @@ static void test_moe_mla(void **state) {
                 double worst = 0;
                 const int ok = test_tp_agrees_fuse(&s, &ws, "cuda", runs[k].dtype, tp, 8, 0, runs[k].rel, why,
                                                    sizeof why, &worst, runs[k].ar, 1);
-                print_message("%s tp=%d %s all-reduce %s: max |logit diff| %.2e of max|logit| (allowed %.0e)\n",
-                              names[which], tp, runs[k].dtype, runs[k].ar ? runs[k].ar : "nccl", worst,
-                              runs[k].rel);
+                print_message(
+                    "%s tp=%d %s all-reduce %s: max |logit diff| %.2e of max|logit| (allowed %.0e)\n",
+                    names[which], tp, runs[k].dtype, runs[k].ar ? runs[k].ar : "nccl", worst, runs[k].rel);
                 if (ok != 1) fail_msg("%s tp=%d %s: %s", names[which], tp, runs[k].dtype, why);
             }
         }
@@ -1046,12 +1047,9 @@ int main(void) {
         return 77;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_logits_and_tokens),
-        cmocka_unit_test(test_moe_mla),
-        cmocka_unit_test(test_refusals),
-        cmocka_unit_test(test_allreduce_sweep),
-        cmocka_unit_test(test_oneshot),
-        cmocka_unit_test(test_arnorm),
+        cmocka_unit_test(test_logits_and_tokens), cmocka_unit_test(test_moe_mla),
+        cmocka_unit_test(test_refusals),          cmocka_unit_test(test_allreduce_sweep),
+        cmocka_unit_test(test_oneshot),           cmocka_unit_test(test_arnorm),
         cmocka_unit_test(test_trace_tp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -29,7 +29,7 @@ typedef struct {
     int32_t image_token, greedy[8]; /* HF's 8 greedy tokens after the prompt */
     const float *feats;             /* [n_img][64] the page's image embeddings ("features", into bin) */
     float *logits;                  /* [n_ids][vocab] HF's logits of every position */
-    double hf_bf16_err; /* HF's own bf16 forward vs its f32 logits, max |diff| / max |logit| */
+    double hf_bf16_err;             /* HF's own bf16 forward vs its f32 logits, max |diff| / max |logit| */
 } ocr2_fixture;
 
 /* The reference tensor `name` of vision.bin ("sam_global", "query_tile0", "features") and its shape. */

@@ -525,8 +525,8 @@ static void test_analyze_per_tensor(void **state) {
     assert_null(json_str_at(r, "settings", "weights_per_tensor"));
     assert_close(json_at(r, "footprint", "weight_bytes"), uniform, 1e-12);
     cJSON_Delete(r);
-    /* a synthetic bf16 preset: as stored is bf16 everywhere; engine.weights=fp8 holds the dense linears in fp8
-     * (embedding and the kept lm_head in bf16): fewer bytes, the decode step's too */
+    /* a synthetic bf16 preset: as stored is bf16 everywhere; engine.weights=fp8 holds the dense linears in
+     * fp8 (embedding and the kept lm_head in bf16): fewer bytes, the decode step's too */
     r = analyze_json("model=llama3.2-1b");
     const double bf16 = json_at(r, "footprint", "weight_bytes");
     cJSON_Delete(r);

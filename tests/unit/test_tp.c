@@ -421,7 +421,7 @@ static void test_cpu_ranks_agree(void **state) {
     /* dense (qkv biases), tied with q/k norm, qwen3-moe, DeepSeek-OCR-2's text model (shared experts,
      * group-limited routing), DeepSeek-V2 (MLA with q_lora, shared experts), DeepSeek-V3 (MLA without
      * q_lora, sigmoid noaux_tc routing) */
-    lpo_model_spec specs[6] = {tp_cpu_spec(),       tp_cpu_spec(),     test_spec_moe(),
+    lpo_model_spec specs[6] = {tp_cpu_spec(),        tp_cpu_spec(),   test_spec_moe(),
                                test_spec_deepseek(), test_spec_mla(), test_spec_mla()};
     specs[1].tied_embeddings = 1;
     specs[1].qk_norm = 1;
@@ -598,12 +598,11 @@ static void test_analyze(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_rank_list),         cmocka_unit_test(test_moe_and_tied),
-        cmocka_unit_test(test_deepseek_split),
-        cmocka_unit_test(test_spec_checks),       cmocka_unit_test(test_devices),
-        cmocka_unit_test(test_config_and_engine), cmocka_unit_test(test_analyze),
-        cmocka_unit_test(test_cpu_ranks_agree),   cmocka_unit_test(test_cpu_timeout),
-        cmocka_unit_test(test_cpu_comm_measure),
+        cmocka_unit_test(test_rank_list),      cmocka_unit_test(test_moe_and_tied),
+        cmocka_unit_test(test_deepseek_split), cmocka_unit_test(test_spec_checks),
+        cmocka_unit_test(test_devices),        cmocka_unit_test(test_config_and_engine),
+        cmocka_unit_test(test_analyze),        cmocka_unit_test(test_cpu_ranks_agree),
+        cmocka_unit_test(test_cpu_timeout),    cmocka_unit_test(test_cpu_comm_measure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
