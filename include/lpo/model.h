@@ -204,6 +204,8 @@ typedef enum {
     LPO_MODEL_SOURCE_SYNTHETIC, /* generated weights of an architecture (a path, when given, wins) */
     LPO_MODEL_SOURCE_HF,        /* an HF folder (config.json + safetensors) or hf:Org/Name */
     LPO_MODEL_SOURCE_GGUF,      /* a .gguf file */
+    LPO_MODEL_SOURCE_CONFIG,    /* model.path's config.json (a folder, the file, hf:Org/Name): its
+                                 * architecture on synthetic weights, whether or not weights are there */
 } lpo_model_source_kind;
 /* "auto", "synthetic", "hf", "gguf". */
 const char *lpo_model_source_name(lpo_model_source_kind src);
@@ -228,8 +230,8 @@ typedef struct {
  * the path's kind is not the source asked; the errors of lpo_model_open_path and lpo_spec_validate. */
 lpo_status lpo_model_open_opts(const lpo_model_opts *o, lpo_model **out);
 /* Reads the resolved `model` config node into *o (src/model/model_config.c, the one reader of those keys;
- * see conf/model/<preset>.yaml and docs/models.md): `source` = synthetic | hf | gguf | auto, `path`, the
- * architecture keys of synthetic presets (into *arch, which o->arch then points at), `seed`, `dtype`,
+ * see conf/model/<preset>.yaml and docs/models.md): `source` = synthetic | hf | gguf | auto | config, `path`,
+ * the architecture keys of synthetic presets (into *arch, which o->arch then points at), `seed`, `dtype`,
  * `tokenizer`. LPO_E_CONFIG naming the key for an unknown key or a bad value. */
 lpo_status lpo_model_opts_from_config(const lpo_node *model_cfg, lpo_model_opts *o, lpo_model_spec *arch);
 /* lpo_model_opts_from_config then lpo_model_open_opts. */

@@ -287,7 +287,8 @@ static lpo_status load_weights(lpo_model *m, const char *dir) {
     }
     return lpo_errorf(LPO_E_NOT_FOUND,
                       "'%s' has neither model.safetensors nor model.safetensors.index.json (lpo reads "
-                      "safetensors weights only, not pytorch_model.bin)",
+                      "safetensors weights only, not pytorch_model.bin; for its config.json's architecture "
+                      "on synthetic weights: model.source=config)",
                       dir);
 }
 
@@ -308,8 +309,7 @@ lpo_status lpo_model_open_tensors(const char *dir, lpo_model **out) {
     return LPO_OK;
 }
 
-lpo_status lpo__open_hf_dir(const char *dir, lpo_model **out) {
-    *out = NULL;
+lpo_status lpo__hf_config_read(const char *dir, lpo_model_spec *spec, lpo_vision_spec *vs, int *has_vision) {
     char p[4096];
     snprintf(p, sizeof p, "%s/config.json", dir);
     char *text;
@@ -318,23 +318,27 @@ lpo_status lpo__open_hf_dir(const char *dir, lpo_model **out) {
         return lpo_errorf(LPO_E_NOT_FOUND, "'%s' has no config.json: not an HF model folder", dir);
     lpo_status st = lpo_read_file(p, &text, &len); /* a FIFO or device there is refused, naming it */
     if (st != LPO_OK) return st;
-    lpo_model *m;
-    if ((st = lpo__model_new("hf", &m)) != LPO_OK) {
-        free(text);
-        return st;
-    }
-    st = lpo_spec_from_hf_config(text, len, p, &m->spec);
-    if (st == LPO_OK) st = lpo_vision_spec_from_hf_config(text, len, p, &m->vision, &m->has_vision);
-    if (st == LPO_OK && m->has_vision && m->vision.text_hidden != m->spec.hidden_size)
+    st = lpo_spec_from_hf_config(text, len, p, spec);
+    if (st == LPO_OK) st = lpo_vision_spec_from_hf_config(text, len, p, vs, has_vision);
+    if (st == LPO_OK && *has_vision && vs->text_hidden != spec->hidden_size)
         st = lpo_errorf(LPO_E_FORMAT,
                         "%s: the vision projector's output (%lld) is not the text model's hidden_size (%lld)",
-                        p, (long long)m->vision.text_hidden, (long long)m->spec.hidden_size);
-    if (st == LPO_OK && m->has_vision &&
-        (m->vision.image_token_id < 0 || m->vision.image_token_id >= m->spec.vocab_size))
+                        p, (long long)vs->text_hidden, (long long)spec->hidden_size);
+    if (st == LPO_OK && *has_vision && (vs->image_token_id < 0 || vs->image_token_id >= spec->vocab_size))
         st = lpo_errorf(LPO_E_FORMAT, "%s: image_token_id %lld is outside the vocabulary [0, %lld)", p,
-                        (long long)m->vision.image_token_id, (long long)m->spec.vocab_size);
+                        (long long)vs->image_token_id, (long long)spec->vocab_size);
     free(text);
-    if (st == LPO_OK) st = apply_generation_config(dir, &m->spec);
+    if (st == LPO_OK) st = apply_generation_config(dir, spec);
+    return st;
+}
+
+lpo_status lpo__open_hf_dir(const char *dir, lpo_model **out) {
+    *out = NULL;
+    char p[4096];
+    lpo_model *m;
+    lpo_status st = lpo__model_new("hf", &m);
+    if (st != LPO_OK) return st;
+    st = lpo__hf_config_read(dir, &m->spec, &m->vision, &m->has_vision);
     if (st == LPO_OK) st = check_quant_config(dir);
     m->path = lpo_strdup(dir);
     if (st == LPO_OK) st = load_weights(m, dir);

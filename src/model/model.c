@@ -422,10 +422,55 @@ lpo_status lpo_model_open_path(const char *path, lpo_model **out) {
 }
 
 /* ---- opening from typed options ---- */
-static const char *const source_names[] = {"auto", "synthetic", "hf", "gguf"};
+static const char *const source_names[] = {"auto", "synthetic", "hf", "gguf", "config"};
 
 const char *lpo_model_source_name(lpo_model_source_kind src) {
     return (unsigned)src < sizeof source_names / sizeof *source_names ? source_names[src] : "?";
+}
+
+/* The HF folder path names: a folder, its config.json, hf:Org/Name in the cache. */
+static lpo_status config_dir(const char *path, char *dir, size_t n) {
+    if (!strncmp(path, "hf:", 3)) return lpo_hf_cache_resolve(path + 3, dir, n);
+    if (ends_with(path, "config.json") && !lpo_is_dir(path)) {
+        snprintf(dir, n, "%.*s", (int)(strlen(path) - strlen("config.json")), path);
+        if (!dir[0]) snprintf(dir, n, ".");
+    } else {
+        snprintf(dir, n, "%s", path);
+    }
+    return LPO_OK;
+}
+
+/* model.source=config: the architecture (and vision encoder) of dir's config.json on synthetic weights,
+ * stored in model.dtype or the config's dtype, named after the folder; weights there are not read. */
+static lpo_status open_config_synthetic(const char *dir, const lpo_model_opts *o, lpo_model **out) {
+    lpo_model_spec s;
+    lpo_vision_spec vs;
+    int has_vision = 0;
+    memset(&s, 0, sizeof s);
+    lpo_status st = lpo__hf_config_read(dir, &s, &vs, &has_vision);
+    if (st != LPO_OK) return st;
+    if (o->has_dtype) s.dtype = o->dtype;
+    size_t len = strlen(dir);
+    while (len > 1 && dir[len - 1] == '/') len--;
+    size_t base = len;
+    while (base > 0 && dir[base - 1] != '/') base--;
+    snprintf(s.name, sizeof s.name, "%.*s", (int)(len - base), dir + base);
+    st = lpo_spec_validate(&s);
+    lpo_model *m = NULL;
+    if (st == LPO_OK) st = lpo_model_open_synthetic(&s, o->seed, &m);
+    if (st == LPO_OK && has_vision) st = add_vision(m, &vs);
+    char p[4200];
+    snprintf(p, sizeof p, "%s/tokenizer.json", dir);
+    if (st == LPO_OK && lpo_path_exists(p) && !(m->tokenizer_path = lpo_strdup(p)))
+        st = lpo_errorf(LPO_E_NOMEM, "out of memory");
+    if (st != LPO_OK) {
+        lpo_model_close(m);
+        return st;
+    }
+    LPO_INFO("model.source=config: the architecture of '%s/config.json' on synthetic weights (%s, seed %llu)",
+             dir, lpo_dtype_name(s.dtype), (unsigned long long)o->seed);
+    *out = m;
+    return LPO_OK;
 }
 
 lpo_status lpo_model_open_opts(const lpo_model_opts *o, lpo_model **out) {
@@ -433,7 +478,16 @@ lpo_status lpo_model_open_opts(const lpo_model_opts *o, lpo_model **out) {
     const char *source = lpo_model_source_name(o->source), *path = o->path && *o->path ? o->path : NULL;
     lpo_model *m = NULL;
     lpo_status st;
-    if (path) {
+    char dir[4096];
+    if (o->source == LPO_MODEL_SOURCE_CONFIG) {
+        if (!path)
+            return lpo_errorf(LPO_E_CONFIG,
+                              "model.source=config needs model.path: an HF folder or its config.json, or "
+                              "hf:Org/Name (the config alone is enough)");
+        st = config_dir(path, dir, sizeof dir);
+        if (st == LPO_OK) st = open_config_synthetic(dir, o, &m);
+        if (st != LPO_OK) return lpo_error_context(st, "model.path");
+    } else if (path) {
         if (o->source == LPO_MODEL_SOURCE_SYNTHETIC)
             LPO_INFO("model.path is set: loading '%s' instead of the synthetic preset", path);
         st = lpo_model_open_path(path, &m);
@@ -466,8 +520,9 @@ lpo_status lpo_model_open_opts(const lpo_model_opts *o, lpo_model **out) {
             return st;
         }
     }
-    /* a synthetic preset's name does not describe the weights loaded from model.path */
-    if (o->name && !(path && o->source == LPO_MODEL_SOURCE_SYNTHETIC))
+    /* a synthetic preset's name does not describe the weights or the config loaded from model.path */
+    if (o->name &&
+        !(path && (o->source == LPO_MODEL_SOURCE_SYNTHETIC || o->source == LPO_MODEL_SOURCE_CONFIG)))
         snprintf(m->spec.name, sizeof m->spec.name, "%s", o->name);
     if (o->tokenizer) {
         free(m->tokenizer_path);

@@ -237,6 +237,24 @@ static lpo_status spec_from_cfg(const lpo_node *cfg, lpo_model_spec *s) {
     return LPO_OK;
 }
 
+/* model.dtype of synthetic weights (NULL: unset) into o->dtype / has_dtype. */
+static lpo_status synth_dtype(const char *dtype, lpo_model_opts *o) {
+    const lpo_dtype_info *di = dtype ? lpo_dtype_find(dtype) : NULL;
+    if (dtype && !(di && di->loads))
+        return lpo_errorf(
+            LPO_E_CONFIG,
+            "model.dtype: unknown dtype '%s' (f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q5_k, q6_k)", dtype);
+    if (di && di->scale != LPO_SCALE_NONE) /* synthetic values carry no scales */
+        return lpo_errorf(
+            LPO_E_CONFIG,
+            "model.dtype: %s is not a stored dtype of synthetic weights: use engine.weights=fp8 to "
+            "quantize them at load",
+            di->name);
+    o->has_dtype = di != NULL;
+    if (di) o->dtype = di->dt;
+    return LPO_OK;
+}
+
 lpo_status lpo_model_opts_from_config(const lpo_node *cfg, lpo_model_opts *o, lpo_model_spec *arch) {
     memset(o, 0, sizeof *o);
     if (!cfg || cfg->kind != LPO_NODE_MAP)
@@ -254,15 +272,17 @@ lpo_status lpo_model_opts_from_config(const lpo_node *cfg, lpo_model_opts *o, lp
     TRY(lpo_cfg_int_or(cfg, "seed", 0, &seed));
     o->seed = (uint64_t)seed;
     int known = 0;
-    for (int i = 0; i <= LPO_MODEL_SOURCE_GGUF && !known; i++)
+    for (int i = 0; i <= LPO_MODEL_SOURCE_CONFIG && !known; i++)
         if (!strcmp(source, lpo_model_source_name((lpo_model_source_kind)i))) {
             o->source = (lpo_model_source_kind)i;
             known = 1;
         }
     if (!known)
-        return lpo_errorf(LPO_E_CONFIG, "model.source: '%s' is not one of auto, synthetic, hf, gguf", source);
+        return lpo_errorf(LPO_E_CONFIG, "model.source: '%s' is not one of auto, synthetic, hf, gguf, config",
+                          source);
     if (o->path && !*o->path) o->path = NULL;
-    if (o->path) { /* the file's own architecture and dtypes */
+    if (o->path) { /* the file's own architecture and dtypes (config: its config.json's, in model.dtype) */
+        if (o->source == LPO_MODEL_SOURCE_CONFIG) return synth_dtype(dtype, o);
         if (dtype) LPO_DEBUG("model.dtype=%s ignored: '%s' stores its own dtypes", dtype, o->path);
         return LPO_OK;
     }
@@ -272,19 +292,7 @@ lpo_status lpo_model_opts_from_config(const lpo_node *cfg, lpo_model_opts *o, lp
         return LPO_OK; /* lpo_model_open_opts says that a path is needed */
     TRY(spec_from_cfg(cfg, arch));
     o->arch = arch;
-    const lpo_dtype_info *di = dtype ? lpo_dtype_find(dtype) : NULL;
-    if (dtype && !(di && di->loads))
-        return lpo_errorf(
-            LPO_E_CONFIG,
-            "model.dtype: unknown dtype '%s' (f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q5_k, q6_k)", dtype);
-    if (di && di->scale != LPO_SCALE_NONE) /* synthetic values carry no scales */
-        return lpo_errorf(
-            LPO_E_CONFIG,
-            "model.dtype: %s is not a stored dtype of synthetic weights: use engine.weights=fp8 to "
-            "quantize them at load",
-            di->name);
-    o->has_dtype = di != NULL;
-    if (di) o->dtype = di->dt;
+    TRY(synth_dtype(dtype, o));
     /* vision: deepseek_ocr2 = DeepSeek-OCR-2's published vision encoder over this text model */
     const char *vision;
     TRY(lpo_cfg_str_or(cfg, "vision", NULL, &vision));

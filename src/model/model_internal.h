@@ -35,6 +35,8 @@ lpo_status lpo__model_add_tensor(lpo_model *m, const char *name, lpo_dtype dt, i
 lpo_status lpo__model_check_tensors(lpo_model *m, const char *origin);
 
 lpo_status lpo__open_hf_dir(const char *dir, lpo_model **out);
+/* dir's config.json (+ generation_config.json): the text model's spec and the vision encoder's, if any. */
+lpo_status lpo__hf_config_read(const char *dir, lpo_model_spec *spec, lpo_vision_spec *vs, int *has_vision);
 /* bos_token_id / eos_token_id of a JSON object (generation_config.json) into s, with config.json's checks:
  * present keys replace s's ids, absent keys leave them; LPO_E_FORMAT naming origin and key. */
 lpo_status lpo__spec_ids_from_json(const char *json, size_t len, const char *origin, lpo_model_spec *s);

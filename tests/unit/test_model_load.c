@@ -246,6 +246,86 @@ static void test_hf_cache(void **state) {
 }
 
 /* ---- lpo analyze ---- */
+/* model.source=config: a folder's config.json (alone, or beside weights that are then not read, or given as
+ * the file) gives the architecture, the weights are synthetic; model.dtype sets their stored dtype; a
+ * deepseek_ocr2 config brings its vision encoder; without a path it is refused; a folder without weights
+ * under the default source says to use it. */
+static void copy_file(const char *from, const char *to) {
+    char *text;
+    size_t len;
+    assert_int_equal(lpo_read_file(from, &text, &len), LPO_OK);
+    FILE *f = fopen(to, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, len, f), len);
+    fclose(f);
+    free(text);
+}
+
+static lpo_model *open_config(const char *path, int has_dtype, lpo_dtype dt) {
+    lpo_model_opts o = {.source = LPO_MODEL_SOURCE_CONFIG, .path = path, .has_dtype = has_dtype, .dtype = dt};
+    lpo_model *m = NULL;
+    if (lpo_model_open_opts(&o, &m) != LPO_OK) fail_msg("model.source=config %s: %s", path, lpo_last_error());
+    assert_string_equal(lpo_model_source(m), "synthetic");
+    for (size_t i = 0; i < lpo_model_n_tensors(m); i++) assert_null(lpo_model_tensor_at(m, i)->data);
+    return m;
+}
+
+static void test_config_source(void **state) {
+    (void)state;
+    char *dir = lpo_test_tmpdir(), cfg[600], args[1400], *out = NULL, *err = NULL;
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    copy_file(GOLDEN "/tiny-qwen3/config.json", cfg);
+    lpo_model *real = NULL;
+    assert_int_equal(lpo_model_open_path(GOLDEN "/tiny-qwen3", &real), LPO_OK);
+    const lpo_model_spec *r = lpo_model_get_spec(real);
+    const char *paths[3] = {dir, GOLDEN "/tiny-qwen3", cfg};
+    for (int i = 0; i < 3; i++) {
+        lpo_model *m = open_config(paths[i], 0, LPO_DT_F32);
+        const lpo_model_spec *s = lpo_model_get_spec(m);
+        assert_int_equal(s->arch, r->arch);
+        assert_int_equal(s->hidden_size, r->hidden_size);
+        assert_int_equal(s->n_layers, r->n_layers);
+        assert_int_equal(s->n_kv_heads, r->n_kv_heads);
+        assert_int_equal(s->head_dim, r->head_dim);
+        assert_int_equal(s->qk_norm, r->qk_norm);
+        assert_int_equal(s->tied_embeddings, r->tied_embeddings);
+        assert_true(s->rope.theta == r->rope.theta);
+        assert_int_equal(s->dtype, r->dtype);
+        assert_int_equal(lpo_model_n_tensors(m), lpo_model_n_tensors(real));
+        if (i == 1) assert_string_equal(s->name, "tiny-qwen3");
+        lpo_model_close(m);
+    }
+    lpo_model_close(real);
+    lpo_model *m = open_config(dir, 1, LPO_DT_F16);
+    assert_int_equal(lpo_model_get_spec(m)->dtype, LPO_DT_F16);
+    assert_int_equal(lpo_model_tensor(m, "model.layers.0.mlp.up_proj.weight")->dtype, LPO_DT_F16);
+    lpo_model_close(m);
+    m = open_config(LPO_SOURCE_DIR "/tests/golden/vision/tiny-ocr2", 0, LPO_DT_F32);
+    assert_non_null(lpo_model_vision_spec(m));
+    assert_non_null(lpo_model_tensor(m, "model.sam_model.patch_embed.proj.weight"));
+    lpo_model_close(m);
+    lpo_model_opts o = {.source = LPO_MODEL_SOURCE_CONFIG};
+    assert_int_equal(lpo_model_open_opts(&o, &m), LPO_E_CONFIG);
+    assert_non_null(strstr(lpo_last_error(), "model.source=config needs model.path"));
+    snprintf(args, sizeof args, "analyze model=hf model.path=%s --no-save", dir);
+    assert_int_equal(lpo_test_run_lpo(args, &out, &err), 1);
+    assert_non_null(strstr(err, "model.source=config"));
+    free(out);
+    free(err);
+    snprintf(args, sizeof args, "analyze model=hf model.source=config model.path=%s --no-save", dir);
+    const int rc = lpo_test_run_lpo(args, &out, &err);
+    if (rc != 0) fail_msg("rc %d: %s", rc, err ? err : "");
+    assert_non_null(strstr(out, "(synthetic)"));
+    free(out);
+    free(err);
+    snprintf(args, sizeof args, "analyze model=hf model.source=configs model.path=%s --no-save", dir);
+    assert_int_equal(lpo_test_run_lpo(args, &out, &err), 2);
+    assert_non_null(strstr(err, "config"));
+    free(out);
+    free(err);
+    free(dir);
+}
+
 static void test_analyze_cli(void **state) {
     (void)state;
     char *out = NULL, *err = NULL;
@@ -304,7 +384,7 @@ int main(void) {
         cmocka_unit_test(test_tiny_llama),         cmocka_unit_test(test_tiny_qwen2),
         cmocka_unit_test(test_tiny_qwen3_sharded), cmocka_unit_test(test_tiny_mistral),
         cmocka_unit_test(test_moe_folders),        cmocka_unit_test(test_hf_cache),
-        cmocka_unit_test(test_analyze_cli),
+        cmocka_unit_test(test_analyze_cli),        cmocka_unit_test(test_config_source),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
