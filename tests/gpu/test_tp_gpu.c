@@ -4,6 +4,7 @@
  *   step's logits within 1e-5 x max|logit| in f32 (TF32 off) and within 3e-2 in bf16, the greedy and the
  *   seeded sampled tokens identical (f32; bf16: greedy), in graph and eager modes;
  * - a tied head and q/k norm, qkv biases (their splits);
+ * - fp8 weights split (engine.weights=fp8) against one rank with the same fp8 weights (test_fp8);
  * - MoE and multi-head latent attention split (qwen3-moe, DeepSeek-OCR-2 text, DeepSeek-V2 / V3) against
  *   one rank (test_moe_mla);
  * - more ranks than GPUs: refused with the count; a stopped rank: LPO_E_TIMEOUT naming the rank, no hang;
@@ -168,6 +169,30 @@ static void test_moe_mla(void **state) {
         }
         test_weights_free(&tw);
     }
+}
+
+/* engine.weights=fp8 split over the ranks (each rank's rows, or its columns with the whole rows' scales):
+ * bf16 logits within 3e-2 of one rank's with the same fp8 weights, greedy tokens identical, NCCL and the
+ * fused one-shot all-reduce. */
+static void test_fp8(void **state) {
+    (void)state;
+    const int n = n_gpus();
+    lpo_model_spec s = tp_spec(0);
+    test_weights tw;
+    assert_int_equal(test_weights_open(&s, &tw), LPO_OK);
+    const lpo_weight_source ws = {&tw, test_view};
+    for (int tp = 2; tp <= 4 && tp <= n; tp *= 2)
+        for (int k = 0; k < 2; k++) {
+            const char *ar = k ? "oneshot" : NULL;
+            char why[512];
+            double worst = 0;
+            const int ok = test_tp_agrees_w(&s, &ws, "cuda", "bf16", tp, 8, 0, 3e-2, why, sizeof why, &worst,
+                                            ar, 1, "fp8");
+            print_message("fp8 weights tp=%d bf16 all-reduce %s: max |logit diff| %.2e of max|logit|\n", tp,
+                          ar ? ar : "nccl", worst);
+            if (ok != 1) fail_msg("fp8 tp=%d %s: %s", tp, ar ? ar : "nccl", why);
+        }
+    test_weights_free(&tw);
 }
 
 static void test_refusals(void **state) {
@@ -1047,9 +1072,13 @@ int main(void) {
         return 77;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_logits_and_tokens), cmocka_unit_test(test_moe_mla),
-        cmocka_unit_test(test_refusals),          cmocka_unit_test(test_allreduce_sweep),
-        cmocka_unit_test(test_oneshot),           cmocka_unit_test(test_arnorm),
+        cmocka_unit_test(test_logits_and_tokens),
+        cmocka_unit_test(test_moe_mla),
+        cmocka_unit_test(test_fp8),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_allreduce_sweep),
+        cmocka_unit_test(test_oneshot),
+        cmocka_unit_test(test_arnorm),
         cmocka_unit_test(test_trace_tp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -268,11 +268,12 @@ static inline lpo_status test_step_status(const lpo_model_spec *s, const lpo_wei
  * within rel x max|logit| of the single rank's, and the sampled ids must be the same, for greedy sampling
  * (sampled != 0: temperature 0.8, top-k 20, top-p 0.9, seed 7). Returns 1 when they agree; otherwise 0
  * with why[] saying where. -1 when an engine could not open (why[] has the error). allreduce: the tp
- * engine's engine.tp_allreduce (NULL: the default); fuse: its engine.tp_fuse. */
-static inline int test_tp_agrees_fuse(const lpo_model_spec *s, const lpo_weight_source *ws,
-                                      const char *backend, const char *dtype, int tp, int steps, int sampled,
-                                      double rel, char *why, size_t why_n, double *max_rel,
-                                      const char *allreduce, int fuse) {
+ * engine's engine.tp_allreduce (NULL: the default); fuse: its engine.tp_fuse; weights: both engines'
+ * engine.weights (NULL: the default). */
+static inline int test_tp_agrees_w(const lpo_model_spec *s, const lpo_weight_source *ws, const char *backend,
+                                   const char *dtype, int tp, int steps, int sampled, double rel, char *why,
+                                   size_t why_n, double *max_rel, const char *allreduce, int fuse,
+                                   const char *weights) {
     const int64_t V = s->vocab_size;
     float *lg[2] = {malloc((size_t)(2 * V * (steps + 1)) * sizeof(float)),
                     malloc((size_t)(2 * V * (steps + 1)) * sizeof(float))};
@@ -285,6 +286,7 @@ static inline int test_tp_agrees_fuse(const lpo_model_spec *s, const lpo_weight_
                              .max_context = 64,   .dtype = dtype,           .n_threads = 1,
                              .tp = run ? tp : 1,  .tp_allreduce = allreduce};
         o.tp_fuse = fuse;
+        if (weights) o.weights = weights;
         lpo_engine *e = NULL;
         if (lpo_engine_open_weights(s, ws, NULL, &o, &e) != LPO_OK) {
             snprintf(why, why_n, "tp=%d: %s", o.tp, lpo_last_error());
@@ -334,6 +336,15 @@ static inline int test_tp_agrees_fuse(const lpo_model_spec *s, const lpo_weight_
     free(lg[0]);
     free(lg[1]);
     return ok;
+}
+
+/* test_tp_agrees_w with engine.weights unset. */
+static inline int test_tp_agrees_fuse(const lpo_model_spec *s, const lpo_weight_source *ws,
+                                      const char *backend, const char *dtype, int tp, int steps, int sampled,
+                                      double rel, char *why, size_t why_n, double *max_rel,
+                                      const char *allreduce, int fuse) {
+    return test_tp_agrees_w(s, ws, backend, dtype, tp, steps, sampled, rel, why, why_n, max_rel, allreduce,
+                            fuse, NULL);
 }
 
 /* test_tp_agrees_fuse with engine.tp_fuse on (the default). */

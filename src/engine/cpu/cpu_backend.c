@@ -1024,25 +1024,20 @@ static lpo_status load_op_weights(cpu_ctx *c, const lpo_oplist *ref, size_t i) {
         if (st == LPO_OK && (int64_t)v.numel != want)
             st = lpo_errorf(LPO_E_FORMAT, "tensor '%s' has %llu elements where the spec implies %lld", v.name,
                             (unsigned long long)v.numel, (long long)want);
-        if (st == LPO_OK && !split) st = lpo_weight_convert(&v, LPO_DT_F32, dst);
+        /* the whole tensor in f32: into dst, or (split) into `whole` and then the rank's part into dst */
+        float *all = dst;
         if (st == LPO_OK && split) {
             free(whole);
-            whole = malloc((size_t)want * sizeof(float));
-            st = whole ? lpo_weight_convert(&v, LPO_DT_F32, whole)
-                       : lpo_errorf(LPO_E_NOMEM, "cpu backend: converting '%s' to split it", t->name);
-            const int64_t rows = t->shape[0], cols = t->ndim > 1 ? t->shape[1] : 1;
-            if (st == LPO_OK && t->shard == LPO_SHARD_ROWS) // rows [rank rows, (rank + 1) rows)
-                memcpy(dst, whole + c->rank * rows * cols, (size_t)(rows * cols) * sizeof(float));
-            for (int64_t r = 0; st == LPO_OK && t->shard == LPO_SHARD_COLS && r < rows; r++)
-                // row r's columns [rank cols, (rank + 1) cols) of the tp cols-wide row
-                memcpy(dst + r * cols, whole + r * cols * c->tp + c->rank * cols,
-                       (size_t)cols * sizeof(float));
+            all = whole = malloc((size_t)want * sizeof(float));
+            if (!whole) st = lpo_errorf(LPO_E_NOMEM, "cpu backend: converting '%s' to split it", t->name);
         }
-        /* held in fp8 (engine.weights=fp8, one device): the values every backend holds, dequantized; a tensor
-         * stored in fp8 already converted to exactly those */
-        if (st == LPO_OK && !split && v.dtype != LPO_DT_FP8 && v.dtype != LPO_DT_FP8_B128 &&
+        if (st == LPO_OK) st = lpo_weight_convert(&v, LPO_DT_F32, all);
+        /* held in fp8 (engine.weights=fp8): the values every backend holds, dequantized, each row's scale the
+         * whole row's also on a rank that holds some of its columns; a tensor stored in fp8 already converted
+         * to exactly those */
+        if (st == LPO_OK && v.dtype != LPO_DT_FP8 && v.dtype != LPO_DT_FP8_B128 &&
             lpo_weight_held_dtype(&c->cfg.wq, v.name, v.n_dims, v.dtype, LPO_DT_F32) == LPO_DT_FP8 &&
-            lpo_fp8_roundtrip_rows(dst, v.shape[0], (int64_t)v.numel / v.shape[0]))
+            lpo_fp8_roundtrip_rows(all, v.shape[0], (int64_t)v.numel / v.shape[0]))
             st = lpo_errorf(LPO_E_NOMEM, "cpu backend: out of memory quantizing '%s' to fp8", v.name);
         /* held in GGUF blocks (engine.weights=native) but generated (synthetic, model.dtype=q4_k ...): the
          * values quantized as the CUDA backend quantizes them; stored blocks are already exactly their values
@@ -1051,6 +1046,15 @@ static lpo_status load_op_weights(cpu_ctx *c, const lpo_oplist *ref, size_t i) {
             ((int64_t)v.numel / v.shape[0]) % lpo_dtype_block(v.dtype) == 0 && /* rows of whole blocks */
             lpo_weight_held_dtype(&c->cfg.wq, v.name, v.n_dims, v.dtype, LPO_DT_F32) == v.dtype)
             st = lpo_quantize_roundtrip(v.dtype, dst, v.numel);
+        if (st == LPO_OK && split) {
+            const int64_t rows = t->shape[0], cols = t->ndim > 1 ? t->shape[1] : 1;
+            if (t->shard == LPO_SHARD_ROWS) // rows [rank rows, (rank + 1) rows)
+                memcpy(dst, whole + c->rank * rows * cols, (size_t)(rows * cols) * sizeof(float));
+            for (int64_t r = 0; t->shard == LPO_SHARD_COLS && r < rows; r++)
+                // row r's columns [rank cols, (rank + 1) cols) of the tp cols-wide row
+                memcpy(dst + r * cols, whole + r * cols * c->tp + c->rank * cols,
+                       (size_t)cols * sizeof(float));
+        }
         if (st != LPO_OK) {
             free(whole);
             return lpo_error_context(st, "cpu backend: loading weights of op '%s'", op->name);

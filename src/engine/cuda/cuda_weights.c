@@ -108,8 +108,7 @@ static lpo_status load_part(cuda_ctx *c, const lpo_weight_view *v, const lpo_op_
  * only when each stacked tensor has whole tiles of rows, so the stacked tile grid is each tensor's), else the
  * compute dtype. */
 static lpo_dtype op_held(const cuda_ctx *c, const lpo_op *op) {
-    /* tensor parallel: no fp8 split yet (engine.weights=fp8 is refused; checkpoints are held dequantized) */
-    if (c->dt == LPO_DT_F32 || op->n_w - op->n_bias <= 0 || c->cfg.tp > 1) return c->dt;
+    if (c->dt == LPO_DT_F32 || op->n_w - op->n_bias <= 0) return c->dt;
     lpo_dtype held = LPO_DT_COUNT;
     for (int j = 0; j < op->n_w - op->n_bias; j++) {
         lpo_weight_view v;
@@ -121,6 +120,13 @@ static lpo_dtype op_held(const cuda_ctx *c, const lpo_op *op) {
             (native && ((int64_t)v.numel / v.shape[0]) % lpo_dtype_block(h)))
             return c->dt;
         if (h == LPO_DT_FP8_B128 && j + 1 < op->n_w - op->n_bias && v.shape[0] % LPO_SCALE_TILE) return c->dt;
+        /* tensor parallel: GGUF blocks are not split (engine.weights=native is refused); a rank's part of
+         * tile-scaled fp8 must be whole tiles of the stored grid */
+        const lpo_op_tensor *t = &op->w[j];
+        if (c->tp > 1 && t->shard != LPO_SHARD_NONE &&
+            (native ||
+             (h == LPO_DT_FP8_B128 && t->shape[t->shard == LPO_SHARD_ROWS ? 0 : 1] % LPO_SCALE_TILE)))
+            return c->dt;
         held = h;
     }
     return held;
@@ -166,6 +172,47 @@ static lpo_status load_fp8(cuda_ctx *c, const lpo_weight_view *v, lpo_dtype wdt,
     free(hq);
     free(hs);
     return st;
+}
+
+/* Tensor parallel: this rank's part of an fp8 matrix and its scales. The whole matrix is held in fp8 first
+ * (quantized from its values, or as stored) in `whole`, so a row's scale is the whole row's, as on one GPU,
+ * also on a rank that holds only some of its columns; then the rank's rows (and their scales, or tile rows of
+ * scales) or its columns (every row's scale, or its tile columns) are copied out. */
+static lpo_status load_fp8_part(cuda_ctx *c, const lpo_weight_view *v, const lpo_op_tensor *t, lpo_dtype wdt,
+                                void *q, float *s, void *f32, void *staging, char *whole) {
+    const int64_t R = v->shape[0], C = (int64_t)v->numel / R, nsw = n_scales(wdt, R, C);
+    const int64_t rows = t->shape[0], cols = t->ndim > 1 ? t->shape[1] : 1;
+    const int64_t tiles_c = (C + LPO_SCALE_TILE - 1) / LPO_SCALE_TILE, r = c->rank;
+    uint8_t *wq = (uint8_t *)whole;
+    void *scales_at = whole + ((size_t)v->numel + 255) / 256 * 256; /* after the bytes, 256-aligned */
+    float *ws = scales_at;
+    TRY(load_fp8(c, v, wdt, wq, ws, f32, staging));
+    const int b128 = wdt == LPO_DT_FP8_B128;
+    if (t->shard == LPO_SHARD_ROWS) {
+        CU(cudaMemcpyAsync(q, wq + (size_t)(r * rows * C), (size_t)(rows * C), cudaMemcpyDeviceToDevice,
+                           c->stream),
+           v->name);
+        const int64_t n = b128 ? rows / LPO_SCALE_TILE * tiles_c : rows; /* whole tile rows (op_held) */
+        CU(cudaMemcpyAsync(s, ws + (size_t)(r * n), (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice,
+                           c->stream),
+           v->name);
+    } else { /* row i: columns [r cols, (r + 1) cols) */
+        CU(cudaMemcpy2DAsync(q, (size_t)cols, wq + (size_t)(r * cols), (size_t)C, (size_t)cols, (size_t)R,
+                             cudaMemcpyDeviceToDevice, c->stream),
+           v->name);
+        if (!b128) /* a scale per row: all of them */
+            CU(cudaMemcpyAsync(s, ws, (size_t)nsw * sizeof(float), cudaMemcpyDeviceToDevice, c->stream),
+               v->name);
+        else { /* every tile row's tile columns [r cols / 128, (r + 1) cols / 128) */
+            const int64_t tc = cols / LPO_SCALE_TILE;
+            CU(cudaMemcpy2DAsync(s, (size_t)tc * sizeof(float), ws + (size_t)(r * tc),
+                                 (size_t)tiles_c * sizeof(float), (size_t)tc * sizeof(float),
+                                 (size_t)(nsw / tiles_c), cudaMemcpyDeviceToDevice, c->stream),
+               v->name);
+        }
+    }
+    CU(cudaStreamSynchronize(c->stream), v->name); /* `whole` is reused by the next split tensor */
+    return LPO_OK;
 }
 
 /* One weight into q as GGUF blocks of wdt: stored blocks copied (GGUF Q/K rows un-permuted, whole rows of
@@ -269,14 +316,18 @@ static lpo_status layout(cuda_ctx *c, const lpo_oplist *ref, void *staging, char
                 dst += lpo_dtype_bytes(held, (uint64_t)lpo__cuda_elems(&op->w[j]));
                 continue;
             }
-            if (fp8 && j < op->n_w - op->n_bias) { /* an fp8 matrix: bytes and scales */
+            if (fp8 && j < op->n_w - op->n_bias) { /* an fp8 matrix: bytes and scales (a rank's part) */
                 lpo_weight_view v;
-                lpo_status st = c->cfg.weights->view(c->cfg.weights->ud, op->w[j].name, &v);
-                if (st == LPO_OK) st = load_fp8(c, &v, held, dst, sdst, f32, staging);
+                const lpo_op_tensor *t = &op->w[j];
+                const int split = t->shard != LPO_SHARD_NONE && tp > 1;
+                lpo_status st = c->cfg.weights->view(c->cfg.weights->ud, t->name, &v);
+                if (st == LPO_OK)
+                    st = split ? load_fp8_part(c, &v, t, held, dst, sdst, f32, staging, whole)
+                               : load_fp8(c, &v, held, dst, sdst, f32, staging);
                 if (st != LPO_OK)
                     return lpo_error_context(st, "cuda backend: loading weights of op '%s'", op->name);
-                dst += lpo__cuda_elems(&op->w[j]);
-                sdst += n_scales(held, v.shape[0], (int64_t)v.numel / v.shape[0]);
+                dst += lpo__cuda_elems(t);
+                sdst += n_scales(held, t->shape[0], lpo__cuda_elems(t) / t->shape[0]);
                 continue;
             }
             lpo_weight_view v;
@@ -428,8 +479,14 @@ lpo_status lpo__cuda_init_model(cuda_ctx *c) {
         if (c->cfg.weights->view(c->cfg.weights->ud, ref.weights[i].name, &v) == LPO_OK && v.data &&
             (v.dtype != c->dt || v.unpermute_heads) && v.nbytes > staging_b)
             staging_b = v.nbytes;
-        if (ref.weights[i].shard != LPO_SHARD_NONE && c->tp > 1) /* a split tensor, whole in dt */
-            whole_b = (size_t)fmax((double)whole_b, (double)lpo__cuda_elems(&ref.weights[i]) * c->tp * c->es);
+        if (ref.weights[i].shard != LPO_SHARD_NONE && c->tp > 1) { /* a split tensor, whole in dt or fp8 */
+            const double n = (double)lpo__cuda_elems(&ref.weights[i]) * c->tp;
+            const double R =
+                (double)ref.weights[i].shape[0] * (ref.weights[i].shard == LPO_SHARD_ROWS ? c->tp : 1);
+            const double tiles = ceil(R / LPO_SCALE_TILE) * ceil(n / R / LPO_SCALE_TILE);
+            /* fp8: its bytes, then its scales (a row's or a tile's) after a 256-byte boundary */
+            whole_b = (size_t)fmax((double)whole_b, fmax(n * c->es, n + 256 + 4 * fmax(R, tiles)));
+        }
     }
     if (whole_b) staging_b = (staging_b + 255) / 256 * 256 + whole_b; /* the whole tensor after the staging */
     c->dev_bytes = c->dev_used;
@@ -455,9 +512,11 @@ lpo_status lpo__cuda_init_model(cuda_ctx *c) {
         const lpo_op *op = &ref.ops[i];
         const lpo_dtype h = op_held(c, op);
         if (h != LPO_DT_FP8 && h != LPO_DT_FP8_B128 && !lpo_weight_native_block(h)) continue;
-        for (int j = 0; j < op->n_w - op->n_bias; j++)
-            if ((size_t)lpo__cuda_elems(&op->w[j]) * 4 > f32_b)
-                f32_b = (size_t)lpo__cuda_elems(&op->w[j]) * 4;
+        for (int j = 0; j < op->n_w - op->n_bias; j++) { /* a split one is quantized whole */
+            const size_t n = (size_t)lpo__cuda_elems(&op->w[j]) *
+                             (op->w[j].shard != LPO_SHARD_NONE && c->tp > 1 ? (size_t)c->tp : 1);
+            if (n * 4 > f32_b) f32_b = n * 4;
+        }
     }
     if (st == LPO_OK && f32_b && cudaMalloc(&f32, f32_b) != cudaSuccess)
         st = lpo_errorf(LPO_E_NOMEM, "cuda backend: %.2f GiB of f32 scratch to quantize the weights",
