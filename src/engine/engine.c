@@ -225,13 +225,6 @@ lpo_status lpo_engine_open_weights(const lpo_model_spec *spec, const lpo_weight_
                           (long long)LPO_TP_ONESHOT_MAX_DEFAULT);
     lpo_weight_quant wq;
     if ((st = lpo_weight_quant_parse(o.weights, o.weights_keep, &wq)) != LPO_OK) return st;
-    /* the split of GGUF blocks (whole blocks per rank along a row) is not written yet */
-    if (o.tp > 1 && wq.mode == LPO_WQ_NATIVE)
-        return lpo_errorf(
-            LPO_E_UNSUPPORTED,
-            "engine.weights=native with engine.tp=%d: GGUF block weights run on one device for "
-            "now (engine.tp=1, or engine.weights=auto / fp8 to split them dequantized or in fp8)",
-            o.tp);
     int kv_fp8;
     if ((st = lpo_engine_kv_dtype_parse(o.kv_dtype, &kv_fp8)) != LPO_OK) return st;
     if (kv_fp8 && lpo_spec_is_mla(spec))

@@ -4,7 +4,8 @@
  *   step's logits within 1e-5 x max|logit| in f32 (TF32 off) and within 3e-2 in bf16, the greedy and the
  *   seeded sampled tokens identical (f32; bf16: greedy), in graph and eager modes;
  * - a tied head and q/k norm, qkv biases (their splits);
- * - fp8 weights split (engine.weights=fp8) against one rank with the same fp8 weights (test_fp8);
+ * - fp8 weights (engine.weights=fp8) and GGUF q4_k blocks (engine.weights=native) split, against one rank
+ *   with the same quantized weights (test_fp8);
  * - MoE and multi-head latent attention split (qwen3-moe, DeepSeek-OCR-2 text, DeepSeek-V2 / V3) against
  *   one rank (test_moe_mla);
  * - more ranks than GPUs: refused with the count; a stopped rank: LPO_E_TIMEOUT naming the rank, no hang;
@@ -171,6 +172,10 @@ static void test_moe_mla(void **state) {
     }
 }
 
+static lpo_status model_view(void *ud, const char *name, lpo_weight_view *out) {
+    return lpo_model_weight_view(ud, name, out);
+}
+
 /* engine.weights=fp8 split over the ranks (each rank's rows, or its columns with the whole rows' scales):
  * bf16 logits within 3e-2 of one rank's with the same fp8 weights, greedy tokens identical, NCCL and the
  * fused one-shot all-reduce. */
@@ -193,6 +198,20 @@ static void test_fp8(void **state) {
             if (ok != 1) fail_msg("fp8 tp=%d %s: %s", tp, ar ? ar : "nccl", why);
         }
     test_weights_free(&tw);
+    /* GGUF q4_k blocks kept (engine.weights=native): each rank's part cut from the whole matrix's blocks */
+    s.dtype = LPO_DT_Q4_K;
+    lpo_model *m = NULL;
+    assert_int_equal(lpo_model_open_synthetic(&s, 7, &m), LPO_OK);
+    const lpo_weight_source mws = {m, model_view};
+    for (int tp = 2; tp <= 4 && tp <= n; tp *= 2) {
+        char why[512];
+        double worst = 0;
+        const int ok = test_tp_agrees_w(&s, &mws, "cuda", "bf16", tp, 8, 0, 3e-2, why, sizeof why, &worst,
+                                        NULL, 1, "native");
+        print_message("q4_k blocks tp=%d bf16: max |logit diff| %.2e of max|logit|\n", tp, worst);
+        if (ok != 1) fail_msg("native tp=%d: %s", tp, why);
+    }
+    lpo_model_close(m);
 }
 
 static void test_refusals(void **state) {

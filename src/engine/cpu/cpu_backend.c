@@ -1040,12 +1040,12 @@ static lpo_status load_op_weights(cpu_ctx *c, const lpo_oplist *ref, size_t i) {
             lpo_fp8_roundtrip_rows(all, v.shape[0], (int64_t)v.numel / v.shape[0]))
             st = lpo_errorf(LPO_E_NOMEM, "cpu backend: out of memory quantizing '%s' to fp8", v.name);
         /* held in GGUF blocks (engine.weights=native) but generated (synthetic, model.dtype=q4_k ...): the
-         * values quantized as the CUDA backend quantizes them; stored blocks are already exactly their values
-         */
-        if (st == LPO_OK && !split && !v.data && lpo_weight_native_block(v.dtype) &&
+         * values quantized as the CUDA backend quantizes them, the whole tensor (a rank's part is whole
+         * blocks of it); stored blocks are already exactly their values */
+        if (st == LPO_OK && !v.data && lpo_weight_native_block(v.dtype) &&
             ((int64_t)v.numel / v.shape[0]) % lpo_dtype_block(v.dtype) == 0 && /* rows of whole blocks */
             lpo_weight_held_dtype(&c->cfg.wq, v.name, v.n_dims, v.dtype, LPO_DT_F32) == v.dtype)
-            st = lpo_quantize_roundtrip(v.dtype, dst, v.numel);
+            st = lpo_quantize_roundtrip(v.dtype, all, v.numel);
         if (st == LPO_OK && split) {
             const int64_t rows = t->shape[0], cols = t->ndim > 1 ? t->shape[1] : 1;
             if (t->shard == LPO_SHARD_ROWS) // rows [rank rows, (rank + 1) rows)

@@ -120,12 +120,13 @@ static lpo_dtype op_held(const cuda_ctx *c, const lpo_op *op) {
             (native && ((int64_t)v.numel / v.shape[0]) % lpo_dtype_block(h)))
             return c->dt;
         if (h == LPO_DT_FP8_B128 && j + 1 < op->n_w - op->n_bias && v.shape[0] % LPO_SCALE_TILE) return c->dt;
-        /* tensor parallel: GGUF blocks are not split (engine.weights=native is refused); a rank's part of
-         * tile-scaled fp8 must be whole tiles of the stored grid */
+        /* tensor parallel: a rank's columns of GGUF blocks must be whole blocks, its part of tile-scaled fp8
+         * whole tiles of the stored grid */
         const lpo_op_tensor *t = &op->w[j];
-        if (c->tp > 1 && t->shard != LPO_SHARD_NONE &&
-            (native ||
-             (h == LPO_DT_FP8_B128 && t->shape[t->shard == LPO_SHARD_ROWS ? 0 : 1] % LPO_SCALE_TILE)))
+        if (c->tp > 1 && t->shard == LPO_SHARD_COLS && native && t->shape[1] % lpo_dtype_block(h))
+            return c->dt;
+        if (c->tp > 1 && t->shard != LPO_SHARD_NONE && h == LPO_DT_FP8_B128 &&
+            t->shape[t->shard == LPO_SHARD_ROWS ? 0 : 1] % LPO_SCALE_TILE)
             return c->dt;
         held = h;
     }
@@ -260,6 +261,28 @@ static lpo_status load_blocks(cuda_ctx *c, const lpo_weight_view *v, lpo_dtype w
                             : lpo_errorf(LPO_E_CUDA, "cuda backend: uploading the blocks of '%s'", v->name);
 }
 
+/* Tensor parallel: this rank's part of a matrix held in GGUF blocks: the whole matrix in blocks first (in
+ * `whole`: stored blocks, Q / K rows un-permuted, or generated values quantized), then the rank's rows, or
+ * in every row its columns (whole blocks: op_held keeps a part that would cut a block dequantized). */
+static lpo_status load_blocks_part(cuda_ctx *c, const lpo_weight_view *v, const lpo_op_tensor *t,
+                                   lpo_dtype wdt, void *q, void *f32, void *staging, char *whole) {
+    const int64_t R = v->shape[0], C = (int64_t)v->numel / R, rows = t->shape[0];
+    const int64_t cols = t->ndim > 1 ? t->shape[1] : 1, r = c->rank;
+    TRY(load_blocks(c, v, wdt, whole, f32, staging));
+    const size_t rb = (size_t)lpo_dtype_bytes(wdt, (uint64_t)C),
+                 pb = (size_t)lpo_dtype_bytes(wdt, (uint64_t)cols);
+    if (t->shard == LPO_SHARD_ROWS)
+        CU(cudaMemcpyAsync(q, whole + (size_t)(r * rows) * rb, (size_t)rows * rb, cudaMemcpyDeviceToDevice,
+                           c->stream),
+           v->name);
+    else /* row i: the blocks of columns [r cols, (r + 1) cols) */
+        CU(cudaMemcpy2DAsync(q, pb, whole + (size_t)r * pb, rb, pb, (size_t)R, cudaMemcpyDeviceToDevice,
+                             c->stream),
+           v->name);
+    CU(cudaStreamSynchronize(c->stream), v->name); /* `whole` is reused by the next split tensor */
+    return LPO_OK;
+}
+
 /* Sizes (dev == NULL) or carves and loads (dev set) everything; the same walk both times. whole: room for
  * the largest split tensor (tensor parallel); f32: scratch for the weights quantized to fp8 at load. */
 static lpo_status layout(cuda_ctx *c, const lpo_oplist *ref, void *staging, char *whole, void *f32) {
@@ -307,10 +330,13 @@ static lpo_status layout(cuda_ctx *c, const lpo_oplist *ref, void *staging, char
         float *sdst = c->op_wscale[i];
         for (int j = 0; j < op->n_w; j++) {
             if (j == op->n_w - op->n_bias) dst = c->op_bias[i];
-            if (native && j < op->n_w - op->n_bias) { /* GGUF blocks */
+            if (native && j < op->n_w - op->n_bias) { /* GGUF blocks (a rank's part) */
                 lpo_weight_view v;
+                const int split = op->w[j].shard != LPO_SHARD_NONE && tp > 1;
                 lpo_status st = c->cfg.weights->view(c->cfg.weights->ud, op->w[j].name, &v);
-                if (st == LPO_OK) st = load_blocks(c, &v, held, dst, f32, staging);
+                if (st == LPO_OK)
+                    st = split ? load_blocks_part(c, &v, &op->w[j], held, dst, f32, staging, whole)
+                               : load_blocks(c, &v, held, dst, f32, staging);
                 if (st != LPO_OK)
                     return lpo_error_context(st, "cuda backend: loading weights of op '%s'", op->name);
                 dst += lpo_dtype_bytes(held, (uint64_t)lpo__cuda_elems(&op->w[j]));
