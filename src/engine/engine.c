@@ -728,11 +728,6 @@ static lpo_status check_embeds(lpo_engine *e, const lpo_engine_batch *b) {
     if (!(e->be->features & LPO_BACKEND_F_EMBEDS))
         return lpo_errorf(LPO_E_UNSUPPORTED,
                           "backend '%s' cannot take given embedding rows (image embeddings)", e->be->name);
-    if (e->tp > 1)
-        return lpo_errorf(LPO_E_UNSUPPORTED,
-                          "engine: given embedding rows (image embeddings) with engine.tp=%d: run with "
-                          "engine.tp=1",
-                          e->tp);
     if (!b->tokens) return lpo_errorf(LPO_E_INVALID, "engine: a chained decode step takes no embedding rows");
     const int64_t H = e->spec.hidden_size;
     for (int i = 0; i < b->n_seqs; i++) {

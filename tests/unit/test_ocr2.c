@@ -57,12 +57,15 @@ static void test_config(void **state) {
     assert_non_null(strstr(lpo_last_error(), "deepseek_ocr2_text"));
 }
 
-static lpo_engine *open_engine(const lpo_model *m, int64_t chunk) {
-    lpo_engine_opts o = {LPO_ENGINE_DEFAULTS, .backend = "cpu",         .max_seqs = 1,
-                         .max_context = 600,  .max_step_tokens = chunk, .n_threads = 2};
+static lpo_engine *open_engine_tp(const lpo_model *m, int64_t chunk, int tp) {
+    lpo_engine_opts o = {LPO_ENGINE_DEFAULTS,      .backend = "cpu", .max_seqs = 1, .max_context = 600,
+                         .max_step_tokens = chunk, .n_threads = 2,   .tp = tp};
     lpo_engine *e;
     assert_int_equal(lpo_engine_open(m, &o, &e), LPO_OK);
     return e;
+}
+static lpo_engine *open_engine(const lpo_model *m, int64_t chunk) {
+    return open_engine_tp(m, chunk, 1);
 }
 
 /* Logits of every position with HF's image embeddings in the image rows: whole, and in chunks of 100 and
@@ -84,6 +87,14 @@ static void test_logits_match_hf(void **state) {
             fail_msg("chunk %lld: logits differ from HF by %.3g of the largest", (long long)chunks[c], err);
         lpo_engine_close(e);
     }
+    /* tensor parallel (every rank's embedding op takes the same image rows): 2 and 4 CPU ranks */
+    for (int tp = 2; tp <= 4; tp *= 2) {
+        lpo_engine *e = open_engine_tp(m, 100, tp);
+        const double err = ocr2_logits_err(e, &f, f.feats, lg);
+        print_message("engine.tp=%d: max |diff| / max |logit| %.3g\n", tp, err);
+        if (err > 1e-4) fail_msg("tp=%d: logits differ from HF by %.3g of the largest", tp, err);
+        lpo_engine_close(e);
+    }
     /* without the image rows the logits after the image differ: the rows are really used */
     lpo_engine *e = open_engine(m, 0);
     const int slot = 0;
@@ -97,7 +108,8 @@ static void test_logits_match_hf(void **state) {
     ocr2_fixture_free(&f);
 }
 
-/* 8 greedy tokens through lpo_generate (prefill with the image rows, then the KV cache), EOS ignored. */
+/* 8 greedy tokens through lpo_generate (prefill with the image rows, then the KV cache), EOS ignored; also
+ * with engine.tp=2. */
 static void test_greedy_tokens(void **state) {
     (void)state;
     ocr2_fixture f;
@@ -105,6 +117,9 @@ static void test_greedy_tokens(void **state) {
     lpo_model *m;
     assert_int_equal(lpo_model_open_path(OCR2_DIR "tiny-ocr2", &m), LPO_OK);
     lpo_engine *e = open_engine(m, 0);
+    ocr2_greedy_matches_hf(e, &f);
+    lpo_engine_close(e);
+    e = open_engine_tp(m, 0, 2); /* the same tokens from 2 tensor-parallel ranks */
     ocr2_greedy_matches_hf(e, &f);
     lpo_engine_close(e);
     lpo_model_close(m);
