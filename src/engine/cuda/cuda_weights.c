@@ -81,22 +81,28 @@ static lpo_status load_weight(cuda_ctx *c, const lpo_weight_view *v, void *dst, 
     return LPO_OK;
 }
 
-/* Tensor parallel: this rank's part of a split weight, from the whole tensor converted into `whole` (rows
- * are contiguous; columns by a 2-D copy). */
+/* Tensor parallel: this rank's part of a whole matrix of R rows of row_b bytes each (in `whole`) into dst:
+ * its `rows` rows (LPO_SHARD_ROWS), or in every row its part_b bytes (LPO_SHARD_COLS: its columns). Every
+ * split weight is cut this way, whatever its dtype (16-bit, fp8 bytes and their scales, GGUF blocks). */
+static lpo_status copy_part(cuda_ctx *c, void *dst, const char *whole, lpo_shard shard, int64_t R,
+                            int64_t rows, size_t row_b, size_t part_b, const char *name) {
+    if (shard == LPO_SHARD_ROWS)
+        CU(cudaMemcpyAsync(dst, whole + (size_t)(c->rank * rows) * row_b, (size_t)rows * row_b,
+                           cudaMemcpyDeviceToDevice, c->stream),
+           name);
+    else
+        CU(cudaMemcpy2DAsync(dst, part_b, whole + (size_t)c->rank * part_b, row_b, part_b, (size_t)R,
+                             cudaMemcpyDeviceToDevice, c->stream),
+           name);
+    return LPO_OK;
+}
+
+/* Tensor parallel: this rank's part of a split weight, from the whole tensor converted into `whole`. */
 static lpo_status load_part(cuda_ctx *c, const lpo_weight_view *v, const lpo_op_tensor *t, void *dst,
                             void *staging, char *whole) {
     TRY(load_weight(c, v, whole, c->dt, staging));
-    const int64_t rows = t->shape[0], cols = t->ndim > 1 ? t->shape[1] : 1;
-    const size_t es = c->es;
-    if (t->shard == LPO_SHARD_ROWS)
-        CU(cudaMemcpyAsync(dst, whole + (size_t)(c->rank * rows * cols) * es, (size_t)(rows * cols) * es,
-                           cudaMemcpyDeviceToDevice, c->stream),
-           v->name);
-    else /* row r: columns [rank cols, (rank + 1) cols) of the tp cols-wide stored row */
-        CU(cudaMemcpy2DAsync(dst, (size_t)cols * es, whole + (size_t)(c->rank * cols) * es,
-                             (size_t)(cols * c->tp) * es, (size_t)cols * es, (size_t)rows,
-                             cudaMemcpyDeviceToDevice, c->stream),
-           v->name);
+    const int64_t R = v->shape[0], C = (int64_t)v->numel / R, cols = t->ndim > 1 ? t->shape[1] : 1;
+    TRY(copy_part(c, dst, whole, t->shard, R, t->shape[0], (size_t)C * c->es, (size_t)cols * c->es, v->name));
     CU(cudaStreamSynchronize(c->stream), v->name); /* `whole` is reused by the next split tensor */
     return LPO_OK;
 }
@@ -183,35 +189,22 @@ static lpo_status load_fp8_part(cuda_ctx *c, const lpo_weight_view *v, const lpo
                                 void *q, float *s, void *f32, void *staging, char *whole) {
     const int64_t R = v->shape[0], C = (int64_t)v->numel / R, nsw = n_scales(wdt, R, C);
     const int64_t rows = t->shape[0], cols = t->ndim > 1 ? t->shape[1] : 1;
-    const int64_t tiles_c = (C + LPO_SCALE_TILE - 1) / LPO_SCALE_TILE, r = c->rank;
+    const int64_t tiles_c = (C + LPO_SCALE_TILE - 1) / LPO_SCALE_TILE;
     uint8_t *wq = (uint8_t *)whole;
     void *scales_at = whole + ((size_t)v->numel + 255) / 256 * 256; /* after the bytes, 256-aligned */
     float *ws = scales_at;
     TRY(load_fp8(c, v, wdt, wq, ws, f32, staging));
     const int b128 = wdt == LPO_DT_FP8_B128;
-    if (t->shard == LPO_SHARD_ROWS) {
-        CU(cudaMemcpyAsync(q, wq + (size_t)(r * rows * C), (size_t)(rows * C), cudaMemcpyDeviceToDevice,
-                           c->stream),
-           v->name);
-        const int64_t n = b128 ? rows / LPO_SCALE_TILE * tiles_c : rows; /* whole tile rows (op_held) */
-        CU(cudaMemcpyAsync(s, ws + (size_t)(r * n), (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice,
-                           c->stream),
-           v->name);
-    } else { /* row i: columns [r cols, (r + 1) cols) */
-        CU(cudaMemcpy2DAsync(q, (size_t)cols, wq + (size_t)(r * cols), (size_t)C, (size_t)cols, (size_t)R,
-                             cudaMemcpyDeviceToDevice, c->stream),
-           v->name);
-        if (!b128) /* a scale per row: all of them */
-            CU(cudaMemcpyAsync(s, ws, (size_t)nsw * sizeof(float), cudaMemcpyDeviceToDevice, c->stream),
-               v->name);
-        else { /* every tile row's tile columns [r cols / 128, (r + 1) cols / 128) */
-            const int64_t tc = cols / LPO_SCALE_TILE;
-            CU(cudaMemcpy2DAsync(s, (size_t)tc * sizeof(float), ws + (size_t)(r * tc),
-                                 (size_t)tiles_c * sizeof(float), (size_t)tc * sizeof(float),
-                                 (size_t)(nsw / tiles_c), cudaMemcpyDeviceToDevice, c->stream),
-               v->name);
-        }
-    }
+    TRY(copy_part(c, q, (const char *)wq, t->shard, R, rows, (size_t)C, (size_t)cols, v->name));
+    if (!b128 && t->shard == LPO_SHARD_COLS) /* a scale per row: all of them */
+        CU(cudaMemcpyAsync(s, ws, (size_t)nsw * sizeof(float), cudaMemcpyDeviceToDevice, c->stream), v->name);
+    else if (!b128) /* the rank's rows' scales */
+        TRY(copy_part(c, s, scales_at, LPO_SHARD_ROWS, R, rows, sizeof(float), sizeof(float), v->name));
+    else /* tile rows of tiles_c scales: the rank's tile rows, or in every one its tile columns */
+        TRY(copy_part(c, s, scales_at, t->shard, nsw / tiles_c,
+                      t->shard == LPO_SHARD_ROWS ? rows / LPO_SCALE_TILE : nsw / tiles_c,
+                      (size_t)tiles_c * sizeof(float), (size_t)(cols / LPO_SCALE_TILE) * sizeof(float),
+                      v->name));
     CU(cudaStreamSynchronize(c->stream), v->name); /* `whole` is reused by the next split tensor */
     return LPO_OK;
 }
@@ -267,18 +260,10 @@ static lpo_status load_blocks(cuda_ctx *c, const lpo_weight_view *v, lpo_dtype w
 static lpo_status load_blocks_part(cuda_ctx *c, const lpo_weight_view *v, const lpo_op_tensor *t,
                                    lpo_dtype wdt, void *q, void *f32, void *staging, char *whole) {
     const int64_t R = v->shape[0], C = (int64_t)v->numel / R, rows = t->shape[0];
-    const int64_t cols = t->ndim > 1 ? t->shape[1] : 1, r = c->rank;
+    const int64_t cols = t->ndim > 1 ? t->shape[1] : 1;
     TRY(load_blocks(c, v, wdt, whole, f32, staging));
-    const size_t rb = (size_t)lpo_dtype_bytes(wdt, (uint64_t)C),
-                 pb = (size_t)lpo_dtype_bytes(wdt, (uint64_t)cols);
-    if (t->shard == LPO_SHARD_ROWS)
-        CU(cudaMemcpyAsync(q, whole + (size_t)(r * rows) * rb, (size_t)rows * rb, cudaMemcpyDeviceToDevice,
-                           c->stream),
-           v->name);
-    else /* row i: the blocks of columns [r cols, (r + 1) cols) */
-        CU(cudaMemcpy2DAsync(q, pb, whole + (size_t)r * pb, rb, pb, (size_t)R, cudaMemcpyDeviceToDevice,
-                             c->stream),
-           v->name);
+    TRY(copy_part(c, q, whole, t->shard, R, rows, (size_t)lpo_dtype_bytes(wdt, (uint64_t)C),
+                  (size_t)lpo_dtype_bytes(wdt, (uint64_t)cols), v->name));
     CU(cudaStreamSynchronize(c->stream), v->name); /* `whole` is reused by the next split tensor */
     return LPO_OK;
 }
