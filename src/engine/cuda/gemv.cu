@@ -320,15 +320,6 @@ __global__ void __launch_bounds__(GEMV_MAX_WARPS * 32, 1)
 }
 
 /* ---- launchers ---------------------------------------------------------------------------------------- */
-typedef struct {
-    void *y;
-    const void *x, *W, *bias;
-    int m;
-    int64_t n, k;
-    float beta;
-    bool pdl;  /* the PDL instance (triggers, waits, x by ordered loads) */
-    bool attr; /* launched with programmatic stream serialization (pdl only) */
-} gemv_args;
 
 /* kernel over ceil(n / rows_out) blocks of `threads`, on a's pointers and sizes; with programmatic stream
  * serialization when a.attr */

@@ -1,9 +1,21 @@
-/* Shared by the GEMV kernels of the dense decode linears (gemv.cu) and of the routed experts (experts.cu)
- * (not a public header): the weight loads that stream (evict-first), the loads of the small shared input x
- * (through L1, or ordered after griddepcontrol.wait under PDL), unpacking of 16-byte vectors to floats, and
- * the transposing warp butterfly that reduces N per-thread sums with N - 1 shuffles. */
+/* Shared by the GEMV kernels of the dense decode linears (gemv.cu), of the routed experts (experts.cu) and of
+ * GGUF blocks (gemv_gguf.cu) (not a public header): the launchers' arguments, the weight loads that stream
+ * (evict-first), the loads of the small shared input x (through L1, or ordered after griddepcontrol.wait
+ * under PDL), unpacking of 16-byte vectors to floats, and the transposing warp butterfly that reduces N
+ * per-thread sums with N - 1 shuffles. */
 #pragma once
 #include "engine/cuda/cuda_common.cuh"
+
+/* ---- the launchers' arguments (gemv.cu, gemv_gguf.cu): y = x W^T (+ bias) (+ beta y) of m rows ---- */
+typedef struct {
+    void *y;
+    const void *x, *W, *bias;
+    int m;
+    int64_t n, k;
+    float beta;
+    bool pdl;  /* the PDL instance (triggers, waits, x by ordered loads) */
+    bool attr; /* launched with programmatic stream serialization (pdl only) */
+} gemv_args;
 
 /* ---- loads ---- */
 /* Weights: read once per step, evict-first in L1 and L2 (ld.global.cs). */

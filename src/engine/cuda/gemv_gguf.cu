@@ -162,14 +162,6 @@ __global__ void __launch_bounds__(GQ_MAX_THREADS)
 }
 
 /* ---- launchers ---------------------------------------------------------------------------------------- */
-typedef struct {
-    void *y;
-    const void *x, *W, *bias;
-    int m;
-    int64_t n, k;
-    float beta;
-    bool pdl, attr; /* the PDL instance; launched with programmatic stream serialization */
-} gq_args;
 
 /* threads per block: k / 64 units rounded up to a warp, 32 .. 128 */
 static unsigned gq_threads(int64_t k) {
@@ -178,7 +170,7 @@ static unsigned gq_threads(int64_t k) {
 }
 
 template <lpo_dtype Q, typename T, typename YT, int M, int VEC>
-static cudaError_t launch_m(const gq_args &a, cudaStream_t s) {
+static cudaError_t launch_m(const gemv_args &a, cudaStream_t s) {
     typedef gq_fmt<Q> F;
     constexpr int R = gq_rows<Q, M>::R;
     const unsigned nt = gq_threads(a.k);
@@ -192,18 +184,18 @@ static cudaError_t launch_m(const gq_args &a, cudaStream_t s) {
                            (const T *)a.bias, a.m, a.n, a.k, a.beta);
 }
 template <lpo_dtype Q, typename T, typename YT, int VEC>
-static cudaError_t launch_q(const gq_args &a, cudaStream_t s) {
+static cudaError_t launch_q(const gemv_args &a, cudaStream_t s) {
     if (a.m <= 1) return launch_m<Q, T, YT, 1, VEC>(a, s);
     if (a.m <= 2) return launch_m<Q, T, YT, 2, VEC>(a, s);
     if (a.m <= 4) return launch_m<Q, T, YT, 4, VEC>(a, s);
     return launch_m<Q, T, YT, 8, VEC>(a, s);
 }
 template <lpo_dtype Q, typename T, typename YT>
-static cudaError_t launch_vec(bool v16, const gq_args &a, cudaStream_t s) {
+static cudaError_t launch_vec(bool v16, const gemv_args &a, cudaStream_t s) {
     return v16 ? launch_q<Q, T, YT, 16>(a, s) : launch_q<Q, T, YT, 2>(a, s);
 }
 template <typename T, typename YT>
-static cudaError_t launch_fmt(lpo_dtype wdt, bool v16, const gq_args &a, cudaStream_t s) {
+static cudaError_t launch_fmt(lpo_dtype wdt, bool v16, const gemv_args &a, cudaStream_t s) {
     switch (wdt) {
     case LPO_DT_Q8_0: return launch_vec<LPO_DT_Q8_0, T, YT>(v16, a, s);
     case LPO_DT_Q4_0: return launch_vec<LPO_DT_Q4_0, T, YT>(v16, a, s);
@@ -240,7 +232,7 @@ extern "C" lpo_status lpo_cuda_gemv_gguf(void *y, lpo_dtype y_dt, const void *x,
     /* PDL (on for the stream: lpo_cuda_pdl_begin) on the 16-byte path; the 2-byte one never */
     const bool pdl_kernel = v16 && lpo__cuda_pdl_on(stream);
     const bool attr = lpo__cuda_pdl_launch(stream, pdl_kernel);
-    const gq_args a = {y, x, Wq, bias, (int)m, n, k, beta, pdl_kernel, attr};
+    const gemv_args a = {y, x, Wq, bias, (int)m, n, k, beta, pdl_kernel, attr};
     cudaError_t err;
     if (dt == LPO_DT_BF16)
         err = y_dt == LPO_DT_F32 ? launch_fmt<__nv_bfloat16, float>(wdt, v16, a, stream)
