@@ -386,6 +386,12 @@ static int ends_with(const char *s, const char *suffix) {
     return a >= b && !strcmp(s + a - b, suffix);
 }
 
+/* The folder of a path to a config.json ("config.json" alone: "."). */
+static void folder_of_config(const char *path, char *dir, size_t n) {
+    snprintf(dir, n, "%.*s", (int)(strlen(path) - strlen("config.json")), path);
+    if (!dir[0]) snprintf(dir, n, ".");
+}
+
 lpo_status lpo_model_open_path(const char *path, lpo_model **out) {
     *out = NULL;
     if (!path || !*path) return lpo_errorf(LPO_E_INVALID, "empty model path");
@@ -413,8 +419,7 @@ lpo_status lpo_model_open_path(const char *path, lpo_model **out) {
     if (!memcmp(magic, "GGUF", 4) || ends_with(path, ".gguf")) return lpo__open_gguf(path, out);
     if (ends_with(path, "config.json")) {
         char dir[4096];
-        snprintf(dir, sizeof dir, "%.*s", (int)(strlen(path) - strlen("config.json")), path);
-        if (!dir[0]) snprintf(dir, sizeof dir, ".");
+        folder_of_config(path, dir, sizeof dir);
         return lpo__open_hf_dir(dir, out);
     }
     return lpo_errorf(LPO_E_UNSUPPORTED,
@@ -431,12 +436,10 @@ const char *lpo_model_source_name(lpo_model_source_kind src) {
 /* The HF folder path names: a folder, its config.json, hf:Org/Name in the cache. */
 static lpo_status config_dir(const char *path, char *dir, size_t n) {
     if (!strncmp(path, "hf:", 3)) return lpo_hf_cache_resolve(path + 3, dir, n);
-    if (ends_with(path, "config.json") && !lpo_is_dir(path)) {
-        snprintf(dir, n, "%.*s", (int)(strlen(path) - strlen("config.json")), path);
-        if (!dir[0]) snprintf(dir, n, ".");
-    } else {
+    if (ends_with(path, "config.json") && !lpo_is_dir(path))
+        folder_of_config(path, dir, n);
+    else
         snprintf(dir, n, "%s", path);
-    }
     return LPO_OK;
 }
 
