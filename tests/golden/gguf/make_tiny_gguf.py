@@ -160,52 +160,48 @@ def convert_moe(src_name, out_name, qtype=None):
     w.close()
 
 
-def fuzz_seed():
-    """A complete 1-layer llama model of 2 KB: the seed that lets fuzz_gguf reach the model layer."""
-    out = os.path.join(os.path.dirname(HERE), "..", "fuzz", "corpus", "fuzz_gguf", "seed_model_llama.gguf")
-    rng = np.random.default_rng(5)
-    w = gguf.GGUFWriter(out, arch="llama")
+def write_seed(file, arch, rng_seed, extra_kv, shapes):
+    """A complete 1-layer model of a few KB (hidden 8, 2 heads, 1 KV head, 4 tokens) into the fuzz_gguf corpus:
+    a seed that lets the fuzzer reach the model layer; extra_kv: (writer method, value) pairs of the
+    architecture; shapes: every tensor (1-D: f32, else f16)."""
+    out = os.path.join(os.path.dirname(HERE), "..", "fuzz", "corpus", "fuzz_gguf", file)
+    rng = np.random.default_rng(rng_seed)
+    w = gguf.GGUFWriter(out, arch=arch)
     for f, v in [(w.add_block_count, 1), (w.add_context_length, 64), (w.add_embedding_length, 8),
                  (w.add_feed_forward_length, 8), (w.add_head_count, 2), (w.add_head_count_kv, 1)]:
         f(v)
+    for name, v in extra_kv:
+        getattr(w, name)(v)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_token_list(["a", "b", "c", "d"])
-    shapes = {"token_embd.weight": (4, 8), "output_norm.weight": (8,), "blk.0.attn_norm.weight": (8,),
-              "blk.0.attn_q.weight": (8, 8), "blk.0.attn_k.weight": (4, 8), "blk.0.attn_v.weight": (4, 8),
-              "blk.0.attn_output.weight": (8, 8), "blk.0.ffn_norm.weight": (8,), "blk.0.ffn_gate.weight": (8, 8),
-              "blk.0.ffn_up.weight": (8, 8), "blk.0.ffn_down.weight": (8, 8)}
     for n, shp in shapes.items():
         w.add_tensor(n, rng.standard_normal(shp).astype(np.float32 if len(shp) == 1 else np.float16))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+SEED_LAYER = {"token_embd.weight": (4, 8), "output_norm.weight": (8,), "blk.0.attn_norm.weight": (8,),
+              "blk.0.attn_q.weight": (8, 8), "blk.0.attn_k.weight": (4, 8), "blk.0.attn_v.weight": (4, 8),
+              "blk.0.attn_output.weight": (8, 8)}
+
+
+def fuzz_seed():
+    """The llama seed (2 KB)."""
+    write_seed("seed_model_llama.gguf", "llama", 5, [],
+               {**SEED_LAYER, "blk.0.ffn_norm.weight": (8,), "blk.0.ffn_gate.weight": (8, 8),
+                "blk.0.ffn_up.weight": (8, 8), "blk.0.ffn_down.weight": (8, 8)})
 
 
 def fuzz_seed_moe():
-    """A complete 1-layer qwen3moe model of 3 KB (2 stacked experts): the seed that lets fuzz_gguf reach the
-    expert split."""
-    out = os.path.join(os.path.dirname(HERE), "..", "fuzz", "corpus", "fuzz_gguf", "seed_model_qwen3moe.gguf")
-    rng = np.random.default_rng(6)
-    w = gguf.GGUFWriter(out, arch="qwen3moe")
-    for f, v in [(w.add_block_count, 1), (w.add_context_length, 64), (w.add_embedding_length, 8),
-                 (w.add_feed_forward_length, 8), (w.add_head_count, 2), (w.add_head_count_kv, 1),
-                 (w.add_expert_count, 2), (w.add_expert_used_count, 1), (w.add_expert_feed_forward_length, 4)]:
-        f(v)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_token_list(["a", "b", "c", "d"])
-    shapes = {"token_embd.weight": (4, 8), "output_norm.weight": (8,), "blk.0.attn_norm.weight": (8,),
-              "blk.0.attn_q.weight": (8, 8), "blk.0.attn_k.weight": (4, 8), "blk.0.attn_v.weight": (4, 8),
-              "blk.0.attn_output.weight": (8, 8), "blk.0.attn_q_norm.weight": (4,),
-              "blk.0.attn_k_norm.weight": (4,), "blk.0.ffn_norm.weight": (8,), "blk.0.ffn_gate_inp.weight": (2, 8),
-              "blk.0.ffn_gate_exps.weight": (2, 4, 8), "blk.0.ffn_up_exps.weight": (2, 4, 8),
-              "blk.0.ffn_down_exps.weight": (2, 8, 4)}
-    for n, shp in shapes.items():
-        w.add_tensor(n, rng.standard_normal(shp).astype(np.float32 if len(shp) == 1 else np.float16))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    """The qwen3moe seed (3 KB, 2 stacked experts): it lets fuzz_gguf reach the expert split."""
+    write_seed("seed_model_qwen3moe.gguf", "qwen3moe", 6,
+               [("add_expert_count", 2), ("add_expert_used_count", 1), ("add_expert_feed_forward_length", 4)],
+               {**SEED_LAYER, "blk.0.attn_q_norm.weight": (4,), "blk.0.attn_k_norm.weight": (4,),
+                "blk.0.ffn_norm.weight": (8,), "blk.0.ffn_gate_inp.weight": (2, 8),
+                "blk.0.ffn_gate_exps.weight": (2, 4, 8), "blk.0.ffn_up_exps.weight": (2, 4, 8),
+                "blk.0.ffn_down_exps.weight": (2, 8, 4)})
 
 
 if __name__ == "__main__":
