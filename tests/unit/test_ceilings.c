@@ -17,6 +17,7 @@
 #include "hw/ceilings_internal.h"
 #include "lpo/ceilings.h"
 #include "lpo/core.h"
+#include "lpo/hw.h"
 #include "test_support.h"
 
 static void test_spec_match(void **state) {
@@ -439,11 +440,15 @@ static void test_allreduce_sweep(void **state) {
         assert_int_equal(d.n_ar, 0);
     }
 
-    /* no GPU here: the sweep measures nothing and says so, LPO_OK */
+    /* fewer than 2 GPUs here: the sweep measures nothing and says so, LPO_OK (on a host with several, this
+     * unit test leaves the sweep to test_ceilings_gpu) */
     lpo_ceilings_opts o = {.device = 0, .quiet = 1, .quick = 1};
     fill(&c);
-    assert_int_equal(lpo_ceilings_measure_allreduce(&o, &c), LPO_OK);
-    assert_int_equal(c.n_ar, 0);
+    char why[256];
+    if (lpo_hw_gpu_count(why, sizeof why) < 2) {
+        assert_int_equal(lpo_ceilings_measure_allreduce(&o, &c), LPO_OK);
+        assert_int_equal(c.n_ar, 0);
+    }
     /* `--allreduce` on the CPU's record is refused */
     lpo_ceilings_cpu_key(c.uuid, sizeof c.uuid);
     snprintf(c.device_kind, sizeof c.device_kind, "cpu");

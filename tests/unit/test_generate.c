@@ -170,7 +170,9 @@ static void test_robustness(void **state) {
     expect_fail(cmd, 2, "infer.repetition_penalty = inf is out of range");
     snprintf(cmd, sizeof cmd, "%s model.arch.hidden_size=1048576 model.arch.n_layers=4096", g);
     expect_fail(cmd, 1, "GiB but this machine has");
-    snprintf(cmd, sizeof cmd, "%s model.arch.max_positions=1073741824 infer.max_context=1073741824", g);
+    snprintf(cmd, sizeof cmd,
+             "%s model.arch.max_positions=1073741824 infer.max_context=1073741824 model.arch.n_layers=4096",
+             g);
     expect_fail(cmd, 1, "max_context 1073741824");
     snprintf(cmd, sizeof cmd, "%s model.arch.type=lama", g);
     expect_fail(cmd, 2, "did you mean 'llama'");

@@ -74,7 +74,7 @@ static int close_to(double a, double b) {
 /* The rows of one model-mode run (table rows 1..) against the list and plan of that step, built here. */
 /* Checks every row; 1 when the sums' ratios to the eager step are sane too (0: re-measure, the machine was
  * busy). */
-static int check_rows(const tab *t, const lpo_oplist *l, const lpo_plan *p, const char *step) {
+static int check_rows(const tab *t, const lpo_oplist *l, const lpo_plan *p, const char *step, int judge) {
     int kinds[LPO_OP_KIND_COUNT] = {0};
     int64_t count_ops = 0, launches = 0, fused = 0, n_sums = 0, n_steps = 0;
     double flops = 0, bytes = 0, sum_ops = 0, eager = 0, timed = 0, sum_ops_row = NAN, sum_launch_row = NAN;
@@ -171,6 +171,7 @@ static int check_rows(const tab *t, const lpo_oplist *l, const lpo_plan *p, cons
      * Under a sanitizer a prefill step takes milliseconds, long enough for a loaded machine to preempt
      * every step (its wall time grows, the ops' short samples mostly run through, and the ratio falls far
      * below 0.25): there only a gross error fails (a sum 25x off); Release keeps the tight bounds. */
+    if (!judge) return 1; /* single samples (a timeout): one preemption moves a ratio 10x, nothing to judge */
     if (LPO_TEST_SANITIZED) return ratio > 0.04 && ratio < 25 && lratio > 0.1 && lratio < 10;
     return ratio > 0.25 && ratio < 4 && lratio > 0.3 && lratio < 1.3;
 }
@@ -219,7 +220,7 @@ static int free_held(void **state) {
 /* Runs one step shape (batch 2) in held.kb, with overrides extra, and checks its rows against the list and
  * plan built here. The sums' ratios are re-measured (a fresh kbench) up to twice when a busy machine skewed
  * them. */
-static void run_checked_with(int decode, int64_t n, const char *label, const char *extra) {
+static void run_checked_with(int decode, int64_t n, const char *label, const char *extra, int judge) {
     char phase[32], len[48];
     snprintf(phase, sizeof phase, "kbench.phase=%s", decode ? "decode" : "prefill");
     snprintf(len, sizeof len, "kbench.%s=%lld", decode ? "context" : "prompt", (long long)n);
@@ -235,7 +236,7 @@ static void run_checked_with(int decode, int64_t n, const char *label, const cha
         lpo_status st = lpo_test_kbench_run(held.kb, base, N_BASE, over, extra ? 4 : 3);
         if (st) fail_msg("%s: %s", label, lpo_last_error());
         tab_load(held.kb, &held.t);
-        ok = check_rows(&held.t, &held.l, &held.p, label);
+        ok = check_rows(&held.t, &held.l, &held.p, label, judge);
         lpo_csv_free(&held.t.csv);
         memset(&held.t, 0, sizeof held.t);
     }
@@ -247,7 +248,7 @@ static void run_checked_with(int decode, int64_t n, const char *label, const cha
 }
 
 static void run_checked(int decode, int64_t n, const char *label) {
-    run_checked_with(decode, n, label, NULL);
+    run_checked_with(decode, n, label, NULL, 1);
 }
 
 static void test_decode(void **state) {
@@ -320,11 +321,12 @@ static void test_prefill(void **state) {
 
 /* A step slower than profiling.timeout_s (a sanitizer build, a loaded machine): the eager pass's warm-up
  * steps do not count against the timeout, so every row still gets its launch times (engine_us) and the
- * eager steps their samples. */
+ * eager steps their samples. Each figure is then one sample: the rows are checked, not the sums' ratios
+ * (one preemption of a few ms in ~25 single samples moved them out of range). */
 static void test_slow_step(void **state) {
     (void)state;
     assert_int_equal(lpo_kbench_new(&held.kb), LPO_OK);
-    run_checked_with(0, 24, "prefill b=2 tokens=24", "profiling.timeout_s=1e-9");
+    run_checked_with(0, 24, "prefill b=2 tokens=24", "profiling.timeout_s=1e-9", 0);
 }
 
 static void test_errors(void **state) {

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -207,8 +208,14 @@ static void test_hf_cache(void **state) {
     snprintf(p, sizeof p, "%s/hub/models--Org--A/refs/main", root);
     assert_int_equal(lpo_write_file(p, "abc\n", 4), LPO_OK);
     mk(root, "hub/models--Org--B/snapshots/old");
-    sleep(1);
     mk(root, "hub/models--Org--B/snapshots/new");
+    /* their ages set, not slept for: a file system with coarse timestamps would tie them */
+    const struct timespec older[2] = {{1000000000, 0}, {1000000000, 0}},
+                          newer[2] = {{1000000100, 0}, {1000000100, 0}};
+    snprintf(p, sizeof p, "%s/hub/models--Org--B/snapshots/old", root);
+    assert_int_equal(utimensat(AT_FDCWD, p, older, 0), 0);
+    snprintf(p, sizeof p, "%s/hub/models--Org--B/snapshots/new", root);
+    assert_int_equal(utimensat(AT_FDCWD, p, newer, 0), 0);
     setenv("HF_HOME", root, 1);
     unsetenv("HF_HUB_CACHE");
     assert_int_equal(lpo_hf_cache_resolve("Org/A", out, sizeof out), LPO_OK);

@@ -105,7 +105,7 @@ static void test_roofline(void **state) {
     int rc = system(cmd);
     rc = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
     if (rc == 77) {
-        printf("SKIP (PNG rendering only): chromium is not installed\n");
+        printf("SKIP (PNG rendering only): chromium is not installed or does not start\n");
     } else {
         assert_int_equal(rc, 0);
         FILE *f = fopen(pp, "rb");
