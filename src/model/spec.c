@@ -326,6 +326,57 @@ static const char *j_str(const cJSON *o, const char *key) {
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
+/* Qwen2 / Qwen3: which layers slide. HF gives each layer a type: config.json's layer_types when listed, else
+ * "sliding_attention" from layer max_window_layers (default 28) on; none at all without use_sliding_window.
+ * lpo's window is one for the whole model: it returns sw when every layer slides, 0 when none does, and
+ * refuses a mix by name (it had put the window on every layer). */
+static int64_t qwen_window(json_ctx *c, const cJSON *root, int64_t sw, int64_t n_layers) {
+    if (!j_bool(c, root, "use_sliding_window", 0) || sw <= 0 || n_layers <= 0) return 0;
+    const cJSON *types = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    int64_t n_sliding = 0, first_sliding = -1, first_full = -1;
+    if (types && !cJSON_IsNull(types)) {
+        if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != n_layers) {
+            if (c->st == LPO_OK)
+                c->st =
+                    lpo_errorf(LPO_E_FORMAT,
+                               "%s: 'layer_types' must list \"full_attention\" or \"sliding_attention\" for "
+                               "each of the %lld layers",
+                               c->origin, (long long)n_layers);
+            return 0;
+        }
+        for (int64_t l = 0; l < n_layers; l++) {
+            const cJSON *t = cJSON_GetArrayItem(types, (int)l);
+            const int sliding = cJSON_IsString(t) && !strcmp(t->valuestring, "sliding_attention");
+            if (!sliding && !(cJSON_IsString(t) && !strcmp(t->valuestring, "full_attention"))) {
+                if (c->st == LPO_OK)
+                    c->st = lpo_errorf(
+                        LPO_E_FORMAT,
+                        "%s: 'layer_types'[%lld] is not \"full_attention\" or \"sliding_attention\"",
+                        c->origin, (long long)l);
+                return 0;
+            }
+            n_sliding += sliding;
+            if (sliding && first_sliding < 0) first_sliding = l;
+            if (!sliding && first_full < 0) first_full = l;
+        }
+    } else {
+        const int64_t from = j_int(c, root, "max_window_layers", 28);
+        first_sliding = from < n_layers ? (from > 0 ? from : 0) : -1;
+        first_full = from > 0 ? 0 : -1;
+        n_sliding = first_sliding < 0 ? 0 : n_layers - first_sliding;
+    }
+    if (n_sliding == 0) return 0;
+    if (n_sliding == n_layers) return sw;
+    if (c->st == LPO_OK)
+        c->st = lpo_errorf(
+            LPO_E_UNSUPPORTED,
+            "%s: layer %lld has a sliding window of %lld, layer %lld full attention (%s): lpo's "
+            "window is one for every layer; a mix of full and sliding layers is not supported",
+            c->origin, (long long)first_sliding, (long long)sw, (long long)first_full,
+            types && !cJSON_IsNull(types) ? "layer_types" : "use_sliding_window with max_window_layers");
+    return 0;
+}
+
 /* Reads rope scaling from `rope_scaling` (transformers 4) or `rope_parameters` (transformers 5). */
 static void parse_rope(json_ctx *c, const cJSON *root, lpo_model_spec *s) {
     const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
@@ -747,10 +798,12 @@ lpo_status lpo_spec_from_hf_config(const char *json, size_t len, const char *ori
         c.st = lpo_errorf(LPO_E_UNSUPPORTED,
                           "%s: hidden_act '%s' is not supported (supported: silu, gelu_pytorch_tanh)", origin,
                           act);
-    /* sliding window: mistral uses it whenever set; qwen2/3 only with use_sliding_window */
+    /* sliding window: mistral and mixtral use it whenever set, on every layer; qwen3_moe on every layer with
+     * use_sliding_window; qwen2 / qwen3 per layer (qwen_window) */
     int64_t sw = j_int(&c, root, "sliding_window", 0);
-    if ((s->arch == LPO_ARCH_QWEN2 || s->arch == LPO_ARCH_QWEN3 || s->arch == LPO_ARCH_QWEN3_MOE) &&
-        !j_bool(&c, root, "use_sliding_window", 0))
+    if (s->arch == LPO_ARCH_QWEN2 || s->arch == LPO_ARCH_QWEN3)
+        sw = qwen_window(&c, root, sw, s->n_layers);
+    else if (s->arch == LPO_ARCH_QWEN3_MOE && !j_bool(&c, root, "use_sliding_window", 0))
         sw = 0;
     s->sliding_window = sw > 0 && sw < s->max_positions ? sw : 0;
     const char *dt = j_str(root, "torch_dtype");

@@ -107,6 +107,43 @@ static void test_hf_config_variants(void **state) {
         "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"intermediate_size\":128}";
     assert_int_equal(parse(q2, &s), LPO_OK);
     assert_true(s.qkv_bias && !s.o_bias);
+    /* qwen2 / qwen3 with use_sliding_window: HF slides from layer max_window_layers (default 28) on, or as
+     * layer_types says; all sliding or none is one window, a mix is refused (the window was on every layer)
+     */
+    const char *qw =
+        "{\"model_type\":\"qwen2\",\"vocab_size\":100,\"hidden_size\":64,\"num_hidden_layers\":2,"
+        "\"num_attention_heads\":4,\"intermediate_size\":128,\"max_position_embeddings\":256,"
+        "\"use_sliding_window\":true,\"sliding_window\":16";
+    char js[512];
+    snprintf(js, sizeof js, "%s}", qw); /* max_window_layers 28 >= 2 layers: none slides */
+    assert_int_equal(parse(js, &s), LPO_OK);
+    assert_int_equal(s.sliding_window, 0);
+    snprintf(js, sizeof js, "%s,\"max_window_layers\":0}", qw);
+    assert_int_equal(parse(js, &s), LPO_OK);
+    assert_int_equal(s.sliding_window, 16);
+    snprintf(js, sizeof js, "%s,\"layer_types\":[\"sliding_attention\",\"sliding_attention\"]}", qw);
+    assert_int_equal(parse(js, &s), LPO_OK);
+    assert_int_equal(s.sliding_window, 16);
+    snprintf(js, sizeof js, "%s,\"max_window_layers\":1}", qw);
+    assert_int_equal(parse(js, &s), LPO_E_UNSUPPORTED);
+    assert_non_null(strstr(lpo_last_error(), "layer 1 has a sliding window of 16, layer 0 full attention "
+                                             "(use_sliding_window with max_window_layers)"));
+    snprintf(js, sizeof js, "%s,\"layer_types\":[\"sliding_attention\",\"full_attention\"]}", qw);
+    assert_int_equal(parse(js, &s), LPO_E_UNSUPPORTED);
+    assert_non_null(strstr(lpo_last_error(), "layer 0 has a sliding window of 16, layer 1 full attention"));
+    snprintf(js, sizeof js, "%s,\"layer_types\":[\"sliding_attention\"]}", qw);
+    assert_int_equal(parse(js, &s), LPO_E_FORMAT);
+    assert_non_null(strstr(lpo_last_error(), "for each of the 2 layers"));
+    snprintf(js, sizeof js, "%s,\"layer_types\":[\"sliding_attention\",\"chunked_attention\"]}", qw);
+    assert_int_equal(parse(js, &s), LPO_E_FORMAT);
+    assert_non_null(strstr(lpo_last_error(), "'layer_types'[1] is not"));
+    /* without use_sliding_window no layer slides, whatever layer_types lists (HF drops the window) */
+    const char *q3t =
+        "{\"model_type\":\"qwen3\",\"vocab_size\":100,\"hidden_size\":64,\"num_hidden_layers\":2,"
+        "\"num_attention_heads\":4,\"intermediate_size\":128,\"sliding_window\":16,"
+        "\"layer_types\":[\"full_attention\",\"sliding_attention\"]}";
+    assert_int_equal(parse(q3t, &s), LPO_OK);
+    assert_int_equal(s.sliding_window, 0);
     /* mistral v0.1: sliding window applies */
     const char *mi = "{\"architectures\":[\"MistralForCausalLM\"],\"vocab_size\":32000,\"hidden_size\":64,"
                      "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":1,"
