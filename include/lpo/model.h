@@ -54,8 +54,9 @@ const char *lpo_arch_name(lpo_arch a);
  * `general.architecture` to an arch; LPO_E_UNSUPPORTED lists the supported ones. */
 lpo_status lpo_arch_from_name(const char *name, lpo_arch *out);
 
-#define LPO_MAX_EOS    8
-#define LPO_MAX_LAYERS 4096
+#define LPO_MAX_EOS        8
+#define LPO_MAX_LAYERS     4096
+#define LPO_MAX_ROPE_FREQS 256 /* head_dim / 2 of a per-frequency RoPE factor table */
 typedef struct {
     lpo_arch arch;
     char name[128]; /* display name: preset name, folder name or GGUF general.name */
@@ -76,6 +77,11 @@ typedef struct {
                                            mscale_all_dim) when both are set; MLA's softmax scale times
                                            mscale(f, mscale_all_dim)^2 */
         int no_truncate;                /* yarn truncate: false (the correction range is not rounded) */
+        /* llama3 scaling as a GGUF stores it (tensor rope_freqs.weight): each base inverse frequency divided
+         * by its factor, as llama.cpp does, instead of the formula (which the file's parameters do not give);
+         * n_freq_factors 0 = none, else head_dim / 2 */
+        int n_freq_factors;
+        float freq_factors[LPO_MAX_ROPE_FREQS];
     } rope;
     int qkv_bias; /* q/k/v projections carry a bias (qwen2) */
     int o_bias;   /* output projection bias */

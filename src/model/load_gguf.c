@@ -231,18 +231,32 @@ static lpo_status spec_from_gguf(const lpo_gguf *g, const char *path, lpo_model_
         for (int j = 0; j < s->n_eos; j++) dup |= s->eos_ids[j] == id;
         if (id >= 0 && !dup) s->eos_ids[s->n_eos++] = id;
     }
-    /* Llama 3.x GGUFs carry llama3 RoPE scaling as a rope_freqs tensor of per-frequency divisors; its maximum
-     * is the scaling factor. The other llama3 parameters are not stored: lpo assumes the published ones. */
+    /* Llama 3.x GGUFs carry llama3 RoPE scaling as a rope_freqs tensor: one divisor per frequency, applied as
+     * llama.cpp does (any llama3 parameters, not only the published ones). The parameters themselves are not
+     * stored: the largest divisor is shown as the factor, the published others beside it for display. */
     const lpo_gguf_tensor *rf = lpo_gguf_find_tensor(g, "rope_freqs.weight");
-    if (rf && rf->dtype == LPO_DT_F32 && s->rope.scaling == LPO_ROPE_NONE) {
+    if (rf && st == LPO_OK && s->rope.scaling == LPO_ROPE_NONE) {
+        if (rf->dtype != LPO_DT_F32 || rf->n_dims != 1 || rf->ne[0] != s->head_dim / 2 ||
+            rf->ne[0] > LPO_MAX_ROPE_FREQS)
+            st = lpo_errorf(LPO_E_FORMAT,
+                            "tensor rope_freqs.weight: expected %lld f32 frequency factors (head_dim / 2, at "
+                            "most %d), got a %s tensor of %lld",
+                            (long long)(s->head_dim / 2), LPO_MAX_ROPE_FREQS, lpo_dtype_name(rf->dtype),
+                            (long long)rf->ne[0]);
         float mx = 0;
-        for (int64_t i = 0; i < rf->ne[0]; i++) {
+        for (int64_t i = 0; st == LPO_OK && i < rf->ne[0]; i++) {
             float v;
             memcpy(&v, rf->data + 4 * i, 4);
+            if (!isfinite(v) || !(v > 0))
+                st = lpo_errorf(LPO_E_FORMAT,
+                                "tensor rope_freqs.weight: factor %lld is %g (need a positive number)",
+                                (long long)i, (double)v);
+            s->rope.freq_factors[i] = v;
             if (v > mx) mx = v;
         }
-        if (mx > 1.0f && isfinite(mx)) {
+        if (st == LPO_OK) {
             s->rope.scaling = LPO_ROPE_LLAMA3;
+            s->rope.n_freq_factors = (int)rf->ne[0];
             s->rope.factor = mx;
             s->rope.low_freq_factor = 1.0;
             s->rope.high_freq_factor = 4.0;

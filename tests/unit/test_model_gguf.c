@@ -19,10 +19,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "lpo/core.h"
 #include "lpo/gguf.h"
 #include "lpo/model.h"
+#include "lpo/ops.h"
 #include "test_support.h"
 
 #define SMOL   LPO_SOURCE_DIR "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -75,6 +77,49 @@ static void test_tiny_llama_gguf(void **state) {
     assert_memory_equal((const float *)q->data + 16, hf + 2 * 16, 16 * 4);
     assert_memory_not_equal((const float *)q->data + 16, hf + 16, 16 * 4);
     lpo_model_close(m);
+}
+
+/* rope_freqs with factors of no llama3 formula's shape (a fine-tune's other parameters): each base inverse
+ * frequency divided by its factor, as llama.cpp does (lpo had assumed the published llama3 parameters); a
+ * factor that is not a positive number refused by name. */
+static void test_rope_freqs_table(void **state) {
+    (void)state;
+    char *g = NULL, *dir = lpo_test_tmpdir(), path[4200];
+    size_t n = 0;
+    assert_int_equal(lpo_read_file(GOLDEN "/gguf/tiny-llama.gguf", &g, &n), LPO_OK);
+    lpo_gguf *gg;
+    assert_int_equal(lpo_gguf_parse((const uint8_t *)g, n, "tiny-llama.gguf", &gg), LPO_OK);
+    const lpo_gguf_tensor *rf = lpo_gguf_find_tensor(gg, "rope_freqs.weight");
+    assert_non_null(rf);
+    const size_t off = (size_t)(rf->data - (const uint8_t *)g);
+    const int64_t half = rf->ne[0];
+    lpo_gguf_close(gg);
+    float f[LPO_MAX_ROPE_FREQS];
+    for (int64_t i = 0; i < half; i++) f[i] = 1.0f + 0.37f * (float)i;
+    memcpy(g + off, f, (size_t)half * 4);
+    snprintf(path, sizeof path, "%s/factors.gguf", dir);
+    assert_int_equal(lpo_write_file(path, g, n), LPO_OK);
+    lpo_model *m;
+    assert_int_equal(lpo_model_open_path(path, &m), LPO_OK);
+    lpo_model_spec s = *lpo_model_get_spec(m), plain = s;
+    lpo_model_close(m);
+    assert_int_equal(s.rope.scaling, LPO_ROPE_LLAMA3);
+    assert_int_equal(s.rope.n_freq_factors, half);
+    plain.rope.scaling = LPO_ROPE_NONE;
+    float inv[LPO_MAX_ROPE_FREQS], base[LPO_MAX_ROPE_FREQS], scale;
+    assert_int_equal(lpo_rope_inv_freq(&s, inv, &scale), LPO_OK);
+    assert_int_equal(lpo_rope_inv_freq(&plain, base, &scale), LPO_OK);
+    for (int64_t i = 0; i < half; i++) assert_true(inv[i] == base[i] / f[i]);
+    /* a zero factor */
+    f[1] = 0;
+    memcpy(g + off, f, (size_t)half * 4);
+    assert_int_equal(lpo_write_file(path, g, n), LPO_OK);
+    assert_int_equal(lpo_model_open_path(path, &m), LPO_E_FORMAT);
+    assert_non_null(strstr(lpo_last_error(), "rope_freqs.weight: factor 1 is 0"));
+    free(g);
+    remove(path);
+    rmdir(dir);
+    free(dir);
 }
 
 static void test_tiny_qwen2_gguf(void **state) {
@@ -321,9 +366,10 @@ static int need_smol(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tiny_llama_gguf),    cmocka_unit_test(test_tiny_qwen2_gguf),
-        cmocka_unit_test(test_gguf_model_errors),  cmocka_unit_test(test_tiny_moe_gguf),
-        cmocka_unit_test(test_tiny_moe_gguf_q8_0), cmocka_unit_test(test_moe_gguf_errors),
+        cmocka_unit_test(test_tiny_llama_gguf),  cmocka_unit_test(test_tiny_qwen2_gguf),
+        cmocka_unit_test(test_rope_freqs_table), cmocka_unit_test(test_gguf_model_errors),
+        cmocka_unit_test(test_tiny_moe_gguf),    cmocka_unit_test(test_tiny_moe_gguf_q8_0),
+        cmocka_unit_test(test_moe_gguf_errors),
     };
     int rc = cmocka_run_group_tests_name("tiny", tests, NULL, NULL);
     if (rc) return rc;
