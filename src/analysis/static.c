@@ -220,21 +220,27 @@ void lpo_an_footprint_compute(const lpo_model_spec *s, const lpo_an_opts *o, con
     size_t n = 0;
     const double vec = dt->weights->quantized ? dt->act->bytes : dt->weights->bytes;
     if (lpo_spec_tensors(s, &t, &n) == LPO_OK) {
-        /* a routed expert's tensor is used by top_k / n_experts of the tokens' work: that share is active */
-        const double share =
-            lpo_spec_has_moe(s) ? (double)s->moe.n_experts_used / (double)s->moe.n_experts : 1;
+        /* a routed expert's tensor is used by top_k / n_experts of the tokens' work: that share is active.
+         * Summed over the experts first, then scaled: every layer holds n_experts alike, so the active count
+         * is a whole number (scaling each tensor gave 152511.99999 for 3 of 5) */
+        const int moe = lpo_spec_has_moe(s);
+        double expert_params = 0, expert_bytes = 0;
         for (size_t i = 0; i < n; i++) { // matrices at the weight dtype (or their own), vectors at vec
             double e = (double)t[i].shape[0] * (t[i].n_dims > 1 ? (double)t[i].shape[1] : 1.0);
             lpo_dtype own = dt->weights->dt;
             const int held = t[i].n_dims > 1 && dt->held && dt->held->stored_dtype &&
                              dt->held->stored_dtype(dt->held->ud, t[i].name, &own);
             const double by = held ? lpo_dtype_matrix_bytes(own, (double)t[i].shape[0], (double)t[i].shape[1])
-                                   : e * (t[i].n_dims > 1 ? dt->weights->bytes : vec),
-                         a = strstr(t[i].name, ".experts.") ? share : 1.0;
+                                   : e * (t[i].n_dims > 1 ? dt->weights->bytes : vec);
             f->weight_params += e;
             f->weight_bytes += by;
-            f->active_params += a * e;
-            f->active_weight_bytes += a * by;
+            if (moe && strstr(t[i].name, ".experts.")) expert_params += e, expert_bytes += by;
+        }
+        f->active_params = f->weight_params - expert_params;
+        f->active_weight_bytes = f->weight_bytes - expert_bytes;
+        if (moe) {
+            f->active_params += expert_params * (double)s->moe.n_experts_used / (double)s->moe.n_experts;
+            f->active_weight_bytes += expert_bytes * (double)s->moe.n_experts_used / (double)s->moe.n_experts;
         }
     }
     free(t);

@@ -382,6 +382,7 @@ static void test_moe_reads(void **state) {
     assert_int_equal(an.moe.top_k, 3);
     assert_close(an.moe.expert_params, expert, 1e-12);
     assert_close(an.mem.weight_params - an.mem.active_params, (E - k) * expert, 1e-12);
+    assert_true(an.mem.active_params == floor(an.mem.active_params)); /* 3 of 5: a whole count, no .99999 */
     assert_close(an.mem.weight_bytes - an.mem.active_weight_bytes, 2 * (E - k) * expert, 1e-12);
     /* B = 1, 2, 3 (the workload's), 4, 8, ..., 256 */
     assert_int_equal(an.moe.n_rows, 10);
