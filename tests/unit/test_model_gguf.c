@@ -94,7 +94,8 @@ static void test_rope_freqs_table(void **state) {
     const size_t off = (size_t)(rf->data - (const uint8_t *)g);
     const int64_t half = rf->ne[0];
     lpo_gguf_close(gg);
-    float f[LPO_MAX_ROPE_FREQS];
+    float f[LPO_MAX_ROPE_FREQS] = {0};
+    assert_true(half > 1 && half <= LPO_MAX_ROPE_FREQS);
     for (int64_t i = 0; i < half; i++) f[i] = 1.0f + 0.37f * (float)i;
     memcpy(g + off, f, (size_t)half * 4);
     snprintf(path, sizeof path, "%s/factors.gguf", dir);
