@@ -114,29 +114,32 @@ static void test_hf_config_variants(void **state) {
         "{\"model_type\":\"qwen2\",\"vocab_size\":100,\"hidden_size\":64,\"num_hidden_layers\":2,"
         "\"num_attention_heads\":4,\"intermediate_size\":128,\"max_position_embeddings\":256,"
         "\"use_sliding_window\":true,\"sliding_window\":16";
-    char js[512];
-    snprintf(js, sizeof js, "%s}", qw); /* max_window_layers 28 >= 2 layers: none slides */
-    assert_int_equal(parse(js, &s), LPO_OK);
-    assert_int_equal(s.sliding_window, 0);
-    snprintf(js, sizeof js, "%s,\"max_window_layers\":0}", qw);
-    assert_int_equal(parse(js, &s), LPO_OK);
-    assert_int_equal(s.sliding_window, 16);
-    snprintf(js, sizeof js, "%s,\"layer_types\":[\"sliding_attention\",\"sliding_attention\"]}", qw);
-    assert_int_equal(parse(js, &s), LPO_OK);
-    assert_int_equal(s.sliding_window, 16);
-    snprintf(js, sizeof js, "%s,\"max_window_layers\":1}", qw);
-    assert_int_equal(parse(js, &s), LPO_E_UNSUPPORTED);
-    assert_non_null(strstr(lpo_last_error(), "layer 1 has a sliding window of 16, layer 0 full attention "
-                                             "(use_sliding_window with max_window_layers)"));
-    snprintf(js, sizeof js, "%s,\"layer_types\":[\"sliding_attention\",\"full_attention\"]}", qw);
-    assert_int_equal(parse(js, &s), LPO_E_UNSUPPORTED);
-    assert_non_null(strstr(lpo_last_error(), "layer 0 has a sliding window of 16, layer 1 full attention"));
-    snprintf(js, sizeof js, "%s,\"layer_types\":[\"sliding_attention\"]}", qw);
-    assert_int_equal(parse(js, &s), LPO_E_FORMAT);
-    assert_non_null(strstr(lpo_last_error(), "for each of the 2 layers"));
-    snprintf(js, sizeof js, "%s,\"layer_types\":[\"sliding_attention\",\"chunked_attention\"]}", qw);
-    assert_int_equal(parse(js, &s), LPO_E_FORMAT);
-    assert_non_null(strstr(lpo_last_error(), "'layer_types'[1] is not"));
+    static const struct {
+        const char *tail;  /* the rest of the config after qw */
+        lpo_status st;     /* what the parse gives */
+        int64_t window;    /* the model's window when LPO_OK */
+        const char *error; /* part of the message otherwise */
+    } cases[] = {
+        {"}", LPO_OK, 0, NULL}, /* max_window_layers 28 >= 2 layers: none slides */
+        {",\"max_window_layers\":0}", LPO_OK, 16, NULL},
+        {",\"layer_types\":[\"sliding_attention\",\"sliding_attention\"]}", LPO_OK, 16, NULL},
+        {",\"max_window_layers\":1}", LPO_E_UNSUPPORTED, 0,
+         "layer 1 has a sliding window of 16, layer 0 full attention (use_sliding_window with "
+         "max_window_layers)"},
+        {",\"layer_types\":[\"sliding_attention\",\"full_attention\"]}", LPO_E_UNSUPPORTED, 0,
+         "layer 0 has a sliding window of 16, layer 1 full attention"},
+        {",\"layer_types\":[\"sliding_attention\"]}", LPO_E_FORMAT, 0, "for each of the 2 layers"},
+        {",\"layer_types\":[\"sliding_attention\",\"chunked_attention\"]}", LPO_E_FORMAT, 0,
+         "'layer_types'[1] is not"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) { // case i: qw + its tail
+        char js[512];
+        snprintf(js, sizeof js, "%s%s", qw, cases[i].tail);
+        assert_int_equal(parse(js, &s), cases[i].st);
+        if (cases[i].st == LPO_OK) assert_int_equal(s.sliding_window, cases[i].window);
+        if (cases[i].error && !strstr(lpo_last_error(), cases[i].error))
+            fail_msg("case %zu: '%s' not in '%s'", i, cases[i].error, lpo_last_error());
+    }
     /* without use_sliding_window no layer slides, whatever layer_types lists (HF drops the window) */
     const char *q3t =
         "{\"model_type\":\"qwen3\",\"vocab_size\":100,\"hidden_size\":64,\"num_hidden_layers\":2,"
