@@ -244,6 +244,7 @@ static lpo_status spec_from_gguf(const lpo_gguf *g, const char *path, lpo_model_
                             (long long)(s->head_dim / 2), LPO_MAX_ROPE_FREQS, lpo_dtype_name(rf->dtype),
                             (long long)rf->ne[0]);
         float mx = 0;
+        int identity = 1; /* every divisor 1: no scaling at all */
         for (int64_t i = 0; st == LPO_OK && i < rf->ne[0]; i++) {
             float v;
             memcpy(&v, rf->data + 4 * i, 4);
@@ -253,8 +254,9 @@ static lpo_status spec_from_gguf(const lpo_gguf *g, const char *path, lpo_model_
                                 (long long)i, (double)v);
             s->rope.freq_factors[i] = v;
             if (v > mx) mx = v;
+            identity &= v == 1.0f;
         }
-        if (st == LPO_OK) {
+        if (st == LPO_OK && !identity) {
             s->rope.scaling = LPO_ROPE_LLAMA3;
             s->rope.n_freq_factors = (int)rf->ne[0];
             s->rope.factor = mx;
