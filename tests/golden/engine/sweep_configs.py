@@ -129,14 +129,20 @@ def main():
     ap.add_argument("--extra", default="", help="lpo overrides for both commands, e.g. engine.tp=2")
     ap.add_argument("--new", type=int, default=24)
     args = ap.parse_args()
-    tmp, bad = tempfile.mkdtemp(prefix="lpo-sweep-"), 0
+    run_sweep("lpo-sweep-", args.only, lambda name, cls, kw, tmp: [("", *check(args, name, cls, kw, tmp))])
+
+
+def run_sweep(prefix, only, rows_of):
+    """Runs rows_of(name, cls, kw, tmp) -> [(label, verdict, what)] for the variants named in only (all when
+    empty) in a temporary folder, prints a line per row, exits 1 when a verdict is BAD."""
+    tmp, bad = tempfile.mkdtemp(prefix=prefix), 0
     try:
         for name, cls, kw in VARIANTS:
-            if args.only and not any(o in name for o in args.only.split(",")):
+            if only and not any(o in name for o in only.split(",")):
                 continue
-            verdict, what = check(args, name, cls, kw, tmp)
-            bad += verdict == "BAD"
-            print(f"{name:24s} {verdict:8s} {what}", flush=True)
+            for label, verdict, what in rows_of(name, cls, kw, tmp):
+                bad += verdict == "BAD"
+                print(f"{name:24s} {label + ' ' if label else ''}{verdict:22s} {what}", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     sys.exit(1 if bad else 0)

@@ -34,7 +34,7 @@ from transformers import AutoModelForCausalLM
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "engine"))
 from make_fixtures import randomize  # noqa: E402
-from sweep_configs import BASE, VARIANTS  # noqa: E402
+from sweep_configs import BASE, run_sweep  # noqa: E402
 
 TOKENIZER = os.path.join(HERE, "..", "tokenizers", "smollm2.tokenizer.json")
 VOCAB = 49152
@@ -110,17 +110,7 @@ def main():
     args = ap.parse_args()
     sys.path.insert(0, os.path.join(args.llama_cpp, "gguf-py"))
     import gguf
-    tmp, bad = tempfile.mkdtemp(prefix="lpo-gguf-sweep-"), 0
-    try:
-        for name, cls, kw in VARIANTS:
-            if args.only and not any(o in name for o in args.only.split(",")):
-                continue
-            for outtype, verdict, what in check(args, gguf, name, cls, kw, tmp):
-                bad += verdict == "BAD"
-                print(f"{name:24s} {outtype:5s} {verdict:22s} {what}", flush=True)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    sys.exit(1 if bad else 0)
+    run_sweep("lpo-gguf-sweep-", args.only, lambda name, cls, kw, tmp: check(args, gguf, name, cls, kw, tmp))
 
 
 if __name__ == "__main__":
