@@ -81,6 +81,9 @@ lpo_status lpo_engine_dtype_parse(const char *name, lpo_dtype *out);
 lpo_status lpo_engine_kv_dtype_parse(const char *name, int *fp8);
 /* engine.tp_allreduce: "nccl" (or NULL), "oneshot", "auto"; LPO_E_CONFIG naming them otherwise. */
 lpo_status lpo_engine_tp_allreduce_parse(const char *name, lpo_tp_allreduce *out);
+/* A loaded model's tensors as a weight source (lpo_model_weight_view), for lpo_engine_open_weights and
+ * backends' init (the model outlives the source). */
+lpo_weight_source lpo_model_weight_source(const lpo_model *m);
 /* Opens an engine over a loaded model (weights as typed views; stored dtypes in the op lists). */
 lpo_status lpo_engine_open(const lpo_model *m, const lpo_engine_opts *opts, lpo_engine **out);
 /* Opens an engine over any weight source (tests, synthetic data). The spec is copied. dtypes may be NULL

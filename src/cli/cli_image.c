@@ -200,10 +200,6 @@ void lpo_cli_images_free(lpo_cli_images *l) {
 
 /* ---- the vision encoder ---------------------------------------------------------------------------------
  */
-static lpo_status view_of(void *ud, const char *name, lpo_weight_view *out) {
-    return lpo_model_weight_view(ud, name, out);
-}
-
 lpo_status lpo_cli_vision_check(const lpo_model *m) {
     if (lpo_model_vision_spec(m)) return LPO_OK;
     return lpo_errorf(LPO_E_USAGE,
@@ -218,8 +214,7 @@ lpo_status lpo_cli_vision_open(const lpo_model *m, const lpo_engine_opts *eo, lp
     if (st != LPO_OK) return st;
     out->vs = lpo_model_vision_spec(m);
     lpo_ocr_prep_defaults(&out->prep);
-    out->ws.ud = (void *)m;
-    out->ws.view = view_of;
+    out->ws = lpo_model_weight_source(m);
     const lpo_backend_iface *be = NULL;
     lpo_dtype dt = LPO_DT_COUNT;
     if ((st = lpo_backend_find(eo->backend, &be)) != LPO_OK) return st;

@@ -67,6 +67,10 @@ static lpo_status model_view(void *ud, const char *name, lpo_weight_view *out) {
     return lpo_model_weight_view(ud, name, out);
 }
 
+lpo_weight_source lpo_model_weight_source(const lpo_model *m) {
+    return (lpo_weight_source){(void *)m, model_view};
+}
+
 static int model_dtype(void *ud, const char *name, lpo_dtype *out) {
     const lpo_tensor *t = lpo_model_tensor(ud, name);
     if (!t) return 0;
@@ -75,7 +79,7 @@ static int model_dtype(void *ud, const char *name, lpo_dtype *out) {
 }
 
 lpo_status lpo_engine_open(const lpo_model *m, const lpo_engine_opts *opts, lpo_engine **out) {
-    lpo_weight_source ws = {(void *)m, model_view};
+    const lpo_weight_source ws = lpo_model_weight_source(m);
     lpo_dtype_lookup dl = {(void *)m, model_dtype};
     return lpo_engine_open_weights(lpo_model_get_spec(m), &ws, &dl, opts, out);
 }

@@ -29,6 +29,7 @@
 
 #include "lpo/backend.h"
 #include "lpo/core.h"
+#include "lpo/engine.h"
 #include "lpo/opcheck.h"
 #include "lpo/probe.h"
 #include "lpo/trace.h"
@@ -140,9 +141,6 @@ static void test_run_op_staging(void **state) {
 }
 
 /* ---- 2. whole steps ---- */
-static lpo_status model_view(void *ud, const char *name, lpo_weight_view *out) {
-    return lpo_model_weight_view(ud, name, out);
-}
 
 typedef struct {
     const lpo_backend_iface *be;
@@ -155,7 +153,7 @@ static void runner_open_exec(runner *r, const lpo_backend_iface *be, const lpo_m
                              int fusion, lpo_exec_mode exec, int pdl) {
     memset(r, 0, sizeof *r);
     r->be = be;
-    const lpo_weight_source ws = {(void *)m, model_view};
+    const lpo_weight_source ws = lpo_model_weight_source(m);
     const lpo_backend_init in = {
         .spec = lpo_model_get_spec(m),
         .weights = &ws,

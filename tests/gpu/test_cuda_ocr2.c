@@ -71,7 +71,7 @@ static void test_decoder_with_hf_embeddings(void **state) {
 /* the page encoded on backend be (CUDA: an op-only context of dtype dt), decoded on CUDA in engine_dt */
 static double pipeline_err(const ocr2_fixture *f, lpo_model *m, const lpo_ocr_views *v,
                            const lpo_backend_iface *be, lpo_dtype dt, const char *engine_dt) {
-    const lpo_weight_source ws = {m, ocr2_view_of};
+    const lpo_weight_source ws = lpo_model_weight_source(m);
     float *feats = ocr2_encode_page(lpo_model_vision_spec(m), &ws, v, be, dt, NULL, NULL);
     float *lg = malloc((size_t)(f->n_ids * f->vocab) * sizeof(float));
     lpo_engine *e = open_cuda(m, engine_dt, LPO_EXEC_GRAPH, 0);

@@ -142,7 +142,7 @@ static void test_tiny_ocr2(void **state) {
     ocr2_vision_spec(&vs);
     lpo_model *m;
     assert_int_equal(lpo_model_open_tensors(OCR2_DIR "tiny-ocr2", &m), LPO_OK);
-    const lpo_weight_source ws = {m, ocr2_view_of};
+    const lpo_weight_source ws = lpo_model_weight_source(m);
     lpo_image im;
     lpo_ocr_views v;
     ocr2_page(&im, &v);

@@ -172,10 +172,6 @@ static void test_moe_mla(void **state) {
     }
 }
 
-static lpo_status model_view(void *ud, const char *name, lpo_weight_view *out) {
-    return lpo_model_weight_view(ud, name, out);
-}
-
 /* engine.weights=fp8 split over the ranks (each rank's rows, or its columns with the whole rows' scales):
  * bf16 logits within 3e-2 of one rank's with the same fp8 weights, greedy tokens identical, NCCL and the
  * fused one-shot all-reduce. */
@@ -202,7 +198,7 @@ static void test_fp8(void **state) {
     s.dtype = LPO_DT_Q4_K;
     lpo_model *m = NULL;
     assert_int_equal(lpo_model_open_synthetic(&s, 7, &m), LPO_OK);
-    const lpo_weight_source mws = {m, model_view};
+    const lpo_weight_source mws = lpo_model_weight_source(m);
     for (int tp = 2; tp <= 4 && tp <= n; tp *= 2) {
         char why[512];
         double worst = 0;

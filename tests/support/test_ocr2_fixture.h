@@ -111,11 +111,6 @@ static inline void ocr2_page(lpo_image *im, lpo_ocr_views *v) {
     assert_int_equal(lpo_ocr_preprocess(im, &o, v), LPO_OK);
 }
 
-/* A weight source over an open model's tensors (ud: the lpo_model). */
-static inline lpo_status ocr2_view_of(void *ud, const char *name, lpo_weight_view *out) {
-    return lpo_model_weight_view(ud, name, out);
-}
-
 /* The page's embeddings ([v->n_image_tokens][vs->text_hidden], malloc'd) through a vision encoder on backend
  * be: the CPU reference, or another in an op-only context of dtype dt; cb (NULL: none) sees every op with
  * its output on the host. Fails the test on an error. */

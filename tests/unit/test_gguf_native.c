@@ -126,10 +126,6 @@ static void test_run_op(void **state) {
 
 /* an engine over synthetic q4_k weights: native computes with the quantized values (close to auto's
  * unquantized synthetic values, not equal), the op list and analysis price blocks */
-static lpo_status model_view(void *ud, const char *name, lpo_weight_view *out) {
-    return lpo_model_weight_view(ud, name, out);
-}
-
 static void test_engine_native(void **state) {
     (void)state;
     lpo_model_spec s = test_spec();
@@ -164,7 +160,7 @@ static void test_engine_native(void **state) {
     assert_true(nmse > 0 && nmse < 0.1);
     /* tensor parallel: each rank's part cut from the whole matrix quantized first, so tp ranks compute with
      * exactly one rank's block values (o and down split inside blocks at tp 4: the same values still) */
-    const lpo_weight_source ws = {m, model_view};
+    const lpo_weight_source ws = lpo_model_weight_source(m);
     for (int tp = 2; tp <= 4; tp *= 2) {
         char why[512];
         double worst;

@@ -58,7 +58,7 @@ static void test_encoder_matches_hf(void **state) {
     assert_int_equal(vs.image_token_id, 250);
     lpo_model *m;
     assert_int_equal(lpo_model_open_tensors(OCR2_DIR "tiny-ocr2", &m), LPO_OK);
-    const lpo_weight_source ws = {m, ocr2_view_of};
+    const lpo_weight_source ws = lpo_model_weight_source(m);
     lpo_vision_encoder *e;
     assert_int_equal(lpo_vision_encoder_open(&vs, &ws, lpo_backend_cpu(), NULL, 0, &e), LPO_OK);
     capture cap = {0};
